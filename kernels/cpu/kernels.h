@@ -1,0 +1,71 @@
+/* kernels.h - CPU compute kernels: weight types, dequantization, dot
+ * products, threaded matrix products.
+ *
+ * Weights stay in their file layout (ggml blocks) and are read in place.
+ * Activations are always f32; a quantized row is dequantized block by block
+ * inside the dot product (no activation quantization), so results track an
+ * f32 reference closely. SIMD variants (AVX2+FMA+F16C, AVX-512F) are chosen
+ * once at run time by bt_kernels_init(); the scalar code is the reference
+ * and every variant is tested against it. */
+#ifndef BT_KERNELS_H
+#define BT_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+/* ggml type ids, same numbering as ggml/GGUF. */
+enum bt_dtype {
+    BT_DT_F32 = 0, BT_DT_F16 = 1, BT_DT_Q4_0 = 2, BT_DT_Q4_1 = 3,
+    BT_DT_Q5_0 = 6, BT_DT_Q5_1 = 7, BT_DT_Q8_0 = 8, BT_DT_Q8_1 = 9,
+    BT_DT_Q2_K = 10, BT_DT_Q3_K = 11, BT_DT_Q4_K = 12, BT_DT_Q5_K = 13,
+    BT_DT_Q6_K = 14, BT_DT_Q8_K = 15,
+    BT_DT_I8 = 24, BT_DT_I16 = 25, BT_DT_I32 = 26, BT_DT_I64 = 27, BT_DT_F64 = 28,
+    BT_DT_BF16 = 30,
+    BT_DT_COUNT = 40
+};
+
+typedef struct bt_dtype_info {
+    const char *name;   /* "q4_1"; NULL for ids we do not know at all */
+    int blck;           /* elements per block */
+    size_t type_size;   /* bytes per block */
+    bool compute;       /* dequant + dot implemented (usable as a weight) */
+} bt_dtype_info;
+
+/* Info for a type id; name == NULL if the id is unknown. Never NULL. */
+const bt_dtype_info *bt_dtype(int type);
+/* Bytes of a row of n elements; 0 if n is not a multiple of the block size
+ * or the type is unknown. */
+size_t bt_dtype_row_size(int type, int64_t n);
+
+/* Pick SIMD variants for this CPU. BT_SIMD=scalar|avx2|avx512 in the
+ * environment forces one (falls back to scalar if the CPU lacks it).
+ * Idempotent; called by everything below on first use. */
+void bt_kernels_init(void);
+const char *bt_kernels_simd(void);          /* "avx512", "avx2" or "scalar" */
+
+/* Dequantize n elements (multiple of the block size) of one row. */
+void bt_dequant_row(int type, const void *src, float *dst, int64_t n);
+/* dot(W row, x) over n elements, W row of `type`, x f32. */
+float bt_vec_dot(int type, const void *w_row, const float *x, int64_t n);
+
+/* A small fixed pthread pool. bt_pool_run calls fn(arg, ith, nth) on nth
+ * threads (the caller is thread 0) and returns when all are done. */
+typedef struct bt_pool bt_pool;
+bt_pool *bt_pool_new(int n_threads);         /* NULL on failure */
+void bt_pool_free(bt_pool *p);               /* NULL is a no-op */
+int bt_pool_threads(const bt_pool *p);
+void bt_pool_run(bt_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg);
+
+/* out[t*rows + r] = dot(W row r, x[t*cols ...]) for t < T, r < rows.
+ * W is rows x cols of `type` (row-major, rows contiguous, row stride =
+ * bt_dtype_row_size(type, cols)). Work is split over rows; with T > 1 each
+ * row is dequantized once and reused for every t. p may be NULL (1 thread). */
+void bt_matmul(bt_pool *p, int type, const void *W, int64_t rows, int64_t cols,
+               const float *x, int T, float *out);
+
+/* Measure sustained memory read bandwidth in GB/s with n_threads threads
+ * (streams a buffer much larger than the caches). */
+double bt_measure_bandwidth(bt_pool *p);
+
+#endif

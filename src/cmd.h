@@ -1,0 +1,30 @@
+/* cmd.h - subcommands. Each cmd_<name>.c owns its flags and its --help
+ * text; main.c holds the table. A command returns the process exit status:
+ * 0 success, 1 "found something" where the command defines it (inspect finds
+ * non-finite weights), 2 for any error (bad flag, bad file). */
+#ifndef BT_CMD_H
+#define BT_CMD_H
+
+#include <stdio.h>
+
+typedef struct bt_cmd {
+    const char *name;
+    const char *summary;                    /* one line for `bangtrace help` */
+    int (*run)(int argc, char **argv);      /* argv[0] is the command name */
+    void (*help)(FILE *out);                /* full usage */
+} bt_cmd;
+
+int cmd_run(int argc, char **argv);        void cmd_run_help(FILE *out);
+int cmd_inspect(int argc, char **argv);    void cmd_inspect_help(FILE *out);
+int cmd_tokenize(int argc, char **argv);   void cmd_tokenize_help(FILE *out);
+int cmd_bench(int argc, char **argv);      void cmd_bench_help(FILE *out);
+int cmd_forward(int argc, char **argv);    void cmd_forward_help(FILE *out);
+
+/* Shared by commands: print "bangtrace: <cmd>: <msg>" for the last error
+ * and return 2. */
+int bt_cmd_fail(const char *cmd);
+/* Parse an int/float flag value or fail with a message naming the flag. */
+int bt_parse_int(const char *flag, const char *s, long lo, long hi, long *out);
+int bt_parse_float(const char *flag, const char *s, double lo, double hi, double *out);
+
+#endif

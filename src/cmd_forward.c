@@ -1,0 +1,113 @@
+/* cmd_forward.c - `bangtrace forward`: one prefill over given token ids,
+ * every named tensor written to a folder as raw f32. The contract the
+ * Python oracle (tests/oracle) compares against:
+ *   DIR/<tensor>.f32  T rows x width, little-endian float32
+ *   DIR/meta.json     {"tokens": [...], "tensors": {"<tensor>": [T, width], ...}} */
+#include "cmd.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "util.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+void cmd_forward_help(FILE *out)
+{
+    fprintf(out,
+        "usage: bangtrace forward --model M [--tokenizer T] --tokens \"ID ID ...\" --dump DIR [--threads N]\n\n"
+        "Run one forward pass (a prefill at positions 0..T-1) and write every named\n"
+        "tensor (token_embd, blk.L.attn_norm ... blk.L.ffn_resid, output_norm, logits)\n"
+        "to DIR/<name>.f32 (T rows x width, float32) with DIR/meta.json describing them.\n"
+        "Used by the reference oracle tests; handy for diffing two builds.\n");
+}
+
+typedef struct dump_ctx {
+    const char *dir;
+    json_t *tensors;
+    int err;
+} dump_ctx;
+
+static bool dump_observe(void *user, const bt_tensor_view *t)
+{
+    dump_ctx *d = user;
+    char name[64], path[4096];
+    bt_tensor_name(t->op, t->layer, name, sizeof(name));
+    snprintf(path, sizeof(path), "%s/%s.f32", d->dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) { d->err = bt_error(BT_EIO, "%s: %s", path, strerror(errno)); return false; }
+    size_t n = (size_t)t->rows * t->width;
+    bool ok = fwrite(t->data, sizeof(float), n, f) == n;
+    ok &= fclose(f) == 0;
+    if (!ok) { d->err = bt_error(BT_EIO, "%s: write failed", path); return false; }
+    json_t *shape = json_array();
+    json_array_append_new(shape, json_integer(t->rows));
+    json_array_append_new(shape, json_integer(t->width));
+    json_object_set_new(d->tensors, name, shape);
+    return true;
+}
+
+int cmd_forward(int argc, char **argv)
+{
+    const char *model = NULL, *tokenizer = NULL, *tokens = NULL, *dir = NULL;
+    long threads = 1;
+    bt_model *m = NULL;
+    bt_engine *e = NULL;
+    int32_t *ids = NULL;
+    json_t *meta = NULL;
+    int status = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v && strncmp(a, "--", 2) == 0) { bt_error(BT_EINVAL, "%s needs a value", a); goto fail; }
+        if (!strcmp(a, "--model")) model = argv[++i];
+        else if (!strcmp(a, "--tokenizer")) tokenizer = argv[++i];
+        else if (!strcmp(a, "--tokens")) tokens = argv[++i];
+        else if (!strcmp(a, "--dump")) dir = argv[++i];
+        else if (!strcmp(a, "--threads")) { if (bt_parse_int(a, argv[++i], 1, 256, &threads)) goto fail; }
+        else { bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help forward)", a); goto fail; }
+    }
+    if (!model || !tokens || !dir) { bt_error(BT_EINVAL, "--model, --tokens and --dump are required"); goto fail; }
+    size_t n = 0, cap = 16;
+    ids = malloc(cap * sizeof(int32_t));
+    for (const char *p = tokens; ids && *p;) {
+        char *end;
+        while (*p == ' ' || *p == ',') p++;
+        if (!*p) break;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > 0x7fffffff) { bt_error(BT_EINVAL, "--tokens: bad id near '%.16s'", p); goto fail; }
+        if (n == cap) { int32_t *ni = realloc(ids, (cap *= 2) * sizeof(int32_t)); if (!ni) break; ids = ni; }
+        ids[n++] = (int32_t)v;
+        p = end;
+    }
+    if (!ids) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+    if (n == 0) { bt_error(BT_EINVAL, "--tokens has no ids"); goto fail; }
+    if (mkdir(dir, 0777) < 0 && errno != EEXIST) { bt_error(BT_EIO, "%s: %s", dir, strerror(errno)); goto fail; }
+    if (bt_model_load(model, tokenizer, &m)) goto fail;
+    if (bt_engine_new(m, BT_MAX((int)n, 1), (int)n, (int)threads, &e)) goto fail;
+    dump_ctx d = { .dir = dir, .tensors = json_object() };
+    bt_eval_cb cb = { .ask = NULL, .observe = dump_observe, .user = &d };
+    bt_engine_set_eval_cb(e, &cb);
+    int rc = bt_engine_forward(e, ids, (int)n, 0);
+    if (rc || d.err) { json_decref(d.tensors); goto fail; }
+    meta = json_object();
+    json_t *toks = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(toks, json_integer(ids[i]));
+    json_object_set_new(meta, "tokens", toks);
+    json_object_set_new(meta, "tensors", d.tensors);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/meta.json", dir);
+    if (json_dump_file(meta, path, JSON_INDENT(1) | JSON_SORT_KEYS)) { bt_error(BT_EIO, "%s: write failed", path); goto fail; }
+    status = 0;
+    goto out;
+fail:
+    status = bt_cmd_fail("forward");
+out:
+    json_decref(meta);
+    free(ids);
+    bt_engine_free(e);
+    bt_model_free(m);
+    return status;
+}

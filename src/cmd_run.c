@@ -1,0 +1,335 @@
+/* cmd_run.c - `bangtrace run`: generate a completion for a prompt or an
+ * OpenAI-compatible request body.
+ *
+ * stdout carries only the completion text (or, with --json, one JSON
+ * object); progress and timings go to stderr. Text is streamed, except the
+ * tail that could still turn out to be the start of a stop string. */
+#include "cmd.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "model/model.h"
+#include "request.h"
+#include "tokenizer/tokenizer.h"
+#include "util.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void cmd_run_help(FILE *out)
+{
+    fprintf(out,
+        "usage: bangtrace run --model M [--tokenizer T] (--prompt TEXT | --request FILE.json)\n"
+        "                     [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
+        "                     [--threads N] [--ctx N] [--argmax RULE] [--chat-template NAME] [--json]\n\n"
+        "Generate a completion. stdout gets only the completion text; progress and\n"
+        "timings go to stderr.\n\n"
+        "  --model M            GGUF model, or llama2.c checkpoint (.bin)\n"
+        "  --tokenizer T        llama2.c tokenizer.bin (llama2.c checkpoints only)\n"
+        "  --prompt TEXT        raw prompt (no chat template; BOS added if the vocabulary asks)\n"
+        "  --request FILE       OpenAI /v1/completions or /v1/chat/completions JSON body\n"
+        "                       (prompt or messages, max_tokens, temperature, top_p, top_k,\n"
+        "                       seed, stop); '-' reads standard input\n"
+        "  -n, --max-tokens N   tokens to generate (default 128, or the request's max_tokens)\n"
+        "  --temp T             temperature, 0 = greedy (default 0, or the request's)\n"
+        "  --top-k K            keep the K most likely tokens (0 = off)\n"
+        "  --top-p P            nucleus sampling threshold (1 = off)\n"
+        "  --seed S             sampling seed (default 42)\n"
+        "  --threads N          compute threads (default: online CPUs)\n"
+        "  --ctx N              context length (default: the model's, at most 4096)\n"
+        "  --argmax RULE        how greedy argmax treats non-finite logits: first (default),\n"
+        "                       torch, triton-block:N (see doc/argmax.md)\n"
+        "  --chat-template NAME render messages with chatml, llama2, llama3 or zephyr instead\n"
+        "                       of the template detected from the model\n"
+        "  --json               print one JSON object: prompt_ids, completion_ids, text,\n"
+        "                       finish_reason, timings\n\n"
+        "Flags override the request body. Exit status: 0 done; 1 the argmax rule produced an\n"
+        "id outside the vocabulary (finish_reason \"invalid_token\"), as a broken kernel would;\n"
+        "2 error.\n");
+}
+
+typedef struct run_opts {
+    const char *model, *tokenizer, *prompt, *request, *chat_template, *argmax;
+    long n; bool has_n;
+    double temp; bool has_temp;
+    long top_k; bool has_top_k;
+    double top_p; bool has_top_p;
+    unsigned long long seed; bool has_seed;
+    long threads, ctx;
+    bool json;
+} run_opts;
+
+static int default_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 16 ? 16 : (int)n;
+}
+
+static int parse_args(int argc, char **argv, run_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->threads = default_threads();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define VAL() do { if (!v) return bt_error(BT_EINVAL, "%s needs a value", a); i++; } while (0)
+        long l; double d;
+        if (!strcmp(a, "--model") || !strcmp(a, "-m")) { VAL(); o->model = v; }
+        else if (!strcmp(a, "--tokenizer")) { VAL(); o->tokenizer = v; }
+        else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) { VAL(); o->prompt = v; }
+        else if (!strcmp(a, "--request")) { VAL(); o->request = v; }
+        else if (!strcmp(a, "--chat-template")) { VAL(); o->chat_template = v; }
+        else if (!strcmp(a, "--argmax")) { VAL(); o->argmax = v; }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
+            VAL(); if (bt_parse_int(a, v, 0, 1 << 20, &l)) return BT_EINVAL; o->n = l; o->has_n = true;
+        } else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) {
+            VAL(); if (bt_parse_float(a, v, 0, 100, &d)) return BT_EINVAL; o->temp = d; o->has_temp = true;
+        } else if (!strcmp(a, "--top-k")) {
+            VAL(); if (bt_parse_int(a, v, 0, 1 << 24, &l)) return BT_EINVAL; o->top_k = l; o->has_top_k = true;
+        } else if (!strcmp(a, "--top-p")) {
+            VAL(); if (bt_parse_float(a, v, 1e-9, 1, &d)) return BT_EINVAL; o->top_p = d; o->has_top_p = true;
+        } else if (!strcmp(a, "--seed")) {
+            VAL(); char *end; o->seed = strtoull(v, &end, 10);
+            if (!*v || *end || *v == '-') return bt_error(BT_EINVAL, "--seed expects a non-negative integer, got '%s'", v);
+            o->has_seed = true;
+        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
+            VAL(); if (bt_parse_int(a, v, 1, 256, &o->threads)) return BT_EINVAL;
+        } else if (!strcmp(a, "--ctx")) {
+            VAL(); if (bt_parse_int(a, v, 1, 1 << 20, &o->ctx)) return BT_EINVAL;
+        } else if (!strcmp(a, "--json")) o->json = true;
+        else return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help run)", a);
+#undef VAL
+    }
+    if (!o->model) return bt_error(BT_EINVAL, "--model is required (see bangtrace help run)");
+    if (!o->prompt == !o->request) return bt_error(BT_EINVAL, "give exactly one of --prompt or --request");
+    return BT_OK;
+}
+
+/* Longest suffix of text[0..n) that is a proper prefix of some stop string:
+ * those bytes are held back until we know. */
+static size_t stop_holdback(const char *text, size_t n, char **stop, int n_stop)
+{
+    size_t hold = 0;
+    for (int s = 0; s < n_stop; s++) {
+        size_t sl = strlen(stop[s]);
+        for (size_t k = BT_MIN(sl - 1, n); k > hold; k--)
+            if (!memcmp(text + n - k, stop[s], k)) { hold = k; break; }
+    }
+    return hold;
+}
+
+static const char *find_stop(const char *text, size_t n, size_t from, char **stop, int n_stop)
+{
+    const char *best = NULL;
+    for (int s = 0; s < n_stop; s++) {
+        size_t sl = strlen(stop[s]);
+        size_t start = from > sl ? from - sl : 0;
+        for (size_t i = start; i + sl <= n; i++)
+            if (!memcmp(text + i, stop[s], sl)) { if (!best || text + i < best) best = text + i; break; }
+    }
+    return best;
+}
+
+static int build_prompt(const run_opts *o, const bt_request *req, const bt_model *m, const bt_tokenizer *tok,
+                        int32_t **ids, size_t *n_ids)
+{
+    const char *text = o->prompt ? o->prompt : req->prompt;
+    char *rendered = NULL;
+    bool parse_special = false;
+    if (!text) {
+        int tmpl;
+        if (o->chat_template) {
+            tmpl = bt_chat_tmpl_from_name(o->chat_template);
+            if (tmpl < 0) return bt_error(BT_EINVAL, "unknown --chat-template '%s' (chatml, llama2, llama3, zephyr)", o->chat_template);
+        } else {
+            if (!m->chat_template)
+                return bt_error(BT_EINVAL, "%s has no tokenizer.chat_template; name one with --chat-template NAME (chatml, llama2, llama3, zephyr)", m->path);
+            tmpl = bt_chat_tmpl_detect(m->chat_template, strlen(m->chat_template));
+            if (tmpl == BT_CHAT_NONE)
+                return bt_error(BT_EUNSUPPORTED, "the chat template of %s is not one bangtrace recognises; name one with --chat-template NAME (chatml, llama2, llama3, zephyr)", m->path);
+        }
+        /* The tokenizer adds BOS itself when the vocabulary asks (add_special
+         * below), so the template must not spell it a second time. */
+        bt_chat_opts co = { .bos_text = m->vocab.add_bos ? "" : NULL };
+        char *sys = NULL;
+        if (m->chat_template && bt_chat_default_system(m->chat_template, strlen(m->chat_template), &sys) == BT_ENOMEM)
+            return bt_error(BT_ENOMEM, "out of memory");
+        co.default_system = sys;
+        int rc = bt_chat_render_opts(tmpl, req->messages, req->n_messages, &co, &rendered);
+        free(sys);
+        if (rc) return rc;
+        text = rendered;
+        parse_special = true;
+        bt_debug("rendered prompt: %s", rendered);
+    }
+    int rc = bt_tokenize(tok, text, strlen(text), true, parse_special, ids, n_ids);
+    free(rendered);
+    if (rc) return rc;
+    if (*n_ids == 0) {
+        int32_t bos = bt_tokenizer_bos(tok);
+        if (bos < 0) return bt_error(BT_EINVAL, "the prompt is empty and the vocabulary has no BOS token to start from");
+        free(*ids);
+        *ids = malloc(sizeof(int32_t));
+        if (!*ids) return bt_error(BT_ENOMEM, "out of memory");
+        (*ids)[0] = bos;
+        *n_ids = 1;
+    }
+    return BT_OK;
+}
+
+static void json_ids(json_t *obj, const char *key, const int32_t *ids, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    json_object_set_new(obj, key, a);
+}
+
+int cmd_run(int argc, char **argv)
+{
+    run_opts o;
+    bt_request req;
+    memset(&req, 0, sizeof(req));
+    bt_model *m = NULL;
+    bt_tokenizer *tok = NULL;
+    bt_engine *e = NULL;
+    bt_sampler *smp = NULL;
+    int32_t *prompt = NULL, *gen = NULL;
+    char *text = NULL;
+    size_t n_prompt = 0, n_gen = 0, text_len = 0, printed = 0;
+    int status = 2;
+    const char *finish = "length";
+
+    if (parse_args(argc, argv, &o)) goto fail;
+    if (o.request) {
+        char *body; size_t len;
+        if (!strcmp(o.request, "-")) {
+            if (bt_read_file("/dev/stdin", &body, &len)) goto fail;
+        } else if (bt_read_file(o.request, &body, &len)) goto fail;
+        int rc = bt_request_parse(body, len, o.request, &req);
+        free(body);
+        if (rc) goto fail;
+    }
+    bt_sampler_cfg sc = { .temperature = 0, .top_k = 0, .top_p = 1, .seed = 42 };
+    long n_max = 128;
+    if (req.has_max_tokens) n_max = req.max_tokens;
+    if (req.has_temperature) sc.temperature = req.temperature;
+    if (req.has_top_k) sc.top_k = req.top_k;
+    if (req.has_top_p) sc.top_p = req.top_p;
+    if (req.has_seed) sc.seed = req.seed;
+    if (o.has_n) n_max = o.n;
+    if (o.has_temp) sc.temperature = (float)o.temp;
+    if (o.has_top_k) sc.top_k = (int)o.top_k;
+    if (o.has_top_p) sc.top_p = (float)o.top_p;
+    if (o.has_seed) sc.seed = o.seed;
+    if (bt_argmax_parse(o.argmax ? o.argmax : "first", &sc.rule)) goto fail;
+
+    double t0 = bt_now();
+    if (bt_model_load(o.model, o.tokenizer, &m)) goto fail;
+    if (!m->has_vocab) {
+        bt_error(BT_EINVAL, "%s has no tokenizer%s", o.model,
+                 !strcmp(m->format, "llama2c") ? ": pass the llama2.c tokenizer.bin with --tokenizer" : "");
+        goto fail;
+    }
+    if (!bt_model_has_weights(m)) { bt_error(BT_EINVAL, "%s is a vocabulary-only file: it has no weights to run", o.model); goto fail; }
+    if (bt_tokenizer_new(&m->vocab, &tok)) goto fail;
+    if (build_prompt(&o, &req, m, tok, &prompt, &n_prompt)) goto fail;
+    int ctx = o.ctx ? (int)o.ctx : BT_MIN(m->cfg.ctx_len, 4096);
+    if ((long)n_prompt > ctx) { bt_error(BT_ERANGE, "the prompt has %zu tokens but the context is %d (use --ctx)", n_prompt, ctx); goto fail; }
+    if ((long)n_prompt + n_max > ctx) {
+        bt_warn("prompt (%zu) + max tokens (%ld) exceed the context (%d): generating at most %ld", n_prompt, n_max, ctx, ctx - (long)n_prompt);
+        n_max = ctx - (long)n_prompt;
+    }
+    if (bt_engine_new(m, ctx, (int)n_prompt, (int)o.threads, &e)) goto fail;
+    if (bt_sampler_new(&sc, m->cfg.n_vocab, &smp)) goto fail;
+    gen = malloc((size_t)(n_max + 1) * sizeof(int32_t));
+    text = malloc(1);
+    if (!gen || !text) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+    text[0] = 0;
+    double t_load = bt_now() - t0;
+    char rule[48];
+    bt_argmax_format(&sc.rule, rule, sizeof(rule));
+    bt_log("bangtrace: %s (%s, %d layers, dim %d, vocab %d) loaded in %.0f ms; %zu prompt tokens, "
+           "%d threads, %s, argmax %s", m->cfg.name, m->format, m->cfg.n_layers, m->cfg.dim, m->cfg.n_vocab,
+           t_load * 1e3, n_prompt, (int)o.threads, sc.temperature > 0 ? "sampling" : "greedy", rule);
+
+    double t1 = bt_now();
+    int rc = n_max > 0 ? bt_engine_forward(e, prompt, (int)n_prompt, 0) : BT_OK;
+    if (rc) goto fail;
+    double t_prompt = bt_now() - t1, t2 = bt_now();
+    int pos = (int)n_prompt;
+    for (long i = 0; i < n_max; i++) {
+        float lp;
+        int32_t id = bt_sampler_sample(smp, bt_engine_logits(e), m->cfg.n_vocab, &lp);
+        gen[n_gen++] = id;
+        if (id < 0 || id >= m->cfg.n_vocab) {
+            finish = "invalid_token";
+            bt_error(BT_ERANGE, "step %d: the argmax rule %s produced id %d, outside the vocabulary (%d): "
+                     "the logits were not finite", bt_engine_step(e), rule, id, m->cfg.n_vocab);
+            fprintf(stderr, "bangtrace: run: %s\n", bt_errmsg());
+            status = 1;
+            break;
+        }
+        if (bt_tokenizer_is_eog(tok, id)) { finish = "stop"; n_gen--; break; }
+        size_t pl;
+        const char *piece = bt_token_piece(tok, id, &pl);
+        char *nt = realloc(text, text_len + pl + 1);
+        if (!nt) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+        text = nt;
+        memcpy(text + text_len, piece, pl);
+        size_t old_len = text_len;
+        text_len += pl;
+        text[text_len] = 0;
+        const char *hit = find_stop(text, text_len, old_len, req.stop, req.n_stop);
+        if (hit) { text_len = (size_t)(hit - text); text[text_len] = 0; finish = "stop"; break; }
+        if (!o.json) {
+            size_t upto = text_len - stop_holdback(text, text_len, req.stop, req.n_stop);
+            if (upto > printed) { fwrite(text + printed, 1, upto - printed, stdout); fflush(stdout); printed = upto; }
+        }
+        if (i + 1 == n_max) break;
+        if ((rc = bt_engine_forward(e, &id, 1, pos++))) goto fail;
+    }
+    double t_decode = bt_now() - t2;
+    if (status == 2) status = 0;
+    int decoded = (int)n_gen;
+    double pps = n_prompt / (t_prompt > 0 ? t_prompt : 1e-9), dps = decoded > 1 ? (decoded - 1) / t_decode : 0;
+    if (o.json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "model", json_string(m->cfg.name));
+        json_ids(j, "prompt_ids", prompt, n_prompt);
+        json_ids(j, "completion_ids", gen, n_gen);
+        json_object_set_new(j, "text", json_stringn(text, text_len));
+        json_object_set_new(j, "finish_reason", json_string(finish));
+        json_t *t = json_object();
+        json_object_set_new(t, "load_ms", json_real(t_load * 1e3));
+        json_object_set_new(t, "prompt_ms", json_real(t_prompt * 1e3));
+        json_object_set_new(t, "decode_ms", json_real(t_decode * 1e3));
+        json_object_set_new(t, "prompt_tokens_per_s", json_real(pps));
+        json_object_set_new(t, "decode_tokens_per_s", json_real(dps));
+        json_object_set_new(j, "timings", t);
+        char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+        json_decref(j);
+        if (!s) { bt_error(BT_ENOMEM, "out of memory"); status = 2; goto fail; }
+        puts(s);
+        free(s);
+    } else {
+        if (text_len > printed) fwrite(text + printed, 1, text_len - printed, stdout);
+        if (text_len && text[text_len - 1] != '\n') putchar('\n');
+        fflush(stdout);
+    }
+    bt_log("bangtrace: %zu prompt tokens in %.0f ms (%.1f t/s), %d generated in %.0f ms (%.1f t/s), finish_reason %s",
+           n_prompt, t_prompt * 1e3, pps, decoded, t_decode * 1e3, dps, finish);
+    goto out;
+fail:
+    status = bt_cmd_fail("run");
+out:
+    free(prompt); free(gen); free(text);
+    bt_sampler_free(smp);
+    bt_engine_free(e);
+    bt_tokenizer_free(tok);
+    bt_model_free(m);
+    bt_request_clear(&req);
+    return status;
+}

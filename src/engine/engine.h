@@ -1,0 +1,77 @@
+/* engine.h - the Llama forward pass over named ops, with an evaluation
+ * callback for taps.
+ *
+ * bt_engine_forward() runs T consecutive tokens starting at position pos0
+ * (T > 1 is a prefill) and leaves the logits of every position in the
+ * engine. Every tensor it computes has a stable name: token_embd,
+ * blk.L.<op> for the per-layer ops below, output_norm and logits. A tensor
+ * is T rows (one per position) of `width` floats.
+ *
+ * Taps (ggml's eval-callback shape): `ask` is called once per (op, layer)
+ * when the callback is installed and its answers are cached, so with taps off
+ * the hot path pays one predictable branch per op; `observe` sees the tensor
+ * right after it is computed and may modify it (fault injection); returning
+ * false from observe cancels the forward (bt_engine_forward returns
+ * BT_ECANCELLED... as BT_EINVAL with the message set by the callback). */
+#ifndef BT_ENGINE_H
+#define BT_ENGINE_H
+
+#include <stdint.h>
+#include <stdbool.h>
+#include "model/model.h"
+
+enum bt_op {
+    BT_OP_TOKEN_EMBD = 0,
+    BT_OP_ATTN_NORM, BT_OP_ATTN_Q, BT_OP_ATTN_K, BT_OP_ATTN_V, BT_OP_ATTN_CTX,
+    BT_OP_ATTN_OUTPUT, BT_OP_ATTN_RESID,
+    BT_OP_FFN_NORM, BT_OP_FFN_GATE, BT_OP_FFN_UP, BT_OP_FFN_ACT, BT_OP_FFN_DOWN,
+    BT_OP_FFN_RESID,
+    BT_OP_OUTPUT_NORM, BT_OP_LOGITS,
+    BT_OP_COUNT
+};
+/* "ffn_down"; names of per-layer ops are the suffix after "blk.L.". */
+const char *bt_op_name(int op);
+int bt_op_from_name(const char *name);        /* -1 if unknown */
+bool bt_op_is_layer_op(int op);
+/* Full tensor name: "token_embd", "blk.3.ffn_down", "logits". */
+void bt_tensor_name(int op, int layer, char *buf, size_t cap);
+
+typedef struct bt_tensor_view {
+    int op;              /* bt_op */
+    int layer;           /* -1 outside layers */
+    int step;            /* forward call counter (0 = first call) */
+    int pos0;            /* position of row 0 */
+    int rows;            /* T: one row per position */
+    int width;           /* floats per row */
+    float *data;         /* rows*width, writable (injection) */
+} bt_tensor_view;
+
+typedef struct bt_eval_cb {
+    bool (*ask)(void *user, int op, int layer);                   /* want this tensor? */
+    bool (*observe)(void *user, const bt_tensor_view *t);         /* false cancels */
+    void *user;
+} bt_eval_cb;
+
+typedef struct bt_engine bt_engine;
+
+/* Allocate run state (activations for up to max_batch positions, KV cache
+ * for ctx_len positions). ctx_len 0 means the model's trained context, capped
+ * at 4096. Returns BT_OK or BT_ENOMEM/BT_EINVAL with a message. */
+int bt_engine_new(const bt_model *m, int ctx_len, int max_batch, int n_threads, bt_engine **out);
+void bt_engine_free(bt_engine *e);
+/* Install (or with NULL remove) the tap callback. */
+void bt_engine_set_eval_cb(bt_engine *e, const bt_eval_cb *cb);
+
+/* Run tokens[0..T-1] at positions pos0..pos0+T-1 (T <= max_batch, chunked
+ * internally if larger). Returns BT_OK, BT_ERANGE (position past ctx_len,
+ * token id out of range) or BT_EINVAL (cancelled by a callback). */
+int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0);
+/* Logits of the last position of the last forward ([n_vocab]), or of row i. */
+float *bt_engine_logits(bt_engine *e);
+float *bt_engine_logits_row(bt_engine *e, int i);
+int bt_engine_step(const bt_engine *e);        /* forward calls so far */
+int bt_engine_ctx_len(const bt_engine *e);
+const bt_model *bt_engine_model(const bt_engine *e);
+int bt_engine_threads(const bt_engine *e);
+
+#endif

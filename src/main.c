@@ -1,0 +1,93 @@
+/* main.c - `bangtrace COMMAND [ARGS]`: the subcommand table, global flags and
+ * the helpers commands share. Exit status: 0 ok, 1 "found something" (the
+ * command's help says when), 2 error. Never 0 after a fatal error. */
+#include "cmd.h"
+#include "util.h"
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const bt_cmd commands[] = {
+    { "run", "generate from a prompt or an OpenAI-style request, optionally traced", cmd_run, cmd_run_help },
+    { "inspect", "show a model's architecture, tokenizer and tensors; scan weights for NaN/Inf", cmd_inspect, cmd_inspect_help },
+    { "tokenize", "tokenize text (or --decode ids) with a model's tokenizer", cmd_tokenize, cmd_tokenize_help },
+    { "bench", "measure prompt and decode tokens/s and weight bandwidth", cmd_bench, cmd_bench_help },
+    { "forward", "run one forward pass and dump every named tensor (for oracles)", cmd_forward, cmd_forward_help },
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: bangtrace [--version] [-q|-v] COMMAND [ARGS]\n\n"
+                 "Forensic debugging for degenerate LLM output: replay a request under\n"
+                 "instrumentation and find the step, layer and op that went wrong.\n\ncommands:\n");
+    for (size_t i = 0; i < BT_ARRAY_SIZE(commands); i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "  %-10s %s\n", "help", "show help for a command (bangtrace help COMMAND)");
+    fprintf(out, "\nglobal flags:\n  -q, --quiet    only errors on stderr\n  -v, --verbose  debug output on stderr\n"
+                 "  --version      print the version\n\nSee bangtrace(1) and `bangtrace help COMMAND`.\n");
+}
+
+static const bt_cmd *find(const char *name)
+{
+    for (size_t i = 0; i < BT_ARRAY_SIZE(commands); i++)
+        if (!strcmp(commands[i].name, name)) return &commands[i];
+    return NULL;
+}
+
+int bt_cmd_fail(const char *cmd)
+{
+    const char *msg = bt_errmsg();
+    fprintf(stderr, "bangtrace: %s: %s\n", cmd, *msg ? msg : "failed");
+    return 2;
+}
+
+int bt_parse_int(const char *flag, const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || !*s || *end || errno || v < lo || v > hi)
+        return bt_error(BT_EINVAL, "%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, s ? s : "");
+    *out = v;
+    return BT_OK;
+}
+
+int bt_parse_float(const char *flag, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || !*s || *end || errno || !(v >= lo && v <= hi))
+        return bt_error(BT_EINVAL, "%s expects a number in [%g, %g], got '%s'", flag, lo, hi, s ? s : "");
+    *out = v;
+    return BT_OK;
+}
+
+int main(int argc, char **argv)
+{
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (!strcmp(argv[i], "--version")) { printf("bangtrace %s\n", PACKAGE_VERSION); return 0; }
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--quiet")) bt_log_level = 0;
+        else if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose")) bt_log_level = 2;
+        else { fprintf(stderr, "bangtrace: unknown flag '%s' (see bangtrace --help)\n", argv[i]); return 2; }
+    }
+    if (i >= argc) { usage(stderr); return 2; }
+    const char *name = argv[i];
+    if (!strcmp(name, "help")) {
+        if (i + 1 >= argc) { usage(stdout); return 0; }
+        const bt_cmd *c = find(argv[i + 1]);
+        if (!c) { fprintf(stderr, "bangtrace: no such command '%s' (see bangtrace help)\n", argv[i + 1]); return 2; }
+        c->help(stdout);
+        return 0;
+    }
+    const bt_cmd *c = find(name);
+    if (!c) { fprintf(stderr, "bangtrace: no such command '%s' (see bangtrace help)\n", name); return 2; }
+    for (int j = i + 1; j < argc; j++)
+        if (!strcmp(argv[j], "-h") || !strcmp(argv[j], "--help")) { c->help(stdout); return 0; }
+        else if (!strcmp(argv[j], "--")) break;
+    return c->run(argc - i, argv + i);
+}

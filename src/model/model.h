@@ -1,0 +1,82 @@
+/* model.h - one model, whatever file it came from.
+ *
+ * Loaders (GGUF, llama2.c) produce a bt_model: hyperparameters read from the
+ * file's own metadata, the tokenizer's vocabulary as plain data, and weight
+ * views pointing into one read-only mmap. Quantized blocks stay quantized;
+ * kernels read them in place. Nothing is copied except the few arrays a
+ * loader must build (llama2.c's tokenizer table). */
+#ifndef BT_MODEL_H
+#define BT_MODEL_H
+
+#include <stdint.h>
+#include <stdbool.h>
+#include "tokenizer/tokenizer.h"
+
+/* A weight matrix or vector: rows x cols of `type`, rows contiguous. */
+typedef struct bt_weight {
+    const void *data;
+    int type;             /* bt_dtype */
+    int64_t cols;         /* ne[0]: contiguous length */
+    int64_t rows;         /* ne[1] (1 for vectors) */
+    const char *name;     /* GGUF tensor name ("blk.3.ffn_down.weight") */
+} bt_weight;
+
+typedef struct bt_layer_weights {
+    bt_weight attn_norm;  /* (dim) */
+    bt_weight wq;         /* (n_heads*head_dim, dim) */
+    bt_weight wk;         /* (n_kv_heads*head_dim, dim) */
+    bt_weight wv;         /* (n_kv_heads*head_dim, dim) */
+    bt_weight wo;         /* (dim, n_heads*head_dim) */
+    bt_weight ffn_norm;   /* (dim) */
+    bt_weight w_gate;     /* (hidden, dim)  w1 */
+    bt_weight w_up;       /* (hidden, dim)  w3 */
+    bt_weight w_down;     /* (dim, hidden)  w2 */
+} bt_layer_weights;
+
+typedef struct bt_config {
+    char arch[32];        /* "llama" */
+    char name[128];       /* general.name, or the file's base name */
+    int dim;              /* embedding length */
+    int hidden_dim;       /* feed-forward length */
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;         /* dim / n_heads unless the file says otherwise */
+    int n_vocab;
+    int ctx_len;          /* trained context length */
+    float norm_eps;
+    float rope_base;
+    int rope_dim;         /* rotated dims per head (== head_dim for Llama) */
+    bool tied_output;     /* output shares token_embd */
+} bt_config;
+
+typedef struct bt_model {
+    bt_config cfg;
+    bt_weight token_embd;        /* (n_vocab, dim) */
+    bt_layer_weights *layers;    /* [n_layers] */
+    bt_weight output_norm;       /* (dim) */
+    bt_weight output;            /* (n_vocab, dim); == token_embd when tied */
+    bt_vocab vocab;
+    bool has_vocab;
+    char *chat_template;         /* tokenizer.chat_template, NUL-terminated copy, or NULL */
+    char *path;
+    char format[16];             /* "gguf" or "llama2c" */
+    const uint8_t *file_data;    /* the whole mapping, for hashing */
+    uint64_t file_size;
+    struct bt_gguf *gguf;        /* GGUF handle (NULL for llama2.c) */
+    void *priv;                  /* loader-owned allocations */
+} bt_model;
+
+/* Load a model by content: GGUF magic, else a llama2.c checkpoint (which
+ * needs tokenizer_path for text; NULL allowed for id-only use). A GGUF with 0
+ * tensors loads as vocab-only (n_layers = 0, token_embd.data = NULL).
+ * Returns BT_OK or a BT_E* with a message naming the file and the problem. */
+int bt_model_load(const char *path, const char *tokenizer_path, bt_model **out);
+void bt_model_free(bt_model *m);   /* NULL is a no-op */
+bool bt_model_has_weights(const bt_model *m);
+
+/* llama2.c loaders (used by bt_model_load). */
+int bt_llama2c_load(const char *path, const char *tokenizer_path, bt_model *m);
+int bt_llama2c_tokenizer_load(const char *path, int n_vocab, bt_model *m);
+
+#endif

@@ -1,0 +1,67 @@
+/* util.h - status codes, error messages, logging and small helpers shared by
+ * every module.
+ *
+ * Library functions return BT_OK (0) or a negative BT_E* code and set a
+ * one-line, human-readable message with bt_error(); main() prints it as
+ * "bangtrace: <message>". The message is thread-local so worker threads never
+ * clobber the main thread's error. */
+#ifndef BT_UTIL_H
+#define BT_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+enum {
+    BT_OK = 0,
+    BT_ENOMEM = -1,     /* allocation failed */
+    BT_EIO = -2,        /* open/read/mmap/write failed */
+    BT_EFORMAT = -3,    /* file is not what it claims (bad magic, truncated, inconsistent) */
+    BT_EUNSUPPORTED = -4, /* valid input we do not handle (version, type, architecture) */
+    BT_EINVAL = -5,     /* bad argument or user input (flag, JSON, spec) */
+    BT_ENOTFOUND = -6,  /* key, tensor or file missing */
+    BT_ERANGE = -7,     /* value out of range (token id, dimension) */
+    BT_EINTERNAL = -8,  /* a bug: an invariant did not hold */
+};
+
+/* Name of a status code ("BT_EFORMAT"). */
+const char *bt_strerror(int code);
+
+/* Record a printf-style message for the current thread and return code, so
+ * callers can write `return bt_error(BT_EFORMAT, "%s: bad magic", path);`. */
+int bt_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The last message recorded on this thread ("" when none). */
+const char *bt_errmsg(void);
+
+/* Logging to stderr. bt_log_level: 0 quiet, 1 normal (default), 2 verbose. */
+extern int bt_log_level;
+void bt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void bt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void bt_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Monotonic time in seconds. */
+double bt_now(void);
+
+/* Read a whole file into a NUL-terminated malloc'd buffer. Returns BT_OK or
+ * BT_EIO (message names the path). */
+int bt_read_file(const char *path, char **out, size_t *len);
+
+/* SHA-256 of a buffer, as 64 lowercase hex chars plus NUL in hex[65]. */
+void bt_sha256_hex(const void *data, size_t len, char hex[65]);
+
+/* IEEE half and bfloat16 conversion (scalar, exact). */
+float bt_f16_to_f32(uint16_t h);
+uint16_t bt_f32_to_f16(float f);
+static inline float bt_bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v = { .u = (uint32_t)h << 16 };
+    return v.f;
+}
+
+#define BT_ASSERT(c) do { if (!(c)) bt_assert_fail(#c, __FILE__, __LINE__); } while (0)
+void bt_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
+
+#define BT_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define BT_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define BT_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#endif
