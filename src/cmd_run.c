@@ -275,6 +275,10 @@ int cmd_run(int argc, char **argv)
         if (bt_tokenizer_is_eog(tok, id)) { finish = "stop"; n_gen--; break; }
         size_t pl;
         const char *piece = bt_token_piece(tok, id, &pl);
+        /* As SentencePiece and llama2.c decode: the piece right after BOS
+         * loses its leading space (the dummy prefix). */
+        int32_t prev = n_gen > 1 ? gen[n_gen - 2] : prompt[n_prompt - 1];
+        if (prev == bt_tokenizer_bos(tok) && pl > 0 && piece[0] == ' ' && m->vocab.add_space_prefix) { piece++; pl--; }
         char *nt = realloc(text, text_len + pl + 1);
         if (!nt) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
         text = nt;

@@ -1,6 +1,33 @@
 # tests/local.mk - the test suite. Programs are C unit tests; *.sh drive the
 # built binary. ASAN_TESTS (one line) is what `./quickstart check` reruns
 # under ASan+UBSan.
-ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_gguf tests/test_request
-TESTS += tests/cli.sh tests/greedy_stories.sh
-EXTRA_DIST += tests/cli.sh tests/greedy_stories.sh
+ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler
+TESTS += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh
+EXTRA_DIST += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/golden/smollm2-q4_1.txt
+# request parsing, chat templates, sampler / argmax rules
+check_PROGRAMS += tests/test_request tests/test_sampler
+TESTS += tests/test_request tests/test_sampler
+tests_test_request_SOURCES = tests/test_request.c
+tests_test_request_LDADD = $(BT_LIBS)
+tests_test_sampler_SOURCES = tests/test_sampler.c
+tests_test_sampler_LDADD = $(BT_LIBS)
+# tokenizer: llama.cpp vectors, llama2.c and SmolLM2 encodings, `tokenize`
+check_PROGRAMS += tests/test_tokenizer
+TESTS += tests/test_tokenizer tests/tokenizer_vectors.sh
+tests_test_tokenizer_SOURCES = tests/test_tokenizer.c
+tests_test_tokenizer_LDADD = $(BT_LIBS)
+EXTRA_DIST += tests/tokenizer_vectors.sh
+# gguf reader, inspect, bad input
+check_PROGRAMS += tests/test_gguf
+tests_test_gguf_SOURCES = tests/test_gguf.c
+tests_test_gguf_LDADD = $(BT_LIBS)
+TESTS += tests/test_gguf tests/bad_input.sh tests/inspect.sh
+EXTRA_DIST += tests/bad_input.sh tests/inspect.sh tests/data-gen/make_bad_files.py
+# CPU kernels: variants vs scalar, matmul, pool; dequantizers vs gguf.quants
+check_PROGRAMS += tests/test_kernels tests/dequant_tool
+TESTS += tests/test_kernels tests/dequant_check.py
+tests_test_kernels_SOURCES = tests/test_kernels.c
+tests_test_kernels_LDADD = $(BT_LIBS)
+tests_dequant_tool_SOURCES = tests/dequant_tool.c
+tests_dequant_tool_LDADD = $(BT_LIBS)
+EXTRA_DIST += tests/dequant_check.py

@@ -6,8 +6,10 @@
  *                  all-NaN row gives 0;
  *   torch          NaN counts as the maximum: the first NaN index wins;
  *   triton-block:N block-wise argmax over blocks of N lanes, tail lanes padded
- *                  with -inf and NaN never winning: an all-NaN row gives the
- *                  first padded index (an id >= n_vocab). */
+ *                  with -inf and NaN never winning: an all-NaN row gives
+ *                  n_vocab, an out-of-range id (the first padded lane, or
+ *                  the index reduction's sentinel when n_vocab is a multiple
+ *                  of N and there is no padding). */
 #ifndef BT_SAMPLER_H
 #define BT_SAMPLER_H
 
@@ -38,7 +40,8 @@ void bt_sampler_free(bt_sampler *s);
 /* Pick the next id from a logit row (not modified). Greedy uses the argmax
  * rule; sampling falls back to the argmax rule when the row is not finite
  * (what an engine that never checks would do), so non-finite rows are decided
- * the same way in both modes. *logprob gets log p(id) at temperature 1 (NaN
+ * the same way in both modes. "Not finite" means a NaN or +inf anywhere, or
+ * no value above -inf; lone -inf entries are masked tokens (probability 0). *logprob gets log p(id) at temperature 1 (NaN
  * if undefined). */
 int32_t bt_sampler_sample(bt_sampler *s, const float *logits, int n, float *logprob);
 

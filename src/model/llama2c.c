@@ -133,18 +133,18 @@ int bt_llama2c_tokenizer_load(const char *path, int n_vocab, bt_model *m)
     size_t size;
     int rc = bt_read_file(path, &buf, &size);
     if (rc) return rc;
+    p->tok_buf = buf;       /* owned by the model from here on: no free() below */
     size_t off = 0;
-#define NEED(nb, what) do { if (size - off < (size_t)(nb)) { free(buf); \
+#define NEED(nb, what) do { if (size - off < (size_t)(nb)) { \
         return bt_error(BT_EFORMAT, "%s: truncated llama2.c tokenizer at byte %zu (%s)", path, off, what); } } while (0)
     NEED(4, "max_token_length");
     int32_t max_len;
     memcpy(&max_len, buf, 4); off = 4;
-    if (max_len <= 0 || max_len > 4096) { free(buf); return bt_error(BT_EFORMAT, "%s: not a llama2.c tokenizer (max_token_length %d)", path, max_len); }
+    if (max_len <= 0 || max_len > 4096) { return bt_error(BT_EFORMAT, "%s: not a llama2.c tokenizer (max_token_length %d)", path, max_len); }
     p->text = calloc((size_t)n_vocab, sizeof(*p->text));
     p->len = calloc((size_t)n_vocab, sizeof(*p->len));
     p->scores = calloc((size_t)n_vocab, sizeof(float));
     p->types = calloc((size_t)n_vocab, sizeof(int32_t));
-    p->tok_buf = buf;
     if (!p->text || !p->len || !p->scores || !p->types) return bt_error(BT_ENOMEM, "out of memory");
     for (int i = 0; i < n_vocab; i++) {
         NEED(8, "token header");

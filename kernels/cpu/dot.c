@@ -1,0 +1,272 @@
+/* dot.c - scalar dot products (the reference), the run-time choice of SIMD
+ * variant, and the public bt_dequant_row / bt_vec_dot entry points.
+ *
+ * Quantized dots work block by block on the raw weights: sum q*x over the
+ * block, then scale once (q4_1: d*sum(q*x) + m*sum(x)), the same algebra the
+ * SIMD variants use, so they differ from this code only by reassociation. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels_impl.h"
+#include "util.h"
+
+#define QK 32
+#define QK_K 256
+
+static inline float rd_f16(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return bt_f16_to_f32(h);
+}
+
+/* Eight independent partial sums keep the error of long rows near that of
+ * the 8-lane SIMD code instead of growing with n. */
+static float dot_f32(const void *w, const float *x, int64_t n)
+{
+    const float *a = w;
+    float s[8] = { 0 };
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            s[k] += a[i + k] * x[i + k];
+    for (; i < n; i++)
+        s[0] += a[i] * x[i];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+static void dot4_f32(const float *w, int64_t ldw, const float *x, int64_t n, float out[4])
+{
+    for (int r = 0; r < 4; r++)
+        out[r] = dot_f32(w + r * ldw, x, n);
+}
+
+static float dot_f16(const void *w, const float *x, int64_t n)
+{
+    const uint8_t *p = w;
+    float s[8] = { 0 };
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            s[k] += rd_f16(p + 2 * (i + k)) * x[i + k];
+    for (; i < n; i++)
+        s[0] += rd_f16(p + 2 * i) * x[i];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+static float dot_bf16(const void *w, const float *x, int64_t n)
+{
+    const uint8_t *p = w;
+    float s[8] = { 0 };
+    int64_t i = 0;
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        s[i & 7] += bt_bf16_to_f32(h) * x[i];
+    }
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+static float dot_q4_0(const void *w, const float *x, int64_t n)
+{
+    const uint8_t *b = w;
+    float acc = 0;
+    for (int64_t i = 0; i < n / QK; i++, b += 18, x += QK) {
+        float s = 0;
+        for (int j = 0; j < 16; j++)
+            s += (float)((b[2 + j] & 0xF) - 8) * x[j] + (float)((b[2 + j] >> 4) - 8) * x[j + 16];
+        acc += rd_f16(b) * s;
+    }
+    return acc;
+}
+
+static float dot_q4_1(const void *w, const float *x, int64_t n)
+{
+    const uint8_t *b = w;
+    float acc = 0;
+    for (int64_t i = 0; i < n / QK; i++, b += 20, x += QK) {
+        float sq = 0, sx = 0;
+        for (int j = 0; j < 16; j++) {
+            sq += (float)(b[4 + j] & 0xF) * x[j] + (float)(b[4 + j] >> 4) * x[j + 16];
+            sx += x[j] + x[j + 16];
+        }
+        acc += rd_f16(b) * sq + rd_f16(b + 2) * sx;
+    }
+    return acc;
+}
+
+static float dot_q8_0(const void *w, const float *x, int64_t n)
+{
+    const uint8_t *b = w;
+    float acc = 0;
+    for (int64_t i = 0; i < n / QK; i++, b += 34, x += QK) {
+        float s = 0;
+        for (int j = 0; j < QK; j++)
+            s += (float)(int8_t)b[2 + j] * x[j];
+        acc += rd_f16(b) * s;
+    }
+    return acc;
+}
+
+/* Types without a dedicated dot: dequantize a few blocks at a time into a
+ * stack buffer and take the f32 dot. Exact same weights as bt_dequant_row. */
+#define GENERIC_DOT(name, type)                                                \
+    static float name(const void *w, const float *x, int64_t n)               \
+    {                                                                          \
+        const bt_dtype_info *ti = bt_dtype(type);                              \
+        float tmp[QK_K];                                                       \
+        const uint8_t *b = w;                                                  \
+        float acc = 0;                                                         \
+        for (int64_t i = 0; i < n; i += ti->blck, b += ti->type_size) {        \
+            scalar.dequant[type](b, tmp, ti->blck);                            \
+            acc += dot_f32(tmp, x + i, ti->blck);                              \
+        }                                                                      \
+        return acc;                                                            \
+    }
+
+static bt_kvariant scalar, avx2, avx512;
+static bool have_avx2, have_avx512;
+static const bt_kvariant *active = &scalar;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+GENERIC_DOT(dot_q5_0, BT_DT_Q5_0)
+GENERIC_DOT(dot_q5_1, BT_DT_Q5_1)
+GENERIC_DOT(dot_q2_k, BT_DT_Q2_K)
+GENERIC_DOT(dot_q3_k, BT_DT_Q3_K)
+GENERIC_DOT(dot_q4_k, BT_DT_Q4_K)
+GENERIC_DOT(dot_q5_k, BT_DT_Q5_K)
+GENERIC_DOT(dot_q6_k, BT_DT_Q6_K)
+
+void bt_kv_scalar_fill(bt_kvariant *kv)
+{
+    memset(kv, 0, sizeof(*kv));
+    kv->name = "scalar";
+    bt_kv_dequant_scalar_fill(kv);
+    kv->dot[BT_DT_F32] = dot_f32;
+    kv->dot[BT_DT_F16] = dot_f16;
+    kv->dot[BT_DT_BF16] = dot_bf16;
+    kv->dot[BT_DT_Q4_0] = dot_q4_0;
+    kv->dot[BT_DT_Q4_1] = dot_q4_1;
+    kv->dot[BT_DT_Q5_0] = dot_q5_0;
+    kv->dot[BT_DT_Q5_1] = dot_q5_1;
+    kv->dot[BT_DT_Q8_0] = dot_q8_0;
+    kv->dot[BT_DT_Q2_K] = dot_q2_k;
+    kv->dot[BT_DT_Q3_K] = dot_q3_k;
+    kv->dot[BT_DT_Q4_K] = dot_q4_k;
+    kv->dot[BT_DT_Q5_K] = dot_q5_k;
+    kv->dot[BT_DT_Q6_K] = dot_q6_k;
+    kv->dot4_f32 = dot4_f32;
+}
+
+static bool cpu_has_avx2(void)
+{
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+#else
+    return false;
+#endif
+}
+
+static bool cpu_has_avx512(void)
+{
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    return cpu_has_avx2() && __builtin_cpu_supports("avx512f");
+#else
+    return false;
+#endif
+}
+
+float bt_f16_table[65536];
+
+static void init(void)
+{
+    for (uint32_t h = 0; h < 65536; h++)
+        bt_f16_table[h] = bt_f16_to_f32((uint16_t)h);
+    bt_kv_scalar_fill(&scalar);
+    avx2 = scalar;
+    avx512 = scalar;
+    have_avx2 = cpu_has_avx2() && bt_kv_avx2_fill(&avx2);
+    have_avx512 = cpu_has_avx512() && bt_kv_avx512_fill(&avx512);
+    active = have_avx512 ? &avx512 : have_avx2 ? &avx2 : &scalar;
+
+    const char *want = getenv("BT_SIMD");
+    if (want && *want) {
+        const bt_kvariant *v = NULL;
+        if (!strcmp(want, "scalar"))
+            v = &scalar;
+        else if (!strcmp(want, "avx2"))
+            v = have_avx2 ? &avx2 : &scalar;
+        else if (!strcmp(want, "avx512"))
+            v = have_avx512 ? &avx512 : &scalar;
+        else
+            bt_warn("BT_SIMD=%s: unknown variant (want scalar, avx2 or avx512); using %s",
+                    want, active->name);
+        if (v && strcmp(v->name, want))
+            bt_warn("BT_SIMD=%s: this CPU or build lacks it; using scalar", want);
+        if (v)
+            active = v;
+    }
+}
+
+void bt_kernels_init(void)
+{
+    pthread_once(&init_once, init);
+}
+
+const char *bt_kernels_simd(void)
+{
+    bt_kernels_init();
+    return active->name;
+}
+
+const bt_kvariant *bt_kernels_active(void)
+{
+    bt_kernels_init();
+    return active;
+}
+
+const bt_kvariant *bt_kernels_variant(const char *name)
+{
+    bt_kernels_init();
+    if (!strcmp(name, "scalar"))
+        return &scalar;
+    if (!strcmp(name, "avx2"))
+        return have_avx2 ? &avx2 : NULL;
+    if (!strcmp(name, "avx512"))
+        return have_avx512 ? &avx512 : NULL;
+    return NULL;
+}
+
+int bt_kernels_force(const char *name)
+{
+    const bt_kvariant *v = bt_kernels_variant(name);
+    if (!v)
+        return bt_error(BT_EUNSUPPORTED, "kernels: variant %s is not available on this CPU", name);
+    active = v;
+    return BT_OK;
+}
+
+/* A type without kernels yields NaN so a caller that skipped the
+ * bt_dtype()->compute check sees garbage at once instead of zeros. */
+void bt_dequant_row(int type, const void *src, float *dst, int64_t n)
+{
+    const bt_kvariant *v = bt_kernels_active();
+    if (type < 0 || type >= BT_DT_COUNT || !v->dequant[type]) {
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = NAN;
+        return;
+    }
+    v->dequant[type](src, dst, n);
+}
+
+float bt_vec_dot(int type, const void *w_row, const float *x, int64_t n)
+{
+    const bt_kvariant *v = bt_kernels_active();
+    if (type < 0 || type >= BT_DT_COUNT || !v->dot[type])
+        return NAN;
+    return v->dot[type](w_row, x, n);
+}

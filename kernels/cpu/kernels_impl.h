@@ -1,0 +1,66 @@
+/* kernels_impl.h - private to kernels/cpu and its tests: the per-CPU variant
+ * tables behind bt_dequant_row / bt_vec_dot / bt_matmul.
+ *
+ * A variant is a table of function pointers, one per type id. Every table
+ * starts as a copy of the scalar one, and a SIMD variant overrides only the
+ * entries it implements, so no entry for a compute type is ever NULL.
+ * Invariants every variant keeps (tests/test_kernels.c checks them):
+ *   - dequant[t] writes exactly the floats the scalar dequant writes (same
+ *     operations in the same order; no fused multiply-add where the scalar
+ *     code rounds twice), so dequantized weights never depend on the CPU;
+ *   - dot[t] equals the scalar dot up to f32 reassociation, and never hides
+ *     a NaN or Inf (no min/max tricks). */
+#ifndef BT_KERNELS_IMPL_H
+#define BT_KERNELS_IMPL_H
+
+#include "kernels.h"
+
+typedef void (*bt_dequant_fn)(const void *src, float *dst, int64_t n);
+typedef float (*bt_dot_fn)(const void *w, const float *x, int64_t n);
+/* out[r] = dot(w + r*ldw, x) for r < 4, all rows f32 of n elements. */
+typedef void (*bt_dot4_fn)(const float *w, int64_t ldw, const float *x, int64_t n, float out[4]);
+
+typedef struct bt_kvariant {
+    const char *name;                  /* "scalar", "avx2", "avx512" */
+    bt_dequant_fn dequant[BT_DT_COUNT];
+    bt_dot_fn dot[BT_DT_COUNT];
+    bt_dot4_fn dot4_f32;
+} bt_kvariant;
+
+/* The table named `name` if this build has it and this CPU can run it, else
+ * NULL. Calls bt_kernels_init() first. */
+const bt_kvariant *bt_kernels_variant(const char *name);
+/* The table chosen by bt_kernels_init(). */
+const bt_kvariant *bt_kernels_active(void);
+/* Make `name` the active table (tests only; not safe while other threads run
+ * kernels). BT_OK, or BT_EUNSUPPORTED if the variant is unavailable here. */
+int bt_kernels_force(const char *name);
+
+/* f16 bits -> f32 (from bt_f16_to_f32, so exact), filled by
+ * bt_kernels_init(). SIMD kernels read block scales through it: the lookup
+ * plus a broadcast from memory runs on the load ports, where F16C's
+ * convert + broadcast would compete with the dequantization shuffles. */
+extern float bt_f16_table[65536];
+
+/* Scalar reference kernels (dequant.c, dot.c); SIMD files fall back to them. */
+void bt_kv_scalar_fill(bt_kvariant *kv);
+void bt_kv_dequant_scalar_fill(bt_kvariant *kv);   /* dequant.c */
+/* Fill SIMD tables over a copy of the scalar one. Return false when this
+ * build has no such code (non-x86 compiler); CPU support is checked by the
+ * caller. */
+bool bt_kv_avx2_fill(bt_kvariant *kv);
+bool bt_kv_avx512_fill(bt_kvariant *kv);
+
+/* Keeps the compiler from fusing a multiply and a following add into one
+ * FMA (GCC contracts across statements by default): dequantizers must round
+ * exactly like the scalar and gguf reference code, twice. */
+#if defined(__x86_64__) || defined(__i386__)
+#define BT_NOFUSE_F(v) __asm__("" : "+x"(v))
+#define BT_NOFUSE_V(v) __asm__("" : "+v"(v))
+#elif defined(__aarch64__)
+#define BT_NOFUSE_F(v) __asm__("" : "+w"(v))
+#else
+#define BT_NOFUSE_F(v) do { volatile float bt_nf_ = (v); (v) = bt_nf_; } while (0)
+#endif
+
+#endif

@@ -1,0 +1,184 @@
+/* matmul.c - threaded matrix products and the memory bandwidth probe.
+ *
+ * Decode (T == 1) is a matrix-vector product bound by memory bandwidth:
+ * each thread streams a contiguous band of rows through the quantized dot.
+ * Prefill (T > 1) dequantizes four rows at a time into a small per-thread
+ * buffer (it stays in L1/L2) and takes their f32 dots with every token, so
+ * each weight is read from memory and decoded once per call, not T times. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels_impl.h"
+#include "util.h"
+
+struct mm_job {
+    const bt_kvariant *kv;
+    int type;
+    const uint8_t *W;
+    size_t row_bytes;
+    int64_t rows, cols;
+    const float *x;
+    int T;
+    float *out;
+};
+
+/* Rows [r0, r1) of thread ith; bands are multiples of 4 rows so prefill
+ * tiles never straddle threads. */
+static void band(int64_t rows, int ith, int nth, int64_t *r0, int64_t *r1)
+{
+    int64_t chunk = (rows + nth - 1) / nth;
+    chunk = (chunk + 3) & ~(int64_t)3;
+    *r0 = BT_MIN(rows, chunk * ith);
+    *r1 = BT_MIN(rows, *r0 + chunk);
+}
+
+static void mm_decode(const struct mm_job *j, int64_t r0, int64_t r1)
+{
+    bt_dot_fn dot = j->kv->dot[j->type];
+    for (int64_t r = r0; r < r1; r++)
+        j->out[r] = dot(j->W + r * j->row_bytes, j->x, j->cols);
+}
+
+/* Every token against rows [r0, r1) whose f32 values start at w (row
+ * stride ldw floats). */
+static void mm_rows_f32(const struct mm_job *j, const float *w, int64_t ldw, int64_t r0, int64_t nr)
+{
+    float o[4];
+    for (int t = 0; t < j->T; t++) {
+        const float *xt = j->x + (int64_t)t * j->cols;
+        float *ot = j->out + (int64_t)t * j->rows + r0;
+        if (nr == 4) {
+            j->kv->dot4_f32(w, ldw, xt, j->cols, o);
+            memcpy(ot, o, sizeof(o));
+        } else {
+            for (int64_t k = 0; k < nr; k++)
+                ot[k] = j->kv->dot[BT_DT_F32](w + k * ldw, xt, j->cols);
+        }
+    }
+}
+
+static void mm_prefill(const struct mm_job *j, int64_t r0, int64_t r1)
+{
+    if (j->type == BT_DT_F32) {
+        for (int64_t r = r0; r < r1; r += 4)
+            mm_rows_f32(j, (const float *)(j->W + r * j->row_bytes), j->cols, r, BT_MIN(4, r1 - r));
+        return;
+    }
+    float *buf = malloc((size_t)j->cols * 4 * sizeof(float));
+    if (!buf) {
+        /* Slow but correct: no buffer, so decode each row per token. */
+        bt_dot_fn dot = j->kv->dot[j->type];
+        for (int t = 0; t < j->T; t++)
+            for (int64_t r = r0; r < r1; r++)
+                j->out[(int64_t)t * j->rows + r] =
+                    dot(j->W + r * j->row_bytes, j->x + (int64_t)t * j->cols, j->cols);
+        return;
+    }
+    bt_dequant_fn dq = j->kv->dequant[j->type];
+    for (int64_t r = r0; r < r1; r += 4) {
+        int64_t nr = BT_MIN(4, r1 - r);
+        for (int64_t k = 0; k < nr; k++)
+            dq(j->W + (r + k) * j->row_bytes, buf + k * j->cols, j->cols);
+        mm_rows_f32(j, buf, j->cols, r, nr);
+    }
+    free(buf);
+}
+
+static void mm_worker(void *arg, int ith, int nth)
+{
+    const struct mm_job *j = arg;
+    int64_t r0, r1;
+    band(j->rows, ith, nth, &r0, &r1);
+    if (r0 >= r1)
+        return;
+    if (j->T == 1)
+        mm_decode(j, r0, r1);
+    else
+        mm_prefill(j, r0, r1);
+}
+
+void bt_matmul(bt_pool *p, int type, const void *W, int64_t rows, int64_t cols,
+               const float *x, int T, float *out)
+{
+    const bt_kvariant *kv = bt_kernels_active();
+    if (rows <= 0 || T <= 0)
+        return;
+    size_t rb = bt_dtype_row_size(type, cols);
+    if (type < 0 || type >= BT_DT_COUNT || !kv->dot[type] || rb == 0) {
+        /* Callers check bt_dtype()->compute first; NaN makes a miss loud. */
+        for (int64_t i = 0; i < rows * T; i++)
+            out[i] = NAN;
+        return;
+    }
+    struct mm_job j = {
+        .kv = kv, .type = type, .W = W, .row_bytes = rb,
+        .rows = rows, .cols = cols, .x = x, .T = T, .out = out,
+    };
+    /* Tiny products are not worth waking workers for. */
+    if (!p || (int64_t)rb * rows * T < 16384)
+        mm_worker(&j, 0, 1);
+    else
+        bt_pool_run(p, mm_worker, &j);
+}
+
+/* ---- bandwidth probe ---- */
+
+/* The buffer holds 1.0f everywhere and is read through the active f32 dot
+ * (each chunk dotted with itself: one stream, every line fetched once), so
+ * the probe uses the same vector loads as decode instead of measuring how
+ * fast a scalar loop can issue them. */
+struct bw_job {
+    float *buf;
+    size_t n;                /* floats */
+    float sums[256];         /* one per thread, keeps the loads alive */
+    bool fill;
+};
+
+static void bw_worker(void *arg, int ith, int nth)
+{
+    struct bw_job *j = arg;
+    size_t chunk = (j->n + nth - 1) / nth;
+    size_t i0 = BT_MIN(j->n, chunk * ith), i1 = BT_MIN(j->n, i0 + chunk);
+    if (j->fill) {
+        for (size_t i = i0; i < i1; i++)
+            j->buf[i] = 1.0f;
+        return;
+    }
+    bt_dot_fn dot = bt_kernels_active()->dot[BT_DT_F32];
+    float s = 0;
+    for (size_t i = i0; i < i1; i += 1 << 18)
+        s += dot(j->buf + i, j->buf + i, (int64_t)BT_MIN((size_t)1 << 18, i1 - i));
+    j->sums[ith & 255] += s;
+}
+
+double bt_measure_bandwidth(bt_pool *p)
+{
+    size_t bytes = (size_t)256 << 20;
+    float *buf = NULL;
+    while (bytes >= ((size_t)32 << 20) && !(buf = malloc(bytes)))
+        bytes /= 2;
+    if (!buf)
+        return 0.0;
+    struct bw_job *j = calloc(1, sizeof(*j));
+    if (!j) {
+        free(buf);
+        return 0.0;
+    }
+    j->buf = buf;
+    j->n = bytes / sizeof(float);
+    j->fill = true;       /* first touch by the threads that will read */
+    bt_pool_run(p, bw_worker, j);
+    j->fill = false;
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = bt_now();
+        bt_pool_run(p, bw_worker, j);
+        double dt = bt_now() - t0;
+        if (dt > 0 && bytes / dt / 1e9 > best)
+            best = bytes / dt / 1e9;
+    }
+    free(buf);
+    free(j);
+    return best;
+}

@@ -1,0 +1,372 @@
+/* chat.c - chat templates rendered natively in C.
+ *
+ * We do not run Jinja. Each supported template is the C transcription of
+ * its reference Jinja text, checked byte for byte against what jinja2
+ * renders (tests/test_request.c records the expected strings):
+ *   chatml  <|im_start|>ROLE\nCONTENT<|im_end|>\n ... <|im_start|>assistant\n
+ *           (SmolLM2, Qwen; roles printed verbatim, content not trimmed)
+ *   llama2  BOS[INST] <<SYS>>\nSYS\n<</SYS>>\n\nUSER [/INST] ASSISTANT EOS...
+ *           (Llama-2-chat; content stripped; user/assistant must alternate;
+ *           the prompt ends at [/INST], there is no assistant header)
+ *   llama3  BOS<|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>
+ *           ... <|start_header_id|>assistant<|end_header_id|>\n\n
+ *           (content trimmed, as the template's `| trim` does)
+ *   zephyr  <|ROLE|>\nCONTENT EOS\n ... <|assistant|>\n
+ * A model's template is recognised by its markers (bt_chat_tmpl_detect);
+ * a template it does not recognise is BT_CHAT_NONE and the caller decides. */
+#include "request.h"
+#include "util.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const tmpl_names[] = {
+    [BT_CHAT_NONE] = "none", [BT_CHAT_CHATML] = "chatml", [BT_CHAT_LLAMA2] = "llama2",
+    [BT_CHAT_LLAMA3] = "llama3", [BT_CHAT_ZEPHYR] = "zephyr",
+};
+_Static_assert(BT_ARRAY_SIZE(tmpl_names) == BT_CHAT_ZEPHYR + 1, "a template without a name");
+
+int bt_chat_tmpl_from_name(const char *name)
+{
+    if (!name) return -1;
+    for (size_t i = 0; i < BT_ARRAY_SIZE(tmpl_names); i++)
+        if (strcmp(name, tmpl_names[i]) == 0) return (int)i;
+    return -1;
+}
+
+const char *bt_chat_tmpl_name(int tmpl)
+{
+    if (tmpl < 0 || tmpl >= (int)BT_ARRAY_SIZE(tmpl_names)) return NULL;
+    return tmpl_names[tmpl];
+}
+
+static const char *find_in(const char *hay, size_t len, const char *needle)
+{
+    size_t nl = strlen(needle);
+    if (nl == 0 || nl > len) return NULL;
+    for (size_t i = 0; i + nl <= len; i++)
+        if (hay[i] == needle[0] && memcmp(hay + i, needle, nl) == 0) return hay + i;
+    return NULL;
+}
+
+int bt_chat_tmpl_detect(const char *jinja, size_t len)
+{
+    if (!jinja) return BT_CHAT_NONE;
+    /* Order matters: a ChatML template may mention [INST] in a comment far
+     * less often than a llama2 one mentions <|im_start|>, and llama3's
+     * header markers are unique to it. */
+    if (find_in(jinja, len, "<|im_start|>")) return BT_CHAT_CHATML;
+    if (find_in(jinja, len, "<|start_header_id|>")) return BT_CHAT_LLAMA3;
+    if (find_in(jinja, len, "[INST]")) return BT_CHAT_LLAMA2;
+    if (find_in(jinja, len, "<|user|>")) return BT_CHAT_ZEPHYR;
+    return BT_CHAT_NONE;
+}
+
+/* ---- a small growable string ---- */
+
+typedef struct sbuf { char *p; size_t n, cap; bool oom; } sbuf;
+
+static void sb_putn(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) { b->oom = true; return; }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
+static void sb_puts(sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
+
+/* Python's str.strip() / Jinja's trim on ASCII whitespace. */
+static void sb_put_stripped(sbuf *b, const char *s)
+{
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)*s)) s++, n--;
+    while (n && isspace((unsigned char)s[n - 1])) n--;
+    sb_putn(b, s, n);
+}
+
+/* ---- templates ---- */
+
+static void render_chatml(sbuf *b, const bt_message *m, int n, const bt_chat_opts *o)
+{
+    if (o->default_system && (n == 0 || strcmp(m[0].role, "system") != 0)) {
+        sb_puts(b, "<|im_start|>system\n");
+        sb_puts(b, o->default_system);
+        sb_puts(b, "<|im_end|>\n");
+    }
+    for (int i = 0; i < n; i++) {
+        sb_puts(b, "<|im_start|>");
+        sb_puts(b, m[i].role);
+        sb_puts(b, "\n");
+        sb_puts(b, m[i].content);
+        sb_puts(b, "<|im_end|>\n");
+    }
+    if (!o->no_generation_prompt) sb_puts(b, "<|im_start|>assistant\n");
+}
+
+static void render_llama3(sbuf *b, const bt_message *m, int n, const bt_chat_opts *o)
+{
+    sb_puts(b, o->bos_text ? o->bos_text : "<|begin_of_text|>");
+    if (o->default_system && (n == 0 || strcmp(m[0].role, "system") != 0)) {
+        sb_puts(b, "<|start_header_id|>system<|end_header_id|>\n\n");
+        sb_put_stripped(b, o->default_system);
+        sb_puts(b, "<|eot_id|>");
+    }
+    for (int i = 0; i < n; i++) {
+        sb_puts(b, "<|start_header_id|>");
+        sb_puts(b, m[i].role);
+        sb_puts(b, "<|end_header_id|>\n\n");
+        sb_put_stripped(b, m[i].content);
+        sb_puts(b, "<|eot_id|>");
+    }
+    if (!o->no_generation_prompt) sb_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+static int render_llama2(sbuf *b, const bt_message *m, int n, const bt_chat_opts *o)
+{
+    const char *bos = o->bos_text ? o->bos_text : "<s>";
+    const char *eos = o->eos_text ? o->eos_text : "</s>";
+    const char *sys = o->default_system;
+    int first = 0;
+    if (n > 0 && strcmp(m[0].role, "system") == 0) { sys = m[0].content; first = 1; }
+    for (int i = first; i < n; i++) {
+        int k = i - first;
+        bool user = strcmp(m[i].role, "user") == 0;
+        if (!user && strcmp(m[i].role, "assistant") != 0)
+            return bt_error(BT_EINVAL, "chat template llama2 has no role \"%s\" (message %d)", m[i].role, i);
+        /* the reference template raises here rather than guess */
+        if (user != (k % 2 == 0))
+            return bt_error(BT_EINVAL, "chat template llama2: roles must alternate user/assistant "
+                                       "(message %d is %s)", i, m[i].role);
+        if (user) {
+            sb_puts(b, bos);
+            sb_puts(b, "[INST] ");
+            if (k == 0 && sys) {
+                /* the template strips "<<SYS>>\n" + sys + ... + content as a
+                 * whole, so only the outer ends lose their whitespace */
+                sbuf t = {0};
+                sb_puts(&t, "<<SYS>>\n");
+                sb_puts(&t, sys);
+                sb_puts(&t, "\n<</SYS>>\n\n");
+                sb_puts(&t, m[i].content);
+                if (t.oom) b->oom = true; /* reported by the caller */
+                else sb_put_stripped(b, t.p);
+                free(t.p);
+            } else {
+                sb_put_stripped(b, m[i].content);
+            }
+            sb_puts(b, " [/INST]");
+        } else {
+            sb_puts(b, " ");
+            sb_put_stripped(b, m[i].content);
+            sb_puts(b, " ");
+            sb_puts(b, eos);
+        }
+    }
+    return BT_OK;
+}
+
+static int render_zephyr(sbuf *b, const bt_message *m, int n, const bt_chat_opts *o)
+{
+    const char *eos = o->eos_text ? o->eos_text : "</s>";
+    if (o->default_system && (n == 0 || strcmp(m[0].role, "system") != 0)) {
+        sb_puts(b, "<|system|>\n");
+        sb_puts(b, o->default_system);
+        sb_puts(b, eos);
+        sb_puts(b, "\n");
+    }
+    for (int i = 0; i < n; i++) {
+        const char *r = m[i].role;
+        /* the reference template silently drops other roles; we refuse
+         * rather than lose part of the conversation */
+        if (strcmp(r, "user") && strcmp(r, "system") && strcmp(r, "assistant"))
+            return bt_error(BT_EINVAL, "chat template zephyr has no role \"%s\" (message %d)", r, i);
+        sb_puts(b, "<|");
+        sb_puts(b, r);
+        sb_puts(b, "|>\n");
+        sb_puts(b, m[i].content);
+        sb_puts(b, eos);
+        sb_puts(b, "\n");
+    }
+    if (!o->no_generation_prompt) sb_puts(b, "<|assistant|>\n");
+    return BT_OK;
+}
+
+int bt_chat_render_opts(int tmpl, const bt_message *msgs, int n, const bt_chat_opts *opts, char **out)
+{
+    static const bt_chat_opts defaults;
+    const bt_chat_opts *o = opts ? opts : &defaults;
+    *out = NULL;
+    if (n < 0 || (n > 0 && !msgs)) return bt_error(BT_EINVAL, "chat render: bad message list (%d messages)", n);
+    for (int i = 0; i < n; i++)
+        if (!msgs[i].role || !msgs[i].content)
+            return bt_error(BT_EINVAL, "chat render: message %d has no role or content", i);
+
+    sbuf b = {0};
+    int rc = BT_OK;
+    switch (tmpl) {
+    case BT_CHAT_CHATML: render_chatml(&b, msgs, n, o); break;
+    case BT_CHAT_LLAMA3: render_llama3(&b, msgs, n, o); break;
+    case BT_CHAT_LLAMA2: rc = render_llama2(&b, msgs, n, o); break;
+    case BT_CHAT_ZEPHYR: rc = render_zephyr(&b, msgs, n, o); break;
+    default:
+        return bt_error(BT_EINVAL, "chat render: unknown template id %d (known: chatml, llama2, llama3, zephyr)", tmpl);
+    }
+    if (!rc && !b.p) sb_puts(&b, ""); /* llama2 with no messages renders "" */
+    if (!rc && b.oom) rc = bt_error(BT_ENOMEM, "out of memory rendering the chat prompt");
+    if (rc) { free(b.p); return rc; }
+    *out = b.p;
+    return BT_OK;
+}
+
+int bt_chat_render(int tmpl, const bt_message *msgs, int n, const char *bos_text, char **out)
+{
+    bt_chat_opts o = { .bos_text = bos_text };
+    return bt_chat_render_opts(tmpl, msgs, n, &o, out);
+}
+
+/* ---- default system prompt extraction ---- */
+
+/* Skip spaces and the Jinja whitespace-control dashes. */
+static const char *skip_ws(const char *p, const char *end)
+{
+    while (p < end && (isspace((unsigned char)*p) || *p == '-')) p++;
+    return p;
+}
+
+/* Decode one Jinja string literal at p ('...' or "...") with Python's
+ * common escapes; returns the position after it, or NULL if p is not a
+ * literal or it is unterminated. */
+static const char *read_literal(const char *p, const char *end, sbuf *b)
+{
+    if (p >= end || (*p != '\'' && *p != '"')) return NULL;
+    char q = *p++;
+    while (p < end && *p != q) {
+        char c = *p++;
+        if (c == '\\' && p < end) {
+            char e = *p++;
+            switch (e) {
+            case 'n': c = '\n'; break;
+            case 't': c = '\t'; break;
+            case 'r': c = '\r'; break;
+            default: c = e; break; /* \\ \' \" and anything else literally */
+            }
+        }
+        sb_putn(b, &c, 1);
+    }
+    return p < end ? p + 1 : NULL;
+}
+
+/* Read `{{ 'a' + "b" + ... }}` starting anywhere before the next "{{"
+ * (within limit), concatenating the leading literals. */
+static bool read_print(const char *p, const char *limit, sbuf *b)
+{
+    const char *open = find_in(p, (size_t)(limit - p), "{{");
+    if (!open) return false;
+    p = skip_ws(open + 2, limit);
+    bool any = false;
+    for (;;) {
+        const char *q = read_literal(p, limit, b);
+        if (!q) break;
+        any = true;
+        p = skip_ws(q, limit);
+        if (p < limit && *p == '+') p = skip_ws(p + 1, limit);
+        else break;
+    }
+    return any && !b->oom;
+}
+
+static bool strip_wrapper(char *s, const char *pre, const char *const *posts, size_t n_posts)
+{
+    size_t lp = strlen(pre), ls = strlen(s);
+    if (ls < lp || memcmp(s, pre, lp) != 0) return false;
+    for (size_t i = 0; i < n_posts; i++) {
+        size_t lq = strlen(posts[i]);
+        if (ls - lp >= lq && memcmp(s + ls - lq, posts[i], lq) == 0) {
+            memmove(s, s + lp, ls - lp - lq);
+            s[ls - lp - lq] = '\0';
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Find a role-test pattern in both quote styles and both access styles. */
+static const char *find_role_test(const char *j, size_t len, const char *op)
+{
+    static const char *const forms[] = {
+        "messages[0]['role'] %s 'system'", "messages[0][\"role\"] %s \"system\"",
+        "messages[0].role %s 'system'", "messages[0].role %s \"system\"",
+        "messages[0]['role'] %s \"system\"", "messages[0][\"role\"] %s 'system'",
+    };
+    for (size_t i = 0; i < BT_ARRAY_SIZE(forms); i++) {
+        char pat[64];
+        snprintf(pat, sizeof pat, forms[i], op);
+        const char *p = find_in(j, len, pat);
+        if (p) return p + strlen(pat);
+    }
+    return NULL;
+}
+
+int bt_chat_default_system(const char *jinja, size_t len, char **out)
+{
+    *out = NULL;
+    if (!jinja) return bt_error(BT_ENOTFOUND, "chat template: none given");
+    const char *end = jinja + len, *body = NULL, *limit = end;
+
+    const char *p = find_role_test(jinja, len, "!=");
+    if (p) {
+        /* {% if ... != 'system' %}{{ 'default' }}{% endif %} */
+        body = p;
+        const char *e = find_in(p, (size_t)(end - p), "endif");
+        if (e) limit = e;
+    } else if ((p = find_role_test(jinja, len, "=="))) {
+        /* {% if ... == 'system' %}...{% else %}{{ 'default' }}{% endif %};
+         * the first else/endif after the test belongs to it unless a nested
+         * if opens first, which these templates do not do. */
+        const char *els = find_in(p, (size_t)(end - p), "else");
+        const char *e = find_in(p, (size_t)(end - p), "endif");
+        const char *nested = find_in(p, (size_t)(end - p), "{%- if");
+        const char *nested2 = find_in(p, (size_t)(end - p), "{% if");
+        if (!nested || (nested2 && nested2 < nested)) nested = nested2;
+        if (els && (!e || els < e) && (!nested || els < nested)) {
+            body = els + 4;
+            const char *e2 = find_in(body, (size_t)(end - body), "endif");
+            if (e2) limit = e2;
+        }
+    }
+    if (!body) return bt_error(BT_ENOTFOUND, "chat template has no default system prompt");
+
+    sbuf b = {0};
+    if (!read_print(body, limit, &b)) {
+        bool oom = b.oom;
+        free(b.p);
+        return oom ? bt_error(BT_ENOMEM, "out of memory reading the chat template")
+                   : bt_error(BT_ENOTFOUND, "chat template has no default system prompt literal");
+    }
+
+    static const char *const chatml_end[] = { "<|im_end|>\n", "<|im_end|>" };
+    static const char *const llama3_end[] = { "<|eot_id|>" };
+    static const char *const zephyr_end[] = { "</s>\n", "</s>", "\n", "" };
+    bool ok = strip_wrapper(b.p, "<|im_start|>system\n", chatml_end, 2) ||
+              strip_wrapper(b.p, "<|start_header_id|>system<|end_header_id|>\n\n", llama3_end, 1) ||
+              strip_wrapper(b.p, "<|system|>\n", zephyr_end, 4);
+    /* A bare literal is the prompt itself, unless it carries template
+     * markers we do not know how to remove. */
+    if (!ok && (strstr(b.p, "<|") || strstr(b.p, "[INST]") || strstr(b.p, "<<SYS>>"))) {
+        free(b.p);
+        return bt_error(BT_ENOTFOUND, "chat template: default system turn has an unknown wrapper");
+    }
+    *out = b.p;
+    return BT_OK;
+}

@@ -1,0 +1,154 @@
+/* cmd_tokenize.c - `bangtrace tokenize`: text -> ids (or ids -> text) with a
+ * model's own tokenizer.
+ *
+ * Defaults match llama.cpp's tokenizer test vectors (no BOS/EOS, special-token
+ * text is plain text), so `tokenize --file case.txt` can be diffed against
+ * a .out line. Ids print space-separated on one line; --decode prints the
+ * decoded bytes followed by one newline. */
+#include "cmd.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void cmd_tokenize_help(FILE *out)
+{
+    fprintf(out,
+        "usage: bangtrace tokenize --model M [--tokenizer T] [--add-special]\n"
+        "                          [--parse-special] (TEXT | --file F)\n"
+        "       bangtrace tokenize --model M [--tokenizer T] --decode \"ID ID ...\"\n\n"
+        "Print the token ids of TEXT (or of the bytes of file F) on one line,\n"
+        "space-separated, using the model's own tokenizer (SentencePiece, byte-level\n"
+        "BPE with the pre-tokenizer named by tokenizer.ggml.pre, or llama2.c).\n\n"
+        "  --model M          GGUF model (vocab-only GGUFs work), or llama2.c checkpoint\n"
+        "  --tokenizer T      llama2.c tokenizer.bin (needed with a llama2.c checkpoint)\n"
+        "  --add-special      add BOS/EOS as the vocabulary asks (default: none)\n"
+        "  --parse-special    map control-token text such as <|im_start|> to its id\n"
+        "                     (default: such text is tokenized as plain text)\n"
+        "  --file F           tokenize the exact bytes of F instead of TEXT\n"
+        "  --decode IDS       print the text of whitespace- or comma-separated ids\n\n"
+        "Exit status: 0 ok, 2 error.\n");
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fputs("bangtrace: tokenize: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fputs(" (see bangtrace help tokenize)\n", stderr);
+    return 2;
+}
+
+/* Parse "1 2 3" / "1,2,3" into a malloc'd id array. */
+static int parse_ids(const char *s, int32_t **out, size_t *n)
+{
+    size_t cap = 16, k = 0;
+    int32_t *ids = malloc(cap * sizeof(*ids));
+    if (!ids) return bt_error(BT_ENOMEM, "out of memory");
+    for (const char *p = s;;) {
+        while (*p && (isspace((unsigned char)*p) || *p == ',')) p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX ||
+            (*end && !isspace((unsigned char)*end) && *end != ',')) {
+            free(ids);
+            return bt_error(BT_EINVAL, "--decode: '%.*s' is not a token id",
+                            (int)strcspn(p, " \t\n,"), p);
+        }
+        if (k == cap) {
+            int32_t *ni = realloc(ids, cap * 2 * sizeof(*ids));
+            if (!ni) { free(ids); return bt_error(BT_ENOMEM, "out of memory"); }
+            ids = ni; cap *= 2;
+        }
+        ids[k++] = (int32_t)v;
+        p = end;
+    }
+    *out = ids;
+    *n = k;
+    return BT_OK;
+}
+
+int cmd_tokenize(int argc, char **argv)
+{
+    const char *model = NULL, *tok = NULL, *file = NULL, *decode = NULL, *text = NULL;
+    bool add_special = false, parse_special = false, flags_done = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!flags_done && a[0] == '-' && a[1]) {
+            const char **dst = !strcmp(a, "--model") || !strcmp(a, "-m") ? &model
+                             : !strcmp(a, "--tokenizer") ? &tok
+                             : !strcmp(a, "--file") || !strcmp(a, "-f") ? &file
+                             : !strcmp(a, "--decode") ? &decode : NULL;
+            if (dst) {
+                if (i + 1 >= argc) return usage_error("%s needs a value", a);
+                *dst = argv[++i];
+            } else if (!strcmp(a, "--add-special")) add_special = true;
+            else if (!strcmp(a, "--parse-special")) parse_special = true;
+            else if (!strcmp(a, "--")) flags_done = true;
+            else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { cmd_tokenize_help(stdout); return 0; }
+            else return usage_error("unknown flag '%s'", a);
+        } else if (!text) {
+            text = a;
+        } else {
+            return usage_error("unexpected argument '%s': quote the text as one argument", a);
+        }
+    }
+    if (!model) return usage_error("%s", "--model is required");
+    int inputs = (text != NULL) + (file != NULL) + (decode != NULL);
+    if (inputs == 0) return usage_error("%s", "give TEXT, --file F or --decode IDS");
+    if (inputs > 1) return usage_error("%s", "give only one of TEXT, --file F, --decode IDS");
+
+    bt_model *m = NULL;
+    bt_tokenizer *t = NULL;
+    char *buf = NULL;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    int status = 2;
+    if (bt_model_load(model, tok, &m)) goto fail;
+    if (!m->has_vocab) {
+        bt_error(BT_ENOTFOUND, "%s: no tokenizer in this model%s", model,
+                 !strcmp(m->format, "llama2c") ? " (pass --tokenizer tokenizer.bin)" : "");
+        goto fail;
+    }
+    if (bt_tokenizer_new(&m->vocab, &t)) {
+        char msg[1024];
+        snprintf(msg, sizeof(msg), "%s", bt_errmsg());
+        bt_error(BT_EUNSUPPORTED, "%s: %s", model, msg);
+        goto fail;
+    }
+
+    if (decode) {
+        size_t len;
+        if (parse_ids(decode, &ids, &n_ids) || bt_detokenize(t, ids, n_ids, &buf, &len)) goto fail;
+        fwrite(buf, 1, len, stdout);
+        fputc('\n', stdout);
+    } else {
+        size_t len;
+        if (file) {
+            if (bt_read_file(file, &buf, &len)) goto fail;
+        } else {
+            len = strlen(text);
+        }
+        if (bt_tokenize(t, file ? buf : text, len, add_special, parse_special, &ids, &n_ids)) goto fail;
+        for (size_t i = 0; i < n_ids; i++) printf(i ? " %d" : "%d", ids[i]);
+        fputc('\n', stdout);
+    }
+    if (fflush(stdout) == 0) status = 0;
+    else bt_error(BT_EIO, "writing to stdout: %s", strerror(errno));
+    if (status) goto fail;
+    goto done;
+fail:
+    status = bt_cmd_fail("tokenize");
+done:
+    free(ids);
+    free(buf);
+    bt_tokenizer_free(t);
+    bt_model_free(m);
+    return status;
+}

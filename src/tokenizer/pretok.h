@@ -1,0 +1,47 @@
+/* pretok.h - BPE pre-tokenization: split text into words with a chain of
+ * PCRE2 patterns chosen by the GGUF tokenizer.ggml.pre name.
+ *
+ * Semantics follow llama.cpp's unicode_regex_split: each pattern of a set is
+ * applied in turn to every fragment the previous pattern produced; a
+ * fragment is cut at the boundaries of every match, and the text between
+ * matches is kept as a fragment of its own. Patterns see one fragment at a
+ * time, so look-arounds never cross a fragment boundary. */
+#ifndef BT_PRETOK_H
+#define BT_PRETOK_H
+
+#include <stddef.h>
+#include <stdbool.h>
+
+typedef struct bt_pretok bt_pretok;
+
+/* Compile the pattern set for `pre` ("" means "default"). An unknown name is
+ * BT_EUNSUPPORTED with a message naming it. */
+int bt_pretok_new(const char *pre, bt_pretok **out);
+void bt_pretok_free(bt_pretok *p);            /* NULL is a no-op */
+
+/* The canonical set name ("gpt-2", "llama3", ...) the pre name resolved to. */
+const char *bt_pretok_set_name(const bt_pretok *p);
+/* Llama-3 style: a word that is already a vocabulary piece skips merging. */
+bool bt_pretok_ignore_merges(const bt_pretok *p);
+
+/* Split len bytes of valid UTF-8 into consecutive words; *lens (malloc'd,
+ * caller frees) receives each word's length in bytes, their sum is len.
+ * Returns BT_OK, BT_ENOMEM, or BT_EINTERNAL if PCRE2 fails to match. */
+int bt_pretok_split(const bt_pretok *p, const char *text, size_t len,
+                    size_t **lens, size_t *n);
+
+/* Copy len bytes into a valid UTF-8 string (malloc'd, NUL-terminated),
+ * decoding the way llama.cpp does (lead byte decides the length, overlong
+ * forms decode to their code point) and replacing each undecodable byte, a
+ * surrogate or a code point above U+10FFFF with U+FFFD. */
+int bt_utf8_sanitize(const char *text, size_t len, char **out, size_t *out_len);
+
+/* Length of the UTF-8 sequence a lead byte announces (1 for continuation
+ * bytes), as llama.cpp's unicode_len_utf8. */
+static inline size_t bt_utf8_len(unsigned char c)
+{
+    static const unsigned char lut[16] = { 1,1,1,1,1,1,1,1,1,1,1,1,2,2,3,4 };
+    return lut[c >> 4];
+}
+
+#endif

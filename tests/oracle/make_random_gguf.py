@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""make_random_gguf.py - write a small random-weight llama GGUF for tests.
+
+The file is a complete model as far as a loader is concerned: llama.*
+hyperparameters, a minimal SentencePiece ("llama") vocabulary (<unk>, <s>,
+</s>, the 256 byte tokens <0x00>..<0xFF>, then ordinary pieces), and every
+tensor of a Llama block. Weights are Gaussian with std 1/sqrt(fan_in), so
+activations stay O(1) through the layers and attention is neither uniform
+nor one-hot; norm weights are near 1; token embeddings have std 0.25.
+
+Matrices can be F32, F16, Q8_0, Q4_0 or Q4_1 (quantized with
+gguf.quants.quantize); norms stay F32 as in real files. Every row length
+(dim, hidden) must be a multiple of 32 for the quantized types.
+
+Library: make(path, wtype="f32", ...) returns the config dict.
+CLI:     make_random_gguf.py OUT.gguf [--type q4_1] [--untied] [--n-kv-heads 4] ...
+"""
+
+import argparse
+import sys
+
+import numpy as np
+
+TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1")
+# general.file_type values (llama_ftype) for "mostly <type>"
+_FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7}
+
+# Ordinary SPM pieces after the byte tokens; "\u2581" is SentencePiece's space.
+_PIECES = ["\u2581", "e", "t", "a", "o", "n", "i", "s", "h", "r", "d", "l", "u",
+           "\u2581t", "\u2581a", "\u2581s", "\u2581w", "\u2581the", "\u2581and",
+           "he", "in", "er", "an", "re", "on", "at", "en", "nd", "ed", "es", "or",
+           "\u2581to", "\u2581was", "\u2581of", "\u2581he", "\u2581she", "\u2581it",
+           "\u2581in", "\u2581day", "\u2581one", "\u2581big", "\u2581dog", "\u2581cat",
+           "\u2581sun", "\u2581ran", "\u2581saw", "\u2581had", "\u2581Tim", "\u2581Lily",
+           "ing", "ly", "ll", "ou", "\u2581h", "\u2581b", "\u2581c", "\u2581d", "\u2581m",
+           ".", ",", "!", "?", "\u2581play", "\u2581happy", "\u2581friend", "\u2581tree"]
+
+
+def _vocab(n_vocab):
+    """(tokens, scores, token_types) of a minimal SPM vocabulary of n_vocab."""
+    tokens = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)]
+    types = [2, 3, 3] + [6] * 256          # unknown, control, control, byte
+    n_pieces = n_vocab - len(tokens)
+    if n_pieces < 0:
+        raise ValueError("vocab size %d is below the 259 special+byte tokens" % n_vocab)
+    pieces = list(_PIECES[:n_pieces])
+    i = 0
+    while len(pieces) < n_pieces:           # filler pieces, unique by construction
+        pieces.append("\u2581w%d" % i)
+        i += 1
+    tokens += pieces
+    types += [1] * n_pieces
+    scores = [0.0] * 259 + [-float(k + 1) for k in range(n_pieces)]
+    return tokens, scores, types
+
+
+def _store(writer, name, arr, wtype):
+    import gguf
+    arr = np.ascontiguousarray(arr, dtype=np.float32)
+    if wtype == "f32":
+        writer.add_tensor(name, arr)
+    elif wtype == "f16":
+        writer.add_tensor(name, arr.astype(np.float16))
+    else:
+        qt = getattr(gguf.GGMLQuantizationType, wtype.upper())
+        q = gguf.quants.quantize(arr, qt)
+        writer.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qt)
+
+
+def make(path, wtype="f32", embd_type=None, untied=False, dim=64, hidden=192,
+         n_layers=2, n_heads=4, n_kv_heads=2, n_vocab=320, ctx_len=128,
+         rope_base=10000.0, norm_eps=1e-5, seed=0):
+    """Write the GGUF to path; returns the hyperparameters as a dict.
+    embd_type: type of token_embd (and of output when untied); default wtype."""
+    import gguf
+    if wtype not in TYPES or (embd_type or wtype) not in TYPES:
+        raise ValueError("weight type must be one of %s" % ", ".join(TYPES))
+    embd_type = embd_type or wtype
+    if dim % n_heads or n_heads % n_kv_heads:
+        raise ValueError("dim %d, n_heads %d, n_kv_heads %d do not divide" % (dim, n_heads, n_kv_heads))
+    if (wtype not in ("f32", "f16") or embd_type not in ("f32", "f16")) and (dim % 32 or hidden % 32):
+        raise ValueError("quantized types need dim and hidden multiples of 32")
+    hd = dim // n_heads
+    kv_dim = n_kv_heads * hd
+    rng = np.random.default_rng(seed)
+
+    def mat(n_out, n_in):
+        return rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)
+
+    def norm():
+        return 1.0 + 0.1 * rng.standard_normal(dim)
+
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name("random-llama-%s" % wtype)
+    w.add_file_type(_FILE_TYPE[wtype])
+    w.add_context_length(ctx_len)
+    w.add_embedding_length(dim)
+    w.add_feed_forward_length(hidden)
+    w.add_block_count(n_layers)
+    w.add_head_count(n_heads)
+    w.add_head_count_kv(n_kv_heads)
+    w.add_layer_norm_rms_eps(norm_eps)
+    w.add_rope_freq_base(rope_base)
+    w.add_rope_dimension_count(hd)
+    w.add_vocab_size(n_vocab)
+    tokens, scores, types = _vocab(n_vocab)
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+
+    # std 0.25 keeps tied logits (dominated by the current token's own row)
+    # near 10 rather than 50, so an absolute 1e-4 bound stays meaningful.
+    _store(w, "token_embd.weight", 0.25 * rng.standard_normal((n_vocab, dim)), embd_type)
+    for L in range(n_layers):
+        p = "blk.%d." % L
+        _store(w, p + "attn_norm.weight", norm(), "f32")
+        _store(w, p + "attn_q.weight", mat(dim, dim), wtype)
+        _store(w, p + "attn_k.weight", mat(kv_dim, dim), wtype)
+        _store(w, p + "attn_v.weight", mat(kv_dim, dim), wtype)
+        _store(w, p + "attn_output.weight", mat(dim, dim), wtype)
+        _store(w, p + "ffn_norm.weight", norm(), "f32")
+        _store(w, p + "ffn_gate.weight", mat(hidden, dim), wtype)
+        _store(w, p + "ffn_up.weight", mat(hidden, dim), wtype)
+        _store(w, p + "ffn_down.weight", mat(dim, hidden), wtype)
+    _store(w, "output_norm.weight", norm(), "f32")
+    if untied:
+        _store(w, "output.weight", mat(n_vocab, dim), embd_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dict(dim=dim, hidden_dim=hidden, n_layers=n_layers, n_heads=n_heads,
+                n_kv_heads=n_kv_heads, head_dim=hd, n_vocab=n_vocab, ctx_len=ctx_len,
+                norm_eps=norm_eps, rope_base=rope_base, rope_dim=hd, tied_output=not untied)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="write a small random-weight llama GGUF")
+    ap.add_argument("out", help="output .gguf path")
+    ap.add_argument("--type", default="f32", choices=TYPES, help="matrix type")
+    ap.add_argument("--embd-type", choices=TYPES, help="token_embd/output type (default --type)")
+    ap.add_argument("--untied", action="store_true", help="write a separate output.weight")
+    ap.add_argument("--dim", type=int, default=64)
+    ap.add_argument("--hidden", type=int, default=192)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--n-kv-heads", type=int, default=2)
+    ap.add_argument("--vocab", type=int, default=320)
+    ap.add_argument("--ctx", type=int, default=128)
+    ap.add_argument("--rope-base", type=float, default=10000.0)
+    ap.add_argument("--eps", type=float, default=1e-5)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    try:
+        make(a.out, a.type, a.embd_type, a.untied, a.dim, a.hidden, a.layers, a.heads,
+             a.n_kv_heads, a.vocab, a.ctx, a.rope_base, a.eps, a.seed)
+    except (ValueError, OSError) as e:
+        print("make_random_gguf.py: %s: %s" % (a.out, e), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,537 @@
+/* test_kernels.c - unit tests of kernels/cpu: the dtype table, golden
+ * dequantized values, every SIMD variant against the scalar reference
+ * (bit-identical dequantization, dots within f32 reassociation error),
+ * threaded bt_matmul for decode and prefill shapes, NaN/Inf propagation and
+ * the thread pool.
+ *
+ * Variants the CPU lacks are skipped with a message; the scalar variant is
+ * always tested. Exit 0 = pass, 1 = fail. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels_impl.h"
+#include "util.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            failures++;                                                        \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                        \
+            printf(__VA_ARGS__);                                               \
+            printf("\n");                                                      \
+        }                                                                      \
+    } while (0)
+
+static const char *const simd_names[] = { "avx2", "avx512" };
+
+/* xorshift64*: reproducible across runs and machines. */
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static uint32_t rnd(void)
+{
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return (uint32_t)((rng * 0x2545F4914F6CDD1Dull) >> 32);
+}
+static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() >> 8) / 16777216.0f; }
+
+static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+
+/* A random finite f16 scale, sometimes negative, over a few octaves. */
+static uint16_t rnd_scale(void)
+{
+    float v = rndf(0.001f, 0.1f) * (float)(1 << (rnd() % 6));
+    return bt_f32_to_f16(rnd() & 1 ? -v : v);
+}
+
+/* Offsets of the f16 scale fields in one block of each quantized type. */
+static int scale_offsets(int type, int off[2])
+{
+    switch (type) {
+    case BT_DT_Q4_0: case BT_DT_Q5_0: case BT_DT_Q8_0: off[0] = 0; return 1;
+    case BT_DT_Q4_1: case BT_DT_Q5_1: case BT_DT_Q4_K: case BT_DT_Q5_K: off[0] = 0; off[1] = 2; return 2;
+    case BT_DT_Q2_K: off[0] = 80; off[1] = 82; return 2;
+    case BT_DT_Q3_K: off[0] = 108; return 1;
+    case BT_DT_Q6_K: off[0] = 208; return 1;
+    default: return 0;
+    }
+}
+
+/* n elements of random, finite weights of `type` in buf. */
+static void fill_random(int type, uint8_t *buf, int64_t n)
+{
+    const bt_dtype_info *ti = bt_dtype(type);
+    size_t bytes = bt_dtype_row_size(type, n);
+    for (size_t i = 0; i < bytes; i++)
+        buf[i] = (uint8_t)rnd();
+    if (type == BT_DT_F32) {
+        for (int64_t i = 0; i < n; i++) {
+            float v = rndf(-2, 2);
+            memcpy(buf + 4 * i, &v, 4);
+        }
+    } else if (type == BT_DT_F16) {
+        for (int64_t i = 0; i < n; i++)
+            put16(buf + 2 * i, bt_f32_to_f16(rndf(-2, 2)));
+    } else if (type == BT_DT_BF16) {
+        for (int64_t i = 0; i < n; i++) {
+            float v = rndf(-2, 2);
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            put16(buf + 2 * i, (uint16_t)(u >> 16));
+        }
+    } else {
+        int off[2], k = scale_offsets(type, off);
+        for (int64_t b = 0; b < n / ti->blck; b++)
+            for (int i = 0; i < k; i++)
+                put16(buf + b * ti->type_size + off[i], rnd_scale());
+    }
+}
+
+static void fill_x(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rndf(-1, 1);
+}
+
+/* Reference dot of the scalar-dequantized row in double; *mag gets
+ * sum |w_i x_i|, the scale of any rounding error. */
+static double ref_dot(int type, const void *w, const float *x, int64_t n, double *mag)
+{
+    const bt_kvariant *s = bt_kernels_variant("scalar");
+    float *d = malloc((size_t)n * sizeof(float));
+    s->dequant[type](w, d, n);
+    double acc = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        acc += (double)d[i] * x[i];
+        m += fabs((double)d[i] * x[i]);
+    }
+    free(d);
+    *mag = m;
+    return acc;
+}
+
+static bool close_enough(double got, double want, double mag)
+{
+    return fabs(got - want) <= 2e-5 * mag + 1e-30;
+}
+
+static void test_dtype_table(void)
+{
+    static const struct { int t; const char *name; int blck; size_t size; bool compute; } want[] = {
+        { BT_DT_F32, "f32", 1, 4, true },     { BT_DT_F16, "f16", 1, 2, true },
+        { BT_DT_Q4_0, "q4_0", 32, 18, true }, { BT_DT_Q4_1, "q4_1", 32, 20, true },
+        { BT_DT_Q5_0, "q5_0", 32, 22, true }, { BT_DT_Q5_1, "q5_1", 32, 24, true },
+        { BT_DT_Q8_0, "q8_0", 32, 34, true }, { BT_DT_Q8_1, "q8_1", 32, 36, false },
+        { BT_DT_Q2_K, "q2_k", 256, 84, true }, { BT_DT_Q3_K, "q3_k", 256, 110, true },
+        { BT_DT_Q4_K, "q4_k", 256, 144, true }, { BT_DT_Q5_K, "q5_k", 256, 176, true },
+        { BT_DT_Q6_K, "q6_k", 256, 210, true }, { BT_DT_Q8_K, "q8_k", 256, 292, false },
+        { 20, "iq4_nl", 32, 18, false },       { 23, "iq4_xs", 256, 136, false },
+        { BT_DT_I8, "i8", 1, 1, false },       { BT_DT_I64, "i64", 1, 8, false },
+        { BT_DT_F64, "f64", 1, 8, false },     { BT_DT_BF16, "bf16", 1, 2, true },
+    };
+    for (size_t i = 0; i < BT_ARRAY_SIZE(want); i++) {
+        const bt_dtype_info *ti = bt_dtype(want[i].t);
+        CHECK(ti->name && !strcmp(ti->name, want[i].name), "type %d name %s", want[i].t, ti->name ? ti->name : "NULL");
+        CHECK(ti->blck == want[i].blck && ti->type_size == want[i].size && ti->compute == want[i].compute,
+              "type %s: blck %d size %zu compute %d", want[i].name, ti->blck, ti->type_size, ti->compute);
+    }
+    CHECK(bt_dtype(-1) && !bt_dtype(-1)->name, "negative id must be unknown");
+    CHECK(!bt_dtype(31)->name && !bt_dtype(BT_DT_COUNT)->name && !bt_dtype(99999)->name, "retired/out-of-range ids must be unknown");
+    CHECK(bt_dtype_row_size(BT_DT_Q4_1, 576) == 18 * 20, "q4_1 row of 576");
+    CHECK(bt_dtype_row_size(BT_DT_Q8_0, 33) == 0, "q8_0 row of 33 is not whole blocks");
+    CHECK(bt_dtype_row_size(BT_DT_F32, 7) == 28, "f32 row of 7");
+    CHECK(bt_dtype_row_size(31, 32) == 0, "unknown type row size");
+    CHECK(bt_dtype_row_size(BT_DT_Q6_K, 512) == 420, "q6_k row of 512");
+}
+
+static void expect_floats(const char *what, const float *got, const float *want, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!(got[i] == want[i] || (isnan(got[i]) && isnan(want[i])))) {
+            CHECK(0, "%s: element %d is %.9g, want %.9g", what, i, got[i], want[i]);
+            return;
+        }
+}
+
+/* Hand-built blocks whose values are known exactly, through every variant. */
+static void test_golden(const bt_kvariant *v)
+{
+    uint8_t b[256];
+    float got[256], want[256], ones[256];
+    char what[64];
+    for (int i = 0; i < 256; i++)
+        ones[i] = 1.0f;
+
+    /* q4_0, d = 1: low nibbles 0..15 -> -8..7, high nibbles 15..0 -> 7..-8 */
+    put16(b, 0x3C00);
+    for (int j = 0; j < 16; j++) {
+        b[2 + j] = (uint8_t)(j | (15 - j) << 4);
+        want[j] = (float)(j - 8);
+        want[16 + j] = (float)(7 - j);
+    }
+    v->dequant[BT_DT_Q4_0](b, got, 32);
+    snprintf(what, sizeof(what), "%s q4_0 golden", v->name);
+    expect_floats(what, got, want, 32);
+    CHECK(v->dot[BT_DT_Q4_0](b, ones, 32) == -16.0f, "%s q4_0 golden dot = %g, want -16", v->name,
+          v->dot[BT_DT_Q4_0](b, ones, 32));
+
+    /* q4_1, d = 0.5, m = -1: nibble j -> 0.5*j - 1 */
+    put16(b, 0x3800);
+    put16(b + 2, 0xBC00);
+    for (int j = 0; j < 16; j++) {
+        b[4 + j] = (uint8_t)(j | j << 4);
+        want[j] = want[16 + j] = 0.5f * (float)j - 1.0f;
+    }
+    v->dequant[BT_DT_Q4_1](b, got, 32);
+    snprintf(what, sizeof(what), "%s q4_1 golden", v->name);
+    expect_floats(what, got, want, 32);
+    CHECK(v->dot[BT_DT_Q4_1](b, ones, 32) == 88.0f, "%s q4_1 golden dot = %g, want 88", v->name,
+          v->dot[BT_DT_Q4_1](b, ones, 32));
+
+    /* q8_0, d = 0.25: q = -128, -120, ..., 120 */
+    put16(b, 0x3400);
+    for (int j = 0; j < 32; j++) {
+        b[2 + j] = (uint8_t)(int8_t)(-128 + 8 * j);
+        want[j] = (float)(-128 + 8 * j) * 0.25f;
+    }
+    v->dequant[BT_DT_Q8_0](b, got, 32);
+    snprintf(what, sizeof(what), "%s q8_0 golden", v->name);
+    expect_floats(what, got, want, 32);
+    CHECK(v->dot[BT_DT_Q8_0](b, ones, 32) == -32.0f, "%s q8_0 golden dot = %g, want -32", v->name,
+          v->dot[BT_DT_Q8_0](b, ones, 32));
+
+    /* q5_0, d = 1: 5th bit set for elements 16..31 only */
+    put16(b, 0x3C00);
+    put16(b + 2, 0x0000);
+    put16(b + 4, 0xFFFF);
+    for (int j = 0; j < 16; j++) {
+        b[6 + j] = (uint8_t)(j | j << 4);
+        want[j] = (float)(j - 16);
+        want[16 + j] = (float)j;
+    }
+    v->dequant[BT_DT_Q5_0](b, got, 32);
+    snprintf(what, sizeof(what), "%s q5_0 golden", v->name);
+    expect_floats(what, got, want, 32);
+
+    /* f16 specials: 1, -2, smallest subnormal, largest finite, +Inf */
+    static const uint16_t h[8] = { 0x3C00, 0xC000, 0x0001, 0x7BFF, 0x7C00, 0x8000, 0x3555, 0x0400 };
+    const float hf[8] = { 1.0f, -2.0f, 0x1p-24f, 65504.0f, INFINITY, -0.0f, 0x1.554p-2f, 0x1p-14f };
+    for (int i = 0; i < 8; i++)
+        put16(b + 2 * i, h[i]);
+    for (int n = 1; n <= 8; n += 7) {     /* n = 1 and 8: tail and vector paths */
+        v->dequant[BT_DT_F16](b, got, n);
+        snprintf(what, sizeof(what), "%s f16 golden n=%d", v->name, n);
+        expect_floats(what, got, hf, n);
+    }
+    for (int rep = 0; rep < 2; rep++)      /* 16 values: full vectors too */
+        memcpy(b + 16 * rep, h, 16);
+    float hf16[16];
+    memcpy(hf16, hf, sizeof(hf));
+    memcpy(hf16 + 8, hf, sizeof(hf));
+    v->dequant[BT_DT_F16](b, got, 16);
+    snprintf(what, sizeof(what), "%s f16 golden n=16", v->name);
+    expect_floats(what, got, hf16, 16);
+
+    /* bf16: 1, -3 */
+    put16(b, 0x3F80);
+    put16(b + 2, 0xC040);
+    v->dequant[BT_DT_BF16](b, got, 2);
+    want[0] = 1.0f;
+    want[1] = -3.0f;
+    snprintf(what, sizeof(what), "%s bf16 golden", v->name);
+    expect_floats(what, got, want, 2);
+
+    /* q6_K, d = 1, all ql/qh zero -> q = -32; scale 1 except block 1 = 2 */
+    memset(b, 0, 210);
+    for (int i = 0; i < 16; i++)
+        b[192 + i] = 1;
+    b[193] = 2;
+    put16(b + 208, 0x3C00);
+    for (int i = 0; i < 256; i++)
+        want[i] = i >= 16 && i < 32 ? -64.0f : -32.0f;
+    v->dequant[BT_DT_Q6_K](b, got, 256);
+    snprintf(what, sizeof(what), "%s q6_k golden", v->name);
+    expect_floats(what, got, want, 256);
+
+    /* q4_K, d = dmin = 1: sub-block 0 has scale 1, min 2 and nibbles 3 -> 1;
+     * sub-block 1 (high nibbles, scale 0, min 0) -> 0; the rest q = 0,
+     * scale 0, min 0 -> 0. */
+    memset(b, 0, 144);
+    put16(b, 0x3C00);
+    put16(b + 2, 0x3C00);
+    b[4 + 0] = 1;   /* scale of sub-block 0 */
+    b[4 + 4] = 2;   /* min of sub-block 0 */
+    for (int l = 0; l < 32; l++)
+        b[16 + l] = 0x03;
+    for (int i = 0; i < 256; i++)
+        want[i] = i < 32 ? 1.0f : 0.0f;
+    v->dequant[BT_DT_Q4_K](b, got, 256);
+    snprintf(what, sizeof(what), "%s q4_k golden", v->name);
+    expect_floats(what, got, want, 256);
+}
+
+/* Sizes to test for a type: a few blocks, plus odd lengths for 1-element
+ * types so the vector tails run. */
+static const int64_t elem_sizes[] = { 1, 7, 8, 15, 16, 17, 33, 64, 100, 576, 1000 };
+static const int64_t block_counts[] = { 1, 2, 3, 5, 18, 48 };
+
+static int sizes_for(int type, int64_t *out)
+{
+    const bt_dtype_info *ti = bt_dtype(type);
+    int k = 0;
+    if (ti->blck == 1)
+        for (size_t i = 0; i < BT_ARRAY_SIZE(elem_sizes); i++)
+            out[k++] = elem_sizes[i];
+    else
+        for (size_t i = 0; i < BT_ARRAY_SIZE(block_counts); i++)
+            if (ti->blck * block_counts[i] <= 8192)
+                out[k++] = ti->blck * block_counts[i];
+    return k;
+}
+
+/* Every variant dequantizes exactly like the scalar code, and every
+ * variant's dot agrees with the double-precision dot of those weights. */
+static void test_variants_random(const bt_kvariant *v)
+{
+    const bt_kvariant *s = bt_kernels_variant("scalar");
+    uint8_t *w = malloc(8192 * 4);
+    float *x = malloc(8192 * sizeof(float)), *a = malloc(8192 * sizeof(float)), *b = malloc(8192 * sizeof(float));
+    for (int t = 0; t < BT_DT_COUNT; t++) {
+        if (!bt_dtype(t)->compute)
+            continue;
+        CHECK(v->dequant[t] && v->dot[t], "%s: compute type %s has no kernel", v->name, bt_dtype(t)->name);
+        if (!v->dequant[t] || !v->dot[t])
+            continue;
+        int64_t sizes[16];
+        int ns = sizes_for(t, sizes);
+        for (int si = 0; si < ns; si++) {
+            int64_t n = sizes[si];
+            for (int rep = 0; rep < 4; rep++) {
+                fill_random(t, w, n);
+                fill_x(x, n);
+                s->dequant[t](w, a, n);
+                v->dequant[t](w, b, n);
+                if (memcmp(a, b, (size_t)n * sizeof(float))) {
+                    int64_t i = 0;
+                    while (!memcmp(a + i, b + i, sizeof(float)))
+                        i++;
+                    CHECK(0, "%s %s n=%lld: dequant differs from scalar at %lld: %.9g vs %.9g", v->name,
+                          bt_dtype(t)->name, (long long)n, (long long)i, b[i], a[i]);
+                }
+                double mag, want = ref_dot(t, w, x, n, &mag);
+                float got = v->dot[t](w, x, n);
+                CHECK(close_enough(got, want, mag), "%s %s n=%lld: dot %.9g, want %.9g (sum|wx| %.3g)", v->name,
+                      bt_dtype(t)->name, (long long)n, got, want, mag);
+            }
+        }
+    }
+    /* dot4_f32 against single dots, with a tail (n = 37) */
+    for (int64_t n = 1; n <= 200; n += 36) {
+        fill_x(a, 4 * 200);
+        fill_x(x, n);
+        float o[4];
+        v->dot4_f32(a, 200, x, n, o);
+        for (int r = 0; r < 4; r++) {
+            double mag, want = ref_dot(BT_DT_F32, a + 200 * r, x, n, &mag);
+            CHECK(close_enough(o[r], want, mag), "%s dot4_f32 n=%lld row %d: %.9g want %.9g", v->name, (long long)n, r, o[r], want);
+        }
+    }
+    free(w);
+    free(x);
+    free(a);
+    free(b);
+}
+
+/* A NaN weight or an Inf/NaN scale must reach the dot (no max/min or
+ * masking trick may drop it), for every type and variant. */
+static void test_nonfinite(const bt_kvariant *v)
+{
+    uint8_t *w = malloc(8 * 256 * 4);
+    float x[8 * 256];
+    for (int t = 0; t < BT_DT_COUNT; t++) {
+        const bt_dtype_info *ti = bt_dtype(t);
+        if (!ti->compute)
+            continue;
+        int64_t n = ti->blck == 1 ? 67 : 3 * ti->blck;
+        for (int kind = 0; kind < 3; kind++) {    /* NaN value/scale, +Inf scale, -Inf scale */
+            fill_random(t, w, n);
+            for (int64_t i = 0; i < n; i++)
+                x[i] = rndf(0.5f, 1.0f);
+            int64_t pos = ti->blck == 1 ? n - 3 : 1;   /* element, or block */
+            uint16_t h16 = kind == 0 ? 0x7E00 : kind == 1 ? 0x7C00 : 0xFC00;
+            if (t == BT_DT_F32) {
+                float f = kind == 0 ? NAN : kind == 1 ? INFINITY : -INFINITY;
+                memcpy(w + 4 * pos, &f, 4);
+            } else if (t == BT_DT_F16) {
+                put16(w + 2 * pos, h16);
+            } else if (t == BT_DT_BF16) {
+                put16(w + 2 * pos, kind == 0 ? 0x7FC0 : kind == 1 ? 0x7F80 : 0xFF80);
+            } else {
+                int off[2];
+                scale_offsets(t, off);
+                put16(w + pos * ti->type_size + off[0], h16);
+            }
+            float got = v->dot[t](w, x, n);
+            CHECK(!isfinite(got), "%s %s: %s in the row, dot is finite (%g)", v->name, ti->name,
+                  kind == 0 ? "NaN" : "Inf", got);
+        }
+        /* A NaN activation too. */
+        fill_random(t, w, n);
+        for (int64_t i = 0; i < n; i++)
+            x[i] = rndf(0.5f, 1.0f);
+        x[n / 2] = NAN;
+        CHECK(isnan(v->dot[t](w, x, n)), "%s %s: NaN in x, dot is not NaN", v->name, ti->name);
+    }
+    free(w);
+}
+
+/* bt_matmul with 1..3 threads, decode and prefill shapes, against the
+ * double-precision reference, with the variant active. */
+static void test_matmul(const char *variant)
+{
+    CHECK(bt_kernels_force(variant) == BT_OK, "force %s: %s", variant, bt_errmsg());
+    static const int types[] = { BT_DT_F32, BT_DT_F16, BT_DT_BF16, BT_DT_Q8_0, BT_DT_Q4_0,
+                                 BT_DT_Q4_1, BT_DT_Q5_0, BT_DT_Q5_1, BT_DT_Q4_K, BT_DT_Q6_K };
+    static const int Ts[] = { 1, 3, 17 };
+    static const int64_t row_counts[] = { 1, 5, 37, 130 };
+    for (int nth = 1; nth <= 3; nth++) {
+        bt_pool *p = bt_pool_new(nth);
+        CHECK(p && bt_pool_threads(p) == nth, "pool of %d: %s", nth, bt_errmsg());
+        for (size_t ti = 0; ti < BT_ARRAY_SIZE(types); ti++) {
+            int t = types[ti];
+            int64_t cols = bt_dtype(t)->blck == 256 ? 512 : bt_dtype(t)->blck == 1 ? 100 : 96;
+            size_t rb = bt_dtype_row_size(t, cols);
+            for (size_t ri = 0; ri < BT_ARRAY_SIZE(row_counts); ri++) {
+                int64_t rows = row_counts[ri];
+                uint8_t *W = malloc(rb * rows);
+                fill_random(t, W, rows * cols);
+                for (size_t k = 0; k < BT_ARRAY_SIZE(Ts); k++) {
+                    int T = Ts[k];
+                    float *x = malloc(sizeof(float) * cols * T), *out = malloc(sizeof(float) * rows * T);
+                    fill_x(x, cols * T);
+                    for (int64_t i = 0; i < rows * T; i++)
+                        out[i] = -12345.0f;
+                    bt_matmul(p, t, W, rows, cols, x, T, out);
+                    int bad = 0;
+                    for (int tt = 0; tt < T && !bad; tt++)
+                        for (int64_t r = 0; r < rows && !bad; r++) {
+                            double mag, want = ref_dot(t, W + r * rb, x + tt * cols, cols, &mag);
+                            float got = out[tt * rows + r];
+                            if (!close_enough(got, want, mag)) {
+                                bad = 1;
+                                CHECK(0, "%s matmul %s threads=%d T=%d rows=%lld: out[%d,%lld] %.9g want %.9g",
+                                      variant, bt_dtype(t)->name, nth, T, (long long)rows, tt, (long long)r, got, want);
+                            }
+                        }
+                    free(x);
+                    free(out);
+                }
+                free(W);
+            }
+        }
+        /* A NaN scale in one row poisons that row only, in both paths. */
+        {
+            int64_t rows = 37, cols = 64;
+            size_t rb = bt_dtype_row_size(BT_DT_Q4_1, cols);
+            uint8_t *W = malloc(rb * rows);
+            float x[64 * 3], out[37 * 3];
+            fill_random(BT_DT_Q4_1, W, rows * cols);
+            put16(W + 20 * rb, 0x7E00);
+            fill_x(x, 64 * 3);
+            for (int T = 1; T <= 3; T += 2) {
+                bt_matmul(p, BT_DT_Q4_1, W, rows, cols, x, T, out);
+                for (int tt = 0; tt < T; tt++)
+                    for (int64_t r = 0; r < rows; r++)
+                        CHECK(isfinite(out[tt * rows + r]) == (r != 20), "%s matmul NaN row T=%d: out[%d,%lld] = %g",
+                              variant, T, tt, (long long)r, out[tt * rows + r]);
+            }
+            free(W);
+        }
+        bt_pool_free(p);
+    }
+}
+
+struct pool_probe {
+    int seen[8];
+    int nth_seen[8];
+};
+
+static void probe_fn(void *arg, int ith, int nth)
+{
+    struct pool_probe *pp = arg;
+    __atomic_fetch_add(&pp->seen[ith], 1, __ATOMIC_RELAXED);
+    pp->nth_seen[ith] = nth;
+}
+
+static void nop_fn(void *arg, int ith, int nth)
+{
+    (void)arg;
+    (void)ith;
+    (void)nth;
+}
+
+static void test_pool(void)
+{
+    bt_pool_free(NULL);
+    CHECK(bt_pool_threads(NULL) == 1, "NULL pool has one thread");
+    CHECK(bt_pool_new(-1) == NULL, "negative thread count must fail");
+    for (int nth = 1; nth <= 4; nth++) {
+        bt_pool *p = bt_pool_new(nth);
+        CHECK(p != NULL, "bt_pool_new(%d): %s", nth, bt_errmsg());
+        if (!p)
+            continue;
+        struct pool_probe pp = { { 0 }, { 0 } };
+        int runs = 2000;
+        for (int i = 0; i < runs; i++)
+            bt_pool_run(p, probe_fn, &pp);
+        for (int i = 0; i < nth; i++)
+            CHECK(pp.seen[i] == runs && pp.nth_seen[i] == nth, "pool %d: thread %d ran %d/%d times (nth %d)", nth, i,
+                  pp.seen[i], runs, pp.nth_seen[i]);
+        /* Dispatch overhead: printed, not asserted (shared CI machines). */
+        double t0 = bt_now();
+        for (int i = 0; i < 2000; i++)
+            bt_pool_run(p, nop_fn, NULL);
+        printf("pool %d threads: %.2f us per bt_pool_run\n", nth, (bt_now() - t0) / 2000 * 1e6);
+        bt_pool_free(p);
+    }
+}
+
+int main(void)
+{
+    bt_kernels_init();
+    printf("active SIMD variant: %s\n", bt_kernels_simd());
+    test_dtype_table();
+
+    const bt_kvariant *variants[3];
+    int nv = 0;
+    variants[nv++] = bt_kernels_variant("scalar");
+    for (size_t i = 0; i < BT_ARRAY_SIZE(simd_names); i++) {
+        const bt_kvariant *v = bt_kernels_variant(simd_names[i]);
+        if (v)
+            variants[nv++] = v;
+        else
+            printf("SKIP variant %s: this CPU or compiler lacks it\n", simd_names[i]);
+    }
+    for (int i = 0; i < nv; i++) {
+        printf("testing variant %s\n", variants[i]->name);
+        test_golden(variants[i]);
+        test_variants_random(variants[i]);
+        test_nonfinite(variants[i]);
+        test_matmul(variants[i]->name);
+    }
+    test_pool();
+    double bw = bt_measure_bandwidth(NULL);
+    CHECK(bw > 0, "bandwidth probe returned %g", bw);
+    printf("memory bandwidth (1 thread): %.1f GB/s\n", bw);
+
+    if (failures) {
+        printf("%d failure(s)\n", failures);
+        return 1;
+    }
+    printf("all kernel tests passed\n");
+    return 0;
+}
