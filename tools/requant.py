@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""requant.py SRC.gguf DST.gguf TYPE - rewrite a llama GGUF with every 2-D
+weight in TYPE (f32, f16, q8_0, q4_0, q4_1), keeping metadata and 1-D
+tensors. For benchmarks of other weight types on the same architecture
+(e.g. the SmolLM2-135M F32 and Q8_0 figures in the README). Needs the
+`gguf` and `numpy` PyPI packages."""
+import sys
+
+import numpy as np
+from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType, GGUFValueType
+from gguf.quants import dequantize, quantize
+
+TYPES = {"f32": GGMLQuantizationType.F32, "f16": GGMLQuantizationType.F16,
+         "q8_0": GGMLQuantizationType.Q8_0, "q4_0": GGMLQuantizationType.Q4_0,
+         "q4_1": GGMLQuantizationType.Q4_1}
+
+
+def main():
+    if len(sys.argv) != 4 or sys.argv[3] not in TYPES:
+        sys.exit(__doc__)
+    src, dst, tname = sys.argv[1], sys.argv[2], TYPES[sys.argv[3]]
+    r = GGUFReader(src)
+    arch = r.fields["general.architecture"].contents()
+    w = GGUFWriter(dst, arch)
+    for name, f in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        vt = f.types[0]
+        if vt == GGUFValueType.ARRAY:
+            w.add_array(name, f.contents())
+        elif vt == GGUFValueType.STRING:
+            w.add_string(name, f.contents())
+        else:
+            w.add_key_value(name, f.contents(), vt)
+    for t in r.tensors:
+        data = dequantize(t.data, t.tensor_type).reshape([int(d) for d in reversed(t.shape)])
+        if data.ndim >= 2:
+            if tname == GGMLQuantizationType.F32:
+                w.add_tensor(t.name, data.astype(np.float32))
+            elif tname == GGMLQuantizationType.F16:
+                w.add_tensor(t.name, data.astype(np.float16))
+            else:
+                q = quantize(data.astype(np.float32), tname)
+                w.add_tensor(t.name, q, raw_shape=q.shape, raw_dtype=tname)
+        else:
+            w.add_tensor(t.name, data.astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+if __name__ == "__main__":
+    main()
