@@ -339,6 +339,14 @@ static void test_variants_random(const bt_kvariant *v)
             double mag, want = ref_dot(BT_DT_F32, a + 200 * r, x, n, &mag);
             CHECK(close_enough(o[r], want, mag), "%s dot4_f32 n=%lld row %d: %.9g want %.9g", v->name, (long long)n, r, o[r], want);
         }
+        /* dot4x2_f32: the same rows against two tokens, 300 floats apart */
+        float o8[8];
+        fill_x(b, 600);
+        v->dot4x2_f32(a, 200, b, 300, n, o8);
+        for (int k = 0; k < 8; k++) {
+            double mag, want = ref_dot(BT_DT_F32, a + 200 * (k % 4), b + 300 * (k / 4), n, &mag);
+            CHECK(close_enough(o8[k], want, mag), "%s dot4x2_f32 n=%lld out %d: %.9g want %.9g", v->name, (long long)n, k, o8[k], want);
+        }
     }
     free(w);
     free(x);

@@ -5,8 +5,11 @@
  * Block layouts are ggml's, read byte by byte (blocks in a file are not
  * aligned). Each value is computed with the same operations, in the same
  * order, as ggml and gguf.quants: e.g. q4_1 is (d*q) + m with two roundings,
- * k-quants are (d*sc)*q - (dmin*m). BT_NOFUSE_F stops the compiler from
- * turning such pairs into one FMA when built with -march=native. */
+ * k-quants are (d*sc)*q - (dmin*m). Each product of an f16 scale (11
+ * significant bits) with small integers (at most 13 more bits) is exact in
+ * f32, so a compiler that fuses multiply and add (-march=native) cannot
+ * change a result; q4_1/q5_1 still keep BT_NOFUSE_F to mirror the SIMD
+ * code, which makes that explicit. */
 #include <string.h>
 
 #include "kernels_impl.h"
@@ -127,15 +130,19 @@ static void dq_q8_0(const void *src, float *dst, int64_t n)
 static void dq_q2_k(const void *src, float *dst, int64_t n)
 {
     const uint8_t *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++, b += 84, dst += QK_K) {
-        const uint8_t *sc = b, *qs = b + 16;
+    for (int64_t i = 0; i < n / QK_K; i++, b += 84) {
+        const uint8_t *sc = b;
         float d = rd_f16(b + 80), dmin = rd_f16(b + 82);
-        for (int e = 0; e < QK_K; e++) {
-            int q = (qs[(e / 128) * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3;
-            float dl = d * (float)(sc[e / 16] & 0xF), ml = dmin * (float)(sc[e / 16] >> 4);
-            float t = dl * (float)q;
-            BT_NOFUSE_F(t);
-            dst[e] = t - ml;
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *qs = b + 16 + 32 * half;
+            for (int j = 0; j < 4; j++, sc += 2, dst += 32) {
+                float dl0 = d * (float)(sc[0] & 0xF), ml0 = dmin * (float)(sc[0] >> 4);
+                float dl1 = d * (float)(sc[1] & 0xF), ml1 = dmin * (float)(sc[1] >> 4);
+                for (int l = 0; l < 16; l++) {
+                    dst[l] = dl0 * (float)((qs[l] >> (2 * j)) & 3) - ml0;
+                    dst[l + 16] = dl1 * (float)((qs[l + 16] >> (2 * j)) & 3) - ml1;
+                }
+            }
         }
     }
 }
@@ -146,8 +153,8 @@ static void dq_q2_k(const void *src, float *dst, int64_t n)
 static void dq_q3_k(const void *src, float *dst, int64_t n)
 {
     const uint8_t *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++, b += 110, dst += QK_K) {
-        const uint8_t *hm = b, *qs = b + 32, *s = b + 96;
+    for (int64_t i = 0; i < n / QK_K; i++, b += 110) {
+        const uint8_t *hm = b, *s = b + 96;
         float d = rd_f16(b + 108);
         float dl[16];
         for (int k = 0; k < 16; k++) {
@@ -155,12 +162,16 @@ static void dq_q3_k(const void *src, float *dst, int64_t n)
             int hi = (s[8 + k % 4] >> (2 * (k / 4))) & 3;
             dl[k] = d * (float)((lo | hi << 4) - 32);
         }
-        for (int e = 0; e < QK_K; e++) {
-            int half = e / 128, j = (e % 128) / 32, l = e % 32;
-            int q = (qs[half * 32 + l] >> (2 * j)) & 3;
-            if (!((hm[l] >> (half * 4 + j)) & 1))
-                q -= 4;
-            dst[e] = dl[e / 16] * (float)q;
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *qs = b + 32 + 32 * half;
+            for (int j = 0; j < 4; j++, dst += 32) {
+                int shift = 2 * j, hbit = half * 4 + j;
+                float d0 = dl[half * 8 + 2 * j], d1 = dl[half * 8 + 2 * j + 1];
+                for (int l = 0; l < 32; l++) {
+                    int q = ((qs[l] >> shift) & 3) - (((hm[l] >> hbit) & 1) ? 0 : 4);
+                    dst[l] = (l < 16 ? d0 : d1) * (float)q;
+                }
+            }
         }
     }
 }
@@ -182,19 +193,18 @@ static inline void scale_min_k4(int j, const uint8_t *q, int *sc, int *m)
 static void dq_q4_k(const void *src, float *dst, int64_t n)
 {
     const uint8_t *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++, b += 144, dst += QK_K) {
+    for (int64_t i = 0; i < n / QK_K; i++, b += 144) {
         float d = rd_f16(b), dmin = rd_f16(b + 2);
-        const uint8_t *s = b + 4, *qs = b + 16;
-        for (int sub = 0; sub < 8; sub++) {
-            int sc, m;
-            scale_min_k4(sub, s, &sc, &m);
-            float d1 = d * (float)sc, m1 = dmin * (float)m;
-            const uint8_t *q = qs + (sub / 2) * 32;
+        const uint8_t *s = b + 4, *q = b + 16;
+        for (int sub = 0; sub < 8; sub += 2, q += 32, dst += 64) {
+            int sc0, m0, sc1, m1;
+            scale_min_k4(sub, s, &sc0, &m0);
+            scale_min_k4(sub + 1, s, &sc1, &m1);
+            float d0 = d * (float)sc0, dm0 = dmin * (float)m0;
+            float d1 = d * (float)sc1, dm1 = dmin * (float)m1;
             for (int l = 0; l < 32; l++) {
-                int v = sub & 1 ? q[l] >> 4 : q[l] & 0xF;
-                float t = d1 * (float)v;
-                BT_NOFUSE_F(t);
-                dst[sub * 32 + l] = t - m1;
+                dst[l] = d0 * (float)(q[l] & 0xF) - dm0;
+                dst[l + 32] = d1 * (float)(q[l] >> 4) - dm1;
             }
         }
     }
@@ -205,19 +215,20 @@ static void dq_q4_k(const void *src, float *dst, int64_t n)
 static void dq_q5_k(const void *src, float *dst, int64_t n)
 {
     const uint8_t *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++, b += 176, dst += QK_K) {
+    for (int64_t i = 0; i < n / QK_K; i++, b += 176) {
         float d = rd_f16(b), dmin = rd_f16(b + 2);
-        const uint8_t *s = b + 4, *qh = b + 16, *qs = b + 48;
-        for (int sub = 0; sub < 8; sub++) {
-            int sc, m;
-            scale_min_k4(sub, s, &sc, &m);
-            float d1 = d * (float)sc, m1 = dmin * (float)m;
-            const uint8_t *q = qs + (sub / 2) * 32;
+        const uint8_t *s = b + 4, *qh = b + 16, *q = b + 48;
+        for (int sub = 0; sub < 8; sub += 2, q += 32, dst += 64) {
+            int sc0, m0, sc1, m1;
+            scale_min_k4(sub, s, &sc0, &m0);
+            scale_min_k4(sub + 1, s, &sc1, &m1);
+            float d0 = d * (float)sc0, dm0 = dmin * (float)m0;
+            float d1 = d * (float)sc1, dm1 = dmin * (float)m1;
             for (int l = 0; l < 32; l++) {
-                int v = (sub & 1 ? q[l] >> 4 : q[l] & 0xF) | ((qh[l] >> sub) & 1) << 4;
-                float t = d1 * (float)v;
-                BT_NOFUSE_F(t);
-                dst[sub * 32 + l] = t - m1;
+                int v0 = (q[l] & 0xF) | ((qh[l] >> sub) & 1) << 4;
+                int v1 = (q[l] >> 4) | ((qh[l] >> (sub + 1)) & 1) << 4;
+                dst[l] = d0 * (float)v0 - dm0;
+                dst[l + 32] = d1 * (float)v1 - dm1;
             }
         }
     }
@@ -229,16 +240,23 @@ static void dq_q5_k(const void *src, float *dst, int64_t n)
 static void dq_q6_k(const void *src, float *dst, int64_t n)
 {
     const uint8_t *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++, b += 210, dst += QK_K) {
-        const uint8_t *ql = b, *qh = b + 128;
+    for (int64_t i = 0; i < n / QK_K; i++, b += 210) {
         const int8_t *sc = (const int8_t *)(b + 192);
         float d = rd_f16(b + 208);
-        for (int e = 0; e < QK_K; e++) {
-            int half = e / 128, g = (e % 128) / 32, l = e % 32;
-            uint8_t lb = ql[half * 64 + (g & 1) * 32 + l];
-            int lo = g < 2 ? lb & 0xF : lb >> 4;
-            int hi = (qh[half * 32 + l] >> (2 * g)) & 3;
-            dst[e] = (d * (float)sc[e / 16]) * (float)((lo | hi << 4) - 32);
+        for (int half = 0; half < 2; half++, dst += 128) {
+            const uint8_t *ql = b + 64 * half, *qh = b + 128 + 32 * half;
+            const int8_t *s = sc + 8 * half;
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q1 = ((ql[l] & 0xF) | ((qh[l] >> 0) & 3) << 4) - 32;
+                int q2 = ((ql[l + 32] & 0xF) | ((qh[l] >> 2) & 3) << 4) - 32;
+                int q3 = ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32;
+                int q4 = ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32;
+                dst[l] = (d * (float)s[is]) * (float)q1;
+                dst[l + 32] = (d * (float)s[is + 2]) * (float)q2;
+                dst[l + 64] = (d * (float)s[is + 4]) * (float)q3;
+                dst[l + 96] = (d * (float)s[is + 6]) * (float)q4;
+            }
         }
     }
 }

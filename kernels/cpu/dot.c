@@ -2,12 +2,16 @@
  * variant, and the public bt_dequant_row / bt_vec_dot entry points.
  *
  * Quantized dots work block by block on the raw weights: sum q*x over the
- * block, then scale once (q4_1: d*sum(q*x) + m*sum(x)), the same algebra the
- * SIMD variants use, so they differ from this code only by reassociation. */
+ * block, then scale once (q4_0, q8_0); q4_1 dots the dequantized weights
+ * q*d + m directly (see dot_q4_1). The SIMD variants use the same algebra,
+ * so they differ from this code only by reassociation. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "kernels_impl.h"
 #include "util.h"
@@ -41,6 +45,12 @@ static void dot4_f32(const float *w, int64_t ldw, const float *x, int64_t n, flo
 {
     for (int r = 0; r < 4; r++)
         out[r] = dot_f32(w + r * ldw, x, n);
+}
+
+static void dot4x2_f32(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float out[8])
+{
+    dot4_f32(w, ldw, x, n, out);
+    dot4_f32(w, ldw, x + ldx, n, out + 4);
 }
 
 static float dot_f16(const void *w, const float *x, int64_t n)
@@ -82,19 +92,20 @@ static float dot_q4_0(const void *w, const float *x, int64_t n)
     return acc;
 }
 
+/* q4_1 dots the dequantized weights q*d + m (exact products, so the
+ * weights equal bt_dequant_row's) with x; the SIMD variants do the same. */
 static float dot_q4_1(const void *w, const float *x, int64_t n)
 {
     const uint8_t *b = w;
-    float acc = 0;
+    float s[8] = { 0 };
     for (int64_t i = 0; i < n / QK; i++, b += 20, x += QK) {
-        float sq = 0, sx = 0;
+        float d = rd_f16(b), m = rd_f16(b + 2);
         for (int j = 0; j < 16; j++) {
-            sq += (float)(b[4 + j] & 0xF) * x[j] + (float)(b[4 + j] >> 4) * x[j + 16];
-            sx += x[j] + x[j + 16];
+            s[j & 7] += (d * (float)(b[4 + j] & 0xF) + m) * x[j];
+            s[j & 7] += (d * (float)(b[4 + j] >> 4) + m) * x[j + 16];
         }
-        acc += rd_f16(b) * sq + rd_f16(b + 2) * sx;
     }
-    return acc;
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 static float dot_q8_0(const void *w, const float *x, int64_t n)
@@ -158,14 +169,18 @@ void bt_kv_scalar_fill(bt_kvariant *kv)
     kv->dot[BT_DT_Q5_K] = dot_q5_k;
     kv->dot[BT_DT_Q6_K] = dot_q6_k;
     kv->dot4_f32 = dot4_f32;
+    kv->dot4x2_f32 = dot4x2_f32;
 }
 
 static bool cpu_has_avx2(void)
 {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    /* F16C straight from CPUID: clang's __builtin_cpu_supports does not
+     * know "f16c". avx2 there already implies the OS saves ymm state. */
+    unsigned a, b, c, d;
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+           __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 #else
     return false;
 #endif

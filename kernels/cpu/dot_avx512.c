@@ -13,6 +13,12 @@
 
 #define TGT __attribute__((target("avx512f,avx2,fma,f16c")))
 #define QK 32
+/* Software prefetch this many bytes ahead in the weight stream: on the
+ * machines we measured, the hardware prefetcher alone left a decoding core
+ * at ~6 GB/s on a 30 MB q8_0 matrix, with it ~15 GB/s. Prefetching past the
+ * end of a matrix is harmless (prefetches never fault). */
+#define PF_DIST 1024
+#define PF(p) _mm_prefetch((const char *)(p) + PF_DIST, _MM_HINT_T0)
 
 TGT static inline float ld_f16(const uint8_t *p)
 {
@@ -43,6 +49,10 @@ TGT static float dot_f32(const void *w, const float *x, int64_t n)
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     int64_t i = 0;
     for (; i + 64 <= n; i += 64) {
+        PF(a + i);
+        PF(a + i + 16);
+        PF(a + i + 32);
+        PF(a + i + 48);
         s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(x + i), s0);
         s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(x + i + 16), s1);
         s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), _mm512_loadu_ps(x + i + 32), s2);
@@ -88,12 +98,44 @@ TGT static void dot4_f32(const float *w, int64_t ldw, const float *x, int64_t n,
     out[3] = hsum16(_mm512_add_ps(a3, b3));
 }
 
+TGT static void dot4x2_f32(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float out[8])
+{
+    const float *w0 = w, *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw, *y = x + ldx;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : tail_mask(n - i);
+        __m512 xv = _mm512_maskz_loadu_ps(m, x + i), yv = _mm512_maskz_loadu_ps(m, y + i), v;
+        v = _mm512_maskz_loadu_ps(m, w0 + i);
+        a0 = _mm512_fmadd_ps(v, xv, a0);
+        b0 = _mm512_fmadd_ps(v, yv, b0);
+        v = _mm512_maskz_loadu_ps(m, w1 + i);
+        a1 = _mm512_fmadd_ps(v, xv, a1);
+        b1 = _mm512_fmadd_ps(v, yv, b1);
+        v = _mm512_maskz_loadu_ps(m, w2 + i);
+        a2 = _mm512_fmadd_ps(v, xv, a2);
+        b2 = _mm512_fmadd_ps(v, yv, b2);
+        v = _mm512_maskz_loadu_ps(m, w3 + i);
+        a3 = _mm512_fmadd_ps(v, xv, a3);
+        b3 = _mm512_fmadd_ps(v, yv, b3);
+    }
+    out[0] = hsum16(a0);
+    out[1] = hsum16(a1);
+    out[2] = hsum16(a2);
+    out[3] = hsum16(a3);
+    out[4] = hsum16(b0);
+    out[5] = hsum16(b1);
+    out[6] = hsum16(b2);
+    out[7] = hsum16(b3);
+}
+
 TGT static float dot_f16(const void *w, const float *x, int64_t n)
 {
     const uint8_t *p = w;
     __m512 s0 = _mm512_setzero_ps(), s1 = s0;
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
+        PF(p + 2 * i);
         __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 2 * i)));
         __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 2 * i + 32)));
         s0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + i), s0);
@@ -124,6 +166,7 @@ TGT static float dot_bf16(const void *w, const float *x, int64_t n)
     __m512 s0 = _mm512_setzero_ps(), s1 = s0;
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
+        PF(p + 2 * i);
         s0 = _mm512_fmadd_ps(bf16x16(p + 2 * i), _mm512_loadu_ps(x + i), s0);
         s1 = _mm512_fmadd_ps(bf16x16(p + 2 * i + 32), _mm512_loadu_ps(x + i + 16), s1);
     }
@@ -138,19 +181,27 @@ TGT static inline __m512 i8x16(const uint8_t *p)
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
 }
 
+TGT static inline __m512 q8_0_block(const uint8_t *b, const float *x)
+{
+    __m512 s = _mm512_mul_ps(i8x16(b + 2), _mm512_loadu_ps(x));
+    return _mm512_fmadd_ps(i8x16(b + 18), _mm512_loadu_ps(x + 16), s);
+}
+
+/* Two blocks per iteration into two accumulators: no FMA waits on the
+ * previous block's. */
 TGT static float dot_q8_0(const void *w, const float *x, int64_t n)
 {
     const uint8_t *b = w;
-    int64_t nb = n / QK;
+    int64_t nb = n / QK, i = 0;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-    for (int64_t i = 0; i < nb; i++, b += 34, x += QK) {
-        __m512 s = _mm512_mul_ps(i8x16(b + 2), _mm512_loadu_ps(x));
-        s = _mm512_fmadd_ps(i8x16(b + 18), _mm512_loadu_ps(x + 16), s);
-        if (i & 1)
-            a1 = _mm512_fmadd_ps(_mm512_set1_ps(ld_f16(b)), s, a1);
-        else
-            a0 = _mm512_fmadd_ps(_mm512_set1_ps(ld_f16(b)), s, a0);
+    for (; i + 2 <= nb; i += 2, b += 68, x += 64) {
+        PF(b);
+        PF(b + 64);
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(ld_f16(b)), q8_0_block(b, x), a0);
+        a1 = _mm512_fmadd_ps(_mm512_set1_ps(ld_f16(b + 34)), q8_0_block(b + 34, x + 32), a1);
     }
+    if (i < nb)
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(ld_f16(b)), q8_0_block(b, x), a0);
     return hsum16(_mm512_add_ps(a0, a1));
 }
 
@@ -162,50 +213,121 @@ TGT static inline void nibbles16(const uint8_t *qs, __m512i *lo, __m512i *hi)
     *hi = _mm512_srli_epi32(v, 4);
 }
 
+TGT static inline __m512 q4_0_block(const uint8_t *b, const float *x)
+{
+    __m512i lo, hi, eight = _mm512_set1_epi32(8);
+    nibbles16(b + 2, &lo, &hi);
+    __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo, eight)), _mm512_loadu_ps(x));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi, eight)), _mm512_loadu_ps(x + 16), s);
+}
+
 TGT static float dot_q4_0(const void *w, const float *x, int64_t n)
 {
     const uint8_t *b = w;
-    int64_t nb = n / QK;
+    int64_t nb = n / QK, i = 0;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-    __m512i eight = _mm512_set1_epi32(8);
-    for (int64_t i = 0; i < nb; i++, b += 18, x += QK) {
-        __m512i lo, hi;
-        nibbles16(b + 2, &lo, &hi);
-        __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo, eight)), _mm512_loadu_ps(x));
-        s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi, eight)), _mm512_loadu_ps(x + 16), s);
-        if (i & 1)
-            a1 = _mm512_fmadd_ps(_mm512_set1_ps(ld_f16(b)), s, a1);
-        else
-            a0 = _mm512_fmadd_ps(_mm512_set1_ps(ld_f16(b)), s, a0);
+    for (; i + 2 <= nb; i += 2, b += 36, x += 64) {
+        PF(b);
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(ld_f16(b)), q4_0_block(b, x), a0);
+        a1 = _mm512_fmadd_ps(_mm512_set1_ps(ld_f16(b + 18)), q4_0_block(b + 18, x + 32), a1);
     }
+    if (i < nb)
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(ld_f16(b)), q4_0_block(b, x), a0);
     return hsum16(_mm512_add_ps(a0, a1));
 }
 
-/* acc_d += d * sum(q*x), acc_m += m * sum(x); even and odd blocks use
- * separate accumulators so no FMA waits on the previous block's. */
-TGT static inline void q4_1_block(const uint8_t *b, const float *x, __m512 *ad, __m512 *am)
+/* q4_1 folds the min into the weight: w = q*d + m, one FMA that yields
+ * exactly the dequantized weight (q*d is exact), then w*x. That is ~25%
+ * fewer vector ops per block than d*sum(q*x) + m*sum(x) here, and the dot
+ * is the f32 dot of bt_dequant_row's weights, like the prefill path. */
+TGT static inline void q4_1_block(const uint8_t *b, const float *x, __m512 *alo, __m512 *ahi)
 {
     __m512i lo, hi;
     nibbles16(b + 4, &lo, &hi);
-    __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
-    __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(lo), x0);
-    s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), x1, s);
-    *ad = _mm512_fmadd_ps(_mm512_set1_ps(ld_f16(b)), s, *ad);
-    *am = _mm512_fmadd_ps(_mm512_set1_ps(ld_f16(b + 2)), _mm512_add_ps(x0, x1), *am);
+    __m512 d = _mm512_set1_ps(ld_f16(b)), m = _mm512_set1_ps(ld_f16(b + 2));
+    *alo = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), d, m), _mm512_loadu_ps(x), *alo);
+    *ahi = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), d, m), _mm512_loadu_ps(x + 16), *ahi);
 }
 
 TGT static float dot_q4_1(const void *w, const float *x, int64_t n)
 {
     const uint8_t *b = w;
     int64_t nb = n / QK, i = 0;
-    __m512 d0 = _mm512_setzero_ps(), d1 = d0, m0 = d0, m1 = d0;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (; i + 2 <= nb; i += 2, b += 40, x += 64) {
-        q4_1_block(b, x, &d0, &m0);
-        q4_1_block(b + 20, x + 32, &d1, &m1);
+        PF(b);
+        q4_1_block(b, x, &a0, &a1);
+        q4_1_block(b + 20, x + 32, &a2, &a3);
     }
     if (i < nb)
-        q4_1_block(b, x, &d0, &m0);
-    return hsum16(_mm512_add_ps(_mm512_add_ps(d0, d1), _mm512_add_ps(m0, m1)));
+        q4_1_block(b, x, &a0, &a1);
+    return hsum16(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+/* Reduce four accumulators to four floats with a shared tree of adds
+ * (still plain adds only). */
+TGT static inline void hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d, float out[4])
+{
+    /* 512 -> 256: add halves of each */
+    __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    __m256 b8 = _mm256_add_ps(_mm512_castps512_ps256(b), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(b), 1)));
+    __m256 c8 = _mm256_add_ps(_mm512_castps512_ps256(c), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(c), 1)));
+    __m256 d8 = _mm256_add_ps(_mm512_castps512_ps256(d), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(d), 1)));
+    /* hadd pairs: [a0+a1, a2+a3, b0+b1, b2+b3 | a4+a5, ...] */
+    __m256 ab = _mm256_hadd_ps(a8, b8), cd = _mm256_hadd_ps(c8, d8);
+    __m256 abcd = _mm256_hadd_ps(ab, cd);   /* [a, b, c, d | a', b', c', d'] */
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+    _mm_storeu_ps(out, r);
+}
+
+TGT static void dot4q_q8_0(const void *w, size_t rb, const float *x, int64_t n, float out[4])
+{
+    const uint8_t *b0 = w, *b1 = b0 + rb, *b2 = b1 + rb, *b3 = b2 + rb;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < n / QK; i++, b0 += 34, b1 += 34, b2 += 34, b3 += 34, x += QK) {
+        PF(b0);
+        PF(b1);
+        PF(b2);
+        PF(b3);
+        __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16), s;
+        s = _mm512_fmadd_ps(i8x16(b0 + 18), x1, _mm512_mul_ps(i8x16(b0 + 2), x0));
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(ld_f16(b0)), s, a0);
+        s = _mm512_fmadd_ps(i8x16(b1 + 18), x1, _mm512_mul_ps(i8x16(b1 + 2), x0));
+        a1 = _mm512_fmadd_ps(_mm512_set1_ps(ld_f16(b1)), s, a1);
+        s = _mm512_fmadd_ps(i8x16(b2 + 18), x1, _mm512_mul_ps(i8x16(b2 + 2), x0));
+        a2 = _mm512_fmadd_ps(_mm512_set1_ps(ld_f16(b2)), s, a2);
+        s = _mm512_fmadd_ps(i8x16(b3 + 18), x1, _mm512_mul_ps(i8x16(b3 + 2), x0));
+        a3 = _mm512_fmadd_ps(_mm512_set1_ps(ld_f16(b3)), s, a3);
+    }
+    hsum16x4(a0, a1, a2, a3, out);
+}
+
+/* One q4_1 block of one row against loaded x halves; see q4_1_block. */
+TGT static inline __m512 q4_1_row(const uint8_t *b, __m512 x0, __m512 x1, __m512 acc)
+{
+    __m512i lo, hi;
+    nibbles16(b + 4, &lo, &hi);
+    __m512 d = _mm512_set1_ps(ld_f16(b)), m = _mm512_set1_ps(ld_f16(b + 2));
+    acc = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), d, m), x0, acc);
+    return _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), d, m), x1, acc);
+}
+
+TGT static void dot4q_q4_1(const void *w, size_t rb, const float *x, int64_t n, float out[4])
+{
+    const uint8_t *b0 = w, *b1 = b0 + rb, *b2 = b1 + rb, *b3 = b2 + rb;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < n / QK; i++, b0 += 20, b1 += 20, b2 += 20, b3 += 20, x += QK) {
+        PF(b0);
+        PF(b1);
+        PF(b2);
+        PF(b3);
+        __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+        a0 = q4_1_row(b0, x0, x1, a0);
+        a1 = q4_1_row(b1, x0, x1, a1);
+        a2 = q4_1_row(b2, x0, x1, a2);
+        a3 = q4_1_row(b3, x0, x1, a3);
+    }
+    hsum16x4(a0, a1, a2, a3, out);
 }
 
 /* ---- dequantizers (bit-identical to dequant.c) ---- */
@@ -279,6 +401,9 @@ bool bt_kv_avx512_fill(bt_kvariant *kv)
     kv->dot[BT_DT_Q4_0] = dot_q4_0;
     kv->dot[BT_DT_Q4_1] = dot_q4_1;
     kv->dot4_f32 = dot4_f32;
+    kv->dot4x2_f32 = dot4x2_f32;
+    kv->dot4q[BT_DT_Q8_0] = dot4q_q8_0;
+    kv->dot4q[BT_DT_Q4_1] = dot4q_q4_1;
     kv->dequant[BT_DT_F16] = dq_f16;
     kv->dequant[BT_DT_BF16] = dq_bf16;
     kv->dequant[BT_DT_Q8_0] = dq_q8_0;

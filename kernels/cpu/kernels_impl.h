@@ -19,12 +19,22 @@ typedef void (*bt_dequant_fn)(const void *src, float *dst, int64_t n);
 typedef float (*bt_dot_fn)(const void *w, const float *x, int64_t n);
 /* out[r] = dot(w + r*ldw, x) for r < 4, all rows f32 of n elements. */
 typedef void (*bt_dot4_fn)(const float *w, int64_t ldw, const float *x, int64_t n, float out[4]);
+/* Prefill register tile: out[t*4 + r] = dot(w + r*ldw, x + t*ldx) for
+ * r < 4, t < 2 (each loaded vector feeds two or four FMAs). */
+typedef void (*bt_dot4x2_fn)(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float out[8]);
+
+/* Decode: out[r] = dot(w + r*row_bytes, x) for r < 4 rows of one type.
+ * Interleaving four rows shares the x loads and hides the per-row tail
+ * (reduction, call) that dominates short rows like SmolLM2's 576. */
+typedef void (*bt_dot4q_fn)(const void *w, size_t row_bytes, const float *x, int64_t n, float out[4]);
 
 typedef struct bt_kvariant {
     const char *name;                  /* "scalar", "avx2", "avx512" */
     bt_dequant_fn dequant[BT_DT_COUNT];
     bt_dot_fn dot[BT_DT_COUNT];
     bt_dot4_fn dot4_f32;
+    bt_dot4x2_fn dot4x2_f32;
+    bt_dot4q_fn dot4q[BT_DT_COUNT];    /* optional (NULL: one row at a time) */
 } bt_kvariant;
 
 /* The table named `name` if this build has it and this CPU can run it, else
@@ -36,7 +46,8 @@ const bt_kvariant *bt_kernels_active(void);
  * kernels). BT_OK, or BT_EUNSUPPORTED if the variant is unavailable here. */
 int bt_kernels_force(const char *name);
 
-/* f16 bits -> f32 (from bt_f16_to_f32, so exact), filled by
+/* f16 bits -> f32 (from bt_f16_to_f32, so exact; 256 KB, but one model's
+ * scales span few exponents, so few lines are hot), filled by
  * bt_kernels_init(). SIMD kernels read block scales through it: the lookup
  * plus a broadcast from memory runs on the load ports, where F16C's
  * convert + broadcast would compete with the dequantization shuffles. */
@@ -52,8 +63,10 @@ bool bt_kv_avx2_fill(bt_kvariant *kv);
 bool bt_kv_avx512_fill(bt_kvariant *kv);
 
 /* Keeps the compiler from fusing a multiply and a following add into one
- * FMA (GCC contracts across statements by default): dequantizers must round
- * exactly like the scalar and gguf reference code, twice. */
+ * FMA (GCC contracts across statements by default), so a dequantizer rounds
+ * twice like gguf's numpy code. Today every such product (f16 scale times a
+ * small integer) is exact and fusing could not change a result; the
+ * barrier keeps that guarantee explicit for the q4_1/q5_1 paths. */
 #if defined(__x86_64__) || defined(__i386__)
 #define BT_NOFUSE_F(v) __asm__("" : "+x"(v))
 #define BT_NOFUSE_V(v) __asm__("" : "+v"(v))

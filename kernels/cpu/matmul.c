@@ -1,10 +1,14 @@
 /* matmul.c - threaded matrix products and the memory bandwidth probe.
  *
  * Decode (T == 1) is a matrix-vector product bound by memory bandwidth:
- * each thread streams a contiguous band of rows through the quantized dot.
+ * each thread streams a contiguous band of rows through the quantized dot,
+ * four rows per call where the variant has a dot4q kernel.
  * Prefill (T > 1) dequantizes four rows at a time into a small per-thread
- * buffer (it stays in L1/L2) and takes their f32 dots with every token, so
- * each weight is read from memory and decoded once per call, not T times. */
+ * buffer (it stays in L1/L2) and takes their f32 dots with two tokens at a
+ * time, so each weight is read from memory and decoded once per call, not T
+ * times. The two paths round differently (f32 reassociation only), so a
+ * token's outputs from prefill and from decode agree to ~1e-6 relative, not
+ * bit for bit. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +40,12 @@ static void band(int64_t rows, int ith, int nth, int64_t *r0, int64_t *r1)
 static void mm_decode(const struct mm_job *j, int64_t r0, int64_t r1)
 {
     bt_dot_fn dot = j->kv->dot[j->type];
-    for (int64_t r = r0; r < r1; r++)
+    bt_dot4q_fn dot4 = j->kv->dot4q[j->type];
+    int64_t r = r0;
+    if (dot4)
+        for (; r + 4 <= r1; r += 4)
+            dot4(j->W + r * j->row_bytes, j->row_bytes, j->x, j->cols, j->out + r);
+    for (; r < r1; r++)
         j->out[r] = dot(j->W + r * j->row_bytes, j->x, j->cols);
 }
 
@@ -44,16 +53,24 @@ static void mm_decode(const struct mm_job *j, int64_t r0, int64_t r1)
  * stride ldw floats). */
 static void mm_rows_f32(const struct mm_job *j, const float *w, int64_t ldw, int64_t r0, int64_t nr)
 {
-    float o[4];
-    for (int t = 0; t < j->T; t++) {
-        const float *xt = j->x + (int64_t)t * j->cols;
-        float *ot = j->out + (int64_t)t * j->rows + r0;
-        if (nr == 4) {
-            j->kv->dot4_f32(w, ldw, xt, j->cols, o);
-            memcpy(ot, o, sizeof(o));
+    float o[8];
+    int64_t cols = j->cols, rows = j->rows;
+    for (int t = 0; t < j->T;) {
+        const float *xt = j->x + (int64_t)t * cols;
+        float *ot = j->out + (int64_t)t * rows + r0;
+        if (nr == 4 && t + 1 < j->T) {
+            j->kv->dot4x2_f32(w, ldw, xt, cols, cols, o);
+            memcpy(ot, o, 4 * sizeof(float));
+            memcpy(ot + rows, o + 4, 4 * sizeof(float));
+            t += 2;
+        } else if (nr == 4) {
+            j->kv->dot4_f32(w, ldw, xt, cols, o);
+            memcpy(ot, o, 4 * sizeof(float));
+            t++;
         } else {
             for (int64_t k = 0; k < nr; k++)
-                ot[k] = j->kv->dot[BT_DT_F32](w + k * ldw, xt, j->cols);
+                ot[k] = j->kv->dot[BT_DT_F32](w + k * ldw, xt, cols);
+            t++;
         }
     }
 }
@@ -65,7 +82,7 @@ static void mm_prefill(const struct mm_job *j, int64_t r0, int64_t r1)
             mm_rows_f32(j, (const float *)(j->W + r * j->row_bytes), j->cols, r, BT_MIN(4, r1 - r));
         return;
     }
-    float *buf = malloc((size_t)j->cols * 4 * sizeof(float));
+    float *buf = aligned_alloc(64, ((size_t)j->cols * 4 * sizeof(float) + 63) & ~(size_t)63);
     if (!buf) {
         /* Slow but correct: no buffer, so decode each row per token. */
         bt_dot_fn dot = j->kv->dot[j->type];
@@ -111,6 +128,16 @@ void bt_matmul(bt_pool *p, int type, const void *W, int64_t rows, int64_t cols,
             out[i] = NAN;
         return;
     }
+    /* 64-byte vector loads that straddle two cache lines cost twice as
+     * much; malloc'd activations are only 16-byte aligned, so work on an
+     * aligned copy (cols*T floats, small next to the weights). */
+    float *xa = NULL;
+    if ((uintptr_t)x % 64) {
+        size_t xbytes = (size_t)cols * T * sizeof(float);
+        xa = aligned_alloc(64, (xbytes + 63) & ~(size_t)63);
+        if (xa)
+            x = memcpy(xa, x, xbytes);
+    }
     struct mm_job j = {
         .kv = kv, .type = type, .W = W, .row_bytes = rb,
         .rows = rows, .cols = cols, .x = x, .T = T, .out = out,
@@ -120,6 +147,7 @@ void bt_matmul(bt_pool *p, int type, const void *W, int64_t rows, int64_t cols,
         mm_worker(&j, 0, 1);
     else
         bt_pool_run(p, mm_worker, &j);
+    free(xa);
 }
 
 /* ---- bandwidth probe ---- */

@@ -70,6 +70,10 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0);
 float *bt_engine_logits(bt_engine *e);
 float *bt_engine_logits_row(bt_engine *e, int i);
 int bt_engine_step(const bt_engine *e);        /* forward calls so far */
+/* The cached key (which = 0) or value (1) row of (layer, pos): kv_dim
+ * floats, writable (fault injection), or NULL if out of range. */
+float *bt_engine_kv(bt_engine *e, int layer, int pos, int which);
+int bt_engine_kv_dim(const bt_engine *e);
 int bt_engine_ctx_len(const bt_engine *e);
 const bt_model *bt_engine_model(const bt_engine *e);
 int bt_engine_threads(const bt_engine *e);
