@@ -19,6 +19,9 @@ int cmd_inspect(int argc, char **argv);    void cmd_inspect_help(FILE *out);
 int cmd_tokenize(int argc, char **argv);   void cmd_tokenize_help(FILE *out);
 int cmd_bench(int argc, char **argv);      void cmd_bench_help(FILE *out);
 int cmd_forward(int argc, char **argv);    void cmd_forward_help(FILE *out);
+int cmd_bisect(int argc, char **argv);     void cmd_bisect_help(FILE *out);
+int cmd_report(int argc, char **argv);     void cmd_report_help(FILE *out);
+int cmd_export(int argc, char **argv);     void cmd_export_help(FILE *out);
 
 /* Shared by commands: print "bangtrace: <cmd>: <msg>" for the last error
  * and return 2. */

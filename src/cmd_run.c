@@ -9,14 +9,20 @@
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "request.h"
+#include "sys/crash.h"
+#include "tap/inject.h"
+#include "tap/recorder.h"
 #include "tokenizer/tokenizer.h"
+#include "trace/trace.h"
 #include "util.h"
+#include "kernels.h"
 
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <unistd.h>
 
 void cmd_run_help(FILE *out)
@@ -45,7 +51,16 @@ void cmd_run_help(FILE *out)
         "  --chat-template NAME render messages with chatml, llama2, llama3 or zephyr instead\n"
         "                       of the template detected from the model\n"
         "  --json               print one JSON object: prompt_ids, completion_ids, text,\n"
-        "                       finish_reason, timings\n\n"
+        "                       finish_reason, timings\n"
+        "  --trace OUT.db       record the run into a SQLite trace (taps, logit snapshots,\n"
+        "                       token trail, events, backtraces); see doc/trace-format.md\n"
+        "  --taps MODE          all (default), layers (each layer's output), logits, none\n"
+        "  --tap-layers A-B     tap only layers A..B\n"
+        "  --logits MODE        flagged (default: full rows only at the first non-finite\n"
+        "                       step and at a collapse) or full (every step)\n"
+        "  --topk K             top-k ids kept in each logit snapshot (default 20)\n"
+        "  --inject SPEC        fault injection, repeatable (doc/inject.md), e.g.\n"
+        "                       nan@layer=3,op=ffn_gate,step=9\n\n"
         "Flags override the request body. Exit status: 0 done; 1 the argmax rule produced an\n"
         "id outside the vocabulary (finish_reason \"invalid_token\"), as a broken kernel would;\n"
         "2 error.\n");
@@ -60,6 +75,13 @@ typedef struct run_opts {
     unsigned long long seed; bool has_seed;
     long threads, ctx;
     bool json;
+    const char *trace;
+    int taps;                 /* bt_taps_mode */
+    int layer_lo, layer_hi;
+    bool logits_full;
+    long topk;
+    const char *inject[32];
+    int n_inject;
 } run_opts;
 
 static int default_threads(void)
@@ -72,6 +94,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
 {
     memset(o, 0, sizeof(*o));
     o->threads = default_threads();
+    o->layer_lo = o->layer_hi = -1;
+    o->topk = 20;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -99,6 +123,22 @@ static int parse_args(int argc, char **argv, run_opts *o)
             VAL(); if (bt_parse_int(a, v, 1, 256, &o->threads)) return BT_EINVAL;
         } else if (!strcmp(a, "--ctx")) {
             VAL(); if (bt_parse_int(a, v, 1, 1 << 20, &o->ctx)) return BT_EINVAL;
+        } else if (!strcmp(a, "--trace")) { VAL(); o->trace = v; }
+        else if (!strcmp(a, "--taps")) {
+            VAL(); if ((o->taps = bt_taps_mode_parse(v)) < 0) return bt_error(BT_EINVAL, "--taps expects all, layers, logits or none, got '%s'", v);
+        } else if (!strcmp(a, "--tap-layers")) {
+            VAL(); char *end; long lo = strtol(v, &end, 10), hi = lo;
+            if (end != v && *end == '-') { const char *h = end + 1; hi = strtol(h, &end, 10); if (end == h) end = (char *)"x"; }
+            if (end == v || *end || lo < 0 || hi < lo || hi > 100000) return bt_error(BT_EINVAL, "--tap-layers expects A-B (e.g. 3-7), got '%s'", v);
+            o->layer_lo = (int)lo; o->layer_hi = (int)hi;
+        } else if (!strcmp(a, "--logits")) {
+            VAL(); if (!strcmp(v, "full")) o->logits_full = true;
+            else if (strcmp(v, "flagged")) return bt_error(BT_EINVAL, "--logits expects flagged or full, got '%s'", v);
+        } else if (!strcmp(a, "--topk")) {
+            VAL(); if (bt_parse_int(a, v, 1, 64, &o->topk)) return BT_EINVAL;
+        } else if (!strcmp(a, "--inject")) {
+            VAL(); if (o->n_inject == 32) return bt_error(BT_EINVAL, "at most 32 --inject specs");
+            o->inject[o->n_inject++] = v;
         } else if (!strcmp(a, "--json")) o->json = true;
         else return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help run)", a);
 #undef VAL
@@ -180,6 +220,90 @@ static int build_prompt(const run_opts *o, const bt_request *req, const bt_model
     return BT_OK;
 }
 
+static const char *prompt_text_of(const run_opts *o, const bt_request *req)
+{
+    return o->prompt ? o->prompt : req->prompt ? req->prompt : NULL;
+}
+
+static void read_cpu_name(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof(line), f)) {
+        if (!strncmp(line, "model name", 10)) {
+            char *c = strchr(line, ':');
+            if (c) { c++; while (*c == ' ') c++; c[strcspn(c, "\n")] = 0; snprintf(buf, cap, "%s", c); }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+/* Everything `report` and `bisect --reference` need besides the model file. */
+static int write_meta(bt_trace *t, int argc, char **argv, const run_opts *o, const bt_request *req,
+                      const bt_model *m, const bt_tokenizer *tok, const bt_sampler_cfg *sc,
+                      const bt_injector *inj, const char *prompt_text, const char *sha_hex)
+{
+    int rc = BT_OK;
+    char buf[512], *js;
+    const bt_config *c = &m->cfg;
+#define META(k, v) do { if (rc == BT_OK) rc = bt_trace_meta(t, k, v); } while (0)
+#define META_JSON(k, j) do { json_t *jj_ = (j); js = json_dumps(jj_, JSON_COMPACT | JSON_SORT_KEYS); json_decref(jj_); \
+        if (!js) return bt_error(BT_ENOMEM, "out of memory"); \
+        META(k, js); \
+        free(js); } while (0)
+    json_t *av = json_array();
+    json_array_append_new(av, json_string("bangtrace"));
+    for (int i = 0; i < argc; i++) json_array_append_new(av, json_string(argv[i]));
+    META_JSON("argv", av);
+    if (gethostname(buf, sizeof(buf)) == 0) { buf[sizeof(buf) - 1] = 0; META("host", buf); }
+    read_cpu_name(buf, sizeof(buf));
+    META("cpu", buf);
+    snprintf(buf, sizeof(buf), "cpu-%s", bt_kernels_simd());
+    META("backend", buf);
+    snprintf(buf, sizeof(buf), "%ld", o->threads);
+    META("threads", buf);
+    char *abs = realpath(o->model, NULL);
+    META("model_path", abs ? abs : o->model);
+    free(abs);
+    if (o->tokenizer) { abs = realpath(o->tokenizer, NULL); META("tokenizer_path", abs ? abs : o->tokenizer); free(abs); }
+    META("model_sha256", sha_hex);
+    META("model_format", m->format);
+    META("model_name", c->name);
+    META("arch", c->arch);
+    META_JSON("hparams", json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:b}", "dim", c->dim, "hidden_dim", c->hidden_dim,
+                                   "n_layers", c->n_layers, "n_heads", c->n_heads, "n_kv_heads", c->n_kv_heads,
+                                   "head_dim", c->head_dim, "n_vocab", c->n_vocab, "ctx_len", c->ctx_len,
+                                   "norm_eps", (double)c->norm_eps, "rope_base", (double)c->rope_base, "tied_output", c->tied_output));
+    snprintf(buf, sizeof(buf), "%d", c->n_layers);
+    META("n_layers", buf);
+    snprintf(buf, sizeof(buf), "%d", c->n_vocab);
+    META("n_vocab", buf);
+    static const char *const kinds[] = { "?", "spm", "bpe", "llama2c" };
+    META_JSON("tokenizer", json_pack("{s:s,s:s,s:i,s:I,s:i,s:i}", "kind", kinds[m->vocab.kind & 3], "pre", m->vocab.pre,
+                                     "n_tokens", m->vocab.n_tokens, "n_merges", (json_int_t)m->vocab.n_merges,
+                                     "bos", bt_tokenizer_bos(tok), "eos", bt_tokenizer_eos(tok)));
+    char rule[48];
+    bt_argmax_format(&sc->rule, rule, sizeof(rule));
+    META("argmax_rule", rule);
+    snprintf(buf, sizeof(buf), "%llu", (unsigned long long)sc->seed);
+    META("seed", buf);
+    META_JSON("sampling", json_pack("{s:f,s:i,s:f,s:I,s:s}", "temperature", (double)sc->temperature, "top_k", sc->top_k,
+                                    "top_p", (double)sc->top_p, "seed", (json_int_t)sc->seed, "argmax", rule));
+    if (inj) { js = bt_injector_json(inj); if (!js) return bt_error(BT_ENOMEM, "out of memory"); META("injections", js); free(js); }
+    else META("injections", "[]");
+    if (req->json) META("request_json", req->json);
+    if (prompt_text) META("prompt_text", prompt_text);
+    META("taps", bt_taps_mode_name(o->taps));
+    if (o->layer_lo >= 0) { snprintf(buf, sizeof(buf), "%d-%d", o->layer_lo, o->layer_hi); META("tap_layers", buf); }
+    META("logits", o->logits_full ? "full" : "flagged");
+#undef META
+#undef META_JSON
+    return rc;
+}
+
 static void json_ids(json_t *obj, const char *key, const int32_t *ids, size_t n)
 {
     json_t *a = json_array();
@@ -201,6 +325,9 @@ int cmd_run(int argc, char **argv)
     size_t n_prompt = 0, n_gen = 0, text_len = 0, printed = 0;
     int status = 2;
     const char *finish = "length";
+    bt_injector *inj = NULL;
+    bt_trace *trace = NULL;
+    bt_recorder *rec = NULL;
 
     if (parse_args(argc, argv, &o)) goto fail;
     if (o.request) {
@@ -242,8 +369,33 @@ int cmd_run(int argc, char **argv)
         bt_warn("prompt (%zu) + max tokens (%ld) exceed the context (%d): generating at most %ld", n_prompt, n_max, ctx, ctx - (long)n_prompt);
         n_max = ctx - (long)n_prompt;
     }
+    /* Hash before any bitflip injection: the mapping then differs from the file. */
+    char sha_hex[65] = "";
+    if (o.trace) bt_sha256_hex(m->file_data, m->file_size, sha_hex);
+    if (o.n_inject) {
+        if (!(inj = bt_injector_new())) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+        for (int i = 0; i < o.n_inject; i++) if (bt_injector_add(inj, o.inject[i])) goto fail;
+        if (bt_injector_apply_weights(inj, m)) goto fail;
+    }
     if (bt_engine_new(m, ctx, (int)n_prompt, (int)o.threads, &e)) goto fail;
     if (bt_sampler_new(&sc, m->cfg.n_vocab, &smp)) goto fail;
+    if (o.trace) {
+        if (bt_trace_create(o.trace, &trace)) goto fail;
+        if (write_meta(trace, argc, argv, &o, &req, m, tok, &sc, inj, prompt_text_of(&o, &req), sha_hex)) goto fail;
+    }
+    if (o.trace || inj) {
+        bt_recorder_cfg rc_cfg = { .trace = trace, .inj = inj, .model = m, .tok = tok, .taps = o.trace ? o.taps : BT_TAPS_NONE,
+                                   .layer_lo = o.layer_lo, .layer_hi = o.layer_hi, .logits_full = o.logits_full,
+                                   .topk = (int)o.topk, .rule = sc.rule, .model_role = "target" };
+        if (bt_recorder_new(&rc_cfg, e, &rec)) goto fail;
+        if (bt_recorder_prompt(rec, prompt, (int)n_prompt)) goto fail;
+        if (trace) {
+            static char note[600];
+            snprintf(note, sizeof(note), "trace closed: %s", o.trace);
+            bt_crash_set_note(note);
+            bt_crash_install(bt_recorder_crash_hook, rec);
+        }
+    }
     gen = malloc((size_t)(n_max + 1) * sizeof(int32_t));
     text = malloc(1);
     if (!gen || !text) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
@@ -255,45 +407,67 @@ int cmd_run(int argc, char **argv)
            "%d threads, %s, argmax %s", m->cfg.name, m->format, m->cfg.n_layers, m->cfg.dim, m->cfg.n_vocab,
            t_load * 1e3, n_prompt, (int)o.threads, sc.temperature > 0 ? "sampling" : "greedy", rule);
 
-    double t1 = bt_now();
-    int rc = n_max > 0 ? bt_engine_forward(e, prompt, (int)n_prompt, 0) : BT_OK;
-    if (rc) goto fail;
-    double t_prompt = bt_now() - t1, t2 = bt_now();
-    int pos = (int)n_prompt;
+    double t1 = bt_now(), t_prompt = 0;
+    int pos = 0, rc;
+    const int32_t *in = prompt;
+    int n_in = (int)n_prompt;
     for (long i = 0; i < n_max; i++) {
+        bool done = false;
+        if (rec && (rc = bt_recorder_step_begin(rec, i == 0 ? "prefill" : "decode", pos, n_in))) goto fail;
+        double ts = bt_now();
+        if ((rc = bt_engine_forward(e, in, n_in, pos))) goto fail;
+        double ms = (bt_now() - ts) * 1e3;
+        if (i == 0) t_prompt = bt_now() - t1;
+        if (inj) bt_injector_after_forward(inj, e);
+        pos += n_in;
         float lp;
-        int32_t id = bt_sampler_sample(smp, bt_engine_logits(e), m->cfg.n_vocab, &lp);
+        const float *row = bt_engine_logits(e);
+        int32_t id = bt_sampler_sample(smp, row, m->cfg.n_vocab, &lp);
+        if (rec && (rc = bt_recorder_step_sampled(rec, row, pos - 1, id, lp))) goto fail;
         gen[n_gen++] = id;
         if (id < 0 || id >= m->cfg.n_vocab) {
             finish = "invalid_token";
             bt_error(BT_ERANGE, "step %d: the argmax rule %s produced id %d, outside the vocabulary (%d): "
-                     "the logits were not finite", bt_engine_step(e), rule, id, m->cfg.n_vocab);
+                     "the logits were not finite", bt_engine_step(e) - 1, rule, id, m->cfg.n_vocab);
             fprintf(stderr, "bangtrace: run: %s\n", bt_errmsg());
             status = 1;
-            break;
+            done = true;
+        } else if (bt_tokenizer_is_eog(tok, id)) {
+            finish = "stop"; n_gen--; done = true;
+        } else {
+            size_t pl;
+            const char *piece = bt_token_piece(tok, id, &pl);
+            /* As SentencePiece and llama2.c decode: the piece right after BOS
+             * loses its leading space (the dummy prefix). */
+            int32_t prev = n_gen > 1 ? gen[n_gen - 2] : prompt[n_prompt - 1];
+            if (prev == bt_tokenizer_bos(tok) && pl > 0 && piece[0] == ' ' && m->vocab.add_space_prefix) { piece++; pl--; }
+            char *nt = realloc(text, text_len + pl + 1);
+            if (!nt) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+            text = nt;
+            memcpy(text + text_len, piece, pl);
+            size_t old_len = text_len;
+            text_len += pl;
+            text[text_len] = 0;
+            const char *hit = find_stop(text, text_len, old_len, req.stop, req.n_stop);
+            if (hit) { text_len = (size_t)(hit - text); text[text_len] = 0; finish = "stop"; done = true; }
+            else if (!o.json) {
+                size_t upto = text_len - stop_holdback(text, text_len, req.stop, req.n_stop);
+                if (upto > printed) { fwrite(text + printed, 1, upto - printed, stdout); fflush(stdout); printed = upto; }
+            }
         }
-        if (bt_tokenizer_is_eog(tok, id)) { finish = "stop"; n_gen--; break; }
-        size_t pl;
-        const char *piece = bt_token_piece(tok, id, &pl);
-        /* As SentencePiece and llama2.c decode: the piece right after BOS
-         * loses its leading space (the dummy prefix). */
-        int32_t prev = n_gen > 1 ? gen[n_gen - 2] : prompt[n_prompt - 1];
-        if (prev == bt_tokenizer_bos(tok) && pl > 0 && piece[0] == ' ' && m->vocab.add_space_prefix) { piece++; pl--; }
-        char *nt = realloc(text, text_len + pl + 1);
-        if (!nt) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
-        text = nt;
-        memcpy(text + text_len, piece, pl);
-        size_t old_len = text_len;
-        text_len += pl;
-        text[text_len] = 0;
-        const char *hit = find_stop(text, text_len, old_len, req.stop, req.n_stop);
-        if (hit) { text_len = (size_t)(hit - text); text[text_len] = 0; finish = "stop"; break; }
-        if (!o.json) {
-            size_t upto = text_len - stop_holdback(text, text_len, req.stop, req.n_stop);
-            if (upto > printed) { fwrite(text + printed, 1, upto - printed, stdout); fflush(stdout); printed = upto; }
-        }
-        if (i + 1 == n_max) break;
-        if ((rc = bt_engine_forward(e, &id, 1, pos++))) goto fail;
+        if (rec && (rc = bt_recorder_step_end(rec, ms))) goto fail;
+        if (done) break;
+        in = &gen[n_gen - 1];
+        n_in = 1;
+    }
+    double t2 = t1 + t_prompt;
+    if (rec && (rc = bt_recorder_finish(rec, finish))) goto fail;
+    if (trace) {
+        int tr = bt_trace_close(trace, "ok");
+        trace = NULL;
+        if (tr) goto fail;
+        bt_log("bangtrace: trace %s: %lld bytes, %d events", o.trace, (long long)bt_trace_size(o.trace),
+               bt_recorder_n_events(rec));
     }
     double t_decode = bt_now() - t2;
     if (status == 2) status = 0;
@@ -327,8 +501,18 @@ int cmd_run(int argc, char **argv)
            n_prompt, t_prompt * 1e3, pps, decoded, t_decode * 1e3, dps, finish);
     goto out;
 fail:
+    if (rec && bt_recorder_status(rec) && !*bt_errmsg()) bt_error(bt_recorder_status(rec), "trace write failed");
     status = bt_cmd_fail("run");
+    if (trace) {
+        char msg[1024];
+        snprintf(msg, sizeof(msg), "%s", bt_errmsg());
+        bt_trace_event(trace, e ? bt_engine_step(e) : -1, -1, "error", -1, NULL, NULL, msg, NULL);
+    }
 out:
+    if (trace) bt_trace_close(trace, status == 2 ? "error" : "ok");
+    bt_crash_uninstall();
+    bt_recorder_free(rec);
+    bt_injector_free(inj);
     free(prompt); free(gen); free(text);
     bt_sampler_free(smp);
     bt_engine_free(e);

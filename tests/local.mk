@@ -2,8 +2,8 @@
 # built binary. ASAN_TESTS (one line) is what `./quickstart check` reruns
 # under ASan+UBSan.
 ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler
-TESTS += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh
-EXTRA_DIST += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/golden/smollm2-q4_1.txt
+TESTS += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh
+EXTRA_DIST += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/golden/smollm2-q4_1.txt tests/trace_run.sh
 # request parsing, chat templates, sampler / argmax rules
 check_PROGRAMS += tests/test_request tests/test_sampler
 TESTS += tests/test_request tests/test_sampler
@@ -31,3 +31,20 @@ tests_test_kernels_LDADD = $(BT_LIBS)
 tests_dequant_tool_SOURCES = tests/dequant_tool.c
 tests_dequant_tool_LDADD = $(BT_LIBS)
 EXTRA_DIST += tests/dequant_check.py
+# fault injection, token detectors, libunwind backtraces and crash handling
+check_PROGRAMS += tests/test_inject tests/test_detect tests/test_crash
+TESTS += tests/test_inject tests/test_detect tests/test_crash
+tests_test_inject_SOURCES = tests/test_inject.c
+tests_test_inject_LDADD = $(BT_LIBS)
+tests_test_detect_SOURCES = tests/test_detect.c
+tests_test_detect_LDADD = $(BT_LIBS)
+tests_test_crash_SOURCES = tests/test_crash.c
+tests_test_crash_LDADD = $(BT_LIBS)
+# trace store: writer/reader round trip, views, bad files, size; kill -9; export --redact
+check_PROGRAMS += tests/test_trace tests/trace_writer_tool
+TESTS += tests/test_trace tests/trace_crash.sh tests/export.sh
+tests_test_trace_SOURCES = tests/test_trace.c
+tests_test_trace_LDADD = $(BT_LIBS)
+tests_trace_writer_tool_SOURCES = tests/trace_writer_tool.c
+tests_trace_writer_tool_LDADD = $(BT_LIBS)
+EXTRA_DIST += tests/trace_crash.sh tests/export.sh

@@ -1,0 +1,587 @@
+/* cmd_bisect.c - `bangtrace bisect`: where a traced run first went wrong.
+ *
+ * Plain mode reads the trace only: the first non-finite tensor, how it
+ * spread, the first degenerate output step and why the argmax chose what it
+ * chose. --reference replays the trace's exact token sequence (teacher
+ * forcing: the recorded tokens, not what the reference would have sampled)
+ * through a clean engine on the same model file and compares every tapped
+ * tensor's statistics step by step; that finds finite corruption which
+ * never turns into NaN. Because the trace stores bf16-rounded statistics,
+ * the reference's are rounded the same way, so an unchanged run compares
+ * exactly equal. */
+#include "cmd.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "tap/stats.h"
+#include "trace/analyze.h"
+#include "trace/reader.h"
+#include "util.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void cmd_bisect_help(FILE *out)
+{
+    fprintf(out,
+        "usage: bangtrace bisect TRACE [--json]\n"
+        "       bangtrace bisect TRACE --reference [--model M] [--tokenizer T] [--tolerance X]\n"
+        "                        [--threads N] [--all] [--json]\n\n"
+        "Find where a traced run (bangtrace run --trace) went wrong.\n\n"
+        "Without --reference: the first non-finite tensor (step, position, layer, op,\n"
+        "index, counts), the propagation chain (the first bad tensor of every later\n"
+        "layer in that step; the later step where the KV cache carried it forward, or\n"
+        "where the fault recurred), the first degenerate output step (non-finite\n"
+        "logits, out-of-vocabulary id, token wall, repetition loop) and a one-sentence\n"
+        "explanation of the argmax at that step.\n\n"
+        "With --reference: replay the trace's exact tokens (prompt as step 0, then one\n"
+        "token per step) through a clean f32 CPU engine on the same model file (its\n"
+        "SHA-256 must match the trace's), no injection, and compare the statistics of\n"
+        "every tapped tensor at every step. Reports the first (step, layer, op) whose\n"
+        "statistics diverge: finds finite corruption that never becomes NaN.\n\n"
+        "  --json           one JSON object on stdout\n"
+        "  --reference      teacher-forced replay against a clean engine\n"
+        "  --model M        model file (default: the trace's model_path)\n"
+        "  --tokenizer T    llama2.c tokenizer (not needed for the replay)\n"
+        "  --tolerance X    relative tolerance on absmax, rms, mean, min, max (default 0.02;\n"
+        "                   mean, min and max relative to the tensor's rms/absmax)\n"
+        "  --threads N      compute threads (default: the trace's, at most the online CPUs)\n"
+        "  --all            keep going after the first divergence and list every divergent step\n\n"
+        "Exit status: 0 clean (no non-finite value, no degenerate output; with --reference:\n"
+        "no divergence), 1 something was found, 2 error (missing, corrupt or non-trace file).\n");
+}
+
+typedef struct bisect_opts {
+    const char *trace, *model, *tokenizer;
+    bool json, reference, all;
+    double tol;
+    long threads;
+} bisect_opts;
+
+static int parse_args(int argc, char **argv, bisect_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->tol = 0.02;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define VAL() do { if (!v) return bt_error(BT_EINVAL, "%s needs a value", a); i++; } while (0)
+        if (!strcmp(a, "--json")) o->json = true;
+        else if (!strcmp(a, "--reference")) o->reference = true;
+        else if (!strcmp(a, "--all")) o->all = true;
+        else if (!strcmp(a, "--model") || !strcmp(a, "-m")) { VAL(); o->model = v; }
+        else if (!strcmp(a, "--tokenizer")) { VAL(); o->tokenizer = v; }
+        else if (!strcmp(a, "--tolerance")) { VAL(); if (bt_parse_float(a, v, 0, 1e6, &o->tol)) return BT_EINVAL; }
+        else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { VAL(); if (bt_parse_int(a, v, 1, 256, &o->threads)) return BT_EINVAL; }
+        else if (a[0] == '-' && a[1]) return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help bisect)", a);
+        else if (!o->trace) o->trace = a;
+        else return bt_error(BT_EINVAL, "unexpected argument '%s' (one trace at a time)", a);
+#undef VAL
+    }
+    if (!o->trace) return bt_error(BT_EINVAL, "give a trace file (see bangtrace help bisect)");
+    if ((o->model || o->tokenizer || o->all || o->threads) && !o->reference)
+        return bt_error(BT_EINVAL, "--model, --tokenizer, --threads and --all only apply with --reference");
+    return BT_OK;
+}
+
+static void print_counts(FILE *out, const bt_bad_tensor *t)
+{
+    fprintf(out, "%lld NaN, %lld +Inf, %lld -Inf of %lld", (long long)t->nan, (long long)t->pinf, (long long)t->ninf, (long long)t->n);
+}
+
+static void layer_str(int layer, char *buf, size_t cap)
+{
+    if (layer < 0) snprintf(buf, cap, "-");
+    else snprintf(buf, cap, "%d", layer);
+}
+
+static void print_analysis(const bisect_opts *o, const bt_analysis *x)
+{
+    printf("trace: %s (%d steps, %d tapped tensors, %d generated tokens)\n", o->trace, x->n_steps, x->n_tensors, x->n_gen);
+    if (!bt_analysis_found(x)) {
+        printf("clean: no non-finite tensor, no degenerate output%s\n", x->n_events ? "" : ", no events");
+    }
+    if (x->has_nonfinite) {
+        const bt_bad_tensor *f = &x->first;
+        char l[16];
+        layer_str(f->layer, l, sizeof(l));
+        printf("first non-finite: step %d, position %d, layer %s, op %s (%s), index %d: ",
+               f->step, f->pos, l, f->op, f->tensor, f->first_bad_index);
+        print_counts(stdout, f);
+        printf("\n");
+        printf("propagation:\n  %-6s %-6s %-22s %-9s %s\n", "step", "layer", "tensor", "how", "values");
+        for (int i = 0; i < x->n_prop; i++) {
+            const bt_prop_link *p = &x->prop[i];
+            layer_str(p->t.layer, l, sizeof(l));
+            printf("  %-6d %-6s %-22s %-9s ", p->t.step, l, p->t.tensor, bt_prop_kind_name(p->kind));
+            print_counts(stdout, &p->t);
+            if (p->n_bad > 1) printf(p->t.layer >= 0 ? " (%d bad tensors in this layer)" : " (%d bad tensors)", p->n_bad);
+            if (p->kind == BT_PROP_KV_CACHE) printf(" <- KV cache: this step's inputs to the layer were finite");
+            if (p->kind == BT_PROP_RECUR) printf(" <- the fault recurs");
+            printf("\n");
+        }
+    }
+    if (x->has_degenerate)
+        printf("first degenerate output: step %d (%s): %s\n", x->degen_step, x->degen_kind, x->degen_detail);
+    if (x->explanation[0]) printf("explanation: %s\n", x->explanation);
+    if (x->n_events) {
+        printf("events (%d):", x->n_events);
+        for (int i = 0; i < x->n_event_kinds; i++) {
+            printf(" %s %d", x->events[i].kind, x->events[i].count);
+            if (x->events[i].first_step >= 0) printf(" (first at step %d)", x->events[i].first_step);
+            printf(i + 1 < x->n_event_kinds ? "," : "\n");
+        }
+    }
+}
+
+static json_t *bad_json(const bt_bad_tensor *t)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "step", json_integer(t->step));
+    json_object_set_new(j, "pos", json_integer(t->pos));
+    json_object_set_new(j, "layer", t->layer < 0 ? json_null() : json_integer(t->layer));
+    json_object_set_new(j, "op", json_string(t->op));
+    json_object_set_new(j, "tensor", json_string(t->tensor));
+    json_object_set_new(j, "first_bad_index", json_integer(t->first_bad_index));
+    json_object_set_new(j, "nan", json_integer(t->nan));
+    json_object_set_new(j, "pinf", json_integer(t->pinf));
+    json_object_set_new(j, "ninf", json_integer(t->ninf));
+    json_object_set_new(j, "n", json_integer(t->n));
+    return j;
+}
+
+static json_t *analysis_json(const bisect_opts *o, const bt_analysis *x)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "trace", json_string(o->trace));
+    json_object_set_new(j, "steps", json_integer(x->n_steps));
+    json_object_set_new(j, "tensors", json_integer(x->n_tensors));
+    json_object_set_new(j, "generated", json_integer(x->n_gen));
+    json_object_set_new(j, "found", json_boolean(bt_analysis_found(x)));
+    json_object_set_new(j, "first_nonfinite", x->has_nonfinite ? bad_json(&x->first) : json_null());
+    json_t *prop = json_array();
+    for (int i = 0; i < x->n_prop; i++) {
+        json_t *p = bad_json(&x->prop[i].t);
+        json_object_set_new(p, "kind", json_string(bt_prop_kind_name(x->prop[i].kind)));
+        json_object_set_new(p, "bad_in_layer", json_integer(x->prop[i].n_bad));
+        json_array_append_new(prop, p);
+    }
+    json_object_set_new(j, "propagation", prop);
+    json_object_set_new(j, "first_degenerate_step", x->has_degenerate ? json_integer(x->degen_step) : json_null());
+    if (x->has_degenerate) {
+        json_t *d = json_object();
+        json_object_set_new(d, "step", json_integer(x->degen_step));
+        json_object_set_new(d, "pos", json_integer(x->degen_pos));
+        json_object_set_new(d, "kind", json_string(x->degen_kind));
+        json_object_set_new(d, "detail", json_string(x->degen_detail));
+        json_object_set_new(j, "degenerate", d);
+    } else json_object_set_new(j, "degenerate", json_null());
+    json_object_set_new(j, "explanation", x->explanation[0] ? json_string(x->explanation) : json_null());
+    json_t *ev = json_object(), *by = json_object();
+    json_object_set_new(ev, "total", json_integer(x->n_events));
+    for (int i = 0; i < x->n_event_kinds; i++) {
+        json_t *k = json_object();
+        json_object_set_new(k, "count", json_integer(x->events[i].count));
+        json_object_set_new(k, "first_step", x->events[i].first_step < 0 ? json_null() : json_integer(x->events[i].first_step));
+        json_object_set_new(by, x->events[i].kind, k);
+    }
+    json_object_set_new(ev, "by_kind", by);
+    json_object_set_new(j, "events", ev);
+    return j;
+}
+
+static int print_json(json_t *j)
+{
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+    if (!s) return bt_error(BT_ENOMEM, "out of memory");
+    puts(s);
+    free(s);
+    return BT_OK;
+}
+
+/* ---- teacher-forced reference replay ---- */
+
+typedef struct replay {
+    const bt_trace_tensor_row *tens;
+    int n_tens, n_layers;
+    int *slot;                  /* (BT_OP_COUNT, n_layers + 1) -> slot or -1 */
+    bt_tap_stats *ref;          /* per slot, this step */
+    bool *seen;
+    char err[256];
+} replay;
+
+static int *slot_at(replay *r, int op, int layer) { return &r->slot[op * (r->n_layers + 1) + layer + 1]; }
+
+static bool rp_ask(void *user, int op, int layer)
+{
+    replay *r = user;
+    return *slot_at(r, op, layer) >= 0;
+}
+
+static bool rp_observe(void *user, const bt_tensor_view *t)
+{
+    replay *r = user;
+    int s = *slot_at(r, t->op, t->layer);
+    if (s < 0) return true;
+    if (t->width != r->tens[s].width) {
+        snprintf(r->err, sizeof(r->err), "%s is %d wide in the trace but %d in this model: not the model the trace was recorded with",
+                 r->tens[s].name, r->tens[s].width, t->width);
+        return false;
+    }
+    bt_stats_compute(t->data, t->rows, t->width, t->pos0, &r->ref[s]);
+    r->seen[s] = true;
+    return true;
+}
+
+typedef struct diverge {
+    int step, pos0, n_pos, slot, n_div;
+    char kind[16];
+    char field[16];
+    double tv, rv;              /* the field's value in the trace / the reference */
+} diverge;
+
+/* Does the trace's statistic t differ from the reference's r beyond tol?
+ * full: the trace holds full precision (tap_bad), else bf16. Fills the
+ * first differing field; *rel gets the largest relative difference. */
+static bool stats_differ(const bt_trace_tap_row *t, const bt_tap_stats *r0, bool full, double tol,
+                         char field[16], double *tv, double *rv, double *rel)
+{
+    const double floor = 1e-6;
+    *rel = 0;
+    if (t->nan != r0->nan || t->pinf != r0->pinf || t->ninf != r0->ninf) {
+        snprintf(field, 16, "nonfinite");
+        *tv = (double)(t->nan + t->pinf + t->ninf);
+        *rv = (double)(r0->nan + r0->pinf + r0->ninf);
+        *rel = INFINITY;
+        return true;
+    }
+    bt_tap_stats r = *r0;
+    if (!full) {
+        r.min = bt_bf16_round(r.min); r.max = bt_bf16_round(r.max);
+        r.mean = bt_bf16_round(r.mean); r.rms = bt_bf16_round(r.rms);
+    }
+    r.absmax = isnan(r.min) || isnan(r.max) ? NAN : fmaxf(fabsf(r.min), fabsf(r.max));
+    double scale_rms = fmax(fmax(fabs(t->rms), fabs(r.rms)), 0);
+    double scale_abs = fmax(fabs(t->absmax), fabs(r.absmax));
+    struct { const char *name; double a, b, scale; } f[] = {
+        { "absmax", t->absmax, r.absmax, fmax(fabs(t->absmax), fabs(r.absmax)) },
+        { "rms", t->rms, r.rms, fmax(fabs(t->rms), fabs(r.rms)) },
+        { "mean", t->mean, r.mean, fmax(scale_rms, fmax(fabs(t->mean), fabs(r.mean))) },
+        { "min", t->min, r.min, scale_abs },
+        { "max", t->max, r.max, scale_abs },
+    };
+    bool differ = false;
+    for (size_t i = 0; i < BT_ARRAY_SIZE(f); i++) {
+        double a = f[i].a, b = f[i].b, d;
+        if (isnan(a) && isnan(b)) continue;
+        if (isnan(a) != isnan(b)) d = INFINITY;
+        else d = fabs(a - b) / (f[i].scale > floor ? f[i].scale : floor);
+        if (d > *rel) *rel = d;
+        if (!differ && fabs(a - b) > tol * f[i].scale + floor) {
+            differ = true;
+            snprintf(field, 16, "%s", f[i].name);
+            *tv = a; *rv = b;
+        }
+        if (!differ && d == INFINITY) {
+            differ = true;
+            snprintf(field, 16, "%s", f[i].name);
+            *tv = a; *rv = b;
+        }
+    }
+    return differ;
+}
+
+static int default_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 16 ? 16 : (int)n;
+}
+
+typedef struct ref_result {
+    char model_path[1024];
+    bool sha_checked;
+    int threads, steps_compared, steps_total;
+    double max_rel;
+    int max_rel_step, max_rel_slot;
+    bool found;
+    diverge first;
+    diverge *all;
+    int n_all;
+} ref_result;
+
+static void position_str(const diverge *d, char *buf, size_t cap)
+{
+    if (d->n_pos == 1) snprintf(buf, cap, "position %d", d->pos0);
+    else snprintf(buf, cap, "positions %d-%d", d->pos0, d->pos0 + d->n_pos - 1);
+}
+
+static void print_divergence(const diverge *d, const bt_trace_tensor_row *tens, int n_tens, const char *prefix)
+{
+    const bt_trace_tensor_row *t = &tens[d->slot];
+    char pos[64], l[16];
+    position_str(d, pos, sizeof(pos));
+    layer_str(t->layer, l, sizeof(l));
+    printf("%sstep %d (%s, %s), layer %s, op %s (%s): ", prefix, d->step, d->kind, pos, l, t->op, t->name);
+    if (!strcmp(d->field, "nonfinite"))
+        printf("%.0f non-finite values in the trace, %.0f in the reference", d->tv, d->rv);
+    else if (d->rv != 0 && isfinite(d->tv) && isfinite(d->rv))
+        printf("%s %.6g in the trace vs %.6g in the reference (x%.3g)", d->field, d->tv, d->rv, d->tv / d->rv);
+    else
+        printf("%s %.6g in the trace vs %.6g in the reference", d->field, d->tv, d->rv);
+    printf("; %d of %d tensors diverge at this step\n", d->n_div, n_tens);
+}
+
+static json_t *divergence_json(const diverge *d, const bt_trace_tensor_row *tens)
+{
+    const bt_trace_tensor_row *t = &tens[d->slot];
+    json_t *j = json_object();
+    json_object_set_new(j, "step", json_integer(d->step));
+    json_object_set_new(j, "kind", json_string(d->kind));
+    json_object_set_new(j, "pos", json_integer(d->pos0 + d->n_pos - 1));
+    json_object_set_new(j, "pos0", json_integer(d->pos0));
+    json_object_set_new(j, "n_pos", json_integer(d->n_pos));
+    json_object_set_new(j, "layer", t->layer < 0 ? json_null() : json_integer(t->layer));
+    json_object_set_new(j, "op", json_string(t->op));
+    json_object_set_new(j, "tensor", json_string(t->name));
+    json_object_set_new(j, "field", json_string(d->field));
+    json_object_set_new(j, "trace", isfinite(d->tv) ? json_real(d->tv) : json_null());
+    json_object_set_new(j, "reference", isfinite(d->rv) ? json_real(d->rv) : json_null());
+    json_object_set_new(j, "diverging_tensors", json_integer(d->n_div));
+    return j;
+}
+
+static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trace_tensor_row *tens, int n_tens,
+                         ref_result *res)
+{
+    bt_trace_step_row *steps = NULL;
+    bt_trace_tap_row *tr = NULL;
+    int32_t *seq = NULL;
+    int n_steps = 0, n_seq = 0, n_prompt = 0, n_tr = 0, rc;
+    bt_model *m = NULL;
+    bt_engine *e = NULL;
+    replay rp = { 0 };
+
+    const char *meta_path = bt_trace_meta_get(r, "model_path"), *meta_sha = bt_trace_meta_get(r, "model_sha256");
+    const char *meta_threads = bt_trace_meta_get(r, "threads");
+    const char *path = o->model ? o->model : meta_path;
+    if (!path) { rc = bt_error(BT_EINVAL, "%s: the trace does not name its model (meta model_path); pass --model", o->trace); goto out; }
+    snprintf(res->model_path, sizeof(res->model_path), "%s", path);
+    if (n_tens == 0) { rc = bt_error(BT_EINVAL, "%s: the trace has no tap statistics to compare (recorded with --taps none)", o->trace); goto out; }
+    bt_trace_summary sum;
+    if ((rc = bt_trace_summary_get(r, &sum))) goto out;
+    steps = malloc((size_t)(sum.n_steps > 0 ? sum.n_steps : 1) * sizeof(*steps));
+    if (!steps) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
+    if ((rc = bt_trace_steps(r, 0, (int)sum.n_steps, steps, &n_steps))) goto out;
+    int k = 0;
+    for (int i = 0; i < n_steps; i++) if (!strcmp(steps[i].model, "target")) steps[k++] = steps[i];
+    n_steps = k;
+    if ((rc = bt_analyze_sequence(r, &seq, &n_seq, &n_prompt))) goto out;
+    res->steps_total = n_steps;
+    if (n_steps == 0) { rc = bt_error(BT_EINVAL, "%s: the trace has no steps to replay", o->trace); goto out; }
+
+    if (access(path, R_OK) != 0) {
+        rc = bt_error(BT_EIO, "%s: cannot read the trace's model %s (pass --model)", o->trace, path);
+        goto out;
+    }
+    /* The replay feeds ids only: a llama2.c tokenizer that moved is no reason to fail. */
+    if ((rc = bt_model_load(path, o->tokenizer, &m))) goto out;
+    if (!bt_model_has_weights(m)) { rc = bt_error(BT_EINVAL, "%s is a vocabulary-only file: it has no weights to run", path); goto out; }
+    if (meta_sha && *meta_sha) {
+        char hex[65];
+        bt_sha256_hex(m->file_data, m->file_size, hex);
+        if (strcmp(hex, meta_sha)) {
+            rc = bt_error(BT_EINVAL, "%s has SHA-256 %.16s..., but the trace was recorded with %.16s...: not the same model (pass --model)",
+                          path, hex, meta_sha);
+            goto out;
+        }
+        res->sha_checked = true;
+    } else bt_warn("bangtrace: bisect: %s records no model_sha256; cannot verify that %s is the traced model", o->trace, path);
+
+    int n_layers = m->cfg.n_layers, max_batch = 1, ctx = 1;
+    for (int i = 0; i < n_tens; i++) {
+        int op = bt_op_from_name(tens[i].op);
+        if (tens[i].idx != i || op < 0 || tens[i].layer >= n_layers || (bt_op_is_layer_op(op) != (tens[i].layer >= 0))) {
+            rc = bt_error(BT_EFORMAT, "%s: tensor '%s' (slot %d) does not exist in %s (%d layers)", o->trace, tens[i].name,
+                          tens[i].idx, path, n_layers);
+            goto out;
+        }
+    }
+    for (int i = 0; i < n_steps; i++) {
+        const bt_trace_step_row *s = &steps[i];
+        if (strcmp(s->kind, "prefill") && strcmp(s->kind, "decode")) {
+            rc = bt_error(BT_EUNSUPPORTED, "%s: step %d is a %s step; --reference replays prefill and decode steps only", o->trace, s->step, s->kind);
+            goto out;
+        }
+        if (s->n_pos < 1 || s->pos0 < 0 || s->pos0 + s->n_pos > n_seq) {
+            rc = bt_error(BT_EFORMAT, "%s: step %d needs positions %d-%d but the token trail holds %d tokens",
+                          o->trace, s->step, s->pos0, s->pos0 + s->n_pos - 1, n_seq);
+            goto out;
+        }
+        max_batch = BT_MAX(max_batch, s->n_pos);
+        ctx = BT_MAX(ctx, s->pos0 + s->n_pos);
+    }
+    /* Only inputs matter: an out-of-vocabulary id that ended the run is never fed. */
+    for (int i = 0; i < ctx; i++)
+        if (seq[i] < 0 || seq[i] >= m->cfg.n_vocab) {
+            rc = bt_error(BT_EFORMAT, "%s: token %d at position %d is outside the vocabulary (%d)", o->trace, seq[i], i, m->cfg.n_vocab);
+            goto out;
+        }
+    int threads = (int)o->threads;
+    if (!threads) {
+        threads = meta_threads ? atoi(meta_threads) : 0;
+        int online = default_threads();
+        if (threads <= 0 || threads > online) threads = online;
+    }
+    res->threads = threads;
+    if ((rc = bt_engine_new(m, ctx, max_batch, threads, &e))) goto out;
+
+    rp.tens = tens; rp.n_tens = n_tens; rp.n_layers = n_layers;
+    rp.slot = malloc((size_t)BT_OP_COUNT * (n_layers + 1) * sizeof(int));
+    rp.ref = calloc((size_t)n_tens, sizeof(bt_tap_stats));
+    rp.seen = calloc((size_t)n_tens, sizeof(bool));
+    if (!rp.slot || !rp.ref || !rp.seen) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
+    for (int i = 0; i < BT_OP_COUNT * (n_layers + 1); i++) rp.slot[i] = -1;
+    for (int i = 0; i < n_tens; i++) *slot_at(&rp, bt_op_from_name(tens[i].op), tens[i].layer) = i;
+    bt_eval_cb cb = { .ask = rp_ask, .observe = rp_observe, .user = &rp };
+    bt_engine_set_eval_cb(e, &cb);
+
+    double t0 = bt_now(), last = t0;
+    bool tty = isatty(2), progress = false;
+    for (int i = 0; i < n_steps; i++) {
+        const bt_trace_step_row *s = &steps[i];
+        memset(rp.seen, 0, (size_t)n_tens * sizeof(bool));
+        if ((rc = bt_engine_forward(e, seq + s->pos0, s->n_pos, s->pos0))) {
+            if (rp.err[0]) rc = bt_error(BT_EFORMAT, "%s: %s", o->trace, rp.err);
+            goto out;
+        }
+        free(tr);
+        tr = NULL;
+        if ((rc = bt_trace_step_taps(r, s->step, &tr, &n_tr))) goto out;
+        if (n_tr == 0) continue;            /* a step without taps */
+        res->steps_compared++;
+        diverge d = { .step = s->step, .pos0 = s->pos0, .n_pos = s->n_pos, .slot = -1 };
+        snprintf(d.kind, sizeof(d.kind), "%s", s->kind);
+        for (int j = 0; j < n_tr && j < n_tens; j++) {
+            if (!rp.seen[j] || !tr[j].recorded) continue;
+            char field[16];
+            double tv = 0, rv = 0, rel;
+            bool differ = stats_differ(&tr[j], &rp.ref[j], bt_trace_tap_bad(&tr[j]), o->tol, field, &tv, &rv, &rel);
+            if (rel > res->max_rel && isfinite(rel)) { res->max_rel = rel; res->max_rel_step = s->step; res->max_rel_slot = j; }
+            if (!differ) continue;
+            if (d.slot < 0) { d.slot = j; snprintf(d.field, sizeof(d.field), "%s", field); d.tv = tv; d.rv = rv; }
+            d.n_div++;
+        }
+        if (d.slot >= 0) {
+            if (!res->found) { res->found = true; res->first = d; }
+            if (o->all) {
+                diverge *na = realloc(res->all, (size_t)(res->n_all + 1) * sizeof(*na));
+                if (!na) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
+                res->all = na;
+                res->all[res->n_all++] = d;
+            } else break;
+        }
+        double now = bt_now();
+        if (now - last > (tty ? 0.5 : 10.0)) {
+            last = now;
+            progress = true;
+            if (tty) fprintf(stderr, "\rbisect --reference: step %d/%d", i + 1, n_steps);
+            else fprintf(stderr, "bisect --reference: step %d/%d\n", i + 1, n_steps);
+        }
+    }
+    if (progress && tty) fprintf(stderr, "\r%60s\r", "");
+    bt_debug("bisect --reference: %d steps in %.2f s", res->steps_compared, bt_now() - t0);
+    rc = BT_OK;
+out:
+    free(steps); free(seq); free(tr);
+    free(rp.slot); free(rp.ref); free(rp.seen);
+    bt_engine_free(e);
+    bt_model_free(m);
+    return rc;
+}
+
+static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
+{
+    const bt_trace_tensor_row *tens = NULL;
+    int n_tens = 0, status = 2;
+    ref_result res;
+    memset(&res, 0, sizeof(res));
+    bt_trace_tensors(r, "target", &tens, &n_tens);
+    if (run_reference(o, r, tens, n_tens, &res)) goto out;
+    status = res.found ? 1 : 0;
+    if (o->json) {
+        json_t *j = json_object(), *rj = json_object();
+        json_object_set_new(j, "trace", json_string(o->trace));
+        json_object_set_new(j, "found", json_boolean(res.found));
+        json_object_set_new(rj, "model", json_string(res.model_path));
+        json_object_set_new(rj, "sha256_verified", json_boolean(res.sha_checked));
+        json_object_set_new(rj, "threads", json_integer(res.threads));
+        json_object_set_new(rj, "tolerance", json_real(o->tol));
+        json_object_set_new(rj, "steps", json_integer(res.steps_total));
+        json_object_set_new(rj, "steps_compared", json_integer(res.steps_compared));
+        json_object_set_new(rj, "tensors", json_integer(n_tens));
+        json_object_set_new(rj, "max_rel_diff", json_real(res.max_rel));
+        json_object_set_new(rj, "divergence", res.found ? divergence_json(&res.first, tens) : json_null());
+        if (o->all) {
+            json_t *arr = json_array();
+            for (int i = 0; i < res.n_all; i++) json_array_append_new(arr, divergence_json(&res.all[i], tens));
+            json_object_set_new(rj, "divergent_steps", arr);
+        }
+        json_object_set_new(j, "reference", rj);
+        int rc = print_json(j);
+        json_decref(j);
+        if (rc) { status = 2; goto out; }
+    } else {
+        printf("trace: %s (%d steps, %d tapped tensors)\n", o->trace, res.steps_total, n_tens);
+        printf("reference: %s (%s), f32 CPU, %d threads, no injection, tolerance %g\n", res.model_path,
+               res.sha_checked ? "SHA-256 matches the trace" : "SHA-256 not verified", res.threads, o->tol);
+        if (res.found) {
+            print_divergence(&res.first, tens, n_tens, "first divergence: ");
+            if (o->all) {
+                printf("divergent steps (%d of %d compared):\n", res.n_all, res.steps_compared);
+                for (int i = 0; i < res.n_all; i++) print_divergence(&res.all[i], tens, n_tens, "  ");
+            } else printf("(stopped at the first divergence after %d steps; --all lists every divergent step)\n", res.steps_compared);
+        } else {
+            printf("no divergence: %d steps x %d tensors match the reference within %g", res.steps_compared, n_tens, o->tol);
+            if (res.max_rel > 0) printf(" (largest relative difference %.3g at step %d, %s)", res.max_rel, res.max_rel_step, tens[res.max_rel_slot].name);
+            printf("\n");
+        }
+    }
+out:
+    if (status == 2) bt_cmd_fail("bisect");
+    free(res.all);
+    return status;
+}
+
+int cmd_bisect(int argc, char **argv)
+{
+    bisect_opts o;
+    bt_trace_reader *r = NULL;
+    bt_analysis x;
+    memset(&x, 0, sizeof(x));
+    int status = 2;
+    if (parse_args(argc, argv, &o)) return bt_cmd_fail("bisect");
+    if (bt_trace_open(o.trace, &r) || bt_analyze_verify(o.trace)) { bt_trace_reader_close(r); return bt_cmd_fail("bisect"); }
+    if (o.reference) {
+        status = cmd_reference(&o, r);
+        bt_trace_reader_close(r);
+        return status;
+    }
+    if (bt_analyze(r, &x)) goto fail;
+    if (o.json) {
+        json_t *j = analysis_json(&o, &x);
+        int rc = print_json(j);
+        json_decref(j);
+        if (rc) goto fail;
+    } else print_analysis(&o, &x);
+    status = bt_analysis_found(&x) ? 1 : 0;
+    goto out;
+fail:
+    status = bt_cmd_fail("bisect");
+out:
+    bt_analysis_clear(&x);
+    bt_trace_reader_close(r);
+    return status;
+}

@@ -1,0 +1,51 @@
+/* inject.h - fault injection: make the engine compute what a broken kernel,
+ * a flipped bit in device memory or a corrupted KV cache would produce.
+ *
+ * Specs (repeatable --inject, documented in doc/inject.md):
+ *   KIND@WHERE     KIND: nan | inf | -inf | zero | scale=F | noise=F
+ *                  WHERE: comma list of layer=L, op=NAME, step=S | step>=S,
+ *                  pos>=P, index=I | count=K, model=target|draft
+ *                  (default: index 0 only, every step, every layer)
+ *   bitflip:tensor=WEIGHT_NAME,index=I,bit=B   flip one bit of one weight
+ *                  element (f32/f16/bf16 element, or byte I of a quantized
+ *                  tensor's data) for the whole run
+ *   kvcorrupt@layer=L,pos=P[,value=nan|inf|-inf|zero]   poison the cached
+ *                  key and value of one position once it has been written
+ *   longctx@pos>=P,op=NAME,scale=F   scale a tensor only at positions >= P
+ *   crash@step=S   (hidden, for tests) raise SIGSEGV at step S
+ * A value is written into the tensor right after the op computes it and
+ * before the tap observes it. */
+#ifndef BT_INJECT_H
+#define BT_INJECT_H
+
+#include <stdbool.h>
+#include "engine/engine.h"
+#include "model/model.h"
+
+typedef struct bt_injector bt_injector;
+
+bt_injector *bt_injector_new(void);            /* NULL on OOM */
+void bt_injector_free(bt_injector *inj);       /* NULL is a no-op */
+/* Parse and add one spec. BT_EINVAL with a message naming the bad part
+ * ("--inject 'nan@layer=x': layer expects an integer"). */
+int bt_injector_add(bt_injector *inj, const char *spec);
+int bt_injector_count(const bt_injector *inj);
+/* The specs as given, as a JSON array string (malloc'd), for the trace. */
+char *bt_injector_json(const bt_injector *inj);
+
+/* Does any activation spec target (op, layer) of this model? (the recorder
+ * asks the engine for those tensors even when taps are off) */
+bool bt_injector_wants(const bt_injector *inj, const char *model, int op, int layer);
+/* Apply activation specs to a freshly computed tensor (in place). Returns
+ * the number of elements changed. */
+long bt_injector_apply(const bt_injector *inj, const char *model, const bt_tensor_view *t);
+/* Flip the requested weight bits once, before the run (makes the affected
+ * pages of the read-only mapping writable copy-on-write). BT_ENOTFOUND /
+ * BT_ERANGE for a bad tensor name or index. */
+int bt_injector_apply_weights(const bt_injector *inj, bt_model *m);
+/* After each forward: poison KV positions that now exist. */
+void bt_injector_after_forward(const bt_injector *inj, bt_engine *e);
+/* crash@step=S */
+bool bt_injector_crash_at(const bt_injector *inj, int step);
+
+#endif

@@ -1,0 +1,300 @@
+/* recorder.c - glue between the engine's eval callback and the trace.
+ *
+ * Slots: the tapped tensors get dense indexes in forward order (the trace's
+ * tensors table and the packed stats blob use them). The observe callback
+ * injects first, then computes statistics, so a tap sees exactly what a bad
+ * kernel would have written. */
+#include "tap/recorder.h"
+#include "tap/detect.h"
+#include "tap/stats.h"
+#include "sys/backtrace.h"
+#include "sys/crash.h"
+#include "util.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RING 16                 /* recent logit rows kept for collapse snapshots */
+
+struct bt_recorder {
+    bt_recorder_cfg cfg;
+    bt_engine *e;
+    int n_layers, n_vocab;
+    int *slot;                  /* (BT_OP_COUNT, n_layers + 1) -> slot or -1 */
+    int n_slots;
+    int status;
+    int step;                   /* current step (engine step at step_begin) */
+    bool in_step;
+    bool seen_bad;              /* first_nonfinite already recorded */
+    bool seen_bad_logits;
+    int n_events;
+    bt_detector *det;
+    float *ring;                /* (RING, n_vocab) */
+    int ring_step[RING];
+    int ring_pos[RING];
+    int gen_pos;
+    char bt_buf[8192];
+};
+
+static const char *const taps_names[] = { "all", "layers", "logits", "none" };
+
+int bt_taps_mode_parse(const char *s)
+{
+    for (int i = 0; i < 4; i++) if (!strcmp(s, taps_names[i])) return i;
+    return -1;
+}
+
+const char *bt_taps_mode_name(int mode) { return mode >= 0 && mode < 4 ? taps_names[mode] : "?"; }
+
+static bool is_control(void *tok, int32_t id) { return tok && bt_tokenizer_is_control(tok, id); }
+
+static int *slot_at(bt_recorder *r, int op, int layer) { return &r->slot[op * (r->n_layers + 1) + layer + 1]; }
+
+static bool tapped(const bt_recorder_cfg *c, int op, int layer)
+{
+    if (bt_op_is_layer_op(op) && c->layer_lo >= 0 && (layer < c->layer_lo || layer > c->layer_hi)) return false;
+    switch (c->taps) {
+    case BT_TAPS_ALL: return true;
+    case BT_TAPS_LAYERS: return op == BT_OP_TOKEN_EMBD || op == BT_OP_FFN_RESID || op == BT_OP_OUTPUT_NORM || op == BT_OP_LOGITS;
+    case BT_TAPS_LOGITS: return op == BT_OP_LOGITS;
+    default: return false;
+    }
+}
+
+static int event(bt_recorder *r, int step, int pos, const char *kind, int layer, const char *op,
+                 const char *tensor, const char *detail, int64_t *id)
+{
+    r->n_events++;
+    bt_log("bangtrace: event %s at step %d: %s", kind, step, detail);
+    if (!r->cfg.trace) return BT_OK;
+    return bt_trace_event(r->cfg.trace, step, pos, kind, layer, op, tensor, detail, id);
+}
+
+static bool cb_ask(void *user, int op, int layer)
+{
+    bt_recorder *r = user;
+    return *slot_at(r, op, layer) >= 0 ||
+           (r->cfg.inj && bt_injector_wants(r->cfg.inj, r->cfg.model_role, op, layer));
+}
+
+static bool cb_observe(void *user, const bt_tensor_view *t)
+{
+    bt_recorder *r = user;
+    if (r->cfg.inj) {
+        if (bt_injector_crash_at(r->cfg.inj, t->step) && t->op == BT_OP_TOKEN_EMBD) {
+            bt_log("bangtrace: injected crash at step %d", t->step);
+            raise(SIGSEGV);
+        }
+        bt_injector_apply(r->cfg.inj, r->cfg.model_role, t);
+    }
+    int slot = *slot_at(r, t->op, t->layer);
+    if (slot < 0) return true;
+    bt_tap_stats s;
+    bt_stats_compute(t->data, t->rows, t->width, t->pos0, &s);
+    if (r->cfg.trace && r->status == BT_OK) r->status = bt_trace_tap(r->cfg.trace, slot, &s);
+    if (bt_stats_bad(&s) && !r->seen_bad) {
+        r->seen_bad = true;
+        char name[64], detail[256];
+        bt_tensor_name(t->op, t->layer, name, sizeof(name));
+        snprintf(detail, sizeof(detail), "step %d, %s: %lld NaN, %lld +Inf, %lld -Inf of %lld (first at index %d, position %d)",
+                 t->step, name, (long long)s.nan, (long long)s.pinf, (long long)s.ninf, (long long)s.n,
+                 s.first_bad_index, s.first_bad_pos);
+        int64_t id = 0;
+        int rc = event(r, t->step, s.first_bad_pos, "first_nonfinite", t->layer, bt_op_name(t->op), name, detail, &id);
+        if (rc == BT_OK && r->cfg.trace) {
+            bt_backtrace(r->bt_buf, sizeof(r->bt_buf), 0);
+            rc = bt_trace_backtrace(r->cfg.trace, id, t->step, "first_nonfinite", r->bt_buf);
+        }
+        if (rc && r->status == BT_OK) r->status = rc;
+    }
+    return true;
+}
+
+int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out)
+{
+    *out = NULL;
+    bt_recorder *r = calloc(1, sizeof(*r));
+    if (!r) return bt_error(BT_ENOMEM, "out of memory");
+    r->cfg = *cfg;
+    if (!r->cfg.model_role) r->cfg.model_role = "target";
+    if (r->cfg.topk <= 0) r->cfg.topk = 20;
+    r->e = e;
+    r->n_layers = cfg->model->cfg.n_layers;
+    r->n_vocab = cfg->model->cfg.n_vocab;
+    r->slot = malloc((size_t)BT_OP_COUNT * (r->n_layers + 1) * sizeof(int));
+    r->ring = malloc((size_t)RING * r->n_vocab * sizeof(float));
+    r->det = bt_detector_new(r->n_vocab, is_control, (void *)cfg->tok);
+    if (!r->slot || !r->ring || !r->det) { bt_recorder_free(r); return bt_error(BT_ENOMEM, "out of memory"); }
+    if (cfg->tok) bt_detector_set_tokenizer(r->det, cfg->tok);
+    for (int i = 0; i < RING; i++) r->ring_step[i] = -1;
+    for (int i = 0; i < BT_OP_COUNT * (r->n_layers + 1); i++) r->slot[i] = -1;
+    /* Forward order: token_embd, per layer the layer ops, output_norm, logits. */
+    int rc = BT_OK;
+    char name[64];
+    for (int l = -1; l <= r->n_layers && rc == BT_OK; l++) {
+        for (int op = 0; op < BT_OP_COUNT && rc == BT_OK; op++) {
+            bool layer_op = bt_op_is_layer_op(op);
+            if ((l == -1 && op != BT_OP_TOKEN_EMBD) || (l == r->n_layers && op < BT_OP_OUTPUT_NORM) ||
+                (l >= 0 && l < r->n_layers && !layer_op))
+                continue;
+            int layer = layer_op ? l : -1;
+            if (!tapped(&r->cfg, op, layer)) continue;
+            int s = r->n_slots++;
+            *slot_at(r, op, layer) = s;
+            if (cfg->trace) {
+                const bt_config *c = &cfg->model->cfg;
+                int w = c->dim;
+                switch (op) {
+                case BT_OP_ATTN_Q: case BT_OP_ATTN_CTX: w = c->n_heads * c->head_dim; break;
+                case BT_OP_ATTN_K: case BT_OP_ATTN_V: w = c->n_kv_heads * c->head_dim; break;
+                case BT_OP_FFN_GATE: case BT_OP_FFN_UP: case BT_OP_FFN_ACT: w = c->hidden_dim; break;
+                case BT_OP_LOGITS: w = c->n_vocab; break;
+                default: break;
+                }
+                bt_tensor_name(op, layer, name, sizeof(name));
+                rc = bt_trace_tensor(cfg->trace, r->cfg.model_role, s, name, layer, bt_op_name(op), w);
+            }
+        }
+    }
+    if (rc) { bt_recorder_free(r); return rc; }
+    bt_eval_cb cb = { .ask = cb_ask, .observe = cb_observe, .user = r };
+    bt_engine_set_eval_cb(e, &cb);
+    *out = r;
+    return BT_OK;
+}
+
+void bt_recorder_free(bt_recorder *r)
+{
+    if (!r) return;
+    if (r->e) bt_engine_set_eval_cb(r->e, NULL);
+    bt_detector_free(r->det);
+    free(r->slot);
+    free(r->ring);
+    free(r);
+}
+
+int bt_recorder_prompt(bt_recorder *r, const int32_t *ids, int n)
+{
+    if (!r->cfg.trace) return BT_OK;
+    for (int i = 0; i < n; i++) {
+        size_t pl = 0;
+        const char *piece = r->cfg.tok ? bt_token_piece(r->cfg.tok, ids[i], &pl) : NULL;
+        int rc = bt_trace_token(r->cfg.trace, 0, i, ids[i], piece, pl, "prompt", NAN, NULL);
+        if (rc) return rc;
+    }
+    return BT_OK;
+}
+
+int bt_recorder_step_begin(bt_recorder *r, const char *kind, int pos0, int n_pos)
+{
+    r->step = bt_engine_step(r->e);
+    r->in_step = true;
+    if (!r->cfg.trace) return BT_OK;
+    return bt_trace_step_begin(r->cfg.trace, r->step, r->cfg.model_role, kind, pos0, n_pos);
+}
+
+static void token_text(const bt_recorder *r, int32_t id, char *buf, size_t cap)
+{
+    if (id < 0 || id >= r->n_vocab || !r->cfg.tok) { snprintf(buf, cap, id < 0 || id >= r->n_vocab ? "<oov>" : "?"); return; }
+    size_t pl = 0;
+    const char *p = bt_token_piece(r->cfg.tok, id, &pl);
+    size_t o = 0;
+    for (size_t i = 0; i < pl && o + 5 < cap; i++) {
+        unsigned char ch = (unsigned char)p[i];
+        if (ch < 0x20 || ch == 0x7f || ch == '\'') o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", ch);
+        else buf[o++] = (char)ch;
+    }
+    buf[o] = 0;
+}
+
+static int save_row(bt_recorder *r, int step, int pos, const float *row, const char *reason)
+{
+    if (!r->cfg.trace) return BT_OK;
+    return bt_trace_logit_row(r->cfg.trace, step, pos, row, r->n_vocab, reason, false);
+}
+
+int bt_recorder_step_sampled(bt_recorder *r, const float *row, int row_pos, int32_t chosen, float logprob)
+{
+    int rc = BT_OK;
+    int step = r->step;
+    bt_logit_summary ls;
+    bt_logit_summarize(row, r->n_vocab, r->cfg.topk, r->cfg.rule.kind == BT_ARGMAX_TRITON ? r->cfg.rule.block : 1024, &ls);
+    char rule[48], piece[96], detail[256];
+    bt_argmax_format(&r->cfg.rule, rule, sizeof(rule));
+    memcpy(r->ring + (size_t)(step % RING) * r->n_vocab, row, (size_t)r->n_vocab * sizeof(float));
+    r->ring_step[step % RING] = step;
+    r->ring_pos[step % RING] = row_pos;
+    if (r->cfg.trace) {
+        if ((rc = bt_trace_logits(r->cfg.trace, row_pos, &ls, rule, chosen))) return rc;
+        if (r->cfg.logits_full && (rc = save_row(r, step, row_pos, row, "full"))) return rc;
+        size_t pl = 0;
+        const char *p = r->cfg.tok && chosen >= 0 && chosen < r->n_vocab ? bt_token_piece(r->cfg.tok, chosen, &pl) : NULL;
+        if ((rc = bt_trace_token(r->cfg.trace, step, row_pos + 1, chosen, p, pl, "gen", logprob, NULL))) return rc;
+    }
+    int64_t bad = ls.nan + ls.pinf + ls.ninf;
+    if (bad > 0 && !(ls.ninf > 0 && ls.nan == 0 && ls.pinf == 0 && ls.ninf < ls.n_vocab)) {
+        bool first = !r->seen_bad_logits;
+        if (first) {
+            r->seen_bad_logits = true;
+            snprintf(detail, sizeof(detail), "step %d: logits have %lld NaN, %lld +Inf, %lld -Inf of %d",
+                     step, (long long)ls.nan, (long long)ls.pinf, (long long)ls.ninf, ls.n_vocab);
+            if ((rc = event(r, step, row_pos, "nonfinite_logits", -1, "logits", "logits", detail, NULL))) return rc;
+            if (!r->cfg.logits_full && (rc = save_row(r, step, row_pos, row, "first_nonfinite"))) return rc;
+        }
+        token_text(r, chosen, piece, sizeof(piece));
+        if (first || step % 64 == 0) {
+            snprintf(detail, sizeof(detail), "step %d: %s logits (%lld of %d non-finite); rule %s -> id %d ('%s')",
+                     step, bad == ls.n_vocab ? "all-non-finite" : "partly non-finite", (long long)bad, ls.n_vocab,
+                     rule, chosen, piece);
+            if ((rc = event(r, step, row_pos, "argmax_fallthrough", -1, "logits", "logits", detail, NULL))) return rc;
+        }
+    }
+    /* An end-of-generation id ends the text; it is not a leak. */
+    if (r->cfg.tok && chosen >= 0 && chosen < r->n_vocab && bt_tokenizer_is_eog(r->cfg.tok, chosen)) return BT_OK;
+    bt_finding f[4];
+    int nf = bt_detector_feed(r->det, step, row_pos + 1, chosen, f, 4);
+    for (int i = 0; i < nf; i++) {
+        if ((rc = event(r, f[i].step, f[i].pos, bt_finding_name(f[i].kind), -1, NULL, NULL, f[i].detail, NULL))) return rc;
+        if (f[i].kind == BT_FIND_TOKEN_WALL || f[i].kind == BT_FIND_REPETITION_LOOP) {
+            int s = f[i].start_step;
+            int k = s % RING;
+            if (s >= 0 && r->ring_step[k] == s && !r->cfg.logits_full && !r->seen_bad_logits)
+                if ((rc = save_row(r, s, r->ring_pos[k], r->ring + (size_t)k * r->n_vocab, "collapse"))) return rc;
+        }
+    }
+    return BT_OK;
+}
+
+int bt_recorder_step_end(bt_recorder *r, double ms)
+{
+    r->in_step = false;
+    if (r->status) return r->status;
+    if (!r->cfg.trace) return BT_OK;
+    return bt_trace_step_end(r->cfg.trace, ms);
+}
+
+int bt_recorder_finish(bt_recorder *r, const char *finish_reason)
+{
+    if (!r->cfg.trace) return BT_OK;
+    return bt_trace_finish_reason(r->cfg.trace, finish_reason);
+}
+
+int bt_recorder_status(const bt_recorder *r) { return r->status; }
+int bt_recorder_n_events(const bt_recorder *r) { return r->n_events; }
+
+void bt_recorder_crash_hook(int sig, const char *frames, void *user)
+{
+    bt_recorder *r = user;
+    if (!r->cfg.trace) return;
+    char detail[128];
+    /* snprintf is not async-signal-safe in theory; the process is dying and
+     * this is the last thing it does, so we take the chance. */
+    snprintf(detail, sizeof(detail), "fatal signal %s at step %d", bt_signal_name(sig), r->step);
+    int64_t id = 0;
+    if (bt_trace_event(r->cfg.trace, r->step, -1, "crash", -1, NULL, NULL, detail, &id) == BT_OK)
+        bt_trace_backtrace(r->cfg.trace, id, r->step, "crash", frames);
+    bt_trace_crash_close(r->cfg.trace);
+}

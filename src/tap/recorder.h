@@ -1,0 +1,56 @@
+/* recorder.h - the engine's eval callback for `run`: injection, tap
+ * statistics, logit snapshots, the token trail and detector events, written
+ * to a trace (or, without a trace, only injection and detection).
+ *
+ * Per step the caller does: step_begin -> bt_engine_forward (the callback
+ * injects and taps) -> sample -> step_sampled -> step_end (commit). */
+#ifndef BT_RECORDER_H
+#define BT_RECORDER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "tap/inject.h"
+#include "tokenizer/tokenizer.h"
+#include "trace/trace.h"
+
+enum bt_taps_mode { BT_TAPS_ALL = 0, BT_TAPS_LAYERS, BT_TAPS_LOGITS, BT_TAPS_NONE };
+/* "all" | "layers" | "logits" | "none"; -1 if unknown. */
+int bt_taps_mode_parse(const char *s);
+const char *bt_taps_mode_name(int mode);
+
+typedef struct bt_recorder_cfg {
+    bt_trace *trace;              /* may be NULL */
+    const bt_injector *inj;       /* may be NULL */
+    const bt_model *model;
+    const bt_tokenizer *tok;
+    int taps;                     /* bt_taps_mode */
+    int layer_lo, layer_hi;       /* tapped layer range, inclusive; lo = -1: all */
+    bool logits_full;             /* store every step's full logit row */
+    int topk;                     /* top-k in snapshots (default 20) */
+    bt_argmax_rule rule;
+    const char *model_role;       /* "target" (default) or "draft" */
+} bt_recorder_cfg;
+
+typedef struct bt_recorder bt_recorder;
+
+/* Register the tapped tensors in the trace and install the callback. */
+int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out);
+void bt_recorder_free(bt_recorder *r);
+
+int bt_recorder_prompt(bt_recorder *r, const int32_t *ids, int n);
+int bt_recorder_step_begin(bt_recorder *r, const char *kind, int pos0, int n_pos);
+/* After sampling from `row` (the logits of position row_pos): snapshot,
+ * token (role gen; pos = row_pos + 1), detectors. oov ids are allowed. */
+int bt_recorder_step_sampled(bt_recorder *r, const float *row, int row_pos, int32_t chosen, float logprob);
+int bt_recorder_step_end(bt_recorder *r, double ms);
+int bt_recorder_finish(bt_recorder *r, const char *finish_reason);
+/* First error the callback hit (it cannot return one through the engine). */
+int bt_recorder_status(const bt_recorder *r);
+/* Events recorded so far (for the run summary). */
+int bt_recorder_n_events(const bt_recorder *r);
+/* The fatal-signal hook: records a crash event and closes the trace. */
+void bt_recorder_crash_hook(int sig, const char *frames, void *user);
+
+#endif

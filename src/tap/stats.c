@@ -1,0 +1,117 @@
+/* stats.c - one-pass tap statistics and logit-row summaries.
+ *
+ * The sweep keeps per-lane accumulators so the compiler can vectorise the
+ * finite path; a non-finite value takes the slow branch, which is rare by
+ * definition (and when it is not, the run is already broken). */
+#include "tap/stats.h"
+#include "engine/sampler.h"
+#include "util.h"
+
+#include <math.h>
+#include <string.h>
+
+void bt_stats_compute(const float *x, int rows, int width, int pos0, bt_tap_stats *out)
+{
+    int64_t n = (int64_t)rows * width, nan = 0, pinf = 0, ninf = 0, first = -1;
+    float mn = INFINITY, mx = -INFINITY;
+    double sum = 0, sumsq = 0;
+    /* 8 lanes of float partial sums per 64-element chunk keep precision and
+     * let the loop vectorise; chunks fold into doubles. */
+    int64_t i = 0;
+    while (i < n) {
+        int64_t end = BT_MIN(n, i + 64);
+        float s[8] = {0}, q[8] = {0};
+        bool clean = true;
+        for (int64_t j = i; j < end; j++) {
+            float v = x[j];
+            if (!isfinite(v)) { clean = false; break; }
+        }
+        if (clean) {
+            int64_t j = i;
+            for (; j + 8 <= end; j += 8)
+                for (int l = 0; l < 8; l++) {
+                    float v = x[j + l];
+                    s[l] += v; q[l] += v * v;
+                    mn = v < mn ? v : mn; mx = v > mx ? v : mx;
+                }
+            for (; j < end; j++) {
+                float v = x[j];
+                s[0] += v; q[0] += v * v;
+                mn = v < mn ? v : mn; mx = v > mx ? v : mx;
+            }
+        } else {
+            for (int64_t j = i; j < end; j++) {
+                float v = x[j];
+                if (isnan(v)) { nan++; if (first < 0) first = j; }
+                else if (isinf(v)) { if (v > 0) pinf++; else ninf++; if (first < 0) first = j; }
+                else { s[0] += v; q[0] += v * v; mn = v < mn ? v : mn; mx = v > mx ? v : mx; }
+            }
+        }
+        for (int l = 0; l < 8; l++) { sum += s[l]; sumsq += q[l]; }
+        i = end;
+    }
+    int64_t nf = n - nan - pinf - ninf;
+    out->n = n; out->nan = nan; out->pinf = pinf; out->ninf = ninf; out->n_finite = nf;
+    if (nf > 0) {
+        out->min = mn; out->max = mx;
+        out->absmax = fabsf(mn) > fabsf(mx) ? fabsf(mn) : fabsf(mx);
+        out->mean = (float)(sum / nf);
+        out->rms = (float)sqrt(sumsq / nf);
+    } else {
+        out->min = out->max = out->absmax = out->mean = out->rms = NAN;
+    }
+    out->first_bad_index = first < 0 ? -1 : (int)(first % width);
+    out->first_bad_pos = first < 0 ? -1 : pos0 + (int)(first / width);
+}
+
+uint16_t bt_f32_to_bf16(float x)
+{
+    union { float f; uint32_t u; } v = { .f = x };
+    if (isnan(x)) return 0x7fc0;
+    uint32_t u = v.u;
+    u += 0x7fff + ((u >> 16) & 1);   /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+float bt_bf16_round(float x) { return bt_bf16_to_f32(bt_f32_to_bf16(x)); }
+
+void bt_logit_summarize(const float *row, int n, int k, int triton_block, bt_logit_summary *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->n_vocab = n;
+    if (k > 64) k = 64;
+    if (k > n) k = n;
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        float v = row[i];
+        if (isnan(v)) out->nan++;
+        else if (isinf(v)) { if (v > 0) out->pinf++; else out->ninf++; }
+        else if (v > mx) mx = v;
+    }
+    int64_t bad = out->nan + out->pinf + out->ninf;
+    out->max = bad == n ? NAN : mx;
+    bt_argmax_rule r = { .kind = BT_ARGMAX_FIRST };
+    out->argmax_first = bt_argmax(&r, row, n);
+    r.kind = BT_ARGMAX_TORCH;
+    out->argmax_torch = bt_argmax(&r, row, n);
+    r.kind = BT_ARGMAX_TRITON; r.block = triton_block > 0 ? triton_block : 1024;
+    out->argmax_triton = bt_argmax(&r, row, n);
+    /* entropy of softmax, only meaningful for a finite row (-inf entries are
+     * masked tokens with probability 0) */
+    if (out->nan == 0 && out->pinf == 0 && bad < n) {
+        double z = 0, ez = 0;
+        for (int i = 0; i < n; i++) if (isfinite(row[i])) { double e = exp((double)row[i] - mx); z += e; ez += e * ((double)row[i] - mx); }
+        out->entropy = log(z) - ez / z;
+    } else out->entropy = NAN;
+    /* top-k by insertion into a small sorted array (k <= 64) */
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        float v = row[i];
+        if (!isfinite(v)) continue;
+        if (m == k && v <= out->topk_vals[m - 1]) continue;
+        int j = m < k ? m++ : m - 1;
+        while (j > 0 && out->topk_vals[j - 1] < v) { out->topk_vals[j] = out->topk_vals[j - 1]; out->topk_ids[j] = out->topk_ids[j - 1]; j--; }
+        out->topk_vals[j] = v; out->topk_ids[j] = i;
+    }
+    out->k = m;
+}

@@ -1,0 +1,406 @@
+/* analyze.c - trace analysis shared by bisect, report and the browser.
+ *
+ * Built on the reader's iterators: the propagation walk stops as soon as it
+ * has what it reports (the origin step's layer groups, the first KV-carried
+ * step and the first recurrence), so a trace that stays NaN for thousands of
+ * steps costs no more than one that recovers. The token-level definitions
+ * (token wall, repetition loop, out-of-vocabulary id) are the detectors'
+ * (tap/detect.h), recomputed here so walls and loops are dated from their
+ * first token and traces recorded without detectors are still judged. */
+#include "trace/analyze.h"
+#include "util.h"
+
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int bt_analyze_verify(const char *path)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    int rc = BT_OK;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &st, NULL) != SQLITE_OK) {
+        rc = bt_error(BT_EFORMAT, "%s: corrupt trace (integrity check: %s)", path, db ? sqlite3_errmsg(db) : "out of memory");
+        goto out;
+    }
+    sqlite3_busy_timeout(db, 2000);   /* a run may still be writing it */
+    int s = sqlite3_step(st);
+    const char *res = s == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
+    if (s != SQLITE_ROW) rc = bt_error(BT_EFORMAT, "%s: corrupt trace (integrity check: %s)", path, sqlite3_errmsg(db));
+    else if (!res || strcmp(res, "ok")) {
+        /* quick_check answers "*** in database main ***\nPage 6: ..."; keep one line */
+        char msg[256];
+        const char *m = res ? res : "no answer";
+        if (!strncmp(m, "*** in database main ***", 24)) m += 24;
+        size_t o = 0;
+        for (; *m && o + 1 < sizeof(msg); m++) {
+            if (*m == '\n') { if (o) { msg[o++] = ';'; if (o + 1 < sizeof(msg)) msg[o++] = ' '; } }
+            else msg[o++] = *m;
+        }
+        msg[o] = 0;
+        rc = bt_error(BT_EFORMAT, "%s: corrupt trace (integrity check: %s)", path, msg);
+    }
+out:
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return rc;
+}
+
+static const char *const prop_names[] = { "origin", "forward", "kv_cache", "recur" };
+const char *bt_prop_kind_name(int kind) { return kind >= 0 && kind < 4 ? prop_names[kind] : "?"; }
+
+static void bad_from_tap(const bt_trace_tap_row *t, bt_bad_tensor *b)
+{
+    memset(b, 0, sizeof(*b));
+    b->step = t->step;
+    b->pos = t->first_bad_pos;
+    b->layer = t->layer;
+    snprintf(b->op, sizeof(b->op), "%s", t->op ? t->op : "?");
+    snprintf(b->tensor, sizeof(b->tensor), "%s", t->name ? t->name : "?");
+    b->first_bad_index = t->first_bad_index;
+    b->n = t->n;
+    b->nan = t->nan;
+    b->pinf = t->pinf;
+    b->ninf = t->ninf;
+}
+
+static int push_link(bt_analysis *x, int kind, const bt_bad_tensor *t, int n_bad)
+{
+    bt_prop_link *p = realloc(x->prop, (size_t)(x->n_prop + 1) * sizeof(*p));
+    if (!p) return bt_error(BT_ENOMEM, "out of memory");
+    x->prop = p;
+    p[x->n_prop].kind = kind;
+    p[x->n_prop].t = *t;
+    p[x->n_prop].n_bad = n_bad;
+    x->n_prop++;
+    return BT_OK;
+}
+
+/* ---- propagation ---- */
+
+typedef struct prop_walk {
+    bt_analysis *x;
+    int s0;
+    /* layer groups of the origin step: token_embd | layer 0 | ... | output_norm, logits */
+    bt_bad_tensor head;
+    int group_layer, n_in_group, n_groups;
+    bool group_post;
+    /* later steps */
+    int last_step;
+    bool seen_kv, seen_recur;
+} prop_walk;
+
+static int flush_group(prop_walk *w)
+{
+    if (!w->n_in_group) return BT_OK;
+    int rc = push_link(w->x, w->n_groups == 1 ? BT_PROP_ORIGIN : BT_PROP_FORWARD, &w->head, w->n_in_group);
+    w->n_in_group = 0;
+    return rc;
+}
+
+static int prop_cb(void *user, const bt_trace_tap_row *t)
+{
+    prop_walk *w = user;
+    bt_bad_tensor b;
+    bad_from_tap(t, &b);
+    int rc;
+    if (t->step == w->s0) {
+        bool post = t->layer < 0 && strcmp(b.op, "token_embd");
+        if (!w->n_in_group || t->layer != w->group_layer || post != w->group_post) {
+            if ((rc = flush_group(w))) return rc;
+            w->head = b;
+            w->group_layer = t->layer;
+            w->group_post = post;
+            w->n_groups++;
+        }
+        w->n_in_group++;
+        return 0;
+    }
+    if ((rc = flush_group(w))) return rc;
+    if (t->step == w->last_step) return 0;     /* only the first bad tensor of each later step */
+    w->last_step = t->step;
+    /* attn_ctx first means everything before it in this step, the layer's
+     * own attn_k and attn_v included, was finite: the bad values came out of
+     * the KV cache. Anything else first means the fault struck again. */
+    bool kv = !strcmp(b.op, "attn_ctx");
+    if (kv && !w->seen_kv) { w->seen_kv = true; if ((rc = push_link(w->x, BT_PROP_KV_CACHE, &b, 1))) return rc; }
+    else if (!kv && !w->seen_recur) { w->seen_recur = true; if ((rc = push_link(w->x, BT_PROP_RECUR, &b, 1))) return rc; }
+    return w->seen_kv && w->seen_recur ? 1 : 0;
+}
+
+static int analyze_nonfinite(bt_trace_reader *r, bt_analysis *x)
+{
+    bt_trace_tap_row first;
+    bool found = false;
+    int rc = bt_trace_first_nonfinite(r, &first, &found);
+    if (rc || !found) return rc;
+    x->has_nonfinite = true;
+    bad_from_tap(&first, &x->first);
+    prop_walk w = { .x = x, .s0 = first.step, .group_layer = -2, .last_step = first.step };
+    rc = bt_trace_bad_each(r, first.step, prop_cb, &w);
+    if (rc < 0) return rc;
+    return flush_group(&w);
+}
+
+/* ---- events ---- */
+
+static bool degenerate_kind(const char *k)
+{
+    static const char *const kinds[] = { "nonfinite_logits", "argmax_fallthrough", "oov_token", "token_wall",
+                                         "repetition_loop", "special_leak", "crash" };
+    for (size_t i = 0; i < BT_ARRAY_SIZE(kinds); i++) if (!strcmp(k, kinds[i])) return true;
+    return false;
+}
+
+static void set_degen(bt_analysis *x, int step, int pos, const char *kind, const char *detail)
+{
+    if (x->has_degenerate && x->degen_step <= step) return;
+    x->has_degenerate = true;
+    x->degen_step = step;
+    x->degen_pos = pos;
+    snprintf(x->degen_kind, sizeof(x->degen_kind), "%s", kind);
+    snprintf(x->degen_detail, sizeof(x->degen_detail), "%s", detail);
+}
+
+typedef struct event_walk { bt_analysis *x; int stop_step; } event_walk;
+
+static int event_cb(void *user, const bt_trace_event_row *ev)
+{
+    event_walk *w = user;
+    bt_analysis *x = w->x;
+    const char *kind = ev->kind ? ev->kind : "?";
+    x->n_events++;
+    int k = 0;
+    while (k < x->n_event_kinds && strcmp(x->events[k].kind, kind)) k++;
+    if (k == x->n_event_kinds) {
+        bt_event_count *e = realloc(x->events, (size_t)(k + 1) * sizeof(*e));
+        if (!e) return bt_error(BT_ENOMEM, "out of memory");
+        x->events = e;
+        memset(&e[k], 0, sizeof(e[k]));
+        snprintf(e[k].kind, sizeof(e[k].kind), "%s", kind);
+        e[k].first_step = -1;
+        x->n_event_kinds++;
+    }
+    x->events[k].count++;
+    if (ev->step >= 0 && (x->events[k].first_step < 0 || ev->step < x->events[k].first_step)) x->events[k].first_step = ev->step;
+    if (!strcmp(kind, "crash")) x->has_crash = true;
+    /* The end-of-generation token that stopped the run is a control token
+     * at the end of the text, not a leak in the middle of it. */
+    bool natural_end = !strcmp(kind, "special_leak") && ev->step >= 0 && ev->step == w->stop_step;
+    if (ev->step >= 0 && degenerate_kind(kind) && !natural_end) set_degen(x, ev->step, ev->pos, kind, ev->detail ? ev->detail : kind);
+    return 0;
+}
+
+/* ---- tokens ---- */
+
+typedef struct gen_tok { int step, pos; int32_t id; } gen_tok;
+typedef struct tok_list {
+    gen_tok *g;
+    int n, cap;
+    bool gen_only;
+    bool ended_by_stop;         /* the last generated token carries finish_reason "stop" */
+} tok_list;
+
+static int tok_cb(void *user, const bt_trace_token_row *t)
+{
+    tok_list *l = user;
+    bool gen = t->role && !strcmp(t->role, "gen");
+    if (l->gen_only && !gen) return 0;
+    if (!l->gen_only && !gen && !(t->role && !strcmp(t->role, "prompt"))) return 0;
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 256;
+        gen_tok *g = realloc(l->g, (size_t)cap * sizeof(*g));
+        if (!g) return bt_error(BT_ENOMEM, "out of memory");
+        l->g = g;
+        l->cap = cap;
+    }
+    /* pos of a prompt row is its input position; step -1 marks it for the sequence */
+    l->g[l->n++] = (gen_tok){ .step = gen ? t->step : -1, .pos = t->pos, .id = t->id };
+    if (gen) l->ended_by_stop = t->finish_reason && !strcmp(t->finish_reason, "stop");
+    return 0;
+}
+
+typedef struct piece_find { int32_t id; char *buf; size_t cap; bool found; } piece_find;
+
+static int piece_cb(void *user, const bt_trace_token_row *t)
+{
+    piece_find *p = user;
+    if (t->id != p->id || !t->piece) return 0;
+    size_t o = 0;
+    for (size_t i = 0; i < t->piece_len && o + 5 < p->cap; i++) {
+        unsigned char ch = (unsigned char)t->piece[i];
+        if (ch < 0x20 || ch == 0x7f || ch == '\'' || ch == '\\') o += (size_t)snprintf(p->buf + o, p->cap - o, "\\x%02x", ch);
+        else p->buf[o++] = (char)ch;
+    }
+    p->buf[o] = 0;
+    p->found = true;
+    return 1;
+}
+
+int bt_analyze_piece(bt_trace_reader *r, int32_t id, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    piece_find p = { .id = id, .buf = buf, .cap = cap };
+    int rc = bt_trace_tokens_each(r, 0, 0, piece_cb, &p);
+    return rc < 0 ? rc : BT_OK;
+}
+
+int bt_analyze_sequence(bt_trace_reader *r, int32_t **ids, int *n, int *n_prompt)
+{
+    *ids = NULL; *n = 0; *n_prompt = 0;
+    tok_list l = { 0 };
+    int rc = bt_trace_tokens_each(r, 0, 0, tok_cb, &l);
+    if (rc < 0) { free(l.g); return rc; }
+    int32_t *out = malloc((size_t)(l.n ? l.n : 1) * sizeof(int32_t));
+    if (!out) { free(l.g); return bt_error(BT_ENOMEM, "out of memory"); }
+    /* prompt first (trail order), then generated tokens (trail order) */
+    int k = 0;
+    for (int i = 0; i < l.n; i++) if (l.g[i].step < 0) out[k++] = l.g[i].id;
+    *n_prompt = k;
+    for (int i = 0; i < l.n; i++) if (l.g[i].step >= 0) out[k++] = l.g[i].id;
+    free(l.g);
+    *ids = out;
+    *n = k;
+    return BT_OK;
+}
+
+static int analyze_tokens(bt_trace_reader *r, bt_analysis *x, const gen_tok *g, int n)
+{
+    char piece[96], detail[256];
+    int rc;
+    for (int i = 0; i < n; i++) {
+        if (g[i].id < 0 || (x->n_vocab > 0 && g[i].id >= x->n_vocab)) {
+            snprintf(detail, sizeof(detail), "step %d: id %d is outside the vocabulary (%d)", g[i].step, g[i].id, x->n_vocab);
+            set_degen(x, g[i].step, g[i].pos, "oov_token", detail);
+            break;
+        }
+    }
+    for (int i = 0; i < n; ) {
+        int j = i;
+        while (j < n && g[j].id == g[i].id) j++;
+        if (j - i >= 8) {
+            if ((rc = bt_analyze_piece(r, g[i].id, piece, sizeof(piece)))) return rc;
+            snprintf(detail, sizeof(detail), "token %d ('%s') repeated %d times from step %d", g[i].id, piece, j - i, g[i].step);
+            set_degen(x, g[i].step, g[i].pos, "token_wall", detail);
+            break;
+        }
+        i = j;
+    }
+    for (int i = 0; i < n; i++) {
+        if (x->has_degenerate && g[i].step >= x->degen_step) break;
+        for (int p = 2; p <= 16 && i + 4 * p <= n; p++) {
+            bool constant = true, periodic = true;
+            for (int k = 1; k < p && constant; k++) constant = g[i + k].id == g[i].id;
+            if (constant) continue;   /* a wall, not a loop */
+            for (int k = p; k < 4 * p && periodic; k++) periodic = g[i + k].id == g[i + k - p].id;
+            if (!periodic) continue;
+            int end = i + 4 * p;
+            while (end < n && g[end].id == g[end - p].id) end++;
+            snprintf(detail, sizeof(detail), "a period of %d tokens repeated %d times from step %d", p, (end - i) / p, g[i].step);
+            set_degen(x, g[i].step, g[i].pos, "repetition_loop", detail);
+            return BT_OK;
+        }
+    }
+    return BT_OK;
+}
+
+/* ---- the argmax explanation ---- */
+
+/* "step 9: logits all NaN; rule first -> id 0 ('!'); repeated 55 times" */
+static int explain(bt_trace_reader *r, bt_analysis *x, const gen_tok *g, int n)
+{
+    bt_trace_logits_row li;
+    bool bad_row = false;
+    int rc = bt_trace_first_bad_logits(r, &li, &bad_row);
+    if (rc) return rc;
+    char what[160], piece[96], rule[64];
+    int step;
+    int32_t id;
+    if (bad_row) {
+        step = li.step;
+        x->bad_logits_step = step;
+        id = li.chosen;
+        int64_t bad = li.nan + li.pinf + li.ninf;
+        if (li.nan == li.n_vocab) snprintf(what, sizeof(what), "logits all NaN");
+        else if (bad >= li.n_vocab)
+            snprintf(what, sizeof(what), "logits all non-finite (%lld NaN, %lld +Inf, %lld -Inf)",
+                     (long long)li.nan, (long long)li.pinf, (long long)li.ninf);
+        else
+            snprintf(what, sizeof(what), "logits partly non-finite (%lld NaN, %lld +Inf, %lld -Inf of %d)",
+                     (long long)li.nan, (long long)li.pinf, (long long)li.ninf, li.n_vocab);
+        snprintf(rule, sizeof(rule), "rule %s", li.rule[0] ? li.rule : "?");
+        char d[256];
+        snprintf(d, sizeof(d), "step %d: %s", step, what);
+        set_degen(x, step, li.pos, "nonfinite_logits", d);
+    } else if (x->has_degenerate) {
+        /* Finite logits: the argmax was a legitimate choice of a damaged model. */
+        step = x->degen_step;
+        id = INT32_MIN;
+        for (int i = 0; i < n; i++) if (g[i].step == step) { id = g[i].id; break; }
+        if (id == INT32_MIN) {
+            snprintf(x->explanation, sizeof(x->explanation), "step %d: %s", step, x->degen_detail);
+            return BT_OK;
+        }
+        bt_trace_logits_row fl[4];
+        int nl = 0;
+        if ((rc = bt_trace_step_logits(r, step, fl, 4, &nl))) return rc;
+        snprintf(rule, sizeof(rule), "argmax %s", nl > 0 && fl[nl - 1].rule[0] ? fl[nl - 1].rule : "");
+        snprintf(what, sizeof(what), "logits finite");
+    } else return BT_OK;
+
+    int start = 0;
+    while (start < n && g[start].step < step) start++;
+    int reps = 0;
+    while (start + reps < n && g[start + reps].id == id) reps++;
+    char tail[96];
+    if (reps > 1) snprintf(tail, sizeof(tail), "; repeated %d times", reps);
+    else tail[0] = 0;
+    if (!bad_row) {
+        size_t l = strlen(tail);
+        snprintf(tail + l, sizeof(tail) - l, " (%s)", x->degen_kind);
+    }
+    if (id < 0 || (x->n_vocab > 0 && id >= x->n_vocab))
+        snprintf(x->explanation, sizeof(x->explanation), "step %d: %s; %s -> id %d, outside the vocabulary (%d)%s",
+                 step, what, rule, id, x->n_vocab, tail);
+    else {
+        if ((rc = bt_analyze_piece(r, id, piece, sizeof(piece)))) return rc;
+        snprintf(x->explanation, sizeof(x->explanation), "step %d: %s; %s -> id %d ('%s')%s", step, what, rule, id, piece, tail);
+    }
+    return BT_OK;
+}
+
+int bt_analyze(bt_trace_reader *r, bt_analysis *x)
+{
+    memset(x, 0, sizeof(*x));
+    x->degen_step = -1;
+    x->bad_logits_step = -1;
+    tok_list l = { .gen_only = true };
+    bt_trace_summary sum;
+    int rc = bt_trace_summary_get(r, &sum);
+    if (rc) goto out;
+    x->n_steps = (int)sum.n_steps;
+    x->n_tensors = sum.n_tensors;
+    const char *nv = bt_trace_meta_get(r, "n_vocab");
+    x->n_vocab = nv ? atoi(nv) : 0;
+    if ((rc = analyze_nonfinite(r, x))) goto out;
+    if ((rc = bt_trace_tokens_each(r, 0, 0, tok_cb, &l)) < 0) goto out;
+    x->n_gen = l.n;
+    event_walk w = { .x = x, .stop_step = l.n && l.ended_by_stop ? l.g[l.n - 1].step : -1 };
+    if ((rc = bt_trace_events_each(r, NULL, event_cb, &w)) < 0) goto out;
+    if ((rc = analyze_tokens(r, x, l.g, l.n))) goto out;
+    rc = explain(r, x, l.g, l.n);
+out:
+    free(l.g);
+    if (rc) bt_analysis_clear(x);
+    return rc < 0 ? rc : BT_OK;
+}
+
+void bt_analysis_clear(bt_analysis *x)
+{
+    free(x->prop);
+    free(x->events);
+    memset(x, 0, sizeof(*x));
+}

@@ -1,0 +1,86 @@
+/* analyze.h - what went wrong in a trace: the first non-finite tensor, how
+ * it spread, the first degenerate output step and why the argmax picked what
+ * it picked. Shared by `bisect`, `report` and the browser; built on the
+ * reader (trace/reader.h), so it never touches SQL itself.
+ *
+ * Functions return BT_OK or the reader's BT_E* (with its one-line message
+ * naming the trace file). */
+#ifndef BT_ANALYZE_H
+#define BT_ANALYZE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "trace/reader.h"
+
+/* One tensor that held a non-finite value at one step. */
+typedef struct bt_bad_tensor {
+    int step;
+    int pos;                 /* position holding the first non-finite value */
+    int layer;               /* -1 outside layers */
+    char op[32];
+    char tensor[64];
+    int first_bad_index;
+    int64_t n, nan, pinf, ninf;
+} bt_bad_tensor;
+
+enum bt_prop_kind {
+    BT_PROP_ORIGIN = 0,      /* the first non-finite tensor */
+    BT_PROP_FORWARD,         /* first bad tensor of a later layer group, same step */
+    BT_PROP_KV_CACHE,        /* later step: attn_ctx went bad while its inputs were finite */
+    BT_PROP_RECUR,           /* later step: the first bad tensor is not attn_ctx (the fault recurs) */
+};
+const char *bt_prop_kind_name(int kind);   /* "origin", "forward", "kv_cache", "recur" */
+
+typedef struct bt_prop_link {
+    int kind;
+    bt_bad_tensor t;
+    int n_bad;               /* bad tensors in this layer group at this step */
+} bt_prop_link;
+
+typedef struct bt_event_count {
+    char kind[32];
+    int count;
+    int first_step;          /* -1 when no event of the kind had a step */
+} bt_event_count;
+
+typedef struct bt_analysis {
+    int n_steps, n_tensors, n_vocab, n_gen;
+    bool has_nonfinite;
+    bt_bad_tensor first;             /* valid when has_nonfinite: the fields of v_first_nonfinite */
+    bt_prop_link *prop;              /* origin first, then forward links, then later steps */
+    int n_prop;
+    bool has_degenerate;
+    int degen_step, degen_pos;       /* first degenerate output step (-1 if none) */
+    char degen_kind[32];             /* token_wall, nonfinite_logits, ... */
+    char degen_detail[256];
+    int bad_logits_step;             /* first step with non-finite logits, -1 if none */
+    char explanation[512];           /* one sentence; "" when there is nothing to explain */
+    bt_event_count *events;          /* per kind, in order of first appearance */
+    int n_event_kinds, n_events;
+    bool has_crash;
+} bt_analysis;
+
+/* Full integrity check of the file behind a trace (SQLite quick_check: every
+ * page of every table and index). The reader validates only what it must at
+ * open so the browser opens a 1 GB trace instantly; batch commands that
+ * draw conclusions from the whole file (bisect, report) call this too, so a
+ * damaged page is a clear BT_EFORMAT instead of a quietly partial answer. */
+int bt_analyze_verify(const char *path);
+
+/* Fill *out (cleared first; clear it with bt_analysis_clear). */
+int bt_analyze(bt_trace_reader *r, bt_analysis *out);
+void bt_analysis_clear(bt_analysis *x);
+/* Something worth exit status 1: non-finite, degenerate output or a crash. */
+static inline bool bt_analysis_found(const bt_analysis *x) { return x->has_nonfinite || x->has_degenerate || x->has_crash; }
+
+/* The token sequence by position: prompt tokens, then generated ones, so
+ * ids[p] is the input at position p (what a teacher-forced replay feeds).
+ * *ids malloc'd; *n_prompt counts the prompt part. */
+int bt_analyze_sequence(bt_trace_reader *r, int32_t **ids, int *n, int *n_prompt);
+/* The piece of token id as the trace's token trail spells it, printable
+ * (control bytes, quotes and backslashes escaped as \xNN); "" when the id
+ * never appears or the pieces were redacted. */
+int bt_analyze_piece(bt_trace_reader *r, int32_t id, char *buf, size_t cap);
+
+#endif

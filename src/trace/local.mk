@@ -1,0 +1,18 @@
+# src/trace/local.mk - the trace store: writer, reader, `bangtrace export`,
+# and traces/schema.sql embedded into the binary as a C string. The string
+# is generated with sed (no xxd) into the build tree, so it works out of
+# tree and in `make distcheck` (traces/ is distributed; schema.c is not).
+libbangtrace_a_SOURCES += src/trace/trace.h src/trace/writer.c src/trace/reader.h src/trace/reader.c \
+	src/cmd_export.c
+nodist_libbangtrace_a_SOURCES += src/trace/schema.c
+BUILT_SOURCES += src/trace/schema.c
+CLEANFILES += src/trace/schema.c
+
+src/trace/schema.c: $(top_srcdir)/traces/schema.sql
+	$(AM_V_GEN)$(MKDIR_P) src/trace && { \
+	  echo '/* Generated from traces/schema.sql by src/trace/local.mk. Do not edit. */'; \
+	  echo 'const char bt_trace_schema_sql[] ='; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $(top_srcdir)/traces/schema.sql; \
+	  echo ';'; } > $@-t && mv -f $@-t $@
+# analysis shared by bisect, report and the browser; the two commands
+libbangtrace_a_SOURCES += src/trace/analyze.h src/trace/analyze.c src/cmd_bisect.c src/cmd_report.c

@@ -1,0 +1,816 @@
+/* reader.c - read-only, validated access to a trace (see reader.h).
+ *
+ * Opening checks, in order, before any query: the file exists and starts
+ * with the SQLite magic; the header's page count fits in the file (a
+ * truncated copy fails here instead of deep inside a query); SQLite opens it
+ * read-only; application_id is bangtrace's; user_version is one we read; the
+ * meta table is there. meta and tensors are small and read once; everything
+ * else is a prepared, indexed query run on demand. Any SQLITE_CORRUPT /
+ * SQLITE_NOTADB later on is reported as BT_EFORMAT naming the file. */
+#include "trace/reader.h"
+#include "trace/trace.h"
+#include "util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zstd.h>
+
+enum {
+    Q_STEP, Q_STEPS, Q_BLOB, Q_BAD_STEP, Q_FIRST_BAD_STEP, Q_BAD_FROM, Q_TOK_SEQ, Q_TOK_STEPS,
+    Q_LOGITS, Q_FIRST_BAD_LOGITS, Q_ROW, Q_EVENTS, Q_EVENTS_KIND, Q_BTS, Q_SERIES, Q_COUNT
+};
+
+static const char *const q_sql[Q_COUNT] = {
+    [Q_STEP] = "SELECT step, model, kind, pos0, n_pos, ms FROM steps WHERE step = ?1",
+    [Q_STEPS] = "SELECT step, model, kind, pos0, n_pos, ms FROM steps WHERE step >= ?1 ORDER BY step LIMIT ?2",
+    [Q_BLOB] = "SELECT s.model, s.n_pos, b.stats FROM steps s LEFT JOIN tap_blobs b ON b.step = s.step WHERE s.step = ?1",
+    [Q_BAD_STEP] = "SELECT idx, nan, pinf, ninf, first_bad_index, first_bad_pos, min, max, mean, rms"
+                   " FROM tap_bad WHERE step = ?1 AND model = ?2 ORDER BY idx",
+    [Q_FIRST_BAD_STEP] = "SELECT min(step) FROM tap_bad",
+    [Q_BAD_FROM] = "SELECT b.step, b.model, b.idx, b.nan, b.pinf, b.ninf, b.first_bad_index, b.first_bad_pos,"
+                   " b.min, b.max, b.mean, b.rms, s.n_pos FROM tap_bad b LEFT JOIN steps s ON s.step = b.step"
+                   " WHERE b.step >= ?1 ORDER BY b.step, b.model, b.idx",
+    [Q_TOK_SEQ] = "SELECT seq, step, pos, token_id, piece, role, logprob, finish_reason FROM tokens"
+                  " WHERE seq >= ?1 ORDER BY seq",
+    [Q_TOK_STEPS] = "SELECT seq, step, pos, token_id, piece, role, logprob, finish_reason FROM tokens"
+                    " WHERE step BETWEEN ?1 AND ?2 ORDER BY step, seq",
+    [Q_LOGITS] = "SELECT l.step, l.pos, l.n_vocab, l.nan, l.pinf, l.ninf, l.max, l.argmax_first, l.argmax_torch,"
+                 " l.argmax_triton, l.rule, l.chosen, l.entropy, l.topk_ids, l.topk_vals,"
+                 " EXISTS (SELECT 1 FROM logit_rows r WHERE r.step = l.step AND r.pos = l.pos)"
+                 " FROM logits l WHERE l.step = ?1 ORDER BY l.pos",
+    [Q_FIRST_BAD_LOGITS] = "SELECT min(step) FROM logits WHERE nan + pinf + ninf > 0",
+    [Q_ROW] = "SELECT reason, dtype, encoding, n, data FROM logit_rows WHERE step = ?1 AND pos = ?2",
+    [Q_EVENTS] = "SELECT id, step, pos, kind, layer, op, tensor, detail FROM events ORDER BY id",
+    [Q_EVENTS_KIND] = "SELECT id, step, pos, kind, layer, op, tensor, detail FROM events WHERE kind = ?1 ORDER BY step, id",
+    [Q_BTS] = "SELECT id, event_id, step, kind, frames FROM backtraces ORDER BY id",
+    [Q_SERIES] = "SELECT s.step, s.model, s.n_pos, substr(b.stats, ?3 * 8 + 1, 8) FROM steps s JOIN tap_blobs b"
+                 " ON b.step = s.step WHERE s.step BETWEEN ?1 AND ?2 ORDER BY s.step",
+};
+
+struct bt_trace_reader {
+    sqlite3 *db;
+    char *path;
+    sqlite3_stmt *q[Q_COUNT];
+    char **meta_keys, **meta_vals;
+    int n_meta;
+    bt_trace_tensor_row *tensors;    /* ordered by (model, idx); strings owned */
+    int n_tensors;
+};
+
+/* ---- errors ---- */
+
+static int db_fail(bt_trace_reader *r, int rc, const char *what)
+{
+    int base = rc & 0xff;
+    if (base == SQLITE_CORRUPT || base == SQLITE_NOTADB || base == SQLITE_FORMAT || base == SQLITE_RANGE)
+        return bt_error(BT_EFORMAT, "%s: corrupt trace (%s: %s)", r->path, what, sqlite3_errmsg(r->db));
+    if (base == SQLITE_ERROR)   /* a missing table or column: not the schema we know */
+        return bt_error(BT_EFORMAT, "%s: not a bangtrace trace or damaged schema (%s: %s)", r->path, what,
+                        sqlite3_errmsg(r->db));
+    return bt_error(BT_EIO, "%s: %s: %s", r->path, what, sqlite3_errmsg(r->db));
+}
+
+static int prep(bt_trace_reader *r, int which, sqlite3_stmt **out)
+{
+    if (!r->q[which]) {
+        int rc = sqlite3_prepare_v3(r->db, q_sql[which], -1, SQLITE_PREPARE_PERSISTENT, &r->q[which], NULL);
+        if (rc != SQLITE_OK) return db_fail(r, rc, "preparing a query");
+    }
+    sqlite3_reset(r->q[which]);
+    sqlite3_clear_bindings(r->q[which]);
+    *out = r->q[which];
+    return BT_OK;
+}
+
+/* ---- column helpers ---- */
+
+static int col_int(sqlite3_stmt *s, int i)
+{
+    return sqlite3_column_type(s, i) == SQLITE_NULL ? -1 : sqlite3_column_int(s, i);
+}
+
+static double col_real(sqlite3_stmt *s, int i)
+{
+    return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
+}
+
+static const char *col_text(sqlite3_stmt *s, int i)
+{
+    return sqlite3_column_type(s, i) == SQLITE_NULL ? NULL : (const char *)sqlite3_column_text(s, i);
+}
+
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src ? src : "");
+}
+
+/* ---- open / close ---- */
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static int check_header(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) return bt_error(BT_EIO, "%s: cannot open trace: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) return bt_error(BT_EIO, "%s: cannot open trace: is a directory", path);
+    FILE *f = fopen(path, "rb");
+    if (!f) return bt_error(BT_EIO, "%s: cannot open trace: %s", path, strerror(errno));
+    unsigned char h[100];
+    size_t n = fread(h, 1, sizeof h, f);
+    fclose(f);
+    if (n == 0) return bt_error(BT_EFORMAT, "%s: not a bangtrace trace (empty file)", path);
+    if (n < sizeof h || memcmp(h, "SQLite format 3", 16) != 0)
+        return bt_error(BT_EFORMAT, "%s: not a bangtrace trace (not an SQLite database)", path);
+    uint32_t page = (uint32_t)h[16] << 8 | h[17];
+    if (page == 1) page = 65536;
+    uint32_t pages = (uint32_t)h[28] << 24 | (uint32_t)h[29] << 16 | (uint32_t)h[30] << 8 | h[31];
+    uint32_t change = (uint32_t)h[24] << 24 | (uint32_t)h[25] << 16 | (uint32_t)h[26] << 8 | h[27];
+    uint32_t valid_for = (uint32_t)h[92] << 24 | (uint32_t)h[93] << 16 | (uint32_t)h[94] << 8 | h[95];
+    if (page < 512 || (page & (page - 1)))
+        return bt_error(BT_EFORMAT, "%s: corrupt trace (page size %u in the header)", path, page);
+    /* The header's page count is only trustworthy when valid_for matches. */
+    if (valid_for == change && (int64_t)pages * page > (int64_t)st.st_size)
+        return bt_error(BT_EFORMAT, "%s: truncated trace (header declares %u pages of %u bytes, file holds %lld bytes)",
+                        path, pages, page, (long long)st.st_size);
+    return BT_OK;
+}
+
+static int pragma_int(bt_trace_reader *r, const char *sql, int64_t *out)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(r->db, sql, -1, &s, NULL);
+    if (rc != SQLITE_OK) return db_fail(r, rc, sql);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) *out = sqlite3_column_int64(s, 0);
+    else if (rc != SQLITE_DONE) { int e = db_fail(r, rc, sql); sqlite3_finalize(s); return e; }
+    else *out = 0;
+    sqlite3_finalize(s);
+    return BT_OK;
+}
+
+static int load_meta(bt_trace_reader *r)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(r->db, "SELECT key, value FROM meta ORDER BY key", -1, &s, NULL);
+    if (rc != SQLITE_OK)
+        return bt_error(BT_EFORMAT, "%s: not a bangtrace trace (no meta table: %s)", r->path, sqlite3_errmsg(r->db));
+    int cap = 0;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (r->n_meta == cap) {
+            cap = cap ? cap * 2 : 32;
+            char **k = realloc(r->meta_keys, cap * sizeof(char *));
+            if (k) r->meta_keys = k;
+            char **v = realloc(r->meta_vals, cap * sizeof(char *));
+            if (v) r->meta_vals = v;
+            if (!k || !v) { sqlite3_finalize(s); return bt_error(BT_ENOMEM, "%s: out of memory", r->path); }
+        }
+        const char *key = col_text(s, 0), *val = col_text(s, 1);
+        r->meta_keys[r->n_meta] = strdup(key ? key : "");
+        r->meta_vals[r->n_meta] = dup_or_null(val);
+        r->n_meta++;
+    }
+    if (rc != SQLITE_DONE) { int e = db_fail(r, rc, "reading meta"); sqlite3_finalize(s); return e; }
+    sqlite3_finalize(s);
+    return BT_OK;
+}
+
+static int load_tensors(bt_trace_reader *r)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(r->db, "SELECT model, idx, name, layer, op, width FROM tensors ORDER BY model, idx",
+                                -1, &s, NULL);
+    if (rc != SQLITE_OK) return db_fail(r, rc, "reading tensors");
+    int cap = 0;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (r->n_tensors == cap) {
+            cap = cap ? cap * 2 : 512;
+            bt_trace_tensor_row *t = realloc(r->tensors, cap * sizeof(*t));
+            if (!t) { sqlite3_finalize(s); return bt_error(BT_ENOMEM, "%s: out of memory", r->path); }
+            r->tensors = t;
+        }
+        bt_trace_tensor_row *t = &r->tensors[r->n_tensors++];
+        const char *model = col_text(s, 0), *name = col_text(s, 2), *op = col_text(s, 4);
+        t->model = strdup(model ? model : "target");
+        t->idx = sqlite3_column_int(s, 1);
+        t->name = strdup(name ? name : "?");
+        t->layer = col_int(s, 3);
+        t->op = strdup(op ? op : "?");
+        t->width = sqlite3_column_int(s, 5);
+        if (t->idx < 0 || t->idx > 1 << 20) {
+            sqlite3_finalize(s);
+            return bt_error(BT_EFORMAT, "%s: corrupt trace (tensor %s has slot %d)", r->path, t->name, t->idx);
+        }
+    }
+    if (rc != SQLITE_DONE) { int e = db_fail(r, rc, "reading tensors"); sqlite3_finalize(s); return e; }
+    sqlite3_finalize(s);
+    return BT_OK;
+}
+
+int bt_trace_open(const char *path, bt_trace_reader **out)
+{
+    *out = NULL;
+    int rc = check_header(path);
+    if (rc) return rc;
+    bt_trace_reader *r = calloc(1, sizeof(*r));
+    if (!r || !(r->path = strdup(path))) { free(r); return bt_error(BT_ENOMEM, "%s: out of memory", path); }
+    int src = sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+    if (src != SQLITE_OK) {
+        rc = bt_error(BT_EIO, "%s: cannot open trace: %s", path, r->db ? sqlite3_errmsg(r->db) : sqlite3_errstr(src));
+        goto fail;
+    }
+    sqlite3_extended_result_codes(r->db, 1);
+    int64_t app = 0, ver = 0;
+    if ((rc = pragma_int(r, "PRAGMA application_id", &app))) goto fail;
+    if ((uint32_t)app != BT_TRACE_APPLICATION_ID) {
+        rc = bt_error(BT_EFORMAT, "%s: not a bangtrace trace (SQLite file with application_id 0x%08x, expected 0x%08x)",
+                      path, (unsigned)app, (unsigned)BT_TRACE_APPLICATION_ID);
+        goto fail;
+    }
+    if ((rc = pragma_int(r, "PRAGMA user_version", &ver))) goto fail;
+    if (ver < 1) {
+        rc = bt_error(BT_EFORMAT, "%s: not a bangtrace trace (schema version %lld)", path, (long long)ver);
+        goto fail;
+    }
+    if (ver > BT_TRACE_SCHEMA_VERSION) {
+        rc = bt_error(BT_EFORMAT, "%s: trace schema version %lld is newer than this bangtrace reads (%d); upgrade bangtrace",
+                      path, (long long)ver, BT_TRACE_SCHEMA_VERSION);
+        goto fail;
+    }
+    if ((rc = load_meta(r)) || (rc = load_tensors(r))) goto fail;
+    if (!bt_trace_meta_get(r, "schema_version")) {
+        rc = bt_error(BT_EFORMAT, "%s: not a bangtrace trace (meta has no schema_version)", path);
+        goto fail;
+    }
+    /* Every query must compile against this file's schema: a damaged or
+     * foreign schema is reported now, not from deep inside a view. */
+    for (int i = 0; i < Q_COUNT; i++) {
+        int e = sqlite3_prepare_v3(r->db, q_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &r->q[i], NULL);
+        if (e != SQLITE_OK) { rc = db_fail(r, e, "checking the schema"); goto fail; }
+    }
+    *out = r;
+    return BT_OK;
+fail:
+    bt_trace_reader_close(r);
+    return rc;
+}
+
+void bt_trace_reader_close(bt_trace_reader *r)
+{
+    if (!r) return;
+    for (int i = 0; i < Q_COUNT; i++) sqlite3_finalize(r->q[i]);
+    if (r->db) sqlite3_close_v2(r->db);
+    for (int i = 0; i < r->n_meta; i++) { free(r->meta_keys[i]); free(r->meta_vals[i]); }
+    free(r->meta_keys);
+    free(r->meta_vals);
+    for (int i = 0; i < r->n_tensors; i++) {
+        free((char *)r->tensors[i].model);
+        free((char *)r->tensors[i].name);
+        free((char *)r->tensors[i].op);
+    }
+    free(r->tensors);
+    free(r->path);
+    free(r);
+}
+
+const char *bt_trace_reader_path(const bt_trace_reader *r) { return r->path; }
+
+/* ---- meta ---- */
+
+const char *bt_trace_meta_get(bt_trace_reader *r, const char *key)
+{
+    for (int i = 0; i < r->n_meta; i++)
+        if (!strcmp(r->meta_keys[i], key)) return r->meta_vals[i];
+    return NULL;
+}
+
+int bt_trace_meta_each(bt_trace_reader *r, int (*fn)(void *user, const char *key, const char *value), void *user)
+{
+    for (int i = 0; i < r->n_meta; i++) {
+        int s = fn(user, r->meta_keys[i], r->meta_vals[i]);
+        if (s) return s;
+    }
+    return BT_OK;
+}
+
+/* ---- tensors ---- */
+
+int bt_trace_tensors(bt_trace_reader *r, const char *model, const bt_trace_tensor_row **out, int *n)
+{
+    if (!model) model = "target";
+    int i = 0;
+    while (i < r->n_tensors && strcmp(r->tensors[i].model, model)) i++;
+    int j = i;
+    while (j < r->n_tensors && !strcmp(r->tensors[j].model, model)) j++;
+    *out = i < r->n_tensors ? &r->tensors[i] : NULL;
+    *n = j - i;
+    return BT_OK;
+}
+
+static const bt_trace_tensor_row *tensor_at(bt_trace_reader *r, const char *model, int idx)
+{
+    const bt_trace_tensor_row *t;
+    int n;
+    bt_trace_tensors(r, model, &t, &n);
+    /* Slots are dense in practice: try the direct index before searching. */
+    if (idx >= 0 && idx < n && t[idx].idx == idx) return &t[idx];
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (t[mid].idx == idx) return &t[mid];
+        if (t[mid].idx < idx) lo = mid + 1; else hi = mid - 1;
+    }
+    return NULL;
+}
+
+int bt_trace_tensor_find(bt_trace_reader *r, const char *model, const char *name)
+{
+    const bt_trace_tensor_row *t;
+    int n;
+    bt_trace_tensors(r, model, &t, &n);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(t[i].name, name)) return t[i].idx;
+    return -1;
+}
+
+/* ---- summary ---- */
+
+static int scalar(bt_trace_reader *r, const char *sql, int64_t *out)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(r->db, sql, -1, &s, NULL);
+    if (rc != SQLITE_OK) return db_fail(r, rc, "summary");
+    rc = sqlite3_step(s);
+    *out = -1;
+    if (rc == SQLITE_ROW) { if (sqlite3_column_type(s, 0) != SQLITE_NULL) *out = sqlite3_column_int64(s, 0); }
+    else if (rc != SQLITE_DONE) { int e = db_fail(r, rc, "summary"); sqlite3_finalize(s); return e; }
+    sqlite3_finalize(s);
+    return BT_OK;
+}
+
+int bt_trace_summary_get(bt_trace_reader *r, bt_trace_summary *o)
+{
+    memset(o, 0, sizeof(*o));
+    int64_t v;
+    int rc;
+#define Q(sql, field) do { if ((rc = scalar(r, sql, &v))) return rc; o->field = v; } while (0)
+    Q("SELECT count(*) FROM steps", n_steps);
+    Q("SELECT min(step) FROM steps", first_step);
+    Q("SELECT max(step) FROM steps", last_step);
+    Q("SELECT count(*) FROM tokens", n_tokens);
+    Q("SELECT count(*) FROM tokens WHERE role = 'prompt'", n_prompt_tokens);
+    Q("SELECT count(*) FROM events", n_events);
+    Q("SELECT min(step) FROM tap_bad", first_bad_step);
+    Q("SELECT min(step) FROM logits WHERE nan + pinf + ninf > 0", first_bad_logits_step);
+#undef Q
+    const bt_trace_tensor_row *t;
+    bt_trace_tensors(r, "target", &t, &o->n_tensors);
+    return BT_OK;
+}
+
+/* ---- steps ---- */
+
+static void read_step(sqlite3_stmt *s, bt_trace_step_row *o)
+{
+    o->step = sqlite3_column_int(s, 0);
+    copy_str(o->model, sizeof o->model, col_text(s, 1));
+    copy_str(o->kind, sizeof o->kind, col_text(s, 2));
+    o->pos0 = sqlite3_column_int(s, 3);
+    o->n_pos = sqlite3_column_int(s, 4);
+    o->ms = col_real(s, 5);
+}
+
+int bt_trace_step_get(bt_trace_reader *r, int step, bt_trace_step_row *out)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = prep(r, Q_STEP, &s);
+    if (rc) return rc;
+    sqlite3_bind_int(s, 1, step);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) { read_step(s, out); sqlite3_reset(s); return BT_OK; }
+    if (rc == SQLITE_DONE) return bt_error(BT_ENOTFOUND, "%s: no step %d in the trace", r->path, step);
+    return db_fail(r, rc, "reading steps");
+}
+
+int bt_trace_steps(bt_trace_reader *r, int from, int max, bt_trace_step_row *out, int *n)
+{
+    *n = 0;
+    sqlite3_stmt *s = NULL;
+    int rc = prep(r, Q_STEPS, &s);
+    if (rc) return rc;
+    sqlite3_bind_int(s, 1, from);
+    sqlite3_bind_int(s, 2, max);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW && *n < max) read_step(s, &out[(*n)++]);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return db_fail(r, rc, "reading steps");
+    sqlite3_reset(s);
+    return BT_OK;
+}
+
+/* ---- taps ---- */
+
+static double bf16_at(const unsigned char *p, bool *none)
+{
+    uint16_t b = (uint16_t)(p[0] | p[1] << 8);
+    if (b == 0x7fc0) { *none = true; return NAN; }
+    *none = false;
+    return bt_bf16_to_f32(b);
+}
+
+/* Fill a tap from 8 packed bytes (stats of one slot). */
+static void tap_from_packed(bt_trace_tap_row *o, const bt_trace_tensor_row *t, int step, int n_pos, const unsigned char *p)
+{
+    memset(o, 0, sizeof(*o));
+    o->step = step;
+    o->idx = t->idx;
+    o->layer = t->layer;
+    o->name = t->name;
+    o->op = t->op;
+    o->n = (int64_t)n_pos * t->width;
+    bool none[4];
+    o->min = bf16_at(p, &none[0]);
+    o->max = bf16_at(p + 2, &none[1]);
+    o->mean = bf16_at(p + 4, &none[2]);
+    o->rms = bf16_at(p + 6, &none[3]);
+    o->recorded = !(none[0] && none[1] && none[2] && none[3]);
+    o->absmax = fmax(fabs(o->min), fabs(o->max));
+    o->first_bad_index = o->first_bad_pos = -1;
+}
+
+/* Overlay a tap_bad row (columns from..from+9: nan pinf ninf fbi fbp min max mean rms). */
+static void tap_apply_bad(bt_trace_tap_row *o, sqlite3_stmt *s, int c)
+{
+    o->nan = sqlite3_column_int64(s, c);
+    o->pinf = sqlite3_column_int64(s, c + 1);
+    o->ninf = sqlite3_column_int64(s, c + 2);
+    o->first_bad_index = col_int(s, c + 3);
+    o->first_bad_pos = col_int(s, c + 4);
+    o->min = col_real(s, c + 5);
+    o->max = col_real(s, c + 6);
+    o->mean = col_real(s, c + 7);
+    o->rms = col_real(s, c + 8);
+    o->absmax = fmax(fabs(o->min), fabs(o->max));
+    o->recorded = true;
+}
+
+int bt_trace_step_taps(bt_trace_reader *r, int step, bt_trace_tap_row **out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *s = NULL;
+    int rc = prep(r, Q_BLOB, &s);
+    if (rc) return rc;
+    sqlite3_bind_int(s, 1, step);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE) return bt_error(BT_ENOTFOUND, "%s: no step %d in the trace", r->path, step);
+    if (rc != SQLITE_ROW) return db_fail(r, rc, "reading tap_blobs");
+    char model[16];
+    copy_str(model, sizeof model, col_text(s, 0));
+    int n_pos = sqlite3_column_int(s, 1);
+    const unsigned char *blob = sqlite3_column_blob(s, 2);
+    int bytes = sqlite3_column_bytes(s, 2);
+    const bt_trace_tensor_row *t;
+    int nt;
+    bt_trace_tensors(r, model, &t, &nt);
+    if (!blob || nt == 0) { sqlite3_reset(s); return BT_OK; }
+    bt_trace_tap_row *taps = calloc(nt, sizeof(*taps));
+    if (!taps) { sqlite3_reset(s); return bt_error(BT_ENOMEM, "%s: out of memory", r->path); }
+    static const unsigned char none[8] = { 0xc0, 0x7f, 0xc0, 0x7f, 0xc0, 0x7f, 0xc0, 0x7f };
+    for (int i = 0; i < nt; i++) {
+        /* A blob shorter than the tensor list (tensors registered after
+         * this step) reads as "no value" rather than past its end. */
+        const unsigned char *p = (t[i].idx + 1) * 8 <= bytes ? blob + t[i].idx * 8 : none;
+        tap_from_packed(&taps[i], &t[i], step, n_pos, p);
+    }
+    sqlite3_reset(s);
+    if ((rc = prep(r, Q_BAD_STEP, &s))) { free(taps); return rc; }
+    sqlite3_bind_int(s, 1, step);
+    sqlite3_bind_text(s, 2, model, -1, SQLITE_TRANSIENT);
+    int j = 0;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        int idx = sqlite3_column_int(s, 0);
+        while (j < nt && t[j].idx < idx) j++;
+        if (j < nt && t[j].idx == idx) tap_apply_bad(&taps[j], s, 1);
+    }
+    if (rc != SQLITE_DONE) { free(taps); return db_fail(r, rc, "reading tap_bad"); }
+    sqlite3_reset(s);
+    *out = taps;
+    *n = nt;
+    return BT_OK;
+}
+
+int bt_trace_tap_series(bt_trace_reader *r, int idx, int from, int to,
+                        int (*fn)(void *user, const bt_trace_tap_row *tap), void *user)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = prep(r, Q_SERIES, &s);
+    if (rc) return rc;
+    sqlite3_bind_int(s, 1, from);
+    sqlite3_bind_int(s, 2, to);
+    sqlite3_bind_int(s, 3, idx);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        const bt_trace_tensor_row *t = tensor_at(r, col_text(s, 1) ? col_text(s, 1) : "target", idx);
+        if (!t || sqlite3_column_bytes(s, 3) != 8) continue;
+        bt_trace_tap_row tap;
+        tap_from_packed(&tap, t, sqlite3_column_int(s, 0), sqlite3_column_int(s, 2), sqlite3_column_blob(s, 3));
+        int stop = fn(user, &tap);
+        if (stop) { sqlite3_reset(s); return stop; }
+    }
+    if (rc != SQLITE_DONE) return db_fail(r, rc, "reading tap_blobs");
+    sqlite3_reset(s);
+    return BT_OK;
+}
+
+/* One row of Q_BAD_FROM into a tap (names from the tensor cache). */
+static void tap_from_bad_row(bt_trace_reader *r, sqlite3_stmt *s, bt_trace_tap_row *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->step = sqlite3_column_int(s, 0);
+    o->idx = sqlite3_column_int(s, 2);
+    const bt_trace_tensor_row *t = tensor_at(r, col_text(s, 1) ? col_text(s, 1) : "target", o->idx);
+    o->layer = t ? t->layer : -1;
+    o->name = t ? t->name : "?";
+    o->op = t ? t->op : "?";
+    o->n = t ? (int64_t)sqlite3_column_int(s, 12) * t->width : 0;
+    tap_apply_bad(o, s, 3);
+}
+
+int bt_trace_bad_each(bt_trace_reader *r, int from, int (*fn)(void *user, const bt_trace_tap_row *tap), void *user)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = prep(r, Q_BAD_FROM, &s);
+    if (rc) return rc;
+    sqlite3_bind_int(s, 1, from);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        bt_trace_tap_row tap;
+        tap_from_bad_row(r, s, &tap);
+        int stop = fn(user, &tap);
+        if (stop) { sqlite3_reset(s); return stop; }
+    }
+    if (rc != SQLITE_DONE) return db_fail(r, rc, "reading tap_bad");
+    sqlite3_reset(s);
+    return BT_OK;
+}
+
+static int first_bad_cb(void *user, const bt_trace_tap_row *tap)
+{
+    *(bt_trace_tap_row *)user = *tap;
+    return 1;
+}
+
+int bt_trace_first_nonfinite(bt_trace_reader *r, bt_trace_tap_row *out, bool *found)
+{
+    *found = false;
+    sqlite3_stmt *s = NULL;
+    int rc = prep(r, Q_FIRST_BAD_STEP, &s);
+    if (rc) return rc;
+    rc = sqlite3_step(s);
+    if (rc != SQLITE_ROW) return db_fail(r, rc, "reading tap_bad");
+    if (sqlite3_column_type(s, 0) == SQLITE_NULL) { sqlite3_reset(s); return BT_OK; }
+    int step = sqlite3_column_int(s, 0);
+    sqlite3_reset(s);
+    rc = bt_trace_bad_each(r, step, first_bad_cb, out);
+    if (rc < 0) return rc;
+    *found = rc == 1;
+    return BT_OK;
+}
+
+/* ---- tokens ---- */
+
+static void read_token(sqlite3_stmt *s, bt_trace_token_row *o)
+{
+    o->seq = sqlite3_column_int64(s, 0);
+    o->step = sqlite3_column_int(s, 1);
+    o->pos = sqlite3_column_int(s, 2);
+    o->id = sqlite3_column_int(s, 3);
+    o->piece = col_text(s, 4);
+    o->piece_len = o->piece ? (size_t)sqlite3_column_bytes(s, 4) : 0;
+    o->role = col_text(s, 5);
+    if (!o->role) o->role = "gen";
+    o->logprob = col_real(s, 6);
+    o->finish_reason = col_text(s, 7);
+}
+
+static int each_token(bt_trace_reader *r, sqlite3_stmt *s, int max,
+                      int (*fn)(void *user, const bt_trace_token_row *tok), void *user)
+{
+    int rc, count = 0;
+    while ((max <= 0 || count < max) && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        bt_trace_token_row tok;
+        read_token(s, &tok);
+        count++;
+        int stop = fn(user, &tok);
+        if (stop) { sqlite3_reset(s); return stop; }
+    }
+    if (max > 0 && count >= max) { sqlite3_reset(s); return BT_OK; }
+    if (rc != SQLITE_DONE) return db_fail(r, rc, "reading tokens");
+    sqlite3_reset(s);
+    return BT_OK;
+}
+
+int bt_trace_tokens_each(bt_trace_reader *r, int64_t from_seq, int max,
+                         int (*fn)(void *user, const bt_trace_token_row *tok), void *user)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = prep(r, Q_TOK_SEQ, &s);
+    if (rc) return rc;
+    sqlite3_bind_int64(s, 1, from_seq);
+    return each_token(r, s, max, fn, user);
+}
+
+int bt_trace_tokens_of_steps(bt_trace_reader *r, int from, int to,
+                             int (*fn)(void *user, const bt_trace_token_row *tok), void *user)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = prep(r, Q_TOK_STEPS, &s);
+    if (rc) return rc;
+    sqlite3_bind_int(s, 1, from);
+    sqlite3_bind_int(s, 2, to);
+    return each_token(r, s, 0, fn, user);
+}
+
+/* ---- logits ---- */
+
+/* Parse a JSON array of numbers ("null" = NAN) into up to max values. */
+static int parse_array(const char *s, double *v, int max)
+{
+    int n = 0;
+    if (!s) return 0;
+    while (*s == ' ') s++;
+    if (*s++ != '[') return 0;
+    while (*s && *s != ']' && n < max) {
+        while (*s == ' ' || *s == ',') s++;
+        if (*s == ']' || !*s) break;
+        if (!strncmp(s, "null", 4)) { v[n++] = NAN; s += 4; continue; }
+        char *end;
+        double d = strtod(s, &end);
+        if (end == s) break;
+        v[n++] = d;
+        s = end;
+    }
+    return n;
+}
+
+static void read_logits(sqlite3_stmt *s, bt_trace_logits_row *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->step = sqlite3_column_int(s, 0);
+    o->pos = sqlite3_column_int(s, 1);
+    o->n_vocab = sqlite3_column_int(s, 2);
+    o->nan = sqlite3_column_int64(s, 3);
+    o->pinf = sqlite3_column_int64(s, 4);
+    o->ninf = sqlite3_column_int64(s, 5);
+    o->max = col_real(s, 6);
+    o->argmax_first = col_int(s, 7);
+    o->argmax_torch = col_int(s, 8);
+    o->argmax_triton = col_int(s, 9);
+    copy_str(o->rule, sizeof o->rule, col_text(s, 10));
+    o->chosen = col_int(s, 11);
+    o->entropy = col_real(s, 12);
+    double ids[64], vals[64];
+    int ni = parse_array(col_text(s, 13), ids, 64);
+    int nv = parse_array(col_text(s, 14), vals, 64);
+    o->k = ni < nv ? ni : nv;
+    for (int i = 0; i < o->k; i++) { o->topk_ids[i] = (int32_t)ids[i]; o->topk_vals[i] = (float)vals[i]; }
+    o->has_row = sqlite3_column_int(s, 15) != 0;
+}
+
+int bt_trace_step_logits(bt_trace_reader *r, int step, bt_trace_logits_row *out, int max, int *n)
+{
+    *n = 0;
+    sqlite3_stmt *s = NULL;
+    int rc = prep(r, Q_LOGITS, &s);
+    if (rc) return rc;
+    sqlite3_bind_int(s, 1, step);
+    while (*n < max && (rc = sqlite3_step(s)) == SQLITE_ROW) read_logits(s, &out[(*n)++]);
+    if (*n < max && rc != SQLITE_DONE) return db_fail(r, rc, "reading logits");
+    sqlite3_reset(s);
+    return BT_OK;
+}
+
+int bt_trace_first_bad_logits(bt_trace_reader *r, bt_trace_logits_row *out, bool *found)
+{
+    *found = false;
+    sqlite3_stmt *s = NULL;
+    int rc = prep(r, Q_FIRST_BAD_LOGITS, &s);
+    if (rc) return rc;
+    rc = sqlite3_step(s);
+    if (rc != SQLITE_ROW) return db_fail(r, rc, "reading logits");
+    if (sqlite3_column_type(s, 0) == SQLITE_NULL) { sqlite3_reset(s); return BT_OK; }
+    int step = sqlite3_column_int(s, 0);
+    sqlite3_reset(s);
+    bt_trace_logits_row rows[8];
+    int n;
+    if ((rc = bt_trace_step_logits(r, step, rows, 8, &n))) return rc;
+    for (int i = 0; i < n; i++)
+        if (rows[i].nan + rows[i].pinf + rows[i].ninf > 0) { *out = rows[i]; *found = true; break; }
+    return BT_OK;
+}
+
+int bt_trace_logit_row_get(bt_trace_reader *r, int step, int pos, float **row, int *n, char reason[32])
+{
+    *row = NULL;
+    *n = 0;
+    sqlite3_stmt *s = NULL;
+    int rc = prep(r, Q_ROW, &s);
+    if (rc) return rc;
+    sqlite3_bind_int(s, 1, step);
+    sqlite3_bind_int(s, 2, pos);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE) return bt_error(BT_ENOTFOUND, "%s: no full logit row stored for step %d pos %d", r->path, step, pos);
+    if (rc != SQLITE_ROW) return db_fail(r, rc, "reading logit_rows");
+    if (reason) copy_str(reason, 32, col_text(s, 0));
+    const char *dtype = col_text(s, 1), *enc = col_text(s, 2);
+    int64_t count = sqlite3_column_int64(s, 3);
+    const void *data = sqlite3_column_blob(s, 4);
+    size_t bytes = (size_t)sqlite3_column_bytes(s, 4);
+    int es = dtype && !strcmp(dtype, "f32") ? 4 : dtype && !strcmp(dtype, "f16") ? 2 : 0;
+    bool zstd = enc && !strcmp(enc, "zstd"), raw = enc && !strcmp(enc, "raw");
+    if (!es || !(zstd || raw) || count <= 0 || count > (1 << 26)) {
+        sqlite3_reset(s);
+        return bt_error(BT_EFORMAT, "%s: logit row of step %d: unknown dtype '%s' / encoding '%s' / count %lld",
+                        r->path, step, dtype ? dtype : "", enc ? enc : "", (long long)count);
+    }
+    size_t want = (size_t)count * es;
+    unsigned char *buf = malloc(want);
+    float *f = malloc((size_t)count * sizeof(float));
+    if (!buf || !f) { free(buf); free(f); sqlite3_reset(s); return bt_error(BT_ENOMEM, "%s: out of memory", r->path); }
+    rc = BT_OK;
+    if (zstd) {
+        unsigned long long fsize = data ? ZSTD_getFrameContentSize(data, bytes) : ZSTD_CONTENTSIZE_ERROR;
+        size_t got = fsize == want ? ZSTD_decompress(buf, want, data, bytes) : 0;
+        if (fsize != want || ZSTD_isError(got) || got != want)
+            rc = bt_error(BT_EFORMAT, "%s: logit row of step %d does not decode (zstd frame of %zu bytes for %lld %s values)",
+                          r->path, step, bytes, (long long)count, dtype);
+    } else if (bytes != want) {
+        rc = bt_error(BT_EFORMAT, "%s: logit row of step %d holds %zu bytes, expected %zu", r->path, step, bytes, want);
+    } else {
+        memcpy(buf, data, want);
+    }
+    sqlite3_reset(s);
+    if (rc) { free(buf); free(f); return rc; }
+    for (int64_t i = 0; i < count; i++) {
+        if (es == 2) {
+            f[i] = bt_f16_to_f32((uint16_t)(buf[2 * i] | buf[2 * i + 1] << 8));
+        } else {
+            uint32_t u = (uint32_t)buf[4 * i] | (uint32_t)buf[4 * i + 1] << 8 | (uint32_t)buf[4 * i + 2] << 16 |
+                         (uint32_t)buf[4 * i + 3] << 24;
+            memcpy(&f[i], &u, 4);
+        }
+    }
+    free(buf);
+    *row = f;
+    *n = (int)count;
+    return BT_OK;
+}
+
+/* ---- events and backtraces ---- */
+
+int bt_trace_events_each(bt_trace_reader *r, const char *kind,
+                         int (*fn)(void *user, const bt_trace_event_row *ev), void *user)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = prep(r, kind ? Q_EVENTS_KIND : Q_EVENTS, &s);
+    if (rc) return rc;
+    if (kind) sqlite3_bind_text(s, 1, kind, -1, SQLITE_TRANSIENT);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        bt_trace_event_row ev = {
+            .id = sqlite3_column_int64(s, 0), .step = col_int(s, 1), .pos = col_int(s, 2),
+            .kind = col_text(s, 3), .layer = col_int(s, 4), .op = col_text(s, 5),
+            .tensor = col_text(s, 6), .detail = col_text(s, 7),
+        };
+        if (!ev.kind) ev.kind = "?";
+        int stop = fn(user, &ev);
+        if (stop) { sqlite3_reset(s); return stop; }
+    }
+    if (rc != SQLITE_DONE) return db_fail(r, rc, "reading events");
+    sqlite3_reset(s);
+    return BT_OK;
+}
+
+int bt_trace_backtraces_each(bt_trace_reader *r, int (*fn)(void *user, const bt_trace_backtrace_row *bt), void *user)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = prep(r, Q_BTS, &s);
+    if (rc) return rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        bt_trace_backtrace_row b = {
+            .id = sqlite3_column_int64(s, 0),
+            .event_id = sqlite3_column_type(s, 1) == SQLITE_NULL ? -1 : sqlite3_column_int64(s, 1),
+            .step = col_int(s, 2), .kind = col_text(s, 3), .frames = col_text(s, 4),
+        };
+        if (!b.kind) b.kind = "?";
+        if (!b.frames) b.frames = "";
+        int stop = fn(user, &b);
+        if (stop) { sqlite3_reset(s); return stop; }
+    }
+    if (rc != SQLITE_DONE) return db_fail(r, rc, "reading backtraces");
+    sqlite3_reset(s);
+    return BT_OK;
+}

@@ -1,0 +1,175 @@
+/* reader.h - read-only access to a bangtrace trace file.
+ *
+ * The queries that bisect, report, export and the browser share. Every one
+ * is an indexed lookup (primary key or one of the schema's indexes), so a
+ * screen of the browser costs the same on a 1 GB trace as on a 1 MB one;
+ * nothing here scans a whole table unless its name says so (…_each over a
+ * range the caller chooses).
+ *
+ * bt_trace_open() validates before anything else: the file must be SQLite,
+ * carry the bangtrace application_id, a user_version this build knows and a
+ * meta table; anything else is BT_EFORMAT (BT_EUNSUPPORTED for a newer
+ * schema, BT_EIO when the file cannot be opened) with a one-line message
+ * naming the file. No sqlite3 type crosses this header.
+ *
+ * Conventions: integers that SQL stores as NULL come back as -1 (layer,
+ * pos, step of an event) and reals as NAN; strings are borrowed from the
+ * reader and valid until the next call on the same reader (or, in a
+ * callback, until it returns). A callback returns 0 to go on, anything else
+ * to stop; the iterator then returns that value. */
+#ifndef BT_TRACE_READER_H
+#define BT_TRACE_READER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+/* The bangtrace SQLite application_id ('BTRC'), written by the writer. */
+#define BT_TRACE_APPLICATION_ID 0x42545243
+
+typedef struct bt_trace_reader bt_trace_reader;
+
+int bt_trace_open(const char *path, bt_trace_reader **out);
+void bt_trace_reader_close(bt_trace_reader *r);   /* NULL is a no-op */
+const char *bt_trace_reader_path(const bt_trace_reader *r);
+
+/* ---- run metadata ---- */
+
+/* The value of meta.key, or NULL when the key is absent (or NULL). The
+ * meta table is read once at open: the pointer is valid until close. */
+const char *bt_trace_meta_get(bt_trace_reader *r, const char *key);
+/* Every (key, value) in key order. */
+int bt_trace_meta_each(bt_trace_reader *r, int (*fn)(void *user, const char *key, const char *value), void *user);
+
+/* ---- overview ---- */
+
+/* Counts over the small per-step tables (steps, tokens, events) and
+ * indexed minima; it never touches tap_blobs. */
+typedef struct bt_trace_summary {
+    int64_t n_steps;            /* rows of steps */
+    int first_step, last_step;  /* -1 when there are none */
+    int64_t n_tokens, n_prompt_tokens;
+    int64_t n_events;
+    int first_bad_step;         /* first step with a non-finite tap, -1 if clean */
+    int first_bad_logits_step;  /* first step whose logit row had a non-finite value, -1 */
+    int n_tensors;              /* tensors of model 'target' */
+} bt_trace_summary;
+int bt_trace_summary_get(bt_trace_reader *r, bt_trace_summary *out);
+
+/* ---- tensors (cached at open; small) ---- */
+
+typedef struct bt_trace_tensor_row {
+    const char *model;          /* "target" | "draft" */
+    int idx;                    /* slot in the step's tap blob */
+    const char *name;           /* blk.3.ffn_gate */
+    int layer;                  /* -1 outside layers */
+    const char *op;             /* ffn_gate */
+    int width;
+} bt_trace_tensor_row;
+/* Tensors of model (NULL = "target") in slot order; borrowed, valid until close. */
+int bt_trace_tensors(bt_trace_reader *r, const char *model, const bt_trace_tensor_row **out, int *n);
+/* Slot of a tensor by name, or -1. */
+int bt_trace_tensor_find(bt_trace_reader *r, const char *model, const char *name);
+
+/* ---- steps ---- */
+
+typedef struct bt_trace_step_row {
+    int step;
+    char model[16];
+    char kind[16];              /* prefill | decode | verify | draft */
+    int pos0, n_pos;
+    double ms;                  /* NAN if not recorded (crashed mid-step) */
+} bt_trace_step_row;
+/* BT_ENOTFOUND when the step is not in the trace. */
+int bt_trace_step_get(bt_trace_reader *r, int step, bt_trace_step_row *out);
+/* Steps with step >= from, in order, at most max; *n = how many written. */
+int bt_trace_steps(bt_trace_reader *r, int from, int max, bt_trace_step_row *out, int *n);
+
+/* ---- taps ---- */
+
+typedef struct bt_trace_tap_row {
+    int step, idx, layer;       /* layer -1 outside layers */
+    const char *name, *op;      /* borrowed from the tensor cache */
+    int64_t n, nan, pinf, ninf;
+    double min, max, absmax, mean, rms;   /* bf16-rounded, or full precision when bad */
+    int first_bad_index, first_bad_pos;   /* -1 when finite */
+    bool recorded;              /* false: the slot held no stats this step (0x7fc0) */
+} bt_trace_tap_row;
+static inline bool bt_trace_tap_bad(const bt_trace_tap_row *t) { return t->nan | t->pinf | t->ninf; }
+
+/* Every tapped tensor of a step, decoded from the packed blob and merged
+ * with its tap_bad rows. *out is malloc'd (free() it), *n its length; a step
+ * without taps gives *out = NULL, *n = 0. BT_ENOTFOUND: no such step. */
+int bt_trace_step_taps(bt_trace_reader *r, int step, bt_trace_tap_row **out, int *n);
+/* One tensor slot across steps [from, to] (inclusive): fn once per step that
+ * has a blob. Reads one blob per step: the browser's per-tensor history. */
+int bt_trace_tap_series(bt_trace_reader *r, int idx, int from, int to,
+                        int (*fn)(void *user, const bt_trace_tap_row *tap), void *user);
+
+/* The first non-finite tap (lowest step, then slot = forward order); the
+ * fields of v_first_nonfinite. *found = false on a clean trace. */
+int bt_trace_first_nonfinite(bt_trace_reader *r, bt_trace_tap_row *out, bool *found);
+/* tap_bad rows with step >= from in (step, slot) order: the propagation. */
+int bt_trace_bad_each(bt_trace_reader *r, int from, int (*fn)(void *user, const bt_trace_tap_row *tap), void *user);
+
+/* ---- tokens ---- */
+
+typedef struct bt_trace_token_row {
+    int64_t seq;
+    int step, pos;
+    int32_t id;
+    const char *piece;          /* NULL after redaction */
+    size_t piece_len;           /* bytes (pieces may hold NUL or invalid UTF-8) */
+    const char *role;           /* prompt | gen | draft | bonus */
+    double logprob;             /* NAN when not recorded */
+    const char *finish_reason;  /* NULL except on the last generated token */
+} bt_trace_token_row;
+/* Tokens with seq >= from_seq, in trail order, until fn stops or max (<= 0: no limit). */
+int bt_trace_tokens_each(bt_trace_reader *r, int64_t from_seq, int max,
+                         int (*fn)(void *user, const bt_trace_token_row *tok), void *user);
+/* Tokens of steps [from, to] (uses the tokens_step index). */
+int bt_trace_tokens_of_steps(bt_trace_reader *r, int from, int to,
+                             int (*fn)(void *user, const bt_trace_token_row *tok), void *user);
+
+/* ---- logits ---- */
+
+typedef struct bt_trace_logits_row {
+    int step, pos, n_vocab;
+    int64_t nan, pinf, ninf;
+    double max, entropy;        /* NAN when NULL */
+    int32_t argmax_first, argmax_torch, argmax_triton, chosen;   /* -1 when NULL */
+    char rule[32];
+    int k;
+    int32_t topk_ids[64];
+    float topk_vals[64];
+    bool has_row;               /* a full row is stored for (step, pos) */
+} bt_trace_logits_row;
+/* Snapshots of a step (usually one; more on verify steps), in pos order. */
+int bt_trace_step_logits(bt_trace_reader *r, int step, bt_trace_logits_row *out, int max, int *n);
+/* First step whose logit snapshot has a non-finite value; *found false if none. */
+int bt_trace_first_bad_logits(bt_trace_reader *r, bt_trace_logits_row *out, bool *found);
+/* Decode a stored full row: *row is malloc'd (free()), *n elements;
+ * reason (if not NULL) gets first_nonfinite | collapse | full.
+ * BT_ENOTFOUND when no row is stored, BT_EFORMAT when it does not decode. */
+int bt_trace_logit_row_get(bt_trace_reader *r, int step, int pos, float **row, int *n, char reason[32]);
+
+/* ---- events and backtraces ---- */
+
+typedef struct bt_trace_event_row {
+    int64_t id;
+    int step, pos, layer;       /* -1 when NULL */
+    const char *kind, *op, *tensor, *detail;  /* op/tensor/detail may be NULL */
+} bt_trace_event_row;
+/* Events in id order; kind NULL = all kinds (kind uses the events_kind index). */
+int bt_trace_events_each(bt_trace_reader *r, const char *kind,
+                         int (*fn)(void *user, const bt_trace_event_row *ev), void *user);
+
+typedef struct bt_trace_backtrace_row {
+    int64_t id, event_id;       /* event_id -1 when NULL */
+    int step;
+    const char *kind;           /* first_nonfinite | crash */
+    const char *frames;         /* one frame per line */
+} bt_trace_backtrace_row;
+int bt_trace_backtraces_each(bt_trace_reader *r, int (*fn)(void *user, const bt_trace_backtrace_row *bt), void *user);
+
+#endif

@@ -1,0 +1,584 @@
+/* writer.c - the trace writer: one SQLite file per replayed request.
+ *
+ * Invariants:
+ * - WAL journal, synchronous=NORMAL: a commit costs no fsync, yet survives
+ *   kill -9 (the WAL is in the page cache; only power loss can lose it).
+ * - One transaction per step (step_begin .. step_end). Writes outside a step
+ *   autocommit. So after step_end returns the step is durable, and a file
+ *   left by a killed process holds every step up to the last committed one.
+ * - Tap statistics are buffered per tensor slot during a step and packed at
+ *   step_end into one tap_blobs row (bf16 min/max/mean/rms per slot; 0x7fc0
+ *   = no value). Tensors with a non-finite value also get a tap_bad row with
+ *   full precision, written as they arrive (inside the step's transaction).
+ * - Page size 16 KiB: a step blob of a 30-layer model is ~3.1 KB, and with
+ *   4 KiB pages SQLite would store one blob per page (4 KB/step); 16 KiB
+ *   pages hold five (3.3 KB/step), which is what keeps 1,000 steps < 4 MB.
+ * - in_sqlite is set around every sqlite3 call sequence, so the fatal-signal
+ *   path (bt_trace_crash_close) knows whether SQLite's state is consistent
+ *   enough to commit, and leaves it alone otherwise.
+ * Single-threaded: one thread drives a writer. */
+#include "trace/trace.h"
+#include "trace/reader.h"
+#include "util.h"
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zstd.h>
+
+extern const char bt_trace_schema_sql[];   /* generated from traces/schema.sql */
+
+#define MAX_MODELS 4
+#define PAGE_SIZE 16384
+
+enum {
+    ST_META, ST_TENSOR, ST_STEP, ST_BLOB, ST_BAD, ST_LOGITS, ST_ROW, ST_TOKEN, ST_FINISH,
+    ST_EVENT, ST_BT, ST_BEGIN, ST_COMMIT, ST_COUNT
+};
+
+static const char *const stmt_sql[ST_COUNT] = {
+    [ST_META] = "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
+    [ST_TENSOR] = "INSERT OR REPLACE INTO tensors(model, idx, name, layer, op, width) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    [ST_STEP] = "INSERT OR REPLACE INTO steps(step, model, kind, pos0, n_pos, ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    [ST_BLOB] = "INSERT OR REPLACE INTO tap_blobs(step, stats) VALUES (?1, ?2)",
+    [ST_BAD] = "INSERT OR REPLACE INTO tap_bad(step, model, idx, nan, pinf, ninf, first_bad_index, first_bad_pos,"
+               " min, max, mean, rms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    [ST_LOGITS] = "INSERT OR REPLACE INTO logits(step, pos, n_vocab, nan, pinf, ninf, max, argmax_first, argmax_torch,"
+                  " argmax_triton, rule, chosen, entropy, topk_ids, topk_vals)"
+                  " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+    [ST_ROW] = "INSERT OR REPLACE INTO logit_rows(step, pos, reason, dtype, encoding, n, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    [ST_TOKEN] = "INSERT INTO tokens(step, pos, token_id, piece, role, logprob, finish_reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    [ST_FINISH] = "UPDATE tokens SET finish_reason = ?1 WHERE seq = (SELECT max(seq) FROM tokens WHERE role <> 'prompt')",
+    [ST_EVENT] = "INSERT INTO events(step, pos, kind, layer, op, tensor, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    [ST_BT] = "INSERT INTO backtraces(event_id, step, kind, frames) VALUES (?1, ?2, ?3, ?4)",
+    [ST_BEGIN] = "BEGIN",
+    [ST_COMMIT] = "COMMIT",
+};
+
+struct bt_trace {
+    sqlite3 *db;
+    char *path;
+    sqlite3_stmt *st[ST_COUNT];
+    volatile sig_atomic_t in_sqlite;   /* inside an sqlite3 call sequence */
+    volatile sig_atomic_t crash_closed;
+    bool in_step;
+    /* the open step */
+    int step, pos0, n_pos;
+    char model[16], kind[16];
+    int slots;                         /* tensor slots of the step's model */
+    uint8_t *blob;                     /* slots * 8 bytes */
+    int blob_cap;
+    /* registered models and their slot counts */
+    struct { char name[16]; int slots; } models[MAX_MODELS];
+    int n_models;
+    /* scratch for logit rows */
+    void *raw, *z;
+    size_t raw_cap, z_cap;
+};
+
+/* A fatal signal that arrives while the writer is inside SQLite runs the
+ * crash hook, which calls back into the writer: SQLite's state is then
+ * unknown, so every entry point refuses (without formatting a message: this
+ * is signal-handler context). After bt_trace_crash_close, too. */
+#define REENTRY_GUARD(t) do { if ((t)->in_sqlite || (t)->crash_closed) return BT_EINTERNAL; } while (0)
+
+static int sql_fail(bt_trace *t, const char *what)
+{
+    return bt_error(BT_EIO, "%s: %s: %s", t->path, what, sqlite3_errmsg(t->db));
+}
+
+/* Run one prepared statement to completion and reset it. */
+static int run_stmt(bt_trace *t, int which, const char *what)
+{
+    sqlite3_stmt *s = t->st[which];
+    int rc = sqlite3_step(s);
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return sql_fail(t, what);
+    return BT_OK;
+}
+
+static int exec(bt_trace *t, const char *sql)
+{
+    char *err = NULL;
+    t->in_sqlite = 1;
+    int rc = sqlite3_exec(t->db, sql, NULL, NULL, &err);
+    t->in_sqlite = 0;
+    if (rc != SQLITE_OK) {
+        int r = bt_error(BT_EIO, "%s: %s: %s", t->path, sql, err ? err : sqlite3_errstr(rc));
+        sqlite3_free(err);
+        return r;
+    }
+    return BT_OK;
+}
+
+static void bind_text_or_null(sqlite3_stmt *s, int i, const char *v)
+{
+    if (v) sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC);
+    else sqlite3_bind_null(s, i);
+}
+
+static void bind_real_or_null(sqlite3_stmt *s, int i, double v)
+{
+    if (isfinite(v)) sqlite3_bind_double(s, i, v);
+    else sqlite3_bind_null(s, i);
+}
+
+static void bind_int_or_null(sqlite3_stmt *s, int i, int64_t v)
+{
+    if (v >= 0) sqlite3_bind_int64(s, i, v);
+    else sqlite3_bind_null(s, i);
+}
+
+static void iso_now(char buf[32])
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static int meta_put(bt_trace *t, const char *key, const char *value)
+{
+    t->in_sqlite = 1;
+    sqlite3_bind_text(t->st[ST_META], 1, key, -1, SQLITE_STATIC);
+    bind_text_or_null(t->st[ST_META], 2, value);
+    int rc = run_stmt(t, ST_META, "writing meta");
+    t->in_sqlite = 0;
+    return rc;
+}
+
+static void unlink_companions(const char *path)
+{
+    size_t n = strlen(path);
+    char *p = malloc(n + sizeof "-journal");
+    if (!p) return;
+    memcpy(p, path, n);
+    strcpy(p + n, "-wal"); unlink(p);
+    strcpy(p + n, "-shm"); unlink(p);
+    strcpy(p + n, "-journal"); unlink(p);
+    free(p);
+}
+
+static void free_trace(bt_trace *t)
+{
+    for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(t->st[i]);
+    if (t->db) sqlite3_close_v2(t->db);
+    free(t->blob);
+    free(t->raw);
+    free(t->z);
+    free(t->path);
+    free(t);
+}
+
+int bt_trace_create(const char *path, bt_trace **out)
+{
+    *out = NULL;
+    bt_trace *t = calloc(1, sizeof(*t));
+    if (!t || !(t->path = strdup(path))) { free(t); return bt_error(BT_ENOMEM, "%s: out of memory", path); }
+    if (unlink(path) != 0 && errno != ENOENT) {
+        int e = errno;
+        free_trace(t);
+        return bt_error(BT_EIO, "%s: cannot replace: %s", path, strerror(e));
+    }
+    unlink_companions(path);
+    int rc = sqlite3_open_v2(path, &t->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        int r = bt_error(BT_EIO, "%s: cannot create trace: %s", path, t->db ? sqlite3_errmsg(t->db) : sqlite3_errstr(rc));
+        free_trace(t);
+        return r;
+    }
+    sqlite3_extended_result_codes(t->db, 1);
+    char pragmas[256];
+    snprintf(pragmas, sizeof pragmas,
+             "PRAGMA page_size = %d; PRAGMA application_id = %d; PRAGMA user_version = %d;"
+             " PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;",
+             PAGE_SIZE, BT_TRACE_APPLICATION_ID, BT_TRACE_SCHEMA_VERSION);
+    char started[32], version[16];
+    iso_now(started);
+    snprintf(version, sizeof version, "%d", BT_TRACE_SCHEMA_VERSION);
+    if ((rc = exec(t, pragmas)) || (rc = exec(t, "BEGIN")) || (rc = exec(t, bt_trace_schema_sql)))
+        goto fail;
+    for (int i = 0; i < ST_COUNT; i++)
+        if (sqlite3_prepare_v3(t->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &t->st[i], NULL) != SQLITE_OK) {
+            rc = sql_fail(t, "preparing statements");
+            goto fail;
+        }
+    if ((rc = meta_put(t, "tool_version", PACKAGE_VERSION)) || (rc = meta_put(t, "schema_version", version)) ||
+        (rc = meta_put(t, "started_at", started)) || (rc = meta_put(t, "status", "running")) ||
+        (rc = exec(t, "COMMIT")))
+        goto fail;
+    *out = t;
+    return BT_OK;
+fail:
+    free_trace(t);
+    unlink(path);
+    unlink_companions(path);
+    return rc;
+}
+
+int bt_trace_meta(bt_trace *t, const char *key, const char *value)
+{
+    REENTRY_GUARD(t);
+    return meta_put(t, key, value);
+}
+
+static int model_slot(bt_trace *t, const char *model, bool add)
+{
+    for (int i = 0; i < t->n_models; i++)
+        if (!strcmp(t->models[i].name, model)) return i;
+    if (!add || t->n_models == MAX_MODELS || strlen(model) >= sizeof t->models[0].name) return -1;
+    snprintf(t->models[t->n_models].name, sizeof t->models[0].name, "%s", model);
+    t->models[t->n_models].slots = 0;
+    return t->n_models++;
+}
+
+int bt_trace_tensor(bt_trace *t, const char *model, int idx, const char *name, int layer, const char *op, int width)
+{
+    REENTRY_GUARD(t);
+    if (!model) model = "target";
+    int m = model_slot(t, model, true);
+    if (m < 0) return bt_error(BT_EINVAL, "%s: tensor %s: bad model name '%s'", t->path, name, model);
+    if (idx < 0 || idx > 1 << 20) return bt_error(BT_ERANGE, "%s: tensor %s: slot %d out of range", t->path, name, idx);
+    if (t->in_step) return bt_error(BT_EINVAL, "%s: tensor %s registered inside step %d", t->path, name, t->step);
+    sqlite3_stmt *s = t->st[ST_TENSOR];
+    t->in_sqlite = 1;
+    sqlite3_bind_text(s, 1, model, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 2, idx);
+    sqlite3_bind_text(s, 3, name, -1, SQLITE_STATIC);
+    bind_int_or_null(s, 4, layer);
+    sqlite3_bind_text(s, 5, op ? op : name, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 6, width);
+    int rc = run_stmt(t, ST_TENSOR, "writing tensors");
+    t->in_sqlite = 0;
+    if (!rc && idx + 1 > t->models[m].slots) t->models[m].slots = idx + 1;
+    return rc;
+}
+
+int bt_trace_step_begin(bt_trace *t, int step, const char *model, const char *kind, int pos0, int n_pos)
+{
+    REENTRY_GUARD(t);
+    if (t->in_step) return bt_error(BT_EINVAL, "%s: step %d begun while step %d is open", t->path, step, t->step);
+    if (!model) model = "target";
+    if (strlen(model) >= sizeof t->model || !kind || strlen(kind) >= sizeof t->kind)
+        return bt_error(BT_EINVAL, "%s: step %d: bad model or kind", t->path, step);
+    int m = model_slot(t, model, false);
+    int slots = m < 0 ? 0 : t->models[m].slots;
+    if (slots * 8 > t->blob_cap) {
+        uint8_t *b = realloc(t->blob, (size_t)slots * 8);
+        if (!b) return bt_error(BT_ENOMEM, "%s: out of memory for step %d", t->path, step);
+        t->blob = b;
+        t->blob_cap = slots * 8;
+    }
+    /* 0x7fc0 little-endian in every stat: "no value" until the tap arrives. */
+    for (int i = 0; i < slots * 4; i++) { t->blob[2 * i] = 0xc0; t->blob[2 * i + 1] = 0x7f; }
+    t->in_sqlite = 1;
+    int rc = run_stmt(t, ST_BEGIN, "beginning a step");
+    t->in_sqlite = 0;
+    if (rc) return rc;
+    t->step = step;
+    t->pos0 = pos0;
+    t->n_pos = n_pos;
+    t->slots = slots;
+    snprintf(t->model, sizeof t->model, "%s", model);
+    snprintf(t->kind, sizeof t->kind, "%s", kind);
+    t->in_step = true;
+    return BT_OK;
+}
+
+static void put_bf16(uint8_t *p, float v)
+{
+    uint16_t b = bt_f32_to_bf16(v);
+    p[0] = (uint8_t)(b & 0xff);
+    p[1] = (uint8_t)(b >> 8);
+}
+
+int bt_trace_tap(bt_trace *t, int idx, const bt_tap_stats *s)
+{
+    REENTRY_GUARD(t);
+    if (!t->in_step) return bt_error(BT_EINVAL, "%s: tap of slot %d outside a step", t->path, idx);
+    if (idx < 0 || idx >= t->slots)
+        return bt_error(BT_ERANGE, "%s: step %d: tap slot %d is not a registered tensor of model %s (%d slots)",
+                        t->path, t->step, idx, t->model, t->slots);
+    uint8_t *p = t->blob + (size_t)idx * 8;
+    put_bf16(p, s->min);
+    put_bf16(p + 2, s->max);
+    put_bf16(p + 4, s->mean);
+    put_bf16(p + 6, s->rms);
+    if (!bt_stats_bad(s)) return BT_OK;
+    sqlite3_stmt *st = t->st[ST_BAD];
+    t->in_sqlite = 1;
+    sqlite3_bind_int(st, 1, t->step);
+    sqlite3_bind_text(st, 2, t->model, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 3, idx);
+    sqlite3_bind_int64(st, 4, s->nan);
+    sqlite3_bind_int64(st, 5, s->pinf);
+    sqlite3_bind_int64(st, 6, s->ninf);
+    sqlite3_bind_int(st, 7, s->first_bad_index);
+    sqlite3_bind_int(st, 8, s->first_bad_pos);
+    bind_real_or_null(st, 9, s->min);
+    bind_real_or_null(st, 10, s->max);
+    bind_real_or_null(st, 11, s->mean);
+    bind_real_or_null(st, 12, s->rms);
+    int rc = run_stmt(t, ST_BAD, "writing tap_bad");
+    t->in_sqlite = 0;
+    return rc;
+}
+
+/* JSON array of ids or of floats (shortest form that round-trips a float). */
+static void json_ids(char *buf, size_t cap, const int32_t *v, int k)
+{
+    size_t o = 0;
+    buf[o++] = '[';
+    for (int i = 0; i < k && o + 16 < cap; i++)
+        o += snprintf(buf + o, cap - o, "%s%d", i ? "," : "", v[i]);
+    snprintf(buf + o, cap - o, "]");
+}
+
+static void json_vals(char *buf, size_t cap, const float *v, int k)
+{
+    size_t o = 0;
+    buf[o++] = '[';
+    for (int i = 0; i < k && o + 24 < cap; i++) {
+        char num[24];
+        /* %.9g always round-trips; prefer fewer digits when they do too. */
+        for (int prec = 6; prec <= 9; prec++) {
+            snprintf(num, sizeof num, "%.*g", prec, v[i]);
+            if (prec == 9 || strtof(num, NULL) == v[i]) break;
+        }
+        if (!isfinite(v[i])) strcpy(num, "null");
+        o += snprintf(buf + o, cap - o, "%s%s", i ? "," : "", num);
+    }
+    snprintf(buf + o, cap - o, "]");
+}
+
+int bt_trace_logits(bt_trace *t, int pos, const bt_logit_summary *s, const char *rule, int32_t chosen)
+{
+    REENTRY_GUARD(t);
+    if (!t->in_step) return bt_error(BT_EINVAL, "%s: logits outside a step", t->path);
+    int k = s->k < 0 ? 0 : s->k > 64 ? 64 : s->k;
+    char ids[64 * 12 + 4], vals[64 * 26 + 4];
+    json_ids(ids, sizeof ids, s->topk_ids, k);
+    json_vals(vals, sizeof vals, s->topk_vals, k);
+    sqlite3_stmt *st = t->st[ST_LOGITS];
+    t->in_sqlite = 1;
+    sqlite3_bind_int(st, 1, t->step);
+    sqlite3_bind_int(st, 2, pos);
+    sqlite3_bind_int(st, 3, s->n_vocab);
+    sqlite3_bind_int64(st, 4, s->nan);
+    sqlite3_bind_int64(st, 5, s->pinf);
+    sqlite3_bind_int64(st, 6, s->ninf);
+    bind_real_or_null(st, 7, s->max);
+    sqlite3_bind_int(st, 8, s->argmax_first);
+    sqlite3_bind_int(st, 9, s->argmax_torch);
+    sqlite3_bind_int(st, 10, s->argmax_triton);
+    bind_text_or_null(st, 11, rule);
+    sqlite3_bind_int(st, 12, chosen);
+    bind_real_or_null(st, 13, s->entropy);
+    sqlite3_bind_text(st, 14, ids, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 15, vals, -1, SQLITE_STATIC);
+    int rc = run_stmt(t, ST_LOGITS, "writing logits");
+    t->in_sqlite = 0;
+    return rc;
+}
+
+static int grow(void **p, size_t *cap, size_t need)
+{
+    if (*cap >= need) return BT_OK;
+    void *q = realloc(*p, need);
+    if (!q) return BT_ENOMEM;
+    *p = q;
+    *cap = need;
+    return BT_OK;
+}
+
+int bt_trace_logit_row(bt_trace *t, int step, int pos, const float *row, int n, const char *reason, bool f32)
+{
+    REENTRY_GUARD(t);
+    if (n <= 0 || !row) return bt_error(BT_EINVAL, "%s: step %d: empty logit row", t->path, step);
+    size_t raw_n = (size_t)n * (f32 ? 4 : 2);
+    if (grow(&t->raw, &t->raw_cap, raw_n) || grow(&t->z, &t->z_cap, ZSTD_compressBound(raw_n)))
+        return bt_error(BT_ENOMEM, "%s: out of memory for the logit row of step %d", t->path, step);
+    uint8_t *raw = t->raw;
+    for (int i = 0; i < n; i++) {
+        if (f32) {
+            uint32_t u;
+            memcpy(&u, &row[i], 4);
+            for (int b = 0; b < 4; b++) raw[4 * i + b] = (uint8_t)(u >> (8 * b));
+        } else {
+            uint16_t h = bt_f32_to_f16(row[i]);
+            raw[2 * i] = (uint8_t)(h & 0xff);
+            raw[2 * i + 1] = (uint8_t)(h >> 8);
+        }
+    }
+    size_t zn = ZSTD_compress(t->z, t->z_cap, raw, raw_n, 3);
+    if (ZSTD_isError(zn))
+        return bt_error(BT_EINTERNAL, "%s: step %d: zstd: %s", t->path, step, ZSTD_getErrorName(zn));
+    sqlite3_stmt *st = t->st[ST_ROW];
+    t->in_sqlite = 1;
+    sqlite3_bind_int(st, 1, step);
+    sqlite3_bind_int(st, 2, pos);
+    sqlite3_bind_text(st, 3, reason ? reason : "full", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, f32 ? "f32" : "f16", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, "zstd", -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 6, n);
+    sqlite3_bind_blob(st, 7, t->z, (int)zn, SQLITE_STATIC);
+    int rc = run_stmt(t, ST_ROW, "writing a logit row");
+    t->in_sqlite = 0;
+    return rc;
+}
+
+/* Insert the step row and its blob (the caller holds in_sqlite). */
+static int write_step_rows(bt_trace *t, double ms)
+{
+    sqlite3_stmt *s = t->st[ST_STEP];
+    sqlite3_bind_int(s, 1, t->step);
+    sqlite3_bind_text(s, 2, t->model, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 3, t->kind, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 4, t->pos0);
+    sqlite3_bind_int(s, 5, t->n_pos);
+    bind_real_or_null(s, 6, ms);
+    int rc = run_stmt(t, ST_STEP, "writing steps");
+    if (rc || t->slots == 0) return rc;
+    s = t->st[ST_BLOB];
+    sqlite3_bind_int(s, 1, t->step);
+    sqlite3_bind_blob(s, 2, t->blob, t->slots * 8, SQLITE_STATIC);
+    return run_stmt(t, ST_BLOB, "writing tap_blobs");
+}
+
+int bt_trace_step_end(bt_trace *t, double ms)
+{
+    REENTRY_GUARD(t);
+    if (!t->in_step) return bt_error(BT_EINVAL, "%s: step_end without step_begin", t->path);
+    t->in_sqlite = 1;
+    int rc = write_step_rows(t, ms);
+    if (!rc) rc = run_stmt(t, ST_COMMIT, "committing a step");
+    if (rc) sqlite3_exec(t->db, "ROLLBACK", NULL, NULL, NULL);
+    t->in_sqlite = 0;
+    t->in_step = false;
+    return rc;
+}
+
+int bt_trace_token(bt_trace *t, int step, int pos, int32_t id, const char *piece, size_t piece_len,
+                   const char *role, double logprob, const char *finish_reason)
+{
+    REENTRY_GUARD(t);
+    sqlite3_stmt *s = t->st[ST_TOKEN];
+    t->in_sqlite = 1;
+    sqlite3_bind_int(s, 1, step);
+    sqlite3_bind_int(s, 2, pos);
+    sqlite3_bind_int(s, 3, id);
+    if (piece) sqlite3_bind_text(s, 4, piece, (int)piece_len, SQLITE_STATIC);
+    else sqlite3_bind_null(s, 4);
+    sqlite3_bind_text(s, 5, role ? role : "gen", -1, SQLITE_STATIC);
+    bind_real_or_null(s, 6, logprob);
+    bind_text_or_null(s, 7, finish_reason);
+    int rc = run_stmt(t, ST_TOKEN, "writing tokens");
+    t->in_sqlite = 0;
+    return rc;
+}
+
+int bt_trace_finish_reason(bt_trace *t, const char *finish_reason)
+{
+    REENTRY_GUARD(t);
+    t->in_sqlite = 1;
+    bind_text_or_null(t->st[ST_FINISH], 1, finish_reason);
+    int rc = run_stmt(t, ST_FINISH, "writing finish_reason");
+    t->in_sqlite = 0;
+    return rc;
+}
+
+int bt_trace_event(bt_trace *t, int step, int pos, const char *kind, int layer, const char *op,
+                   const char *tensor, const char *detail, int64_t *id)
+{
+    REENTRY_GUARD(t);
+    if (!kind) return bt_error(BT_EINVAL, "%s: event without a kind", t->path);
+    sqlite3_stmt *s = t->st[ST_EVENT];
+    t->in_sqlite = 1;
+    bind_int_or_null(s, 1, step);
+    bind_int_or_null(s, 2, pos);
+    sqlite3_bind_text(s, 3, kind, -1, SQLITE_STATIC);
+    bind_int_or_null(s, 4, layer);
+    bind_text_or_null(s, 5, op);
+    bind_text_or_null(s, 6, tensor);
+    bind_text_or_null(s, 7, detail);
+    int rc = run_stmt(t, ST_EVENT, "writing events");
+    if (!rc && id) *id = sqlite3_last_insert_rowid(t->db);
+    t->in_sqlite = 0;
+    return rc;
+}
+
+int bt_trace_backtrace(bt_trace *t, int64_t event_id, int step, const char *kind, const char *frames)
+{
+    REENTRY_GUARD(t);
+    sqlite3_stmt *s = t->st[ST_BT];
+    t->in_sqlite = 1;
+    bind_int_or_null(s, 1, event_id);
+    bind_int_or_null(s, 2, step);
+    sqlite3_bind_text(s, 3, kind ? kind : "first_nonfinite", -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 4, frames ? frames : "", -1, SQLITE_STATIC);
+    int rc = run_stmt(t, ST_BT, "writing backtraces");
+    t->in_sqlite = 0;
+    return rc;
+}
+
+int bt_trace_close(bt_trace *t, const char *status)
+{
+    if (!t) return BT_OK;
+    int rc = BT_OK, r;
+    if (t->crash_closed) { free_trace(t); return BT_OK; }
+    if (t->in_step && (r = bt_trace_step_end(t, NAN)) && !rc) rc = r;
+    char finished[32];
+    iso_now(finished);
+    if ((r = meta_put(t, "status", status ? status : "ok")) && !rc) rc = r;
+    if ((r = meta_put(t, "finished_at", finished)) && !rc) rc = r;
+    for (int i = 0; i < ST_COUNT; i++) { sqlite3_finalize(t->st[i]); t->st[i] = NULL; }
+    /* Back to a rollback journal: the finished trace is one self-contained
+     * file that opens read-only anywhere, even where no -shm can be made. */
+    if ((r = exec(t, "PRAGMA journal_mode = DELETE")) && !rc) rc = r;
+    if (sqlite3_close(t->db) != SQLITE_OK && !rc) rc = sql_fail(t, "closing");
+    t->db = NULL;
+    free_trace(t);
+    return rc;
+}
+
+void bt_trace_crash_close(bt_trace *t)
+{
+    if (!t || t->crash_closed) return;
+    t->crash_closed = 1;
+    /* Interrupted inside SQLite: its structures may be half-updated, so the
+     * open transaction is abandoned (the WAL still holds every earlier step). */
+    if (t->in_sqlite) return;
+    t->in_sqlite = 1;
+    int rc = BT_OK;
+    if (t->in_step) rc = write_step_rows(t, NAN);
+    sqlite3_stmt *s = t->st[ST_META];
+    sqlite3_bind_text(s, 1, "status", -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, "crashed", -1, SQLITE_STATIC);
+    sqlite3_step(s);
+    sqlite3_reset(s);
+    if (t->in_step) {
+        if (rc == BT_OK) { sqlite3_step(t->st[ST_COMMIT]); sqlite3_reset(t->st[ST_COMMIT]); }
+        t->in_step = false;
+    }
+    t->in_sqlite = 0;
+}
+
+int64_t bt_trace_size(const char *path)
+{
+    struct stat st;
+    int64_t total = 0;
+    if (stat(path, &st) == 0) total += st.st_size;
+    char wal[4096];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    if (stat(wal, &st) == 0) total += st.st_size;
+    return total;
+}

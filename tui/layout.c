@@ -1,0 +1,271 @@
+/* layout.c - the browser's pure logic: screen and step-view geometry, the
+ * token flow, run collapsing, the layer x op grid and the colouring
+ * decisions. Nothing here touches curses or SQLite, so tests/test_tui.c
+ * checks it directly. */
+#include "tui.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- colouring ---- */
+
+int tui_tap_health(bool present, int64_t nan, int64_t pinf, int64_t ninf, float absmax, float median)
+{
+    if (!present) return TUI_H_NONE;
+    if (nan || pinf || ninf) return TUI_H_BAD;
+    if (isinf(absmax)) return TUI_H_BAD;
+    /* "Far above its median": a ratio, so it means the same for a norm
+     * output (~1) and a residual stream (~100). A tensor whose median is 0
+     * (always zero) is hot as soon as it is visibly non-zero. */
+    if (!isnan(absmax) && !isnan(median)) {
+        if (median > 0 ? absmax > TUI_HOT_FACTOR * median : absmax > 1e-3f) return TUI_H_WARN;
+    }
+    return TUI_H_CLEAN;
+}
+
+/* ---- grid ---- */
+
+void tui_op_abbrev(const char *op, char *buf, int max)
+{
+    static const struct { const char *op, *ab; } tab[] = {
+        { "attn_norm", "anrm" }, { "attn_q", "q" }, { "attn_k", "k" }, { "attn_v", "v" },
+        { "attn_ctx", "ctx" }, { "attn_output", "aout" }, { "attn_resid", "ares" },
+        { "ffn_norm", "fnrm" }, { "ffn_gate", "gate" }, { "ffn_up", "up" }, { "ffn_act", "act" },
+        { "ffn_down", "down" }, { "ffn_resid", "fres" }, { "token_embd", "embd" },
+        { "output_norm", "onrm" }, { "logits", "lgts" },
+    };
+    const char *ab = op;
+    for (size_t i = 0; i < BT_ARRAY_SIZE(tab); i++)
+        if (!strcmp(tab[i].op, op)) { ab = tab[i].ab; break; }
+    if (ab == op) {                    /* unknown op: drop a module prefix */
+        const char *u = strchr(op, '_');
+        if (u && u[1]) ab = u + 1;
+    }
+    if (max < 1) { buf[0] = 0; return; }
+    int n = (int)strlen(ab);
+    if (n > max) n = max;
+    memcpy(buf, ab, n);
+    buf[n] = 0;
+}
+
+void tui_grid_free(tui_grid *g)
+{
+    if (!g) return;
+    free(g->cell);
+    free(g->row_layer);
+    free(g->row_label);
+    memset(g, 0, sizeof(*g));
+}
+
+int tui_grid_build(const tui_tensor *t, int n, tui_grid *g)
+{
+    memset(g, 0, sizeof(*g));
+    int lmin = -1, lmax = -1, first_layer_i = n;
+    for (int i = 0; i < n; i++) {
+        if (t[i].layer < 0) continue;
+        if (t[i].layer >= TUI_MAX_LAYERS) return bt_error(BT_EFORMAT, "tensor %s: layer %d out of range", t[i].name, t[i].layer);
+        if (lmin < 0 || t[i].layer < lmin) lmin = t[i].layer;
+        if (t[i].layer > lmax) lmax = t[i].layer;
+        if (i < first_layer_i) first_layer_i = i;
+        bool seen = false;
+        for (int c = 0; c < g->n_cols; c++)
+            if (!strcmp(g->ops[c], t[i].op)) { seen = true; break; }
+        if (!seen && g->n_cols < 32) {
+            snprintf(g->ops[g->n_cols], sizeof g->ops[0], "%s", t[i].op);
+            g->n_cols++;
+        }
+    }
+    int n_pre = 0, n_post = 0;
+    for (int i = 0; i < n; i++)
+        if (t[i].layer < 0) { if (i < first_layer_i) n_pre++; else n_post++; }
+    g->has_pre = n_pre > 0;
+    g->has_post = n_post > 0;
+    g->layer0 = lmin < 0 ? 0 : lmin;
+    int n_layers = lmin < 0 ? 0 : lmax - lmin + 1;
+    if (n_pre > g->n_cols) g->n_cols = n_pre;
+    if (n_post > g->n_cols) g->n_cols = n_post;
+    if (g->n_cols > 32) g->n_cols = 32;
+    g->n_rows = n_layers + g->has_pre + g->has_post;
+    if (!g->n_rows || !g->n_cols) return BT_OK;
+    g->cell = malloc(sizeof(int) * g->n_rows * g->n_cols);
+    g->row_layer = malloc(sizeof(int) * g->n_rows);
+    g->row_label = malloc(sizeof(*g->row_label) * g->n_rows);
+    if (!g->cell || !g->row_layer || !g->row_label) { tui_grid_free(g); return bt_error(BT_ENOMEM, "out of memory for the tap grid"); }
+    for (int i = 0; i < g->n_rows * g->n_cols; i++) g->cell[i] = -1;
+    int r = 0;
+    if (g->has_pre) { g->row_layer[r] = -1; snprintf(g->row_label[r], 8, "in"); r++; }
+    for (int l = 0; l < n_layers; l++, r++) {
+        g->row_layer[r] = g->layer0 + l;
+        snprintf(g->row_label[r], 8, "L%02d", (g->layer0 + l) % 1000);
+    }
+    if (g->has_post) { g->row_layer[r] = -1; snprintf(g->row_label[r], 8, "out"); }
+    int pre_c = 0, post_c = 0;
+    for (int i = 0; i < n; i++) {
+        int row, col = -1;
+        if (t[i].layer >= 0) {
+            row = g->has_pre + t[i].layer - g->layer0;
+            for (int c = 0; c < g->n_cols; c++)
+                if (!strcmp(g->ops[c], t[i].op)) { col = c; break; }
+        } else if (i < first_layer_i) {
+            row = 0; col = pre_c++;
+        } else {
+            row = g->n_rows - 1; col = post_c++;
+        }
+        if (col >= 0 && col < g->n_cols) g->cell[row * g->n_cols + col] = t[i].idx;
+    }
+    return BT_OK;
+}
+
+bool tui_grid_find(const tui_grid *g, int idx, int *row, int *col)
+{
+    for (int i = 0; g->cell && i < g->n_rows * g->n_cols; i++)
+        if (g->cell[i] == idx) { *row = i / g->n_cols; *col = i % g->n_cols; return true; }
+    return false;
+}
+
+/* ---- tokens ---- */
+
+int tui_collapse(const tui_tok *t, int n, int min_run, tui_cell *cells)
+{
+    int nc = 0;
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        while (j < n && t[j].id == t[i].id && t[j].role == t[i].role) j++;
+        int len = j - i;
+        int per = len >= min_run ? len : 1;      /* rows per cell */
+        for (int k = i; k < j; k += per) {
+            tui_cell *c = &cells[nc++];
+            memset(c, 0, sizeof(*c));
+            c->seq0 = t[k].seq;
+            c->seq1 = t[k + per - 1].seq;
+            c->step0 = t[k].step;
+            c->step1 = t[k + per - 1].step;
+            c->pos0 = t[k].pos;
+            c->id = t[k].id;
+            c->role = t[k].role;
+            c->count = per;
+            c->health = TUI_H_CLEAN;
+        }
+        i = j;
+    }
+    return nc;
+}
+
+void tui_cell_set_text(tui_cell *c, const char *piece, int piece_len, unsigned san_flags)
+{
+    char suffix[32] = "";
+    if (c->count > 1) snprintf(suffix, sizeof suffix, " x%lld", (long long)c->count);
+    size_t room = sizeof c->text - strlen(suffix) - 1;
+    int w;
+    if (piece) w = tui_sanitize(piece, piece_len, c->text, room, 40, san_flags | TUI_SAN_SHOWSPACE);
+    else w = snprintf(c->text, room, "#%d", c->id);      /* redacted: the id stands in */
+    if (!piece && w > (int)room) w = (int)room;
+    if (piece && !c->text[0]) { snprintf(c->text, room, "\"\""); w = 2; }   /* empty piece */
+    strcat(c->text, suffix);
+    c->width = w + (int)strlen(suffix);
+}
+
+void tui_tokens_free(tui_tokens *tk)
+{
+    free(tk->cells);
+    memset(tk, 0, sizeof(*tk));
+    tk->min_seq = tk->max_seq = -1;
+}
+
+int tui_tokens_find(const tui_tokens *tk, int64_t seq)
+{
+    if (tk->n == 0) return 0;
+    int lo = 0, hi = tk->n - 1;
+    if (seq <= tk->cells[0].seq1) return 0;
+    if (seq >= tk->cells[hi].seq0) return hi;
+    while (lo < hi) {                 /* last cell with seq0 <= seq */
+        int mid = (lo + hi + 1) / 2;
+        if (tk->cells[mid].seq0 <= seq) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* ---- geometry ---- */
+
+void tui_layout_screen(int rows, int cols, tui_screen *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->too_small = rows < 10 || cols < 40;
+    s->header = (tui_rect){ 0, 0, 1, cols };
+    s->status = (tui_rect){ rows - 1, 0, 1, cols };
+    s->body = (tui_rect){ 1, 0, rows > 2 ? rows - 2 : 0, cols };
+}
+
+void tui_layout_step(const tui_rect *body, int n_cols, tui_step_layout *l)
+{
+    memset(l, 0, sizeof(*l));
+    int detail_h = body->h >= 30 ? 6 : 4;
+    int top_h = body->h - detail_h;
+    if (top_h < 3) { top_h = body->h; detail_h = 0; }
+    /* The logit panel needs 36 columns for "rank id piece logit p"; it
+     * takes a third of a wide screen. The grid gets the rest: label + cells. */
+    int logits_w = body->w >= 120 ? body->w / 3 : 36;
+    if (logits_w > 60) logits_w = 60;
+    if (body->w - logits_w - 1 < 20) logits_w = body->w / 2;
+    l->label_w = 4;
+    int grid_w = body->w - logits_w - 1;
+    int nc = n_cols > 0 ? n_cols : 1;
+    l->cell_w = (grid_w - l->label_w) / nc;
+    if (l->cell_w > 6) l->cell_w = 6;
+    if (l->cell_w < 2) l->cell_w = 2;
+    l->logits = (tui_rect){ body->y, body->x, top_h, logits_w };
+    l->grid = (tui_rect){ body->y, body->x + logits_w + 1, top_h, grid_w };
+    l->detail = (tui_rect){ body->y + top_h, body->x, detail_h, body->w };
+    l->grid_rows_visible = top_h > 1 ? top_h - 1 : 0;
+}
+
+int tui_scroll_follow(int top, int cur, int vis, int n)
+{
+    if (vis <= 0) return cur < 0 ? 0 : cur;
+    if (cur < top) top = cur;
+    if (cur >= top + vis) top = cur - vis + 1;
+    if (top > n - vis) top = n - vis;
+    if (top < 0) top = 0;
+    return top;
+}
+
+int tui_flow_layout(const int *widths, int n, int width, int *line, int *col)
+{
+    int ln = 0, x = 0;
+    if (width < 1) width = 1;
+    for (int i = 0; i < n; i++) {
+        int w = widths[i] > width ? width : widths[i];
+        if (x > 0 && x + 1 + w > width) { ln++; x = 0; }
+        else if (x > 0) x++;
+        line[i] = ln;
+        col[i] = x;
+        x += w;
+    }
+    return n ? ln + 1 : 0;
+}
+
+int tui_flow_vertical(const int *line, const int *col, int n, int cur, int dir)
+{
+    if (cur < 0 || cur >= n) return -1;
+    int want = line[cur] + dir, best = -1;
+    for (int i = cur + dir; i >= 0 && i < n; i += dir) {
+        if (line[i] == want) {
+            /* keep the cell that covers or precedes the column (the last one
+             * starting at or before it), like a text editor */
+            if (dir > 0) { if (col[i] <= col[cur] || best < 0) best = i; if (col[i] > col[cur]) break; }
+            else { if (col[i] <= col[cur]) { best = i; break; } best = i; }
+        } else if ((dir > 0 && line[i] > want) || (dir < 0 && line[i] < want)) break;
+    }
+    return best;
+}
+
+int tui_nav_clamp(int cur, int delta, int n)
+{
+    if (n <= 0) return 0;
+    long v = (long)cur + delta;
+    if (v < 0) v = 0;
+    if (v > n - 1) v = n - 1;
+    return (int)v;
+}

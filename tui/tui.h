@@ -1,0 +1,383 @@
+/* tui.h - the trace browser's internal interface (`bangtrace browse`).
+ *
+ * Three layers, as in htop: the model (model_*.c) runs indexed queries
+ * against the trace and fills the plain structs below; the views (view_*.c)
+ * draw those structs with curses; keys.c maps key codes to actions and the
+ * views answer actions with reaction flags. Layout arithmetic, run
+ * collapsing, colouring decisions, sanitization and navigation are pure
+ * functions (layout.c, text.c) so tests/test_tui.c checks them without a
+ * terminal.
+ *
+ * Invariant: no screen ever reads a whole table. Tokens are read in windows
+ * of TUI_TOK_WINDOW rows by seq, a step is one tap_blobs row plus its tap_bad
+ * and logits rows, medians come from at most TUI_MEDIAN_SAMPLES blobs, so a
+ * 1 GB trace opens as fast as a small one.
+ *
+ * No sqlite3 or curses type appears here: tui_trace is opaque and views
+ * draw on stdscr. */
+#ifndef BT_TUI_H
+#define BT_TUI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define TUI_APPLICATION_ID 0x42545243   /* "BTRC", set by the trace writer */
+#define TUI_SCHEMA_VERSION 1
+#define TUI_TOK_WINDOW 2048             /* token rows per window */
+#define TUI_RUN_MIN 2                   /* repeats that collapse into one cell */
+#define TUI_WALL_MIN 8                  /* run length the token_wall detector flags */
+#define TUI_MEDIAN_SAMPLES 200          /* blobs sampled for per-tensor medians */
+#define TUI_HOT_FACTOR 8.0f             /* absmax this far above the median is "hot" */
+#define TUI_CHAIN_STEPS 12              /* steps after the first bad one in the chain */
+#define TUI_MAX_LAYERS 512
+
+/* ---- health: the colouring decisions ---- */
+enum tui_health {
+    TUI_H_NONE = 0,     /* nothing recorded (untapped op) */
+    TUI_H_CLEAN,        /* green / '.' */
+    TUI_H_WARN,         /* yellow / '~': degenerate token, or absmax far above median */
+    TUI_H_BAD,          /* red / '!': non-finite */
+};
+char tui_health_marker(int health);
+const char *tui_health_name(int health);   /* "clean", "degenerate", ... for dumps */
+
+/* ---- text: sanitization and display width ---- */
+enum {
+    TUI_SAN_UTF8 = 1,       /* pass printable UTF-8 through (else escape bytes >= 0x80) */
+    TUI_SAN_SHOWSPACE = 2,  /* show ' ' as a middle dot (UTF-8) or '_' */
+};
+/* Render src[0..len) so it cannot drive a terminal: C0/C1 controls, DEL, ESC,
+ * bidi overrides and invalid UTF-8 become visible escapes (\x1b, \n, \r, \t,
+ * \u202e), backslash becomes \\. Writes at most cap-1 bytes plus NUL (never
+ * cutting an escape or a character) and at most max_cols display columns
+ * (<= 0: unlimited). Returns the display columns written. */
+int tui_sanitize(const char *src, size_t len, char *dst, size_t cap, int max_cols, unsigned flags);
+/* Display columns of an already sanitized (or plain ASCII/UTF-8) string. */
+int tui_text_width(const char *s);
+/* Copy at most max_cols columns of a sanitized string into dst. */
+int tui_text_fit(const char *s, char *dst, size_t cap, int max_cols);
+/* "1 NaN", "3 NaN, 2 +Inf", "0 non-finite" into buf. */
+void tui_fmt_bad_counts(char *buf, size_t cap, int64_t nan, int64_t pinf, int64_t ninf);
+/* Decode a bf16 as stored in tap_blobs (0x7fc0 or any NaN: none). */
+float tui_bf16(uint16_t bits);
+
+/* ---- tensors and the layer x op grid ---- */
+typedef struct tui_tensor {
+    int idx;                /* slot in the step blob */
+    int layer;              /* -1 outside layers */
+    int width;
+    char name[64];
+    char op[32];
+} tui_tensor;
+
+/* Rows: [pre] (non-layer tensors before the layers), one per layer, [post].
+ * Columns: the distinct ops of layer tensors in forward order. In the pre
+ * and post rows column c is simply the c-th such tensor. */
+typedef struct tui_grid {
+    int n_rows, n_cols;
+    int layer0;             /* layer of the first layer row */
+    bool has_pre, has_post;
+    char ops[32][32];       /* column op names (max 32 columns) */
+    int *cell;              /* n_rows * n_cols tensor idx, -1 if none */
+    int *row_layer;         /* layer of each row, -1 for pre/post */
+    char (*row_label)[8];   /* "L03", "in", "out" */
+} tui_grid;
+int tui_grid_build(const tui_tensor *t, int n, tui_grid *g);
+void tui_grid_free(tui_grid *g);
+/* Row and column of tensor idx; false if it is not on the grid. */
+bool tui_grid_find(const tui_grid *g, int idx, int *row, int *col);
+/* Short column header for an op ("gate", "ctx", ...) of at most max chars. */
+void tui_op_abbrev(const char *op, char *buf, int max);
+
+/* ---- tokens: windows and run collapsing ---- */
+typedef struct tui_tok {        /* one row of the tokens table */
+    int64_t seq;
+    int step, pos, id;
+    char role;                  /* 'p' prompt, 'g' gen, 'd' draft, 'b' bonus */
+    const char *piece;          /* borrowed; NULL after redaction */
+    int piece_len;
+} tui_tok;
+
+typedef struct tui_cell {       /* one screen cell: a token or a run of one token */
+    int64_t seq0, seq1;         /* first and last seq */
+    int step0, step1;
+    int pos0;
+    int id;
+    char role;
+    int64_t count;
+    int health;
+    char text[112];             /* sanitized piece, plus " x412" for a run */
+    int width;                  /* display columns of text */
+} tui_cell;
+
+/* Collapse consecutive rows with the same id and role into cells (runs of at
+ * least min_run rows; shorter runs stay one cell per row). cells must hold n
+ * entries. Returns the number of cells. Texts are left empty. */
+int tui_collapse(const tui_tok *t, int n, int min_run, tui_cell *cells);
+/* Fill cell->text and cell->width from a piece (sanitized) and the count. */
+void tui_cell_set_text(tui_cell *c, const char *piece, int piece_len, unsigned san_flags);
+
+typedef struct tui_tokens {
+    tui_cell *cells;
+    int n, cap;
+    int64_t lo, hi;             /* seq range covered */
+    int64_t min_seq, max_seq;   /* of the whole trace (-1 when empty) */
+} tui_tokens;
+void tui_tokens_free(tui_tokens *tk);
+/* Index of the cell holding seq (nearest when seq falls outside). */
+int tui_tokens_find(const tui_tokens *tk, int64_t seq);
+
+/* ---- layout (pure) ---- */
+typedef struct tui_rect { int y, x, h, w; } tui_rect;
+typedef struct tui_screen {
+    tui_rect header, body, status;
+    bool too_small;             /* below 40x10: draw a notice only */
+} tui_screen;
+void tui_layout_screen(int rows, int cols, tui_screen *s);
+
+typedef struct tui_step_layout {
+    tui_rect logits, grid, detail;
+    int cell_w;                 /* columns per grid cell (>= 2) */
+    int label_w;                /* row label width */
+    int grid_rows_visible;      /* layer rows that fit under the header */
+} tui_step_layout;
+void tui_layout_step(const tui_rect *body, int n_cols, tui_step_layout *l);
+/* First visible row so that cur stays in a window of vis rows. */
+int tui_scroll_follow(int top, int cur, int vis, int n);
+
+/* Greedy flow of cells with one space between them: line and column of each
+ * cell. Cells wider than width get a line of their own (truncated on
+ * screen). Returns the number of lines. */
+int tui_flow_layout(const int *widths, int n, int width, int *line, int *col);
+/* Cell to move to from cur one line up (dir -1) or down (+1), keeping the
+ * column; -1 when there is no such line. */
+int tui_flow_vertical(const int *line, const int *col, int n, int cur, int dir);
+/* clamp(cur + delta, 0, n-1) (0 when n == 0). */
+int tui_nav_clamp(int cur, int delta, int n);
+
+/* ---- the trace (model) ---- */
+typedef struct tui_trace tui_trace;
+
+/* Open read-only and check it is a bangtrace trace: application_id,
+ * user_version, tables and every query the browser runs (prepared here, so a
+ * foreign schema fails now, before curses). BT_EFORMAT / BT_EUNSUPPORTED /
+ * BT_EIO with a one-line message naming the file. */
+int tui_trace_open(const char *path, tui_trace **out);
+void tui_trace_close(tui_trace *tr);
+const char *tui_trace_path(const tui_trace *tr);
+void tui_trace_bounds(const tui_trace *tr, int *min_step, int *max_step, int64_t *min_seq, int64_t *max_seq);
+/* The tensor table and grid of a model ("target", "draft"); NULL if none. */
+const tui_tensor *tui_trace_tensors(tui_trace *tr, const char *model, int *n);
+const tui_grid *tui_trace_grid(tui_trace *tr, const char *model);
+/* Median absmax per tensor slot over up to TUI_MEDIAN_SAMPLES evenly spaced
+ * steps (computed once, cached); NAN where unknown. */
+const float *tui_trace_medians(tui_trace *tr, const char *model);
+/* Piece of a token id seen near seq (a bounded lookup, cached); NULL if the
+ * id was not seen. *len gets the byte length. */
+const char *tui_trace_piece(tui_trace *tr, int id, int64_t near_seq, int *len);
+/* Seq of the first token row of a step (-1 if none). */
+int64_t tui_trace_step_seq(tui_trace *tr, int step);
+
+/* Load the window of cells around seq (collapsed, sanitized, with health). */
+int tui_tokens_load(tui_trace *tr, int64_t seq, unsigned san_flags, tui_tokens *tk);
+/* Next (dir +1) or previous (-1) seq after `from` whose piece contains
+ * needle, wrapping around; -1 if none. */
+int64_t tui_tokens_search(tui_trace *tr, int64_t from, const char *needle, int dir);
+
+typedef struct tui_tap {
+    int idx, layer;
+    const char *name, *op;      /* borrowed from the tensor table */
+    bool present;               /* recorded at this step */
+    int64_t n, nan, pinf, ninf;
+    float min, max, absmax, mean, rms;   /* over finite values; NAN if none */
+    int first_bad_index, first_bad_pos;  /* -1 if none */
+    float median;               /* absmax median over the trace */
+    int health;
+} tui_tap;
+/* The colouring decision for a tap. */
+int tui_tap_health(bool present, int64_t nan, int64_t pinf, int64_t ninf, float absmax, float median);
+
+typedef struct tui_logits {
+    bool present;
+    int pos, n_vocab;
+    int64_t nan, pinf, ninf;
+    double max, entropy;        /* NAN when absent */
+    int argmax[3];              /* first, torch, triton; -1 if NULL */
+    char rule[32];
+    int chosen;                 /* -1 if unknown */
+    double chosen_logprob;      /* NAN if unknown */
+    int k;
+    int ids[64];
+    double vals[64];
+    double probs[64];
+    bool probs_exact;           /* from the chosen token's logprob; else renormalized over top-k */
+} tui_logits;
+
+typedef struct tui_step {
+    int step;
+    bool present;
+    char model[16], kind[16];
+    int pos0, n_pos;
+    double ms;
+    tui_logits lg;
+    int n_taps;                 /* = tensors of the model */
+    tui_tap *taps;              /* indexed by slot */
+    int n_bad, n_warn;
+    int64_t seq;                /* first token row of the step, -1 if none */
+} tui_step;
+int tui_step_load(tui_trace *tr, int step, tui_step *out);
+void tui_step_free(tui_step *s);
+
+typedef struct tui_link {       /* one link of the propagation chain */
+    int step, layer, idx;
+    char model[16];
+    char tensor[64], op[32];
+    int64_t n, nan, pinf, ninf;
+    int first_bad_index, first_bad_pos;
+    char note[64];
+} tui_link;
+typedef struct tui_walk {
+    bool found;
+    tui_link *links;            /* links[0] is the first non-finite tap */
+    int n;
+    char summary[400];          /* "step 9, layer 3, ffn_gate: 1 NaN of 172 (index 5)" */
+    char extent[160];           /* "non-finite taps in steps 9..58" */
+    char argmax_note[256];      /* argmax_fallthrough event detail, if any */
+    char source[32];            /* "tap_bad" or "events" */
+} tui_walk;
+int tui_walk_load(tui_trace *tr, tui_walk *w);
+void tui_walk_free(tui_walk *w);
+
+typedef struct tui_kv { char *key, *value; } tui_kv;
+typedef struct tui_event {
+    int64_t id;
+    int step, pos, layer;       /* -1 when NULL */
+    char kind[32], op[32], tensor[64];
+    char *detail;
+} tui_event;
+typedef struct tui_frames {
+    int64_t id, event_id;
+    int step;
+    char kind[32];
+    char *frames;
+} tui_frames;
+typedef struct tui_run {
+    tui_kv *meta; int n_meta;
+    tui_event *events; int n_events;
+    bool events_truncated;
+    tui_frames *bts; int n_bts;
+} tui_run;
+#define TUI_MAX_EVENTS 2000
+int tui_run_load(tui_trace *tr, tui_run *r);
+void tui_run_free(tui_run *r);
+const char *tui_run_meta(const tui_run *r, const char *key);
+
+/* ---- keys and actions ---- */
+enum tui_action {
+    TUI_A_NONE = 0,
+    TUI_A_UP, TUI_A_DOWN, TUI_A_LEFT, TUI_A_RIGHT,
+    TUI_A_PGUP, TUI_A_PGDN, TUI_A_FIRST, TUI_A_LAST,
+    TUI_A_SEARCH, TUI_A_ENTER, TUI_A_BACK, TUI_A_QUIT, TUI_A_HELP,
+    TUI_A_NEXT_VIEW, TUI_A_PREV_VIEW, TUI_A_VIEW,   /* VIEW: arg = registry index */
+    TUI_A_WALK, TUI_A_NEXT, TUI_A_PREV, TUI_A_RESIZE,
+    TUI_A_COUNT
+};
+/* Action of a key code (curses KEY_* or a character); *arg gets the view
+ * index for TUI_A_VIEW. */
+int tui_key_action(int key, int *arg);
+const char *tui_action_name(int action);
+/* Help lines ("key  what it does"), NULL-terminated. */
+const char *const *tui_key_help(void);
+
+/* Reaction flags returned by actions. */
+enum { TUI_R_NONE = 0, TUI_R_REDRAW = 1, TUI_R_QUIT = 2, TUI_R_SWITCH = 4 };
+
+/* ---- the application state shared by views ---- */
+typedef struct tui_app {
+    tui_trace *tr;
+    unsigned san;               /* sanitize flags for this terminal */
+    bool color;
+    int rows, cols;
+    int view, prev_view[16], n_prev;
+    bool help;
+    char status[512];
+    char search[128];
+    /* tokens */
+    tui_tokens tk;
+    int64_t tok_seq;            /* cursor: seq0 of the selected cell */
+    int tok_top;                /* first visible line */
+    int tok_page;               /* body lines of the last draw */
+    /* step */
+    int step;                   /* selected step */
+    int sel_idx;                /* selected tensor slot, -1 none */
+    tui_step st;                /* loaded for st.step */
+    bool st_valid;
+    int grid_top;
+    /* walk-back */
+    tui_walk walk;
+    bool walk_valid;
+    int walk_sel;
+    /* run / backtrace */
+    tui_run run;
+    bool run_valid;
+    int run_sel, run_top;
+    int bt_top;
+    /* --dump */
+    bool dump_all;              /* tokens: every token, not one window */
+    int dump_width;             /* columns for wrapped dump text */
+} tui_app;
+
+/* Load lazily what a view needs; BT_OK or an error (shown on the status line). */
+int tui_app_step(tui_app *a, int step);
+int tui_app_walk(tui_app *a);
+int tui_app_run(tui_app *a);
+/* Move the tokens cursor to seq (reloading the window when needed). */
+int tui_app_goto_seq(tui_app *a, int64_t seq);
+/* Select tensor (layer, op) of the current step's model; false if absent. */
+bool tui_app_select_tensor(tui_app *a, int layer, const char *op);
+/* Initialize an app on an open trace (tokens window at the first token). */
+int tui_app_init(tui_app *a, tui_trace *tr, unsigned san, bool color);
+void tui_app_free(tui_app *a);
+
+/* ---- the view registry ---- */
+typedef struct tui_view {
+    const char *name;           /* for --dump and the tab bar */
+    const char *title;
+    int key;                    /* number key that selects it */
+    void (*draw)(tui_app *a, const tui_rect *body);        /* curses; NULL-safe */
+    int (*handle)(tui_app *a, int action, const tui_rect *body);   /* TUI_R_* */
+    int (*dump)(tui_app *a, FILE *out, int step);          /* plain text; BT_OK or error */
+} tui_view;
+extern const tui_view tui_views[];
+extern const int tui_n_views;
+int tui_view_find(const char *name);        /* index, -1 if none */
+/* Select a view, remembering the current one for Back. */
+void tui_app_switch(tui_app *a, int view);
+/* The walk-back jump: first non-finite (step, layer, op) selected. */
+int tui_app_walk_jump(tui_app *a);
+
+/* Registry entries are defined in the view files (view_*.c draw and
+ * handle, dump.c dumps). */
+void tui_tokens_draw(tui_app *a, const tui_rect *body);
+int tui_tokens_handle(tui_app *a, int action, const tui_rect *body);
+void tui_step_draw(tui_app *a, const tui_rect *body);
+int tui_step_handle(tui_app *a, int action, const tui_rect *body);
+void tui_walk_draw(tui_app *a, const tui_rect *body);
+int tui_walk_handle(tui_app *a, int action, const tui_rect *body);
+void tui_run_draw(tui_app *a, const tui_rect *body);
+int tui_run_handle(tui_app *a, int action, const tui_rect *body);
+void tui_bt_draw(tui_app *a, const tui_rect *body);
+int tui_bt_handle(tui_app *a, int action, const tui_rect *body);
+int tui_dump_tokens(tui_app *a, FILE *out, int step);
+int tui_dump_step(tui_app *a, FILE *out, int step);
+int tui_dump_walk(tui_app *a, FILE *out, int step);
+int tui_dump_run(tui_app *a, FILE *out, int step);
+int tui_dump_backtrace(tui_app *a, FILE *out, int step);
+
+/* The interactive loop (browse.c): curses up, loop, curses down. Returns the
+ * exit status. */
+int tui_browse_run(tui_app *a);
+
+#endif

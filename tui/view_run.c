@@ -1,0 +1,144 @@
+/* view_run.c - the Run view (metadata, then events with jump-to) and the
+ * Backtrace view (frames recorded at the first non-finite and at a crash).
+ * Meta values and event details are written by the run and may quote the
+ * prompt, so they are sanitized like token text. */
+#include "view.h"
+#include "util.h"
+
+#include <string.h>
+
+/* Lines: meta rows, a blank, the events header, the events. */
+static int run_lines(const tui_run *r) { return r->n_meta + 2 + (r->n_events ? r->n_events : 1); }
+
+static int event_at(const tui_run *r, int line)
+{
+    int e = line - r->n_meta - 2;
+    return e >= 0 && e < r->n_events ? e : -1;
+}
+
+void tui_run_draw(tui_app *a, const tui_rect *body)
+{
+    if (tui_app_run(a) != BT_OK) { tui_put(body->y, body->x, body->w, A_BOLD, bt_errmsg()); return; }
+    const tui_run *r = &a->run;
+    int n = run_lines(r);
+    a->run_sel = tui_nav_clamp(a->run_sel, 0, n);
+    a->run_top = tui_scroll_follow(a->run_top, a->run_sel, body->h, n);
+    int kw = 14;
+    for (int i = 0; i < r->n_meta; i++) if ((int)strlen(r->meta[i].key) > kw) kw = (int)strlen(r->meta[i].key);
+    if (kw > 24) kw = 24;
+    for (int i = 0; i < body->h && a->run_top + i < n; i++) {
+        int ln = a->run_top + i, y = body->y + i;
+        int attr = ln == a->run_sel ? A_REVERSE : A_NORMAL;
+        char val[600];
+        if (ln < r->n_meta) {
+            tui_sanitize(r->meta[ln].value, strlen(r->meta[ln].value), val, sizeof val, body->w, a->san);
+            tui_putf(y, body->x, body->w, attr, "%-*.*s %s", kw, kw, r->meta[ln].key, val);
+        } else if (ln == r->n_meta) {
+            continue;
+        } else if (ln == r->n_meta + 1) {
+            tui_putf(y, body->x, body->w, A_BOLD | (ln == a->run_sel ? A_REVERSE : 0), "Events (%d%s)  Enter: open the event's step",
+                     r->n_events, r->events_truncated ? ", first ones only" : "");
+        } else if (!r->n_events) {
+            tui_put(y, body->x, body->w, attr, "  none: the detectors found nothing");
+        } else {
+            const tui_event *e = &r->events[event_at(r, ln)];
+            tui_sanitize(e->detail, strlen(e->detail), val, sizeof val, body->w, a->san);
+            int h = !strcmp(e->kind, "first_nonfinite") || !strcmp(e->kind, "nonfinite_logits") || !strcmp(e->kind, "crash")
+                        ? TUI_H_BAD : TUI_H_WARN;
+            char where[112] = "";
+            if (e->layer >= 0) snprintf(where, sizeof where, " L%02d %s", e->layer, e->op);
+            tui_putf(y, body->x, body->w, attr | tui_attr_fg(a, h), "%c step %-5d %-18s%s  %s", tui_health_marker(h), e->step,
+                     e->kind, where, val);
+        }
+    }
+}
+
+int tui_run_handle(tui_app *a, int action, const tui_rect *body)
+{
+    if (tui_app_run(a) != BT_OK) return TUI_R_NONE;
+    const tui_run *r = &a->run;
+    int n = run_lines(r);
+    switch (action) {
+    case TUI_A_UP: a->run_sel = tui_nav_clamp(a->run_sel, -1, n); return TUI_R_REDRAW;
+    case TUI_A_DOWN: a->run_sel = tui_nav_clamp(a->run_sel, +1, n); return TUI_R_REDRAW;
+    case TUI_A_PGUP: a->run_sel = tui_nav_clamp(a->run_sel, -(body->h - 1), n); return TUI_R_REDRAW;
+    case TUI_A_PGDN: a->run_sel = tui_nav_clamp(a->run_sel, body->h - 1, n); return TUI_R_REDRAW;
+    case TUI_A_FIRST: a->run_sel = 0; return TUI_R_REDRAW;
+    case TUI_A_LAST: a->run_sel = n - 1; return TUI_R_REDRAW;
+    case TUI_A_NEXT: case TUI_A_PREV: {      /* next / previous event */
+        int e = event_at(r, a->run_sel);
+        e = e < 0 ? 0 : tui_nav_clamp(e, action == TUI_A_NEXT ? 1 : -1, r->n_events);
+        if (r->n_events) a->run_sel = r->n_meta + 2 + e;
+        return TUI_R_REDRAW;
+    }
+    case TUI_A_ENTER: {
+        int e = event_at(r, a->run_sel);
+        if (e < 0 || r->events[e].step < 0) return TUI_R_NONE;
+        const tui_event *ev = &r->events[e];
+        if (tui_app_step(a, ev->step) != BT_OK) { snprintf(a->status, sizeof a->status, "%s", bt_errmsg()); return TUI_R_REDRAW; }
+        tui_app_select_tensor(a, ev->layer, ev->op);
+        tui_app_switch(a, tui_view_find("step"));
+        return TUI_R_REDRAW | TUI_R_SWITCH;
+    }
+    default: return TUI_R_NONE;
+    }
+}
+
+/* Backtrace lines: per backtrace a header and its frames, then a blank. */
+static int bt_count_lines(const tui_run *r)
+{
+    int n = 0;
+    for (int i = 0; i < r->n_bts; i++) {
+        n += 2;
+        for (const char *p = r->bts[i].frames; *p; p++) if (*p == '\n') n++;
+        if (r->bts[i].frames[0] && r->bts[i].frames[strlen(r->bts[i].frames) - 1] != '\n') n++;
+    }
+    return n;
+}
+
+void tui_bt_draw(tui_app *a, const tui_rect *body)
+{
+    if (tui_app_run(a) != BT_OK) { tui_put(body->y, body->x, body->w, A_BOLD, bt_errmsg()); return; }
+    const tui_run *r = &a->run;
+    if (!r->n_bts) {
+        tui_put(body->y, body->x, body->w, A_NORMAL, "No backtraces recorded: no non-finite value was detected and the run did not crash.");
+        return;
+    }
+    int n = bt_count_lines(r);
+    if (a->bt_top > n - body->h) a->bt_top = n - body->h;
+    if (a->bt_top < 0) a->bt_top = 0;
+    int ln = 0, y = body->y;
+    for (int i = 0; i < r->n_bts && y < body->y + body->h; i++) {
+        const tui_frames *f = &r->bts[i];
+        if (ln++ >= a->bt_top)
+            tui_putf(y++, body->x, body->w, A_BOLD | tui_attr_fg(a, TUI_H_BAD), "%s at step %d (event %lld)", f->kind, f->step,
+                     (long long)f->event_id);
+        const char *p = f->frames;
+        while (*p && y < body->y + body->h) {
+            const char *e = strchr(p, '\n');
+            size_t len = e ? (size_t)(e - p) : strlen(p);
+            if (ln++ >= a->bt_top) {
+                char line[512];
+                tui_sanitize(p, len, line, sizeof line, body->w - 2, a->san);
+                tui_putf(y++, body->x + 2, body->w - 2, A_NORMAL, "%s", line);
+            }
+            p += len + (e ? 1 : 0);
+        }
+        if (ln++ >= a->bt_top) y++;
+    }
+}
+
+int tui_bt_handle(tui_app *a, int action, const tui_rect *body)
+{
+    switch (action) {
+    case TUI_A_UP: a->bt_top--; break;
+    case TUI_A_DOWN: a->bt_top++; break;
+    case TUI_A_PGUP: a->bt_top -= body->h - 1; break;
+    case TUI_A_PGDN: a->bt_top += body->h - 1; break;
+    case TUI_A_FIRST: a->bt_top = 0; break;
+    case TUI_A_LAST: a->bt_top = 1 << 30; break;
+    default: return TUI_R_NONE;
+    }
+    if (a->bt_top < 0) a->bt_top = 0;
+    return TUI_R_REDRAW;
+}
