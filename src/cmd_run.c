@@ -50,6 +50,7 @@ void cmd_run_help(FILE *out)
         "                       torch, triton-block:N (see doc/argmax.md)\n"
         "  --chat-template NAME render messages with chatml, llama2, llama3 or zephyr instead\n"
         "                       of the template detected from the model\n"
+        "  --ignore-eos         keep generating past end-of-generation tokens\n"
         "  --json               print one JSON object: prompt_ids, completion_ids, text,\n"
         "                       finish_reason, timings\n"
         "  --trace OUT.db       record the run into a SQLite trace (taps, logit snapshots,\n"
@@ -74,7 +75,7 @@ typedef struct run_opts {
     double top_p; bool has_top_p;
     unsigned long long seed; bool has_seed;
     long threads, ctx;
-    bool json;
+    bool json, ignore_eos;
     const char *trace;
     int taps;                 /* bt_taps_mode */
     int layer_lo, layer_hi;
@@ -140,6 +141,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
             VAL(); if (o->n_inject == 32) return bt_error(BT_EINVAL, "at most 32 --inject specs");
             o->inject[o->n_inject++] = v;
         } else if (!strcmp(a, "--json")) o->json = true;
+        else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help run)", a);
 #undef VAL
     }
@@ -432,7 +434,7 @@ int cmd_run(int argc, char **argv)
             fprintf(stderr, "bangtrace: run: %s\n", bt_errmsg());
             status = 1;
             done = true;
-        } else if (bt_tokenizer_is_eog(tok, id)) {
+        } else if (!o.ignore_eos && bt_tokenizer_is_eog(tok, id)) {
             finish = "stop"; n_gen--; done = true;
         } else {
             size_t pl;

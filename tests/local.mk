@@ -2,8 +2,8 @@
 # built binary. ASAN_TESTS (one line) is what `./quickstart check` reruns
 # under ASan+UBSan.
 ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler
-TESTS += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh
-EXTRA_DIST += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/golden/smollm2-q4_1.txt tests/trace_run.sh
+TESTS += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh
+EXTRA_DIST += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/golden/smollm2-q4_1.txt tests/trace_run.sh tests/crash_run.sh
 # request parsing, chat templates, sampler / argmax rules
 check_PROGRAMS += tests/test_request tests/test_sampler
 TESTS += tests/test_request tests/test_sampler
@@ -48,3 +48,6 @@ tests_test_trace_LDADD = $(BT_LIBS)
 tests_trace_writer_tool_SOURCES = tests/trace_writer_tool.c
 tests_trace_writer_tool_LDADD = $(BT_LIBS)
 EXTRA_DIST += tests/trace_crash.sh tests/export.sh
+# bisect (plain and --reference) and report on real traces
+TESTS += tests/bisect.sh tests/report.sh
+EXTRA_DIST += tests/bisect.sh tests/report.sh
