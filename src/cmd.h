@@ -22,6 +22,7 @@ int cmd_forward(int argc, char **argv);    void cmd_forward_help(FILE *out);
 int cmd_bisect(int argc, char **argv);     void cmd_bisect_help(FILE *out);
 int cmd_report(int argc, char **argv);     void cmd_report_help(FILE *out);
 int cmd_export(int argc, char **argv);     void cmd_export_help(FILE *out);
+int cmd_browse(int argc, char **argv);     void cmd_browse_help(FILE *out);
 
 /* Shared by commands: print "bangtrace: <cmd>: <msg>" for the last error
  * and return 2. */

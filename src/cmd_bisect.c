@@ -249,7 +249,7 @@ typedef struct diverge {
 static bool stats_differ(const bt_trace_tap_row *t, const bt_tap_stats *r0, bool full, double tol,
                          char field[16], double *tv, double *rv, double *rel)
 {
-    const double floor = 1e-6;
+    const double floor = 1e-6;    /* absolute: differences below it are noise whatever the scale */
     *rel = 0;
     if (t->nan != r0->nan || t->pinf != r0->pinf || t->ninf != r0->ninf) {
         snprintf(field, 16, "nonfinite");
@@ -258,34 +258,29 @@ static bool stats_differ(const bt_trace_tap_row *t, const bt_tap_stats *r0, bool
         *rel = INFINITY;
         return true;
     }
-    bt_tap_stats r = *r0;
-    if (!full) {
-        r.min = bt_bf16_round(r.min); r.max = bt_bf16_round(r.max);
-        r.mean = bt_bf16_round(r.mean); r.rms = bt_bf16_round(r.rms);
-    }
-    r.absmax = isnan(r.min) || isnan(r.max) ? NAN : fmaxf(fabsf(r.min), fabsf(r.max));
-    double scale_rms = fmax(fmax(fabs(t->rms), fabs(r.rms)), 0);
-    double scale_abs = fmax(fabs(t->absmax), fabs(r.absmax));
-    struct { const char *name; double a, b, scale; } f[] = {
-        { "absmax", t->absmax, r.absmax, fmax(fabs(t->absmax), fabs(r.absmax)) },
-        { "rms", t->rms, r.rms, fmax(fabs(t->rms), fabs(r.rms)) },
-        { "mean", t->mean, r.mean, fmax(scale_rms, fmax(fabs(t->mean), fabs(r.mean))) },
-        { "min", t->min, r.min, scale_abs },
-        { "max", t->max, r.max, scale_abs },
+    double rmin = r0->min, rmax = r0->max, rmean = r0->mean, rrms = r0->rms;
+    if (!full) { rmin = bt_bf16_round(r0->min); rmax = bt_bf16_round(r0->max); rmean = bt_bf16_round(r0->mean); rrms = bt_bf16_round(r0->rms); }
+    /* absmax from min/max on both sides, so NaN ("no finite value") stays NaN */
+    double tabs = isnan(t->min) || isnan(t->max) ? NAN : fmax(fabs(t->min), fabs(t->max));
+    double rabs = isnan(rmin) || isnan(rmax) ? NAN : fmax(fabs(rmin), fabs(rmax));
+    /* mean, min and max are judged against the tensor's spread: a mean near
+     * zero must not turn rounding noise into a relative blow-up */
+    double s_abs = fmax(fabs(tabs), fabs(rabs)), s_rms = fmax(fabs(t->rms), fabs(rrms));
+    const struct { const char *name; double a, b, scale; } f[] = {
+        { "absmax", tabs, rabs, s_abs },
+        { "rms", t->rms, rrms, s_rms },
+        { "mean", t->mean, rmean, fmax(s_rms, fmax(fabs(t->mean), fabs(rmean))) },
+        { "min", t->min, rmin, s_abs },
+        { "max", t->max, rmax, s_abs },
     };
     bool differ = false;
     for (size_t i = 0; i < BT_ARRAY_SIZE(f); i++) {
-        double a = f[i].a, b = f[i].b, d;
+        double a = f[i].a, b = f[i].b;
         if (isnan(a) && isnan(b)) continue;
-        if (isnan(a) != isnan(b)) d = INFINITY;
-        else d = fabs(a - b) / (f[i].scale > floor ? f[i].scale : floor);
+        bool one_nan = isnan(a) != isnan(b);
+        double d = one_nan ? INFINITY : fabs(a - b) / fmax(f[i].scale, floor);
         if (d > *rel) *rel = d;
-        if (!differ && fabs(a - b) > tol * f[i].scale + floor) {
-            differ = true;
-            snprintf(field, 16, "%s", f[i].name);
-            *tv = a; *rv = b;
-        }
-        if (!differ && d == INFINITY) {
+        if (!differ && (one_nan || fabs(a - b) > tol * f[i].scale + floor)) {
             differ = true;
             snprintf(field, 16, "%s", f[i].name);
             *tv = a; *rv = b;

@@ -15,9 +15,10 @@ static const bt_cmd commands[] = {
     { "tokenize", "tokenize text (or --decode ids) with a model's tokenizer", cmd_tokenize, cmd_tokenize_help },
     { "bench", "measure prompt and decode tokens/s and weight bandwidth", cmd_bench, cmd_bench_help },
     { "forward", "run one forward pass and dump every named tensor (for oracles)", cmd_forward, cmd_forward_help },
-    { "bisect", "find the first non-finite (step, layer, op) of a trace, or with --reference the first divergence", cmd_bisect, cmd_bisect_help },
+    { "bisect", "first non-finite (step, layer, op) of a trace; --reference: first divergence", cmd_bisect, cmd_bisect_help },
     { "report", "write a markdown report of a trace for an upstream issue", cmd_report, cmd_report_help },
     { "export", "copy a trace for sharing: --redact removes prompt text, --window keeps the steps near the fault", cmd_export, cmd_export_help },
+    { "browse", "browse a trace in the terminal: tokens, step grid, walk-back to the first NaN", cmd_browse, cmd_browse_help },
 };
 
 static void usage(FILE *out)

@@ -77,6 +77,13 @@ cp "$TMP/out" "$TMP/nanref.json"
 [ "$(field "$TMP/nanref.json" '(lambda d: (d["step"], d["tensor"], d["field"]))(j["reference"]["divergence"]) == (3, "blk.2.ffn_down", "nonfinite")')" = True ] \
     && ok "reference: first divergence is the NaN at step 3 blk.2.ffn_down" || fail "reference on NaN: $(head -c 600 "$TMP/nanref.json")"
 
+# A triton-block argmax turns an all-NaN row into an id outside the vocabulary; the run stops there.
+"$BANGTRACE" -q run $RUN --argmax triton-block:128 --trace "$TMP/triton.db" --inject 'nan@layer=3,op=attn_ctx,step=6' >/dev/null 2>&1
+expect_exit 1 "bisect on the triton-block trace" "$BANGTRACE" bisect "$TMP/triton.db"
+grep -q "^explanation: step 6: logits all NaN; rule triton-block:128 -> id 512, outside the vocabulary (512)" "$TMP/out" \
+    && ok "explanation names the out-of-vocabulary id" || fail "triton explanation: $(grep explanation "$TMP/out")"
+expect_exit 1 "bisect --reference on the triton-block trace (the bad id is never fed)" "$BANGTRACE" bisect "$TMP/triton.db" --reference
+
 # ---- finite, silent corruption at long context: only --reference sees it ----
 P=20
 expect_exit 0 "run with longctx@pos>=$P" "$BANGTRACE" -q run $RUN --trace "$TMP/long.db" --inject "longctx@pos>=$P,op=ffn_down,scale=1.5"

@@ -51,3 +51,9 @@ EXTRA_DIST += tests/trace_crash.sh tests/export.sh
 # bisect (plain and --reference) and report on real traces
 TESTS += tests/bisect.sh tests/report.sh
 EXTRA_DIST += tests/bisect.sh tests/report.sh
+# browser (tui/): layout, collapsing, colouring, sanitization, keys; dumps; tmux end to end
+check_PROGRAMS += tests/test_tui
+TESTS += tests/test_tui tests/browse_dump.sh tests/browse_tmux.sh
+tests_test_tui_SOURCES = tests/test_tui.c
+tests_test_tui_LDADD = $(BT_LIBS)
+EXTRA_DIST += tests/browse_dump.sh tests/browse_tmux.sh tests/data-gen/make_trace.py

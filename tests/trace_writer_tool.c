@@ -13,7 +13,11 @@
  *   trace_writer_tool check TRACE
  *       Opens TRACE with the reader and prints one line:
  *       "steps N first F last L contiguous yes|no status S tokens T pieces P
- *        events E first_bad B". Exit 0, or 2 with the reader's error. */
+ *        events E first_bad B". Exit 0, or 2 with the reader's error.
+ *   trace_writer_tool time TRACE
+ *       Times the reader's hot paths on TRACE (open + summary, the taps and
+ *       logits of the middle step, the first non-finite tap, the tokens of
+ *       ten steps) and prints them in ms: the "1 GB opens in < 1 s" check. */
 #include "trace/reader.h"
 #include "trace/trace.h"
 #include "util.h"
@@ -181,11 +185,44 @@ static int cmd_check(const char *path)
     return 0;
 }
 
+static int count_tok(void *user, const bt_trace_token_row *tok)
+{
+    (void)tok;
+    (*(int *)user)++;
+    return 0;
+}
+
+static int cmd_time(const char *path)
+{
+    double t0 = bt_now();
+    bt_trace_reader *r;
+    bt_trace_summary sum;
+    if (bt_trace_open(path, &r) || bt_trace_summary_get(r, &sum)) { fprintf(stderr, "%s\n", bt_errmsg()); return 2; }
+    double t1 = bt_now();
+    int mid = (sum.first_step + sum.last_step) / 2, n, nl, nt = 0;
+    bt_trace_tap_row *taps = NULL, fb;
+    bt_trace_logits_row lg[4];
+    bool found;
+    if (bt_trace_step_taps(r, mid, &taps, &n) || bt_trace_step_logits(r, mid, lg, 4, &nl)) { fprintf(stderr, "%s\n", bt_errmsg()); return 2; }
+    free(taps);
+    double t2 = bt_now();
+    if (bt_trace_first_nonfinite(r, &fb, &found)) { fprintf(stderr, "%s\n", bt_errmsg()); return 2; }
+    double t3 = bt_now();
+    if (bt_trace_tokens_of_steps(r, mid, mid + 9, count_tok, &nt) < 0) { fprintf(stderr, "%s\n", bt_errmsg()); return 2; }
+    double t4 = bt_now();
+    printf("steps %lld size %.1f MB: open+summary %.1f ms, step %d taps (%d) + logits %.2f ms, first non-finite %.2f ms"
+           " (%s), tokens of 10 steps (%d) %.2f ms\n", (long long)sum.n_steps, bt_trace_size(path) / 1e6,
+           (t1 - t0) * 1e3, mid, n, (t2 - t1) * 1e3, (t3 - t2) * 1e3, found ? "found" : "clean", nt, (t4 - t3) * 1e3);
+    bt_trace_reader_close(r);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && !strcmp(argv[1], "time")) return cmd_time(argv[2]);
     if (argc >= 3 && !strcmp(argv[1], "write")) return cmd_write(argc, argv);
     if (argc == 3 && !strcmp(argv[1], "check")) return cmd_check(argv[2]);
     fprintf(stderr, "usage: trace_writer_tool write OUT.db [--steps N] [--delay-ms D] [--prompt TEXT] [--bad-step S] [--layers L]\n"
-                    "       trace_writer_tool check TRACE\n");
+                    "       trace_writer_tool check TRACE\n       trace_writer_tool time TRACE\n");
     return 2;
 }

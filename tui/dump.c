@@ -93,10 +93,10 @@ static void piece_str(tui_app *a, int id, int64_t near, char *buf, size_t cap)
 {
     int len = 0;
     const char *p = id >= 0 ? tui_trace_piece(a->tr, id, near, &len) : NULL;
-    char tmp[128];
-    if (!p) { snprintf(buf, cap, "?"); return; }
-    tui_sanitize(p, len, tmp, sizeof tmp, 30, a->san | TUI_SAN_SHOWSPACE);
-    snprintf(buf, cap, "'%s'", tmp);
+    if (!p || cap < 4) { snprintf(buf, cap, "?"); return; }
+    buf[0] = '\'';
+    tui_sanitize(p, len, buf + 1, cap - 2, 30, a->san | TUI_SAN_SHOWSPACE);
+    strcat(buf, "'");
 }
 
 int tui_dump_step(tui_app *a, FILE *out, int step)

@@ -59,6 +59,7 @@ static void count_range(tui_trace *tr, tui_cell *c)
         c->count = sqlite3_column_int64(s, 0);
         c->step0 = sqlite3_column_int(s, 1);
         c->step1 = sqlite3_column_int(s, 2);
+        c->pos0 = sqlite3_column_int(s, 3);
     }
     sqlite3_reset(s);
 }
@@ -106,7 +107,7 @@ static int mark_health(tui_trace *tr, tui_tokens *tk)
         bad[nb++] = sqlite3_column_int(s, 0);
     }
     if (r != SQLITE_DONE) { rc = tui_db_error(tr, "reading logits"); goto done; }
-    qsort(bad, nb, sizeof(int), cmp_int);
+    if (nb > 1) qsort(bad, nb, sizeof(int), cmp_int);
     /* A loop is reported when its 4th period completes (period <= 16), so it
      * began at most 64 tokens earlier; a wall when its 8th repeat lands. */
     s = tui_q(tr, Q_EVENTS_DEGEN);

@@ -23,7 +23,7 @@ static const char *const query_sql[Q_COUNT] = {
     [Q_TOK_WINDOW] = "SELECT seq, step, pos, token_id, piece, role FROM tokens WHERE seq >= ?1 ORDER BY seq LIMIT ?2",
     [Q_TOK_RUN_END] = "SELECT seq FROM tokens WHERE seq > ?1 AND (token_id != ?2 OR role != ?3) ORDER BY seq LIMIT 1",
     [Q_TOK_RUN_START] = "SELECT seq FROM tokens WHERE seq < ?1 AND (token_id != ?2 OR role != ?3) ORDER BY seq DESC LIMIT 1",
-    [Q_TOK_COUNT_RANGE] = "SELECT count(*), min(step), max(step) FROM tokens WHERE seq BETWEEN ?1 AND ?2",
+    [Q_TOK_COUNT_RANGE] = "SELECT count(*), min(step), max(step), min(pos) FROM tokens WHERE seq BETWEEN ?1 AND ?2",
     [Q_TOK_SEARCH_FWD] = "SELECT seq FROM tokens WHERE seq > ?1 AND instr(piece, ?2) > 0 ORDER BY seq LIMIT 1",
     [Q_TOK_SEARCH_BACK] = "SELECT seq FROM tokens WHERE seq < ?1 AND instr(piece, ?2) > 0 ORDER BY seq DESC LIMIT 1",
     [Q_TOK_STEP_SEQ] = "SELECT min(seq) FROM tokens WHERE step = ?1",

@@ -69,14 +69,12 @@ static int chain_first_step(tui_walk *w, const tui_step *st)
     const tui_tap *o = &st->taps[origin];
     if ((rc = add_link(w, st, o, "origin"))) return rc;
     int last_layer = o->layer;
-    bool after_layers = false;
     for (int i = origin + 1; i < st->n_taps; i++) {
         const tui_tap *t = &st->taps[i];
         if (!tap_bad(t)) continue;
         if (t->layer >= 0 && t->layer == o->layer && o->layer >= 0) { if ((rc = add_link(w, st, t, "same layer"))) return rc; continue; }
         if (t->layer < 0) {
-            if ((rc = add_link(w, st, t, after_layers || o->layer >= 0 ? "after the layers" : ""))) return rc;
-            after_layers = true;
+            if ((rc = add_link(w, st, t, o->layer >= 0 ? "after layers" : ""))) return rc;
             continue;
         }
         if (t->layer != last_layer) {
@@ -175,7 +173,7 @@ int tui_walk_load(tui_trace *tr, tui_walk *w)
             if (!tap_bad(t)) continue;
             char note[64];
             bool kv = t->op && !strcmp(t->op, "attn_ctx") && layer_qkv_clean(&st, t->layer);
-            snprintf(note, sizeof note, "first of %d bad%s", st.n_bad, kv ? "; via KV cache" : "");
+            snprintf(note, sizeof note, "%s%d bad", kv ? "via KV cache; " : "first of ", st.n_bad);
             if ((rc = add_link(w, &st, t, note))) goto done;
             break;
         }

@@ -14,10 +14,10 @@ static void piece_of(tui_app *a, int id, int64_t near, char *buf, size_t cap, in
 {
     int len = 0;
     const char *p = id >= 0 ? tui_trace_piece(a->tr, id, near, &len) : NULL;
-    if (!p) { snprintf(buf, cap, "?"); return; }
-    char tmp[128];
-    tui_sanitize(p, len, tmp, sizeof tmp, max_cols, a->san | TUI_SAN_SHOWSPACE);
-    snprintf(buf, cap, "'%s'", tmp);
+    if (!p || cap < 4) { snprintf(buf, cap, "?"); return; }
+    buf[0] = '\'';
+    tui_sanitize(p, len, buf + 1, cap - 2, max_cols, a->san | TUI_SAN_SHOWSPACE);
+    strcat(buf, "'");
 }
 
 static void draw_logits(tui_app *a, const tui_rect *r)

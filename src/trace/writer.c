@@ -280,10 +280,8 @@ int bt_trace_step_begin(bt_trace *t, int step, const char *model, const char *ki
     }
     /* 0x7fc0 little-endian in every stat: "no value" until the tap arrives. */
     for (int i = 0; i < slots * 4; i++) { t->blob[2 * i] = 0xc0; t->blob[2 * i + 1] = 0x7f; }
-    t->in_sqlite = 1;
-    int rc = run_stmt(t, ST_BEGIN, "beginning a step");
-    t->in_sqlite = 0;
-    if (rc) return rc;
+    /* in_step before BEGIN: a crash in between then still records the step
+     * (its rows autocommit) instead of leaving a transaction nobody ends. */
     t->step = step;
     t->pos0 = pos0;
     t->n_pos = n_pos;
@@ -291,7 +289,11 @@ int bt_trace_step_begin(bt_trace *t, int step, const char *model, const char *ki
     snprintf(t->model, sizeof t->model, "%s", model);
     snprintf(t->kind, sizeof t->kind, "%s", kind);
     t->in_step = true;
-    return BT_OK;
+    t->in_sqlite = 1;
+    int rc = run_stmt(t, ST_BEGIN, "beginning a step");
+    t->in_sqlite = 0;
+    if (rc) t->in_step = false;
+    return rc;
 }
 
 static void put_bf16(uint8_t *p, float v)
@@ -542,8 +544,10 @@ int bt_trace_close(bt_trace *t, const char *status)
     if ((r = meta_put(t, "finished_at", finished)) && !rc) rc = r;
     for (int i = 0; i < ST_COUNT; i++) { sqlite3_finalize(t->st[i]); t->st[i] = NULL; }
     /* Back to a rollback journal: the finished trace is one self-contained
-     * file that opens read-only anywhere, even where no -shm can be made. */
-    if ((r = exec(t, "PRAGMA journal_mode = DELETE")) && !rc) rc = r;
+     * file that opens read-only anywhere, even where no -shm can be made.
+     * Best effort: with a reader attached (a browser watching the run) the
+     * switch is refused, and a WAL-mode file is just as valid. */
+    exec(t, "PRAGMA journal_mode = DELETE");
     if (sqlite3_close(t->db) != SQLITE_OK && !rc) rc = sql_fail(t, "closing");
     t->db = NULL;
     free_trace(t);

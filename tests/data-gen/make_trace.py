@@ -255,6 +255,8 @@ def big_trace(out, schema, n_steps):
     tens = tensor_list(n_layers, dim, kv, ffn, vocab)
     idx_of = {t[0]: i for i, t in enumerate(tens)}
     db = open_db(out, schema)
+    db.commit()
+    db.isolation_level = None            # explicit BEGIN / COMMIT below
     bad_step = max(1, n_steps - 20000)
     write_meta(db, {
         "tool_version": "0.1.0 (tests/data-gen/make_trace.py big)", "schema_version": "1", "status": "ok",

@@ -1,0 +1,538 @@
+/* test_tui.c - the browser's logic without a terminal: layout arithmetic,
+ * the token flow and vertical navigation, run collapsing (also across token
+ * windows of a real SQLite trace), colouring decisions, sanitization of
+ * hostile token text, the key table and the view registry, and the trace
+ * checks that must fail before curses starts. */
+#define NCURSES_WIDECHAR 1
+#include <curses.h>
+
+#include "../tui/tui.h"
+#include "util.h"
+
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int failures, checks;
+#define CHECK(c) do { checks++; if (!(c)) { failures++; fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c); } } while (0)
+#define CHECK_STR(a, b) do { checks++; if (strcmp((a), (b))) { failures++; \
+    fprintf(stderr, "FAIL %s:%d: '%s' != '%s'\n", __FILE__, __LINE__, (a), (b)); } } while (0)
+
+static bool rect_inside(const tui_rect *r, const tui_rect *outer)
+{
+    return r->y >= outer->y && r->x >= outer->x && r->y + r->h <= outer->y + outer->h && r->x + r->w <= outer->x + outer->w;
+}
+
+static bool rects_overlap(const tui_rect *a, const tui_rect *b)
+{
+    if (!a->h || !a->w || !b->h || !b->w) return false;
+    return a->x < b->x + b->w && b->x < a->x + a->w && a->y < b->y + b->h && b->y < a->y + a->h;
+}
+
+static void test_layout(void)
+{
+    tui_screen s;
+    tui_layout_screen(24, 80, &s);
+    CHECK(!s.too_small);
+    CHECK(s.header.y == 0 && s.header.h == 1 && s.header.w == 80);
+    CHECK(s.status.y == 23 && s.status.h == 1);
+    CHECK(s.body.y == 1 && s.body.h == 22 && s.body.w == 80);
+    tui_layout_screen(9, 80, &s);
+    CHECK(s.too_small);
+    tui_layout_screen(24, 39, &s);
+    CHECK(s.too_small);
+
+    /* the step view at 80x24 and 200x60, 13 op columns (a llama layer) */
+    int sizes[][2] = { { 24, 80 }, { 60, 200 }, { 30, 100 }, { 50, 132 } };
+    for (size_t i = 0; i < BT_ARRAY_SIZE(sizes); i++) {
+        tui_layout_screen(sizes[i][0], sizes[i][1], &s);
+        tui_step_layout l;
+        tui_layout_step(&s.body, 13, &l);
+        CHECK(rect_inside(&l.logits, &s.body));
+        CHECK(rect_inside(&l.grid, &s.body));
+        CHECK(rect_inside(&l.detail, &s.body));
+        CHECK(!rects_overlap(&l.logits, &l.grid));
+        CHECK(!rects_overlap(&l.grid, &l.detail));
+        CHECK(!rects_overlap(&l.logits, &l.detail));
+        CHECK(l.cell_w >= 2 && l.cell_w <= 6);
+        CHECK(l.label_w + 13 * l.cell_w <= l.grid.w);      /* every op column fits */
+        CHECK(l.logits.w >= 34);                           /* "rank id piece logit p" */
+        CHECK(l.detail.h >= 4);
+        CHECK(l.grid_rows_visible == l.grid.h - 1);
+    }
+    tui_layout_screen(24, 80, &s);
+    tui_step_layout l80, l200;
+    tui_layout_step(&s.body, 13, &l80);
+    CHECK(l80.cell_w == 3);
+    tui_layout_screen(60, 200, &s);
+    tui_layout_step(&s.body, 13, &l200);
+    CHECK(l200.cell_w == 6);
+    CHECK(l200.grid_rows_visible >= 32);                   /* 30 layers + in + out fit at 200x60 */
+    CHECK(l200.detail.h == 6);
+
+    /* scrolling keeps the cursor visible */
+    CHECK(tui_scroll_follow(0, 5, 10, 100) == 0);
+    CHECK(tui_scroll_follow(0, 10, 10, 100) == 1);
+    CHECK(tui_scroll_follow(20, 5, 10, 100) == 5);
+    CHECK(tui_scroll_follow(95, 99, 10, 100) == 90);
+    CHECK(tui_scroll_follow(0, 3, 10, 5) == 0);
+    CHECK(tui_nav_clamp(0, -1, 10) == 0);
+    CHECK(tui_nav_clamp(9, 1, 10) == 9);
+    CHECK(tui_nav_clamp(3, 4, 10) == 7);
+    CHECK(tui_nav_clamp(3, 4, 0) == 0);
+}
+
+static void test_flow(void)
+{
+    /* width 10: "aaa bbbbb" | "cc dddddddd" does not fit -> own line */
+    int w[] = { 3, 5, 2, 8, 12, 1 };
+    int line[6], col[6];
+    int n = tui_flow_layout(w, 6, 10, line, col);
+    CHECK(line[0] == 0 && col[0] == 0);
+    CHECK(line[1] == 0 && col[1] == 4);
+    CHECK(line[2] == 1 && col[2] == 0);
+    CHECK(line[3] == 2 && col[3] == 0);      /* 2 + 1 + 8 > 10 */
+    CHECK(line[4] == 3 && col[4] == 0);      /* wider than the line: a line of its own */
+    CHECK(line[5] == 4 && col[5] == 0);
+    CHECK(n == 5);
+    for (int i = 0; i < 6; i++) CHECK(col[i] + (w[i] > 10 ? 10 : w[i]) <= 10);
+
+    /* vertical moves keep the column */
+    int w2[] = { 4, 4, 4, 4, 4, 4, 4 };      /* width 9: two per line */
+    int l2[7], c2[7];
+    CHECK(tui_flow_layout(w2, 7, 9, l2, c2) == 4);
+    CHECK(tui_flow_vertical(l2, c2, 7, 0, +1) == 2);
+    CHECK(tui_flow_vertical(l2, c2, 7, 1, +1) == 3);
+    CHECK(tui_flow_vertical(l2, c2, 7, 3, -1) == 1);
+    CHECK(tui_flow_vertical(l2, c2, 7, 5, +1) == 6);  /* last line is shorter: nearest cell */
+    CHECK(tui_flow_vertical(l2, c2, 7, 6, +1) == -1);
+    CHECK(tui_flow_vertical(l2, c2, 7, 0, -1) == -1);
+}
+
+static void test_collapse(void)
+{
+    tui_tok t[420];
+    int n = 0;
+    int ids[] = { 1, 7, 7, 7 };
+    for (int i = 0; i < 4; i++, n++) t[n] = (tui_tok){ .seq = n, .step = 0, .pos = n, .id = ids[i], .role = i == 0 ? 'p' : 'g' };
+    for (int i = 0; i < 412; i++, n++) t[n] = (tui_tok){ .seq = n, .step = 10 + i, .pos = n, .id = 0, .role = 'g' };
+    t[n] = (tui_tok){ .seq = n, .step = 500, .pos = n, .id = 5, .role = 'g' };
+    n++;
+    t[n] = (tui_tok){ .seq = n, .step = 501, .pos = n, .id = 5, .role = 'p' };   /* same id, other role */
+    n++;
+    tui_cell cells[420];
+    int nc = tui_collapse(t, n, 2, cells);
+    CHECK(nc == 5);
+    CHECK(cells[0].count == 1 && cells[0].id == 1);
+    CHECK(cells[1].count == 3 && cells[1].id == 7 && cells[1].seq0 == 1 && cells[1].seq1 == 3);
+    CHECK(cells[2].count == 412 && cells[2].id == 0 && cells[2].step0 == 10 && cells[2].step1 == 421);
+    CHECK(cells[3].count == 1 && cells[4].count == 1 && cells[4].role == 'p');
+    tui_cell_set_text(&cells[2], "!", 1, TUI_SAN_UTF8);
+    CHECK_STR(cells[2].text, "! x412");
+    CHECK(cells[2].width == 6);
+    tui_cell_set_text(&cells[0], " Once", 5, TUI_SAN_UTF8);
+    CHECK_STR(cells[0].text, "\xc2\xb7Once");              /* a visible space */
+    CHECK(cells[0].width == 5);
+    tui_cell_set_text(&cells[0], " Once", 5, 0);
+    CHECK_STR(cells[0].text, "_Once");
+    tui_cell_set_text(&cells[0], NULL, 0, 0);               /* redacted piece: the id stands in */
+    CHECK_STR(cells[0].text, "#1");
+    /* runs shorter than min_run stay one cell per token */
+    nc = tui_collapse(t, 4, 4, cells);
+    CHECK(nc == 4);
+
+    tui_tokens tk = { .cells = cells, .n = 3 };
+    nc = tui_collapse(t, n, 2, cells);
+    tk.n = nc;
+    CHECK(tui_tokens_find(&tk, 0) == 0);
+    CHECK(tui_tokens_find(&tk, 2) == 1);
+    CHECK(tui_tokens_find(&tk, 300) == 2);
+    CHECK(tui_tokens_find(&tk, 10000) == 4);
+}
+
+static void test_health(void)
+{
+    CHECK(tui_tap_health(false, 0, 0, 0, 1, 1) == TUI_H_NONE);
+    CHECK(tui_tap_health(true, 1, 0, 0, 1, 1) == TUI_H_BAD);
+    CHECK(tui_tap_health(true, 0, 1, 0, 1, 1) == TUI_H_BAD);
+    CHECK(tui_tap_health(true, 0, 0, 3, NAN, 1) == TUI_H_BAD);
+    CHECK(tui_tap_health(true, 0, 0, 0, INFINITY, 1) == TUI_H_BAD);   /* bf16 overflowed: not finite */
+    CHECK(tui_tap_health(true, 0, 0, 0, 100, 2) == TUI_H_WARN);      /* 50x the median */
+    CHECK(tui_tap_health(true, 0, 0, 0, 15, 2) == TUI_H_CLEAN);      /* 7.5x: within */
+    CHECK(tui_tap_health(true, 0, 0, 0, 17, 2) == TUI_H_WARN);
+    CHECK(tui_tap_health(true, 0, 0, 0, 3, NAN) == TUI_H_CLEAN);     /* no median known */
+    CHECK(tui_tap_health(true, 0, 0, 0, 0, 0) == TUI_H_CLEAN);
+    CHECK(tui_tap_health(true, 0, 0, 0, 5, 0) == TUI_H_WARN);        /* always-zero tensor woke up */
+    CHECK(tui_tap_health(true, 0, 0, 0, NAN, 2) == TUI_H_CLEAN);     /* nothing finite, no bad count */
+    CHECK(tui_health_marker(TUI_H_BAD) == '!');
+    CHECK(tui_health_marker(TUI_H_WARN) == '~');
+    CHECK(tui_health_marker(TUI_H_CLEAN) == '.');
+    CHECK(tui_health_marker(TUI_H_NONE) == ' ');
+
+    char b[96];
+    tui_fmt_bad_counts(b, sizeof b, 1, 0, 0);
+    CHECK_STR(b, "1 NaN");
+    tui_fmt_bad_counts(b, sizeof b, 3, 2, 1);
+    CHECK_STR(b, "3 NaN, 2 +Inf, 1 -Inf");
+    tui_fmt_bad_counts(b, sizeof b, 0, 0, 4);
+    CHECK_STR(b, "4 -Inf");
+    tui_fmt_bad_counts(b, sizeof b, 0, 0, 0);
+    CHECK_STR(b, "0 non-finite");
+
+    CHECK(isnan(tui_bf16(0x7fc0)));
+    CHECK(tui_bf16(0x3f80) == 1.0f);
+    CHECK(tui_bf16(0xc000) == -2.0f);
+    CHECK(isinf(tui_bf16(0x7f80)));
+}
+
+static bool has_control(const char *s)
+{
+    for (; *s; s++) if ((unsigned char)*s < 0x20 || (unsigned char)*s == 0x7f) return true;
+    return false;
+}
+
+static void test_sanitize(void)
+{
+    char out[256];
+    int w;
+    const char *esc = "\x1b[31mred\x1b[0m";
+    w = tui_sanitize(esc, strlen(esc), out, sizeof out, 0, TUI_SAN_UTF8);
+    CHECK_STR(out, "\\x1b[31mred\\x1b[0m");
+    CHECK(w == (int)strlen(out));
+    CHECK(!has_control(out));
+    tui_sanitize("\x07", 1, out, sizeof out, 0, TUI_SAN_UTF8);
+    CHECK_STR(out, "\\x07");
+    tui_sanitize("\r\n\t", 3, out, sizeof out, 0, TUI_SAN_UTF8);
+    CHECK_STR(out, "\\r\\n\\t");
+    tui_sanitize("a\\b", 3, out, sizeof out, 0, TUI_SAN_UTF8);
+    CHECK_STR(out, "a\\\\b");                                /* a literal "\x1b" stays distinguishable */
+    tui_sanitize("\x7f", 1, out, sizeof out, 0, TUI_SAN_UTF8);
+    CHECK_STR(out, "\\x7f");
+    tui_sanitize("a\0b", 3, out, sizeof out, 0, TUI_SAN_UTF8);  /* embedded NUL */
+    CHECK_STR(out, "a\\x00b");
+    /* UTF-8: printable passes, C1 controls (8-bit CSI) and bidi overrides do not */
+    w = tui_sanitize("caf\xc3\xa9", 5, out, sizeof out, 0, TUI_SAN_UTF8);
+    CHECK_STR(out, "caf\xc3\xa9");
+    CHECK(w == 4);
+    tui_sanitize("caf\xc3\xa9", 5, out, sizeof out, 0, 0);     /* not a UTF-8 terminal */
+    CHECK_STR(out, "caf\\xc3\\xa9");
+    tui_sanitize("\xc2\x9b" "31m", 5, out, sizeof out, 0, TUI_SAN_UTF8);
+    CHECK_STR(out, "\\u009b31m");
+    tui_sanitize("\xe2\x80\xae" "abc", 6, out, sizeof out, 0, TUI_SAN_UTF8);
+    CHECK_STR(out, "\\u202eabc");
+    tui_sanitize("\xff\xfe", 2, out, sizeof out, 0, TUI_SAN_UTF8);   /* invalid UTF-8 */
+    CHECK_STR(out, "\\xff\\xfe");
+    tui_sanitize("\xe4\xbd", 2, out, sizeof out, 0, TUI_SAN_UTF8);   /* truncated sequence */
+    CHECK_STR(out, "\\xe4\\xbd");
+    tui_sanitize("\xc0\xaf", 2, out, sizeof out, 0, TUI_SAN_UTF8);   /* overlong '/' */
+    CHECK_STR(out, "\\xc0\\xaf");
+    w = tui_sanitize("\xe4\xbd\xa0", 3, out, sizeof out, 0, TUI_SAN_UTF8);   /* wide CJK */
+    CHECK(w == 2);
+    /* limits never cut an escape in half */
+    w = tui_sanitize("ab\x1b" "cd", 5, out, sizeof out, 4, TUI_SAN_UTF8);
+    CHECK_STR(out, "ab");
+    CHECK(w == 2);
+    tui_sanitize("ab\x1b" "cd", 5, out, 5, 0, TUI_SAN_UTF8);
+    CHECK_STR(out, "ab");
+    w = tui_sanitize("a b", 3, out, sizeof out, 0, TUI_SAN_UTF8 | TUI_SAN_SHOWSPACE);
+    CHECK_STR(out, "a\xc2\xb7" "b");
+    CHECK(w == 3);
+    CHECK(tui_text_width("a\xc2\xb7" "b") == 3);
+    char fit[16];
+    CHECK(tui_text_fit("\xe4\xbd\xa0\xe4\xbd\xa0", fit, sizeof fit, 3) == 2);   /* no half of a wide char */
+    CHECK_STR(fit, "\xe4\xbd\xa0");
+    /* every byte value alone: output never holds a control byte */
+    for (int c = 0; c < 256; c++) {
+        char in = (char)c;
+        tui_sanitize(&in, 1, out, sizeof out, 0, TUI_SAN_UTF8);
+        CHECK(!has_control(out));
+        tui_sanitize(&in, 1, out, sizeof out, 0, 0);
+        CHECK(!has_control(out) && !((unsigned char)out[0] & 0x80));
+    }
+}
+
+static void test_grid(void)
+{
+    tui_tensor t[] = {
+        { 0, -1, 8, "token_embd", "token_embd" },
+        { 1, 0, 8, "blk.0.attn_norm", "attn_norm" }, { 2, 0, 8, "blk.0.ffn_gate", "ffn_gate" },
+        { 3, 0, 8, "blk.0.ffn_down", "ffn_down" },
+        { 4, 1, 8, "blk.1.attn_norm", "attn_norm" }, { 5, 1, 8, "blk.1.ffn_down", "ffn_down" },
+        { 6, -1, 8, "output_norm", "output_norm" }, { 7, -1, 32, "logits", "logits" },
+    };
+    tui_grid g;
+    CHECK(tui_grid_build(t, 8, &g) == BT_OK);
+    CHECK(g.n_rows == 4 && g.n_cols == 3);
+    CHECK(g.has_pre && g.has_post);
+    CHECK_STR(g.row_label[0], "in");
+    CHECK_STR(g.row_label[1], "L00");
+    CHECK_STR(g.row_label[3], "out");
+    CHECK_STR(g.ops[2], "ffn_down");
+    CHECK(g.cell[0 * 3 + 0] == 0 && g.cell[0 * 3 + 1] == -1);
+    CHECK(g.cell[2 * 3 + 0] == 4 && g.cell[2 * 3 + 1] == -1 && g.cell[2 * 3 + 2] == 5);  /* layer 1 untapped gate */
+    CHECK(g.cell[3 * 3 + 0] == 6 && g.cell[3 * 3 + 1] == 7);
+    int r, c;
+    CHECK(tui_grid_find(&g, 5, &r, &c) && r == 2 && c == 2);
+    CHECK(!tui_grid_find(&g, 99, &r, &c));
+    tui_grid_free(&g);
+    /* --tap-layers 10-11: rows start at layer 10, no pre/post */
+    tui_tensor t2[] = { { 0, 10, 8, "blk.10.ffn_down", "ffn_down" }, { 1, 11, 8, "blk.11.ffn_down", "ffn_down" } };
+    CHECK(tui_grid_build(t2, 2, &g) == BT_OK);
+    CHECK(g.n_rows == 2 && g.n_cols == 1 && !g.has_pre && g.layer0 == 10);
+    CHECK_STR(g.row_label[0], "L10");
+    tui_grid_free(&g);
+    char ab[8];
+    tui_op_abbrev("ffn_gate", ab, 4);
+    CHECK_STR(ab, "gate");
+    tui_op_abbrev("attn_ctx", ab, 2);
+    CHECK_STR(ab, "ct");
+    tui_op_abbrev("moe_router", ab, 6);
+    CHECK_STR(ab, "router");
+}
+
+static void test_keys(void)
+{
+    int arg = -1;
+    CHECK(tui_key_action('j', NULL) == TUI_A_DOWN);
+    CHECK(tui_key_action(KEY_DOWN, NULL) == TUI_A_DOWN);
+    CHECK(tui_key_action('k', NULL) == TUI_A_UP);
+    CHECK(tui_key_action('h', NULL) == TUI_A_LEFT);
+    CHECK(tui_key_action(KEY_RIGHT, NULL) == TUI_A_RIGHT);
+    CHECK(tui_key_action(KEY_NPAGE, NULL) == TUI_A_PGDN);
+    CHECK(tui_key_action(KEY_PPAGE, NULL) == TUI_A_PGUP);
+    CHECK(tui_key_action('g', NULL) == TUI_A_FIRST);
+    CHECK(tui_key_action('G', NULL) == TUI_A_LAST);
+    CHECK(tui_key_action('/', NULL) == TUI_A_SEARCH);
+    CHECK(tui_key_action('\r', NULL) == TUI_A_ENTER);
+    CHECK(tui_key_action(27, NULL) == TUI_A_BACK);
+    CHECK(tui_key_action(KEY_BACKSPACE, NULL) == TUI_A_BACK);
+    CHECK(tui_key_action('q', NULL) == TUI_A_QUIT);
+    CHECK(tui_key_action('?', NULL) == TUI_A_HELP);
+    CHECK(tui_key_action('\t', NULL) == TUI_A_NEXT_VIEW);
+    CHECK(tui_key_action('w', NULL) == TUI_A_WALK);
+    CHECK(tui_key_action('n', NULL) == TUI_A_NEXT);
+    CHECK(tui_key_action('p', NULL) == TUI_A_PREV);
+    CHECK(tui_key_action(KEY_RESIZE, NULL) == TUI_A_RESIZE);
+    CHECK(tui_key_action('Z', NULL) == TUI_A_NONE);
+    CHECK(tui_key_action('3', &arg) == TUI_A_VIEW && arg == 2);
+    CHECK_STR(tui_views[arg].name, "walkback");
+    CHECK_STR(tui_action_name(TUI_A_WALK), "walk-back");
+    /* the registry: unique names and keys, every view drawable and dumpable */
+    CHECK(tui_n_views >= 5);
+    for (int i = 0; i < tui_n_views; i++) {
+        CHECK(tui_views[i].draw && tui_views[i].handle && tui_views[i].dump);
+        CHECK(tui_view_find(tui_views[i].name) == i);
+        for (int j = 0; j < i; j++) CHECK(tui_views[i].key != tui_views[j].key && strcmp(tui_views[i].name, tui_views[j].name));
+        CHECK(tui_key_action(tui_views[i].key, &arg) == TUI_A_VIEW && arg == i);
+    }
+    CHECK(tui_view_find("nope") == -1);
+    const char *const *help = tui_key_help();
+    int n = 0;
+    while (help[n]) n++;
+    CHECK(n > 5);
+
+    /* view history: switch and back */
+    tui_app a;
+    memset(&a, 0, sizeof a);
+    tui_app_switch(&a, 1);
+    tui_app_switch(&a, 2);
+    tui_app_switch(&a, 2);          /* same view: no history entry */
+    CHECK(a.view == 2 && a.n_prev == 2 && a.prev_view[1] == 1 && a.prev_view[0] == 0);
+    for (int i = 0; i < 40; i++) tui_app_switch(&a, i % 2 ? 3 : 4);   /* bounded */
+    CHECK(a.n_prev <= 16);
+}
+
+/* ---- the model on a real SQLite trace ---- */
+
+static char *read_schema(void)
+{
+    const char *src = getenv("BT_SRCDIR");
+    const char *cands[] = { NULL, "../traces/schema.sql", "traces/schema.sql", "../../traces/schema.sql" };
+    char buf[4096];
+    if (src) { snprintf(buf, sizeof buf, "%s/traces/schema.sql", src); cands[0] = buf; }
+    for (size_t i = 0; i < BT_ARRAY_SIZE(cands); i++) {
+        char *text;
+        size_t len;
+        if (cands[i] && access(cands[i], R_OK) == 0 && bt_read_file(cands[i], &text, &len) == BT_OK) return text;
+    }
+    return NULL;
+}
+
+static int exec(sqlite3 *db, const char *sql)
+{
+    char *err = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &err);
+    if (rc != SQLITE_OK) { fprintf(stderr, "sql: %s: %s\n", err, sql); sqlite3_free(err); }
+    return rc;
+}
+
+/* 1 prompt token, 30 clean tokens, then a 5000-token wall of id 0 (with
+ * NaN logits and tap_bad from step 31 on), then 3 clean tokens; steps 10..19
+ * repeat one token with finite logits (a degenerate wall). 2 layers x 2 ops
+ * + logits. */
+static bool make_trace(const char *path, const char *schema)
+{
+    unlink(path);
+    sqlite3 *db;
+    if (sqlite3_open(path, &db) != SQLITE_OK) return false;
+    bool ok = exec(db, schema) == SQLITE_OK && exec(db, "PRAGMA application_id = 1112822339; PRAGMA user_version = 1; BEGIN") == SQLITE_OK;
+    ok = ok && exec(db, "INSERT INTO tensors VALUES ('target', 0, 'blk.0.ffn_gate', 0, 'ffn_gate', 4),"
+                        "('target', 1, 'blk.0.ffn_down', 0, 'ffn_down', 4), ('target', 2, 'blk.1.ffn_gate', 1, 'ffn_gate', 4),"
+                        "('target', 3, 'blk.1.ffn_down', 1, 'ffn_down', 4), ('target', 4, 'logits', NULL, 'logits', 8);"
+                        "INSERT INTO tokens(step, pos, token_id, piece, role) VALUES (0, 0, 1, '<s>', 'prompt');"
+                        "INSERT INTO meta VALUES ('tool_version', 'test');") == SQLITE_OK;
+    sqlite3_stmt *st, *tb, *tk, *lg, *bad;
+    sqlite3_prepare_v2(db, "INSERT INTO steps(step, kind, pos0, n_pos) VALUES (?1, 'decode', ?1, 1)", -1, &st, NULL);
+    sqlite3_prepare_v2(db, "INSERT INTO tap_blobs VALUES (?1, ?2)", -1, &tb, NULL);
+    sqlite3_prepare_v2(db, "INSERT INTO tokens(step, pos, token_id, piece, role) VALUES (?1, ?1 + 1, ?2, ?3, 'gen')", -1, &tk, NULL);
+    sqlite3_prepare_v2(db, "INSERT INTO logits(step, pos, n_vocab, nan, pinf, ninf) VALUES (?1, ?1, 8, ?2, 0, 0)", -1, &lg, NULL);
+    sqlite3_prepare_v2(db, "INSERT INTO tap_bad(step, idx, nan, pinf, ninf, first_bad_index, first_bad_pos) VALUES (?1, ?2, ?3, 0, 0, ?4, ?1)", -1, &bad, NULL);
+    const int n_steps = 30 + 5000 + 3;
+    for (int s = 0; s < n_steps && ok; s++) {
+        bool wall = s >= 30 && s < 5030;
+        unsigned char blob[40];
+        for (int i = 0; i < 5; i++) {
+            /* min -1, max 2 (bf16 0xbf80, 0x4000), mean 0, rms 0.5; step 20 slot 1: max 64 */
+            uint16_t v[4] = { 0xbf80, (s == 20 && i == 1) ? 0x4280 : 0x4000, 0x0000, 0x3f00 };
+            if (wall && s >= 31 && i >= 2) v[0] = v[1] = v[2] = v[3] = 0x7fc0;
+            for (int k = 0; k < 4; k++) { blob[i * 8 + k * 2] = v[k] & 0xff; blob[i * 8 + k * 2 + 1] = v[k] >> 8; }
+        }
+        sqlite3_reset(st); sqlite3_bind_int(st, 1, s); ok = ok && sqlite3_step(st) == SQLITE_DONE;
+        sqlite3_reset(tb); sqlite3_bind_int(tb, 1, s); sqlite3_bind_blob(tb, 2, blob, sizeof blob, SQLITE_TRANSIENT);
+        ok = ok && sqlite3_step(tb) == SQLITE_DONE;
+        sqlite3_reset(tk); sqlite3_bind_int(tk, 1, s); sqlite3_bind_int(tk, 2, wall ? 0 : s >= 10 && s < 20 ? 42 : 10 + s % 7);
+        sqlite3_bind_text(tk, 3, wall ? "!" : "w", -1, SQLITE_STATIC);
+        ok = ok && sqlite3_step(tk) == SQLITE_DONE;
+        sqlite3_reset(lg); sqlite3_bind_int(lg, 1, s); sqlite3_bind_int(lg, 2, s >= 31 && wall ? 8 : 0);
+        ok = ok && sqlite3_step(lg) == SQLITE_DONE;
+        if (wall && s >= 31) {
+            if (s == 31) {          /* origin: layer 0 ffn_down, 1 NaN at index 2 */
+                sqlite3_reset(bad); sqlite3_bind_int(bad, 1, s); sqlite3_bind_int(bad, 2, 1); sqlite3_bind_int(bad, 3, 1);
+                sqlite3_bind_int(bad, 4, 2); ok = ok && sqlite3_step(bad) == SQLITE_DONE;
+            }
+            for (int i = 2; i < 5; i++) {
+                sqlite3_reset(bad); sqlite3_bind_int(bad, 1, s); sqlite3_bind_int(bad, 2, i); sqlite3_bind_int(bad, 3, i == 4 ? 8 : 4);
+                sqlite3_bind_int(bad, 4, 0); ok = ok && sqlite3_step(bad) == SQLITE_DONE;
+            }
+        }
+    }
+    sqlite3_finalize(st); sqlite3_finalize(tb); sqlite3_finalize(tk); sqlite3_finalize(lg); sqlite3_finalize(bad);
+    ok = ok && exec(db, "COMMIT") == SQLITE_OK;
+    sqlite3_close(db);
+    return ok;
+}
+
+static void test_model(void)
+{
+    char *schema = read_schema();
+    if (!schema) { printf("SKIP (part): traces/schema.sql not found (set BT_SRCDIR); model tests not run\n"); return; }
+    char path[64], foreign[64];
+    snprintf(path, sizeof path, "/tmp/bt-test-tui-%d.db", (int)getpid());
+    snprintf(foreign, sizeof foreign, "/tmp/bt-test-tui-f-%d.db", (int)getpid());
+    CHECK(make_trace(path, schema));
+    tui_trace *tr = NULL;
+    int rc = tui_trace_open(path, &tr);
+    CHECK(rc == BT_OK);
+    if (rc) { fprintf(stderr, "%s\n", bt_errmsg()); free(schema); return; }
+    int lo, hi;
+    int64_t smin, smax;
+    tui_trace_bounds(tr, &lo, &hi, &smin, &smax);
+    CHECK(lo == 0 && hi == 5032 && smin == 1 && smax == 5034);
+
+    /* The wall is one cell wherever the window starts: before it, inside it
+     * (the window holds none of its ends) and after it. */
+    tui_tokens tk = { 0 };
+    int64_t starts[] = { 1, 2500, 4000, 5034 };
+    for (size_t k = 0; k < BT_ARRAY_SIZE(starts); k++) {
+        CHECK(tui_tokens_load(tr, starts[k], TUI_SAN_UTF8, &tk) == BT_OK);
+        int i = tui_tokens_find(&tk, 2000);
+        const tui_cell *c = &tk.cells[i];
+        CHECK(c->id == 0 && c->count == 5000 && c->seq0 == 32 && c->seq1 == 5031);
+        CHECK(c->step0 == 30 && c->step1 == 5029);
+        CHECK_STR(c->text, "! x5000");
+        CHECK(c->health == TUI_H_BAD);
+        CHECK(tk.n <= TUI_TOK_WINDOW);
+    }
+    CHECK(tui_tokens_load(tr, 1, TUI_SAN_UTF8, &tk) == BT_OK);
+    CHECK(tk.cells[0].role == 'p' && tk.cells[0].health == TUI_H_CLEAN);
+    CHECK(tk.cells[1].health == TUI_H_CLEAN && tk.cells[1].count == 1);
+    {   /* a wall of 10 with finite logits: degenerate, not non-finite */
+        const tui_cell *c = &tk.cells[tui_tokens_find(&tk, 15)];
+        CHECK(c->id == 42 && c->count == 10 && c->seq0 == 12 && c->health == TUI_H_WARN);
+    }
+    CHECK(tui_tokens_search(tr, 1, "!", +1) == 32);
+    CHECK(tui_tokens_search(tr, 5034, "!", +1) == 32);          /* wraps */
+    CHECK(tui_tokens_search(tr, 1, "zzz", +1) == -1);
+    tui_tokens_free(&tk);
+
+    tui_step st = { 0 };
+    CHECK(tui_step_load(tr, 20, &st) == BT_OK);
+    CHECK(st.present && st.n_taps == 5);
+    CHECK(st.taps[0].present && st.taps[0].min == -1.0f && st.taps[0].max == 2.0f && st.taps[0].rms == 0.5f);
+    CHECK(st.taps[0].median == 2.0f && st.taps[0].health == TUI_H_CLEAN);
+    CHECK(st.taps[1].absmax == 64.0f && st.taps[1].health == TUI_H_WARN);   /* 32x its median */
+    CHECK(st.n_warn == 1 && st.n_bad == 0);
+    CHECK(tui_step_load(tr, 31, &st) == BT_OK);
+    CHECK(st.taps[1].health == TUI_H_BAD && st.taps[1].nan == 1 && st.taps[1].first_bad_index == 2);
+    CHECK(st.taps[0].health == TUI_H_CLEAN);
+    CHECK(st.n_bad == 4);
+    CHECK(st.lg.present && st.lg.nan == 8);
+    tui_step_free(&st);
+
+    tui_walk w = { 0 };
+    CHECK(tui_walk_load(tr, &w) == BT_OK);
+    CHECK(w.found && w.n >= 3);
+    CHECK_STR(w.summary, "step 31, layer 0, ffn_down: 1 NaN of 4 (index 2)");
+    CHECK(w.links[0].step == 31 && w.links[0].layer == 0 && !strcmp(w.links[0].op, "ffn_down"));
+    CHECK(w.links[1].step == 31 && w.links[1].layer == 1);     /* next layer */
+    CHECK(w.links[w.n - 1].step > 31);                         /* later steps follow */
+    tui_walk_free(&w);
+    tui_trace_close(tr);
+
+    /* Not traces: each fails at open with a message naming the file. */
+    sqlite3 *db;
+    unlink(foreign);
+    sqlite3_open(foreign, &db);
+    exec(db, "CREATE TABLE t(x); INSERT INTO t VALUES (1)");
+    sqlite3_close(db);
+    CHECK(tui_trace_open(foreign, &tr) == BT_EFORMAT && !tr);
+    CHECK(strstr(bt_errmsg(), foreign) && strstr(bt_errmsg(), "not a bangtrace trace"));
+    sqlite3_open(foreign, &db);
+    exec(db, "PRAGMA application_id = 1234");
+    sqlite3_close(db);
+    CHECK(tui_trace_open(foreign, &tr) == BT_EFORMAT);
+    CHECK(strstr(bt_errmsg(), "application_id"));
+    /* a newer schema version is refused with advice */
+    sqlite3_open(path, &db);
+    exec(db, "PRAGMA user_version = 7");
+    sqlite3_close(db);
+    CHECK(tui_trace_open(path, &tr) == BT_EUNSUPPORTED);
+    CHECK(strstr(bt_errmsg(), "newer"));
+    /* garbage bytes */
+    FILE *f = fopen(foreign, "wb");
+    for (int i = 0; i < 4096; i++) fputc((i * 131) & 0xff, f);
+    fclose(f);
+    CHECK(tui_trace_open(foreign, &tr) == BT_EFORMAT);
+    CHECK(strstr(bt_errmsg(), "not a bangtrace trace"));
+    CHECK(tui_trace_open("/nonexistent/x.db", &tr) == BT_EIO);
+    unlink(path);
+    unlink(foreign);
+    free(schema);
+}
+
+int main(void)
+{
+    test_layout();
+    test_flow();
+    test_collapse();
+    test_health();
+    test_sanitize();
+    test_grid();
+    test_keys();
+    test_model();
+    printf("test_tui: %d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}
