@@ -112,6 +112,14 @@ else
     fail "could not find the browse process under pane $pane"
 fi
 
+# a terminal that cannot address the cursor: refused with one line, exit 2
+N=$((N + 1))
+T="tmux -L bt-test-$$-$N"
+$T -f /dev/null new-session -d -s bt -x 80 -y 24 "TERM=dumb '$BANGTRACE' browse '$TMP/T.db'; echo BROWSE-EXIT=\$?; sleep 60"
+wait_for "BROWSE-EXIT=" 5
+screen | grep -q "BROWSE-EXIT=2" && screen | grep -q "cannot position the cursor" && ok "TERM=dumb: clear error, exit 2" ||
+    fail "TERM=dumb: $(screen)"
+
 # hostile token text and NO_COLOR markers (trace built with SQL)
 if [ -f "$TMP/clean.db" ]; then
     start "NO_COLOR=1" "$TMP/clean.db"

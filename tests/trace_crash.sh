@@ -18,14 +18,18 @@ wait_lines() {
     while [ "$(wc -l < "$1" 2>/dev/null || echo 0)" -lt "$2" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i + 1)); done
 }
 
+run=0
 for delay in 5 0 0 1; do
-    out=$TMP/kill$delay.db
-    "$TOOL" write "$out" --steps 1000000 --delay-ms $delay --layers 30 > "$TMP/steps" 2> "$TMP/werr" &
+    run=$((run + 1))
+    out=$TMP/kill$run.db
+    steps=$TMP/steps$run   # a fresh file per run: never read a previous run's lines
+    "$TOOL" write "$out" --steps 1000000 --delay-ms $delay --layers 30 > "$steps" 2> "$TMP/werr" &
     pid=$!
-    wait_lines "$TMP/steps" 25
+    wait_lines "$steps" 25
     kill -9 $pid
     wait $pid 2>/dev/null
-    last=$(tail -n 1 "$TMP/steps")
+    last=$(tail -n 1 "$steps")
+    if [ -z "$last" ]; then fail "delay $delay: the writer committed no step within 10 s: $(cat "$TMP/werr")"; continue; fi
     if ! line=$("$TOOL" check "$out" 2> "$TMP/cerr"); then
         fail "delay $delay: trace does not open after kill -9: $(cat "$TMP/cerr")"
         continue

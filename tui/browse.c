@@ -10,8 +10,6 @@
 #include "view.h"
 #include "util.h"
 
-#include <term.h>
-
 #include <langinfo.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -217,14 +215,12 @@ int tui_browse_run(tui_app *a)
     const char *term = getenv("TERM");
     /* A terminal that cannot address the cursor (TERM=dumb) would get a
      * blank, unusable screen: refuse it before taking the terminal over. */
-    int terr = 0;
-    if (setupterm(NULL, STDOUT_FILENO, &terr) != OK) {
+    int usable = tui_term_usable();
+    if (usable < 0) {
         fprintf(stderr, "bangtrace: browse: cannot drive this terminal (TERM=%s)\n", term ? term : "(unset)");
         return 2;
     }
-    char *cup = tigetstr("cup");
-    del_curterm(cur_term);
-    if (!cup || cup == (char *)-1) {
+    if (usable == 0) {
         fprintf(stderr, "bangtrace: browse: terminal TERM=%s cannot position the cursor (use --dump VIEW)\n", term ? term : "(unset)");
         return 2;
     }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define PIECE_CAP 65536          /* power of two; vocabularies above this share the cache */
 #define PIECE_SPAN 2048          /* rows either side of a step harvested for pieces */
@@ -162,7 +163,30 @@ int tui_trace_open(const char *path, tui_trace **out)
     tr->min_seq = tr->max_seq = -1;
     int rc;
     if (!tr->path) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
-    if (sqlite3_open_v2(path, &tr->db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+    /* A trace that was closed cleanly has no -wal file: open it immutable, so
+     * reading leaves no -wal/-shm files beside the evidence and takes no
+     * locks. A trace still being written (or killed) keeps its WAL: read it
+     * normally so the last committed steps are seen. */
+    char *uri = NULL;
+    {
+        size_t n = strlen(path);
+        char *wal = malloc(n + 5);
+        uri = malloc(n * 3 + 32);
+        if (!wal || !uri) { free(wal); free(uri); rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+        snprintf(wal, n + 5, "%s-wal", path);
+        bool live = access(wal, F_OK) == 0;
+        free(wal);
+        size_t o = 0;
+        o += (size_t)sprintf(uri, "file:");
+        for (const unsigned char *c = (const unsigned char *)path; *c; c++) {
+            if (*c == '%' || *c == '?' || *c == '#') o += (size_t)sprintf(uri + o, "%%%02X", *c);
+            else uri[o++] = (char)*c;
+        }
+        sprintf(uri + o, "%s", live ? "?mode=ro" : "?immutable=1");
+    }
+    rc = sqlite3_open_v2(uri, &tr->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+    free(uri);
+    if (rc != SQLITE_OK) {
         rc = bt_error(BT_EIO, "%s: cannot open: %s", path, tr->db ? sqlite3_errmsg(tr->db) : "out of memory");
         goto fail;
     }

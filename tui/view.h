@@ -29,6 +29,9 @@ void tui_clear_rect(const tui_rect *r);
 void tui_draw_grid(tui_app *a, const tui_step *st, const tui_rect *r, int cell_w, int *top, int sel_idx);
 /* Full statistics of a tap, in up to r->h lines. */
 void tui_draw_tap_detail(tui_app *a, const tui_tap *t, const tui_rect *r);
+/* 1 if $TERM can address the cursor, 0 if not (dumb), -1 if unknown
+ * (term_check.c: term.h's macros stay out of the views). */
+int tui_term_usable(void);
 /* "%.4g" that prints NaN as "-" (none). */
 const char *tui_num(char *buf, size_t cap, double v);
 

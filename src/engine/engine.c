@@ -48,6 +48,8 @@ struct bt_engine {
     bt_config c;
     int ctx_len, max_batch, n_threads;
     bt_pool *pool;
+    bool own_pool;
+    bool logits_all;
     int step;
     /* run state, B = max_batch */
     float *x;          /* (B, dim) residual stream */
@@ -81,7 +83,7 @@ static bool *want_at(bt_engine *e, int op, int layer) { return &e->want[op * (e-
 void bt_engine_free(bt_engine *e)
 {
     if (!e) return;
-    bt_pool_free(e->pool);
+    if (e->own_pool) bt_pool_free(e->pool);
     void *bufs[] = { e->x, e->xb, e->q, e->k, e->v, e->ctx, e->attn_out, e->gate, e->up, e->act,
                      e->down, e->att, e->logits, e->key_cache, e->val_cache, e->rope_cos,
                      e->rope_sin, e->norm_w, e->want };
@@ -91,16 +93,28 @@ void bt_engine_free(bt_engine *e)
 
 int bt_engine_new(const bt_model *m, int ctx_len, int max_batch, int n_threads, bt_engine **out)
 {
+    bt_engine_opts o = { .ctx_len = ctx_len, .max_batch = max_batch, .n_threads = n_threads };
+    return bt_engine_new_opts(m, &o, out);
+}
+
+int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **out)
+{
     *out = NULL;
+    int ctx_len = o->ctx_len, max_batch = o->max_batch, n_threads = o->n_threads;
+    if (o->share_pool) n_threads = bt_pool_threads(o->share_pool->pool);
     if (!bt_model_has_weights(m))
         return bt_error(BT_EINVAL, "%s: the model has no weights (vocabulary-only file?)", m->path);
-    const bt_config *c = &m->cfg;
+    if (o->n_layers < 0 || o->n_layers > m->cfg.n_layers)
+        return bt_error(BT_EINVAL, "%d layers asked of a %d-layer model", o->n_layers, m->cfg.n_layers);
+    bt_config cfg = m->cfg;
+    if (o->n_layers > 0) cfg.n_layers = o->n_layers;
+    const bt_config *c = &cfg;
     if (ctx_len <= 0) ctx_len = BT_MIN(c->ctx_len, 4096);
     if (max_batch <= 0) max_batch = 1;
     if (n_threads <= 0) n_threads = 1;
     bt_engine *e = calloc(1, sizeof(*e));
     if (!e) return bt_error(BT_ENOMEM, "out of memory");
-    e->m = m; e->c = *c; e->ctx_len = ctx_len; e->max_batch = max_batch; e->n_threads = n_threads;
+    e->m = m; e->c = cfg; e->ctx_len = ctx_len; e->max_batch = max_batch; e->n_threads = n_threads;
     size_t B = (size_t)max_batch, q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     size_t half = (size_t)c->head_dim / 2;
     e->x = malloc(B * c->dim * sizeof(float));
@@ -123,7 +137,8 @@ int bt_engine_new(const bt_model *m, int ctx_len, int max_batch, int n_threads, 
     e->rope_sin = malloc((size_t)ctx_len * half * sizeof(float));
     e->norm_w = malloc(((size_t)2 * c->n_layers + 1) * c->dim * sizeof(float));
     e->want = calloc((size_t)BT_OP_COUNT * (c->n_layers + 1), sizeof(bool));
-    e->pool = bt_pool_new(n_threads);
+    if (o->share_pool) e->pool = o->share_pool->pool;
+    else { e->pool = bt_pool_new(n_threads); e->own_pool = true; }
     if (!e->x || !e->xb || !e->q || !e->k || !e->v || !e->ctx || !e->attn_out || !e->gate || !e->up ||
         !e->act || !e->down || !e->att || !e->logits || !e->key_cache || !e->val_cache ||
         !e->rope_cos || !e->rope_sin || !e->norm_w || !e->want || !e->pool) {
@@ -312,7 +327,7 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
     TAP(BT_OP_OUTPUT_NORM, -1, e->xb, dim);
 
     /* Logits for every row only when a tap wants them; else the last row. */
-    bool all = e->has_cb && *want_at(e, BT_OP_LOGITS, -1);
+    bool all = e->logits_all || (e->has_cb && *want_at(e, BT_OP_LOGITS, -1));
     int rows = all ? T : 1;
     if (rows > e->logit_cap) {
         float *nl = realloc(e->logits, (size_t)rows * c->n_vocab * sizeof(float));
@@ -323,7 +338,7 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
     const float *src = all ? e->xb : e->xb + (size_t)(T - 1) * dim;
     bt_matmul(e->pool, m->output.type, m->output.data, c->n_vocab, dim, src, rows, e->logits);
     e->logit_rows = rows;
-    if (all) TAP(BT_OP_LOGITS, -1, e->logits, c->n_vocab);
+    if (e->has_cb && *want_at(e, BT_OP_LOGITS, -1)) TAP(BT_OP_LOGITS, -1, e->logits, c->n_vocab);
     e->step++;
     return BT_OK;
 }
@@ -337,6 +352,9 @@ float *bt_engine_logits_row(bt_engine *e, int i)
 }
 
 int bt_engine_step(const bt_engine *e) { return e->step; }
+void bt_engine_set_step(bt_engine *e, int step) { e->step = step; }
+void bt_engine_set_logits_all(bt_engine *e, bool all) { e->logits_all = all; }
+int bt_engine_n_layers(const bt_engine *e) { return e->c.n_layers; }
 int bt_engine_ctx_len(const bt_engine *e) { return e->ctx_len; }
 int bt_engine_kv_dim(const bt_engine *e) { return e->c.n_kv_heads * e->c.head_dim; }
 

@@ -58,6 +58,20 @@ typedef struct bt_engine bt_engine;
  * for ctx_len positions). ctx_len 0 means the model's trained context, capped
  * at 4096. Returns BT_OK or BT_ENOMEM/BT_EINVAL with a message. */
 int bt_engine_new(const bt_model *m, int ctx_len, int max_batch, int n_threads, bt_engine **out);
+
+typedef struct bt_engine_opts {
+    int ctx_len, max_batch, n_threads;  /* as bt_engine_new */
+    int n_layers;           /* 0: all; N: only the first N layers, then output_norm
+                             * and the head (self-speculative drafting) */
+    bt_engine *share_pool;  /* run on this engine's thread pool (must outlive us) */
+} bt_engine_opts;
+int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **out);
+int bt_engine_n_layers(const bt_engine *e);
+/* Number the next forward call (trace steps are global across a target and
+ * a draft engine); the counter then increments per forward as usual. */
+void bt_engine_set_step(bt_engine *e, int step);
+/* Compute logits for every row of a forward, not only the last (verify). */
+void bt_engine_set_logits_all(bt_engine *e, bool all);
 void bt_engine_free(bt_engine *e);
 /* Install (or with NULL remove) the tap callback. */
 void bt_engine_set_eval_cb(bt_engine *e, const bt_eval_cb *cb);

@@ -290,3 +290,50 @@ int32_t bt_sampler_sample(bt_sampler *s, const float *logits, int n, float *logp
     if (logprob) *logprob = finite ? (float)logprob_of(logits, n, max, id) : NAN;
     return id;
 }
+
+/* ---- speculative decoding needs the distribution itself ---- */
+
+bool bt_sampler_probs(bt_sampler *s, const float *logits, int n, float *probs)
+{
+    float max;
+    if (n <= 0 || s->cfg.temperature == 0 || !row_finite(logits, n, &max) || grow(s, n) != BT_OK) return false;
+    int m = candidates(s, logits, n);
+    double inv_t = 1.0 / s->cfg.temperature, sum = 0;
+    float cmax = logits[s->idx[0]];
+    if (m == n && s->cfg.top_p >= 1.0f) cmax = max;
+    for (int i = 0; i < m; i++) {
+        s->p[i] = exp(((double)logits[s->idx[i]] - cmax) * inv_t);
+        sum += s->p[i];
+    }
+    if (s->cfg.top_p < 1.0f) {
+        double cum = 0, want = s->cfg.top_p * sum;
+        int keep = m;
+        for (int i = 0; i < m; i++) {
+            cum += s->p[i];
+            if (cum >= want) { keep = i + 1; break; }
+        }
+        m = keep;
+        sum = cum;
+    }
+    memset(probs, 0, (size_t)n * sizeof(float));
+    for (int i = 0; i < m; i++) probs[s->idx[i]] = (float)(s->p[i] / sum);
+    return true;
+}
+
+double bt_sampler_uniform(bt_sampler *s) { return rng_uniform(&s->rng); }
+
+int32_t bt_sampler_draw(bt_sampler *s, const float *w, int n)
+{
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += w[i] > 0 ? w[i] : 0;
+    if (!(sum > 0)) return -1;
+    double r = rng_uniform(&s->rng) * sum, acc = 0;
+    int32_t last = -1;
+    for (int i = 0; i < n; i++) {
+        if (!(w[i] > 0)) continue;
+        acc += w[i];
+        last = i;
+        if (r < acc) return i;
+    }
+    return last;
+}

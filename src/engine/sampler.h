@@ -45,4 +45,15 @@ void bt_sampler_free(bt_sampler *s);
  * if undefined). */
 int32_t bt_sampler_sample(bt_sampler *s, const float *logits, int n, float *logprob);
 
+/* Speculative decoding. bt_sampler_probs writes the distribution the
+ * sampler draws from (temperature, top-k, top-p applied) as probs[n],
+ * summing to 1; false when the row is not finite or temperature is 0 (the
+ * caller then decides with bt_argmax). bt_sampler_draw picks an id with
+ * probability proportional to w[i] > 0 (w need not be normalised; -1 if
+ * all are 0); bt_sampler_uniform is the sampler's U[0,1). All three use
+ * the sampler's seeded RNG. */
+bool bt_sampler_probs(bt_sampler *s, const float *logits, int n, float *probs);
+int32_t bt_sampler_draw(bt_sampler *s, const float *w, int n);
+double bt_sampler_uniform(bt_sampler *s);
+
 #endif

@@ -122,7 +122,7 @@ int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out)
     if (!r->cfg.model_role) r->cfg.model_role = "target";
     if (r->cfg.topk <= 0) r->cfg.topk = 20;
     r->e = e;
-    r->n_layers = cfg->model->cfg.n_layers;
+    r->n_layers = bt_engine_n_layers(e);    /* a self-drafting engine runs fewer */
     r->n_vocab = cfg->model->cfg.n_vocab;
     r->slot = malloc((size_t)BT_OP_COUNT * (r->n_layers + 1) * sizeof(int));
     r->ring = malloc((size_t)RING * r->n_vocab * sizeof(float));

@@ -351,11 +351,10 @@ static void json_vals(char *buf, size_t cap, const float *v, int k)
     buf[o++] = '[';
     for (int i = 0; i < k && o + 24 < cap; i++) {
         char num[24];
-        /* %.9g always round-trips; prefer fewer digits when they do too. */
-        for (int prec = 6; prec <= 9; prec++) {
-            snprintf(num, sizeof num, "%.*g", prec, v[i]);
-            if (prec == 9 || strtof(num, NULL) == v[i]) break;
-        }
+        /* 6 significant digits (5e-7 relative) are plenty for a snapshot
+         * and keep 1,000 SmolLM2 steps well under the 4 MB budget; the
+         * exact row is in logit_rows where it matters. */
+        snprintf(num, sizeof num, "%.6g", v[i]);
         if (!isfinite(v[i])) strcpy(num, "null");
         o += snprintf(buf + o, cap - o, "%s%s", i ? "," : "", num);
     }
