@@ -23,6 +23,7 @@ int cmd_bisect(int argc, char **argv);     void cmd_bisect_help(FILE *out);
 int cmd_report(int argc, char **argv);     void cmd_report_help(FILE *out);
 int cmd_export(int argc, char **argv);     void cmd_export_help(FILE *out);
 int cmd_browse(int argc, char **argv);     void cmd_browse_help(FILE *out);
+int cmd_diff(int argc, char **argv);       void cmd_diff_help(FILE *out);
 
 /* Shared by commands: print "bangtrace: <cmd>: <msg>" for the last error
  * and return 2. */

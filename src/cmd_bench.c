@@ -7,7 +7,9 @@
 #include "engine/engine.h"
 #include "kernels.h"
 #include "model/model.h"
+#include "decode.h"
 #include "tap/recorder.h"
+#include "tokenizer/tokenizer.h"
 #include "trace/trace.h"
 #include "util.h"
 
@@ -27,7 +29,11 @@ void cmd_bench_help(FILE *out)
         "report tokens/s, the weight bytes read per decoded token, the effective weight\n"
         "bandwidth and the machine's measured read bandwidth.\n\n"
         "  --taps MODE   also decode with taps recorded into a temporary trace\n"
-        "                (all, layers, logits) and report taps-on / taps-off\n");
+        "                (all, layers, logits) and report taps-on / taps-off\n"
+        "  --spec-k K --draft-self N | --draft-ngram N\n"
+        "                also decode a natural-text prompt greedily with speculative\n"
+        "                decoding and report tokens/s with and without it and the\n"
+        "                acceptance rate\n");
 }
 
 static size_t weight_bytes(const bt_weight *w) { return w->data ? bt_dtype_row_size(w->type, w->cols) * (size_t)w->rows : 0; }
@@ -78,10 +84,82 @@ static int bench_reps(bt_engine *e, bt_recorder *rec, const int32_t *toks, long 
     return rc;
 }
 
+/* Greedy decode of a natural-text prompt, plain and speculative: random
+ * token ids (bench_reps) would give a drafter nothing to predict. */
+static const char bench_text[] =
+    "Once upon a time, in a small village at the edge of a forest, there lived a girl who loved "
+    "to read. Every morning she walked to the library, picked a new book and read it under the "
+    "old oak tree until the sun went down.";
+
+static int bench_spec(const bt_model *m, bt_engine *e, long k, long self, long ngram, long nd, long reps,
+                      bool quiet, double *plain, double *spec, double *accept)
+{
+    if (!m->has_vocab) return bt_error(BT_EINVAL, "speculative bench needs the model's tokenizer (--tokenizer for llama2.c)");
+    bt_tokenizer *tok = NULL;
+    bt_engine *de = NULL;
+    bt_sampler *smp = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = bt_tokenizer_new(&m->vocab, &tok);
+    if (!rc) rc = bt_tokenize(tok, bench_text, sizeof(bench_text) - 1, true, false, &ids, &n);
+    bt_sampler_cfg sc = { .top_p = 1, .rule = { .kind = BT_ARGMAX_FIRST } };
+    if (!rc) rc = bt_sampler_new(&sc, m->cfg.n_vocab, &smp);
+    int ctx = (int)(n + nd + k + 2);
+    if (!rc && ctx > bt_engine_ctx_len(e)) {
+        /* the main bench engine is sized for -p + -n; make room */
+        rc = bt_error(BT_EINVAL, "speculative bench needs -p >= %d", (int)(n + k + 2));
+    }
+    if (!rc && self) {
+        bt_engine_opts eo = { .ctx_len = bt_engine_ctx_len(e), .max_batch = (int)n + (int)k + 1, .n_layers = (int)self, .share_pool = e };
+        rc = bt_engine_new_opts(m, &eo, &de);
+    }
+    char name[32];
+    snprintf(name, sizeof(name), "%s:%ld", self ? "self" : "ngram", self ? self : ngram);
+    double *tp = calloc((size_t)reps, sizeof(double)), *ts = calloc((size_t)reps, sizeof(double));
+    if (!tp || !ts) rc = bt_error(BT_ENOMEM, "out of memory");
+    int drafted = 0, acc = 0;
+    for (long r = 0; r < reps && !rc; r++) {
+        for (int spec_on = 0; spec_on < 2 && !rc; spec_on++) {
+            bt_decoder_cfg dc = { .target = e, .smp = smp, .greedy = true, .rule = sc.rule, .tok = tok, .ignore_eos = true,
+                                  .drafter = !spec_on ? BT_DRAFT_NONE : self ? BT_DRAFT_SELF : BT_DRAFT_NGRAM,
+                                  .k = (int)k, .ngram = (int)ngram, .drafter_name = name, .draft = de };
+            bt_decoder *d = NULL;
+            if ((rc = bt_decoder_new(&dc, ids, (int)n, (int)nd + (int)k + 1, &d))) break;
+            int32_t out[80];
+            int got = 0, m_out = 0;
+            double t0 = 0;
+            while (!rc && got < nd + 1) {
+                rc = bt_decoder_next(d, out, NULL, &m_out);
+                if (got == 0) t0 = bt_now();      /* after the prefill's token */
+                got += m_out;
+            }
+            double dt = bt_now() - t0;
+            const bt_decoder_stats *st = bt_decoder_stats_get(d);
+            if (spec_on) { drafted += st->drafted; acc += st->accepted; }
+            (spec_on ? ts : tp)[r] = (got - 1) / dt;
+            bt_decoder_free(d);
+        }
+        if (!rc && !quiet) bt_log("  text rep %ld: plain %.1f t/s, speculative %.1f t/s", r + 1, tp[r], ts[r]);
+    }
+    if (!rc) {
+        qsort(tp, (size_t)reps, sizeof(double), cmp_double);
+        qsort(ts, (size_t)reps, sizeof(double), cmp_double);
+        *plain = tp[reps / 2];
+        *spec = ts[reps / 2];
+        *accept = drafted ? (double)acc / drafted : 0;
+    }
+    free(tp); free(ts); free(ids);
+    bt_sampler_free(smp);
+    bt_engine_free(de);
+    bt_tokenizer_free(tok);
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     const char *model = NULL, *tokenizer = NULL;
     int taps = BT_TAPS_NONE;
+    long spec_k = 0, draft_self = 0, draft_ngram = 0;
     long threads = sysconf(_SC_NPROCESSORS_ONLN), np = 128, nd = 64, reps = 3;
     bool json = false;
     bt_model *m = NULL;
@@ -101,13 +179,21 @@ int cmd_bench(int argc, char **argv)
         else if (!strcmp(a, "-n")) { if (bt_parse_int(a, argv[++i], 1, 8192, &nd)) goto fail; }
         else if (!strcmp(a, "--reps")) { if (bt_parse_int(a, argv[++i], 1, 100, &reps)) goto fail; }
         else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--spec-k")) { if (bt_parse_int(a, argv[++i], 1, 64, &spec_k)) goto fail; }
+        else if (!strcmp(a, "--draft-self")) { if (bt_parse_int(a, argv[++i], 1, 100000, &draft_self)) goto fail; }
+        else if (!strcmp(a, "--draft-ngram")) { if (bt_parse_int(a, argv[++i], 1, 64, &draft_ngram)) goto fail; }
         else if (!strcmp(a, "--taps")) {
             if ((taps = bt_taps_mode_parse(argv[++i])) < 0) { bt_error(BT_EINVAL, "--taps expects all, layers, logits or none, got '%s'", argv[i]); goto fail; }
         }
         else { bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help bench)", a); goto fail; }
     }
     if (!model) { bt_error(BT_EINVAL, "--model is required"); goto fail; }
+    if (!spec_k != !(draft_self || draft_ngram) || (draft_self && draft_ngram)) {
+        bt_error(BT_EINVAL, "--spec-k K goes with one of --draft-self N or --draft-ngram N");
+        goto fail;
+    }
     if (bt_model_load(model, tokenizer, &m)) goto fail;
+    if (draft_self >= m->cfg.n_layers) { bt_error(BT_EINVAL, "--draft-self %ld must be below the model's %d layers", draft_self, m->cfg.n_layers); goto fail; }
     const bt_config *c = &m->cfg;
     int ctx = (int)(np + nd);
     if (bt_engine_new(m, ctx, (int)np, (int)threads, &e)) goto fail;
@@ -146,17 +232,21 @@ int cmd_bench(int argc, char **argv)
         snprintf(side, sizeof(side), "%s-shm", path); unlink(side);
         if (rc) goto fail;
     }
+    double sp_plain = 0, sp_spec = 0, sp_accept = 0;
+    if (spec_k && bench_spec(m, e, spec_k, draft_self, draft_ngram, nd, reps, json, &sp_plain, &sp_spec, &sp_accept)) goto fail;
     pool = bt_pool_new((int)threads);
     double bw = pool ? bt_measure_bandwidth(pool) : 0;
     double eff = bytes * d_med / 1e9;
     if (json) {
-        json_t *j = json_pack("{s:s, s:i, s:s, s:i, s:i, s:f, s:f, s:I, s:f, s:f, s:s, s:f}",
+        json_t *j = json_pack("{s:s, s:i, s:s, s:i, s:i, s:f, s:f, s:I, s:f, s:f, s:s, s:f, s:i, s:f, s:f, s:f}",
                               "model", c->name, "threads", (int)threads, "simd", bt_kernels_simd(),
                               "prompt_tokens", (int)np, "decode_tokens", (int)nd,
                               "prompt_tokens_per_s", p_med, "decode_tokens_per_s", d_med,
                               "weight_bytes_per_token", (json_int_t)bytes,
                               "effective_bandwidth_gbs", eff, "measured_bandwidth_gbs", bw,
-                              "taps", bt_taps_mode_name(taps), "decode_tokens_per_s_taps", d_taps);
+                              "taps", bt_taps_mode_name(taps), "decode_tokens_per_s_taps", d_taps,
+                              "spec_k", (int)spec_k, "text_decode_tokens_per_s", sp_plain,
+                              "text_decode_tokens_per_s_spec", sp_spec, "spec_acceptance", sp_accept);
         char *str = json_dumps(j, JSON_COMPACT);
         puts(str ? str : "{}");
         free(str);
@@ -170,6 +260,10 @@ int cmd_bench(int argc, char **argv)
         printf("effective bw      %.2f GB/s (%.0f%% of measured %.2f GB/s)\n", eff, bw > 0 ? 100 * eff / bw : 0, bw);
         if (taps != BT_TAPS_NONE)
             printf("decode, taps %-4s %.1f tokens/s (%.2fx of taps off)\n", bt_taps_mode_name(taps), d_taps, d_med > 0 ? d_taps / d_med : 0);
+        if (spec_k)
+            printf("text decode       %.1f tokens/s plain, %.1f with speculation (k=%ld, %s %ld): %.2fx, acceptance %.0f%%\n",
+                   sp_plain, sp_spec, spec_k, draft_self ? "self" : "ngram", draft_self ? draft_self : draft_ngram,
+                   sp_plain > 0 ? sp_spec / sp_plain : 0, 100 * sp_accept);
     }
     status = 0;
     goto out;

@@ -37,11 +37,20 @@ void cmd_bisect_help(FILE *out)
         "where the fault recurred), the first degenerate output step (non-finite\n"
         "logits, out-of-vocabulary id, token wall, repetition loop) and a one-sentence\n"
         "explanation of the argmax at that step.\n\n"
+        "On a speculative trace (run --spec-k) also: the drafter, k, the acceptance rate\n"
+        "overall and per 8 verify steps, whether the first non-finite came from a draft\n"
+        "pass or a target pass (a drafter's NaN only costs rejected drafts: the target\n"
+        "verifies every token), post_stop_draft / accept_collapse events, and the\n"
+        "amplification: the target positions that went through the bad op after the\n"
+        "prefill, up to the collapse, against plain decoding of the same output (one\n"
+        "forward of one position per emitted token).\n\n"
         "With --reference: replay the trace's exact tokens (prompt as step 0, then one\n"
         "token per step) through a clean f32 CPU engine on the same model file (its\n"
         "SHA-256 must match the trace's), no injection, and compare the statistics of\n"
         "every tapped tensor at every step. Reports the first (step, layer, op) whose\n"
-        "statistics diverge: finds finite corruption that never becomes NaN.\n\n"
+        "statistics diverge: finds finite corruption that never becomes NaN. On a\n"
+        "speculative trace every target forward is replayed as it ran (a verify step\n"
+        "with the last accepted token and the drafts it verified); draft passes are not.\n\n"
         "  --json           one JSON object on stdout\n"
         "  --reference      teacher-forced replay against a clean engine\n"
         "  --model M        model file (default: the trace's model_path)\n"
@@ -98,6 +107,77 @@ static void layer_str(int layer, char *buf, size_t cap)
     else snprintf(buf, cap, "%d", layer);
 }
 
+/* "verify pass", "draft pass", ... for a step kind */
+static const char *pass_name(const char *kind)
+{
+    if (!strcmp(kind, "verify")) return "verify pass";
+    if (!strcmp(kind, "draft")) return "draft pass";
+    if (!strcmp(kind, "prefill")) return "prefill";
+    if (!strcmp(kind, "decode")) return "decode pass";
+    return "pass";
+}
+
+/* The speculation story: acceptance, where the first non-finite came from,
+ * and how many target positions went through the bad op against plain
+ * decoding of the same output. */
+static void print_spec(const bt_analysis *x)
+{
+    const bt_spec_analysis *s = &x->spec;
+    char k[16];
+    if (s->k > 0) snprintf(k, sizeof(k), "%d", s->k); else snprintf(k, sizeof(k), "?");
+    printf("speculation: drafter %s, k=%s: %d verify, %d draft, %d plain decode target passes",
+           s->drafter[0] ? s->drafter : "?", k, s->verify_steps, s->draft_steps, s->decode_steps);
+    if (isnan(s->acceptance)) printf("; nothing drafted\n");
+    else printf("; acceptance %.2f (%lld of %lld drafted tokens)\n", s->acceptance, (long long)s->accepted, (long long)s->drafted);
+    if (s->n_windows > 1) {
+        printf("  acceptance per %d verify steps:", BT_SPEC_WINDOW);
+        int shown = s->n_windows < 24 ? s->n_windows : 24;
+        for (int i = 0; i < shown; i++) {
+            const bt_spec_window *w = &s->windows[i];
+            if (w->drafted) printf(" %.2f", (double)w->accepted / w->drafted); else printf(" -");
+        }
+        if (shown < s->n_windows) printf(" ... (%d windows)", s->n_windows);
+        printf("\n");
+    }
+    if (x->has_nonfinite && !strcmp(s->first_model, "draft")) {
+        printf("  origin: the first non-finite came from the drafter's %s at step %d (%s), not from the target\n",
+               pass_name(x->first.kind), x->first.step, x->first.tensor);
+        if (s->nonfinite_drafts)
+            printf("  %lld drafted token%s came from non-finite draft rows; %lld accepted (greedy: only where the target picked the same id)\n",
+                   (long long)s->nonfinite_drafts, s->nonfinite_drafts == 1 ? "" : "s", (long long)s->nonfinite_drafts_accepted);
+        if (s->output_clean)
+            printf("  the target's passes stayed finite and the output is clean: the target verified every drafted token and rejected the bad ones\n");
+        else if (s->target_bad_step >= 0)
+            printf("  the target's passes went non-finite too, first at step %d (%s)\n", s->target_bad_step, s->target_bad_tensor);
+        else printf("  the output degenerated anyway (see below)\n");
+    } else if (x->has_nonfinite) {
+        printf("  origin: the NaN came from the target's %s at step %d, not from the drafter\n", pass_name(x->first.kind), x->first.step);
+    }
+    if (s->amp_in_prefill) {
+        printf("  amplification: none: the target went non-finite in the prefill, which plain decoding runs the same way\n");
+    } else if (s->amp_emitted > 0) {
+        char through[96];
+        if (s->target_bad_step >= 0) snprintf(through, sizeof(through), "through %s", s->target_bad_tensor);
+        else snprintf(through, sizeof(through), "through every target op");
+        printf("  amplification: speculation (k=%s, %s) pushed %lld target positions %s in %lld forwards to emit %lld tokens",
+               k, s->drafter[0] ? s->drafter : "?", (long long)s->amp_positions, through, (long long)s->amp_forwards,
+               (long long)s->amp_emitted);
+        if (s->target_bad_step >= 0) printf(" up to step %d", s->amp_until);
+        else if (x->has_degenerate) printf(" up to the collapse at step %d", s->amp_until);
+        printf(" (%.2f per emitted token): %.2fx the %lld positions in %lld forwards plain decoding would have used\n",
+               s->amp_ratio, s->amp_ratio, (long long)s->amp_emitted, (long long)s->amp_emitted);
+        if (s->amp_draft_positions > 0)
+            printf("  the self-drafter runs the same weights: %lld more positions went through %s in draft passes\n",
+                   (long long)s->amp_draft_positions, s->target_bad_tensor);
+    }
+    if (s->partial)
+        printf("  (an exported window: these counts cover the exported steps only)\n");
+    if (s->n_post_stop)
+        printf("  post_stop_draft: %d (first at step %d): %s\n", s->n_post_stop, s->post_stop_step, s->post_stop_detail);
+    if (s->n_accept_collapse)
+        printf("  accept_collapse: %d (first at step %d): %s\n", s->n_accept_collapse, s->accept_collapse_step, s->accept_collapse_detail);
+}
+
 static void print_analysis(const bisect_opts *o, const bt_analysis *x)
 {
     printf("trace: %s (%d steps, %d tapped tensors, %d generated tokens)\n", o->trace, x->n_steps, x->n_tensors, x->n_gen);
@@ -108,8 +188,10 @@ static void print_analysis(const bisect_opts *o, const bt_analysis *x)
         const bt_bad_tensor *f = &x->first;
         char l[16];
         layer_str(f->layer, l, sizeof(l));
-        printf("first non-finite: step %d, position %d, layer %s, op %s (%s), index %d: ",
-               f->step, f->pos, l, f->op, f->tensor, f->first_bad_index);
+        printf("first non-finite: step %d, position %d, layer %s, op %s (%s), index %d", f->step, f->pos, l, f->op,
+               f->tensor, f->first_bad_index);
+        if (x->spec.present) printf(", %s's %s", f->model, pass_name(f->kind));
+        printf(": ");
         print_counts(stdout, f);
         printf("\n");
         printf("propagation:\n  %-6s %-6s %-22s %-9s %s\n", "step", "layer", "tensor", "how", "values");
@@ -127,6 +209,7 @@ static void print_analysis(const bisect_opts *o, const bt_analysis *x)
     if (x->has_degenerate)
         printf("first degenerate output: step %d (%s): %s\n", x->degen_step, x->degen_kind, x->degen_detail);
     if (x->explanation[0]) printf("explanation: %s\n", x->explanation);
+    if (x->spec.present) print_spec(x);
     if (x->n_events) {
         printf("events (%d):", x->n_events);
         for (int i = 0; i < x->n_event_kinds; i++) {
@@ -150,6 +233,71 @@ static json_t *bad_json(const bt_bad_tensor *t)
     json_object_set_new(j, "pinf", json_integer(t->pinf));
     json_object_set_new(j, "ninf", json_integer(t->ninf));
     json_object_set_new(j, "n", json_integer(t->n));
+    json_object_set_new(j, "model", json_string(t->model[0] ? t->model : "target"));
+    json_object_set_new(j, "pass", t->kind[0] ? json_string(t->kind) : json_null());
+    return j;
+}
+
+static json_t *real_or_null(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static json_t *spec_json(const bt_analysis *x)
+{
+    const bt_spec_analysis *s = &x->spec;
+    json_t *j = json_object();
+    json_object_set_new(j, "drafter", s->drafter[0] ? json_string(s->drafter) : json_null());
+    json_object_set_new(j, "k", s->k > 0 ? json_integer(s->k) : json_null());
+    json_object_set_new(j, "verify_steps", json_integer(s->verify_steps));
+    json_object_set_new(j, "draft_steps", json_integer(s->draft_steps));
+    json_object_set_new(j, "decode_steps", json_integer(s->decode_steps));
+    json_object_set_new(j, "drafted", json_integer(s->drafted));
+    json_object_set_new(j, "accepted", json_integer(s->accepted));
+    json_object_set_new(j, "acceptance_rate", real_or_null(s->acceptance));
+    json_t *w = json_array();
+    for (int i = 0; i < s->n_windows; i++) {
+        json_t *e = json_object();
+        json_object_set_new(e, "first_step", json_integer(s->windows[i].first_step));
+        json_object_set_new(e, "last_step", json_integer(s->windows[i].last_step));
+        json_object_set_new(e, "verify_steps", json_integer(s->windows[i].n_verify));
+        json_object_set_new(e, "drafted", json_integer(s->windows[i].drafted));
+        json_object_set_new(e, "accepted", json_integer(s->windows[i].accepted));
+        json_object_set_new(e, "rate", s->windows[i].drafted ? json_real((double)s->windows[i].accepted / s->windows[i].drafted) : json_null());
+        json_array_append_new(w, e);
+    }
+    json_object_set_new(j, "window", json_integer(BT_SPEC_WINDOW));
+    json_object_set_new(j, "acceptance_windows", w);
+    json_object_set_new(j, "first_nonfinite_model", s->first_model[0] ? json_string(s->first_model) : json_null());
+    json_object_set_new(j, "first_nonfinite_pass", s->first_kind[0] ? json_string(s->first_kind) : json_null());
+    json_object_set_new(j, "target_nonfinite_step", s->target_bad_step >= 0 ? json_integer(s->target_bad_step) : json_null());
+    json_object_set_new(j, "target_nonfinite_tensor", s->target_bad_tensor[0] ? json_string(s->target_bad_tensor) : json_null());
+    json_object_set_new(j, "nonfinite_drafts", json_integer(s->nonfinite_drafts));
+    json_object_set_new(j, "nonfinite_drafts_accepted", json_integer(s->nonfinite_drafts_accepted));
+    json_object_set_new(j, "output_clean", json_boolean(s->output_clean));
+    json_t *a = json_object();
+    json_object_set_new(a, "tensor", s->target_bad_tensor[0] ? json_string(s->target_bad_tensor) : json_null());
+    json_object_set_new(a, "until_step", json_integer(s->amp_until));
+    json_object_set_new(a, "in_prefill", json_boolean(s->amp_in_prefill));
+    json_object_set_new(a, "target_forwards", json_integer(s->amp_forwards));
+    json_object_set_new(a, "target_positions", json_integer(s->amp_positions));
+    json_object_set_new(a, "emitted_tokens", json_integer(s->amp_emitted));
+    json_object_set_new(a, "plain_forwards", json_integer(s->amp_emitted));
+    json_object_set_new(a, "plain_positions", json_integer(s->amp_emitted));
+    json_object_set_new(a, "positions_per_token", real_or_null(s->amp_ratio));
+    json_object_set_new(a, "ratio", real_or_null(s->amp_ratio));
+    json_object_set_new(a, "partial_window", json_boolean(s->partial));
+    json_object_set_new(a, "draft_positions", s->amp_draft_positions >= 0 ? json_integer(s->amp_draft_positions) : json_null());
+    json_object_set_new(j, "amplification", a);
+    json_t *ev = json_object(), *e;
+    e = json_object();
+    json_object_set_new(e, "count", json_integer(s->n_post_stop));
+    json_object_set_new(e, "first_step", s->post_stop_step >= 0 ? json_integer(s->post_stop_step) : json_null());
+    json_object_set_new(e, "detail", s->n_post_stop ? json_string(s->post_stop_detail) : json_null());
+    json_object_set_new(ev, "post_stop_draft", e);
+    e = json_object();
+    json_object_set_new(e, "count", json_integer(s->n_accept_collapse));
+    json_object_set_new(e, "first_step", s->accept_collapse_step >= 0 ? json_integer(s->accept_collapse_step) : json_null());
+    json_object_set_new(e, "detail", s->n_accept_collapse ? json_string(s->accept_collapse_detail) : json_null());
+    json_object_set_new(ev, "accept_collapse", e);
+    json_object_set_new(j, "events", ev);
     return j;
 }
 
@@ -190,6 +338,7 @@ static json_t *analysis_json(const bisect_opts *o, const bt_analysis *x)
     }
     json_object_set_new(ev, "by_kind", by);
     json_object_set_new(j, "events", ev);
+    json_object_set_new(j, "speculation", x->spec.present ? spec_json(x) : json_null());
     return j;
 }
 
@@ -299,6 +448,7 @@ typedef struct ref_result {
     char model_path[1024];
     bool sha_checked;
     int threads, steps_compared, steps_total;
+    int verify_steps, draft_steps_skipped;   /* speculative traces */
     double max_rel;
     int max_rel_step, max_rel_slot;
     bool found;
@@ -348,9 +498,32 @@ static json_t *divergence_json(const diverge *d, const bt_trace_tensor_row *tens
     return j;
 }
 
+/* The drafted tokens of every verify step, in (step, draft_idx) order: a
+ * verify forward's input is the last accepted token and its drafts. */
+typedef struct trail_list { bt_trace_spec_trail_row *v; int n, cap; } trail_list;
+
+static int trail_cb(void *user, const bt_trace_spec_trail_row *t)
+{
+    trail_list *l = user;
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 256;
+        bt_trace_spec_trail_row *v = realloc(l->v, (size_t)cap * sizeof(*v));
+        if (!v) return bt_error(BT_ENOMEM, "out of memory");
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n] = *t;
+    l->v[l->n++].reason = NULL;   /* borrowed string: not kept */
+    return 0;
+}
+
 static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trace_tensor_row *tens, int n_tens,
                          ref_result *res)
 {
+    trail_list tl = { 0 };
+    int32_t *in_tok = NULL;     /* every replayed step's input tokens, back to back */
+    int64_t *in_off = NULL;
+    bool spec = bt_trace_has_spec(r);
     bt_trace_step_row *steps = NULL;
     bt_trace_tap_row *tr = NULL;
     int32_t *seq = NULL;
@@ -372,7 +545,9 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
     if ((rc = bt_trace_steps(r, 0, (int)sum.n_steps, steps, &n_steps))) goto out;
     int k = 0;
     for (int i = 0; i < n_steps; i++) if (!strcmp(steps[i].model, "target")) steps[k++] = steps[i];
+    res->draft_steps_skipped = n_steps - k;
     n_steps = k;
+    if (spec && (rc = bt_trace_spec_trail_each(r, INT32_MIN, INT32_MAX, trail_cb, &tl)) < 0) goto out;
     if ((rc = bt_analyze_sequence(r, &seq, &n_seq, &n_prompt))) goto out;
     res->steps_total = n_steps;
     if (n_steps == 0) { rc = bt_error(BT_EINVAL, "%s: the trace has no steps to replay", o->trace); goto out; }
@@ -404,26 +579,54 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
             goto out;
         }
     }
+    /* Each target forward's input tokens: the output sequence for prefill
+     * and decode steps; for a verify step the last accepted token and the
+     * drafts it verified (rejected ones included, as the run fed them). */
+    int64_t total = 0;
+    for (int i = 0; i < n_steps; i++) total += steps[i].n_pos > 0 ? steps[i].n_pos : 0;
+    in_tok = malloc((size_t)(total > 0 ? total : 1) * sizeof(int32_t));
+    in_off = malloc((size_t)n_steps * sizeof(int64_t));
+    if (!in_tok || !in_off) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
+    int tj = 0;
+    int64_t off = 0;
     for (int i = 0; i < n_steps; i++) {
         const bt_trace_step_row *s = &steps[i];
-        if (strcmp(s->kind, "prefill") && strcmp(s->kind, "decode")) {
-            rc = bt_error(BT_EUNSUPPORTED, "%s: step %d is a %s step; --reference replays prefill and decode steps only", o->trace, s->step, s->kind);
+        bool verify = !strcmp(s->kind, "verify");
+        if (strcmp(s->kind, "prefill") && strcmp(s->kind, "decode") && !(spec && verify)) {
+            rc = bt_error(BT_EUNSUPPORTED, "%s: step %d is a %s step; --reference replays prefill, decode and verify steps only", o->trace, s->step, s->kind);
             goto out;
         }
-        if (s->n_pos < 1 || s->pos0 < 0 || s->pos0 + s->n_pos > n_seq) {
+        int need = verify ? 1 : s->n_pos;
+        if (s->n_pos < 1 || s->pos0 < 0 || s->pos0 + need > n_seq) {
             rc = bt_error(BT_EFORMAT, "%s: step %d needs positions %d-%d but the token trail holds %d tokens",
-                          o->trace, s->step, s->pos0, s->pos0 + s->n_pos - 1, n_seq);
+                          o->trace, s->step, s->pos0, s->pos0 + need - 1, n_seq);
             goto out;
         }
+        in_off[i] = off;
+        memcpy(in_tok + off, seq + s->pos0, (size_t)need * sizeof(int32_t));
+        if (verify) {
+            while (tj < tl.n && tl.v[tj].step < s->step) tj++;
+            for (int d = 1; d < s->n_pos; d++, tj++) {
+                if (tj >= tl.n || tl.v[tj].step != s->step || tl.v[tj].draft_pos != s->pos0 + d) {
+                    rc = bt_error(BT_EFORMAT, "%s: verify step %d covers positions %d-%d but spec_trail has no drafted token for position %d",
+                                  o->trace, s->step, s->pos0, s->pos0 + s->n_pos - 1, s->pos0 + d);
+                    goto out;
+                }
+                in_tok[off + d] = tl.v[tj].draft_token;
+            }
+            res->verify_steps++;
+        }
+        /* Only inputs matter: an out-of-vocabulary id that ended the run is never fed. */
+        for (int d = 0; d < s->n_pos; d++)
+            if (in_tok[off + d] < 0 || in_tok[off + d] >= m->cfg.n_vocab) {
+                rc = bt_error(BT_EFORMAT, "%s: token %d at position %d (step %d) is outside the vocabulary (%d)", o->trace,
+                              in_tok[off + d], s->pos0 + d, s->step, m->cfg.n_vocab);
+                goto out;
+            }
+        off += s->n_pos;
         max_batch = BT_MAX(max_batch, s->n_pos);
         ctx = BT_MAX(ctx, s->pos0 + s->n_pos);
     }
-    /* Only inputs matter: an out-of-vocabulary id that ended the run is never fed. */
-    for (int i = 0; i < ctx; i++)
-        if (seq[i] < 0 || seq[i] >= m->cfg.n_vocab) {
-            rc = bt_error(BT_EFORMAT, "%s: token %d at position %d is outside the vocabulary (%d)", o->trace, seq[i], i, m->cfg.n_vocab);
-            goto out;
-        }
     int threads = (int)o->threads;
     if (!threads) {
         threads = meta_threads ? atoi(meta_threads) : 0;
@@ -448,7 +651,9 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
     for (int i = 0; i < n_steps; i++) {
         const bt_trace_step_row *s = &steps[i];
         memset(rp.seen, 0, (size_t)n_tens * sizeof(bool));
-        if ((rc = bt_engine_forward(e, seq + s->pos0, s->n_pos, s->pos0))) {
+        /* a verify computes the logits of every row, as the run did */
+        if (spec) bt_engine_set_logits_all(e, !strcmp(s->kind, "verify"));
+        if ((rc = bt_engine_forward(e, in_tok + in_off[i], s->n_pos, s->pos0))) {
             if (rp.err[0]) rc = bt_error(BT_EFORMAT, "%s: %s", o->trace, rp.err);
             goto out;
         }
@@ -491,6 +696,7 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
     rc = BT_OK;
 out:
     free(steps); free(seq); free(tr);
+    free(tl.v); free(in_tok); free(in_off);
     free(rp.slot); free(rp.ref); free(rp.seen);
     bt_engine_free(e);
     bt_model_free(m);
@@ -516,6 +722,9 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
         json_object_set_new(rj, "tolerance", json_real(o->tol));
         json_object_set_new(rj, "steps", json_integer(res.steps_total));
         json_object_set_new(rj, "steps_compared", json_integer(res.steps_compared));
+        json_object_set_new(rj, "speculative", json_boolean(bt_trace_has_spec(r)));
+        json_object_set_new(rj, "verify_steps", json_integer(res.verify_steps));
+        json_object_set_new(rj, "draft_steps_skipped", json_integer(res.draft_steps_skipped));
         json_object_set_new(rj, "tensors", json_integer(n_tens));
         json_object_set_new(rj, "max_rel_diff", json_real(res.max_rel));
         json_object_set_new(rj, "divergence", res.found ? divergence_json(&res.first, tens) : json_null());
@@ -532,6 +741,9 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
         printf("trace: %s (%d steps, %d tapped tensors)\n", o->trace, res.steps_total, n_tens);
         printf("reference: %s (%s), f32 CPU, %d threads, no injection, tolerance %g\n", res.model_path,
                res.sha_checked ? "SHA-256 matches the trace" : "SHA-256 not verified", res.threads, o->tol);
+        if (bt_trace_has_spec(r))
+            printf("speculative trace: the target's %d verify steps replayed with the tokens they verified; %d draft passes not replayed\n",
+                   res.verify_steps, res.draft_steps_skipped);
         if (res.found) {
             print_divergence(&res.first, tens, n_tens, "first divergence: ");
             if (o->all) {

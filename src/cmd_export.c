@@ -50,7 +50,9 @@ void cmd_export_help(FILE *out)
         "  --window K        keep only the steps within K of the first bad step (the\n"
         "                    first non-finite tap, non-finite logits or event); default\n"
         "                    16. A clean trace keeps every step. The token trail, events\n"
-        "                    and backtraces are always kept whole.\n"
+        "                    and backtraces are always kept whole; a speculative trace's\n"
+        "                    spec_steps and spec_trail (ids and probabilities, no text:\n"
+        "                    --redact keeps them) follow the window of their verify step.\n"
         "  --all-steps       keep every step\n"
         "  --force           replace OUT if it exists\n\n"
         "The copy is rebuilt row by row and vacuumed: no byte of removed text remains\n"
@@ -195,6 +197,7 @@ typedef struct exporter {
     sqlite3 *db;
     const char *tmp;
     redactor rd;
+    bool has_spec_tables;        /* the source has spec_steps and spec_trail */
 } exporter;
 
 static int db_err(exporter *x, const char *what)
@@ -308,6 +311,15 @@ static int copy_rows(exporter *x, int lo, int hi, bool windowed)
         snprintf(sql, sizeof sql, "INSERT INTO main.%s SELECT * FROM src.%s", whole[i], whole[i]);
         rc = exec(x, sql);
     }
+    /* Speculative decoding (absent from older traces): ids, probabilities
+     * and reasons only, no text, so --redact keeps them whole; windowed by
+     * the verify step like the other per-step tables. */
+    static const char *const spec[] = { "spec_steps", "spec_trail" };
+    for (size_t i = 0; i < BT_ARRAY_SIZE(spec) && !rc; i++) {
+        if (!x->has_spec_tables) break;
+        snprintf(sql, sizeof sql, "INSERT INTO main.%s SELECT * FROM src.%s%s", spec[i], spec[i], where);
+        rc = exec(x, sql);
+    }
     if (rc) return rc;
     /* Explicit columns: the redacted ones are replaced, never copied. */
     rc = exec(x, x->o->redact
@@ -326,7 +338,7 @@ static int copy_rows(exporter *x, int lo, int hi, bool windowed)
 static int copy_unknown(exporter *x)
 {
     static const char *const known[] = { "meta", "tensors", "steps", "tap_blobs", "tap_bad", "tokens", "logits",
-                                         "logit_rows", "events", "backtraces" };
+                                         "logit_rows", "events", "backtraces", "spec_steps", "spec_trail" };
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(x->db, "SELECT name FROM src.sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
                            -1, &s, NULL) != SQLITE_OK)
@@ -344,6 +356,17 @@ static int copy_unknown(exporter *x)
     }
     sqlite3_finalize(s);
     return rc;
+}
+
+static int spec_tables(exporter *x)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(x->db, "SELECT count(*) FROM src.sqlite_master WHERE type = 'table'"
+                           " AND name IN ('spec_steps', 'spec_trail')", -1, &s, NULL) != SQLITE_OK)
+        return db_err(x, "reading the source schema");
+    x->has_spec_tables = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int(s, 0) == 2;
+    sqlite3_finalize(s);
+    return BT_OK;
 }
 
 /* The first bad step: earliest non-finite tap, non-finite logits or event. */
@@ -440,6 +463,7 @@ int cmd_export(int argc, char **argv)
         rc = bt_error(BT_EIO, "%s: cannot open read-only: %s", o.in, sqlite3_errmsg(x.db));
         goto done_free;
     }
+    if ((rc = spec_tables(&x))) goto done_free;
     if ((rc = exec(&x, sql)) || (rc = exec(&x, "BEGIN")) || (rc = copy_schema(&x)) || (rc = copy_meta(&x, window)) ||
         (rc = copy_rows(&x, lo, hi, windowed)) || (rc = copy_unknown(&x)) || (rc = exec(&x, "COMMIT")) ||
         (rc = exec(&x, "DETACH src")) || (rc = exec(&x, "VACUUM")))

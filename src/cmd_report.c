@@ -27,7 +27,10 @@ void cmd_report_help(FILE *out)
         "non-finite (step, layer, op) with its counts, the propagation table, the\n"
         "collapse summary (detector events), the logit snapshot at the first bad step,\n"
         "the host backtrace and the exact command line to reproduce. A clean trace is\n"
-        "reported as clean.\n\n"
+        "reported as clean. A speculative trace (run --spec-k) gets a Speculative\n"
+        "decoding section: drafter, k, acceptance, where the first non-finite came from\n"
+        "(draft or target pass), the amplification, and the draft-vs-verify trail\n"
+        "around the first bad step.\n\n"
         "  -o, --output FILE   write the report to FILE instead of standard output\n\n"
         "Exit status: 0 report written, 2 error (missing, corrupt or non-trace file).\n");
 }
@@ -200,6 +203,237 @@ static void section_propagation(FILE *o, const bt_analysis *x)
     fputs("\n", o);
 }
 
+/* ---- speculative decoding ---- */
+
+typedef struct vlist { int *v; int n, cap; } vlist;
+
+static int verify_cb(void *user, const bt_trace_spec_step_row *row)
+{
+    vlist *l = user;
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 64;
+        int *v = realloc(l->v, (size_t)cap * sizeof(int));
+        if (!v) return bt_error(BT_ENOMEM, "out of memory");
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = row->step;
+    return 0;
+}
+
+/* Pieces of the few ids a table shows, found in one pass over the trail. */
+typedef struct piece_cache { int32_t ids[128]; char pieces[128][48]; bool found[128]; int n; } piece_cache;
+
+static void pc_want(piece_cache *c, int32_t id)
+{
+    for (int i = 0; i < c->n; i++) if (c->ids[i] == id) return;
+    if (c->n < 128) { c->ids[c->n] = id; c->pieces[c->n][0] = 0; c->found[c->n] = false; c->n++; }
+}
+
+static int pc_cb(void *user, const bt_trace_token_row *t)
+{
+    piece_cache *c = user;
+    if (!t->piece) return 0;
+    for (int i = 0; i < c->n; i++) {
+        if (c->ids[i] != t->id || c->found[i]) continue;
+        size_t o = 0;
+        for (size_t j = 0; j < t->piece_len && o + 5 < sizeof(c->pieces[i]); j++) {
+            unsigned char ch = (unsigned char)t->piece[j];
+            if (ch < 0x20 || ch == 0x7f || ch == '\\') o += (size_t)snprintf(c->pieces[i] + o, sizeof(c->pieces[i]) - o, "\\x%02x", ch);
+            else c->pieces[i][o++] = (char)ch;
+        }
+        c->pieces[i][o] = 0;
+        c->found[i] = true;
+    }
+    return 0;
+}
+
+static const char *pc_get(const piece_cache *c, int32_t id)
+{
+    for (int i = 0; i < c->n; i++) if (c->ids[i] == id) return c->pieces[i];
+    return "";
+}
+
+static void token_cell(FILE *o, const piece_cache *c, int32_t id)
+{
+    if (id < 0) { fputs("-", o); return; }
+    fprintf(o, "%d", id);
+    const char *p = pc_get(c, id);
+    if (p[0]) { fputs(" `", o); md_cell(o, p); fputc('`', o); }
+}
+
+typedef struct trail_rows { bt_trace_spec_trail_row v[256]; int n; } trail_rows;
+
+static int trail_rows_cb(void *user, const bt_trace_spec_trail_row *t)
+{
+    trail_rows *l = user;
+    if (l->n == 256) return 1;
+    l->v[l->n] = *t;
+    l->v[l->n].reason = NULL;
+    /* reason is borrowed: keep the few known ones as static strings */
+    static const char *const reasons[] = { "match", "mismatch", "accept p/q", "reject p/q", "after_reject", "after_stop" };
+    for (size_t i = 0; i < BT_ARRAY_SIZE(reasons); i++)
+        if (t->reason && !strcmp(t->reason, reasons[i])) l->v[l->n].reason = reasons[i];
+    if (t->reason && !l->v[l->n].reason) l->v[l->n].reason = "other";
+    l->n++;
+    return 0;
+}
+
+typedef struct srow_list { bt_trace_spec_step_row v[16]; int n; } srow_list;
+
+static int srow_cb(void *user, const bt_trace_spec_step_row *row)
+{
+    srow_list *l = user;
+    if (l->n < 16) l->v[l->n++] = *row;
+    return 0;
+}
+
+/* The verify step the table centres on: the first bad target verify; the
+ * verify that consumed a bad draft; the first degenerate step; else the
+ * first rejection (or the first verify of a clean, fully accepted run). */
+static int focus_index(bt_trace_reader *r, const bt_analysis *x, const vlist *v, int *out)
+{
+    *out = 0;
+    int at = -1;
+    if (x->has_nonfinite) at = x->first.step;
+    else if (x->has_degenerate) at = x->degen_step;
+    if (at >= 0) {
+        while (*out < v->n - 1 && v->v[*out] < at) (*out)++;
+        return BT_OK;
+    }
+    srow_list l;
+    for (int i = 0; i < v->n; i += 16) {
+        l.n = 0;
+        int rc = bt_trace_spec_steps_each(r, v->v[i], v->v[BT_MIN(i + 15, v->n - 1)], srow_cb, &l);
+        if (rc < 0) return rc;
+        for (int j = 0; j < l.n; j++)
+            if (l.v[j].accepted < l.v[j].k) {
+                for (int q = 0; q < v->n; q++) if (v->v[q] == l.v[j].step) { *out = q; return BT_OK; }
+            }
+    }
+    return BT_OK;
+}
+
+static int section_spec(FILE *o, bt_trace_reader *r, const bt_analysis *x)
+{
+    const bt_spec_analysis *s = &x->spec;
+    if (!s->present) return BT_OK;
+    char buf[512];
+    fputs("## Speculative decoding\n\n| | |\n|---|---|\n", o);
+    int nl = !strncmp(s->drafter, "self:", 5) ? atoi(s->drafter + 5) : -1;
+    if (nl >= 0) snprintf(buf, sizeof(buf), "%s (the target's first %d layers, its output norm and head)", s->drafter, nl);
+    else if (!strncmp(s->drafter, "ngram:", 6)) snprintf(buf, sizeof(buf), "%s (prompt lookup: no draft forward)", s->drafter);
+    else if (!strcmp(s->drafter, "model")) {
+        const char *dp = bt_trace_meta_get(r, "draft_model_path");
+        snprintf(buf, sizeof(buf), "draft model %s", dp && *dp ? dp : "(path not recorded)");
+    } else snprintf(buf, sizeof(buf), "%s", s->drafter[0] ? s->drafter : "unknown");
+    row(o, "drafter", buf);
+    if (s->k > 0) fprintf(o, "| k (tokens drafted per verify) | %d |\n", s->k);
+    fprintf(o, "| passes | %d target verify, %d plain decode, %d draft |\n", s->verify_steps, s->decode_steps, s->draft_steps);
+    if (isnan(s->acceptance)) fputs("| acceptance | nothing drafted |\n", o);
+    else fprintf(o, "| acceptance | %.2f (%lld of %lld drafted tokens) |\n", s->acceptance, (long long)s->accepted, (long long)s->drafted);
+    if (s->n_windows > 1) {
+        fprintf(o, "| acceptance per %d verify steps |", BT_SPEC_WINDOW);
+        for (int i = 0; i < s->n_windows && i < 32; i++) {
+            const bt_spec_window *w = &s->windows[i];
+            if (w->drafted) fprintf(o, " %.2f", (double)w->accepted / w->drafted); else fputs(" -", o);
+        }
+        if (s->n_windows > 32) fprintf(o, " ... (%d windows)", s->n_windows);
+        fputs(" |\n", o);
+    }
+    if (x->has_nonfinite) {
+        if (!strcmp(s->first_model, "draft")) {
+            snprintf(buf, sizeof(buf), "the drafter's pass at step %d (`%s`), not the target", x->first.step, x->first.tensor);
+            row(o, "first non-finite from", buf);
+            fprintf(o, "| drafts from non-finite rows | %lld (%lld accepted) |\n", (long long)s->nonfinite_drafts,
+                    (long long)s->nonfinite_drafts_accepted);
+            row(o, "output", s->output_clean ? "clean: the target verified every drafted token and rejected the bad ones"
+                                             : "not clean (see the summary)");
+        } else {
+            snprintf(buf, sizeof(buf), "the target's %s pass at step %d (`%s`), not the drafter", x->first.kind[0] ? x->first.kind : "",
+                     x->first.step, x->first.tensor);
+            row(o, "first non-finite from", buf);
+        }
+    }
+    if (s->amp_in_prefill) row(o, "amplification", "none: the target went non-finite in the prefill, which plain decoding runs the same way");
+    else if (s->amp_emitted > 0) {
+        char until[64] = "";
+        if (s->target_bad_step >= 0 || x->has_degenerate) snprintf(until, sizeof(until), " up to step %d", s->amp_until);
+        snprintf(buf, sizeof(buf), "%lld target positions through %s in %lld forwards for %lld emitted tokens%s: "
+                 "%.2f per token, %.2fx plain decoding (%lld positions in %lld forwards)",
+                 (long long)s->amp_positions, s->target_bad_tensor[0] ? s->target_bad_tensor : "every target op",
+                 (long long)s->amp_forwards, (long long)s->amp_emitted, until, s->amp_ratio, s->amp_ratio,
+                 (long long)s->amp_emitted, (long long)s->amp_emitted);
+        row(o, "amplification", buf);
+        if (s->amp_draft_positions > 0) {
+            snprintf(buf, sizeof(buf), "%lld more positions through the same weights in self-draft passes", (long long)s->amp_draft_positions);
+            row(o, "self-draft exposure", buf);
+        }
+    }
+    if (s->n_post_stop) {
+        snprintf(buf, sizeof(buf), "%d, first at step %d: %s", s->n_post_stop, s->post_stop_step, s->post_stop_detail);
+        row(o, "post_stop_draft", buf);
+    }
+    if (s->n_accept_collapse) {
+        snprintf(buf, sizeof(buf), "%d, first at step %d: %s", s->n_accept_collapse, s->accept_collapse_step, s->accept_collapse_detail);
+        row(o, "accept_collapse", buf);
+    }
+    fputs("\n", o);
+
+    /* The trail around the focus: two verify steps either side. */
+    vlist v = { 0 };
+    int rc = bt_trace_spec_steps_each(r, INT32_MIN, INT32_MAX, verify_cb, &v);
+    if (rc < 0 || v.n == 0) { free(v.v); return rc < 0 ? rc : BT_OK; }
+    int f;
+    if ((rc = focus_index(r, x, &v, &f))) { free(v.v); return rc; }
+    int lo = BT_MAX(0, f - 2), hi = BT_MIN(v.n - 1, f + 2);
+    int from = v.v[lo], to = v.v[hi], focus = v.v[f];
+    free(v.v);
+    trail_rows *tr = calloc(1, sizeof(*tr));
+    srow_list *sl = calloc(1, sizeof(*sl));
+    piece_cache *pc = calloc(1, sizeof(*pc));
+    if (!tr || !sl || !pc) { free(tr); free(sl); free(pc); return bt_error(BT_ENOMEM, "out of memory"); }
+    if ((rc = bt_trace_spec_trail_each(r, from, to, trail_rows_cb, tr)) < 0 ||
+        (rc = bt_trace_spec_steps_each(r, from, to, srow_cb, sl)) < 0) goto done;
+    rc = BT_OK;
+    for (int i = 0; i < tr->n; i++) { pc_want(pc, tr->v[i].draft_token); if (tr->v[i].target_token >= 0) pc_want(pc, tr->v[i].target_token); }
+    for (int i = 0; i < sl->n; i++) if (sl->v[i].bonus_token >= 0) pc_want(pc, sl->v[i].bonus_token);
+    if ((rc = bt_trace_tokens_each(r, 0, 0, pc_cb, pc)) < 0) goto done;
+    rc = BT_OK;
+    fprintf(o, "Draft-vs-verify trail around verify step %d (steps %d-%d): each drafted token, the target's own pick\n"
+               "at that position and whether it was accepted; the last row of a step is the token the target added.\n\n"
+               "| verify step | pos | drafted | q(draft) | draft row | target pick | p(draft) | accepted | reason |\n"
+               "|---:|---:|---|---:|---|---|---:|---|---|\n", focus, from, to);
+    int t = 0;
+    for (int i = 0; i < sl->n; i++) {
+        const bt_trace_spec_step_row *st = &sl->v[i];
+        int first_pos = -1;
+        for (; t < tr->n && tr->v[t].step < st->step; t++) {}
+        for (; t < tr->n && tr->v[t].step == st->step; t++) {
+            const bt_trace_spec_trail_row *d = &tr->v[t];
+            fprintf(o, "| %d%s | %d | ", d->step, d->step == focus ? " **<-**" : "", d->draft_pos);
+            token_cell(o, pc, d->draft_token);
+            if (isnan(d->draft_prob)) fputs(" | - | ", o); else fprintf(o, " | %.3g | ", d->draft_prob);
+            fputs(d->draft_finite ? "finite" : "**non-finite**", o);
+            fputs(" | ", o);
+            token_cell(o, pc, d->target_token);
+            if (isnan(d->target_prob)) fputs(" | - | ", o); else fprintf(o, " | %.3g | ", d->target_prob);
+            fprintf(o, "%s | %s |\n", d->accepted ? "yes" : "no", d->reason ? d->reason : "-");
+            if (first_pos < 0) first_pos = d->draft_pos;
+        }
+        if (st->bonus_token < 0) continue;
+        /* the target's token lands right after the accepted prefix */
+        if (first_pos >= 0) fprintf(o, "| %d | %d | | | | ", st->step, first_pos + st->accepted);
+        else fprintf(o, "| %d | - | | | | ", st->step);
+        token_cell(o, pc, st->bonus_token);
+        fprintf(o, " | | added | %s |\n", st->bonus_kind[0] ? st->bonus_kind : "-");
+    }
+    fputs("\n", o);
+done:
+    free(tr); free(sl); free(pc);
+    return rc;
+}
+
 static int section_events(FILE *o, bt_trace_reader *r, const bt_analysis *x)
 {
     fputs("## Collapse summary\n\n", o);
@@ -325,8 +559,9 @@ int cmd_report(int argc, char **argv)
 
     const char *model = bt_trace_meta_get(r, "model_name");
     if (x.has_nonfinite)
-        fprintf(o, "# bangtrace report: non-finite %s at step %d, layer %d%s%s\n\n", x.first.tensor, x.first.step,
-                x.first.layer, model ? " of " : "", model ? model : "");
+        fprintf(o, "# bangtrace report: non-finite %s at step %d, layer %d%s%s%s\n\n", x.first.tensor, x.first.step,
+                x.first.layer, x.spec.present && !strcmp(x.first.model, "draft") ? " (draft pass)" : "",
+                model ? " of " : "", model ? model : "");
     else if (x.has_degenerate)
         fprintf(o, "# bangtrace report: %s at step %d%s%s\n\n", x.degen_kind, x.degen_step, model ? " of " : "", model ? model : "");
     else if (x.has_crash)
@@ -337,6 +572,7 @@ int cmd_report(int argc, char **argv)
     section_model(o, r);
     section_config(o, r);
     section_propagation(o, &x);
+    if ((rc = section_spec(o, r, &x))) goto fail;
     if ((rc = section_events(o, r, &x))) goto fail;
     if ((rc = section_logits(o, r, &x))) goto fail;
     bt_first bf = { .o = o };

@@ -5,6 +5,7 @@
  * object); progress and timings go to stderr. Text is streamed, except the
  * tail that could still turn out to be the start of a stop string. */
 #include "cmd.h"
+#include "decode.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "model/model.h"
@@ -61,7 +62,13 @@ void cmd_run_help(FILE *out)
         "                       step and at a collapse) or full (every step)\n"
         "  --topk K             top-k ids kept in each logit snapshot (default 20)\n"
         "  --inject SPEC        fault injection, repeatable (doc/inject.md), e.g.\n"
-        "                       nan@layer=3,op=ffn_gate,step=9\n\n"
+        "                       nan@layer=3,op=ffn_gate,step=9 (add model=draft for the drafter)\n"
+        "  --spec-k K           speculative decoding: draft K tokens per target verify, with\n"
+        "  --draft MODEL          a draft model sharing the target's vocabulary, or\n"
+        "  --draft-self N         the target's first N layers + its output norm and head, or\n"
+        "  --draft-ngram N        prompt lookup of the last N tokens in the context\n"
+        "                       Greedy output is identical to plain decoding; sampling uses\n"
+        "                       speculative rejection sampling (same distribution).\n\n"
         "Flags override the request body. Exit status: 0 done; 1 the argmax rule produced an\n"
         "id outside the vocabulary (finish_reason \"invalid_token\"), as a broken kernel would;\n"
         "2 error.\n");
@@ -83,6 +90,9 @@ typedef struct run_opts {
     long topk;
     const char *inject[32];
     int n_inject;
+    long spec_k;
+    const char *draft_model;
+    long draft_self, draft_ngram;
 } run_opts;
 
 static int default_threads(void)
@@ -140,6 +150,13 @@ static int parse_args(int argc, char **argv, run_opts *o)
         } else if (!strcmp(a, "--inject")) {
             VAL(); if (o->n_inject == 32) return bt_error(BT_EINVAL, "at most 32 --inject specs");
             o->inject[o->n_inject++] = v;
+        } else if (!strcmp(a, "--spec-k")) {
+            VAL(); if (bt_parse_int(a, v, 1, 64, &o->spec_k)) return BT_EINVAL;
+        } else if (!strcmp(a, "--draft")) { VAL(); o->draft_model = v; }
+        else if (!strcmp(a, "--draft-self")) {
+            VAL(); if (bt_parse_int(a, v, 1, 100000, &o->draft_self)) return BT_EINVAL;
+        } else if (!strcmp(a, "--draft-ngram")) {
+            VAL(); if (bt_parse_int(a, v, 1, 64, &o->draft_ngram)) return BT_EINVAL;
         } else if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help run)", a);
@@ -147,6 +164,10 @@ static int parse_args(int argc, char **argv, run_opts *o)
     }
     if (!o->model) return bt_error(BT_EINVAL, "--model is required (see bangtrace help run)");
     if (!o->prompt == !o->request) return bt_error(BT_EINVAL, "give exactly one of --prompt or --request");
+    int drafters = (o->draft_model != NULL) + (o->draft_self > 0) + (o->draft_ngram > 0);
+    if (drafters > 1) return bt_error(BT_EINVAL, "give one drafter: --draft, --draft-self or --draft-ngram");
+    if (drafters && !o->spec_k) return bt_error(BT_EINVAL, "a drafter needs --spec-k K (tokens drafted per verify)");
+    if (o->spec_k && !drafters) return bt_error(BT_EINVAL, "--spec-k needs a drafter: --draft MODEL, --draft-self N or --draft-ngram N");
     return BT_OK;
 }
 
@@ -306,6 +327,40 @@ static int write_meta(bt_trace *t, int argc, char **argv, const run_opts *o, con
     return rc;
 }
 
+/* A separate draft model must speak the target's vocabulary token for
+ * token, or its proposals mean nothing to the target. */
+static int load_draft(const run_opts *o, const bt_model *m, bt_model **out)
+{
+    int rc = bt_model_load(o->draft_model, o->tokenizer, out);
+    if (rc) return rc;
+    const bt_model *d = *out;
+    if (!bt_model_has_weights(d)) return bt_error(BT_EINVAL, "%s: the draft model has no weights", o->draft_model);
+    if (!d->has_vocab || d->vocab.n_tokens != m->vocab.n_tokens || d->cfg.n_vocab != m->cfg.n_vocab)
+        return bt_error(BT_EINVAL, "draft model %s has a vocabulary of %d tokens; the target has %d: they must be the same",
+                        o->draft_model, d->has_vocab ? d->vocab.n_tokens : d->cfg.n_vocab, m->vocab.n_tokens);
+    for (int i = 0; i < m->vocab.n_tokens; i++)
+        if (d->vocab.len[i] != m->vocab.len[i] || memcmp(d->vocab.text[i], m->vocab.text[i], m->vocab.len[i]))
+            return bt_error(BT_EINVAL, "draft model %s differs from the target's vocabulary at token %d: they must be the same",
+                            o->draft_model, i);
+    return BT_OK;
+}
+
+static int write_spec_meta(bt_trace *t, const run_opts *o, const bt_model *dm, const char *drafter)
+{
+    char buf[80], hex[65];
+    snprintf(buf, sizeof(buf), "%ld", o->spec_k);
+    int rc = bt_trace_meta(t, "spec_k", buf);
+    if (!rc) rc = bt_trace_meta(t, "drafter", drafter);
+    if (!rc && dm) {
+        char *abs = realpath(o->draft_model, NULL);
+        rc = bt_trace_meta(t, "draft_model_path", abs ? abs : o->draft_model);
+        free(abs);
+        bt_sha256_hex(dm->file_data, dm->file_size, hex);
+        if (!rc) rc = bt_trace_meta(t, "draft_model_sha256", hex);
+    }
+    return rc;
+}
+
 static void json_ids(json_t *obj, const char *key, const int32_t *ids, size_t n)
 {
     json_t *a = json_array();
@@ -329,7 +384,13 @@ int cmd_run(int argc, char **argv)
     const char *finish = "length";
     bt_injector *inj = NULL;
     bt_trace *trace = NULL;
-    bt_recorder *rec = NULL;
+    bt_recorder *rec = NULL, *drec = NULL;
+    bt_model *dm = NULL;
+    bt_engine *de = NULL;
+    bt_decoder *dec = NULL;
+    int32_t *burst = NULL;
+    float *burst_lp = NULL;
+    char drafter_name[32] = "";
 
     if (parse_args(argc, argv, &o)) goto fail;
     if (o.request) {
@@ -379,11 +440,25 @@ int cmd_run(int argc, char **argv)
         for (int i = 0; i < o.n_inject; i++) if (bt_injector_add(inj, o.inject[i])) goto fail;
         if (bt_injector_apply_weights(inj, m)) goto fail;
     }
-    if (bt_engine_new(m, ctx, (int)n_prompt, (int)o.threads, &e)) goto fail;
+    int batch = (int)n_prompt + (int)o.spec_k + 1;
+    if (bt_engine_new(m, ctx, batch, (int)o.threads, &e)) goto fail;
     if (bt_sampler_new(&sc, m->cfg.n_vocab, &smp)) goto fail;
+    if (o.draft_model && load_draft(&o, m, &dm)) goto fail;
+    if (o.draft_model || o.draft_self) {
+        if (o.draft_self >= m->cfg.n_layers) {
+            bt_error(BT_EINVAL, "--draft-self %ld must be below the target's %d layers", o.draft_self, m->cfg.n_layers);
+            goto fail;
+        }
+        bt_engine_opts eo = { .ctx_len = ctx, .max_batch = batch, .n_layers = (int)o.draft_self, .share_pool = e };
+        if (bt_engine_new_opts(dm ? dm : m, &eo, &de)) goto fail;
+    }
+    if (o.draft_model) snprintf(drafter_name, sizeof(drafter_name), "model");
+    else if (o.draft_self) snprintf(drafter_name, sizeof(drafter_name), "self:%ld", o.draft_self);
+    else if (o.draft_ngram) snprintf(drafter_name, sizeof(drafter_name), "ngram:%ld", o.draft_ngram);
     if (o.trace) {
         if (bt_trace_create(o.trace, &trace)) goto fail;
         if (write_meta(trace, argc, argv, &o, &req, m, tok, &sc, inj, prompt_text_of(&o, &req), sha_hex)) goto fail;
+        if (o.spec_k && write_spec_meta(trace, &o, dm, drafter_name)) goto fail;
     }
     if (o.trace || inj) {
         bt_recorder_cfg rc_cfg = { .trace = trace, .inj = inj, .model = m, .tok = tok, .taps = o.trace ? o.taps : BT_TAPS_NONE,
@@ -391,6 +466,11 @@ int cmd_run(int argc, char **argv)
                                    .topk = (int)o.topk, .rule = sc.rule, .model_role = "target" };
         if (bt_recorder_new(&rc_cfg, e, &rec)) goto fail;
         if (bt_recorder_prompt(rec, prompt, (int)n_prompt)) goto fail;
+        if (de) {
+            rc_cfg.model = dm ? dm : m;
+            rc_cfg.model_role = "draft";
+            if (bt_recorder_new(&rc_cfg, de, &drec)) goto fail;
+        }
         if (trace) {
             static char note[600];
             snprintf(note, sizeof(note), "trace closed: %s", o.trace);
@@ -398,7 +478,7 @@ int cmd_run(int argc, char **argv)
             bt_crash_install(bt_recorder_crash_hook, rec);
         }
     }
-    gen = malloc((size_t)(n_max + 1) * sizeof(int32_t));
+    gen = malloc((size_t)(n_max + o.spec_k + 2) * sizeof(int32_t));
     text = malloc(1);
     if (!gen || !text) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
     text[0] = 0;
@@ -409,60 +489,59 @@ int cmd_run(int argc, char **argv)
            "%d threads, %s, argmax %s", m->cfg.name, m->format, m->cfg.n_layers, m->cfg.dim, m->cfg.n_vocab,
            t_load * 1e3, n_prompt, (int)o.threads, sc.temperature > 0 ? "sampling" : "greedy", rule);
 
+    bt_decoder_cfg dc = { .target = e, .target_rec = rec, .smp = smp, .greedy = sc.temperature <= 0, .rule = sc.rule,
+                          .tok = tok, .ignore_eos = o.ignore_eos, .inj = inj, .trace = trace,
+                          .drafter = o.draft_model ? BT_DRAFT_MODEL : o.draft_self ? BT_DRAFT_SELF : o.draft_ngram ? BT_DRAFT_NGRAM : BT_DRAFT_NONE,
+                          .k = (int)o.spec_k, .ngram = (int)o.draft_ngram, .drafter_name = drafter_name,
+                          .draft = de, .draft_rec = drec };
+    if (bt_decoder_new(&dc, prompt, (int)n_prompt, (int)n_max, &dec)) goto fail;
+    burst = malloc((size_t)(o.spec_k + 2) * sizeof(int32_t));
+    burst_lp = malloc((size_t)(o.spec_k + 2) * sizeof(float));
+    if (!burst || !burst_lp) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
     double t1 = bt_now(), t_prompt = 0;
-    int pos = 0, rc;
-    const int32_t *in = prompt;
-    int n_in = (int)n_prompt;
-    for (long i = 0; i < n_max; i++) {
-        bool done = false;
-        if (rec && (rc = bt_recorder_step_begin(rec, i == 0 ? "prefill" : "decode", pos, n_in))) goto fail;
-        double ts = bt_now();
-        if ((rc = bt_engine_forward(e, in, n_in, pos))) goto fail;
-        double ms = (bt_now() - ts) * 1e3;
-        if (i == 0) t_prompt = bt_now() - t1;
-        if (inj) bt_injector_after_forward(inj, e);
-        pos += n_in;
-        float lp;
-        const float *row = bt_engine_logits(e);
-        int32_t id = bt_sampler_sample(smp, row, m->cfg.n_vocab, &lp);
-        if (rec && (rc = bt_recorder_step_sampled(rec, row, pos - 1, id, lp))) goto fail;
-        gen[n_gen++] = id;
-        if (id < 0 || id >= m->cfg.n_vocab) {
-            finish = "invalid_token";
-            bt_error(BT_ERANGE, "step %d: the argmax rule %s produced id %d, outside the vocabulary (%d): "
-                     "the logits were not finite", bt_engine_step(e) - 1, rule, id, m->cfg.n_vocab);
-            fprintf(stderr, "bangtrace: run: %s\n", bt_errmsg());
-            status = 1;
-            done = true;
-        } else if (!o.ignore_eos && bt_tokenizer_is_eog(tok, id)) {
-            finish = "stop"; n_gen--; done = true;
-        } else {
-            size_t pl;
-            const char *piece = bt_token_piece(tok, id, &pl);
-            /* As SentencePiece and llama2.c decode: the piece right after BOS
-             * loses its leading space (the dummy prefix). */
-            int32_t prev = n_gen > 1 ? gen[n_gen - 2] : prompt[n_prompt - 1];
-            if (prev == bt_tokenizer_bos(tok) && pl > 0 && piece[0] == ' ' && m->vocab.add_space_prefix) { piece++; pl--; }
-            char *nt = realloc(text, text_len + pl + 1);
-            if (!nt) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
-            text = nt;
-            memcpy(text + text_len, piece, pl);
-            size_t old_len = text_len;
-            text_len += pl;
-            text[text_len] = 0;
-            const char *hit = find_stop(text, text_len, old_len, req.stop, req.n_stop);
-            if (hit) { text_len = (size_t)(hit - text); text[text_len] = 0; finish = "stop"; done = true; }
-            else if (!o.json) {
-                size_t upto = text_len - stop_holdback(text, text_len, req.stop, req.n_stop);
-                if (upto > printed) { fwrite(text + printed, 1, upto - printed, stdout); fflush(stdout); printed = upto; }
+    int rc;
+    bool done = n_max <= 0;
+    while (!done) {
+        int nb = 0;
+        if ((rc = bt_decoder_next(dec, burst, burst_lp, &nb))) goto fail;
+        if (t_prompt == 0) t_prompt = bt_decoder_stats_get(dec)->prefill_s;
+        for (int b = 0; b < nb && !done; b++) {
+            int32_t id = burst[b];
+            gen[n_gen++] = id;
+            if (id < 0 || id >= m->cfg.n_vocab) {
+                finish = "invalid_token";
+                bt_error(BT_ERANGE, "the argmax rule %s produced id %d, outside the vocabulary (%d): "
+                         "the logits were not finite", rule, id, m->cfg.n_vocab);
+                fprintf(stderr, "bangtrace: run: %s\n", bt_errmsg());
+                status = 1;
+                done = true;
+            } else if (!o.ignore_eos && bt_tokenizer_is_eog(tok, id)) {
+                finish = "stop"; n_gen--; done = true;
+            } else {
+                size_t pl;
+                const char *piece = bt_token_piece(tok, id, &pl);
+                /* As SentencePiece and llama2.c decode: the piece right after BOS
+                 * loses its leading space (the dummy prefix). */
+                int32_t prev = n_gen > 1 ? gen[n_gen - 2] : prompt[n_prompt - 1];
+                if (prev == bt_tokenizer_bos(tok) && pl > 0 && piece[0] == ' ' && m->vocab.add_space_prefix) { piece++; pl--; }
+                char *nt = realloc(text, text_len + pl + 1);
+                if (!nt) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+                text = nt;
+                memcpy(text + text_len, piece, pl);
+                size_t old_len = text_len;
+                text_len += pl;
+                text[text_len] = 0;
+                const char *hit = find_stop(text, text_len, old_len, req.stop, req.n_stop);
+                if (hit) { text_len = (size_t)(hit - text); text[text_len] = 0; finish = "stop"; done = true; }
+                else if (!o.json) {
+                    size_t upto = text_len - stop_holdback(text, text_len, req.stop, req.n_stop);
+                    if (upto > printed) { fwrite(text + printed, 1, upto - printed, stdout); fflush(stdout); printed = upto; }
+                }
             }
+            if ((long)n_gen >= n_max) done = true;
         }
-        if (rec && (rc = bt_recorder_step_end(rec, ms))) goto fail;
-        if (done) break;
-        in = &gen[n_gen - 1];
-        n_in = 1;
     }
-    double t2 = t1 + t_prompt;
+    double t2 = t1 + t_prompt, t_end = bt_now();
     if (rec && (rc = bt_recorder_finish(rec, finish))) goto fail;
     if (trace) {
         int tr = bt_trace_close(trace, "ok");
@@ -471,7 +550,8 @@ int cmd_run(int argc, char **argv)
         bt_log("bangtrace: trace %s: %lld bytes, %d events", o.trace, (long long)bt_trace_size(o.trace),
                bt_recorder_n_events(rec));
     }
-    double t_decode = bt_now() - t2;
+    double t_decode = t_end - t2;
+    const bt_decoder_stats *ds = bt_decoder_stats_get(dec);
     if (status == 2) status = 0;
     int decoded = (int)n_gen;
     double pps = n_prompt / (t_prompt > 0 ? t_prompt : 1e-9), dps = decoded > 1 ? (decoded - 1) / t_decode : 0;
@@ -489,6 +569,11 @@ int cmd_run(int argc, char **argv)
         json_object_set_new(t, "prompt_tokens_per_s", json_real(pps));
         json_object_set_new(t, "decode_tokens_per_s", json_real(dps));
         json_object_set_new(j, "timings", t);
+        if (o.spec_k)
+            json_object_set_new(j, "speculation", json_pack("{s:s,s:i,s:i,s:i,s:i,s:f,s:i}", "drafter", drafter_name,
+                                "k", (int)o.spec_k, "verify_steps", ds->verify_steps, "drafted", ds->drafted,
+                                "accepted", ds->accepted, "acceptance", ds->drafted ? (double)ds->accepted / ds->drafted : 0.0,
+                                "target_forwards", ds->target_forwards));
         char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
         json_decref(j);
         if (!s) { bt_error(BT_ENOMEM, "out of memory"); status = 2; goto fail; }
@@ -499,6 +584,10 @@ int cmd_run(int argc, char **argv)
         if (text_len && text[text_len - 1] != '\n') putchar('\n');
         fflush(stdout);
     }
+    if (o.spec_k)
+        bt_log("bangtrace: speculation %s k=%ld: %d verify steps, %d of %d drafted tokens accepted (%.0f%%), %d target forwards",
+               drafter_name, o.spec_k, ds->verify_steps, ds->accepted, ds->drafted,
+               ds->drafted ? 100.0 * ds->accepted / ds->drafted : 0.0, ds->target_forwards);
     bt_log("bangtrace: %zu prompt tokens in %.0f ms (%.1f t/s), %d generated in %.0f ms (%.1f t/s), finish_reason %s",
            n_prompt, t_prompt * 1e3, pps, decoded, t_decode * 1e3, dps, finish);
     goto out;
@@ -513,6 +602,11 @@ fail:
 out:
     if (trace) bt_trace_close(trace, status == 2 ? "error" : "ok");
     bt_crash_uninstall();
+    bt_decoder_free(dec);
+    free(burst); free(burst_lp);
+    bt_recorder_free(drec);
+    bt_engine_free(de);
+    bt_model_free(dm);
     bt_recorder_free(rec);
     bt_injector_free(inj);
     free(prompt); free(gen); free(text);

@@ -19,6 +19,7 @@ static const bt_cmd commands[] = {
     { "report", "write a markdown report of a trace for an upstream issue", cmd_report, cmd_report_help },
     { "export", "copy a trace for sharing: --redact removes prompt text, --window keeps the steps near the fault", cmd_export, cmd_export_help },
     { "browse", "browse a trace in the terminal: tokens, step grid, walk-back to the first NaN", cmd_browse, cmd_browse_help },
+    { "diff", "compare two traces: first diverging token and tap, differing settings", cmd_diff, cmd_diff_help },
 };
 
 static void usage(FILE *out)

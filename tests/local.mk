@@ -57,3 +57,12 @@ TESTS += tests/test_tui tests/browse_dump.sh tests/browse_tmux.sh
 tests_test_tui_SOURCES = tests/test_tui.c
 tests_test_tui_LDADD = $(BT_LIBS)
 EXTRA_DIST += tests/browse_dump.sh tests/browse_tmux.sh tests/data-gen/make_trace.py
+# speculative decoding: distribution of rejection sampling, greedy identity, trails
+check_PROGRAMS += tests/test_spec
+TESTS += tests/test_spec tests/spec.sh
+tests_test_spec_SOURCES = tests/test_spec.c
+tests_test_spec_LDADD = $(BT_LIBS)
+EXTRA_DIST += tests/spec.sh
+# diff: two traces compared (tokens, taps by step or by position, meta); speculative part SKIPs without run --spec-k
+TESTS += tests/diff.sh tests/diff_spec.sh
+EXTRA_DIST += tests/diff.sh tests/diff_spec.sh

@@ -118,6 +118,30 @@ CREATE TABLE backtraces (      -- host stacks at the first non-finite and at a c
     frames   TEXT NOT NULL                  -- one frame per line: "#0 0xPC symbol+0xOFF (module)"
 );
 
+CREATE TABLE spec_steps (      -- speculative decoding: one row per verify step
+    step        INTEGER PRIMARY KEY,        -- the verify step (a target forward over k+1 positions)
+    drafter     TEXT NOT NULL,              -- model | self:N | ngram:N
+    k           INTEGER NOT NULL,           -- tokens drafted for this verify
+    accepted    INTEGER NOT NULL,           -- accepted prefix length
+    bonus_token INTEGER,                    -- the token the target added (NULL if generation stopped)
+    bonus_kind  TEXT                        -- correction (after a rejection) | bonus (all accepted) | none
+);
+
+CREATE TABLE spec_trail (      -- one row per drafted token of a verify step
+    step         INTEGER NOT NULL,          -- the verify step
+    draft_idx    INTEGER NOT NULL,          -- 0..k-1 within the draft
+    draft_pos    INTEGER NOT NULL,          -- position the drafted token would occupy
+    draft_step   INTEGER,                   -- the draft forward that proposed it (NULL: n-gram)
+    draft_token  INTEGER NOT NULL,
+    draft_prob   REAL,                      -- q(draft_token) under the drafter (1 when greedy / n-gram)
+    draft_finite INTEGER NOT NULL,          -- the draft logit row was finite
+    target_token INTEGER,                   -- the target's own pick at this position
+    target_prob  REAL,                      -- p(draft_token) under the target
+    accepted     INTEGER NOT NULL,          -- 1 accepted, 0 rejected or not reached
+    reason       TEXT,                      -- match | mismatch | accept p/q | reject p/q | after_reject | after_stop
+    PRIMARY KEY (step, draft_idx)
+) WITHOUT ROWID;
+
 -- ---- views: the stable reading interface ----
 
 CREATE VIEW v_tokens AS
@@ -168,8 +192,13 @@ SELECT step, pos, kind, layer, op, detail, tensor, id FROM events ORDER BY id;
 
 CREATE VIEW v_first_nonfinite AS
 SELECT b.step, b.first_bad_pos AS pos, t.layer, t.op, t.name AS tensor, b.first_bad_index,
-       b.nan, b.pinf, b.ninf
+       b.nan, b.pinf, b.ninf, b.model
 FROM tap_bad b
 JOIN tensors t ON t.model = b.model AND t.idx = b.idx
 ORDER BY b.step, b.idx
 LIMIT 1;
+
+CREATE VIEW v_spec_trail AS
+SELECT step, draft_pos, draft_token, draft_prob, draft_finite, target_token, target_prob, accepted,
+       reason, draft_idx, draft_step
+FROM spec_trail ORDER BY step, draft_idx;

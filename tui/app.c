@@ -12,11 +12,12 @@
 #include <string.h>
 
 const tui_view tui_views[] = {
-    { "tokens", "Tokens", '1', tui_tokens_draw, tui_tokens_handle, tui_dump_tokens },
-    { "step", "Step", '2', tui_step_draw, tui_step_handle, tui_dump_step },
-    { "walkback", "Walk-back", '3', tui_walk_draw, tui_walk_handle, tui_dump_walk },
-    { "run", "Run", '4', tui_run_draw, tui_run_handle, tui_dump_run },
-    { "backtrace", "Backtrace", '5', tui_bt_draw, tui_bt_handle, tui_dump_backtrace },
+    { "tokens", "Tokens", '1', tui_tokens_draw, tui_tokens_handle, tui_dump_tokens, NULL },
+    { "step", "Step", '2', tui_step_draw, tui_step_handle, tui_dump_step, NULL },
+    { "walkback", "Walk-back", '3', tui_walk_draw, tui_walk_handle, tui_dump_walk, NULL },
+    { "run", "Run", '4', tui_run_draw, tui_run_handle, tui_dump_run, NULL },
+    { "backtrace", "Backtrace", '5', tui_bt_draw, tui_bt_handle, tui_dump_backtrace, NULL },
+    { "spec", "Speculation", '6', tui_spec_draw, tui_spec_handle, tui_dump_spec, tui_spec_status },
 };
 const int tui_n_views = (int)BT_ARRAY_SIZE(tui_views);
 
@@ -26,6 +27,7 @@ int tui_view_find(const char *name)
         if (!strcmp(tui_views[i].name, name)) return i;
     if (!strcmp(name, "walk") || !strcmp(name, "walk-back")) return tui_view_find("walkback");
     if (!strcmp(name, "bt")) return tui_view_find("backtrace");
+    if (!strcmp(name, "speculation")) return tui_view_find("spec");
     return -1;
 }
 
@@ -36,6 +38,7 @@ int tui_app_init(tui_app *a, tui_trace *tr, unsigned san, bool color)
     a->san = san;
     a->color = color;
     a->sel_idx = -1;
+    a->spec_sel = a->spec_col = -1;
     a->dump_width = 80;
     a->tk.min_seq = a->tk.max_seq = -1;
     int min_step;
@@ -89,6 +92,16 @@ int tui_app_run(tui_app *a)
     int rc = tui_run_load(a->tr, &a->run);
     if (rc) return rc;
     a->run_valid = true;
+    return BT_OK;
+}
+
+int tui_app_spec(tui_app *a)
+{
+    if (a->spec_valid) return BT_OK;
+    int rc = tui_spec_info_load(a->tr, &a->spec);
+    if (rc) return rc;
+    a->spec_valid = true;
+    if (a->spec.present && a->spec_sel < 0) a->spec_sel = a->spec_top = a->spec.min_step;
     return BT_OK;
 }
 

@@ -79,20 +79,22 @@ static void draw_header(tui_app *a, const tui_rect *r)
 static void status_text(tui_app *a, char *buf, size_t cap)
 {
     if (a->status[0]) { snprintf(buf, cap, "%s", a->status); return; }
+    if (tui_views[a->view].status) { tui_views[a->view].status(a, buf, cap); return; }
     const char *name = tui_views[a->view].name;
     if (!strcmp(name, "tokens") && a->tk.n) {
         const tui_cell *c = &a->tk.cells[tui_tokens_find(&a->tk, a->tok_seq)];
         char steps[48] = "";
         if (c->count > 1) snprintf(steps, sizeof steps, " x%lld (steps %d..%d)", (long long)c->count, c->step0, c->step1);
         snprintf(buf, cap, "seq %lld step %d pos %d id %d %s %s%s  Enter:step w:walk-back /:search ?:help q:quit",
-                 (long long)c->seq0, c->step0, c->pos0, c->id, c->role == 'p' ? "prompt" : "gen",
+                 (long long)c->seq0, c->step0, c->pos0, c->id,
+                 c->role == 'p' ? "prompt" : c->role == 'b' ? "bonus" : "gen",
                  c->health == TUI_H_BAD ? "NON-FINITE" : c->health == TUI_H_WARN ? "degenerate" : "clean", steps);
     } else if (!strcmp(name, "step")) {
         snprintf(buf, cap, "arrows:cell n/p:step g/G:first/last Enter:tokens w:walk-back ?:help q:quit");
     } else if (!strcmp(name, "walkback")) {
         snprintf(buf, cap, "n/p:walk the chain Enter:open step Tab:views ?:help q:quit");
     } else {
-        snprintf(buf, cap, "Tab/1-5:views w:walk-back Enter:open ?:help q:quit");
+        snprintf(buf, cap, "Tab/1-%d:views w:walk-back Enter:open ?:help q:quit", tui_n_views);
     }
 }
 

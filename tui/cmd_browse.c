@@ -27,16 +27,23 @@ void cmd_browse_help(FILE *out)
         "  3 Walk-back  `w` from any view: the first non-finite (step, layer, op)\n"
         "               and the propagation chain (n/p walk it)\n"
         "  4 Run        run metadata and the events list (Enter jumps to the step)\n"
-        "  5 Backtrace  host stacks recorded at the first non-finite and at a crash\n\n"
-        "Keys: Tab or 1-5 switch views, arrows/hjkl move, PgUp/PgDn, g/G first/last,\n"
+        "  5 Backtrace  host stacks recorded at the first non-finite and at a crash\n"
+        "  6 Speculation  speculative traces: per verify step the drafted tokens\n"
+        "               against the target's (+ accepted, x rejected, - not reached,\n"
+        "               s after the stop token), the bonus/correction token, and the\n"
+        "               acceptance rate over time as a sparkline; n/p jump between\n"
+        "               rejections, Enter opens the verify step's Step view\n\n"
+        "Keys: Tab or 1-6 switch views, arrows/hjkl move, PgUp/PgDn, g/G first/last,\n"
         "/ search token text, Enter drill in, Esc/Backspace back, ? help, q quit.\n"
         "Colours degrade to markers (! non-finite, ~ degenerate, . clean) when the\n"
         "terminal has none or NO_COLOR is set. Token text is sanitized: control\n"
         "characters and escape sequences are shown escaped (\\x1b), never sent.\n\n"
-        "  --view VIEW    start in VIEW (tokens, step, walkback, run, backtrace)\n"
+        "  --view VIEW    start in VIEW (tokens, step, walkback, run, backtrace, spec)\n"
         "  --dump VIEW    print VIEW as plain text and exit (no terminal needed)\n"
-        "  --step S       the step to dump (step view; tokens: the window around S)\n"
-        "  --all          with --dump tokens: every token, not one window\n\n"
+        "  --step S       the step to dump (step view; tokens: the window around S;\n"
+        "                 spec: verify step S in detail)\n"
+        "  --all          with --dump tokens: every token, not one window; with\n"
+        "                 --dump spec: every verify step, not the first 256\n\n"
         "Exit status: 0 ok, 2 error (not a trace, unreadable, not a terminal).\n");
 }
 
@@ -92,11 +99,11 @@ int cmd_browse(int argc, char **argv)
     if (!path) { bt_error(BT_EINVAL, "no trace given (usage: bangtrace browse TRACE)"); return bt_cmd_fail("browse"); }
     int dump_view = -1, start_view = 0;
     if (dump && (dump_view = tui_view_find(dump)) < 0) {
-        bt_error(BT_EINVAL, "--dump: no view '%s' (tokens, step, walkback, run, backtrace)", dump);
+        bt_error(BT_EINVAL, "--dump: no view '%s' (tokens, step, walkback, run, backtrace, spec)", dump);
         return bt_cmd_fail("browse");
     }
     if (view && (start_view = tui_view_find(view)) < 0) {
-        bt_error(BT_EINVAL, "--view: no view '%s' (tokens, step, walkback, run, backtrace)", view);
+        bt_error(BT_EINVAL, "--view: no view '%s' (tokens, step, walkback, run, backtrace, spec)", view);
         return bt_cmd_fail("browse");
     }
     if (timing) return time_open(path);

@@ -6,6 +6,7 @@
 #include "util.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *num(char *b, size_t cap, double v)
@@ -207,4 +208,133 @@ int tui_dump_backtrace(tui_app *a, FILE *out, int step)
         }
     }
     return BT_OK;
+}
+
+/* ---- speculation ---- */
+
+static void spec_piece(tui_app *a, int id, int64_t near, char *buf, size_t cap)
+{
+    int len = 0;
+    const char *p = id >= 0 ? tui_trace_piece(a->tr, id, near, &len) : NULL;
+    if (id < 0) { snprintf(buf, cap, "-"); return; }
+    if (!p || cap < 4) { snprintf(buf, cap, "#%d", id); return; }
+    buf[0] = '\'';
+    tui_sanitize(p, len, buf + 1, cap - 2, 24, a->san | TUI_SAN_SHOWSPACE);
+    strcat(buf, "'");
+}
+
+/* Pad a sanitized string with spaces to cols display columns (printf's
+ * widths count bytes, and a shown space is two). */
+static const char *pad(char *buf, size_t cap, int cols)
+{
+    size_t len = strlen(buf);
+    for (int w = tui_text_width(buf); w < cols && len + 1 < cap; w++) buf[len++] = ' ';
+    buf[len] = 0;
+    return buf;
+}
+
+/* "+' a' x' big'>' little' -' dog' | correction ' little'" */
+static void dump_spec_line(tui_app *a, const tui_spec_row *r, FILE *out)
+{
+    int64_t near = tui_trace_step_seq(a->tr, r->step);
+    fprintf(out, "%7d %3d/%-3d ", r->step, r->accepted, r->k);
+    for (int i = 0; i < r->n; i++) {
+        const tui_spec_draft *d = &r->d[i];
+        char p[112], t[112];
+        spec_piece(a, d->draft_token, near, p, sizeof p);
+        fprintf(out, "%s%c%s", d->draft_finite ? "" : "!", tui_spec_mark_char(d->mark), p);
+        if (d->mark == TUI_SM_REJECT) { spec_piece(a, d->target_token, near, t, sizeof t); fprintf(out, ">%s", t); }
+        fputc(' ', out);
+    }
+    if (r->bonus_token >= 0) {
+        char b[112];
+        spec_piece(a, r->bonus_token, near, b, sizeof b);
+        fprintf(out, "| %s %s\n", r->bonus_kind[0] ? r->bonus_kind : "bonus", b);
+    } else {
+        fprintf(out, "| stop\n");
+    }
+}
+
+static void dump_spec_detail(tui_app *a, const tui_spec_row *r, FILE *out)
+{
+    int64_t near = tui_trace_step_seq(a->tr, r->step);
+    char b[4][112];
+    if (r->bonus_token >= 0) spec_piece(a, r->bonus_token, near, b[0], sizeof b[0]);
+    fprintf(out, "verify step %d: drafter %s, k %d, accepted %d of %d; %s %s", r->step, r->drafter, r->k, r->accepted, r->k,
+            r->bonus_token >= 0 ? (r->bonus_kind[0] ? r->bonus_kind : "bonus") : "no bonus:",
+            r->bonus_token >= 0 ? b[0] : "generation stopped");
+    if (r->bonus_token >= 0) fprintf(out, " (id %d)", r->bonus_token);
+    fputc('\n', out);
+    fprintf(out, "  m  #   pos  draft-step  draft                    id      q       finite  target                   id      p(draft)  reason\n");
+    for (int i = 0; i < r->n; i++) {
+        const tui_spec_draft *d = &r->d[i];
+        char ds[16];
+        spec_piece(a, d->draft_token, near, b[0], sizeof b[0]);
+        spec_piece(a, d->target_token, near, b[1], sizeof b[1]);
+        if (d->draft_step >= 0) snprintf(ds, sizeof ds, "%d", d->draft_step);
+        else snprintf(ds, sizeof ds, "-");
+        const char *mk = tui_spec_mark_name(d->mark);
+        bool same = !strcmp(d->reason, mk);
+        fprintf(out, "  %c  %-3d %-4d %-11s %s %-7d %-7s %-7s %s %-7d %-9s %s%s%s%s\n", tui_spec_mark_char(d->mark), d->idx,
+                d->pos, ds, pad(b[0], sizeof b[0], 24), d->draft_token, num(b[2], 64, d->draft_prob), d->draft_finite ? "yes" : "NO",
+                pad(b[1], sizeof b[1], 24), d->target_token, num(b[3], 64, d->target_prob), d->reason[0] ? d->reason : "-",
+                same ? "" : " (", same ? "" : mk, same ? "" : ")");
+    }
+    if (r->n < r->k) fprintf(out, "  (%d more drafts not shown)\n", r->k - r->n);
+}
+
+int tui_dump_spec(tui_app *a, FILE *out, int step)
+{
+    int rc = tui_app_spec(a);
+    if (rc) return rc;
+    const tui_spec_info *si = &a->spec;
+    if (!si->present) { fprintf(out, "not a speculative trace: no verify steps were recorded\n"); return BT_OK; }
+    double rate = si->tot_drafted ? (double)si->tot_acc / (double)si->tot_drafted : NAN;
+    char b[64];
+    fprintf(out, "speculation: drafter %s, k %d; verify steps %d..%d\n", si->drafter[0] ? si->drafter : "?", si->spec_k, si->min_step,
+            si->max_step);
+    if (isnan(rate)) snprintf(b, sizeof b, "-");
+    else snprintf(b, sizeof b, "%.1f%%", 100 * rate);
+    fprintf(out, "acceptance rate %s (%lld of %lld drafted tokens accepted over %lld verify steps%s)\n", b, (long long)si->tot_acc,
+            (long long)si->tot_drafted, (long long)si->tot_rows, si->exact ? "" : "; sampled windows");
+    int cols = a->dump_width - 2 < si->n_win ? a->dump_width - 2 : si->n_win;
+    if (cols < 8) cols = si->n_win < 8 ? si->n_win : 8;
+    double r[TUI_SPARK_BUCKETS];
+    char spark[TUI_SPARK_BUCKETS * 3 + 1];
+    tui_spark_rebin(si->win_acc, si->win_drafted, si->n_win, cols, r);
+    tui_spark_render(r, cols, false, spark, sizeof spark);
+    fprintf(out, "acceptance over time (steps %d..%d; %s 0%% .. %s 100%%, blank: no verify step):\n  |%s|\n", si->min_step, si->max_step,
+            tui_spark_glyph(0, false), tui_spark_glyph(7, false), spark);
+    fprintf(out, "marks: %c accepted, %c rejected (draft>target), %c drafted after a rejection (not reached), %c drafted after the stop "
+                 "token; ! the draft row was non-finite\n",
+            tui_spec_mark_char(TUI_SM_ACCEPT), tui_spec_mark_char(TUI_SM_REJECT), tui_spec_mark_char(TUI_SM_AFTER_REJECT),
+            tui_spec_mark_char(TUI_SM_AFTER_STOP));
+
+    if (step >= 0) {
+        tui_spec_row row;
+        if (tui_spec_row_load(a->tr, step, &row) != BT_OK) {
+            int next = tui_spec_neighbor(a->tr, step, +1, false);
+            if (next < 0) return bt_error(BT_ENOTFOUND, "%s: no verify step at or after step %d", tui_trace_path(a->tr), step);
+            fprintf(out, "# step %d is not a verify step; the next one is %d\n", step, next);
+            if ((rc = tui_spec_row_load(a->tr, next, &row))) return rc;
+        }
+        fputc('\n', out);
+        dump_spec_detail(a, &row, out);
+        return BT_OK;
+    }
+    /* One page of verify steps (every one with --all), read a page at a time. */
+    enum { PAGE = 256 };
+    tui_spec_row *rows = malloc(sizeof(tui_spec_row) * PAGE);
+    if (!rows) return bt_error(BT_ENOMEM, "out of memory");
+    fprintf(out, "\n#  step acc/k  drafts | bonus\n");
+    int from = si->min_step, n = 0;
+    do {
+        if ((rc = tui_spec_rows_load(a->tr, from, +1, rows, PAGE, &n))) break;
+        for (int i = 0; i < n; i++) dump_spec_line(a, &rows[i], out);
+        if (n) from = rows[n - 1].step + 1;
+    } while (a->dump_all && n == PAGE);
+    if (!rc && !a->dump_all && n == PAGE && from <= si->max_step)
+        fprintf(out, "# first %d verify steps shown; --all for every one, --step S for one in detail\n", PAGE);
+    free(rows);
+    return rc;
 }

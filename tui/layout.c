@@ -132,7 +132,8 @@ int tui_collapse(const tui_tok *t, int n, int min_run, tui_cell *cells)
     int nc = 0;
     for (int i = 0; i < n;) {
         int j = i + 1;
-        while (j < n && t[j].id == t[i].id && t[j].role == t[i].role) j++;
+        /* gen and bonus are both output: a run crosses them */
+        while (j < n && t[j].id == t[i].id && (t[j].role == 'p') == (t[i].role == 'p')) j++;
         int len = j - i;
         int per = len >= min_run ? len : 1;      /* rows per cell */
         for (int k = i; k < j; k += per) {
@@ -268,4 +269,122 @@ int tui_nav_clamp(int cur, int delta, int n)
     if (v < 0) v = 0;
     if (v > n - 1) v = n - 1;
     return (int)v;
+}
+
+/* ---- speculation: marks, the sparkline, the view's geometry ---- */
+
+int tui_spec_mark(bool accepted, const char *reason)
+{
+    if (accepted) return TUI_SM_ACCEPT;
+    if (reason && !strcmp(reason, "after_stop")) return TUI_SM_AFTER_STOP;
+    if (reason && !strcmp(reason, "after_reject")) return TUI_SM_AFTER_REJECT;
+    return TUI_SM_REJECT;               /* mismatch, reject p/q, or an unknown reason */
+}
+
+char tui_spec_mark_char(int mark)
+{
+    switch (mark) {
+    case TUI_SM_ACCEPT: return '+';
+    case TUI_SM_REJECT: return 'x';
+    case TUI_SM_AFTER_REJECT: return '-';
+    case TUI_SM_AFTER_STOP: return 's';
+    default: return '?';
+    }
+}
+
+const char *tui_spec_mark_name(int mark)
+{
+    switch (mark) {
+    case TUI_SM_ACCEPT: return "accepted";
+    case TUI_SM_REJECT: return "REJECTED";
+    case TUI_SM_AFTER_REJECT: return "after_reject";
+    case TUI_SM_AFTER_STOP: return "after_stop";
+    default: return "?";
+    }
+}
+
+int tui_spark_level(double rate)
+{
+    if (isnan(rate)) return -1;
+    if (rate <= 0) return 0;
+    if (rate >= 1) return 7;
+    int l = (int)(rate * 8);
+    return l > 7 ? 7 : l;
+}
+
+const char *tui_spark_glyph(int level, bool utf8)
+{
+    static const char *const blocks[8] = {
+        "\xe2\x96\x81", "\xe2\x96\x82", "\xe2\x96\x83", "\xe2\x96\x84",
+        "\xe2\x96\x85", "\xe2\x96\x86", "\xe2\x96\x87", "\xe2\x96\x88",
+    };
+    static const char *const ascii[8] = { "_", ".", ":", "-", "=", "+", "*", "#" };
+    if (level < 0 || level > 7) return " ";
+    return utf8 ? blocks[level] : ascii[level];
+}
+
+int tui_spark_col(int window, int n, int cols)
+{
+    if (n <= 0 || cols <= 0) return 0;
+    if (window < 0) window = 0;
+    if (window >= n) window = n - 1;
+    /* the first column whose windows (as tui_spark_rebin bins them) hold it */
+    for (int c = 0; c < cols; c++) {
+        int w0 = (int)((int64_t)c * n / cols), w1 = (int)((int64_t)(c + 1) * n / cols);
+        if (w1 <= w0) w1 = w0 + 1;
+        if (window >= w0 && window < w1) return c;
+    }
+    return cols - 1;
+}
+
+void tui_spark_rebin(const int64_t *acc, const int64_t *drafted, int n, int cols, double *rate)
+{
+    for (int c = 0; c < cols; c++) {
+        int w0 = (int)((int64_t)c * n / cols), w1 = (int)((int64_t)(c + 1) * n / cols);
+        if (w1 <= w0) w1 = w0 + 1;      /* more columns than windows: repeat */
+        int64_t a = 0, d = 0;
+        for (int w = w0; w < w1 && w < n; w++) { a += acc[w]; d += drafted[w]; }
+        rate[c] = d > 0 ? (double)a / (double)d : NAN;
+    }
+}
+
+int tui_spark_render(const double *rate, int cols, bool utf8, char *buf, size_t cap)
+{
+    size_t o = 0;
+    int n = 0;
+    if (!cap) return 0;
+    for (int c = 0; c < cols; c++) {
+        const char *g = tui_spark_glyph(tui_spark_level(rate[c]), utf8);
+        size_t len = strlen(g);
+        if (o + len + 1 > cap) break;
+        memcpy(buf + o, g, len);
+        o += len;
+        n++;
+    }
+    buf[o] = 0;
+    return n;
+}
+
+void tui_layout_spec(const tui_rect *body, int k, tui_spec_layout *l)
+{
+    memset(l, 0, sizeof(*l));
+    int y = body->y, h = body->h;
+    l->summary = (tui_rect){ y, body->x, h > 0 ? 1 : 0, body->w };
+    int spark_h = h >= 8 ? 2 : 0;
+    l->spark = (tui_rect){ y + 1, body->x, spark_h, body->w };
+    l->spark_x = body->x + 9;           /* "accepted " label */
+    l->spark_w = body->w - 9 - 1;
+    if (l->spark_w > TUI_SPARK_BUCKETS) l->spark_w = TUI_SPARK_BUCKETS;
+    if (l->spark_w < 0) l->spark_w = 0;
+    int rest = h - 1 - spark_h;
+    if (k < 1) k = 1;
+    if (k > TUI_SPEC_MAXK) k = TUI_SPEC_MAXK;
+    /* detail: a rule, one line per draft, the bonus line; never more than
+     * half of what is left, so the list keeps at least 3 rows */
+    int detail_h = k + 2;
+    if (detail_h > rest / 2) detail_h = rest / 2;
+    if (rest - detail_h < 4) detail_h = rest - 4 > 0 ? rest - 4 : 0;
+    if (detail_h < 3) detail_h = 0;
+    l->list = (tui_rect){ y + 1 + spark_h, body->x, rest - detail_h > 0 ? rest - detail_h : 0, body->w };
+    l->detail = (tui_rect){ l->list.y + l->list.h, body->x, detail_h, body->w };
 }

@@ -33,7 +33,25 @@ enum tui_query {
     Q_META,
     Q_EVENTS,
     Q_BACKTRACES,
+    Q_LOGITS_AT,        /* one logits row of a step (logits pk) */
+    Q_TOK_STEP_POS_GEN, /* output token of a step at a position (tokens_step) */
     Q_COUNT
+};
+
+/* Speculative tables: prepared only when spec_steps exists (older traces
+ * have none and are simply not speculative). */
+enum tui_spec_query {
+    SQ_FIRST,           /* first / last verify step (spec_steps pk) */
+    SQ_LAST,
+    SQ_ROWS_FWD,        /* verify steps from a step on (pk range) */
+    SQ_ROWS_BACK,
+    SQ_TRAIL,           /* spec_trail rows of a step range (pk range) */
+    SQ_SAMPLE,          /* accepted, k of a window's first verify steps (pk range) */
+    SQ_HEAD,            /* step, accepted, k of the first verify steps (pk order, bounded) */
+    SQ_REJECT_FWD,      /* next verify step with a rejected draft (pk scan to the match) */
+    SQ_REJECT_BACK,
+    SQ_META_KEY,        /* one meta value (meta pk) */
+    SQ_COUNT
 };
 
 typedef struct tui_model_tab {
@@ -59,7 +77,10 @@ struct tui_trace {
     tui_piece_ent *pieces;          /* open addressing, PIECE_CAP entries */
     int n_pieces;
     int64_t pieces_lo, pieces_hi;   /* seq range already harvested */
+    sqlite3_stmt *sq[SQ_COUNT];     /* NULL when the trace has no spec_steps table */
+    int spec_state;                 /* 0 unknown, 1 speculative, -1 not */
 };
+sqlite3_stmt *tui_sq(tui_trace *tr, int q);
 
 /* Reset and bind helpers; they return the statement. */
 sqlite3_stmt *tui_q(tui_trace *tr, int q);

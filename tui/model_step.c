@@ -36,15 +36,21 @@ static int parse_num_array(const char *s, double *v, int max)
     return n;
 }
 
-static void load_logits(tui_trace *tr, tui_step *st)
+/* The snapshot at pos (< 0: the last row, the one that was sampled). A
+ * verify step has one row per target row used, each predicting the token at
+ * pos + 1; the token that row produced (an accepted draft or the bonus) pins
+ * the softmax normalizer, so it is matched by position, not by step alone.
+ * Returns whether the row exists. */
+static bool load_logits(tui_trace *tr, tui_step *st, int pos)
 {
     tui_logits *lg = &st->lg;
     memset(lg, 0, sizeof(*lg));
     lg->max = lg->entropy = lg->chosen_logprob = NAN;
     lg->argmax[0] = lg->argmax[1] = lg->argmax[2] = -1;
     lg->chosen = -1;
-    sqlite3_stmt *s = tui_q(tr, Q_LOGITS_STEP);
+    sqlite3_stmt *s = tui_q(tr, pos < 0 ? Q_LOGITS_STEP : Q_LOGITS_AT);
     sqlite3_bind_int(s, 1, st->step);
+    if (pos >= 0) sqlite3_bind_int(s, 2, pos);
     if (sqlite3_step(s) == SQLITE_ROW) {
         lg->present = true;
         lg->pos = sqlite3_column_int(s, 0);
@@ -68,14 +74,26 @@ static void load_logits(tui_trace *tr, tui_step *st)
 
     /* The produced token: its id (when the logits row lacks `chosen`) and
      * its log-probability, which pins the softmax normalizer exactly. */
-    s = tui_q(tr, Q_TOK_STEP_GEN);
-    sqlite3_bind_int(s, 1, st->step);
-    if (sqlite3_step(s) == SQLITE_ROW) {
-        if (lg->chosen < 0) lg->chosen = sqlite3_column_int(s, 0);
-        if (sqlite3_column_type(s, 2) != SQLITE_NULL) lg->chosen_logprob = sqlite3_column_double(s, 2);
+    bool found = false;
+    if (lg->present) {
+        s = tui_q(tr, Q_TOK_STEP_POS_GEN);
+        sqlite3_bind_int(s, 1, st->step);
+        sqlite3_bind_int(s, 2, lg->pos + 1);
+        found = sqlite3_step(s) == SQLITE_ROW;
+    }
+    if (!found && pos < 0) {        /* older traces: the step's first output token */
+        s = tui_q(tr, Q_TOK_STEP_GEN);
+        sqlite3_bind_int(s, 1, st->step);
+        found = sqlite3_step(s) == SQLITE_ROW;
+    }
+    if (found) {
+        int id = sqlite3_column_int(s, 0);
+        if (lg->chosen < 0) lg->chosen = id;
+        if (id == lg->chosen && sqlite3_column_type(s, 2) != SQLITE_NULL) lg->chosen_logprob = sqlite3_column_double(s, 2);
         if (st->seq < 0) st->seq = sqlite3_column_int64(s, 3);
     }
-    sqlite3_reset(s);
+    sqlite3_reset(tr->q[Q_TOK_STEP_POS_GEN]);
+    sqlite3_reset(tr->q[Q_TOK_STEP_GEN]);
 
     double lse = NAN;
     for (int i = 0; i < lg->k; i++)
@@ -90,6 +108,16 @@ static void load_logits(tui_trace *tr, tui_step *st)
     }
     for (int i = 0; i < lg->k; i++)
         lg->probs[i] = isfinite(lse) && isfinite(lg->vals[i]) ? exp(lg->vals[i] - lse) : NAN;
+    return lg->present;
+}
+
+int tui_step_logits_at(tui_trace *tr, tui_step *st, int pos)
+{
+    if (!st->present) return bt_error(BT_ENOTFOUND, "%s: no step %d", tr->path, st->step);
+    tui_logits keep = st->lg;
+    if (load_logits(tr, st, pos)) return BT_OK;
+    st->lg = keep;
+    return bt_error(BT_ENOTFOUND, "%s: step %d has no logit snapshot at pos %d", tr->path, st->step, pos);
 }
 
 void tui_step_free(tui_step *st)
@@ -175,7 +203,7 @@ int tui_step_load(tui_trace *tr, int step, tui_step *st)
             if (t->health == TUI_H_WARN) st->n_warn++;
         }
     }
-    load_logits(tr, st);
+    load_logits(tr, st, -1);
     if (st->seq < 0) st->seq = tui_trace_step_seq(tr, step);
     return BT_OK;
 }

@@ -5,6 +5,12 @@
  * is followed to its real start and end with bounded rowid scans and counted,
  * so the cell says `! x50000` without the rows ever being held in memory.
  *
+ * Speculative traces: the text is prompt + output, where output is the
+ * gen (accepted draft) and bonus (the target's correction or bonus) tokens in
+ * seq order; drafted tokens are not part of it and never reach a window. A
+ * run collapses across gen and bonus rows (a wall is a wall whichever pass
+ * produced each token).
+ *
  * Health per cell: non-finite logits at any of its steps (one range query on
  * the logits primary key), else degenerate when it is a token wall
  * (>= TUI_WALL_MIN repeats) or falls inside a detected repetition loop /
@@ -26,24 +32,14 @@ static char role_char(const unsigned char *r)
     return '?';
 }
 
-static const char *role_name(char c)
-{
-    switch (c) {
-    case 'p': return "prompt";
-    case 'g': return "gen";
-    case 'd': return "draft";
-    case 'b': return "bonus";
-    default: return "?";
-    }
-}
-
-/* Seq where the run holding (seq, id, role) begins (dir -1) or ends (+1). */
+/* Seq where the run holding (seq, id, prompt-or-output) begins (dir -1) or
+ * ends (+1). */
 static int64_t run_edge(tui_trace *tr, int64_t seq, int id, char role, int dir)
 {
     sqlite3_stmt *s = tui_q(tr, dir > 0 ? Q_TOK_RUN_END : Q_TOK_RUN_START);
     sqlite3_bind_int64(s, 1, seq);
     sqlite3_bind_int(s, 2, id);
-    sqlite3_bind_text(s, 3, role_name(role), -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 3, role == 'p');
     int64_t edge = dir > 0 ? tr->max_seq : tr->min_seq;
     if (sqlite3_step(s) == SQLITE_ROW) edge = sqlite3_column_int64(s, 0) - dir;
     sqlite3_reset(s);

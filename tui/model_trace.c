@@ -21,16 +21,23 @@
 #define PIECE_SPAN 2048          /* rows either side of a step harvested for pieces */
 
 static const char *const query_sql[Q_COUNT] = {
-    [Q_TOK_WINDOW] = "SELECT seq, step, pos, token_id, piece, role FROM tokens WHERE seq >= ?1 ORDER BY seq LIMIT ?2",
-    [Q_TOK_RUN_END] = "SELECT seq FROM tokens WHERE seq > ?1 AND (token_id != ?2 OR role != ?3) ORDER BY seq LIMIT 1",
-    [Q_TOK_RUN_START] = "SELECT seq FROM tokens WHERE seq < ?1 AND (token_id != ?2 OR role != ?3) ORDER BY seq DESC LIMIT 1",
-    [Q_TOK_COUNT_RANGE] = "SELECT count(*), min(step), max(step), min(pos) FROM tokens WHERE seq BETWEEN ?1 AND ?2",
-    [Q_TOK_SEARCH_FWD] = "SELECT seq FROM tokens WHERE seq > ?1 AND instr(piece, ?2) > 0 ORDER BY seq LIMIT 1",
-    [Q_TOK_SEARCH_BACK] = "SELECT seq FROM tokens WHERE seq < ?1 AND instr(piece, ?2) > 0 ORDER BY seq DESC LIMIT 1",
-    [Q_TOK_STEP_SEQ] = "SELECT min(seq) FROM tokens WHERE step = ?1",
+    [Q_TOK_WINDOW] = "SELECT seq, step, pos, token_id, piece, role FROM tokens WHERE seq >= ?1 AND role != 'draft' "
+                     "ORDER BY seq LIMIT ?2",
+    [Q_TOK_RUN_END] = "SELECT seq FROM tokens WHERE seq > ?1 AND role != 'draft' AND "
+                      "(token_id != ?2 OR (role = 'prompt') != ?3) ORDER BY seq LIMIT 1",
+    [Q_TOK_RUN_START] = "SELECT seq FROM tokens WHERE seq < ?1 AND role != 'draft' AND "
+                        "(token_id != ?2 OR (role = 'prompt') != ?3) ORDER BY seq DESC LIMIT 1",
+    [Q_TOK_COUNT_RANGE] = "SELECT count(*), min(step), max(step), min(pos) FROM tokens WHERE seq BETWEEN ?1 AND ?2 "
+                           "AND role != 'draft'",
+    [Q_TOK_SEARCH_FWD] = "SELECT seq FROM tokens WHERE seq > ?1 AND instr(piece, ?2) > 0 AND role != 'draft' "
+                          "ORDER BY seq LIMIT 1",
+    [Q_TOK_SEARCH_BACK] = "SELECT seq FROM tokens WHERE seq < ?1 AND instr(piece, ?2) > 0 AND role != 'draft' "
+                           "ORDER BY seq DESC LIMIT 1",
+    [Q_TOK_STEP_SEQ] = "SELECT seq FROM tokens WHERE step = ?1 ORDER BY role = 'draft', seq LIMIT 1",
     [Q_TOK_STEP_GEN] = "SELECT token_id, piece, logprob, seq FROM tokens WHERE step = ?1 AND role IN ('gen', 'bonus') ORDER BY seq LIMIT 1",
     [Q_TOK_PIECES] = "SELECT token_id, piece FROM tokens WHERE seq BETWEEN ?1 AND ?2",
-    [Q_LOGITS_BAD_RANGE] = "SELECT DISTINCT step FROM logits WHERE step BETWEEN ?1 AND ?2 AND nan + pinf + ninf > 0",
+    [Q_LOGITS_BAD_RANGE] = "SELECT DISTINCT l.step FROM logits l JOIN steps s ON s.step = l.step "
+                            "WHERE l.step BETWEEN ?1 AND ?2 AND l.nan + l.pinf + l.ninf > 0 AND s.model != 'draft'",
     [Q_EVENTS_DEGEN] = "SELECT step, kind FROM events WHERE kind IN ('repetition_loop', 'token_wall') AND step BETWEEN ?1 AND ?2",
     [Q_STEP] = "SELECT model, kind, pos0, n_pos, ms FROM steps WHERE step = ?1",
     [Q_BLOB] = "SELECT stats FROM tap_blobs WHERE step = ?1",
@@ -47,7 +54,39 @@ static const char *const query_sql[Q_COUNT] = {
     [Q_META] = "SELECT key, value FROM meta",
     [Q_EVENTS] = "SELECT id, step, pos, kind, layer, op, tensor, detail FROM events ORDER BY id LIMIT ?1",
     [Q_BACKTRACES] = "SELECT id, event_id, step, kind, frames FROM backtraces ORDER BY id LIMIT 16",
+    [Q_LOGITS_AT] = "SELECT pos, n_vocab, nan, pinf, ninf, max, argmax_first, argmax_torch, argmax_triton, "
+                    "rule, chosen, entropy, topk_ids, topk_vals FROM logits WHERE step = ?1 AND pos = ?2",
+    [Q_TOK_STEP_POS_GEN] = "SELECT token_id, piece, logprob, seq FROM tokens WHERE step = ?1 AND pos = ?2 "
+                           "AND role IN ('gen', 'bonus') ORDER BY seq LIMIT 1",
 };
+
+static const char *const spec_sql[SQ_COUNT] = {
+    [SQ_FIRST] = "SELECT step FROM spec_steps ORDER BY step LIMIT 1",
+    [SQ_LAST] = "SELECT step FROM spec_steps ORDER BY step DESC LIMIT 1",
+    [SQ_ROWS_FWD] = "SELECT step, drafter, k, accepted, bonus_token, bonus_kind FROM spec_steps "
+                    "WHERE step >= ?1 ORDER BY step LIMIT ?2",
+    [SQ_ROWS_BACK] = "SELECT step, drafter, k, accepted, bonus_token, bonus_kind FROM spec_steps "
+                     "WHERE step <= ?1 ORDER BY step DESC LIMIT ?2",
+    [SQ_TRAIL] = "SELECT step, draft_idx, draft_pos, draft_step, draft_token, draft_prob, draft_finite, "
+                 "target_token, target_prob, accepted, reason FROM spec_trail "
+                 "WHERE step BETWEEN ?1 AND ?2 ORDER BY step, draft_idx",
+    [SQ_SAMPLE] = "SELECT accepted, k FROM spec_steps WHERE step BETWEEN ?1 AND ?2 ORDER BY step LIMIT ?3",
+    [SQ_HEAD] = "SELECT step, accepted, k FROM spec_steps ORDER BY step LIMIT ?1",
+    [SQ_REJECT_FWD] = "SELECT step FROM spec_trail WHERE step > ?1 AND accepted = 0 AND "
+                      "coalesce(reason, '') NOT IN ('after_reject', 'after_stop') ORDER BY step LIMIT 1",
+    [SQ_REJECT_BACK] = "SELECT step FROM spec_trail WHERE step < ?1 AND accepted = 0 AND "
+                       "coalesce(reason, '') NOT IN ('after_reject', 'after_stop') ORDER BY step DESC LIMIT 1",
+    [SQ_META_KEY] = "SELECT value FROM meta WHERE key = ?1",
+};
+
+sqlite3_stmt *tui_sq(tui_trace *tr, int q)
+{
+    sqlite3_stmt *s = tr->sq[q];
+    if (!s) return NULL;
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+    return s;
+}
 
 static const char *const required_tables[] = {
     "meta", "tensors", "steps", "tap_blobs", "tap_bad", "tokens", "logits", "events", "backtraces",
@@ -249,6 +288,20 @@ int tui_trace_open(const char *path, tui_trace **out)
         }
     }
     if ((rc = load_tensors(tr))) goto fail;
+    {   /* speculative tables are optional (traces written before them) */
+        sqlite3_stmt *s = NULL;
+        bool has = false;
+        if (sqlite3_prepare_v2(tr->db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'spec_steps'", -1, &s, NULL) == SQLITE_OK)
+            has = sqlite3_step(s) == SQLITE_ROW;
+        sqlite3_finalize(s);
+        for (int i = 0; has && i < SQ_COUNT; i++) {
+            if (sqlite3_prepare_v3(tr->db, spec_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &tr->sq[i], NULL) != SQLITE_OK) {
+                rc = bt_error(BT_EFORMAT, "%s: unexpected speculative tables: %s", path, sqlite3_errmsg(tr->db));
+                goto fail;
+            }
+        }
+        if (!has) tr->spec_state = -1;
+    }
 
     int64_t v;
     bool null;
@@ -256,9 +309,12 @@ int tui_trace_open(const char *path, tui_trace **out)
     if (!null) tr->min_step = (int)v;
     if ((rc = scalar_int(tr, "SELECT max(step) FROM steps", &v, &null))) goto fail;
     if (!null) tr->max_step = (int)v;
-    if ((rc = scalar_int(tr, "SELECT min(seq) FROM tokens", &v, &null))) goto fail;
+    /* The text is prompt + output; drafted tokens (speculative traces) are
+     * not part of it. Both ends are rowid scans that stop at the first
+     * non-draft row. */
+    if ((rc = scalar_int(tr, "SELECT (SELECT seq FROM tokens WHERE role != 'draft' ORDER BY seq LIMIT 1)", &v, &null))) goto fail;
     if (!null) tr->min_seq = v;
-    if ((rc = scalar_int(tr, "SELECT max(seq) FROM tokens", &v, &null))) goto fail;
+    if ((rc = scalar_int(tr, "SELECT (SELECT seq FROM tokens WHERE role != 'draft' ORDER BY seq DESC LIMIT 1)", &v, &null))) goto fail;
     if (!null) tr->max_seq = v;
     tr->pieces = calloc(PIECE_CAP, sizeof(*tr->pieces));
     if (!tr->pieces) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
@@ -276,6 +332,7 @@ void tui_trace_close(tui_trace *tr)
 {
     if (!tr) return;
     for (int i = 0; i < Q_COUNT; i++) sqlite3_finalize(tr->q[i]);
+    for (int i = 0; i < SQ_COUNT; i++) sqlite3_finalize(tr->sq[i]);
     if (tr->db) sqlite3_close(tr->db);
     for (int i = 0; i < tr->n_models; i++) {
         tui_model_tab *m = &tr->models[i];

@@ -112,7 +112,8 @@ typedef struct tui_cell {       /* one screen cell: a token or a run of one toke
     int width;                  /* display columns of text */
 } tui_cell;
 
-/* Collapse consecutive rows with the same id and role into cells (runs of at
+/* Collapse consecutive rows with the same id, both prompt or both output
+ * (gen and bonus are both output), into cells (runs of at
  * least min_run rows; shorter runs stay one cell per row). cells must hold n
  * entries. Returns the number of cells. Texts are left empty. */
 int tui_collapse(const tui_tok *t, int n, int min_run, tui_cell *cells);
@@ -144,6 +145,16 @@ typedef struct tui_step_layout {
     int grid_rows_visible;      /* layer rows that fit under the header */
 } tui_step_layout;
 void tui_layout_step(const tui_rect *body, int n_cols, tui_step_layout *l);
+
+typedef struct tui_spec_layout {
+    tui_rect summary;           /* drafter, k, acceptance (1 line) */
+    tui_rect spark;             /* label + sparkline + caret line (2 lines) */
+    int spark_x, spark_w;       /* the sparkline's own columns */
+    tui_rect list;              /* header line + one line per verify step */
+    tui_rect detail;            /* the selected verify step, one line per draft */
+} tui_spec_layout;
+/* k: drafts per verify step (the detail pane gets k + 2 lines when it fits). */
+void tui_layout_spec(const tui_rect *body, int k, tui_spec_layout *l);
 /* First visible row so that cur stays in a window of vis rows. */
 int tui_scroll_follow(int top, int cur, int vis, int n);
 
@@ -274,6 +285,95 @@ int tui_run_load(tui_trace *tr, tui_run *r);
 void tui_run_free(tui_run *r);
 const char *tui_run_meta(const tui_run *r, const char *key);
 
+/* ---- speculation (spec_steps / spec_trail) ---- */
+#define TUI_SPEC_MAXK 32            /* drafted tokens shown per verify step */
+#define TUI_SPARK_BUCKETS 256       /* step windows of the acceptance series */
+#define TUI_SPARK_SAMPLE 64         /* verify steps read per window at most */
+
+/* What happened to one drafted token (its mark on screen and in dumps). */
+enum tui_spec_mark {
+    TUI_SM_ACCEPT = 0,      /* '+': the target agreed (match, accept p/q) */
+    TUI_SM_REJECT,          /* 'x': the first disagreement (mismatch, reject p/q) */
+    TUI_SM_AFTER_REJECT,    /* '-': drafted after a rejection, never judged (greyed) */
+    TUI_SM_AFTER_STOP,      /* 's': drafted after the accepted stop token (greyed) */
+};
+int tui_spec_mark(bool accepted, const char *reason);
+char tui_spec_mark_char(int mark);
+const char *tui_spec_mark_name(int mark);  /* "accepted", "REJECTED", "after_reject", "after_stop" */
+/* Sparkline level 0..7 of a rate in [0, 1] (clamped); -1 for NAN (no data). */
+int tui_spark_level(double rate);
+/* The glyph of a level: U+2581..U+2588 when utf8, else one of "_.:-=+*#";
+ * " " for -1. */
+const char *tui_spark_glyph(int level, bool utf8);
+/* Re-bin n windows (accepted / drafted counts) into cols columns: rate per
+ * column, NAN where a column has nothing drafted. With cols > n a window
+ * spans several columns. */
+void tui_spark_rebin(const int64_t *acc, const int64_t *drafted, int n, int cols, double *rate);
+/* Render rates as a sparkline into buf (NUL-terminated); returns columns. */
+int tui_spark_render(const double *rate, int cols, bool utf8, char *buf, size_t cap);
+/* Column (0..cols-1) of a window index when n windows span cols columns. */
+int tui_spark_col(int window, int n, int cols);
+
+typedef struct tui_spec_draft {     /* one spec_trail row */
+    int idx, pos;
+    int draft_step;                 /* -1: none (n-gram) */
+    int draft_token, target_token;  /* target -1: not recorded */
+    double draft_prob, target_prob; /* NAN: not recorded */
+    bool draft_finite, accepted;
+    char reason[24];
+    int mark;                       /* enum tui_spec_mark */
+} tui_spec_draft;
+
+typedef struct tui_spec_row {       /* one verify step: spec_steps + its trail */
+    int step;
+    char drafter[24];
+    int k, accepted;
+    int bonus_token;                /* -1: none (generation stopped) */
+    char bonus_kind[16];            /* correction | bonus | none */
+    int n;                          /* drafts loaded (<= TUI_SPEC_MAXK) */
+    tui_spec_draft d[TUI_SPEC_MAXK];
+    int reject_at;                  /* index in d of the rejection, -1 none */
+} tui_spec_row;
+
+typedef struct tui_spec_info {
+    bool present;                   /* spec tables with at least one verify step */
+    int min_step, max_step;         /* first and last verify step */
+    char drafter[24];               /* meta drafter, else the first row's */
+    int spec_k;                     /* meta spec_k, else the first row's k */
+    /* acceptance over time: up to TUI_SPARK_BUCKETS windows of consecutive
+     * verify steps (every one read, when there are at most BUCKETS * SAMPLE),
+     * else of equal step spans over [min_step, max_step], each read with a
+     * bounded pk-range query (at most TUI_SPARK_SAMPLE verify steps) */
+    int n_win;
+    int win_lo[TUI_SPARK_BUCKETS];
+    int64_t win_acc[TUI_SPARK_BUCKETS], win_drafted[TUI_SPARK_BUCKETS];
+    int64_t tot_acc, tot_drafted, tot_rows;
+    bool exact;                     /* every verify step was counted (no window was cut) */
+} tui_spec_info;
+
+/* Presence and the acceptance series; BT_OK with present = false for a
+ * trace without speculation. */
+int tui_spec_info_load(tui_trace *tr, tui_spec_info *si);
+/* Window index of a step in the series (clamped). */
+int tui_spec_window_of(const tui_spec_info *si, int step);
+/* Up to max verify steps starting at the first one >= from (dir +1) or
+ * ending at the last one <= from (dir -1), in step order, trails included.
+ * *n gets the count. */
+int tui_spec_rows_load(tui_trace *tr, int from, int dir, tui_spec_row *rows, int max, int *n);
+/* The verify step `step` exactly; BT_ENOTFOUND if it is not one. */
+int tui_spec_row_load(tui_trace *tr, int step, tui_spec_row *row);
+/* The verify step after (dir +1) / before (-1) `step`, -1 if none; with
+ * rejects_only the next one holding a rejected draft. */
+int tui_spec_neighbor(tui_trace *tr, int step, int dir, bool rejects_only);
+/* The verify step `count` verify steps after/before `step` (clamped to the
+ * last one that exists). */
+int tui_spec_skip(tui_trace *tr, int step, int count);
+/* Replace a step's logit snapshot with the row at pos (a verify step has one
+ * per target row used); BT_ENOTFOUND when that row was not recorded. */
+int tui_step_logits_at(tui_trace *tr, tui_step *st, int pos);
+/* True when the trace has speculative tables with rows (cheap, cached). */
+bool tui_trace_is_spec(tui_trace *tr);
+
 /* ---- keys and actions ---- */
 enum tui_action {
     TUI_A_NONE = 0,
@@ -324,6 +424,13 @@ typedef struct tui_app {
     bool run_valid;
     int run_sel, run_top;
     int bt_top;
+    /* speculation */
+    tui_spec_info spec;
+    bool spec_valid;
+    int spec_sel;               /* selected verify step, -1 until the view opens */
+    int spec_top;               /* first verify step on screen */
+    int spec_col;               /* selected draft in the row, -1: none */
+    int spec_page;              /* list rows of the last draw */
     /* --dump */
     bool dump_all;              /* tokens: every token, not one window */
     int dump_width;             /* columns for wrapped dump text */
@@ -333,6 +440,7 @@ typedef struct tui_app {
 int tui_app_step(tui_app *a, int step);
 int tui_app_walk(tui_app *a);
 int tui_app_run(tui_app *a);
+int tui_app_spec(tui_app *a);
 /* Move the tokens cursor to seq (reloading the window when needed). */
 int tui_app_goto_seq(tui_app *a, int64_t seq);
 /* Select tensor (layer, op) of the current step's model; false if absent. */
@@ -349,6 +457,7 @@ typedef struct tui_view {
     void (*draw)(tui_app *a, const tui_rect *body);        /* curses; NULL-safe */
     int (*handle)(tui_app *a, int action, const tui_rect *body);   /* TUI_R_* */
     int (*dump)(tui_app *a, FILE *out, int step);          /* plain text; BT_OK or error */
+    void (*status)(tui_app *a, char *buf, size_t cap);     /* status line hint; NULL: generic */
 } tui_view;
 extern const tui_view tui_views[];
 extern const int tui_n_views;
@@ -375,6 +484,10 @@ int tui_dump_step(tui_app *a, FILE *out, int step);
 int tui_dump_walk(tui_app *a, FILE *out, int step);
 int tui_dump_run(tui_app *a, FILE *out, int step);
 int tui_dump_backtrace(tui_app *a, FILE *out, int step);
+void tui_spec_draw(tui_app *a, const tui_rect *body);
+int tui_spec_handle(tui_app *a, int action, const tui_rect *body);
+void tui_spec_status(tui_app *a, char *buf, size_t cap);
+int tui_dump_spec(tui_app *a, FILE *out, int step);
 
 /* The interactive loop (browse.c): curses up, loop, curses down. Returns the
  * exit status. */

@@ -26,10 +26,17 @@ static void draw_logits(tui_app *a, const tui_rect *r)
     const tui_logits *lg = &st->lg;
     int y = r->y, w = r->w;
     char b[4][48];
-    tui_putf(y++, r->x, w, A_BOLD, "Step %d  %s%s%s", st->step, st->kind, st->present ? "" : "(not recorded)",
-             st->model[0] && strcmp(st->model, "target") ? " [draft]" : "");
-    if (st->present)
-        tui_putf(y++, r->x, w, A_NORMAL, "pos %d..%d  %s ms", st->pos0, st->pos0 + st->n_pos - 1, tui_num(b[0], 48, st->ms));
+    bool draft = st->model[0] && strcmp(st->model, "target");
+    tui_putf(y++, r->x, w, draft ? A_BOLD | A_REVERSE : A_BOLD, "Step %d  %s%s%s%s", st->step, st->kind, st->present ? "" : "(not recorded)",
+             draft ? "  model " : "", draft ? st->model : "");
+    if (st->present) {
+        /* a verify step has a snapshot per target row: say which one this is */
+        if (st->n_pos > 1 && lg->present)
+            tui_putf(y++, r->x, w, A_NORMAL, "pos %d..%d  %s ms  row pos %d", st->pos0, st->pos0 + st->n_pos - 1,
+                     tui_num(b[0], 48, st->ms), lg->pos);
+        else
+            tui_putf(y++, r->x, w, A_NORMAL, "pos %d..%d  %s ms", st->pos0, st->pos0 + st->n_pos - 1, tui_num(b[0], 48, st->ms));
+    }
     if (!lg->present) { tui_put(y++, r->x, w, A_NORMAL, "no logit snapshot"); return; }
     int64_t nb = lg->nan + lg->pinf + lg->ninf;
     char counts[96];

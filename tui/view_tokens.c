@@ -1,5 +1,8 @@
 /* view_tokens.c - the Tokens view: the token trail as a flow of cells,
- * coloured by health, runs collapsed (`! x412`), one selected.
+ * coloured by health, runs collapsed (`! x412`), one selected. In a
+ * speculative trace the text is the output (accepted drafts and the target's
+ * bonus/correction tokens, the latter underlined); drafts live in the
+ * Speculation view.
  *
  * The first body line says where the window is; the flow fills the rest.
  * Moving off either end of the loaded window reloads the window around the
@@ -45,10 +48,12 @@ void tui_tokens_draw(tui_app *a, const tui_rect *body)
     int vis = body->h - 1;
     a->tok_page = vis > 1 ? vis : 1;
     a->tok_top = tui_scroll_follow(a->tok_top, f.n ? f.line[cur] : 0, vis, f.n_lines);
-    tui_putf(body->y, body->x, body->w, A_BOLD, "Tokens %lld..%lld of %lld..%lld   %s",
+    bool spec = tui_trace_is_spec(a->tr);
+    tui_putf(body->y, body->x, body->w, A_BOLD, "Tokens %lld..%lld of %lld..%lld   %s%s",
              (long long)tk->lo, (long long)tk->hi, (long long)tk->min_seq, (long long)tk->max_seq,
              a->color ? "red: non-finite logits  yellow: degenerate  green: clean"
-                      : "! non-finite logits  ~ degenerate  . clean");
+                      : "! non-finite logits  ~ degenerate  . clean",
+             spec ? "  | speculative: underlined = bonus/correction (target), drafts in view 6" : "");
     for (int i = 0; i < f.n; i++) {
         int ln = f.line[i] - a->tok_top;
         if (ln < 0) continue;
@@ -57,6 +62,7 @@ void tui_tokens_draw(tui_app *a, const tui_rect *body)
         int y = body->y + 1 + ln, x = body->x + f.col[i];
         int attr = c->role == 'p' ? (a->color ? COLOR_PAIR(TUI_P_DIM) : A_DIM) : tui_attr_fg(a, c->health);
         if (i == cur) attr |= A_REVERSE;
+        if (c->role == 'b') attr |= A_UNDERLINE;      /* the target's own token, not an accepted draft */
         int w = body->w - f.col[i];
         if (!a->color) {
             char m[2] = { tui_health_marker(c->health), 0 };

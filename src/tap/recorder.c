@@ -99,8 +99,8 @@ static bool cb_observe(void *user, const bt_tensor_view *t)
         r->seen_bad = true;
         char name[64], detail[256];
         bt_tensor_name(t->op, t->layer, name, sizeof(name));
-        snprintf(detail, sizeof(detail), "step %d, %s: %lld NaN, %lld +Inf, %lld -Inf of %lld (first at index %d, position %d)",
-                 t->step, name, (long long)s.nan, (long long)s.pinf, (long long)s.ninf, (long long)s.n,
+        snprintf(detail, sizeof(detail), "step %d, %s%s: %lld NaN, %lld +Inf, %lld -Inf of %lld (first at index %d, position %d)",
+                 t->step, strcmp(r->cfg.model_role, "target") ? "draft model " : "", name, (long long)s.nan, (long long)s.pinf, (long long)s.ninf, (long long)s.n,
                  s.first_bad_index, s.first_bad_pos);
         int64_t id = 0;
         int rc = event(r, t->step, s.first_bad_pos, "first_nonfinite", t->layer, bt_op_name(t->op), name, detail, &id);
@@ -216,7 +216,7 @@ static int save_row(bt_recorder *r, int step, int pos, const float *row, const c
     return bt_trace_logit_row(r->cfg.trace, step, pos, row, r->n_vocab, reason, false);
 }
 
-int bt_recorder_step_sampled(bt_recorder *r, const float *row, int row_pos, int32_t chosen, float logprob)
+int bt_recorder_snapshot(bt_recorder *r, const float *row, int row_pos, int32_t chosen)
 {
     int rc = BT_OK;
     int step = r->step;
@@ -230,32 +230,43 @@ int bt_recorder_step_sampled(bt_recorder *r, const float *row, int row_pos, int3
     if (r->cfg.trace) {
         if ((rc = bt_trace_logits(r->cfg.trace, row_pos, &ls, rule, chosen))) return rc;
         if (r->cfg.logits_full && (rc = save_row(r, step, row_pos, row, "full"))) return rc;
-        size_t pl = 0;
-        const char *p = r->cfg.tok && chosen >= 0 && chosen < r->n_vocab ? bt_token_piece(r->cfg.tok, chosen, &pl) : NULL;
-        if ((rc = bt_trace_token(r->cfg.trace, step, row_pos + 1, chosen, p, pl, "gen", logprob, NULL))) return rc;
     }
     int64_t bad = ls.nan + ls.pinf + ls.ninf;
     if (bad > 0 && !(ls.ninf > 0 && ls.nan == 0 && ls.pinf == 0 && ls.ninf < ls.n_vocab)) {
         bool first = !r->seen_bad_logits;
+        const char *who = strcmp(r->cfg.model_role, "target") ? " (draft model)" : "";
         if (first) {
             r->seen_bad_logits = true;
-            snprintf(detail, sizeof(detail), "step %d: logits have %lld NaN, %lld +Inf, %lld -Inf of %d",
-                     step, (long long)ls.nan, (long long)ls.pinf, (long long)ls.ninf, ls.n_vocab);
+            snprintf(detail, sizeof(detail), "step %d%s: logits have %lld NaN, %lld +Inf, %lld -Inf of %d",
+                     step, who, (long long)ls.nan, (long long)ls.pinf, (long long)ls.ninf, ls.n_vocab);
             if ((rc = event(r, step, row_pos, "nonfinite_logits", -1, "logits", "logits", detail, NULL))) return rc;
             if (!r->cfg.logits_full && (rc = save_row(r, step, row_pos, row, "first_nonfinite"))) return rc;
         }
         token_text(r, chosen, piece, sizeof(piece));
         if (first || step % 64 == 0) {
-            snprintf(detail, sizeof(detail), "step %d: %s logits (%lld of %d non-finite); rule %s -> id %d ('%s')",
-                     step, bad == ls.n_vocab ? "all-non-finite" : "partly non-finite", (long long)bad, ls.n_vocab,
+            snprintf(detail, sizeof(detail), "step %d%s: %s logits (%lld of %d non-finite); rule %s -> id %d ('%s')",
+                     step, who, bad == ls.n_vocab ? "all-non-finite" : "partly non-finite", (long long)bad, ls.n_vocab,
                      rule, chosen, piece);
             if ((rc = event(r, step, row_pos, "argmax_fallthrough", -1, "logits", "logits", detail, NULL))) return rc;
         }
     }
+    return BT_OK;
+}
+
+int bt_recorder_token(bt_recorder *r, int pos, int32_t id, const char *role, float logprob)
+{
+    int rc = BT_OK;
+    int step = r->step;
+    if (r->cfg.trace) {
+        size_t pl = 0;
+        const char *p = r->cfg.tok && id >= 0 && id < r->n_vocab ? bt_token_piece(r->cfg.tok, id, &pl) : NULL;
+        if ((rc = bt_trace_token(r->cfg.trace, step, pos, id, p, pl, role, logprob, NULL))) return rc;
+    }
+    if (strcmp(role, "gen") && strcmp(role, "bonus")) return BT_OK;   /* only output feeds the detectors */
     /* An end-of-generation id ends the text; it is not a leak. */
-    if (r->cfg.tok && chosen >= 0 && chosen < r->n_vocab && bt_tokenizer_is_eog(r->cfg.tok, chosen)) return BT_OK;
+    if (r->cfg.tok && id >= 0 && id < r->n_vocab && bt_tokenizer_is_eog(r->cfg.tok, id)) return BT_OK;
     bt_finding f[4];
-    int nf = bt_detector_feed(r->det, step, row_pos + 1, chosen, f, 4);
+    int nf = bt_detector_feed(r->det, step, pos, id, f, 4);
     for (int i = 0; i < nf; i++) {
         if ((rc = event(r, f[i].step, f[i].pos, bt_finding_name(f[i].kind), -1, NULL, NULL, f[i].detail, NULL))) return rc;
         if (f[i].kind == BT_FIND_TOKEN_WALL || f[i].kind == BT_FIND_REPETITION_LOOP) {
@@ -267,6 +278,19 @@ int bt_recorder_step_sampled(bt_recorder *r, const float *row, int row_pos, int3
     }
     return BT_OK;
 }
+
+int bt_recorder_step_sampled(bt_recorder *r, const float *row, int row_pos, int32_t chosen, float logprob)
+{
+    int rc = bt_recorder_snapshot(r, row, row_pos, chosen);
+    return rc ? rc : bt_recorder_token(r, row_pos + 1, chosen, "gen", logprob);
+}
+
+int bt_recorder_event(bt_recorder *r, int step, int pos, const char *kind, const char *detail)
+{
+    return event(r, step, pos, kind, -1, NULL, NULL, detail, NULL);
+}
+
+int bt_recorder_current_step(const bt_recorder *r) { return r->step; }
 
 int bt_recorder_step_end(bt_recorder *r, double ms)
 {

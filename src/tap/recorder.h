@@ -44,6 +44,15 @@ int bt_recorder_step_begin(bt_recorder *r, const char *kind, int pos0, int n_pos
 /* After sampling from `row` (the logits of position row_pos): snapshot,
  * token (role gen; pos = row_pos + 1), detectors. oov ids are allowed. */
 int bt_recorder_step_sampled(bt_recorder *r, const float *row, int row_pos, int32_t chosen, float logprob);
+/* The pieces of step_sampled, for steps that use several rows (a
+ * speculative verify): a logit snapshot of the row predicting position
+ * row_pos + 1, and a token of the trail (role prompt | gen | draft |
+ * bonus; gen and bonus feed the detectors). */
+int bt_recorder_snapshot(bt_recorder *r, const float *row, int row_pos, int32_t chosen);
+int bt_recorder_token(bt_recorder *r, int pos, int32_t id, const char *role, float logprob);
+/* A decoder event (post_stop_draft, accept_collapse). */
+int bt_recorder_event(bt_recorder *r, int step, int pos, const char *kind, const char *detail);
+int bt_recorder_current_step(const bt_recorder *r);
 int bt_recorder_step_end(bt_recorder *r, double ms);
 int bt_recorder_finish(bt_recorder *r, const char *finish_reason);
 /* First error the callback hit (it cannot return one through the engine). */

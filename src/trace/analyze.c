@@ -49,6 +49,48 @@ out:
     return rc;
 }
 
+/* ---- steps of a speculative trace ---- */
+
+/* Pass of every step, built once for speculative traces (steps of two
+ * models interleave there); plain traces have only target passes and skip
+ * it. Indexed by step number. */
+enum { SK_UNKNOWN = 0, SK_PREFILL, SK_DECODE, SK_VERIFY, SK_DRAFT, SK_MODEL_DRAFT = 8 };
+#define SK_MAX_STEPS (1 << 24)
+
+typedef struct step_map {
+    uint8_t *code;           /* SK_* kind | SK_MODEL_DRAFT */
+    int32_t *n_pos;
+    int n;                   /* steps 0..n-1 */
+} step_map;
+
+static int sm_code(const step_map *m, int step) { return m && step >= 0 && step < m->n ? m->code[step] : SK_UNKNOWN; }
+static bool sm_is_draft(const step_map *m, int step) { return (sm_code(m, step) & SK_MODEL_DRAFT) != 0; }
+
+static int sm_cb(void *user, const bt_trace_step_row *s)
+{
+    step_map *m = user;
+    if (s->step < 0 || s->step >= m->n) return 0;
+    int k = !strcmp(s->kind, "prefill") ? SK_PREFILL : !strcmp(s->kind, "decode") ? SK_DECODE
+          : !strcmp(s->kind, "verify") ? SK_VERIFY : !strcmp(s->kind, "draft") ? SK_DRAFT : SK_UNKNOWN;
+    m->code[s->step] = (uint8_t)(k | (!strcmp(s->model, "draft") ? SK_MODEL_DRAFT : 0));
+    m->n_pos[s->step] = s->n_pos;
+    return 0;
+}
+
+static int sm_build(bt_trace_reader *r, int last_step, step_map *m)
+{
+    memset(m, 0, sizeof(*m));
+    if (last_step < 0) return BT_OK;
+    m->n = last_step < SK_MAX_STEPS ? last_step + 1 : SK_MAX_STEPS;
+    m->code = calloc((size_t)m->n, 1);
+    m->n_pos = calloc((size_t)m->n, sizeof(int32_t));
+    if (!m->code || !m->n_pos) return bt_error(BT_ENOMEM, "out of memory");
+    int rc = bt_trace_steps_each(r, 0, m->n - 1, sm_cb, m);
+    return rc < 0 ? rc : BT_OK;
+}
+
+static void sm_free(step_map *m) { free(m->code); free(m->n_pos); memset(m, 0, sizeof(*m)); }
+
 static const char *const prop_names[] = { "origin", "forward", "kv_cache", "recur" };
 const char *bt_prop_kind_name(int kind) { return kind >= 0 && kind < 4 ? prop_names[kind] : "?"; }
 
@@ -83,6 +125,7 @@ static int push_link(bt_analysis *x, int kind, const bt_bad_tensor *t, int n_bad
 
 typedef struct prop_walk {
     bt_analysis *x;
+    const step_map *sm;      /* NULL on a plain trace */
     int s0;
     /* layer groups of the origin step: token_embd | layer 0 | ... | output_norm, logits */
     bt_bad_tensor head;
@@ -121,6 +164,8 @@ static int prop_cb(void *user, const bt_trace_tap_row *t)
     }
     if ((rc = flush_group(w))) return rc;
     if (t->step == w->last_step) return 0;     /* only the first bad tensor of each later step */
+    /* the other model's passes have their own KV cache: not this chain */
+    if (w->sm && sm_is_draft(w->sm, t->step) != sm_is_draft(w->sm, w->s0)) return 0;
     w->last_step = t->step;
     /* attn_ctx first means everything before it in this step, the layer's
      * own attn_k and attn_v included, was finite: the bad values came out of
@@ -131,7 +176,15 @@ static int prop_cb(void *user, const bt_trace_tap_row *t)
     return w->seen_kv && w->seen_recur ? 1 : 0;
 }
 
-static int analyze_nonfinite(bt_trace_reader *r, bt_analysis *x)
+static void set_pass(bt_bad_tensor *b, const step_map *sm)
+{
+    snprintf(b->model, sizeof(b->model), "%s", sm_is_draft(sm, b->step) ? "draft" : "target");
+    static const char *const kinds[] = { "", "prefill", "decode", "verify", "draft" };
+    int k = sm_code(sm, b->step) & 7;
+    snprintf(b->kind, sizeof(b->kind), "%s", k < 5 ? kinds[k] : "");
+}
+
+static int analyze_nonfinite(bt_trace_reader *r, bt_analysis *x, const step_map *sm)
 {
     bt_trace_tap_row first;
     bool found = false;
@@ -139,10 +192,18 @@ static int analyze_nonfinite(bt_trace_reader *r, bt_analysis *x)
     if (rc || !found) return rc;
     x->has_nonfinite = true;
     bad_from_tap(&first, &x->first);
-    prop_walk w = { .x = x, .s0 = first.step, .group_layer = -2, .last_step = first.step };
+    bt_trace_step_row st;
+    if (bt_trace_step_get(r, first.step, &st) == BT_OK) {
+        snprintf(x->first.model, sizeof(x->first.model), "%s", st.model[0] ? st.model : "target");
+        snprintf(x->first.kind, sizeof(x->first.kind), "%s", st.kind);
+    } else snprintf(x->first.model, sizeof(x->first.model), "target");
+    prop_walk w = { .x = x, .sm = sm, .s0 = first.step, .group_layer = -2, .last_step = first.step };
     rc = bt_trace_bad_each(r, first.step, prop_cb, &w);
     if (rc < 0) return rc;
-    return flush_group(&w);
+    if ((rc = flush_group(&w))) return rc;
+    for (int i = 0; i < x->n_prop; i++) set_pass(&x->prop[i].t, sm);
+    if (x->n_prop) { snprintf(x->prop[0].t.model, 16, "%s", x->first.model); snprintf(x->prop[0].t.kind, 16, "%s", x->first.kind); }
+    return BT_OK;
 }
 
 /* ---- events ---- */
@@ -165,7 +226,7 @@ static void set_degen(bt_analysis *x, int step, int pos, const char *kind, const
     snprintf(x->degen_detail, sizeof(x->degen_detail), "%s", detail);
 }
 
-typedef struct event_walk { bt_analysis *x; int stop_step; } event_walk;
+typedef struct event_walk { bt_analysis *x; int stop_step; const step_map *sm; } event_walk;
 
 static int event_cb(void *user, const bt_trace_event_row *ev)
 {
@@ -190,7 +251,10 @@ static int event_cb(void *user, const bt_trace_event_row *ev)
     /* The end-of-generation token that stopped the run is a control token
      * at the end of the text, not a leak in the middle of it. */
     bool natural_end = !strcmp(kind, "special_leak") && ev->step >= 0 && ev->step == w->stop_step;
-    if (ev->step >= 0 && degenerate_kind(kind) && !natural_end) set_degen(x, ev->step, ev->pos, kind, ev->detail ? ev->detail : kind);
+    /* A drafter's non-finite row or odd token is not output: the target
+     * verifies every drafted token before it is emitted. */
+    bool draft_pass = sm_is_draft(w->sm, ev->step);
+    if (ev->step >= 0 && degenerate_kind(kind) && !natural_end && !draft_pass) set_degen(x, ev->step, ev->pos, kind, ev->detail ? ev->detail : kind);
     return 0;
 }
 
@@ -207,7 +271,10 @@ typedef struct tok_list {
 static int tok_cb(void *user, const bt_trace_token_row *t)
 {
     tok_list *l = user;
-    bool gen = t->role && !strcmp(t->role, "gen");
+    /* the output: generated tokens and, in a speculative run, the target's
+     * bonus/correction tokens (drafted tokens are output only as gen) */
+    bool gen = t->role && (!strcmp(t->role, "gen") || !strcmp(t->role, "bonus"));
+    if (t->finish_reason && t->role && strcmp(t->role, "prompt")) l->ended_by_stop = !strcmp(t->finish_reason, "stop");
     if (l->gen_only && !gen) return 0;
     if (!l->gen_only && !gen && !(t->role && !strcmp(t->role, "prompt"))) return 0;
     if (l->n == l->cap) {
@@ -219,7 +286,6 @@ static int tok_cb(void *user, const bt_trace_token_row *t)
     }
     /* pos of a prompt row is its input position; step -1 marks it for the sequence */
     l->g[l->n++] = (gen_tok){ .step = gen ? t->step : -1, .pos = t->pos, .id = t->id };
-    if (gen) l->ended_by_stop = t->finish_reason && !strcmp(t->finish_reason, "stop");
     return 0;
 }
 
@@ -314,7 +380,7 @@ static int explain(bt_trace_reader *r, bt_analysis *x, const gen_tok *g, int n)
 {
     bt_trace_logits_row li;
     bool bad_row = false;
-    int rc = bt_trace_first_bad_logits(r, &li, &bad_row);
+    int rc = bt_trace_first_bad_logits_of(r, "target", &li, &bad_row);
     if (rc) return rc;
     char what[160], piece[96], rule[64];
     int step;
@@ -372,28 +438,186 @@ static int explain(bt_trace_reader *r, bt_analysis *x, const gen_tok *g, int n)
     return BT_OK;
 }
 
+/* ---- speculative decoding ---- */
+
+typedef struct spec_walk {
+    bt_spec_analysis *s;
+    bt_spec_window cur;
+    int max_k;
+} spec_walk;
+
+static int push_window(spec_walk *w)
+{
+    if (!w->cur.n_verify) return BT_OK;
+    bt_spec_window *nw = realloc(w->s->windows, (size_t)(w->s->n_windows + 1) * sizeof(*nw));
+    if (!nw) return bt_error(BT_ENOMEM, "out of memory");
+    w->s->windows = nw;
+    nw[w->s->n_windows++] = w->cur;
+    memset(&w->cur, 0, sizeof(w->cur));
+    return BT_OK;
+}
+
+static int spec_step_cb(void *user, const bt_trace_spec_step_row *row)
+{
+    spec_walk *w = user;
+    bt_spec_analysis *s = w->s;
+    if (!s->drafter[0] && row->drafter[0]) snprintf(s->drafter, sizeof(s->drafter), "%s", row->drafter);
+    s->drafted += row->k;
+    s->accepted += row->accepted;
+    if (row->k > w->max_k) w->max_k = row->k;
+    if (!w->cur.n_verify) w->cur.first_step = row->step;
+    w->cur.last_step = row->step;
+    w->cur.n_verify++;
+    w->cur.drafted += row->k;
+    w->cur.accepted += row->accepted;
+    return w->cur.n_verify == BT_SPEC_WINDOW ? push_window(w) : 0;
+}
+
+static int spec_trail_cb(void *user, const bt_trace_spec_trail_row *row)
+{
+    bt_spec_analysis *s = user;
+    if (!row->draft_finite) {
+        s->nonfinite_drafts++;
+        if (row->accepted) s->nonfinite_drafts_accepted++;
+    }
+    return 0;
+}
+
+typedef struct first_ev { int *count, *step; char *detail; size_t cap; } first_ev;
+
+static int first_ev_cb(void *user, const bt_trace_event_row *ev)
+{
+    first_ev *f = user;
+    if (!(*f->count)++) {
+        *f->step = ev->step;
+        snprintf(f->detail, f->cap, "%s", ev->detail ? ev->detail : "");
+    }
+    return 0;
+}
+
+static int first_tap_cb(void *user, const bt_trace_tap_row *t)
+{
+    bt_trace_tap_row *o = user;
+    *o = *t;
+    return 1;
+}
+
+/* "self:N" -> N; -1 for any other drafter */
+static int self_layers(const char *drafter)
+{
+    if (strncmp(drafter, "self:", 5)) return -1;
+    char *end;
+    long n = strtol(drafter + 5, &end, 10);
+    return end != drafter + 5 && n >= 0 && n < 100000 ? (int)n : -1;
+}
+
+static int analyze_spec(bt_trace_reader *r, bt_analysis *x, const step_map *sm, const gen_tok *g, int n)
+{
+    bt_spec_analysis *s = &x->spec;
+    s->present = true;
+    s->acceptance = NAN;
+    s->amp_ratio = NAN;
+    s->amp_draft_positions = -1;
+    s->target_bad_step = s->post_stop_step = s->accept_collapse_step = -1;
+    const char *d = bt_trace_meta_get(r, "drafter"), *k = bt_trace_meta_get(r, "spec_k");
+    if (d) snprintf(s->drafter, sizeof(s->drafter), "%s", d);
+    const char *win = bt_trace_meta_get(r, "export_window");
+    s->partial = win && strcmp(win, "all");
+    spec_walk w = { .s = s };
+    int rc = bt_trace_spec_steps_each(r, INT32_MIN, INT32_MAX, spec_step_cb, &w);
+    if (rc < 0 || (rc = push_window(&w))) return rc;
+    s->k = k && atoi(k) > 0 ? atoi(k) : w.max_k;
+    if (s->drafted > 0) s->acceptance = (double)s->accepted / (double)s->drafted;
+    if ((rc = bt_trace_spec_trail_each(r, INT32_MIN, INT32_MAX, spec_trail_cb, s)) < 0) return rc;
+    for (int i = 0; i < sm->n; i++) {
+        int c = sm->code[i] & 7;
+        if (sm->code[i] & SK_MODEL_DRAFT) s->draft_steps++;
+        else if (c == SK_VERIFY) s->verify_steps++;
+        else if (c == SK_DECODE) s->decode_steps++;
+        else if (c == SK_PREFILL) s->prefill_steps++;
+    }
+
+    /* Where the first non-finite came from, and the target's own first. */
+    if (x->has_nonfinite) {
+        snprintf(s->first_model, sizeof(s->first_model), "%s", x->first.model);
+        snprintf(s->first_kind, sizeof(s->first_kind), "%s", x->first.kind);
+    }
+    if (x->has_nonfinite && strcmp(x->first.model, "draft")) {
+        s->target_bad_step = x->first.step;
+        snprintf(s->target_bad_tensor, sizeof(s->target_bad_tensor), "%s", x->first.tensor);
+    } else if (x->has_nonfinite) {
+        if ((rc = bt_trace_first_bad_step_of(r, "target", &s->target_bad_step))) return rc;
+        if (s->target_bad_step >= 0) {
+            bt_trace_tap_row t;
+            memset(&t, 0, sizeof(t));
+            if ((rc = bt_trace_bad_each(r, s->target_bad_step, first_tap_cb, &t)) < 0) return rc;
+            /* bad_each runs in (step, model, idx) order: the step's first row is the target's */
+            snprintf(s->target_bad_tensor, sizeof(s->target_bad_tensor), "%s", t.name ? t.name : "?");
+        }
+    }
+    s->output_clean = s->target_bad_step < 0 && !x->has_degenerate;
+
+    /* Amplification, counted after the prefill up to the collapse. */
+    int until = s->target_bad_step >= 0 ? s->target_bad_step : x->has_degenerate ? x->degen_step : sm->n - 1;
+    s->amp_until = until;
+    s->amp_in_prefill = s->target_bad_step >= 0 && (sm_code(sm, s->target_bad_step) & 7) == SK_PREFILL;
+    int nl = self_layers(s->drafter);
+    bool shared = false;
+    if (nl >= 0 && s->target_bad_step >= 0) {
+        /* self-drafting runs the target's own first N layers, embedding and head */
+        int layer = -1;
+        if (!strncmp(s->target_bad_tensor, "blk.", 4)) layer = atoi(s->target_bad_tensor + 4);
+        shared = layer < nl;
+    }
+    if (shared) s->amp_draft_positions = 0;
+    for (int i = 0; i <= until && i < sm->n; i++) {
+        int c = sm->code[i];
+        if (c & SK_MODEL_DRAFT) { if (shared) s->amp_draft_positions += sm->n_pos[i]; continue; }
+        if ((c & 7) != SK_VERIFY && (c & 7) != SK_DECODE) continue;
+        s->amp_forwards++;
+        s->amp_positions += sm->n_pos[i];
+    }
+    for (int i = 0; i < n; i++) {
+        if (g[i].step > until) break;
+        int c = sm_code(sm, g[i].step) & 7;
+        if (c == SK_VERIFY || c == SK_DECODE) s->amp_emitted++;
+    }
+    if (s->amp_emitted > 0) s->amp_ratio = (double)s->amp_positions / (double)s->amp_emitted;
+
+    first_ev fp = { &s->n_post_stop, &s->post_stop_step, s->post_stop_detail, sizeof(s->post_stop_detail) };
+    if ((rc = bt_trace_events_each(r, "post_stop_draft", first_ev_cb, &fp)) < 0) return rc;
+    first_ev fa = { &s->n_accept_collapse, &s->accept_collapse_step, s->accept_collapse_detail, sizeof(s->accept_collapse_detail) };
+    if ((rc = bt_trace_events_each(r, "accept_collapse", first_ev_cb, &fa)) < 0) return rc;
+    return BT_OK;
+}
+
 int bt_analyze(bt_trace_reader *r, bt_analysis *x)
 {
     memset(x, 0, sizeof(*x));
     x->degen_step = -1;
     x->bad_logits_step = -1;
     tok_list l = { .gen_only = true };
+    step_map sm = { 0 };
     bt_trace_summary sum;
     int rc = bt_trace_summary_get(r, &sum);
     if (rc) goto out;
+    bool spec = bt_trace_has_spec(r);
+    if (spec && (rc = sm_build(r, sum.last_step, &sm))) goto out;
     x->n_steps = (int)sum.n_steps;
     x->n_tensors = sum.n_tensors;
     const char *nv = bt_trace_meta_get(r, "n_vocab");
     x->n_vocab = nv ? atoi(nv) : 0;
-    if ((rc = analyze_nonfinite(r, x))) goto out;
+    if ((rc = analyze_nonfinite(r, x, spec ? &sm : NULL))) goto out;
     if ((rc = bt_trace_tokens_each(r, 0, 0, tok_cb, &l)) < 0) goto out;
     x->n_gen = l.n;
-    event_walk w = { .x = x, .stop_step = l.n && l.ended_by_stop ? l.g[l.n - 1].step : -1 };
+    event_walk w = { .x = x, .stop_step = l.n && l.ended_by_stop ? l.g[l.n - 1].step : -1, .sm = spec ? &sm : NULL };
     if ((rc = bt_trace_events_each(r, NULL, event_cb, &w)) < 0) goto out;
     if ((rc = analyze_tokens(r, x, l.g, l.n))) goto out;
-    rc = explain(r, x, l.g, l.n);
+    if ((rc = explain(r, x, l.g, l.n))) goto out;
+    if (spec) rc = analyze_spec(r, x, &sm, l.g, l.n);
 out:
     free(l.g);
+    sm_free(&sm);
     if (rc) bt_analysis_clear(x);
     return rc < 0 ? rc : BT_OK;
 }
@@ -402,5 +626,6 @@ void bt_analysis_clear(bt_analysis *x)
 {
     free(x->prop);
     free(x->events);
+    free(x->spec.windows);
     memset(x, 0, sizeof(*x));
 }

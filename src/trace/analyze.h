@@ -22,6 +22,8 @@ typedef struct bt_bad_tensor {
     char tensor[64];
     int first_bad_index;
     int64_t n, nan, pinf, ninf;
+    char model[16];          /* the pass: target | draft */
+    char kind[16];           /* prefill | decode | verify | draft ("" when unknown) */
 } bt_bad_tensor;
 
 enum bt_prop_kind {
@@ -44,6 +46,50 @@ typedef struct bt_event_count {
     int first_step;          /* -1 when no event of the kind had a step */
 } bt_event_count;
 
+/* Acceptance over a window of consecutive verify steps. */
+typedef struct bt_spec_window {
+    int first_step, last_step, n_verify;
+    int drafted, accepted;
+} bt_spec_window;
+#define BT_SPEC_WINDOW 8      /* verify steps per window (the accept_collapse detector's) */
+
+/* Speculative decoding: what the drafter and the target did, where the
+ * first non-finite came from and how much speculation multiplied the
+ * target's exposure to it. present = false on a plain trace. */
+typedef struct bt_spec_analysis {
+    bool present;
+    char drafter[32];                /* model | self:N | ngram:N ("" unknown) */
+    int k;                           /* meta spec_k, else the largest k drafted */
+    int verify_steps, draft_steps, decode_steps, prefill_steps;
+    int64_t drafted, accepted;       /* over every verify step */
+    double acceptance;               /* accepted / drafted; NAN when nothing was drafted */
+    bt_spec_window *windows;         /* BT_SPEC_WINDOW verify steps each, the last one partial */
+    int n_windows;
+    int64_t nonfinite_drafts;        /* drafted tokens whose draft logit row was not finite */
+    int64_t nonfinite_drafts_accepted;
+    /* the first non-finite (x->first) came from: */
+    char first_model[16];            /* target | draft; "" on a clean trace */
+    char first_kind[16];             /* the pass: prefill | decode | verify | draft */
+    int target_bad_step;             /* first target pass with a non-finite tap, -1 if none */
+    char target_bad_tensor[64];      /* its first bad tensor ("" if none) */
+    bool output_clean;               /* no non-finite target pass and no degenerate output */
+    /* amplification: target forwards and positions after the prefill, up to
+     * and including amp_until (the first non-finite target pass, else the
+     * first degenerate step, else the last step), against plain decoding
+     * of the same output (one forward of one position per emitted token) */
+    int amp_until;
+    bool amp_in_prefill;             /* the target went bad in the prefill: identical without speculation */
+    int64_t amp_forwards, amp_positions, amp_emitted;
+    double amp_ratio;                /* amp_positions / amp_emitted; NAN when nothing was emitted */
+    int64_t amp_draft_positions;     /* self-draft positions through the same weights; -1 n/a */
+    bool partial;                    /* an exported window (meta export_window): counts cover it only */
+    /* decoder events */
+    int n_post_stop, post_stop_step;          /* step -1 when none */
+    char post_stop_detail[256];
+    int n_accept_collapse, accept_collapse_step;
+    char accept_collapse_detail[256];
+} bt_spec_analysis;
+
 typedef struct bt_analysis {
     int n_steps, n_tensors, n_vocab, n_gen;
     bool has_nonfinite;
@@ -59,6 +105,7 @@ typedef struct bt_analysis {
     bt_event_count *events;          /* per kind, in order of first appearance */
     int n_event_kinds, n_events;
     bool has_crash;
+    bt_spec_analysis spec;           /* speculative decoding (spec.present) */
 } bt_analysis;
 
 /* Full integrity check of the file behind a trace (SQLite quick_check: every
@@ -74,7 +121,8 @@ void bt_analysis_clear(bt_analysis *x);
 /* Something worth exit status 1: non-finite, degenerate output or a crash. */
 static inline bool bt_analysis_found(const bt_analysis *x) { return x->has_nonfinite || x->has_degenerate || x->has_crash; }
 
-/* The token sequence by position: prompt tokens, then generated ones, so
+/* The token sequence by position: prompt tokens, then the output (gen and
+ * bonus tokens; drafted ones only when accepted, as gen), so
  * ids[p] is the input at position p (what a teacher-forced replay feeds).
  * *ids malloc'd; *n_prompt counts the prompt part. */
 int bt_analyze_sequence(bt_trace_reader *r, int32_t **ids, int *n, int *n_prompt);

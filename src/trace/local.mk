@@ -16,3 +16,5 @@ src/trace/schema.c: $(top_srcdir)/traces/schema.sql
 	  echo ';'; } > $@-t && mv -f $@-t $@
 # analysis shared by bisect, report and the browser; the two commands
 libbangtrace_a_SOURCES += src/trace/analyze.h src/trace/analyze.c src/cmd_bisect.c src/cmd_report.c
+# `bangtrace diff`: two traces compared (tokens, taps, settings)
+libbangtrace_a_SOURCES += src/cmd_diff.c

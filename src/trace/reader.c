@@ -60,6 +60,10 @@ struct bt_trace_reader {
     int n_meta;
     bt_trace_tensor_row *tensors;    /* ordered by (model, idx); strings owned */
     int n_tensors;
+    /* Speculative-decoding queries: prepared on first use, and only when the
+     * file has the spec tables (traces written before them do not). */
+    bool spec_tables, has_spec;
+    sqlite3_stmt *sq[5];
 };
 
 /* ---- errors ---- */
@@ -214,6 +218,8 @@ static int load_tensors(bt_trace_reader *r)
     return BT_OK;
 }
 
+static int spec_detect(bt_trace_reader *r);   /* speculative section, at the end */
+
 int bt_trace_open(const char *path, bt_trace_reader **out)
 {
     *out = NULL;
@@ -255,6 +261,7 @@ int bt_trace_open(const char *path, bt_trace_reader **out)
         int e = sqlite3_prepare_v3(r->db, q_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &r->q[i], NULL);
         if (e != SQLITE_OK) { rc = db_fail(r, e, "checking the schema"); goto fail; }
     }
+    if ((rc = spec_detect(r))) goto fail;
     *out = r;
     return BT_OK;
 fail:
@@ -266,6 +273,7 @@ void bt_trace_reader_close(bt_trace_reader *r)
 {
     if (!r) return;
     for (int i = 0; i < Q_COUNT; i++) sqlite3_finalize(r->q[i]);
+    for (size_t i = 0; i < BT_ARRAY_SIZE(r->sq); i++) sqlite3_finalize(r->sq[i]);
     if (r->db) sqlite3_close_v2(r->db);
     for (int i = 0; i < r->n_meta; i++) { free(r->meta_keys[i]); free(r->meta_vals[i]); }
     free(r->meta_keys);
@@ -811,6 +819,160 @@ int bt_trace_backtraces_each(bt_trace_reader *r, int (*fn)(void *user, const bt_
         if (stop) { sqlite3_reset(s); return stop; }
     }
     if (rc != SQLITE_DONE) return db_fail(r, rc, "reading backtraces");
+    sqlite3_reset(s);
+    return BT_OK;
+}
+
+/* ---- speculative decoding ---- */
+
+enum { SQ_STEPS, SQ_TRAIL, SQ_STEP_RANGE, SQ_BAD_LOGITS_OF, SQ_FIRST_BAD_OF };
+
+static const char *const sq_sql[] = {
+    [SQ_STEPS] = "SELECT step, drafter, k, accepted, bonus_token, bonus_kind FROM spec_steps"
+                 " WHERE step BETWEEN ?1 AND ?2 ORDER BY step",
+    [SQ_TRAIL] = "SELECT step, draft_idx, draft_pos, draft_step, draft_token, draft_prob, draft_finite,"
+                 " target_token, target_prob, accepted, reason FROM spec_trail"
+                 " WHERE step BETWEEN ?1 AND ?2 ORDER BY step, draft_idx",
+    [SQ_STEP_RANGE] = "SELECT step, model, kind, pos0, n_pos, ms FROM steps WHERE step BETWEEN ?1 AND ?2 ORDER BY step",
+    /* walks the logits_bad partial index in step order, stops at the first match */
+    [SQ_BAD_LOGITS_OF] = "SELECT l.step FROM logits l JOIN steps s ON s.step = l.step"
+                         " WHERE l.nan + l.pinf + l.ninf > 0 AND s.model = ?1 ORDER BY l.step LIMIT 1",
+    [SQ_FIRST_BAD_OF] = "SELECT min(step) FROM tap_bad WHERE model = ?1",
+};
+
+/* The spec tables exist (a newer writer) and the run speculated: it has a
+ * verify step or names its drafter. An older trace simply has neither. */
+static int spec_detect(bt_trace_reader *r)
+{
+    int64_t n = 0;
+    int rc = pragma_int(r, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('spec_steps', 'spec_trail')", &n);
+    if (rc) return rc;
+    r->spec_tables = n == 2;
+    if (!r->spec_tables) return BT_OK;
+    if ((rc = pragma_int(r, "SELECT EXISTS (SELECT 1 FROM spec_steps)", &n))) return rc;
+    const char *d = bt_trace_meta_get(r, "drafter");
+    r->has_spec = n > 0 || (d && *d);
+    return BT_OK;
+}
+
+static int sprep(bt_trace_reader *r, int which, sqlite3_stmt **out)
+{
+    if (!r->sq[which]) {
+        int rc = sqlite3_prepare_v3(r->db, sq_sql[which], -1, SQLITE_PREPARE_PERSISTENT, &r->sq[which], NULL);
+        if (rc != SQLITE_OK) return db_fail(r, rc, "preparing a query");
+    }
+    sqlite3_reset(r->sq[which]);
+    sqlite3_clear_bindings(r->sq[which]);
+    *out = r->sq[which];
+    return BT_OK;
+}
+
+bool bt_trace_has_spec(const bt_trace_reader *r) { return r->has_spec; }
+
+int bt_trace_spec_steps_each(bt_trace_reader *r, int from, int to,
+                             int (*fn)(void *user, const bt_trace_spec_step_row *row), void *user)
+{
+    if (!r->spec_tables) return BT_OK;
+    sqlite3_stmt *s = NULL;
+    int rc = sprep(r, SQ_STEPS, &s);
+    if (rc) return rc;
+    sqlite3_bind_int(s, 1, from);
+    sqlite3_bind_int(s, 2, to);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        bt_trace_spec_step_row o;
+        memset(&o, 0, sizeof(o));
+        o.step = sqlite3_column_int(s, 0);
+        copy_str(o.drafter, sizeof o.drafter, col_text(s, 1));
+        o.k = sqlite3_column_int(s, 2);
+        o.accepted = sqlite3_column_int(s, 3);
+        o.bonus_token = col_int(s, 4);
+        copy_str(o.bonus_kind, sizeof o.bonus_kind, col_text(s, 5));
+        int stop = fn(user, &o);
+        if (stop) { sqlite3_reset(s); return stop; }
+    }
+    if (rc != SQLITE_DONE) return db_fail(r, rc, "reading spec_steps");
+    sqlite3_reset(s);
+    return BT_OK;
+}
+
+int bt_trace_spec_trail_each(bt_trace_reader *r, int from, int to,
+                             int (*fn)(void *user, const bt_trace_spec_trail_row *row), void *user)
+{
+    if (!r->spec_tables) return BT_OK;
+    sqlite3_stmt *s = NULL;
+    int rc = sprep(r, SQ_TRAIL, &s);
+    if (rc) return rc;
+    sqlite3_bind_int(s, 1, from);
+    sqlite3_bind_int(s, 2, to);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        bt_trace_spec_trail_row o = {
+            .step = sqlite3_column_int(s, 0), .draft_idx = sqlite3_column_int(s, 1),
+            .draft_pos = sqlite3_column_int(s, 2), .draft_step = col_int(s, 3),
+            .draft_token = sqlite3_column_int(s, 4), .draft_prob = col_real(s, 5),
+            .draft_finite = sqlite3_column_int(s, 6) != 0, .target_token = col_int(s, 7),
+            .target_prob = col_real(s, 8), .accepted = sqlite3_column_int(s, 9) != 0,
+            .reason = col_text(s, 10),
+        };
+        int stop = fn(user, &o);
+        if (stop) { sqlite3_reset(s); return stop; }
+    }
+    if (rc != SQLITE_DONE) return db_fail(r, rc, "reading spec_trail");
+    sqlite3_reset(s);
+    return BT_OK;
+}
+
+int bt_trace_steps_each(bt_trace_reader *r, int from, int to,
+                        int (*fn)(void *user, const bt_trace_step_row *row), void *user)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = sprep(r, SQ_STEP_RANGE, &s);
+    if (rc) return rc;
+    sqlite3_bind_int(s, 1, from);
+    sqlite3_bind_int(s, 2, to);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        bt_trace_step_row o;
+        read_step(s, &o);
+        int stop = fn(user, &o);
+        if (stop) { sqlite3_reset(s); return stop; }
+    }
+    if (rc != SQLITE_DONE) return db_fail(r, rc, "reading steps");
+    sqlite3_reset(s);
+    return BT_OK;
+}
+
+int bt_trace_first_bad_logits_of(bt_trace_reader *r, const char *model, bt_trace_logits_row *out, bool *found)
+{
+    *found = false;
+    sqlite3_stmt *s = NULL;
+    int rc = sprep(r, SQ_BAD_LOGITS_OF, &s);
+    if (rc) return rc;
+    sqlite3_bind_text(s, 1, model ? model : "target", -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE) { sqlite3_reset(s); return BT_OK; }
+    if (rc != SQLITE_ROW) return db_fail(r, rc, "reading logits");
+    int step = sqlite3_column_int(s, 0);
+    sqlite3_reset(s);
+    /* a verify step holds one snapshot per target row it used (k + 1) */
+    bt_trace_logits_row *rows = malloc(64 * sizeof(*rows));
+    if (!rows) return bt_error(BT_ENOMEM, "%s: out of memory", r->path);
+    int n = 0;
+    if ((rc = bt_trace_step_logits(r, step, rows, 64, &n))) { free(rows); return rc; }
+    for (int i = 0; i < n; i++)
+        if (rows[i].nan + rows[i].pinf + rows[i].ninf > 0) { *out = rows[i]; *found = true; break; }
+    free(rows);
+    return BT_OK;
+}
+
+int bt_trace_first_bad_step_of(bt_trace_reader *r, const char *model, int *step)
+{
+    *step = -1;
+    sqlite3_stmt *s = NULL;
+    int rc = sprep(r, SQ_FIRST_BAD_OF, &s);
+    if (rc) return rc;
+    sqlite3_bind_text(s, 1, model ? model : "target", -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(s);
+    if (rc != SQLITE_ROW) return db_fail(r, rc, "reading tap_bad");
+    if (sqlite3_column_type(s, 0) != SQLITE_NULL) *step = sqlite3_column_int(s, 0);
     sqlite3_reset(s);
     return BT_OK;
 }

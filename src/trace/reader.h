@@ -172,4 +172,51 @@ typedef struct bt_trace_backtrace_row {
 } bt_trace_backtrace_row;
 int bt_trace_backtraces_each(bt_trace_reader *r, int (*fn)(void *user, const bt_trace_backtrace_row *bt), void *user);
 
+/* ---- speculative decoding ----
+ * A trace written before the spec tables existed (or of a plain run) reads
+ * as non-speculative: bt_trace_has_spec() is false and the iterators below
+ * call fn for nothing. */
+
+/* The run speculated: the trace has spec tables with a verify step, or its
+ * meta names a drafter. */
+bool bt_trace_has_spec(const bt_trace_reader *r);
+
+typedef struct bt_trace_spec_step_row {
+    int step;                   /* the verify step */
+    char drafter[32];           /* model | self:N | ngram:N */
+    int k, accepted;            /* tokens drafted, accepted prefix length */
+    int32_t bonus_token;        /* -1 when NULL (generation stopped) */
+    char bonus_kind[16];        /* correction | bonus | none; "" when NULL */
+} bt_trace_spec_step_row;
+/* spec_steps rows of verify steps [from, to], in step order. */
+int bt_trace_spec_steps_each(bt_trace_reader *r, int from, int to,
+                             int (*fn)(void *user, const bt_trace_spec_step_row *row), void *user);
+
+typedef struct bt_trace_spec_trail_row {
+    int step, draft_idx, draft_pos;
+    int draft_step;             /* -1: no draft forward (n-gram) */
+    int32_t draft_token;
+    double draft_prob;          /* NAN when NULL */
+    bool draft_finite;
+    int32_t target_token;       /* -1 when NULL */
+    double target_prob;         /* NAN when NULL */
+    bool accepted;
+    const char *reason;         /* match | mismatch | accept p/q | ...; NULL when not recorded */
+} bt_trace_spec_trail_row;
+/* spec_trail rows of verify steps [from, to], in (step, draft_idx) order. */
+int bt_trace_spec_trail_each(bt_trace_reader *r, int from, int to,
+                             int (*fn)(void *user, const bt_trace_spec_trail_row *row), void *user);
+
+/* Steps [from, to] in order: model (target | draft) and kind (prefill |
+ * decode | verify | draft) with their positions. */
+int bt_trace_steps_each(bt_trace_reader *r, int from, int to,
+                        int (*fn)(void *user, const bt_trace_step_row *row), void *user);
+/* The first step of model (NULL = "target") whose logit snapshot has a
+ * non-finite value: a drafter's NaN row never reaches the output, the
+ * target's does. *found false if none. */
+int bt_trace_first_bad_logits_of(bt_trace_reader *r, const char *model, bt_trace_logits_row *out, bool *found);
+/* The first step with a non-finite tap in a pass of model (NULL = "target"),
+ * -1 if none. Reads tap_bad (sparse: bad tensors only). */
+int bt_trace_first_bad_step_of(bt_trace_reader *r, const char *model, int *step);
+
 #endif

@@ -41,7 +41,7 @@ extern const char bt_trace_schema_sql[];   /* generated from traces/schema.sql *
 
 enum {
     ST_META, ST_TENSOR, ST_STEP, ST_BLOB, ST_BAD, ST_LOGITS, ST_ROW, ST_TOKEN, ST_FINISH,
-    ST_EVENT, ST_BT, ST_BEGIN, ST_COMMIT, ST_COUNT
+    ST_EVENT, ST_BT, ST_SPEC_STEP, ST_SPEC_TRAIL, ST_BEGIN, ST_COMMIT, ST_COUNT
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
@@ -59,6 +59,10 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_FINISH] = "UPDATE tokens SET finish_reason = ?1 WHERE seq = (SELECT max(seq) FROM tokens WHERE role <> 'prompt')",
     [ST_EVENT] = "INSERT INTO events(step, pos, kind, layer, op, tensor, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     [ST_BT] = "INSERT INTO backtraces(event_id, step, kind, frames) VALUES (?1, ?2, ?3, ?4)",
+    [ST_SPEC_STEP] = "INSERT OR REPLACE INTO spec_steps(step, drafter, k, accepted, bonus_token, bonus_kind) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    [ST_SPEC_TRAIL] = "INSERT OR REPLACE INTO spec_trail(step, draft_idx, draft_pos, draft_step, draft_token, draft_prob,"
+                      " draft_finite, target_token, target_prob, accepted, reason)"
+                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     [ST_BEGIN] = "BEGIN",
     [ST_COMMIT] = "COMMIT",
 };
@@ -584,4 +588,42 @@ int64_t bt_trace_size(const char *path)
     snprintf(wal, sizeof wal, "%s-wal", path);
     if (stat(wal, &st) == 0) total += st.st_size;
     return total;
+}
+
+int bt_trace_spec_step(bt_trace *t, int step, const char *drafter, int k, int accepted,
+                       int32_t bonus_token, const char *bonus_kind)
+{
+    REENTRY_GUARD(t);
+    sqlite3_stmt *s = t->st[ST_SPEC_STEP];
+    t->in_sqlite = 1;
+    sqlite3_bind_int(s, 1, step);
+    sqlite3_bind_text(s, 2, drafter ? drafter : "?", -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 3, k);
+    sqlite3_bind_int(s, 4, accepted);
+    bind_int_or_null(s, 5, bonus_token);
+    bind_text_or_null(s, 6, bonus_kind);
+    int rc = run_stmt(t, ST_SPEC_STEP, "writing spec_steps");
+    t->in_sqlite = 0;
+    return rc;
+}
+
+int bt_trace_spec_trail(bt_trace *t, const bt_spec_row *r)
+{
+    REENTRY_GUARD(t);
+    sqlite3_stmt *s = t->st[ST_SPEC_TRAIL];
+    t->in_sqlite = 1;
+    sqlite3_bind_int(s, 1, r->step);
+    sqlite3_bind_int(s, 2, r->draft_idx);
+    sqlite3_bind_int(s, 3, r->draft_pos);
+    bind_int_or_null(s, 4, r->draft_step);
+    sqlite3_bind_int(s, 5, r->draft_token);
+    bind_real_or_null(s, 6, r->draft_prob);
+    sqlite3_bind_int(s, 7, r->draft_finite);
+    bind_int_or_null(s, 8, r->target_token);
+    bind_real_or_null(s, 9, r->target_prob);
+    sqlite3_bind_int(s, 10, r->accepted);
+    bind_text_or_null(s, 11, r->reason);
+    int rc = run_stmt(t, ST_SPEC_TRAIL, "writing spec_trail");
+    t->in_sqlite = 0;
+    return rc;
 }

@@ -17,6 +17,16 @@ KIND:
   big       SmolLM2-135M-shaped (30 layers, 393 tapped tensors) with --steps N
             decode steps (default 300000, about 1 GB); NaN at step N-20000,
             layer 17, ffn_down, then '!' to the end.
+  spec      speculative decoding as `run --spec-k 4 --draft-self 2` records it
+            (greedy): step 0 target prefill, then per round 4 draft steps
+            (model 'draft', its own tensors: blk.0..1 + embd/norm/logits) and
+            one verify step (k + 1 positions); spec_steps / spec_trail rows,
+            tokens with roles draft / gen / bonus. Acceptance is high for 20
+            rounds, collapses for 10 (accept_collapse event), recovers; in
+            round 33 the draft's blk.1.ffn_down is NaN (draft_finite 0, the
+            draft is rejected); the last round accepts the stop token '</s>'
+            and the 2 drafts after it are after_stop (post_stop_draft event).
+            --steps N sets the number of rounds (default 41).
   foreign   a valid SQLite file that is not a trace.
 
 The layout is the writer's (traces/schema.sql, application_id 0x42545243,
@@ -324,6 +334,192 @@ def big_trace(out, schema, n_steps):
     finish_db(db)
 
 
+def spec_trace(out, schema, rounds):
+    """A greedy self-speculative run (k = 4, first 2 layers as the drafter)."""
+    n_layers, dim, kv, ffn, vocab = 5, 64, 32, 172, 512
+    K, N_DRAFT = 4, 2
+    tens = tensor_list(n_layers, dim, kv, ffn, vocab)
+    dtens = tensor_list(N_DRAFT, dim, kv, ffn, vocab)
+    didx = {t[0]: i for i, t in enumerate(dtens)}
+    db = open_db(out, schema)
+    db.commit()
+    db.isolation_level = None
+    db.execute("BEGIN")
+    write_meta(db, {
+        "tool_version": "0.1.0 (tests/data-gen/make_trace.py spec)", "schema_version": "1", "status": "ok",
+        "argv": "bangtrace run --model stories260K.bin --prompt 'Once upon a time' --spec-k 4 --draft-self 2 --trace %s"
+                % os.path.basename(out),
+        "model_path": "stories260K.bin", "model_sha256": "0" * 64, "arch": "llama",
+        "tokenizer": "tok512.bin (llama2.c)", "sampling": "greedy", "argmax_rule": "first", "seed": "0",
+        "injections": "[]", "backend": "cpu",
+        "spec_k": str(K), "drafter": "self:%d" % N_DRAFT, "draft_model_path": "", "draft_model_sha256": "",
+    })
+    for model, tl in (("target", tens), ("draft", dtens)):
+        for i, (name, layer, op, width) in enumerate(tl):
+            db.execute("INSERT INTO tensors(model, idx, name, layer, op, width) VALUES (?, ?, ?, ?, ?, ?)",
+                       (model, i, name, layer, op, width))
+    words = ["!", "<s>", "</s>", " Once", " upon", " a", " time", ",", " there", " was", " little",
+             " girl", " named", " Lily", ".", " She", " loved", " to", " play", " outside", " in",
+             " the", " park", " with", " her", " friends", " One", " day", " saw", " big", " red",
+             " ball", " and", " wanted", " it", " la"]
+    piece = {i: w for i, w in enumerate(words)}
+    STOP = 2
+    story = list(range(7, 35))
+    prompt = [1, 3, 4, 5, 6]
+    P = len(prompt)
+    rnd = random.Random(5)
+    tmag = [base_magnitude(n, op, layer) for (n, layer, op, w) in tens]
+    dmag = [base_magnitude("draft." + n, op, layer) for (n, layer, op, w) in dtens]
+
+    def truth(j):
+        return story[j % len(story)]
+
+    def logits_row(step, pos, chosen, nan=False):
+        if nan:
+            db.execute("INSERT INTO logits(step, pos, n_vocab, nan, pinf, ninf, max, argmax_first, argmax_torch, "
+                       "argmax_triton, rule, chosen, entropy, topk_ids, topk_vals) VALUES "
+                       "(?, ?, ?, ?, 0, 0, NULL, 0, 0, 0, 'first', 0, NULL, '[]', '[]')", (step, pos, vocab, vocab))
+            return None
+        others = [t for t in range(3, 36) if t != chosen]
+        rnd.shuffle(others)
+        ids = [chosen] + others[:9]
+        top = 9 + 3 * rnd.random()
+        vals = [top] + sorted((top - 0.5 - 6 * rnd.random() for _ in range(9)), reverse=True)
+        lse = math.log(sum(math.exp(v) for v in vals)) + 0.1
+        db.execute("INSERT INTO logits(step, pos, n_vocab, nan, pinf, ninf, max, argmax_first, argmax_torch, "
+                   "argmax_triton, rule, chosen, entropy, topk_ids, topk_vals) VALUES "
+                   "(?, ?, ?, 0, 0, 0, ?, ?, ?, ?, 'first', ?, 1.2, ?, ?)",
+                   (step, pos, vocab, top, chosen, chosen, chosen, chosen, json.dumps(ids),
+                    json.dumps([round(v, 4) for v in vals])))
+        return vals[0] - lse
+
+    def step_row(step, model, kind, pos0, n_pos, bad=None):
+        db.execute("INSERT INTO steps(step, model, kind, pos0, n_pos, ms) VALUES (?, ?, ?, ?, ?, ?)",
+                   (step, model, kind, pos0, n_pos, 0.3 if model == "draft" else 0.9))
+        tl, mags = (dtens, dmag) if model == "draft" else (tens, tmag)
+        stats = []
+        for i, (name, layer, op, width) in enumerate(tl):
+            st = stats_for(mags[i], rnd)
+            if bad and i in bad and bad[i] >= width * n_pos:
+                st = (None, None, None, None)
+            stats.append(st)
+        db.execute("INSERT INTO tap_blobs(step, stats) VALUES (?, ?)", (step, pack(stats)))
+        for i, nan in sorted((bad or {}).items()):
+            mn, mx, mean, rms = stats[i]
+            db.execute("INSERT INTO tap_bad(step, model, idx, nan, pinf, ninf, first_bad_index, first_bad_pos, "
+                       "min, max, mean, rms) VALUES (?, ?, ?, ?, 0, 0, 0, ?, ?, ?, ?, ?)",
+                       (step, model, i, nan, pos0 + n_pos - 1, mn, mx, mean, rms))
+
+    def token(step, pos, tid, role, logprob=None, finish=None):
+        db.execute("INSERT INTO tokens(step, pos, token_id, piece, role, logprob, finish_reason) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                   (step, pos, tid, piece[tid], role, logprob, finish))
+
+    # step 0: the target's prefill; it produces the first output token
+    for p, tid in enumerate(prompt):
+        token(0, p, tid, "prompt")
+    step_row(0, "target", "prefill", 0, P)
+    lp = logits_row(0, P - 1, truth(0))
+    token(0, P, truth(0), "gen", lp)
+    n_out = 1                       # output tokens so far; the next one is truth(n_out)
+    step = 1
+    nan_round = 33 if rounds > 36 else -1
+    rates = []
+    collapse_done = False
+    high_seen = False
+    for r in range(rounds):
+        last = r == rounds - 1
+        if last:
+            m, stop_at = 2, 1       # drafts: truth, </s>, then two after the stop
+        elif 20 <= r < 30:
+            m, stop_at = (0 if r % 3 else 1), -1
+        else:
+            m, stop_at = [4, 4, 3, 4, 2, 4][r % 6], -1
+        if r == nan_round:
+            m = 1                   # the draft row for draft #1 is NaN: '!' drafted, rejected
+        base = P + n_out            # position of the first drafted token
+        drafts, dsteps, finite = [], [], []
+        for i in range(K):
+            if stop_at >= 0:
+                tid = truth(n_out + i) if i < stop_at else STOP if i == stop_at else truth(n_out + i + 3)
+            elif i < m:
+                tid = truth(n_out + i)
+            elif i == m:
+                tid = 0 if r == nan_round else truth(n_out + i + 5)
+            else:
+                tid = truth(n_out + i + 7)
+            bad = None
+            fin = True
+            if r == nan_round and i == m:
+                fin = False
+                bad = {didx["blk.1.ffn_down"]: dim, didx["blk.1.ffn_resid"]: dim,
+                       didx["output_norm"]: dim, didx["logits"]: vocab}
+            n_pos = 2 if i == 0 and r > 0 else 1     # catch-up: the last verified token too
+            step_row(step, "draft", "draft", base + i - n_pos, n_pos, bad)
+            logits_row(step, base + i - 1, tid, nan=not fin)
+            token(step, base + i, tid, "draft")
+            drafts.append(tid)
+            dsteps.append(step)
+            finite.append(fin)
+            step += 1
+        v = step
+        step += 1
+        step_row(v, "target", "verify", base - 1, K + 1)
+        acc = m if stop_at < 0 else stop_at + 1
+        for i in range(K):
+            if stop_at >= 0:
+                ok, reason = (i <= stop_at), ("match" if i <= stop_at else "after_stop")
+                tgt = drafts[i] if i <= stop_at else None
+            elif i < m:
+                ok, reason, tgt = True, "match", drafts[i]
+            elif i == m:
+                ok, reason, tgt = False, "mismatch", truth(n_out + i)
+            else:
+                ok, reason, tgt = False, "after_reject", None
+            tp = (0.85 + 0.1 * rnd.random()) if ok else (0.01 + 0.03 * rnd.random()) if reason == "mismatch" else None
+            db.execute("INSERT INTO spec_trail(step, draft_idx, draft_pos, draft_step, draft_token, draft_prob, draft_finite, "
+                       "target_token, target_prob, accepted, reason) VALUES (?, ?, ?, ?, ?, 1.0, ?, ?, ?, ?, ?)",
+                       (v, i, base + i, dsteps[i], drafts[i], 1 if finite[i] else 0, tgt, tp, 1 if ok else 0, reason))
+        if stop_at >= 0:
+            bonus, kind = None, "none"
+        else:
+            bonus, kind = truth(n_out + m), ("bonus" if m == K else "correction")
+        db.execute("INSERT INTO spec_steps(step, drafter, k, accepted, bonus_token, bonus_kind) VALUES (?, ?, ?, ?, ?, ?)",
+                   (v, "self:%d" % N_DRAFT, K, acc, bonus, kind))
+        # target rows used: one per accepted draft plus the bonus row
+        used = acc if bonus is None else acc + 1
+        for i in range(used):
+            pos = base - 1 + i
+            chosen = drafts[i] if i < acc else bonus
+            lp = logits_row(v, pos, chosen)
+            if i < acc:
+                fin = "stop" if (stop_at >= 0 and i == stop_at) else None
+                token(v, base + i, drafts[i], "gen", lp, fin)
+            else:
+                token(v, base + i, bonus, "bonus", lp)
+        n_out += used
+        rates.append(acc / K)
+        w = rates[-8:]
+        rate = sum(w) / len(w)
+        if rate >= 0.6 and len(w) == 8:
+            high_seen = True
+        if high_seen and not collapse_done and len(w) == 8 and rate < 0.25:
+            collapse_done = True
+            db.execute("INSERT INTO events(step, pos, kind, detail) VALUES (?, ?, 'accept_collapse', ?)",
+                       (v, base, "acceptance over the last 8 verify steps fell to %.2f (was >= 0.60)" % rate))
+        if r == nan_round:
+            cur = db.execute("INSERT INTO events(step, pos, kind, layer, op, tensor, detail) VALUES "
+                             "(?, ?, 'first_nonfinite', 1, 'ffn_down', 'blk.1.ffn_down', ?)",
+                             (dsteps[m], base + m - 1, "draft model: blk.1.ffn_down: 64 NaN of 64 at step %d" % dsteps[m]))
+            db.execute("INSERT INTO backtraces(event_id, step, kind, frames) VALUES (?, ?, 'first_nonfinite', ?)",
+                       (cur.lastrowid, dsteps[m], "#0 0x0000555555561e20 bt_engine_forward+0x9d0 (bangtrace)\n"
+                                                  "#1 0x0000555555563a11 bt_spec_decode+0x231 (bangtrace)"))
+        if last:
+            db.execute("INSERT INTO events(step, pos, kind, detail) VALUES (?, ?, 'post_stop_draft', ?)",
+                       (v, base + stop_at, "2 drafted tokens followed the accepted stop token; none reached the output"))
+    db.execute("COMMIT")
+    finish_db(db)
+
+
 def foreign(out):
     if os.path.exists(out):
         os.remove(out)
@@ -354,6 +550,8 @@ def main(argv):
         small_trace(kind, out, schema)
     elif kind == "big":
         big_trace(out, schema, steps)
+    elif kind == "spec":
+        spec_trace(out, schema, steps if steps != 300000 else 41)
     elif kind == "foreign":
         foreign(out)
     else:

@@ -1,0 +1,278 @@
+/* view_spec.c - the Speculation view: per verify step, the drafted tokens
+ * against the target's (accepted '+', rejected 'x' with the target's token,
+ * never judged '-' / after the stop token 's' greyed), the bonus or
+ * correction token, the drafter and k; above them the acceptance rate over
+ * time as a sparkline with the selected verify step marked under it.
+ *
+ * Only the verify steps on screen are loaded (one pk range on spec_steps and
+ * one on spec_trail per draw). Keys: up/down a verify step, left/right a
+ * draft within it, PgUp/PgDn, g/G, n/p the next/previous rejection, Enter
+ * opens the verify step in the Step view with the logit row that judged the
+ * selected draft (by default the rejection, else the bonus row). */
+#include "view.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool spark_utf8(const tui_app *a) { return (a->san & TUI_SAN_UTF8) && a->color; }
+
+/* 'piece' sanitized, or #id when the trace never showed that token's text. */
+static void piece_of(tui_app *a, int id, int64_t near, char *buf, size_t cap, int max_cols)
+{
+    int len = 0;
+    const char *p = id >= 0 ? tui_trace_piece(a->tr, id, near, &len) : NULL;
+    if (id < 0) { snprintf(buf, cap, "-"); return; }
+    if (!p || cap < 4) { snprintf(buf, cap, "#%d", id); return; }
+    buf[0] = '\'';
+    tui_sanitize(p, len, buf + 1, cap - 2, max_cols, a->san | TUI_SAN_SHOWSPACE);
+    strcat(buf, "'");
+}
+
+static int mark_attr(const tui_app *a, const tui_spec_draft *d)
+{
+    if (!d->draft_finite) return tui_attr_fg(a, TUI_H_BAD);
+    switch (d->mark) {
+    case TUI_SM_ACCEPT: return tui_attr_fg(a, TUI_H_CLEAN);
+    case TUI_SM_REJECT: return tui_attr_fg(a, TUI_H_BAD);
+    default: return A_DIM;
+    }
+}
+
+/* The draft the cursor is on: the chosen one, else the rejection. */
+static int cur_draft(const tui_app *a, const tui_spec_row *r)
+{
+    if (a->spec_col >= 0 && a->spec_col < r->n) return a->spec_col;
+    return r->reject_at;
+}
+
+static void draw_summary(tui_app *a, const tui_rect *r)
+{
+    const tui_spec_info *si = &a->spec;
+    double rate = si->tot_drafted ? (double)si->tot_acc / (double)si->tot_drafted : NAN;
+    char pct[32];
+    if (isnan(rate)) snprintf(pct, sizeof pct, "-");
+    else snprintf(pct, sizeof pct, "%.1f%%", 100 * rate);
+    tui_putf(r->y, r->x, r->w, A_BOLD, "Speculation  drafter %s  k %d  verify steps %d..%d  acceptance %s%s (%lld/%lld drafted%s)",
+             si->drafter[0] ? si->drafter : "?", si->spec_k, si->min_step, si->max_step, si->exact ? "" : "~", pct,
+             (long long)si->tot_acc, (long long)si->tot_drafted, si->exact ? "" : ", sampled");
+}
+
+static void draw_spark(tui_app *a, const tui_spec_layout *l)
+{
+    const tui_spec_info *si = &a->spec;
+    if (l->spark.h < 2 || l->spark_w < 4) return;
+    int cols = l->spark_w;
+    double rate[TUI_SPARK_BUCKETS];
+    char buf[TUI_SPARK_BUCKETS * 3 + 1];
+    tui_spark_rebin(si->win_acc, si->win_drafted, si->n_win, cols, rate);
+    tui_spark_render(rate, cols, spark_utf8(a), buf, sizeof buf);
+    tui_put(l->spark.y, l->spark.x, 9, A_NORMAL, "accepted");
+    tui_put(l->spark.y, l->spark_x, cols, a->color ? COLOR_PAIR(TUI_P_OK) : A_NORMAL, buf);
+    /* under it: the step range and a caret at the selected verify step */
+    int y = l->spark.y + 1;
+    char lo[32], hi[32];
+    snprintf(lo, sizeof lo, "%d", si->min_step);
+    snprintf(hi, sizeof hi, "%d", si->max_step);
+    tui_put(y, l->spark.x, 9, A_DIM, "step");
+    tui_put(y, l->spark_x, cols, A_DIM, lo);
+    int hw = (int)strlen(hi);
+    if (hw + (int)strlen(lo) + 2 < cols) tui_put(y, l->spark_x + cols - hw, hw, A_DIM, hi);
+    int c = tui_spark_col(tui_spec_window_of(si, a->spec_sel), si->n_win, cols);
+    tui_put(y, l->spark_x + c, 1, A_BOLD, "^");
+}
+
+/* One verify step on one line: "> 1234  2/4  +'a' +'b' x'c'>'d' -'e' | corr 'd'". */
+static void draw_row(tui_app *a, const tui_spec_row *r, int y, int x0, int w, bool sel)
+{
+    int64_t near = tui_trace_step_seq(a->tr, r->step);
+    int x = x0, end = x0 + w;
+    char head[48];
+    snprintf(head, sizeof head, "%c%6d %2d/%-2d ", sel ? '>' : ' ', r->step, r->accepted, r->k);
+    x += tui_put(y, x, end - x, sel ? A_BOLD | A_REVERSE : A_BOLD, head);
+    int cur = sel ? cur_draft(a, r) : -1;
+    const char *arrow = (a->san & TUI_SAN_UTF8) ? "\xe2\x86\x92" : ">";
+    for (int i = 0; i < r->n && x < end; i++) {
+        const tui_spec_draft *d = &r->d[i];
+        char p[64], t[64], cell[160];
+        piece_of(a, d->draft_token, near, p, sizeof p, 12);
+        if (d->mark == TUI_SM_REJECT) {
+            piece_of(a, d->target_token, near, t, sizeof t, 12);
+            snprintf(cell, sizeof cell, "%s%c%s%s%s", d->draft_finite ? "" : "!", tui_spec_mark_char(d->mark), p, arrow, t);
+        } else {
+            snprintf(cell, sizeof cell, "%s%c%s", d->draft_finite ? "" : "!", tui_spec_mark_char(d->mark), p);
+        }
+        int attr = mark_attr(a, d) | (i == cur ? A_REVERSE : 0);
+        x += tui_put(y, x, end - x, attr, cell);
+        if (x < end) x += tui_put(y, x, end - x, A_NORMAL, " ");
+    }
+    if (x < end) {
+        char b[64], cell[96];
+        if (r->bonus_token >= 0) {
+            piece_of(a, r->bonus_token, near, b, sizeof b, 12);
+            snprintf(cell, sizeof cell, "| %s %s", !strcmp(r->bonus_kind, "correction") ? "corr" : r->bonus_kind[0] ? r->bonus_kind : "bonus", b);
+        } else {
+            snprintf(cell, sizeof cell, "| stop");
+        }
+        tui_put(y, x, end - x, A_BOLD, cell);
+    }
+}
+
+static void draw_detail(tui_app *a, const tui_spec_row *r, const tui_rect *rc)
+{
+    if (rc->h <= 0) return;
+    int64_t near = tui_trace_step_seq(a->tr, r->step);
+    char b[4][64];
+    mvhline(rc->y, rc->x, ACS_HLINE, rc->w);
+    if (r->bonus_token >= 0) piece_of(a, r->bonus_token, near, b[0], sizeof b[0], 16);
+    tui_putf(rc->y, rc->x + 2, rc->w - 4, A_BOLD, " verify step %d: %d of %d accepted; %s %s  (Enter: Step view) ", r->step, r->accepted,
+             r->k, r->bonus_token >= 0 ? (r->bonus_kind[0] ? r->bonus_kind : "bonus") : "no bonus:",
+             r->bonus_token >= 0 ? b[0] : "generation stopped");
+    int cur = cur_draft(a, r);
+    for (int i = 0; i < r->n && i + 1 < rc->h; i++) {
+        const tui_spec_draft *d = &r->d[i];
+        piece_of(a, d->draft_token, near, b[0], sizeof b[0], 14);
+        piece_of(a, d->target_token, near, b[1], sizeof b[1], 14);
+        char where[48];
+        if (!d->draft_finite) snprintf(where, sizeof where, "NON-FINITE draft row");
+        else if (d->draft_step >= 0) snprintf(where, sizeof where, "draft step %d", d->draft_step);
+        else snprintf(where, sizeof where, "n-gram");
+        tui_putf(rc->y + 1 + i, rc->x, rc->w, mark_attr(a, d) | (i == cur ? A_REVERSE : 0),
+                 "%c #%-2d pos %-5d %-16s q %-6s target %-16s p %-6s %-12s %s", tui_spec_mark_char(d->mark), d->idx, d->pos, b[0],
+                 tui_num(b[2], 32, d->draft_prob), b[1], tui_num(b[3], 32, d->target_prob), d->reason[0] ? d->reason : tui_spec_mark_name(d->mark),
+                 where);
+    }
+    if (r->n < r->k && r->n + 1 < rc->h)
+        tui_putf(rc->y + 1 + r->n, rc->x, rc->w, A_DIM, "  (%d more drafts not shown)", r->k - r->n);
+}
+
+void tui_spec_draw(tui_app *a, const tui_rect *body)
+{
+    if (tui_app_spec(a) != BT_OK) { tui_put(body->y, body->x, body->w, A_BOLD, bt_errmsg()); return; }
+    const tui_spec_info *si = &a->spec;
+    if (!si->present) {
+        tui_put(body->y, body->x, body->w, A_BOLD, "Not a speculative trace: no verify steps were recorded.");
+        tui_put(body->y + 1, body->x, body->w, A_NORMAL,
+                "Runs with --spec-k K and a drafter (--draft MODEL, --draft-self N, --draft-ngram N) record");
+        tui_put(body->y + 2, body->x, body->w, A_NORMAL, "each verify step's drafted tokens against the target's here.");
+        return;
+    }
+    tui_spec_layout l;
+    tui_layout_spec(body, si->spec_k, &l);
+    draw_summary(a, &l.summary);
+    draw_spark(a, &l);
+    int vis = l.list.h - 1;
+    a->spec_page = vis > 1 ? vis : 1;
+    if (vis < 1) return;
+    tui_putf(l.list.y, l.list.x, l.list.w, A_BOLD, "  step acc/k drafts (%c accepted, %c rejected%starget, %c not reached, %c after stop)  bonus",
+             tui_spec_mark_char(TUI_SM_ACCEPT), tui_spec_mark_char(TUI_SM_REJECT), (a->san & TUI_SAN_UTF8) ? "\xe2\x86\x92" : ">",
+             tui_spec_mark_char(TUI_SM_AFTER_REJECT), tui_spec_mark_char(TUI_SM_AFTER_STOP));
+    tui_spec_row *rows = malloc(sizeof(tui_spec_row) * vis);
+    if (!rows) { tui_put(l.list.y + 1, l.list.x, l.list.w, A_BOLD, "out of memory"); return; }
+    int n = 0;
+    if (a->spec_top > a->spec_sel) a->spec_top = a->spec_sel;
+    if (tui_spec_rows_load(a->tr, a->spec_top, +1, rows, vis, &n) != BT_OK) {
+        tui_put(l.list.y + 1, l.list.x, l.list.w, A_BOLD, bt_errmsg());
+        free(rows);
+        return;
+    }
+    /* the selection fell below the page (moved down, or the terminal got
+     * shorter): the page ends at it */
+    if (n && a->spec_sel > rows[n - 1].step) {
+        if (tui_spec_rows_load(a->tr, a->spec_sel, -1, rows, vis, &n) != BT_OK) n = 0;
+        if (n) a->spec_top = rows[0].step;
+    } else if (n < vis && a->spec_top > si->min_step) {     /* a short last page: fill it from the end */
+        if (tui_spec_rows_load(a->tr, si->max_step, -1, rows, vis, &n) != BT_OK) n = 0;
+        if (n) a->spec_top = rows[0].step;
+    }
+    const tui_spec_row *sel = NULL;
+    for (int i = 0; i < n; i++) {
+        bool is_sel = rows[i].step == a->spec_sel;
+        if (is_sel) sel = &rows[i];
+        draw_row(a, &rows[i], l.list.y + 1 + i, l.list.x, l.list.w, is_sel);
+    }
+    if (sel) draw_detail(a, sel, &l.detail);
+    free(rows);
+}
+
+void tui_spec_status(tui_app *a, char *buf, size_t cap)
+{
+    if (!a->spec_valid || !a->spec.present) { snprintf(buf, cap, "not a speculative trace  Tab/1-6:views ?:help q:quit"); return; }
+    snprintf(buf, cap, "verify step %d  up/down:verify step  left/right:draft  n/p:next/prev rejection  Enter:Step view  ?:help",
+             a->spec_sel);
+}
+
+/* Open the verify step in the Step view with the logit row that judged the
+ * selected draft: the row at pos - 1 predicts the token at pos. */
+static int open_step(tui_app *a)
+{
+    tui_spec_row r;
+    if (tui_spec_row_load(a->tr, a->spec_sel, &r) != BT_OK || tui_app_step(a, r.step) != BT_OK) {
+        snprintf(a->status, sizeof a->status, "%s", bt_errmsg());
+        return TUI_R_REDRAW;
+    }
+    int j = cur_draft(a, &r);
+    if (j >= 0 && tui_step_logits_at(a->tr, &a->st, r.d[j].pos - 1) == BT_OK)
+        snprintf(a->status, sizeof a->status, "verify step %d: logits of the row that judged draft #%d (%s, pos %d)", r.step, r.d[j].idx,
+                 tui_spec_mark_name(r.d[j].mark), r.d[j].pos);
+    else
+        snprintf(a->status, sizeof a->status, "verify step %d: %d of %d drafts accepted", r.step, r.accepted, r.k);
+    tui_app_switch(a, tui_view_find("step"));
+    return TUI_R_REDRAW | TUI_R_SWITCH;
+}
+
+static int select_step(tui_app *a, int step)
+{
+    if (step < 0) return TUI_R_NONE;
+    if (step != a->spec_sel) a->spec_col = -1;
+    a->spec_sel = step;
+    if (a->spec_top > step) a->spec_top = step;
+    return TUI_R_REDRAW;
+}
+
+int tui_spec_handle(tui_app *a, int action, const tui_rect *body)
+{
+    (void)body;
+    if (tui_app_spec(a) != BT_OK || !a->spec.present) return TUI_R_NONE;
+    const tui_spec_info *si = &a->spec;
+    switch (action) {
+    case TUI_A_UP: return select_step(a, tui_spec_neighbor(a->tr, a->spec_sel, -1, false));
+    case TUI_A_DOWN: return select_step(a, tui_spec_neighbor(a->tr, a->spec_sel, +1, false));
+    case TUI_A_PGUP: {
+        int page = a->spec_page > 1 ? a->spec_page - 1 : 1;
+        a->spec_top = tui_spec_skip(a->tr, a->spec_top, -page);
+        return select_step(a, tui_spec_skip(a->tr, a->spec_sel, -page));
+    }
+    case TUI_A_PGDN: {
+        int page = a->spec_page > 1 ? a->spec_page - 1 : 1;
+        a->spec_top = tui_spec_skip(a->tr, a->spec_top, page);
+        return select_step(a, tui_spec_skip(a->tr, a->spec_sel, page));
+    }
+    case TUI_A_FIRST: return select_step(a, si->min_step);
+    case TUI_A_LAST: return select_step(a, si->max_step);
+    case TUI_A_LEFT:
+    case TUI_A_RIGHT: {
+        tui_spec_row r;
+        if (tui_spec_row_load(a->tr, a->spec_sel, &r) != BT_OK || !r.n) return TUI_R_NONE;
+        int cur = cur_draft(a, &r);
+        if (cur < 0) cur = action == TUI_A_RIGHT ? -1 : r.n;
+        a->spec_col = tui_nav_clamp(cur, action == TUI_A_RIGHT ? 1 : -1, r.n);
+        return TUI_R_REDRAW;
+    }
+    case TUI_A_NEXT:
+    case TUI_A_PREV: {
+        int s = tui_spec_neighbor(a->tr, a->spec_sel, action == TUI_A_NEXT ? +1 : -1, true);
+        if (s < 0) {
+            snprintf(a->status, sizeof a->status, "no %s rejection", action == TUI_A_NEXT ? "later" : "earlier");
+            return TUI_R_REDRAW;
+        }
+        a->spec_col = -1;
+        select_step(a, s);
+        a->spec_col = -1;
+        return TUI_R_REDRAW;
+    }
+    case TUI_A_ENTER: return open_step(a);
+    default: return TUI_R_NONE;
+    }
+}
