@@ -227,6 +227,7 @@ typedef struct tapdiff {
 
 typedef struct tapcmp {
     int compared_steps;        /* step pairs that compute the same positions */
+    int compared_draft;        /* of which draft steps */
     int64_t compared_taps;     /* tensor pairs actually compared (until the first difference) */
     const char *mode;          /* "step" | "position" */
     bool drafts;               /* draft steps were paired too */
@@ -384,6 +385,7 @@ static int diff_taps(side *A, side *B, double tol, tapcmp *c)
     for (int i = 0; i < A->n_steps; i++) {
         if (pair[i] < 0) continue;
         c->compared_steps++;
+        if (!strcmp(A->steps[i].model, "draft")) c->compared_draft++;
         if (!c->d.found && (rc = compare_step(A, B, &A->steps[i], &B->steps[pair[i]], tol, c))) break;
     }
     free(pair);
@@ -446,6 +448,7 @@ static void tok_text(const tok *t, const char *finish, char *buf, size_t cap)
 {
     char p[128];
     if (!t) { snprintf(buf, cap, "(none: output ended%s%s)", finish[0] ? ", " : "", finish); return; }
+    if (!t->piece) { snprintf(buf, cap, "%d (piece redacted) (step %d)", t->id, t->step); return; }
     piece_str(t, p, sizeof(p));
     snprintf(buf, cap, "%d '%s' (step %d)", t->id, p, t->step);
 }
@@ -484,11 +487,15 @@ static void print_text(const side *A, const side *B, const result *x)
     if (!strcmp(c->mode, "step"))
         printf("taps: compared step by step: %d of %d (A) / %d (B) steps had the same kind and positions\n",
                c->compared_steps, A->n_steps, B->n_steps);
-    else
+    else {
         printf("taps: %s speculative; a trace stores only per-step aggregates, so taps are compared only where "
-               "both have a target step with identical (pos0, n_pos)%s: %d step pairs (A has %d target steps, B %d)\n",
+               "both have a target step with identical (pos0, n_pos)%s: %d step pairs (%d target steps of A's %d and B's %d",
                A->spec && B->spec ? "both traces are" : A->spec ? "A is" : "B is",
-               c->drafts ? " (and draft steps, same drafter)" : "", c->compared_steps, A->n_target, B->n_target);
+               c->drafts ? " (and draft steps, same drafter)" : "", c->compared_steps,
+               c->compared_steps - c->compared_draft, A->n_target, B->n_target);
+        if (c->drafts) printf(", %d draft steps", c->compared_draft);
+        printf(")\n");
+    }
     if (!c->d.found) {
         if (c->compared_steps && !c->compared_taps) printf("taps: no tapped tensor recorded in both traces\n");
         else printf("taps: equal%s (%lld tensor statistics compared)\n", x->tol > 0 ? " within the tolerance" : "",
@@ -501,7 +508,8 @@ static void print_text(const side *A, const side *B, const result *x)
         else snprintf(pos, sizeof(pos), "positions %d-%d", d->sa.pos0, d->sa.pos0 + d->sa.n_pos - 1);
         printf("first diverging tap: step %d", d->step_a);
         if (d->step_b != d->step_a) printf(" (B step %d)", d->step_b);
-        printf(" (%s %s, %s), layer %s, op %s (%s): %s differs%s\n", d->sa.model, d->sa.kind, pos, l, d->op, d->name,
+        printf(" (%s%s%s, %s), layer %s, op %s (%s): %s differs%s\n", d->sa.model, strcmp(d->sa.model, d->sa.kind) ? " " : "",
+               strcmp(d->sa.model, d->sa.kind) ? d->sa.kind : "", pos, l, d->op, d->name,
                d->field, d->inputs_diverged ? "; the step's inputs include the diverged tokens" : "");
         print_stats("A", &d->ta);
         print_stats("B", &d->tb);
@@ -589,6 +597,7 @@ static json_t *result_json(const side *A, const side *B, const result *x)
     }
     json_object_set_new(j, "first_tap_diff", tap);
     json_object_set_new(j, "compared_steps", json_integer(c->compared_steps));
+    json_object_set_new(j, "compared_draft_steps", json_integer(c->compared_draft));
     json_object_set_new(j, "compared_taps", json_integer(c->compared_taps));
     json_object_set_new(j, "tap_pairing", json_string(c->mode));
     json_object_set_new(j, "speculative", json_pack("{s:b,s:b}", "a", A->spec, "b", B->spec));
@@ -646,11 +655,14 @@ int cmd_diff(int argc, char **argv)
     if (diff_taps(&A, &B, o.tol, &x.taps)) goto fail;
     if (x.taps.d.found) {
         /* Different inputs explain a different tap: say whether the step
-         * already consumed a diverged token (its last position reaches it). */
-        int p = x.prompt.found ? x.prompt.pos : x.out.found ? x.out.pos : -1;
+         * already consumed a diverged token. A prompt token is an input of
+         * every step covering its position; an output token at position P
+         * is first fed by the step starting at P (a verify step's later
+         * positions hold drafts, not output tokens). Paired steps share
+         * pos0 and n_pos, so A's step stands for both. */
         const tapdiff *d = &x.taps.d;
-        int last = d->sa.pos0 + d->sa.n_pos - 1, last_b = d->sb.pos0 + d->sb.n_pos - 1;
-        x.taps.d.inputs_diverged = p >= 0 && (last >= p || last_b >= p);
+        int last = d->sa.pos0 + d->sa.n_pos - 1;
+        x.taps.d.inputs_diverged = (x.prompt.found && last >= x.prompt.pos) || (x.out.found && d->sa.pos0 >= x.out.pos);
     }
     x.n_meta = diff_meta(&A, &B, x.meta);
     if (o.json) {

@@ -455,7 +455,9 @@ int cmd_export(int argc, char **argv)
     char sql[256];
     uri = ro_uri(o.in);
     char *attach = uri ? sqlite3_mprintf("ATTACH %Q AS src", uri) : NULL;
-    snprintf(sql, sizeof sql, "PRAGMA page_size = 16384; PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;"
+    /* main. only: without it journal_mode would also try to switch the
+     * read-only source, which fails on a WAL trace (one still being written) */
+    snprintf(sql, sizeof sql, "PRAGMA page_size = 16384; PRAGMA main.journal_mode = OFF; PRAGMA main.synchronous = OFF;"
              " PRAGMA application_id = %lld; PRAGMA user_version = %d;", (long long)app, user_version);
     rc = attach ? exec(&x, attach) : bt_error(BT_ENOMEM, "out of memory");
     sqlite3_free(attach);

@@ -3,8 +3,9 @@
 # self-speculation produces the same output as plain greedy decoding, so diff
 # finds no token difference; taps are compared only at target steps covering
 # identical positions (at least the prefill) and agree there. Two identical
-# speculative runs pair every target and draft step. SKIPs while run has no
-# --spec-k.
+# speculative runs pair every target and draft step; a NaN injected into a
+# verify or a draft forward is the first diverging tap of that step. SKIPs
+# while run has no --spec-k.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
 need_shared
 PY=${PYTHON3:-python3}
@@ -37,4 +38,22 @@ expect_exit 0 "two identical speculative runs" "$BANGTRACE" diff "$TMP/spec.db" 
 steps=$(sql "$TMP/spec.db" "SELECT count(*) FROM steps WHERE model IN ('target', 'draft')")
 [ "$(field "$TMP/out" 'j["compared_steps"]')" = "$steps" ] && ok "identical speculative runs: all $steps target and draft steps paired" \
     || fail "identical spec runs: compared $(field "$TMP/out" 'j["compared_steps"]') of $steps steps"
+
+# A NaN injected into the target's first verify step: the first diverging
+# tap is that step (inputs still equal); one injected into a draft forward
+# diverges there, while the greedy output stays the plain one.
+V=$(sql "$TMP/spec.db" "SELECT min(step) FROM steps WHERE kind = 'verify'")
+"$BANGTRACE" -q run $RUN --spec-k 4 --draft-self 2 --trace "$TMP/tinj.db" --inject "nan@step=$V,layer=3,op=ffn_up,model=target" >/dev/null 2>&1
+expect_exit 1 "spec vs spec with a NaN in verify step $V" "$BANGTRACE" diff "$TMP/spec.db" "$TMP/tinj.db" --json
+[ "$(field "$TMP/out" '(lambda d: (d["step"], d["model"], d["kind"], d["layer"], d["op"], d["field"], d["inputs_diverged"]))(j["first_tap_diff"])')" = "($V, 'target', 'verify', 3, 'ffn_up', 'nan', False)" ] \
+    && ok "target NaN: first diverging tap is verify step $V, layer 3, ffn_up" || fail "target NaN: $(head -c 900 "$TMP/out")"
+[ "$(field "$TMP/out" 'j["first_token_diff"] is not None and j["first_token_diff"]["step"] >= '"$V")" = True ] \
+    && ok "target NaN: output diverges at or after step $V" || fail "target NaN tokens: $(field "$TMP/out" 'j["first_token_diff"]')"
+D=$(sql "$TMP/spec.db" "SELECT min(step) FROM steps WHERE model = 'draft' AND n_pos = 1")
+"$BANGTRACE" -q run $RUN --spec-k 4 --draft-self 2 --trace "$TMP/dinj.db" --inject "nan@step=$D,layer=1,op=ffn_up,model=draft" >/dev/null 2>&1
+expect_exit 1 "spec vs spec with a NaN in draft step $D" "$BANGTRACE" diff "$TMP/spec.db" "$TMP/dinj.db" --json
+[ "$(field "$TMP/out" '(lambda d: (d["step"], d["model"], d["layer"], d["op"], d["field"]))(j["first_tap_diff"])')" = "($D, 'draft', 1, 'ffn_up', 'nan')" ] \
+    && ok "draft NaN: first diverging tap is draft step $D, layer 1, ffn_up" || fail "draft NaN: $(head -c 900 "$TMP/out")"
+[ "$(field "$TMP/out" 'j["first_token_diff"] is None')" = True ] \
+    && ok "draft NaN: greedy output unchanged" || fail "draft NaN changed the output: $(field "$TMP/out" 'j["first_token_diff"]')"
 finish

@@ -1,7 +1,7 @@
 # tests/local.mk - the test suite. Programs are C unit tests; *.sh drive the
 # built binary. ASAN_TESTS (one line) is what `./quickstart check` reruns
 # under ASan+UBSan.
-ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh
+ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh
 TESTS += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh
 EXTRA_DIST += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/golden/smollm2-q4_1.txt tests/trace_run.sh tests/crash_run.sh
 # request parsing, chat templates, sampler / argmax rules
@@ -57,6 +57,9 @@ TESTS += tests/test_tui tests/browse_dump.sh tests/browse_tmux.sh
 tests_test_tui_SOURCES = tests/test_tui.c
 tests_test_tui_LDADD = $(BT_LIBS)
 EXTRA_DIST += tests/browse_dump.sh tests/browse_tmux.sh tests/data-gen/make_trace.py
+# browser: the Speculation view (dump + tmux; real-trace part SKIPs without run --spec-k)
+TESTS += tests/browse_spec.sh
+EXTRA_DIST += tests/browse_spec.sh
 # speculative decoding: distribution of rejection sampling, greedy identity, trails
 check_PROGRAMS += tests/test_spec
 TESTS += tests/test_spec tests/spec.sh
@@ -66,3 +69,6 @@ EXTRA_DIST += tests/spec.sh
 # diff: two traces compared (tokens, taps by step or by position, meta); speculative part SKIPs without run --spec-k
 TESTS += tests/diff.sh tests/diff_spec.sh
 EXTRA_DIST += tests/diff.sh tests/diff_spec.sh
+# bisect / report / export on speculative traces (synthetic contract traces + real run --spec-k runs)
+TESTS += tests/bisect_spec.sh
+EXTRA_DIST += tests/bisect_spec.sh tests/data-gen/make_spec_trace.py

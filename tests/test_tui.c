@@ -1,8 +1,9 @@
 /* test_tui.c - the browser's logic without a terminal: layout arithmetic,
  * the token flow and vertical navigation, run collapsing (also across token
  * windows of a real SQLite trace), colouring decisions, sanitization of
- * hostile token text, the key table and the view registry, and the trace
- * checks that must fail before curses starts. */
+ * hostile token text, the key table and the view registry, the trace
+ * checks that must fail before curses starts, and the Speculation view's
+ * model (marks, sparkline, verify-step pages, drafts kept out of the text). */
 #define NCURSES_WIDECHAR 1
 #include <curses.h>
 
@@ -523,6 +524,288 @@ static void test_model(void)
     free(schema);
 }
 
+/* ---- speculation: marks, sparkline, layout (pure) ---- */
+
+static void test_spec_pure(void)
+{
+    /* marks from (accepted, reason) */
+    CHECK(tui_spec_mark(true, "match") == TUI_SM_ACCEPT);
+    CHECK(tui_spec_mark(true, "accept p/q") == TUI_SM_ACCEPT);
+    CHECK(tui_spec_mark(false, "mismatch") == TUI_SM_REJECT);
+    CHECK(tui_spec_mark(false, "reject p/q") == TUI_SM_REJECT);
+    CHECK(tui_spec_mark(false, "after_reject") == TUI_SM_AFTER_REJECT);
+    CHECK(tui_spec_mark(false, "after_stop") == TUI_SM_AFTER_STOP);
+    CHECK(tui_spec_mark(false, NULL) == TUI_SM_REJECT);       /* unknown reason: a rejection, not hidden */
+    CHECK(tui_spec_mark(true, "after_stop") == TUI_SM_ACCEPT); /* accepted wins */
+    CHECK(tui_spec_mark_char(TUI_SM_ACCEPT) == '+' && tui_spec_mark_char(TUI_SM_REJECT) == 'x');
+    CHECK(tui_spec_mark_char(TUI_SM_AFTER_REJECT) == '-' && tui_spec_mark_char(TUI_SM_AFTER_STOP) == 's');
+    CHECK_STR(tui_spec_mark_name(TUI_SM_REJECT), "REJECTED");
+    CHECK_STR(tui_spec_mark_name(TUI_SM_AFTER_STOP), "after_stop");
+
+    /* sparkline levels: 8 equal bands, ends clamped, NAN blank */
+    CHECK(tui_spark_level(0.0) == 0);
+    CHECK(tui_spark_level(0.124) == 0);
+    CHECK(tui_spark_level(0.125) == 1);
+    CHECK(tui_spark_level(0.5) == 4);
+    CHECK(tui_spark_level(0.99) == 7);
+    CHECK(tui_spark_level(1.0) == 7);
+    CHECK(tui_spark_level(1.7) == 7 && tui_spark_level(-0.2) == 0);
+    CHECK(tui_spark_level(NAN) == -1);
+    CHECK_STR(tui_spark_glyph(0, true), "\xe2\x96\x81");      /* U+2581 lower one eighth block */
+    CHECK_STR(tui_spark_glyph(7, true), "\xe2\x96\x88");      /* U+2588 full block */
+    CHECK_STR(tui_spark_glyph(0, false), "_");
+    CHECK_STR(tui_spark_glyph(7, false), "#");
+    CHECK_STR(tui_spark_glyph(-1, true), " ");
+    for (int l = 0; l < 8; l++) {
+        CHECK(strlen(tui_spark_glyph(l, false)) == 1);
+        CHECK(tui_text_width(tui_spark_glyph(l, true)) == 1);   /* one column each */
+        for (int m = 0; m < l; m++) CHECK(strcmp(tui_spark_glyph(l, false), tui_spark_glyph(m, false)));
+    }
+
+    /* re-binning windows into columns */
+    int64_t acc[8] = { 4, 4, 0, 0, 2, 2, 0, 3 }, dr[8] = { 4, 4, 4, 4, 4, 4, 0, 4 };
+    double r[16];
+    tui_spark_rebin(acc, dr, 8, 4, r);                       /* two windows per column */
+    CHECK(r[0] == 1.0 && r[1] == 0.0 && r[2] == 0.5 && r[3] == 0.75);
+    tui_spark_rebin(acc, dr, 8, 16, r);                      /* more columns: each window twice */
+    CHECK(r[0] == 1.0 && r[1] == 1.0 && r[4] == 0.0 && r[15] == 0.75);
+    CHECK(isnan(r[12]) && isnan(r[13]));                     /* window 6 drafted nothing */
+    tui_spark_rebin(acc, dr, 8, 3, r);                       /* uneven: 2 + 3 + 3 windows */
+    CHECK(r[0] == 1.0 && fabs(r[1] - 2.0 / 12) < 1e-12 && r[2] == 5.0 / 8);
+    char buf[64];
+    double rates[5] = { 0, 0.5, 1, NAN, 0.3 };
+    CHECK(tui_spark_render(rates, 5, false, buf, sizeof buf) == 5);
+    CHECK_STR(buf, "_=# :");
+    CHECK(tui_spark_render(rates, 5, true, buf, sizeof buf) == 5);
+    CHECK(tui_text_width(buf) == 5 && strlen(buf) == 4 * 3 + 1);
+    CHECK(tui_spark_render(rates, 5, true, buf, 8) == 2);    /* never cuts a glyph */
+    /* the caret column is the column whose windows hold the step */
+    CHECK(tui_spark_col(0, 8, 4) == 0 && tui_spark_col(1, 8, 4) == 0 && tui_spark_col(2, 8, 4) == 1);
+    CHECK(tui_spark_col(7, 8, 4) == 3 && tui_spark_col(99, 8, 4) == 3);
+    CHECK(tui_spark_col(3, 8, 16) == 6);
+    for (int n = 1; n < 40; n += 3)
+        for (int cols = 1; cols < 50; cols += 7)
+            for (int w = 0; w < n; w++) {
+                int c = tui_spark_col(w, n, cols);
+                int w0 = (int)((int64_t)c * n / cols), w1 = (int)((int64_t)(c + 1) * n / cols);
+                if (w1 <= w0) w1 = w0 + 1;
+                CHECK(c >= 0 && c < cols && w >= w0 && w < w1);
+            }
+
+    /* the view's geometry at 80x24 and 200x60, k = 4 and k = 16 */
+    int sizes[][2] = { { 24, 80 }, { 60, 200 }, { 12, 40 } };
+    int ks[] = { 1, 4, 16 };
+    for (size_t i = 0; i < BT_ARRAY_SIZE(sizes); i++)
+        for (size_t j = 0; j < BT_ARRAY_SIZE(ks); j++) {
+            tui_screen s;
+            tui_layout_screen(sizes[i][0], sizes[i][1], &s);
+            tui_spec_layout l;
+            tui_layout_spec(&s.body, ks[j], &l);
+            CHECK(rect_inside(&l.summary, &s.body) && rect_inside(&l.list, &s.body) && rect_inside(&l.detail, &s.body));
+            CHECK(!rects_overlap(&l.summary, &l.spark) && !rects_overlap(&l.spark, &l.list) && !rects_overlap(&l.list, &l.detail));
+            CHECK(l.summary.h + l.spark.h + l.list.h + l.detail.h == s.body.h);
+            CHECK(l.list.h >= 4);                            /* header + 3 verify steps at least */
+            CHECK(l.spark_x + l.spark_w <= s.body.x + s.body.w && l.spark_w <= TUI_SPARK_BUCKETS);
+            if (sizes[i][0] >= 24) CHECK(l.spark.h == 2 && l.spark_w >= 60);
+        }
+    tui_screen s;
+    tui_layout_screen(24, 80, &s);
+    tui_spec_layout l;
+    tui_layout_spec(&s.body, 4, &l);
+    CHECK(l.detail.h == 6);                                  /* rule + 4 drafts + 1 */
+    CHECK(l.list.h == 13);                                   /* header + 12 verify steps */
+
+    /* output runs collapse across gen and bonus (a wall is a wall), never into the prompt */
+    tui_tok t[6] = {
+        { .seq = 1, .step = 0, .id = 9, .role = 'p' }, { .seq = 2, .step = 0, .id = 9, .role = 'g' },
+        { .seq = 7, .step = 5, .id = 9, .role = 'g' }, { .seq = 8, .step = 5, .id = 9, .role = 'b' },
+        { .seq = 13, .step = 10, .id = 9, .role = 'g' }, { .seq = 14, .step = 10, .id = 4, .role = 'b' },
+    };
+    tui_cell cells[6];
+    int nc = tui_collapse(t, 6, 2, cells);
+    CHECK(nc == 3);
+    CHECK(cells[0].role == 'p' && cells[0].count == 1);
+    CHECK(cells[1].count == 4 && cells[1].seq0 == 2 && cells[1].seq1 == 13 && cells[1].step1 == 10);
+    CHECK(cells[2].id == 4 && cells[2].role == 'b');
+}
+
+/* A speculative trace: step 0 prefill, then per round 2 draft steps and a
+ * verify step (k = 2): rounds alternate full acceptance and a rejection at
+ * draft 0; the last round accepts the stop token and drafts after it. Draft
+ * tokens are in the token trail (role draft) but not in the text. */
+static bool make_spec_trace(const char *path, const char *schema, int rounds)
+{
+    unlink(path);
+    sqlite3 *db;
+    if (sqlite3_open(path, &db) != SQLITE_OK) return false;
+    bool ok = exec(db, schema) == SQLITE_OK && exec(db, "PRAGMA application_id = 1112822339; PRAGMA user_version = 1; BEGIN") == SQLITE_OK;
+    ok = ok && exec(db, "INSERT INTO tensors VALUES ('target', 0, 'logits', NULL, 'logits', 8), ('draft', 0, 'logits', NULL, 'logits', 8);"
+                        "INSERT INTO meta VALUES ('spec_k', '2'), ('drafter', 'self:1');"
+                        "INSERT INTO steps VALUES (0, 'target', 'prefill', 0, 1, 1);"
+                        "INSERT INTO tokens(step, pos, token_id, piece, role) VALUES (0, 0, 1, 'A', 'prompt'), (0, 1, 2, 'B', 'gen');") == SQLITE_OK;
+    int step = 1, pos = 2;
+    char sql[1024];
+    for (int r = 0; r < rounds && ok; r++) {
+        bool last = r == rounds - 1, reject = !last && r % 2;
+        int d0 = step, d1 = step + 1, v = step + 2;
+        int t0 = last ? 3 : 10 + r % 5, t1 = 20 + r % 5;      /* 3 is the stop token */
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO steps VALUES (%d, 'draft', 'draft', %d, 1, 1), (%d, 'draft', 'draft', %d, 1, 1), (%d, 'target', 'verify', %d, 3, 1);"
+                 "INSERT INTO tokens(step, pos, token_id, piece, role) VALUES (%d, %d, %d, '%s', 'draft'), (%d, %d, %d, 'e', 'draft');",
+                 d0, pos - 1, d1, pos, v, pos - 1, d0, pos, t0, last ? "S" : "d", d1, pos + 1, t1);
+        ok = exec(db, sql) == SQLITE_OK;
+        if (last) {
+            snprintf(sql, sizeof sql,
+                     "INSERT INTO spec_steps VALUES (%d, 'self:1', 2, 1, NULL, 'none');"
+                     "INSERT INTO spec_trail VALUES (%d, 0, %d, %d, 3, 1, 1, 3, 0.9, 1, 'match'), (%d, 1, %d, %d, %d, 1, 1, NULL, NULL, 0, 'after_stop');"
+                     "INSERT INTO tokens(step, pos, token_id, piece, role) VALUES (%d, %d, 3, 'S', 'gen');",
+                     v, v, pos, d0, v, pos + 1, d1, t1, v, pos);
+            pos += 1;
+        } else if (reject) {
+            snprintf(sql, sizeof sql,
+                     "INSERT INTO spec_steps VALUES (%d, 'self:1', 2, 0, 7, 'correction');"
+                     "INSERT INTO spec_trail VALUES (%d, 0, %d, %d, %d, 1, 1, 7, 0.01, 0, 'mismatch'), (%d, 1, %d, %d, %d, 1, 1, NULL, NULL, 0, 'after_reject');"
+                     "INSERT INTO tokens(step, pos, token_id, piece, role) VALUES (%d, %d, 7, 'C', 'bonus');"
+                     "INSERT INTO logits(step, pos, n_vocab, nan, pinf, ninf, chosen) VALUES (%d, %d, 8, 0, 0, 0, 7);",
+                     v, v, pos, d0, t0, v, pos + 1, d1, t1, v, pos, v, pos - 1);
+            pos += 1;
+        } else {
+            snprintf(sql, sizeof sql,
+                     "INSERT INTO spec_steps VALUES (%d, 'self:1', 2, 2, 6, 'bonus');"
+                     "INSERT INTO spec_trail VALUES (%d, 0, %d, %d, %d, 1, 1, %d, 0.9, 1, 'match'), (%d, 1, %d, %d, %d, 1, 1, %d, 0.8, 1, 'match');"
+                     "INSERT INTO tokens(step, pos, token_id, piece, role) VALUES (%d, %d, %d, 'd', 'gen'), (%d, %d, %d, 'e', 'gen'), (%d, %d, 6, 'F', 'bonus');"
+                     "INSERT INTO logits(step, pos, n_vocab, nan, pinf, ninf, chosen) VALUES (%d, %d, 8, 0, 0, 0, %d), (%d, %d, 8, 0, 0, 0, 6);",
+                     v, v, pos, d0, t0, t0, v, pos + 1, d1, t1, t1, v, pos, t0, v, pos + 1, t1, v, pos + 2, v, pos - 1, t0, v, pos + 1);
+            pos += 3;
+        }
+        ok = ok && exec(db, sql) == SQLITE_OK;
+        step += 3;
+    }
+    ok = ok && exec(db, "COMMIT") == SQLITE_OK;
+    sqlite3_close(db);
+    return ok;
+}
+
+static void test_spec_model(void)
+{
+    char *schema = read_schema();
+    if (!schema) { printf("SKIP (part): traces/schema.sql not found (set BT_SRCDIR); spec model tests not run\n"); return; }
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/bt-test-tui-s-%d.db", (int)getpid());
+    CHECK(make_spec_trace(path, schema, 21));
+    tui_trace *tr = NULL;
+    CHECK(tui_trace_open(path, &tr) == BT_OK);
+    if (!tr) { fprintf(stderr, "%s\n", bt_errmsg()); free(schema); return; }
+    CHECK(tui_trace_is_spec(tr));
+    tui_spec_info si;
+    CHECK(tui_spec_info_load(tr, &si) == BT_OK);
+    CHECK(si.present && si.min_step == 3 && si.max_step == 63);
+    CHECK_STR(si.drafter, "self:1");
+    CHECK(si.spec_k == 2);
+    /* 10 full rounds (2/2), 10 rejections (0/2), the stop round (1/2) */
+    CHECK(si.exact && si.tot_rows == 21 && si.tot_drafted == 42 && si.tot_acc == 21);
+    CHECK(si.n_win == 21 && si.win_lo[0] == 3 && si.win_lo[20] == 63);
+    CHECK(tui_spec_window_of(&si, 3) == 0 && tui_spec_window_of(&si, 8) == 1 && tui_spec_window_of(&si, 9) == 2);
+
+    tui_spec_row rows[8];
+    int n = 0;
+    CHECK(tui_spec_rows_load(tr, 0, +1, rows, 8, &n) == BT_OK && n == 8);
+    CHECK(rows[0].step == 3 && rows[0].k == 2 && rows[0].accepted == 2 && rows[0].bonus_token == 6 && rows[0].n == 2);
+    CHECK(rows[0].reject_at == -1 && rows[0].d[0].mark == TUI_SM_ACCEPT && rows[0].d[1].draft_step == 2);
+    CHECK(rows[1].step == 6 && rows[1].reject_at == 0 && rows[1].d[0].mark == TUI_SM_REJECT && rows[1].d[0].target_token == 7);
+    CHECK(rows[1].d[1].mark == TUI_SM_AFTER_REJECT && rows[1].d[1].target_token == -1 && isnan(rows[1].d[1].target_prob));
+    CHECK_STR(rows[1].bonus_kind, "correction");
+    CHECK(tui_spec_rows_load(tr, 62, -1, rows, 3, &n) == BT_OK && n == 3);
+    CHECK(rows[0].step == 54 && rows[2].step == 60);        /* backwards, returned in step order */
+    tui_spec_row row;
+    CHECK(tui_spec_row_load(tr, 63, &row) == BT_OK);
+    CHECK(row.bonus_token == -1 && row.d[1].mark == TUI_SM_AFTER_STOP && row.reject_at == -1);
+    CHECK(tui_spec_row_load(tr, 4, &row) == BT_ENOTFOUND);   /* a draft step */
+    CHECK(tui_spec_neighbor(tr, 3, +1, false) == 6);
+    CHECK(tui_spec_neighbor(tr, 3, -1, false) == -1);
+    CHECK(tui_spec_neighbor(tr, 0, +1, true) == 6);          /* the first rejection */
+    CHECK(tui_spec_neighbor(tr, 6, +1, true) == 12);
+    CHECK(tui_spec_neighbor(tr, 12, -1, true) == 6);
+    CHECK(tui_spec_neighbor(tr, 60, +1, true) == -1);        /* after_stop is no rejection */
+    CHECK(tui_spec_skip(tr, 3, 4) == 15 && tui_spec_skip(tr, 60, 10) == 63 && tui_spec_skip(tr, 15, -10) == 3);
+
+    /* the text: prompt + output, drafts hidden; gen and bonus both shown */
+    tui_tokens tk = { 0 };
+    int64_t smin, smax;
+    tui_trace_bounds(tr, NULL, NULL, &smin, &smax);
+    CHECK(tui_tokens_load(tr, smin, TUI_SAN_UTF8, &tk) == BT_OK);
+    int nd = 0, nb = 0, ng = 0;
+    for (int i = 0; i < tk.n; i++) {
+        nd += tk.cells[i].role == 'd';
+        nb += tk.cells[i].role == 'b';
+        ng += tk.cells[i].role == 'g';
+    }
+    CHECK(nd == 0 && nb == 20 && ng == 1 + 20 + 1);
+    CHECK(tk.cells[tk.n - 1].id == 3);                       /* the stop token ends the text */
+    CHECK(tui_tokens_search(tr, 0, "d", +1) > 0);            /* accepted drafts are text */
+    tui_tokens_free(&tk);
+
+    /* a verify step's logits: the sampled row by default, any used row on request */
+    tui_step st = { 0 };
+    CHECK(tui_step_load(tr, 3, &st) == BT_OK);
+    CHECK(st.lg.present && st.lg.pos == 3 && st.lg.chosen == 6);
+    CHECK(tui_step_logits_at(tr, &st, 1) == BT_OK && st.lg.pos == 1 && st.lg.chosen == 10);
+    CHECK(tui_step_logits_at(tr, &st, 2) == BT_ENOTFOUND && st.lg.pos == 1);   /* unchanged */
+    CHECK(tui_step_load(tr, 4, &st) == BT_OK);
+    CHECK_STR(st.model, "draft");
+    CHECK_STR(st.kind, "draft");
+    CHECK(st.n_taps == 1);
+    tui_step_free(&st);
+
+    /* --dump spec: marks, the rate and the sparkline as plain text */
+    tui_app a;
+    CHECK(tui_app_init(&a, tr, TUI_SAN_UTF8, false) == BT_OK);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    CHECK(tui_dump_spec(&a, out, -1) == BT_OK);
+    fclose(out);
+    CHECK(strstr(text, "drafter self:1, k 2") != NULL);
+    CHECK(strstr(text, "acceptance rate 50.0% (21 of 42 drafted tokens accepted over 21 verify steps)") != NULL);
+    CHECK(strstr(text, "|#_#_#_#_#_#_#_#_#_#_=|") != NULL);
+    CHECK(strstr(text, "x'd'>'C' -'e' | correction 'C'") != NULL);
+    CHECK(strstr(text, "+'S' s'e' | stop") != NULL);
+    free(text);
+    out = open_memstream(&text, &len);
+    CHECK(tui_dump_spec(&a, out, 7) == BT_OK);               /* not a verify step: the next one */
+    fclose(out);
+    CHECK(strstr(text, "step 7 is not a verify step; the next one is 9") && strstr(text, "verify step 9: drafter self:1"));
+    free(text);
+    tui_app_free(&a);
+    tui_trace_close(tr);
+
+    /* not speculative: an empty spec_steps, and a trace from before the tables */
+    CHECK(make_trace(path, schema));
+    CHECK(tui_trace_open(path, &tr) == BT_OK);
+    CHECK(!tui_trace_is_spec(tr));
+    CHECK(tui_spec_info_load(tr, &si) == BT_OK && !si.present);
+    CHECK(tui_spec_neighbor(tr, 0, +1, true) == -1);
+    tui_trace_close(tr);
+    sqlite3 *db;
+    sqlite3_open(path, &db);
+    exec(db, "DROP VIEW v_spec_trail; DROP TABLE spec_trail; DROP TABLE spec_steps");
+    sqlite3_close(db);
+    CHECK(tui_trace_open(path, &tr) == BT_OK);
+    if (tr) {
+        CHECK(tui_spec_info_load(tr, &si) == BT_OK && !si.present);
+        CHECK(tui_app_init(&a, tr, TUI_SAN_UTF8, false) == BT_OK);
+        out = open_memstream(&text, &len);
+        CHECK(tui_dump_spec(&a, out, -1) == BT_OK);
+        fclose(out);
+        CHECK(strstr(text, "not a speculative trace") != NULL);
+        free(text);
+        tui_app_free(&a);
+        tui_trace_close(tr);
+    }
+    unlink(path);
+    free(schema);
+}
+
 int main(void)
 {
     test_layout();
@@ -533,6 +816,8 @@ int main(void)
     test_grid();
     test_keys();
     test_model();
+    test_spec_pure();
+    test_spec_model();
     printf("test_tui: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }

@@ -127,6 +127,10 @@ int cmd_browse(int argc, char **argv)
         fflush(stdout);
     } else {
         if (step >= 0 && tui_app_step(&a, (int)step) == BT_OK && a.st.seq >= 0) tui_app_goto_seq(&a, a.st.seq);
+        if (step >= 0 && tui_app_spec(&a) == BT_OK && a.spec.present) {     /* the Speculation view: that verify step */
+            int v = tui_spec_neighbor(tr, (int)step - 1, +1, false);
+            if (v >= 0) a.spec_sel = a.spec_top = v;
+        }
         a.view = start_view;
         if (tui_views[start_view].name[0] == 'w' && tui_app_walk_jump(&a)) { status = bt_cmd_fail("browse"); }
         else status = tui_browse_run(&a);

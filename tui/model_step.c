@@ -89,7 +89,10 @@ static bool load_logits(tui_trace *tr, tui_step *st, int pos)
     if (found) {
         int id = sqlite3_column_int(s, 0);
         if (lg->chosen < 0) lg->chosen = id;
-        if (id == lg->chosen && sqlite3_column_type(s, 2) != SQLITE_NULL) lg->chosen_logprob = sqlite3_column_double(s, 2);
+        /* the logprob pins the normalizer only for the row that produced it:
+         * a fallback token of a multi-row step may come from another row */
+        bool same_row = s == tr->q[Q_TOK_STEP_POS_GEN] || st->n_pos <= 1;
+        if (same_row && id == lg->chosen && sqlite3_column_type(s, 2) != SQLITE_NULL) lg->chosen_logprob = sqlite3_column_double(s, 2);
         if (st->seq < 0) st->seq = sqlite3_column_int64(s, 3);
     }
     sqlite3_reset(tr->q[Q_TOK_STEP_POS_GEN]);

@@ -93,11 +93,15 @@ static void fill_summary(tui_walk *w)
     char where[112];
     if (l->layer >= 0) snprintf(where, sizeof where, "layer %d, %s", l->layer, l->op);
     else snprintf(where, sizeof where, "%s", l->tensor[0] ? l->tensor : l->op);
+    /* speculative traces: say which pass it came from (the drafter is often
+     * blamed for what the target did, and the other way round) */
+    char model[40] = "";
+    if (l->model[0] && strcmp(l->model, "target")) snprintf(model, sizeof model, " (%s model)", l->model);
     if (l->n > 0)
-        snprintf(w->summary, sizeof w->summary, "step %d, %s: %s of %lld (index %d)", l->step, where, counts,
+        snprintf(w->summary, sizeof w->summary, "step %d%s, %s: %s of %lld (index %d)", l->step, model, where, counts,
                  (long long)l->n, l->first_bad_index);
     else
-        snprintf(w->summary, sizeof w->summary, "step %d, %s: %s", l->step, where, counts);
+        snprintf(w->summary, sizeof w->summary, "step %d%s, %s: %s", l->step, model, where, counts);
 }
 
 static int from_events(tui_trace *tr, tui_walk *w)

@@ -30,6 +30,15 @@ static void piece_of(tui_app *a, int id, int64_t near, char *buf, size_t cap, in
     strcat(buf, "'");
 }
 
+/* Pad a sanitized string to cols display columns (printf counts bytes). */
+static const char *pad(char *buf, size_t cap, int cols)
+{
+    size_t len = strlen(buf);
+    for (int w = tui_text_width(buf); w < cols && len + 1 < cap; w++) buf[len++] = ' ';
+    buf[len] = 0;
+    return buf;
+}
+
 static int mark_attr(const tui_app *a, const tui_spec_draft *d)
 {
     if (!d->draft_finite) return tui_attr_fg(a, TUI_H_BAD);
@@ -76,10 +85,10 @@ static void draw_spark(tui_app *a, const tui_spec_layout *l)
     snprintf(lo, sizeof lo, "%d", si->min_step);
     snprintf(hi, sizeof hi, "%d", si->max_step);
     tui_put(y, l->spark.x, 9, A_DIM, "step");
-    tui_put(y, l->spark_x, cols, A_DIM, lo);
-    int hw = (int)strlen(hi);
-    if (hw + (int)strlen(lo) + 2 < cols) tui_put(y, l->spark_x + cols - hw, hw, A_DIM, hi);
     int c = tui_spark_col(tui_spec_window_of(si, a->spec_sel), si->n_win, cols);
+    int lw = (int)strlen(lo), hw = (int)strlen(hi);
+    if (c > lw) tui_put(y, l->spark_x, cols, A_DIM, lo);      /* labels the caret would cut are left out */
+    if (hw + lw + 2 < cols && c < cols - hw - 1) tui_put(y, l->spark_x + cols - hw, hw, A_DIM, hi);
     tui_put(y, l->spark_x + c, 1, A_BOLD, "^");
 }
 
@@ -124,7 +133,18 @@ static void draw_detail(tui_app *a, const tui_spec_row *r, const tui_rect *rc)
     if (rc->h <= 0) return;
     int64_t near = tui_trace_step_seq(a->tr, r->step);
     char b[4][64];
-    mvhline(rc->y, rc->x, ACS_HLINE, rc->w);
+    {   /* a plain rule: the alternate character set is not there in every terminal */
+        char rule[1024];
+        bool u = (a->san & TUI_SAN_UTF8) != 0;
+        int n = rc->w < (int)(sizeof rule / 3) - 1 ? rc->w : (int)(sizeof rule / 3) - 1;
+        size_t o = 0;
+        for (int i = 0; i < n; i++) {
+            if (u) { memcpy(rule + o, "\xe2\x94\x80", 3); o += 3; }
+            else rule[o++] = '-';
+        }
+        rule[o] = 0;
+        tui_put(rc->y, rc->x, rc->w, A_DIM, rule);
+    }
     if (r->bonus_token >= 0) piece_of(a, r->bonus_token, near, b[0], sizeof b[0], 16);
     tui_putf(rc->y, rc->x + 2, rc->w - 4, A_BOLD, " verify step %d: %d of %d accepted; %s %s  (Enter: Step view) ", r->step, r->accepted,
              r->k, r->bonus_token >= 0 ? (r->bonus_kind[0] ? r->bonus_kind : "bonus") : "no bonus:",
@@ -132,15 +152,16 @@ static void draw_detail(tui_app *a, const tui_spec_row *r, const tui_rect *rc)
     int cur = cur_draft(a, r);
     for (int i = 0; i < r->n && i + 1 < rc->h; i++) {
         const tui_spec_draft *d = &r->d[i];
-        piece_of(a, d->draft_token, near, b[0], sizeof b[0], 14);
-        piece_of(a, d->target_token, near, b[1], sizeof b[1], 14);
+        piece_of(a, d->draft_token, near, b[0], sizeof b[0], 10);
+        piece_of(a, d->target_token, near, b[1], sizeof b[1], 10);
         char where[48];
         if (!d->draft_finite) snprintf(where, sizeof where, "NON-FINITE draft row");
         else if (d->draft_step >= 0) snprintf(where, sizeof where, "draft step %d", d->draft_step);
         else snprintf(where, sizeof where, "n-gram");
         tui_putf(rc->y + 1 + i, rc->x, rc->w, mark_attr(a, d) | (i == cur ? A_REVERSE : 0),
-                 "%c #%-2d pos %-5d %-16s q %-6s target %-16s p %-6s %-12s %s", tui_spec_mark_char(d->mark), d->idx, d->pos, b[0],
-                 tui_num(b[2], 32, d->draft_prob), b[1], tui_num(b[3], 32, d->target_prob), d->reason[0] ? d->reason : tui_spec_mark_name(d->mark),
+                 "%c #%-2d pos %-5d %s %s %s q %-5s p %-7s %-12s %s", tui_spec_mark_char(d->mark), d->idx, d->pos,
+                 pad(b[0], sizeof b[0], 12), (a->san & TUI_SAN_UTF8) ? "\xe2\x86\x92" : ">", pad(b[1], sizeof b[1], 12),
+                 tui_num(b[2], 32, d->draft_prob), tui_num(b[3], 32, d->target_prob), d->reason[0] ? d->reason : tui_spec_mark_name(d->mark),
                  where);
     }
     if (r->n < r->k && r->n + 1 < rc->h)

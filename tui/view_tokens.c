@@ -138,6 +138,11 @@ int tui_tokens_handle(tui_app *a, int action, const tui_rect *body)
             snprintf(a->status, sizeof a->status, "%s", bt_errmsg());
             return TUI_R_REDRAW;
         }
+        /* a verify step produced several tokens, each from its own target
+         * row: show the row that produced this one (the row before its pos) */
+        if (!strcmp(a->st.kind, "verify") && c->role != 'p' && tui_step_logits_at(a->tr, &a->st, c->pos0 - 1) == BT_OK)
+            snprintf(a->status, sizeof a->status, "step %d: the logit row (pos %d) that produced this %s token", c->step0,
+                     c->pos0 - 1, c->role == 'b' ? "bonus" : "accepted draft");
         tui_app_switch(a, tui_view_find("step"));
         return TUI_R_REDRAW | TUI_R_SWITCH;
     }

@@ -251,6 +251,34 @@ static int candidates(bt_sampler *s, const float *x, int n)
     return n;
 }
 
+/* The weights the sampler draws from: s->p[0..m) over ids s->idx[0..m),
+ * temperature applied, cut to top-k and to the top-p nucleus; their sum in
+ * *sum. The row must be finite (row_finite) and s->p/idx grown to n. */
+static int weights(bt_sampler *s, const float *logits, int n, float max, double *sum_out)
+{
+    int m = candidates(s, logits, n);
+    double inv_t = 1.0 / s->cfg.temperature, sum = 0;
+    float cmax = logits[s->idx[0]];
+    if (m == n && s->cfg.top_p >= 1.0f) cmax = max; /* unsorted: idx[0] is not the best */
+    for (int i = 0; i < m; i++) {
+        s->p[i] = exp(((double)logits[s->idx[i]] - cmax) * inv_t);
+        sum += s->p[i];
+    }
+    if (s->cfg.top_p < 1.0f) {
+        /* nucleus: the shortest best-first prefix reaching top_p */
+        double cum = 0, want = s->cfg.top_p * sum;
+        int keep = m;
+        for (int i = 0; i < m; i++) {
+            cum += s->p[i];
+            if (cum >= want) { keep = i + 1; break; }
+        }
+        m = keep;
+        sum = cum;
+    }
+    *sum_out = sum;
+    return m;
+}
+
 int32_t bt_sampler_sample(bt_sampler *s, const float *logits, int n, float *logprob)
 {
     float max;
@@ -261,25 +289,8 @@ int32_t bt_sampler_sample(bt_sampler *s, const float *logits, int n, float *logp
          * imitate would, with its argmax */
         id = bt_argmax(&s->cfg.rule, logits, n);
     } else {
-        int m = candidates(s, logits, n);
-        double inv_t = 1.0 / s->cfg.temperature, sum = 0;
-        float cmax = logits[s->idx[0]];
-        if (m == n && s->cfg.top_p >= 1.0f) cmax = max; /* unsorted: idx[0] is not the best */
-        for (int i = 0; i < m; i++) {
-            s->p[i] = exp(((double)logits[s->idx[i]] - cmax) * inv_t);
-            sum += s->p[i];
-        }
-        if (s->cfg.top_p < 1.0f) {
-            /* nucleus: the shortest best-first prefix reaching top_p */
-            double cum = 0, want = s->cfg.top_p * sum;
-            int keep = m;
-            for (int i = 0; i < m; i++) {
-                cum += s->p[i];
-                if (cum >= want) { keep = i + 1; break; }
-            }
-            m = keep;
-            sum = cum;
-        }
+        double sum;
+        int m = weights(s, logits, n, max, &sum);
         double r = rng_uniform(&s->rng) * sum, acc = 0;
         id = s->idx[m - 1];
         for (int i = 0; i < m; i++) {
@@ -297,24 +308,8 @@ bool bt_sampler_probs(bt_sampler *s, const float *logits, int n, float *probs)
 {
     float max;
     if (n <= 0 || s->cfg.temperature == 0 || !row_finite(logits, n, &max) || grow(s, n) != BT_OK) return false;
-    int m = candidates(s, logits, n);
-    double inv_t = 1.0 / s->cfg.temperature, sum = 0;
-    float cmax = logits[s->idx[0]];
-    if (m == n && s->cfg.top_p >= 1.0f) cmax = max;
-    for (int i = 0; i < m; i++) {
-        s->p[i] = exp(((double)logits[s->idx[i]] - cmax) * inv_t);
-        sum += s->p[i];
-    }
-    if (s->cfg.top_p < 1.0f) {
-        double cum = 0, want = s->cfg.top_p * sum;
-        int keep = m;
-        for (int i = 0; i < m; i++) {
-            cum += s->p[i];
-            if (cum >= want) { keep = i + 1; break; }
-        }
-        m = keep;
-        sum = cum;
-    }
+    double sum;
+    int m = weights(s, logits, n, max, &sum);
     memset(probs, 0, (size_t)n * sizeof(float));
     for (int i = 0; i < m; i++) probs[s->idx[i]] = (float)(s->p[i] / sum);
     return true;
