@@ -10,6 +10,7 @@
 #include "sys/backtrace.h"
 #include "sys/crash.h"
 #include "util.h"
+#include "kernels.h"
 
 #include <math.h>
 #include <signal.h>
@@ -49,7 +50,10 @@ int bt_taps_mode_parse(const char *s)
 
 const char *bt_taps_mode_name(int mode) { return mode >= 0 && mode < 4 ? taps_names[mode] : "?"; }
 
-static bool is_control(void *tok, int32_t id) { return tok && bt_tokenizer_is_control(tok, id); }
+/* A leak is a control token inside the text; an end-of-generation id ends
+ * the text (or, under --ignore-eos, repeats into a wall, which the wall
+ * detector reports), so it is not one. */
+static bool is_control(void *tok, int32_t id) { return tok && bt_tokenizer_is_control(tok, id) && !bt_tokenizer_is_eog(tok, id); }
 
 static int *slot_at(bt_recorder *r, int op, int layer) { return &r->slot[op * (r->n_layers + 1) + layer + 1]; }
 
@@ -71,6 +75,36 @@ static int event(bt_recorder *r, int step, int pos, const char *kind, int layer,
     bt_log("bangtrace: event %s at step %d: %s", kind, step, detail);
     if (!r->cfg.trace) return BT_OK;
     return bt_trace_event(r->cfg.trace, step, pos, kind, layer, op, tensor, detail, id);
+}
+
+/* Which kernel wrote a tensor: the engine's op -> kernel map, so the first
+ * non-finite event can say "matmul q4_1/avx512 on blk.17.ffn_down.weight". */
+static void kernel_of(const bt_recorder *r, int op, int layer, char *buf, size_t cap)
+{
+    const bt_model *m = r->cfg.model;
+    const bt_weight *w = NULL;
+    const bt_layer_weights *L = layer >= 0 && layer < m->cfg.n_layers ? &m->layers[layer] : NULL;
+    const char *simd = bt_kernels_simd();
+    switch (op) {
+    case BT_OP_TOKEN_EMBD: w = &m->token_embd; break;
+    case BT_OP_ATTN_Q: w = L ? &L->wq : NULL; break;
+    case BT_OP_ATTN_K: w = L ? &L->wk : NULL; break;
+    case BT_OP_ATTN_V: w = L ? &L->wv : NULL; break;
+    case BT_OP_ATTN_OUTPUT: w = L ? &L->wo : NULL; break;
+    case BT_OP_FFN_GATE: w = L ? &L->w_gate : NULL; break;
+    case BT_OP_FFN_UP: w = L ? &L->w_up : NULL; break;
+    case BT_OP_FFN_DOWN: w = L ? &L->w_down : NULL; break;
+    case BT_OP_LOGITS: w = &m->output; break;
+    case BT_OP_ATTN_NORM: case BT_OP_FFN_NORM: case BT_OP_OUTPUT_NORM: snprintf(buf, cap, "rmsnorm (f32, scalar)"); return;
+    case BT_OP_ATTN_CTX: snprintf(buf, cap, "attention (f32 dot %s, softmax)", simd); return;
+    case BT_OP_FFN_ACT: snprintf(buf, cap, "silu(gate)*up (f32, scalar)"); return;
+    case BT_OP_ATTN_RESID: case BT_OP_FFN_RESID: snprintf(buf, cap, "residual add (f32, scalar)"); return;
+    default: break;
+    }
+    if (!w) { snprintf(buf, cap, "?"); return; }
+    const char *tn = bt_dtype(w->type)->name;
+    snprintf(buf, cap, "%s %s/%s on %s", op == BT_OP_TOKEN_EMBD ? "dequant row" : "matmul",
+             tn ? tn : "?", simd, w->name ? w->name : "?");
 }
 
 static bool cb_ask(void *user, int op, int layer)
@@ -97,11 +131,14 @@ static bool cb_observe(void *user, const bt_tensor_view *t)
     if (r->cfg.trace && r->status == BT_OK) r->status = bt_trace_tap(r->cfg.trace, slot, &s);
     if (bt_stats_bad(&s) && !r->seen_bad) {
         r->seen_bad = true;
-        char name[64], detail[256];
+        char name[64], detail[400], kern[160];
         bt_tensor_name(t->op, t->layer, name, sizeof(name));
-        snprintf(detail, sizeof(detail), "step %d, %s%s: %lld NaN, %lld +Inf, %lld -Inf of %lld (first at index %d, position %d)",
-                 t->step, strcmp(r->cfg.model_role, "target") ? "draft model " : "", name, (long long)s.nan, (long long)s.pinf, (long long)s.ninf, (long long)s.n,
-                 s.first_bad_index, s.first_bad_pos);
+        kernel_of(r, t->op, t->layer, kern, sizeof(kern));
+        snprintf(detail, sizeof(detail), "step %d, %s%s: %lld NaN, %lld +Inf, %lld -Inf of %lld (first at index %d, position %d); "
+                 "written by %s",
+                 t->step, strcmp(r->cfg.model_role, "target") ? "draft model " : "", name,
+                 (long long)s.nan, (long long)s.pinf, (long long)s.ninf, (long long)s.n,
+                 s.first_bad_index, s.first_bad_pos, kern);
         int64_t id = 0;
         int rc = event(r, t->step, s.first_bad_pos, "first_nonfinite", t->layer, bt_op_name(t->op), name, detail, &id);
         if (rc == BT_OK && r->cfg.trace) {
@@ -263,8 +300,6 @@ int bt_recorder_token(bt_recorder *r, int pos, int32_t id, const char *role, flo
         if ((rc = bt_trace_token(r->cfg.trace, step, pos, id, p, pl, role, logprob, NULL))) return rc;
     }
     if (strcmp(role, "gen") && strcmp(role, "bonus")) return BT_OK;   /* only output feeds the detectors */
-    /* An end-of-generation id ends the text; it is not a leak. */
-    if (r->cfg.tok && id >= 0 && id < r->n_vocab && bt_tokenizer_is_eog(r->cfg.tok, id)) return BT_OK;
     bt_finding f[4];
     int nf = bt_detector_feed(r->det, step, pos, id, f, 4);
     for (int i = 0; i < nf; i++) {
