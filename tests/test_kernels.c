@@ -1,8 +1,9 @@
 /* test_kernels.c - unit tests of kernels/cpu: the dtype table, golden
  * dequantized values, every SIMD variant against the scalar reference
  * (bit-identical dequantization, dots within f32 reassociation error),
- * threaded bt_matmul for decode and prefill shapes, NaN/Inf propagation and
- * the thread pool.
+ * threaded bt_matmul for decode and prefill shapes, batch invariance of
+ * bt_matmul (bit-identical outputs whatever the batch), NaN/Inf propagation
+ * and the thread pool.
  *
  * Variants the CPU lacks are skipped with a message; the scalar variant is
  * always tested. Exit 0 = pass, 1 = fail. */
@@ -379,7 +380,7 @@ static void test_nonfinite(const bt_kvariant *v)
             } else if (t == BT_DT_BF16) {
                 put16(w + 2 * pos, kind == 0 ? 0x7FC0 : kind == 1 ? 0x7F80 : 0xFF80);
             } else {
-                int off[2];
+                int off[2] = { 0, 0 };
                 scale_offsets(t, off);
                 put16(w + pos * ti->type_size + off[0], h16);
             }
@@ -463,6 +464,85 @@ static void test_matmul(const char *variant)
     }
 }
 
+/* Batch invariance (speculative decoding verifies drafted tokens in one
+ * batched forward and must match one-token decoding bit for bit): each
+ * token's outputs from bt_matmul equal, by memcmp, what T = 1 gives for
+ * that token alone, whatever T, the token's slot in the batch and the
+ * thread count; and the variant's own single-row dot gives those bits too.
+ * Rows not a multiple of the 4-row tile, columns of several block counts
+ * (and odd lengths for 1-element types, so vector tails run). */
+static void test_batch_invariance(const char *variant)
+{
+    CHECK(bt_kernels_force(variant) == BT_OK, "force %s: %s", variant, bt_errmsg());
+    const bt_kvariant *v = bt_kernels_active();
+    enum { NTOK = 17 };
+    static const int Ts[] = { 1, 2, 3, 5, 8, 17 };
+    static const int64_t row_counts[] = { 1, 6, 37, 130 };
+    static const int64_t elem_cols[] = { 7, 37, 576 }, blk_cols[] = { 1, 3, 18 };
+    bt_pool *pools[3];
+    for (int i = 0; i < 3; i++)
+        pools[i] = bt_pool_new(i + 1);
+    CHECK(pools[0] && pools[1] && pools[2], "pools: %s", bt_errmsg());
+    int bad_types = 0;
+    for (int t = 0; t < BT_DT_COUNT; t++) {
+        const bt_dtype_info *ti = bt_dtype(t);
+        if (!ti->compute)
+            continue;
+        int fails = 0;
+        for (int ci = 0; ci < 3 && !fails; ci++) {
+            int64_t cols = ti->blck == 1 ? elem_cols[ci] : ti->blck * (ti->blck == 256 ? ci + 1 : blk_cols[ci]);
+            size_t rb = bt_dtype_row_size(t, cols);
+            for (size_t ri = 0; ri < BT_ARRAY_SIZE(row_counts) && !fails; ri++) {
+                int64_t rows = row_counts[ri];
+                uint8_t *W = malloc(rb * rows);
+                float *X = malloc(sizeof(float) * cols * NTOK), *xb = malloc(sizeof(float) * cols * NTOK);
+                float *ref = malloc(sizeof(float) * rows * NTOK), *out = malloc(sizeof(float) * rows * NTOK);
+                fill_random(t, W, rows * cols);
+                fill_x(X, cols * NTOK);
+                for (int k = 0; k < NTOK; k++)
+                    bt_matmul(NULL, t, W, rows, cols, X + k * cols, 1, ref + k * rows);
+                for (int k = 0; k < NTOK && !fails; k++)
+                    for (int64_t r = 0; r < rows && !fails; r++) {
+                        float d = v->dot[t](W + r * rb, X + k * cols, cols);
+                        if (memcmp(&d, ref + k * rows + r, sizeof(float))) {
+                            fails++;
+                            CHECK(0, "%s %s rows=%lld cols=%lld: dot of row %lld is %a, matmul T=1 gives %a", variant,
+                                  ti->name, (long long)rows, (long long)cols, (long long)r, d, ref[k * rows + r]);
+                        }
+                    }
+                for (int nth = 1; nth <= 3 && !fails; nth++)
+                    for (size_t k = 0; k < BT_ARRAY_SIZE(Ts) && !fails; k++) {
+                        int T = Ts[k], shift = (T * 7 + nth * 3) % NTOK;   /* which token sits in slot 0 */
+                        for (int i = 0; i < T; i++)
+                            memcpy(xb + i * cols, X + ((shift + i) % NTOK) * cols, sizeof(float) * cols);
+                        bt_matmul(pools[nth - 1], t, W, rows, cols, xb, T, out);
+                        for (int i = 0; i < T && !fails; i++) {
+                            const float *want = ref + ((shift + i) % NTOK) * rows, *got = out + i * rows;
+                            if (memcmp(got, want, sizeof(float) * rows)) {
+                                int64_t r = 0;
+                                while (!memcmp(got + r, want + r, sizeof(float)))
+                                    r++;
+                                fails++;
+                                CHECK(0, "%s %s rows=%lld cols=%lld threads=%d T=%d: token in slot %d, row %lld is %a, "
+                                      "T=1 gives %a", variant, ti->name, (long long)rows, (long long)cols, nth, T, i,
+                                      (long long)r, got[r], want[r]);
+                            }
+                        }
+                    }
+                free(W);
+                free(X);
+                free(xb);
+                free(ref);
+                free(out);
+            }
+        }
+        bad_types += fails > 0;
+    }
+    for (int i = 0; i < 3; i++)
+        bt_pool_free(pools[i]);
+    printf("%s: batch invariance %s\n", variant, bad_types ? "FAILED" : "ok");
+}
+
 struct pool_probe {
     int seen[8];
     int nth_seen[8];
@@ -530,6 +610,7 @@ int main(void)
         test_variants_random(variants[i]);
         test_nonfinite(variants[i]);
         test_matmul(variants[i]->name);
+        test_batch_invariance(variants[i]->name);
     }
     test_pool();
     double bw = bt_measure_bandwidth(NULL);

@@ -1,10 +1,10 @@
 /* dot.c - scalar dot products (the reference), the run-time choice of SIMD
  * variant, and the public bt_dequant_row / bt_vec_dot entry points.
  *
- * Quantized dots work block by block on the raw weights: sum q*x over the
- * block, then scale once (q4_0, q8_0); q4_1 dots the dequantized weights
- * q*d + m directly (see dot_q4_1). The SIMD variants use the same algebra,
- * so they differ from this code only by reassociation. */
+ * Every dot is the f32 dot of the dequantized weights in one fixed order
+ * (kernels_impl.h), so a row's value does not depend on which kernel or
+ * batch computed it. The SIMD variants use the same algebra in their own
+ * fixed order, so they differ from this code only by reassociation. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -26,19 +26,62 @@ static inline float rd_f16(const uint8_t *p)
     return bt_f16_to_f32(h);
 }
 
-/* Eight independent partial sums keep the error of long rows near that of
- * the 8-lane SIMD code instead of growing with n. */
+/* The scalar canonical order (see kernels_impl.h): element i goes into
+ * s[i % 8]; the product is rounded before the add (the barrier keeps a
+ * compiler targeting FMA from fusing it in some places and not others), so
+ * every caller gets the same bits. Callers pass runs that start at a
+ * multiple of 8, so the lane is the element's position in the row. Where
+ * the barrier can hold a vector, eight elements go at a time as two
+ * 4-lane vectors: lane-wise operations, so the same bits, but a barrier per
+ * scalar product would stop the compiler from vectorizing the loop. */
+#if defined(__x86_64__) || defined(__aarch64__)
+typedef float bt_v4f __attribute__((vector_size(16)));
+#if defined(__x86_64__)
+#define NOFUSE_V4(v) __asm__("" : "+x"(v))
+#else
+#define NOFUSE_V4(v) __asm__("" : "+w"(v))
+#endif
+#endif
+
+static inline void acc8(float s[8], const float *w, const float *x, int64_t n)
+{
+    int64_t i = 0;
+#ifdef NOFUSE_V4
+    bt_v4f s0, s1;
+    memcpy(&s0, s, 16);
+    memcpy(&s1, s + 4, 16);
+    for (; i + 8 <= n; i += 8) {
+        bt_v4f w0, w1, x0, x1;
+        memcpy(&w0, w + i, 16);
+        memcpy(&w1, w + i + 4, 16);
+        memcpy(&x0, x + i, 16);
+        memcpy(&x1, x + i + 4, 16);
+        bt_v4f p0 = w0 * x0, p1 = w1 * x1;
+        NOFUSE_V4(p0);
+        NOFUSE_V4(p1);
+        s0 += p0;
+        s1 += p1;
+    }
+    memcpy(s, &s0, 16);
+    memcpy(s + 4, &s1, 16);
+#endif
+    for (; i < n; i++) {
+        float p = w[i] * x[i];
+        BT_NOFUSE_F(p);
+        s[i & 7] += p;
+    }
+}
+
+static inline float sum8(const float s[8])
+{
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
 static float dot_f32(const void *w, const float *x, int64_t n)
 {
-    const float *a = w;
     float s[8] = { 0 };
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++)
-            s[k] += a[i + k] * x[i + k];
-    for (; i < n; i++)
-        s[0] += a[i] * x[i];
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    acc8(s, w, x, n);
+    return sum8(s);
 }
 
 static void dot4_f32(const float *w, int64_t ldw, const float *x, int64_t n, float out[4])
@@ -53,88 +96,49 @@ static void dot4x2_f32(const float *w, int64_t ldw, const float *x, int64_t ldx,
     dot4_f32(w, ldw, x + ldx, n, out + 4);
 }
 
+/* Half-precision rows: converted 256 at a time, then the f32 order. */
 static float dot_f16(const void *w, const float *x, int64_t n)
 {
     const uint8_t *p = w;
-    float s[8] = { 0 };
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++)
-            s[k] += rd_f16(p + 2 * (i + k)) * x[i + k];
-    for (; i < n; i++)
-        s[0] += rd_f16(p + 2 * i) * x[i];
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    float s[8] = { 0 }, tmp[256];
+    for (int64_t i = 0; i < n; i += 256) {
+        int64_t k = BT_MIN(256, n - i);
+        for (int64_t j = 0; j < k; j++)
+            tmp[j] = rd_f16(p + 2 * (i + j));
+        acc8(s, tmp, x + i, k);
+    }
+    return sum8(s);
 }
 
 static float dot_bf16(const void *w, const float *x, int64_t n)
 {
     const uint8_t *p = w;
-    float s[8] = { 0 };
-    int64_t i = 0;
-    for (; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, p + 2 * i, 2);
-        s[i & 7] += bt_bf16_to_f32(h) * x[i];
-    }
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
-
-static float dot_q4_0(const void *w, const float *x, int64_t n)
-{
-    const uint8_t *b = w;
-    float acc = 0;
-    for (int64_t i = 0; i < n / QK; i++, b += 18, x += QK) {
-        float s = 0;
-        for (int j = 0; j < 16; j++)
-            s += (float)((b[2 + j] & 0xF) - 8) * x[j] + (float)((b[2 + j] >> 4) - 8) * x[j + 16];
-        acc += rd_f16(b) * s;
-    }
-    return acc;
-}
-
-/* q4_1 dots the dequantized weights q*d + m (exact products, so the
- * weights equal bt_dequant_row's) with x; the SIMD variants do the same. */
-static float dot_q4_1(const void *w, const float *x, int64_t n)
-{
-    const uint8_t *b = w;
-    float s[8] = { 0 };
-    for (int64_t i = 0; i < n / QK; i++, b += 20, x += QK) {
-        float d = rd_f16(b), m = rd_f16(b + 2);
-        for (int j = 0; j < 16; j++) {
-            s[j & 7] += (d * (float)(b[4 + j] & 0xF) + m) * x[j];
-            s[j & 7] += (d * (float)(b[4 + j] >> 4) + m) * x[j + 16];
+    float s[8] = { 0 }, tmp[256];
+    for (int64_t i = 0; i < n; i += 256) {
+        int64_t k = BT_MIN(256, n - i);
+        for (int64_t j = 0; j < k; j++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * (i + j), 2);
+            tmp[j] = bt_bf16_to_f32(h);
         }
+        acc8(s, tmp, x + i, k);
     }
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    return sum8(s);
 }
 
-static float dot_q8_0(const void *w, const float *x, int64_t n)
-{
-    const uint8_t *b = w;
-    float acc = 0;
-    for (int64_t i = 0; i < n / QK; i++, b += 34, x += QK) {
-        float s = 0;
-        for (int j = 0; j < QK; j++)
-            s += (float)(int8_t)b[2 + j] * x[j];
-        acc += rd_f16(b) * s;
-    }
-    return acc;
-}
-
-/* Types without a dedicated dot: dequantize a few blocks at a time into a
- * stack buffer and take the f32 dot. Exact same weights as bt_dequant_row. */
+/* Quantized rows: dequantize one block into a stack buffer (exactly
+ * bt_dequant_row's weights) and continue the f32 order over it. */
 #define GENERIC_DOT(name, type)                                                \
     static float name(const void *w, const float *x, int64_t n)               \
     {                                                                          \
         const bt_dtype_info *ti = bt_dtype(type);                              \
-        float tmp[QK_K];                                                       \
+        float tmp[QK_K], s[8] = { 0 };                                         \
         const uint8_t *b = w;                                                  \
-        float acc = 0;                                                         \
         for (int64_t i = 0; i < n; i += ti->blck, b += ti->type_size) {        \
             scalar.dequant[type](b, tmp, ti->blck);                            \
-            acc += dot_f32(tmp, x + i, ti->blck);                              \
+            acc8(s, tmp, x + i, ti->blck);                                     \
         }                                                                      \
-        return acc;                                                            \
+        return sum8(s);                                                        \
     }
 
 static bt_kvariant scalar, avx2, avx512;
@@ -142,6 +146,9 @@ static bool have_avx2, have_avx512;
 static const bt_kvariant *active = &scalar;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
+GENERIC_DOT(dot_q4_0, BT_DT_Q4_0)
+GENERIC_DOT(dot_q4_1, BT_DT_Q4_1)
+GENERIC_DOT(dot_q8_0, BT_DT_Q8_0)
 GENERIC_DOT(dot_q5_0, BT_DT_Q5_0)
 GENERIC_DOT(dot_q5_1, BT_DT_Q5_1)
 GENERIC_DOT(dot_q2_k, BT_DT_Q2_K)

@@ -4,8 +4,11 @@
  * installs them when the CPU reports all three features.
  *
  * Dots accumulate in f32 vectors with FMA (they differ from the scalar code
- * by reassociation only). Dequantizers must match the scalar code bit for
- * bit, so they use the same single roundings and never fuse (BT_NOFUSE_V). */
+ * by reassociation only), all in this variant's canonical order
+ * (kernels_impl.h: 8-float chunks into one accumulator per (row, token)),
+ * so bt_matmul is batch invariant. Dequantizers must match
+ * the scalar code bit for bit, so they use the same single roundings and
+ * never fuse (BT_NOFUSE_V). */
 #include "kernels_impl.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
@@ -35,74 +38,95 @@ TGT static inline float ld_f16(const uint8_t *p)
     return bt_f16_table[h];
 }
 
-/* Plain adds only: a NaN or Inf in any lane reaches the result. */
+/* The chunk of 8 floats at p with `left` of them in the row: a full load,
+ * or the zero-padded last chunk (masked lanes are not read). */
+static const int32_t mask_tab[16] = { -1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0 };
+
+TGT static inline __m256 ld8(const float *p, int64_t left)
+{
+    if (left >= 8)
+        return _mm256_loadu_ps(p);
+    return _mm256_maskload_ps(p, _mm256_loadu_si256((const __m256i *)(mask_tab + 8 - left)));
+}
+
+/* ---- the canonical reduction (kernels_impl.h):
+ * ((v0+v1)+(v2+v3))+((v4+v5)+(v6+v7)). Plain adds only, so NaN and Inf
+ * propagate. hsum8 and hsum8x4 build the same tree, one output or four. ---- */
+
 TGT static inline float hsum8(__m256 v)
 {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+    __m256 p = _mm256_hadd_ps(v, v);    /* [v0+v1, v2+v3, ., . | v4+v5, v6+v7, ., .] */
+    p = _mm256_hadd_ps(p, p);           /* [(v0+v1)+(v2+v3), ... | (v4+v5)+(v6+v7), ...] */
+    return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(p), _mm256_extractf128_ps(p, 1)));
 }
+
+TGT static inline void hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d, float out[4])
+{
+    __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
+    __m256 abcd = _mm256_hadd_ps(ab, cd);   /* [a, b, c, d | a', b', c', d'] */
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+}
+
+/* ---- f32 rows. One accumulator per (row, token): 16 ymm registers hold
+ * the 4x2 prefill tile's eight plus the loads; a lone row is latency
+ * bound, but lone rows are only tails (and attention scores, whose
+ * independent calls overlap out of order). ---- */
 
 TGT static float dot_f32(const void *w, const float *x, int64_t n)
 {
     const float *a = w;
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    __m256 s = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
+    for (; i + 8 <= n; i += 8) {
         PF(a + i);
-        PF(a + i + 16);
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(x + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(x + i + 8), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(x + i + 16), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(x + i + 24), s3);
+        s = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(x + i), s);
     }
-    for (; i + 8 <= n; i += 8)
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(x + i), s0);
-    float r = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < n; i++)
-        r += a[i] * x[i];
-    return r;
+    if (i < n)
+        s = _mm256_fmadd_ps(ld8(a + i, n - i), ld8(x + i, n - i), s);
+    return hsum8(s);
 }
 
+/* Four rows, one token: the x loads are shared. Decode of f32 weights
+ * streams them from memory through here (dot4q_f32), hence the prefetches
+ * (one per row per 64 bytes); prefill calls it only for an odd last
+ * token. */
 TGT static void dot4_f32(const float *w, int64_t ldw, const float *x, int64_t n, float out[4])
 {
     const float *w0 = w, *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
+        PF(w0 + i);
+        PF(w1 + i);
+        PF(w2 + i);
+        PF(w3 + i);
         __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + i), x0, a0);
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + i), x0, a1);
         a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + i), x0, a2);
         a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + i), x0, a3);
-        b0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + i + 8), x1, b0);
-        b1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + i + 8), x1, b1);
-        b2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + i + 8), x1, b2);
-        b3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + i + 8), x1, b3);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + i + 8), x1, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + i + 8), x1, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + i + 8), x1, a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + i + 8), x1, a3);
     }
-    for (; i + 8 <= n; i += 8) {
-        __m256 x0 = _mm256_loadu_ps(x + i);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + i), x0, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + i), x0, a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + i), x0, a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + i), x0, a3);
+    for (; i < n; i += 8) {
+        __m256 x0 = ld8(x + i, n - i);
+        a0 = _mm256_fmadd_ps(ld8(w0 + i, n - i), x0, a0);
+        a1 = _mm256_fmadd_ps(ld8(w1 + i, n - i), x0, a1);
+        a2 = _mm256_fmadd_ps(ld8(w2 + i, n - i), x0, a2);
+        a3 = _mm256_fmadd_ps(ld8(w3 + i, n - i), x0, a3);
     }
-    float r0 = hsum8(_mm256_add_ps(a0, b0)), r1 = hsum8(_mm256_add_ps(a1, b1));
-    float r2 = hsum8(_mm256_add_ps(a2, b2)), r3 = hsum8(_mm256_add_ps(a3, b3));
-    for (; i < n; i++) {
-        r0 += w0[i] * x[i];
-        r1 += w1[i] * x[i];
-        r2 += w2[i] * x[i];
-        r3 += w3[i] * x[i];
-    }
-    out[0] = r0;
-    out[1] = r1;
-    out[2] = r2;
-    out[3] = r3;
+    hsum8x4(a0, a1, a2, a3, out);
 }
 
+TGT static void dot4q_f32(const void *w, size_t rb, const float *x, int64_t n, float out[4])
+{
+    dot4_f32(w, (int64_t)(rb / sizeof(float)), x, n, out);
+}
+
+/* Prefill register tile, 4 rows x 2 tokens: each loaded weight vector
+ * feeds two FMAs. */
 TGT static void dot4x2_f32(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float out[8])
 {
     const float *w0 = w, *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw, *y = x + ldx;
@@ -124,37 +148,29 @@ TGT static void dot4x2_f32(const float *w, int64_t ldw, const float *x, int64_t 
         a3 = _mm256_fmadd_ps(v, xv, a3);
         b3 = _mm256_fmadd_ps(v, yv, b3);
     }
-    float r[8] = { hsum8(a0), hsum8(a1), hsum8(a2), hsum8(a3), hsum8(b0), hsum8(b1), hsum8(b2), hsum8(b3) };
-    for (; i < n; i++) {
-        r[0] += w0[i] * x[i];
-        r[1] += w1[i] * x[i];
-        r[2] += w2[i] * x[i];
-        r[3] += w3[i] * x[i];
-        r[4] += w0[i] * y[i];
-        r[5] += w1[i] * y[i];
-        r[6] += w2[i] * y[i];
-        r[7] += w3[i] * y[i];
+    if (i < n) {
+        int64_t l = n - i;
+        __m256 xv = ld8(x + i, l), yv = ld8(y + i, l), v;
+        v = ld8(w0 + i, l);
+        a0 = _mm256_fmadd_ps(v, xv, a0);
+        b0 = _mm256_fmadd_ps(v, yv, b0);
+        v = ld8(w1 + i, l);
+        a1 = _mm256_fmadd_ps(v, xv, a1);
+        b1 = _mm256_fmadd_ps(v, yv, b1);
+        v = ld8(w2 + i, l);
+        a2 = _mm256_fmadd_ps(v, xv, a2);
+        b2 = _mm256_fmadd_ps(v, yv, b2);
+        v = ld8(w3 + i, l);
+        a3 = _mm256_fmadd_ps(v, xv, a3);
+        b3 = _mm256_fmadd_ps(v, yv, b3);
     }
-    memcpy(out, r, sizeof(r));
+    hsum8x4(a0, a1, a2, a3, out);
+    hsum8x4(b0, b1, b2, b3, out + 4);
 }
 
-TGT static float dot_f16(const void *w, const float *x, int64_t n)
-{
-    const uint8_t *p = w;
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        PF(p + 2 * i);
-        __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * i)));
-        __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * i + 16)));
-        s0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i), s0);
-        s1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i + 8), s1);
-    }
-    float r = hsum8(_mm256_add_ps(s0, s1));
-    for (; i < n; i++)
-        r += ld_f16(p + 2 * i) * x[i];
-    return r;
-}
+/* ---- half-precision rows: converted exactly, then the f32 order. The
+ * last partial chunk pair goes through a zero-padded buffer, like the
+ * masked loads of a dequantized row. ---- */
 
 TGT static inline __m256 bf16x8(const uint8_t *p)
 {
@@ -169,50 +185,93 @@ TGT static inline float bf16_1(const uint8_t *p)
     return bt_bf16_to_f32(h);
 }
 
+TGT static inline float half_tail(const uint8_t *p, const float *x, int64_t l, bool bf, __m256 s)
+{
+    float t[8] = { 0 };
+    for (int64_t k = 0; k < l; k++)
+        t[k] = bf ? bf16_1(p + 2 * k) : ld_f16(p + 2 * k);
+    return hsum8(_mm256_fmadd_ps(_mm256_loadu_ps(t), ld8(x, l), s));
+}
+
+TGT static float dot_f16(const void *w, const float *x, int64_t n)
+{
+    const uint8_t *p = w;
+    __m256 s = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        PF(p + 2 * i);
+        s = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * i))), _mm256_loadu_ps(x + i), s);
+    }
+    return i < n ? half_tail(p + 2 * i, x + i, n - i, false, s) : hsum8(s);
+}
+
 TGT static float dot_bf16(const void *w, const float *x, int64_t n)
 {
     const uint8_t *p = w;
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+    __m256 s = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
+    for (; i + 8 <= n; i += 8) {
         PF(p + 2 * i);
-        s0 = _mm256_fmadd_ps(bf16x8(p + 2 * i), _mm256_loadu_ps(x + i), s0);
-        s1 = _mm256_fmadd_ps(bf16x8(p + 2 * i + 16), _mm256_loadu_ps(x + i + 8), s1);
+        s = _mm256_fmadd_ps(bf16x8(p + 2 * i), _mm256_loadu_ps(x + i), s);
     }
-    float r = hsum8(_mm256_add_ps(s0, s1));
-    for (; i < n; i++)
-        r += bf16_1(p + 2 * i) * x[i];
-    return r;
+    return i < n ? half_tail(p + 2 * i, x + i, n - i, true, s) : hsum8(s);
 }
+
+/* Decode of half-precision weights, four rows sharing the x loads: a lone
+ * row is one latency-bound FMA chain. The tail goes through the same
+ * zero-padded buffer as half_tail. */
+TGT static inline __m256 half8(const uint8_t *p, bool bf)
+{
+    return bf ? bf16x8(p) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+TGT static inline void dot4q_half(const void *w, size_t rb, const float *x, int64_t n, bool bf, float out[4])
+{
+    const uint8_t *p[4] = { w, (const uint8_t *)w + rb, (const uint8_t *)w + 2 * rb, (const uint8_t *)w + 3 * rb };
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        PF(p[0] + 2 * i);
+        PF(p[1] + 2 * i);
+        PF(p[2] + 2 * i);
+        PF(p[3] + 2 * i);
+        __m256 xv = _mm256_loadu_ps(x + i);
+        a0 = _mm256_fmadd_ps(half8(p[0] + 2 * i, bf), xv, a0);
+        a1 = _mm256_fmadd_ps(half8(p[1] + 2 * i, bf), xv, a1);
+        a2 = _mm256_fmadd_ps(half8(p[2] + 2 * i, bf), xv, a2);
+        a3 = _mm256_fmadd_ps(half8(p[3] + 2 * i, bf), xv, a3);
+    }
+    if (i < n) {
+        float t[4][8] = { { 0 } };
+        for (int r = 0; r < 4; r++)
+            for (int64_t k = 0; k < n - i; k++)
+                t[r][k] = bf ? bf16_1(p[r] + 2 * (i + k)) : ld_f16(p[r] + 2 * (i + k));
+        __m256 xv = ld8(x + i, n - i);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(t[0]), xv, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(t[1]), xv, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(t[2]), xv, a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(t[3]), xv, a3);
+    }
+    hsum8x4(a0, a1, a2, a3, out);
+}
+
+TGT static void dot4q_f16(const void *w, size_t rb, const float *x, int64_t n, float out[4])
+{
+    dot4q_half(w, rb, x, n, false, out);
+}
+
+TGT static void dot4q_bf16(const void *w, size_t rb, const float *x, int64_t n, float out[4])
+{
+    dot4q_half(w, rb, x, n, true, out);
+}
+
+/* ---- 32-element blocks: each block's weights are built in registers
+ * exactly as the dequantizers below build them, then the f32 order. ---- */
 
 /* Sign-extend 8 int8 at p to floats. */
 TGT static inline __m256 i8x8(const uint8_t *p)
 {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
-}
-
-TGT static inline __m256 q8_0_block(const uint8_t *b, const float *x)
-{
-    __m256 s = _mm256_mul_ps(i8x8(b + 2), _mm256_loadu_ps(x));
-    s = _mm256_fmadd_ps(i8x8(b + 10), _mm256_loadu_ps(x + 8), s);
-    s = _mm256_fmadd_ps(i8x8(b + 18), _mm256_loadu_ps(x + 16), s);
-    return _mm256_fmadd_ps(i8x8(b + 26), _mm256_loadu_ps(x + 24), s);
-}
-
-TGT static float dot_q8_0(const void *w, const float *x, int64_t n)
-{
-    const uint8_t *b = w;
-    int64_t nb = n / QK, i = 0;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-    for (; i + 2 <= nb; i += 2, b += 68, x += 64) {
-        PF(b);
-        PF(b + 64);
-        a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(&bt_f16_table[ld_u16(b)]), q8_0_block(b, x), a0);
-        a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(&bt_f16_table[ld_u16(b + 34)]), q8_0_block(b + 34, x + 32), a1);
-    }
-    if (i < nb)
-        a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(&bt_f16_table[ld_u16(b)]), q8_0_block(b, x), a0);
-    return hsum8(_mm256_add_ps(a0, a1));
 }
 
 /* The 32 nibbles of a q4 block as int32, zero-extended straight from
@@ -252,117 +311,129 @@ TGT static inline void q4_1_vals(const uint8_t *qs, __m256 q[4])
     q[3] = _mm256_cvtepi32_ps(e[3]);
 }
 
-TGT static inline __m256 q4_0_block(const uint8_t *b, const float *x)
+/* q8_0: q * d (exact). */
+TGT static inline void w_q8_0(const uint8_t *b, __m256 w[4])
 {
-    __m256 q[4];
-    q4_0_vals(b + 2, q);
-    __m256 s = _mm256_mul_ps(q[0], _mm256_loadu_ps(x));
-    s = _mm256_fmadd_ps(q[1], _mm256_loadu_ps(x + 8), s);
-    s = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(x + 16), s);
-    return _mm256_fmadd_ps(q[3], _mm256_loadu_ps(x + 24), s);
+    __m256 d = _mm256_broadcast_ss(&bt_f16_table[ld_u16(b)]);
+    w[0] = _mm256_mul_ps(i8x8(b + 2), d);
+    w[1] = _mm256_mul_ps(i8x8(b + 10), d);
+    w[2] = _mm256_mul_ps(i8x8(b + 18), d);
+    w[3] = _mm256_mul_ps(i8x8(b + 26), d);
 }
 
-TGT static float dot_q4_0(const void *w, const float *x, int64_t n)
+/* q4_0: (q - 8) * d (exact), with dq_q4_0's very operations: a cheaper
+ * q * d + (-8 * d) FMA would give +0 where they give -0 (q = 8, d < 0). */
+TGT static inline void w_q4_0(const uint8_t *b, __m256 w[4])
 {
+    __m256 d = _mm256_broadcast_ss(&bt_f16_table[ld_u16(b)]);
+    q4_0_vals(b + 2, w);
+    w[0] = _mm256_mul_ps(w[0], d);
+    w[1] = _mm256_mul_ps(w[1], d);
+    w[2] = _mm256_mul_ps(w[2], d);
+    w[3] = _mm256_mul_ps(w[3], d);
+}
+
+/* q4_1: q * d + m as one FMA, which rounds once where dq_q4_1 rounds
+ * twice; the same value, since q * d is exact. */
+TGT static inline void w_q4_1(const uint8_t *b, __m256 w[4])
+{
+    __m256 d = _mm256_broadcast_ss(&bt_f16_table[ld_u16(b)]);
+    __m256 m = _mm256_broadcast_ss(&bt_f16_table[ld_u16(b + 2)]);
+    q4_1_vals(b + 4, w);
+    w[0] = _mm256_fmadd_ps(w[0], d, m);
+    w[1] = _mm256_fmadd_ps(w[1], d, m);
+    w[2] = _mm256_fmadd_ps(w[2], d, m);
+    w[3] = _mm256_fmadd_ps(w[3], d, m);
+}
+
+/* One row; and four rows sharing the x loads (decode: interleaving hides
+ * the per-row reduction and call that dominate short rows like 576, and
+ * gives four independent FMA chains). */
+#define BLOCK_DOTS(T, BS)                                                                        \
+    TGT static float dot_##T(const void *w, const float *x, int64_t n)                           \
+    {                                                                                            \
+        const uint8_t *b = w;                                                                    \
+        __m256 s = _mm256_setzero_ps(), v[4];                                                    \
+        for (int64_t i = 0; i < n / QK; i++, b += BS, x += QK) {                                 \
+            PF(b);                                                                               \
+            w_##T(b, v);                                                                         \
+            s = _mm256_fmadd_ps(v[0], _mm256_loadu_ps(x), s);                                    \
+            s = _mm256_fmadd_ps(v[1], _mm256_loadu_ps(x + 8), s);                                \
+            s = _mm256_fmadd_ps(v[2], _mm256_loadu_ps(x + 16), s);                               \
+            s = _mm256_fmadd_ps(v[3], _mm256_loadu_ps(x + 24), s);                               \
+        }                                                                                        \
+        return hsum8(s);                                                                         \
+    }                                                                                            \
+    TGT static void dot4q_##T(const void *w, size_t rb, const float *x, int64_t n, float out[4]) \
+    {                                                                                            \
+        const uint8_t *b0 = w, *b1 = b0 + rb, *b2 = b1 + rb, *b3 = b2 + rb;                     \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, v[4];                        \
+        for (int64_t i = 0; i < n / QK; i++, b0 += BS, b1 += BS, b2 += BS, b3 += BS, x += QK) {  \
+            PF(b0);                                                                              \
+            PF(b1);                                                                              \
+            PF(b2);                                                                              \
+            PF(b3);                                                                              \
+            __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);                         \
+            __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);                   \
+            w_##T(b0, v);                                                                        \
+            a0 = _mm256_fmadd_ps(v[0], x0, a0);                                                  \
+            a0 = _mm256_fmadd_ps(v[1], x1, a0);                                                  \
+            a0 = _mm256_fmadd_ps(v[2], x2, a0);                                                  \
+            a0 = _mm256_fmadd_ps(v[3], x3, a0);                                                  \
+            w_##T(b1, v);                                                                        \
+            a1 = _mm256_fmadd_ps(v[0], x0, a1);                                                  \
+            a1 = _mm256_fmadd_ps(v[1], x1, a1);                                                  \
+            a1 = _mm256_fmadd_ps(v[2], x2, a1);                                                  \
+            a1 = _mm256_fmadd_ps(v[3], x3, a1);                                                  \
+            w_##T(b2, v);                                                                        \
+            a2 = _mm256_fmadd_ps(v[0], x0, a2);                                                  \
+            a2 = _mm256_fmadd_ps(v[1], x1, a2);                                                  \
+            a2 = _mm256_fmadd_ps(v[2], x2, a2);                                                  \
+            a2 = _mm256_fmadd_ps(v[3], x3, a2);                                                  \
+            w_##T(b3, v);                                                                        \
+            a3 = _mm256_fmadd_ps(v[0], x0, a3);                                                  \
+            a3 = _mm256_fmadd_ps(v[1], x1, a3);                                                  \
+            a3 = _mm256_fmadd_ps(v[2], x2, a3);                                                  \
+            a3 = _mm256_fmadd_ps(v[3], x3, a3);                                                  \
+        }                                                                                        \
+        hsum8x4(a0, a1, a2, a3, out);                                                            \
+    }
+
+BLOCK_DOTS(q8_0, 34)
+BLOCK_DOTS(q4_0, 18)
+BLOCK_DOTS(q4_1, 20)
+#undef BLOCK_DOTS
+
+/* Types without a fused kernel (q5_*, k-quants): dequantize a block into a
+ * stack buffer with this table's dequantizer (bit-identical to the scalar
+ * one) and continue the f32 order; every block is a whole number of
+ * chunks. */
+static bt_dequant_fn gen_dq[BT_DT_COUNT];
+
+TGT static inline float gen_dot(int type, const void *w, const float *x, int64_t n)
+{
+    const bt_dtype_info *ti = bt_dtype(type);
+    float tmp[256] __attribute__((aligned(32)));
     const uint8_t *b = w;
-    int64_t nb = n / QK, i = 0;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-    for (; i + 2 <= nb; i += 2, b += 36, x += 64) {
-        PF(b);
-        a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(&bt_f16_table[ld_u16(b)]), q4_0_block(b, x), a0);
-        a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(&bt_f16_table[ld_u16(b + 18)]), q4_0_block(b + 18, x + 32), a1);
+    __m256 s = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += ti->blck, b += ti->type_size) {
+        gen_dq[type](b, tmp, ti->blck);
+        for (int j = 0; j < ti->blck; j += 8)
+            s = _mm256_fmadd_ps(_mm256_load_ps(tmp + j), _mm256_loadu_ps(x + i + j), s);
     }
-    if (i < nb)
-        a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(&bt_f16_table[ld_u16(b)]), q4_0_block(b, x), a0);
-    return hsum8(_mm256_add_ps(a0, a1));
+    return hsum8(s);
 }
 
-/* q4_1 folds the min into the weight: w = q*d + m (one FMA, exactly the
- * dequantized weight since q*d is exact), then acc += w*x; four
- * accumulators, one per 8-element group, so FMAs do not chain. */
-TGT static float dot_q4_1(const void *w, const float *x, int64_t n)
-{
-    const uint8_t *b = w;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int64_t i = 0; i < n / QK; i++, b += 20, x += QK) {
-        PF(b);
-        __m256 d = _mm256_broadcast_ss(&bt_f16_table[ld_u16(b)]);
-        __m256 m = _mm256_broadcast_ss(&bt_f16_table[ld_u16(b + 2)]), q[4];
-        q4_1_vals(b + 4, q);
-        a0 = _mm256_fmadd_ps(_mm256_fmadd_ps(q[0], d, m), _mm256_loadu_ps(x), a0);
-        a1 = _mm256_fmadd_ps(_mm256_fmadd_ps(q[1], d, m), _mm256_loadu_ps(x + 8), a1);
-        a2 = _mm256_fmadd_ps(_mm256_fmadd_ps(q[2], d, m), _mm256_loadu_ps(x + 16), a2);
-        a3 = _mm256_fmadd_ps(_mm256_fmadd_ps(q[3], d, m), _mm256_loadu_ps(x + 24), a3);
-    }
-    return hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-}
-
-/* Four 8-lane accumulators to four floats through one tree of plain adds. */
-TGT static inline void hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d, float out[4])
-{
-    __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
-    __m256 abcd = _mm256_hadd_ps(ab, cd);   /* [a, b, c, d | a', b', c', d'] */
-    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
-}
-
-/* Decode, four rows at once: the x loads are shared by the rows. */
-TGT static void dot4q_q8_0(const void *w, size_t rb, const float *x, int64_t n, float out[4])
-{
-    const uint8_t *b[4] = { w, (const uint8_t *)w + rb, (const uint8_t *)w + 2 * rb, (const uint8_t *)w + 3 * rb };
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int64_t i = 0; i < n / QK; i++, x += QK) {
-        __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
-        __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
-        const uint8_t *p0 = b[0] + i * 34, *p1 = b[1] + i * 34, *p2 = b[2] + i * 34, *p3 = b[3] + i * 34;
-        PF(p0);
-        PF(p1);
-        PF(p2);
-        PF(p3);
-#define Q8ROW(p, acc)                                                                              \
-        do {                                                                                       \
-            __m256 s = _mm256_mul_ps(i8x8(p + 2), x0);                                              \
-            s = _mm256_fmadd_ps(i8x8(p + 10), x1, s);                                               \
-            s = _mm256_fmadd_ps(i8x8(p + 18), x2, s);                                               \
-            s = _mm256_fmadd_ps(i8x8(p + 26), x3, s);                                               \
-            acc = _mm256_fmadd_ps(_mm256_broadcast_ss(&bt_f16_table[ld_u16(p)]), s, acc);           \
-        } while (0)
-        Q8ROW(p0, a0);
-        Q8ROW(p1, a1);
-        Q8ROW(p2, a2);
-        Q8ROW(p3, a3);
-#undef Q8ROW
-    }
-    hsum8x4(a0, a1, a2, a3, out);
-}
-
-TGT static void dot4q_q4_1(const void *w, size_t rb, const float *x, int64_t n, float out[4])
-{
-    const uint8_t *b[4] = { w, (const uint8_t *)w + rb, (const uint8_t *)w + 2 * rb, (const uint8_t *)w + 3 * rb };
-    __m256 acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
-    for (int64_t i = 0; i < n / QK; i++, x += QK) {
-        __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
-        __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
-#define Q41ROW(r)                                                                                  \
-        do {                                                                                       \
-            const uint8_t *p = b[r] + i * 20;                                                       \
-            PF(p);                                                                                  \
-            __m256 d = _mm256_broadcast_ss(&bt_f16_table[ld_u16(p)]);                               \
-            __m256 m = _mm256_broadcast_ss(&bt_f16_table[ld_u16(p + 2)]), q[4];                     \
-            q4_1_vals(p + 4, q);                                                                    \
-            __m256 s = _mm256_mul_ps(_mm256_fmadd_ps(q[0], d, m), x0);                              \
-            s = _mm256_fmadd_ps(_mm256_fmadd_ps(q[1], d, m), x1, s);                                \
-            s = _mm256_fmadd_ps(_mm256_fmadd_ps(q[2], d, m), x2, s);                                \
-            s = _mm256_fmadd_ps(_mm256_fmadd_ps(q[3], d, m), x3, s);                                \
-            acc[r] = _mm256_add_ps(acc[r], s);                                                      \
-        } while (0)
-        Q41ROW(0);
-        Q41ROW(1);
-        Q41ROW(2);
-        Q41ROW(3);
-#undef Q41ROW
-    }
-    hsum8x4(acc[0], acc[1], acc[2], acc[3], out);
-}
+#define GEN_DOT(T, ID) \
+    TGT static float dot_##T(const void *w, const float *x, int64_t n) { return gen_dot(ID, w, x, n); }
+GEN_DOT(q5_0, BT_DT_Q5_0)
+GEN_DOT(q5_1, BT_DT_Q5_1)
+GEN_DOT(q2_k, BT_DT_Q2_K)
+GEN_DOT(q3_k, BT_DT_Q3_K)
+GEN_DOT(q4_k, BT_DT_Q4_K)
+GEN_DOT(q5_k, BT_DT_Q5_K)
+GEN_DOT(q6_k, BT_DT_Q6_K)
+#undef GEN_DOT
 
 /* ---- dequantizers (bit-identical to dequant.c) ---- */
 
@@ -433,21 +504,34 @@ TGT static void dq_q4_1(const void *src, float *dst, int64_t n)
 bool bt_kv_avx2_fill(bt_kvariant *kv)
 {
     kv->name = "avx2";
+    kv->dequant[BT_DT_F16] = dq_f16;
+    kv->dequant[BT_DT_BF16] = dq_bf16;
+    kv->dequant[BT_DT_Q8_0] = dq_q8_0;
+    kv->dequant[BT_DT_Q4_0] = dq_q4_0;
+    kv->dequant[BT_DT_Q4_1] = dq_q4_1;
+    for (int t = 0; t < BT_DT_COUNT; t++)
+        gen_dq[t] = kv->dequant[t];
     kv->dot[BT_DT_F32] = dot_f32;
     kv->dot[BT_DT_F16] = dot_f16;
     kv->dot[BT_DT_BF16] = dot_bf16;
     kv->dot[BT_DT_Q8_0] = dot_q8_0;
     kv->dot[BT_DT_Q4_0] = dot_q4_0;
     kv->dot[BT_DT_Q4_1] = dot_q4_1;
+    kv->dot[BT_DT_Q5_0] = dot_q5_0;
+    kv->dot[BT_DT_Q5_1] = dot_q5_1;
+    kv->dot[BT_DT_Q2_K] = dot_q2_k;
+    kv->dot[BT_DT_Q3_K] = dot_q3_k;
+    kv->dot[BT_DT_Q4_K] = dot_q4_k;
+    kv->dot[BT_DT_Q5_K] = dot_q5_k;
+    kv->dot[BT_DT_Q6_K] = dot_q6_k;
     kv->dot4_f32 = dot4_f32;
     kv->dot4x2_f32 = dot4x2_f32;
+    kv->dot4q[BT_DT_F32] = dot4q_f32;
+    kv->dot4q[BT_DT_F16] = dot4q_f16;
+    kv->dot4q[BT_DT_BF16] = dot4q_bf16;
     kv->dot4q[BT_DT_Q8_0] = dot4q_q8_0;
+    kv->dot4q[BT_DT_Q4_0] = dot4q_q4_0;
     kv->dot4q[BT_DT_Q4_1] = dot4q_q4_1;
-    kv->dequant[BT_DT_F16] = dq_f16;
-    kv->dequant[BT_DT_BF16] = dq_bf16;
-    kv->dequant[BT_DT_Q8_0] = dq_q8_0;
-    kv->dequant[BT_DT_Q4_0] = dq_q4_0;
-    kv->dequant[BT_DT_Q4_1] = dq_q4_1;
     return true;
 }
 

@@ -60,7 +60,10 @@ void bt_pool_run(bt_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg)
 /* out[t*rows + r] = dot(W row r, x[t*cols ...]) for t < T, r < rows.
  * W is rows x cols of `type` (row-major, rows contiguous, row stride =
  * bt_dtype_row_size(type, cols)). Work is split over rows; with T > 1 each
- * row is dequantized once and reused for every t. p may be NULL (1 thread). */
+ * row is dequantized once and reused for every t. p may be NULL (1 thread).
+ * Batch invariant: out[t*rows + r] is bit-identical whatever T, the token's
+ * slot t and the thread count, and equal to what T = 1 gives for that token
+ * (within one SIMD variant; kernels_impl.h). */
 void bt_matmul(bt_pool *p, int type, const void *W, int64_t rows, int64_t cols,
                const float *x, int T, float *out);
 

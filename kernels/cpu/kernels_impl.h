@@ -9,7 +9,28 @@
  *     operations in the same order; no fused multiply-add where the scalar
  *     code rounds twice), so dequantized weights never depend on the CPU;
  *   - dot[t] equals the scalar dot up to f32 reassociation, and never hides
- *     a NaN or Inf (no min/max tricks). */
+ *     a NaN or Inf (no min/max tricks);
+ *   - batch invariance: within one variant, every kernel that yields a
+ *     (row, token) dot - dot[t], dot4q[t], dot4_f32, dot4x2_f32 on the
+ *     dequantized row - runs the same floating-point operations in the same
+ *     order, so the value is bit-identical whichever kernel, tile position,
+ *     batch size or thread split bt_matmul picks. Each variant fixes one
+ *     canonical order, the f32 dot of the dequantized weights w_i (a fused
+ *     kernel may build w_i in registers, since each w_i is computed exactly
+ *     as dequant[t] computes it):
+ *       scalar: s[i % 8] += w_i * x_i (product rounded, then added; never
+ *               fused), result ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7));
+ *       avx2:   the row is cut into chunks of 8 lanes, the last one
+ *               zero-padded (w and x both 0), each added by one FMA into a
+ *               single accumulator v, reduced ((v0+v1)+(v2+v3))+((v4+v5)+
+ *               (v6+v7)) - one accumulator per (row, token) leaves room for
+ *               the 4x2 prefill tile in 16 registers;
+ *       avx512: chunks of 16 lanes likewise, chunk c into accumulator c % 2
+ *               (two per (row, token); 32 registers hold the 4x2 tile's
+ *               16), then v = acc0 + acc1 folded to 8 lanes (v_j +
+ *               v_{j+8}) and reduced like avx2.
+ *     Every block size (32, 256) is a whole number of chunk pairs, so a
+ *     block-by-block kernel keeps the chunk order of a plain f32 loop. */
 #ifndef BT_KERNELS_IMPL_H
 #define BT_KERNELS_IMPL_H
 

@@ -6,9 +6,13 @@
  * Prefill (T > 1) dequantizes four rows at a time into a small per-thread
  * buffer (it stays in L1/L2) and takes their f32 dots with two tokens at a
  * time, so each weight is read from memory and decoded once per call, not T
- * times. The two paths round differently (f32 reassociation only), so a
- * token's outputs from prefill and from decode agree to ~1e-6 relative, not
- * bit for bit. */
+ * times.
+ *
+ * Batch invariance: every kernel used here computes a (row, token) dot in
+ * its variant's one canonical order (kernels_impl.h), so out[t*rows + r] is
+ * bit-identical whatever T is, where the token sits in the batch, how rows
+ * fall into 4-row tiles and how threads split them, and equal to what T = 1
+ * gives. Speculative decoding and `bisect --reference` rely on it. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +54,9 @@ static void mm_decode(const struct mm_job *j, int64_t r0, int64_t r1)
 }
 
 /* Every token against rows [r0, r1) whose f32 values start at w (row
- * stride ldw floats). */
+ * stride ldw floats). A 4x2 tile, a 4x1 tile or a lone row all give a
+ * (row, token) pair the same bits, as does the type's own dot on the raw
+ * row (kernels_impl.h). */
 static void mm_rows_f32(const struct mm_job *j, const float *w, int64_t ldw, int64_t r0, int64_t nr)
 {
     float o[8];
@@ -84,7 +90,8 @@ static void mm_prefill(const struct mm_job *j, int64_t r0, int64_t r1)
     }
     float *buf = aligned_alloc(64, ((size_t)j->cols * 4 * sizeof(float) + 63) & ~(size_t)63);
     if (!buf) {
-        /* Slow but correct: no buffer, so decode each row per token. */
+        /* Slow but correct (and the same bits): no buffer, so decode each
+         * row per token. */
         bt_dot_fn dot = j->kv->dot[j->type];
         for (int t = 0; t < j->T; t++)
             for (int64_t r = r0; r < r1; r++)
