@@ -109,17 +109,7 @@ expect_exit 2 "--reference with a different model file" "$BANGTRACE" bisect "$TM
 grep -q 'SHA-256' "$TMP/err" && ok "names the hash mismatch" || fail "stderr: $(cat "$TMP/err")"
 
 # ---- files that are not (whole) traces ----
-head -c 8192 /dev/urandom > "$TMP/random.db"
-"$PY" -c "import sqlite3,sys; d=sqlite3.connect(sys.argv[1]); d.execute('CREATE TABLE t(x)'); d.execute('INSERT INTO t VALUES (1)'); d.commit()" "$TMP/foreign.db"
-size=$(wc -c < "$TMP/nan.db")
-head -c $((size / 2)) "$TMP/nan.db" > "$TMP/truncated.db"
-"$PY" -c "
-import sys
-d = bytearray(open(sys.argv[1], 'rb').read())
-for p in range(1, len(d) // 4096):
-    d[p * 4096:p * 4096 + 8] = b'\x07\xff\xff\xff\xff\xff\xff\xff'
-open(sys.argv[2], 'wb').write(d)" "$TMP/nan.db" "$TMP/corrupt.db"
-: > "$TMP/empty.db"
+make_bad_traces "$TMP/nan.db"
 for f in random foreign truncated corrupt empty missing; do
     expect_exit 2 "bisect on a $f file" "$BANGTRACE" bisect "$TMP/$f.db" || continue
     lines=$(wc -l < "$TMP/err")

@@ -125,17 +125,7 @@ expect_exit 1 "injected plain vs speculative-looking clean trace" "$BANGTRACE" d
     && ok "position pairing: NaN at A step 5 = B step 10; tokens aligned by output index" || fail "fake spec vs NaN: $(head -c 900 "$TMP/out")"
 
 # ---- files that are not (whole) traces ----
-head -c 8192 /dev/urandom > "$TMP/random.db"
-"$PY" -c "import sqlite3,sys; d=sqlite3.connect(sys.argv[1]); d.execute('CREATE TABLE t(x)'); d.execute('INSERT INTO t VALUES (1)'); d.commit()" "$TMP/foreign.db"
-size=$(wc -c < "$TMP/nan.db")
-head -c $((size / 2)) "$TMP/nan.db" > "$TMP/truncated.db"
-"$PY" -c "
-import sys
-d = bytearray(open(sys.argv[1], 'rb').read())
-for p in range(1, len(d) // 4096):
-    d[p * 4096:p * 4096 + 8] = b'\x07\xff\xff\xff\xff\xff\xff\xff'
-open(sys.argv[2], 'wb').write(d)" "$TMP/nan.db" "$TMP/corrupt.db"
-: > "$TMP/empty.db"
+make_bad_traces "$TMP/nan.db"
 for f in random foreign truncated corrupt empty missing; do
     for order in first second; do
         if [ $order = first ]; then set -- "$TMP/$f.db" "$TMP/a.db"; else set -- "$TMP/a.db" "$TMP/$f.db"; fi

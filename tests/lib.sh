@@ -23,4 +23,21 @@ expect_exit() {
     if [ "$got" -ne "$want" ]; then fail "$desc: exit $got, expected $want; stderr: $(head -c 400 "$TMP/err")"; return 1; fi
     ok "$desc"
 }
+# make_bad_traces GOOD.db: files that are not (whole) traces, in $TMP:
+# random.db, foreign.db (another program's SQLite), truncated.db (GOOD cut
+# in half), corrupt.db (GOOD with every page header smashed), empty.db.
+make_bad_traces() {
+    py=${PYTHON3:-python3}
+    head -c 8192 /dev/urandom > "$TMP/random.db"
+    "$py" -c "import sqlite3,sys; d=sqlite3.connect(sys.argv[1]); d.execute('CREATE TABLE t(x)'); d.execute('INSERT INTO t VALUES (1)'); d.commit()" "$TMP/foreign.db"
+    size=$(wc -c < "$1")
+    head -c $((size / 2)) "$1" > "$TMP/truncated.db"
+    "$py" -c "
+import sys
+d = bytearray(open(sys.argv[1], 'rb').read())
+for p in range(1, len(d) // 4096):
+    d[p * 4096:p * 4096 + 8] = b'\x07\xff\xff\xff\xff\xff\xff\xff'
+open(sys.argv[2], 'wb').write(d)" "$1" "$TMP/corrupt.db"
+    : > "$TMP/empty.db"
+}
 finish() { [ "$failures" -eq 0 ] || { echo "$failures check(s) failed"; exit 1; }; exit 0; }

@@ -15,15 +15,6 @@
 #include "kernels_impl.h"
 #include "util.h"
 
-#define QK 32
-#define QK_K 256
-
-static inline float rd_f16(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return bt_f16_to_f32(h);
-}
 
 static void dq_f32(const void *src, float *dst, int64_t n)
 {

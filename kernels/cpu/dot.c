@@ -16,15 +16,6 @@
 #include "kernels_impl.h"
 #include "util.h"
 
-#define QK 32
-#define QK_K 256
-
-static inline float rd_f16(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return bt_f16_to_f32(h);
-}
 
 /* The scalar canonical order (see kernels_impl.h): element i goes into
  * s[i % 8]; the product is rounded before the add (the barrier keeps a

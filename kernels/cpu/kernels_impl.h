@@ -35,6 +35,9 @@
 #define BT_KERNELS_IMPL_H
 
 #include "kernels.h"
+#include "util.h"
+
+#include <string.h>
 
 typedef void (*bt_dequant_fn)(const void *src, float *dst, int64_t n);
 typedef float (*bt_dot_fn)(const void *w, const float *x, int64_t n);
@@ -96,5 +99,17 @@ bool bt_kv_avx512_fill(bt_kvariant *kv);
 #else
 #define BT_NOFUSE_F(v) do { volatile float bt_nf_ = (v); (v) = bt_nf_; } while (0)
 #endif
+
+/* Block sizes and the scalar f16 scale read shared by the reference
+ * dequantizers and dot products. */
+#define QK 32
+#define QK_K 256
+
+static inline float rd_f16(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return bt_f16_to_f32(h);
+}
 
 #endif
