@@ -43,6 +43,8 @@ void bt_tensor_name(int op, int layer, char *buf, size_t cap)
     else snprintf(buf, cap, "%s", bt_op_name(op));
 }
 
+#define BT_MAX_HEAD_DIM 512   /* attention accumulates a head in a stack row */
+
 struct bt_engine {
     const bt_model *m;
     bt_config c;
@@ -108,6 +110,8 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
         return bt_error(BT_EINVAL, "%d layers asked of a %d-layer model", o->n_layers, m->cfg.n_layers);
     bt_config cfg = m->cfg;
     if (o->n_layers > 0) cfg.n_layers = o->n_layers;
+    if (cfg.head_dim > BT_MAX_HEAD_DIM)
+        return bt_error(BT_EUNSUPPORTED, "%s: head dimension %d is above the supported %d", m->path, cfg.head_dim, BT_MAX_HEAD_DIM);
     const bt_config *c = &cfg;
     if (ctx_len <= 0) ctx_len = BT_MIN(c->ctx_len, 4096);
     if (max_batch <= 0) max_batch = 1;
@@ -239,13 +243,17 @@ static void attn_worker(void *arg, int ith, int nth)
         float sum = 0;
         for (int p = 0; p <= pos; p++) { att[p] = expf(att[p] - mx); sum += att[p]; }
         float inv = 1.0f / sum;
-        float *out = e->ctx + (size_t)t * q_dim + h * hd;
-        memset(out, 0, hd * sizeof(float));
+        /* Accumulate in a local row: with no possible aliasing between the
+         * accumulator and the cache, the inner loop vectorises (same
+         * per-element order, so results do not change). */
+        float acc[BT_MAX_HEAD_DIM];
+        memset(acc, 0, hd * sizeof(float));
         for (int p = 0; p <= pos; p++) {
-            const float *v = vc + (size_t)p * kv_dim + kvh * hd;
+            const float *restrict v = vc + (size_t)p * kv_dim + kvh * hd;
             float a = att[p] * inv;
-            for (int i = 0; i < hd; i++) out[i] += a * v[i];
+            for (int i = 0; i < hd; i++) acc[i] += a * v[i];
         }
+        memcpy(e->ctx + (size_t)t * q_dim + h * hd, acc, hd * sizeof(float));
     }
 }
 
