@@ -3,7 +3,7 @@
 # under ASan+UBSan.
 ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh
 TESTS += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh
-EXTRA_DIST += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/golden/smollm2-q4_1.txt tests/trace_run.sh tests/crash_run.sh
+EXTRA_DIST += tests/browse_big.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/golden/smollm2-q4_1.txt tests/trace_run.sh tests/crash_run.sh
 # request parsing, chat templates, sampler / argmax rules
 check_PROGRAMS += tests/test_request tests/test_sampler
 TESTS += tests/test_request tests/test_sampler
@@ -53,7 +53,7 @@ TESTS += tests/bisect.sh tests/report.sh
 EXTRA_DIST += tests/bisect.sh tests/report.sh
 # browser (tui/): layout, collapsing, colouring, sanitization, keys; dumps; tmux end to end
 check_PROGRAMS += tests/test_tui
-TESTS += tests/test_tui tests/browse_dump.sh tests/browse_tmux.sh
+TESTS += tests/test_tui tests/browse_dump.sh tests/browse_tmux.sh tests/browse_big.sh
 tests_test_tui_SOURCES = tests/test_tui.c
 tests_test_tui_LDADD = $(BT_LIBS)
 EXTRA_DIST += tests/browse_dump.sh tests/browse_tmux.sh tests/data-gen/make_trace.py
