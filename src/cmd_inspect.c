@@ -163,24 +163,11 @@ static int collect_tensors(const bt_model *m, titem **out, int64_t *n_out)
 
 /* ---- scan ------------------------------------------------------------- */
 
-/* Byte offsets of the f16 scale (and min) fields inside one block, for the
- * block types whose scales are f16. Returns how many (0: none to check). */
-static int scale_fields(int type, int off[2])
-{
-    switch (type) {
-    case BT_DT_Q4_0: case BT_DT_Q5_0: case BT_DT_Q8_0: off[0] = 0; return 1;
-    case BT_DT_Q4_1: case BT_DT_Q5_1: case BT_DT_Q4_K: case BT_DT_Q5_K: off[0] = 0; off[1] = 2; return 2;
-    case BT_DT_Q2_K: off[0] = 80; off[1] = 82; return 2;
-    case BT_DT_Q3_K: off[0] = 108; return 1;
-    case BT_DT_Q6_K: off[0] = 208; return 1;
-    default: return 0;
-    }
-}
 
 static void scan_scales(titem *t)
 {
     int off[2];
-    int nf = scale_fields(t->type, off);
+    int nf = bt_dtype_scale_offsets(t->type, off);
     if (!nf) return;
     const bt_dtype_info *di = bt_dtype(t->type);
     uint64_t n_blocks = t->nbytes / di->type_size;

@@ -49,18 +49,6 @@ static uint16_t rnd_scale(void)
     return bt_f32_to_f16(rnd() & 1 ? -v : v);
 }
 
-/* Offsets of the f16 scale fields in one block of each quantized type. */
-static int scale_offsets(int type, int off[2])
-{
-    switch (type) {
-    case BT_DT_Q4_0: case BT_DT_Q5_0: case BT_DT_Q8_0: off[0] = 0; return 1;
-    case BT_DT_Q4_1: case BT_DT_Q5_1: case BT_DT_Q4_K: case BT_DT_Q5_K: off[0] = 0; off[1] = 2; return 2;
-    case BT_DT_Q2_K: off[0] = 80; off[1] = 82; return 2;
-    case BT_DT_Q3_K: off[0] = 108; return 1;
-    case BT_DT_Q6_K: off[0] = 208; return 1;
-    default: return 0;
-    }
-}
 
 /* n elements of random, finite weights of `type` in buf. */
 static void fill_random(int type, uint8_t *buf, int64_t n)
@@ -85,7 +73,7 @@ static void fill_random(int type, uint8_t *buf, int64_t n)
             put16(buf + 2 * i, (uint16_t)(u >> 16));
         }
     } else {
-        int off[2], k = scale_offsets(type, off);
+        int off[2], k = bt_dtype_scale_offsets(type, off);
         for (int64_t b = 0; b < n / ti->blck; b++)
             for (int i = 0; i < k; i++)
                 put16(buf + b * ti->type_size + off[i], rnd_scale());
@@ -381,7 +369,7 @@ static void test_nonfinite(const bt_kvariant *v)
                 put16(w + 2 * pos, kind == 0 ? 0x7FC0 : kind == 1 ? 0x7F80 : 0xFF80);
             } else {
                 int off[2] = { 0, 0 };
-                scale_offsets(t, off);
+                bt_dtype_scale_offsets(t, off);
                 put16(w + pos * ti->type_size + off[0], h16);
             }
             float got = v->dot[t](w, x, n);

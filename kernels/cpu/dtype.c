@@ -60,3 +60,15 @@ size_t bt_dtype_row_size(int type, int64_t n)
         return 0;
     return (size_t)(n / ti->blck) * ti->type_size;
 }
+
+int bt_dtype_scale_offsets(int type, int off[2])
+{
+    switch (type) {
+    case BT_DT_Q4_0: case BT_DT_Q5_0: case BT_DT_Q8_0: off[0] = 0; return 1;
+    case BT_DT_Q4_1: case BT_DT_Q5_1: case BT_DT_Q4_K: case BT_DT_Q5_K: off[0] = 0; off[1] = 2; return 2;
+    case BT_DT_Q2_K: off[0] = 80; off[1] = 82; return 2;
+    case BT_DT_Q3_K: off[0] = 108; return 1;
+    case BT_DT_Q6_K: off[0] = 208; return 1;
+    default: return 0;
+    }
+}

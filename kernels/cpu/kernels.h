@@ -38,6 +38,11 @@ const bt_dtype_info *bt_dtype(int type);
  * or the type is unknown. */
 size_t bt_dtype_row_size(int type, int64_t n);
 
+/* Byte offsets of the f16 scale (and min) fields inside one block of a
+ * quantized type; returns how many (0: none). A flipped exponent bit there
+ * poisons a whole block, so inspect scans them. */
+int bt_dtype_scale_offsets(int type, int off[2]);
+
 /* Pick SIMD variants for this CPU. BT_SIMD=scalar|avx2|avx512 in the
  * environment forces one (falls back to scalar if the CPU lacks it).
  * Idempotent; called by everything below on first use. */

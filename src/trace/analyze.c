@@ -226,7 +226,7 @@ static void set_degen(bt_analysis *x, int step, int pos, const char *kind, const
     snprintf(x->degen_detail, sizeof(x->degen_detail), "%s", detail);
 }
 
-typedef struct event_walk { bt_analysis *x; int stop_step; const step_map *sm; } event_walk;
+typedef struct event_walk { bt_analysis *x; const step_map *sm; } event_walk;
 
 static int event_cb(void *user, const bt_trace_event_row *ev)
 {
@@ -248,13 +248,10 @@ static int event_cb(void *user, const bt_trace_event_row *ev)
     x->events[k].count++;
     if (ev->step >= 0 && (x->events[k].first_step < 0 || ev->step < x->events[k].first_step)) x->events[k].first_step = ev->step;
     if (!strcmp(kind, "crash")) x->has_crash = true;
-    /* The end-of-generation token that stopped the run is a control token
-     * at the end of the text, not a leak in the middle of it. */
-    bool natural_end = !strcmp(kind, "special_leak") && ev->step >= 0 && ev->step == w->stop_step;
     /* A drafter's non-finite row or odd token is not output: the target
      * verifies every drafted token before it is emitted. */
     bool draft_pass = sm_is_draft(w->sm, ev->step);
-    if (ev->step >= 0 && degenerate_kind(kind) && !natural_end && !draft_pass) set_degen(x, ev->step, ev->pos, kind, ev->detail ? ev->detail : kind);
+    if (ev->step >= 0 && degenerate_kind(kind) && !draft_pass) set_degen(x, ev->step, ev->pos, kind, ev->detail ? ev->detail : kind);
     return 0;
 }
 
@@ -265,7 +262,6 @@ typedef struct tok_list {
     gen_tok *g;
     int n, cap;
     bool gen_only;
-    bool ended_by_stop;         /* the last generated token carries finish_reason "stop" */
 } tok_list;
 
 static int tok_cb(void *user, const bt_trace_token_row *t)
@@ -274,7 +270,6 @@ static int tok_cb(void *user, const bt_trace_token_row *t)
     /* the output: generated tokens and, in a speculative run, the target's
      * bonus/correction tokens (drafted tokens are output only as gen) */
     bool gen = t->role && (!strcmp(t->role, "gen") || !strcmp(t->role, "bonus"));
-    if (t->finish_reason && t->role && strcmp(t->role, "prompt")) l->ended_by_stop = !strcmp(t->finish_reason, "stop");
     if (l->gen_only && !gen) return 0;
     if (!l->gen_only && !gen && !(t->role && !strcmp(t->role, "prompt"))) return 0;
     if (l->n == l->cap) {
@@ -610,7 +605,7 @@ int bt_analyze(bt_trace_reader *r, bt_analysis *x)
     if ((rc = analyze_nonfinite(r, x, spec ? &sm : NULL))) goto out;
     if ((rc = bt_trace_tokens_each(r, 0, 0, tok_cb, &l)) < 0) goto out;
     x->n_gen = l.n;
-    event_walk w = { .x = x, .stop_step = l.n && l.ended_by_stop ? l.g[l.n - 1].step : -1, .sm = spec ? &sm : NULL };
+    event_walk w = { .x = x, .sm = spec ? &sm : NULL };
     if ((rc = bt_trace_events_each(r, NULL, event_cb, &w)) < 0) goto out;
     if ((rc = analyze_tokens(r, x, l.g, l.n))) goto out;
     if ((rc = explain(r, x, l.g, l.n))) goto out;
