@@ -41,7 +41,8 @@ fresh() { rm -f "$1" "$1-wal" "$1-shm"; }
 # stderr in $OUT/NAME.err, exit status in $rc. Paths are shown shortened.
 bt() {
     local name=$1; shift
-    local shown="bangtrace $*"
+    local a shown=bangtrace
+    for a in "$@"; do case $a in *" "*) shown+=" '$a'" ;; *) shown+=" $a" ;; esac; done
     shown=${shown//$OUT\//}; shown=${shown//$SHARED\/models\/llama2c\//}; shown=${shown//$SMOL/SmolLM2.gguf}
     shown=${shown//$SHARED\//../shared/}; shown=${shown//$top\//}
     printf '$ %s\n' "$shown"
