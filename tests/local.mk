@@ -72,3 +72,9 @@ EXTRA_DIST += tests/diff.sh tests/diff_spec.sh
 # bisect / report / export on speculative traces (synthetic contract traces + real run --spec-k runs)
 TESTS += tests/bisect_spec.sh
 EXTRA_DIST += tests/bisect_spec.sh tests/data-gen/make_spec_trace.py
+# the incident gallery (examples/incidents/): every case is a test; 6 and 7 SKIP until run --numerics / probe exist
+TESTS += examples/incidents/1-wall-of-bang/run.sh examples/incidents/2-out-of-range-token/run.sh \
+	examples/incidents/3-drafter-not-guilty/run.sh examples/incidents/4-long-prompts/run.sh \
+	examples/incidents/5-flipped-bit/run.sh examples/incidents/6-half-precision/run.sh \
+	examples/incidents/7-gate-that-could-not-fail/run.sh tests/sample_trace.sh
+EXTRA_DIST += tools/model-edit tests/sample_trace.sh
