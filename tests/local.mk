@@ -72,3 +72,8 @@ EXTRA_DIST += tests/diff.sh tests/diff_spec.sh
 # bisect / report / export on speculative traces (synthetic contract traces + real run --spec-k runs)
 TESTS += tests/bisect_spec.sh
 EXTRA_DIST += tests/bisect_spec.sh tests/data-gen/make_spec_trace.py
+# the one tap comparator (bisect --reference and diff): exactness, bf16, NaN, tolerance edge
+check_PROGRAMS += tests/test_compare
+TESTS += tests/test_compare
+tests_test_compare_SOURCES = tests/test_compare.c
+tests_test_compare_LDADD = $(BT_LIBS)
