@@ -44,16 +44,18 @@ void tui_run_free(tui_run *r)
     memset(r, 0, sizeof(*r));
 }
 
-/* Grow *v (elements of size) to hold one more than n; BT_ENOMEM on failure. */
-static int grow(void **v, int n, int *cap, size_t size)
+/* A new zeroed element at the end of *v (n elements of size, room for
+ * *cap); NULL when out of memory. */
+static void *append(void **v, int *n, int *cap, size_t size)
 {
-    if (n < *cap) return BT_OK;
-    int nc = *cap ? *cap * 2 : 32;
-    void *nv = realloc(*v, size * nc);
-    if (!nv) return bt_error(BT_ENOMEM, "out of memory");
-    *v = nv;
-    *cap = nc;
-    return BT_OK;
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 32;
+        void *nv = realloc(*v, size * nc);
+        if (!nv) return NULL;
+        *v = nv;
+        *cap = nc;
+    }
+    return memset((char *)*v + size * (*n)++, 0, size);
 }
 
 typedef struct run_load { tui_run *r; int cap; } run_load;
@@ -61,33 +63,23 @@ typedef struct run_load { tui_run *r; int cap; } run_load;
 static int meta_cb(void *user, const char *key, const char *value)
 {
     run_load *l = user;
-    tui_run *r = l->r;
-    int rc = grow((void **)&r->meta, r->n_meta, &l->cap, sizeof(tui_kv));
-    if (rc) return rc;
-    tui_kv *kv = &r->meta[r->n_meta++];
-    kv->key = strdup(key);
-    kv->value = strdup(value ? value : "");
-    return kv->key && kv->value ? 0 : bt_error(BT_ENOMEM, "out of memory");
+    tui_kv *kv = append((void **)&l->r->meta, &l->r->n_meta, &l->cap, sizeof(tui_kv));
+    if (!kv || !(kv->key = strdup(key)) || !(kv->value = strdup(value ? value : "")))
+        return bt_error(BT_ENOMEM, "out of memory");
+    return 0;
 }
 
 static int event_cb(void *user, const bt_trace_event_row *ev)
 {
     run_load *l = user;
-    tui_run *r = l->r;
-    if (r->n_events == TUI_MAX_EVENTS) { r->events_truncated = true; return 1; }
-    int rc = grow((void **)&r->events, r->n_events, &l->cap, sizeof(tui_event));
-    if (rc) return rc;
-    tui_event *e = &r->events[r->n_events++];
-    memset(e, 0, sizeof(*e));
-    e->id = ev->id;
-    e->step = ev->step;
-    e->pos = ev->pos;
-    e->layer = ev->layer;
+    if (l->r->n_events == TUI_MAX_EVENTS) { l->r->events_truncated = true; return 1; }
+    tui_event *e = append((void **)&l->r->events, &l->r->n_events, &l->cap, sizeof(tui_event));
+    if (!e) return bt_error(BT_ENOMEM, "out of memory");
+    *e = (tui_event){ .id = ev->id, .step = ev->step, .pos = ev->pos, .layer = ev->layer };
     snprintf(e->kind, sizeof e->kind, "%s", ev->kind);
     snprintf(e->op, sizeof e->op, "%s", ev->op ? ev->op : "");
     snprintf(e->tensor, sizeof e->tensor, "%s", ev->tensor ? ev->tensor : "");
-    e->detail = strdup(ev->detail ? ev->detail : "");
-    return e->detail ? 0 : bt_error(BT_ENOMEM, "out of memory");
+    return (e->detail = strdup(ev->detail ? ev->detail : "")) ? 0 : bt_error(BT_ENOMEM, "out of memory");
 }
 
 #define TUI_MAX_BACKTRACES 16
@@ -95,18 +87,12 @@ static int event_cb(void *user, const bt_trace_event_row *ev)
 static int bt_cb(void *user, const bt_trace_backtrace_row *b)
 {
     run_load *l = user;
-    tui_run *r = l->r;
-    if (r->n_bts == TUI_MAX_BACKTRACES) return 1;
-    int rc = grow((void **)&r->bts, r->n_bts, &l->cap, sizeof(tui_frames));
-    if (rc) return rc;
-    tui_frames *f = &r->bts[r->n_bts++];
-    memset(f, 0, sizeof(*f));
-    f->id = b->id;
-    f->event_id = b->event_id;
-    f->step = b->step;
+    if (l->r->n_bts == TUI_MAX_BACKTRACES) return 1;
+    tui_frames *f = append((void **)&l->r->bts, &l->r->n_bts, &l->cap, sizeof(tui_frames));
+    if (!f) return bt_error(BT_ENOMEM, "out of memory");
+    *f = (tui_frames){ .id = b->id, .event_id = b->event_id, .step = b->step };
     snprintf(f->kind, sizeof f->kind, "%s", b->kind);
-    f->frames = strdup(b->frames);
-    return f->frames ? 0 : bt_error(BT_ENOMEM, "out of memory");
+    return (f->frames = strdup(b->frames)) ? 0 : bt_error(BT_ENOMEM, "out of memory");
 }
 
 int tui_run_load(tui_trace *tr, tui_run *r)

@@ -160,15 +160,11 @@ static int trail_cb(void *user, const bt_trace_spec_trail_row *t)
     tui_spec_row *row = &l->rows[l->i];
     if (row->step != t->step || row->n >= TUI_SPEC_MAXK) return 0;
     tui_spec_draft *d = &row->d[row->n++];
-    d->idx = t->draft_idx;
-    d->pos = t->draft_pos;
-    d->draft_step = t->draft_step;
-    d->draft_token = t->draft_token;
-    d->draft_prob = t->draft_prob;
-    d->draft_finite = t->draft_finite;
-    d->target_token = t->target_token;
-    d->target_prob = t->target_prob;
-    d->accepted = t->accepted;
+    *d = (tui_spec_draft){
+        .idx = t->draft_idx, .pos = t->draft_pos, .draft_step = t->draft_step, .draft_token = t->draft_token,
+        .target_token = t->target_token, .draft_prob = t->draft_prob, .target_prob = t->target_prob,
+        .draft_finite = t->draft_finite, .accepted = t->accepted,
+    };
     snprintf(d->reason, sizeof d->reason, "%s", t->reason ? t->reason : "");
     d->mark = tui_spec_mark(d->accepted, d->reason);
     if (d->mark == TUI_SM_REJECT && row->reject_at < 0) row->reject_at = row->n - 1;

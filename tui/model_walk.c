@@ -28,19 +28,13 @@ void tui_walk_free(tui_walk *w)
 static void link_from(tui_link *l, const bt_prop_link *p)
 {
     const bt_bad_tensor *t = &p->t;
-    memset(l, 0, sizeof(*l));
-    l->step = t->step;
-    l->layer = t->layer;
-    l->idx = t->idx;
+    *l = (tui_link){
+        .step = t->step, .layer = t->layer, .idx = t->idx, .n = t->n, .nan = t->nan, .pinf = t->pinf,
+        .ninf = t->ninf, .first_bad_index = t->first_bad_index, .first_bad_pos = t->pos,
+    };
     snprintf(l->model, sizeof l->model, "%s", t->model);
     snprintf(l->tensor, sizeof l->tensor, "%s", t->tensor);
     snprintf(l->op, sizeof l->op, "%s", t->op);
-    l->n = t->n;
-    l->nan = t->nan;
-    l->pinf = t->pinf;
-    l->ninf = t->ninf;
-    l->first_bad_index = t->first_bad_index;
-    l->first_bad_pos = t->pos;
     const char *how = p->kind == BT_PROP_ORIGIN ? "origin"
                     : p->kind == BT_PROP_FORWARD ? (t->layer >= 0 ? "next layer" : "after layers")
                     : p->kind == BT_PROP_KV_CACHE ? "via KV cache" : "recurs";

@@ -51,18 +51,10 @@ bool bt_tap_compare(const bt_trace_tap_row *a, const bt_trace_tap_row *b, double
 
 void bt_tap_row_from_stats(const bt_tap_stats *s, bt_trace_tap_row *o)
 {
-    memset(o, 0, sizeof(*o));
-    o->n = s->n;
-    o->nan = s->nan;
-    o->pinf = s->pinf;
-    o->ninf = s->ninf;
-    o->min = s->min;
-    o->max = s->max;
-    o->mean = s->mean;
-    o->rms = s->rms;
-    o->absmax = isnan(s->min) || isnan(s->max) ? NAN : fmax(fabs(s->min), fabs(s->max));
-    o->first_bad_index = s->first_bad_index;
-    o->first_bad_pos = s->first_bad_pos;
-    o->layer = -1;
-    o->recorded = true;
+    *o = (bt_trace_tap_row){
+        .layer = -1, .n = s->n, .nan = s->nan, .pinf = s->pinf, .ninf = s->ninf,
+        .min = s->min, .max = s->max, .mean = s->mean, .rms = s->rms,
+        .absmax = isnan(s->min) || isnan(s->max) ? NAN : fmax(fabs(s->min), fabs(s->max)),
+        .first_bad_index = s->first_bad_index, .first_bad_pos = s->first_bad_pos, .recorded = true,
+    };
 }
