@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "tap/stats.h"
 #include "trace/analyze.h"
+#include "trace/compare.h"
 #include "trace/reader.h"
 #include "util.h"
 
@@ -55,8 +56,9 @@ void cmd_bisect_help(FILE *out)
         "  --reference      teacher-forced replay against a clean engine\n"
         "  --model M        model file (default: the trace's model_path)\n"
         "  --tokenizer T    llama2.c tokenizer (not needed for the replay)\n"
-        "  --tolerance X    relative tolerance on absmax, rms, mean, min, max (default 0.02;\n"
-        "                   mean, min and max relative to the tensor's rms/absmax)\n"
+        "  --tolerance X    relative tolerance on min, max, mean, rms (default 0.02; min and\n"
+        "                   max relative to the tensor's absmax, mean and rms to its rms;\n"
+        "                   the rule diff uses, doc/trace-format.md)\n"
         "  --threads N      compute threads (default: the trace's, at most the online CPUs)\n"
         "  --all            keep going after the first divergence and list every divergent step\n\n"
         "Exit status: 0 clean (no non-finite value, no degenerate output; with --reference:\n"
@@ -392,50 +394,24 @@ typedef struct diverge {
     double tv, rv;              /* the field's value in the trace / the reference */
 } diverge;
 
-/* Does the trace's statistic t differ from the reference's r beyond tol?
- * full: the trace holds full precision (tap_bad), else bf16. Fills the
- * first differing field; *rel gets the largest relative difference. */
-static bool stats_differ(const bt_trace_tap_row *t, const bt_tap_stats *r0, bool full, double tol,
+/* Does the trace's statistic t differ from the reference's r0 beyond tol?
+ * The rule is bt_tap_compare's (the one diff uses); a count mismatch is
+ * reported as the field "nonfinite" with the total counts. Fills the first
+ * differing field; *rel gets the largest relative difference. */
+static bool stats_differ(const bt_trace_tap_row *t, const bt_tap_stats *r0, double tol,
                          char field[16], double *tv, double *rv, double *rel)
 {
-    const double floor = 1e-6;    /* absolute: differences below it are noise whatever the scale */
-    *rel = 0;
-    if (t->nan != r0->nan || t->pinf != r0->pinf || t->ninf != r0->ninf) {
-        snprintf(field, 16, "nonfinite");
-        *tv = (double)(t->nan + t->pinf + t->ninf);
-        *rv = (double)(r0->nan + r0->pinf + r0->ninf);
-        *rel = INFINITY;
-        return true;
-    }
-    double rmin = r0->min, rmax = r0->max, rmean = r0->mean, rrms = r0->rms;
-    if (!full) { rmin = bt_bf16_round(r0->min); rmax = bt_bf16_round(r0->max); rmean = bt_bf16_round(r0->mean); rrms = bt_bf16_round(r0->rms); }
-    /* absmax from min/max on both sides, so NaN ("no finite value") stays NaN */
-    double tabs = isnan(t->min) || isnan(t->max) ? NAN : fmax(fabs(t->min), fabs(t->max));
-    double rabs = isnan(rmin) || isnan(rmax) ? NAN : fmax(fabs(rmin), fabs(rmax));
-    /* mean, min and max are judged against the tensor's spread: a mean near
-     * zero must not turn rounding noise into a relative blow-up */
-    double s_abs = fmax(fabs(tabs), fabs(rabs)), s_rms = fmax(fabs(t->rms), fabs(rrms));
-    const struct { const char *name; double a, b, scale; } f[] = {
-        { "absmax", tabs, rabs, s_abs },
-        { "rms", t->rms, rrms, s_rms },
-        { "mean", t->mean, rmean, fmax(s_rms, fmax(fabs(t->mean), fabs(rmean))) },
-        { "min", t->min, rmin, s_abs },
-        { "max", t->max, rmax, s_abs },
-    };
-    bool differ = false;
-    for (size_t i = 0; i < BT_ARRAY_SIZE(f); i++) {
-        double a = f[i].a, b = f[i].b;
-        if (isnan(a) && isnan(b)) continue;
-        bool one_nan = isnan(a) != isnan(b);
-        double d = one_nan ? INFINITY : fabs(a - b) / fmax(f[i].scale, floor);
-        if (d > *rel) *rel = d;
-        if (!differ && (one_nan || fabs(a - b) > tol * f[i].scale + floor)) {
-            differ = true;
-            snprintf(field, 16, "%s", f[i].name);
-            *tv = a; *rv = b;
-        }
-    }
-    return differ;
+    bt_trace_tap_row ref;
+    bt_tap_row_from_stats(r0, &ref);
+    bt_tap_diff d;
+    bool differ = bt_tap_compare(t, &ref, tol, &d);
+    *rel = d.rel;
+    if (!differ) return false;
+    bool count = !strcmp(d.field, "nan") || !strcmp(d.field, "pinf") || !strcmp(d.field, "ninf");
+    snprintf(field, 16, "%s", count ? "nonfinite" : d.field);
+    *tv = count ? (double)(t->nan + t->pinf + t->ninf) : d.a;
+    *rv = count ? (double)(ref.nan + ref.pinf + ref.ninf) : d.b;
+    return true;
 }
 
 static int default_threads(void)
@@ -668,7 +644,7 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
             if (!rp.seen[j] || !tr[j].recorded) continue;
             char field[16];
             double tv = 0, rv = 0, rel;
-            bool differ = stats_differ(&tr[j], &rp.ref[j], bt_trace_tap_bad(&tr[j]), o->tol, field, &tv, &rv, &rel);
+            bool differ = stats_differ(&tr[j], &rp.ref[j], o->tol, field, &tv, &rv, &rel);
             if (rel > res->max_rel && isfinite(rel)) { res->max_rel = rel; res->max_rel_step = s->step; res->max_rel_slot = j; }
             if (!differ) continue;
             if (d.slot < 0) { d.slot = j; snprintf(d.field, sizeof(d.field), "%s", field); d.tv = tv; d.rv = rv; }

@@ -21,6 +21,7 @@
  * damaged page) gives one line on stderr and no partial report. */
 #include "cmd.h"
 #include "trace/analyze.h"
+#include "trace/compare.h"
 #include "trace/reader.h"
 #include "util.h"
 
@@ -49,8 +50,9 @@ void cmd_diff_help(FILE *out)
         "  meta     differing settings: model sha256, argmax rule, sampling, injections,\n"
         "           speculation (spec_k, drafter, draft model), backend, tap settings\n\n"
         "A tap differs when its NaN/+Inf/-Inf counts differ or min, max, mean or rms differ\n"
-        "by more than the relative tolerance (the mean relative to the larger of its own size\n"
-        "and the tensor's rms).\n\n"
+        "by more than the relative tolerance: min and max relative to the tensor's absmax, rms\n"
+        "to its rms, the mean to the larger of its own size and the rms (the rule bisect\n"
+        "--reference uses; doc/trace-format.md).\n\n"
         "  --tolerance X    relative tolerance on min/max/mean/rms (default 0: the stored\n"
         "                   bf16 values must be equal)\n"
         "  --json           one JSON object: prompt_equal, first_prompt_diff, first_token_diff,\n"
@@ -234,34 +236,6 @@ typedef struct tapcmp {
     tapdiff d;
 } tapcmp;
 
-/* |a - b| beyond tol relative to scale; NaN ("no finite value") equals only NaN. */
-static bool num_differ(double a, double b, double tol, double scale)
-{
-    if (isnan(a) || isnan(b)) return isnan(a) != isnan(b);
-    if (a == b) return false;
-    return !(fabs(a - b) <= tol * scale);
-}
-
-static double fmax_finite(double a, double b)
-{
-    return fmax(isfinite(a) ? fabs(a) : 0, isfinite(b) ? fabs(b) : 0);
-}
-
-/* The first field in which two taps of the same tensor differ, or NULL.
- * The mean is judged against the tensor's rms as well as its own size: a
- * mean near zero must not turn rounding noise into a large relative change. */
-static const char *tap_differs(const bt_trace_tap_row *a, const bt_trace_tap_row *b, double tol)
-{
-    if (a->nan != b->nan) return "nan";
-    if (a->pinf != b->pinf) return "pinf";
-    if (a->ninf != b->ninf) return "ninf";
-    if (num_differ(a->min, b->min, tol, fmax_finite(a->min, b->min))) return "min";
-    if (num_differ(a->max, b->max, tol, fmax_finite(a->max, b->max))) return "max";
-    if (num_differ(a->mean, b->mean, tol, fmax(fmax_finite(a->mean, b->mean), fmax_finite(a->rms, b->rms)))) return "mean";
-    if (num_differ(a->rms, b->rms, tol, fmax_finite(a->rms, b->rms))) return "rms";
-    return NULL;
-}
-
 /* Compare the taps of step a of A with step b of B; fills c->d on the first
  * difference. Tensors pair by name within the step's model. */
 static int compare_step(side *A, side *B, const bt_trace_step_row *sa, const bt_trace_step_row *sb,
@@ -284,8 +258,9 @@ static int compare_step(side *A, side *B, const bt_trace_step_row *sa, const bt_
         }
         if (!y || !y->recorded) continue;
         c->compared_taps++;
-        const char *f = tap_differs(&ta[i], y, tol);
-        if (!f) continue;
+        bt_tap_diff td;
+        if (!bt_tap_compare(&ta[i], y, tol, &td)) continue;
+        const char *f = td.field;
         tapdiff *d = &c->d;
         d->found = true;
         d->step_a = sa->step;

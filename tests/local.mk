@@ -81,3 +81,8 @@ EXTRA_DIST += tools/model-edit tests/sample_trace.sh examples/incidents/1-wall-o
 	examples/incidents/2-out-of-range-token/run.sh examples/incidents/3-drafter-not-guilty/run.sh \
 	examples/incidents/4-long-prompts/run.sh examples/incidents/5-flipped-bit/run.sh \
 	examples/incidents/6-half-precision/run.sh examples/incidents/7-gate-that-could-not-fail/run.sh
+# the one tap comparator (bisect --reference and diff): exactness, bf16, NaN, tolerance edge
+check_PROGRAMS += tests/test_compare
+TESTS += tests/test_compare
+tests_test_compare_SOURCES = tests/test_compare.c
+tests_test_compare_LDADD = $(BT_LIBS)

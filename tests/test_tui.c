@@ -183,10 +183,10 @@ static void test_health(void)
     tui_fmt_bad_counts(b, sizeof b, 0, 0, 0);
     CHECK_STR(b, "0 non-finite");
 
-    CHECK(isnan(tui_bf16(0x7fc0)));
-    CHECK(tui_bf16(0x3f80) == 1.0f);
-    CHECK(tui_bf16(0xc000) == -2.0f);
-    CHECK(isinf(tui_bf16(0x7f80)));
+    CHECK(isnan(bt_bf16_to_f32(0x7fc0)));
+    CHECK(bt_bf16_to_f32(0x3f80) == 1.0f);
+    CHECK(bt_bf16_to_f32(0xc000) == -2.0f);
+    CHECK(isinf(bt_bf16_to_f32(0x7f80)));
 }
 
 static bool has_control(const char *s)
@@ -384,7 +384,7 @@ static bool make_trace(const char *path, const char *schema)
                         "('target', 1, 'blk.0.ffn_down', 0, 'ffn_down', 4), ('target', 2, 'blk.1.ffn_gate', 1, 'ffn_gate', 4),"
                         "('target', 3, 'blk.1.ffn_down', 1, 'ffn_down', 4), ('target', 4, 'logits', NULL, 'logits', 8);"
                         "INSERT INTO tokens(step, pos, token_id, piece, role) VALUES (0, 0, 1, '<s>', 'prompt');"
-                        "INSERT INTO meta VALUES ('tool_version', 'test');") == SQLITE_OK;
+                        "INSERT INTO meta VALUES ('tool_version', 'test'), ('schema_version', '1');") == SQLITE_OK;
     sqlite3_stmt *st, *tb, *tk, *lg, *bad;
     sqlite3_prepare_v2(db, "INSERT INTO steps(step, kind, pos0, n_pos) VALUES (?1, 'decode', ?1, 1)", -1, &st, NULL);
     sqlite3_prepare_v2(db, "INSERT INTO tap_blobs VALUES (?1, ?2)", -1, &tb, NULL);
@@ -640,7 +640,7 @@ static bool make_spec_trace(const char *path, const char *schema, int rounds)
     if (sqlite3_open(path, &db) != SQLITE_OK) return false;
     bool ok = exec(db, schema) == SQLITE_OK && exec(db, "PRAGMA application_id = 1112822339; PRAGMA user_version = 1; BEGIN") == SQLITE_OK;
     ok = ok && exec(db, "INSERT INTO tensors VALUES ('target', 0, 'logits', NULL, 'logits', 8), ('draft', 0, 'logits', NULL, 'logits', 8);"
-                        "INSERT INTO meta VALUES ('spec_k', '2'), ('drafter', 'self:1');"
+                        "INSERT INTO meta VALUES ('spec_k', '2'), ('drafter', 'self:1'), ('schema_version', '1');"
                         "INSERT INTO steps VALUES (0, 'target', 'prefill', 0, 1, 1);"
                         "INSERT INTO tokens(step, pos, token_id, piece, role) VALUES (0, 0, 1, 'A', 'prompt'), (0, 1, 2, 'B', 'gen');") == SQLITE_OK;
     int step = 1, pos = 2;

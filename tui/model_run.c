@@ -1,7 +1,8 @@
 /* model_run.c - run metadata, the events list and recorded backtraces.
  *
- * meta is small (one row per key); events are read up to TUI_MAX_EVENTS (a
- * degenerate 300k-step run can hold many), backtraces up to 16. Meta keys
+ * meta is small (one row per key, read once by the reader); events are read
+ * up to TUI_MAX_EVENTS (a degenerate 300k-step run can hold many),
+ * backtraces up to TUI_MAX_BACKTRACES. Meta keys
  * are shown in a fixed, useful order first (what ran, on what, how), then
  * the rest alphabetically. */
 #include "model_impl.h"
@@ -43,79 +44,73 @@ void tui_run_free(tui_run *r)
     memset(r, 0, sizeof(*r));
 }
 
-static char *dup_col(sqlite3_stmt *s, int c)
+/* A new zeroed element at the end of *v (n elements of size, room for
+ * *cap); NULL when out of memory. */
+static void *append(void **v, int *n, int *cap, size_t size)
 {
-    const unsigned char *t = sqlite3_column_text(s, c);
-    return strdup(t ? (const char *)t : "");
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 32;
+        void *nv = realloc(*v, size * nc);
+        if (!nv) return NULL;
+        *v = nv;
+        *cap = nc;
+    }
+    return memset((char *)*v + size * (*n)++, 0, size);
+}
+
+typedef struct run_load { tui_run *r; int cap; } run_load;
+
+static int meta_cb(void *user, const char *key, const char *value)
+{
+    run_load *l = user;
+    tui_kv *kv = append((void **)&l->r->meta, &l->r->n_meta, &l->cap, sizeof(tui_kv));
+    if (!kv || !(kv->key = strdup(key)) || !(kv->value = strdup(value ? value : "")))
+        return bt_error(BT_ENOMEM, "out of memory");
+    return 0;
+}
+
+static int event_cb(void *user, const bt_trace_event_row *ev)
+{
+    run_load *l = user;
+    if (l->r->n_events == TUI_MAX_EVENTS) { l->r->events_truncated = true; return 1; }
+    tui_event *e = append((void **)&l->r->events, &l->r->n_events, &l->cap, sizeof(tui_event));
+    if (!e) return bt_error(BT_ENOMEM, "out of memory");
+    *e = (tui_event){ .id = ev->id, .step = ev->step, .pos = ev->pos, .layer = ev->layer };
+    snprintf(e->kind, sizeof e->kind, "%s", ev->kind);
+    snprintf(e->op, sizeof e->op, "%s", ev->op ? ev->op : "");
+    snprintf(e->tensor, sizeof e->tensor, "%s", ev->tensor ? ev->tensor : "");
+    return (e->detail = strdup(ev->detail ? ev->detail : "")) ? 0 : bt_error(BT_ENOMEM, "out of memory");
+}
+
+#define TUI_MAX_BACKTRACES 16
+
+static int bt_cb(void *user, const bt_trace_backtrace_row *b)
+{
+    run_load *l = user;
+    if (l->r->n_bts == TUI_MAX_BACKTRACES) return 1;
+    tui_frames *f = append((void **)&l->r->bts, &l->r->n_bts, &l->cap, sizeof(tui_frames));
+    if (!f) return bt_error(BT_ENOMEM, "out of memory");
+    *f = (tui_frames){ .id = b->id, .event_id = b->event_id, .step = b->step };
+    snprintf(f->kind, sizeof f->kind, "%s", b->kind);
+    return (f->frames = strdup(b->frames)) ? 0 : bt_error(BT_ENOMEM, "out of memory");
 }
 
 int tui_run_load(tui_trace *tr, tui_run *r)
 {
     tui_run_free(r);
-    int rc = BT_OK, x, cap = 0;
-    sqlite3_stmt *s = tui_q(tr, Q_META);
-    while ((x = sqlite3_step(s)) == SQLITE_ROW) {
-        if (r->n_meta == cap) {
-            cap = cap ? cap * 2 : 32;
-            tui_kv *n = realloc(r->meta, sizeof(*n) * cap);
-            if (!n) { rc = bt_error(BT_ENOMEM, "out of memory"); goto done; }
-            r->meta = n;
-        }
-        r->meta[r->n_meta].key = dup_col(s, 0);
-        r->meta[r->n_meta].value = dup_col(s, 1);
-        r->n_meta++;
+    run_load l = { .r = r };
+    int rc = bt_trace_meta_each(tr->r, meta_cb, &l);
+    if (rc >= 0) {
+        qsort(r->meta, r->n_meta, sizeof(tui_kv), cmp_kv);
+        l.cap = 0;
+        rc = bt_trace_events_each(tr->r, NULL, event_cb, &l);
     }
-    if (x != SQLITE_DONE) { rc = tui_db_error(tr, "reading meta"); goto done; }
-    qsort(r->meta, r->n_meta, sizeof(tui_kv), cmp_kv);
-
-    cap = 0;
-    s = tui_q(tr, Q_EVENTS);
-    sqlite3_bind_int(s, 1, TUI_MAX_EVENTS + 1);
-    while ((x = sqlite3_step(s)) == SQLITE_ROW) {
-        if (r->n_events == TUI_MAX_EVENTS) { r->events_truncated = true; break; }
-        if (r->n_events == cap) {
-            cap = cap ? cap * 2 : 32;
-            tui_event *n = realloc(r->events, sizeof(*n) * cap);
-            if (!n) { rc = bt_error(BT_ENOMEM, "out of memory"); goto done; }
-            r->events = n;
-        }
-        tui_event *e = &r->events[r->n_events++];
-        memset(e, 0, sizeof(*e));
-        e->id = sqlite3_column_int64(s, 0);
-        e->step = sqlite3_column_type(s, 1) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 1);
-        e->pos = sqlite3_column_type(s, 2) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 2);
-        snprintf(e->kind, sizeof e->kind, "%s", sqlite3_column_text(s, 3) ? (const char *)sqlite3_column_text(s, 3) : "?");
-        e->layer = sqlite3_column_type(s, 4) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 4);
-        snprintf(e->op, sizeof e->op, "%s", sqlite3_column_text(s, 5) ? (const char *)sqlite3_column_text(s, 5) : "");
-        snprintf(e->tensor, sizeof e->tensor, "%s", sqlite3_column_text(s, 6) ? (const char *)sqlite3_column_text(s, 6) : "");
-        e->detail = dup_col(s, 7);
+    if (rc >= 0) {
+        l.cap = 0;
+        rc = bt_trace_backtraces_each(tr->r, bt_cb, &l);
     }
-    if (x != SQLITE_DONE && x != SQLITE_ROW) { rc = tui_db_error(tr, "reading events"); goto done; }
-
-    cap = 0;
-    s = tui_q(tr, Q_BACKTRACES);
-    while ((x = sqlite3_step(s)) == SQLITE_ROW) {
-        if (r->n_bts == cap) {
-            cap = cap ? cap * 2 : 4;
-            tui_frames *n = realloc(r->bts, sizeof(*n) * cap);
-            if (!n) { rc = bt_error(BT_ENOMEM, "out of memory"); goto done; }
-            r->bts = n;
-        }
-        tui_frames *f = &r->bts[r->n_bts++];
-        memset(f, 0, sizeof(*f));
-        f->id = sqlite3_column_int64(s, 0);
-        f->event_id = sqlite3_column_type(s, 1) == SQLITE_NULL ? -1 : sqlite3_column_int64(s, 1);
-        f->step = sqlite3_column_type(s, 2) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 2);
-        snprintf(f->kind, sizeof f->kind, "%s", sqlite3_column_text(s, 3) ? (const char *)sqlite3_column_text(s, 3) : "?");
-        f->frames = dup_col(s, 4);
-    }
-    if (x != SQLITE_DONE) { rc = tui_db_error(tr, "reading backtraces"); goto done; }
-done:
-    sqlite3_reset(tr->q[Q_META]);
-    sqlite3_reset(tr->q[Q_EVENTS]);
-    sqlite3_reset(tr->q[Q_BACKTRACES]);
-    if (rc) tui_run_free(r);
-    return rc;
+    if (rc < 0) { tui_run_free(r); return rc; }
+    return BT_OK;
 }
 
 const char *tui_run_meta(const tui_run *r, const char *key)

@@ -1,10 +1,10 @@
 /* model_step.c - one step as plain data: its logit snapshot and the
  * statistics of every tapped tensor.
  *
- * Cost: one steps row, one tap_blobs row (decoded here: bf16 min, max, mean,
- * rms per slot), the step's tap_bad rows (full precision, non-finite counts),
- * one logits row and the token the step produced - all primary-key or index
- * lookups. */
+ * Cost: one steps row, one tap_blobs row and the step's tap_bad rows
+ * (decoded and merged by the reader: bf16 min, max, mean, rms per slot, full
+ * precision and non-finite counts where a tensor went bad), one logits row
+ * and the token the step produced - all primary-key or index lookups. */
 #include "model_impl.h"
 #include "util.h"
 
@@ -12,28 +12,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Parse a JSON array of numbers ("[1, 2.5, null]") into v (at most max);
- * null / non-numbers become NAN. Returns the count. */
-static int parse_num_array(const char *s, double *v, int max)
+/* The token a step produced at pos + 1 (an accepted draft or the bonus):
+ * role gen or bonus; any_pos takes the step's first output token instead. */
+typedef struct produced {
+    int pos;
+    bool any_pos, found;
+    bt_trace_token_row tok;
+} produced;
+
+static int produced_cb(void *user, const bt_trace_token_row *t)
 {
-    int n = 0;
-    if (!s) return 0;
-    while (*s && *s != '[') s++;
-    if (*s) s++;
-    while (*s && n < max) {
-        while (*s == ' ' || *s == ',' || *s == '\n' || *s == '\t') s++;
-        if (!*s || *s == ']') break;
-        char *end;
-        double x = strtod(s, &end);
-        if (end == s) {                     /* null, "NaN", junk: skip the token */
-            x = NAN;
-            while (*s && *s != ',' && *s != ']') s++;
-            end = (char *)s;
-        }
-        v[n++] = x;
-        s = end;
-    }
-    return n;
+    produced *p = user;
+    if (strcmp(t->role, "gen") && strcmp(t->role, "bonus")) return 0;
+    if (!p->any_pos && t->pos != p->pos) return 0;
+    p->tok = *t;
+    p->found = true;
+    return 1;
 }
 
 /* The snapshot at pos (< 0: the last row, the one that was sampled). A
@@ -48,55 +42,44 @@ static bool load_logits(tui_trace *tr, tui_step *st, int pos)
     lg->max = lg->entropy = lg->chosen_logprob = NAN;
     lg->argmax[0] = lg->argmax[1] = lg->argmax[2] = -1;
     lg->chosen = -1;
-    sqlite3_stmt *s = tui_q(tr, pos < 0 ? Q_LOGITS_STEP : Q_LOGITS_AT);
-    sqlite3_bind_int(s, 1, st->step);
-    if (pos >= 0) sqlite3_bind_int(s, 2, pos);
-    if (sqlite3_step(s) == SQLITE_ROW) {
+    bt_trace_logits_row row;
+    bool have = false;
+    if (bt_trace_logits_at(tr->r, st->step, pos, &row, &have) == BT_OK && have) {
         lg->present = true;
-        lg->pos = sqlite3_column_int(s, 0);
-        lg->n_vocab = sqlite3_column_int(s, 1);
-        lg->nan = sqlite3_column_int64(s, 2);
-        lg->pinf = sqlite3_column_int64(s, 3);
-        lg->ninf = sqlite3_column_int64(s, 4);
-        if (sqlite3_column_type(s, 5) != SQLITE_NULL) lg->max = sqlite3_column_double(s, 5);
-        for (int k = 0; k < 3; k++)
-            if (sqlite3_column_type(s, 6 + k) != SQLITE_NULL) lg->argmax[k] = sqlite3_column_int(s, 6 + k);
-        if (sqlite3_column_text(s, 9)) snprintf(lg->rule, sizeof lg->rule, "%s", sqlite3_column_text(s, 9));
-        if (sqlite3_column_type(s, 10) != SQLITE_NULL) lg->chosen = sqlite3_column_int(s, 10);
-        if (sqlite3_column_type(s, 11) != SQLITE_NULL) lg->entropy = sqlite3_column_double(s, 11);
-        double ids[64];
-        int ni = parse_num_array((const char *)sqlite3_column_text(s, 12), ids, 64);
-        int nv = parse_num_array((const char *)sqlite3_column_text(s, 13), lg->vals, 64);
-        lg->k = ni < nv ? ni : nv;
-        for (int i = 0; i < lg->k; i++) lg->ids[i] = isnan(ids[i]) ? -1 : (int)ids[i];
+        lg->pos = row.pos;
+        lg->n_vocab = row.n_vocab;
+        lg->nan = row.nan;
+        lg->pinf = row.pinf;
+        lg->ninf = row.ninf;
+        lg->max = row.max;
+        lg->argmax[0] = row.argmax_first;
+        lg->argmax[1] = row.argmax_torch;
+        lg->argmax[2] = row.argmax_triton;
+        snprintf(lg->rule, sizeof lg->rule, "%s", row.rule);
+        lg->chosen = row.chosen;
+        lg->entropy = row.entropy;
+        lg->k = row.k;
+        for (int i = 0; i < lg->k; i++) { lg->ids[i] = row.topk_ids[i]; lg->vals[i] = row.topk_vals[i]; }
     }
-    sqlite3_reset(s);
 
     /* The produced token: its id (when the logits row lacks `chosen`) and
      * its log-probability, which pins the softmax normalizer exactly. */
-    bool found = false;
-    if (lg->present) {
-        s = tui_q(tr, Q_TOK_STEP_POS_GEN);
-        sqlite3_bind_int(s, 1, st->step);
-        sqlite3_bind_int(s, 2, lg->pos + 1);
-        found = sqlite3_step(s) == SQLITE_ROW;
+    produced p = { .pos = lg->pos + 1 };
+    if (lg->present && bt_trace_tokens_of_steps(tr->r, st->step, st->step, produced_cb, &p) < 0) p.found = false;
+    bool same_row = p.found;
+    if (!p.found && pos < 0) {        /* older traces: the step's first output token */
+        p.any_pos = true;
+        if (bt_trace_tokens_of_steps(tr->r, st->step, st->step, produced_cb, &p) < 0) p.found = false;
     }
-    if (!found && pos < 0) {        /* older traces: the step's first output token */
-        s = tui_q(tr, Q_TOK_STEP_GEN);
-        sqlite3_bind_int(s, 1, st->step);
-        found = sqlite3_step(s) == SQLITE_ROW;
-    }
-    if (found) {
-        int id = sqlite3_column_int(s, 0);
+    if (p.found) {
+        int id = p.tok.id;
         if (lg->chosen < 0) lg->chosen = id;
         /* the logprob pins the normalizer only for the row that produced it:
          * a fallback token of a multi-row step may come from another row */
-        bool same_row = s == tr->q[Q_TOK_STEP_POS_GEN] || st->n_pos <= 1;
-        if (same_row && id == lg->chosen && sqlite3_column_type(s, 2) != SQLITE_NULL) lg->chosen_logprob = sqlite3_column_double(s, 2);
-        if (st->seq < 0) st->seq = sqlite3_column_int64(s, 3);
+        same_row = same_row || st->n_pos <= 1;
+        if (same_row && id == lg->chosen && !isnan(p.tok.logprob)) lg->chosen_logprob = p.tok.logprob;
+        if (st->seq < 0) st->seq = p.tok.seq;
     }
-    sqlite3_reset(tr->q[Q_TOK_STEP_POS_GEN]);
-    sqlite3_reset(tr->q[Q_TOK_STEP_GEN]);
 
     double lse = NAN;
     for (int i = 0; i < lg->k; i++)
@@ -116,11 +99,11 @@ static bool load_logits(tui_trace *tr, tui_step *st, int pos)
 
 int tui_step_logits_at(tui_trace *tr, tui_step *st, int pos)
 {
-    if (!st->present) return bt_error(BT_ENOTFOUND, "%s: no step %d", tr->path, st->step);
+    if (!st->present) return bt_error(BT_ENOTFOUND, "%s: no step %d", tui_trace_path(tr), st->step);
     tui_logits keep = st->lg;
     if (load_logits(tr, st, pos)) return BT_OK;
     st->lg = keep;
-    return bt_error(BT_ENOTFOUND, "%s: step %d has no logit snapshot at pos %d", tr->path, st->step, pos);
+    return bt_error(BT_ENOTFOUND, "%s: step %d has no logit snapshot at pos %d", tui_trace_path(tr), st->step, pos);
 }
 
 void tui_step_free(tui_step *st)
@@ -135,19 +118,17 @@ int tui_step_load(tui_trace *tr, int step, tui_step *st)
     st->step = step;
     st->seq = -1;
     snprintf(st->model, sizeof st->model, "target");
-    sqlite3_stmt *s = tui_q(tr, Q_STEP);
-    sqlite3_bind_int(s, 1, step);
-    int r = sqlite3_step(s);
-    if (r == SQLITE_ROW) {
+    bt_trace_step_row row;
+    int rc = bt_trace_step_get(tr->r, step, &row);
+    if (rc && rc != BT_ENOTFOUND) return rc;
+    if (!rc) {
         st->present = true;
-        if (sqlite3_column_text(s, 0)) snprintf(st->model, sizeof st->model, "%s", sqlite3_column_text(s, 0));
-        if (sqlite3_column_text(s, 1)) snprintf(st->kind, sizeof st->kind, "%s", sqlite3_column_text(s, 1));
-        st->pos0 = sqlite3_column_int(s, 2);
-        st->n_pos = sqlite3_column_int(s, 3);
-        st->ms = sqlite3_column_type(s, 4) == SQLITE_NULL ? NAN : sqlite3_column_double(s, 4);
+        if (row.model[0]) snprintf(st->model, sizeof st->model, "%s", row.model);
+        snprintf(st->kind, sizeof st->kind, "%s", row.kind);
+        st->pos0 = row.pos0;
+        st->n_pos = row.n_pos;
+        st->ms = row.ms;
     }
-    sqlite3_reset(s);
-    if (r != SQLITE_ROW && r != SQLITE_DONE) return tui_db_error(tr, "reading steps");
 
     tui_model_tab *m = tui_model_tab_get(tr, st->model);
     const float *med = tui_trace_medians(tr, st->model);
@@ -170,35 +151,27 @@ int tui_step_load(tui_trace *tr, int step, tui_step *st)
             }
             if (med) t->median = med[i];
         }
-        s = tui_q(tr, Q_BLOB);
-        sqlite3_bind_int(s, 1, step);
-        r = sqlite3_step(s);
-        if (r == SQLITE_ROW) tui_blob_decode(sqlite3_column_blob(s, 0), sqlite3_column_bytes(s, 0), st->taps, st->n_taps);
-        sqlite3_reset(s);
-        if (r != SQLITE_ROW && r != SQLITE_DONE) return tui_db_error(tr, "reading tap_blobs");
-        for (int i = 0; i < st->n_taps; i++)
-            if (m->slot[i] < 0) st->taps[i].present = false;
-
-        s = tui_q(tr, Q_BAD_STEP);
-        sqlite3_bind_int(s, 1, step);
-        sqlite3_bind_text(s, 2, st->model, -1, SQLITE_STATIC);
-        while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-            int idx = sqlite3_column_int(s, 0);
-            if (idx < 0 || idx >= st->n_taps) continue;
-            tui_tap *t = &st->taps[idx];
+        /* the reader decodes the packed blob and overlays tap_bad */
+        bt_trace_tap_row *taps = NULL;
+        int nt = 0;
+        if (st->present && (rc = bt_trace_step_taps(tr->r, step, &taps, &nt))) return rc;
+        for (int j = 0; j < nt; j++) {
+            const bt_trace_tap_row *x = &taps[j];
+            if (x->idx < 0 || x->idx >= st->n_taps || !x->recorded) continue;
+            tui_tap *t = &st->taps[x->idx];
             t->present = true;
-            t->nan = sqlite3_column_int64(s, 1);
-            t->pinf = sqlite3_column_int64(s, 2);
-            t->ninf = sqlite3_column_int64(s, 3);
-            t->first_bad_index = sqlite3_column_int(s, 4);
-            t->first_bad_pos = sqlite3_column_int(s, 5);
-            float *dst[4] = { &t->min, &t->max, &t->mean, &t->rms };
-            for (int k = 0; k < 4; k++)
-                *dst[k] = sqlite3_column_type(s, 6 + k) == SQLITE_NULL ? NAN : (float)sqlite3_column_double(s, 6 + k);
-            t->absmax = isnan(t->min) || isnan(t->max) ? NAN : fmaxf(fabsf(t->min), fabsf(t->max));
+            t->nan = x->nan;
+            t->pinf = x->pinf;
+            t->ninf = x->ninf;
+            t->first_bad_index = x->first_bad_index;
+            t->first_bad_pos = x->first_bad_pos;
+            t->min = (float)x->min;
+            t->max = (float)x->max;
+            t->mean = (float)x->mean;
+            t->rms = (float)x->rms;
+            t->absmax = tui_absmax(x->min, x->max);
         }
-        sqlite3_reset(s);
-        if (r != SQLITE_DONE) return tui_db_error(tr, "reading tap_bad");
+        free(taps);
         for (int i = 0; i < st->n_taps; i++) {
             tui_tap *t = &st->taps[i];
             t->health = tui_tap_health(t->present, t->nan, t->pinf, t->ninf, t->absmax, t->median);

@@ -22,48 +22,36 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char role_char(const unsigned char *r)
+static char role_char(const char *r)
 {
     if (!r) return '?';
-    if (!strcmp((const char *)r, "prompt")) return 'p';
-    if (!strcmp((const char *)r, "gen")) return 'g';
-    if (!strcmp((const char *)r, "draft")) return 'd';
-    if (!strcmp((const char *)r, "bonus")) return 'b';
+    if (!strcmp(r, "prompt")) return 'p';
+    if (!strcmp(r, "gen")) return 'g';
+    if (!strcmp(r, "draft")) return 'd';
+    if (!strcmp(r, "bonus")) return 'b';
     return '?';
 }
 
 /* Seq where the run holding (seq, id, prompt-or-output) begins (dir -1) or
  * ends (+1). */
-static int64_t run_edge(tui_trace *tr, int64_t seq, int id, char role, int dir)
+static int run_edge(tui_trace *tr, int64_t seq, int id, char role, int dir, int64_t *edge)
 {
-    sqlite3_stmt *s = tui_q(tr, dir > 0 ? Q_TOK_RUN_END : Q_TOK_RUN_START);
-    sqlite3_bind_int64(s, 1, seq);
-    sqlite3_bind_int(s, 2, id);
-    sqlite3_bind_int(s, 3, role == 'p');
-    int64_t edge = dir > 0 ? tr->max_seq : tr->min_seq;
-    if (sqlite3_step(s) == SQLITE_ROW) edge = sqlite3_column_int64(s, 0) - dir;
-    sqlite3_reset(s);
-    return edge;
+    int64_t next;
+    int rc = bt_trace_token_run_next(tr->r, seq, id, role == 'p', dir, &next);
+    *edge = next >= 0 ? next - dir : dir > 0 ? tr->max_seq : tr->min_seq;
+    return rc;
 }
 
-static void count_range(tui_trace *tr, tui_cell *c)
+static int count_range(tui_trace *tr, tui_cell *c)
 {
-    sqlite3_stmt *s = tui_q(tr, Q_TOK_COUNT_RANGE);
-    sqlite3_bind_int64(s, 1, c->seq0);
-    sqlite3_bind_int64(s, 2, c->seq1);
-    if (sqlite3_step(s) == SQLITE_ROW) {
-        c->count = sqlite3_column_int64(s, 0);
-        c->step0 = sqlite3_column_int(s, 1);
-        c->step1 = sqlite3_column_int(s, 2);
-        c->pos0 = sqlite3_column_int(s, 3);
-    }
-    sqlite3_reset(s);
-}
-
-static int cmp_int(const void *a, const void *b)
-{
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
+    bt_trace_token_span sp;
+    int rc = bt_trace_token_span_get(tr->r, c->seq0, c->seq1, &sp);
+    if (rc || !sp.count) return rc;
+    c->count = sp.count;
+    c->step0 = sp.step0;
+    c->step1 = sp.step1;
+    c->pos0 = sp.pos0;
+    return BT_OK;
 }
 
 static bool any_in(const int *v, int n, int lo, int hi)
@@ -73,15 +61,35 @@ static bool any_in(const int *v, int n, int lo, int hi)
     return a < n && v[a] <= hi;
 }
 
-static int grow(int **v, int *cap, int n)
+typedef struct int_list { int *v; int n, cap; } int_list;
+
+static int int_push(int_list *l, int x)
 {
-    if (n < *cap) return BT_OK;
-    int nc = *cap ? *cap * 2 : 64;
-    int *nv = realloc(*v, sizeof(int) * nc);
-    if (!nv) return bt_error(BT_ENOMEM, "out of memory");
-    *v = nv;
-    *cap = nc;
-    return BT_OK;
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 64;
+        int *v = realloc(l->v, sizeof(int) * cap);
+        if (!v) return bt_error(BT_ENOMEM, "out of memory");
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = x;
+    return 0;
+}
+
+static int bad_step_cb(void *user, int step) { return int_push(user, step); }
+
+/* A loop is reported when its 4th period completes (period <= 16), so it
+ * began at most 64 tokens earlier; a wall when its 8th repeat lands. */
+typedef struct degen_walk { int_list lo, hi; int from, to; } degen_walk;
+
+static int degen_cb(void *user, const bt_trace_event_row *ev)
+{
+    degen_walk *d = user;
+    if (ev->step > d->to) return 1;          /* in step order */
+    if (ev->step < d->from) return 0;
+    bool loop = !strcmp(ev->kind, "repetition_loop");
+    int rc = int_push(&d->lo, ev->step - (loop ? 63 : TUI_WALL_MIN - 1));
+    return rc ? rc : int_push(&d->hi, ev->step);
 }
 
 static int mark_health(tui_trace *tr, tui_tokens *tk)
@@ -92,47 +100,89 @@ static int mark_health(tui_trace *tr, tui_tokens *tk)
         if (tk->cells[i].step0 < lo) lo = tk->cells[i].step0;
         if (tk->cells[i].step1 > hi) hi = tk->cells[i].step1;
     }
-    int *bad = NULL, nb = 0, cb = 0, *dlo = NULL, *dhi = NULL, nd = 0, cd = 0, cd2 = 0;
-    int rc = BT_OK;
-    sqlite3_stmt *s = tui_q(tr, Q_LOGITS_BAD_RANGE);
-    sqlite3_bind_int(s, 1, lo);
-    sqlite3_bind_int(s, 2, hi);
-    int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-        if ((rc = grow(&bad, &cb, nb))) goto done;
-        bad[nb++] = sqlite3_column_int(s, 0);
-    }
-    if (r != SQLITE_DONE) { rc = tui_db_error(tr, "reading logits"); goto done; }
-    if (nb > 1) qsort(bad, nb, sizeof(int), cmp_int);
-    /* A loop is reported when its 4th period completes (period <= 16), so it
-     * began at most 64 tokens earlier; a wall when its 8th repeat lands. */
-    s = tui_q(tr, Q_EVENTS_DEGEN);
-    sqlite3_bind_int(s, 1, lo);
-    sqlite3_bind_int(s, 2, hi + 64);
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
-        if ((rc = grow(&dlo, &cd, nd)) || (rc = grow(&dhi, &cd2, nd))) goto done;
-        int st = sqlite3_column_int(s, 0);
-        bool loop = !strcmp((const char *)sqlite3_column_text(s, 1), "repetition_loop");
-        dlo[nd] = st - (loop ? 63 : TUI_WALL_MIN - 1);
-        dhi[nd++] = st;
-    }
-    if (r != SQLITE_DONE) { rc = tui_db_error(tr, "reading events"); goto done; }
+    int_list bad = { 0 };
+    degen_walk d = { .from = lo, .to = hi + 64 };
+    int rc = bt_trace_bad_logits_each(tr->r, lo, hi, bad_step_cb, &bad);
+    if (rc >= 0) rc = bt_trace_events_each(tr->r, "repetition_loop", degen_cb, &d);
+    if (rc >= 0) rc = bt_trace_events_each(tr->r, "token_wall", degen_cb, &d);
+    if (rc < 0) goto done;
+    rc = BT_OK;
     for (int i = 0; i < tk->n; i++) {
         tui_cell *c = &tk->cells[i];
         c->health = TUI_H_CLEAN;
         if (c->role == 'p') continue;
-        if (any_in(bad, nb, c->step0, c->step1)) { c->health = TUI_H_BAD; continue; }
+        if (any_in(bad.v, bad.n, c->step0, c->step1)) { c->health = TUI_H_BAD; continue; }
         if (c->count >= TUI_WALL_MIN) { c->health = TUI_H_WARN; continue; }
-        for (int k = 0; k < nd; k++)
-            if (c->step1 >= dlo[k] && c->step0 <= dhi[k]) { c->health = TUI_H_WARN; break; }
+        for (int k = 0; k < d.lo.n; k++)
+            if (c->step1 >= d.lo.v[k] && c->step0 <= d.hi.v[k]) { c->health = TUI_H_WARN; break; }
     }
 done:
-    sqlite3_reset(tr->q[Q_LOGITS_BAD_RANGE]);
-    sqlite3_reset(tr->q[Q_EVENTS_DEGEN]);
-    free(bad);
-    free(dlo);
-    free(dhi);
+    free(bad.v);
+    free(d.lo.v);
+    free(d.hi.v);
     return rc;
+}
+
+/* The rows of one window: pieces are copied into one arena (offsets first,
+ * pointers after the arena stops moving). Pieces longer than 256 bytes are
+ * cut: a cell shows at most 40 columns anyway. */
+typedef struct window {
+    tui_trace *tr;
+    tui_tok *rows;
+    size_t *offs;
+    int n;
+    char *arena;
+    size_t len, cap;
+} window;
+
+static int window_cb(void *user, const bt_trace_token_row *tok)
+{
+    window *w = user;
+    if (!strcmp(tok->role, "draft")) return 0;
+    tui_tok *t = &w->rows[w->n];
+    t->seq = tok->seq;
+    t->step = tok->step;
+    t->pos = tok->pos;
+    t->id = tok->id;
+    t->role = role_char(tok->role);
+    w->offs[w->n] = 0;
+    t->piece_len = -1;
+    if (tok->piece) {
+        int len = tok->piece_len > 256 ? 256 : (int)tok->piece_len;
+        if (w->len + len + 1 > w->cap) {
+            char *na = realloc(w->arena, w->cap * 2);
+            if (!na) return bt_error(BT_ENOMEM, "out of memory for the token window");
+            w->arena = na;
+            w->cap *= 2;
+        }
+        if (len) memcpy(w->arena + w->len, tok->piece, len);
+        w->arena[w->len + len] = 0;
+        w->offs[w->n] = w->len;
+        t->piece_len = len;
+        w->len += len + 1;
+        tui_piece_put(w->tr, t->id, tok->piece, len);
+    }
+    return ++w->n == TUI_TOK_WINDOW;
+}
+
+/* Follow the runs cut by the window's edges to their real ends and count
+ * them. */
+static int extend_edges(tui_trace *tr, tui_tokens *tk)
+{
+    tui_cell *first = &tk->cells[0], *last = &tk->cells[tk->n - 1];
+    int64_t e;
+    int rc;
+    if (first->seq0 > tr->min_seq) {
+        if ((rc = run_edge(tr, first->seq0, first->id, first->role, -1, &e))) return rc;
+        if (e < first->seq0) { first->seq0 = e; if ((rc = count_range(tr, first))) return rc; }
+    }
+    if (last->seq1 < tr->max_seq) {
+        if ((rc = run_edge(tr, last->seq1, last->id, last->role, +1, &e))) return rc;
+        if (e > last->seq1) { last->seq1 = e; if ((rc = count_range(tr, last))) return rc; }
+    }
+    tk->lo = first->seq0;
+    tk->hi = last->seq1;
+    return BT_OK;
 }
 
 int tui_tokens_load(tui_trace *tr, int64_t seq, unsigned san_flags, tui_tokens *tk)
@@ -146,103 +196,44 @@ int tui_tokens_load(tui_trace *tr, int64_t seq, unsigned san_flags, tui_tokens *
     if (lo + TUI_TOK_WINDOW - 1 > tr->max_seq) lo = tr->max_seq - TUI_TOK_WINDOW + 1;
     if (lo < tr->min_seq) lo = tr->min_seq;
 
-    tui_tok *rows = malloc(sizeof(tui_tok) * TUI_TOK_WINDOW);
+    window w = { .tr = tr, .cap = 64 * 1024 };
+    w.rows = malloc(sizeof(tui_tok) * TUI_TOK_WINDOW);
+    w.offs = malloc(sizeof(size_t) * TUI_TOK_WINDOW);
+    w.arena = malloc(w.cap);
     int *rowof = malloc(sizeof(int) * TUI_TOK_WINDOW);
-    size_t arena_cap = 64 * 1024, arena_len = 0;
-    char *arena = malloc(arena_cap);
-    int n = 0, rc = BT_OK;
+    int rc = BT_OK;
     tk->cells = malloc(sizeof(tui_cell) * TUI_TOK_WINDOW);
-    if (!rows || !rowof || !arena || !tk->cells) { rc = bt_error(BT_ENOMEM, "out of memory for the token window"); goto done; }
+    if (!w.rows || !w.offs || !w.arena || !rowof || !tk->cells) { rc = bt_error(BT_ENOMEM, "out of memory for the token window"); goto done; }
     tk->cap = TUI_TOK_WINDOW;
+    if ((rc = bt_trace_tokens_each(tr->r, lo, 0, window_cb, &w)) < 0) goto done;
+    int n = w.n;
+    for (int i = 0; i < n; i++) w.rows[i].piece = w.rows[i].piece_len < 0 ? NULL : w.arena + w.offs[i];
 
-    /* Pieces are copied into one arena (offsets first, pointers after the
-     * arena stops moving). Pieces longer than 256 bytes are cut: a cell
-     * shows at most 40 columns anyway. */
-    size_t *offs = malloc(sizeof(size_t) * TUI_TOK_WINDOW);
-    if (!offs) { rc = bt_error(BT_ENOMEM, "out of memory for the token window"); goto done; }
-    sqlite3_stmt *s = tui_q(tr, Q_TOK_WINDOW);
-    sqlite3_bind_int64(s, 1, lo);
-    sqlite3_bind_int(s, 2, TUI_TOK_WINDOW);
-    int r;
-    while (n < TUI_TOK_WINDOW && (r = sqlite3_step(s)) == SQLITE_ROW) {
-        tui_tok *t = &rows[n];
-        t->seq = sqlite3_column_int64(s, 0);
-        t->step = sqlite3_column_int(s, 1);
-        t->pos = sqlite3_column_int(s, 2);
-        t->id = sqlite3_column_int(s, 3);
-        t->role = role_char(sqlite3_column_text(s, 5));
-        if (sqlite3_column_type(s, 4) == SQLITE_NULL) {
-            t->piece_len = -1;
-            offs[n] = 0;
-        } else {
-            const void *p = sqlite3_column_blob(s, 4);
-            int len = sqlite3_column_bytes(s, 4);
-            if (len > 256) len = 256;
-            if (arena_len + len + 1 > arena_cap) {
-                char *na = realloc(arena, arena_cap * 2);
-                if (!na) { rc = bt_error(BT_ENOMEM, "out of memory for the token window"); free(offs); goto done; }
-                arena = na;
-                arena_cap *= 2;
-            }
-            if (len) memcpy(arena + arena_len, p, len);
-            arena[arena_len + len] = 0;
-            offs[n] = arena_len;
-            t->piece_len = len;
-            arena_len += len + 1;
-            tui_piece_put(tr, t->id, p, len);
-        }
-        n++;
-    }
-    sqlite3_reset(s);
-    if (n < TUI_TOK_WINDOW && r != SQLITE_DONE) { free(offs); rc = tui_db_error(tr, "reading tokens"); goto done; }
-    for (int i = 0; i < n; i++) rows[i].piece = rows[i].piece_len < 0 ? NULL : arena + offs[i];
-    free(offs);
-
-    tk->n = tui_collapse(rows, n, TUI_RUN_MIN, tk->cells);
+    tk->n = tui_collapse(w.rows, n, TUI_RUN_MIN, tk->cells);
     for (int i = 0, c = 0; i < n && c < tk->n; i++)
-        if (rows[i].seq == tk->cells[c].seq0) rowof[c++] = i;
-    if (tk->n) {
-        tui_cell *first = &tk->cells[0], *last = &tk->cells[tk->n - 1];
-        bool ext = false;
-        if (first->seq0 > tr->min_seq) {
-            int64_t e = run_edge(tr, first->seq0, first->id, first->role, -1);
-            if (e < first->seq0) { first->seq0 = e; ext = true; }
-        }
-        if (ext) count_range(tr, first);
-        ext = false;
-        if (last->seq1 < tr->max_seq) {
-            int64_t e = run_edge(tr, last->seq1, last->id, last->role, +1);
-            if (e > last->seq1) { last->seq1 = e; ext = true; }
-        }
-        if (ext) count_range(tr, last);
-        tk->lo = first->seq0;
-        tk->hi = last->seq1;
-    }
+        if (w.rows[i].seq == tk->cells[c].seq0) rowof[c++] = i;
+    if (tk->n && (rc = extend_edges(tr, tk))) goto done;
     for (int c = 0; c < tk->n; c++) {
-        const tui_tok *t = &rows[rowof[c]];
+        const tui_tok *t = &w.rows[rowof[c]];
         tui_cell_set_text(&tk->cells[c], t->piece, t->piece_len < 0 ? 0 : t->piece_len, san_flags);
     }
     rc = mark_health(tr, tk);
 done:
-    free(rows);
+    free(w.rows);
+    free(w.offs);
+    free(w.arena);
     free(rowof);
-    free(arena);
     if (rc) { free(tk->cells); tk->cells = NULL; tk->n = 0; }
-    return rc;
+    return rc < 0 ? rc : BT_OK;
 }
 
 int64_t tui_tokens_search(tui_trace *tr, int64_t from, const char *needle, int dir)
 {
     if (!needle || !*needle || tr->max_seq < 0) return -1;
-    int q = dir >= 0 ? Q_TOK_SEARCH_FWD : Q_TOK_SEARCH_BACK;
     int64_t starts[2] = { from, dir >= 0 ? tr->min_seq - 1 : tr->max_seq + 1 };
     for (int k = 0; k < 2; k++) {
-        sqlite3_stmt *s = tui_q(tr, q);
-        sqlite3_bind_int64(s, 1, starts[k]);
-        sqlite3_bind_text(s, 2, needle, -1, SQLITE_TRANSIENT);
         int64_t hit = -1;
-        if (sqlite3_step(s) == SQLITE_ROW) hit = sqlite3_column_int64(s, 0);
-        sqlite3_reset(s);
+        if (bt_trace_token_search(tr->r, starts[k], needle, dir, &hit)) return -1;
         if (hit >= 0) return hit;
     }
     return -1;

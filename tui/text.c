@@ -176,10 +176,3 @@ void tui_fmt_bad_counts(char *buf, size_t cap, int64_t nan, int64_t pinf, int64_
     }
     if (!o) snprintf(buf, cap, "0 non-finite");
 }
-
-float tui_bf16(uint16_t bits)
-{
-    if ((bits & 0x7f80) == 0x7f80 && (bits & 0x7f)) return NAN;
-    union { uint32_t u; float f; } v = { .u = (uint32_t)bits << 16 };
-    return v.f;
-}

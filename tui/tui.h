@@ -1,7 +1,7 @@
 /* tui.h - the trace browser's internal interface (`bangtrace browse`).
  *
- * Three layers, as in htop: the model (model_*.c) runs indexed queries
- * against the trace and fills the plain structs below; the views (view_*.c)
+ * Three layers, as in htop: the model (model_*.c) asks the trace reader and
+ * the analysis (src/trace/) for rows and fills the plain structs below; the views (view_*.c)
  * draw those structs with curses; keys.c maps key codes to actions and the
  * views answer actions with reaction flags. Layout arithmetic, run
  * collapsing, colouring decisions, sanitization and navigation are pure
@@ -23,8 +23,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define TUI_APPLICATION_ID 0x42545243   /* "BTRC", set by the trace writer */
-#define TUI_SCHEMA_VERSION 1
 #define TUI_TOK_WINDOW 2048             /* token rows per window */
 #define TUI_RUN_MIN 2                   /* repeats that collapse into one cell */
 #define TUI_WALL_MIN 8                  /* run length the token_wall detector flags */
@@ -60,8 +58,6 @@ int tui_text_width(const char *s);
 int tui_text_fit(const char *s, char *dst, size_t cap, int max_cols);
 /* "1 NaN", "3 NaN, 2 +Inf", "0 non-finite" into buf. */
 void tui_fmt_bad_counts(char *buf, size_t cap, int64_t nan, int64_t pinf, int64_t ninf);
-/* Decode a bf16 as stored in tap_blobs (0x7fc0 or any NaN: none). */
-float tui_bf16(uint16_t bits);
 
 /* ---- tensors and the layer x op grid ---- */
 typedef struct tui_tensor {
@@ -171,10 +167,11 @@ int tui_nav_clamp(int cur, int delta, int n);
 /* ---- the trace (model) ---- */
 typedef struct tui_trace tui_trace;
 
-/* Open read-only and check it is a bangtrace trace: application_id,
- * user_version, tables and every query the browser runs (prepared here, so a
- * foreign schema fails now, before curses). BT_EFORMAT / BT_EUNSUPPORTED /
- * BT_EIO with a one-line message naming the file. */
+/* Open read-only with the trace reader (bt_trace_open: application_id,
+ * user_version, meta, every reader query) and prepare every query the
+ * browser needs (bt_trace_browse_check), so a foreign schema fails now,
+ * before curses. BT_EFORMAT / BT_EUNSUPPORTED / BT_EIO with a one-line
+ * message naming the file. */
 int tui_trace_open(const char *path, tui_trace **out);
 void tui_trace_close(tui_trace *tr);
 const char *tui_trace_path(const tui_trace *tr);

@@ -11,43 +11,9 @@
 #include "util.h"
 
 #include <math.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int bt_analyze_verify(const char *path)
-{
-    sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
-    int rc = BT_OK;
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &st, NULL) != SQLITE_OK) {
-        rc = bt_error(BT_EFORMAT, "%s: corrupt trace (integrity check: %s)", path, db ? sqlite3_errmsg(db) : "out of memory");
-        goto out;
-    }
-    sqlite3_busy_timeout(db, 2000);   /* a run may still be writing it */
-    int s = sqlite3_step(st);
-    const char *res = s == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
-    if (s != SQLITE_ROW) rc = bt_error(BT_EFORMAT, "%s: corrupt trace (integrity check: %s)", path, sqlite3_errmsg(db));
-    else if (!res || strcmp(res, "ok")) {
-        /* quick_check answers "*** in database main ***\nPage 6: ..."; keep one line */
-        char msg[256];
-        const char *m = res ? res : "no answer";
-        if (!strncmp(m, "*** in database main ***", 24)) m += 24;
-        size_t o = 0;
-        for (; *m && o + 1 < sizeof(msg); m++) {
-            if (*m == '\n') { if (o) { msg[o++] = ';'; if (o + 1 < sizeof(msg)) msg[o++] = ' '; } }
-            else msg[o++] = *m;
-        }
-        msg[o] = 0;
-        rc = bt_error(BT_EFORMAT, "%s: corrupt trace (integrity check: %s)", path, msg);
-    }
-out:
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return rc;
-}
 
 /* ---- steps of a speculative trace ---- */
 
@@ -99,9 +65,11 @@ static void bad_from_tap(const bt_trace_tap_row *t, bt_bad_tensor *b)
     memset(b, 0, sizeof(*b));
     b->step = t->step;
     b->pos = t->first_bad_pos;
+    b->idx = t->idx;
     b->layer = t->layer;
     snprintf(b->op, sizeof(b->op), "%s", t->op ? t->op : "?");
     snprintf(b->tensor, sizeof(b->tensor), "%s", t->name ? t->name : "?");
+    snprintf(b->model, sizeof(b->model), "%s", t->model ? t->model : "target");
     b->first_bad_index = t->first_bad_index;
     b->n = t->n;
     b->nan = t->nan;
@@ -109,71 +77,101 @@ static void bad_from_tap(const bt_trace_tap_row *t, bt_bad_tensor *b)
     b->ninf = t->ninf;
 }
 
-static int push_link(bt_analysis *x, int kind, const bt_bad_tensor *t, int n_bad)
+/* ---- the walk back (propagation) ----
+ *
+ * The one walk-back rule, for bisect, report and the browser. In the origin
+ * step the bad tensors fall into layer groups (token_embd | layer 0 | ... |
+ * everything after the layers): the first group is the origin, each later
+ * group's first tensor a forward link. In each later step of the same pass
+ * (the other model's passes have their own KV cache: not this chain) the
+ * first bad tensor says how the bad values got there: attn_ctx first means
+ * everything before it in the step, the layer's own attn_q/k/v included,
+ * was finite, so they came out of the KV cache (kv_cache); anything else
+ * first means the fault struck again (recur). Every link counts the bad
+ * tensors of its group in its step. The walk reads tap_bad in (step, slot)
+ * order and stops as soon as it has what it keeps. */
+
+typedef struct walk {
+    bt_prop_link *links;
+    int n;
+    int s0;                  /* the origin step */
+    char model0[16];         /* its pass */
+    int max_later;           /* later steps to link; -1: only the first kv_cache and the first recur */
+    bool open;               /* cur is a group still being counted */
+    bt_prop_link cur;
+    bool cur_post;
+    int n_groups, n_later, last_step;
+    bool seen_kv, seen_recur;
+} walk;
+
+static int walk_close(walk *w)
 {
-    bt_prop_link *p = realloc(x->prop, (size_t)(x->n_prop + 1) * sizeof(*p));
+    if (!w->open) return BT_OK;
+    w->open = false;
+    bt_prop_link *p = realloc(w->links, (size_t)(w->n + 1) * sizeof(*p));
     if (!p) return bt_error(BT_ENOMEM, "out of memory");
-    x->prop = p;
-    p[x->n_prop].kind = kind;
-    p[x->n_prop].t = *t;
-    p[x->n_prop].n_bad = n_bad;
-    x->n_prop++;
+    w->links = p;
+    p[w->n++] = w->cur;
     return BT_OK;
 }
 
-/* ---- propagation ---- */
-
-typedef struct prop_walk {
-    bt_analysis *x;
-    const step_map *sm;      /* NULL on a plain trace */
-    int s0;
-    /* layer groups of the origin step: token_embd | layer 0 | ... | output_norm, logits */
-    bt_bad_tensor head;
-    int group_layer, n_in_group, n_groups;
-    bool group_post;
-    /* later steps */
-    int last_step;
-    bool seen_kv, seen_recur;
-} prop_walk;
-
-static int flush_group(prop_walk *w)
+static void walk_open(walk *w, int kind, const bt_trace_tap_row *t, bool post)
 {
-    if (!w->n_in_group) return BT_OK;
-    int rc = push_link(w->x, w->n_groups == 1 ? BT_PROP_ORIGIN : BT_PROP_FORWARD, &w->head, w->n_in_group);
-    w->n_in_group = 0;
-    return rc;
+    w->open = true;
+    w->cur.kind = kind;
+    w->cur.n_bad = 1;
+    w->cur_post = post;
+    bad_from_tap(t, &w->cur.t);
 }
 
-static int prop_cb(void *user, const bt_trace_tap_row *t)
+static int walk_cb(void *user, const bt_trace_tap_row *t)
 {
-    prop_walk *w = user;
-    bt_bad_tensor b;
-    bad_from_tap(t, &b);
-    int rc;
-    if (t->step == w->s0) {
-        bool post = t->layer < 0 && strcmp(b.op, "token_embd");
-        if (!w->n_in_group || t->layer != w->group_layer || post != w->group_post) {
-            if ((rc = flush_group(w))) return rc;
-            w->head = b;
-            w->group_layer = t->layer;
-            w->group_post = post;
-            w->n_groups++;
-        }
-        w->n_in_group++;
+    walk *w = user;
+    bool post = t->layer < 0 && strcmp(t->op ? t->op : "", "token_embd");
+    if (w->open && t->step == w->cur.t.step && t->layer == w->cur.t.layer && post == w->cur_post) {
+        w->cur.n_bad++;
         return 0;
     }
-    if ((rc = flush_group(w))) return rc;
-    if (t->step == w->last_step) return 0;     /* only the first bad tensor of each later step */
-    /* the other model's passes have their own KV cache: not this chain */
-    if (w->sm && sm_is_draft(w->sm, t->step) != sm_is_draft(w->sm, w->s0)) return 0;
+    int rc = walk_close(w);
+    if (rc) return rc;
+    if (t->step == w->s0) {
+        walk_open(w, w->n_groups++ ? BT_PROP_FORWARD : BT_PROP_ORIGIN, t, post);
+        return 0;
+    }
+    if (w->max_later < 0 ? w->seen_kv && w->seen_recur : w->n_later >= w->max_later) return 1;
+    if (t->step == w->last_step) return 0;          /* only the first bad group of each later step */
+    if (strcmp(t->model ? t->model : "target", w->model0)) return 0;
     w->last_step = t->step;
-    /* attn_ctx first means everything before it in this step, the layer's
-     * own attn_k and attn_v included, was finite: the bad values came out of
-     * the KV cache. Anything else first means the fault struck again. */
-    bool kv = !strcmp(b.op, "attn_ctx");
-    if (kv && !w->seen_kv) { w->seen_kv = true; if ((rc = push_link(w->x, BT_PROP_KV_CACHE, &b, 1))) return rc; }
-    else if (!kv && !w->seen_recur) { w->seen_recur = true; if ((rc = push_link(w->x, BT_PROP_RECUR, &b, 1))) return rc; }
-    return w->seen_kv && w->seen_recur ? 1 : 0;
+    bool kv = !strcmp(t->op ? t->op : "", "attn_ctx");
+    if (w->max_later < 0 && (kv ? w->seen_kv : w->seen_recur)) return 0;
+    if (kv) w->seen_kv = true; else w->seen_recur = true;
+    w->n_later++;
+    walk_open(w, kv ? BT_PROP_KV_CACHE : BT_PROP_RECUR, t, post);
+    return 0;
+}
+
+/* The walk from the first non-finite tap `first`; links malloc'd. */
+static int walk_from(bt_trace_reader *r, const bt_trace_tap_row *first, int max_later, bt_prop_link **links, int *n)
+{
+    walk w = { .s0 = first->step, .max_later = max_later, .last_step = first->step };
+    snprintf(w.model0, sizeof(w.model0), "%s", first->model ? first->model : "target");
+    int rc = bt_trace_bad_each(r, first->step, walk_cb, &w);
+    if (rc >= 0) rc = walk_close(&w);
+    if (rc < 0) { free(w.links); return rc; }
+    *links = w.links;
+    *n = w.n;
+    return BT_OK;
+}
+
+int bt_analyze_walk(bt_trace_reader *r, int max_later, bt_prop_link **links, int *n)
+{
+    *links = NULL;
+    *n = 0;
+    bt_trace_tap_row first;
+    bool found = false;
+    int rc = bt_trace_first_nonfinite(r, &first, &found);
+    if (rc || !found) return rc;
+    return walk_from(r, &first, max_later < 0 ? 0 : max_later, links, n);
 }
 
 static void set_pass(bt_bad_tensor *b, const step_map *sm)
@@ -197,10 +195,7 @@ static int analyze_nonfinite(bt_trace_reader *r, bt_analysis *x, const step_map 
         snprintf(x->first.model, sizeof(x->first.model), "%s", st.model[0] ? st.model : "target");
         snprintf(x->first.kind, sizeof(x->first.kind), "%s", st.kind);
     } else snprintf(x->first.model, sizeof(x->first.model), "target");
-    prop_walk w = { .x = x, .sm = sm, .s0 = first.step, .group_layer = -2, .last_step = first.step };
-    rc = bt_trace_bad_each(r, first.step, prop_cb, &w);
-    if (rc < 0) return rc;
-    if ((rc = flush_group(&w))) return rc;
+    if ((rc = walk_from(r, &first, -1, &x->prop, &x->n_prop))) return rc;
     for (int i = 0; i < x->n_prop; i++) set_pass(&x->prop[i].t, sm);
     if (x->n_prop) { snprintf(x->prop[0].t.model, 16, "%s", x->first.model); snprintf(x->prop[0].t.kind, 16, "%s", x->first.kind); }
     return BT_OK;

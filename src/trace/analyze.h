@@ -1,7 +1,8 @@
 /* analyze.h - what went wrong in a trace: the first non-finite tensor, how
  * it spread, the first degenerate output step and why the argmax picked what
  * it picked. Shared by `bisect`, `report` and the browser; built on the
- * reader (trace/reader.h), so it never touches SQL itself.
+ * reader (trace/reader.h), so it never touches SQL itself. (bt_analyze_verify,
+ * the integrity check, is the reader's: see reader.h.)
  *
  * Functions return BT_OK or the reader's BT_E* (with its one-line message
  * naming the trace file). */
@@ -17,6 +18,7 @@
 typedef struct bt_bad_tensor {
     int step;
     int pos;                 /* position holding the first non-finite value */
+    int idx;                 /* its slot in the step's tap blob */
     int layer;               /* -1 outside layers */
     char op[32];
     char tensor[64];
@@ -39,6 +41,14 @@ typedef struct bt_prop_link {
     bt_bad_tensor t;
     int n_bad;               /* bad tensors in this layer group at this step */
 } bt_prop_link;
+
+/* The walk back from the first non-finite tap, as the browser lists it: the
+ * links of bt_analysis.prop (the origin step's layer groups), then the first
+ * bad group of each of up to max_later later steps of the origin's pass,
+ * each kv_cache or recur (bt_analyze keeps only the first of each kind).
+ * Links name their pass in t.model (t.kind is ""). *links malloc'd (free()),
+ * NULL with *n = 0 on a clean trace. */
+int bt_analyze_walk(bt_trace_reader *r, int max_later, bt_prop_link **links, int *n);
 
 typedef struct bt_event_count {
     char kind[32];
@@ -107,13 +117,6 @@ typedef struct bt_analysis {
     bool has_crash;
     bt_spec_analysis spec;           /* speculative decoding (spec.present) */
 } bt_analysis;
-
-/* Full integrity check of the file behind a trace (SQLite quick_check: every
- * page of every table and index). The reader validates only what it must at
- * open so the browser opens a 1 GB trace instantly; batch commands that
- * draw conclusions from the whole file (bisect, report) call this too, so a
- * damaged page is a clear BT_EFORMAT instead of a quietly partial answer. */
-int bt_analyze_verify(const char *path);
 
 /* Fill *out (cleared first; clear it with bt_analysis_clear). */
 int bt_analyze(bt_trace_reader *r, bt_analysis *out);

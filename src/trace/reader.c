@@ -8,6 +8,7 @@
  * else is a prepared, indexed query run on demand. Any SQLITE_CORRUPT /
  * SQLITE_NOTADB later on is reported as BT_EFORMAT naming the file. */
 #include "trace/reader.h"
+#include "trace/reader_impl.h"
 #include "trace/trace.h"
 #include "util.h"
 
@@ -64,6 +65,7 @@ struct bt_trace_reader {
      * file has the spec tables (traces written before them do not). */
     bool spec_tables, has_spec;
     sqlite3_stmt *sq[5];
+    sqlite3_stmt *bq[BT_TRACE_BROWSE_MAX];   /* reader_browse.c's, prepared on first use */
 };
 
 /* ---- errors ---- */
@@ -89,28 +91,6 @@ static int prep(bt_trace_reader *r, int which, sqlite3_stmt **out)
     sqlite3_clear_bindings(r->q[which]);
     *out = r->q[which];
     return BT_OK;
-}
-
-/* ---- column helpers ---- */
-
-static int col_int(sqlite3_stmt *s, int i)
-{
-    return sqlite3_column_type(s, i) == SQLITE_NULL ? -1 : sqlite3_column_int(s, i);
-}
-
-static double col_real(sqlite3_stmt *s, int i)
-{
-    return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
-}
-
-static const char *col_text(sqlite3_stmt *s, int i)
-{
-    return sqlite3_column_type(s, i) == SQLITE_NULL ? NULL : (const char *)sqlite3_column_text(s, i);
-}
-
-static void copy_str(char *dst, size_t cap, const char *src)
-{
-    snprintf(dst, cap, "%s", src ? src : "");
 }
 
 /* ---- open / close ---- */
@@ -176,7 +156,7 @@ static int load_meta(bt_trace_reader *r)
             if (v) r->meta_vals = v;
             if (!k || !v) { sqlite3_finalize(s); return bt_error(BT_ENOMEM, "%s: out of memory", r->path); }
         }
-        const char *key = col_text(s, 0), *val = col_text(s, 1);
+        const char *key = bt_col_text(s, 0), *val = bt_col_text(s, 1);
         r->meta_keys[r->n_meta] = strdup(key ? key : "");
         r->meta_vals[r->n_meta] = dup_or_null(val);
         r->n_meta++;
@@ -201,11 +181,11 @@ static int load_tensors(bt_trace_reader *r)
             r->tensors = t;
         }
         bt_trace_tensor_row *t = &r->tensors[r->n_tensors++];
-        const char *model = col_text(s, 0), *name = col_text(s, 2), *op = col_text(s, 4);
+        const char *model = bt_col_text(s, 0), *name = bt_col_text(s, 2), *op = bt_col_text(s, 4);
         t->model = strdup(model ? model : "target");
         t->idx = sqlite3_column_int(s, 1);
         t->name = strdup(name ? name : "?");
-        t->layer = col_int(s, 3);
+        t->layer = bt_col_int(s, 3);
         t->op = strdup(op ? op : "?");
         t->width = sqlite3_column_int(s, 5);
         if (t->idx < 0 || t->idx > 1 << 20) {
@@ -246,7 +226,7 @@ int bt_trace_open(const char *path, bt_trace_reader **out)
         goto fail;
     }
     if (ver > BT_TRACE_SCHEMA_VERSION) {
-        rc = bt_error(BT_EFORMAT, "%s: trace schema version %lld is newer than this bangtrace reads (%d); upgrade bangtrace",
+        rc = bt_error(BT_EUNSUPPORTED, "%s: trace schema version %lld is newer than this bangtrace reads (%d); upgrade bangtrace",
                       path, (long long)ver, BT_TRACE_SCHEMA_VERSION);
         goto fail;
     }
@@ -274,6 +254,7 @@ void bt_trace_reader_close(bt_trace_reader *r)
     if (!r) return;
     for (int i = 0; i < Q_COUNT; i++) sqlite3_finalize(r->q[i]);
     for (size_t i = 0; i < BT_ARRAY_SIZE(r->sq); i++) sqlite3_finalize(r->sq[i]);
+    for (size_t i = 0; i < BT_ARRAY_SIZE(r->bq); i++) sqlite3_finalize(r->bq[i]);
     if (r->db) sqlite3_close_v2(r->db);
     for (int i = 0; i < r->n_meta; i++) { free(r->meta_keys[i]); free(r->meta_vals[i]); }
     free(r->meta_keys);
@@ -388,11 +369,11 @@ int bt_trace_summary_get(bt_trace_reader *r, bt_trace_summary *o)
 static void read_step(sqlite3_stmt *s, bt_trace_step_row *o)
 {
     o->step = sqlite3_column_int(s, 0);
-    copy_str(o->model, sizeof o->model, col_text(s, 1));
-    copy_str(o->kind, sizeof o->kind, col_text(s, 2));
+    bt_copy_str(o->model, sizeof o->model, bt_col_text(s, 1));
+    bt_copy_str(o->kind, sizeof o->kind, bt_col_text(s, 2));
     o->pos0 = sqlite3_column_int(s, 3);
     o->n_pos = sqlite3_column_int(s, 4);
-    o->ms = col_real(s, 5);
+    o->ms = bt_col_real(s, 5);
 }
 
 int bt_trace_step_get(bt_trace_reader *r, int step, bt_trace_step_row *out)
@@ -440,6 +421,7 @@ static void tap_from_packed(bt_trace_tap_row *o, const bt_trace_tensor_row *t, i
     o->layer = t->layer;
     o->name = t->name;
     o->op = t->op;
+    o->model = t->model;
     o->n = (int64_t)n_pos * t->width;
     bool none[4];
     o->min = bf16_at(p, &none[0]);
@@ -457,12 +439,12 @@ static void tap_apply_bad(bt_trace_tap_row *o, sqlite3_stmt *s, int c)
     o->nan = sqlite3_column_int64(s, c);
     o->pinf = sqlite3_column_int64(s, c + 1);
     o->ninf = sqlite3_column_int64(s, c + 2);
-    o->first_bad_index = col_int(s, c + 3);
-    o->first_bad_pos = col_int(s, c + 4);
-    o->min = col_real(s, c + 5);
-    o->max = col_real(s, c + 6);
-    o->mean = col_real(s, c + 7);
-    o->rms = col_real(s, c + 8);
+    o->first_bad_index = bt_col_int(s, c + 3);
+    o->first_bad_pos = bt_col_int(s, c + 4);
+    o->min = bt_col_real(s, c + 5);
+    o->max = bt_col_real(s, c + 6);
+    o->mean = bt_col_real(s, c + 7);
+    o->rms = bt_col_real(s, c + 8);
     o->absmax = fmax(fabs(o->min), fabs(o->max));
     o->recorded = true;
 }
@@ -479,7 +461,7 @@ int bt_trace_step_taps(bt_trace_reader *r, int step, bt_trace_tap_row **out, int
     if (rc == SQLITE_DONE) return bt_error(BT_ENOTFOUND, "%s: no step %d in the trace", r->path, step);
     if (rc != SQLITE_ROW) return db_fail(r, rc, "reading tap_blobs");
     char model[16];
-    copy_str(model, sizeof model, col_text(s, 0));
+    bt_copy_str(model, sizeof model, bt_col_text(s, 0));
     int n_pos = sqlite3_column_int(s, 1);
     const unsigned char *blob = sqlite3_column_blob(s, 2);
     int bytes = sqlite3_column_bytes(s, 2);
@@ -523,7 +505,7 @@ int bt_trace_tap_series(bt_trace_reader *r, int idx, int from, int to,
     sqlite3_bind_int(s, 2, to);
     sqlite3_bind_int(s, 3, idx);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        const bt_trace_tensor_row *t = tensor_at(r, col_text(s, 1) ? col_text(s, 1) : "target", idx);
+        const bt_trace_tensor_row *t = tensor_at(r, bt_col_text(s, 1) ? bt_col_text(s, 1) : "target", idx);
         if (!t || sqlite3_column_bytes(s, 3) != 8) continue;
         bt_trace_tap_row tap;
         tap_from_packed(&tap, t, sqlite3_column_int(s, 0), sqlite3_column_int(s, 2), sqlite3_column_blob(s, 3));
@@ -541,10 +523,11 @@ static void tap_from_bad_row(bt_trace_reader *r, sqlite3_stmt *s, bt_trace_tap_r
     memset(o, 0, sizeof(*o));
     o->step = sqlite3_column_int(s, 0);
     o->idx = sqlite3_column_int(s, 2);
-    const bt_trace_tensor_row *t = tensor_at(r, col_text(s, 1) ? col_text(s, 1) : "target", o->idx);
+    const bt_trace_tensor_row *t = tensor_at(r, bt_col_text(s, 1) ? bt_col_text(s, 1) : "target", o->idx);
     o->layer = t ? t->layer : -1;
     o->name = t ? t->name : "?";
     o->op = t ? t->op : "?";
+    o->model = t ? t->model : "target";
     o->n = t ? (int64_t)sqlite3_column_int(s, 12) * t->width : 0;
     tap_apply_bad(o, s, 3);
 }
@@ -597,12 +580,12 @@ static void read_token(sqlite3_stmt *s, bt_trace_token_row *o)
     o->step = sqlite3_column_int(s, 1);
     o->pos = sqlite3_column_int(s, 2);
     o->id = sqlite3_column_int(s, 3);
-    o->piece = col_text(s, 4);
+    o->piece = bt_col_text(s, 4);
     o->piece_len = o->piece ? (size_t)sqlite3_column_bytes(s, 4) : 0;
-    o->role = col_text(s, 5);
+    o->role = bt_col_text(s, 5);
     if (!o->role) o->role = "gen";
-    o->logprob = col_real(s, 6);
-    o->finish_reason = col_text(s, 7);
+    o->logprob = bt_col_real(s, 6);
+    o->finish_reason = bt_col_text(s, 7);
 }
 
 static int each_token(bt_trace_reader *r, sqlite3_stmt *s, int max,
@@ -665,7 +648,7 @@ static int parse_array(const char *s, double *v, int max)
     return n;
 }
 
-static void read_logits(sqlite3_stmt *s, bt_trace_logits_row *o)
+void bt_trace_reader_read_logits(sqlite3_stmt *s, bt_trace_logits_row *o)
 {
     memset(o, 0, sizeof(*o));
     o->step = sqlite3_column_int(s, 0);
@@ -674,18 +657,19 @@ static void read_logits(sqlite3_stmt *s, bt_trace_logits_row *o)
     o->nan = sqlite3_column_int64(s, 3);
     o->pinf = sqlite3_column_int64(s, 4);
     o->ninf = sqlite3_column_int64(s, 5);
-    o->max = col_real(s, 6);
-    o->argmax_first = col_int(s, 7);
-    o->argmax_torch = col_int(s, 8);
-    o->argmax_triton = col_int(s, 9);
-    copy_str(o->rule, sizeof o->rule, col_text(s, 10));
-    o->chosen = col_int(s, 11);
-    o->entropy = col_real(s, 12);
+    o->max = bt_col_real(s, 6);
+    o->argmax_first = bt_col_int(s, 7);
+    o->argmax_torch = bt_col_int(s, 8);
+    o->argmax_triton = bt_col_int(s, 9);
+    bt_copy_str(o->rule, sizeof o->rule, bt_col_text(s, 10));
+    o->chosen = bt_col_int(s, 11);
+    o->entropy = bt_col_real(s, 12);
     double ids[64], vals[64];
-    int ni = parse_array(col_text(s, 13), ids, 64);
-    int nv = parse_array(col_text(s, 14), vals, 64);
+    int ni = parse_array(bt_col_text(s, 13), ids, 64);
+    int nv = parse_array(bt_col_text(s, 14), vals, 64);
     o->k = ni < nv ? ni : nv;
-    for (int i = 0; i < o->k; i++) { o->topk_ids[i] = (int32_t)ids[i]; o->topk_vals[i] = (float)vals[i]; }
+    /* a null (NAN) or out-of-range id must not reach the int conversion (undefined behaviour) */
+    for (int i = 0; i < o->k; i++) { o->topk_ids[i] = fabs(ids[i]) < 2147483648.0 ? (int32_t)ids[i] : -1; o->topk_vals[i] = (float)vals[i]; }
     o->has_row = sqlite3_column_int(s, 15) != 0;
 }
 
@@ -696,7 +680,7 @@ int bt_trace_step_logits(bt_trace_reader *r, int step, bt_trace_logits_row *out,
     int rc = prep(r, Q_LOGITS, &s);
     if (rc) return rc;
     sqlite3_bind_int(s, 1, step);
-    while (*n < max && (rc = sqlite3_step(s)) == SQLITE_ROW) read_logits(s, &out[(*n)++]);
+    while (*n < max && (rc = sqlite3_step(s)) == SQLITE_ROW) bt_trace_reader_read_logits(s, &out[(*n)++]);
     if (*n < max && rc != SQLITE_DONE) return db_fail(r, rc, "reading logits");
     sqlite3_reset(s);
     return BT_OK;
@@ -733,8 +717,8 @@ int bt_trace_logit_row_get(bt_trace_reader *r, int step, int pos, float **row, i
     rc = sqlite3_step(s);
     if (rc == SQLITE_DONE) return bt_error(BT_ENOTFOUND, "%s: no full logit row stored for step %d pos %d", r->path, step, pos);
     if (rc != SQLITE_ROW) return db_fail(r, rc, "reading logit_rows");
-    if (reason) copy_str(reason, 32, col_text(s, 0));
-    const char *dtype = col_text(s, 1), *enc = col_text(s, 2);
+    if (reason) bt_copy_str(reason, 32, bt_col_text(s, 0));
+    const char *dtype = bt_col_text(s, 1), *enc = bt_col_text(s, 2);
     int64_t count = sqlite3_column_int64(s, 3);
     const void *data = sqlite3_column_blob(s, 4);
     size_t bytes = (size_t)sqlite3_column_bytes(s, 4);
@@ -789,9 +773,9 @@ int bt_trace_events_each(bt_trace_reader *r, const char *kind,
     if (kind) sqlite3_bind_text(s, 1, kind, -1, SQLITE_TRANSIENT);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         bt_trace_event_row ev = {
-            .id = sqlite3_column_int64(s, 0), .step = col_int(s, 1), .pos = col_int(s, 2),
-            .kind = col_text(s, 3), .layer = col_int(s, 4), .op = col_text(s, 5),
-            .tensor = col_text(s, 6), .detail = col_text(s, 7),
+            .id = sqlite3_column_int64(s, 0), .step = bt_col_int(s, 1), .pos = bt_col_int(s, 2),
+            .kind = bt_col_text(s, 3), .layer = bt_col_int(s, 4), .op = bt_col_text(s, 5),
+            .tensor = bt_col_text(s, 6), .detail = bt_col_text(s, 7),
         };
         if (!ev.kind) ev.kind = "?";
         int stop = fn(user, &ev);
@@ -811,7 +795,7 @@ int bt_trace_backtraces_each(bt_trace_reader *r, int (*fn)(void *user, const bt_
         bt_trace_backtrace_row b = {
             .id = sqlite3_column_int64(s, 0),
             .event_id = sqlite3_column_type(s, 1) == SQLITE_NULL ? -1 : sqlite3_column_int64(s, 1),
-            .step = col_int(s, 2), .kind = col_text(s, 3), .frames = col_text(s, 4),
+            .step = bt_col_int(s, 2), .kind = bt_col_text(s, 3), .frames = bt_col_text(s, 4),
         };
         if (!b.kind) b.kind = "?";
         if (!b.frames) b.frames = "";
@@ -882,11 +866,11 @@ int bt_trace_spec_steps_each(bt_trace_reader *r, int from, int to,
         bt_trace_spec_step_row o;
         memset(&o, 0, sizeof(o));
         o.step = sqlite3_column_int(s, 0);
-        copy_str(o.drafter, sizeof o.drafter, col_text(s, 1));
+        bt_copy_str(o.drafter, sizeof o.drafter, bt_col_text(s, 1));
         o.k = sqlite3_column_int(s, 2);
         o.accepted = sqlite3_column_int(s, 3);
-        o.bonus_token = col_int(s, 4);
-        copy_str(o.bonus_kind, sizeof o.bonus_kind, col_text(s, 5));
+        o.bonus_token = bt_col_int(s, 4);
+        bt_copy_str(o.bonus_kind, sizeof o.bonus_kind, bt_col_text(s, 5));
         int stop = fn(user, &o);
         if (stop) { sqlite3_reset(s); return stop; }
     }
@@ -907,11 +891,11 @@ int bt_trace_spec_trail_each(bt_trace_reader *r, int from, int to,
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         bt_trace_spec_trail_row o = {
             .step = sqlite3_column_int(s, 0), .draft_idx = sqlite3_column_int(s, 1),
-            .draft_pos = sqlite3_column_int(s, 2), .draft_step = col_int(s, 3),
-            .draft_token = sqlite3_column_int(s, 4), .draft_prob = col_real(s, 5),
-            .draft_finite = sqlite3_column_int(s, 6) != 0, .target_token = col_int(s, 7),
-            .target_prob = col_real(s, 8), .accepted = sqlite3_column_int(s, 9) != 0,
-            .reason = col_text(s, 10),
+            .draft_pos = sqlite3_column_int(s, 2), .draft_step = bt_col_int(s, 3),
+            .draft_token = sqlite3_column_int(s, 4), .draft_prob = bt_col_real(s, 5),
+            .draft_finite = sqlite3_column_int(s, 6) != 0, .target_token = bt_col_int(s, 7),
+            .target_prob = bt_col_real(s, 8), .accepted = sqlite3_column_int(s, 9) != 0,
+            .reason = bt_col_text(s, 10),
         };
         int stop = fn(user, &o);
         if (stop) { sqlite3_reset(s); return stop; }
@@ -975,4 +959,58 @@ int bt_trace_first_bad_step_of(bt_trace_reader *r, const char *model, int *step)
     if (sqlite3_column_type(s, 0) != SQLITE_NULL) *step = sqlite3_column_int(s, 0);
     sqlite3_reset(s);
     return BT_OK;
+}
+
+/* ---- for the reader's other files (reader_impl.h) ---- */
+
+int bt_trace_reader_fail(bt_trace_reader *r, int rc, const char *what) { return db_fail(r, rc, what); }
+
+bool bt_trace_reader_spec_tables(const bt_trace_reader *r) { return r->spec_tables; }
+
+int bt_trace_reader_prep(bt_trace_reader *r, int slot, const char *sql, sqlite3_stmt **out)
+{
+    BT_ASSERT(slot >= 0 && slot < BT_TRACE_BROWSE_MAX);
+    if (!r->bq[slot]) {
+        int rc = sqlite3_prepare_v3(r->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &r->bq[slot], NULL);
+        if (rc != SQLITE_OK) return db_fail(r, rc, "checking the schema");
+    }
+    sqlite3_reset(r->bq[slot]);
+    sqlite3_clear_bindings(r->bq[slot]);
+    *out = r->bq[slot];
+    return BT_OK;
+}
+
+/* ---- integrity check (bisect, report: see reader.h) ---- */
+
+int bt_analyze_verify(const char *path)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    int rc = BT_OK;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &st, NULL) != SQLITE_OK) {
+        rc = bt_error(BT_EFORMAT, "%s: corrupt trace (integrity check: %s)", path, db ? sqlite3_errmsg(db) : "out of memory");
+        goto out;
+    }
+    sqlite3_busy_timeout(db, 2000);   /* a run may still be writing it */
+    int s = sqlite3_step(st);
+    const char *res = s == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
+    if (s != SQLITE_ROW) rc = bt_error(BT_EFORMAT, "%s: corrupt trace (integrity check: %s)", path, sqlite3_errmsg(db));
+    else if (!res || strcmp(res, "ok")) {
+        /* quick_check answers "*** in database main ***\nPage 6: ..."; keep one line */
+        char msg[256];
+        const char *m = res ? res : "no answer";
+        if (!strncmp(m, "*** in database main ***", 24)) m += 24;
+        size_t o = 0;
+        for (; *m && o + 1 < sizeof(msg); m++) {
+            if (*m == '\n') { if (o) { msg[o++] = ';'; if (o + 1 < sizeof(msg)) msg[o++] = ' '; } }
+            else msg[o++] = *m;
+        }
+        msg[o] = 0;
+        rc = bt_error(BT_EFORMAT, "%s: corrupt trace (integrity check: %s)", path, msg);
+    }
+out:
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return rc;
 }

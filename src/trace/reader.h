@@ -94,6 +94,7 @@ typedef struct bt_trace_tap_row {
     double min, max, absmax, mean, rms;   /* bf16-rounded, or full precision when bad */
     int first_bad_index, first_bad_pos;   /* -1 when finite */
     bool recorded;              /* false: the slot held no stats this step (0x7fc0) */
+    const char *model;          /* the pass: target | draft (borrowed from the tensor cache) */
 } bt_trace_tap_row;
 static inline bool bt_trace_tap_bad(const bt_trace_tap_row *t) { return t->nan | t->pinf | t->ninf; }
 
@@ -218,5 +219,60 @@ int bt_trace_first_bad_logits_of(bt_trace_reader *r, const char *model, bt_trace
 /* The first step with a non-finite tap in a pass of model (NULL = "target"),
  * -1 if none. Reads tap_bad (sparse: bad tensors only). */
 int bt_trace_first_bad_step_of(bt_trace_reader *r, const char *model, int *step);
+
+/* ---- integrity ---- */
+
+/* Full integrity check of the file behind a trace (SQLite quick_check: every
+ * page of every table and index). The reader validates only what it must at
+ * open so the browser opens a 1 GB trace instantly; batch commands that
+ * draw conclusions from the whole file (bisect, report) call this too, so a
+ * damaged page is a clear BT_EFORMAT instead of a quietly partial answer.
+ * (Named for its callers, the analysis commands; it lives here because it
+ * is SQL.) */
+int bt_analyze_verify(const char *path);
+
+/* ---- browsing (reader_browse.c) ----
+ * The bounded lookups of the browser's model layer (tui/model_*.c), which
+ * holds no SQL of its own. "Non-draft" tokens are the text: prompt plus
+ * output (gen and bonus); drafted tokens are not part of it. */
+
+/* Prepare every query below now, so a foreign or damaged schema fails at
+ * open (before curses starts), not on the first screen that needs it. */
+int bt_trace_browse_check(bt_trace_reader *r);
+/* The models that registered tensors ("draft", "target"), sorted, at most
+ * max, copied into names; *n the count. */
+int bt_trace_models(bt_trace_reader *r, char names[][16], int max, int *n);
+/* First and last step, first and last non-draft token seq; -1 when none.
+ * Four indexed min/max lookups, never a scan. */
+int bt_trace_bounds(bt_trace_reader *r, int *min_step, int *max_step, int64_t *min_seq, int64_t *max_seq);
+/* First and last step holding a non-finite tap; -1 on a clean trace. */
+int bt_trace_bad_step_range(bt_trace_reader *r, int *first, int *last);
+/* The first step >= from of model (NULL = "target") with a tap blob; -1 if none. */
+int bt_trace_tap_step_from(bt_trace_reader *r, const char *model, int from, int *step);
+/* The nearest non-draft token after seq (dir +1) or before it (dir -1) that
+ * ends the run of (id, prompt or not) holding seq; -1 when the run reaches
+ * the end of the text. A rowid scan that stops at the answer. */
+int bt_trace_token_run_next(bt_trace_reader *r, int64_t seq, int32_t id, bool prompt, int dir, int64_t *next);
+typedef struct bt_trace_token_span {
+    int64_t count;              /* non-draft tokens with seq in the range */
+    int step0, step1, pos0;     /* their first and last step, first position; -1 when count is 0 */
+} bt_trace_token_span;
+int bt_trace_token_span_get(bt_trace_reader *r, int64_t lo, int64_t hi, bt_trace_token_span *out);
+/* The nearest non-draft token after (dir +1) / before (-1) seq `from` whose
+ * piece contains needle (bytes); *seq -1 if none. */
+int bt_trace_token_search(bt_trace_reader *r, int64_t from, const char *needle, int dir, int64_t *seq);
+/* Steps in [from, to] of the target (non-draft passes) whose logit snapshot
+ * had a non-finite value, ascending. */
+int bt_trace_bad_logits_each(bt_trace_reader *r, int from, int to, int (*fn)(void *user, int step), void *user);
+/* The logit snapshot of step at pos (pos < 0: the step's last one, the row
+ * that was sampled); *found false when there is none. */
+int bt_trace_logits_at(bt_trace_reader *r, int step, int pos, bt_trace_logits_row *out, bool *found);
+/* Verify steps: the `skip`-th after the first one >= from (dir +1) or
+ * before the last one <= from (dir -1), clamped to the last that exists;
+ * *step -1 when there is none in that direction at all. */
+int bt_trace_spec_seek(bt_trace_reader *r, int from, int dir, int skip, int *step);
+/* The next verify step after (dir +1) / before (-1) step whose drafts hold
+ * a rejection (not the drafts after it); *out -1 if none. */
+int bt_trace_spec_next_reject(bt_trace_reader *r, int step, int dir, int *out);
 
 #endif
