@@ -15,6 +15,7 @@
 #include "tap/recorder.h"
 #include "tokenizer/tokenizer.h"
 #include "trace/trace.h"
+#include "text.h"
 #include "util.h"
 #include "kernels.h"
 
@@ -535,7 +536,9 @@ int cmd_run(int argc, char **argv)
                 if (hit) { text_len = (size_t)(hit - text); text[text_len] = 0; finish = "stop"; done = true; }
                 else if (!o.json) {
                     size_t upto = text_len - stop_holdback(text, text_len, req.stop, req.n_stop);
-                    if (upto > printed) { fwrite(text + printed, 1, upto - printed, stdout); fflush(stdout); printed = upto; }
+                    /* whole characters only: a terminal gets them escaped */
+                    if (upto > printed) upto = printed + bt_text_utf8_complete(text + printed, upto - printed);
+                    if (upto > printed) { bt_text_fput_output(text + printed, upto - printed, stdout); fflush(stdout); printed = upto; }
                 }
             }
             if ((long)n_gen >= n_max) done = true;
@@ -580,7 +583,7 @@ int cmd_run(int argc, char **argv)
         puts(s);
         free(s);
     } else {
-        if (text_len > printed) fwrite(text + printed, 1, text_len - printed, stdout);
+        if (text_len > printed) bt_text_fput_output(text + printed, text_len - printed, stdout);
         if (text_len && text[text_len - 1] != '\n') putchar('\n');
         fflush(stdout);
     }
