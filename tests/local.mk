@@ -50,6 +50,9 @@ tests_trace_writer_tool_LDADD = $(BT_LIBS)
 EXTRA_DIST += tests/trace_crash.sh tests/export.sh
 # bisect (plain and --reference) and report on real traces
 TESTS += tests/bisect.sh tests/report.sh
+# terminal safety: hostile model and trace text is escaped in every command
+TESTS += tests/text_safety.sh
+EXTRA_DIST += tests/text_safety.sh tests/data-gen/make_hostile_gguf.py
 EXTRA_DIST += tests/bisect.sh tests/report.sh
 # browser (tui/): layout, collapsing, colouring, sanitization, keys; dumps; tmux end to end
 check_PROGRAMS += tests/test_tui

@@ -5,6 +5,7 @@
  * exit status 2, never a garbled screen. */
 #include "cmd.h"
 #include "tui.h"
+#include "text.h"
 #include "util.h"
 
 #include <langinfo.h>
@@ -123,7 +124,19 @@ int cmd_browse(int argc, char **argv)
     if (dump_view >= 0) {
         a.dump_all = all;
         a.color = false;
-        if (tui_views[dump_view].dump(&a, stdout, (int)step)) status = bt_cmd_fail("browse");
+        /* Composed in memory, then escaped once more on the way out (text.h):
+         * a dump quotes tensor names, kinds and notes from the trace too. */
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&buf, &len);
+        if (!mem) status = bt_cmd_fail("browse");
+        else {
+            rc = tui_views[dump_view].dump(&a, mem, (int)step);
+            fclose(mem);
+            bt_text_fput(buf, len, BT_TEXT_UTF8 | BT_TEXT_KEEPNL | BT_TEXT_RAWBS, stdout);
+            if (rc) status = bt_cmd_fail("browse");
+        }
+        free(buf);
         fflush(stdout);
     } else {
         if (step >= 0 && tui_app_step(&a, (int)step) == BT_OK && a.st.seq >= 0) tui_app_goto_seq(&a, a.st.seq);

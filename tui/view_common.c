@@ -2,6 +2,7 @@
  * when there are none), clipped text, the layer x op grid and a tap's
  * statistics. */
 #include "view.h"
+#include "text.h"
 #include "util.h"
 
 #include <math.h>
@@ -51,7 +52,10 @@ int tui_put(int y, int x, int w, int attr, const char *s)
     if (w <= 0 || y < 0 || x < 0 || y >= LINES || x >= COLS) return 0;
     if (x + w > COLS) w = COLS - x;
     char buf[1024];
-    int cols = tui_text_fit(s, buf, sizeof buf, w);
+    /* The last line of defence: whatever a view forgot to sanitize (a
+     * tensor name, an event kind from a crafted trace) is escaped here.
+     * RAWBS keeps already sanitized text as it is. */
+    int cols = bt_text_escape(s, strlen(s), buf, sizeof buf, w, BT_TEXT_UTF8 | BT_TEXT_RAWBS);
     attrset(attr);
     mvaddstr(y, x, buf);
     attrset(A_NORMAL);

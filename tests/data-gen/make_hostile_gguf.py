@@ -2,7 +2,11 @@
 """make_hostile_gguf.py - a loadable GGUF whose every model-supplied string
 tries to drive the terminal, for tests/text_safety.sh.
 
-usage: make_hostile_gguf.py TINY.gguf OUT.gguf
+usage: make_hostile_gguf.py TINY.gguf OUTDIR
+
+writes OUTDIR/hostile.gguf (loads and runs) and OUTDIR/hostile_arch.gguf
+(the same with a hostile general.architecture, which no loader accepts: its
+error message must quote the name escaped).
 
 TINY.gguf is shared/models/gguf-tiny/llama-2-tiny-random.gguf, re-emitted
 with the codec of make_bad_files.py. The strings carry OSC 0 (set the
@@ -50,7 +54,9 @@ def main():
     extra = dict(next(t for t in tensors if t['name'] == 'output_norm.weight'))
     extra['name'] = b'evil.tensor' + EVIL
     tensors = tensors + [extra]
-    gg.emit(sys.argv[2], out, tensors)
+    gg.emit(os.path.join(sys.argv[2], 'hostile.gguf'), out, tensors)
+    arch = [[k, vt, b'\x1b]0;t\x07\x9b' if k == 'general.architecture' else v] for k, vt, v in out]
+    gg.emit(os.path.join(sys.argv[2], 'hostile_arch.gguf'), arch, tensors)
 
 
 if __name__ == '__main__':
