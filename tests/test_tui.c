@@ -8,6 +8,7 @@
 #include <curses.h>
 
 #include "../tui/tui.h"
+#include "engine/engine.h"
 #include "util.h"
 
 #include <math.h>
@@ -289,7 +290,20 @@ static void test_grid(void)
     tui_op_abbrev("ffn_gate", ab, 4);
     CHECK_STR(ab, "gate");
     tui_op_abbrev("attn_ctx", ab, 2);
-    CHECK_STR(ab, "ct");
+    CHECK_STR(ab, "ac");
+    tui_op_abbrev("ffn_down", ab, 3);
+    CHECK_STR(ab, "fd");
+    /* narrow headers: every op's label is unique (was "a q k v c a a f g u a d f") */
+    for (int i = 0; i < BT_OP_COUNT; i++)
+        for (int j = i + 1; j < BT_OP_COUNT; j++) {
+            char x[8], y[8];
+            tui_op_abbrev(bt_op_name(i), x, 2);
+            tui_op_abbrev(bt_op_name(j), y, 2);
+            CHECK(strlen(x) == 2 && strcmp(x, y));
+            tui_op_abbrev(bt_op_name(i), x, 4);
+            tui_op_abbrev(bt_op_name(j), y, 4);
+            CHECK(strcmp(x, y));
+        }
     tui_op_abbrev("moe_router", ab, 6);
     CHECK_STR(ab, "router");
 }
@@ -334,6 +348,23 @@ static void test_keys(void)
     int n = 0;
     while (help[n]) n++;
     CHECK(n > 5);
+    /* generated from the key table: every binding and view is there, and
+     * the legend names every grid label */
+    {
+        char all[8192] = "";
+        for (int i = 0; help[i]; i++) { strcat(all, help[i]); strcat(all, "\n"); }
+        if (getenv("BT_SHOW_HELP")) fputs(all, stderr);
+        const char *want[] = { "Tab S-Tab", "Up k Down j Left h Right l", "PgUp C-b PgDn C-f Space", "g Home G End",
+                               "Enter", "Esc Backspace", "? F1", "q Q", "n p N", "w ", "/ ", "1 2 3 4 5 6",
+                               "Tokens, Step, Walk-back, Run, Backtrace, Speculation" };
+        for (size_t i = 0; i < BT_ARRAY_SIZE(want); i++)
+            if (!strstr(all, want[i])) { fprintf(stderr, "help lacks '%s'\n", want[i]); CHECK(0); }
+        for (int op = 0; op < BT_OP_COUNT; op++) {
+            char item[40];
+            snprintf(item, sizeof item, "%s %s", bt_op_label(op), bt_op_name(op));
+            if (!strstr(all, item)) { fprintf(stderr, "help legend lacks '%s'\n", item); CHECK(0); }
+        }
+    }
 
     /* view history: switch and back */
     tui_app a;

@@ -3,6 +3,7 @@
  * decisions. Nothing here touches curses or SQLite, so tests/test_tui.c
  * checks it directly. */
 #include "tui.h"
+#include "engine/engine.h"
 #include "util.h"
 
 #include <math.h>
@@ -29,17 +30,11 @@ int tui_tap_health(bool present, int64_t nan, int64_t pinf, int64_t ninf, float 
 
 void tui_op_abbrev(const char *op, char *buf, int max)
 {
-    static const struct { const char *op, *ab; } tab[] = {
-        { "attn_norm", "anrm" }, { "attn_q", "q" }, { "attn_k", "k" }, { "attn_v", "v" },
-        { "attn_ctx", "ctx" }, { "attn_output", "aout" }, { "attn_resid", "ares" },
-        { "ffn_norm", "fnrm" }, { "ffn_gate", "gate" }, { "ffn_up", "up" }, { "ffn_act", "act" },
-        { "ffn_down", "down" }, { "ffn_resid", "fres" }, { "token_embd", "embd" },
-        { "output_norm", "onrm" }, { "logits", "lgts" },
-    };
-    const char *ab = op;
-    for (size_t i = 0; i < BT_ARRAY_SIZE(tab); i++)
-        if (!strcmp(tab[i].op, op)) { ab = tab[i].ab; break; }
-    if (ab == op) {                    /* unknown op: drop a module prefix */
+    /* Labels come from the engine's op table; a cell narrower than four
+     * columns gets the two-letter label, which stays unique ("fd", "fg"). */
+    int id = bt_op_from_name(op);
+    const char *ab = id >= 0 ? (max >= 4 ? bt_op_abbrev(id) : bt_op_label(id)) : op;
+    if (id < 0) {                      /* unknown op: drop a module prefix */
         const char *u = strchr(op, '_');
         if (u && u[1]) ab = u + 1;
     }
