@@ -428,6 +428,12 @@ int cmd_run(int argc, char **argv)
     if (bt_tokenizer_new(&m->vocab, &tok)) goto fail;
     if (build_prompt(&o, &req, m, tok, &prompt, &n_prompt)) goto fail;
     int ctx = o.ctx ? (int)o.ctx : BT_MIN(m->cfg.ctx_len, 4096);
+    bt_kernels_init();
+    bt_debug("kernels: cpu-%s, %ld threads; context %d (model %d), max tokens %ld", bt_kernels_simd(), o.threads, ctx,
+             m->cfg.ctx_len, n_max);
+    bt_debug("sampling: temperature %g, top_k %d, top_p %g, seed %llu, argmax %s%s", (double)sc.temperature, sc.top_k,
+             (double)sc.top_p, (unsigned long long)sc.seed, o.argmax ? o.argmax : "first", o.ignore_eos ? ", ignoring EOS" : "");
+    bt_debug("prompt: %zu tokens%s", n_prompt, req.n_messages ? " (chat template applied)" : "");
     if ((long)n_prompt > ctx) { bt_error(BT_ERANGE, "the prompt has %zu tokens but the context is %d (use --ctx)", n_prompt, ctx); goto fail; }
     if ((long)n_prompt + n_max > ctx) {
         bt_warn("prompt (%zu) + max tokens (%ld) exceed the context (%d): generating at most %ld", n_prompt, n_max, ctx, ctx - (long)n_prompt);
@@ -458,6 +464,8 @@ int cmd_run(int argc, char **argv)
     else if (o.draft_ngram) snprintf(drafter_name, sizeof(drafter_name), "ngram:%ld", o.draft_ngram);
     if (o.trace) {
         if (bt_trace_create(o.trace, &trace)) goto fail;
+        bt_debug("trace %s: taps %s, logits %s, top-k %ld%s", o.trace, bt_taps_mode_name(o.taps),
+                 o.logits_full ? "full" : "flagged", o.topk, o.n_inject ? ", with fault injection" : "");
         if (write_meta(trace, argc, argv, &o, &req, m, tok, &sc, inj, prompt_text_of(&o, &req), sha_hex)) goto fail;
         if (o.spec_k && write_spec_meta(trace, &o, dm, drafter_name)) goto fail;
     }
