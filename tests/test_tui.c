@@ -286,6 +286,22 @@ static void test_grid(void)
     CHECK(g.n_rows == 2 && g.n_cols == 1 && !g.has_pre && g.layer0 == 10);
     CHECK_STR(g.row_label[0], "L10");
     tui_grid_free(&g);
+    /* narrow piece columns: special tokens whole and bare, cuts marked */
+    {
+        char pl[64];
+        CHECK(tui_piece_label("<|im_start|>", 12, pl, sizeof pl, 12, TUI_SAN_UTF8) == 12);
+        CHECK_STR(pl, "<|im_start|>");
+        CHECK(tui_piece_label(" Paris", 6, pl, sizeof pl, 12, TUI_SAN_UTF8) == 8);
+        CHECK_STR(pl, "'\xc2\xb7Paris'");
+        CHECK(tui_piece_label("internationalization", 20, pl, sizeof pl, 10, 0) == 10);
+        CHECK_STR(pl, "'interna~'");
+        CHECK(tui_piece_label("<|reserved_special_token_250|>", 30, pl, sizeof pl, 10, 0) == 10);
+        CHECK_STR(pl, "<|reserve~");
+        tui_piece_label("<a b>", 5, pl, sizeof pl, 12, 0);        /* not a special token: quoted */
+        CHECK_STR(pl, "'<a_b>'");
+        tui_piece_label("\x1b[31m>", 6, pl, sizeof pl, 20, 0);
+        CHECK(!strchr(pl, 0x1b));
+    }
     char ab[8];
     tui_op_abbrev("ffn_gate", ab, 4);
     CHECK_STR(ab, "gate");

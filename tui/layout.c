@@ -149,6 +149,33 @@ int tui_collapse(const tui_tok *t, int n, int min_run, tui_cell *cells)
     return nc;
 }
 
+static bool is_special_piece(const char *p, int len)
+{
+    if (len < 3 || p[0] != '<' || p[len - 1] != '>') return false;
+    for (int i = 1; i < len - 1; i++)
+        if (p[i] == '<' || p[i] == '>' || (unsigned char)p[i] <= ' ' || p[i] == 0x7f) return false;
+    return true;
+}
+
+int tui_piece_label(const char *piece, int len, char *buf, size_t cap, int max_cols, unsigned san_flags)
+{
+    bool bare = is_special_piece(piece, len);
+    int q = bare ? 0 : 1;
+    if (cap < 8 || max_cols < 2 * q + 2) { if (cap) buf[0] = 0; return 0; }
+    char *o = buf + q;
+    size_t room = cap - 2 * (size_t)q - 1;
+    int w = tui_sanitize(piece, (size_t)len, o, room, max_cols - 2 * q, san_flags | TUI_SAN_SHOWSPACE);
+    char full[512];
+    int wf = tui_sanitize(piece, (size_t)len, full, sizeof full, 0, san_flags | TUI_SAN_SHOWSPACE);
+    if (wf > w) {                      /* cut: one column less, then the marker */
+        w = tui_sanitize(piece, (size_t)len, o, room - 1, max_cols - 2 * q - 1, san_flags | TUI_SAN_SHOWSPACE);
+        strcat(o, "~");
+        w++;
+    }
+    if (q) { buf[0] = '\''; strcat(buf, "'"); }
+    return w + 2 * q;
+}
+
 void tui_cell_set_text(tui_cell *c, const char *piece, int piece_len, unsigned san_flags)
 {
     char suffix[32] = "";

@@ -117,6 +117,11 @@ typedef struct tui_cell {       /* one screen cell: a token or a run of one toke
  * least min_run rows; shorter runs stay one cell per row). cells must hold n
  * entries. Returns the number of cells. Texts are left empty. */
 int tui_collapse(const tui_tok *t, int n, int min_run, tui_cell *cells);
+/* A piece for a narrow column: sanitized, in quotes ('·Paris'), except a
+ * special token such as <|im_start|> or <s>, which delimits itself and is
+ * shown bare so that it fits whole; a piece longer than max_cols ends in
+ * '~' so a cut is never silent. Returns the display columns written. */
+int tui_piece_label(const char *piece, int len, char *buf, size_t cap, int max_cols, unsigned san_flags);
 /* Fill cell->text and cell->width from a piece (sanitized) and the count. */
 void tui_cell_set_text(tui_cell *c, const char *piece, int piece_len, unsigned san_flags);
 
