@@ -286,6 +286,14 @@ static void test_grid(void)
     CHECK(g.n_rows == 2 && g.n_cols == 1 && !g.has_pre && g.layer0 == 10);
     CHECK_STR(g.row_label[0], "L10");
     tui_grid_free(&g);
+    /* horizontal scroll of a long Run line */
+    CHECK(tui_hscroll(0, 10, 100, 40) == 10);
+    CHECK(tui_hscroll(50, 40, 100, 40) == 60);          /* clamped: the end still fills the field */
+    CHECK(tui_hscroll(10, -40, 100, 40) == 0);
+    CHECK(tui_hscroll(0, 10, 30, 40) == 0);             /* fits: no scrolling */
+    CHECK_STR(tui_text_skip("abcdef", 2), "cdef");
+    CHECK_STR(tui_text_skip("\xc2\xb7x\xe4\xb8\xadyz", 3), "yz");   /* middle dot 1 column, CJK 2: no half character */
+    CHECK_STR(tui_text_skip("ab", 5), "");
     /* narrow piece columns: special tokens whole and bare, cuts marked */
     {
         char pl[64];

@@ -149,6 +149,27 @@ int tui_collapse(const tui_tok *t, int n, int min_run, tui_cell *cells)
     return nc;
 }
 
+int tui_hscroll(int off, int delta, int total, int width)
+{
+    long v = (long)off + delta, max = total > width ? total - width : 0;
+    if (v > max) v = max;
+    if (v < 0) v = 0;
+    return (int)v;
+}
+
+const char *tui_text_skip(const char *s, int cols)
+{
+    while (*s && cols > 0) {
+        size_t n = 1;
+        while (s[n] && ((unsigned char)s[n] & 0xc0) == 0x80) n++;
+        char one[8] = "";
+        if (n < sizeof one) { memcpy(one, s, n); one[n] = 0; }
+        cols -= tui_text_width(one);
+        s += n;
+    }
+    return s;
+}
+
 static bool is_special_piece(const char *p, int len)
 {
     if (len < 3 || p[0] != '<' || p[len - 1] != '>') return false;
