@@ -11,6 +11,7 @@
 #include "tap/recorder.h"
 #include "tokenizer/tokenizer.h"
 #include "trace/trace.h"
+#include "text.h"
 #include "util.h"
 
 #include <jansson.h>
@@ -247,12 +248,12 @@ int cmd_bench(int argc, char **argv)
                               "taps", bt_taps_mode_name(taps), "decode_tokens_per_s_taps", d_taps,
                               "spec_k", (int)spec_k, "text_decode_tokens_per_s", sp_plain,
                               "text_decode_tokens_per_s_spec", sp_spec, "spec_acceptance", sp_accept);
-        char *str = json_dumps(j, JSON_COMPACT);
+        char *str = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
         puts(str ? str : "{}");
         free(str);
         json_decref(j);
     } else {
-        printf("model             %s (%s)\n", c->name, m->format);
+        printf("model             %s (%s)\n", bt_text_esc(c->name), m->format);
         printf("threads           %d (%s)\n", (int)threads, bt_kernels_simd());
         printf("prompt            %.1f tokens/s (%ld tokens, median of %ld)\n", p_med, np, reps);
         printf("decode            %.1f tokens/s (%ld tokens, median of %ld)\n", d_med, nd, reps);

@@ -16,6 +16,7 @@
 #include "trace/analyze.h"
 #include "trace/compare.h"
 #include "trace/reader.h"
+#include "text.h"
 #include "util.h"
 
 #include <jansson.h>
@@ -127,97 +128,97 @@ static void print_spec(const bt_analysis *x)
     const bt_spec_analysis *s = &x->spec;
     char k[16];
     if (s->k > 0) snprintf(k, sizeof(k), "%d", s->k); else snprintf(k, sizeof(k), "?");
-    printf("speculation: drafter %s, k=%s: %d verify, %d draft, %d plain decode target passes",
+    bt_text_printf(stdout, "speculation: drafter %s, k=%s: %d verify, %d draft, %d plain decode target passes",
            s->drafter[0] ? s->drafter : "?", k, s->verify_steps, s->draft_steps, s->decode_steps);
-    if (isnan(s->acceptance)) printf("; nothing drafted\n");
-    else printf("; acceptance %.2f (%lld of %lld drafted tokens)\n", s->acceptance, (long long)s->accepted, (long long)s->drafted);
+    if (isnan(s->acceptance)) bt_text_printf(stdout, "; nothing drafted\n");
+    else bt_text_printf(stdout, "; acceptance %.2f (%lld of %lld drafted tokens)\n", s->acceptance, (long long)s->accepted, (long long)s->drafted);
     if (s->n_windows > 1) {
-        printf("  acceptance per %d verify steps:", BT_SPEC_WINDOW);
+        bt_text_printf(stdout, "  acceptance per %d verify steps:", BT_SPEC_WINDOW);
         int shown = s->n_windows < 24 ? s->n_windows : 24;
         for (int i = 0; i < shown; i++) {
             const bt_spec_window *w = &s->windows[i];
-            if (w->drafted) printf(" %.2f", (double)w->accepted / w->drafted); else printf(" -");
+            if (w->drafted) bt_text_printf(stdout, " %.2f", (double)w->accepted / w->drafted); else bt_text_printf(stdout, " -");
         }
-        if (shown < s->n_windows) printf(" ... (%d windows)", s->n_windows);
-        printf("\n");
+        if (shown < s->n_windows) bt_text_printf(stdout, " ... (%d windows)", s->n_windows);
+        bt_text_printf(stdout, "\n");
     }
     if (x->has_nonfinite && !strcmp(s->first_model, "draft")) {
-        printf("  origin: the first non-finite came from the drafter's %s at step %d (%s), not from the target\n",
+        bt_text_printf(stdout, "  origin: the first non-finite came from the drafter's %s at step %d (%s), not from the target\n",
                pass_name(x->first.kind), x->first.step, x->first.tensor);
         if (s->nonfinite_drafts)
-            printf("  %lld drafted token%s came from non-finite draft rows; %lld accepted (greedy: only where the target picked the same id)\n",
+            bt_text_printf(stdout, "  %lld drafted token%s came from non-finite draft rows; %lld accepted (greedy: only where the target picked the same id)\n",
                    (long long)s->nonfinite_drafts, s->nonfinite_drafts == 1 ? "" : "s", (long long)s->nonfinite_drafts_accepted);
         if (s->output_clean)
-            printf("  the target's passes stayed finite and the output is clean: the target verified every drafted token and rejected the bad ones\n");
+            bt_text_printf(stdout, "  the target's passes stayed finite and the output is clean: the target verified every drafted token and rejected the bad ones\n");
         else if (s->target_bad_step >= 0)
-            printf("  the target's passes went non-finite too, first at step %d (%s)\n", s->target_bad_step, s->target_bad_tensor);
-        else printf("  the output degenerated anyway (see below)\n");
+            bt_text_printf(stdout, "  the target's passes went non-finite too, first at step %d (%s)\n", s->target_bad_step, s->target_bad_tensor);
+        else bt_text_printf(stdout, "  the output degenerated anyway (see below)\n");
     } else if (x->has_nonfinite) {
-        printf("  origin: the NaN came from the target's %s at step %d, not from the drafter\n", pass_name(x->first.kind), x->first.step);
+        bt_text_printf(stdout, "  origin: the NaN came from the target's %s at step %d, not from the drafter\n", pass_name(x->first.kind), x->first.step);
     }
     if (s->amp_in_prefill) {
-        printf("  amplification: none: the target went non-finite in the prefill, which plain decoding runs the same way\n");
+        bt_text_printf(stdout, "  amplification: none: the target went non-finite in the prefill, which plain decoding runs the same way\n");
     } else if (s->amp_emitted > 0) {
         char through[96];
         if (s->target_bad_step >= 0) snprintf(through, sizeof(through), "through %s", s->target_bad_tensor);
         else snprintf(through, sizeof(through), "through every target op");
-        printf("  amplification: speculation (k=%s, %s) pushed %lld target positions %s in %lld forwards to emit %lld tokens",
+        bt_text_printf(stdout, "  amplification: speculation (k=%s, %s) pushed %lld target positions %s in %lld forwards to emit %lld tokens",
                k, s->drafter[0] ? s->drafter : "?", (long long)s->amp_positions, through, (long long)s->amp_forwards,
                (long long)s->amp_emitted);
-        if (s->target_bad_step >= 0) printf(" up to step %d", s->amp_until);
-        else if (x->has_degenerate) printf(" up to the collapse at step %d", s->amp_until);
-        printf(" (%.2f per emitted token): %.2fx the %lld positions in %lld forwards plain decoding would have used\n",
+        if (s->target_bad_step >= 0) bt_text_printf(stdout, " up to step %d", s->amp_until);
+        else if (x->has_degenerate) bt_text_printf(stdout, " up to the collapse at step %d", s->amp_until);
+        bt_text_printf(stdout, " (%.2f per emitted token): %.2fx the %lld positions in %lld forwards plain decoding would have used\n",
                s->amp_ratio, s->amp_ratio, (long long)s->amp_emitted, (long long)s->amp_emitted);
         if (s->amp_draft_positions > 0)
-            printf("  the self-drafter runs the same weights: %lld more positions went through %s in draft passes\n",
+            bt_text_printf(stdout, "  the self-drafter runs the same weights: %lld more positions went through %s in draft passes\n",
                    (long long)s->amp_draft_positions, s->target_bad_tensor);
     }
     if (s->partial)
-        printf("  (an exported window: these counts cover the exported steps only)\n");
+        bt_text_printf(stdout, "  (an exported window: these counts cover the exported steps only)\n");
     if (s->n_post_stop)
-        printf("  post_stop_draft: %d (first at step %d): %s\n", s->n_post_stop, s->post_stop_step, s->post_stop_detail);
+        bt_text_printf(stdout, "  post_stop_draft: %d (first at step %d): %s\n", s->n_post_stop, s->post_stop_step, s->post_stop_detail);
     if (s->n_accept_collapse)
-        printf("  accept_collapse: %d (first at step %d): %s\n", s->n_accept_collapse, s->accept_collapse_step, s->accept_collapse_detail);
+        bt_text_printf(stdout, "  accept_collapse: %d (first at step %d): %s\n", s->n_accept_collapse, s->accept_collapse_step, s->accept_collapse_detail);
 }
 
 static void print_analysis(const bisect_opts *o, const bt_analysis *x)
 {
-    printf("trace: %s (%d steps, %d tapped tensors, %d generated tokens)\n", o->trace, x->n_steps, x->n_tensors, x->n_gen);
+    bt_text_printf(stdout, "trace: %s (%d steps, %d tapped tensors, %d generated tokens)\n", o->trace, x->n_steps, x->n_tensors, x->n_gen);
     if (!bt_analysis_found(x)) {
-        printf("clean: no non-finite tensor, no degenerate output%s\n", x->n_events ? "" : ", no events");
+        bt_text_printf(stdout, "clean: no non-finite tensor, no degenerate output%s\n", x->n_events ? "" : ", no events");
     }
     if (x->has_nonfinite) {
         const bt_bad_tensor *f = &x->first;
         char l[16];
         layer_str(f->layer, l, sizeof(l));
-        printf("first non-finite: step %d, position %d, layer %s, op %s (%s), index %d", f->step, f->pos, l, f->op,
+        bt_text_printf(stdout, "first non-finite: step %d, position %d, layer %s, op %s (%s), index %d", f->step, f->pos, l, f->op,
                f->tensor, f->first_bad_index);
-        if (x->spec.present) printf(", %s's %s", f->model, pass_name(f->kind));
-        printf(": ");
+        if (x->spec.present) bt_text_printf(stdout, ", %s's %s", f->model, pass_name(f->kind));
+        bt_text_printf(stdout, ": ");
         print_counts(stdout, f);
-        printf("\n");
-        printf("propagation:\n  %-6s %-6s %-22s %-9s %s\n", "step", "layer", "tensor", "how", "values");
+        bt_text_printf(stdout, "\n");
+        bt_text_printf(stdout, "propagation:\n  %-6s %-6s %-22s %-9s %s\n", "step", "layer", "tensor", "how", "values");
         for (int i = 0; i < x->n_prop; i++) {
             const bt_prop_link *p = &x->prop[i];
             layer_str(p->t.layer, l, sizeof(l));
-            printf("  %-6d %-6s %-22s %-9s ", p->t.step, l, p->t.tensor, bt_prop_kind_name(p->kind));
+            bt_text_printf(stdout, "  %-6d %-6s %-22s %-9s ", p->t.step, l, p->t.tensor, bt_prop_kind_name(p->kind));
             print_counts(stdout, &p->t);
-            if (p->n_bad > 1) printf(p->t.layer >= 0 ? " (%d bad tensors in this layer)" : " (%d bad tensors)", p->n_bad);
-            if (p->kind == BT_PROP_KV_CACHE) printf(" <- KV cache: this step's inputs to the layer were finite");
-            if (p->kind == BT_PROP_RECUR) printf(" <- the fault recurs");
-            printf("\n");
+            if (p->n_bad > 1) bt_text_printf(stdout, p->t.layer >= 0 ? " (%d bad tensors in this layer)" : " (%d bad tensors)", p->n_bad);
+            if (p->kind == BT_PROP_KV_CACHE) bt_text_printf(stdout, " <- KV cache: this step's inputs to the layer were finite");
+            if (p->kind == BT_PROP_RECUR) bt_text_printf(stdout, " <- the fault recurs");
+            bt_text_printf(stdout, "\n");
         }
     }
     if (x->has_degenerate)
-        printf("first degenerate output: step %d (%s): %s\n", x->degen_step, x->degen_kind, x->degen_detail);
-    if (x->explanation[0]) printf("explanation: %s\n", x->explanation);
+        bt_text_printf(stdout, "first degenerate output: step %d (%s): %s\n", x->degen_step, x->degen_kind, x->degen_detail);
+    if (x->explanation[0]) bt_text_printf(stdout, "explanation: %s\n", x->explanation);
     if (x->spec.present) print_spec(x);
     if (x->n_events) {
-        printf("events (%d):", x->n_events);
+        bt_text_printf(stdout, "events (%d):", x->n_events);
         for (int i = 0; i < x->n_event_kinds; i++) {
-            printf(" %s %d", x->events[i].kind, x->events[i].count);
-            if (x->events[i].first_step >= 0) printf(" (first at step %d)", x->events[i].first_step);
-            printf(i + 1 < x->n_event_kinds ? "," : "\n");
+            bt_text_printf(stdout, " %s %d", x->events[i].kind, x->events[i].count);
+            if (x->events[i].first_step >= 0) bt_text_printf(stdout, " (first at step %d)", x->events[i].first_step);
+            bt_text_printf(stdout, i + 1 < x->n_event_kinds ? "," : "\n");
         }
     }
 }
@@ -445,14 +446,14 @@ static void print_divergence(const diverge *d, const bt_trace_tensor_row *tens, 
     char pos[64], l[16];
     position_str(d, pos, sizeof(pos));
     layer_str(t->layer, l, sizeof(l));
-    printf("%sstep %d (%s, %s), layer %s, op %s (%s): ", prefix, d->step, d->kind, pos, l, t->op, t->name);
+    bt_text_printf(stdout, "%sstep %d (%s, %s), layer %s, op %s (%s): ", prefix, d->step, d->kind, pos, l, t->op, t->name);
     if (!strcmp(d->field, "nonfinite"))
-        printf("%.0f non-finite values in the trace, %.0f in the reference", d->tv, d->rv);
+        bt_text_printf(stdout, "%.0f non-finite values in the trace, %.0f in the reference", d->tv, d->rv);
     else if (d->rv != 0 && isfinite(d->tv) && isfinite(d->rv))
-        printf("%s %.6g in the trace vs %.6g in the reference (x%.3g)", d->field, d->tv, d->rv, d->tv / d->rv);
+        bt_text_printf(stdout, "%s %.6g in the trace vs %.6g in the reference (x%.3g)", d->field, d->tv, d->rv, d->tv / d->rv);
     else
-        printf("%s %.6g in the trace vs %.6g in the reference", d->field, d->tv, d->rv);
-    printf("; %d of %d tensors diverge at this step\n", d->n_div, n_tens);
+        bt_text_printf(stdout, "%s %.6g in the trace vs %.6g in the reference", d->field, d->tv, d->rv);
+    bt_text_printf(stdout, "; %d of %d tensors diverge at this step\n", d->n_div, n_tens);
 }
 
 static json_t *divergence_json(const diverge *d, const bt_trace_tensor_row *tens)
@@ -714,22 +715,22 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
         json_decref(j);
         if (rc) { status = 2; goto out; }
     } else {
-        printf("trace: %s (%d steps, %d tapped tensors)\n", o->trace, res.steps_total, n_tens);
-        printf("reference: %s (%s), f32 CPU, %d threads, no injection, tolerance %g\n", res.model_path,
+        bt_text_printf(stdout, "trace: %s (%d steps, %d tapped tensors)\n", o->trace, res.steps_total, n_tens);
+        bt_text_printf(stdout, "reference: %s (%s), f32 CPU, %d threads, no injection, tolerance %g\n", res.model_path,
                res.sha_checked ? "SHA-256 matches the trace" : "SHA-256 not verified", res.threads, o->tol);
         if (bt_trace_has_spec(r))
-            printf("speculative trace: the target's %d verify steps replayed with the tokens they verified; %d draft passes not replayed\n",
+            bt_text_printf(stdout, "speculative trace: the target's %d verify steps replayed with the tokens they verified; %d draft passes not replayed\n",
                    res.verify_steps, res.draft_steps_skipped);
         if (res.found) {
             print_divergence(&res.first, tens, n_tens, "first divergence: ");
             if (o->all) {
-                printf("divergent steps (%d of %d compared):\n", res.n_all, res.steps_compared);
+                bt_text_printf(stdout, "divergent steps (%d of %d compared):\n", res.n_all, res.steps_compared);
                 for (int i = 0; i < res.n_all; i++) print_divergence(&res.all[i], tens, n_tens, "  ");
-            } else printf("(stopped at the first divergence after %d steps; --all lists every divergent step)\n", res.steps_compared);
+            } else bt_text_printf(stdout, "(stopped at the first divergence after %d steps; --all lists every divergent step)\n", res.steps_compared);
         } else {
-            printf("no divergence: %d steps x %d tensors match the reference within %g", res.steps_compared, n_tens, o->tol);
-            if (res.max_rel > 0) printf(" (largest relative difference %.3g at step %d, %s)", res.max_rel, res.max_rel_step, tens[res.max_rel_slot].name);
-            printf("\n");
+            bt_text_printf(stdout, "no divergence: %d steps x %d tensors match the reference within %g", res.steps_compared, n_tens, o->tol);
+            if (res.max_rel > 0) bt_text_printf(stdout, " (largest relative difference %.3g at step %d, %s)", res.max_rel, res.max_rel_step, tens[res.max_rel_slot].name);
+            bt_text_printf(stdout, "\n");
         }
     }
 out:

@@ -23,6 +23,7 @@
 #include "trace/analyze.h"
 #include "trace/compare.h"
 #include "trace/reader.h"
+#include "text.h"
 #include "util.h"
 
 #include <jansson.h>
@@ -159,35 +160,13 @@ static int side_load(side *s, const char *path)
 
 /* ---- pieces ---- */
 
-static bool utf8_valid(const unsigned char *p, size_t n)
-{
-    for (size_t i = 0; i < n;) {
-        unsigned c = p[i];
-        size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-        if (!len || i + len > n || (len == 2 && c < 0xc2)) return false;
-        for (size_t j = 1; j < len; j++)
-            if ((p[i + j] & 0xc0) != 0x80) return false;
-        i += len;
-    }
-    return true;
-}
-
-/* Printable form of a piece: control bytes, quotes and backslashes as \xNN,
- * and every byte >= 0x80 too when the piece is not valid UTF-8 (a byte
- * token), so the line stays one line of valid text. */
+/* Printable form of a piece (text.h's escaper, quotes escaped): the line
+ * stays one line of valid text whatever the trace holds. */
 static void piece_str(const tok *t, char *buf, size_t cap)
 {
-    size_t o = 0;
     buf[0] = 0;
     if (!t || !t->piece) return;
-    bool utf8 = utf8_valid((const unsigned char *)t->piece, t->piece_len);
-    for (size_t i = 0; i < t->piece_len && o + 5 < cap; i++) {
-        unsigned char ch = (unsigned char)t->piece[i];
-        if (ch < 0x20 || ch == 0x7f || ch == '\'' || ch == '\\' || (ch >= 0x80 && !utf8))
-            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", ch);
-        else buf[o++] = (char)ch;
-    }
-    buf[o] = 0;
+    bt_text_escape(t->piece, t->piece_len, buf, cap, 0, BT_TEXT_UTF8 | BT_TEXT_SQUOTE | BT_TEXT_ELLIPSIS);
 }
 
 /* ---- tokens ---- */
@@ -411,12 +390,12 @@ static void layer_str(int layer, char *buf, size_t cap)
 
 static void describe_side(const side *s, const char *label)
 {
-    printf("%s: %s (%d steps, %d prompt + %d output tokens", label, s->path, s->n_steps, s->n_prompt, s->n_out);
+    bt_text_printf(stdout, "%s: %s (%d steps, %d prompt + %d output tokens", label, s->path, s->n_steps, s->n_prompt, s->n_out);
     if (s->spec) {
         const char *k = bt_trace_meta_get(s->r, "spec_k"), *d = bt_trace_meta_get(s->r, "drafter");
-        printf(", speculative%s%s%s%s", k ? " k=" : "", k ? k : "", d ? " drafter " : "", d ? d : "");
+        bt_text_printf(stdout, ", speculative%s%s%s%s", k ? " k=" : "", k ? k : "", d ? " drafter " : "", d ? d : "");
     }
-    printf(")\n");
+    bt_text_printf(stdout, ")\n");
 }
 
 static void tok_text(const tok *t, const char *finish, char *buf, size_t cap)
@@ -430,7 +409,7 @@ static void tok_text(const tok *t, const char *finish, char *buf, size_t cap)
 
 static void print_stats(const char *label, const bt_trace_tap_row *t)
 {
-    printf("  %s: nan %lld, +inf %lld, -inf %lld, min %.9g, max %.9g, mean %.9g, rms %.9g\n", label,
+    bt_text_printf(stdout, "  %s: nan %lld, +inf %lld, -inf %lld, min %.9g, max %.9g, mean %.9g, rms %.9g\n", label,
            (long long)t->nan, (long long)t->pinf, (long long)t->ninf, t->min, t->max, t->mean, t->rms);
 }
 
@@ -439,41 +418,41 @@ static void print_text(const side *A, const side *B, const result *x)
     char ta[192], tb[192];
     describe_side(A, "A");
     describe_side(B, "B");
-    if (!x->n_meta) printf("meta: same model, argmax rule, sampling, injections and speculation settings\n");
+    if (!x->n_meta) bt_text_printf(stdout, "meta: same model, argmax rule, sampling, injections and speculation settings\n");
     for (int i = 0; i < x->n_meta; i++)
-        printf("meta: %s differs: A %s, B %s\n", x->meta[i].key, x->meta[i].a ? x->meta[i].a : "(unset)",
+        bt_text_printf(stdout, "meta: %s differs: A %s, B %s\n", x->meta[i].key, x->meta[i].a ? x->meta[i].a : "(unset)",
                x->meta[i].b ? x->meta[i].b : "(unset)");
-    if (!x->prompt.found) printf("prompt: equal (%d tokens)\n", A->n_prompt);
+    if (!x->prompt.found) bt_text_printf(stdout, "prompt: equal (%d tokens)\n", A->n_prompt);
     else {
         tok_text(x->prompt.a, "", ta, sizeof(ta));
         tok_text(x->prompt.b, "", tb, sizeof(tb));
-        printf("prompt: differs at position %d (A %d tokens, B %d): A %s, B %s\n", x->prompt.pos,
+        bt_text_printf(stdout, "prompt: differs at position %d (A %d tokens, B %d): A %s, B %s\n", x->prompt.pos,
                A->n_prompt, B->n_prompt, ta, tb);
     }
-    if (!x->out.found) printf("tokens: equal (%d output tokens)\n", A->n_out);
+    if (!x->out.found) bt_text_printf(stdout, "tokens: equal (%d output tokens)\n", A->n_out);
     else {
         tok_text(x->out.a, A->finish, ta, sizeof(ta));
         tok_text(x->out.b, B->finish, tb, sizeof(tb));
         const tok *t = x->out.a ? x->out.a : x->out.b;
-        printf("first diverging token: output #%d, position %d, step %d: A %s, B %s\n", x->out.index, x->out.pos,
+        bt_text_printf(stdout, "first diverging token: output #%d, position %d, step %d: A %s, B %s\n", x->out.index, x->out.pos,
                t->step, ta, tb);
     }
     const tapcmp *c = &x->taps;
     if (!strcmp(c->mode, "step"))
-        printf("taps: compared step by step: %d of %d (A) / %d (B) steps had the same kind and positions\n",
+        bt_text_printf(stdout, "taps: compared step by step: %d of %d (A) / %d (B) steps had the same kind and positions\n",
                c->compared_steps, A->n_steps, B->n_steps);
     else {
-        printf("taps: %s speculative; a trace stores only per-step aggregates, so taps are compared only where "
+        bt_text_printf(stdout, "taps: %s speculative; a trace stores only per-step aggregates, so taps are compared only where "
                "both have a target step with identical (pos0, n_pos)%s: %d step pairs (%d target steps of A's %d and B's %d",
                A->spec && B->spec ? "both traces are" : A->spec ? "A is" : "B is",
                c->drafts ? " (and draft steps, same drafter)" : "", c->compared_steps,
                c->compared_steps - c->compared_draft, A->n_target, B->n_target);
-        if (c->drafts) printf(", %d draft steps", c->compared_draft);
-        printf(")\n");
+        if (c->drafts) bt_text_printf(stdout, ", %d draft steps", c->compared_draft);
+        bt_text_printf(stdout, ")\n");
     }
     if (!c->d.found) {
-        if (c->compared_steps && !c->compared_taps) printf("taps: no tapped tensor recorded in both traces\n");
-        else printf("taps: equal%s (%lld tensor statistics compared)\n", x->tol > 0 ? " within the tolerance" : "",
+        if (c->compared_steps && !c->compared_taps) bt_text_printf(stdout, "taps: no tapped tensor recorded in both traces\n");
+        else bt_text_printf(stdout, "taps: equal%s (%lld tensor statistics compared)\n", x->tol > 0 ? " within the tolerance" : "",
                     (long long)c->compared_taps);
     } else {
         const tapdiff *d = &c->d;
@@ -481,15 +460,15 @@ static void print_text(const side *A, const side *B, const result *x)
         layer_str(d->layer, l, sizeof(l));
         if (d->sa.n_pos == 1) snprintf(pos, sizeof(pos), "position %d", d->sa.pos0);
         else snprintf(pos, sizeof(pos), "positions %d-%d", d->sa.pos0, d->sa.pos0 + d->sa.n_pos - 1);
-        printf("first diverging tap: step %d", d->step_a);
-        if (d->step_b != d->step_a) printf(" (B step %d)", d->step_b);
-        printf(" (%s%s%s, %s), layer %s, op %s (%s): %s differs%s\n", d->sa.model, strcmp(d->sa.model, d->sa.kind) ? " " : "",
+        bt_text_printf(stdout, "first diverging tap: step %d", d->step_a);
+        if (d->step_b != d->step_a) bt_text_printf(stdout, " (B step %d)", d->step_b);
+        bt_text_printf(stdout, " (%s%s%s, %s), layer %s, op %s (%s): %s differs%s\n", d->sa.model, strcmp(d->sa.model, d->sa.kind) ? " " : "",
                strcmp(d->sa.model, d->sa.kind) ? d->sa.kind : "", pos, l, d->op, d->name,
                d->field, d->inputs_diverged ? "; the step's inputs include the diverged tokens" : "");
         print_stats("A", &d->ta);
         print_stats("B", &d->tb);
     }
-    printf("%s\n", result_differs(x) ? "differ: yes" : "differ: no (tokens and taps equal)");
+    bt_text_printf(stdout, "%s\n", result_differs(x) ? "differ: yes" : "differ: no (tokens and taps equal)");
 }
 
 static json_t *jreal(double v) { return isfinite(v) ? json_real(v) : json_null(); }

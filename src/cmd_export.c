@@ -20,6 +20,7 @@
 #include "cmd.h"
 #include "trace/reader.h"
 #include "trace/trace.h"
+#include "text.h"
 #include "util.h"
 
 #include <errno.h>

@@ -15,6 +15,7 @@
 #include "request.h"
 #include "tokenizer/tokenizer.h"
 #include "util.h"
+#include "text.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -198,7 +199,7 @@ static void progress(scan_progress *p, const char *name)
     if (now - p->t0 < 1.0 || now - p->last < 0.25) return;
     p->last = now;
     fprintf(stderr, "\rbangtrace: inspect: scanning %3d%% %-40.40s",
-            (int)(100.0 * (double)p->done / (double)BT_MAX(p->total, 1)), name);
+            (int)(100.0 * (double)p->done / (double)BT_MAX(p->total, 1)), bt_text_esc(name));
     fflush(stderr);
 }
 
@@ -266,23 +267,10 @@ static const char *vocab_kind_name(int kind)
 /* Printable, quoted, bounded form of bytes (token pieces, key values). */
 static void quote_bytes(const char *s, size_t len, char *out, size_t cap)
 {
-    size_t o = 0;
     if (cap < 8) { if (cap) out[0] = 0; return; }
-    out[o++] = '"';
-    for (size_t i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        char tmp[8];
-        int n;
-        if (ch == '\n') n = snprintf(tmp, sizeof tmp, "\\n");
-        else if (ch == '"' || ch == '\\') n = snprintf(tmp, sizeof tmp, "\\%c", ch);
-        else if (ch < 0x20 || ch == 0x7f) n = snprintf(tmp, sizeof tmp, "\\x%02x", ch);
-        else { tmp[0] = (char)ch; tmp[1] = 0; n = 1; }
-        if (o + (size_t)n + 5 >= cap) { memcpy(out + o, "...", 3); o += 3; break; }
-        memcpy(out + o, tmp, (size_t)n);
-        o += (size_t)n;
-    }
-    out[o++] = '"';
-    out[o] = 0;
+    out[0] = '"';
+    bt_text_escape(s, len, out + 1, cap - 2, 0, BT_TEXT_UTF8 | BT_TEXT_DQUOTE | BT_TEXT_ELLIPSIS);
+    strcat(out, "\"");
 }
 
 static void token_text(const bt_vocab *v, int32_t id, char *out, size_t cap)
@@ -380,7 +368,7 @@ static void print_text(const bt_model *m, const char *load_err, const char *sha,
     const bt_config *c = &m->cfg;
     char hb[32];
     human_bytes(m->file_size, hb, sizeof hb);
-    printf("file:          %s\n", m->path);
+    printf("file:          %s\n", bt_text_esc(m->path));
     if (m->gguf)
         printf("format:        gguf v%u (alignment %" PRIu64 ", %" PRId64 " keys, %" PRId64 " tensors, data at %" PRIu64 ")\n",
                bt_gguf_version(m->gguf), bt_gguf_alignment(m->gguf), bt_gguf_n_kv(m->gguf),
@@ -389,8 +377,8 @@ static void print_text(const bt_model *m, const char *load_err, const char *sha,
         printf("format:        %s\n", m->format);
     printf("size:          %" PRIu64 " bytes (%s)\n", m->file_size, hb);
     printf("sha256:        %s\n", sha);
-    printf("architecture:  %s\n", c->arch);
-    printf("name:          %s\n", c->name);
+    printf("architecture:  %s\n", bt_text_esc(c->arch));
+    printf("name:          %s\n", bt_text_esc(c->name));
     if (load_err) {
         printf("hyperparameters: not read (%s)\n", load_err);
     } else if (bt_model_has_weights(m)) {
@@ -409,7 +397,7 @@ static void print_text(const bt_model *m, const char *load_err, const char *sha,
         token_text(v, v->bos, bos, sizeof bos);
         token_text(v, v->eos, eos, sizeof eos);
         printf("tokenizer:     %s, pre \"%s\", %d tokens, %" PRId64 " merges\n", vocab_kind_name(v->kind),
-               v->pre[0] ? v->pre : "default", v->n_tokens, v->n_merges);
+               v->pre[0] ? bt_text_esc(v->pre) : "default", v->n_tokens, v->n_merges);
         printf("  bos %s, eos %s, add_bos %s, add_eos %s\n", bos, eos, v->add_bos ? "yes" : "no",
                v->add_eos ? "yes" : "no");
     } else {
@@ -420,11 +408,12 @@ static void print_text(const bt_model *m, const char *load_err, const char *sha,
 
     if (m->gguf) {
         printf("metadata (%" PRId64 " keys):\n", bt_gguf_n_kv(m->gguf));
-        char val[256];
+        char val[256], key[512];
         for (int64_t i = 0; i < bt_gguf_n_kv(m->gguf); i++) {
             bt_gguf_str k = bt_gguf_key(m->gguf, i);
             bt_gguf_format_value(m->gguf, i, val, sizeof val);
-            printf("  %-40.*s %-8s %s\n", (int)BT_MIN(k.len, 200), k.ptr,
+            bt_text_escape(k.ptr, (size_t)BT_MIN(k.len, 200), key, sizeof key, 0, BT_TEXT_UTF8 | BT_TEXT_ELLIPSIS);
+            printf("  %-40s %-8s %s\n", key,
                    bt_gguf_vtype_name(bt_gguf_kv_type(m->gguf, i)), val);
         }
     }
@@ -438,7 +427,7 @@ static void print_text(const bt_model *m, const char *load_err, const char *sha,
         char shape[64];
         shape_str(&ts[i], shape, sizeof shape);
         const char *tn = bt_dtype(ts[i].type)->name;
-        printf("  %-32s %-6s %-20s %12" PRIu64 " %12" PRIu64 "\n", ts[i].name, tn ? tn : "?", shape,
+        printf("  %-32s %-6s %-20s %12" PRIu64 " %12" PRIu64 "\n", bt_text_esc(ts[i].name), tn ? tn : "?", shape,
                ts[i].nbytes, ts[i].offset);
     }
 
@@ -458,7 +447,7 @@ static void print_text(const bt_model *m, const char *load_err, const char *sha,
     for (int64_t i = 0; i < nt; i++) {
         const titem *t = &ts[i];
         if (!item_bad(t)) continue;
-        printf("  %s: nan %" PRId64 ", +inf %" PRId64 ", -inf %" PRId64, t->name, t->n_nan, t->n_pinf, t->n_ninf);
+        printf("  %s: nan %" PRId64 ", +inf %" PRId64 ", -inf %" PRId64, bt_text_esc(t->name), t->n_nan, t->n_pinf, t->n_ninf);
         if (t->first_bad >= 0)
             printf(", first at row %" PRId64 " col %" PRId64, t->first_bad / t->ne[0], t->first_bad % t->ne[0]);
         if (t->bad_scales)
@@ -554,7 +543,7 @@ static int print_json(const bt_model *m, const char *load_err, const char *sha, 
     if (m->has_vocab) {
         const bt_vocab *v = &m->vocab;
         json_object_set_new(root, "tokenizer", json_pack("{s:s, s:s, s:i, s:I, s:o, s:o, s:b, s:b}",
-            "kind", vocab_kind_name(v->kind), "pre", v->pre[0] ? v->pre : "default", "n_tokens", (int)v->n_tokens,
+            "kind", vocab_kind_name(v->kind), "pre", v->pre[0] ? bt_text_esc(v->pre) : "default", "n_tokens", (int)v->n_tokens,
             "n_merges", (json_int_t)v->n_merges, "bos", json_token(v, v->bos), "eos", json_token(v, v->eos),
             "add_bos", v->add_bos, "add_eos", v->add_eos));
     } else {
@@ -603,7 +592,7 @@ static int print_json(const bt_model *m, const char *load_err, const char *sha, 
     } else {
         json_object_set_new(root, "scan", json_pack("{s:b}", "done", 0));
     }
-    char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
     json_decref(root);
     if (!s) return bt_error(BT_ENOMEM, "out of memory formatting JSON");
     puts(s);

@@ -8,6 +8,7 @@
 #include "cmd.h"
 #include "trace/analyze.h"
 #include "trace/reader.h"
+#include "text.h"
 #include "util.h"
 
 #include <errno.h>
@@ -35,19 +36,20 @@ void cmd_report_help(FILE *out)
         "Exit status: 0 report written, 2 error (missing, corrupt or non-trace file).\n");
 }
 
-/* Text for a markdown table cell or inline code: no newlines, '|' escaped,
- * backticks avoided so the cell never breaks the table. */
+/* Text for a markdown table cell or inline code: escaped (text.h), no
+ * newlines, '|' escaped, backticks avoided so the cell never breaks the
+ * table. */
 static void md_cell(FILE *o, const char *s)
 {
     if (!s) { fputs("-", o); return; }
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '|') fputs("\\|", o);
-        else if (c == '`') fputc('\'', o);
-        else if (c == '\n') fputs(" ", o);
-        else if (c < 0x20 || c == 0x7f) fprintf(o, "\\x%02x", c);
-        else fputc(c, o);
+    char *e = bt_text_escape_dup(s, strlen(s), BT_TEXT_UTF8 | BT_TEXT_RAWBS);
+    if (!e) { fputs("?", o); return; }
+    for (const char *p = e; *p; p++) {
+        if (*p == '|') fputs("\\|", o);
+        else if (*p == '`') fputc('\'', o);
+        else fputc(*p, o);
     }
+    free(e);
 }
 
 static void row(FILE *o, const char *key, const char *value)
@@ -236,13 +238,7 @@ static int pc_cb(void *user, const bt_trace_token_row *t)
     if (!t->piece) return 0;
     for (int i = 0; i < c->n; i++) {
         if (c->ids[i] != t->id || c->found[i]) continue;
-        size_t o = 0;
-        for (size_t j = 0; j < t->piece_len && o + 5 < sizeof(c->pieces[i]); j++) {
-            unsigned char ch = (unsigned char)t->piece[j];
-            if (ch < 0x20 || ch == 0x7f || ch == '\\') o += (size_t)snprintf(c->pieces[i] + o, sizeof(c->pieces[i]) - o, "\\x%02x", ch);
-            else c->pieces[i][o++] = (char)ch;
-        }
-        c->pieces[i][o] = 0;
+        bt_text_escape(t->piece, t->piece_len, c->pieces[i], sizeof(c->pieces[i]), 0, BT_TEXT_UTF8 | BT_TEXT_ELLIPSIS);
         c->found[i] = true;
     }
     return 0;
@@ -530,6 +526,12 @@ static void section_reproduce(FILE *o, bt_trace_reader *r, const char *path)
     fputs("\n```\n", o);
 }
 
+/* Every byte of the report passes the escaper once more on the way out:
+ * whatever a section forgot (a backtrace frame, an argv element, a tensor
+ * name from a crafted trace) still reaches the reader's terminal or issue
+ * tracker as visible text. Idempotent on text already escaped. */
+#define REPORT_TEXT (BT_TEXT_UTF8 | BT_TEXT_KEEPNL | BT_TEXT_RAWBS)
+
 int cmd_report(int argc, char **argv)
 {
     const char *trace = NULL, *out_path = NULL;
@@ -557,16 +559,18 @@ int cmd_report(int argc, char **argv)
      * error halfway never leaves half a report on stdout or in FILE. */
     if (!(o = open_memstream(&buf, &buf_len))) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
 
+    /* The heading names the model: one line, escaped like a cell. */
     const char *model = bt_trace_meta_get(r, "model_name");
     if (x.has_nonfinite)
-        fprintf(o, "# bangtrace report: non-finite %s at step %d, layer %d%s%s%s\n\n", x.first.tensor, x.first.step,
-                x.first.layer, x.spec.present && !strcmp(x.first.model, "draft") ? " (draft pass)" : "",
-                model ? " of " : "", model ? model : "");
+        fprintf(o, "# bangtrace report: non-finite %s at step %d, layer %d%s", bt_text_esc(x.first.tensor), x.first.step,
+                x.first.layer, x.spec.present && !strcmp(x.first.model, "draft") ? " (draft pass)" : "");
     else if (x.has_degenerate)
-        fprintf(o, "# bangtrace report: %s at step %d%s%s\n\n", x.degen_kind, x.degen_step, model ? " of " : "", model ? model : "");
+        fprintf(o, "# bangtrace report: %s at step %d", bt_text_esc(x.degen_kind), x.degen_step);
     else if (x.has_crash)
-        fprintf(o, "# bangtrace report: crash%s%s\n\n", model ? " of " : "", model ? model : "");
-    else fprintf(o, "# bangtrace report: clean run%s%s\n\n", model ? " of " : "", model ? model : "");
+        fputs("# bangtrace report: crash", o);
+    else fputs("# bangtrace report: clean run", o);
+    if (model) { fputs(" of ", o); md_cell(o, model); }
+    fputs("\n\n", o);
     section_summary(o, &x);
     section_environment(o, r, trace);
     section_model(o, r);
@@ -589,10 +593,10 @@ int cmd_report(int argc, char **argv)
         snprintf(tmp, len, "%s.tmp", out_path);
         FILE *f = fopen(tmp, "w");
         if (!f) { bt_error(BT_EIO, "%s: %s", tmp, strerror(errno)); free(tmp); tmp = NULL; goto fail; }
-        bool bad = fwrite(buf, 1, buf_len, f) != buf_len;
+        bool bad = bt_text_fput(buf, buf_len, REPORT_TEXT, f) != 0;
         if (fclose(f) != 0 || bad) { bt_error(BT_EIO, "%s: write failed: %s", tmp, strerror(errno)); goto fail; }
         if (rename(tmp, out_path) != 0) { bt_error(BT_EIO, "%s: %s", out_path, strerror(errno)); goto fail; }
-    } else if (fwrite(buf, 1, buf_len, stdout) != buf_len || fflush(stdout) != 0) {
+    } else if (bt_text_fput(buf, buf_len, REPORT_TEXT, stdout) != 0 || fflush(stdout) != 0) {
         bt_error(BT_EIO, "standard output: write failed: %s", strerror(errno));
         goto fail;
     }

@@ -15,6 +15,7 @@
 #include "tap/recorder.h"
 #include "tokenizer/tokenizer.h"
 #include "trace/trace.h"
+#include "text.h"
 #include "util.h"
 #include "kernels.h"
 
@@ -427,6 +428,12 @@ int cmd_run(int argc, char **argv)
     if (bt_tokenizer_new(&m->vocab, &tok)) goto fail;
     if (build_prompt(&o, &req, m, tok, &prompt, &n_prompt)) goto fail;
     int ctx = o.ctx ? (int)o.ctx : BT_MIN(m->cfg.ctx_len, 4096);
+    bt_kernels_init();
+    bt_debug("kernels: cpu-%s, %ld threads; context %d (model %d), max tokens %ld", bt_kernels_simd(), o.threads, ctx,
+             m->cfg.ctx_len, n_max);
+    bt_debug("sampling: temperature %g, top_k %d, top_p %g, seed %llu, argmax %s%s", (double)sc.temperature, sc.top_k,
+             (double)sc.top_p, (unsigned long long)sc.seed, o.argmax ? o.argmax : "first", o.ignore_eos ? ", ignoring EOS" : "");
+    bt_debug("prompt: %zu tokens%s", n_prompt, req.n_messages ? " (chat template applied)" : "");
     if ((long)n_prompt > ctx) { bt_error(BT_ERANGE, "the prompt has %zu tokens but the context is %d (use --ctx)", n_prompt, ctx); goto fail; }
     if ((long)n_prompt + n_max > ctx) {
         bt_warn("prompt (%zu) + max tokens (%ld) exceed the context (%d): generating at most %ld", n_prompt, n_max, ctx, ctx - (long)n_prompt);
@@ -457,6 +464,8 @@ int cmd_run(int argc, char **argv)
     else if (o.draft_ngram) snprintf(drafter_name, sizeof(drafter_name), "ngram:%ld", o.draft_ngram);
     if (o.trace) {
         if (bt_trace_create(o.trace, &trace)) goto fail;
+        bt_debug("trace %s: taps %s, logits %s, top-k %ld%s", o.trace, bt_taps_mode_name(o.taps),
+                 o.logits_full ? "full" : "flagged", o.topk, o.n_inject ? ", with fault injection" : "");
         if (write_meta(trace, argc, argv, &o, &req, m, tok, &sc, inj, prompt_text_of(&o, &req), sha_hex)) goto fail;
         if (o.spec_k && write_spec_meta(trace, &o, dm, drafter_name)) goto fail;
     }
@@ -535,7 +544,9 @@ int cmd_run(int argc, char **argv)
                 if (hit) { text_len = (size_t)(hit - text); text[text_len] = 0; finish = "stop"; done = true; }
                 else if (!o.json) {
                     size_t upto = text_len - stop_holdback(text, text_len, req.stop, req.n_stop);
-                    if (upto > printed) { fwrite(text + printed, 1, upto - printed, stdout); fflush(stdout); printed = upto; }
+                    /* whole characters only: a terminal gets them escaped */
+                    if (upto > printed) upto = printed + bt_text_utf8_complete(text + printed, upto - printed);
+                    if (upto > printed) { bt_text_fput_output(text + printed, upto - printed, stdout); fflush(stdout); printed = upto; }
                 }
             }
             if ((long)n_gen >= n_max) done = true;
@@ -580,7 +591,7 @@ int cmd_run(int argc, char **argv)
         puts(s);
         free(s);
     } else {
-        if (text_len > printed) fwrite(text + printed, 1, text_len - printed, stdout);
+        if (text_len > printed) bt_text_fput_output(text + printed, text_len - printed, stdout);
         if (text_len && text[text_len - 1] != '\n') putchar('\n');
         fflush(stdout);
     }

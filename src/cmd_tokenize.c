@@ -8,6 +8,7 @@
 #include "cmd.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#include "text.h"
 #include "util.h"
 
 #include <ctype.h>
@@ -126,7 +127,7 @@ int cmd_tokenize(int argc, char **argv)
     if (decode) {
         size_t len;
         if (parse_ids(decode, &ids, &n_ids) || bt_detokenize(t, ids, n_ids, &buf, &len)) goto fail;
-        fwrite(buf, 1, len, stdout);
+        bt_text_fput_output(buf, len, stdout);
         fputc('\n', stdout);
     } else {
         size_t len;

@@ -84,12 +84,19 @@ int main(int argc, char **argv)
     const char *name = argv[i];
     if (!strcmp(name, "help")) {
         if (i + 1 >= argc) { usage(stdout); return 0; }
+        if (!strcmp(argv[i + 1], "help")) {
+            printf("usage: bangtrace help [COMMAND]\n\n"
+                   "Without COMMAND, list the commands and the global flags; with one, print\n"
+                   "that command's full usage (the same as `bangtrace COMMAND --help`).\n");
+            return 0;
+        }
         const bt_cmd *c = find(argv[i + 1]);
         if (!c) { fprintf(stderr, "bangtrace: no such command '%s' (see bangtrace help)\n", argv[i + 1]); return 2; }
         c->help(stdout);
         return 0;
     }
     const bt_cmd *c = find(name);
+    if (c) bt_debug("bangtrace %s: %s", PACKAGE_VERSION, name);
     if (!c) { fprintf(stderr, "bangtrace: no such command '%s' (see bangtrace help)\n", name); return 2; }
     for (int j = i + 1; j < argc; j++)
         if (!strcmp(argv[j], "-h") || !strcmp(argv[j], "--help")) { c->help(stdout); return 0; }

@@ -1,6 +1,7 @@
 /* util.c - status codes, thread-local error messages, logging, SHA-256 and
  * half-precision conversion. */
 #include "util.h"
+#include "text.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -30,22 +31,32 @@ const char *bt_strerror(int code)
 
 int bt_error(int code, const char *fmt, ...)
 {
+    char raw[sizeof errbuf];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(errbuf, sizeof(errbuf), fmt, ap);
+    vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
     /* One line, always: a message is printed after "bangtrace: ". */
-    for (char *p = errbuf; *p; p++)
+    for (char *p = raw; *p; p++)
         if (*p == '\n' || *p == '\r') *p = ' ';
+    /* Messages quote model and trace text (names, keys, paths): never let
+     * them reach the terminal raw. RAWBS keeps this idempotent for messages
+     * that wrap bt_errmsg() again. */
+    bt_text_escape(raw, strlen(raw), errbuf, sizeof errbuf, 0, BT_TEXT_UTF8 | BT_TEXT_RAWBS | BT_TEXT_ELLIPSIS);
     return code;
 }
 
 const char *bt_errmsg(void) { return errbuf; }
 
+/* One line per message, escaped like bt_error: logs quote model and trace
+ * text too. */
 static void vlog(const char *prefix, const char *fmt, va_list ap)
 {
+    char raw[4096];
+    int n = vsnprintf(raw, sizeof raw, fmt, ap);
+    if (n < 0) return;
     fputs(prefix, stderr);
-    vfprintf(stderr, fmt, ap);
+    bt_text_fput(raw, BT_MIN((size_t)n, sizeof raw - 1), BT_TEXT_UTF8 | BT_TEXT_RAWBS, stderr);
     fputc('\n', stderr);
 }
 

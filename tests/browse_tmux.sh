@@ -1,7 +1,9 @@
 # browse_tmux.sh - `bangtrace browse` end to end in a real terminal (tmux):
 # starting in the Tokens view, `w` shows the injected step, layer and op; the
 # repeated-token cell shows its count; resizing to 200x60 and back to 80x24
-# keeps the layout readable; `q` and SIGTERM restore the terminal; hostile
+# keeps the layout readable; grid headers use unique two-letter op labels;
+# `?` shows the keys and the grid legend; the Run view scrolls a long argv;
+# special tokens stay whole; `q` and SIGTERM restore the terminal; hostile
 # token text is shown escaped; NO_COLOR gives markers.
 #
 # The trace comes from `bangtrace run --trace` with an injected NaN when this
@@ -88,6 +90,41 @@ grep -q "L04" "$TMP/size200" && grep -q "ffn_gate" "$TMP/size200" && ok "step gr
 $T resize-window -t bt -x 80 -y 24
 sleep 0.5
 check_size 80 24 "Step 9"
+# grid headers: one unique two-letter label per op (was "a q k v c a a f g u a d f")
+grep -qF 'an aq ak av ac ao ar fn fg fu fa fd fr' "$TMP/size80" && ok "step grid: unique two-letter op labels" ||
+    fail "step grid header at 80x24: $(grep -E 'Step 9' "$TMP/size80")"
+# ? help: generated from the key table, with the grid legend
+$T send-keys -t bt '?'
+wait_for "Grid columns" 3
+screen >"$TMP/help"
+grep -qF 'fd ffn_down' "$TMP/help" && grep -qF 'ac attn_ctx' "$TMP/help" && grep -qF 'PgUp C-b PgDn C-f Space' "$TMP/help" &&
+    ok "? help: keys from the key table and the grid legend" || fail "? help: $(cat "$TMP/help")"
+$T send-keys -t bt Escape
+sleep 0.3
+# Walk-back: one-column cells write the two-letter labels downwards
+$T send-keys -t bt 3
+sleep 0.3
+screen >"$TMP/walk"
+grep -qF 'a a a a a a a f f f f f f' "$TMP/walk" && grep -qF 'n q k v c o r n g u a d r' "$TMP/walk" &&
+    ok "walk-back grid: labels written downwards, none ambiguous" || fail "walk-back grid header: $(cat "$TMP/walk")"
+# Run view: a long argv scrolls with Left/Right
+$T send-keys -t bt 4
+sleep 0.3
+$T send-keys -t bt j j j
+sleep 0.2
+argv0=$(screen | grep '^argv ')
+$T send-keys -t bt l
+sleep 0.3
+argv1=$(screen | grep '^argv ')
+$T send-keys -t bt l l l l l l l l l l l l
+sleep 0.3
+argv2=$(screen | grep '^argv ')
+case "$argv0" in *'>') ;; *) fail "Run view: long argv not marked as continuing: $argv0" ;; esac
+case "$argv1" in 'argv'*' <'*) ok "Run view: Right scrolls the long argv: $argv1" ;; *) fail "Run view: argv did not scroll: $argv1" ;; esac
+case "$argv2" in *'"]') ok "Run view: the end of argv is reachable: $argv2" ;; *) fail "Run view: end of argv not shown: $argv2" ;; esac
+$T send-keys -t bt h h h h h h h h h h h h h
+sleep 0.3
+[ "$(screen | grep '^argv ')" = "$argv0" ] && ok "Run view: Left scrolls back" || fail "Run view: Left: $(screen | grep '^argv ')"
 $T send-keys -t bt 1
 sleep 0.3
 check_size 80 24 " x[0-9]"
@@ -130,6 +167,21 @@ if [ -f "$TMP/clean.db" ]; then
     $T capture-pane -e -p -t bt >"$TMP/s3e"
     grep -q "$(printf '\033')\[31mred" "$TMP/s3e" && fail "a token piece drove the terminal (red)" || ok "no escape sequence from token text reached the terminal"
     grep -qF '.<s>' "$TMP/s3" && ok "NO_COLOR: health markers" || fail "NO_COLOR: no markers: $(head -5 "$TMP/s3")"
+    $T send-keys -t bt q
+fi
+
+# special tokens stay whole in the Step view's top-k (SmolLM2 chat trace)
+if [ "$real" = yes ] && [ -f "$SMOL" ]; then
+    "$BANGTRACE" run --model "$SMOL" --request "$BT_SRCDIR/examples/chat.json" -n 12 --trace "$TMP/chat.db" >/dev/null 2>&1
+    start "BT_X=3" "$TMP/chat.db"
+    $T send-keys -t bt 2 G
+    sleep 0.5
+    screen >"$TMP/s4"
+    grep -qE '^ 1 +2 <\|im_end\|> ' "$TMP/s4" && ok "Step view: <|im_end|> whole in the top-k column" ||
+        fail "Step view top-k: $(grep -E '^ 1 ' "$TMP/s4")"
+    $T send-keys -t bt 1
+    sleep 0.3
+    screen | grep -qF '<|im_start|> system' && ok "Tokens view: <|im_start|> whole" || fail "Tokens view: $(screen | head -4)"
     $T send-keys -t bt q
 fi
 

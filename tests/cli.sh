@@ -58,4 +58,20 @@ done
 "$BANGTRACE" run $L2C --prompt "Once" -n 30 --temp 0.9 --seed 7 > "$TMP/s2" 2>/dev/null
 cmp -s "$TMP/s1" "$TMP/s2" && ok "same seed, same text" || fail "sampling with one seed differs between runs"
 expect_exit 2 "run: llama2.c model without --tokenizer" "$BANGTRACE" run --model "$STORIES" --prompt hi && one_line_err --tokenizer
+
+# `help help` is the usage of help itself; -v prints debug lines; a directory
+# given as a model, tokenizer or drafter is named as one (exit 2, one line).
+expect_exit 0 "help help" "$BANGTRACE" help help && grep -q "usage: bangtrace help" "$TMP/out" || fail "help help: $(cat "$TMP/out")"
+expect_exit 0 "-v run" "$BANGTRACE" -v run $L2C --prompt Once -n 2
+for want in "debug: model" "debug: kernels: cpu-" "debug: sampling:"; do
+    grep -q "$want" "$TMP/err" || fail "-v run: no '$want' line on stderr: $(head -c 300 "$TMP/err")"
+done
+expect_exit 0 "run without -v" "$BANGTRACE" run $L2C --prompt Once -n 2
+grep -q "debug:" "$TMP/err" && fail "debug lines without -v"
+mkdir -p "$TMP/adir"
+for cmd in "run --model $TMP/adir --prompt hi" "run --model $STORIES --tokenizer $TMP/adir --prompt hi" \
+           "run $L2C --draft $TMP/adir --spec-k 2 --prompt hi" "inspect $TMP/adir" "inspect --model $TMP/adir" \
+           "tokenize --model $TMP/adir hi" "bench --model $TMP/adir"; do
+    expect_exit 2 "directory: $cmd" "$BANGTRACE" $cmd && one_line_err "is a directory"
+done
 finish

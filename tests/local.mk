@@ -1,7 +1,9 @@
 # tests/local.mk - the test suite. Programs are C unit tests; *.sh drive the
 # built binary. ASAN_TESTS (one line) is what `./quickstart check` reruns
 # under ASan+UBSan.
-ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh
+ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh
+TESTS += tests/manpage.sh
+EXTRA_DIST += tests/manpage.sh
 TESTS += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh
 EXTRA_DIST += tests/browse_big.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/golden/smollm2-q4_1.txt tests/trace_run.sh tests/crash_run.sh
 # request parsing, chat templates, sampler / argmax rules
@@ -50,6 +52,9 @@ tests_trace_writer_tool_LDADD = $(BT_LIBS)
 EXTRA_DIST += tests/trace_crash.sh tests/export.sh
 # bisect (plain and --reference) and report on real traces
 TESTS += tests/bisect.sh tests/report.sh
+# terminal safety: hostile model and trace text is escaped in every command
+TESTS += tests/text_safety.sh
+EXTRA_DIST += tests/text_safety.sh tests/data-gen/make_hostile_gguf.py
 EXTRA_DIST += tests/bisect.sh tests/report.sh
 # browser (tui/): layout, collapsing, colouring, sanitization, keys; dumps; tmux end to end
 check_PROGRAMS += tests/test_tui

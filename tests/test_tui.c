@@ -8,6 +8,7 @@
 #include <curses.h>
 
 #include "../tui/tui.h"
+#include "engine/engine.h"
 #include "util.h"
 
 #include <math.h>
@@ -285,11 +286,48 @@ static void test_grid(void)
     CHECK(g.n_rows == 2 && g.n_cols == 1 && !g.has_pre && g.layer0 == 10);
     CHECK_STR(g.row_label[0], "L10");
     tui_grid_free(&g);
+    /* horizontal scroll of a long Run line */
+    CHECK(tui_hscroll(0, 10, 100, 40) == 10);
+    CHECK(tui_hscroll(50, 40, 100, 40) == 60);          /* clamped: the end still fills the field */
+    CHECK(tui_hscroll(10, -40, 100, 40) == 0);
+    CHECK(tui_hscroll(0, 10, 30, 40) == 0);             /* fits: no scrolling */
+    CHECK_STR(tui_text_skip("abcdef", 2), "cdef");
+    CHECK_STR(tui_text_skip("\xc2\xb7x\xe4\xb8\xadyz", 3), "yz");   /* middle dot 1 column, CJK 2: no half character */
+    CHECK_STR(tui_text_skip("ab", 5), "");
+    /* narrow piece columns: special tokens whole and bare, cuts marked */
+    {
+        char pl[64];
+        CHECK(tui_piece_label("<|im_start|>", 12, pl, sizeof pl, 12, TUI_SAN_UTF8) == 12);
+        CHECK_STR(pl, "<|im_start|>");
+        CHECK(tui_piece_label(" Paris", 6, pl, sizeof pl, 12, TUI_SAN_UTF8) == 8);
+        CHECK_STR(pl, "'\xc2\xb7Paris'");
+        CHECK(tui_piece_label("internationalization", 20, pl, sizeof pl, 10, 0) == 10);
+        CHECK_STR(pl, "'interna~'");
+        CHECK(tui_piece_label("<|reserved_special_token_250|>", 30, pl, sizeof pl, 10, 0) == 10);
+        CHECK_STR(pl, "<|reserve~");
+        tui_piece_label("<a b>", 5, pl, sizeof pl, 12, 0);        /* not a special token: quoted */
+        CHECK_STR(pl, "'<a_b>'");
+        tui_piece_label("\x1b[31m>", 6, pl, sizeof pl, 20, 0);
+        CHECK(!strchr(pl, 0x1b));
+    }
     char ab[8];
     tui_op_abbrev("ffn_gate", ab, 4);
     CHECK_STR(ab, "gate");
     tui_op_abbrev("attn_ctx", ab, 2);
-    CHECK_STR(ab, "ct");
+    CHECK_STR(ab, "ac");
+    tui_op_abbrev("ffn_down", ab, 3);
+    CHECK_STR(ab, "fd");
+    /* narrow headers: every op's label is unique (was "a q k v c a a f g u a d f") */
+    for (int i = 0; i < BT_OP_COUNT; i++)
+        for (int j = i + 1; j < BT_OP_COUNT; j++) {
+            char x[8], y[8];
+            tui_op_abbrev(bt_op_name(i), x, 2);
+            tui_op_abbrev(bt_op_name(j), y, 2);
+            CHECK(strlen(x) == 2 && strcmp(x, y));
+            tui_op_abbrev(bt_op_name(i), x, 4);
+            tui_op_abbrev(bt_op_name(j), y, 4);
+            CHECK(strcmp(x, y));
+        }
     tui_op_abbrev("moe_router", ab, 6);
     CHECK_STR(ab, "router");
 }
@@ -334,6 +372,23 @@ static void test_keys(void)
     int n = 0;
     while (help[n]) n++;
     CHECK(n > 5);
+    /* generated from the key table: every binding and view is there, and
+     * the legend names every grid label */
+    {
+        char all[8192] = "";
+        for (int i = 0; help[i]; i++) { strcat(all, help[i]); strcat(all, "\n"); }
+        if (getenv("BT_SHOW_HELP")) fputs(all, stderr);
+        const char *want[] = { "Tab S-Tab", "Up k Down j Left h Right l", "PgUp C-b PgDn C-f Space", "g Home G End",
+                               "Enter", "Esc Backspace", "? F1", "q Q", "n p N", "w ", "/ ", "1 2 3 4 5 6",
+                               "Tokens, Step, Walk-back, Run, Backtrace, Speculation" };
+        for (size_t i = 0; i < BT_ARRAY_SIZE(want); i++)
+            if (!strstr(all, want[i])) { fprintf(stderr, "help lacks '%s'\n", want[i]); CHECK(0); }
+        for (int op = 0; op < BT_OP_COUNT; op++) {
+            char item[40];
+            snprintf(item, sizeof item, "%s %s", bt_op_label(op), bt_op_name(op));
+            if (!strstr(all, item)) { fprintf(stderr, "help legend lacks '%s'\n", item); CHECK(0); }
+        }
+    }
 
     /* view history: switch and back */
     tui_app a;

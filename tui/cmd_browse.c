@@ -5,6 +5,7 @@
  * exit status 2, never a garbled screen. */
 #include "cmd.h"
 #include "tui.h"
+#include "text.h"
 #include "util.h"
 
 #include <langinfo.h>
@@ -33,11 +34,13 @@ void cmd_browse_help(FILE *out)
         "               s after the stop token), the bonus/correction token, and the\n"
         "               acceptance rate over time as a sparkline; n/p jump between\n"
         "               rejections, Enter opens the verify step's Step view\n\n"
-        "Keys: Tab or 1-6 switch views, arrows/hjkl move, PgUp/PgDn, g/G first/last,\n"
+        "Keys: Tab or 1-6 switch views, arrows/hjkl move (Left/Right scroll a long\n"
+        "Run line), PgUp/PgDn, g/G first/last,\n"
         "/ search token text, Enter drill in, Esc/Backspace back, ? help, q quit.\n"
         "Colours degrade to markers (! non-finite, ~ degenerate, . clean) when the\n"
-        "terminal has none or NO_COLOR is set. Token text is sanitized: control\n"
-        "characters and escape sequences are shown escaped (\\x1b), never sent.\n\n"
+        "terminal has none or NO_COLOR is set. Text from the trace (token pieces,\n"
+        "tensor names, metadata, events) is sanitized: control characters and\n"
+        "escape sequences are shown escaped (\\x1b), never sent.\n\n"
         "  --view VIEW    start in VIEW (tokens, step, walkback, run, backtrace, spec)\n"
         "  --dump VIEW    print VIEW as plain text and exit (no terminal needed)\n"
         "  --step S       the step to dump (step view; tokens: the window around S;\n"
@@ -123,7 +126,19 @@ int cmd_browse(int argc, char **argv)
     if (dump_view >= 0) {
         a.dump_all = all;
         a.color = false;
-        if (tui_views[dump_view].dump(&a, stdout, (int)step)) status = bt_cmd_fail("browse");
+        /* Composed in memory, then escaped once more on the way out (text.h):
+         * a dump quotes tensor names, kinds and notes from the trace too. */
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&buf, &len);
+        if (!mem) status = bt_cmd_fail("browse");
+        else {
+            rc = tui_views[dump_view].dump(&a, mem, (int)step);
+            fclose(mem);
+            bt_text_fput(buf, len, BT_TEXT_UTF8 | BT_TEXT_KEEPNL | BT_TEXT_RAWBS, stdout);
+            if (rc) status = bt_cmd_fail("browse");
+        }
+        free(buf);
         fflush(stdout);
     } else {
         if (step >= 0 && tui_app_step(&a, (int)step) == BT_OK && a.st.seq >= 0) tui_app_goto_seq(&a, a.st.seq);

@@ -1,11 +1,16 @@
 /* keys.c - the key table: key codes to actions. Views never look at raw
  * keys; they answer actions (and return reaction flags), so a binding is
- * changed here once and the help overlay is generated from the same place. */
+ * changed here once, and the help overlay (tui_key_help) is generated from
+ * this table, the view registry and the engine's op labels. */
 #define NCURSES_WIDECHAR 1
 #include <curses.h>
 
 #include "tui.h"
+#include "engine/engine.h"
 #include "util.h"
+
+#include <stdio.h>
+#include <string.h>
 
 static const struct { int key; int action; } key_table[] = {
     { KEY_UP, TUI_A_UP }, { 'k', TUI_A_UP },
@@ -49,29 +54,102 @@ const char *tui_action_name(int action)
     return action >= 0 && action < TUI_A_COUNT && names[action] ? names[action] : "?";
 }
 
+/* How a key is written in the help; NULL for keys that only duplicate
+ * another spelling (CR beside LF, DEL and C-h beside Backspace, resize). */
+static const char *help_key_name(int key, char *buf, size_t cap)
+{
+    switch (key) {
+    case KEY_UP: return "Up";
+    case KEY_DOWN: return "Down";
+    case KEY_LEFT: return "Left";
+    case KEY_RIGHT: return "Right";
+    case KEY_PPAGE: return "PgUp";
+    case KEY_NPAGE: return "PgDn";
+    case KEY_HOME: return "Home";
+    case KEY_END: return "End";
+    case KEY_BACKSPACE: return "Backspace";
+    case KEY_BTAB: return "S-Tab";
+    case '\n': return "Enter";
+    case '\t': return "Tab";
+    case ' ': return "Space";
+    case 27: return "Esc";
+    case '\r': case 127: case 8: case KEY_ENTER: case KEY_RESIZE: return NULL;
+    }
+    if (key == KEY_F(1)) return "F1";
+    if (key >= 1 && key < 0x20) { snprintf(buf, cap, "C-%c", key + 'a' - 1); return buf; }
+    if (key > 0x20 && key < 0x7f) { snprintf(buf, cap, "%c", key); return buf; }
+    return NULL;
+}
+
+/* What each group of actions does, in help order. */
+static const struct { int actions[4]; const char *what; } help_groups[] = {
+    { { TUI_A_NEXT_VIEW, TUI_A_PREV_VIEW, -1 }, "next / previous view" },
+    { { TUI_A_VIEW, -1 }, NULL },                   /* from the view registry */
+    { { TUI_A_WALK, -1 }, "walk back to the first non-finite (step, layer, op)" },
+    { { TUI_A_NEXT, TUI_A_PREV, -1 }, "next / previous link, search match, rejected draft" },
+    { { TUI_A_UP, TUI_A_DOWN, TUI_A_LEFT, TUI_A_RIGHT }, "move the cursor; Left/Right scroll a long field (Run)" },
+    { { TUI_A_PGUP, TUI_A_PGDN, -1 }, "page up / down" },
+    { { TUI_A_FIRST, TUI_A_LAST, -1 }, "first / last" },
+    { { TUI_A_SEARCH, -1 }, "search token text" },
+    { { TUI_A_ENTER, -1 }, "drill in: a token, link, event or verify step -> its step" },
+    { { TUI_A_BACK, -1 }, "back to the previous view (or close this help)" },
+    { { TUI_A_HELP, -1 }, "this help" },
+    { { TUI_A_QUIT, -1 }, "quit" },
+};
+
+#define HELP_KEYS_W 24      /* key column; longer key lists put the text below */
+
 const char *const *tui_key_help(void)
 {
-    static const char *const lines[] = {
-        "Tab / S-Tab     next / previous view",
-        "1..6            Tokens, Step, Walk-back, Run, Backtrace, Speculation",
-        "w               walk back to the first non-finite (step, layer, op)",
-        "n / p           next / previous link of the chain (Walk-back),",
-        "                next / previous search match (Tokens),",
-        "                next / previous rejected draft (Speculation)",
-        "arrows, hjkl    move the cursor",
-        "PgUp / PgDn     page up / down (also C-b / C-f, space)",
-        "g / G           first / last",
-        "/               search token text",
-        "Enter           drill in: token -> step, link or event -> step,",
-        "                verify step -> its Step view (Speculation)",
-        "Esc, Backspace  back to the previous view (or close this help)",
-        "?               this help",
-        "q               quit",
-        "",
-        "Colours: red = non-finite, yellow = degenerate output or |x| far",
-        "above the tensor's median over the trace, green = clean. Without",
-        "colour (NO_COLOR) the markers are  !  ~  .",
-        NULL,
-    };
+    static char text[4096];
+    static const char *lines[96];
+    if (lines[0]) return lines;
+    size_t o = 0;
+    int n = 0;
+#define LINE(...) do { if (n < (int)BT_ARRAY_SIZE(lines) - 1 && o < sizeof text) { \
+        lines[n++] = text + o; \
+        int w_ = snprintf(text + o, sizeof text - o, __VA_ARGS__); \
+        o += w_ > 0 ? (size_t)w_ + 1 : 1; if (o > sizeof text) o = sizeof text; } } while (0)
+    for (size_t g = 0; g < BT_ARRAY_SIZE(help_groups); g++) {
+        char keys[128] = "", kb[8];
+        size_t ko = 0;
+        if (help_groups[g].actions[0] == TUI_A_VIEW) {
+            char titles[160] = "";
+            size_t to = 0;
+            for (int v = 0; v < tui_n_views; v++) {
+                ko += (size_t)snprintf(keys + ko, ko < sizeof keys ? sizeof keys - ko : 0, "%s%c", v ? " " : "", tui_views[v].key);
+                to += (size_t)snprintf(titles + to, to < sizeof titles ? sizeof titles - to : 0, "%s%s", v ? ", " : "", tui_views[v].title);
+            }
+            LINE("%-*s %s", HELP_KEYS_W, keys, titles);
+            continue;
+        }
+        for (int k = 0; k < 4 && help_groups[g].actions[k] >= 0; k++)
+            for (size_t i = 0; i < BT_ARRAY_SIZE(key_table); i++) {
+                if (key_table[i].action != help_groups[g].actions[k]) continue;
+                const char *name = help_key_name(key_table[i].key, kb, sizeof kb);
+                if (name && ko < sizeof keys)
+                    ko += (size_t)snprintf(keys + ko, sizeof keys - ko, "%s%s", ko ? " " : "", name);
+            }
+        if (ko > HELP_KEYS_W) { LINE("%s", keys); LINE("%-*s %s", HELP_KEYS_W, "", help_groups[g].what); }
+        else LINE("%-*s %s", HELP_KEYS_W, keys, help_groups[g].what);
+    }
+    LINE("%s", "");
+    LINE("%s", "Grid columns (Step, Walk-back): one per op; narrow cells show the");
+    LINE("%s", "two-letter label (written downwards when a cell is one column wide):");
+    char row[96];
+    size_t ro = 0;
+    for (int op = 0; op < BT_OP_COUNT; op++) {
+        char item[40];
+        snprintf(item, sizeof item, "%s %s", bt_op_label(op), bt_op_name(op));
+        ro += (size_t)snprintf(row + ro, sizeof row - ro, "%-17s", item);
+        if (op % 4 == 3) { LINE("  %s", row); ro = 0; }
+    }
+    if (ro) LINE("  %s", row);
+    LINE("%s", "");
+    LINE("%s", "Colours: red = non-finite, yellow = degenerate output or |x| far");
+    LINE("%s", "above the tensor's median over the trace, green = clean. Without");
+    LINE("%s", "colour (NO_COLOR) the markers are  !  ~  .");
+#undef LINE
+    lines[n] = NULL;
     return lines;
 }

@@ -3,6 +3,7 @@
  * decisions. Nothing here touches curses or SQLite, so tests/test_tui.c
  * checks it directly. */
 #include "tui.h"
+#include "engine/engine.h"
 #include "util.h"
 
 #include <math.h>
@@ -29,17 +30,11 @@ int tui_tap_health(bool present, int64_t nan, int64_t pinf, int64_t ninf, float 
 
 void tui_op_abbrev(const char *op, char *buf, int max)
 {
-    static const struct { const char *op, *ab; } tab[] = {
-        { "attn_norm", "anrm" }, { "attn_q", "q" }, { "attn_k", "k" }, { "attn_v", "v" },
-        { "attn_ctx", "ctx" }, { "attn_output", "aout" }, { "attn_resid", "ares" },
-        { "ffn_norm", "fnrm" }, { "ffn_gate", "gate" }, { "ffn_up", "up" }, { "ffn_act", "act" },
-        { "ffn_down", "down" }, { "ffn_resid", "fres" }, { "token_embd", "embd" },
-        { "output_norm", "onrm" }, { "logits", "lgts" },
-    };
-    const char *ab = op;
-    for (size_t i = 0; i < BT_ARRAY_SIZE(tab); i++)
-        if (!strcmp(tab[i].op, op)) { ab = tab[i].ab; break; }
-    if (ab == op) {                    /* unknown op: drop a module prefix */
+    /* Labels come from the engine's op table; a cell narrower than four
+     * columns gets the two-letter label, which stays unique ("fd", "fg"). */
+    int id = bt_op_from_name(op);
+    const char *ab = id >= 0 ? (max >= 4 ? bt_op_abbrev(id) : bt_op_label(id)) : op;
+    if (id < 0) {                      /* unknown op: drop a module prefix */
         const char *u = strchr(op, '_');
         if (u && u[1]) ab = u + 1;
     }
@@ -152,6 +147,54 @@ int tui_collapse(const tui_tok *t, int n, int min_run, tui_cell *cells)
         i = j;
     }
     return nc;
+}
+
+int tui_hscroll(int off, int delta, int total, int width)
+{
+    long v = (long)off + delta, max = total > width ? total - width : 0;
+    if (v > max) v = max;
+    if (v < 0) v = 0;
+    return (int)v;
+}
+
+const char *tui_text_skip(const char *s, int cols)
+{
+    while (*s && cols > 0) {
+        size_t n = 1;
+        while (s[n] && ((unsigned char)s[n] & 0xc0) == 0x80) n++;
+        char one[8] = "";
+        if (n < sizeof one) { memcpy(one, s, n); one[n] = 0; }
+        cols -= tui_text_width(one);
+        s += n;
+    }
+    return s;
+}
+
+static bool is_special_piece(const char *p, int len)
+{
+    if (len < 3 || p[0] != '<' || p[len - 1] != '>') return false;
+    for (int i = 1; i < len - 1; i++)
+        if (p[i] == '<' || p[i] == '>' || (unsigned char)p[i] <= ' ' || p[i] == 0x7f) return false;
+    return true;
+}
+
+int tui_piece_label(const char *piece, int len, char *buf, size_t cap, int max_cols, unsigned san_flags)
+{
+    bool bare = is_special_piece(piece, len);
+    int q = bare ? 0 : 1;
+    if (cap < 8 || max_cols < 2 * q + 2) { if (cap) buf[0] = 0; return 0; }
+    char *o = buf + q;
+    size_t room = cap - 2 * (size_t)q - 1;
+    int w = tui_sanitize(piece, (size_t)len, o, room, max_cols - 2 * q, san_flags | TUI_SAN_SHOWSPACE);
+    char full[512];
+    int wf = tui_sanitize(piece, (size_t)len, full, sizeof full, 0, san_flags | TUI_SAN_SHOWSPACE);
+    if (wf > w) {                      /* cut: one column less, then the marker */
+        w = tui_sanitize(piece, (size_t)len, o, room - 1, max_cols - 2 * q - 1, san_flags | TUI_SAN_SHOWSPACE);
+        strcat(o, "~");
+        w++;
+    }
+    if (q) { buf[0] = '\''; strcat(buf, "'"); }
+    return w + 2 * q;
 }
 
 void tui_cell_set_text(tui_cell *c, const char *piece, int piece_len, unsigned san_flags)

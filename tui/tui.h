@@ -113,6 +113,17 @@ typedef struct tui_cell {       /* one screen cell: a token or a run of one toke
  * least min_run rows; shorter runs stay one cell per row). cells must hold n
  * entries. Returns the number of cells. Texts are left empty. */
 int tui_collapse(const tui_tok *t, int n, int min_run, tui_cell *cells);
+/* Horizontal scrolling of one long line: off moved by delta and clamped so
+ * that the text (total columns) still fills a width-column field; 0 when it
+ * fits. */
+int tui_hscroll(int off, int delta, int total, int width);
+/* The part of a sanitized string after its first cols display columns. */
+const char *tui_text_skip(const char *s, int cols);
+/* A piece for a narrow column: sanitized, in quotes ('·Paris'), except a
+ * special token such as <|im_start|> or <s>, which delimits itself and is
+ * shown bare so that it fits whole; a piece longer than max_cols ends in
+ * '~' so a cut is never silent. Returns the display columns written. */
+int tui_piece_label(const char *piece, int len, char *buf, size_t cap, int max_cols, unsigned san_flags);
 /* Fill cell->text and cell->width from a piece (sanitized) and the count. */
 void tui_cell_set_text(tui_cell *c, const char *piece, int piece_len, unsigned san_flags);
 
@@ -420,6 +431,7 @@ typedef struct tui_app {
     tui_run run;
     bool run_valid;
     int run_sel, run_top;
+    int run_hscroll;            /* columns the selected Run line's value is scrolled by */
     int bt_top;
     /* speculation */
     tui_spec_info spec;

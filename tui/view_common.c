@@ -2,6 +2,7 @@
  * when there are none), clipped text, the layer x op grid and a tap's
  * statistics. */
 #include "view.h"
+#include "text.h"
 #include "util.h"
 
 #include <math.h>
@@ -51,7 +52,10 @@ int tui_put(int y, int x, int w, int attr, const char *s)
     if (w <= 0 || y < 0 || x < 0 || y >= LINES || x >= COLS) return 0;
     if (x + w > COLS) w = COLS - x;
     char buf[1024];
-    int cols = tui_text_fit(s, buf, sizeof buf, w);
+    /* The last line of defence: whatever a view forgot to sanitize (a
+     * tensor name, an event kind from a crafted trace) is escaped here.
+     * RAWBS keeps already sanitized text as it is. */
+    int cols = bt_text_escape(s, strlen(s), buf, sizeof buf, w, BT_TEXT_UTF8 | BT_TEXT_RAWBS);
     attrset(attr);
     mvaddstr(y, x, buf);
     attrset(A_NORMAL);
@@ -91,7 +95,10 @@ void tui_draw_grid(tui_app *a, const tui_step *st, const tui_rect *r, int cell_w
         return;
     }
     int label_w = 4;
-    int vis = r->h - 1;
+    /* A one-column cell cannot hold a label: the two-letter label is then
+     * written downwards over two header rows, so no two ops look alike. */
+    int head_h = cell_w - 1 >= 2 ? 1 : 2;
+    int vis = r->h - head_h;
     int sel_row = -1, sel_col = -1;
     if (sel_idx >= 0) tui_grid_find(g, sel_idx, &sel_row, &sel_col);
     *top = tui_scroll_follow(*top, sel_row < 0 ? 0 : sel_row, vis, g->n_rows);
@@ -99,11 +106,13 @@ void tui_draw_grid(tui_app *a, const tui_step *st, const tui_rect *r, int cell_w
     int ncols = g->n_cols < max_cols ? g->n_cols : max_cols;
     for (int c = 0; c < ncols; c++) {
         char ab[16];
-        tui_op_abbrev(g->ops[c], ab, cell_w - 1 < 15 ? cell_w - 1 : 15);
-        tui_put(r->y, r->x + label_w + c * cell_w, cell_w - 1, A_BOLD, ab);
+        tui_op_abbrev(g->ops[c], ab, head_h == 2 ? 2 : cell_w - 1 < 15 ? cell_w - 1 : 15);
+        int x = r->x + label_w + c * cell_w;
+        if (head_h == 1) { tui_put(r->y, x, cell_w - 1, A_BOLD, ab); continue; }
+        for (int k = 0; k < 2 && ab[k]; k++) tui_put(r->y + k, x, 1, A_BOLD, (char[2]){ ab[k], 0 });
     }
     for (int i = 0; i < vis && *top + i < g->n_rows; i++) {
-        int row = *top + i, y = r->y + 1 + i;
+        int row = *top + i, y = r->y + head_h + i;
         tui_put(y, r->x, label_w, A_NORMAL, g->row_label[row]);
         for (int c = 0; c < ncols; c++) {
             int idx = g->cell[row * g->n_cols + c];

@@ -5,6 +5,7 @@
 #include "view.h"
 #include "util.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Lines: meta rows, a blank, the events header, the events. */
@@ -16,6 +17,40 @@ static int event_at(const tui_run *r, int line)
     return e >= 0 && e < r->n_events ? e : -1;
 }
 
+/* The value shown for a Run line (meta value or event detail), raw. */
+static const char *line_value(const tui_run *r, int ln)
+{
+    if (ln < r->n_meta) return r->meta[ln].value;
+    int e = event_at(r, ln);
+    return e >= 0 ? r->events[e].detail : NULL;
+}
+
+static int key_width(const tui_run *r)
+{
+    int kw = 14;
+    for (int i = 0; i < r->n_meta; i++) if ((int)strlen(r->meta[i].key) > kw) kw = (int)strlen(r->meta[i].key);
+    return kw > 24 ? 24 : kw;
+}
+
+/* The selected line's value scrolled by a->run_hscroll: '<' when text is
+ * hidden on the left, '>' when more follows on the right. Other lines are
+ * cut at the edge as before. */
+static void value_text(tui_app *a, const char *v, bool sel, int width, char *out, size_t cap)
+{
+    size_t len = strlen(v);
+    char *full = malloc(len * 6 + 1);
+    if (!full) { tui_sanitize(v, len, out, cap, width, a->san); return; }
+    int total = tui_sanitize(v, len, full, len * 6 + 1, 0, a->san);
+    int off = sel ? tui_hscroll(a->run_hscroll, 0, total, width - 1) : 0;
+    const char *p = tui_text_skip(full, off);
+    bool left = off > 0, right = total - off > width;
+    int room = width - left - right;
+    char mid[2048];
+    tui_text_fit(p, mid, sizeof mid, room > 0 ? room : 0);
+    snprintf(out, cap, "%s%s%s", left ? "<" : "", mid, right && sel ? ">" : "");
+    free(full);
+}
+
 void tui_run_draw(tui_app *a, const tui_rect *body)
 {
     if (tui_app_run(a) != BT_OK) { tui_put(body->y, body->x, body->w, A_BOLD, bt_errmsg()); return; }
@@ -23,32 +58,32 @@ void tui_run_draw(tui_app *a, const tui_rect *body)
     int n = run_lines(r);
     a->run_sel = tui_nav_clamp(a->run_sel, 0, n);
     a->run_top = tui_scroll_follow(a->run_top, a->run_sel, body->h, n);
-    int kw = 14;
-    for (int i = 0; i < r->n_meta; i++) if ((int)strlen(r->meta[i].key) > kw) kw = (int)strlen(r->meta[i].key);
-    if (kw > 24) kw = 24;
+    int kw = key_width(r);
     for (int i = 0; i < body->h && a->run_top + i < n; i++) {
         int ln = a->run_top + i, y = body->y + i;
-        int attr = ln == a->run_sel ? A_REVERSE : A_NORMAL;
-        char val[600];
+        bool sel = ln == a->run_sel;
+        int attr = sel ? A_REVERSE : A_NORMAL;
+        char val[2100];
         if (ln < r->n_meta) {
-            tui_sanitize(r->meta[ln].value, strlen(r->meta[ln].value), val, sizeof val, body->w, a->san);
+            value_text(a, r->meta[ln].value, sel, body->w - kw - 1, val, sizeof val);
             tui_putf(y, body->x, body->w, attr, "%-*.*s %s", kw, kw, r->meta[ln].key, val);
         } else if (ln == r->n_meta) {
             continue;
         } else if (ln == r->n_meta + 1) {
-            tui_putf(y, body->x, body->w, A_BOLD | (ln == a->run_sel ? A_REVERSE : 0), "Events (%d%s)  Enter: open the event's step",
-                     r->n_events, r->events_truncated ? ", first ones only" : "");
+            tui_putf(y, body->x, body->w, A_BOLD | (sel ? A_REVERSE : 0), "Events (%d%s)  Enter: open the event's step  "
+                     "Left/Right: scroll a long line", r->n_events, r->events_truncated ? ", first ones only" : "");
         } else if (!r->n_events) {
             tui_put(y, body->x, body->w, attr, "  none: the detectors found nothing");
         } else {
             const tui_event *e = &r->events[event_at(r, ln)];
-            tui_sanitize(e->detail, strlen(e->detail), val, sizeof val, body->w, a->san);
             int h = !strcmp(e->kind, "first_nonfinite") || !strcmp(e->kind, "nonfinite_logits") || !strcmp(e->kind, "crash")
                         ? TUI_H_BAD : TUI_H_WARN;
             char where[112] = "";
             if (e->layer >= 0) snprintf(where, sizeof where, " L%02d %s", e->layer, e->op);
-            tui_putf(y, body->x, body->w, attr | tui_attr_fg(a, h), "%c step %-5d %-18s%s  %s", tui_health_marker(h), e->step,
-                     e->kind, where, val);
+            char head[200];
+            snprintf(head, sizeof head, "%c step %-5d %-18s%s  ", tui_health_marker(h), e->step, e->kind, where);
+            value_text(a, e->detail, sel, body->w - tui_text_width(head), val, sizeof val);
+            tui_putf(y, body->x, body->w, attr | tui_attr_fg(a, h), "%s%s", head, val);
         }
     }
 }
@@ -58,6 +93,19 @@ int tui_run_handle(tui_app *a, int action, const tui_rect *body)
     if (tui_app_run(a) != BT_OK) return TUI_R_NONE;
     const tui_run *r = &a->run;
     int n = run_lines(r);
+    if (action == TUI_A_LEFT || action == TUI_A_RIGHT) {     /* scroll the selected line's value */
+        const char *v = line_value(r, a->run_sel);
+        if (!v) return TUI_R_NONE;
+        size_t len = strlen(v);
+        char *full = malloc(len * 6 + 1);
+        if (!full) return TUI_R_NONE;
+        int total = tui_sanitize(v, len, full, len * 6 + 1, 0, a->san);
+        free(full);
+        int width = body->w - key_width(r) - 1, step = width > 4 ? width / 2 : 2;
+        a->run_hscroll = tui_hscroll(a->run_hscroll, action == TUI_A_RIGHT ? step : -step, total, width - 1);
+        return TUI_R_REDRAW;
+    }
+    if (action != TUI_A_ENTER) a->run_hscroll = 0;
     switch (action) {
     case TUI_A_UP: a->run_sel = tui_nav_clamp(a->run_sel, -1, n); return TUI_R_REDRAW;
     case TUI_A_DOWN: a->run_sel = tui_nav_clamp(a->run_sel, +1, n); return TUI_R_REDRAW;

@@ -14,10 +14,8 @@ static void piece_of(tui_app *a, int id, int64_t near, char *buf, size_t cap, in
 {
     int len = 0;
     const char *p = id >= 0 ? tui_trace_piece(a->tr, id, near, &len) : NULL;
-    if (!p || cap < 4) { snprintf(buf, cap, "?"); return; }
-    buf[0] = '\'';
-    tui_sanitize(p, len, buf + 1, cap - 2, max_cols, a->san | TUI_SAN_SHOWSPACE);
-    strcat(buf, "'");
+    if (!p || cap < 8) { snprintf(buf, cap, "?"); return; }
+    tui_piece_label(p, len, buf, cap, max_cols, a->san);
 }
 
 static void draw_logits(tui_app *a, const tui_rect *r)
@@ -46,22 +44,26 @@ static void draw_logits(tui_app *a, const tui_rect *r)
     tui_putf(y++, r->x, w, A_NORMAL, "entropy %s nats", tui_num(b[0], 48, lg->entropy));
     static const char *const rules[3] = { "first", "torch", "triton" };
     for (int k = 0; k < 3 && y < r->y + r->h; k++) {
-        piece_of(a, lg->argmax[k], st->seq, b[0], sizeof b[0], 12);
+        piece_of(a, lg->argmax[k], st->seq, b[0], sizeof b[0], w - 24 > 14 ? w - 24 : 14);
         bool decided = lg->rule[0] && !strncmp(lg->rule, rules[k], strlen(rules[k]));
         tui_putf(y++, r->x, w, decided ? A_BOLD : A_NORMAL, "%sargmax %-6s %6d %s", decided ? ">" : " ", rules[k], lg->argmax[k], b[0]);
     }
     if (y < r->y + r->h) {
-        piece_of(a, lg->chosen, st->seq, b[0], sizeof b[0], 12);
+        piece_of(a, lg->chosen, st->seq, b[0], sizeof b[0], w - 24 > 14 ? w - 24 : 14);
         tui_putf(y++, r->x, w, A_NORMAL, "rule %s -> chose %d %s", lg->rule[0] ? lg->rule : "?", lg->chosen, b[0]);
     }
+    /* the piece column takes what the panel leaves: <|im_start|> fits whole at 80 columns */
+    int pw = w - 24 < 11 ? 11 : w - 24 > 30 ? 30 : w - 24;
     if (y < r->y + r->h && lg->k)
-        tui_putf(y++, r->x, w, A_BOLD, " # %6s %-11s %7s %5s", "id", "top-k", "logit", lg->probs_exact ? "p" : "p~k");
+        tui_putf(y++, r->x, w, A_BOLD, " # %6s %-*s %7s %5s", "id", pw, "top-k", "logit", lg->probs_exact ? "p" : "p~k");
     for (int i = 0; i < lg->k && y < r->y + r->h; i++) {
-        piece_of(a, lg->ids[i], st->seq, b[0], sizeof b[0], 10);
+        piece_of(a, lg->ids[i], st->seq, b[0], sizeof b[0], pw);
         char pb[16];
         if (isnan(lg->probs[i])) snprintf(pb, sizeof pb, "    -");
         else snprintf(pb, sizeof pb, "%5.3f", lg->probs[i]);
-        tui_putf(y++, r->x, w, lg->ids[i] == lg->chosen ? A_BOLD : A_NORMAL, "%2d %6d %-11s %7s %s", i + 1, lg->ids[i], b[0],
+        char cell[160];
+        snprintf(cell, sizeof cell, "%s%*s", b[0], pw - tui_text_width(b[0]) > 0 ? pw - tui_text_width(b[0]) : 0, "");
+        tui_putf(y++, r->x, w, lg->ids[i] == lg->chosen ? A_BOLD : A_NORMAL, "%2d %6d %s %7s %s", i + 1, lg->ids[i], cell,
                  tui_num(b[1], 48, lg->vals[i]), pb);
     }
 }

@@ -25,6 +25,21 @@ static const char *const op_names[] = {
     [BT_OP_OUTPUT_NORM] = "output_norm", [BT_OP_LOGITS] = "logits",
 };
 _Static_assert(BT_ARRAY_SIZE(op_names) == BT_OP_COUNT, "op name table out of date");
+/* Per-op header labels (the browser's grid, dumps): a two-letter label that
+ * stays unique when a grid cell is narrow, and a four-letter one. */
+static const char op_labels[][2][5] = {
+    [BT_OP_TOKEN_EMBD] = { "em", "embd" },
+    [BT_OP_ATTN_NORM] = { "an", "anrm" }, [BT_OP_ATTN_Q] = { "aq", "q" }, [BT_OP_ATTN_K] = { "ak", "k" },
+    [BT_OP_ATTN_V] = { "av", "v" }, [BT_OP_ATTN_CTX] = { "ac", "ctx" }, [BT_OP_ATTN_OUTPUT] = { "ao", "aout" },
+    [BT_OP_ATTN_RESID] = { "ar", "ares" },
+    [BT_OP_FFN_NORM] = { "fn", "fnrm" }, [BT_OP_FFN_GATE] = { "fg", "gate" }, [BT_OP_FFN_UP] = { "fu", "up" },
+    [BT_OP_FFN_ACT] = { "fa", "act" }, [BT_OP_FFN_DOWN] = { "fd", "down" }, [BT_OP_FFN_RESID] = { "fr", "fres" },
+    [BT_OP_OUTPUT_NORM] = { "on", "onrm" }, [BT_OP_LOGITS] = { "lg", "lgts" },
+};
+_Static_assert(BT_ARRAY_SIZE(op_labels) == BT_OP_COUNT, "op label table out of date");
+
+const char *bt_op_label(int op) { return op >= 0 && op < BT_OP_COUNT ? op_labels[op][0] : "?"; }
+const char *bt_op_abbrev(int op) { return op >= 0 && op < BT_OP_COUNT ? op_labels[op][1] : "????"; }
 
 const char *bt_op_name(int op) { return op >= 0 && op < BT_OP_COUNT ? op_names[op] : "?"; }
 

@@ -33,6 +33,11 @@ enum bt_op {
 const char *bt_op_name(int op);
 int bt_op_from_name(const char *name);        /* -1 if unknown */
 bool bt_op_is_layer_op(int op);
+/* Short labels for column headers, unique per op: label is two letters
+ * ("fd" for ffn_down: module letter, op letter), abbrev four ("down").
+ * "?" / "????" for an unknown op. */
+const char *bt_op_label(int op);
+const char *bt_op_abbrev(int op);
 /* Full tensor name: "token_embd", "blk.3.ffn_down", "logits". */
 void bt_tensor_name(int op, int layer, char *buf, size_t cap);
 

@@ -13,6 +13,7 @@
  * {u32 elem_type, u64 n, elements}. v1 used 32-bit counts and is refused. */
 #include "model/gguf.h"
 #include "util.h"
+#include "text.h"
 #include "kernels.h"
 
 #include <errno.h>
@@ -146,14 +147,7 @@ static uint64_t remaining(const cursor *c) { return c->g->size - c->pos; }
 /* Printable, bounded copy of a name from the file for error messages. */
 static const char *safe_name(const char *p, uint64_t len, char *buf, size_t cap)
 {
-    size_t o = 0;
-    for (uint64_t i = 0; i < len && o + 5 < cap; i++) {
-        unsigned char ch = (unsigned char)p[i];
-        if (ch >= 0x20 && ch < 0x7f && ch != '\'') buf[o++] = (char)ch;
-        else o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", ch);
-    }
-    if (len > 0 && o + 5 >= cap && cap > 4) { buf[cap - 4] = '.'; buf[cap - 3] = '.'; buf[cap - 2] = '.'; o = cap - 1; }
-    buf[o] = 0;
+    bt_text_escape(p, (size_t)BT_MIN(len, (uint64_t)cap * 4), buf, cap, 0, BT_TEXT_UTF8 | BT_TEXT_SQUOTE | BT_TEXT_ELLIPSIS);
     return buf;
 }
 
@@ -739,15 +733,10 @@ static void sb_printf(sbuf *b, const char *fmt, ...)
 
 static void sb_quoted(sbuf *b, const char *s, uint64_t len, size_t max)
 {
-    sb_printf(b, "\"");
-    for (uint64_t i = 0; i < len && i < max; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch == '\n') sb_printf(b, "\\n");
-        else if (ch == '\t') sb_printf(b, "\\t");
-        else if (ch == '"' || ch == '\\') sb_printf(b, "\\%c", ch);
-        else if (ch < 0x20 || ch == 0x7f) sb_printf(b, "\\x%02x", ch);
-        else sb_printf(b, "%c", ch);
-    }
+    char q[4 * 64 + 8];
+    size_t n = bt_text_utf8_complete(s, (size_t)BT_MIN(len, (uint64_t)BT_MIN(max, (size_t)64)));
+    bt_text_escape(s, n, q, sizeof q, 0, BT_TEXT_UTF8 | BT_TEXT_DQUOTE);
+    sb_printf(b, "\"%s", q);
     sb_printf(b, len > max ? "\"...(%" PRIu64 " bytes)" : "\"", len);
 }
 

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct gguf_priv {
     const char **text;      /* token piece pointers */
@@ -320,9 +321,22 @@ static int load_gguf(bt_model *m)
     return load_gguf_weights(m, names);
 }
 
+/* A directory opens and reads as empty on Linux, and the loaders would then
+ * blame its "format": say what it is instead. */
+static int check_not_dir(const char *path, const char *what)
+{
+    struct stat st;
+    if (path && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return bt_error(BT_EINVAL, "%s: is a directory, not a %s file", path, what);
+    return BT_OK;
+}
+
 int bt_model_load(const char *path, const char *tokenizer_path, bt_model **out)
 {
     *out = NULL;
+    int rc0 = check_not_dir(path, "model");
+    if (!rc0) rc0 = check_not_dir(tokenizer_path, "tokenizer");
+    if (rc0) return rc0;
     bt_model *m = calloc(1, sizeof(*m));
     if (!m) return bt_error(BT_ENOMEM, "out of memory");
     m->path = strdup(path);
@@ -342,6 +356,8 @@ int bt_model_load(const char *path, const char *tokenizer_path, bt_model **out)
         rc = bt_llama2c_load(path, tokenizer_path, m);
     }
     if (rc) { bt_model_free(m); return rc; }
+    bt_debug("model %s: %s, %s \"%s\", %d layers, dim %d, vocab %d, %llu bytes mapped", path, m->format, m->cfg.arch,
+             m->cfg.name, m->cfg.n_layers, m->cfg.dim, m->cfg.n_vocab, (unsigned long long)m->file_size);
     *out = m;
     return BT_OK;
 }

@@ -11,6 +11,7 @@
  * when the run (or the periodic match) breaks. Memory is O(1). */
 #include "tap/detect.h"
 #include "util.h"
+#include "text.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,19 +85,14 @@ static void put_piece(const bt_detector *d, int32_t id, char *buf, size_t cap, s
     const char *p = bt_token_piece(d->tok, id, &len);
     if (!p) return;
     size_t o = strlen(buf);
-    if (o + 4 >= cap) return;
+    if (o + 8 >= cap) return;
     o += (size_t)snprintf(buf + o, cap - o, " ('");
-    for (size_t i = 0; i < len && i < max && o + 6 < cap; i++) {
-        unsigned char c = (unsigned char)p[i];
-        if (c == '\'' || c == '\\') { buf[o++] = '\\'; buf[o++] = (char)c; }
-        else if (c == '\n') { buf[o++] = '\\'; buf[o++] = 'n'; }
-        else if (c == '\t') { buf[o++] = '\\'; buf[o++] = 't'; }
-        else if (c < 0x20 || c == 0x7f) o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
-        else buf[o++] = (char)c;     /* UTF-8 bytes pass through */
-    }
-    if (len > max && o + 4 < cap) { memcpy(buf + o, "...", 3); o += 3; }
-    if (o + 3 < cap) { buf[o++] = '\''; buf[o++] = ')'; }
-    buf[o < cap ? o : cap - 1] = 0;
+    size_t n = bt_text_utf8_complete(p, BT_MIN(len, max));
+    /* room for "...')" after the piece */
+    bt_text_escape(p, n, buf + o, cap - o - 5, 0, BT_TEXT_UTF8 | BT_TEXT_SQUOTE);
+    o += strlen(buf + o);
+    if (len > max) { memcpy(buf + o, "...", 3); o += 3; }
+    memcpy(buf + o, "')", 3);
 }
 
 static bt_finding *add(bt_finding *out, int max, int *nf, int kind, int step, int pos, int32_t id)

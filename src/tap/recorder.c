@@ -9,6 +9,7 @@
 #include "tap/stats.h"
 #include "sys/backtrace.h"
 #include "sys/crash.h"
+#include "text.h"
 #include "util.h"
 #include "kernels.h"
 
@@ -238,13 +239,7 @@ static void token_text(const bt_recorder *r, int32_t id, char *buf, size_t cap)
     if (id < 0 || id >= r->n_vocab || !r->cfg.tok) { snprintf(buf, cap, id < 0 || id >= r->n_vocab ? "<oov>" : "?"); return; }
     size_t pl = 0;
     const char *p = bt_token_piece(r->cfg.tok, id, &pl);
-    size_t o = 0;
-    for (size_t i = 0; i < pl && o + 5 < cap; i++) {
-        unsigned char ch = (unsigned char)p[i];
-        if (ch < 0x20 || ch == 0x7f || ch == '\'') o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", ch);
-        else buf[o++] = (char)ch;
-    }
-    buf[o] = 0;
+    bt_text_escape(p, pl, buf, cap, 0, BT_TEXT_UTF8 | BT_TEXT_SQUOTE | BT_TEXT_ELLIPSIS);
 }
 
 static int save_row(bt_recorder *r, int step, int pos, const float *row, const char *reason)

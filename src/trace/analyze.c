@@ -8,6 +8,7 @@
  * (tap/detect.h), recomputed here so walls and loops are dated from their
  * first token and traces recorded without detectors are still judged. */
 #include "trace/analyze.h"
+#include "text.h"
 #include "util.h"
 
 #include <math.h>
@@ -285,13 +286,7 @@ static int piece_cb(void *user, const bt_trace_token_row *t)
 {
     piece_find *p = user;
     if (t->id != p->id || !t->piece) return 0;
-    size_t o = 0;
-    for (size_t i = 0; i < t->piece_len && o + 5 < p->cap; i++) {
-        unsigned char ch = (unsigned char)t->piece[i];
-        if (ch < 0x20 || ch == 0x7f || ch == '\'' || ch == '\\') o += (size_t)snprintf(p->buf + o, p->cap - o, "\\x%02x", ch);
-        else p->buf[o++] = (char)ch;
-    }
-    p->buf[o] = 0;
+    bt_text_escape(t->piece, t->piece_len, p->buf, p->cap, 0, BT_TEXT_UTF8 | BT_TEXT_SQUOTE | BT_TEXT_ELLIPSIS);
     p->found = true;
     return 1;
 }

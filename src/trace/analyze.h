@@ -130,7 +130,7 @@ static inline bool bt_analysis_found(const bt_analysis *x) { return x->has_nonfi
  * *ids malloc'd; *n_prompt counts the prompt part. */
 int bt_analyze_sequence(bt_trace_reader *r, int32_t **ids, int *n, int *n_prompt);
 /* The piece of token id as the trace's token trail spells it, printable
- * (control bytes, quotes and backslashes escaped as \xNN); "" when the id
+ * (escaped by text.h's bt_text_escape, quotes as \'); "" when the id
  * never appears or the pieces were redacted. */
 int bt_analyze_piece(bt_trace_reader *r, int32_t id, char *buf, size_t cap);
 
