@@ -127,10 +127,11 @@ static int run_stmt(bt_trace *t, int which, const char *what)
 {
     sqlite3_stmt *s = t->st[which];
     int rc = sqlite3_step(s);
+    /* the message and errno first: reset may overwrite them */
+    int r = rc != SQLITE_DONE && rc != SQLITE_ROW ? sql_fail(t, what) : BT_OK;
     sqlite3_reset(s);
     sqlite3_clear_bindings(s);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return sql_fail(t, what);
-    return BT_OK;
+    return r;
 }
 
 static int exec(bt_trace *t, const char *sql)
@@ -643,13 +644,19 @@ int bt_trace_close(bt_trace *t, const char *status)
     if (t->in_step && (r = bt_trace_step_end(t, NAN)) && !rc) rc = r;
     char finished[32];
     iso_now(finished);
-    if ((r = meta_put(t, "status", status ? status : "ok")) && !rc) rc = r;
+    if (!status) status = BT_TRACE_STATUS_OK;
+    bool put = (r = meta_put(t, "status", status)) == BT_OK;
+    if (r && !rc) rc = r;
     if ((r = meta_put(t, "finished_at", finished)) && !rc) rc = r;
-    for (int i = 0; i < ST_COUNT; i++) { sqlite3_finalize(t->st[i]); t->st[i] = NULL; }
     /* A browser watching the run may hold a read transaction for a moment:
      * wait a little for it rather than leave a -wal behind. */
     sqlite3_busy_timeout(t->db, 500);
     seal(t);
+    /* A full disk or a file-size limit usually fails in the WAL, which the
+     * checkpoint has just emptied into the main file: the status may fit
+     * now (rewritten in place under a rollback journal). */
+    if (!put && meta_put(t, "status", status) == BT_OK) meta_put(t, "finished_at", finished);
+    for (int i = 0; i < ST_COUNT; i++) { sqlite3_finalize(t->st[i]); t->st[i] = NULL; }
     if (sqlite3_close(t->db) != SQLITE_OK && !rc) rc = sql_fail(t, "closing");
     t->db = NULL;
     free_trace(t);
