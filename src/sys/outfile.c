@@ -141,7 +141,7 @@ int bt_outfile_check(const char *path, bt_out_kind kind, bool force, const bt_ou
             struct stat c;
             if (lstat(buf, &c) == 0 && (rc = check_inputs(path, &c, i ? "-shm" : "-wal", inputs, n_inputs))) return rc;
         }
-    } else {
+    } else if (kind == BT_OUT_TEXT) {
         if (st.st_size == 0) { if (exists) *exists = true; return BT_OK; }
         if (n >= 16 && !memcmp(hdr, sqlite_magic, 16))
             return bt_error(BT_EINVAL, "%s: is an SQLite database (a trace?): refusing to replace it with text", path);
@@ -149,4 +149,14 @@ int bt_outfile_check(const char *path, bt_out_kind kind, bool force, const bt_ou
     }
     if (exists) *exists = true;
     return BT_OK;
+}
+
+FILE *bt_outfile_fopen(const char *path, bt_out_kind kind, bool force, const bt_out_input *inputs, int n_inputs)
+{
+    if (bt_outfile_check(path, kind, force, inputs, n_inputs, NULL)) return NULL;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0) { bt_error(BT_EIO, "%s: %s", path, strerror(errno)); return NULL; }
+    FILE *f = fdopen(fd, "wb");
+    if (!f) { bt_error(BT_EIO, "%s: %s", path, strerror(errno)); close(fd); }
+    return f;
 }

@@ -11,7 +11,8 @@
  * - otherwise the kind of output decides: a trace replaces only a bangtrace
  *   trace that no live process is writing, and only with --force; a text
  *   output (a report) replaces an empty file, or a non-empty regular file
- *   with --force, but never an SQLite database.
+ *   with --force, but never an SQLite database; a dump file replaces a
+ *   regular file.
  *
  * The live-writer lock: a trace writer holds flock(LOCK_EX) on the trace for
  * as long as it writes it (see src/trace/writer.c for why flock and not
@@ -20,10 +21,13 @@
 #define BT_OUTFILE_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 typedef enum bt_out_kind {
     BT_OUT_TRACE,   /* a bangtrace trace (run --trace, export -o) */
     BT_OUT_TEXT,    /* a text file (report -o) */
+    BT_OUT_DUMP,    /* a file inside a dump directory the command fills (forward --dump):
+                       rewriting its own regular files there is the contract */
 } bt_out_kind;
 
 /* One input of the command: the flag that named it ("--model") and its
@@ -40,6 +44,11 @@ typedef struct bt_out_input {
  * read failed). Never modifies anything. */
 int bt_outfile_check(const char *path, bt_out_kind kind, bool force, const bt_out_input *inputs, int n_inputs,
                      bool *exists);
+
+/* Create or truncate `path` for writing after bt_outfile_check (never
+ * through a final symbolic link; mode 0666 & ~umask). Returns a FILE or
+ * NULL with a message naming the path. */
+FILE *bt_outfile_fopen(const char *path, bt_out_kind kind, bool force, const bt_out_input *inputs, int n_inputs);
 
 /* 1 when another open file description holds an exclusive flock on path
  * (a bangtrace process is writing that trace), 0 when not or when the path
