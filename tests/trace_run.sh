@@ -67,7 +67,7 @@ expect_exit 0 "first rule on NaN logits: wall of token 0" "$BANGTRACE" run $L2C 
 if [ -f "$SMOL" ]; then
     for c in "What is the capital of France?" "Write a haiku about the sea." "List three primary colors."; do
         printf '{"messages": [{"role": "user", "content": "%s"}], "max_tokens": 40}' "$c" > "$TMP/c.json"
-        expect_exit 0 "SmolLM2 traced: $c" "$BANGTRACE" run --model "$SMOL" --request "$TMP/c.json" --trace "$TMP/s.db"
+        expect_exit 0 "SmolLM2 traced: $c" "$BANGTRACE" run --model "$SMOL" --request "$TMP/c.json" --trace "$TMP/s.db" --force
         n=$(q "$TMP/s.db" "select count(*) from v_events")
         [ "$n" = 0 ] && ok "SmolLM2 clean: no events" || fail "SmolLM2 clean run recorded events: $(q "$TMP/s.db" 'select kind, detail from v_events')"
     done
