@@ -14,6 +14,7 @@
 #include "text.h"
 #include "util.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,10 +214,11 @@ int cmd_bench(int argc, char **argv)
     if (!json) bt_log("bench: %s, %d threads (%s), prefill %ld, decode %ld, %ld reps", c->name, (int)threads, bt_kernels_simd(), np, nd, reps);
     if (bench_reps(e, NULL, toks, np, nd, reps, json, "taps off", &p_med, &d_med)) goto fail;
     if (taps != BT_TAPS_NONE) {
-        char path[] = "/tmp/bangtrace-bench-XXXXXX";
-        int fd = mkstemp(path);
-        if (fd < 0) { bt_error(BT_EIO, "cannot create a temporary trace in /tmp"); goto fail; }
-        close(fd);
+        /* A private directory, so the trace is created exclusively (as every
+         * trace is) in a place nobody else can name. */
+        char dir[] = "/tmp/bangtrace-bench-XXXXXX", path[sizeof dir + 16];
+        if (!mkdtemp(dir)) { bt_error(BT_EIO, "cannot create a temporary directory in /tmp: %s", strerror(errno)); goto fail; }
+        snprintf(path, sizeof path, "%s/bench.db", dir);
         bt_trace *tr = NULL;
         bt_recorder *rec = NULL;
         bt_recorder_cfg rc_cfg = { .model = m, .taps = taps, .layer_lo = -1, .layer_hi = -1, .topk = 20,
@@ -228,9 +230,10 @@ int cmd_bench(int argc, char **argv)
         bt_recorder_free(rec);
         bt_trace_close(tr, "ok");
         unlink(path);
-        char side[4200];
+        char side[sizeof path + 8];
         snprintf(side, sizeof(side), "%s-wal", path); unlink(side);
         snprintf(side, sizeof(side), "%s-shm", path); unlink(side);
+        rmdir(dir);
         if (rc) goto fail;
     }
     double sp_plain = 0, sp_spec = 0, sp_accept = 0;

@@ -17,6 +17,7 @@
 #include "trace/compare.h"
 #include "trace/reader.h"
 #include "text.h"
+#include "trace/runstate.h"
 #include "util.h"
 
 #include <jansson.h>
@@ -62,13 +63,19 @@ void cmd_bisect_help(FILE *out)
         "                   the rule diff uses, doc/trace-format.md)\n"
         "  --threads N      compute threads (default: the trace's, at most the online CPUs)\n"
         "  --all            keep going after the first divergence and list every divergent step\n\n"
-        "Exit status: 0 clean (no non-finite value, no degenerate output; with --reference:\n"
-        "no divergence), 1 something was found, 2 error (missing, corrupt or non-trace file).\n");
+        "A trace whose run did not finish (killed: status still running and no process\n"
+        "writing it; crashed; interrupted; a trace write error; an error) gets one line\n"
+        "saying so, with the last committed step (JSON: run_status, unfinished,\n"
+        "last_committed_step), and is never called clean.\n\n"
+        "Exit status: 0 clean (no non-finite value, no degenerate output, and the run\n"
+        "finished; with --reference: no divergence), 1 something was found (or, without\n"
+        "--reference, the run did not finish), 2 error (missing, corrupt or non-trace file).\n");
 }
 
 typedef struct bisect_opts {
     const char *trace, *model, *tokenizer;
     bool json, reference, all;
+    bool unfinished;            /* the run did not finish: "clean" would claim too much */
     double tol;
     long threads;
 } bisect_opts;
@@ -185,7 +192,8 @@ static void print_analysis(const bisect_opts *o, const bt_analysis *x)
 {
     bt_text_printf(stdout, "trace: %s (%d steps, %d tapped tensors, %d generated tokens)\n", o->trace, x->n_steps, x->n_tensors, x->n_gen);
     if (!bt_analysis_found(x)) {
-        bt_text_printf(stdout, "clean: no non-finite tensor, no degenerate output%s\n", x->n_events ? "" : ", no events");
+        bt_text_printf(stdout, "%s: no non-finite tensor, no degenerate output%s\n",
+                       o->unfinished ? "in the committed steps" : "clean", x->n_events ? "" : ", no events");
     }
     if (x->has_nonfinite) {
         const bt_bad_tensor *f = &x->first;
@@ -754,13 +762,23 @@ int cmd_bisect(int argc, char **argv)
         return status;
     }
     if (bt_analyze(r, &x)) goto fail;
+    bt_run_state rs;
+    if (bt_run_state_get(r, o.trace, &rs)) goto fail;
     if (o.json) {
         json_t *j = analysis_json(&o, &x);
+        json_object_set_new(j, "run_status", json_string(rs.status));
+        json_object_set_new(j, "unfinished", rs.line[0] ? json_string(rs.line) : json_null());
+        json_object_set_new(j, "last_committed_step", json_integer(rs.last_step));
         int rc = print_json(j);
         json_decref(j);
         if (rc) goto fail;
-    } else print_analysis(&o, &x);
-    status = bt_analysis_found(&x) ? 1 : 0;
+    } else {
+        if (rs.line[0]) printf("%s\n", rs.line);
+        o.unfinished = rs.unfinished;
+        print_analysis(&o, &x);
+    }
+    /* an unfinished run is a finding: it never exits 0 as clean */
+    status = bt_analysis_found(&x) || rs.unfinished ? 1 : 0;
     goto out;
 fail:
     status = bt_cmd_fail("bisect");

@@ -19,6 +19,7 @@
  * logits, backtraces and the rest of meta stay. */
 #include "cmd.h"
 #include "trace/reader.h"
+#include "sys/outfile.h"
 #include "trace/trace.h"
 #include "text.h"
 #include "util.h"
@@ -408,15 +409,10 @@ int cmd_export(int argc, char **argv)
     int rc;
     if ((rc = parse_args(argc, argv, &o))) return bt_cmd_fail("export");
     if ((rc = bt_trace_open(o.in, &r))) return bt_cmd_fail("export");
-    struct stat si, so;
-    if (stat(o.out, &so) == 0) {
-        if (stat(o.in, &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
-            rc = bt_error(BT_EINVAL, "%s: OUT is the trace itself", o.out);
-            goto done;
-        }
-        if (!o.force) { rc = bt_error(BT_EINVAL, "%s: exists (use --force to replace it)", o.out); goto done; }
-        if (S_ISDIR(so.st_mode)) { rc = bt_error(BT_EINVAL, "%s: is a directory", o.out); goto done; }
-    }
+    /* OUT never the trace (or its -wal/-shm), never a link or a device; an
+     * existing OUT only if it is an idle bangtrace trace and --force. */
+    const bt_out_input in[] = { { "TRACE", o.in } };
+    if ((rc = bt_outfile_check(o.out, BT_OUT_TRACE, o.force, in, 1, NULL))) goto done;
     if (strlen(o.out) > PATH_MAX) { rc = bt_error(BT_EINVAL, "%s: path too long", o.out); goto done; }
 
     /* What to keep. */

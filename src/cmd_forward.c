@@ -6,6 +6,7 @@
 #include "cmd.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "sys/outfile.h"
 #include "util.h"
 
 #include <errno.h>
@@ -22,11 +23,14 @@ void cmd_forward_help(FILE *out)
         "Run one forward pass (a prefill at positions 0..T-1) and write every named\n"
         "tensor (token_embd, blk.L.attn_norm ... blk.L.ffn_resid, output_norm, logits)\n"
         "to DIR/<name>.f32 (T rows x width, float32) with DIR/meta.json describing them.\n"
-        "Used by the reference oracle tests; handy for diffing two builds.\n");
+        "Used by the reference oracle tests; handy for diffing two builds. Files already\n"
+        "in DIR with those names are rewritten, unless one is a link, a device or the\n"
+        "model itself (exit 2).\n");
 }
 
 typedef struct dump_ctx {
     const char *dir;
+    bt_out_input in[2];       /* --model, --tokenizer: never overwritten by a dump file */
     json_t *tensors;
     int err;
 } dump_ctx;
@@ -37,8 +41,8 @@ static bool dump_observe(void *user, const bt_tensor_view *t)
     char name[64], path[4096];
     bt_tensor_name(t->op, t->layer, name, sizeof(name));
     snprintf(path, sizeof(path), "%s/%s.f32", d->dir, name);
-    FILE *f = fopen(path, "wb");
-    if (!f) { d->err = bt_error(BT_EIO, "%s: %s", path, strerror(errno)); return false; }
+    FILE *f = bt_outfile_fopen(path, BT_OUT_DUMP, false, d->in, 2);
+    if (!f) { d->err = BT_EIO; return false; }
     size_t n = (size_t)t->rows * t->width;
     bool ok = fwrite(t->data, sizeof(float), n, f) == n;
     ok &= fclose(f) == 0;
@@ -87,7 +91,7 @@ int cmd_forward(int argc, char **argv)
     if (mkdir(dir, 0777) < 0 && errno != EEXIST) { bt_error(BT_EIO, "%s: %s", dir, strerror(errno)); goto fail; }
     if (bt_model_load(model, tokenizer, &m)) goto fail;
     if (bt_engine_new(m, BT_MAX((int)n, 1), (int)n, (int)threads, &e)) goto fail;
-    dump_ctx d = { .dir = dir, .tensors = json_object() };
+    dump_ctx d = { .dir = dir, .tensors = json_object(), .in = { { "--model", model }, { "--tokenizer", tokenizer } } };
     bt_eval_cb cb = { .ask = NULL, .observe = dump_observe, .user = &d };
     bt_engine_set_eval_cb(e, &cb);
     int rc = bt_engine_forward(e, ids, (int)n, 0);
@@ -99,7 +103,10 @@ int cmd_forward(int argc, char **argv)
     json_object_set_new(meta, "tensors", d.tensors);
     char path[4096];
     snprintf(path, sizeof(path), "%s/meta.json", dir);
-    if (json_dump_file(meta, path, JSON_INDENT(1) | JSON_SORT_KEYS)) { bt_error(BT_EIO, "%s: write failed", path); goto fail; }
+    FILE *mf = bt_outfile_fopen(path, BT_OUT_DUMP, false, d.in, 2);
+    if (!mf) goto fail;
+    int bad = json_dumpf(meta, mf, JSON_INDENT(1) | JSON_SORT_KEYS);
+    if (fclose(mf) != 0 || bad) { bt_error(BT_EIO, "%s: write failed", path); goto fail; }
     status = 0;
     goto out;
 fail:

@@ -9,6 +9,8 @@
 #include "trace/analyze.h"
 #include "trace/reader.h"
 #include "text.h"
+#include "trace/runstate.h"
+#include "sys/outfile.h"
 #include "util.h"
 
 #include <errno.h>
@@ -17,11 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void cmd_report_help(FILE *out)
 {
     fprintf(out,
-        "usage: bangtrace report TRACE [-o FILE]\n\n"
+        "usage: bangtrace report TRACE [-o FILE [--force]]\n\n"
         "Write a markdown report of a trace (bangtrace run --trace) for an upstream\n"
         "issue: environment (host, CPU, tool version, backend, threads), model and\n"
         "SHA-256, configuration (sampling, argmax rule, injections), the first\n"
@@ -32,7 +36,14 @@ void cmd_report_help(FILE *out)
         "decoding section: drafter, k, acceptance, where the first non-finite came from\n"
         "(draft or target pass), the amplification, and the draft-vs-verify trail\n"
         "around the first bad step.\n\n"
-        "  -o, --output FILE   write the report to FILE instead of standard output\n\n"
+        "  -o, --output FILE   write the report to FILE instead of standard output. FILE is\n"
+        "                      written whole or not at all; it must not be the trace, a\n"
+        "                      link, a device or an SQLite file; an existing non-empty\n"
+        "                      FILE is replaced only with --force\n"
+        "  --force             replace an existing FILE\n\n"
+        "A trace whose run did not finish (killed: status still running and no process\n"
+        "writing it; crashed; interrupted; a write error) is reported as such, with the\n"
+        "last committed step.\n\n"
         "Exit status: 0 report written, 2 error (missing, corrupt or non-trace file).\n");
 }
 
@@ -535,16 +546,21 @@ static void section_reproduce(FILE *o, bt_trace_reader *r, const char *path)
 int cmd_report(int argc, char **argv)
 {
     const char *trace = NULL, *out_path = NULL;
+    bool force = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (i + 1 >= argc) { bt_error(BT_EINVAL, "%s needs a value", a); return bt_cmd_fail("report"); }
             out_path = argv[++i];
-        } else if (a[0] == '-' && a[1]) { bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help report)", a); return bt_cmd_fail("report"); }
+        } else if (!strcmp(a, "--force")) force = true;
+        else if (a[0] == '-' && a[1]) { bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help report)", a); return bt_cmd_fail("report"); }
         else if (!trace) trace = a;
         else { bt_error(BT_EINVAL, "unexpected argument '%s' (one trace at a time)", a); return bt_cmd_fail("report"); }
     }
     if (!trace) { bt_error(BT_EINVAL, "give a trace file (see bangtrace help report)"); return bt_cmd_fail("report"); }
+    if (force && !out_path) { bt_error(BT_EINVAL, "--force replaces an existing -o FILE: give -o FILE"); return bt_cmd_fail("report"); }
+    const bt_out_input in[] = { { "TRACE", trace } };
+    if (out_path && bt_outfile_check(out_path, BT_OUT_TEXT, force, in, 1, NULL)) return bt_cmd_fail("report");
 
     bt_trace_reader *r = NULL;
     bt_analysis x;
@@ -559,6 +575,8 @@ int cmd_report(int argc, char **argv)
      * error halfway never leaves half a report on stdout or in FILE. */
     if (!(o = open_memstream(&buf, &buf_len))) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
 
+    bt_run_state rs;
+    if (bt_run_state_get(r, trace, &rs)) goto fail;
     /* The heading names the model: one line, escaped like a cell. */
     const char *model = bt_trace_meta_get(r, "model_name");
     if (x.has_nonfinite)
@@ -568,9 +586,11 @@ int cmd_report(int argc, char **argv)
         fprintf(o, "# bangtrace report: %s at step %d", bt_text_esc(x.degen_kind), x.degen_step);
     else if (x.has_crash)
         fputs("# bangtrace report: crash", o);
+    else if (rs.unfinished) fputs("# bangtrace report: unfinished run", o);
     else fputs("# bangtrace report: clean run", o);
     if (model) { fputs(" of ", o); md_cell(o, model); }
     fputs("\n\n", o);
+    if (rs.line[0]) fprintf(o, "**%s%s**\n\n", rs.line[0] == 'u' ? "U" : "L", rs.line + 1);
     section_summary(o, &x);
     section_environment(o, r, trace);
     section_model(o, r);
@@ -587,14 +607,23 @@ int cmd_report(int argc, char **argv)
     o = NULL;
     if (mem_err) { bt_error(BT_ENOMEM, "out of memory composing the report"); goto fail; }
     if (out_path) {
-        /* temporary file + rename: FILE is either the whole report or untouched */
+        /* A new temporary file beside FILE (created exclusively, never
+         * through a link) + rename: FILE is either the whole report or
+         * untouched, and rename replaces a name, never a link's target. */
         size_t len = strlen(out_path) + 8;
         if (!(tmp = malloc(len))) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
-        snprintf(tmp, len, "%s.tmp", out_path);
-        FILE *f = fopen(tmp, "w");
-        if (!f) { bt_error(BT_EIO, "%s: %s", tmp, strerror(errno)); free(tmp); tmp = NULL; goto fail; }
+        snprintf(tmp, len, "%s.XXXXXX", out_path);
+        int fd = mkstemp(tmp);
+        if (fd < 0) { bt_error(BT_EIO, "%s: %s", out_path, strerror(errno)); free(tmp); tmp = NULL; goto fail; }
+        mode_t um = umask(0);
+        umask(um);
+        fchmod(fd, 0666 & ~um);   /* an ordinary file, as fopen would make it */
+        FILE *f = fdopen(fd, "w");
+        if (!f) { close(fd); bt_error(BT_EIO, "%s: %s", tmp, strerror(errno)); goto fail; }
         bool bad = bt_text_fput(buf, buf_len, REPORT_TEXT, f) != 0;
         if (fclose(f) != 0 || bad) { bt_error(BT_EIO, "%s: write failed: %s", tmp, strerror(errno)); goto fail; }
+        /* checked again right before the rename: the trace may have become FILE meanwhile */
+        if (bt_outfile_check(out_path, BT_OUT_TEXT, force, in, 1, NULL)) goto fail;
         if (rename(tmp, out_path) != 0) { bt_error(BT_EIO, "%s: %s", out_path, strerror(errno)); goto fail; }
     } else if (bt_text_fput(buf, buf_len, REPORT_TEXT, stdout) != 0 || fflush(stdout) != 0) {
         bt_error(BT_EIO, "standard output: write failed: %s", strerror(errno));

@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "request.h"
 #include "sys/crash.h"
+#include "sys/outfile.h"
 #include "tap/inject.h"
 #include "tap/recorder.h"
 #include "tokenizer/tokenizer.h"
@@ -32,7 +33,8 @@ void cmd_run_help(FILE *out)
     fprintf(out,
         "usage: bangtrace run --model M [--tokenizer T] (--prompt TEXT | --request FILE.json)\n"
         "                     [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
-        "                     [--threads N] [--ctx N] [--argmax RULE] [--chat-template NAME] [--json]\n\n"
+        "                     [--threads N] [--ctx N] [--argmax RULE] [--chat-template NAME] [--json]\n"
+        "                     [--trace OUT.db [--force] [--taps MODE] ...]\n\n"
         "Generate a completion. stdout gets only the completion text; progress and\n"
         "timings go to stderr.\n\n"
         "  --model M            GGUF model, or llama2.c checkpoint (.bin)\n"
@@ -56,7 +58,12 @@ void cmd_run_help(FILE *out)
         "  --json               print one JSON object: prompt_ids, completion_ids, text,\n"
         "                       finish_reason, timings\n"
         "  --trace OUT.db       record the run into a SQLite trace (taps, logit snapshots,\n"
-        "                       token trail, events, backtraces); see doc/trace-format.md\n"
+        "                       token trail, events, backtraces); see doc/trace-format.md.\n"
+        "                       Created new, mode 0600 (it holds the prompt); an existing\n"
+        "                       OUT.db is refused, and never replaced if it is not a\n"
+        "                       bangtrace trace, is a link, a device or an input of the run,\n"
+        "                       or another run is writing it\n"
+        "  --force              replace OUT.db if it is an existing bangtrace trace\n"
         "  --taps MODE          all (default), layers (each layer's output), logits, none\n"
         "  --tap-layers A-B     tap only layers A..B\n"
         "  --logits MODE        flagged (default: full rows only at the first non-finite\n"
@@ -72,7 +79,10 @@ void cmd_run_help(FILE *out)
         "                       speculative rejection sampling (same distribution).\n\n"
         "Flags override the request body. Exit status: 0 done; 1 the argmax rule produced an\n"
         "id outside the vocabulary (finish_reason \"invalid_token\"), as a broken kernel would;\n"
-        "2 error.\n");
+        "2 error (a trace write that fails, e.g. a full disk, is one line and exit 2; the\n"
+        "steps already committed stay readable). SIGINT, SIGTERM, SIGHUP and SIGPIPE stop a\n"
+        "traced run between steps: the trace gets an `interrupted` event and status, is\n"
+        "closed as one self-contained file, and bangtrace dies by the signal (130, 143, ...).\n");
 }
 
 typedef struct run_opts {
@@ -83,7 +93,7 @@ typedef struct run_opts {
     double top_p; bool has_top_p;
     unsigned long long seed; bool has_seed;
     long threads, ctx;
-    bool json, ignore_eos;
+    bool json, ignore_eos, force;
     const char *trace;
     int taps;                 /* bt_taps_mode */
     int layer_lo, layer_hi;
@@ -160,10 +170,12 @@ static int parse_args(int argc, char **argv, run_opts *o)
             VAL(); if (bt_parse_int(a, v, 1, 64, &o->draft_ngram)) return BT_EINVAL;
         } else if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
+        else if (!strcmp(a, "--force")) o->force = true;
         else return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help run)", a);
 #undef VAL
     }
     if (!o->model) return bt_error(BT_EINVAL, "--model is required (see bangtrace help run)");
+    if (o->force && !o->trace) return bt_error(BT_EINVAL, "--force replaces an existing --trace file: give --trace OUT.db");
     if (!o->prompt == !o->request) return bt_error(BT_EINVAL, "give exactly one of --prompt or --request");
     int drafters = (o->draft_model != NULL) + (o->draft_self > 0) + (o->draft_ngram > 0);
     if (drafters > 1) return bt_error(BT_EINVAL, "give one drafter: --draft, --draft-self or --draft-ngram");
@@ -394,6 +406,13 @@ int cmd_run(int argc, char **argv)
     char drafter_name[32] = "";
 
     if (parse_args(argc, argv, &o)) goto fail;
+    if (o.trace) {
+        /* Refuse a bad --trace before minutes of model loading; the create
+         * below is exclusive anyway, this is for the message and the inputs. */
+        const bt_out_input in[] = { { "--model", o.model }, { "--tokenizer", o.tokenizer },
+                                    { "--draft", o.draft_model }, { "--request", o.request } };
+        if (bt_outfile_check(o.trace, BT_OUT_TRACE, o.force, in, (int)BT_ARRAY_SIZE(in), NULL)) goto fail;
+    }
     if (o.request) {
         char *body; size_t len;
         if (!strcmp(o.request, "-")) {
@@ -463,7 +482,10 @@ int cmd_run(int argc, char **argv)
     else if (o.draft_self) snprintf(drafter_name, sizeof(drafter_name), "self:%ld", o.draft_self);
     else if (o.draft_ngram) snprintf(drafter_name, sizeof(drafter_name), "ngram:%ld", o.draft_ngram);
     if (o.trace) {
-        if (bt_trace_create(o.trace, &trace)) goto fail;
+        /* From here on an interrupt closes the trace properly (checked
+         * between steps); before, there was nothing to lose. */
+        if (bt_interrupt_install()) goto fail;
+        if (bt_trace_create_opts(o.trace, o.force ? BT_TRACE_FORCE : 0, &trace)) goto fail;
         bt_debug("trace %s: taps %s, logits %s, top-k %ld%s", o.trace, bt_taps_mode_name(o.taps),
                  o.logits_full ? "full" : "flagged", o.topk, o.n_inject ? ", with fault injection" : "");
         if (write_meta(trace, argc, argv, &o, &req, m, tok, &sc, inj, prompt_text_of(&o, &req), sha_hex)) goto fail;
@@ -508,10 +530,11 @@ int cmd_run(int argc, char **argv)
     burst_lp = malloc((size_t)(o.spec_k + 2) * sizeof(float));
     if (!burst || !burst_lp) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
     double t1 = bt_now(), t_prompt = 0;
-    int rc;
+    int rc, intr = 0;
     bool done = n_max <= 0;
     while (!done) {
         int nb = 0;
+        if (trace && (intr = bt_interrupt_pending())) break;
         if ((rc = bt_decoder_next(dec, burst, burst_lp, &nb))) goto fail;
         if (t_prompt == 0) t_prompt = bt_decoder_stats_get(dec)->prefill_s;
         for (int b = 0; b < nb && !done; b++) {
@@ -551,6 +574,23 @@ int cmd_run(int argc, char **argv)
             }
             if ((long)n_gen >= n_max) done = true;
         }
+    }
+    if (intr) {
+        /* Between steps: every step so far is committed; say where we
+         * stopped, close the trace as one file, let main die by the signal. */
+        int step = rec ? bt_recorder_current_step(rec) : -1;
+        char detail[160];
+        snprintf(detail, sizeof(detail), "%s after %zu generated tokens; last committed step %d",
+                 bt_signal_name(intr), n_gen, step);
+        int tr = bt_trace_event(trace, step, -1, "interrupted", -1, NULL, NULL, detail, NULL);
+        int tc = bt_trace_close(trace, bt_trace_failed(trace) ? BT_TRACE_STATUS_IO_ERROR : BT_TRACE_STATUS_INTERRUPTED);
+        trace = NULL;
+        if (printed) putchar('\n');
+        fflush(stdout);
+        if (tr || tc) fprintf(stderr, "bangtrace: run: %s\n", bt_errmsg());
+        fprintf(stderr, "bangtrace: run: interrupted by %s at step %d; trace closed: %s\n", bt_signal_name(intr), step, o.trace);
+        status = 128 + intr;
+        goto out;
     }
     double t2 = t1 + t_prompt, t_end = bt_now();
     if (rec && (rc = bt_recorder_finish(rec, finish))) goto fail;
@@ -611,8 +651,11 @@ fail:
         bt_trace_event(trace, e ? bt_engine_step(e) : -1, -1, "error", -1, NULL, NULL, msg, NULL);
     }
 out:
-    if (trace) bt_trace_close(trace, status == 2 ? "error" : "ok");
+    if (trace)
+        bt_trace_close(trace, status != 2 ? BT_TRACE_STATUS_OK
+                              : bt_trace_failed(trace) ? BT_TRACE_STATUS_IO_ERROR : BT_TRACE_STATUS_ERROR);
     bt_crash_uninstall();
+    bt_interrupt_uninstall();
     bt_decoder_free(dec);
     free(burst); free(burst_lp);
     bt_recorder_free(drec);

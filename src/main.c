@@ -2,10 +2,12 @@
  * the helpers commands share. Exit status: 0 ok, 1 "found something" (the
  * command's help says when), 2 error. Never 0 after a fatal error. */
 #include "cmd.h"
+#include "sys/crash.h"
 #include "util.h"
 #include "config.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,5 +103,18 @@ int main(int argc, char **argv)
     for (int j = i + 1; j < argc; j++)
         if (!strcmp(argv[j], "-h") || !strcmp(argv[j], "--help")) { c->help(stdout); return 0; }
         else if (!strcmp(argv[j], "--")) break;
-    return c->run(argc - i, argv + i);
+    /* A file-size limit (ulimit -f) must end in a write error that names
+     * the file, with the trace closed, not in a silent SIGXFSZ core dump. */
+    signal(SIGXFSZ, SIG_IGN);
+    int status = c->run(argc - i, argv + i);
+    /* A command that stopped for SIGINT/SIGTERM returns 128+sig after
+     * closing its files; dying by the signal tells a calling shell the truth
+     * (it stops a loop on Ctrl-C). */
+    int sig = bt_interrupt_pending();
+    if (sig && status == 128 + sig) {
+        fflush(stdout);
+        fflush(stderr);
+        bt_signal_die(sig);
+    }
+    return status;
 }

@@ -42,7 +42,7 @@ for c in \
 $c
 EOF
     db="$TMP/inj.db"
-    if ! "$BANGTRACE" -q run $RUN --trace "$db" --inject "$spec" >/dev/null 2>"$TMP/err"; then
+    if ! "$BANGTRACE" -q run $RUN --trace "$db" --force --inject "$spec" >/dev/null 2>"$TMP/err"; then
         # the run may exit 1 when a triton rule picks an invalid id; the trace still exists
         [ -f "$db" ] || { fail "run --inject '$spec': $(head -c 300 "$TMP/err")"; continue; }
     fi

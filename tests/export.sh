@@ -91,7 +91,7 @@ expect_exit 2 "truncated trace" "$BANGTRACE" export "$TMP/trunc.db" -o "$TMP/x.d
 expect_exit 2 "no -o" "$BANGTRACE" export "$TMP/t.db" && one_line_err "-o"
 expect_exit 2 "bad --window" "$BANGTRACE" export "$TMP/t.db" -o "$TMP/x.db" --window -3 && one_line_err "--window"
 expect_exit 2 "unknown flag" "$BANGTRACE" export "$TMP/t.db" -o "$TMP/x.db" --frob && one_line_err "--frob"
-expect_exit 2 "OUT is the trace" "$BANGTRACE" export "$TMP/t.db" -o "$TMP/t.db" --force && one_line_err "itself"
+expect_exit 2 "OUT is the trace" "$BANGTRACE" export "$TMP/t.db" -o "$TMP/t.db" --force && one_line_err "input"
 expect_exit 0 "help export" "$BANGTRACE" help export && grep -q "usage: bangtrace export" "$TMP/out" || fail "help export has no usage line"
 
 # The real binary, once `run --trace` exists.

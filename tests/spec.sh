@@ -63,13 +63,13 @@ nv=$(q "select count(*) from spec_steps")
 # NaN in the draft only: greedy rejects the garbage, the output stays clean and identical
 "$BANGTRACE" run $L2C --prompt "Once upon a time" -n 60 --json > "$TMP/plain.json" 2>/dev/null
 expect_exit 0 "NaN injected into the draft" "$BANGTRACE" run $L2C --prompt "Once upon a time" -n 60 --json --spec-k 4 --draft-self 2 \
-    --inject "nan@model=draft,op=logits,step>=3,count=512" --trace "$TMP/s.db"
+    --inject "nan@model=draft,op=logits,step>=3,count=512" --trace "$TMP/s.db" --force
 [ "$(ids "$TMP/out")" = "$(ids "$TMP/plain.json")" ] && ok "draft NaN never reaches the output" || fail "draft NaN changed the output"
 [ "$(q "select model from v_first_nonfinite")" = draft ] && ok "v_first_nonfinite names the draft model" || fail "first non-finite model: $(q 'select * from v_first_nonfinite')"
 
 # accept_collapse: a drafter that agrees perfectly (the target itself) then goes bad
 expect_exit 0 "acceptance collapse" "$BANGTRACE" run $L2C --prompt "Once upon a time" -n 200 --spec-k 4 --draft "$STORIES" \
-    --inject "nan@model=draft,op=logits,step>=60,count=512" --trace "$TMP/s.db"
+    --inject "nan@model=draft,op=logits,step>=60,count=512" --trace "$TMP/s.db" --force
 [ "$(q "select count(*) from v_events where kind = 'accept_collapse'")" = 1 ] && ok "accept_collapse event" || fail "events: $(q 'select kind from v_events')"
 
 # post_stop_draft: SmolLM2 drafting for itself keeps proposing after <|im_end|>
@@ -77,7 +77,7 @@ if [ -f "$SMOL" ]; then
     printf '{"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 60}' > "$TMP/c.json"
     "$BANGTRACE" run --model "$SMOL" --request "$TMP/c.json" --json > "$TMP/plain.json" 2>/dev/null
     expect_exit 0 "SmolLM2 drafting for itself, k=6" "$BANGTRACE" run --model "$SMOL" --request "$TMP/c.json" --json --spec-k 6 \
-        --draft "$SMOL" --trace "$TMP/s.db"
+        --draft "$SMOL" --trace "$TMP/s.db" --force
     [ "$(ids "$TMP/out")" = "$(ids "$TMP/plain.json")" ] && ok "same answer" || fail "answer differs"
     n=$(q "select count(*) from v_events where kind = 'post_stop_draft'")
     last=$(q "select count(*) from v_spec_trail where reason = 'after_stop'")

@@ -4,6 +4,7 @@
  * close, bad files (missing, empty, random bytes, text, truncated, foreign
  * SQLite, newer schema, damaged pages) giving one-line errors and never a
  * crash, and the size of a 1,000-step decode of a 30-layer model. */
+#include "sys/outfile.h"
 #include "trace/reader.h"
 #include "trace/trace.h"
 #include "util.h"
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int failures;
@@ -31,6 +33,14 @@ static const char *tmp_path(const char *name)
     char *p = buf[i++ % 8];
     snprintf(p, 512, "%s/%s", dir, name);
     return p;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) { perror(path); exit(99); }
+    fputs(text, f);
+    fclose(f);
 }
 
 /* ---- a small synthetic model: 2 layers, 13 ops each ---- */
@@ -465,11 +475,48 @@ static void check_writer_errors(void)
         CHECK(!strcmp(bt_trace_meta_get(r, "status"), "error"));
         bt_trace_reader_close(r);
     }
-    /* a writer replaces an existing file */
-    CHECK_OK(bt_trace_create(tmp_path("err.db"), &t));
+    /* an existing trace is never replaced without BT_TRACE_FORCE ... */
+    CHECK(bt_trace_create(tmp_path("err.db"), &t) == BT_EINVAL && t == NULL && strstr(bt_errmsg(), "--force"));
+    CHECK_OK(bt_trace_open(tmp_path("err.db"), &r));
+    if (r) { CHECK_OK(bt_trace_step_get(r, 1, &sr)); bt_trace_reader_close(r); }
+    /* ... and is with it */
+    CHECK_OK(bt_trace_create_opts(tmp_path("err.db"), BT_TRACE_FORCE, &t));
+    /* while a writer has it, nobody else may write or replace it */
+    bt_trace *t2 = NULL;
+    CHECK(bt_trace_create_opts(tmp_path("err.db"), BT_TRACE_FORCE, &t2) == BT_EINVAL && !t2 &&
+          strstr(bt_errmsg(), "another bangtrace process is writing"));
+    CHECK(bt_outfile_locked(tmp_path("err.db")) == 1);
     CHECK_OK(bt_trace_close(t, "ok"));
+    CHECK(bt_outfile_locked(tmp_path("err.db")) == 0);
     CHECK_OK(bt_trace_open(tmp_path("err.db"), &r));
     if (r) { CHECK(bt_trace_step_get(r, 1, &sr) == BT_ENOTFOUND); bt_trace_reader_close(r); }
+    /* a new trace is private (it holds the prompt) and closes as one file */
+    struct stat fs;
+    CHECK(stat(tmp_path("err.db"), &fs) == 0 && (fs.st_mode & 0777) == 0600);
+    CHECK(stat(tmp_path("err.db-wal"), &fs) != 0 && stat(tmp_path("err.db-shm"), &fs) != 0);
+    /* a file that is not a trace is never replaced, --force or not */
+    write_text(tmp_path("notes.txt"), "keep me\n");
+    CHECK(bt_trace_create_opts(tmp_path("notes.txt"), BT_TRACE_FORCE, &t) == BT_EINVAL && !t &&
+          strstr(bt_errmsg(), "not a bangtrace trace"));
+    CHECK(stat(tmp_path("notes.txt"), &fs) == 0 && fs.st_size == 8);
+    /* nor a link to a trace */
+    CHECK(symlink(tmp_path("err.db"), tmp_path("link.db")) == 0);
+    CHECK(bt_trace_create_opts(tmp_path("link.db"), BT_TRACE_FORCE, &t) == BT_EINVAL && !t &&
+          strstr(bt_errmsg(), "symbolic link"));
+    /* the outfile rule: an output is never one of the inputs (a hard link counts) */
+    CHECK(link(tmp_path("notes.txt"), tmp_path("hard.txt")) == 0);
+    bt_out_input in[] = { { "--model", tmp_path("notes.txt") } };
+    CHECK(bt_outfile_check(tmp_path("hard.txt"), BT_OUT_TEXT, true, in, 1, NULL) == BT_EINVAL &&
+          strstr(bt_errmsg(), "--model"));
+    bool exists = false;
+    CHECK_OK(bt_outfile_check(tmp_path("new.md"), BT_OUT_TEXT, false, in, 1, &exists));
+    CHECK(!exists);
+    CHECK(bt_outfile_check(tmp_path("notes.txt"), BT_OUT_TEXT, false, NULL, 0, NULL) == BT_EINVAL);
+    CHECK_OK(bt_outfile_check(tmp_path("notes.txt"), BT_OUT_TEXT, true, NULL, 0, &exists));
+    CHECK(exists);
+    CHECK(bt_outfile_check(tmp_path("err.db"), BT_OUT_TEXT, true, NULL, 0, NULL) == BT_EINVAL);
+    CHECK(bt_outfile_check("/dev/null", BT_OUT_TRACE, true, NULL, 0, NULL) == BT_EINVAL &&
+          strstr(bt_errmsg(), "character device"));
 }
 
 /* ---- the crash close: the open step and status 'crashed' are committed ---- */
@@ -490,6 +537,13 @@ static void check_crash_close(void)
     CHECK_OK(bt_trace_event(t, 2, 2, "crash", -1, NULL, NULL, "fatal signal SIGSEGV", NULL));
     bt_trace_crash_close(t);
     bt_trace_crash_close(t);   /* once only */
+    /* one self-contained file: a copy of the .db alone holds every step */
+    char side[600];
+    struct stat st;
+    snprintf(side, sizeof side, "%s-wal", path);
+    CHECK(stat(side, &st) != 0);
+    snprintf(side, sizeof side, "%s-shm", path);
+    CHECK(stat(side, &st) != 0);
     /* the process would die here: read the file as it is, WAL and all */
     bt_trace_reader *r;
     CHECK_OK(bt_trace_open(path, &r));

@@ -9,7 +9,7 @@ q() { sqlite3 -batch -noheader "$1" "$2"; }
 L2C="--model $STORIES --tokenizer $TOK512"
 
 for p in "Once upon a time" "The little dog" "Tom and Lily went to the park"; do
-    expect_exit 0 "trace clean run: $p" "$BANGTRACE" run $L2C --prompt "$p" -n 60 --trace "$TMP/clean.db"
+    expect_exit 0 "trace clean run: $p" "$BANGTRACE" run $L2C --prompt "$p" -n 60 --trace "$TMP/clean.db" --force
     n=$(q "$TMP/clean.db" "select count(*) from v_events")
     [ "$n" = 0 ] && ok "no events for '$p'" || fail "clean run recorded $n events: $(q "$TMP/clean.db" 'select kind, detail from v_events')"
 done
@@ -43,7 +43,7 @@ expect_exit 2 "--taps bogus" "$BANGTRACE" run $L2C --prompt "Once" -n 5 --taps b
 for spec in "nan@step=3,layer=2,op=ffn_gate,index=5:3:2:ffn_gate:5" "inf@step=1,layer=0,op=attn_q,index=7:1:0:attn_q:7" \
             "-inf@step=6,layer=4,op=ffn_down:6:4:ffn_down:0"; do
     inj=${spec%%:*}; rest=${spec#*:}
-    expect_exit 0 "inject $inj" "$BANGTRACE" run $L2C --prompt "Once upon a time" -n 30 --inject "$inj" --trace "$TMP/i.db"
+    expect_exit 0 "inject $inj" "$BANGTRACE" run $L2C --prompt "Once upon a time" -n 30 --inject "$inj" --trace "$TMP/i.db" --force
     got=$(q "$TMP/i.db" "select step || ':' || layer || ':' || op || ':' || first_bad_index from v_first_nonfinite")
     [ "$got" = "$rest" ] && ok "first non-finite $got" || fail "inject $inj: v_first_nonfinite gave '$got', expected '$rest'"
     [ "$(q "$TMP/i.db" "select count(*) from v_events where kind = 'first_nonfinite'")" = 1 ] && ok "first_nonfinite event" || fail "first_nonfinite event"
@@ -67,7 +67,7 @@ expect_exit 0 "first rule on NaN logits: wall of token 0" "$BANGTRACE" run $L2C 
 if [ -f "$SMOL" ]; then
     for c in "What is the capital of France?" "Write a haiku about the sea." "List three primary colors."; do
         printf '{"messages": [{"role": "user", "content": "%s"}], "max_tokens": 40}' "$c" > "$TMP/c.json"
-        expect_exit 0 "SmolLM2 traced: $c" "$BANGTRACE" run --model "$SMOL" --request "$TMP/c.json" --trace "$TMP/s.db"
+        expect_exit 0 "SmolLM2 traced: $c" "$BANGTRACE" run --model "$SMOL" --request "$TMP/c.json" --trace "$TMP/s.db" --force
         n=$(q "$TMP/s.db" "select count(*) from v_events")
         [ "$n" = 0 ] && ok "SmolLM2 clean: no events" || fail "SmolLM2 clean run recorded events: $(q "$TMP/s.db" 'select kind, detail from v_events')"
     done

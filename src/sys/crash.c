@@ -10,7 +10,15 @@
  *
  * The alternate stack is installed on the calling thread only (sigaltstack
  * is per thread): it is what lets a stack overflow on the main thread still
- * be reported. */
+ * be reported.
+ *
+ * Interrupts (SIGINT, SIGTERM, SIGHUP, SIGPIPE) are not crashes: the
+ * process is healthy, so nothing is done in the handler but setting a flag
+ * that the command polls between steps; it then records the interrupt,
+ * closes the trace properly and main() dies by the same signal. A second
+ * SIGINT/SIGTERM/SIGHUP means "now": the default action, at once. A
+ * signal the parent ignored (nohup, a background job's SIGINT) stays
+ * ignored. */
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -72,7 +80,7 @@ static void write_str(int fd, const char *s) { write_all(fd, s, strlen(s)); }
  * blocked while its handler runs) and raise it. Returning from a hardware
  * fault would re-execute the faulting instruction; raising is explicit and
  * also covers raise()d and kill()ed signals. */
-static void die_by(int sig)
+static __attribute__((noreturn)) void die_by(int sig)
 {
     struct sigaction dfl;
     memset(&dfl, 0, sizeof(dfl));
@@ -113,6 +121,49 @@ static void handler(int sig, siginfo_t *si, void *uctx)
     errno = saved_errno;
     die_by(sig);
 }
+
+static const int interrupt_sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGPIPE };
+#define N_INT ((int)(sizeof(interrupt_sigs) / sizeof(interrupt_sigs[0])))
+static struct sigaction old_int[N_INT];
+static bool int_hooked[N_INT];
+static volatile sig_atomic_t interrupt_sig;
+
+static void on_interrupt(int sig)
+{
+    /* Every write to a closed pipe raises SIGPIPE again: only the first
+     * counts, and the writes fail with EPIPE instead. */
+    if (sig == SIGPIPE) { if (!interrupt_sig) interrupt_sig = sig; return; }
+    if (interrupt_sig && interrupt_sig != SIGPIPE) die_by(sig);
+    interrupt_sig = sig;
+}
+
+int bt_interrupt_install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < N_INT; i++) {
+        if (int_hooked[i]) continue;
+        struct sigaction cur;
+        if (sigaction(interrupt_sigs[i], NULL, &cur) != 0) continue;
+        if (cur.sa_handler == SIG_IGN) continue;
+        if (sigaction(interrupt_sigs[i], &sa, &old_int[i]) != 0)
+            return bt_error(BT_EIO, "sigaction(%s) failed: %s", bt_signal_name(interrupt_sigs[i]), strerror(errno));
+        int_hooked[i] = true;
+    }
+    return BT_OK;
+}
+
+void bt_interrupt_uninstall(void)
+{
+    for (int i = 0; i < N_INT; i++)
+        if (int_hooked[i]) { sigaction(interrupt_sigs[i], &old_int[i], NULL); int_hooked[i] = false; }
+}
+
+int bt_interrupt_pending(void) { return interrupt_sig; }
+
+void bt_signal_die(int sig) { die_by(sig); }
 
 void bt_crash_set_note(const char *text)
 {

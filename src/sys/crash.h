@@ -17,6 +17,18 @@ void bt_crash_uninstall(void);
 /* Text appended to the stderr line after the hook ran ("trace closed:
  * run.db"); NULL or "" for none. Copied (at most 511 bytes). */
 void bt_crash_set_note(const char *text);
+/* Interrupts: SIGINT, SIGTERM, SIGHUP and SIGPIPE (unless ignored when
+ * installed) only set a flag, which bt_interrupt_pending() returns (the
+ * signal number, 0 for none) so that a command can stop between steps,
+ * record the interrupt and close its trace. A second SIGINT/SIGTERM/SIGHUP
+ * takes the default action at once. Uninstall restores the old actions and
+ * keeps the flag. */
+int bt_interrupt_install(void);
+void bt_interrupt_uninstall(void);
+int bt_interrupt_pending(void);
+/* Die by sig with its default action (exit status 128+sig if it returns). */
+void bt_signal_die(int sig) __attribute__((noreturn));
+
 /* "SIGSEGV" etc. */
 const char *bt_signal_name(int sig);
 

@@ -1,2 +1,3 @@
-# src/sys/local.mk - host backtraces (libunwind) and fatal-signal handling
-libbangtrace_a_SOURCES += src/sys/backtrace.c src/sys/backtrace.h src/sys/crash.c src/sys/crash.h
+# src/sys/local.mk - host backtraces (libunwind), fatal-signal and interrupt handling, output-file safety
+libbangtrace_a_SOURCES += src/sys/backtrace.c src/sys/backtrace.h src/sys/crash.c src/sys/crash.h \
+	src/sys/outfile.c src/sys/outfile.h

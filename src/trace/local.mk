@@ -4,6 +4,7 @@
 # tree and in `make distcheck` (traces/ is distributed; schema.c is not).
 libbangtrace_a_SOURCES += src/trace/trace.h src/trace/writer.c src/trace/reader.h src/trace/reader.c \
 	src/trace/reader_impl.h src/trace/reader_browse.c \
+	src/trace/runstate.h src/trace/runstate.c \
 	src/cmd_export.c
 nodist_libbangtrace_a_SOURCES += src/trace/schema.c
 BUILT_SOURCES += src/trace/schema.c

@@ -22,15 +22,38 @@
 
 typedef struct bt_trace bt_trace;
 
-/* Create (replacing an existing file and its -wal/-shm) and write the schema. */
+/* Create a new trace file exclusively (mode 0600) and write the schema;
+ * the writer then holds an exclusive flock on it until close. An existing
+ * path is refused (BT_EINVAL, message naming the path and why) unless flags
+ * has BT_TRACE_FORCE and it is a regular file, a bangtrace trace, and no
+ * process is writing it: then it and its -wal/-shm are replaced. Links and
+ * devices are never followed or replaced (sys/outfile.h). */
+#define BT_TRACE_FORCE 1u
+int bt_trace_create_opts(const char *path, unsigned flags, bt_trace **out);
+/* bt_trace_create_opts(path, 0, out): never replaces anything. */
 int bt_trace_create(const char *path, bt_trace **out);
-/* Mark the run finished with a status ("ok", "error", "crashed", ...), set
- * meta.finished_at, checkpoint and close. NULL is a no-op. */
+/* Mark the run finished with a status (see BT_TRACE_STATUS_*), set
+ * meta.finished_at, checkpoint the WAL into the main file, leave WAL mode
+ * (no -wal/-shm remain: one self-contained file) and close. NULL is a no-op.
+ * Best effort after a failed write: the first error is returned. */
 int bt_trace_close(bt_trace *t, const char *status);
-/* Async-signal-tolerant emergency close for the crash handler: commit what
- * is pending (the current step included), record status "crashed". Never
- * allocates. Safe to call once. */
+/* Emergency close for the crash handler: commit what is pending (the
+ * current step included), record status "crashed", checkpoint and leave
+ * WAL mode as bt_trace_close does. Does nothing if the signal interrupted
+ * SQLite itself. Safe to call once. */
 void bt_trace_crash_close(bt_trace *t);
+/* True once a write to the trace failed (disk full, I/O error): the run
+ * should close it with BT_TRACE_STATUS_IO_ERROR. */
+bool bt_trace_failed(const bt_trace *t);
+
+/* meta.status values. "running" until the writer closes the trace; a trace
+ * still "running" with no live writer (bt_outfile_locked) was killed. */
+#define BT_TRACE_STATUS_RUNNING "running"
+#define BT_TRACE_STATUS_OK "ok"                  /* the run finished */
+#define BT_TRACE_STATUS_ERROR "error"            /* the run stopped on an error (exit 2) */
+#define BT_TRACE_STATUS_IO_ERROR "io_error"      /* a trace write failed (disk full, I/O error) */
+#define BT_TRACE_STATUS_CRASHED "crashed"        /* a fatal signal (crash event + backtrace) */
+#define BT_TRACE_STATUS_INTERRUPTED "interrupted" /* SIGINT / SIGTERM / SIGHUP / SIGPIPE (interrupted event) */
 
 int bt_trace_meta(bt_trace *t, const char *key, const char *value);
 /* Register a tapped tensor: idx is its slot in the step blob (0..n-1, in

@@ -13,16 +13,34 @@
  * - Page size 16 KiB: a step blob of a 30-layer model is ~3.1 KB, and with
  *   4 KiB pages SQLite would store one blob per page (4 KB/step); 16 KiB
  *   pages hold five (3.3 KB/step), which is what keeps 1,000 steps < 4 MB.
+ * - The file is created exclusively (O_EXCL | O_NOFOLLOW, mode 0600: a trace
+ *   holds the prompt). An existing path is replaced only when it is a
+ *   regular file that is a bangtrace trace, no process is writing it, and
+ *   the caller passed BT_TRACE_FORCE (sys/outfile.h has the rules).
+ * - The writer holds flock(LOCK_EX) on the file from creation to close, so
+ *   a second writer, or a --force replace, is refused while a run is live,
+ *   and readers can tell a live run from one that died (bt_outfile_locked).
+ *   flock rather than SQLite's own locks: SQLite's are POSIX fcntl locks,
+ *   which a process loses when it closes any descriptor of the file and
+ *   which an exclusive locking_mode would also take from readers (a browser
+ *   watching the run). flock locks are per open file description and
+ *   independent of SQLite's fcntl locks on Linux.
+ * - Every close (normal, error, interrupt, crash) checkpoints the WAL into
+ *   the main file and leaves WAL mode, so a closed trace is one
+ *   self-contained file with its final meta.status. Only a kill -9, or a
+ *   crash inside SQLite, or a disk too full to checkpoint, leaves a -wal.
  * - in_sqlite is set around every sqlite3 call sequence, so the fatal-signal
  *   path (bt_trace_crash_close) knows whether SQLite's state is consistent
  *   enough to commit, and leaves it alone otherwise.
  * Single-threaded: one thread drives a writer. */
 #include "trace/trace.h"
 #include "trace/reader.h"
+#include "sys/outfile.h"
 #include "util.h"
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -70,6 +88,8 @@ static const char *const stmt_sql[ST_COUNT] = {
 struct bt_trace {
     sqlite3 *db;
     char *path;
+    int lock_fd;                       /* holds flock(LOCK_EX) while we write; -1 none */
+    bool failed;                       /* an SQLite write failed (disk full, I/O error) */
     sqlite3_stmt *st[ST_COUNT];
     volatile sig_atomic_t in_sqlite;   /* inside an sqlite3 call sequence */
     volatile sig_atomic_t crash_closed;
@@ -96,6 +116,9 @@ struct bt_trace {
 
 static int sql_fail(bt_trace *t, const char *what)
 {
+    t->failed = true;
+    int e = sqlite3_system_errno(t->db);
+    if (e) return bt_error(BT_EIO, "%s: %s: %s (%s)", t->path, what, sqlite3_errmsg(t->db), strerror(e));
     return bt_error(BT_EIO, "%s: %s: %s", t->path, what, sqlite3_errmsg(t->db));
 }
 
@@ -104,10 +127,11 @@ static int run_stmt(bt_trace *t, int which, const char *what)
 {
     sqlite3_stmt *s = t->st[which];
     int rc = sqlite3_step(s);
+    /* the message and errno first: reset may overwrite them */
+    int r = rc != SQLITE_DONE && rc != SQLITE_ROW ? sql_fail(t, what) : BT_OK;
     sqlite3_reset(s);
     sqlite3_clear_bindings(s);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return sql_fail(t, what);
-    return BT_OK;
+    return r;
 }
 
 static int exec(bt_trace *t, const char *sql)
@@ -117,6 +141,7 @@ static int exec(bt_trace *t, const char *sql)
     int rc = sqlite3_exec(t->db, sql, NULL, NULL, &err);
     t->in_sqlite = 0;
     if (rc != SQLITE_OK) {
+        t->failed = true;
         int r = bt_error(BT_EIO, "%s: %s: %s", t->path, sql, err ? err : sqlite3_errstr(rc));
         sqlite3_free(err);
         return r;
@@ -176,6 +201,7 @@ static void free_trace(bt_trace *t)
 {
     for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(t->st[i]);
     if (t->db) sqlite3_close_v2(t->db);
+    if (t->lock_fd >= 0) close(t->lock_fd);   /* last: the lock outlives SQLite's descriptors */
     free(t->blob);
     free(t->raw);
     free(t->z);
@@ -183,20 +209,81 @@ static void free_trace(bt_trace *t)
     free(t);
 }
 
+/* Replace the idle bangtrace trace at path (the caller passed --force):
+ * checked through its own descriptor (not followed if a link, regular, our
+ * header, no live writer), then unlinked with its companions while we hold
+ * its lock, so a writer starting meanwhile cannot lose its file to us. */
+static int remove_old_trace(const char *path)
+{
+    int rc = bt_outfile_check(path, BT_OUT_TRACE, true, NULL, 0, NULL);
+    if (rc) return rc;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return bt_error(BT_EIO, "%s: %s", path, strerror(errno));
+    struct stat st;
+    unsigned char hdr[100];
+    ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read(fd, hdr, sizeof hdr) : -1;
+    if (n < 0 || !bt_outfile_is_trace_header(hdr, (long)n)) {
+        close(fd);
+        return bt_error(BT_EINVAL, "%s: changed while being checked: not replacing it", path);
+    }
+    if ((rc = bt_outfile_lock(fd, path))) {
+        close(fd);
+        return rc;
+    }
+    if (unlink(path) != 0 && errno != ENOENT) {
+        int e = errno;
+        close(fd);
+        return bt_error(BT_EIO, "%s: cannot replace: %s", path, strerror(e));
+    }
+    unlink_companions(path);
+    close(fd);
+    return BT_OK;
+}
+
 int bt_trace_create(const char *path, bt_trace **out)
+{
+    return bt_trace_create_opts(path, 0, out);
+}
+
+int bt_trace_create_opts(const char *path, unsigned flags, bt_trace **out)
 {
     *out = NULL;
     bt_trace *t = calloc(1, sizeof(*t));
     if (!t || !(t->path = strdup(path))) { free(t); return bt_error(BT_ENOMEM, "%s: out of memory", path); }
-    if (unlink(path) != 0 && errno != ENOENT) {
+    t->lock_fd = -1;
+    int rc;
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) {
+        if (!(flags & BT_TRACE_FORCE)) {
+            /* the check names why (a device, a link, not a trace, live, or just "use --force") */
+            rc = bt_outfile_check(path, BT_OUT_TRACE, false, NULL, 0, NULL);
+            if (!rc) rc = bt_error(BT_EINVAL, "%s: exists: use --force to replace it", path);
+            free_trace(t);
+            return rc;
+        }
+        if ((rc = remove_old_trace(path))) { free_trace(t); return rc; }
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno == EEXIST) {
+            free_trace(t);
+            return bt_error(BT_EINVAL, "%s: another process created it while it was being replaced", path);
+        }
+    }
+    if (fd < 0) {
         int e = errno;
         free_trace(t);
-        return bt_error(BT_EIO, "%s: cannot replace: %s", path, strerror(e));
+        return bt_error(BT_EIO, "%s: cannot create trace: %s", path, strerror(e));
     }
+    t->lock_fd = fd;
+    /* Nobody else can hold it yet except a process that opened the new,
+     * empty file in the instant since; refuse rather than share. */
+    if ((rc = bt_outfile_lock(fd, path))) { free_trace(t); return rc; }
+    /* Stale companions of a trace deleted by hand would be replayed into
+     * ours; ours cannot have any yet. */
     unlink_companions(path);
-    int rc = sqlite3_open_v2(path, &t->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    rc = sqlite3_open_v2(path, &t->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
         int r = bt_error(BT_EIO, "%s: cannot create trace: %s", path, t->db ? sqlite3_errmsg(t->db) : sqlite3_errstr(rc));
+        unlink(path);
         free_trace(t);
         return r;
     }
@@ -223,9 +310,9 @@ int bt_trace_create(const char *path, bt_trace **out)
     *out = t;
     return BT_OK;
 fail:
-    free_trace(t);
-    unlink(path);
+    unlink(path);          /* ours: created above and still locked */
     unlink_companions(path);
+    free_trace(t);
     return rc;
 }
 
@@ -535,6 +622,20 @@ int bt_trace_backtrace(bt_trace *t, int64_t event_id, int step, const char *kind
     return rc;
 }
 
+/* Checkpoint the WAL into the main file and go back to a rollback journal
+ * (which deletes the -wal and -shm): the closed trace is then one
+ * self-contained file that anyone can copy alone and open read-only. Best
+ * effort, and quiet: a reader still attached, or a disk too full to take
+ * the checkpoint, leaves a WAL-mode file, which is just as valid as long as
+ * its -wal travels with it (the first error is what the caller reports). */
+static void seal(bt_trace *t)
+{
+    sqlite3_wal_checkpoint_v2(t->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    sqlite3_exec(t->db, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL);
+}
+
+bool bt_trace_failed(const bt_trace *t) { return t && t->failed; }
+
 int bt_trace_close(bt_trace *t, const char *status)
 {
     if (!t) return BT_OK;
@@ -543,14 +644,19 @@ int bt_trace_close(bt_trace *t, const char *status)
     if (t->in_step && (r = bt_trace_step_end(t, NAN)) && !rc) rc = r;
     char finished[32];
     iso_now(finished);
-    if ((r = meta_put(t, "status", status ? status : "ok")) && !rc) rc = r;
+    if (!status) status = BT_TRACE_STATUS_OK;
+    bool put = (r = meta_put(t, "status", status)) == BT_OK;
+    if (r && !rc) rc = r;
     if ((r = meta_put(t, "finished_at", finished)) && !rc) rc = r;
+    /* A browser watching the run may hold a read transaction for a moment:
+     * wait a little for it rather than leave a -wal behind. */
+    sqlite3_busy_timeout(t->db, 500);
+    seal(t);
+    /* A full disk or a file-size limit usually fails in the WAL, which the
+     * checkpoint has just emptied into the main file: the status may fit
+     * now (rewritten in place under a rollback journal). */
+    if (!put && meta_put(t, "status", status) == BT_OK) meta_put(t, "finished_at", finished);
     for (int i = 0; i < ST_COUNT; i++) { sqlite3_finalize(t->st[i]); t->st[i] = NULL; }
-    /* Back to a rollback journal: the finished trace is one self-contained
-     * file that opens read-only anywhere, even where no -shm can be made.
-     * Best effort: with a reader attached (a browser watching the run) the
-     * switch is refused, and a WAL-mode file is just as valid. */
-    exec(t, "PRAGMA journal_mode = DELETE");
     if (sqlite3_close(t->db) != SQLITE_OK && !rc) rc = sql_fail(t, "closing");
     t->db = NULL;
     free_trace(t);
@@ -576,6 +682,11 @@ void bt_trace_crash_close(bt_trace *t)
         if (rc == BT_OK) { sqlite3_step(t->st[ST_COMMIT]); sqlite3_reset(t->st[ST_COMMIT]); }
         t->in_step = false;
     }
+    /* The process is about to die: make the file self-contained now, so a
+     * copy of the .db alone (attached to an issue) holds every step. This
+     * allocates inside SQLite, in signal context; the caller dies right
+     * after either way, and a crash inside SQLite never gets here. */
+    seal(t);
     t->in_sqlite = 0;
 }
 
