@@ -1,7 +1,7 @@
 # tests/local.mk - the test suite. Programs are C unit tests; *.sh drive the
 # built binary. ASAN_TESTS (one line) is what `./quickstart check` reruns
 # under ASan+UBSan.
-ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh
+ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh
 TESTS += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh
 EXTRA_DIST += tests/browse_big.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/golden/smollm2-q4_1.txt tests/trace_run.sh tests/crash_run.sh
 # request parsing, chat templates, sampler / argmax rules
@@ -31,6 +31,11 @@ tests_test_kernels_LDADD = $(BT_LIBS)
 tests_dequant_tool_SOURCES = tests/dequant_tool.c
 tests_dequant_tool_LDADD = $(BT_LIBS)
 EXTRA_DIST += tests/dequant_check.py
+# tap statistics: every field of bt_stats_compute, NaN / +Inf / -Inf apart
+check_PROGRAMS += tests/test_stats
+TESTS += tests/test_stats
+tests_test_stats_SOURCES = tests/test_stats.c
+tests_test_stats_LDADD = $(BT_LIBS)
 # fault injection, token detectors, libunwind backtraces and crash handling
 check_PROGRAMS += tests/test_inject tests/test_detect tests/test_crash
 TESTS += tests/test_inject tests/test_detect tests/test_crash
