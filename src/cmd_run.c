@@ -452,6 +452,18 @@ int cmd_run(int argc, char **argv)
         bt_engine_opts eo = { .ctx_len = ctx, .max_batch = batch, .n_layers = (int)o.draft_self, .share_pool = e };
         if (bt_engine_new_opts(dm ? dm : m, &eo, &de)) goto fail;
     }
+    if (inj) {
+        /* Refuse, before any work, a spec this run can never match. Steps:
+         * a plain run makes n_max forwards; speculation at most k draft
+         * forwards and one verify per emitted token. Positions: the last
+         * emitted token is never fed back; a verify computes k past it. */
+        long k = o.draft_ngram ? 0 : o.spec_k, n1 = BT_MAX(n_max, 1L);
+        bt_inject_limits lim = { .target = &m->cfg, .draft = de ? &(dm ? dm : m)->cfg : NULL,
+                                 .draft_layers = de ? bt_engine_n_layers(de) : 0,
+                                 .max_pos = (int)BT_MIN((long)ctx, (long)n_prompt + n1 - 1 + o.spec_k),
+                                 .max_step = (int)BT_MIN((long)INT_MAX, n_max <= 0 ? 0 : 1 + (n_max - 1) * (k + 1)) };
+        if (bt_injector_check(inj, &lim)) goto fail;
+    }
     if (o.draft_model) snprintf(drafter_name, sizeof(drafter_name), "model");
     else if (o.draft_self) snprintf(drafter_name, sizeof(drafter_name), "self:%ld", o.draft_self);
     else if (o.draft_ngram) snprintf(drafter_name, sizeof(drafter_name), "ngram:%ld", o.draft_ngram);
@@ -542,6 +554,7 @@ int cmd_run(int argc, char **argv)
         }
     }
     double t2 = t1 + t_prompt, t_end = bt_now();
+    if (rec && (rc = bt_recorder_inject_unfired(rec, NULL))) goto fail;
     if (rec && (rc = bt_recorder_finish(rec, finish))) goto fail;
     if (trace) {
         int tr = bt_trace_close(trace, "ok");

@@ -33,6 +33,8 @@ enum bt_op {
 const char *bt_op_name(int op);
 int bt_op_from_name(const char *name);        /* -1 if unknown */
 bool bt_op_is_layer_op(int op);
+/* Floats per row of an op's tensor in a model of config c. */
+int bt_op_width(const bt_config *c, int op);
 /* Full tensor name: "token_embd", "blk.3.ffn_down", "logits". */
 void bt_tensor_name(int op, int layer, char *buf, size_t cap);
 
