@@ -38,7 +38,8 @@ tests_test_stats_SOURCES = tests/test_stats.c
 tests_test_stats_LDADD = $(BT_LIBS)
 # fault injection, token detectors, libunwind backtraces and crash handling
 check_PROGRAMS += tests/test_inject tests/test_detect tests/test_crash
-TESTS += tests/test_inject tests/test_detect tests/test_crash
+TESTS += tests/test_inject tests/test_detect tests/test_crash tests/inject_truth.sh
+EXTRA_DIST += tests/inject_truth.sh
 tests_test_inject_SOURCES = tests/test_inject.c
 tests_test_inject_LDADD = $(BT_LIBS)
 tests_test_detect_SOURCES = tests/test_detect.c
