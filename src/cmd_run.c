@@ -555,6 +555,12 @@ int cmd_run(int argc, char **argv)
     }
     double t2 = t1 + t_prompt, t_end = bt_now();
     if (rec && (rc = bt_recorder_inject_unfired(rec, NULL))) goto fail;
+    if (trace) {
+        /* the count every reader prints (bt_analyze_generated) */
+        char ng[24];
+        snprintf(ng, sizeof(ng), "%zu", n_gen);
+        if ((rc = bt_trace_meta(trace, "generated", ng))) goto fail;
+    }
     if (rec && (rc = bt_recorder_finish(rec, finish))) goto fail;
     if (trace) {
         int tr = bt_trace_close(trace, "ok");
@@ -567,7 +573,10 @@ int cmd_run(int argc, char **argv)
     const bt_decoder_stats *ds = bt_decoder_stats_get(dec);
     if (status == 2) status = 0;
     int decoded = (int)n_gen;
-    double pps = n_prompt / (t_prompt > 0 ? t_prompt : 1e-9), dps = decoded > 1 ? (decoded - 1) / t_decode : 0;
+    /* the first token comes from the prefill: decode rate over the rest;
+     * NAN (JSON null, "n/a") when an interval is too short to time */
+    double pps = bt_rate((double)n_prompt, t_prompt), dps = bt_rate(decoded - 1, t_decode);
+    char pps_s[32], dps_s[32];
     if (o.json) {
         json_t *j = json_object();
         json_object_set_new(j, "model", json_string(m->cfg.name));
@@ -579,8 +588,8 @@ int cmd_run(int argc, char **argv)
         json_object_set_new(t, "load_ms", json_real(t_load * 1e3));
         json_object_set_new(t, "prompt_ms", json_real(t_prompt * 1e3));
         json_object_set_new(t, "decode_ms", json_real(t_decode * 1e3));
-        json_object_set_new(t, "prompt_tokens_per_s", json_real(pps));
-        json_object_set_new(t, "decode_tokens_per_s", json_real(dps));
+        json_object_set_new(t, "prompt_tokens_per_s", isnan(pps) ? json_null() : json_real(pps));
+        json_object_set_new(t, "decode_tokens_per_s", isnan(dps) ? json_null() : json_real(dps));
         json_object_set_new(j, "timings", t);
         if (o.spec_k)
             json_object_set_new(j, "speculation", json_pack("{s:s,s:i,s:i,s:i,s:i,s:f,s:i}", "drafter", drafter_name,
@@ -601,8 +610,9 @@ int cmd_run(int argc, char **argv)
         bt_log("bangtrace: speculation %s k=%ld: %d verify steps, %d of %d drafted tokens accepted (%.0f%%), %d target forwards",
                drafter_name, o.spec_k, ds->verify_steps, ds->accepted, ds->drafted,
                ds->drafted ? 100.0 * ds->accepted / ds->drafted : 0.0, ds->target_forwards);
-    bt_log("bangtrace: %zu prompt tokens in %.0f ms (%.1f t/s), %d generated in %.0f ms (%.1f t/s), finish_reason %s",
-           n_prompt, t_prompt * 1e3, pps, decoded, t_decode * 1e3, dps, finish);
+    bt_log("bangtrace: %zu prompt tokens in %.1f ms (%s), %d generated in %.1f ms (decode %s), finish_reason %s",
+           n_prompt, t_prompt * 1e3, bt_rate_fmt((double)n_prompt, t_prompt, pps_s, sizeof(pps_s)), decoded,
+           t_decode * 1e3, bt_rate_fmt(decoded - 1, t_decode, dps_s, sizeof(dps_s)), finish);
     goto out;
 fail:
     if (rec && bt_recorder_status(rec) && !*bt_errmsg()) bt_error(bt_recorder_status(rec), "trace write failed");

@@ -55,8 +55,8 @@ tests_trace_writer_tool_SOURCES = tests/trace_writer_tool.c
 tests_trace_writer_tool_LDADD = $(BT_LIBS)
 EXTRA_DIST += tests/trace_crash.sh tests/export.sh
 # bisect (plain and --reference) and report on real traces
-TESTS += tests/bisect.sh tests/report.sh
-EXTRA_DIST += tests/bisect.sh tests/report.sh
+TESTS += tests/bisect.sh tests/report.sh tests/counts.sh
+EXTRA_DIST += tests/bisect.sh tests/report.sh tests/counts.sh
 # browser (tui/): layout, collapsing, colouring, sanitization, keys; dumps; tmux end to end
 check_PROGRAMS += tests/test_tui
 TESTS += tests/test_tui tests/browse_dump.sh tests/browse_tmux.sh tests/browse_big.sh
