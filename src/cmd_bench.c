@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,11 +41,23 @@ void cmd_bench_help(FILE *out)
 
 static size_t weight_bytes(const bt_weight *w) { return w->data ? bt_dtype_row_size(w->type, w->cols) * (size_t)w->rows : 0; }
 
+/* NAN (a rate too short to time, bt_rate) sorts first, so a median is
+ * NAN only when most repetitions were. */
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
+    if (isnan(x) || isnan(y)) return !isnan(x) - !isnan(y);
     return (x > y) - (x < y);
 }
+
+static const char *rate_s(double r, const char *unit, char *buf, size_t cap)
+{
+    if (isnan(r)) snprintf(buf, cap, "n/a (interval under %g ms)", BT_RATE_MIN_S * 1e3);
+    else snprintf(buf, cap, "%.1f %s", r, unit);
+    return buf;
+}
+
+static json_t *rate_json(double r) { return isnan(r) ? json_null() : json_real(r); }
 
 /* Prefill np tokens then greedily decode nd, reps times; medians out. With
  * a recorder each forward is a recorded step, as in `run --trace`. */
@@ -74,9 +87,11 @@ static int bench_reps(bt_engine *e, bt_recorder *rec, const int32_t *toks, long 
             if (i < 0) t1 = bt_now();
         }
         double t2 = bt_now();
-        pp[r] = np / (t1 - t0);
-        dd[r] = nd / (t2 - t1);
-        if (!quiet && rc == BT_OK) bt_log("  %s rep %ld: prompt %.1f t/s, decode %.1f t/s", label, r + 1, pp[r], dd[r]);
+        pp[r] = bt_rate((double)np, t1 - t0);
+        dd[r] = bt_rate((double)nd, t2 - t1);
+        char ps[32], ds[32];
+        if (!quiet && rc == BT_OK) bt_log("  %s rep %ld: prompt %s, decode %s", label, r + 1,
+                                          bt_rate_fmt((double)np, t1 - t0, ps, sizeof(ps)), bt_rate_fmt((double)nd, t2 - t1, ds, sizeof(ds)));
     }
     qsort(pp, (size_t)reps, sizeof(double), cmp_double);
     qsort(dd, (size_t)reps, sizeof(double), cmp_double);
@@ -138,10 +153,12 @@ static int bench_spec(const bt_model *m, bt_engine *e, long k, long self, long n
             double dt = bt_now() - t0;
             const bt_decoder_stats *st = bt_decoder_stats_get(d);
             if (spec_on) { drafted += st->drafted; acc += st->accepted; }
-            (spec_on ? ts : tp)[r] = (got - 1) / dt;
+            (spec_on ? ts : tp)[r] = bt_rate(got - 1, dt);
             bt_decoder_free(d);
         }
-        if (!rc && !quiet) bt_log("  text rep %ld: plain %.1f t/s, speculative %.1f t/s", r + 1, tp[r], ts[r]);
+        char a[32], b[32];
+        if (!rc && !quiet) bt_log("  text rep %ld: plain %s, speculative %s", r + 1, rate_s(tp[r], "t/s", a, sizeof(a)),
+                                  rate_s(ts[r], "t/s", b, sizeof(b)));
     }
     if (!rc) {
         qsort(tp, (size_t)reps, sizeof(double), cmp_double);
@@ -242,15 +259,16 @@ int cmd_bench(int argc, char **argv)
     double bw = pool ? bt_measure_bandwidth(pool) : 0;
     double eff = bytes * d_med / 1e9;
     if (json) {
-        json_t *j = json_pack("{s:s, s:i, s:s, s:i, s:i, s:f, s:f, s:I, s:f, s:f, s:s, s:f, s:i, s:f, s:f, s:f}",
+        /* rates are null when too short to time (json_real refuses NAN) */
+        json_t *j = json_pack("{s:s, s:i, s:s, s:i, s:i, s:o, s:o, s:I, s:o, s:f, s:s, s:o, s:i, s:o, s:o, s:f}",
                               "model", c->name, "threads", (int)threads, "simd", bt_kernels_simd(),
                               "prompt_tokens", (int)np, "decode_tokens", (int)nd,
-                              "prompt_tokens_per_s", p_med, "decode_tokens_per_s", d_med,
+                              "prompt_tokens_per_s", rate_json(p_med), "decode_tokens_per_s", rate_json(d_med),
                               "weight_bytes_per_token", (json_int_t)bytes,
-                              "effective_bandwidth_gbs", eff, "measured_bandwidth_gbs", bw,
-                              "taps", bt_taps_mode_name(taps), "decode_tokens_per_s_taps", d_taps,
-                              "spec_k", (int)spec_k, "text_decode_tokens_per_s", sp_plain,
-                              "text_decode_tokens_per_s_spec", sp_spec, "spec_acceptance", sp_accept);
+                              "effective_bandwidth_gbs", rate_json(eff), "measured_bandwidth_gbs", bw,
+                              "taps", bt_taps_mode_name(taps), "decode_tokens_per_s_taps", rate_json(d_taps),
+                              "spec_k", (int)spec_k, "text_decode_tokens_per_s", rate_json(sp_plain),
+                              "text_decode_tokens_per_s_spec", rate_json(sp_spec), "spec_acceptance", sp_accept);
         char *str = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
         puts(str ? str : "{}");
         free(str);
@@ -258,16 +276,20 @@ int cmd_bench(int argc, char **argv)
     } else {
         printf("model             %s (%s)\n", bt_text_esc(c->name), m->format);
         printf("threads           %d (%s)\n", (int)threads, bt_kernels_simd());
-        printf("prompt            %.1f tokens/s (%ld tokens, median of %ld)\n", p_med, np, reps);
-        printf("decode            %.1f tokens/s (%ld tokens, median of %ld)\n", d_med, nd, reps);
+        char r1[48], r2[48];
+        printf("prompt            %s (%ld tokens, median of %ld)\n", rate_s(p_med, "tokens/s", r1, sizeof(r1)), np, reps);
+        printf("decode            %s (%ld tokens, median of %ld)\n", rate_s(d_med, "tokens/s", r1, sizeof(r1)), nd, reps);
         printf("weights/token     %.1f MB\n", bytes / 1e6);
-        printf("effective bw      %.2f GB/s (%.0f%% of measured %.2f GB/s)\n", eff, bw > 0 ? 100 * eff / bw : 0, bw);
+        if (isnan(eff)) printf("effective bw      n/a (measured %.2f GB/s)\n", bw);
+        else printf("effective bw      %.2f GB/s (%.0f%% of measured %.2f GB/s)\n", eff, bw > 0 ? 100 * eff / bw : 0, bw);
         if (taps != BT_TAPS_NONE)
-            printf("decode, taps %-4s %.1f tokens/s (%.2fx of taps off)\n", bt_taps_mode_name(taps), d_taps, d_med > 0 ? d_taps / d_med : 0);
+            printf("decode, taps %-4s %s (%.2fx of taps off)\n", bt_taps_mode_name(taps), rate_s(d_taps, "tokens/s", r1, sizeof(r1)),
+                   d_med > 0 ? d_taps / d_med : NAN);
         if (spec_k)
-            printf("text decode       %.1f tokens/s plain, %.1f with speculation (k=%ld, %s %ld): %.2fx, acceptance %.0f%%\n",
-                   sp_plain, sp_spec, spec_k, draft_self ? "self" : "ngram", draft_self ? draft_self : draft_ngram,
-                   sp_plain > 0 ? sp_spec / sp_plain : 0, 100 * sp_accept);
+            printf("text decode       %s plain, %s with speculation (k=%ld, %s %ld): %.2fx, acceptance %.0f%%\n",
+                   rate_s(sp_plain, "tokens/s", r1, sizeof(r1)), rate_s(sp_spec, "tokens/s", r2, sizeof(r2)), spec_k,
+                   draft_self ? "self" : "ngram", draft_self ? draft_self : draft_ngram,
+                   sp_plain > 0 ? sp_spec / sp_plain : NAN, 100 * sp_accept);
     }
     status = 0;
     goto out;

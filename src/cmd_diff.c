@@ -82,6 +82,7 @@ typedef struct side {
     int n_steps;
     bool spec;                 /* speculative: spec_k in meta or draft/verify steps */
     int n_target;              /* target steps */
+    int n_gen;                 /* generated tokens (bt_analyze_generated) */
 } side;
 
 static int tok_cb(void *user, const bt_trace_token_row *t)
@@ -135,6 +136,7 @@ static int side_load(side *s, const char *path)
     rc = bt_trace_tokens_each(s->r, 0, 0, tok_cb, s);
     if (rc < 0) return rc;
     if (rc > 0) return BT_ENOMEM;   /* tok_cb set the message */
+    if ((rc = bt_analyze_generated(s->r, &s->n_gen))) return rc;
     int cap = 0;
     for (;;) {
         if (s->n_steps + 1024 > cap) {
@@ -390,7 +392,8 @@ static void layer_str(int layer, char *buf, size_t cap)
 
 static void describe_side(const side *s, const char *label)
 {
-    bt_text_printf(stdout, "%s: %s (%d steps, %d prompt + %d output tokens", label, s->path, s->n_steps, s->n_prompt, s->n_out);
+    bt_text_printf(stdout, "%s: %s (%d steps, %d prompt + %d output tokens, %d generated", label, s->path, s->n_steps,
+                   s->n_prompt, s->n_out, s->n_gen);
     if (s->spec) {
         const char *k = bt_trace_meta_get(s->r, "spec_k"), *d = bt_trace_meta_get(s->r, "drafter");
         bt_text_printf(stdout, ", speculative%s%s%s%s", k ? " k=" : "", k ? k : "", d ? " drafter " : "", d ? d : "");
@@ -530,6 +533,7 @@ static json_t *result_json(const side *A, const side *B, const result *x)
     json_object_set_new(j, "first_prompt_diff", tokdiff_json(&x->prompt));
     json_object_set_new(j, "first_token_diff", tokdiff_json(&x->out));
     json_object_set_new(j, "output_tokens", json_pack("{s:i,s:i}", "a", A->n_out, "b", B->n_out));
+    json_object_set_new(j, "generated", json_pack("{s:i,s:i}", "a", A->n_gen, "b", B->n_gen));
     const tapcmp *c = &x->taps;
     json_t *tap = json_null();
     if (c->d.found) {

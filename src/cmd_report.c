@@ -180,21 +180,52 @@ static void section_model(FILE *o, bt_trace_reader *r)
     fputs("\n", o);
 }
 
-static void section_config(FILE *o, bt_trace_reader *r)
+/* The --inject specs that never fired (inject_unfired events), as a JSON array. */
+typedef struct unfired { json_t *specs; } unfired;
+
+static int unfired_cb(void *user, const bt_trace_event_row *ev)
+{
+    unfired *u = user;
+    json_array_append_new(u->specs, json_string(ev->detail ? ev->detail : "?"));
+    return 0;
+}
+
+static int section_config(FILE *o, bt_trace_reader *r)
 {
     fputs("## Configuration\n\n| | |\n|---|---|\n", o);
     row_code(o, "sampling", bt_trace_meta_get(r, "sampling"));
     row(o, "argmax rule", bt_trace_meta_get(r, "argmax_rule"));
     row(o, "seed", bt_trace_meta_get(r, "seed"));
     const char *inj = bt_trace_meta_get(r, "injections");
-    row_code(o, "fault injections", inj && strcmp(inj, "[]") ? inj : NULL);
+    bool requested = inj && strcmp(inj, "[]");
+    row_code(o, "fault injections", requested ? inj : NULL);
+    unfired u = { .specs = json_array() };
+    if (!u.specs) return bt_error(BT_ENOMEM, "out of memory");
+    int rc = requested ? bt_trace_events_each(r, "inject_unfired", unfired_cb, &u) : 0;
+    if (rc < 0) { json_decref(u.specs); return rc; }
+    json_t *all = requested ? json_loads(inj, 0, NULL) : NULL;
+    size_t n_req = json_is_array(all) ? json_array_size(all) : 0, n_unf = json_array_size(u.specs);
+    json_decref(all);
+    char *unf = n_unf ? json_dumps(u.specs, JSON_COMPACT) : NULL;
+    json_decref(u.specs);
+    if (n_unf && !unf) return bt_error(BT_ENOMEM, "out of memory");
+    if (n_unf) row_code(o, "never fired", unf);
     row(o, "taps", bt_trace_meta_get(r, "taps"));
     if (bt_trace_meta_get(r, "tap_layers")) row(o, "tapped layers", bt_trace_meta_get(r, "tap_layers"));
     row(o, "logit rows", bt_trace_meta_get(r, "logits"));
     fputs("\n", o);
-    if (inj && strcmp(inj, "[]"))
+    /* Claim an injection only when one changed something. */
+    if (requested && n_unf >= n_req)
+        fputs("Fault injections were requested but none fired (see `never fired`): nothing was injected, so\n"
+              "every finding below is the run's own.\n\n", o);
+    else if (requested && n_unf)
+        fprintf(o, "Faults were injected on purpose in this run (see `fault injections`; %zu of %zu never fired and\n"
+                "changed nothing): the finding below is the injected fault unless it says otherwise.\n\n", n_unf, n_req);
+    else if (requested)
         fputs("Faults were injected on purpose in this run (see `fault injections`): the finding below is the\n"
               "injected fault unless it says otherwise.\n\n", o);
+    free(unf);
+    return BT_OK;
 }
 
 static void section_propagation(FILE *o, const bt_analysis *x)
@@ -594,7 +625,7 @@ int cmd_report(int argc, char **argv)
     section_summary(o, &x);
     section_environment(o, r, trace);
     section_model(o, r);
-    section_config(o, r);
+    if ((rc = section_config(o, r))) goto fail;
     section_propagation(o, &x);
     if ((rc = section_spec(o, r, &x))) goto fail;
     if ((rc = section_events(o, r, &x))) goto fail;

@@ -478,6 +478,18 @@ int cmd_run(int argc, char **argv)
         bt_engine_opts eo = { .ctx_len = ctx, .max_batch = batch, .n_layers = (int)o.draft_self, .share_pool = e };
         if (bt_engine_new_opts(dm ? dm : m, &eo, &de)) goto fail;
     }
+    if (inj) {
+        /* Refuse, before any work, a spec this run can never match. Steps:
+         * a plain run makes n_max forwards; speculation at most k draft
+         * forwards and one verify per emitted token. Positions: the last
+         * emitted token is never fed back; a verify computes k past it. */
+        long k = o.draft_ngram ? 0 : o.spec_k, n1 = BT_MAX(n_max, 1L);
+        bt_inject_limits lim = { .target = &m->cfg, .draft = de ? &(dm ? dm : m)->cfg : NULL,
+                                 .draft_layers = de ? bt_engine_n_layers(de) : 0,
+                                 .max_pos = (int)BT_MIN((long)ctx, (long)n_prompt + n1 - 1 + o.spec_k),
+                                 .max_step = (int)BT_MIN((long)INT_MAX, n_max <= 0 ? 0 : 1 + (n_max - 1) * (k + 1)) };
+        if (bt_injector_check(inj, &lim)) goto fail;
+    }
     if (o.draft_model) snprintf(drafter_name, sizeof(drafter_name), "model");
     else if (o.draft_self) snprintf(drafter_name, sizeof(drafter_name), "self:%ld", o.draft_self);
     else if (o.draft_ngram) snprintf(drafter_name, sizeof(drafter_name), "ngram:%ld", o.draft_ngram);
@@ -593,6 +605,13 @@ int cmd_run(int argc, char **argv)
         goto out;
     }
     double t2 = t1 + t_prompt, t_end = bt_now();
+    if (rec && (rc = bt_recorder_inject_unfired(rec, NULL))) goto fail;
+    if (trace) {
+        /* the count every reader prints (bt_analyze_generated) */
+        char ng[24];
+        snprintf(ng, sizeof(ng), "%zu", n_gen);
+        if ((rc = bt_trace_meta(trace, "generated", ng))) goto fail;
+    }
     if (rec && (rc = bt_recorder_finish(rec, finish))) goto fail;
     if (trace) {
         int tr = bt_trace_close(trace, "ok");
@@ -605,7 +624,10 @@ int cmd_run(int argc, char **argv)
     const bt_decoder_stats *ds = bt_decoder_stats_get(dec);
     if (status == 2) status = 0;
     int decoded = (int)n_gen;
-    double pps = n_prompt / (t_prompt > 0 ? t_prompt : 1e-9), dps = decoded > 1 ? (decoded - 1) / t_decode : 0;
+    /* the first token comes from the prefill: decode rate over the rest;
+     * NAN (JSON null, "n/a") when an interval is too short to time */
+    double pps = bt_rate((double)n_prompt, t_prompt), dps = bt_rate(decoded - 1, t_decode);
+    char pps_s[32], dps_s[32];
     if (o.json) {
         json_t *j = json_object();
         json_object_set_new(j, "model", json_string(m->cfg.name));
@@ -617,8 +639,8 @@ int cmd_run(int argc, char **argv)
         json_object_set_new(t, "load_ms", json_real(t_load * 1e3));
         json_object_set_new(t, "prompt_ms", json_real(t_prompt * 1e3));
         json_object_set_new(t, "decode_ms", json_real(t_decode * 1e3));
-        json_object_set_new(t, "prompt_tokens_per_s", json_real(pps));
-        json_object_set_new(t, "decode_tokens_per_s", json_real(dps));
+        json_object_set_new(t, "prompt_tokens_per_s", isnan(pps) ? json_null() : json_real(pps));
+        json_object_set_new(t, "decode_tokens_per_s", isnan(dps) ? json_null() : json_real(dps));
         json_object_set_new(j, "timings", t);
         if (o.spec_k)
             json_object_set_new(j, "speculation", json_pack("{s:s,s:i,s:i,s:i,s:i,s:f,s:i}", "drafter", drafter_name,
@@ -639,8 +661,9 @@ int cmd_run(int argc, char **argv)
         bt_log("bangtrace: speculation %s k=%ld: %d verify steps, %d of %d drafted tokens accepted (%.0f%%), %d target forwards",
                drafter_name, o.spec_k, ds->verify_steps, ds->accepted, ds->drafted,
                ds->drafted ? 100.0 * ds->accepted / ds->drafted : 0.0, ds->target_forwards);
-    bt_log("bangtrace: %zu prompt tokens in %.0f ms (%.1f t/s), %d generated in %.0f ms (%.1f t/s), finish_reason %s",
-           n_prompt, t_prompt * 1e3, pps, decoded, t_decode * 1e3, dps, finish);
+    bt_log("bangtrace: %zu prompt tokens in %.1f ms (%s), %d generated in %.1f ms (decode %s), finish_reason %s",
+           n_prompt, t_prompt * 1e3, bt_rate_fmt((double)n_prompt, t_prompt, pps_s, sizeof(pps_s)), decoded,
+           t_decode * 1e3, bt_rate_fmt(decoded - 1, t_decode, dps_s, sizeof(dps_s)), finish);
     goto out;
 fail:
     if (rec && bt_recorder_status(rec) && !*bt_errmsg()) bt_error(bt_recorder_status(rec), "trace write failed");

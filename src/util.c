@@ -4,6 +4,7 @@
 #include "text.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,19 @@ double bt_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+double bt_rate(double n, double seconds)
+{
+    return n > 0 && seconds >= BT_RATE_MIN_S && isfinite(seconds) ? n / seconds : NAN;
+}
+
+const char *bt_rate_fmt(double n, double seconds, char *buf, size_t cap)
+{
+    double r = bt_rate(n, seconds);
+    if (isnan(r)) snprintf(buf, cap, "n/a");
+    else snprintf(buf, cap, "%.1f t/s", r);
+    return buf;
 }
 
 int bt_read_file(const char *path, char **out, size_t *len)

@@ -41,6 +41,13 @@ void bt_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Monotonic time in seconds. */
 double bt_now(void);
+/* A rate over a timed interval: n / seconds, or NAN when it cannot be
+ * measured (n <= 0, or an interval shorter than BT_RATE_MIN_S, where timer
+ * jitter dominates and 1 token in 1 us would read as 1e6 t/s).
+ * bt_rate_fmt writes "123.4 t/s" or "n/a" into buf and returns it. */
+#define BT_RATE_MIN_S 1e-3
+double bt_rate(double n, double seconds);
+const char *bt_rate_fmt(double n, double seconds, char *buf, size_t cap);
 
 /* Read a whole file into a NUL-terminated malloc'd buffer. Returns BT_OK or
  * BT_EIO (message names the path). */

@@ -51,6 +51,16 @@ EOF
     got=$(field "$TMP/inj.json" '"%s|%s|%s|%s" % (j["first_nonfinite"]["step"], j["first_nonfinite"]["layer"], j["first_nonfinite"]["op"], j["first_nonfinite"]["first_bad_index"])')
     [ "$got" = "$step|$layer|$op|$index" ] && ok "'$spec' localized at step $step, layer $layer, op $op, index $index" \
         || fail "'$spec': expected $step|$layer|$op|$index, got $got"
+    # the NaN / +Inf / -Inf split: each row of the step holds one injected
+    # value of the spec's kind; the other two kinds are 0
+    npos=$("$PY" -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT n_pos FROM steps WHERE step=?', (int(sys.argv[2]),)).fetchone()[0])" "$db" "$step")
+    case $spec in nan@*) wn=$npos wp=0 wi=0 ;; -inf@*) wn=0 wp=0 wi=$npos ;; *) wn=0 wp=$npos wi=0 ;; esac
+    gotk=$(field "$TMP/inj.json" '"%d|%d|%d" % (j["first_nonfinite"]["nan"], j["first_nonfinite"]["pinf"], j["first_nonfinite"]["ninf"])')
+    [ "$gotk" = "$wn|$wp|$wi" ] && ok "'$spec' NaN|+Inf|-Inf split $gotk" || fail "'$spec': NaN|+Inf|-Inf $gotk, expected $wn|$wp|$wi"
+    if expect_exit 1 "bisect (text) on '$spec'" "$BANGTRACE" bisect "$db"; then
+        grep -q "^first non-finite: step $step, .*: $wn NaN, $wp +Inf, $wi -Inf of " "$TMP/out" \
+            && ok "'$spec' bisect line: $wn NaN, $wp +Inf, $wi -Inf" || fail "'$spec' bisect line: $(grep '^first non-finite' "$TMP/out")"
+    fi
     pos0=$(step_pos0 "$db" "$step")
     gotpos=$(field "$TMP/inj.json" 'j["first_nonfinite"]["pos"]')
     [ "$gotpos" = "$pos0" ] && ok "'$spec' position $gotpos" || fail "'$spec': position $gotpos, expected $pos0"

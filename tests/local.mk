@@ -1,7 +1,7 @@
 # tests/local.mk - the test suite. Programs are C unit tests; *.sh drive the
 # built binary. ASAN_TESTS (one line) is what `./quickstart check` reruns
 # under ASan+UBSan.
-ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh
+ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh
 TESTS += tests/manpage.sh
 EXTRA_DIST += tests/manpage.sh
 TESTS += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
@@ -23,8 +23,8 @@ EXTRA_DIST += tests/tokenizer_vectors.sh
 check_PROGRAMS += tests/test_gguf
 tests_test_gguf_SOURCES = tests/test_gguf.c
 tests_test_gguf_LDADD = $(BT_LIBS)
-TESTS += tests/test_gguf tests/bad_input.sh tests/inspect.sh
-EXTRA_DIST += tests/bad_input.sh tests/inspect.sh tests/data-gen/make_bad_files.py
+TESTS += tests/test_gguf tests/bad_input.sh tests/inspect.sh tests/special_ids.sh
+EXTRA_DIST += tests/bad_input.sh tests/inspect.sh tests/special_ids.sh tests/data-gen/make_bad_files.py
 # CPU kernels: variants vs scalar, matmul, pool; dequantizers vs gguf.quants
 check_PROGRAMS += tests/test_kernels tests/dequant_tool
 TESTS += tests/test_kernels tests/dequant_check.py
@@ -33,9 +33,15 @@ tests_test_kernels_LDADD = $(BT_LIBS)
 tests_dequant_tool_SOURCES = tests/dequant_tool.c
 tests_dequant_tool_LDADD = $(BT_LIBS)
 EXTRA_DIST += tests/dequant_check.py
+# tap statistics: every field of bt_stats_compute, NaN / +Inf / -Inf apart
+check_PROGRAMS += tests/test_stats
+TESTS += tests/test_stats
+tests_test_stats_SOURCES = tests/test_stats.c
+tests_test_stats_LDADD = $(BT_LIBS)
 # fault injection, token detectors, libunwind backtraces and crash handling
 check_PROGRAMS += tests/test_inject tests/test_detect tests/test_crash
-TESTS += tests/test_inject tests/test_detect tests/test_crash
+TESTS += tests/test_inject tests/test_detect tests/test_crash tests/inject_truth.sh
+EXTRA_DIST += tests/inject_truth.sh
 tests_test_inject_SOURCES = tests/test_inject.c
 tests_test_inject_LDADD = $(BT_LIBS)
 tests_test_detect_SOURCES = tests/test_detect.c
@@ -51,11 +57,11 @@ tests_trace_writer_tool_SOURCES = tests/trace_writer_tool.c
 tests_trace_writer_tool_LDADD = $(BT_LIBS)
 EXTRA_DIST += tests/trace_crash.sh tests/export.sh
 # bisect (plain and --reference) and report on real traces
-TESTS += tests/bisect.sh tests/report.sh
+TESTS += tests/bisect.sh tests/report.sh tests/counts.sh
 # terminal safety: hostile model and trace text is escaped in every command
 TESTS += tests/text_safety.sh
 EXTRA_DIST += tests/text_safety.sh tests/data-gen/make_hostile_gguf.py
-EXTRA_DIST += tests/bisect.sh tests/report.sh
+EXTRA_DIST += tests/bisect.sh tests/report.sh tests/counts.sh
 # browser (tui/): layout, collapsing, colouring, sanitization, keys; dumps; tmux end to end
 check_PROGRAMS += tests/test_tui
 TESTS += tests/test_tui tests/browse_dump.sh tests/browse_tmux.sh tests/browse_big.sh

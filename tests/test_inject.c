@@ -460,10 +460,80 @@ static void test_bitflip(const char *model_path, const char *tok_path)
     free(file);
 }
 
+/* A spec this run can never match is refused, naming the part; one that
+ * can is accepted. Limits: 4 layers, positions < 20, steps < 10. */
+static void expect_check(const char *spec, const bt_inject_limits *lim, const char *part, int line)
+{
+    bt_injector *inj = bt_injector_new();
+    if (bt_injector_add(inj, spec) != BT_OK) { failures++; fprintf(stderr, "line %d: '%s' rejected: %s\n", line, spec, bt_errmsg()); bt_injector_free(inj); return; }
+    int rc = bt_injector_check(inj, lim);
+    const char *msg = bt_errmsg();
+    if (part ? rc != BT_EINVAL || !strstr(msg, part) || !strstr(msg, spec) : rc != BT_OK) {
+        failures++;
+        fprintf(stderr, "%s:%d: FAIL: check '%s': rc %d, \"%s\" (want %s)\n", __FILE__, line, spec, rc, rc ? msg : "",
+                part ? part : "BT_OK");
+    }
+    bt_injector_free(inj);
+}
+#define CHECK_OK(spec, lim) expect_check(spec, lim, NULL, __LINE__)
+#define CHECK_BAD(spec, lim, part) expect_check(spec, lim, part, __LINE__)
+
+static void test_check(void)
+{
+    bt_config t = { .dim = 64, .hidden_dim = 172, .n_layers = 4, .n_heads = 8, .n_kv_heads = 4, .head_dim = 8, .n_vocab = 512 };
+    bt_config d = t;
+    bt_inject_limits plain = { .target = &t, .max_pos = 20, .max_step = 10 };
+    bt_inject_limits spec = { .target = &t, .draft = &d, .draft_layers = 2, .max_pos = 20, .max_step = 10 };
+    CHECK_OK("nan@layer=3,op=ffn_down", &plain);
+    CHECK_BAD("nan@layer=4,op=ffn_down", &plain, "layer 4 is beyond the model's 4 layers (0..3)");
+    CHECK_BAD("nan@op=blk.9.attn_q", &plain, "layer 9 is beyond the model's 4 layers");
+    CHECK_BAD("kvcorrupt@layer=4,pos=1", &plain, "layer 4 is beyond");
+    CHECK_BAD("nan@model=draft", &plain, "model=draft, but this run has no draft model");
+    CHECK_OK("nan@model=draft,layer=1", &spec);
+    CHECK_BAD("nan@model=draft,layer=2", &spec, "layer 2 is beyond the draft model's 2 layers (0..1)");
+    CHECK_OK("nan@layer=3", &spec);
+    CHECK_OK("nan@pos>=19", &plain);
+    CHECK_BAD("nan@pos>=20", &plain, "pos>=20 is beyond the last position this run computes (19)");
+    CHECK_BAD("longctx@pos>=25,op=attn_v,scale=2", &plain, "pos>=25 is beyond");
+    CHECK_OK("kvcorrupt@layer=0,pos=19", &plain);
+    CHECK_BAD("kvcorrupt@layer=0,pos=20", &plain, "pos=20 is beyond the last position");
+    CHECK_OK("nan@step=9", &plain);
+    CHECK_OK("nan@step>=9", &plain);
+    CHECK_BAD("nan@step=10", &plain, "step=10 is beyond this run's last step (9)");
+    CHECK_BAD("nan@step>=12", &plain, "step>=12 is beyond");
+    CHECK_BAD("crash@step=10", &plain, "step=10 is beyond");
+    CHECK_OK("nan@op=attn_k,index=31", &plain);
+    CHECK_BAD("nan@op=attn_k,index=32", &plain, "index=32 is past the end of attn_k's rows (32 values)");
+    CHECK_OK("nan@op=ffn_up,index=171", &plain);
+    CHECK_BAD("nan@op=ffn_up,index=172", &plain, "index=172 is past the end of ffn_up's rows (172 values)");
+    CHECK_OK("nan@index=511", &plain);
+    CHECK_BAD("nan@index=512", &plain, "index=512 is past the end of every tensor's rows");
+    CHECK_OK("nan@count=1000", &plain);              /* count is clipped to the row */
+    CHECK_OK("bitflip:tensor=x,index=0,bit=1", &plain); /* checked against the weights */
+
+    /* fired: an activation spec once it changed a value; apply_by names it */
+    bt_injector *inj = bt_injector_new();
+    CHECK(bt_injector_add(inj, "scale=1@op=ffn_down") == BT_OK);       /* changes nothing */
+    CHECK(bt_injector_add(inj, "inf@op=ffn_down,index=2,step=2") == BT_OK);
+    CHECK(bt_injector_add(inj, "nan@op=attn_q") == BT_OK);             /* never computed below */
+    const char *text = NULL, *by = (const char *)1;
+    CHECK(!bt_injector_fired(inj, 0, &text) && text && !strcmp(text, "scale=1@op=ffn_down"));
+    bt_tensor_view v = make_view(BT_OP_FFN_DOWN, 1, 1);
+    CHECK(bt_injector_apply_by(inj, "target", &v, &by) == 0 && by == NULL);
+    v = make_view(BT_OP_FFN_DOWN, 1, 2);
+    CHECK(bt_injector_apply_by(inj, "target", &v, &by) == ROWS && by && !strcmp(by, "inf@op=ffn_down,index=2,step=2"));
+    CHECK(!bt_injector_fired(inj, 0, NULL));
+    CHECK(bt_injector_fired(inj, 1, &text) && !strcmp(text, "inf@op=ffn_down,index=2,step=2"));
+    CHECK(!bt_injector_fired(inj, 2, NULL));
+    CHECK(!bt_injector_fired(inj, 3, &text) && text == NULL);
+    bt_injector_free(inj);
+}
+
 int main(void)
 {
     test_parse();
     test_apply();
+    test_check();
 
     const char *shared = getenv("BT_SHARED");
     char model[1024], tok[1024];

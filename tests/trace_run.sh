@@ -40,12 +40,24 @@ expect_exit 0 "--taps none" "$BANGTRACE" run $L2C --prompt "Once" -n 5 --taps no
 expect_exit 2 "--taps bogus" "$BANGTRACE" run $L2C --prompt "Once" -n 5 --taps bogus --trace "$TMP/x.db"
 
 # Injected NaN: exactly localized, logits collapse, events recorded.
-for spec in "nan@step=3,layer=2,op=ffn_gate,index=5:3:2:ffn_gate:5" "inf@step=1,layer=0,op=attn_q,index=7:1:0:attn_q:7" \
-            "-inf@step=6,layer=4,op=ffn_down:6:4:ffn_down:0"; do
+# spec : step : layer : op : index : NaN : +Inf : -Inf (one value per row of a decode step)
+# (the last one's trace is checked for collapse events below)
+for spec in "inf@step=2,layer=1,op=ffn_up,count=3:2:1:ffn_up:0:0:3:0" "-inf@step=4,layer=3,op=attn_v,count=2:4:3:attn_v:0:0:0:2" \
+            "nan@step=3,layer=2,op=ffn_gate,index=5:3:2:ffn_gate:5:1:0:0" "inf@step=1,layer=0,op=attn_q,index=7:1:0:attn_q:7:0:1:0" \
+            "-inf@step=6,layer=4,op=ffn_down:6:4:ffn_down:0:0:0:1"; do
     inj=${spec%%:*}; rest=${spec#*:}
     expect_exit 0 "inject $inj" "$BANGTRACE" run $L2C --prompt "Once upon a time" -n 30 --inject "$inj" --trace "$TMP/i.db" --force
-    got=$(q "$TMP/i.db" "select step || ':' || layer || ':' || op || ':' || first_bad_index from v_first_nonfinite")
-    [ "$got" = "$rest" ] && ok "first non-finite $got" || fail "inject $inj: v_first_nonfinite gave '$got', expected '$rest'"
+    got=$(q "$TMP/i.db" "select step || ':' || layer || ':' || op || ':' || first_bad_index || ':' || nan || ':' || pinf || ':' || ninf from v_first_nonfinite")
+    [ "$got" = "$rest" ] && ok "first non-finite $got (step:layer:op:index:NaN:+Inf:-Inf)" || fail "inject $inj: v_first_nonfinite gave '$got', expected '$rest'"
+    # the same split in v_taps and in the first_nonfinite event
+    want=${rest#*:*:*:*:}
+    gotv=$(q "$TMP/i.db" "select nan || ':' || pinf || ':' || ninf from v_taps where nan + pinf + ninf > 0 order by step, idx limit 1")
+    [ "$gotv" = "$want" ] && ok "v_taps split $gotv" || fail "inject $inj: v_taps split '$gotv', expected '$want'"
+    IFS=: read -r wn wp wi <<EOF
+$want
+EOF
+    q "$TMP/i.db" "select detail from v_events where kind = 'first_nonfinite'" | grep -q ": $wn NaN, $wp +Inf, $wi -Inf of " \
+        && ok "first_nonfinite event says $wn NaN, $wp +Inf, $wi -Inf" || fail "event: $(q "$TMP/i.db" "select detail from v_events where kind = 'first_nonfinite'")"
     [ "$(q "$TMP/i.db" "select count(*) from v_events where kind = 'first_nonfinite'")" = 1 ] && ok "first_nonfinite event" || fail "first_nonfinite event"
     [ "$(q "$TMP/i.db" "select count(*) from backtraces where kind = 'first_nonfinite' and frames like '%bt_engine_forward%'")" = 1 ] && ok "backtrace names bt_engine_forward" \
         || fail "backtrace: $(q "$TMP/i.db" 'select frames from backtraces')"

@@ -14,7 +14,7 @@
 static const char *const meta_order[] = {
     "tool_version", "schema_version", "status", "argv", "started_at", "finished_at", "host", "cpu",
     "backend", "threads", "model_path", "model", "model_sha256", "arch", "architecture", "config",
-    "hparams", "tokenizer", "sampling", "argmax_rule", "argmax", "seed", "injections", "inject",
+    "hparams", "tokenizer", "sampling", "argmax_rule", "argmax", "seed", "injections", "inject", "generated",
     "taps", "request",
 };
 

@@ -52,6 +52,17 @@ int bt_op_from_name(const char *name)
 
 bool bt_op_is_layer_op(int op) { return op > BT_OP_TOKEN_EMBD && op < BT_OP_OUTPUT_NORM; }
 
+int bt_op_width(const bt_config *c, int op)
+{
+    switch (op) {
+    case BT_OP_ATTN_Q: case BT_OP_ATTN_CTX: return c->n_heads * c->head_dim;
+    case BT_OP_ATTN_K: case BT_OP_ATTN_V: return c->n_kv_heads * c->head_dim;
+    case BT_OP_FFN_GATE: case BT_OP_FFN_UP: case BT_OP_FFN_ACT: return c->hidden_dim;
+    case BT_OP_LOGITS: return c->n_vocab;
+    default: return c->dim;
+    }
+}
+
 void bt_tensor_name(int op, int layer, char *buf, size_t cap)
 {
     if (bt_op_is_layer_op(op)) snprintf(buf, cap, "blk.%d.%s", layer, bt_op_name(op));

@@ -38,6 +38,8 @@ bool bt_op_is_layer_op(int op);
  * "?" / "????" for an unknown op. */
 const char *bt_op_label(int op);
 const char *bt_op_abbrev(int op);
+/* Floats per row of an op's tensor in a model of config c. */
+int bt_op_width(const bt_config *c, int op);
 /* Full tensor name: "token_embd", "blk.3.ffn_down", "logits". */
 void bt_tensor_name(int op, int layer, char *buf, size_t cap);
 

@@ -143,9 +143,16 @@ static int load_gguf_vocab(bt_model *m, gguf_priv *pv)
         rc = bt_gguf_get_i64(g, ids[i].key, &val);
         if (rc == BT_ENOTFOUND) { *dst = -1; continue; }
         if (rc) return rc;
-        if (val < 0 || val >= v->n_tokens)
-            return bt_error(BT_EFORMAT, "%s: %s = %lld is outside the vocabulary (%d tokens)",
-                            path, ids[i].key, (long long)val, v->n_tokens);
+        /* As llama.cpp does (llama_vocab::load): an id outside the
+         * vocabulary is ignored with a warning, as if the key were absent.
+         * Its converter writes padding_token_id = 4294967295 (uint32 -1)
+         * for "no padding token", and llama.cpp loads such files. */
+        if (val < 0 || val >= v->n_tokens) {
+            bt_warn("%s: %s = %lld is outside the vocabulary (%d tokens); ignored (no such token)",
+                    path, ids[i].key, (long long)val, v->n_tokens);
+            *dst = -1;
+            continue;
+        }
         *dst = (int32_t)val;
     }
     bool b;

@@ -47,8 +47,10 @@ typedef struct spec {
     long bit;
     /* run state */
     bool kv_written;     /* the kv position has been computed */
-    bool kv_done;        /* and poisoned */
+    bool kv_done;        /* and handled */
+    bool kv_poisoned;    /* and the cache really was written */
     bool flipped;
+    long changed;        /* activation elements changed so far */
 } spec;
 
 struct bt_injector {
@@ -423,6 +425,12 @@ static bool same_bits(float a, float b)
 
 long bt_injector_apply(const bt_injector *inj, const char *model, const bt_tensor_view *t)
 {
+    return bt_injector_apply_by(inj, model, t, NULL);
+}
+
+long bt_injector_apply_by(const bt_injector *inj, const char *model, const bt_tensor_view *t, const char **by)
+{
+    if (by) *by = NULL;
     if (!inj || !t || !t->data || t->rows <= 0 || t->width <= 0) return 0;
     int mid = model_id(model);
     long changed = 0;
@@ -442,6 +450,7 @@ long bt_injector_apply(const bt_injector *inj, const char *model, const bt_tenso
         else { lo = s->index; hi = s->index + 1; }
         if (lo >= t->width) continue;
         if (hi > t->width) hi = t->width;
+        long before = changed;
         for (int r = 0; r < t->rows; r++) {
             int pos = t->pos0 + r;
             if (s->pos_ge >= 0 && pos < s->pos_ge) continue;
@@ -455,6 +464,10 @@ long bt_injector_apply(const bt_injector *inj, const char *model, const bt_tenso
                 }
                 if (!same_bits(old, v)) { row[j] = v; changed++; }
             }
+        }
+        if (changed > before) {
+            s->changed += changed - before;
+            if (by && !*by) *by = s->text;
         }
     }
     return changed;
@@ -477,6 +490,7 @@ void bt_injector_after_forward(const bt_injector *inj, bt_engine *e)
             continue;
         }
         for (int j = 0; j < n; j++) { k[j] = s->value; v[j] = s->value; }
+        s->kv_poisoned = true;
         bt_debug("--inject '%s': poisoned the cached key and value of layer %d position %d", s->text, s->layer, s->pos);
     }
 }
@@ -487,6 +501,81 @@ bool bt_injector_crash_at(const bt_injector *inj, int step)
     for (int i = 0; i < inj->n; i++)
         if (inj->specs[i].kind == K_CRASH && inj->specs[i].step == step) return true;
     return false;
+}
+
+/* ---- what a run can reach ---- */
+
+static int unreachable(const spec *s, const char *fmt, long a, long b)
+{
+    char what[300];
+    snprintf(what, sizeof what, fmt, a, b);
+    return bt_error(BT_EINVAL, "--inject '%s': %s", s->text, what);
+}
+
+int bt_injector_check(const bt_injector *inj, const bt_inject_limits *lim)
+{
+    if (!inj || !lim || !lim->target) return BT_OK;
+    for (int i = 0; i < inj->n; i++) {
+        const spec *s = &inj->specs[i];
+        if (s->kind == K_BITFLIP) continue;     /* checked against the weights when applied */
+        if (s->kind == K_CRASH) {
+            if (s->step >= lim->max_step)
+                return unreachable(s, "step=%ld is beyond this run's last step (%ld)", (long)s->step, lim->max_step - 1L);
+            continue;
+        }
+        const bt_config *c = lim->target;
+        int n_layers = c->n_layers;
+        if (s->model == 1) {
+            if (!lim->draft)
+                return bt_error(BT_EINVAL, "--inject '%s': model=draft, but this run has no draft model "
+                                "(--draft MODEL or --draft-self N; --draft-ngram computes no tensors)", s->text);
+            c = lim->draft;
+            n_layers = lim->draft_layers;
+        }
+        const char *who = s->model == 1 ? "draft model's" : "model's";
+        if (s->layer >= n_layers) {
+            char what[200];
+            snprintf(what, sizeof what, "layer %d is beyond the %s %d layers (0..%d)", s->layer, who, n_layers, n_layers - 1);
+            return bt_error(BT_EINVAL, "--inject '%s': %s", s->text, what);
+        }
+        if (s->kind == K_KVCORRUPT) {
+            if (s->pos >= lim->max_pos)
+                return unreachable(s, "pos=%ld is beyond the last position this run computes (%ld)", (long)s->pos, lim->max_pos - 1L);
+            continue;
+        }
+        if (s->pos_ge >= lim->max_pos)
+            return unreachable(s, "pos>=%ld is beyond the last position this run computes (%ld)", (long)s->pos_ge, lim->max_pos - 1L);
+        if (s->step >= lim->max_step)
+            return unreachable(s, s->step_ge ? "step>=%ld is beyond this run's last step (%ld)" : "step=%ld is beyond this run's last step (%ld)",
+                               (long)s->step, lim->max_step - 1L);
+        if (!s->whole_row && !s->count) {
+            /* index past every row it can select: the widest op when op is not given */
+            int w = 0;
+            for (int op = 0; op < BT_OP_COUNT; op++)
+                if (s->op < 0 || s->op == op) w = BT_MAX(w, bt_op_width(c, op));
+            if (s->index >= w) {
+                char what[200];
+                if (s->op >= 0) snprintf(what, sizeof what, "index=%ld is past the end of %s's rows (%d values)", s->index, bt_op_name(s->op), w);
+                else snprintf(what, sizeof what, "index=%ld is past the end of every tensor's rows (at most %d values)", s->index, w);
+                return bt_error(BT_EINVAL, "--inject '%s': %s", s->text, what);
+            }
+        }
+    }
+    return BT_OK;
+}
+
+bool bt_injector_fired(const bt_injector *inj, int i, const char **text)
+{
+    if (text) *text = NULL;
+    if (!inj || i < 0 || i >= inj->n) return false;
+    const spec *s = &inj->specs[i];
+    if (text) *text = s->text;
+    switch (s->kind) {
+    case K_KVCORRUPT: return s->kv_poisoned;
+    case K_BITFLIP: return s->flipped;
+    case K_CRASH: return false;          /* a crash that fired ended the process */
+    default: return s->changed > 0;
+    }
 }
 
 /* ---- weight bit flips ---- */

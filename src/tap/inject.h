@@ -33,12 +33,34 @@ int bt_injector_count(const bt_injector *inj);
 /* The specs as given, as a JSON array string (malloc'd), for the trace. */
 char *bt_injector_json(const bt_injector *inj);
 
+/* What a run can compute, for bt_injector_check. */
+typedef struct bt_inject_limits {
+    const bt_config *target;       /* the target model */
+    const bt_config *draft;        /* the draft engine's model; NULL without one
+                                    * (no drafter, or --draft-ngram) */
+    int draft_layers;              /* layers the draft engine runs */
+    int max_pos;                   /* every computed position is < max_pos */
+    int max_step;                  /* every step is < max_step */
+} bt_inject_limits;
+/* Refuse a spec that can never match in this run: a layer beyond the model,
+ * model=draft without a draft engine, a position or step the run cannot
+ * reach, an index past the op's rows. BT_EINVAL naming the part
+ * ("--inject 'nan@layer=9': layer 9 is beyond the model's 5 layers (0..4)"). */
+int bt_injector_check(const bt_injector *inj, const bt_inject_limits *lim);
+
+/* After a run: did spec i change anything (an activation element, a cached
+ * key/value, a weight bit)? *text (may be NULL) gets the spec as given. */
+bool bt_injector_fired(const bt_injector *inj, int i, const char **text);
+
 /* Does any activation spec target (op, layer) of this model? (the recorder
  * asks the engine for those tensors even when taps are off) */
 bool bt_injector_wants(const bt_injector *inj, const char *model, int op, int layer);
 /* Apply activation specs to a freshly computed tensor (in place). Returns
  * the number of elements changed. */
 long bt_injector_apply(const bt_injector *inj, const char *model, const bt_tensor_view *t);
+/* The same; *by (may be NULL) gets the text of the first spec that changed
+ * an element of t, or NULL when none did. */
+long bt_injector_apply_by(const bt_injector *inj, const char *model, const bt_tensor_view *t, const char **by);
 /* Flip the requested weight bits once, before the run (makes the affected
  * pages of the read-only mapping writable copy-on-write). BT_ENOTFOUND /
  * BT_ERANGE for a bad tensor name or index. */

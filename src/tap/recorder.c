@@ -38,6 +38,10 @@ struct bt_recorder {
     int ring_step[RING];
     int ring_pos[RING];
     int gen_pos;
+    /* the latest tensor an --inject spec changed, for the first_nonfinite text */
+    const char *inj_by;
+    int inj_step;
+    char inj_tensor[64];
     char bt_buf[8192];
 };
 
@@ -118,12 +122,18 @@ static bool cb_ask(void *user, int op, int layer)
 static bool cb_observe(void *user, const bt_tensor_view *t)
 {
     bt_recorder *r = user;
+    const char *by = NULL;
     if (r->cfg.inj) {
         if (bt_injector_crash_at(r->cfg.inj, t->step) && t->op == BT_OP_TOKEN_EMBD) {
             bt_log("bangtrace: injected crash at step %d", t->step);
             raise(SIGSEGV);
         }
-        bt_injector_apply(r->cfg.inj, r->cfg.model_role, t);
+        bt_injector_apply_by(r->cfg.inj, r->cfg.model_role, t, &by);
+        if (by) {
+            r->inj_by = by;
+            r->inj_step = t->step;
+            bt_tensor_name(t->op, t->layer, r->inj_tensor, sizeof(r->inj_tensor));
+        }
     }
     int slot = *slot_at(r, t->op, t->layer);
     if (slot < 0) return true;
@@ -132,14 +142,20 @@ static bool cb_observe(void *user, const bt_tensor_view *t)
     if (r->cfg.trace && r->status == BT_OK) r->status = bt_trace_tap(r->cfg.trace, slot, &s);
     if (bt_stats_bad(&s) && !r->seen_bad) {
         r->seen_bad = true;
-        char name[64], detail[400], kern[160];
+        char name[64], detail[1400], kern[160], who[1200];
         bt_tensor_name(t->op, t->layer, name, sizeof(name));
         kernel_of(r, t->op, t->layer, kern, sizeof(kern));
+        /* A value the injector wrote is the injector's, not the kernel's;
+         * a tensor downstream of an injection says where it came from. */
+        if (by) snprintf(who, sizeof(who), "--inject '%s' (the injector; computed by %s)", by, kern);
+        else if (r->inj_by) snprintf(who, sizeof(who), "%s, downstream of --inject '%s' on %s at step %d", kern, r->inj_by,
+                                     r->inj_tensor, r->inj_step);
+        else snprintf(who, sizeof(who), "%s", kern);
         snprintf(detail, sizeof(detail), "step %d, %s%s: %lld NaN, %lld +Inf, %lld -Inf of %lld (first at index %d, position %d); "
                  "written by %s",
                  t->step, strcmp(r->cfg.model_role, "target") ? "draft model " : "", name,
                  (long long)s.nan, (long long)s.pinf, (long long)s.ninf, (long long)s.n,
-                 s.first_bad_index, s.first_bad_pos, kern);
+                 s.first_bad_index, s.first_bad_pos, who);
         int64_t id = 0;
         int rc = event(r, t->step, s.first_bad_pos, "first_nonfinite", t->layer, bt_op_name(t->op), name, detail, &id);
         if (rc == BT_OK && r->cfg.trace) {
@@ -183,15 +199,7 @@ int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out)
             int s = r->n_slots++;
             *slot_at(r, op, layer) = s;
             if (cfg->trace) {
-                const bt_config *c = &cfg->model->cfg;
-                int w = c->dim;
-                switch (op) {
-                case BT_OP_ATTN_Q: case BT_OP_ATTN_CTX: w = c->n_heads * c->head_dim; break;
-                case BT_OP_ATTN_K: case BT_OP_ATTN_V: w = c->n_kv_heads * c->head_dim; break;
-                case BT_OP_FFN_GATE: case BT_OP_FFN_UP: case BT_OP_FFN_ACT: w = c->hidden_dim; break;
-                case BT_OP_LOGITS: w = c->n_vocab; break;
-                default: break;
-                }
+                int w = bt_op_width(&cfg->model->cfg, op);
                 bt_tensor_name(op, layer, name, sizeof(name));
                 rc = bt_trace_tensor(cfg->trace, r->cfg.model_role, s, name, layer, bt_op_name(op), w);
             }
@@ -334,6 +342,21 @@ int bt_recorder_finish(bt_recorder *r, const char *finish_reason)
 {
     if (!r->cfg.trace) return BT_OK;
     return bt_trace_finish_reason(r->cfg.trace, finish_reason);
+}
+
+int bt_recorder_inject_unfired(bt_recorder *r, int *n)
+{
+    if (n) *n = 0;
+    int rc = BT_OK;
+    for (int i = 0; i < bt_injector_count(r->cfg.inj) && rc == BT_OK; i++) {
+        const char *text;
+        if (bt_injector_fired(r->cfg.inj, i, &text)) continue;
+        if (n) (*n)++;
+        bt_warn("--inject '%s' never fired (the run ended at step %d): no value it selects was computed, or each "
+                "already held what it writes; nothing was injected", text, r->step);
+        if (r->cfg.trace) rc = bt_trace_event(r->cfg.trace, r->step, -1, "inject_unfired", -1, NULL, NULL, text, NULL);
+    }
+    return rc;
 }
 
 int bt_recorder_status(const bt_recorder *r) { return r->status; }

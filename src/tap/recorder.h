@@ -55,6 +55,10 @@ int bt_recorder_event(bt_recorder *r, int step, int pos, const char *kind, const
 int bt_recorder_current_step(const bt_recorder *r);
 int bt_recorder_step_end(bt_recorder *r, double ms);
 int bt_recorder_finish(bt_recorder *r, const char *finish_reason);
+/* After the run: for each --inject spec that never changed anything, a
+ * warning on stderr and an inject_unfired event (detail: the spec). *n
+ * (may be NULL) gets their number. */
+int bt_recorder_inject_unfired(bt_recorder *r, int *n);
 /* First error the callback hit (it cannot return one through the engine). */
 int bt_recorder_status(const bt_recorder *r);
 /* Events recorded so far (for the run summary). */

@@ -12,6 +12,7 @@
 #include "util.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,6 +297,28 @@ int bt_analyze_piece(bt_trace_reader *r, int32_t id, char *buf, size_t cap)
     buf[0] = 0;
     piece_find p = { .id = id, .buf = buf, .cap = cap };
     int rc = bt_trace_tokens_each(r, 0, 0, piece_cb, &p);
+    return rc < 0 ? rc : BT_OK;
+}
+
+static int count_cb(void *user, const bt_trace_token_row *t)
+{
+    if (t->role && (!strcmp(t->role, "gen") || !strcmp(t->role, "bonus"))) (*(int *)user)++;
+    return 0;
+}
+
+int bt_analyze_generated(bt_trace_reader *r, int *n)
+{
+    *n = 0;
+    const char *g = bt_trace_meta_get(r, "generated");
+    if (g) {
+        char *end;
+        long v = strtol(g, &end, 10);
+        if (end == g || *end || v < 0 || v > INT32_MAX)
+            return bt_error(BT_EFORMAT, "meta generated is '%.40s', not a count", g);
+        *n = (int)v;
+        return BT_OK;
+    }
+    int rc = bt_trace_tokens_each(r, 0, 0, count_cb, n);
     return rc < 0 ? rc : BT_OK;
 }
 
@@ -595,6 +618,8 @@ int bt_analyze(bt_trace_reader *r, bt_analysis *x)
     if ((rc = analyze_nonfinite(r, x, spec ? &sm : NULL))) goto out;
     if ((rc = bt_trace_tokens_each(r, 0, 0, tok_cb, &l)) < 0) goto out;
     x->n_gen = l.n;
+    const char *g = bt_trace_meta_get(r, "generated");
+    if (g && (rc = bt_analyze_generated(r, &x->n_gen))) goto out;
     event_walk w = { .x = x, .sm = spec ? &sm : NULL };
     if ((rc = bt_trace_events_each(r, NULL, event_cb, &w)) < 0) goto out;
     if ((rc = analyze_tokens(r, x, l.g, l.n))) goto out;

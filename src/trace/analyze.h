@@ -118,6 +118,14 @@ typedef struct bt_analysis {
     bt_spec_analysis spec;           /* speculative decoding (spec.present) */
 } bt_analysis;
 
+/* Generated tokens, the one count run, bisect, report, diff and browse
+ * print (doc/trace-format.md): the completion's tokens, as run's
+ * completion_ids: an end-of-generation token that stopped the run and tokens
+ * a speculative burst produced past the end (stop, -n) are not counted. A
+ * finished run records it (meta generated); for a run that never finished,
+ * every output token of the trail (gen and bonus). */
+int bt_analyze_generated(bt_trace_reader *r, int *n);
+
 /* Fill *out (cleared first; clear it with bt_analysis_clear). */
 int bt_analyze(bt_trace_reader *r, bt_analysis *out);
 void bt_analysis_clear(bt_analysis *x);

@@ -14,6 +14,8 @@ gguf.quants.quantize); norms stay F32 as in real files. Every row length
 
 Library: make(path, wtype="f32", ...) returns the config dict.
 CLI:     make_random_gguf.py OUT.gguf [--type q4_1] [--untied] [--n-kv-heads 4] ...
+         [--special-id padding=4294967295] (extra tokenizer.ggml.KEY_token_id
+         values, stored as uint32 the way llama.cpp's converter stores them)
 """
 
 import argparse
@@ -69,9 +71,11 @@ def _store(writer, name, arr, wtype):
 
 def make(path, wtype="f32", embd_type=None, untied=False, dim=64, hidden=192,
          n_layers=2, n_heads=4, n_kv_heads=2, n_vocab=320, ctx_len=128,
-         rope_base=10000.0, norm_eps=1e-5, seed=0):
+         rope_base=10000.0, norm_eps=1e-5, seed=0, special_ids=None):
     """Write the GGUF to path; returns the hyperparameters as a dict.
-    embd_type: type of token_embd (and of output when untied); default wtype."""
+    embd_type: type of token_embd (and of output when untied); default wtype.
+    special_ids: {"padding": 4294967295, ...} -> tokenizer.ggml.<key>_token_id
+    (uint32; replaces the default bos/eos/unk ids when it names them)."""
     import gguf
     if wtype not in TYPES or (embd_type or wtype) not in TYPES:
         raise ValueError("weight type must be one of %s" % ", ".join(TYPES))
@@ -109,9 +113,10 @@ def make(path, wtype="f32", embd_type=None, untied=False, dim=64, hidden=192,
     w.add_token_list(tokens)
     w.add_token_scores(scores)
     w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
+    ids = {"bos": 1, "eos": 2, "unknown": 0}
+    ids.update(special_ids or {})
+    for key, val in ids.items():
+        w.add_uint32("tokenizer.ggml.%s_token_id" % key, val)
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
 
@@ -157,10 +162,18 @@ def main(argv=None):
     ap.add_argument("--rope-base", type=float, default=10000.0)
     ap.add_argument("--eps", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--special-id", action="append", default=[], metavar="KEY=N",
+                    help="tokenizer.ggml.KEY_token_id = N (uint32), e.g. padding=4294967295")
     a = ap.parse_args(argv)
+    special = {}
+    for kv in a.special_id:
+        k, _, v = kv.partition("=")
+        if not k or not v.isdigit() or int(v) >= 1 << 32:
+            ap.error("--special-id expects KEY=N with 0 <= N < 2^32, got %r" % kv)
+        special[k] = int(v)
     try:
         make(a.out, a.type, a.embd_type, a.untied, a.dim, a.hidden, a.layers, a.heads,
-             a.n_kv_heads, a.vocab, a.ctx, a.rope_base, a.eps, a.seed)
+             a.n_kv_heads, a.vocab, a.ctx, a.rope_base, a.eps, a.seed, special)
     except (ValueError, OSError) as e:
         print("make_random_gguf.py: %s: %s" % (a.out, e), file=sys.stderr)
         return 1
