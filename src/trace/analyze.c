@@ -8,6 +8,7 @@
  * (tap/detect.h), recomputed here so walls and loops are dated from their
  * first token and traces recorded without detectors are still judged. */
 #include "trace/analyze.h"
+#include "trace/guard.h"
 #include "util.h"
 
 #include <math.h>
@@ -27,9 +28,12 @@ int bt_analyze_verify(const char *path)
         goto out;
     }
     sqlite3_busy_timeout(db, 2000);   /* a run may still be writing it */
+    bt_trace_guard g;                 /* quick_check is linear, but the file is untrusted */
+    bt_trace_guard_install(db, &g, bt_trace_guard_bytes(path));
     int s = sqlite3_step(st);
     const char *res = s == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
-    if (s != SQLITE_ROW) rc = bt_error(BT_EFORMAT, "%s: corrupt trace (integrity check: %s)", path, sqlite3_errmsg(db));
+    if (s == SQLITE_INTERRUPT) rc = bt_trace_guard_error(&g, path, "integrity check");
+    else if (s != SQLITE_ROW) rc = bt_error(BT_EFORMAT, "%s: corrupt trace (integrity check: %s)", path, sqlite3_errmsg(db));
     else if (!res || strcmp(res, "ok")) {
         /* quick_check answers "*** in database main ***\nPage 6: ..."; keep one line */
         char msg[256];

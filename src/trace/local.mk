@@ -3,6 +3,7 @@
 # is generated with sed (no xxd) into the build tree, so it works out of
 # tree and in `make distcheck` (traces/ is distributed; schema.c is not).
 libbangtrace_a_SOURCES += src/trace/trace.h src/trace/writer.c src/trace/reader.h src/trace/reader.c \
+	src/trace/guard.h src/trace/guard.c \
 	src/cmd_export.c
 nodist_libbangtrace_a_SOURCES += src/trace/schema.c
 BUILT_SOURCES += src/trace/schema.c
