@@ -118,8 +118,7 @@ int bt_trace_guard_schema(sqlite3 *db, const char *schema, const char *path)
             if (sqlite3_stricmp(name, x->name)) continue;
             seen[i] = true;
             /* a virtual table is type 'table' too: only a plain CREATE TABLE will do */
-            bool plain = !text || !strcmp(x->type, "index") || !strcmp(x->type, "view")
-                       || !sqlite3_strnicmp(text, "CREATE TABLE", 12);
+            bool plain = strcmp(type, "table") || !text || !sqlite3_strnicmp(text, "CREATE TABLE", 12);
             if (strcmp(type, x->type) || !plain) {
                 rc = bt_error(BT_EFORMAT, "%s: not a bangtrace trace (%s is a %s%s, expected a %s)", path, name,
                               plain ? "" : "virtual ", type, x->type);
