@@ -31,7 +31,8 @@
  * "[redacted]"; absolute paths everywhere in meta, event details and
  * backtraces become base names; host and user names become "[redacted]";
  * quoted token text in event details becomes an ellipsis. Generated tokens
- * stay. --redact=all also removes them: every token id -1, every piece
+ * stay, except those inside a run of three or more that repeats the prompt
+ * (a model echoing it), redacted like prompt tokens. --redact=all also removes them: every token id -1, every piece
  * NULL, every logit snapshot's ids, every full logit row, and the ids of
  * spec_steps / spec_trail. */
 #include "cmd.h"
@@ -69,7 +70,8 @@ void cmd_export_help(FILE *out)
         "                    prompt text in meta, text arguments in meta argv; absolute\n"
         "                    paths (meta, argv, events, backtraces) become base names;\n"
         "                    host and user names become [redacted]; quoted token text\n"
-        "                    in event details an ellipsis. Generated tokens stay.\n"
+        "                    in event details an ellipsis. Generated tokens stay,\n"
+        "                    except where they repeat the prompt (3+ tokens in a row).\n"
         "  --redact=all      also remove the generated tokens: every token id and text,\n"
         "                    the ids of every logit snapshot, every full logit row and\n"
         "                    the drafted/bonus ids of a speculative run.\n"
