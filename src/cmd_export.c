@@ -841,6 +841,10 @@ int cmd_export(int argc, char **argv)
     tmp[0] = 0;
     static const char *const how[] = { "", "; redacted (prompt)", "; redacted (all)" };
     bt_log("bangtrace: export: wrote %s (steps %s%s), %.2f MB", o.out, window, how[o.redact], bt_trace_size(o.out) / 1e6);
+    bt_trace_state st;
+    if (bt_trace_state_get(r, &st) == BT_OK && !st.complete)
+        bt_log("bangtrace: export: %s is incomplete (status %s; last committed step %d)%s", o.in,
+               st.status ? st.status : "unknown", st.last_step, st.in_wal ? "; its -wal was read too" : "");
 done:
     if (x.db) sqlite3_close(x.db);
     if (tmp[0]) remove_file_set(tmp);
