@@ -534,6 +534,11 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
     n_steps = k;
     if (spec && (rc = bt_trace_spec_trail_each(r, INT32_MIN, INT32_MAX, trail_cb, &tl)) < 0) goto out;
     if ((rc = bt_analyze_sequence(r, &seq, &n_seq, &n_prompt))) goto out;
+    for (int i = 0; i < n_seq; i++)
+        if (seq[i] < 0) {   /* export --redact replaced the ids with -1: nothing to replay */
+            rc = bt_error(BT_EINVAL, "%s: the trace's token ids were removed by export --redact; --reference needs the original trace", o->trace);
+            goto out;
+        }
     res->steps_total = n_steps;
     if (n_steps == 0) { rc = bt_error(BT_EINVAL, "%s: the trace has no steps to replay", o->trace); goto out; }
 

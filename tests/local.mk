@@ -1,7 +1,7 @@
 # tests/local.mk - the test suite. Programs are C unit tests; *.sh drive the
 # built binary. ASAN_TESTS (one line) is what `./quickstart check` reruns
 # under ASan+UBSan.
-ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh
+ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_guard tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh tests/trace_hostile.sh
 TESTS += tests/manpage.sh
 EXTRA_DIST += tests/manpage.sh
 TESTS += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
@@ -49,13 +49,15 @@ tests_test_detect_LDADD = $(BT_LIBS)
 tests_test_crash_SOURCES = tests/test_crash.c
 tests_test_crash_LDADD = $(BT_LIBS)
 # trace store: writer/reader round trip, views, bad files, size; kill -9; export --redact
-check_PROGRAMS += tests/test_trace tests/trace_writer_tool
-TESTS += tests/test_trace tests/trace_crash.sh tests/export.sh
+check_PROGRAMS += tests/test_trace tests/trace_writer_tool tests/test_guard
+TESTS += tests/test_trace tests/test_guard tests/trace_crash.sh tests/export.sh tests/trace_hostile.sh tests/trace_incomplete.sh
 tests_test_trace_SOURCES = tests/test_trace.c
 tests_test_trace_LDADD = $(BT_LIBS)
 tests_trace_writer_tool_SOURCES = tests/trace_writer_tool.c
+tests_test_guard_SOURCES = tests/test_guard.c
+tests_test_guard_LDADD = $(BT_LIBS)
 tests_trace_writer_tool_LDADD = $(BT_LIBS)
-EXTRA_DIST += tests/trace_crash.sh tests/export.sh
+EXTRA_DIST += tests/trace_crash.sh tests/export.sh tests/trace_hostile.sh tests/trace_incomplete.sh
 # bisect (plain and --reference) and report on real traces
 TESTS += tests/bisect.sh tests/report.sh tests/counts.sh
 # terminal safety: hostile model and trace text is escaped in every command

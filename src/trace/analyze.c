@@ -341,11 +341,21 @@ int bt_analyze_sequence(bt_trace_reader *r, int32_t **ids, int *n, int *n_prompt
     return BT_OK;
 }
 
+/* An export made with --redact replaced removed ids with -1: those are
+ * unknown, not out of the vocabulary, and never a wall or a loop. */
+static bool ids_redacted(bt_trace_reader *r)
+{
+    const char *v = bt_trace_meta_get(r, "redacted");
+    return v && (!strcmp(v, "prompt") || !strcmp(v, "all"));
+}
+
 static int analyze_tokens(bt_trace_reader *r, bt_analysis *x, const gen_tok *g, int n)
 {
     char piece[96], detail[256];
     int rc;
+    bool red = ids_redacted(r);
     for (int i = 0; i < n; i++) {
+        if (red && g[i].id == -1) continue;
         if (g[i].id < 0 || (x->n_vocab > 0 && g[i].id >= x->n_vocab)) {
             snprintf(detail, sizeof(detail), "step %d: id %d is outside the vocabulary (%d)", g[i].step, g[i].id, x->n_vocab);
             set_degen(x, g[i].step, g[i].pos, "oov_token", detail);
@@ -355,7 +365,7 @@ static int analyze_tokens(bt_trace_reader *r, bt_analysis *x, const gen_tok *g, 
     for (int i = 0; i < n; ) {
         int j = i;
         while (j < n && g[j].id == g[i].id) j++;
-        if (j - i >= 8) {
+        if (j - i >= 8 && !(red && g[i].id == -1)) {
             if ((rc = bt_analyze_piece(r, g[i].id, piece, sizeof(piece)))) return rc;
             snprintf(detail, sizeof(detail), "token %d ('%s') repeated %d times from step %d", g[i].id, piece, j - i, g[i].step);
             set_degen(x, g[i].step, g[i].pos, "token_wall", detail);
@@ -365,6 +375,7 @@ static int analyze_tokens(bt_trace_reader *r, bt_analysis *x, const gen_tok *g, 
     }
     for (int i = 0; i < n; i++) {
         if (x->has_degenerate && g[i].step >= x->degen_step) break;
+        if (red && g[i].id == -1) continue;
         for (int p = 2; p <= 16 && i + 4 * p <= n; p++) {
             bool constant = true, periodic = true;
             for (int k = 1; k < p && constant; k++) constant = g[i + k].id == g[i].id;
@@ -430,13 +441,16 @@ static int explain(bt_trace_reader *r, bt_analysis *x, const gen_tok *g, int n)
     int reps = 0;
     while (start + reps < n && g[start + reps].id == id) reps++;
     char tail[96];
-    if (reps > 1) snprintf(tail, sizeof(tail), "; repeated %d times", reps);
+    if (reps > 1 && !(id == -1 && ids_redacted(r))) snprintf(tail, sizeof(tail), "; repeated %d times", reps);
     else tail[0] = 0;
     if (!bad_row) {
         size_t l = strlen(tail);
         snprintf(tail + l, sizeof(tail) - l, " (%s)", x->degen_kind);
     }
-    if (id < 0 || (x->n_vocab > 0 && id >= x->n_vocab))
+    if (id == -1 && ids_redacted(r))
+        snprintf(x->explanation, sizeof(x->explanation), "step %d: %s; %s -> id redacted (export --redact)%s", step, what,
+                 rule, tail);
+    else if (id < 0 || (x->n_vocab > 0 && id >= x->n_vocab))
         snprintf(x->explanation, sizeof(x->explanation), "step %d: %s; %s -> id %d, outside the vocabulary (%d)%s",
                  step, what, rule, id, x->n_vocab, tail);
     else {

@@ -5,6 +5,7 @@
 libbangtrace_a_SOURCES += src/trace/trace.h src/trace/writer.c src/trace/reader.h src/trace/reader.c \
 	src/trace/reader_impl.h src/trace/reader_browse.c \
 	src/trace/runstate.h src/trace/runstate.c \
+	src/trace/guard.h src/trace/guard.c \
 	src/cmd_export.c
 nodist_libbangtrace_a_SOURCES += src/trace/schema.c
 BUILT_SOURCES += src/trace/schema.c

@@ -1,14 +1,22 @@
 /* reader.c - read-only, validated access to a trace (see reader.h).
  *
  * Opening checks, in order, before any query: the file exists and starts
- * with the SQLite magic; the header's page count fits in the file (a
- * truncated copy fails here instead of deep inside a query); SQLite opens it
- * read-only; application_id is bangtrace's; user_version is one we read; the
- * meta table is there. meta and tensors are small and read once; everything
- * else is a prepared, indexed query run on demand. Any SQLITE_CORRUPT /
- * SQLITE_NOTADB later on is reported as BT_EFORMAT naming the file. */
+ * with the SQLite magic; without a WAL beside it, the header's page count
+ * fits in the file (a truncated copy fails here instead of deep inside a
+ * query; with a WAL, committed pages may live there, so SQLite decides);
+ * SQLite opens it read-only; application_id is bangtrace's; user_version is
+ * one we read; every schema object we use is of the expected kind (guard.h:
+ * a trace's schema is data, never code); the meta table is there. meta and
+ * tensors are small and read once; everything else is a prepared, indexed
+ * query run on demand, each bounded by the guard's instruction budget. Any
+ * SQLITE_CORRUPT / SQLITE_NOTADB later on is reported as BT_EFORMAT naming
+ * the file, an exhausted budget likewise.
+ *
+ * An incomplete trace (a run still writing, killed, or out of disk) opens
+ * as long as SQLite can read it: bt_trace_state_get() says how complete. */
 #include "trace/reader.h"
 #include "trace/reader_impl.h"
+#include "trace/guard.h"
 #include "trace/trace.h"
 #include "util.h"
 
@@ -66,6 +74,8 @@ struct bt_trace_reader {
     bool spec_tables, has_spec;
     sqlite3_stmt *sq[5];
     sqlite3_stmt *bq[BT_TRACE_BROWSE_MAX];   /* reader_browse.c's, prepared on first use */
+    bt_trace_guard guard;            /* statement budget (guard.h) */
+    bool wal;                        /* a non-empty PATH-wal was beside the file at open */
 };
 
 /* ---- errors ---- */
@@ -73,6 +83,7 @@ struct bt_trace_reader {
 static int db_fail(bt_trace_reader *r, int rc, const char *what)
 {
     int base = rc & 0xff;
+    if (base == SQLITE_INTERRUPT) return bt_trace_guard_error(&r->guard, r->path, what);
     if (base == SQLITE_CORRUPT || base == SQLITE_NOTADB || base == SQLITE_FORMAT || base == SQLITE_RANGE)
         return bt_error(BT_EFORMAT, "%s: corrupt trace (%s: %s)", r->path, what, sqlite3_errmsg(r->db));
     if (base == SQLITE_ERROR)   /* a missing table or column: not the schema we know */
@@ -100,6 +111,17 @@ static char *dup_or_null(const char *s)
     return s ? strdup(s) : NULL;
 }
 
+/* A WAL beside the file holds committed pages the main file may not have
+ * yet (a live trace, a kill during a checkpoint, a full disk): then only
+ * SQLite, reading both, can say whether the trace is whole. */
+static bool has_wal(const char *path)
+{
+    char wal[4096 + 8];
+    struct stat st;
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    return stat(wal, &st) == 0 && st.st_size > 0;
+}
+
 static int check_header(const char *path)
 {
     struct stat st;
@@ -120,8 +142,11 @@ static int check_header(const char *path)
     uint32_t valid_for = (uint32_t)h[92] << 24 | (uint32_t)h[93] << 16 | (uint32_t)h[94] << 8 | h[95];
     if (page < 512 || (page & (page - 1)))
         return bt_error(BT_EFORMAT, "%s: corrupt trace (page size %u in the header)", path, page);
-    /* The header's page count is only trustworthy when valid_for matches. */
-    if (valid_for == change && (int64_t)pages * page > (int64_t)st.st_size)
+    /* The header's page count is only trustworthy when valid_for matches,
+     * and only describes the file alone when no WAL goes with it: a
+     * checkpoint writes page 1 (the new count) before it extends the file.
+     * Without a WAL a shorter file really is cut short. */
+    if (valid_for == change && !has_wal(path) && (int64_t)pages * page > (int64_t)st.st_size)
         return bt_error(BT_EFORMAT, "%s: truncated trace (header declares %u pages of %u bytes, file holds %lld bytes)",
                         path, pages, page, (long long)st.st_size);
     return BT_OK;
@@ -213,6 +238,10 @@ int bt_trace_open(const char *path, bt_trace_reader **out)
         goto fail;
     }
     sqlite3_extended_result_codes(r->db, 1);
+    /* a run may be writing it: wait out its short commit locks */
+    sqlite3_busy_timeout(r->db, 5000);
+    r->wal = has_wal(path);
+    bt_trace_guard_install(r->db, &r->guard, bt_trace_guard_bytes(path));
     int64_t app = 0, ver = 0;
     if ((rc = pragma_int(r, "PRAGMA application_id", &app))) goto fail;
     if ((uint32_t)app != BT_TRACE_APPLICATION_ID) {
@@ -230,6 +259,9 @@ int bt_trace_open(const char *path, bt_trace_reader **out)
                       path, (long long)ver, BT_TRACE_SCHEMA_VERSION);
         goto fail;
     }
+    /* Every object we read must be the kind we expect before any query
+     * runs: a view named steps could loop forever. */
+    if ((rc = bt_trace_guard_schema(r->db, "main", path))) goto fail;
     if ((rc = load_meta(r)) || (rc = load_tensors(r))) goto fail;
     if (!bt_trace_meta_get(r, "schema_version")) {
         rc = bt_error(BT_EFORMAT, "%s: not a bangtrace trace (meta has no schema_version)", path);
@@ -993,9 +1025,12 @@ int bt_analyze_verify(const char *path)
         goto out;
     }
     sqlite3_busy_timeout(db, 2000);   /* a run may still be writing it */
+    bt_trace_guard g;                 /* quick_check is linear, but the file is untrusted */
+    bt_trace_guard_install(db, &g, bt_trace_guard_bytes(path));
     int s = sqlite3_step(st);
     const char *res = s == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
-    if (s != SQLITE_ROW) rc = bt_error(BT_EFORMAT, "%s: corrupt trace (integrity check: %s)", path, sqlite3_errmsg(db));
+    if (s == SQLITE_INTERRUPT) rc = bt_trace_guard_error(&g, path, "integrity check");
+    else if (s != SQLITE_ROW) rc = bt_error(BT_EFORMAT, "%s: corrupt trace (integrity check: %s)", path, sqlite3_errmsg(db));
     else if (!res || strcmp(res, "ok")) {
         /* quick_check answers "*** in database main ***\nPage 6: ..."; keep one line */
         char msg[256];
@@ -1013,4 +1048,21 @@ out:
     sqlite3_finalize(st);
     sqlite3_close(db);
     return rc;
+}
+
+/* ---- completeness ---- */
+
+int bt_trace_state_get(bt_trace_reader *r, bt_trace_state *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->status = bt_trace_meta_get(r, "status");
+    const char *fin = bt_trace_meta_get(r, "finished_at");
+    out->finished = fin && *fin;
+    out->in_wal = r->wal;
+    int64_t v;
+    int rc = scalar(r, "SELECT max(step) FROM steps", &v);
+    if (rc) return rc;
+    out->last_step = (int)v;
+    out->complete = out->finished && out->status && strcmp(out->status, "running") != 0;
+    return BT_OK;
 }

@@ -7,10 +7,14 @@
  * range the caller chooses).
  *
  * bt_trace_open() validates before anything else: the file must be SQLite,
- * carry the bangtrace application_id, a user_version this build knows and a
- * meta table; anything else is BT_EFORMAT (BT_EUNSUPPORTED for a newer
+ * carry the bangtrace application_id, a user_version this build knows, its
+ * tables, indexes and views must be of the expected kinds (a table named
+ * steps, not a view) and a meta table must be there; anything else is
+ * BT_EFORMAT (BT_EUNSUPPORTED for a newer
  * schema, BT_EIO when the file cannot be opened) with a one-line message
- * naming the file. No sqlite3 type crosses this header.
+ * naming the file. Every query runs under an instruction budget
+ * proportional to the file's size: a hostile file ends in BT_EFORMAT, never
+ * a hang. No sqlite3 type crosses this header.
  *
  * Conventions: integers that SQL stores as NULL come back as -1 (layer,
  * pos, step of an event) and reals as NAN; strings are borrowed from the
@@ -32,6 +36,18 @@ typedef struct bt_trace_reader bt_trace_reader;
 int bt_trace_open(const char *path, bt_trace_reader **out);
 void bt_trace_reader_close(bt_trace_reader *r);   /* NULL is a no-op */
 const char *bt_trace_reader_path(const bt_trace_reader *r);
+
+/* How complete the trace is. A trace opens whenever SQLite can read it:
+ * one a run is still writing, or whose run was killed (its last steps
+ * perhaps still in PATH-wal), or that ran out of disk. */
+typedef struct bt_trace_state {
+    const char *status;         /* meta status: ok | running | crashed | ...; NULL if absent (borrowed) */
+    bool finished;              /* meta finished_at is set: the writer closed the trace */
+    bool complete;              /* finished with a final status (not "running") */
+    bool in_wal;                /* a non-empty PATH-wal held committed pages at open */
+    int last_step;              /* the last committed step, -1 when none */
+} bt_trace_state;
+int bt_trace_state_get(bt_trace_reader *r, bt_trace_state *out);
 
 /* ---- run metadata ---- */
 

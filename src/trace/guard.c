@@ -1,0 +1,146 @@
+/* guard.c - schema check and statement budget for untrusted traces (see guard.h). */
+#include "trace/guard.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Every name the reader, export or the documented views use, with the kind
+ * it must have. Optional objects may be absent (older traces lack the spec
+ * tables); when present they must still be of this kind. */
+typedef struct expected_obj {
+    const char *name, *type, *table;   /* table: what an index is on */
+    bool required;
+} expected_obj;
+
+static const expected_obj expected[] = {
+    { "meta", "table", NULL, true },        { "tensors", "table", NULL, true },
+    { "steps", "table", NULL, true },       { "tap_blobs", "table", NULL, true },
+    { "tap_bad", "table", NULL, true },     { "tokens", "table", NULL, true },
+    { "logits", "table", NULL, true },      { "logit_rows", "table", NULL, true },
+    { "events", "table", NULL, true },      { "backtraces", "table", NULL, true },
+    { "spec_steps", "table", NULL, false }, { "spec_trail", "table", NULL, false },
+    { "tokens_step", "index", "tokens", false }, { "logits_bad", "index", "logits", false },
+    { "events_kind", "index", "events", false }, { "events_step", "index", "events", false },
+    { "v_tokens", "view", NULL, false },    { "v_tap_bits", "view", NULL, false },
+    { "v_tap_vals", "view", NULL, false },  { "v_taps", "view", NULL, false },
+    { "v_logits", "view", NULL, false },    { "v_events", "view", NULL, false },
+    { "v_first_nonfinite", "view", NULL, false }, { "v_spec_trail", "view", NULL, false },
+};
+
+int64_t bt_trace_guard_bytes(const char *path)
+{
+    struct stat st;
+    int64_t n = 0;
+    char wal[4096 + 8];
+    if (stat(path, &st) == 0) n += st.st_size;
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    if (stat(wal, &st) == 0) n += st.st_size;
+    return n;
+}
+
+static int progress(void *user)
+{
+    bt_trace_guard *g = user;
+    g->left -= 1000;
+    if (g->left > 0) return 0;
+    g->tripped = true;
+    return 1;
+}
+
+/* A statement starts running: give it a fresh budget. Each statement is
+ * bounded alone, so a long browse session or a long walk of many small
+ * queries never runs out. */
+static int on_stmt(unsigned type, void *user, void *p, void *x)
+{
+    (void)p; (void)x;
+    if (type == SQLITE_TRACE_STMT) bt_trace_guard_reset(user);
+    return 0;
+}
+
+void bt_trace_guard_install(sqlite3 *db, bt_trace_guard *g, int64_t bytes)
+{
+    if (bytes < 0) bytes = 0;
+    /* saturate rather than overflow on absurd sizes */
+    g->budget = bytes > INT64_MAX / 2 / BT_TRACE_GUARD_PER_BYTE ? INT64_MAX / 2
+              : BT_TRACE_GUARD_FLOOR + bytes * BT_TRACE_GUARD_PER_BYTE;
+    bt_trace_guard_reset(g);
+    sqlite3_progress_handler(db, 1000, progress, g);
+    sqlite3_trace_v2(db, SQLITE_TRACE_STMT, on_stmt, g);
+}
+
+int bt_trace_guard_error(const bt_trace_guard *g, const char *path, const char *what)
+{
+    return bt_error(BT_EFORMAT, "%s: damaged or hostile trace (%s: stopped after %lld SQLite instructions, the budget for a file this size)",
+                    path, what, (long long)g->budget);
+}
+
+/* Columns of a known table: none may be generated (computed on read). */
+static int check_columns(sqlite3 *db, const char *schema, const char *table, const char *path)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = BT_OK;
+    if (sqlite3_prepare_v2(db, "SELECT name, hidden FROM pragma_table_xinfo(?1, ?2)", -1, &s, NULL) != SQLITE_OK)
+        return bt_error(BT_EFORMAT, "%s: not a bangtrace trace (schema of %s: %s)", path, table, sqlite3_errmsg(db));
+    sqlite3_bind_text(s, 1, table, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, schema, -1, SQLITE_STATIC);
+    int e;
+    while ((e = sqlite3_step(s)) == SQLITE_ROW) {
+        if (sqlite3_column_int(s, 1) != 0) {
+            rc = bt_error(BT_EFORMAT, "%s: not a bangtrace trace (column %s.%s is generated or hidden)", path, table,
+                          (const char *)sqlite3_column_text(s, 0));
+            break;
+        }
+    }
+    if (!rc && e != SQLITE_DONE)
+        rc = bt_error(BT_EFORMAT, "%s: not a bangtrace trace (schema of %s: %s)", path, table, sqlite3_errmsg(db));
+    sqlite3_finalize(s);
+    return rc;
+}
+
+int bt_trace_guard_schema(sqlite3 *db, const char *schema, const char *path)
+{
+    bool seen[BT_ARRAY_SIZE(expected)] = { false };
+    char *sql = sqlite3_mprintf("SELECT type, name, tbl_name, sql FROM \"%w\".sqlite_master", schema);
+    sqlite3_stmt *s = NULL;
+    int rc = BT_OK, e;
+    if (!sql) return bt_error(BT_ENOMEM, "out of memory");
+    e = sqlite3_prepare_v2(db, sql, -1, &s, NULL);
+    sqlite3_free(sql);
+    if (e != SQLITE_OK) return bt_error(BT_EFORMAT, "%s: not a bangtrace trace (schema: %s)", path, sqlite3_errmsg(db));
+    while ((e = sqlite3_step(s)) == SQLITE_ROW) {
+        const char *type = (const char *)sqlite3_column_text(s, 0), *name = (const char *)sqlite3_column_text(s, 1);
+        const char *tbl = (const char *)sqlite3_column_text(s, 2), *text = (const char *)sqlite3_column_text(s, 3);
+        if (!type || !name) continue;
+        for (size_t i = 0; i < BT_ARRAY_SIZE(expected); i++) {
+            const expected_obj *x = &expected[i];
+            if (sqlite3_stricmp(name, x->name)) continue;
+            seen[i] = true;
+            /* a virtual table is type 'table' too: only a plain CREATE TABLE will do */
+            bool plain = strcmp(type, "table") || !text || !sqlite3_strnicmp(text, "CREATE TABLE", 12);
+            if (strcmp(type, x->type) || !plain) {
+                rc = bt_error(BT_EFORMAT, "%s: not a bangtrace trace (%s is a %s%s, expected a %s)", path, name,
+                              plain ? "" : "virtual ", type, x->type);
+                goto out;
+            }
+            if (x->table && (!tbl || sqlite3_stricmp(tbl, x->table))) {
+                rc = bt_error(BT_EFORMAT, "%s: not a bangtrace trace (index %s is on %s, expected %s)", path, name,
+                              tbl ? tbl : "?", x->table);
+                goto out;
+            }
+        }
+    }
+    if (e != SQLITE_DONE) { rc = bt_error(BT_EFORMAT, "%s: corrupt trace (schema: %s)", path, sqlite3_errmsg(db)); goto out; }
+    for (size_t i = 0; i < BT_ARRAY_SIZE(expected); i++) {
+        if (!seen[i] && expected[i].required) {
+            rc = bt_error(BT_EFORMAT, "%s: not a bangtrace trace (no %s table)", path, expected[i].name);
+            goto out;
+        }
+        if (seen[i] && !strcmp(expected[i].type, "table") && (rc = check_columns(db, schema, expected[i].name, path)))
+            goto out;
+    }
+out:
+    sqlite3_finalize(s);
+    return rc;
+}
