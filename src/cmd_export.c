@@ -13,7 +13,7 @@
  * The copy is built row by row into a fresh file (never copied page by page
  * and then scrubbed), so redacted data is never written to OUT at all: no
  * freed page, journal or WAL of OUT can hold it. The build goes to
- * OUT.partial with no journal and is renamed over OUT at the end, so OUT
+ * a fresh OUT.XXXXXX (mkstemp, 0600) with no journal and is renamed over OUT at the end, so OUT
  * is either absent or complete; it is a single rollback-mode file (no -wal
  * or -shm beside it). Exporting never modifies the evidence, not even by
  * checkpointing its WAL; a trace whose steps are still in its -wal (a run
@@ -89,7 +89,7 @@ void cmd_export_help(FILE *out)
         "                    spec_steps and spec_trail follow the window of their verify\n"
         "                    step.\n"
         "  --all-steps       keep every step\n"
-        "  --force           replace OUT if it exists\n\n"
+        "  --force           replace OUT if it is an idle bangtrace trace (nothing else)\n\n"
         "The copy is rebuilt row by row from the known tables into a schema of this\n"
         "version (no SQL from TRACE is ever run; unknown tables are left out) and\n"
         "vacuumed: no byte of removed data remains in OUT, and OUT is a single file\n"
@@ -799,8 +799,12 @@ int cmd_export(int argc, char **argv)
 
     /* Build OUT.partial: the embedded schema first, then the source
      * attached read-only and checked like the reader checks it. */
-    snprintf(tmp, sizeof tmp, "%s.partial", o.out);
-    remove_file_set(tmp);
+    /* A fresh name of our own (mode 0600: the copy may still hold the
+     * prompt), so nothing already on disk is ever removed or reused. */
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", o.out);
+    int tfd = mkstemp(tmp);
+    if (tfd < 0) { rc = bt_error(BT_EIO, "%s: cannot create a temporary file beside it: %s", o.out, strerror(errno)); tmp[0] = 0; goto done; }
+    close(tfd);
     if (sqlite3_open_v2(tmp, &x.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_URI, NULL) != SQLITE_OK) {
         rc = bt_error(BT_EIO, "%s: cannot create: %s", o.out, x.db ? sqlite3_errmsg(x.db) : "out of memory");
         goto done;
@@ -830,6 +834,8 @@ int cmd_export(int argc, char **argv)
         goto done;
     if (sqlite3_close(x.db) != SQLITE_OK) { rc = db_err(&x, "closing"); goto done; }
     x.db = NULL;
+    /* checked again right before the rename: OUT may have changed meanwhile */
+    if ((rc = bt_outfile_check(o.out, BT_OUT_TRACE, o.force, in, 1, NULL))) goto done;
     if (o.force) remove_file_set(o.out);
     if (rename(tmp, o.out) != 0) {
         rc = bt_error(BT_EIO, "%s: cannot rename %s into place: %s", o.out, tmp, strerror(errno));

@@ -19,7 +19,7 @@ one_line_err() {
 # count BYTES FILE: occurrences (lines) of a byte string in a binary file
 count() { grep -a -c -F -e "$1" "$2" 2>/dev/null || true; }
 no_companions() {
-    for f in "$1-wal" "$1-shm" "$1-journal" "$1.partial"; do [ -e "$f" ] && fail "$f exists beside the export"; done
+    for f in "$1-wal" "$1-shm" "$1-journal" "$1".??????; do [ -e "$f" ] && fail "$f exists beside the export"; done
     return 0
 }
 
@@ -212,4 +212,9 @@ if "$BANGTRACE" help run 2>/dev/null | grep -q -e '--trace' && [ -f "$STORIES" ]
 else
     echo "note: bangtrace run --trace or stories260K unavailable; real-binary part not run"
 fi
+# a file of the user's beside OUT (any name export could use for its build) is never touched
+echo "keep me" > "$TMP/side.db.partial"
+expect_exit 0 "export beside a user's file" "$BANGTRACE" export "$TMP/t.db" -o "$TMP/side.db" --redact
+[ "$(cat "$TMP/side.db.partial")" = "keep me" ] && ok "OUT.partial of the user untouched" || fail "export touched OUT.partial"
+no_companions "$TMP/side.db"
 finish
