@@ -2,9 +2,9 @@
 # and traces/schema.sql embedded into the binary as a C string. The string
 # is generated with sed (no xxd) into the build tree, so it works out of
 # tree and in `make distcheck` (traces/ is distributed; schema.c is not).
-libbangtrace_a_SOURCES += src/trace/trace.h src/trace/writer.c src/trace/reader.h src/trace/reader.c \
-	src/cmd_export.c
-nodist_libbangtrace_a_SOURCES += src/trace/schema.c
+libbttrace_a_SOURCES += src/trace/trace.h src/trace/writer.c src/trace/reader.h src/trace/reader.c
+bangtrace_SOURCES += src/cmd_export.c
+nodist_libbttrace_a_SOURCES += src/trace/schema.c
 BUILT_SOURCES += src/trace/schema.c
 CLEANFILES += src/trace/schema.c
 
@@ -15,6 +15,7 @@ src/trace/schema.c: $(top_srcdir)/traces/schema.sql
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $(top_srcdir)/traces/schema.sql; \
 	  echo ';'; } > $@-t && mv -f $@-t $@
 # analysis shared by bisect, report and the browser; the two commands
-libbangtrace_a_SOURCES += src/trace/analyze.h src/trace/analyze.c src/cmd_bisect.c src/cmd_report.c
+libbttrace_a_SOURCES += src/trace/analyze.h src/trace/analyze.c
+bangtrace_SOURCES += src/cmd_bisect.c src/cmd_report.c
 # `bangtrace diff`: two traces compared (tokens, taps, settings)
-libbangtrace_a_SOURCES += src/cmd_diff.c
+bangtrace_SOURCES += src/cmd_diff.c
