@@ -6,6 +6,7 @@
 #include "cmd.h"
 #include "tui.h"
 #include "util.h"
+#include "config.h"
 
 #include <langinfo.h>
 #include <locale.h>
@@ -44,7 +45,8 @@ void cmd_browse_help(FILE *out)
         "                 spec: verify step S in detail)\n"
         "  --all          with --dump tokens: every token, not one window; with\n"
         "                 --dump spec: every verify step, not the first 256\n\n"
-        "Exit status: 0 ok, 2 error (not a trace, unreadable, not a terminal).\n");
+        "Exit status: 0 ok, 2 error (not a trace, unreadable, not a terminal, or\n"
+        "without --dump in a build configured without ncursesw).\n");
 }
 
 /* Time the first screens (open, token window, step with medians, walk-back)
@@ -107,6 +109,12 @@ int cmd_browse(int argc, char **argv)
         return bt_cmd_fail("browse");
     }
     if (timing) return time_open(path);
+#ifndef HAVE_NCURSESW
+    if (dump_view < 0) {
+        bt_error(BT_EUNSUPPORTED, "this bangtrace was built without ncursesw: only --dump VIEW is available");
+        return bt_cmd_fail("browse");
+    }
+#endif
 
     setlocale(LC_ALL, "");
     const char *cs = nl_langinfo(CODESET);
@@ -133,7 +141,9 @@ int cmd_browse(int argc, char **argv)
         }
         a.view = start_view;
         if (tui_views[start_view].name[0] == 'w' && tui_app_walk_jump(&a)) { status = bt_cmd_fail("browse"); }
+#ifdef HAVE_NCURSESW
         else status = tui_browse_run(&a);
+#endif
     }
     tui_app_free(&a);
     tui_trace_close(tr);

@@ -19,6 +19,7 @@
  * Single-threaded: one thread drives a writer. */
 #include "trace/trace.h"
 #include "trace/reader.h"
+#include "sys/backtrace.h"
 #include "util.h"
 #include "config.h"
 
@@ -218,6 +219,7 @@ int bt_trace_create(const char *path, bt_trace **out)
         }
     if ((rc = meta_put(t, "tool_version", PACKAGE_VERSION)) || (rc = meta_put(t, "schema_version", version)) ||
         (rc = meta_put(t, "started_at", started)) || (rc = meta_put(t, "status", "running")) ||
+        (rc = meta_put(t, "backtraces", bt_backtrace_provider() ? bt_backtrace_provider() : "unavailable")) ||
         (rc = exec(t, "COMMIT")))
         goto fail;
     *out = t;
