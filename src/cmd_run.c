@@ -95,16 +95,10 @@ typedef struct run_opts {
     long draft_self, draft_ngram;
 } run_opts;
 
-static int default_threads(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 16 ? 16 : (int)n;
-}
-
 static int parse_args(int argc, char **argv, run_opts *o)
 {
     memset(o, 0, sizeof(*o));
-    o->threads = default_threads();
+    o->threads = bt_pool_default_threads();
     o->layer_lo = o->layer_hi = -1;
     o->topk = 20;
     for (int i = 1; i < argc; i++) {
@@ -426,7 +420,7 @@ int cmd_run(int argc, char **argv)
     if (!bt_model_has_weights(m)) { bt_error(BT_EINVAL, "%s is a vocabulary-only file: it has no weights to run", o.model); goto fail; }
     if (bt_tokenizer_new(&m->vocab, &tok)) goto fail;
     if (build_prompt(&o, &req, m, tok, &prompt, &n_prompt)) goto fail;
-    int ctx = o.ctx ? (int)o.ctx : BT_MIN(m->cfg.ctx_len, 4096);
+    int ctx = o.ctx ? (int)o.ctx : BT_MIN(m->cfg.ctx_len, BT_ENGINE_CTX_CAP);
     if ((long)n_prompt > ctx) { bt_error(BT_ERANGE, "the prompt has %zu tokens but the context is %d (use --ctx)", n_prompt, ctx); goto fail; }
     if ((long)n_prompt + n_max > ctx) {
         bt_warn("prompt (%zu) + max tokens (%ld) exceed the context (%d): generating at most %ld", n_prompt, n_max, ctx, ctx - (long)n_prompt);

@@ -8,6 +8,7 @@
  * Rolling back after a rejection is only moving these bounds: later
  * forwards overwrite the rejected positions. */
 #include "decode.h"
+#include "tap/detect.h"
 #include "util.h"
 
 #include <math.h>
@@ -15,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WINDOW 8                 /* verify steps in the acceptance-rate window */
 
 struct bt_decoder {
     bt_decoder_cfg c;
@@ -34,7 +34,7 @@ struct bt_decoder {
     float *p;                    /* (n_vocab) target distribution scratch */
     int32_t *vin;                /* (k + 1) verify input */
     /* acceptance-rate window */
-    double win[WINDOW];
+    double win[BT_SPEC_WINDOW];
     int win_n;
     bool was_high, collapse_reported;
     bt_decoder_stats st;
@@ -228,19 +228,19 @@ static int record_trail(bt_decoder *d, int step, int i, int pos, int32_t target_
 
 static int note_acceptance(bt_decoder *d, int step, int pos, double rate)
 {
-    memmove(d->win, d->win + 1, (WINDOW - 1) * sizeof(double));
-    d->win[WINDOW - 1] = rate;
-    if (d->win_n < WINDOW) d->win_n++;
-    if (d->win_n < WINDOW || d->collapse_reported) return BT_OK;
+    memmove(d->win, d->win + 1, (BT_SPEC_WINDOW - 1) * sizeof(double));
+    d->win[BT_SPEC_WINDOW - 1] = rate;
+    if (d->win_n < BT_SPEC_WINDOW) d->win_n++;
+    if (d->win_n < BT_SPEC_WINDOW || d->collapse_reported) return BT_OK;
     double avg = 0;
-    for (int i = 0; i < WINDOW; i++) avg += d->win[i];
-    avg /= WINDOW;
-    if (avg >= 0.6) d->was_high = true;
-    if (d->was_high && avg < 0.25 && d->c.target_rec) {
+    for (int i = 0; i < BT_SPEC_WINDOW; i++) avg += d->win[i];
+    avg /= BT_SPEC_WINDOW;
+    if (avg >= BT_ACCEPT_COLLAPSE_HIGH) d->was_high = true;
+    if (d->was_high && avg < BT_ACCEPT_COLLAPSE_LOW && d->c.target_rec) {
         d->collapse_reported = true;
         char detail[200];
         snprintf(detail, sizeof(detail), "step %d: acceptance over the last %d verify steps fell to %.2f after having been >= 0.6",
-                 step, WINDOW, avg);
+                 step, BT_SPEC_WINDOW, avg);
         return bt_recorder_event(d->c.target_rec, step, pos, "accept_collapse", detail);
     }
     return BT_OK;

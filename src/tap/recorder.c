@@ -325,7 +325,6 @@ int bt_recorder_event(bt_recorder *r, int step, int pos, const char *kind, const
     return event(r, step, pos, kind, -1, NULL, NULL, detail, NULL);
 }
 
-int bt_recorder_current_step(const bt_recorder *r) { return r->step; }
 
 int bt_recorder_step_end(bt_recorder *r, double ms)
 {

@@ -52,7 +52,6 @@ int bt_recorder_snapshot(bt_recorder *r, const float *row, int row_pos, int32_t 
 int bt_recorder_token(bt_recorder *r, int pos, int32_t id, const char *role, float logprob);
 /* A decoder event (post_stop_draft, accept_collapse). */
 int bt_recorder_event(bt_recorder *r, int step, int pos, const char *kind, const char *detail);
-int bt_recorder_current_step(const bt_recorder *r);
 int bt_recorder_step_end(bt_recorder *r, double ms);
 int bt_recorder_finish(bt_recorder *r, const char *finish_reason);
 /* First error the callback hit (it cannot return one through the engine). */

@@ -120,7 +120,6 @@ int bt_pretok_new(const char *pre, bt_pretok **out)
     return BT_OK;
 }
 
-const char *bt_pretok_set_name(const bt_pretok *p) { return p->set->name; }
 bool bt_pretok_ignore_merges(const bt_pretok *p) { return p->set->ignore_merges; }
 
 typedef struct lenvec { size_t *v; size_t n, cap; } lenvec;
