@@ -212,13 +212,14 @@ static void test_uninstall(void)
 static void test_backtrace_direct(void)
 {
 #ifndef HAVE_LIBUNWIND
-    char none[128];
-    CHECK(bt_backtrace(none, sizeof none, 0) == 0 && strstr(none, "without libunwind"));
-    CHECK(bt_backtrace_signal(none, sizeof none, NULL) == 0 && strstr(none, "without libunwind"));
-    char one[1] = { 'x' };
-    CHECK(bt_backtrace(one, 1, 0) == 0 && one[0] == 0);
-    CHECK(bt_backtrace_provider() == NULL);
-    return;
+    {
+        char none[128], tiny[1] = { 'x' };
+        CHECK(bt_backtrace(none, sizeof none, 0) == 0 && strstr(none, "without libunwind"));
+        CHECK(bt_backtrace_signal(none, sizeof none, NULL) == 0 && strstr(none, "without libunwind"));
+        CHECK(bt_backtrace(tiny, 1, 0) == 0 && tiny[0] == 0);
+        CHECK(bt_backtrace_provider() == NULL);
+        return;
+    }
 #endif
     CHECK(bt_backtrace_provider() && !strcmp(bt_backtrace_provider(), "libunwind"));
     char buf[8192];

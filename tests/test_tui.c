@@ -299,6 +299,7 @@ static void test_grid(void)
 static void test_keys(void)
 {
     int arg = -1;
+    (void)arg;               /* unused without ncursesw */
 #ifdef HAVE_NCURSESW         /* without ncursesw there are no keys, only dumps */
     CHECK(tui_key_action('j', NULL) == TUI_A_DOWN);
     CHECK(tui_key_action(KEY_DOWN, NULL) == TUI_A_DOWN);

@@ -109,12 +109,6 @@ int cmd_browse(int argc, char **argv)
         return bt_cmd_fail("browse");
     }
     if (timing) return time_open(path);
-#ifndef HAVE_NCURSESW
-    if (dump_view < 0) {
-        bt_error(BT_EUNSUPPORTED, "this bangtrace was built without ncursesw: only --dump VIEW is available");
-        return bt_cmd_fail("browse");
-    }
-#endif
 
     setlocale(LC_ALL, "");
     const char *cs = nl_langinfo(CODESET);
@@ -143,6 +137,11 @@ int cmd_browse(int argc, char **argv)
         if (tui_views[start_view].name[0] == 'w' && tui_app_walk_jump(&a)) { status = bt_cmd_fail("browse"); }
 #ifdef HAVE_NCURSESW
         else status = tui_browse_run(&a);
+#else
+        else {      /* the trace is checked first: a wrong file is named as with curses */
+            bt_error(BT_EUNSUPPORTED, "this bangtrace was built without ncursesw: only --dump VIEW is available");
+            status = bt_cmd_fail("browse");
+        }
 #endif
     }
     tui_app_free(&a);
