@@ -484,7 +484,7 @@ int cmd_run(int argc, char **argv)
            t_load * 1e3, n_prompt, (int)o.threads, sc.temperature > 0 ? "sampling" : "greedy", rule);
 
     bt_decoder_cfg dc = { .target = e, .target_rec = rec, .smp = smp, .greedy = sc.temperature <= 0, .rule = sc.rule,
-                          .tok = tok, .ignore_eos = o.ignore_eos, .inj = inj, .trace = trace,
+                          .tok = tok, .ignore_eos = o.ignore_eos, .inj = inj,
                           .drafter = o.draft_model ? BT_DRAFT_MODEL : o.draft_self ? BT_DRAFT_SELF : o.draft_ngram ? BT_DRAFT_NGRAM : BT_DRAFT_NONE,
                           .k = (int)o.spec_k, .ngram = (int)o.draft_ngram, .drafter_name = drafter_name,
                           .draft = de, .draft_rec = drec };

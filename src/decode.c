@@ -217,13 +217,13 @@ static int draft_model(bt_decoder *d, int k, int *nd)
 static int record_trail(bt_decoder *d, int step, int i, int pos, int32_t target_tok, double target_prob,
                         int accepted, const char *reason)
 {
-    if (!d->c.trace) return BT_OK;
+    if (!d->c.target_rec) return BT_OK;
     double qd = d->draft_det[i] ? 1.0 : d->q[(size_t)i * d->n_vocab + d->draft[i]];
     bt_spec_row r = { .step = step, .draft_idx = i, .draft_pos = pos, .draft_step = d->draft_step[i],
                       .draft_token = d->draft[i], .draft_prob = qd, .draft_finite = d->draft_finite[i],
                       .target_token = target_tok, .target_prob = target_prob, .accepted = accepted,
                       .reason = reason };
-    return bt_trace_spec_trail(d->c.trace, &r);
+    return bt_recorder_spec_trail(d->c.target_rec, &r);
 }
 
 static int note_acceptance(bt_decoder *d, int step, int pos, double rate)
@@ -340,7 +340,7 @@ int bt_decoder_next(bt_decoder *d, int32_t *out, float *lps, int *n)
          * target's correction or bonus */
         if (rec && (rc = bt_recorder_token(rec, base + 1 + i, out[i], i == a ? "bonus" : "gen", lp))) return rc;
     }
-    if (d->c.trace && (rc = bt_trace_spec_step(d->c.trace, step, d->c.drafter_name, nd, a, stopped ? -1 : fix, fix_kind))) return rc;
+    if (rec && (rc = bt_recorder_spec_step(rec, step, d->c.drafter_name, nd, a, stopped ? -1 : fix, fix_kind))) return rc;
     if ((rc = note_acceptance(d, step, base, (double)a / nd))) return rc;
     if ((rc = end_step(rec, ms))) return rc;
     d->st.verify_steps++;

@@ -37,6 +37,14 @@ if comm -12 "$TMP/trace.u" "$TMP/tui.d" > "$TMP/bad" && [ -s "$TMP/bad" ]; then
     fail "libbttrace.a depends on the TUI: $(tr '\n' ' ' < "$TMP/bad")"
 else ok "trace library depends on nothing in the TUI"; fi
 
+# One door into the trace: the decoder writes speculative rows through the
+# recorder (bt_recorder_spec_*), never with bt_trace_* calls of its own.
+if [ -f "$B/src/decode.o" ]; then
+    if nm "$B/src/decode.o" | awk '$1 == "U" { print $2 }' | grep '^bt_trace_' > "$TMP/bad"; then
+        fail "src/decode.c calls the trace writer directly: $(tr '\n' ' ' < "$TMP/bad")"
+    else ok "the decoder reaches the trace only through the recorder"; fi
+else fail "$B/src/decode.o not found"; fi
+
 # Sources of the core library include none of those headers.
 core_src="$S/src/model $S/src/tokenizer $S/src/engine $S/kernels $S/src/util.c $S/src/util.h $S/src/request.c
           $S/src/request.h $S/src/chat.c $S/src/tap/stats.c $S/src/tap/stats.h $S/src/tap/inject.c
