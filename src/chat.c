@@ -71,14 +71,7 @@ typedef struct sbuf { char *p; size_t n, cap; bool oom; } sbuf;
 static void sb_putn(sbuf *b, const char *s, size_t n)
 {
     if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) { b->oom = true; return; }
-        b->p = p;
-        b->cap = cap;
-    }
+    if (BT_VEC_RESERVE(b->p, b->cap, b->n + n + 1)) { b->oom = true; return; }
     memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = '\0';

@@ -5,6 +5,7 @@
  * never in tests. */
 #include "cmd.h"
 #include "engine/engine.h"
+#include "engine/sampler.h"
 #include "kernels.h"
 #include "model/model.h"
 #include "decode.h"
@@ -66,6 +67,7 @@ static int bench_reps(bt_engine *e, bt_recorder *rec, const int32_t *toks, long 
 {
     const bt_model *m = bt_engine_model(e);
     int n_vocab = m->cfg.n_vocab;
+    const bt_argmax_rule first = { .kind = BT_ARGMAX_FIRST };   /* greedy, as `run` decodes by default */
     double *pp = calloc((size_t)reps, sizeof(double)), *dd = calloc((size_t)reps, sizeof(double));
     if (!pp || !dd) { free(pp); free(dd); return bt_error(BT_ENOMEM, "out of memory"); }
     int rc = BT_OK;
@@ -79,9 +81,7 @@ static int bench_reps(bt_engine *e, bt_recorder *rec, const int32_t *toks, long 
             if (rc == BT_OK) rc = bt_engine_forward(e, in, n, pos);
             if (rc) break;
             const float *lg = bt_engine_logits(e);
-            int32_t best = 0;
-            for (int k = 1; k < n_vocab; k++) if (lg[k] > lg[best]) best = k;
-            id = best;
+            id = bt_argmax(&first, lg, n_vocab);
             if (rec && (rc = bt_recorder_step_sampled(rec, lg, pos + n - 1, id, 0)) == BT_OK)
                 rc = bt_recorder_step_end(rec, 0);
             if (i < 0) t1 = bt_now();

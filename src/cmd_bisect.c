@@ -11,6 +11,7 @@
  * exactly equal. */
 #include "cmd.h"
 #include "engine/engine.h"
+#include "kernels.h"
 #include "model/model.h"
 #include "tap/stats.h"
 #include "trace/analyze.h"
@@ -106,17 +107,6 @@ static int parse_args(int argc, char **argv, bisect_opts *o)
     return BT_OK;
 }
 
-static void print_counts(FILE *out, const bt_bad_tensor *t)
-{
-    fprintf(out, "%lld NaN, %lld +Inf, %lld -Inf of %lld", (long long)t->nan, (long long)t->pinf, (long long)t->ninf, (long long)t->n);
-}
-
-static void layer_str(int layer, char *buf, size_t cap)
-{
-    if (layer < 0) snprintf(buf, cap, "-");
-    else snprintf(buf, cap, "%d", layer);
-}
-
 /* "verify pass", "draft pass", ... for a step kind */
 static const char *pass_name(const char *kind)
 {
@@ -198,19 +188,19 @@ static void print_analysis(const bisect_opts *o, const bt_analysis *x)
     if (x->has_nonfinite) {
         const bt_bad_tensor *f = &x->first;
         char l[16];
-        layer_str(f->layer, l, sizeof(l));
+        bt_layer_label(f->layer, l, sizeof(l));
         bt_text_printf(stdout, "first non-finite: step %d, position %d, layer %s, op %s (%s), index %d", f->step, f->pos, l, f->op,
                f->tensor, f->first_bad_index);
         if (x->spec.present) bt_text_printf(stdout, ", %s's %s", f->model, pass_name(f->kind));
         bt_text_printf(stdout, ": ");
-        print_counts(stdout, f);
+        bt_bad_tensor_print_counts(stdout, f);
         bt_text_printf(stdout, "\n");
         bt_text_printf(stdout, "propagation:\n  %-6s %-6s %-22s %-9s %s\n", "step", "layer", "tensor", "how", "values");
         for (int i = 0; i < x->n_prop; i++) {
             const bt_prop_link *p = &x->prop[i];
-            layer_str(p->t.layer, l, sizeof(l));
+            bt_layer_label(p->t.layer, l, sizeof(l));
             bt_text_printf(stdout, "  %-6d %-6s %-22s %-9s ", p->t.step, l, p->t.tensor, bt_prop_kind_name(p->kind));
-            print_counts(stdout, &p->t);
+            bt_bad_tensor_print_counts(stdout, &p->t);
             if (p->n_bad > 1) bt_text_printf(stdout, p->t.layer >= 0 ? " (%d bad tensors in this layer)" : " (%d bad tensors)", p->n_bad);
             if (p->kind == BT_PROP_KV_CACHE) bt_text_printf(stdout, " <- KV cache: this step's inputs to the layer were finite");
             if (p->kind == BT_PROP_RECUR) bt_text_printf(stdout, " <- the fault recurs");
@@ -423,12 +413,6 @@ static bool stats_differ(const bt_trace_tap_row *t, const bt_tap_stats *r0, doub
     return true;
 }
 
-static int default_threads(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 16 ? 16 : (int)n;
-}
-
 typedef struct ref_result {
     char model_path[1024];
     bool sha_checked;
@@ -453,7 +437,7 @@ static void print_divergence(const diverge *d, const bt_trace_tensor_row *tens, 
     const bt_trace_tensor_row *t = &tens[d->slot];
     char pos[64], l[16];
     position_str(d, pos, sizeof(pos));
-    layer_str(t->layer, l, sizeof(l));
+    bt_layer_label(t->layer, l, sizeof(l));
     bt_text_printf(stdout, "%sstep %d (%s, %s), layer %s, op %s (%s): ", prefix, d->step, d->kind, pos, l, t->op, t->name);
     if (!strcmp(d->field, "nonfinite"))
         bt_text_printf(stdout, "%.0f non-finite values in the trace, %.0f in the reference", d->tv, d->rv);
@@ -620,7 +604,7 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
     int threads = (int)o->threads;
     if (!threads) {
         threads = meta_threads ? atoi(meta_threads) : 0;
-        int online = default_threads();
+        int online = bt_pool_default_threads();
         if (threads <= 0 || threads > online) threads = online;
     }
     res->threads = threads;

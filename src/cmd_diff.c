@@ -384,12 +384,6 @@ typedef struct result {
 
 static bool result_differs(const result *x) { return x->prompt.found || x->out.found || x->taps.d.found; }
 
-static void layer_str(int layer, char *buf, size_t cap)
-{
-    if (layer < 0) snprintf(buf, cap, "-");
-    else snprintf(buf, cap, "%d", layer);
-}
-
 static void describe_side(const side *s, const char *label)
 {
     bt_text_printf(stdout, "%s: %s (%d steps, %d prompt + %d output tokens, %d generated", label, s->path, s->n_steps,
@@ -460,7 +454,7 @@ static void print_text(const side *A, const side *B, const result *x)
     } else {
         const tapdiff *d = &c->d;
         char l[16], pos[48];
-        layer_str(d->layer, l, sizeof(l));
+        bt_layer_label(d->layer, l, sizeof(l));
         if (d->sa.n_pos == 1) snprintf(pos, sizeof(pos), "position %d", d->sa.pos0);
         else snprintf(pos, sizeof(pos), "positions %d-%d", d->sa.pos0, d->sa.pos0 + d->sa.n_pos - 1);
         bt_text_printf(stdout, "first diverging tap: step %d", d->step_a);

@@ -74,19 +74,16 @@ int cmd_forward(int argc, char **argv)
         else { bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help forward)", a); goto fail; }
     }
     if (!model || !tokens || !dir) { bt_error(BT_EINVAL, "--model, --tokens and --dump are required"); goto fail; }
-    size_t n = 0, cap = 16;
-    ids = malloc(cap * sizeof(int32_t));
-    for (const char *p = tokens; ids && *p;) {
+    size_t n = 0, cap = 0;
+    for (const char *p = tokens; *p;) {
         char *end;
         while (*p == ' ' || *p == ',') p++;
         if (!*p) break;
         long v = strtol(p, &end, 10);
         if (end == p || v < 0 || v > 0x7fffffff) { bt_error(BT_EINVAL, "--tokens: bad id near '%.16s'", p); goto fail; }
-        if (n == cap) { int32_t *ni = realloc(ids, (cap *= 2) * sizeof(int32_t)); if (!ni) break; ids = ni; }
-        ids[n++] = (int32_t)v;
+        if (BT_VEC_PUSH(ids, n, cap, (int32_t)v)) goto fail;   /* OOM fails, never truncates */
         p = end;
     }
-    if (!ids) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
     if (n == 0) { bt_error(BT_EINVAL, "--tokens has no ids"); goto fail; }
     if (mkdir(dir, 0777) < 0 && errno != EEXIST) { bt_error(BT_EIO, "%s: %s", dir, strerror(errno)); goto fail; }
     if (bt_model_load(model, tokenizer, &m)) goto fail;

@@ -94,18 +94,6 @@ static void shell_quote(FILE *o, const char *s)
     fputc('\'', o);
 }
 
-static void print_counts(FILE *o, const bt_bad_tensor *t)
-{
-    fprintf(o, "%lld NaN, %lld +Inf, %lld -Inf of %lld values", (long long)t->nan, (long long)t->pinf,
-            (long long)t->ninf, (long long)t->n);
-}
-
-static const char *layer_str(int layer, char *buf, size_t cap)
-{
-    if (layer < 0) snprintf(buf, cap, "-");
-    else snprintf(buf, cap, "%d", layer);
-    return buf;
-}
 
 typedef struct ev_list { FILE *o; int shown, total; } ev_list;
 
@@ -136,8 +124,9 @@ static void section_summary(FILE *o, const bt_analysis *x)
     if (x->has_nonfinite) {
         const bt_bad_tensor *f = &x->first;
         fprintf(o, "- **First non-finite:** step %d, position %d, layer %s, op `%s` (`%s`), first at index %d: ",
-                f->step, f->pos, layer_str(f->layer, l, sizeof(l)), f->op, f->tensor, f->first_bad_index);
-        print_counts(o, f);
+                f->step, f->pos, bt_layer_label(f->layer, l, sizeof(l)), f->op, f->tensor, f->first_bad_index);
+        bt_bad_tensor_print_counts(o, f);
+        fputs(" values", o);
         fputs(".\n", o);
     } else fputs("- **First non-finite:** none (no tapped tensor held NaN or Inf).\n", o);
     if (x->has_degenerate) {
@@ -240,7 +229,7 @@ static void section_propagation(FILE *o, const bt_analysis *x)
     char l[16];
     for (int i = 0; i < x->n_prop; i++) {
         const bt_prop_link *p = &x->prop[i];
-        fprintf(o, "| %d | %s | `%s` | %s | %lld | %lld | %lld | %lld | %d |\n", p->t.step, layer_str(p->t.layer, l, sizeof(l)),
+        fprintf(o, "| %d | %s | `%s` | %s | %lld | %lld | %lld | %lld | %d |\n", p->t.step, bt_layer_label(p->t.layer, l, sizeof(l)),
                 p->t.tensor, bt_prop_kind_name(p->kind), (long long)p->t.nan, (long long)p->t.pinf, (long long)p->t.ninf,
                 (long long)p->t.n, p->n_bad);
     }

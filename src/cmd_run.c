@@ -106,16 +106,10 @@ typedef struct run_opts {
     long draft_self, draft_ngram;
 } run_opts;
 
-static int default_threads(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 16 ? 16 : (int)n;
-}
-
 static int parse_args(int argc, char **argv, run_opts *o)
 {
     memset(o, 0, sizeof(*o));
-    o->threads = default_threads();
+    o->threads = bt_pool_default_threads();
     o->layer_lo = o->layer_hi = -1;
     o->topk = 20;
     for (int i = 1; i < argc; i++) {
@@ -446,7 +440,7 @@ int cmd_run(int argc, char **argv)
     if (!bt_model_has_weights(m)) { bt_error(BT_EINVAL, "%s is a vocabulary-only file: it has no weights to run", o.model); goto fail; }
     if (bt_tokenizer_new(&m->vocab, &tok)) goto fail;
     if (build_prompt(&o, &req, m, tok, &prompt, &n_prompt)) goto fail;
-    int ctx = o.ctx ? (int)o.ctx : BT_MIN(m->cfg.ctx_len, 4096);
+    int ctx = o.ctx ? (int)o.ctx : BT_MIN(m->cfg.ctx_len, BT_ENGINE_CTX_CAP);
     bt_kernels_init();
     bt_debug("kernels: cpu-%s, %ld threads; context %d (model %d), max tokens %ld", bt_kernels_simd(), o.threads, ctx,
              m->cfg.ctx_len, n_max);
@@ -533,7 +527,7 @@ int cmd_run(int argc, char **argv)
            t_load * 1e3, n_prompt, (int)o.threads, sc.temperature > 0 ? "sampling" : "greedy", rule);
 
     bt_decoder_cfg dc = { .target = e, .target_rec = rec, .smp = smp, .greedy = sc.temperature <= 0, .rule = sc.rule,
-                          .tok = tok, .ignore_eos = o.ignore_eos, .inj = inj, .trace = trace,
+                          .tok = tok, .ignore_eos = o.ignore_eos, .inj = inj,
                           .drafter = o.draft_model ? BT_DRAFT_MODEL : o.draft_self ? BT_DRAFT_SELF : o.draft_ngram ? BT_DRAFT_NGRAM : BT_DRAFT_NONE,
                           .k = (int)o.spec_k, .ngram = (int)o.draft_ngram, .drafter_name = drafter_name,
                           .draft = de, .draft_rec = drec };

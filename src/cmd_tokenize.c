@@ -47,9 +47,8 @@ static int usage_error(const char *fmt, const char *arg)
 /* Parse "1 2 3" / "1,2,3" into a malloc'd id array. */
 static int parse_ids(const char *s, int32_t **out, size_t *n)
 {
-    size_t cap = 16, k = 0;
-    int32_t *ids = malloc(cap * sizeof(*ids));
-    if (!ids) return bt_error(BT_ENOMEM, "out of memory");
+    size_t cap = 0, k = 0;
+    int32_t *ids = NULL;
     for (const char *p = s;;) {
         while (*p && (isspace((unsigned char)*p) || *p == ',')) p++;
         if (!*p) break;
@@ -62,12 +61,7 @@ static int parse_ids(const char *s, int32_t **out, size_t *n)
             return bt_error(BT_EINVAL, "--decode: '%.*s' is not a token id",
                             (int)strcspn(p, " \t\n,"), p);
         }
-        if (k == cap) {
-            int32_t *ni = realloc(ids, cap * 2 * sizeof(*ids));
-            if (!ni) { free(ids); return bt_error(BT_ENOMEM, "out of memory"); }
-            ids = ni; cap *= 2;
-        }
-        ids[k++] = (int32_t)v;
+        if (BT_VEC_PUSH(ids, k, cap, (int32_t)v)) { free(ids); return BT_ENOMEM; }
         p = end;
     }
     *out = ids;

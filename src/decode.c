@@ -8,6 +8,7 @@
  * Rolling back after a rejection is only moving these bounds: later
  * forwards overwrite the rejected positions. */
 #include "decode.h"
+#include "tap/detect.h"
 #include "util.h"
 
 #include <math.h>
@@ -15,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WINDOW 8                 /* verify steps in the acceptance-rate window */
 
 struct bt_decoder {
     bt_decoder_cfg c;
@@ -34,7 +34,7 @@ struct bt_decoder {
     float *p;                    /* (n_vocab) target distribution scratch */
     int32_t *vin;                /* (k + 1) verify input */
     /* acceptance-rate window */
-    double win[WINDOW];
+    double win[BT_SPEC_WINDOW];
     int win_n;
     bool was_high, collapse_reported;
     bt_decoder_stats st;
@@ -217,30 +217,30 @@ static int draft_model(bt_decoder *d, int k, int *nd)
 static int record_trail(bt_decoder *d, int step, int i, int pos, int32_t target_tok, double target_prob,
                         int accepted, const char *reason)
 {
-    if (!d->c.trace) return BT_OK;
+    if (!d->c.target_rec) return BT_OK;
     double qd = d->draft_det[i] ? 1.0 : d->q[(size_t)i * d->n_vocab + d->draft[i]];
     bt_spec_row r = { .step = step, .draft_idx = i, .draft_pos = pos, .draft_step = d->draft_step[i],
                       .draft_token = d->draft[i], .draft_prob = qd, .draft_finite = d->draft_finite[i],
                       .target_token = target_tok, .target_prob = target_prob, .accepted = accepted,
                       .reason = reason };
-    return bt_trace_spec_trail(d->c.trace, &r);
+    return bt_recorder_spec_trail(d->c.target_rec, &r);
 }
 
 static int note_acceptance(bt_decoder *d, int step, int pos, double rate)
 {
-    memmove(d->win, d->win + 1, (WINDOW - 1) * sizeof(double));
-    d->win[WINDOW - 1] = rate;
-    if (d->win_n < WINDOW) d->win_n++;
-    if (d->win_n < WINDOW || d->collapse_reported) return BT_OK;
+    memmove(d->win, d->win + 1, (BT_SPEC_WINDOW - 1) * sizeof(double));
+    d->win[BT_SPEC_WINDOW - 1] = rate;
+    if (d->win_n < BT_SPEC_WINDOW) d->win_n++;
+    if (d->win_n < BT_SPEC_WINDOW || d->collapse_reported) return BT_OK;
     double avg = 0;
-    for (int i = 0; i < WINDOW; i++) avg += d->win[i];
-    avg /= WINDOW;
-    if (avg >= 0.6) d->was_high = true;
-    if (d->was_high && avg < 0.25 && d->c.target_rec) {
+    for (int i = 0; i < BT_SPEC_WINDOW; i++) avg += d->win[i];
+    avg /= BT_SPEC_WINDOW;
+    if (avg >= BT_ACCEPT_COLLAPSE_HIGH) d->was_high = true;
+    if (d->was_high && avg < BT_ACCEPT_COLLAPSE_LOW && d->c.target_rec) {
         d->collapse_reported = true;
         char detail[200];
         snprintf(detail, sizeof(detail), "step %d: acceptance over the last %d verify steps fell to %.2f after having been >= 0.6",
-                 step, WINDOW, avg);
+                 step, BT_SPEC_WINDOW, avg);
         return bt_recorder_event(d->c.target_rec, step, pos, "accept_collapse", detail);
     }
     return BT_OK;
@@ -340,7 +340,7 @@ int bt_decoder_next(bt_decoder *d, int32_t *out, float *lps, int *n)
          * target's correction or bonus */
         if (rec && (rc = bt_recorder_token(rec, base + 1 + i, out[i], i == a ? "bonus" : "gen", lp))) return rc;
     }
-    if (d->c.trace && (rc = bt_trace_spec_step(d->c.trace, step, d->c.drafter_name, nd, a, stopped ? -1 : fix, fix_kind))) return rc;
+    if (rec && (rc = bt_recorder_spec_step(rec, step, d->c.drafter_name, nd, a, stopped ? -1 : fix, fix_kind))) return rc;
     if ((rc = note_acceptance(d, step, base, (double)a / nd))) return rc;
     if ((rc = end_step(rec, ms))) return rc;
     d->st.verify_steps++;

@@ -21,7 +21,6 @@
 #include "tap/inject.h"
 #include "tap/recorder.h"
 #include "tokenizer/tokenizer.h"
-#include "trace/trace.h"
 
 enum bt_drafter { BT_DRAFT_NONE = 0, BT_DRAFT_MODEL, BT_DRAFT_SELF, BT_DRAFT_NGRAM };
 
@@ -34,7 +33,6 @@ typedef struct bt_decoder_cfg {
     const bt_tokenizer *tok;     /* may be NULL (bench) */
     bool ignore_eos;
     const bt_injector *inj;      /* may be NULL */
-    bt_trace *trace;             /* may be NULL: spec tables */
     /* speculation */
     int drafter;                 /* bt_drafter */
     int k;                       /* tokens drafted per verify */

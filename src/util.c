@@ -224,3 +224,16 @@ uint16_t bt_f32_to_f16(float f)
     if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++;
     return (uint16_t)half;
 }
+
+int bt_vec_grow(void **v, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return BT_OK;
+    size_t nc = *cap > 8 ? *cap : 8;
+    do nc *= 2; while (nc < need && nc <= SIZE_MAX / 4);
+    if (nc < need || nc > SIZE_MAX / elem) return bt_error(BT_ENOMEM, "out of memory (%zu elements of %zu bytes)", need, elem);
+    void *nv = realloc(*v, nc * elem);
+    if (!nv) return bt_error(BT_ENOMEM, "out of memory (%zu elements of %zu bytes)", nc, elem);
+    *v = nv;
+    *cap = nc;
+    return BT_OK;
+}

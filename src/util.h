@@ -68,6 +68,22 @@ static inline float bt_bf16_to_f32(uint16_t h) {
 void bt_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
 
 #define BT_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Growable arrays: a malloc'd pointer v (NULL when empty), a count n and a
+ * capacity cap, of any integer types. BT_VEC_RESERVE(v, cap, need) makes
+ * room for need elements (the capacity doubles, from 16); BT_VEC_PUSH(v, n,
+ * cap, x) appends x. Both evaluate to BT_OK or BT_ENOMEM (message set); on
+ * failure v, n and cap are unchanged and v is still the caller's to free. */
+int bt_vec_grow(void **v, size_t *cap, size_t need, size_t elem);
+#define BT_VEC_RESERVE(v, cap, need) __extension__ ({ \
+        size_t bt_cap_ = (size_t)(cap); \
+        int bt_rc_ = (size_t)(need) <= bt_cap_ ? BT_OK : bt_vec_grow((void **)&(v), &bt_cap_, (size_t)(need), sizeof(*(v))); \
+        (cap) = bt_cap_; \
+        bt_rc_; })
+#define BT_VEC_PUSH(v, n, cap, x) __extension__ ({ \
+        int bt_prc_ = BT_VEC_RESERVE(v, cap, (size_t)(n) + 1); \
+        if (bt_prc_ == BT_OK) (v)[(n)++] = (x); \
+        bt_prc_; })
 #define BT_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define BT_MAX(a, b) ((a) > (b) ? (a) : (b))
 

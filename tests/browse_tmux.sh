@@ -11,6 +11,8 @@
 # the test reports SKIP (never PASS): the browser has not been checked
 # against a trace the tool really wrote.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
+# browse_dump.sh checks what `browse` says in a build without ncursesw
+built_with NCURSESW || skip "built without ncursesw: no interactive browser to drive"
 command -v tmux >/dev/null 2>&1 || skip "tmux not installed"
 PY=${PYTHON3:-python3}
 GEN=$BT_SRCDIR/tests/data-gen/make_trace.py

@@ -14,11 +14,12 @@ expect_exit 0 "--version" "$BANGTRACE" --version && grep -q '^bangtrace [0-9]' "
 expect_exit 2 "no command" "$BANGTRACE"
 expect_exit 2 "unknown command" "$BANGTRACE" frobnicate && one_line_err frobnicate
 expect_exit 2 "unknown global flag" "$BANGTRACE" --frob && one_line_err --frob
-expect_exit 0 "help" "$BANGTRACE" help
+expect_exit 0 "help" "$BANGTRACE" help && cp "$TMP/out" "$TMP/help"
 for c in run inspect tokenize bench forward; do
+    grep -q "^  $c " "$TMP/help" || fail "help does not list $c"
     expect_exit 0 "help $c" "$BANGTRACE" help "$c" && grep -q "usage: bangtrace $c" "$TMP/out" || fail "help $c has no usage line"
-    expect_exit 0 "$c --help" "$BANGTRACE" "$c" --help
-    grep -q "^  $c " "$TMP/out" 2>/dev/null || true
+    cp "$TMP/out" "$TMP/help_c"
+    expect_exit 0 "$c --help" "$BANGTRACE" "$c" --help && cmp -s "$TMP/out" "$TMP/help_c" || fail "$c --help differs from help $c"
 done
 expect_exit 2 "help for an unknown command" "$BANGTRACE" help nosuch && one_line_err nosuch
 expect_exit 2 "run: unknown flag" "$BANGTRACE" run --bogus && one_line_err --bogus

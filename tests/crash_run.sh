@@ -17,7 +17,13 @@ grep -q 'fatal signal SIGSEGV' "$TMP/err" && ok "stderr names the signal" || fai
 [ "$(q "select count(*) from v_events where kind = 'crash'")" = 1 ] && ok "one crash event" || fail "crash events: $(q 'select kind, detail from v_events')"
 [ "$(q "select step from v_events where kind = 'crash'")" = 7 ] && ok "crash at step 7" || fail "crash step: $(q "select step from v_events where kind = 'crash'")"
 frames=$(q "select frames from backtraces where kind = 'crash'")
-echo "$frames" | grep -q 'bt_engine_forward' && ok "crash backtrace names bt_engine_forward" || fail "crash backtrace: $frames"
+if built_with LIBUNWIND; then
+    echo "$frames" | grep -q 'bt_engine_forward' && ok "crash backtrace names bt_engine_forward" || fail "crash backtrace: $frames"
+    [ "$(q "select value from meta where key = 'backtraces'")" = libunwind ] && ok "meta.backtraces libunwind" || fail "meta.backtraces: $(q "select value from meta where key = 'backtraces'")"
+else
+    echo "$frames" | grep -q 'without libunwind' && ok "crash backtrace says it is unavailable" || fail "crash backtrace: $frames"
+    [ "$(q "select value from meta where key = 'backtraces'")" = unavailable ] && ok "meta.backtraces unavailable" || fail "meta.backtraces: $(q "select value from meta where key = 'backtraces'")"
+fi
 # every step up to the crashing one is there, contiguous
 [ "$(q 'select count(*) || ":" || min(step) || ":" || max(step) from steps')" = "8:0:7" ] && ok "steps 0..7 committed (the crashing step too)" \
     || fail "steps: $(q 'select count(*) || ":" || min(step) || ":" || max(step) from steps')"

@@ -40,4 +40,7 @@ for p in range(1, len(d) // 4096):
 open(sys.argv[2], 'wb').write(d)" "$1" "$TMP/corrupt.db"
     : > "$TMP/empty.db"
 }
+# built_with FEATURE: the build under test was configured with it
+# (LIBUNWIND, NCURSESW: HAVE_<FEATURE> in config.h).
+built_with() { grep -q "^#define HAVE_$1 1" "${BT_BUILDDIR:-.}/config.h" 2>/dev/null; }
 finish() { [ "$failures" -eq 0 ] || { echo "$failures check(s) failed"; exit 1; }; exit 0; }

@@ -4,34 +4,34 @@
 ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_guard tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh tests/trace_hostile.sh
 TESTS += tests/manpage.sh
 EXTRA_DIST += tests/manpage.sh
-TESTS += tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
-EXTRA_DIST += tests/browse_big.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/golden/smollm2-q4_1.txt tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
+TESTS += tests/link_invariants.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
+EXTRA_DIST += tests/link_invariants.sh tests/browse_big.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/golden/smollm2-q4_1.txt tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
 # request parsing, chat templates, sampler / argmax rules
 check_PROGRAMS += tests/test_request tests/test_sampler
 TESTS += tests/test_request tests/test_sampler
 tests_test_request_SOURCES = tests/test_request.c
-tests_test_request_LDADD = $(BT_LIBS)
+tests_test_request_LDADD = $(CORE_LIBS)
 tests_test_sampler_SOURCES = tests/test_sampler.c
-tests_test_sampler_LDADD = $(BT_LIBS)
+tests_test_sampler_LDADD = $(CORE_LIBS)
 # tokenizer: llama.cpp vectors, llama2.c and SmolLM2 encodings, `tokenize`
 check_PROGRAMS += tests/test_tokenizer
 TESTS += tests/test_tokenizer tests/tokenizer_vectors.sh
 tests_test_tokenizer_SOURCES = tests/test_tokenizer.c
-tests_test_tokenizer_LDADD = $(BT_LIBS)
+tests_test_tokenizer_LDADD = $(CORE_LIBS)
 EXTRA_DIST += tests/tokenizer_vectors.sh
 # gguf reader, inspect, bad input
 check_PROGRAMS += tests/test_gguf
 tests_test_gguf_SOURCES = tests/test_gguf.c
-tests_test_gguf_LDADD = $(BT_LIBS)
+tests_test_gguf_LDADD = $(CORE_LIBS)
 TESTS += tests/test_gguf tests/bad_input.sh tests/inspect.sh tests/special_ids.sh
 EXTRA_DIST += tests/bad_input.sh tests/inspect.sh tests/special_ids.sh tests/data-gen/make_bad_files.py
 # CPU kernels: variants vs scalar, matmul, pool; dequantizers vs gguf.quants
 check_PROGRAMS += tests/test_kernels tests/dequant_tool
 TESTS += tests/test_kernels tests/dequant_check.py
 tests_test_kernels_SOURCES = tests/test_kernels.c
-tests_test_kernels_LDADD = $(BT_LIBS)
+tests_test_kernels_LDADD = $(CORE_LIBS)
 tests_dequant_tool_SOURCES = tests/dequant_tool.c
-tests_dequant_tool_LDADD = $(BT_LIBS)
+tests_dequant_tool_LDADD = $(CORE_LIBS)
 EXTRA_DIST += tests/dequant_check.py
 # tap statistics: every field of bt_stats_compute, NaN / +Inf / -Inf apart
 check_PROGRAMS += tests/test_stats
@@ -43,20 +43,20 @@ check_PROGRAMS += tests/test_inject tests/test_detect tests/test_crash
 TESTS += tests/test_inject tests/test_detect tests/test_crash tests/inject_truth.sh
 EXTRA_DIST += tests/inject_truth.sh
 tests_test_inject_SOURCES = tests/test_inject.c
-tests_test_inject_LDADD = $(BT_LIBS)
+tests_test_inject_LDADD = $(CORE_LIBS)
 tests_test_detect_SOURCES = tests/test_detect.c
-tests_test_detect_LDADD = $(BT_LIBS)
+tests_test_detect_LDADD = $(CORE_LIBS)
 tests_test_crash_SOURCES = tests/test_crash.c
-tests_test_crash_LDADD = $(BT_LIBS)
+tests_test_crash_LDADD = $(TRACE_LIBS)
 # trace store: writer/reader round trip, views, bad files, size; kill -9; export --redact
 check_PROGRAMS += tests/test_trace tests/trace_writer_tool tests/test_guard
 TESTS += tests/test_trace tests/test_guard tests/trace_crash.sh tests/export.sh tests/trace_hostile.sh tests/trace_incomplete.sh
 tests_test_trace_SOURCES = tests/test_trace.c
-tests_test_trace_LDADD = $(BT_LIBS)
+tests_test_trace_LDADD = $(TRACE_LIBS)
 tests_trace_writer_tool_SOURCES = tests/trace_writer_tool.c
 tests_test_guard_SOURCES = tests/test_guard.c
-tests_test_guard_LDADD = $(BT_LIBS)
-tests_trace_writer_tool_LDADD = $(BT_LIBS)
+tests_test_guard_LDADD = $(TRACE_LIBS)
+tests_trace_writer_tool_LDADD = $(TRACE_LIBS)
 EXTRA_DIST += tests/trace_crash.sh tests/export.sh tests/trace_hostile.sh tests/trace_incomplete.sh
 # bisect (plain and --reference) and report on real traces
 TESTS += tests/bisect.sh tests/report.sh tests/counts.sh
@@ -77,7 +77,7 @@ EXTRA_DIST += tests/browse_spec.sh
 check_PROGRAMS += tests/test_spec
 TESTS += tests/test_spec tests/spec.sh
 tests_test_spec_SOURCES = tests/test_spec.c
-tests_test_spec_LDADD = $(BT_LIBS)
+tests_test_spec_LDADD = $(TRACE_LIBS)
 EXTRA_DIST += tests/spec.sh
 # diff: two traces compared (tokens, taps by step or by position, meta); speculative part SKIPs without run --spec-k
 TESTS += tests/diff.sh tests/diff_spec.sh

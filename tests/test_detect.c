@@ -6,14 +6,13 @@
 #include "tap/detect.h"
 #include "tokenizer/tokenizer.h"
 #include "util.h"
+#include "check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(c) do { if (!(c)) { failures++; fprintf(stderr, "%s:%d: FAIL: %s\n", __FILE__, __LINE__, #c); } } while (0)
 
 #define MAXF 4096
 static bt_finding found[MAXF];

@@ -8,6 +8,7 @@
 #include "model/gguf.h"
 #include "util.h"
 #include "kernels.h"
+#include "check.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -17,13 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int n_pass, n_fail;
 
-#define CHECK(cond, ...) do { \
-    if (cond) n_pass++; \
-    else { n_fail++; fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-           fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } \
-} while (0)
 
 /* ---- a tiny GGUF writer ------------------------------------------------ */
 
@@ -633,6 +628,6 @@ int main(void)
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmpdir);
-    printf("test_gguf: %d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    printf("test_gguf: %d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
 }

@@ -9,6 +9,7 @@
 #include "model/model.h"
 #include "tap/inject.h"
 #include "util.h"
+#include "check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -16,8 +17,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(c) do { if (!(c)) { failures++; fprintf(stderr, "%s:%d: FAIL: %s\n", __FILE__, __LINE__, #c); } } while (0)
 
 static void expect_ok(const char *spec)
 {

@@ -14,18 +14,9 @@
 
 #include "kernels_impl.h"
 #include "util.h"
+#include "check.h"
 
-static int failures;
 
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            failures++;                                                        \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                        \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-        }                                                                      \
-    } while (0)
 
 static const char *const simd_names[] = { "avx2", "avx512" };
 

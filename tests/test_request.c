@@ -3,14 +3,13 @@
  * for byte with what jinja2 renders from the reference templates below. */
 #include "request.h"
 #include "util.h"
+#include "check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(c) do { if (!(c)) { failures++; fprintf(stderr, "%s:%d: FAIL: %s\n", __FILE__, __LINE__, #c); } } while (0)
 #define CHECK_STR(got, want) check_str(__LINE__, got, want)
 
 static void check_str(int line, const char *got, const char *want)

@@ -3,14 +3,13 @@
  * limits, and frequencies against the softmax. */
 #include "engine/sampler.h"
 #include "util.h"
+#include "check.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-#define CHECK(c) do { if (!(c)) { failures++; fprintf(stderr, "%s:%d: FAIL: %s\n", __FILE__, __LINE__, #c); } } while (0)
 #define CHECK_ID(rule, row, want) check_id(__LINE__, rule, row, (int)BT_ARRAY_SIZE(row), want)
 
 static bt_argmax_rule R(const char *s)

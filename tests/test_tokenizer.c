@@ -22,14 +22,12 @@
 #include "tokenizer/pretok.h"
 #include "tokenizer/tokenizer.h"
 #include "util.h"
+#include "check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-#define CHECK(c, ...) do { if (!(c)) { failures++; printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-    printf(__VA_ARGS__); printf("\n"); } } while (0)
 
 static void print_escaped(const char *s, size_t n)
 {

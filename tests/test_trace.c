@@ -8,6 +8,7 @@
 #include "trace/reader.h"
 #include "trace/trace.h"
 #include "util.h"
+#include "check.h"
 
 #include <math.h>
 #include <sqlite3.h>
@@ -17,10 +18,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int failures;
-#define CHECK(c) do { if (!(c)) { failures++; fprintf(stderr, "%s:%d: FAIL: %s\n", __FILE__, __LINE__, #c); } } while (0)
-#define CHECK_OK(e) do { int rc_ = (e); if (rc_) { failures++; fprintf(stderr, "%s:%d: FAIL: %s -> %s: %s\n", \
-    __FILE__, __LINE__, #e, bt_strerror(rc_), bt_errmsg()); } } while (0)
 #define CHECK_NEAR(a, b) do { double a_ = (a), b_ = (b); if (!(a_ == b_ || (isnan(a_) && isnan(b_)))) { failures++; \
     fprintf(stderr, "%s:%d: FAIL: %s = %.9g, want %.9g\n", __FILE__, __LINE__, #a, a_, b_); } } while (0)
 

@@ -7,6 +7,7 @@
 #include "tui.h"
 #include "text.h"
 #include "util.h"
+#include "config.h"
 
 #include <langinfo.h>
 #include <locale.h>
@@ -47,7 +48,8 @@ void cmd_browse_help(FILE *out)
         "                 spec: verify step S in detail)\n"
         "  --all          with --dump tokens: every token, not one window; with\n"
         "                 --dump spec: every verify step, not the first 256\n\n"
-        "Exit status: 0 ok, 2 error (not a trace, unreadable, not a terminal).\n");
+        "Exit status: 0 ok, 2 error (not a trace, unreadable, not a terminal, or\n"
+        "without --dump in a build configured without ncursesw).\n");
 }
 
 /* Time the first screens (open, token window, step with medians, walk-back)
@@ -148,7 +150,14 @@ int cmd_browse(int argc, char **argv)
         }
         a.view = start_view;
         if (tui_views[start_view].name[0] == 'w' && tui_app_walk_jump(&a)) { status = bt_cmd_fail("browse"); }
+#ifdef HAVE_NCURSESW
         else status = tui_browse_run(&a);
+#else
+        else {      /* the trace is checked first: a wrong file is named as with curses */
+            bt_error(BT_EUNSUPPORTED, "this bangtrace was built without ncursesw: only --dump VIEW is available");
+            status = bt_cmd_fail("browse");
+        }
+#endif
     }
     tui_app_free(&a);
     tui_trace_close(tr);

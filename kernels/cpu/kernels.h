@@ -58,6 +58,10 @@ float bt_vec_dot(int type, const void *w_row, const float *x, int64_t n);
  * threads (the caller is thread 0) and returns when all are done. */
 typedef struct bt_pool bt_pool;
 bt_pool *bt_pool_new(int n_threads);         /* NULL on failure */
+/* Threads a command uses when not told: the online CPUs, at most
+ * BT_POOL_DEFAULT_MAX (decode is bandwidth bound well before that). */
+#define BT_POOL_DEFAULT_MAX 16
+int bt_pool_default_threads(void);
 void bt_pool_free(bt_pool *p);               /* NULL is a no-op */
 int bt_pool_threads(const bt_pool *p);
 void bt_pool_run(bt_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg);

@@ -141,6 +141,12 @@ static void *worker(void *v)
     }
 }
 
+int bt_pool_default_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > BT_POOL_DEFAULT_MAX ? BT_POOL_DEFAULT_MAX : (int)n;
+}
+
 bt_pool *bt_pool_new(int n_threads)
 {
     if (n_threads == 0) {

@@ -139,7 +139,7 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
     if (cfg.head_dim > BT_MAX_HEAD_DIM)
         return bt_error(BT_EUNSUPPORTED, "%s: head dimension %d is above the supported %d", m->path, cfg.head_dim, BT_MAX_HEAD_DIM);
     const bt_config *c = &cfg;
-    if (ctx_len <= 0) ctx_len = BT_MIN(c->ctx_len, 4096);
+    if (ctx_len <= 0) ctx_len = BT_MIN(c->ctx_len, BT_ENGINE_CTX_CAP);
     if (max_batch <= 0) max_batch = 1;
     if (n_threads <= 0) n_threads = 1;
     bt_engine *e = calloc(1, sizeof(*e));
@@ -400,4 +400,3 @@ float *bt_engine_kv(bt_engine *e, int layer, int pos, int which)
     return base + ((size_t)layer * e->ctx_len + pos) * kv_dim;
 }
 const bt_model *bt_engine_model(const bt_engine *e) { return e->m; }
-int bt_engine_threads(const bt_engine *e) { return e->n_threads; }

@@ -11,10 +11,13 @@
  * when the callback is installed and its answers are cached, so with taps off
  * the hot path pays one predictable branch per op; `observe` sees the tensor
  * right after it is computed and may modify it (fault injection); returning
- * false from observe cancels the forward (bt_engine_forward returns
- * BT_ECANCELLED... as BT_EINVAL with the message set by the callback). */
+ * false from observe cancels the forward: bt_engine_forward returns
+ * BT_EINVAL, with the message the callback set through bt_error(). */
 #ifndef BT_ENGINE_H
 #define BT_ENGINE_H
+
+/* Context length when none is asked for: the model's, at most this. */
+#define BT_ENGINE_CTX_CAP 4096
 
 #include <stdint.h>
 #include <stdbool.h>
@@ -97,6 +100,5 @@ float *bt_engine_kv(bt_engine *e, int layer, int pos, int which);
 int bt_engine_kv_dim(const bt_engine *e);
 int bt_engine_ctx_len(const bt_engine *e);
 const bt_model *bt_engine_model(const bt_engine *e);
-int bt_engine_threads(const bt_engine *e);
 
 #endif

@@ -175,3 +175,5 @@ int bt_backtrace_signal(char *buf, size_t cap, const void *ucontext)
     if (unw_step(&cur) <= 0) return 0;
     return walk(&cur, buf, cap, 0, false);
 }
+
+const char *bt_backtrace_provider(void) { return "libunwind"; }

@@ -1,7 +1,10 @@
 /* backtrace.h - symbolized host backtraces (libunwind).
  *
  * Used at the first non-finite detection (which code path produced the
- * tensor) and from the fatal-signal handler, so it never allocates. */
+ * tensor) and from the fatal-signal handler, so it never allocates. Built
+ * without libunwind (configure --without-libunwind), backtrace_none.c
+ * provides the same functions: they list no frame and write one line saying
+ * why, and bt_backtrace_provider() returns NULL. */
 #ifndef BT_BACKTRACE_H
 #define BT_BACKTRACE_H
 
@@ -19,5 +22,8 @@ int bt_backtrace(char *buf, size_t cap, int skip);
  * NULL ucontext, libunwind's signal-frame flag is used; outside a handler it
  * lists the caller's stack. Async-signal-safe. */
 int bt_backtrace_signal(char *buf, size_t cap, const void *ucontext);
+/* "libunwind", or NULL when built without backtraces (the trace writer
+ * records it as meta.backtraces). */
+const char *bt_backtrace_provider(void);
 
 #endif

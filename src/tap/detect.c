@@ -17,10 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WALL_MIN 8
-#define LOOP_MAX_PERIOD 16
-#define LOOP_MIN_REPEATS 4
-#define HIST 32               /* >= 2 * LOOP_MAX_PERIOD, power of two */
+#define HIST 32               /* >= 2 * BT_DETECT_LOOP_MAX_PERIOD, power of two */
+_Static_assert(HIST >= 2 * BT_DETECT_LOOP_MAX_PERIOD && !(HIST & (HIST - 1)), "HIST: a power of two holding two periods");
 
 struct bt_detector {
     int n_vocab;
@@ -30,8 +28,8 @@ struct bt_detector {
     long n;                            /* tokens fed */
     int32_t ids[HIST];                 /* ring: token i at ids[i % HIST] */
     int steps[HIST];
-    int match[LOOP_MAX_PERIOD + 1];
-    int seg_start[LOOP_MAX_PERIOD + 1]; /* step where the period-p segment began */
+    int match[BT_DETECT_LOOP_MAX_PERIOD + 1];
+    int seg_start[BT_DETECT_LOOP_MAX_PERIOD + 1]; /* step where the period-p segment began */
     int run;                           /* length of the current same-id run */
     int run_start;
     int loop_period;                   /* 0: no loop episode in progress */
@@ -112,7 +110,7 @@ int bt_detector_feed(bt_detector *d, int step, int pos, int32_t id, bt_finding *
     bt_finding *f;
 
     /* Periodic matches against the history before this token. */
-    for (int p = 1; p <= LOOP_MAX_PERIOD; p++) {
+    for (int p = 1; p <= BT_DETECT_LOOP_MAX_PERIOD; p++) {
         if (d->n >= p && d->ids[(d->n - p) % HIST] == id) {
             if (d->match[p]++ == 0) d->seg_start[p] = d->steps[(d->n - p) % HIST];
         } else {
@@ -139,7 +137,7 @@ int bt_detector_feed(bt_detector *d, int step, int pos, int32_t id, bt_finding *
 
     if (same) d->run++;
     else { d->run = 1; d->run_start = step; }
-    if (d->run == WALL_MIN && (f = add(out, max, &nf, BT_FIND_TOKEN_WALL, step, pos, id))) {
+    if (d->run == BT_DETECT_WALL_MIN && (f = add(out, max, &nf, BT_FIND_TOKEN_WALL, step, pos, id))) {
         f->start_step = d->run_start;
         f->count = d->run;
         snprintf(f->detail, sizeof f->detail, "token %d", id);
@@ -151,8 +149,8 @@ int bt_detector_feed(bt_detector *d, int step, int pos, int32_t id, bt_finding *
     if (d->loop_period && d->match[d->loop_period] == 0) d->loop_period = 0;   /* episode over */
     if (!d->loop_period) {
         int p = 1;
-        while (p <= LOOP_MAX_PERIOD && d->match[p] < (LOOP_MIN_REPEATS - 1) * p) p++;
-        if (p >= 2 && p <= LOOP_MAX_PERIOD) {
+        while (p <= BT_DETECT_LOOP_MAX_PERIOD && d->match[p] < (BT_DETECT_LOOP_MIN_REPEATS - 1) * p) p++;
+        if (p >= 2 && p <= BT_DETECT_LOOP_MAX_PERIOD) {
             d->loop_period = p;
             if ((f = add(out, max, &nf, BT_FIND_REPETITION_LOOP, step, pos, id))) {
                 f->period = p;

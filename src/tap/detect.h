@@ -10,6 +10,19 @@
 #include <stdbool.h>
 #include "tokenizer/tokenizer.h"
 
+/* Detector thresholds, read by everyone who judges a token sequence (the
+ * live detectors here, analyze.c over a trace, the browser's colouring). */
+#define BT_DETECT_WALL_MIN 8          /* same token this many times in a row: a token wall */
+#define BT_DETECT_LOOP_MAX_PERIOD 16  /* longest repetition-loop period (shortest: 2) */
+#define BT_DETECT_LOOP_MIN_REPEATS 4  /* periods in a row that make a loop */
+/* Speculative decoding's accept_collapse detector (decode.c): the mean
+ * acceptance rate over BT_SPEC_WINDOW verify steps fell below
+ * BT_ACCEPT_COLLAPSE_LOW after having been at least BT_ACCEPT_COLLAPSE_HIGH.
+ * analyze.c reports acceptance over the same windows. */
+#define BT_SPEC_WINDOW 8
+#define BT_ACCEPT_COLLAPSE_HIGH 0.6
+#define BT_ACCEPT_COLLAPSE_LOW 0.25
+
 enum bt_finding_kind {
     BT_FIND_TOKEN_WALL = 1,      /* the same token N >= 8 times in a row */
     BT_FIND_REPETITION_LOOP,     /* a period <= 16 (>= 2) repeated >= 4 times */

@@ -329,12 +329,7 @@ int bt_injector_add(bt_injector *inj, const char *text)
     }
     if (rc) return rc;
 
-    if (inj->n == inj->cap) {
-        int nc = inj->cap ? inj->cap * 2 : 8;
-        spec *ns = realloc(inj->specs, (size_t)nc * sizeof(*ns));
-        if (!ns) return bt_error(BT_ENOMEM, "out of memory");
-        inj->specs = ns; inj->cap = nc;
-    }
+    if (BT_VEC_RESERVE(inj->specs, inj->cap, inj->n + 1)) return BT_ENOMEM;
     s.text = strdup(text);
     if (!s.text) return bt_error(BT_ENOMEM, "out of memory");
     inj->specs[inj->n++] = s;

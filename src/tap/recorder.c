@@ -323,12 +323,22 @@ int bt_recorder_step_sampled(bt_recorder *r, const float *row, int row_pos, int3
     return rc ? rc : bt_recorder_token(r, row_pos + 1, chosen, "gen", logprob);
 }
 
+int bt_recorder_spec_step(bt_recorder *r, int step, const char *drafter, int k, int accepted,
+                          int32_t bonus_token, const char *bonus_kind)
+{
+    return r->cfg.trace ? bt_trace_spec_step(r->cfg.trace, step, drafter, k, accepted, bonus_token, bonus_kind) : BT_OK;
+}
+
+int bt_recorder_spec_trail(bt_recorder *r, const bt_spec_row *row)
+{
+    return r->cfg.trace ? bt_trace_spec_trail(r->cfg.trace, row) : BT_OK;
+}
+
 int bt_recorder_event(bt_recorder *r, int step, int pos, const char *kind, const char *detail)
 {
     return event(r, step, pos, kind, -1, NULL, NULL, detail, NULL);
 }
 
-int bt_recorder_current_step(const bt_recorder *r) { return r->step; }
 
 int bt_recorder_step_end(bt_recorder *r, double ms)
 {

@@ -50,9 +50,14 @@ int bt_recorder_step_sampled(bt_recorder *r, const float *row, int row_pos, int3
  * bonus; gen and bonus feed the detectors). */
 int bt_recorder_snapshot(bt_recorder *r, const float *row, int row_pos, int32_t chosen);
 int bt_recorder_token(bt_recorder *r, int pos, int32_t id, const char *role, float logprob);
+/* Speculative decoding's rows for the trace (spec_steps: what a verify step
+ * did; spec_trail: one drafted token's fate), so the decoder writes the
+ * trace only through its recorder. No-ops when the recorder has no trace. */
+int bt_recorder_spec_step(bt_recorder *r, int step, const char *drafter, int k, int accepted,
+                          int32_t bonus_token, const char *bonus_kind);
+int bt_recorder_spec_trail(bt_recorder *r, const bt_spec_row *row);
 /* A decoder event (post_stop_draft, accept_collapse). */
 int bt_recorder_event(bt_recorder *r, int step, int pos, const char *kind, const char *detail);
-int bt_recorder_current_step(const bt_recorder *r);
 int bt_recorder_step_end(bt_recorder *r, double ms);
 int bt_recorder_finish(bt_recorder *r, const char *finish_reason);
 /* After the run: for each --inject spec that never changed anything, a

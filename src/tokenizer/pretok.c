@@ -120,22 +120,11 @@ int bt_pretok_new(const char *pre, bt_pretok **out)
     return BT_OK;
 }
 
-const char *bt_pretok_set_name(const bt_pretok *p) { return p->set->name; }
 bool bt_pretok_ignore_merges(const bt_pretok *p) { return p->set->ignore_merges; }
 
 typedef struct lenvec { size_t *v; size_t n, cap; } lenvec;
 
-static int lenvec_push(lenvec *a, size_t x)
-{
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 64;
-        size_t *nv = realloc(a->v, cap * sizeof(*nv));
-        if (!nv) return bt_error(BT_ENOMEM, "out of memory in pre-tokenizer");
-        a->v = nv; a->cap = cap;
-    }
-    a->v[a->n++] = x;
-    return BT_OK;
-}
+static int lenvec_push(lenvec *a, size_t x) { return BT_VEC_PUSH(a->v, a->n, a->cap, x); }
 
 /* Cut one fragment at every match of code; unmatched gaps stay fragments. */
 static int split_fragment(pcre2_code *code, pcre2_match_data *md, pcre2_match_context *mc,

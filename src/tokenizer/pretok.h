@@ -19,8 +19,6 @@ typedef struct bt_pretok bt_pretok;
 int bt_pretok_new(const char *pre, bt_pretok **out);
 void bt_pretok_free(bt_pretok *p);            /* NULL is a no-op */
 
-/* The canonical set name ("gpt-2", "llama3", ...) the pre name resolved to. */
-const char *bt_pretok_set_name(const bt_pretok *p);
 /* Llama-3 style: a word that is already a vocabulary piece skips merging. */
 bool bt_pretok_ignore_merges(const bt_pretok *p);
 

@@ -341,17 +341,7 @@ fail:
 
 typedef struct idvec { int32_t *v; size_t n, cap; } idvec;
 
-static int idvec_push(idvec *a, int32_t id)
-{
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 64;
-        int32_t *nv = realloc(a->v, cap * sizeof(*nv));
-        if (!nv) return bt_error(BT_ENOMEM, "out of memory for token ids");
-        a->v = nv; a->cap = cap;
-    }
-    a->v[a->n++] = id;
-    return BT_OK;
-}
+static int idvec_push(idvec *a, int32_t id) { return BT_VEC_PUSH(a->v, a->n, a->cap, id); }
 
 typedef struct sym {
     const char *text;   /* SPM/BPE: span of the word; llama2.c: unused */
@@ -377,12 +367,7 @@ static bool better(const bigram *a, const bigram *b)
 
 static int heap_push(heap *h, bigram b)
 {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        bigram *nv = realloc(h->v, cap * sizeof(*nv));
-        if (!nv) return bt_error(BT_ENOMEM, "out of memory in tokenizer");
-        h->v = nv; h->cap = cap;
-    }
+    if (BT_VEC_RESERVE(h->v, h->cap, h->n + 1)) return BT_ENOMEM;
     size_t i = h->n++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
@@ -416,24 +401,8 @@ typedef struct scratch {
     char *buf; size_t bufcap;
 } scratch;
 
-static int sym_reserve(scratch *sc, size_t n)
-{
-    if (n <= sc->cap) return BT_OK;
-    sym *ns = realloc(sc->s, n * sizeof(*ns));
-    if (!ns) return bt_error(BT_ENOMEM, "out of memory in tokenizer");
-    sc->s = ns; sc->cap = n;
-    return BT_OK;
-}
-
-static int buf_reserve(scratch *sc, size_t n)
-{
-    if (n <= sc->bufcap) return BT_OK;
-    size_t cap = BT_MAX(n, sc->bufcap * 2);
-    char *nb = realloc(sc->buf, cap);
-    if (!nb) return bt_error(BT_ENOMEM, "out of memory in tokenizer");
-    sc->buf = nb; sc->bufcap = cap;
-    return BT_OK;
-}
+static int sym_reserve(scratch *sc, size_t n) { return BT_VEC_RESERVE(sc->s, sc->cap, n); }
+static int buf_reserve(scratch *sc, size_t n) { return BT_VEC_RESERVE(sc->buf, sc->bufcap, n); }
 
 /* Split a span into one symbol per UTF-8 character (lead byte decides). */
 static int make_symbols(scratch *sc, const char *s, size_t n, size_t *count)
@@ -674,17 +643,7 @@ static int l2c_encode(const bt_tokenizer *t, scratch *sc, const char *text, size
 typedef struct frag { size_t off, len; int32_t id; } frag;   /* id < 0: raw text */
 typedef struct fragvec { frag *v; size_t n, cap; } fragvec;
 
-static int frag_push(fragvec *f, frag x)
-{
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 16;
-        frag *nv = realloc(f->v, cap * sizeof(*nv));
-        if (!nv) return bt_error(BT_ENOMEM, "out of memory in tokenizer");
-        f->v = nv; f->cap = cap;
-    }
-    f->v[f->n++] = x;
-    return BT_OK;
-}
+static int frag_push(fragvec *f, frag x) { return BT_VEC_PUSH(f->v, f->n, f->cap, x); }
 
 /* Cut raw fragments around special-token texts, longest token first, as
  * llama.cpp's tokenizer_st_partition. User-defined tokens are cut even

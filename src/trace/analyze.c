@@ -365,7 +365,7 @@ static int analyze_tokens(bt_trace_reader *r, bt_analysis *x, const gen_tok *g, 
     for (int i = 0; i < n; ) {
         int j = i;
         while (j < n && g[j].id == g[i].id) j++;
-        if (j - i >= 8 && !(red && g[i].id == -1)) {
+        if (j - i >= BT_DETECT_WALL_MIN && !(red && g[i].id == -1)) {
             if ((rc = bt_analyze_piece(r, g[i].id, piece, sizeof(piece)))) return rc;
             snprintf(detail, sizeof(detail), "token %d ('%s') repeated %d times from step %d", g[i].id, piece, j - i, g[i].step);
             set_degen(x, g[i].step, g[i].pos, "token_wall", detail);
@@ -376,13 +376,13 @@ static int analyze_tokens(bt_trace_reader *r, bt_analysis *x, const gen_tok *g, 
     for (int i = 0; i < n; i++) {
         if (x->has_degenerate && g[i].step >= x->degen_step) break;
         if (red && g[i].id == -1) continue;
-        for (int p = 2; p <= 16 && i + 4 * p <= n; p++) {
+        for (int p = 2; p <= BT_DETECT_LOOP_MAX_PERIOD && i + BT_DETECT_LOOP_MIN_REPEATS * p <= n; p++) {
             bool constant = true, periodic = true;
             for (int k = 1; k < p && constant; k++) constant = g[i + k].id == g[i].id;
             if (constant) continue;   /* a wall, not a loop */
-            for (int k = p; k < 4 * p && periodic; k++) periodic = g[i + k].id == g[i + k - p].id;
+            for (int k = p; k < BT_DETECT_LOOP_MIN_REPEATS * p && periodic; k++) periodic = g[i + k].id == g[i + k - p].id;
             if (!periodic) continue;
-            int end = i + 4 * p;
+            int end = i + BT_DETECT_LOOP_MIN_REPEATS * p;
             while (end < n && g[end].id == g[end - p].id) end++;
             snprintf(detail, sizeof(detail), "a period of %d tokens repeated %d times from step %d", p, (end - i) / p, g[i].step);
             set_degen(x, g[i].step, g[i].pos, "repetition_loop", detail);
@@ -652,4 +652,16 @@ void bt_analysis_clear(bt_analysis *x)
     free(x->events);
     free(x->spec.windows);
     memset(x, 0, sizeof(*x));
+}
+
+void bt_bad_tensor_print_counts(FILE *out, const bt_bad_tensor *t)
+{
+    fprintf(out, "%lld NaN, %lld +Inf, %lld -Inf of %lld", (long long)t->nan, (long long)t->pinf, (long long)t->ninf, (long long)t->n);
+}
+
+const char *bt_layer_label(int layer, char *buf, size_t cap)
+{
+    if (layer < 0) snprintf(buf, cap, "-");
+    else snprintf(buf, cap, "%d", layer);
+    return buf;
 }

@@ -12,7 +12,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "trace/reader.h"
+#include "tap/detect.h"
 
 /* One tensor that held a non-finite value at one step. */
 typedef struct bt_bad_tensor {
@@ -27,6 +29,11 @@ typedef struct bt_bad_tensor {
     char model[16];          /* the pass: target | draft */
     char kind[16];           /* prefill | decode | verify | draft ("" when unknown) */
 } bt_bad_tensor;
+/* "3 NaN, 0 +Inf, 0 -Inf of 576": the counts of t, as bisect and report print them. */
+void bt_bad_tensor_print_counts(FILE *out, const bt_bad_tensor *t);
+/* A layer for printing: "12", or "-" outside the layers (token_embd,
+ * output). Writes buf and returns it. */
+const char *bt_layer_label(int layer, char *buf, size_t cap);
 
 enum bt_prop_kind {
     BT_PROP_ORIGIN = 0,      /* the first non-finite tensor */
@@ -61,7 +68,6 @@ typedef struct bt_spec_window {
     int first_step, last_step, n_verify;
     int drafted, accepted;
 } bt_spec_window;
-#define BT_SPEC_WINDOW 8      /* verify steps per window (the accept_collapse detector's) */
 
 /* Speculative decoding: what the drafter and the target did, where the
  * first non-finite came from and how much speculation multiplied the

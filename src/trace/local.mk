@@ -2,12 +2,12 @@
 # and traces/schema.sql embedded into the binary as a C string. The string
 # is generated with sed (no xxd) into the build tree, so it works out of
 # tree and in `make distcheck` (traces/ is distributed; schema.c is not).
-libbangtrace_a_SOURCES += src/trace/trace.h src/trace/writer.c src/trace/reader.h src/trace/reader.c \
+libbttrace_a_SOURCES += src/trace/trace.h src/trace/writer.c src/trace/reader.h src/trace/reader.c \
 	src/trace/reader_impl.h src/trace/reader_browse.c \
 	src/trace/runstate.h src/trace/runstate.c \
-	src/trace/guard.h src/trace/guard.c \
-	src/cmd_export.c
-nodist_libbangtrace_a_SOURCES += src/trace/schema.c
+	src/trace/guard.h src/trace/guard.c
+bangtrace_SOURCES += src/cmd_export.c
+nodist_libbttrace_a_SOURCES += src/trace/schema.c
 BUILT_SOURCES += src/trace/schema.c
 CLEANFILES += src/trace/schema.c
 
@@ -18,8 +18,9 @@ src/trace/schema.c: $(top_srcdir)/traces/schema.sql
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $(top_srcdir)/traces/schema.sql; \
 	  echo ';'; } > $@-t && mv -f $@-t $@
 # analysis shared by bisect, report and the browser; the two commands
-libbangtrace_a_SOURCES += src/trace/analyze.h src/trace/analyze.c src/cmd_bisect.c src/cmd_report.c
+libbttrace_a_SOURCES += src/trace/analyze.h src/trace/analyze.c
+bangtrace_SOURCES += src/cmd_bisect.c src/cmd_report.c
 # the one tap comparator (bisect --reference and diff)
-libbangtrace_a_SOURCES += src/trace/compare.h src/trace/compare.c
+libbttrace_a_SOURCES += src/trace/compare.h src/trace/compare.c
 # `bangtrace diff`: two traces compared (tokens, taps, settings)
-libbangtrace_a_SOURCES += src/cmd_diff.c
+bangtrace_SOURCES += src/cmd_diff.c

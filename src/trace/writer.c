@@ -36,6 +36,7 @@
 #include "trace/trace.h"
 #include "trace/reader.h"
 #include "sys/outfile.h"
+#include "sys/backtrace.h"
 #include "util.h"
 #include "config.h"
 
@@ -305,6 +306,7 @@ int bt_trace_create_opts(const char *path, unsigned flags, bt_trace **out)
         }
     if ((rc = meta_put(t, "tool_version", PACKAGE_VERSION)) || (rc = meta_put(t, "schema_version", version)) ||
         (rc = meta_put(t, "started_at", started)) || (rc = meta_put(t, "status", "running")) ||
+        (rc = meta_put(t, "backtraces", bt_backtrace_provider() ? bt_backtrace_provider() : "unavailable")) ||
         (rc = exec(t, "COMMIT")))
         goto fail;
     *out = t;

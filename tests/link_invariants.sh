@@ -1,0 +1,56 @@
+#!/bin/sh
+# The layering, enforced on the built libraries (doc/architecture.md):
+# libbtcore.a (model, tokenizer, engine, taps, kernels, util) references no
+# SQLite, curses or libunwind symbol, and no core source includes their
+# headers; the trace library does not reach into the browser. A program that
+# links only the core cannot write or read a trace.
+. "${BT_SRCDIR:-.}/tests/lib.sh"
+B=${BT_BUILDDIR:-.}
+S=${BT_SRCDIR:-.}
+command -v nm >/dev/null 2>&1 || skip "nm not installed"
+for lib in libbtcore.a libbttrace.a libbttui.a; do
+    [ -f "$B/$lib" ] || { fail "$B/$lib was not built"; finish; }
+done
+
+# Undefined symbols of an archive that no member of it defines.
+undefined() {   # undefined LIB
+    nm "$1" 2>/dev/null | awk '$1 == "U" { print $2 } NF == 3 && $2 ~ /^[TDBRVWC]$/ { print "DEF " $3 }' |
+        sort -u | awk '/^DEF / { d[$2] = 1; next } { u[$1] = 1 } END { for (s in u) if (!(s in d)) print s }' | sort
+}
+undefined "$B/libbtcore.a" > "$TMP/core.u"
+[ -s "$TMP/core.u" ] || fail "nm found no undefined symbols in libbtcore.a (is nm reading it?)"
+grep -q '^pcre2_' "$TMP/core.u" && ok "nm sees the core's external references (pcre2)" || fail "no pcre2_ reference in libbtcore.a: the check below would be empty"
+
+curses='^(initscr|endwin|newterm|set_term|newwin|delwin|wrefresh|refresh|wgetch|getch|keypad|stdscr|curscr|setupterm|tigetstr|cur_term|del_curterm|start_color|init_pair|has_colors|use_default_colors|wattr_on|wattr_off|wattrset|wmove|waddnstr|waddnwstr|mvwaddnstr|mvwaddnwstr|mvwaddch|werase|wclear|wbkgd|nodelay|cbreak|noecho|curs_set|COLS|LINES|COLORS|wtimeout)$'
+if grep -E '^sqlite3_' "$TMP/core.u" > "$TMP/bad"; then fail "libbtcore.a references SQLite: $(tr '\n' ' ' < "$TMP/bad")"; else ok "core references no sqlite3_ symbol"; fi
+if grep -E "$curses" "$TMP/core.u" > "$TMP/bad"; then fail "libbtcore.a references curses: $(tr '\n' ' ' < "$TMP/bad")"; else ok "core references no curses symbol"; fi
+if grep -E '^(unw_|_U[A-Za-z0-9]*_)' "$TMP/core.u" > "$TMP/bad"; then fail "libbtcore.a references libunwind: $(tr '\n' ' ' < "$TMP/bad")"; else ok "core references no libunwind symbol"; fi
+# Nothing the core needs may come from the trace or TUI libraries.
+undefined "$B/libbttrace.a" > "$TMP/trace.u"
+nm "$B/libbttrace.a" "$B/libbttui.a" 2>/dev/null | awk 'NF == 3 && $2 ~ /^[TDBR]$/ { print $3 }' | sort -u > "$TMP/upper.d"
+if comm -12 "$TMP/core.u" "$TMP/upper.d" > "$TMP/bad" && [ -s "$TMP/bad" ]; then
+    fail "libbtcore.a depends on the trace/TUI libraries: $(tr '\n' ' ' < "$TMP/bad")"
+else ok "core depends on nothing above it"; fi
+# The trace library stands below the browser.
+nm "$B/libbttui.a" 2>/dev/null | awk 'NF == 3 && $2 ~ /^[TDBR]$/ { print $3 }' | sort -u > "$TMP/tui.d"
+if comm -12 "$TMP/trace.u" "$TMP/tui.d" > "$TMP/bad" && [ -s "$TMP/bad" ]; then
+    fail "libbttrace.a depends on the TUI: $(tr '\n' ' ' < "$TMP/bad")"
+else ok "trace library depends on nothing in the TUI"; fi
+
+# One door into the trace: the decoder writes speculative rows through the
+# recorder (bt_recorder_spec_*), never with bt_trace_* calls of its own.
+if [ -f "$B/src/decode.o" ]; then
+    if nm "$B/src/decode.o" | awk '$1 == "U" { print $2 }' | grep '^bt_trace_' > "$TMP/bad"; then
+        fail "src/decode.c calls the trace writer directly: $(tr '\n' ' ' < "$TMP/bad")"
+    else ok "the decoder reaches the trace only through the recorder"; fi
+else fail "$B/src/decode.o not found"; fi
+
+# Sources of the core library include none of those headers.
+core_src="$S/src/model $S/src/tokenizer $S/src/engine $S/kernels $S/src/util.c $S/src/util.h $S/src/request.c
+          $S/src/request.h $S/src/chat.c $S/src/tap/stats.c $S/src/tap/stats.h $S/src/tap/inject.c
+          $S/src/tap/inject.h $S/src/tap/detect.c $S/src/tap/detect.h"
+# shellcheck disable=SC2086
+if grep -rlE '#[[:space:]]*include[[:space:]]*[<"](sqlite3|n?curses|ncursesw/curses|term|libunwind)\.h' $core_src > "$TMP/bad"; then
+    fail "core sources include SQLite/curses/libunwind headers: $(tr '\n' ' ' < "$TMP/bad")"
+else ok "no core source includes sqlite3.h, curses.h or libunwind.h"; fi
+finish
