@@ -340,6 +340,8 @@ int bt_recorder_event(bt_recorder *r, int step, int pos, const char *kind, const
 }
 
 
+int bt_recorder_current_step(const bt_recorder *r) { return r->step; }
+
 int bt_recorder_step_end(bt_recorder *r, double ms)
 {
     r->in_step = false;

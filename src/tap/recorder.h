@@ -58,6 +58,8 @@ int bt_recorder_spec_step(bt_recorder *r, int step, const char *drafter, int k, 
 int bt_recorder_spec_trail(bt_recorder *r, const bt_spec_row *row);
 /* A decoder event (post_stop_draft, accept_collapse). */
 int bt_recorder_event(bt_recorder *r, int step, int pos, const char *kind, const char *detail);
+/* The step last opened (run's interrupt line: the last committed step). */
+int bt_recorder_current_step(const bt_recorder *r);
 int bt_recorder_step_end(bt_recorder *r, double ms);
 int bt_recorder_finish(bt_recorder *r, const char *finish_reason);
 /* After the run: for each --inject spec that never changed anything, a

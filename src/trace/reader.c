@@ -312,6 +312,15 @@ const char *bt_trace_meta_get(bt_trace_reader *r, const char *key)
     return NULL;
 }
 
+int bt_trace_meta_each(bt_trace_reader *r, int (*fn)(void *user, const char *key, const char *value), void *user)
+{
+    for (int i = 0; i < r->n_meta; i++) {
+        int s = fn(user, r->meta_keys[i], r->meta_vals[i]);
+        if (s) return s;
+    }
+    return BT_OK;
+}
+
 /* ---- tensors ---- */
 
 int bt_trace_tensors(bt_trace_reader *r, const char *model, const bt_trace_tensor_row **out, int *n)

@@ -54,6 +54,8 @@ int bt_trace_state_get(bt_trace_reader *r, bt_trace_state *out);
 /* The value of meta.key, or NULL when the key is absent (or NULL). The
  * meta table is read once at open: the pointer is valid until close. */
 const char *bt_trace_meta_get(bt_trace_reader *r, const char *key);
+/* Every (key, value) in key order (export, the browser's Run view). */
+int bt_trace_meta_each(bt_trace_reader *r, int (*fn)(void *user, const char *key, const char *value), void *user);
 
 /* ---- overview ---- */
 
