@@ -348,6 +348,11 @@ int bt_chat_default_system(const char *jinja, size_t len, char **out)
                    : bt_error(BT_ENOTFOUND, "chat template has no default system prompt literal");
     }
 
+    /* `{{ '' }}` prints nothing: the template adds no default turn. */
+    if (!b.p || !b.p[0]) {
+        free(b.p);
+        return bt_error(BT_ENOTFOUND, "chat template's default system prompt is empty");
+    }
     static const char *const chatml_end[] = { "<|im_end|>\n", "<|im_end|>" };
     static const char *const llama3_end[] = { "<|eot_id|>" };
     static const char *const zephyr_end[] = { "</s>\n", "</s>", "\n", "" };

@@ -31,5 +31,8 @@ int bt_cmd_fail(const char *cmd);
 /* Parse an int/float flag value or fail with a message naming the flag. */
 int bt_parse_int(const char *flag, const char *s, long lo, long hi, long *out);
 int bt_parse_float(const char *flag, const char *s, double lo, double hi, double *out);
+/* A whole unsigned 64-bit value in decimal (seeds): anything else, a sign
+ * or a value past 2^64-1 included, is an error naming the flag. */
+int bt_parse_u64(const char *flag, const char *s, unsigned long long *out);
 
 #endif

@@ -47,7 +47,7 @@ void cmd_run_help(FILE *out)
         "  --temp T             temperature, 0 = greedy (default 0, or the request's)\n"
         "  --top-k K            keep the K most likely tokens (0 = off)\n"
         "  --top-p P            nucleus sampling threshold (1 = off)\n"
-        "  --seed S             sampling seed (default 42)\n"
+        "  --seed S             sampling seed, 0 to 2^64-1 (default 42)\n"
         "  --threads N          compute threads (default: online CPUs)\n"
         "  --ctx N              context length (default: the model's, at most 4096)\n"
         "  --argmax RULE        how greedy argmax treats non-finite logits: first (default),\n"
@@ -132,8 +132,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         } else if (!strcmp(a, "--top-p")) {
             VAL(); if (bt_parse_float(a, v, 1e-9, 1, &d)) return BT_EINVAL; o->top_p = d; o->has_top_p = true;
         } else if (!strcmp(a, "--seed")) {
-            VAL(); char *end; o->seed = strtoull(v, &end, 10);
-            if (!*v || *end || *v == '-') return bt_error(BT_EINVAL, "--seed expects a non-negative integer, got '%s'", v);
+            VAL(); if (bt_parse_u64(a, v, &o->seed)) return BT_EINVAL;
             o->has_seed = true;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
             VAL(); if (bt_parse_int(a, v, 1, 256, &o->threads)) return BT_EINVAL;
@@ -320,6 +319,9 @@ static int write_meta(bt_trace *t, int argc, char **argv, const run_opts *o, con
     META("argmax_rule", rule);
     snprintf(buf, sizeof(buf), "%llu", (unsigned long long)sc->seed);
     META("seed", buf);
+    /* meta "seed" is the exact decimal; JSON integers are signed 64-bit, so
+     * sampling.seed holds its two's-complement reinterpretation (seeds from
+     * 2^63 up read negative there, and back exactly as uint64_t) */
     META_JSON("sampling", json_pack("{s:f,s:i,s:f,s:I,s:s}", "temperature", (double)sc->temperature, "top_k", sc->top_k,
                                     "top_p", (double)sc->top_p, "seed", (json_int_t)sc->seed, "argmax", rule));
     if (inj) { js = bt_injector_json(inj); if (!js) return bt_error(BT_ENOMEM, "out of memory"); META("injections", js); free(js); }

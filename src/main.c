@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +58,23 @@ int bt_parse_int(const char *flag, const char *s, long lo, long hi, long *out)
     long v = s ? strtol(s, &end, 10) : 0;
     if (!s || !*s || *end || errno || v < lo || v > hi)
         return bt_error(BT_EINVAL, "%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, s ? s : "");
+    *out = v;
+    return BT_OK;
+}
+
+int bt_parse_u64(const char *flag, const char *s, unsigned long long *out)
+{
+    /* Decimal digits only: strtoull would take a sign, spaces and "0x", and
+     * clamp anything past 2^64-1 to that value without a word. */
+    unsigned long long v = 0;
+    const char *p = s ? s : "";
+    for (; *p >= '0' && *p <= '9'; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (ULLONG_MAX - d) / 10) break;
+        v = v * 10 + d;
+    }
+    if (!s || !*s || *p)
+        return bt_error(BT_EINVAL, "%s expects an integer in [0, 18446744073709551615], got '%s'", flag, s ? s : "");
     *out = v;
     return BT_OK;
 }

@@ -72,6 +72,9 @@ head -c 1000000 "$STORIES" >stories_trunc.bin
 check_bad "" stories_trunc.bin "$BANGTRACE" inspect stories_trunc.bin --tokenizer "$TOK512"
 check_bad "" stories_trunc.bin "$BANGTRACE" run --model stories_trunc.bin --tokenizer "$TOK512" -n 1 --prompt hi
 head -c 20 "$STORIES" >stories_tiny.bin
+# vocab_size INT_MIN: negating it was undefined behaviour (UBSan under ASAN_TESTS)
+head -c 4096 "$STORIES" >stories_intmin.bin && printf '\000\000\000\200' | dd of=stories_intmin.bin bs=1 seek=20 conv=notrunc 2>/dev/null
+both_bad stories_intmin.bin "vocab -2147483648"
 both_bad stories_tiny.bin ""
 head -c 3000 "$TOK512" >tok_trunc.bin
 check_bad "" tok_trunc.bin "$BANGTRACE" run --model "$STORIES" --tokenizer tok_trunc.bin -n 1 --prompt hi

@@ -59,6 +59,16 @@ grep -q "^  amplification: speculation (k=4, self:2) pushed [0-9]* target positi
 grep -q "^first non-finite: step 15, .*, target's verify pass:" "$TMP/out" && ok "text: first non-finite names the pass" \
     || fail "text first: $(grep '^first non-finite' "$TMP/out")"
 
+# ---- a crafted spec_steps.k: summing it overflowed an int (UBSan, fuzzing) ----
+cp "$TMP/tgt.db" "$TMP/bigk.db"
+"$PY" -c "import sqlite3,sys; d=sqlite3.connect(sys.argv[1]); d.execute('UPDATE spec_steps SET k = 2147483647'); d.commit(); d.close()" "$TMP/bigk.db" \
+    || fail "could not craft bigk.db"
+for cmd in bisect report; do
+    expect_exit 2 "$cmd on a trace with spec_steps.k = INT_MAX" "$BANGTRACE" $cmd "$TMP/bigk.db"
+    grep -q "spec_steps row of step [0-9]* has k 2147483647" "$TMP/err" && [ "$(wc -l < "$TMP/err")" -eq 1 ] \
+        && ok "$cmd: one line naming the spec_steps row" || fail "$cmd bigk stderr: $(head -c 300 "$TMP/err")"
+done
+
 # ---- a NaN in a draft pass ----
 gen "$TMP/drf.db" --k 4 --drafter self:2 --inject draft:7:1:ffn_gate
 [ "$(sql "$TMP/drf.db" "SELECT model FROM steps WHERE step = 7")" = draft ] || fail "generator: step 7 is not a draft step"

@@ -58,6 +58,23 @@ done
 "$BANGTRACE" run $L2C --prompt "Once" -n 30 --temp 0.9 --seed 7 > "$TMP/s1" 2>/dev/null
 "$BANGTRACE" run $L2C --prompt "Once" -n 30 --temp 0.9 --seed 7 > "$TMP/s2" 2>/dev/null
 cmp -s "$TMP/s1" "$TMP/s2" && ok "same seed, same text" || fail "sampling with one seed differs between runs"
+# --seed takes the whole u64 range exactly and nothing else (2^64 was
+# clamped to 2^64-1, which the trace's sampling JSON then showed as -1).
+for bad in 18446744073709551616 99999999999999999999999 -1 +5 " 5" 0x10 "" 1e3; do
+    expect_exit 2 "run --seed '$bad' is refused" "$BANGTRACE" run $L2C --prompt "Once" -n 1 --seed "$bad" && one_line_err "seed expects"
+done
+for seed in 0 9223372036854775808 18446744073709551615; do
+    rm -f "$TMP/seed.db"
+    expect_exit 0 "run --seed $seed" "$BANGTRACE" run $L2C --prompt "Once" -n 3 --temp 1 --seed $seed --trace "$TMP/seed.db"
+    if [ -f "$TMP/seed.db" ] && command -v "${PYTHON3:-python3}" >/dev/null; then
+        got=$("${PYTHON3:-python3}" -c "
+import json, sqlite3, sys
+d = sqlite3.connect(sys.argv[1])
+m = dict(d.execute('SELECT key, value FROM meta'))
+print(m['seed'], json.loads(m['sampling'])['seed'] % 2**64)" "$TMP/seed.db")
+        [ "$got" = "$seed $seed" ] && ok "trace keeps seed $seed exactly" || fail "seed $seed stored as: $got"
+    fi
+done
 expect_exit 2 "run: llama2.c model without --tokenizer" "$BANGTRACE" run --model "$STORIES" --prompt hi && one_line_err --tokenizer
 
 # `help help` is the usage of help itself; -v prints debug lines; a directory

@@ -6,11 +6,13 @@
  * lays bytes out from the format description, so a symmetric bug in the
  * reader cannot hide behind a matching bug in a shared helper. */
 #include "model/gguf.h"
+#include "model/model.h"
 #include "util.h"
 #include "kernels.h"
 #include "check.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -531,6 +533,70 @@ static void test_random_damage(void)
     free(b.p);
 }
 
+/* ---- buffer entry points (what the fuzzers call) ----------------------- */
+
+static void test_buffers(void)
+{
+    buf b = { 0 };
+    build_all_types(&b);
+    bt_gguf *g = NULL, *gf = NULL;
+    CHECK(bt_gguf_open_buffer(b.p, b.len, "mem.gguf", &g) == BT_OK, "open_buffer: %s", bt_errmsg());
+    CHECK(bt_gguf_open(write_file("same.gguf", &b, b.len), &gf) == BT_OK, "open: %s", bt_errmsg());
+    if (g && gf) {
+        CHECK(bt_gguf_n_kv(g) == bt_gguf_n_kv(gf) && bt_gguf_n_tensors(g) == bt_gguf_n_tensors(gf) &&
+              bt_gguf_data_offset(g) == bt_gguf_data_offset(gf) && bt_gguf_file_data(g) == b.p,
+              "buffer and file views differ");
+    }
+    bt_gguf_close(g); bt_gguf_close(gf);
+    g = (bt_gguf *)&b;
+    CHECK(bt_gguf_open_buffer(b.p, 0, "mem.gguf", &g) == BT_EFORMAT && !g && strstr(bt_errmsg(), "mem.gguf"),
+          "empty buffer: %s", bt_errmsg());
+    CHECK(bt_gguf_open_buffer(b.p, 30, "cut.gguf", &g) == BT_EFORMAT && !g && strstr(bt_errmsg(), "cut.gguf"),
+          "truncated buffer: %s", bt_errmsg());
+    free(b.p);
+
+    /* a llama2.c header with vocab_size INT_MIN: negating it was undefined
+     * (UBSan, every GGUF/llama2.c fuzz artifact); it is an implausible header */
+    int32_t h[7] = { 64, 172, 5, 8, 4, INT32_MIN, 512 };
+    uint8_t l2c[64] = { 0 };
+    memcpy(l2c, h, sizeof h);
+    bt_model *m = (bt_model *)&b;
+    CHECK(bt_model_load_buffer(l2c, sizeof l2c, "min.bin", &m) == BT_EFORMAT && !m &&
+          strstr(bt_errmsg(), "min.bin") && strstr(bt_errmsg(), "vocab -2147483648"), "INT_MIN vocab: %s", bt_errmsg());
+    buf f = { 0 };
+    put(&f, l2c, sizeof l2c);
+    CHECK(bt_model_load(write_file("min.bin", &f, f.len), NULL, &m) == BT_EFORMAT && !m, "INT_MIN vocab (file): %s", bt_errmsg());
+    free(f.p);
+    h[5] = -512;    /* separate classifier: still refused by size, not by sign */
+    memcpy(l2c, h, sizeof h);
+    CHECK(bt_model_load_buffer(l2c, sizeof l2c, "neg.bin", &m) == BT_EFORMAT && strstr(bt_errmsg(), "separate"),
+          "negative vocab: %s", bt_errmsg());
+    CHECK(bt_model_load_buffer(l2c, 10, "short.bin", &m) == BT_EFORMAT && strstr(bt_errmsg(), "too short"),
+          "short: %s", bt_errmsg());
+
+    /* the real llama2.c pair, loaded from memory */
+    const char *shared = getenv("BT_SHARED");
+    char mp[1024], tp[1024];
+    snprintf(mp, sizeof mp, "%s/models/llama2c/stories260K.bin", shared ? shared : "/nonexistent");
+    snprintf(tp, sizeof tp, "%s/models/llama2c/tok512.bin", shared ? shared : "/nonexistent");
+    char *md = NULL, *td = NULL;
+    size_t ms = 0, ts = 0;
+    if (bt_read_file(mp, &md, &ms) || bt_read_file(tp, &td, &ts)) {
+        printf("SKIP llama2.c buffers: %s\n", bt_errmsg());
+    } else {
+        CHECK(bt_model_load_buffer(md, ms, "stories.bin", &m) == BT_OK, "stories buffer: %s", bt_errmsg());
+        if (m) {
+            CHECK(m->cfg.n_vocab == 512 && m->cfg.n_layers == 5 && bt_model_has_weights(m), "stories config");
+            CHECK(bt_llama2c_tokenizer_load_buffer(td, ts, "tok.bin", 512, m) == BT_OK && m->has_vocab &&
+                  m->vocab.n_tokens == 512, "tok512 buffer: %s", bt_errmsg());
+            CHECK(bt_llama2c_tokenizer_load_buffer(td, 100, "tok.bin", 512, m) == BT_EFORMAT &&
+                  strstr(bt_errmsg(), "truncated"), "cut tokenizer: %s", bt_errmsg());
+            bt_model_free(m);
+        }
+    }
+    free(md); free(td);
+}
+
 /* ---- the real files ---------------------------------------------------- */
 
 static void test_real_files(void)
@@ -623,6 +689,7 @@ int main(void)
     test_all_types();
     test_corruptions();
     test_random_damage();
+    test_buffers();
     test_real_files();
 
     char cmd[512];

@@ -330,6 +330,17 @@ static void test_templates(void)
     CHECK(bt_chat_default_system(joined, strlen(joined), &none) == BT_OK);
     CHECK_STR(none, "A default");
     free(none);
+    /* a default that prints nothing is no default (this crashed: fuzzing) */
+    const char empty[] = "{% if messages[0]['role'] != 'system' %}{{ '' }}{% endif %}";
+    none = (char *)"untouched";
+    CHECK(bt_chat_default_system(empty, strlen(empty), &none) == BT_ENOTFOUND && !none);
+    const char empty2[] = "{% if messages[0]['role'] == 'system' %}x{% else %}{{- \"\" + '' -}}{% endif %}";
+    none = (char *)"untouched";
+    CHECK(bt_chat_default_system(empty2, strlen(empty2), &none) == BT_ENOTFOUND && !none);
+    const char wrapped_empty[] = "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\n<|im_end|>\\n' }}{% endif %}";
+    CHECK(bt_chat_default_system(wrapped_empty, strlen(wrapped_empty), &none) == BT_OK);
+    CHECK_STR(none, "");
+    free(none);
 
     /* ChatML: SmolLM2 and Qwen with and without their default system turn */
     RENDER(BT_CHAT_CHATML, U, &smol, X_SMOL_U);

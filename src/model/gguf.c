@@ -56,6 +56,7 @@ struct bt_gguf {
     char *path;
     const uint8_t *map;
     uint64_t size;
+    bool mapped;              /* map is ours to munmap (else a borrowed buffer) */
     uint32_t version;
     uint64_t alignment;
     uint64_t data_off;
@@ -528,6 +529,30 @@ int bt_gguf_open(const char *path, bt_gguf **out)
         goto fail;
     }
     g->map = m;
+    g->mapped = true;
+    rc = parse(g);
+    if (rc) goto fail;
+    *out = g;
+    return BT_OK;
+fail:
+    bt_gguf_close(g);
+    return rc;
+}
+
+int bt_gguf_open_buffer(const void *data, size_t size, const char *name, bt_gguf **out)
+{
+    *out = NULL;
+    bt_gguf *g = calloc(1, sizeof(*g));
+    if (!g) return bt_error(BT_ENOMEM, "%s: out of memory", name);
+    g->path = strdup(name);
+    if (!g->path) { free(g); return bt_error(BT_ENOMEM, "%s: out of memory", name); }
+    int rc;
+    if (size == 0) {
+        rc = bt_error(BT_EFORMAT, "%s: empty file", name);
+        goto fail;
+    }
+    g->map = data;
+    g->size = size;
     rc = parse(g);
     if (rc) goto fail;
     *out = g;
@@ -540,7 +565,7 @@ fail:
 void bt_gguf_close(bt_gguf *g)
 {
     if (!g) return;
-    if (g->map) munmap((void *)g->map, (size_t)g->size);
+    if (g->map && g->mapped) munmap((void *)g->map, (size_t)g->size);
     if (g->kv)
         for (int64_t i = 0; i < g->n_kv; i++) free(g->kv[i].str_off);
     free(g->kv);

@@ -28,6 +28,9 @@ typedef struct bt_gguf_str { const char *ptr; uint64_t len; } bt_gguf_str;
 /* Open and validate. On error returns a BT_E* code with a message naming the
  * path and the problem (e.g. "m.gguf: tensor 'x' data ends past end of file"). */
 int bt_gguf_open(const char *path, bt_gguf **out);
+/* The same over a buffer already in memory (borrowed: it must outlive the
+ * handle); name labels messages. Fuzzers and tests use it. */
+int bt_gguf_open_buffer(const void *data, size_t size, const char *name, bt_gguf **out);
 void bt_gguf_close(bt_gguf *g);              /* NULL is a no-op */
 
 uint32_t bt_gguf_version(const bt_gguf *g);

@@ -44,39 +44,28 @@ static void setw(bt_weight *w, const float *data, int64_t cols, int64_t rows, co
     w->data = data; w->type = BT_DT_F32; w->cols = cols; w->rows = rows; w->name = name;
 }
 
-int bt_llama2c_load(const char *path, const char *tokenizer_path, bt_model *m)
+/* The checkpoint in data[0, size) (4-byte aligned; borrowed: it must
+ * outlive the model). name is the path or a label for messages. */
+static int l2c_parse(const uint8_t *data, size_t size, const char *path, bt_model *m)
 {
-    l2c_priv *p = calloc(1, sizeof(*p));
-    if (!p) return bt_error(BT_ENOMEM, "out of memory");
-    m->priv = p;
-    strcpy(m->format, "llama2c");
-
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return bt_error(BT_EIO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) < 0) { close(fd); return bt_error(BT_EIO, "%s: %s", path, strerror(errno)); }
-    size_t size = (size_t)st.st_size;
-    if (size < 28) {
-        close(fd);
+    if (size < 28)
         return bt_error(BT_EFORMAT, "%s: not a GGUF file (no GGUF magic) and too short (%zu bytes) for a llama2.c checkpoint", path, size);
-    }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) return bt_error(BT_EIO, "%s: mmap failed: %s", path, strerror(errno));
-    p->map = map; p->map_len = size;
-    m->file_data = map; m->file_size = size;
+    m->file_data = data; m->file_size = size;
 
     int32_t h[7];
-    memcpy(h, map, sizeof(h));
-    int dim = h[0], hidden = h[1], nl = h[2], nh = h[3], nkv = h[4], vocab = h[5], seq = h[6];
-    bool shared = vocab > 0;
-    if (vocab < 0) vocab = -vocab;
+    memcpy(h, data, sizeof(h));
+    /* vocab is widened before negating: -INT_MIN does not fit an int */
+    int64_t vocab64 = h[5];
+    int dim = h[0], hidden = h[1], nl = h[2], nh = h[3], nkv = h[4], seq = h[6];
+    bool shared = vocab64 > 0;
+    if (vocab64 < 0) vocab64 = -vocab64;
     if (dim <= 0 || dim > 65536 || hidden <= 0 || hidden > (1 << 20) || nl <= 0 || nl > 1024 ||
         nh <= 0 || nh > 1024 || nkv <= 0 || nkv > nh || nh % nkv || dim % nh || (dim / nh) % 2 ||
-        vocab <= 0 || vocab > (1 << 24) || seq <= 0 || seq > (1 << 24))
+        vocab64 <= 0 || vocab64 > (1 << 24) || seq <= 0 || seq > (1 << 24))
         return bt_error(BT_EFORMAT, "%s: not a GGUF file and not a plausible llama2.c checkpoint "
                         "(header dim %d hidden %d layers %d heads %d/%d vocab %d seq %d)",
                         path, h[0], hidden, nl, nh, nkv, h[5], seq);
+    int vocab = (int)vocab64;
     int hs = dim / nh;
     uint64_t kv_dim = (uint64_t)nkv * hs;
     uint64_t n = (uint64_t)vocab * dim                       /* token_embedding */
@@ -92,7 +81,6 @@ int bt_llama2c_load(const char *path, const char *tokenizer_path, bt_model *m)
         return bt_error(BT_EFORMAT, "%s: llama2.c checkpoint is %zu bytes but its header (dim %d, %d layers, vocab %d, %s classifier) needs %llu%s",
                         path, size, dim, nl, vocab, shared ? "shared" : "separate",
                         (unsigned long long)expect, size < expect ? " (truncated?)" : "");
-
     bt_config *c = &m->cfg;
     strcpy(c->arch, "llama");
     const char *bn = strrchr(path, '/');
@@ -103,7 +91,7 @@ int bt_llama2c_load(const char *path, const char *tokenizer_path, bt_model *m)
 
     m->layers = calloc((size_t)nl, sizeof(*m->layers));
     if (!m->layers) return bt_error(BT_ENOMEM, "out of memory");
-    const float *w = (const float *)((const char *)map + 28);
+    const float *w = (const float *)(data + 28);
     setw(&m->token_embd, w, dim, vocab, "token_embedding"); w += (uint64_t)vocab * dim;
 #define PER_LAYER(field, cols, rows, nm) \
     for (int l = 0; l < nl; l++) { setw(&m->layers[l].field, w, cols, rows, nm); w += (uint64_t)(cols) * (rows); }
@@ -122,18 +110,53 @@ int bt_llama2c_load(const char *path, const char *tokenizer_path, bt_model *m)
     if (shared) m->output = m->token_embd;
     else setw(&m->output, w, dim, vocab, "wcls");
 
-    if (tokenizer_path) return bt_llama2c_tokenizer_load(tokenizer_path, vocab, m);
     return BT_OK;
 }
 
-int bt_llama2c_tokenizer_load(const char *path, int n_vocab, bt_model *m)
+static l2c_priv *l2c_priv_new(bt_model *m)
+{
+    l2c_priv *p = calloc(1, sizeof(*p));
+    if (!p) { bt_error(BT_ENOMEM, "out of memory"); return NULL; }
+    m->priv = p;
+    strcpy(m->format, "llama2c");
+    return p;
+}
+
+int bt_llama2c_load(const char *path, const char *tokenizer_path, bt_model *m)
+{
+    l2c_priv *p = l2c_priv_new(m);
+    if (!p) return BT_ENOMEM;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return bt_error(BT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0) { close(fd); return bt_error(BT_EIO, "%s: %s", path, strerror(errno)); }
+    size_t size = (size_t)st.st_size;
+    if (size < 28) { close(fd); return l2c_parse(NULL, size, path, m); }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return bt_error(BT_EIO, "%s: mmap failed: %s", path, strerror(errno));
+    p->map = map; p->map_len = size;
+    int rc = l2c_parse(map, size, path, m);
+    if (rc) return rc;
+    if (tokenizer_path) return bt_llama2c_tokenizer_load(tokenizer_path, m->cfg.n_vocab, m);
+    return BT_OK;
+}
+
+int bt_llama2c_load_buffer(const void *data, size_t size, const char *name, bt_model *m)
+{
+    if (!l2c_priv_new(m)) return BT_ENOMEM;
+    return l2c_parse(data, size, name, m);
+}
+
+/* Parse a tokenizer held in buf (malloc'd; the model owns it from here on,
+ * whatever the outcome: the pieces point into it). */
+static int tok_parse(char *buf, size_t size, const char *path, int n_vocab, bt_model *m)
 {
     l2c_priv *p = m->priv;
-    char *buf;
-    size_t size;
-    int rc = bt_read_file(path, &buf, &size);
-    if (rc) return rc;
-    p->tok_buf = buf;       /* owned by the model from here on: no free() below */
+    free(p->tok_buf); free(p->text); free(p->len); free(p->scores); free(p->types);
+    p->text = NULL; p->len = NULL; p->scores = NULL; p->types = NULL;
+    p->tok_buf = buf;
+    if (n_vocab <= 0) return bt_error(BT_EINVAL, "%s: vocabulary size %d", path, n_vocab);
     size_t off = 0;
 #define NEED(nb, what) do { if (size - off < (size_t)(nb)) { \
         return bt_error(BT_EFORMAT, "%s: truncated llama2.c tokenizer at byte %zu (%s)", path, off, what); } } while (0)
@@ -182,4 +205,21 @@ int bt_llama2c_tokenizer_load(const char *path, int n_vocab, bt_model *m)
     v->add_bos = true; v->add_eos = false; v->add_space_prefix = true;
     m->has_vocab = true;
     return BT_OK;
+}
+
+int bt_llama2c_tokenizer_load(const char *path, int n_vocab, bt_model *m)
+{
+    char *buf;
+    size_t size;
+    int rc = bt_read_file(path, &buf, &size);
+    if (rc) return rc;
+    return tok_parse(buf, size, path, n_vocab, m);
+}
+
+int bt_llama2c_tokenizer_load_buffer(const void *data, size_t size, const char *name, int n_vocab, bt_model *m)
+{
+    char *buf = malloc(size ? size : 1);
+    if (!buf) return bt_error(BT_ENOMEM, "out of memory");
+    if (size) memcpy(buf, data, size);
+    return tok_parse(buf, size, name, n_vocab, m);
 }

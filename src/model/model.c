@@ -236,9 +236,10 @@ static int load_gguf_weights(bt_model *m, char (*names)[NAME_CAP])
     return BT_OK;
 }
 
-static int load_gguf(bt_model *m)
+/* data == NULL: open and map m->path; else parse the borrowed buffer. */
+static int load_gguf(bt_model *m, const void *data, size_t size)
 {
-    int rc = bt_gguf_open(m->path, &m->gguf);
+    int rc = data ? bt_gguf_open_buffer(data, size, m->path, &m->gguf) : bt_gguf_open(m->path, &m->gguf);
     if (rc) return rc;
     const bt_gguf *g = m->gguf;
     bt_config *c = &m->cfg;
@@ -356,7 +357,7 @@ int bt_model_load(const char *path, const char *tokenizer_path, bt_model **out)
     fclose(f);
     int rc;
     if (got == 4 && !memcmp(magic, "GGUF", 4)) {
-        rc = load_gguf(m);
+        rc = load_gguf(m, NULL, 0);
         if (rc == BT_OK && tokenizer_path)
             bt_warn("--tokenizer is ignored for GGUF models (the tokenizer is inside %s)", path);
     } else {
@@ -365,6 +366,20 @@ int bt_model_load(const char *path, const char *tokenizer_path, bt_model **out)
     if (rc) { bt_model_free(m); return rc; }
     bt_debug("model %s: %s, %s \"%s\", %d layers, dim %d, vocab %d, %llu bytes mapped", path, m->format, m->cfg.arch,
              m->cfg.name, m->cfg.n_layers, m->cfg.dim, m->cfg.n_vocab, (unsigned long long)m->file_size);
+    *out = m;
+    return BT_OK;
+}
+
+int bt_model_load_buffer(const void *data, size_t size, const char *name, bt_model **out)
+{
+    *out = NULL;
+    bt_model *m = calloc(1, sizeof(*m));
+    if (!m) return bt_error(BT_ENOMEM, "out of memory");
+    m->path = strdup(name);
+    if (!m->path) { free(m); return bt_error(BT_ENOMEM, "out of memory"); }
+    int rc = size >= 4 && !memcmp(data, "GGUF", 4) ? load_gguf(m, data, size)
+                                                     : bt_llama2c_load_buffer(data, size, name, m);
+    if (rc) { bt_model_free(m); return rc; }
     *out = m;
     return BT_OK;
 }

@@ -72,11 +72,18 @@ typedef struct bt_model {
  * tensors loads as vocab-only (n_layers = 0, token_embd.data = NULL).
  * Returns BT_OK or a BT_E* with a message naming the file and the problem. */
 int bt_model_load(const char *path, const char *tokenizer_path, bt_model **out);
+/* The same over a file already in memory (borrowed: it must outlive the
+ * model; 4-byte aligned for a llama2.c checkpoint); name labels messages.
+ * A llama2.c checkpoint loads without a vocabulary (see below). */
+int bt_model_load_buffer(const void *data, size_t size, const char *name, bt_model **out);
 void bt_model_free(bt_model *m);   /* NULL is a no-op */
 bool bt_model_has_weights(const bt_model *m);
 
 /* llama2.c loaders (used by bt_model_load). */
 int bt_llama2c_load(const char *path, const char *tokenizer_path, bt_model *m);
 int bt_llama2c_tokenizer_load(const char *path, int n_vocab, bt_model *m);
+int bt_llama2c_load_buffer(const void *data, size_t size, const char *name, bt_model *m);
+/* data is copied; the model owns the copy. */
+int bt_llama2c_tokenizer_load_buffer(const void *data, size_t size, const char *name, int n_vocab, bt_model *m);
 
 #endif

@@ -483,6 +483,11 @@ static int spec_step_cb(void *user, const bt_trace_spec_step_row *row)
 {
     spec_walk *w = user;
     bt_spec_analysis *s = w->s;
+    /* A verify drafts at most a context's worth; anything else is a crafted
+     * or corrupt row, and summing it could overflow the window's ints. */
+    if (row->k < 0 || row->k > (1 << 24) || row->accepted < 0 || row->accepted > row->k)
+        return bt_error(BT_EFORMAT, "trace: spec_steps row of step %d has k %d and accepted %d",
+                        row->step, row->k, row->accepted);
     if (!s->drafter[0] && row->drafter[0]) snprintf(s->drafter, sizeof(s->drafter), "%s", row->drafter);
     s->drafted += row->k;
     s->accepted += row->accepted;
