@@ -475,15 +475,19 @@ int cmd_run(int argc, char **argv)
         if (bt_engine_new_opts(dm ? dm : m, &eo, &de)) goto fail;
     }
     if (inj) {
-        /* Refuse, before any work, a spec this run can never match. Steps:
-         * a plain run makes n_max forwards; speculation at most k draft
-         * forwards and one verify per emitted token. Positions: the last
-         * emitted token is never fed back; a verify computes k past it. */
-        long k = o.draft_ngram ? 0 : o.spec_k, n1 = BT_MAX(n_max, 1L);
+        /* Refuse, before any work, a spec no run in this context can ever
+         * match: a position past the context, a step past the most forwards
+         * the context allows (a plain run makes one per token that fits;
+         * speculation at most k draft forwards and one verify per emitted
+         * token). A spec within the context that this run's -n or an early
+         * stop never reaches could have matched: that is the warning and
+         * the inject_unfired event at the end, not an error (a short probe
+         * on an engine whose fault needs a long context stays runnable). */
+        long k = o.draft_ngram ? 0 : o.spec_k, n_fit = BT_MAX((long)ctx - (long)n_prompt + 1, 1L);
         bt_inject_limits lim = { .target = &m->cfg, .draft = de ? &(dm ? dm : m)->cfg : NULL,
                                  .draft_layers = de ? bt_engine_n_layers(de) : 0,
-                                 .max_pos = (int)BT_MIN((long)ctx, (long)n_prompt + n1 - 1 + o.spec_k),
-                                 .max_step = (int)BT_MIN((long)INT_MAX, n_max <= 0 ? 0 : 1 + (n_max - 1) * (k + 1)) };
+                                 .max_pos = ctx,
+                                 .max_step = (int)BT_MIN((long)INT_MAX, 1 + (n_fit - 1) * (k + 1)) };
         if (bt_injector_check(inj, &lim)) goto fail;
     }
     if (o.draft_model) snprintf(drafter_name, sizeof(drafter_name), "model");

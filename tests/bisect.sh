@@ -141,7 +141,8 @@ if [ -f "$SMOL" ]; then
     t1=$(date +%s)
     [ "$(field "$TMP/out" '(lambda d: d["op"] == "attn_output" and d["pos0"] == 40)(j["reference"]["divergence"])')" = True ] \
         && ok "SmolLM2 longctx: attn_output at position 40" || fail "SmolLM2 longctx: $(head -c 600 "$TMP/out")"
-    [ $((t1 - t0)) -lt 30 ] && ok "SmolLM2 $steps-step replay (every step) in $((t1 - t0)) s" || fail "SmolLM2 $steps-step replay took $((t1 - t0)) s (limit 30)"
+    # a figure, not an assertion: tests never assert timing (a shared machine varies 10x)
+    echo "note: SmolLM2 $steps-step replay (every step) took $((t1 - t0)) s"
     "$BANGTRACE" -q run $SRUN -n 20 --trace "$TMP/smolnan.db" --inject 'nan@layer=17,op=ffn_up,step=4,index=100' >/dev/null 2>&1
     expect_exit 1 "SmolLM2 bisect finds an injected NaN" "$BANGTRACE" bisect "$TMP/smolnan.db" --json
     [ "$(field "$TMP/out" '(lambda f: (f["step"], f["layer"], f["op"], f["first_bad_index"]))(j["first_nonfinite"]) == (4, 17, "ffn_up", 100)')" = True ] \

@@ -33,14 +33,19 @@ done <<LIST
 |nan@model=draft|model=draft, but this run has no draft model
 --spec-k 2 --draft-ngram 2|nan@model=draft,op=logits|model=draft, but this run has no draft model
 --spec-k 2 --draft-self 2|nan@model=draft,layer=2|layer 2 is beyond the draft model's 2 layers (0..1)
-|nan@pos>=$((last_pos + 1))|pos>=$((last_pos + 1)) is beyond the last position this run computes ($last_pos)
-|longctx@pos>=4000,op=attn_v,scale=2|pos>=4000 is beyond the last position
-|kvcorrupt@layer=1,pos=$((last_pos + 1))|pos=$((last_pos + 1)) is beyond the last position
-|nan@step=10|step=10 is beyond this run's last step (9)
-|nan@step>=10,op=logits|step>=10 is beyond this run's last step (9)
+--ctx 64|nan@pos>=64|pos>=64 is beyond the context (positions 0..63; --ctx)
+|longctx@pos>=4000,op=attn_v,scale=2|pos>=4000 is beyond the context
+--ctx 64|kvcorrupt@layer=1,pos=64|pos=64 is beyond the context (positions 0..63; --ctx)
+--ctx 64|nan@step=$((64 - n_prompt + 1))|step=$((64 - n_prompt + 1)) is beyond the last step this context allows ($((64 - n_prompt)))
+--ctx 64|nan@step>=$((64 - n_prompt + 1)),op=logits|step>=$((64 - n_prompt + 1)) is beyond the last step this context allows
 |nan@op=attn_k,index=32|index=32 is past the end of attn_k's rows (32 values)
 |nan@index=512|index=512 is past the end of every tensor's rows
 LIST
+# inside the context but past this run's -n: it could have matched in a longer run, so it runs and warns
+for spec in "nan@pos>=$((last_pos + 1))" "nan@step=10" "kvcorrupt@layer=1,pos=$((last_pos + 1))"; do
+    expect_exit 0 "past -n, inside the context: $spec" "$BANGTRACE" -q run $RUN -n 10 --inject "$spec"
+    grep -qF -- "--inject '$spec' never fired" "$TMP/err" && ok "'$spec' warns it never fired" || fail "'$spec': $(cat "$TMP/err")"
+done
 # the limits are not too tight: the last step, position and index of each kind do match
 for spec in "nan@step=9,op=logits" "nan@pos>=$last_pos,op=logits" "nan@op=attn_k,index=31" "nan@layer=4" "kvcorrupt@layer=4,pos=$last_pos"; do
     expect_exit 0 "reachable: $spec" "$BANGTRACE" -q run $RUN -n 10 --inject "$spec"

@@ -515,7 +515,7 @@ int bt_injector_check(const bt_injector *inj, const bt_inject_limits *lim)
         if (s->kind == K_BITFLIP) continue;     /* checked against the weights when applied */
         if (s->kind == K_CRASH) {
             if (s->step >= lim->max_step)
-                return unreachable(s, "step=%ld is beyond this run's last step (%ld)", (long)s->step, lim->max_step - 1L);
+                return unreachable(s, "step=%ld is beyond the last step this context allows (%ld)", (long)s->step, lim->max_step - 1L);
             continue;
         }
         const bt_config *c = lim->target;
@@ -535,13 +535,13 @@ int bt_injector_check(const bt_injector *inj, const bt_inject_limits *lim)
         }
         if (s->kind == K_KVCORRUPT) {
             if (s->pos >= lim->max_pos)
-                return unreachable(s, "pos=%ld is beyond the last position this run computes (%ld)", (long)s->pos, lim->max_pos - 1L);
+                return unreachable(s, "pos=%ld is beyond the context (positions 0..%ld; --ctx)", (long)s->pos, lim->max_pos - 1L);
             continue;
         }
         if (s->pos_ge >= lim->max_pos)
-            return unreachable(s, "pos>=%ld is beyond the last position this run computes (%ld)", (long)s->pos_ge, lim->max_pos - 1L);
+            return unreachable(s, "pos>=%ld is beyond the context (positions 0..%ld; --ctx)", (long)s->pos_ge, lim->max_pos - 1L);
         if (s->step >= lim->max_step)
-            return unreachable(s, s->step_ge ? "step>=%ld is beyond this run's last step (%ld)" : "step=%ld is beyond this run's last step (%ld)",
+            return unreachable(s, s->step_ge ? "step>=%ld is beyond the last step this context allows (%ld)" : "step=%ld is beyond the last step this context allows (%ld)",
                                (long)s->step, lim->max_step - 1L);
         if (!s->whole_row && !s->count) {
             /* index past every row it can select: the widest op when op is not given */

@@ -39,12 +39,13 @@ typedef struct bt_inject_limits {
     const bt_config *draft;        /* the draft engine's model; NULL without one
                                     * (no drafter, or --draft-ngram) */
     int draft_layers;              /* layers the draft engine runs */
-    int max_pos;                   /* every computed position is < max_pos */
-    int max_step;                  /* every step is < max_step */
+    int max_pos;                   /* every position of the context is < max_pos */
+    int max_step;                  /* every step the context allows is < max_step */
 } bt_inject_limits;
 /* Refuse a spec that can never match in this run: a layer beyond the model,
- * model=draft without a draft engine, a position or step the run cannot
- * reach, an index past the op's rows. BT_EINVAL naming the part
+ * model=draft without a draft engine, a position past the context or a
+ * step past the most forwards the context allows, an index past the op's
+ * rows (a position or step merely past -n is the run's unfired warning). BT_EINVAL naming the part
  * ("--inject 'nan@layer=9': layer 9 is beyond the model's 5 layers (0..4)"). */
 int bt_injector_check(const bt_injector *inj, const bt_inject_limits *lim);
 

@@ -289,6 +289,11 @@ int bt_trace_create_opts(const char *path, unsigned flags, bt_trace **out)
         return r;
     }
     sqlite3_extended_result_codes(t->db, 1);
+    /* Someone may open the new file while it is still in rollback mode (a
+     * watcher polling for steps, `sqlite3 trace.db`): their shared lock
+     * must delay switching to WAL, not fail the run with "database is
+     * locked". Later, WAL readers never block the writer. */
+    sqlite3_busy_timeout(t->db, 5000);
     char pragmas[256];
     snprintf(pragmas, sizeof pragmas,
              "PRAGMA page_size = %d; PRAGMA application_id = %d; PRAGMA user_version = %d;"
