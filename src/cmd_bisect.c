@@ -16,6 +16,7 @@
 #include "tap/stats.h"
 #include "trace/analyze.h"
 #include "trace/compare.h"
+#include "trace/headroom.h"
 #include "trace/reader.h"
 #include "text.h"
 #include "trace/runstate.h"
@@ -31,7 +32,7 @@
 void cmd_bisect_help(FILE *out)
 {
     fprintf(out,
-        "usage: bangtrace bisect TRACE [--json]\n"
+        "usage: bangtrace bisect TRACE [--limit X] [--json]\n"
         "       bangtrace bisect TRACE --reference [--model M] [--tokenizer T] [--tolerance X]\n"
         "                        [--threads N] [--all] [--json]\n\n"
         "Find where a traced run (bangtrace run --trace) went wrong.\n\n"
@@ -40,7 +41,10 @@ void cmd_bisect_help(FILE *out)
         "layer in that step; the later step where the KV cache carried it forward, or\n"
         "where the fault recurred), the first degenerate output step (non-finite\n"
         "logits, out-of-vocabulary id, token wall, repetition loop) and a one-sentence\n"
-        "explanation of the argmax at that step.\n\n"
+        "explanation of the argmax at that step. Every trace, clean ones too, gets a\n"
+        "one-line headroom verdict: the largest absmax of any tapped tensor against the\n"
+        "f16 maximum 65504 (or --limit X), and the first tensor past half of it and\n"
+        "past it (doc/numerics.md).\n\n"
         "On a speculative trace (run --spec-k) also: the drafter, k, the acceptance rate\n"
         "overall and per 8 verify steps, whether the first non-finite came from a draft\n"
         "pass or a target pass (a drafter's NaN only costs rejected drafts: the target\n"
@@ -56,6 +60,7 @@ void cmd_bisect_help(FILE *out)
         "speculative trace every target forward is replayed as it ran (a verify step\n"
         "with the last accepted token and the drafts it verified); draft passes are not.\n\n"
         "  --json           one JSON object on stdout\n"
+        "  --limit X        measure the headroom against X instead of the f16 maximum\n"
         "  --reference      teacher-forced replay against a clean engine\n"
         "  --model M        model file (default: the trace's model_path)\n"
         "  --tokenizer T    llama2.c tokenizer (not needed for the replay)\n"
@@ -78,6 +83,7 @@ typedef struct bisect_opts {
     bool json, reference, all;
     bool unfinished;            /* the run did not finish: "clean" would claim too much */
     double tol;
+    double limit;               /* headroom limit; 0 = the f16 maximum */
     long threads;
 } bisect_opts;
 
@@ -94,6 +100,7 @@ static int parse_args(int argc, char **argv, bisect_opts *o)
         else if (!strcmp(a, "--all")) o->all = true;
         else if (!strcmp(a, "--model") || !strcmp(a, "-m")) { VAL(); o->model = v; }
         else if (!strcmp(a, "--tokenizer")) { VAL(); o->tokenizer = v; }
+        else if (!strcmp(a, "--limit")) { VAL(); if (bt_parse_float(a, v, 1e-30, 1e38, &o->limit)) return BT_EINVAL; }
         else if (!strcmp(a, "--tolerance")) { VAL(); if (bt_parse_float(a, v, 0, 1e6, &o->tol)) return BT_EINVAL; }
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { VAL(); if (bt_parse_int(a, v, 1, 256, &o->threads)) return BT_EINVAL; }
         else if (a[0] == '-' && a[1]) return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help bisect)", a);
@@ -102,9 +109,18 @@ static int parse_args(int argc, char **argv, bisect_opts *o)
 #undef VAL
     }
     if (!o->trace) return bt_error(BT_EINVAL, "give a trace file (see bangtrace help bisect)");
+    if (o->limit > 0 && o->reference) return bt_error(BT_EINVAL, "--limit applies without --reference (the headroom of the trace)");
     if ((o->model || o->tokenizer || o->all || o->threads) && !o->reference)
         return bt_error(BT_EINVAL, "--model, --tokenizer, --threads and --all only apply with --reference");
     return BT_OK;
+}
+
+/* The numerics profile the trace ran under (meta numerics; older traces and
+ * default runs: exact f32). */
+static const char *numerics_of(bt_trace_reader *r)
+{
+    const char *n = bt_trace_meta_get(r, "numerics");
+    return n && *n ? n : "f32";
 }
 
 /* "verify pass", "draft pass", ... for a step kind */
@@ -178,7 +194,58 @@ static void print_spec(const bt_analysis *x)
         bt_text_printf(stdout, "  accept_collapse: %d (first at step %d): %s\n", s->n_accept_collapse, s->accept_collapse_step, s->accept_collapse_detail);
 }
 
-static void print_analysis(const bisect_opts *o, const bt_analysis *x)
+/* The headroom verdict and the growth across layers (headroom.h). */
+static void print_headroom(const bt_headroom *h, const char *numerics)
+{
+    char line[512];
+    if (strcmp(numerics, "f32")) bt_text_printf(stdout, "numerics: %s\n", numerics);
+    bt_headroom_verdict(h, line, sizeof(line));
+    bt_text_printf(stdout, "headroom: %s\n", line);
+    if (!h->present || h->n_layers < 2) return;
+    bt_headroom_growth(h, line, sizeof(line));
+    bt_text_printf(stdout, "  %s\n", line);
+}
+
+static json_t *headroom_at_json(const bt_headroom *h, const bt_headroom_at *a)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "tensor", json_string(a->tensor));
+    json_object_set_new(j, "op", json_string(a->op));
+    json_object_set_new(j, "layer", a->layer < 0 ? json_null() : json_integer(a->layer));
+    json_object_set_new(j, "step", json_integer(a->step));
+    json_object_set_new(j, "pos0", json_integer(a->pos0));
+    json_object_set_new(j, "n_pos", json_integer(a->n_pos));
+    json_object_set_new(j, "model", json_string(a->model));
+    json_object_set_new(j, "absmax", isfinite(a->absmax) ? json_real(a->absmax) : json_null());
+    json_object_set_new(j, "nonfinite", json_boolean(isinf(a->absmax)));
+    double ratio = bt_headroom_ratio(h, a->absmax);
+    json_object_set_new(j, "headroom", isfinite(ratio) ? json_real(ratio) : json_null());
+    return j;
+}
+
+/* bisect --json's "headroom": the verdict and its fields. */
+static json_t *headroom_json(const bt_headroom *h)
+{
+    json_t *j = json_object();
+    char line[512];
+    bt_headroom_verdict(h, line, sizeof(line));
+    json_object_set_new(j, "verdict", json_string(line));
+    json_object_set_new(j, "limit", json_real(h->limit));
+    json_object_set_new(j, "f16_max", json_real(BT_F16_MAX));
+    json_object_set_new(j, "bf16_max", json_real(BT_BF16_MAX));
+    json_object_set_new(j, "worst", h->present ? headroom_at_json(h, &h->worst) : json_null());
+    json_object_set_new(j, "worst_f16_fraction", h->present && isfinite(h->worst.absmax) ? json_real(h->worst.absmax / BT_F16_MAX) : json_null());
+    json_object_set_new(j, "worst_bf16_fraction", h->present && isfinite(h->worst.absmax) ? json_real(h->worst.absmax / BT_BF16_MAX) : json_null());
+    json_object_set_new(j, "first_under_2x", h->has_under2 ? headroom_at_json(h, &h->under2) : json_null());
+    json_object_set_new(j, "first_under_1x", h->has_under1 ? headroom_at_json(h, &h->under1) : json_null());
+    json_t *lay = json_array();
+    for (int l = 0; l < h->n_layers; l++)
+        json_array_append_new(lay, isfinite(h->layer_max[l]) ? json_real(h->layer_max[l]) : json_null());
+    json_object_set_new(j, "layer_absmax", lay);
+    return j;
+}
+
+static void print_analysis(const bisect_opts *o, const bt_analysis *x, const bt_headroom *h, const char *numerics)
 {
     bt_text_printf(stdout, "trace: %s (%d steps, %d tapped tensors, %d generated tokens)\n", o->trace, x->n_steps, x->n_tensors, x->n_gen);
     if (!bt_analysis_found(x)) {
@@ -207,6 +274,7 @@ static void print_analysis(const bisect_opts *o, const bt_analysis *x)
             bt_text_printf(stdout, "\n");
         }
     }
+    if (h) print_headroom(h, numerics);
     if (x->has_degenerate)
         bt_text_printf(stdout, "first degenerate output: step %d (%s): %s\n", x->degen_step, x->degen_kind, x->degen_detail);
     if (x->explanation[0]) bt_text_printf(stdout, "explanation: %s\n", x->explanation);
@@ -741,7 +809,9 @@ int cmd_bisect(int argc, char **argv)
     bisect_opts o;
     bt_trace_reader *r = NULL;
     bt_analysis x;
+    bt_headroom h;
     memset(&x, 0, sizeof(x));
+    memset(&h, 0, sizeof(h));
     int status = 2;
     if (parse_args(argc, argv, &o)) return bt_cmd_fail("bisect");
     if (bt_trace_open(o.trace, &r) || bt_analyze_verify(o.trace)) { bt_trace_reader_close(r); return bt_cmd_fail("bisect"); }
@@ -751,6 +821,7 @@ int cmd_bisect(int argc, char **argv)
         return status;
     }
     if (bt_analyze(r, &x)) goto fail;
+    if (bt_headroom_analyze(r, o.limit, &h)) goto fail;
     bt_run_state rs;
     if (bt_run_state_get(r, o.trace, &rs)) goto fail;
     if (o.json) {
@@ -758,13 +829,15 @@ int cmd_bisect(int argc, char **argv)
         json_object_set_new(j, "run_status", json_string(rs.status));
         json_object_set_new(j, "unfinished", rs.line[0] ? json_string(rs.line) : json_null());
         json_object_set_new(j, "last_committed_step", json_integer(rs.last_step));
+        json_object_set_new(j, "numerics", json_string(numerics_of(r)));
+        json_object_set_new(j, "headroom", headroom_json(&h));
         int rc = print_json(j);
         json_decref(j);
         if (rc) goto fail;
     } else {
         if (rs.line[0]) printf("%s\n", rs.line);
         o.unfinished = rs.unfinished;
-        print_analysis(&o, &x);
+        print_analysis(&o, &x, &h, numerics_of(r));
     }
     /* an unfinished run is a finding: it never exits 0 as clean */
     status = bt_analysis_found(&x) || rs.unfinished ? 1 : 0;
@@ -773,6 +846,7 @@ fail:
     status = bt_cmd_fail("bisect");
 out:
     bt_analysis_clear(&x);
+    bt_headroom_clear(&h);
     bt_trace_reader_close(r);
     return status;
 }
