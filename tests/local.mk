@@ -99,3 +99,8 @@ check_PROGRAMS += tests/test_compare
 TESTS += tests/test_compare
 tests_test_compare_SOURCES = tests/test_compare.c
 tests_test_compare_LDADD = $(BT_LIBS)
+# numerics profiles: conversions bit-exact (numpy table, F16C), Q8 blocks, parsing, exact profile
+check_PROGRAMS += tests/test_numerics
+TESTS += tests/test_numerics
+tests_test_numerics_SOURCES = tests/test_numerics.c
+tests_test_numerics_LDADD = $(BT_LIBS)
