@@ -59,11 +59,11 @@ tests_test_guard_LDADD = $(TRACE_LIBS)
 tests_trace_writer_tool_LDADD = $(TRACE_LIBS)
 EXTRA_DIST += tests/trace_crash.sh tests/export.sh tests/trace_hostile.sh tests/trace_incomplete.sh
 # bisect (plain and --reference) and report on real traces
-TESTS += tests/bisect.sh tests/report.sh tests/counts.sh tests/numerics.sh
+TESTS += tests/bisect.sh tests/report.sh tests/counts.sh tests/numerics.sh tests/llama_golden.sh
 # terminal safety: hostile model and trace text is escaped in every command
 TESTS += tests/text_safety.sh
 EXTRA_DIST += tests/text_safety.sh tests/data-gen/make_hostile_gguf.py
-EXTRA_DIST += tests/bisect.sh tests/report.sh tests/counts.sh tests/numerics.sh
+EXTRA_DIST += tests/bisect.sh tests/report.sh tests/counts.sh tests/numerics.sh tests/llama_golden.sh
 # browser (tui/): layout, collapsing, colouring, sanitization, keys; dumps; tmux end to end
 check_PROGRAMS += tests/test_tui
 TESTS += tests/test_tui tests/browse_dump.sh tests/browse_tmux.sh tests/browse_big.sh
