@@ -5,6 +5,7 @@
  * never in tests. */
 #include "cmd.h"
 #include "engine/engine.h"
+#include "engine/numerics.h"
 #include "engine/sampler.h"
 #include "kernels.h"
 #include "model/model.h"
@@ -27,11 +28,14 @@ void cmd_bench_help(FILE *out)
 {
     fprintf(out,
         "usage: bangtrace bench --model M [--tokenizer T] [--threads N] [-p N] [-n N] [--reps R]\n"
-        "                       [--taps MODE] [--json]\n\n"
+        "                       [--taps MODE] [--numerics PROFILE] [--json]\n\n"
         "Measure prefill of -p tokens (default 128) and greedy decode of -n tokens\n"
         "(default 64) on fixed token ids, the median of R repetitions (default 3), and\n"
         "report tokens/s, the weight bytes read per decoded token, the effective weight\n"
         "bandwidth and the machine's measured read bandwidth.\n\n"
+        "  --numerics PROFILE\n"
+        "                run every measurement under a numerics profile (run --numerics,\n"
+        "                doc/numerics.md); compare with a run without it for its cost\n"
         "  --taps MODE   also decode with taps recorded into a temporary trace\n"
         "                (all, layers, logits) and report taps-on / taps-off\n"
         "  --spec-k K --draft-self N | --draft-ngram N\n"
@@ -186,6 +190,8 @@ int cmd_bench(int argc, char **argv)
     bt_pool *pool = NULL;
     int32_t *toks = NULL;
     int status = 2;
+    bt_numerics prof;
+    memset(&prof, 0, sizeof(prof));
     if (threads < 1) threads = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -201,6 +207,7 @@ int cmd_bench(int argc, char **argv)
         else if (!strcmp(a, "--spec-k")) { if (bt_parse_int(a, argv[++i], 1, 64, &spec_k)) goto fail; }
         else if (!strcmp(a, "--draft-self")) { if (bt_parse_int(a, argv[++i], 1, 100000, &draft_self)) goto fail; }
         else if (!strcmp(a, "--draft-ngram")) { if (bt_parse_int(a, argv[++i], 1, 64, &draft_ngram)) goto fail; }
+        else if (!strcmp(a, "--numerics")) { if (bt_numerics_parse(argv[++i], &prof)) goto fail; }
         else if (!strcmp(a, "--taps")) {
             if ((taps = bt_taps_mode_parse(argv[++i])) < 0) { bt_error(BT_EINVAL, "--taps expects all, layers, logits or none, got '%s'", argv[i]); goto fail; }
         }
@@ -216,6 +223,10 @@ int cmd_bench(int argc, char **argv)
     const bt_config *c = &m->cfg;
     int ctx = (int)(np + nd);
     if (bt_engine_new(m, ctx, (int)np, (int)threads, &e)) goto fail;
+    if (bt_engine_set_numerics(e, &prof)) goto fail;
+    char prof_s[256];
+    bt_numerics_format(&prof, prof_s, sizeof(prof_s));
+    if (!json && !bt_numerics_is_exact(&prof)) bt_log("bench: numerics %s", prof_s);
     toks = malloc((size_t)np * sizeof(int32_t));
     if (!toks) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
     uint64_t s = 0x9e3779b97f4a7c15ull;
@@ -269,6 +280,7 @@ int cmd_bench(int argc, char **argv)
                               "taps", bt_taps_mode_name(taps), "decode_tokens_per_s_taps", rate_json(d_taps),
                               "spec_k", (int)spec_k, "text_decode_tokens_per_s", rate_json(sp_plain),
                               "text_decode_tokens_per_s_spec", rate_json(sp_spec), "spec_acceptance", sp_accept);
+        if (j) json_object_set_new(j, "numerics", json_string(prof_s));
         char *str = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
         puts(str ? str : "{}");
         free(str);
@@ -276,6 +288,7 @@ int cmd_bench(int argc, char **argv)
     } else {
         printf("model             %s (%s)\n", bt_text_esc(c->name), m->format);
         printf("threads           %d (%s)\n", (int)threads, bt_kernels_simd());
+        printf("numerics          %s\n", prof_s);
         char r1[48], r2[48];
         printf("prompt            %s (%ld tokens, median of %ld)\n", rate_s(p_med, "tokens/s", r1, sizeof(r1)), np, reps);
         printf("decode            %s (%ld tokens, median of %ld)\n", rate_s(d_med, "tokens/s", r1, sizeof(r1)), nd, reps);

@@ -11,11 +11,13 @@
  * exactly equal. */
 #include "cmd.h"
 #include "engine/engine.h"
+#include "engine/numerics.h"
 #include "kernels.h"
 #include "model/model.h"
 #include "tap/stats.h"
 #include "trace/analyze.h"
 #include "trace/compare.h"
+#include "trace/headroom.h"
 #include "trace/reader.h"
 #include "text.h"
 #include "trace/runstate.h"
@@ -31,16 +33,19 @@
 void cmd_bisect_help(FILE *out)
 {
     fprintf(out,
-        "usage: bangtrace bisect TRACE [--json]\n"
+        "usage: bangtrace bisect TRACE [--limit X] [--json]\n"
         "       bangtrace bisect TRACE --reference [--model M] [--tokenizer T] [--tolerance X]\n"
-        "                        [--threads N] [--all] [--json]\n\n"
+        "                        [--threads N] [--all] [--numerics A [--against B]] [--json]\n\n"
         "Find where a traced run (bangtrace run --trace) went wrong.\n\n"
         "Without --reference: the first non-finite tensor (step, position, layer, op,\n"
         "index, counts), the propagation chain (the first bad tensor of every later\n"
         "layer in that step; the later step where the KV cache carried it forward, or\n"
         "where the fault recurred), the first degenerate output step (non-finite\n"
         "logits, out-of-vocabulary id, token wall, repetition loop) and a one-sentence\n"
-        "explanation of the argmax at that step.\n\n"
+        "explanation of the argmax at that step. Every trace, clean ones too, gets a\n"
+        "one-line headroom verdict: the largest absmax of any tapped tensor against the\n"
+        "f16 maximum 65504 (or --limit X), and the first tensor past half of it and\n"
+        "past it (doc/numerics.md).\n\n"
         "On a speculative trace (run --spec-k) also: the drafter, k, the acceptance rate\n"
         "overall and per 8 verify steps, whether the first non-finite came from a draft\n"
         "pass or a target pass (a drafter's NaN only costs rejected drafts: the target\n"
@@ -56,6 +61,7 @@ void cmd_bisect_help(FILE *out)
         "speculative trace every target forward is replayed as it ran (a verify step\n"
         "with the last accepted token and the drafts it verified); draft passes are not.\n\n"
         "  --json           one JSON object on stdout\n"
+        "  --limit X        measure the headroom against X instead of the f16 maximum\n"
         "  --reference      teacher-forced replay against a clean engine\n"
         "  --model M        model file (default: the trace's model_path)\n"
         "  --tokenizer T    llama2.c tokenizer (not needed for the replay)\n"
@@ -63,7 +69,11 @@ void cmd_bisect_help(FILE *out)
         "                   max relative to the tensor's absmax, mean and rms to its rms;\n"
         "                   the rule diff uses, doc/trace-format.md)\n"
         "  --threads N      compute threads (default: the trace's, at most the online CPUs)\n"
-        "  --all            keep going after the first divergence and list every divergent step\n\n"
+        "  --all            keep going after the first divergence and list every divergent step\n"
+        "  --numerics A     replay under numerics profile A (run --numerics; default exact f32)\n"
+        "  --against B      replay the same ids under A and under B and compare the two\n"
+        "                   replays instead of the trace: the first op where they depart\n"
+        "                   beyond the tolerance, and the first op non-finite under one only\n\n"
         "A trace whose run did not finish (killed: status still running and no process\n"
         "writing it; crashed; interrupted; a trace write error; an error) gets one line\n"
         "saying so, with the last committed step (JSON: run_status, unfinished,\n"
@@ -78,6 +88,9 @@ typedef struct bisect_opts {
     bool json, reference, all;
     bool unfinished;            /* the run did not finish: "clean" would claim too much */
     double tol;
+    double limit;               /* headroom limit; 0 = the f16 maximum */
+    const char *num_a, *num_b;  /* --numerics A, --against B (specs as given) */
+    bt_numerics prof_a, prof_b;
     long threads;
 } bisect_opts;
 
@@ -94,6 +107,9 @@ static int parse_args(int argc, char **argv, bisect_opts *o)
         else if (!strcmp(a, "--all")) o->all = true;
         else if (!strcmp(a, "--model") || !strcmp(a, "-m")) { VAL(); o->model = v; }
         else if (!strcmp(a, "--tokenizer")) { VAL(); o->tokenizer = v; }
+        else if (!strcmp(a, "--numerics")) { VAL(); if (bt_numerics_parse(v, &o->prof_a)) return BT_EINVAL; o->num_a = v; }
+        else if (!strcmp(a, "--against")) { VAL(); if (bt_numerics_parse(v, &o->prof_b)) return BT_EINVAL; o->num_b = v; }
+        else if (!strcmp(a, "--limit")) { VAL(); if (bt_parse_float(a, v, 1e-30, 1e38, &o->limit)) return BT_EINVAL; }
         else if (!strcmp(a, "--tolerance")) { VAL(); if (bt_parse_float(a, v, 0, 1e6, &o->tol)) return BT_EINVAL; }
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { VAL(); if (bt_parse_int(a, v, 1, 256, &o->threads)) return BT_EINVAL; }
         else if (a[0] == '-' && a[1]) return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help bisect)", a);
@@ -102,9 +118,20 @@ static int parse_args(int argc, char **argv, bisect_opts *o)
 #undef VAL
     }
     if (!o->trace) return bt_error(BT_EINVAL, "give a trace file (see bangtrace help bisect)");
+    if (o->limit > 0 && o->reference) return bt_error(BT_EINVAL, "--limit applies without --reference (the headroom of the trace)");
+    if ((o->num_a || o->num_b) && !o->reference) return bt_error(BT_EINVAL, "--numerics and --against apply with --reference");
+    if (o->num_b && !o->num_a) return bt_error(BT_EINVAL, "--against B needs --numerics A (the other side)");
     if ((o->model || o->tokenizer || o->all || o->threads) && !o->reference)
         return bt_error(BT_EINVAL, "--model, --tokenizer, --threads and --all only apply with --reference");
     return BT_OK;
+}
+
+/* The numerics profile the trace ran under (meta numerics; older traces and
+ * default runs: exact f32). */
+static const char *numerics_of(bt_trace_reader *r)
+{
+    const char *n = bt_trace_meta_get(r, "numerics");
+    return n && *n ? n : "f32";
 }
 
 /* "verify pass", "draft pass", ... for a step kind */
@@ -178,7 +205,58 @@ static void print_spec(const bt_analysis *x)
         bt_text_printf(stdout, "  accept_collapse: %d (first at step %d): %s\n", s->n_accept_collapse, s->accept_collapse_step, s->accept_collapse_detail);
 }
 
-static void print_analysis(const bisect_opts *o, const bt_analysis *x)
+/* The headroom verdict and the growth across layers (headroom.h). */
+static void print_headroom(const bt_headroom *h, const char *numerics)
+{
+    char line[512];
+    if (strcmp(numerics, "f32")) bt_text_printf(stdout, "numerics: %s\n", numerics);
+    bt_headroom_verdict(h, line, sizeof(line));
+    bt_text_printf(stdout, "headroom: %s\n", line);
+    if (!h->present || h->n_layers < 2) return;
+    bt_headroom_growth(h, line, sizeof(line));
+    bt_text_printf(stdout, "  %s\n", line);
+}
+
+static json_t *headroom_at_json(const bt_headroom *h, const bt_headroom_at *a)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "tensor", json_string(a->tensor));
+    json_object_set_new(j, "op", json_string(a->op));
+    json_object_set_new(j, "layer", a->layer < 0 ? json_null() : json_integer(a->layer));
+    json_object_set_new(j, "step", json_integer(a->step));
+    json_object_set_new(j, "pos0", json_integer(a->pos0));
+    json_object_set_new(j, "n_pos", json_integer(a->n_pos));
+    json_object_set_new(j, "model", json_string(a->model));
+    json_object_set_new(j, "absmax", isfinite(a->absmax) ? json_real(a->absmax) : json_null());
+    json_object_set_new(j, "nonfinite", json_boolean(isinf(a->absmax)));
+    double ratio = bt_headroom_ratio(h, a->absmax);
+    json_object_set_new(j, "headroom", isfinite(ratio) ? json_real(ratio) : json_null());
+    return j;
+}
+
+/* bisect --json's "headroom": the verdict and its fields. */
+static json_t *headroom_json(const bt_headroom *h)
+{
+    json_t *j = json_object();
+    char line[512];
+    bt_headroom_verdict(h, line, sizeof(line));
+    json_object_set_new(j, "verdict", json_string(line));
+    json_object_set_new(j, "limit", json_real(h->limit));
+    json_object_set_new(j, "f16_max", json_real(BT_F16_MAX));
+    json_object_set_new(j, "bf16_max", json_real(BT_BF16_MAX));
+    json_object_set_new(j, "worst", h->present ? headroom_at_json(h, &h->worst) : json_null());
+    json_object_set_new(j, "worst_f16_fraction", h->present && isfinite(h->worst.absmax) ? json_real(h->worst.absmax / BT_F16_MAX) : json_null());
+    json_object_set_new(j, "worst_bf16_fraction", h->present && isfinite(h->worst.absmax) ? json_real(h->worst.absmax / BT_BF16_MAX) : json_null());
+    json_object_set_new(j, "first_under_2x", h->has_under2 ? headroom_at_json(h, &h->under2) : json_null());
+    json_object_set_new(j, "first_under_1x", h->has_under1 ? headroom_at_json(h, &h->under1) : json_null());
+    json_t *lay = json_array();
+    for (int l = 0; l < h->n_layers; l++)
+        json_array_append_new(lay, isfinite(h->layer_max[l]) ? json_real(h->layer_max[l]) : json_null());
+    json_object_set_new(j, "layer_absmax", lay);
+    return j;
+}
+
+static void print_analysis(const bisect_opts *o, const bt_analysis *x, const bt_headroom *h, const char *numerics)
 {
     bt_text_printf(stdout, "trace: %s (%d steps, %d tapped tensors, %d generated tokens)\n", o->trace, x->n_steps, x->n_tensors, x->n_gen);
     if (!bt_analysis_found(x)) {
@@ -207,6 +285,7 @@ static void print_analysis(const bisect_opts *o, const bt_analysis *x)
             bt_text_printf(stdout, "\n");
         }
     }
+    if (h) print_headroom(h, numerics);
     if (x->has_degenerate)
         bt_text_printf(stdout, "first degenerate output: step %d (%s): %s\n", x->degen_step, x->degen_kind, x->degen_detail);
     if (x->explanation[0]) bt_text_printf(stdout, "explanation: %s\n", x->explanation);
@@ -424,13 +503,51 @@ typedef struct ref_result {
     diverge first;
     diverge *all;
     int n_all;
+    /* --against: the first op non-finite under one profile only */
+    bool one_bad;
+    diverge one;
+    char one_side[8];           /* "A" or "B" */
 } ref_result;
+
+/* --against: compare replay A's statistics with replay B's, slot by slot,
+ * with the one comparator (stats_differ); fill d with the first departure
+ * and res->one with the first op non-finite under one side only. */
+static void against_step(const bisect_opts *o, const bt_tap_stats *a, const bool *seen_a, const bt_tap_stats *b,
+                         const bool *seen_b, int n_tens, diverge *d, ref_result *res)
+{
+    for (int j = 0; j < n_tens; j++) {
+        if (!seen_a[j] || !seen_b[j]) continue;
+        bt_trace_tap_row ra;
+        bt_tap_row_from_stats(&a[j], &ra);
+        bool bad_a = a[j].nan || a[j].pinf || a[j].ninf, bad_b = b[j].nan || b[j].pinf || b[j].ninf;
+        if (bad_a != bad_b && !res->one_bad) {
+            res->one_bad = true;
+            res->one = *d;
+            res->one.slot = j;
+            snprintf(res->one_side, sizeof(res->one_side), "%s", bad_a ? "A" : "B");
+            snprintf(res->one.field, sizeof(res->one.field), "nonfinite");
+            res->one.tv = (double)(a[j].nan + a[j].pinf + a[j].ninf);
+            res->one.rv = (double)(b[j].nan + b[j].pinf + b[j].ninf);
+        }
+        char field[16];
+        double tv = 0, rv = 0, rel;
+        bool differ = stats_differ(&ra, &b[j], o->tol, field, &tv, &rv, &rel);
+        if (rel > res->max_rel && isfinite(rel)) { res->max_rel = rel; res->max_rel_step = d->step; res->max_rel_slot = j; }
+        if (!differ) continue;
+        if (d->slot < 0) { d->slot = j; snprintf(d->field, sizeof(d->field), "%s", field); d->tv = tv; d->rv = rv; }
+        d->n_div++;
+    }
+}
 
 static void position_str(const diverge *d, char *buf, size_t cap)
 {
     if (d->n_pos == 1) snprintf(buf, cap, "position %d", d->pos0);
     else snprintf(buf, cap, "positions %d-%d", d->pos0, d->pos0 + d->n_pos - 1);
 }
+
+/* The two sides a divergence names: the trace and the reference, or with
+ * --against the replays under profile A and profile B. */
+static const char *side_a = "in the trace", *side_b = "in the reference";
 
 static void print_divergence(const diverge *d, const bt_trace_tensor_row *tens, int n_tens, const char *prefix)
 {
@@ -440,11 +557,11 @@ static void print_divergence(const diverge *d, const bt_trace_tensor_row *tens, 
     bt_layer_label(t->layer, l, sizeof(l));
     bt_text_printf(stdout, "%sstep %d (%s, %s), layer %s, op %s (%s): ", prefix, d->step, d->kind, pos, l, t->op, t->name);
     if (!strcmp(d->field, "nonfinite"))
-        bt_text_printf(stdout, "%.0f non-finite values in the trace, %.0f in the reference", d->tv, d->rv);
+        bt_text_printf(stdout, "%.0f non-finite values %s, %.0f %s", d->tv, side_a, d->rv, side_b);
     else if (d->rv != 0 && isfinite(d->tv) && isfinite(d->rv))
-        bt_text_printf(stdout, "%s %.6g in the trace vs %.6g in the reference (x%.3g)", d->field, d->tv, d->rv, d->tv / d->rv);
+        bt_text_printf(stdout, "%s %.6g %s vs %.6g %s (x%.3g)", d->field, d->tv, side_a, d->rv, side_b, d->tv / d->rv);
     else
-        bt_text_printf(stdout, "%s %.6g in the trace vs %.6g in the reference", d->field, d->tv, d->rv);
+        bt_text_printf(stdout, "%s %.6g %s vs %.6g %s", d->field, d->tv, side_a, d->rv, side_b);
     bt_text_printf(stdout, "; %d of %d tensors diverge at this step\n", d->n_div, n_tens);
 }
 
@@ -498,8 +615,8 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
     int32_t *seq = NULL;
     int n_steps = 0, n_seq = 0, n_prompt = 0, n_tr = 0, rc;
     bt_model *m = NULL;
-    bt_engine *e = NULL;
-    replay rp = { 0 };
+    bt_engine *e = NULL, *e2 = NULL;
+    replay rp = { 0 }, rp2 = { 0 };
 
     const char *meta_path = bt_trace_meta_get(r, "model_path"), *meta_sha = bt_trace_meta_get(r, "model_sha256");
     const char *meta_threads = bt_trace_meta_get(r, "threads");
@@ -609,6 +726,11 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
     }
     res->threads = threads;
     if ((rc = bt_engine_new(m, ctx, max_batch, threads, &e))) goto out;
+    if (o->num_a && (rc = bt_engine_set_numerics(e, &o->prof_a))) goto out;
+    if (o->num_b) {
+        if ((rc = bt_engine_new(m, ctx, max_batch, threads, &e2))) goto out;
+        if ((rc = bt_engine_set_numerics(e2, &o->prof_b))) goto out;
+    }
 
     rp.tens = tens; rp.n_tens = n_tens; rp.n_layers = n_layers;
     rp.slot = malloc((size_t)BT_OP_COUNT * (n_layers + 1) * sizeof(int));
@@ -619,6 +741,14 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
     for (int i = 0; i < n_tens; i++) *slot_at(&rp, bt_op_from_name(tens[i].op), tens[i].layer) = i;
     bt_eval_cb cb = { .ask = rp_ask, .observe = rp_observe, .user = &rp };
     bt_engine_set_eval_cb(e, &cb);
+    if (e2) {
+        rp2 = rp;
+        rp2.ref = calloc((size_t)n_tens, sizeof(bt_tap_stats));
+        rp2.seen = calloc((size_t)n_tens, sizeof(bool));
+        if (!rp2.ref || !rp2.seen) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
+        bt_eval_cb cb2 = { .ask = rp_ask, .observe = rp_observe, .user = &rp2 };
+        bt_engine_set_eval_cb(e2, &cb2);
+    }
 
     double t0 = bt_now(), last = t0;
     bool tty = isatty(2), progress = false;
@@ -631,6 +761,14 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
             if (rp.err[0]) rc = bt_error(BT_EFORMAT, "%s: %s", o->trace, rp.err);
             goto out;
         }
+        if (e2) {
+            memset(rp2.seen, 0, (size_t)n_tens * sizeof(bool));
+            if (spec) bt_engine_set_logits_all(e2, !strcmp(s->kind, "verify"));
+            if ((rc = bt_engine_forward(e2, in_tok + in_off[i], s->n_pos, s->pos0))) {
+                if (rp2.err[0]) rc = bt_error(BT_EFORMAT, "%s: %s", o->trace, rp2.err);
+                goto out;
+            }
+        }
         free(tr);
         tr = NULL;
         if ((rc = bt_trace_step_taps(r, s->step, &tr, &n_tr))) goto out;
@@ -638,7 +776,8 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
         res->steps_compared++;
         diverge d = { .step = s->step, .pos0 = s->pos0, .n_pos = s->n_pos, .slot = -1 };
         snprintf(d.kind, sizeof(d.kind), "%s", s->kind);
-        for (int j = 0; j < n_tr && j < n_tens; j++) {
+        if (e2) against_step(o, rp.ref, rp.seen, rp2.ref, rp2.seen, n_tens, &d, res);
+        for (int j = 0; !e2 && j < n_tr && j < n_tens; j++) {
             if (!rp.seen[j] || !tr[j].recorded) continue;
             char field[16];
             double tv = 0, rv = 0, rel;
@@ -655,7 +794,7 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
                 if (!na) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
                 res->all = na;
                 res->all[res->n_all++] = d;
-            } else break;
+            } else if (!e2 || res->one_bad) break;   /* --against: also look for a one-sided non-finite */
         }
         double now = bt_now();
         if (now - last > (tty ? 0.5 : 10.0)) {
@@ -672,6 +811,8 @@ out:
     free(steps); free(seq); free(tr);
     free(tl.v); free(in_tok); free(in_off);
     free(rp.slot); free(rp.ref); free(rp.seen);
+    free(rp2.ref); free(rp2.seen);
+    bt_engine_free(e2);
     bt_engine_free(e);
     bt_model_free(m);
     return rc;
@@ -702,6 +843,16 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
         json_object_set_new(rj, "tensors", json_integer(n_tens));
         json_object_set_new(rj, "max_rel_diff", json_real(res.max_rel));
         json_object_set_new(rj, "divergence", res.found ? divergence_json(&res.first, tens) : json_null());
+        char nb[256];
+        bt_numerics_format(&o->prof_a, nb, sizeof(nb));
+        json_object_set_new(rj, "numerics", json_string(nb));
+        if (o->num_b) {
+            bt_numerics_format(&o->prof_b, nb, sizeof(nb));
+            json_object_set_new(rj, "against", json_string(nb));
+            json_t *ob = res.one_bad ? divergence_json(&res.one, tens) : json_null();
+            if (res.one_bad) json_object_set_new(ob, "nonfinite_under", json_string(res.one_side));
+            json_object_set_new(rj, "first_nonfinite_one_side", ob);
+        }
         if (o->all) {
             json_t *arr = json_array();
             for (int i = 0; i < res.n_all; i++) json_array_append_new(arr, divergence_json(&res.all[i], tens));
@@ -713,8 +864,17 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
         if (rc) { status = 2; goto out; }
     } else {
         bt_text_printf(stdout, "trace: %s (%d steps, %d tapped tensors)\n", o->trace, res.steps_total, n_tens);
-        bt_text_printf(stdout, "reference: %s (%s), f32 CPU, %d threads, no injection, tolerance %g\n", res.model_path,
-               res.sha_checked ? "SHA-256 matches the trace" : "SHA-256 not verified", res.threads, o->tol);
+        char na[256], nb[256];
+        bt_numerics_format(&o->prof_a, na, sizeof(na));
+        bt_numerics_format(&o->prof_b, nb, sizeof(nb));
+        bt_text_printf(stdout, "reference: %s (%s), %s CPU, %d threads, no injection, tolerance %g\n", res.model_path,
+               res.sha_checked ? "SHA-256 matches the trace" : "SHA-256 not verified", o->num_a ? na : "f32", res.threads, o->tol);
+        if (o->num_b) { side_a = "under A"; side_b = "under B"; }
+        if (o->num_b)
+            bt_text_printf(stdout, "against: the same ids under %s (A = %s); the trace's own statistics are not used\n", nb, na);
+        if (o->num_b && res.one_bad)
+            print_divergence(&res.one, tens, n_tens, res.one_side[0] == 'A' ? "first non-finite under A only: " : "first non-finite under B only: ");
+        else if (o->num_b) bt_text_printf(stdout, "no op is non-finite under one profile only\n");
         if (bt_trace_has_spec(r))
             bt_text_printf(stdout, "speculative trace: the target's %d verify steps replayed with the tokens they verified; %d draft passes not replayed\n",
                    res.verify_steps, res.draft_steps_skipped);
@@ -741,7 +901,9 @@ int cmd_bisect(int argc, char **argv)
     bisect_opts o;
     bt_trace_reader *r = NULL;
     bt_analysis x;
+    bt_headroom h;
     memset(&x, 0, sizeof(x));
+    memset(&h, 0, sizeof(h));
     int status = 2;
     if (parse_args(argc, argv, &o)) return bt_cmd_fail("bisect");
     if (bt_trace_open(o.trace, &r) || bt_analyze_verify(o.trace)) { bt_trace_reader_close(r); return bt_cmd_fail("bisect"); }
@@ -751,6 +913,7 @@ int cmd_bisect(int argc, char **argv)
         return status;
     }
     if (bt_analyze(r, &x)) goto fail;
+    if (bt_headroom_analyze(r, o.limit, &h)) goto fail;
     bt_run_state rs;
     if (bt_run_state_get(r, o.trace, &rs)) goto fail;
     if (o.json) {
@@ -758,13 +921,15 @@ int cmd_bisect(int argc, char **argv)
         json_object_set_new(j, "run_status", json_string(rs.status));
         json_object_set_new(j, "unfinished", rs.line[0] ? json_string(rs.line) : json_null());
         json_object_set_new(j, "last_committed_step", json_integer(rs.last_step));
+        json_object_set_new(j, "numerics", json_string(numerics_of(r)));
+        json_object_set_new(j, "headroom", headroom_json(&h));
         int rc = print_json(j);
         json_decref(j);
         if (rc) goto fail;
     } else {
         if (rs.line[0]) printf("%s\n", rs.line);
         o.unfinished = rs.unfinished;
-        print_analysis(&o, &x);
+        print_analysis(&o, &x, &h, numerics_of(r));
     }
     /* an unfinished run is a finding: it never exits 0 as clean */
     status = bt_analysis_found(&x) || rs.unfinished ? 1 : 0;
@@ -773,6 +938,7 @@ fail:
     status = bt_cmd_fail("bisect");
 out:
     bt_analysis_clear(&x);
+    bt_headroom_clear(&h);
     bt_trace_reader_close(r);
     return status;
 }

@@ -7,6 +7,7 @@
  * shell-quoted so it can be pasted as is. */
 #include "cmd.h"
 #include "trace/analyze.h"
+#include "trace/headroom.h"
 #include "trace/reader.h"
 #include "text.h"
 #include "trace/runstate.h"
@@ -35,7 +36,10 @@ void cmd_report_help(FILE *out)
         "reported as clean. A speculative trace (run --spec-k) gets a Speculative\n"
         "decoding section: drafter, k, acceptance, where the first non-finite came from\n"
         "(draft or target pass), the amplification, and the draft-vs-verify trail\n"
-        "around the first bad step.\n\n"
+        "around the first bad step. A Numerics section states the numerics profile the\n"
+        "run used (run --numerics; exact f32 by default) and the headroom verdict: the\n"
+        "largest absmax against the f16 maximum and the growth across layers\n"
+        "(doc/numerics.md).\n\n"
         "  -o, --output FILE   write the report to FILE instead of standard output. FILE is\n"
         "                      written whole or not at all; it must not be the trace, a\n"
         "                      link, a device or an SQLite file; an existing non-empty\n"
@@ -153,6 +157,27 @@ static void section_environment(FILE *o, bt_trace_reader *r, const char *path)
     row(o, "run status", bt_trace_meta_get(r, "status"));
     row_code(o, "trace file", path);
     fputs("\n", o);
+}
+
+/* What the run stored and converted, and how far it sat from overflowing f16. */
+static int section_numerics(FILE *o, bt_trace_reader *r)
+{
+    bt_headroom h;
+    int rc = bt_headroom_analyze(r, 0, &h);
+    if (rc) return rc;
+    const char *n = bt_trace_meta_get(r, "numerics");
+    fputs("## Numerics\n\n| | |\n|---|---|\n", o);
+    row_code(o, "profile", n && *n ? n : "f32 (exact; the default)");
+    char line[512];
+    bt_headroom_verdict(&h, line, sizeof(line));
+    row(o, "headroom", line);
+    if (h.present && h.n_layers > 1) {
+        bt_headroom_growth(&h, line, sizeof(line));
+        row(o, "growth", line);
+    }
+    fputs("\n", o);
+    bt_headroom_clear(&h);
+    return BT_OK;
 }
 
 static void section_model(FILE *o, bt_trace_reader *r)
@@ -615,6 +640,7 @@ int cmd_report(int argc, char **argv)
     section_environment(o, r, trace);
     section_model(o, r);
     if ((rc = section_config(o, r))) goto fail;
+    if ((rc = section_numerics(o, r))) goto fail;
     section_propagation(o, &x);
     if ((rc = section_spec(o, r, &x))) goto fail;
     if ((rc = section_events(o, r, &x))) goto fail;

@@ -10,6 +10,7 @@
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "request.h"
+#include "engine/numerics.h"
 #include "sys/crash.h"
 #include "sys/outfile.h"
 #include "tap/inject.h"
@@ -34,6 +35,7 @@ void cmd_run_help(FILE *out)
         "usage: bangtrace run --model M [--tokenizer T] (--prompt TEXT | --request FILE.json)\n"
         "                     [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
         "                     [--threads N] [--ctx N] [--argmax RULE] [--chat-template NAME] [--json]\n"
+        "                     [--numerics PROFILE]\n"
         "                     [--trace OUT.db [--force] [--taps MODE] ...]\n\n"
         "Generate a completion. stdout gets only the completion text; progress and\n"
         "timings go to stderr.\n\n"
@@ -50,6 +52,12 @@ void cmd_run_help(FILE *out)
         "  --seed S             sampling seed, 0 to 2^64-1 (default 42)\n"
         "  --threads N          compute threads (default: online CPUs)\n"
         "  --ctx N              context length (default: the model's, at most 4096)\n"
+        "  --numerics PROFILE   emulate another engine's number formats (doc/numerics.md): a\n"
+        "                       preset (f32 = exact, the default; f16, bf16, llama.cpp-cpu,\n"
+        "                       llama.cpp-cuda-f16, vllm-bf16, vllm-f16) and/or parts\n"
+        "                       act=, mm_in=, mm_acc=, kv=, act_q=, attn=, softmax=,\n"
+        "                       e.g. act=f16,kv=f16 or llama.cpp-cpu,kv=f32; applies to the\n"
+        "                       drafter too; the trace records it (meta numerics)\n"
         "  --argmax RULE        how greedy argmax treats non-finite logits: first (default),\n"
         "                       torch, triton-block:N (see doc/argmax.md)\n"
         "  --chat-template NAME render messages with chatml, llama2, llama3 or zephyr instead\n"
@@ -104,6 +112,8 @@ typedef struct run_opts {
     long spec_k;
     const char *draft_model;
     long draft_self, draft_ngram;
+    const char *numerics_spec;
+    bt_numerics numerics;
 } run_opts;
 
 static int parse_args(int argc, char **argv, run_opts *o)
@@ -161,6 +171,9 @@ static int parse_args(int argc, char **argv, run_opts *o)
             VAL(); if (bt_parse_int(a, v, 1, 100000, &o->draft_self)) return BT_EINVAL;
         } else if (!strcmp(a, "--draft-ngram")) {
             VAL(); if (bt_parse_int(a, v, 1, 64, &o->draft_ngram)) return BT_EINVAL;
+        } else if (!strcmp(a, "--numerics")) {
+            VAL(); if (bt_numerics_parse(v, &o->numerics)) return BT_EINVAL;
+            o->numerics_spec = v;
         } else if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else if (!strcmp(a, "--force")) o->force = true;
@@ -294,6 +307,8 @@ static int write_meta(bt_trace *t, int argc, char **argv, const run_opts *o, con
     META("backend", buf);
     snprintf(buf, sizeof(buf), "%ld", o->threads);
     META("threads", buf);
+    bt_numerics_format(&o->numerics, buf, sizeof(buf));
+    META("numerics", buf);
     char *abs = realpath(o->model, NULL);
     META("model_path", abs ? abs : o->model);
     free(abs);
@@ -464,6 +479,7 @@ int cmd_run(int argc, char **argv)
     }
     int batch = (int)n_prompt + (int)o.spec_k + 1;
     if (bt_engine_new(m, ctx, batch, (int)o.threads, &e)) goto fail;
+    if (bt_engine_set_numerics(e, &o.numerics)) goto fail;
     if (bt_sampler_new(&sc, m->cfg.n_vocab, &smp)) goto fail;
     if (o.draft_model && load_draft(&o, m, &dm)) goto fail;
     if (o.draft_model || o.draft_self) {
@@ -473,6 +489,7 @@ int cmd_run(int argc, char **argv)
         }
         bt_engine_opts eo = { .ctx_len = ctx, .max_batch = batch, .n_layers = (int)o.draft_self, .share_pool = e };
         if (bt_engine_new_opts(dm ? dm : m, &eo, &de)) goto fail;
+        if (bt_engine_set_numerics(de, &o.numerics)) goto fail;
     }
     if (inj) {
         /* Refuse, before any work, a spec no run in this context can ever

@@ -59,11 +59,11 @@ tests_test_guard_LDADD = $(TRACE_LIBS)
 tests_trace_writer_tool_LDADD = $(TRACE_LIBS)
 EXTRA_DIST += tests/trace_crash.sh tests/export.sh tests/trace_hostile.sh tests/trace_incomplete.sh
 # bisect (plain and --reference) and report on real traces
-TESTS += tests/bisect.sh tests/report.sh tests/counts.sh
+TESTS += tests/bisect.sh tests/report.sh tests/counts.sh tests/numerics.sh tests/llama_golden.sh
 # terminal safety: hostile model and trace text is escaped in every command
 TESTS += tests/text_safety.sh
 EXTRA_DIST += tests/text_safety.sh tests/data-gen/make_hostile_gguf.py
-EXTRA_DIST += tests/bisect.sh tests/report.sh tests/counts.sh
+EXTRA_DIST += tests/bisect.sh tests/report.sh tests/counts.sh tests/numerics.sh tests/llama_golden.sh
 # browser (tui/): layout, collapsing, colouring, sanitization, keys; dumps; tmux end to end
 check_PROGRAMS += tests/test_tui
 TESTS += tests/test_tui tests/browse_dump.sh tests/browse_tmux.sh tests/browse_big.sh
@@ -99,3 +99,8 @@ check_PROGRAMS += tests/test_compare
 TESTS += tests/test_compare
 tests_test_compare_SOURCES = tests/test_compare.c
 tests_test_compare_LDADD = $(BT_LIBS)
+# numerics profiles: conversions bit-exact (numpy table, F16C), Q8 blocks, parsing, exact profile
+check_PROGRAMS += tests/test_numerics
+TESTS += tests/test_numerics
+tests_test_numerics_SOURCES = tests/test_numerics.c
+tests_test_numerics_LDADD = $(BT_LIBS)

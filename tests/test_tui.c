@@ -356,6 +356,14 @@ static void test_keys(void)
     CHECK(tui_key_action('?', NULL) == TUI_A_HELP);
     CHECK(tui_key_action('\t', NULL) == TUI_A_NEXT_VIEW);
     CHECK(tui_key_action('w', NULL) == TUI_A_WALK);
+    CHECK(tui_key_action('H', NULL) == TUI_A_HEADROOM);
+    CHECK(!strcmp(tui_action_name(TUI_A_HEADROOM), "headroom"));
+    /* headroom colouring: the f16 maximum and half of it */
+    CHECK(tui_headroom_health(true, 0, 0, 100.0f) == TUI_H_CLEAN);
+    CHECK(tui_headroom_health(true, 0, 0, 40000.0f) == TUI_H_WARN);
+    CHECK(tui_headroom_health(true, 0, 0, 67584.0f) == TUI_H_BAD);
+    CHECK(tui_headroom_health(true, 1, 0, 1.0f) == TUI_H_BAD);
+    CHECK(tui_headroom_health(false, 0, 0, 1e9f) == TUI_H_NONE);
     CHECK(tui_key_action('n', NULL) == TUI_A_NEXT);
     CHECK(tui_key_action('p', NULL) == TUI_A_PREV);
     CHECK(tui_key_action(KEY_RESIZE, NULL) == TUI_A_RESIZE);

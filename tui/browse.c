@@ -192,6 +192,10 @@ static int handle_key(tui_app *a, int ch)
     case TUI_A_BACK:
         if (a->n_prev) a->view = a->prev_view[--a->n_prev];
         return TUI_R_REDRAW;
+    case TUI_A_HEADROOM:
+        a->headroom = !a->headroom;
+        snprintf(a->status, sizeof a->status, "grid colours: %s", a->headroom ? "f16 headroom (H again: health)" : "health");
+        return TUI_R_REDRAW;
     case TUI_A_WALK:
         if ((rc = tui_app_walk_jump(a))) snprintf(a->status, sizeof a->status, "%s", bt_errmsg());
         return TUI_R_REDRAW;

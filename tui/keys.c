@@ -27,7 +27,7 @@ static const struct { int key; int action; } key_table[] = {
     { 'q', TUI_A_QUIT }, { 'Q', TUI_A_QUIT },
     { '?', TUI_A_HELP }, { KEY_F(1), TUI_A_HELP },
     { '\t', TUI_A_NEXT_VIEW }, { KEY_BTAB, TUI_A_PREV_VIEW },
-    { 'w', TUI_A_WALK },
+    { 'w', TUI_A_WALK }, { 'H', TUI_A_HEADROOM },
     { 'n', TUI_A_NEXT }, { 'p', TUI_A_PREV }, { 'N', TUI_A_PREV },
     { KEY_RESIZE, TUI_A_RESIZE },
 };
@@ -49,7 +49,7 @@ const char *tui_action_name(int action)
         [TUI_A_FIRST] = "first", [TUI_A_LAST] = "last", [TUI_A_SEARCH] = "search",
         [TUI_A_ENTER] = "enter", [TUI_A_BACK] = "back", [TUI_A_QUIT] = "quit", [TUI_A_HELP] = "help",
         [TUI_A_NEXT_VIEW] = "next-view", [TUI_A_PREV_VIEW] = "prev-view", [TUI_A_VIEW] = "view",
-        [TUI_A_WALK] = "walk-back", [TUI_A_NEXT] = "next", [TUI_A_PREV] = "prev", [TUI_A_RESIZE] = "resize",
+        [TUI_A_WALK] = "walk-back", [TUI_A_NEXT] = "next", [TUI_A_PREV] = "prev", [TUI_A_HEADROOM] = "headroom", [TUI_A_RESIZE] = "resize",
     };
     return action >= 0 && action < TUI_A_COUNT && names[action] ? names[action] : "?";
 }
@@ -86,6 +86,7 @@ static const struct { int actions[4]; const char *what; } help_groups[] = {
     { { TUI_A_NEXT_VIEW, TUI_A_PREV_VIEW, -1 }, "next / previous view" },
     { { TUI_A_VIEW, -1 }, NULL },                   /* from the view registry */
     { { TUI_A_WALK, -1 }, "walk back to the first non-finite (step, layer, op)" },
+    { { TUI_A_HEADROOM, -1 }, "grid colours: health <-> f16 headroom (see below)" },
     { { TUI_A_NEXT, TUI_A_PREV, -1 }, "next / previous link, search match, rejected draft" },
     { { TUI_A_UP, TUI_A_DOWN, TUI_A_LEFT, TUI_A_RIGHT }, "move the cursor; Left/Right scroll a long field (Run)" },
     { { TUI_A_PGUP, TUI_A_PGDN, -1 }, "page up / down" },
@@ -149,6 +150,8 @@ const char *const *tui_key_help(void)
     LINE("%s", "Colours: red = non-finite, yellow = degenerate output or |x| far");
     LINE("%s", "above the tensor's median over the trace, green = clean. Without");
     LINE("%s", "colour (NO_COLOR) the markers are  !  ~  .");
+    LINE("%s", "Headroom colours (H): red = absmax past the f16 maximum 65504 or");
+    LINE("%s", "+-Inf, yellow = past half of it (under 2x headroom), green = below.");
 #undef LINE
     lines[n] = NULL;
     return lines;

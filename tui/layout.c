@@ -3,6 +3,7 @@
  * decisions. Nothing here touches curses or SQLite, so tests/test_tui.c
  * checks it directly. */
 #include "tui.h"
+#include "trace/headroom.h"
 #include "engine/engine.h"
 #include "util.h"
 
@@ -11,6 +12,14 @@
 #include <string.h>
 
 /* ---- colouring ---- */
+
+int tui_headroom_health(bool present, int64_t pinf, int64_t ninf, float absmax)
+{
+    if (!present) return TUI_H_NONE;
+    if (pinf || ninf) return TUI_H_BAD;
+    static const int by_level[3] = { TUI_H_CLEAN, TUI_H_WARN, TUI_H_BAD };
+    return by_level[bt_headroom_level(absmax, BT_F16_MAX)];
+}
 
 int tui_tap_health(bool present, int64_t nan, int64_t pinf, int64_t ninf, float absmax, float median)
 {

@@ -218,6 +218,9 @@ typedef struct tui_tap {
 } tui_tap;
 /* The colouring decision for a tap. */
 int tui_tap_health(bool present, int64_t nan, int64_t pinf, int64_t ninf, float absmax, float median);
+/* The same cell coloured by f16 headroom (key H): bad past 65504 or +-Inf,
+ * warn past half of it, clean below (trace/headroom.h's levels). */
+int tui_headroom_health(bool present, int64_t pinf, int64_t ninf, float absmax);
 
 typedef struct tui_logits {
     bool present;
@@ -390,7 +393,7 @@ enum tui_action {
     TUI_A_PGUP, TUI_A_PGDN, TUI_A_FIRST, TUI_A_LAST,
     TUI_A_SEARCH, TUI_A_ENTER, TUI_A_BACK, TUI_A_QUIT, TUI_A_HELP,
     TUI_A_NEXT_VIEW, TUI_A_PREV_VIEW, TUI_A_VIEW,   /* VIEW: arg = registry index */
-    TUI_A_WALK, TUI_A_NEXT, TUI_A_PREV, TUI_A_RESIZE,
+    TUI_A_WALK, TUI_A_NEXT, TUI_A_PREV, TUI_A_HEADROOM, TUI_A_RESIZE,
     TUI_A_COUNT
 };
 /* Action of a key code (curses KEY_* or a character); *arg gets the view
@@ -411,6 +414,7 @@ typedef struct tui_app {
     int rows, cols;
     int view, prev_view[16], n_prev;
     bool help;
+    bool headroom;              /* grid coloured by f16 headroom instead of health */
     char status[512];
     char search[128];
     /* tokens */

@@ -7,6 +7,7 @@
  * is a cached bool so an engine without taps pays one predictable branch
  * per op. */
 #include "engine/engine.h"
+#include "engine/numerics.h"
 #include "kernels.h"
 #include "util.h"
 
@@ -104,6 +105,7 @@ struct bt_engine {
     bt_eval_cb cb;
     bool has_cb;
     bool *want;        /* (BT_OP_COUNT, n_layers + 1); layer -1 maps to column 0 */
+    bt_numerics_ctx *num;  /* numerics profile; NULL = exact f32 (every hook skipped) */
 };
 
 static bool *want_at(bt_engine *e, int op, int layer) { return &e->want[op * (e->c.n_layers + 1) + layer + 1]; }
@@ -112,6 +114,7 @@ void bt_engine_free(bt_engine *e)
 {
     if (!e) return;
     if (e->own_pool) bt_pool_free(e->pool);
+    bt_numerics_ctx_free(e->num);
     void *bufs[] = { e->x, e->xb, e->q, e->k, e->v, e->ctx, e->attn_out, e->gate, e->up, e->act,
                      e->down, e->att, e->logits, e->key_cache, e->val_cache, e->rope_cos,
                      e->rope_sin, e->norm_w, e->want };
@@ -284,6 +287,7 @@ static void attn_worker(void *arg, int ith, int nth)
 }
 
 #define TAP(op, layer, buf, width) do { \
+        if (e->num) bt_numerics_store(e->num, op, buf, (size_t)T * (width)); \
         if (e->has_cb && !tap(e, op, layer, buf, T, pos0, width)) { e->step++; return BT_EINVAL; } } while (0)
 
 int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
@@ -311,9 +315,9 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         for (int t = 0; t < T; t++) rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, wn, dim, c->norm_eps);
         TAP(BT_OP_ATTN_NORM, l, e->xb, dim);
 
-        bt_matmul(e->pool, L->wq.type, L->wq.data, q_dim, dim, e->xb, T, e->q);
-        bt_matmul(e->pool, L->wk.type, L->wk.data, kv_dim, dim, e->xb, T, e->k);
-        bt_matmul(e->pool, L->wv.type, L->wv.data, kv_dim, dim, e->xb, T, e->v);
+        bt_numerics_matmul(e->num, e->pool, L->wq.type, L->wq.data, q_dim, dim, e->xb, T, e->q);
+        bt_numerics_matmul(e->num, e->pool, L->wk.type, L->wk.data, kv_dim, dim, e->xb, T, e->k);
+        bt_numerics_matmul(e->num, e->pool, L->wv.type, L->wv.data, kv_dim, dim, e->xb, T, e->v);
         for (int t = 0; t < T; t++) {
             const float *cs = e->rope_cos + (size_t)(pos0 + t) * half, *sn = e->rope_sin + (size_t)(pos0 + t) * half;
             rope(e->q + (size_t)t * q_dim, c->n_heads, hd, cs, sn);
@@ -328,12 +332,17 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         float *vc = e->val_cache + ((size_t)l * e->ctx_len + pos0) * kv_dim;
         memcpy(kc, e->k, (size_t)T * kv_dim * sizeof(float));
         memcpy(vc, e->v, (size_t)T * kv_dim * sizeof(float));
+        if (e->num) { bt_numerics_kv(e->num, kc, T, kv_dim); bt_numerics_kv(e->num, vc, T, kv_dim); }
 
         attn_job job = { .e = e, .layer = l, .T = T, .pos0 = pos0 };
-        bt_pool_run(e->pool, attn_worker, &job);
+        if (bt_numerics_attn_custom(e->num))
+            bt_numerics_attention(e->num, &(bt_numerics_attn){ .q = e->q, .ctx = e->ctx, .T = T, .pos0 = pos0, .n_heads = c->n_heads,
+                .n_kv_heads = c->n_kv_heads, .hd = hd, .kc = e->key_cache + (size_t)l * e->ctx_len * kv_dim,
+                .vc = e->val_cache + (size_t)l * e->ctx_len * kv_dim });
+        else bt_pool_run(e->pool, attn_worker, &job);
         TAP(BT_OP_ATTN_CTX, l, e->ctx, q_dim);
 
-        bt_matmul(e->pool, L->wo.type, L->wo.data, dim, q_dim, e->ctx, T, e->attn_out);
+        bt_numerics_matmul(e->num, e->pool, L->wo.type, L->wo.data, dim, q_dim, e->ctx, T, e->attn_out);
         TAP(BT_OP_ATTN_OUTPUT, l, e->attn_out, dim);
         for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->attn_out[i];
         TAP(BT_OP_ATTN_RESID, l, e->x, dim);
@@ -341,16 +350,16 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         const float *wf = e->norm_w + (size_t)(2 * l + 1) * dim;
         for (int t = 0; t < T; t++) rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, wf, dim, c->norm_eps);
         TAP(BT_OP_FFN_NORM, l, e->xb, dim);
-        bt_matmul(e->pool, L->w_gate.type, L->w_gate.data, hidden, dim, e->xb, T, e->gate);
+        bt_numerics_matmul(e->num, e->pool, L->w_gate.type, L->w_gate.data, hidden, dim, e->xb, T, e->gate);
         TAP(BT_OP_FFN_GATE, l, e->gate, hidden);
-        bt_matmul(e->pool, L->w_up.type, L->w_up.data, hidden, dim, e->xb, T, e->up);
+        bt_numerics_matmul(e->num, e->pool, L->w_up.type, L->w_up.data, hidden, dim, e->xb, T, e->up);
         TAP(BT_OP_FFN_UP, l, e->up, hidden);
         for (size_t i = 0; i < (size_t)T * hidden; i++) {
             float g = e->gate[i];
             e->act[i] = g / (1.0f + expf(-g)) * e->up[i];
         }
         TAP(BT_OP_FFN_ACT, l, e->act, hidden);
-        bt_matmul(e->pool, L->w_down.type, L->w_down.data, dim, hidden, e->act, T, e->down);
+        bt_numerics_matmul(e->num, e->pool, L->w_down.type, L->w_down.data, dim, hidden, e->act, T, e->down);
         TAP(BT_OP_FFN_DOWN, l, e->down, dim);
         for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->down[i];
         TAP(BT_OP_FFN_RESID, l, e->x, dim);
@@ -370,8 +379,9 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         e->logit_cap = rows;
     }
     const float *src = all ? e->xb : e->xb + (size_t)(T - 1) * dim;
-    bt_matmul(e->pool, m->output.type, m->output.data, c->n_vocab, dim, src, rows, e->logits);
+    bt_numerics_matmul(e->num, e->pool, m->output.type, m->output.data, c->n_vocab, dim, src, rows, e->logits);
     e->logit_rows = rows;
+    if (e->num) bt_numerics_store(e->num, BT_OP_LOGITS, e->logits, (size_t)rows * c->n_vocab);
     if (e->has_cb && *want_at(e, BT_OP_LOGITS, -1)) TAP(BT_OP_LOGITS, -1, e->logits, c->n_vocab);
     e->step++;
     return BT_OK;
@@ -383,6 +393,16 @@ float *bt_engine_logits_row(bt_engine *e, int i)
 {
     if (i < 0 || i >= e->logit_rows) return NULL;
     return e->logits + (size_t)i * e->c.n_vocab;
+}
+
+int bt_engine_set_numerics(bt_engine *e, const bt_numerics *n)
+{
+    bt_numerics_ctx *c;
+    int rc = bt_numerics_ctx_new(n, e->pool, &c);
+    if (rc) return rc;
+    bt_numerics_ctx_free(e->num);
+    e->num = c;
+    return BT_OK;
 }
 
 int bt_engine_step(const bt_engine *e) { return e->step; }

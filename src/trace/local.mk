@@ -18,7 +18,7 @@ src/trace/schema.c: $(top_srcdir)/traces/schema.sql
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $(top_srcdir)/traces/schema.sql; \
 	  echo ';'; } > $@-t && mv -f $@-t $@
 # analysis shared by bisect, report and the browser; the two commands
-libbttrace_a_SOURCES += src/trace/analyze.h src/trace/analyze.c
+libbttrace_a_SOURCES += src/trace/analyze.h src/trace/analyze.c src/trace/headroom.h src/trace/headroom.c
 bangtrace_SOURCES += src/cmd_bisect.c src/cmd_report.c
 # the one tap comparator (bisect --reference and diff)
 libbttrace_a_SOURCES += src/trace/compare.h src/trace/compare.c

@@ -1,0 +1,395 @@
+/* numerics.c - numerics profiles (see numerics.h for the contract and
+ * doc/numerics.md for what each part emulates).
+ *
+ * Invariant: a part at f32 (or none) never touches a value, so the exact
+ * profile is bit-identical to no profile; bt_numerics_ctx_new returns NULL
+ * for it and the engine skips the hooks altogether. */
+#include "engine/numerics.h"
+#include "engine/engine.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- conversions ---- */
+
+uint16_t bt_num_f32_to_f16(float x) { return bt_f32_to_f16(x); }
+float bt_num_round_f16(float x) { return bt_f16_to_f32(bt_f32_to_f16(x)); }
+
+uint16_t bt_num_f32_to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40);   /* quiet NaN, sign and payload top kept */
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+float bt_num_round_bf16(float x) { return bt_bf16_to_f32(bt_num_f32_to_bf16(x)); }
+
+/* llama.cpp's x86 quantize_row_q8_0 / q8_1 (AVX2 and AVX-512 paths, the
+ * ones a CPU build runs): d = amax/127 stored as f16, q = round-to-nearest-
+ * even(x * 127/amax). (The scalar _ref code uses 1/d and roundf, which can
+ * differ by one step on ties; the SIMD path is what runs.) */
+void bt_num_quantize_q8_block(const float *x, uint16_t *d, int8_t q[32])
+{
+    float amax = 0;
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+    *d = bt_f32_to_f16(amax / 127.f);
+    float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    for (int i = 0; i < 32; i++) q[i] = (int8_t)nearbyintf(x[i] * id);
+}
+
+void bt_num_round(int fmt, float *x, size_t n)
+{
+    switch (fmt) {
+    case BT_NUM_F16: for (size_t i = 0; i < n; i++) x[i] = bt_num_round_f16(x[i]); break;
+    case BT_NUM_BF16: for (size_t i = 0; i < n; i++) x[i] = bt_num_round_bf16(x[i]); break;
+    case BT_NUM_Q8_0: case BT_NUM_Q8_1:
+        for (size_t b = 0; b + 32 <= n; b += 32) {
+            uint16_t d;
+            int8_t q[32];
+            bt_num_quantize_q8_block(x + b, &d, q);
+            float df = bt_f16_to_f32(d);
+            for (int i = 0; i < 32; i++) x[b + i] = df * q[i];
+        }
+        break;
+    default: break;
+    }
+}
+
+/* ---- profiles ---- */
+
+typedef struct preset {
+    const char *name, *what;
+    bt_numerics n;
+} preset;
+
+#define P(a, mi, ma, k, aq, at, sm) { .act = BT_NUM_##a, .mm_in = BT_NUM_##mi, .mm_acc = BT_NUM_##ma, .kv = BT_NUM_##k, \
+                                       .act_q = BT_NUM_##aq, .attn = BT_NUM_##at, .softmax = BT_NUM_##sm }
+static const preset presets[] = {
+    { "f32", "exact f32 (the default)", P(F32, F32, F32, F32, F32, F32, F32) },
+    { "f16", "activations, matmul inputs and KV cache in f16", P(F16, F16, F32, F16, F32, F32, F32) },
+    { "bf16", "activations, matmul inputs and KV cache in bf16", P(BF16, BF16, F32, BF16, F32, F32, F32) },
+    { "llama.cpp-cpu", "llama.cpp CPU backend defaults: f16 KV cache, q in f16 for the K dot, V summed in f16 (flash attention), Q8 activations for quantized weights",
+      P(F32, F32, F32, F16, GGML, GGML, F32) },
+    { "llama.cpp-cuda-f16", "llama.cpp CUDA: f16 KV, activations to f16 for cuBLAS with f16 accumulation, Q8_1 activations (MMQ)",
+      P(F32, F16, F16, F16, Q8_1, GGML, F32) },
+    { "vllm-bf16", "vLLM --dtype bfloat16: activations, matmul inputs and KV cache in bf16", P(BF16, BF16, F32, BF16, F32, F32, F32) },
+    { "vllm-f16", "vLLM --dtype float16: activations, matmul inputs and KV cache in f16", P(F16, F16, F32, F16, F32, F32, F32) },
+};
+#undef P
+
+const char *bt_numerics_presets(void)
+{
+    return "f32, f16, bf16, llama.cpp-cpu, llama.cpp-cuda-f16, vllm-bf16, vllm-f16";
+}
+
+typedef struct part {
+    const char *name;
+    size_t off;
+    int allowed[6];     /* terminated by -1 */
+} part;
+
+static const part parts[] = {
+    { "act", offsetof(bt_numerics, act), { BT_NUM_F32, BT_NUM_F16, BT_NUM_BF16, -1 } },
+    { "mm_in", offsetof(bt_numerics, mm_in), { BT_NUM_F32, BT_NUM_F16, BT_NUM_BF16, -1 } },
+    { "mm_acc", offsetof(bt_numerics, mm_acc), { BT_NUM_F32, BT_NUM_F16, -1 } },
+    { "kv", offsetof(bt_numerics, kv), { BT_NUM_F32, BT_NUM_F16, BT_NUM_BF16, BT_NUM_Q8_0, -1 } },
+    { "act_q", offsetof(bt_numerics, act_q), { BT_NUM_F32, BT_NUM_Q8_0, BT_NUM_Q8_1, BT_NUM_GGML, -1 } },
+    { "attn", offsetof(bt_numerics, attn), { BT_NUM_F32, BT_NUM_GGML, -1 } },
+    { "softmax", offsetof(bt_numerics, softmax), { BT_NUM_F32, BT_NUM_F16, -1 } },
+};
+
+static const char *const fmt_names[] = {
+    [BT_NUM_F32] = "f32", [BT_NUM_F16] = "f16", [BT_NUM_BF16] = "bf16", [BT_NUM_Q8_0] = "q8_0",
+    [BT_NUM_Q8_1] = "q8_1", [BT_NUM_GGML] = "ggml", [BT_NUM_F64] = "f64",
+};
+
+static const char *fmt_name(const part *p, int v)
+{
+    if (v == BT_NUM_F32 && !strcmp(p->name, "act_q")) return "none";
+    return v >= 0 && v < (int)BT_ARRAY_SIZE(fmt_names) ? fmt_names[v] : "?";
+}
+
+static int fmt_parse(const part *p, const char *v, size_t len)
+{
+    for (int i = 0; p->allowed[i] >= 0; i++) {
+        const char *nm = fmt_name(p, p->allowed[i]);
+        if (strlen(nm) == len && !strncmp(nm, v, len)) return p->allowed[i];
+    }
+    if (!strcmp(p->name, "act_q") && len == 3 && !strncmp(v, "f32", 3)) return BT_NUM_F32;
+    return -1;
+}
+
+static void allowed_list(const part *p, char *buf, size_t cap)
+{
+    size_t o = 0;
+    buf[0] = 0;
+    for (int i = 0; p->allowed[i] >= 0 && o < cap; i++)
+        o += snprintf(buf + o, cap - o, "%s%s", i ? "|" : "", fmt_name(p, p->allowed[i]));
+}
+
+int bt_numerics_parse(const char *spec, bt_numerics *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!spec || !*spec) return bt_error(BT_EINVAL, "--numerics needs a profile: a preset (%s) or parts like act=f16,kv=f16", bt_numerics_presets());
+    const char *s = spec;
+    bool first = true;
+    while (*s) {
+        const char *end = strchr(s, ',');
+        size_t len = end ? (size_t)(end - s) : strlen(s);
+        const char *eq = memchr(s, '=', len);
+        if (len == 0) return bt_error(BT_EINVAL, "--numerics '%s': empty part", spec);
+        if (!eq) {
+            size_t i;
+            for (i = 0; i < BT_ARRAY_SIZE(presets); i++)
+                if (strlen(presets[i].name) == len && !strncmp(presets[i].name, s, len)) break;
+            if (i == BT_ARRAY_SIZE(presets))
+                return bt_error(BT_EINVAL, "--numerics: unknown preset '%.*s' (presets: %s; or parts like act=f16,kv=f16)",
+                                (int)len, s, bt_numerics_presets());
+            if (!first) return bt_error(BT_EINVAL, "--numerics '%s': the preset must come first, the parts after it", spec);
+            *out = presets[i].n;
+            snprintf(out->preset, sizeof(out->preset), "%s", presets[i].name);
+        } else {
+            size_t klen = (size_t)(eq - s), i;
+            for (i = 0; i < BT_ARRAY_SIZE(parts); i++)
+                if (strlen(parts[i].name) == klen && !strncmp(parts[i].name, s, klen)) break;
+            if (i == BT_ARRAY_SIZE(parts))
+                return bt_error(BT_EINVAL, "--numerics: unknown part '%.*s' (parts: act, mm_in, mm_acc, kv, act_q, attn, softmax)", (int)klen, s);
+            int v = fmt_parse(&parts[i], eq + 1, len - klen - 1);
+            if (v < 0) {
+                char al[64];
+                allowed_list(&parts[i], al, sizeof(al));
+                return bt_error(BT_EINVAL, "--numerics: %s=%.*s is not one of %s", parts[i].name, (int)(len - klen - 1), eq + 1, al);
+            }
+            *(int *)((char *)out + parts[i].off) = v;
+        }
+        first = false;
+        s += len;
+        if (*s == ',') {
+            s++;
+            if (!*s) return bt_error(BT_EINVAL, "--numerics '%s': empty part", spec);
+        }
+    }
+    return BT_OK;
+}
+
+bool bt_numerics_is_exact(const bt_numerics *n)
+{
+    for (size_t i = 0; i < BT_ARRAY_SIZE(parts); i++)
+        if (*(const int *)((const char *)n + parts[i].off) != BT_NUM_F32) return false;
+    return true;
+}
+
+void bt_numerics_format(const bt_numerics *n, char *buf, size_t cap)
+{
+    if (bt_numerics_is_exact(n)) { snprintf(buf, cap, "f32"); return; }
+    size_t o = 0;
+    buf[0] = 0;
+    if (n->preset[0]) o += snprintf(buf, cap, "%s: ", n->preset);
+    for (size_t i = 0; i < BT_ARRAY_SIZE(parts) && o < cap; i++)
+        o += snprintf(buf + o, cap - o, "%s%s=%s", i ? "," : "", parts[i].name,
+                      fmt_name(&parts[i], *(const int *)((const char *)n + parts[i].off)));
+}
+
+/* ---- engine hooks ---- */
+
+struct bt_numerics_ctx {
+    bt_numerics n;
+    bt_pool *pool;
+    float *xbuf;        /* converted matmul input */
+    size_t xcap;
+    float *wrow;        /* (threads, cols) dequantized weight rows for f16 accumulation */
+    size_t wcap;
+};
+
+int bt_numerics_ctx_new(const bt_numerics *n, bt_pool *pool, bt_numerics_ctx **out)
+{
+    *out = NULL;
+    if (!n || bt_numerics_is_exact(n)) return BT_OK;
+    bt_numerics_ctx *c = calloc(1, sizeof(*c));
+    if (!c) return bt_error(BT_ENOMEM, "out of memory");
+    c->n = *n;
+    c->pool = pool;
+    *out = c;
+    return BT_OK;
+}
+
+void bt_numerics_ctx_free(bt_numerics_ctx *c)
+{
+    if (!c) return;
+    free(c->xbuf);
+    free(c->wrow);
+    free(c);
+}
+
+void bt_numerics_store(bt_numerics_ctx *c, int op, float *x, size_t n)
+{
+    if (!c || c->n.act == BT_NUM_F32) return;
+    bt_num_round(c->n.act, x, n);
+}
+
+void bt_numerics_kv(bt_numerics_ctx *c, float *rows, int T, int kv_dim)
+{
+    if (!c || c->n.kv == BT_NUM_F32) return;
+    /* q8_0 blocks run along each row, as ggml's set_rows quantizes a row */
+    for (int t = 0; t < T; t++) bt_num_round(c->n.kv, rows + (size_t)t * kv_dim, (size_t)kv_dim);
+}
+
+static bool is_quant(int type) { return type != BT_DT_F32 && type != BT_DT_F16 && type != BT_DT_BF16; }
+
+/* What a weight type's product does to its input under the profile. */
+static int input_fmt(const bt_numerics *n, int type)
+{
+    if (is_quant(type)) {
+        if (n->act_q != BT_NUM_GGML) return n->act_q == BT_NUM_F32 ? n->mm_in : n->act_q;
+        /* llama.cpp CPU vec_dot_type: q8_0 for q4_0/q5_0/q8_0, q8_1 for
+         * q4_1/q5_1; k-quants use q8_K (not emulated: left f32). */
+        switch (type) {
+        case BT_DT_Q4_0: case BT_DT_Q5_0: case BT_DT_Q8_0: return BT_NUM_Q8_0;
+        case BT_DT_Q4_1: case BT_DT_Q5_1: return BT_NUM_Q8_1;
+        default: return n->mm_in;
+        }
+    }
+    if (n->act_q == BT_NUM_GGML) {   /* ggml converts the input to the weight's own float type */
+        if (type == BT_DT_F16) return BT_NUM_F16;
+        if (type == BT_DT_BF16) return BT_NUM_BF16;
+    }
+    return n->mm_in;
+}
+
+typedef struct acc16_job {
+    bt_numerics_ctx *c;
+    int type;
+    const void *W;
+    int64_t rows, cols;
+    const float *x;
+    int T;
+    float *out;
+} acc16_job;
+
+/* f16 accumulation: each running sum rounded to f16 after every multiply-add,
+ * as an f16 GEMM (compute type 16F) keeps it. */
+static void acc16_worker(void *arg, int ith, int nth)
+{
+    acc16_job *j = arg;
+    float *w = j->c->wrow + (size_t)ith * j->cols;
+    size_t rs = bt_dtype_row_size(j->type, j->cols);
+    for (int64_t r = ith; r < j->rows; r += nth) {
+        bt_dequant_row(j->type, (const char *)j->W + r * rs, w, j->cols);
+        for (int64_t i = 0; i < j->cols; i++) w[i] = bt_num_round_f16(w[i]);
+        for (int t = 0; t < j->T; t++) {
+            const float *x = j->x + (size_t)t * j->cols;
+            float acc = 0;
+            for (int64_t i = 0; i < j->cols; i++) acc = bt_num_round_f16(fmaf(w[i], x[i], acc));
+            j->out[(size_t)t * j->rows + r] = acc;
+        }
+    }
+}
+
+void bt_numerics_matmul(bt_numerics_ctx *c, bt_pool *p, int type, const void *W, int64_t rows, int64_t cols,
+                        const float *x, int T, float *out)
+{
+    if (!c) { bt_matmul(p, type, W, rows, cols, x, T, out); return; }
+    int fmt = input_fmt(&c->n, type);
+    bool acc16 = c->n.mm_acc == BT_NUM_F16 && !is_quant(type);
+    if (fmt == BT_NUM_F32 && !acc16) { bt_matmul(p, type, W, rows, cols, x, T, out); return; }
+    size_t n = (size_t)T * cols;
+    if (n > c->xcap) {
+        float *nb = realloc(c->xbuf, n * sizeof(float));
+        if (!nb) BT_ASSERT(!"out of memory converting matmul input");
+        c->xbuf = nb;
+        c->xcap = n;
+    }
+    memcpy(c->xbuf, x, n * sizeof(float));
+    if (fmt == BT_NUM_Q8_0 || fmt == BT_NUM_Q8_1) {
+        if (cols % 32 == 0) bt_num_round(fmt, c->xbuf, n);
+    } else bt_num_round(fmt, c->xbuf, n);
+    if (!acc16) { bt_matmul(p, type, W, rows, cols, c->xbuf, T, out); return; }
+    int nth = p ? bt_pool_threads(p) : 1;
+    size_t need = (size_t)nth * cols;
+    if (need > c->wcap) {
+        float *nw = realloc(c->wrow, need * sizeof(float));
+        if (!nw) BT_ASSERT(!"out of memory for f16 accumulation");
+        c->wrow = nw;
+        c->wcap = need;
+    }
+    acc16_job j = { .c = c, .type = type, .W = W, .rows = rows, .cols = cols, .x = c->xbuf, .T = T, .out = out };
+    if (p) bt_pool_run(p, acc16_worker, &j);
+    else acc16_worker(&j, 0, 1);
+}
+
+bool bt_numerics_attn_custom(const bt_numerics_ctx *c)
+{
+    return c && (c->n.attn != BT_NUM_F32 || c->n.softmax != BT_NUM_F32);
+}
+
+typedef struct attn_job {
+    bt_numerics_ctx *c;
+    const bt_numerics_attn *a;
+} attn_job;
+
+#define ATTN_MAX_HD 512
+
+/* One (position, head) per item. With attn=ggml this is ggml-cpu's
+ * ggml_compute_forward_flash_attn_ext_f16_one_chunk (the path a decode step
+ * and a prompt under 64 tokens take): q converted to the K cache's
+ * vec_dot_type (f16 for an f16 cache, q8_0 for q8_0), the K dot summed in
+ * double (ggml_vec_dot_f16's scalar path: exact for head_dim < 32), an
+ * online softmax with expf, and the V accumulator kept in f16 when V is f16
+ * (ggml_vec_mad_f16 / ggml_vec_scale_f16 round every update). A prompt of
+ * 64 or more tokens takes the tiled path: q stays f32 and V sums in f32. */
+static void attn_worker(void *arg, int ith, int nth)
+{
+    attn_job *j = arg;
+    const bt_numerics_attn *a = j->a;
+    const bt_numerics *n = &j->c->n;
+    int hd = a->hd, kv_dim = a->n_kv_heads * hd, q_dim = a->n_heads * hd, group = a->n_heads / a->n_kv_heads;
+    bool ggml = n->attn == BT_NUM_GGML;
+    bool tiled = ggml && a->T >= 64;
+    int qfmt = ggml && !tiled ? (n->kv == BT_NUM_Q8_0 ? BT_NUM_Q8_0 : n->kv) : BT_NUM_F32;
+    bool v16 = ggml && !tiled && n->kv == BT_NUM_F16;
+    float scale = 1.0f / sqrtf((float)hd);
+    float qv[ATTN_MAX_HD], acc[ATTN_MAX_HD];
+    int items = a->T * a->n_heads;
+    for (int it = ith; it < items; it += nth) {
+        int t = it / a->n_heads, h = it % a->n_heads, pos = a->pos0 + t, kvh = h / group;
+        memcpy(qv, a->q + (size_t)t * q_dim + h * hd, hd * sizeof(float));
+        if (qfmt == BT_NUM_Q8_0) { if (hd % 32 == 0) bt_num_round(qfmt, qv, hd); }
+        else bt_num_round(qfmt, qv, hd);
+        memset(acc, 0, hd * sizeof(float));
+        float M = -INFINITY, S = 0;
+        for (int p = 0; p <= pos; p++) {
+            const float *k = a->kc + (size_t)p * kv_dim + kvh * hd;
+            const float *v = a->vc + (size_t)p * kv_dim + kvh * hd;
+            float s;
+            if (ggml) {
+                double sum = 0;
+                for (int i = 0; i < hd; i++) sum += (double)(qv[i] * k[i]);
+                s = (float)sum * scale;
+            } else s = bt_vec_dot(BT_DT_F32, k, qv, hd) * scale;
+            if (n->softmax == BT_NUM_F16) s = bt_num_round_f16(s);
+            float ms = 1.0f, vs = 1.0f, Mold = M;
+            if (s > M) {
+                M = s;
+                ms = expf(Mold - M);
+                for (int i = 0; i < hd; i++) acc[i] = v16 ? bt_num_round_f16(acc[i] * ms) : acc[i] * ms;
+            } else vs = expf(s - M);
+            if (n->softmax == BT_NUM_F16) vs = bt_num_round_f16(vs);
+            for (int i = 0; i < hd; i++) acc[i] = v16 ? bt_num_round_f16(fmaf(v[i], vs, acc[i])) : fmaf(v[i], vs, acc[i]);
+            S = fmaf(S, ms, vs);
+        }
+        float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        float *o = a->ctx + (size_t)t * q_dim + h * hd;
+        for (int i = 0; i < hd; i++) o[i] = acc[i] * inv;
+    }
+}
+
+void bt_numerics_attention(bt_numerics_ctx *c, const bt_numerics_attn *a)
+{
+    attn_job j = { .c = c, .a = a };
+    if (c->pool) bt_pool_run(c->pool, attn_worker, &j);
+    else attn_worker(&j, 0, 1);
+}

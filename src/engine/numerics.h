@@ -1,0 +1,89 @@
+/* numerics.h - numerics profiles: emulate what another engine stores and
+ * converts (half-precision activations, an f16 KV cache, f16 matmul inputs,
+ * Q8 activations) on top of the exact f32 engine, so an overflow or a
+ * divergence that only half precision causes can be reproduced and traced.
+ *
+ * A profile is plain data (bt_numerics); the engine calls four hooks:
+ * bt_numerics_store on every op's output right before its tap, _kv on the
+ * rows it appends to the KV cache, _matmul instead of bt_matmul, and
+ * _attention instead of its own attention when bt_numerics_attn_custom says
+ * so. Storage is emulated in place: an f32 buffer holding only values the
+ * narrower type can represent (rounded exactly as the hardware conversion
+ * does), so the engine's layout never changes. The exact profile (every part
+ * f32) makes every hook a no-op: bit-identical to running without one.
+ *
+ * The pure conversions are exported for tests and for other backends
+ * (doc/numerics.md says what each emulates and what it does not). */
+#ifndef BT_NUMERICS_H
+#define BT_NUMERICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "kernels.h"
+
+enum bt_num_fmt { BT_NUM_F32 = 0, BT_NUM_F16, BT_NUM_BF16, BT_NUM_Q8_0, BT_NUM_Q8_1, BT_NUM_GGML, BT_NUM_F64 };
+
+typedef struct bt_numerics {
+    int act;        /* op outputs stored as: f32 | f16 | bf16 */
+    int mm_in;      /* matmul inputs converted to: f32 | f16 | bf16 (unquantized activations) */
+    int mm_acc;     /* matmul accumulation: f32 | f16 */
+    int kv;         /* KV cache stored as: f32 | f16 | bf16 | q8_0 */
+    int act_q;      /* activations for quantized weights: f32 (none) | q8_0 | q8_1 | ggml (llama.cpp CPU vec_dot_type) */
+    int attn;       /* attention: f32 (exact) | ggml (llama.cpp CPU flash attention: q in the cache dtype, V summed in f16) */
+    int softmax;    /* attention probabilities: f32 | f16 */
+    char preset[32];   /* the preset it started from ("" for none) */
+} bt_numerics;
+
+/* Parse "PRESET", "part=v,part=v" or "PRESET,part=v" (parts override the
+ * preset). BT_EINVAL with a one-line message naming the bad part. */
+int bt_numerics_parse(const char *spec, bt_numerics *out);
+/* Canonical spelling: "f32" for the exact profile, else every part
+ * ("llama.cpp-cpu: act=f32,mm_in=f32,..."). */
+void bt_numerics_format(const bt_numerics *n, char *buf, size_t cap);
+bool bt_numerics_is_exact(const bt_numerics *n);
+/* The preset names and one line each, for --help and errors. */
+const char *bt_numerics_presets(void);
+
+/* ---- pure conversions (bit-exact; tests/test_numerics.c) ---- */
+/* f32 -> f16 round-to-nearest-even, overflow to +-Inf, subnormals kept,
+ * NaN quieted with its payload's top bits (F16C vcvtps2ph imm 0, CUDA
+ * cvt.rn.f16.f32, numpy astype(float16)). */
+uint16_t bt_num_f32_to_f16(float x);
+float bt_num_round_f16(float x);
+/* f32 -> bf16 round-to-nearest-even, subnormals kept, NaN quieted
+ * (PyTorch / CUDA __float2bfloat16_rn). */
+uint16_t bt_num_f32_to_bf16(float x);
+float bt_num_round_bf16(float x);
+/* Round n values in place to fmt (f32: no-op; f16, bf16; q8_0 and q8_1:
+ * quantize and dequantize each block of 32 as llama.cpp's x86 SIMD
+ * quantize_row_q8_0/q8_1 do; n must be a multiple of 32 for those). */
+void bt_num_round(int fmt, float *x, size_t n);
+/* One block of 32 as llama.cpp quantizes it: *d gets the f16 scale bits,
+ * q the int8 values (q8_1 and q8_0 store the same d and q; q8_1 adds s). */
+void bt_num_quantize_q8_block(const float *x, uint16_t *d, int8_t q[32]);
+
+/* ---- engine hooks ---- */
+typedef struct bt_numerics_ctx bt_numerics_ctx;
+/* NULL *out for the exact profile (the engine then skips every hook). */
+int bt_numerics_ctx_new(const bt_numerics *n, bt_pool *pool, bt_numerics_ctx **out);
+void bt_numerics_ctx_free(bt_numerics_ctx *c);
+/* Store op's output (n values) as the profile's activation dtype. */
+void bt_numerics_store(bt_numerics_ctx *c, int op, float *x, size_t n);
+/* Store T appended KV-cache rows of width kv_dim as the cache dtype. */
+void bt_numerics_kv(bt_numerics_ctx *c, float *rows, int T, int kv_dim);
+/* bt_matmul with the profile's input conversion / activation quantization
+ * (and f16 accumulation). c NULL: bt_matmul. */
+void bt_numerics_matmul(bt_numerics_ctx *c, bt_pool *p, int type, const void *W, int64_t rows, int64_t cols,
+                        const float *x, int T, float *out);
+/* Attention over the cache when the profile changes how it is computed. */
+bool bt_numerics_attn_custom(const bt_numerics_ctx *c);
+typedef struct bt_numerics_attn {
+    const float *q;          /* (T, n_heads*hd) */
+    const float *kc, *vc;    /* this layer's cache: (ctx_len, kv_dim) */
+    float *ctx;              /* (T, n_heads*hd) out */
+    int T, pos0, n_heads, n_kv_heads, hd;
+} bt_numerics_attn;
+void bt_numerics_attention(bt_numerics_ctx *c, const bt_numerics_attn *a);
+
+#endif

@@ -1,0 +1,177 @@
+/* test_numerics.c - the numerics profile conversions, bit for bit: f32 ->
+ * f16 against numpy's astype(float16) (a table made with numpy 2.4) and,
+ * where the CPU has F16C, against vcvtps2ph on every class of input and a
+ * million random bit patterns; f32 -> bf16 RNE; llama.cpp's Q8 block
+ * quantization (round half to even, d = amax/127 in f16); profile parsing
+ * and its errors; and the exact profile leaving an engine bit-identical. */
+#include "check.h"
+#include "engine/engine.h"
+#include "engine/numerics.h"
+#include "model/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+static float from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* numpy: np.float32(v).astype(np.float16).view(np.uint16) */
+static const struct { uint32_t f; uint16_t h; } numpy_f16[] = {
+    { 0x00000000u, 0x0000 }, { 0x80000000u, 0x8000 }, { 0x3f800000u, 0x3c00 }, { 0x477fe000u, 0x7bff },
+    { 0x477feffdu, 0x7bff }, { 0x477ff000u, 0x7c00 }, { 0xc77ff000u, 0xfc00 }, { 0x4788b800u, 0x7c00 },
+    { 0x322bcc77u, 0x0000 }, { 0x337ffae5u, 0x0001 }, { 0x32fffae5u, 0x0000 }, { 0x33000000u, 0x0000 },
+    { 0x38800000u, 0x0400 }, { 0x387fc000u, 0x03ff }, { 0x3f801000u, 0x3c00 }, { 0x3f802000u, 0x3c01 },
+    { 0x3f803000u, 0x3c02 }, { 0xb627c5acu, 0x802a }, { 0x7f7f0000u, 0x7c00 }, { 0x7f800000u, 0x7c00 },
+    { 0xff800000u, 0xfc00 }, { 0x3dcccccdu, 0x2e66 }, { 0x3eaaaaabu, 0x3555 }, { 0x4640e6b6u, 0x7207 },
+    { 0xb900f990u, 0x8808 },
+};
+
+#if defined(__x86_64__)
+__attribute__((target("f16c")))
+static uint16_t f16c(float x) { return (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(x), 0), 0); }
+#endif
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t next32(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)(rng >> 16); }
+
+static void test_f16(void)
+{
+    for (size_t i = 0; i < BT_ARRAY_SIZE(numpy_f16); i++) {
+        uint16_t h = bt_num_f32_to_f16(from_bits(numpy_f16[i].f));
+        CHECK(h == numpy_f16[i].h, "f32 0x%08x -> f16 0x%04x, numpy 0x%04x", numpy_f16[i].f, h, numpy_f16[i].h);
+    }
+    /* quiet NaN keeps its sign and payload top bits */
+    CHECK(bt_num_f32_to_f16(from_bits(0x7fc00000u)) == 0x7e00);
+    CHECK(bt_num_f32_to_f16(from_bits(0xffc00000u)) == 0xfe00);
+    CHECK(isinf(bt_num_round_f16(65520.0f)) && bt_num_round_f16(65519.0f) == 65504.0f);
+#if defined(__x86_64__)
+    if (!__builtin_cpu_supports("f16c")) { fprintf(stderr, "no F16C: the hardware comparison is skipped\n"); return; }
+    int bad = 0;
+    /* every exponent with edge mantissas, then random patterns (quiet NaNs only:
+     * the hardware quiets a signalling one, and so do we) */
+    for (uint32_t e = 0; e < 256; e++)
+        for (uint32_t m = 0; m < 64; m++) {
+            uint32_t mant = m < 32 ? m : (0x7fffffu - (m - 32)) ^ (m & 1 ? 0x1000u : 0);
+            for (uint32_t s = 0; s < 2; s++) {
+                uint32_t u = s << 31 | e << 23 | mant;
+                if (e == 255 && mant) u |= 0x400000u;
+                float x = from_bits(u);
+                if (bt_num_f32_to_f16(x) != f16c(x) && bad++ < 5) fprintf(stderr, "0x%08x: ours 0x%04x F16C 0x%04x\n", u, bt_num_f32_to_f16(x), f16c(x));
+            }
+        }
+    for (int i = 0; i < 1000000; i++) {
+        uint32_t u = next32();
+        if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffff)) u |= 0x400000u;
+        float x = from_bits(u);
+        if (bt_num_f32_to_f16(x) != f16c(x) && bad++ < 5) fprintf(stderr, "0x%08x: ours 0x%04x F16C 0x%04x\n", u, bt_num_f32_to_f16(x), f16c(x));
+    }
+    CHECK(bad == 0, "%d conversions differ from F16C", bad);
+#endif
+}
+
+static void test_bf16(void)
+{
+    CHECK(bt_num_f32_to_bf16(1.0f) == 0x3f80);
+    CHECK(bt_num_f32_to_bf16(from_bits(0x3f808000u)) == 0x3f80, "tie to even (down)");
+    CHECK(bt_num_f32_to_bf16(from_bits(0x3f818000u)) == 0x3f82, "tie to even (up)");
+    CHECK(bt_num_f32_to_bf16(from_bits(0x3f808001u)) == 0x3f81, "above the tie");
+    CHECK(bt_num_f32_to_bf16(from_bits(0x7f7fffffu)) == 0x7f80, "FLT_MAX rounds to +Inf");
+    CHECK(bt_num_f32_to_bf16(from_bits(0x00012345u)) == 0x0001, "subnormals are kept");
+    CHECK(bt_num_f32_to_bf16(from_bits(0xff800000u)) == 0xff80);
+    CHECK((bt_num_f32_to_bf16(from_bits(0x7f800001u)) & 0x7fc0) == 0x7fc0, "a signalling NaN comes back quiet");
+    CHECK(bt_num_round_bf16(67584.0f) == 67584.0f, "67584 is a bf16 number");
+}
+
+static void test_q8(void)
+{
+    float x[32];
+    uint16_t d;
+    int8_t q[32];
+    for (int i = 0; i < 32; i++) x[i] = (float)(i - 16);
+    x[31] = 127.0f;
+    x[0] = 2.5f; x[1] = 3.5f; x[2] = -2.5f;   /* amax 127: id = 1, so these are exact ties */
+    bt_num_quantize_q8_block(x, &d, q);
+    CHECK(d == bt_num_f32_to_f16(1.0f), "d = amax/127 = 1");
+    CHECK(q[0] == 2 && q[1] == 4 && q[2] == -2, "ties round to even, as _mm256_round_ps does: %d %d %d", q[0], q[1], q[2]);
+    CHECK(q[31] == 127 && q[16] == 0 && q[3] == -13);
+    float z[32] = { 0 };
+    bt_num_quantize_q8_block(z, &d, q);
+    CHECK(d == 0 && q[5] == 0, "an all-zero block");
+    /* round trip error of a q8 block: d/2 per value, plus 127 times the f16 rounding of d */
+    float y[32], r[32];
+    for (int i = 0; i < 32; i++) y[i] = r[i] = sinf((float)i) * 3.7f;
+    bt_num_round(BT_NUM_Q8_0, r, 32);
+    float amax = 0;
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(y[i]));
+    float dd = bt_num_round_f16(amax / 127);
+    for (int i = 0; i < 32; i++) CHECK(fabsf(r[i] - y[i]) <= dd * 0.5f + 127 * fabsf(dd - amax / 127) + 1e-6f, "value %d: %g vs %g", i, r[i], y[i]);
+}
+
+static void test_parse(void)
+{
+    bt_numerics n;
+    char buf[256];
+    CHECK_OK(bt_numerics_parse("f32", &n));
+    CHECK(bt_numerics_is_exact(&n));
+    CHECK_OK(bt_numerics_parse("act=f32,mm_in=f32,mm_acc=f32,kv=f32,act_q=none,attn=f32,softmax=f32", &n));
+    CHECK(bt_numerics_is_exact(&n));
+    bt_numerics_format(&n, buf, sizeof(buf));
+    CHECK(!strcmp(buf, "f32"), "%s", buf);
+    CHECK_OK(bt_numerics_parse("llama.cpp-cpu,kv=f32", &n));
+    CHECK(n.kv == BT_NUM_F32 && n.attn == BT_NUM_GGML && !strcmp(n.preset, "llama.cpp-cpu"));
+    CHECK_OK(bt_numerics_parse("act=f16,kv=q8_0", &n));
+    bt_numerics_format(&n, buf, sizeof(buf));
+    CHECK(!strcmp(buf, "act=f16,mm_in=f32,mm_acc=f32,kv=q8_0,act_q=none,attn=f32,softmax=f32"), "%s", buf);
+    const char *bad[] = { "", "f8", "act=f8", "kv=q4_0", "act=f16,", ",act=f16", "act=f16,f16", "zz=f16", "act", "mm_acc=bf16" };
+    for (size_t i = 0; i < BT_ARRAY_SIZE(bad); i++) CHECK(bt_numerics_parse(bad[i], &n) == BT_EINVAL, "'%s' accepted", bad[i]);
+}
+
+/* The exact profile is no profile: logits bit-identical over a few steps. */
+static void test_exact(const char *model, const char *tok)
+{
+    bt_model *m = NULL;
+    if (bt_model_load(model, tok, &m)) { fprintf(stderr, "no %s: the engine comparison is skipped\n", model); return; }
+    bt_engine *a = NULL, *b = NULL, *c = NULL;
+    CHECK_OK(bt_engine_new(m, 32, 8, 1, &a));
+    CHECK_OK(bt_engine_new(m, 32, 8, 1, &b));
+    CHECK_OK(bt_engine_new(m, 32, 8, 1, &c));
+    bt_numerics n, h;
+    CHECK_OK(bt_numerics_parse("act=f32,mm_in=f32,mm_acc=f32,kv=f32,act_q=none,attn=f32,softmax=f32", &n));
+    CHECK_OK(bt_engine_set_numerics(b, &n));
+    CHECK_OK(bt_numerics_parse("f16", &h));
+    CHECK_OK(bt_engine_set_numerics(c, &h));
+    int32_t toks[5] = { 1, 400, 300, 42, 7 };
+    CHECK_OK(bt_engine_forward(a, toks, 5, 0));
+    CHECK_OK(bt_engine_forward(b, toks, 5, 0));
+    CHECK_OK(bt_engine_forward(c, toks, 5, 0));
+    for (int s = 0; s < 4; s++) {
+        int32_t t = 10 + s * 37;
+        CHECK_OK(bt_engine_forward(a, &t, 1, 5 + s));
+        CHECK_OK(bt_engine_forward(b, &t, 1, 5 + s));
+        CHECK_OK(bt_engine_forward(c, &t, 1, 5 + s));
+    }
+    int nv = m->cfg.n_vocab;
+    CHECK(!memcmp(bt_engine_logits(a), bt_engine_logits(b), (size_t)nv * sizeof(float)), "the all-f32 profile changed the logits");
+    CHECK(memcmp(bt_engine_logits(a), bt_engine_logits(c), (size_t)nv * sizeof(float)), "the f16 profile changed nothing");
+    for (int i = 0; i < nv; i++) CHECK(bt_engine_logits(c)[i] == bt_num_round_f16(bt_engine_logits(c)[i]), "f16 logits are f16 numbers");
+    bt_engine_free(a); bt_engine_free(b); bt_engine_free(c);
+    bt_model_free(m);
+}
+
+int main(int argc, char **argv)
+{
+    test_f16();
+    test_bf16();
+    test_q8();
+    test_parse();
+    const char *shared = getenv("BT_SHARED") ? getenv("BT_SHARED") : "../shared";
+    char model[1024], tok[1024];
+    snprintf(model, sizeof(model), "%s/models/llama2c/stories260K.bin", argc > 1 ? argv[1] : shared);
+    snprintf(tok, sizeof(tok), "%s/models/llama2c/tok512.bin", argc > 1 ? argv[1] : shared);
+    test_exact(model, tok);
+    printf("test_numerics: %d checks, %d failures\n", checks, failures);
+    return failures ? 1 : 0;
+}
