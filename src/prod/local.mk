@@ -11,3 +11,9 @@ tests_test_prod_stats_LDADD = $(CORE_LIBS)
 tests_test_prod_classify_SOURCES = tests/test_prod_classify.c
 tests_test_prod_classify_LDADD = $(CORE_LIBS)
 EXTRA_DIST += tests/prod_stats_scipy.py tests/prod_stats_ref.tsv
+# per-request generation (serve, probe --model, ctxwalk --model): records
+libbttrace_a_SOURCES += src/prod/gen.c src/prod/gen.h
+# the HTTP client and server and the commands (binary only)
+bangtrace_SOURCES += src/prod/target.c src/prod/target.h src/cmd_probe.c src/cmd_serve.c \
+	src/cmd_canary.c src/cmd_ctxwalk.c
+bangtrace_LDADD += $(CURL_LIBS) $(MHD_LIBS)
