@@ -24,6 +24,8 @@ int cmd_report(int argc, char **argv);     void cmd_report_help(FILE *out);
 int cmd_export(int argc, char **argv);     void cmd_export_help(FILE *out);
 int cmd_browse(int argc, char **argv);     void cmd_browse_help(FILE *out);
 int cmd_diff(int argc, char **argv);       void cmd_diff_help(FILE *out);
+int cmd_serve(int argc, char **argv);      void cmd_serve_help(FILE *out);
+int cmd_probe(int argc, char **argv);      void cmd_probe_help(FILE *out);
 
 /* Shared by commands: print "bangtrace: <cmd>: <msg>" for the last error
  * and return 2. */

@@ -475,6 +475,7 @@ int cmd_run(int argc, char **argv)
     if (o.n_inject) {
         if (!(inj = bt_injector_new())) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
         for (int i = 0; i < o.n_inject; i++) if (bt_injector_add(inj, o.inject[i])) goto fail;
+        bt_injector_set_draw(inj, sc.seed);   /* p=P specs: one draw per run, seeded by --seed */
         if (bt_injector_apply_weights(inj, m)) goto fail;
     }
     int batch = (int)n_prompt + (int)o.spec_k + 1;

@@ -23,6 +23,8 @@ static const bt_cmd commands[] = {
     { "export", "copy a trace for sharing: --redact removes prompt text, --window keeps the steps near the fault", cmd_export, cmd_export_help },
     { "browse", "browse a trace in the terminal: tokens, step grid, walk-back to the first NaN", cmd_browse, cmd_browse_help },
     { "diff", "compare two traces: first diverging token and tap, differing settings", cmd_diff, cmd_diff_help },
+    { "serve", "an OpenAI-compatible server on the native engine, with per-request traces", cmd_serve, cmd_serve_help },
+    { "probe", "send a request N times, classify the answers, failure rate with its 95% interval", cmd_probe, cmd_probe_help },
 };
 
 static void usage(FILE *out)

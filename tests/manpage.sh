@@ -7,7 +7,7 @@
 . "${BT_SRCDIR:-.}/tests/lib.sh"
 MAN=${BT_SRCDIR:-.}/doc/bangtrace.1
 [ -f "$MAN" ] || { fail "no man page at $MAN"; finish; }
-CMDS="run inspect tokenize bench forward bisect report export browse diff"
+CMDS="run inspect tokenize bench forward bisect report export browse diff serve probe"
 
 # help_flags CMD: one flag per line, from the usage block (up to the first
 # blank line) and the flag part of option lines ("  -o, --output FILE  ...").

@@ -98,7 +98,7 @@ static void test_parse(void)
     expect_bad("kvcorrupt@pos=3", "kvcorrupt needs layer=L");
     expect_bad("kvcorrupt@layer=3", "kvcorrupt needs pos=P");
     expect_bad("kvcorrupt@layer=1,pos=2,value=7", "value expects nan, inf, -inf or zero, not '7'");
-    expect_bad("kvcorrupt@layer=1,pos=2,op=attn_k", "kvcorrupt takes layer, pos, value and model only");
+    expect_bad("kvcorrupt@layer=1,pos=2,op=attn_k", "kvcorrupt takes layer, pos, value, model and p only");
     expect_bad("bitflip", "bitflip needs ':tensor=NAME,index=I,bit=B'");
     expect_bad("bitflip:index=1,bit=2", "bitflip needs tensor=WEIGHT_NAME");
     expect_bad("bitflip:tensor=output.weight,bit=2", "bitflip needs index=I");
@@ -528,9 +528,32 @@ static void test_check(void)
     bt_injector_free(inj);
 }
 
+/* p=P: a request-seeded draw; over many seeds the active fraction is P,
+ * and one seed always draws the same. */
+static void test_draw(void)
+{
+    expect_ok("nan@op=logits,p=0.25");
+    expect_ok("longctx@pos>=4,op=attn_k,scale=2,p=0.5");
+    expect_bad("nan@p=1.5", "p expects a probability");
+    expect_bad("nan@p=x", "p expects a probability");
+    expect_bad("nan@p>=0.5", "p takes '='");
+    bt_injector *inj = bt_injector_new();
+    CHECK(bt_injector_add(inj, "nan@op=logits,p=0.25") == BT_OK);
+    int on = 0;
+    for (unsigned long long s = 1; s <= 4000; s++) { bt_injector_set_draw(inj, s); on += bt_injector_active(inj); }
+    CHECK(on > 880 && on < 1120, "p=0.25 fired on %d of 4000 draws", on);
+    bt_injector_set_draw(inj, 77);
+    bool a = bt_injector_active(inj);
+    bt_injector_set_draw(inj, 78);
+    bt_injector_set_draw(inj, 77);
+    CHECK(bt_injector_active(inj) == a, "the same seed draws the same");
+    bt_injector_free(inj);
+}
+
 int main(void)
 {
     test_parse();
+    test_draw();
     test_apply();
     test_check();
 

@@ -51,7 +51,11 @@ typedef struct spec {
     bool kv_poisoned;    /* and the cache really was written */
     bool flipped;
     long changed;        /* activation elements changed so far */
+    double p;            /* p=P: active for a request with probability P (1: always) */
+    bool active;         /* this request's draw (bt_injector_set_draw) */
 } spec;
+
+static double draw_unit(unsigned long long seed, int i);
 
 struct bt_injector {
     spec *specs;
@@ -145,7 +149,7 @@ static int parse_where(const char *text, char *where, spec *s)
 {
     bool seen_layer = false, seen_op = false, seen_step = false, seen_pos_ge = false,
          seen_index = false, seen_count = false, seen_model = false, seen_pos = false,
-         seen_value = false, seen_scale = false, layer_from_op = false;
+         seen_value = false, seen_scale = false, layer_from_op = false, seen_p = false;
     if (!*where) return BT_OK;
     char *save = NULL;
     for (char *item = strtok_r(where, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
@@ -200,6 +204,12 @@ static int parse_where(const char *text, char *where, spec *s)
             if (!strcmp(val, "target")) s->model = 0;
             else if (!strcmp(val, "draft")) s->model = 1;
             else return bad(text, "model expects target or draft, not '%s'", val, NULL);
+        } else if (!strcmp(key, "p") && s->kind != K_CRASH) {
+            NO_GE(); ONCE(seen_p);
+            char *end;
+            double pv = strtod(val, &end);
+            if (end == val || *end || !(pv >= 0 && pv <= 1)) return bad(text, "p expects a probability in [0, 1], not '%s'", val, NULL);
+            s->p = pv;
         } else if (!strcmp(key, "value") && s->kind == K_KVCORRUPT) {
             NO_GE(); ONCE(seen_value);
             if (!parse_poison(val, &s->value)) return bad(text, "value expects nan, inf, -inf or zero, not '%s'", val, NULL);
@@ -208,10 +218,10 @@ static int parse_where(const char *text, char *where, spec *s)
             if (!parse_float(val, &s->value)) return bad(text, "scale expects a finite number, not '%s'", val, NULL);
         } else {
             return bad(text, "unknown key '%s'%s", key,
-                       s->kind == K_KVCORRUPT ? " (kvcorrupt takes layer, pos, value, model)"
-                       : s->kind == K_LONGCTX ? " (longctx takes pos>=, op, scale, layer, step, model)"
+                       s->kind == K_KVCORRUPT ? " (kvcorrupt takes layer, pos, value, model, p)"
+                       : s->kind == K_LONGCTX ? " (longctx takes pos>=, op, scale, layer, step, model, p)"
                        : s->kind == K_CRASH ? " (crash takes step)"
-                       : " (layer, op, step, pos>=, index, count, model)");
+                       : " (layer, op, step, pos>=, index, count, model, p)");
         }
 #undef ONCE
 #undef NO_GE
@@ -223,7 +233,7 @@ static int parse_where(const char *text, char *where, spec *s)
         if (!seen_layer) return bad(text, "kvcorrupt needs layer=L", NULL, NULL);
         if (!seen_pos) return bad(text, "kvcorrupt needs pos=P", NULL, NULL);
         if (seen_op || seen_step || seen_pos_ge || seen_index || seen_count)
-            return bad(text, "kvcorrupt takes layer, pos, value and model only", NULL, NULL);
+            return bad(text, "kvcorrupt takes layer, pos, value, model and p only", NULL, NULL);
     }
     if (s->kind == K_LONGCTX) {
         if (!seen_pos_ge) return bad(text, "longctx needs pos>=P", NULL, NULL);
@@ -282,7 +292,7 @@ int bt_injector_add(bt_injector *inj, const char *text)
     if (!*text) return bt_error(BT_EINVAL, "--inject '': empty spec");
     size_t len = strlen(text);
     if (len > 1000) return bt_error(BT_EINVAL, "--inject: spec of %zu bytes is too long", len);
-    spec s = { .kind = -1, .layer = -1, .op = -1, .step = -1, .pos_ge = -1, .pos = -1, .value = NAN };
+    spec s = { .kind = -1, .layer = -1, .op = -1, .step = -1, .pos_ge = -1, .pos = -1, .value = NAN, .p = 1 };
     char buf[1024];
     memcpy(buf, text, len + 1);
 
@@ -332,6 +342,8 @@ int bt_injector_add(bt_injector *inj, const char *text)
     if (BT_VEC_RESERVE(inj->specs, inj->cap, inj->n + 1)) return BT_ENOMEM;
     s.text = strdup(text);
     if (!s.text) return bt_error(BT_ENOMEM, "out of memory");
+    /* until a request's draw says otherwise: the draw of seed 0 */
+    s.active = s.p >= 1 || draw_unit(0, inj->n) < s.p;
     inj->specs[inj->n++] = s;
     return BT_OK;
 }
@@ -371,8 +383,34 @@ static int model_id(const char *model)
     return model && !strcmp(model, "draft") ? 1 : 0;
 }
 
+/* The request's draw for spec i: splitmix64 of (seed, i) as U[0, 1). */
+static double draw_unit(unsigned long long seed, int i)
+{
+    unsigned long long z = seed + 0x9e3779b97f4a7c15ull * (unsigned long long)(i + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) / 9007199254740992.0;
+}
+
+void bt_injector_set_draw(bt_injector *inj, unsigned long long seed)
+{
+    if (!inj) return;
+    for (int i = 0; i < inj->n; i++) {
+        spec *s = &inj->specs[i];
+        s->active = s->p >= 1 || draw_unit(seed, i) < s->p;
+    }
+}
+
+bool bt_injector_active(const bt_injector *inj)
+{
+    for (int i = 0; inj && i < inj->n; i++) if (inj->specs[i].active) return true;
+    return false;
+}
+
 static bool matches(const spec *s, int model, int op, int layer)
 {
+    if (!s->active) return false;
     if (s->model != model) return false;
     if (s->op >= 0 && s->op != op) return false;
     if (s->layer >= 0 && s->layer != layer) return false;
@@ -475,7 +513,7 @@ void bt_injector_after_forward(const bt_injector *inj, bt_engine *e)
     if (!inj || !e) return;
     for (int i = 0; i < inj->n; i++) {
         spec *s = &inj->specs[i];
-        if (s->kind != K_KVCORRUPT || s->kv_done || !s->kv_written) continue;
+        if (s->kind != K_KVCORRUPT || s->kv_done || !s->kv_written || !s->active) continue;
         float *k = bt_engine_kv(e, s->layer, s->pos, 0);
         float *v = bt_engine_kv(e, s->layer, s->pos, 1);
         int n = bt_engine_kv_dim(e);

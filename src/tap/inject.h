@@ -68,6 +68,13 @@ long bt_injector_apply_by(const bt_injector *inj, const char *model, const bt_te
 int bt_injector_apply_weights(const bt_injector *inj, bt_model *m);
 /* After each forward: poison KV positions that now exist. */
 void bt_injector_after_forward(const bt_injector *inj, bt_engine *e);
+/* p=P (any kind but crash): a spec is active for a request with
+ * probability P. The draw is a hash of (seed, spec index), so a request
+ * seeded the same way draws the same; serve seeds it with the request's
+ * number, run with --seed. Until called, specs draw with seed 0. */
+void bt_injector_set_draw(bt_injector *inj, unsigned long long seed);
+/* Is any spec active for this draw? */
+bool bt_injector_active(const bt_injector *inj);
 /* crash@step=S */
 bool bt_injector_crash_at(const bt_injector *inj, int step);
 
