@@ -417,7 +417,7 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *c, co
     json_t *mv = json_object_get(j, "model"), *sv = json_object_get(j, "stream");
     if (mv && !json_is_string(mv)) { json_decref(j); return send_error(c, 400, "invalid_request_error", "invalid_type", "\"model\" must be a string", rid); }
     if (mv && strcmp(json_string_value(mv), s->name)) {
-        char msg[400];
+        char msg[512];
         snprintf(msg, sizeof msg, "The model '%.200s' does not exist; this server serves '%.150s'", json_string_value(mv), s->name);
         json_decref(j);
         return send_error(c, 404, "invalid_request_error", "model_not_found", msg, rid);

@@ -492,13 +492,13 @@ static void test_check(void)
     CHECK_BAD("nan@model=draft,layer=2", &spec, "layer 2 is beyond the draft model's 2 layers (0..1)");
     CHECK_OK("nan@layer=3", &spec);
     CHECK_OK("nan@pos>=19", &plain);
-    CHECK_BAD("nan@pos>=20", &plain, "pos>=20 is beyond the last position this run computes (19)");
+    CHECK_BAD("nan@pos>=20", &plain, "pos>=20 is beyond the context (positions 0..19; --ctx)");
     CHECK_BAD("longctx@pos>=25,op=attn_v,scale=2", &plain, "pos>=25 is beyond");
     CHECK_OK("kvcorrupt@layer=0,pos=19", &plain);
-    CHECK_BAD("kvcorrupt@layer=0,pos=20", &plain, "pos=20 is beyond the last position");
+    CHECK_BAD("kvcorrupt@layer=0,pos=20", &plain, "pos=20 is beyond the context");
     CHECK_OK("nan@step=9", &plain);
     CHECK_OK("nan@step>=9", &plain);
-    CHECK_BAD("nan@step=10", &plain, "step=10 is beyond this run's last step (9)");
+    CHECK_BAD("nan@step=10", &plain, "step=10 is beyond the last step this context allows (9)");
     CHECK_BAD("nan@step>=12", &plain, "step>=12 is beyond");
     CHECK_BAD("crash@step=10", &plain, "step=10 is beyond");
     CHECK_OK("nan@op=attn_k,index=31", &plain);
