@@ -10,5 +10,5 @@ libbttui_a_SOURCES += tui/keys.c \
 	tui/view_common.c tui/view_tokens.c tui/view_step.c tui/view_walk.c tui/view_run.c tui/view_spec.c \
 	tui/browse.c tui/term_check.c
 endif
-bangtrace_SOURCES += tui/cmd_browse.c
+libbtcmd_a_SOURCES += tui/cmd_browse.c
 EXTRA_DIST += tui/README.md

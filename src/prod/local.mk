@@ -14,7 +14,6 @@ EXTRA_DIST += tests/prod_stats_scipy.py tests/prod_stats_ref.tsv
 # per-request generation (serve, probe --model, ctxwalk --model): records
 libbttrace_a_SOURCES += src/prod/gen.c src/prod/gen.h
 # the HTTP client and server and the commands (binary only)
-bangtrace_SOURCES += src/prod/target.c src/prod/target.h src/cmd_probe.c src/cmd_serve.c
-bangtrace_LDADD += $(CURL_LIBS) $(MHD_LIBS)
+libbtcmd_a_SOURCES += src/prod/target.c src/prod/target.h src/cmd_probe.c src/cmd_serve.c
 TESTS += tests/serve_probe.sh
 EXTRA_DIST += tests/serve_probe.sh

@@ -6,7 +6,7 @@ libbttrace_a_SOURCES += src/trace/trace.h src/trace/writer.c src/trace/reader.h 
 	src/trace/reader_impl.h src/trace/reader_browse.c \
 	src/trace/runstate.h src/trace/runstate.c \
 	src/trace/guard.h src/trace/guard.c
-bangtrace_SOURCES += src/cmd_export.c
+libbtcmd_a_SOURCES += src/cmd_export.c
 nodist_libbttrace_a_SOURCES += src/trace/schema.c
 BUILT_SOURCES += src/trace/schema.c
 CLEANFILES += src/trace/schema.c
@@ -19,8 +19,8 @@ src/trace/schema.c: $(top_srcdir)/traces/schema.sql
 	  echo ';'; } > $@-t && mv -f $@-t $@
 # analysis shared by bisect, report and the browser; the two commands
 libbttrace_a_SOURCES += src/trace/analyze.h src/trace/analyze.c src/trace/headroom.h src/trace/headroom.c
-bangtrace_SOURCES += src/cmd_bisect.c src/cmd_report.c
+libbtcmd_a_SOURCES += src/cmd_bisect.c src/cmd_report.c
 # the one tap comparator (bisect --reference and diff)
 libbttrace_a_SOURCES += src/trace/compare.h src/trace/compare.c
 # `bangtrace diff`: two traces compared (tokens, taps, settings)
-bangtrace_SOURCES += src/cmd_diff.c
+libbtcmd_a_SOURCES += src/cmd_diff.c

@@ -30,7 +30,7 @@ tests_fuzz_fuzz_llama2c_tok_LDADD = $(BT_LIBS)
 tests_fuzz_fuzz_request_LDADD = $(BT_LIBS)
 tests_fuzz_fuzz_inject_LDADD = $(BT_LIBS)
 tests_fuzz_fuzz_tokenizer_LDADD = $(BT_LIBS)
-tests_fuzz_fuzz_trace_LDADD = $(BT_LIBS)
+tests_fuzz_fuzz_trace_LDADD = $(CMD_LIBS)
 tests_fuzz_fuzz_gguf_LDFLAGS = -fsanitize=fuzzer
 tests_fuzz_fuzz_llama2c_LDFLAGS = -fsanitize=fuzzer
 tests_fuzz_fuzz_llama2c_tok_LDFLAGS = -fsanitize=fuzzer
