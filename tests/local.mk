@@ -99,3 +99,9 @@ check_PROGRAMS += tests/test_compare
 TESTS += tests/test_compare
 tests_test_compare_SOURCES = tests/test_compare.c
 tests_test_compare_LDADD = $(BT_LIBS)
+# The CUDA kernels' per-block math (kernels/cuda/math.cuh) compiled for the
+# host and checked against the CPU kernels: needs no GPU, never skips.
+check_PROGRAMS += tests/test_cuda_math
+TESTS += tests/test_cuda_math
+tests_test_cuda_math_SOURCES = tests/test_cuda_math.c kernels/cuda/math.cuh
+tests_test_cuda_math_LDADD = $(CORE_LIBS)
