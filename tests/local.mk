@@ -105,3 +105,6 @@ check_PROGRAMS += tests/test_cuda_math
 TESTS += tests/test_cuda_math
 tests_test_cuda_math_SOURCES = tests/test_cuda_math.c kernels/cuda/math.cuh
 tests_test_cuda_math_LDADD = $(CORE_LIBS)
+# tests/gpu/check.sh (the CUDA backend on a GPU) parses and SKIPs without one.
+TESTS += tests/gpu_check_skip.sh
+EXTRA_DIST += tests/gpu_check_skip.sh tests/gpu/check.sh
