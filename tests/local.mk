@@ -108,3 +108,9 @@ tests_test_cuda_math_LDADD = $(CORE_LIBS)
 # tests/gpu/check.sh (the CUDA backend on a GPU) parses and SKIPs without one.
 TESTS += tests/gpu_check_skip.sh
 EXTRA_DIST += tests/gpu_check_skip.sh tests/gpu/check.sh
+# CUPTI activity records -> trace rows (synthetic records, no GPU); with an
+# argument it writes the synthetic kernel trace for export_perfetto.sh.
+check_PROGRAMS += tests/test_kernel_rows
+TESTS += tests/test_kernel_rows
+tests_test_kernel_rows_SOURCES = tests/test_kernel_rows.c
+tests_test_kernel_rows_LDADD = $(TRACE_LIBS)
