@@ -11,6 +11,7 @@
 B=${BT_BUILDDIR:-.}
 py=${PYTHON3:-python3}
 command -v "$py" >/dev/null 2>&1 || skip "python3 not installed"
+command -v sqlite3 >/dev/null 2>&1 || skip "sqlite3 shell not installed"
 "$B/tests/test_kernel_rows" "$TMP/k.db" || { fail "test_kernel_rows could not write the synthetic trace"; finish; }
 
 check_json() {   # check_json FILE WANT_KERNELS(0|1) WANT_OPS(0|1)
@@ -79,6 +80,18 @@ if [ -f "$STORIES" ]; then
     "$BANGTRACE" export "$TMP/cpu.db" --perfetto "$TMP/cpu.json" 2> "$TMP/err" || fail "export of a CPU trace: $(cat "$TMP/err")"
     [ "$(check_json "$TMP/cpu.json" 0 0 2>&1)" = ok ] && ok "CPU trace without timings: steps laid end to end" ||
         fail "CPU timeline: $(check_json "$TMP/cpu.json" 0 0 2>&1 | tail -3)"
+    # run --timing: every op's host duration, on the op track
+    "$BANGTRACE" run --model "$STORIES" --tokenizer "$TOK512" --prompt "Once" -n 6 --timing --trace "$TMP/tm.db" > /dev/null 2>&1 ||
+        fail "run --timing failed"
+    n=$(sqlite3 "$TMP/tm.db" "SELECT (SELECT count(*) FROM op_timings) = (SELECT count(*) FROM v_taps) AND
+        (SELECT count(*) FROM op_timings WHERE dur_ns < 0) = 0" 2>&1)
+    [ "$n" = 1 ] && ok "run --timing: one non-negative duration per tap" || fail "run --timing: op_timings do not match the taps ($n)"
+    "$BANGTRACE" export "$TMP/tm.db" --perfetto "$TMP/tm.json" 2> "$TMP/err" || fail "export of a --timing trace: $(cat "$TMP/err")"
+    [ "$(check_json "$TMP/tm.json" 0 1 2>&1)" = ok ] && ok "--timing trace: ops on the host op track" ||
+        fail "--timing timeline: $(check_json "$TMP/tm.json" 0 1 2>&1 | tail -3)"
+    expect_exit 2 "--timing without every op tapped is refused" "$BANGTRACE" run --model "$STORIES" --tokenizer "$TOK512" \
+        --prompt Once -n 2 --timing --taps layers --trace "$TMP/tl.db"
+    expect_exit 2 "--timing without --trace is refused" "$BANGTRACE" run --model "$STORIES" --tokenizer "$TOK512" --prompt Once -n 2 --timing
 else
     echo "note: $STORIES not found, the CPU run part is skipped"
 fi
