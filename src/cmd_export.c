@@ -552,6 +552,10 @@ static const table_plan tables[] = {
     { "logits", true }, { "logit_rows", true }, { "events", false }, { "backtraces", false },
     /* ids, probabilities and reasons only: windowed by their verify step */
     { "spec_steps", true }, { "spec_trail", true },
+    /* device activity and op timings carry no token text: copied as they
+     * are, in the window (activity outside any op has no step: left out
+     * of a windowed copy) */
+    { "kernels", true }, { "op_timings", true },
 };
 
 static bool src_has_column(exporter *x, const char *table, const char *column, int *err)

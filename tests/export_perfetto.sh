@@ -74,6 +74,11 @@ ln -s "$TMP/k.json" "$TMP/link.json"
 expect_exit 2 "a link is never the output" "$BANGTRACE" export "$TMP/k.db" --perfetto "$TMP/link.json" --force
 ls "$TMP" | grep -q 'k.json\.' && fail "a temporary file was left beside OUT"
 
+# export -o keeps the device activity and op timings
+"$BANGTRACE" export "$TMP/k.db" -o "$TMP/copy.db" --all-steps 2> "$TMP/err" || fail "export -o: $(cat "$TMP/err")"
+[ "$(sqlite3 "$TMP/copy.db" "SELECT (SELECT count(*) FROM kernels) || ' ' || (SELECT count(*) FROM op_timings)" 2>&1)" = "25 12" ] &&
+    ok "export -o copies kernels and op_timings" || fail "export -o lost kernels/op_timings"
+
 if [ -f "$STORIES" ]; then
     "$BANGTRACE" run --model "$STORIES" --tokenizer "$TOK512" --prompt "Once" -n 6 --trace "$TMP/cpu.db" > /dev/null 2>&1 ||
         fail "run --trace failed"
