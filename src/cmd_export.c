@@ -38,6 +38,7 @@
 #include "cmd.h"
 #include "trace/guard.h"
 #include "trace/reader.h"
+#include "trace/perfetto.h"
 #include "sys/outfile.h"
 #include "trace/trace.h"
 #include "text.h"
@@ -62,8 +63,15 @@ enum { R_NONE, R_PROMPT, R_ALL };   /* redaction levels, weakest first */
 void cmd_export_help(FILE *out)
 {
     fprintf(out,
-        "usage: bangtrace export TRACE -o OUT [--redact[=prompt|all]] [--window K | --all-steps] [--force]\n\n"
+        "usage: bangtrace export TRACE -o OUT [--redact[=prompt|all]] [--window K | --all-steps] [--force]\n"
+        "       bangtrace export TRACE --perfetto OUT.json [--force]\n\n"
         "Write a copy of a trace for sharing (an upstream issue, a colleague).\n\n"
+        "  --perfetto OUT.json  instead, write the run's timeline as Chrome trace-event\n"
+        "                    JSON (open it in ui.perfetto.dev or chrome://tracing): steps,\n"
+        "                    op timings (run --timing) and detector events on host tracks,\n"
+        "                    CUDA kernels and copies on device tracks when the trace has\n"
+        "                    them. Refuses an existing OUT.json unless --force (never a\n"
+        "                    link, a device or the trace itself)\n"
         "  -o, --output OUT  the new trace file (refuses to replace an existing file\n"
         "                    unless --force)\n"
         "  --redact[=prompt] remove everything the prompt can be rebuilt from: the\n"
@@ -101,7 +109,7 @@ void cmd_export_help(FILE *out)
 }
 
 typedef struct export_opts {
-    const char *in, *out;
+    const char *in, *out, *perfetto;
     int redact;                  /* R_NONE | R_PROMPT | R_ALL */
     bool force, all_steps;
     long window;
@@ -117,6 +125,10 @@ static int parse_args(int argc, char **argv, export_opts *o)
         if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!v) return bt_error(BT_EINVAL, "%s needs a value", a);
             o->out = v;
+            i++;
+        } else if (!strcmp(a, "--perfetto")) {
+            if (!v) return bt_error(BT_EINVAL, "%s needs a value", a);
+            o->perfetto = v;
             i++;
         } else if (!strcmp(a, "--window")) {
             if (!v) return bt_error(BT_EINVAL, "%s needs a value", a);
@@ -134,7 +146,9 @@ static int parse_args(int argc, char **argv, export_opts *o)
         else return bt_error(BT_EINVAL, "unexpected argument '%s' (one TRACE only; see bangtrace help export)", a);
     }
     if (!o->in) return bt_error(BT_EINVAL, "no TRACE given (see bangtrace help export)");
-    if (!o->out) return bt_error(BT_EINVAL, "-o OUT is required (see bangtrace help export)");
+    if (o->perfetto && (o->out || o->redact || o->all_steps))
+        return bt_error(BT_EINVAL, "--perfetto writes a timeline, not a trace: it takes no -o, --redact, --window or --all-steps");
+    if (!o->out && !o->perfetto) return bt_error(BT_EINVAL, "-o OUT is required (see bangtrace help export)");
     return BT_OK;
 }
 
@@ -538,6 +552,10 @@ static const table_plan tables[] = {
     { "logits", true }, { "logit_rows", true }, { "events", false }, { "backtraces", false },
     /* ids, probabilities and reasons only: windowed by their verify step */
     { "spec_steps", true }, { "spec_trail", true },
+    /* device activity and op timings carry no token text: copied as they
+     * are, in the window (activity outside any op has no step: left out
+     * of a windowed copy) */
+    { "kernels", true }, { "op_timings", true },
 };
 
 static bool src_has_column(exporter *x, const char *table, const char *column, int *err)
@@ -757,6 +775,42 @@ static void remove_file_set(const char *path)
     snprintf(buf, sizeof buf, "%s-shm", path); unlink(buf);
 }
 
+/* export --perfetto: the timeline as JSON, written to a fresh temporary
+ * file beside OUT and renamed over it (OUT is absent or complete). A text
+ * output like report -o: an existing OUT only with --force, never a link,
+ * a device or the trace. */
+static int export_perfetto(const export_opts *o)
+{
+    const bt_out_input in[] = { { "TRACE", o->in } };
+    bt_trace_reader *r = NULL;
+    char tmp[PATH_MAX + 16] = "";
+    FILE *f = NULL;
+    int rc;
+    if ((rc = bt_outfile_check(o->perfetto, BT_OUT_TEXT, o->force, in, 1, NULL))) goto done;
+    if (strlen(o->perfetto) > PATH_MAX) { rc = bt_error(BT_EINVAL, "%s: path too long", o->perfetto); goto done; }
+    if ((rc = bt_trace_open(o->in, &r))) goto done;
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", o->perfetto);
+    int fd = mkstemp(tmp);
+    if (fd < 0 || !(f = fdopen(fd, "w"))) {
+        rc = bt_error(BT_EIO, "%s: cannot create a temporary file beside it: %s", o->perfetto, strerror(errno));
+        if (fd >= 0) close(fd); else tmp[0] = 0;
+        goto done;
+    }
+    if ((rc = bt_perfetto_write(r, f))) goto done;
+    bool bad = ferror(f) != 0;
+    if (fclose(f) != 0 || bad) { f = NULL; rc = bt_error(BT_EIO, "%s: write failed: %s", tmp, strerror(errno)); goto done; }
+    f = NULL;
+    if ((rc = bt_outfile_check(o->perfetto, BT_OUT_TEXT, o->force, in, 1, NULL))) goto done;
+    if (rename(tmp, o->perfetto) != 0) { rc = bt_error(BT_EIO, "%s: %s", o->perfetto, strerror(errno)); goto done; }
+    tmp[0] = 0;
+    bt_log("bangtrace: export: wrote the timeline of %s to %s", o->in, o->perfetto);
+done:
+    if (f) fclose(f);
+    if (tmp[0]) unlink(tmp);
+    bt_trace_reader_close(r);
+    return rc ? bt_cmd_fail("export") : 0;
+}
+
 int cmd_export(int argc, char **argv)
 {
     export_opts o;
@@ -765,6 +819,7 @@ int cmd_export(int argc, char **argv)
     char *uri = NULL, tmp[PATH_MAX + 16] = "", window[64] = "all";
     int rc;
     if ((rc = parse_args(argc, argv, &o))) return bt_cmd_fail("export");
+    if (o.perfetto) return export_perfetto(&o);
     if ((rc = bt_trace_open(o.in, &r))) return bt_cmd_fail("export");
     /* OUT never the trace (or its -wal/-shm), never a link or a device; an
      * existing OUT only if it is an idle bangtrace trace and --force. */

@@ -74,6 +74,9 @@ void cmd_run_help(FILE *out)
         "  --force              replace OUT.db if it is an existing bangtrace trace\n"
         "  --taps MODE          all (default), layers (each layer's output), logits, none\n"
         "  --tap-layers A-B     tap only layers A..B\n"
+        "  --timing             also record each op's host wall time (table op_timings;\n"
+        "                       export --perfetto shows them): the time since the previous\n"
+        "                       op, so it needs --taps all and no --tap-layers\n"
         "  --logits MODE        flagged (default: full rows only at the first non-finite\n"
         "                       step and at a collapse) or full (every step)\n"
         "  --topk K             top-k ids kept in each logit snapshot (default 20)\n"
@@ -101,7 +104,7 @@ typedef struct run_opts {
     double top_p; bool has_top_p;
     unsigned long long seed; bool has_seed;
     long threads, ctx;
-    bool json, ignore_eos, force;
+    bool json, ignore_eos, force, timing;
     const char *trace;
     int taps;                 /* bt_taps_mode */
     int layer_lo, layer_hi;
@@ -177,11 +180,15 @@ static int parse_args(int argc, char **argv, run_opts *o)
         } else if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else if (!strcmp(a, "--force")) o->force = true;
+        else if (!strcmp(a, "--timing")) o->timing = true;
         else return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help run)", a);
 #undef VAL
     }
     if (!o->model) return bt_error(BT_EINVAL, "--model is required (see bangtrace help run)");
     if (o->force && !o->trace) return bt_error(BT_EINVAL, "--force replaces an existing --trace file: give --trace OUT.db");
+    if (o->timing && !o->trace) return bt_error(BT_EINVAL, "--timing records op durations into the trace: give --trace OUT.db");
+    if (o->timing && (o->taps != BT_TAPS_ALL || o->layer_lo >= 0))
+        return bt_error(BT_EINVAL, "--timing needs every op tapped (--taps all, no --tap-layers): an op's duration is the time since the previous tapped op");
     if (!o->prompt == !o->request) return bt_error(BT_EINVAL, "give exactly one of --prompt or --request");
     int drafters = (o->draft_model != NULL) + (o->draft_self > 0) + (o->draft_ngram > 0);
     if (drafters > 1) return bt_error(BT_EINVAL, "give one drafter: --draft, --draft-self or --draft-ngram");
@@ -524,7 +531,8 @@ int cmd_run(int argc, char **argv)
     if (o.trace || inj) {
         bt_recorder_cfg rc_cfg = { .trace = trace, .inj = inj, .model = m, .tok = tok, .taps = o.trace ? o.taps : BT_TAPS_NONE,
                                    .layer_lo = o.layer_lo, .layer_hi = o.layer_hi, .logits_full = o.logits_full,
-                                   .topk = (int)o.topk, .rule = sc.rule, .model_role = "target" };
+                                   .topk = (int)o.topk, .rule = sc.rule, .model_role = "target",
+                                   .timing = o.timing };
         if (bt_recorder_new(&rc_cfg, e, &rec)) goto fail;
         if (bt_recorder_prompt(rec, prompt, (int)n_prompt)) goto fail;
         if (de) {

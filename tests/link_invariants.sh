@@ -45,6 +45,24 @@ if [ -f "$B/src/decode.o" ]; then
     else ok "the decoder reaches the trace only through the recorder"; fi
 else fail "$B/src/decode.o not found"; fi
 
+# bangtrace runs on machines without CUDA: it never links the CUDA runtime
+# or CUPTI (the plugin bangtrace-cuda.so does, and is opened with dlopen).
+if [ -x "$B/bangtrace" ] && command -v readelf >/dev/null 2>&1; then
+    readelf -d "$B/bangtrace" | awk '/NEEDED/ { print $NF }' > "$TMP/needed"
+    [ -s "$TMP/needed" ] || fail "readelf lists no NEEDED library of bangtrace (is it reading it?)"
+    if grep -Ei 'cudart|cupti|libcuda\.|cublas' "$TMP/needed" > "$TMP/bad"; then
+        fail "bangtrace links CUDA libraries: $(tr '\n' ' ' < "$TMP/bad")"
+    else ok "bangtrace links no CUDA runtime, driver or CUPTI library"; fi
+    if nm -D "$B/bangtrace" 2>/dev/null | awk '$1 == "U" { print $2 }' | grep -E '^(cuda|cupti|cu)[A-Z]' > "$TMP/bad"; then
+        fail "bangtrace references CUDA symbols: $(tr '\n' ' ' < "$TMP/bad")"
+    else ok "bangtrace references no cuda*/cupti* symbol"; fi
+fi
+if [ -f "$B/bangtrace-cuda.so" ]; then
+    nm -D --defined-only "$B/bangtrace-cuda.so" | awk '$2 == "T" { print $3 }' > "$TMP/plugin.d"
+    if [ "$(cat "$TMP/plugin.d")" = bt_backend_plugin_init ]; then ok "the CUDA plugin exports bt_backend_plugin_init only"
+    else fail "the CUDA plugin exports: $(tr '\n' ' ' < "$TMP/plugin.d")"; fi
+fi
+
 # Sources of the core library include none of those headers.
 core_src="$S/src/model $S/src/tokenizer $S/src/engine $S/kernels $S/src/util.c $S/src/util.h $S/src/request.c
           $S/src/request.h $S/src/chat.c $S/src/tap/stats.c $S/src/tap/stats.h $S/src/tap/inject.c

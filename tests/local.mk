@@ -1,7 +1,7 @@
 # tests/local.mk - the test suite. Programs are C unit tests; *.sh drive the
 # built binary. ASAN_TESTS (one line) is what `./quickstart check` reruns
 # under ASan+UBSan.
-ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_guard tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh tests/trace_hostile.sh
+ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_guard tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh tests/trace_hostile.sh tests/test_kernel_rows tests/export_perfetto.sh
 TESTS += tests/manpage.sh
 EXTRA_DIST += tests/manpage.sh
 TESTS += tests/link_invariants.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
@@ -104,3 +104,20 @@ check_PROGRAMS += tests/test_numerics
 TESTS += tests/test_numerics
 tests_test_numerics_SOURCES = tests/test_numerics.c
 tests_test_numerics_LDADD = $(BT_LIBS)
+# The CUDA kernels' per-block math (kernels/cuda/math.cuh) compiled for the
+# host and checked against the CPU kernels: needs no GPU, never skips.
+check_PROGRAMS += tests/test_cuda_math
+TESTS += tests/test_cuda_math
+tests_test_cuda_math_SOURCES = tests/test_cuda_math.c kernels/cuda/math.cuh
+tests_test_cuda_math_LDADD = $(CORE_LIBS)
+# tests/gpu/check.sh (the CUDA backend on a GPU) parses and SKIPs without one.
+TESTS += tests/gpu_check_skip.sh
+EXTRA_DIST += tests/gpu_check_skip.sh tests/gpu/check.sh
+# CUPTI activity records -> trace rows (synthetic records, no GPU); with an
+# argument it writes the synthetic kernel trace for export_perfetto.sh.
+check_PROGRAMS += tests/test_kernel_rows
+TESTS += tests/test_kernel_rows
+tests_test_kernel_rows_SOURCES = tests/test_kernel_rows.c
+tests_test_kernel_rows_LDADD = $(TRACE_LIBS)
+TESTS += tests/export_perfetto.sh
+EXTRA_DIST += tests/export_perfetto.sh

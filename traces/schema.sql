@@ -144,6 +144,34 @@ CREATE TABLE spec_trail (      -- one row per drafted token of a verify step
 
 -- ---- views: the stable reading interface ----
 
+CREATE TABLE kernels (         -- device activity (CUPTI, --device cuda): kernels, copies, memsets,
+    id       INTEGER PRIMARY KEY,   -- synchronizations, driver/runtime API calls
+    step     INTEGER,               -- the op that issued it (CUPTI external correlation id);
+    layer    INTEGER,               -- NULL when it ran outside any op (weight upload, ...)
+    op       TEXT,
+    kind     TEXT NOT NULL,         -- kernel | memcpy | memset | sync | driver | runtime
+    name     TEXT NOT NULL,         -- demangled kernel name, copy direction, API function
+    grid     TEXT,                  -- "x,y,z" (kernels)
+    block    TEXT,                  -- "x,y,z" (kernels)
+    registers INTEGER,              -- per thread (kernels)
+    shared_bytes INTEGER,           -- static + dynamic shared memory (kernels)
+    bytes    INTEGER,               -- copied / set (memcpy, memset)
+    start_ns INTEGER NOT NULL,      -- CUPTI timestamps (ns, the device's clock)
+    end_ns   INTEGER NOT NULL,
+    stream   INTEGER,
+    device   INTEGER
+);
+CREATE INDEX kernels_op ON kernels(step, layer, op);
+
+CREATE TABLE op_timings (      -- run --timing: host wall time of each tapped op
+    step     INTEGER NOT NULL,
+    model    TEXT NOT NULL DEFAULT 'target',
+    idx      INTEGER NOT NULL,      -- tensors.idx
+    start_ns INTEGER NOT NULL,      -- CLOCK_MONOTONIC
+    dur_ns   INTEGER NOT NULL,      -- since the previous tapped op (or the step's start)
+    PRIMARY KEY (step, model, idx)
+) WITHOUT ROWID;
+
 CREATE VIEW v_tokens AS
 SELECT step, pos, token_id, piece, role, logprob FROM tokens ORDER BY seq;
 
@@ -202,3 +230,13 @@ CREATE VIEW v_spec_trail AS
 SELECT step, draft_pos, draft_token, draft_prob, draft_finite, target_token, target_prob, accepted,
        reason, draft_idx, draft_step
 FROM spec_trail ORDER BY step, draft_idx;
+
+CREATE VIEW v_kernels AS
+SELECT step, layer, op, name AS kernel, grid, block, registers, shared_bytes AS shared_memory,
+       start_ns, end_ns, stream, device, kind, bytes, id
+FROM kernels ORDER BY start_ns, id;
+
+CREATE VIEW v_op_timings AS
+SELECT o.step, t.layer, t.op, t.name AS tensor, o.start_ns, o.dur_ns, o.model
+FROM op_timings o JOIN tensors t ON t.model = o.model AND t.idx = o.idx
+ORDER BY o.step, o.start_ns;

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define RING 16                 /* recent logit rows kept for collapse snapshots */
 
@@ -43,6 +44,7 @@ struct bt_recorder {
     int inj_step;
     char inj_tensor[64];
     char bt_buf[8192];
+    int64_t t_last;             /* --timing: CLOCK_MONOTONIC ns when the previous op ended */
 };
 
 static const char *const taps_names[] = { "all", "layers", "logits", "none" };
@@ -119,7 +121,34 @@ static bool cb_ask(void *user, int op, int layer)
            (r->cfg.inj && bt_injector_wants(r->cfg.inj, r->cfg.model_role, op, layer));
 }
 
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static bool observe_taps(void *user, const bt_tensor_view *t);
+
+/* --timing wraps the tap: an op's duration is the time from the end of the
+ * previous observation (or the step's start) to this one, so the recorder's
+ * own work (statistics, SQLite) is not counted, and the engine's work
+ * between two taps is charged to the later op - exact when every op is
+ * tapped (--taps all), which run --timing requires. */
 static bool cb_observe(void *user, const bt_tensor_view *t)
+{
+    bt_recorder *r = user;
+    if (!r->cfg.timing) return observe_taps(user, t);
+    int64_t t_in = now_ns();
+    bool go_on = observe_taps(user, t);
+    int slot = *slot_at(r, t->op, t->layer);
+    if (slot >= 0 && r->cfg.trace && r->status == BT_OK)
+        r->status = bt_trace_op_timing(r->cfg.trace, r->step, r->cfg.model_role, slot, r->t_last, t_in - r->t_last);
+    r->t_last = now_ns();
+    return go_on;
+}
+
+static bool observe_taps(void *user, const bt_tensor_view *t)
 {
     bt_recorder *r = user;
     const char *by = NULL;
@@ -238,6 +267,7 @@ int bt_recorder_step_begin(bt_recorder *r, const char *kind, int pos0, int n_pos
 {
     r->step = bt_engine_step(r->e);
     r->in_step = true;
+    if (r->cfg.timing) r->t_last = now_ns();
     if (!r->cfg.trace) return BT_OK;
     return bt_trace_step_begin(r->cfg.trace, r->step, r->cfg.model_role, kind, pos0, n_pos);
 }

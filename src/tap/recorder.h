@@ -31,6 +31,9 @@ typedef struct bt_recorder_cfg {
     int topk;                     /* top-k in snapshots (default 20) */
     bt_argmax_rule rule;
     const char *model_role;       /* "target" (default) or "draft" */
+    bool timing;                  /* run --timing: record each tapped op's host wall time
+                                   * (op_timings): the time since the previous tapped op
+                                   * or the step's start, so it needs every op tapped */
 } bt_recorder_cfg;
 
 typedef struct bt_recorder bt_recorder;

@@ -5,7 +5,7 @@
 libbttrace_a_SOURCES += src/trace/trace.h src/trace/writer.c src/trace/reader.h src/trace/reader.c \
 	src/trace/reader_impl.h src/trace/reader_browse.c \
 	src/trace/runstate.h src/trace/runstate.c \
-	src/trace/guard.h src/trace/guard.c
+	src/trace/guard.h src/trace/guard.c src/trace/perfetto.h src/trace/perfetto.c
 libbtcmd_a_SOURCES += src/cmd_export.c
 nodist_libbttrace_a_SOURCES += src/trace/schema.c
 BUILT_SOURCES += src/trace/schema.c

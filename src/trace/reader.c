@@ -1066,3 +1066,79 @@ int bt_trace_state_get(bt_trace_reader *r, bt_trace_state *out)
     out->complete = out->finished && out->status && strcmp(out->status, "running") != 0;
     return BT_OK;
 }
+
+/* ---- device activity and op timings (optional tables: older traces and
+ * CPU runs without --timing have none, which reads as zero rows) ---- */
+
+static int table_exists(bt_trace_reader *r, const char *name, bool *yes)
+{
+    int64_t n = 0;
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '%s'", name);
+    int rc = pragma_int(r, sql, &n);
+    *yes = !rc && n > 0;
+    return rc;
+}
+
+int bt_trace_kernels_each(bt_trace_reader *r, int (*fn)(void *user, const bt_kernel_row *k), void *user)
+{
+    bool have;
+    int rc = table_exists(r, "kernels", &have);
+    if (rc || !have) return rc;
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(r->db, "SELECT step, layer, op, kind, name, grid, block, registers, shared_bytes, bytes,"
+                           " start_ns, end_ns, stream, device FROM kernels ORDER BY start_ns, id", -1, &s, NULL) != SQLITE_OK)
+        return db_fail(r, sqlite3_errcode(r->db), "reading kernels");
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        bt_kernel_row k;
+        memset(&k, 0, sizeof k);
+        k.step = bt_col_int(s, 0);
+        k.layer = bt_col_int(s, 1);
+        const char *op = bt_col_text(s, 2), *kind = bt_col_text(s, 3), *name = bt_col_text(s, 4);
+        const char *grid = bt_col_text(s, 5), *block = bt_col_text(s, 6);
+        snprintf(k.op, sizeof k.op, "%s", op ? op : "");
+        /* kind points into a static table, never at the trace's text */
+        k.kind = "?";
+        for (int i = 0; i < BT_ACT_COUNT; i++) if (kind && !strcmp(kind, bt_act_kind_name(i))) k.kind = bt_act_kind_name(i);
+        snprintf(k.name, sizeof k.name, "%s", name ? name : "?");
+        if (!grid || sscanf(grid, "%d,%d,%d", &k.grid[0], &k.grid[1], &k.grid[2]) != 3) k.grid[0] = k.grid[1] = k.grid[2] = 0;
+        if (!block || sscanf(block, "%d,%d,%d", &k.block[0], &k.block[1], &k.block[2]) != 3) k.block[0] = k.block[1] = k.block[2] = 0;
+        k.registers = bt_col_int(s, 7);
+        k.shared_bytes = bt_col_int(s, 8);
+        k.bytes = sqlite3_column_type(s, 9) == SQLITE_NULL ? -1 : sqlite3_column_int64(s, 9);
+        k.start_ns = sqlite3_column_int64(s, 10);
+        k.end_ns = sqlite3_column_int64(s, 11);
+        k.stream = sqlite3_column_int64(s, 12);
+        k.device = sqlite3_column_int64(s, 13);
+        int stop = fn(user, &k);
+        if (stop) { sqlite3_finalize(s); return stop; }
+    }
+    int e = rc;
+    sqlite3_finalize(s);
+    return e == SQLITE_DONE ? BT_OK : db_fail(r, e, "reading kernels");
+}
+
+int bt_trace_op_timings_each(bt_trace_reader *r, int (*fn)(void *user, const bt_trace_op_timing_row *t), void *user)
+{
+    bool have;
+    int rc = table_exists(r, "op_timings", &have);
+    if (rc || !have) return rc;
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(r->db, "SELECT o.step, t.layer, t.op, t.name, o.start_ns, o.dur_ns FROM op_timings o"
+                           " JOIN tensors t ON t.model = o.model AND t.idx = o.idx ORDER BY o.step, o.start_ns",
+                           -1, &s, NULL) != SQLITE_OK)
+        return db_fail(r, sqlite3_errcode(r->db), "reading op_timings");
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        bt_trace_op_timing_row t = {
+            .step = bt_col_int(s, 0), .layer = bt_col_int(s, 1), .op = bt_col_text(s, 2), .tensor = bt_col_text(s, 3),
+            .start_ns = sqlite3_column_int64(s, 4), .dur_ns = sqlite3_column_int64(s, 5),
+        };
+        if (!t.op) t.op = "?";
+        if (!t.tensor) t.tensor = "?";
+        int stop = fn(user, &t);
+        if (stop) { sqlite3_finalize(s); return stop; }
+    }
+    int e = rc;
+    sqlite3_finalize(s);
+    return e == SQLITE_DONE ? BT_OK : db_fail(r, e, "reading op_timings");
+}

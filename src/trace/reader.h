@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include "tap/kernel_rows.h"
 
 /* The bangtrace SQLite application_id ('BTRC'), written by the writer. */
 #define BT_TRACE_APPLICATION_ID 0x42545243
@@ -180,6 +181,16 @@ typedef struct bt_trace_event_row {
 /* Events in id order; kind NULL = all kinds (kind uses the events_kind index). */
 int bt_trace_events_each(bt_trace_reader *r, const char *kind,
                          int (*fn)(void *user, const bt_trace_event_row *ev), void *user);
+
+/* ---- device activity (table kernels) and op timings (run --timing) ----
+ * Both tables are optional: a trace without them has zero rows. */
+int bt_trace_kernels_each(bt_trace_reader *r, int (*fn)(void *user, const bt_kernel_row *k), void *user);
+typedef struct bt_trace_op_timing_row {
+    int step, layer;            /* layer -1 outside layers */
+    const char *op, *tensor;    /* borrowed for the callback */
+    int64_t start_ns, dur_ns;
+} bt_trace_op_timing_row;
+int bt_trace_op_timings_each(bt_trace_reader *r, int (*fn)(void *user, const bt_trace_op_timing_row *t), void *user);
 
 typedef struct bt_trace_backtrace_row {
     int64_t id, event_id;       /* event_id -1 when NULL */

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdbool.h>
 #include "tap/stats.h"
+#include "tap/kernel_rows.h"
 
 #define BT_TRACE_SCHEMA_VERSION 1
 
@@ -93,6 +94,13 @@ typedef struct bt_spec_row {
 int bt_trace_spec_step(bt_trace *t, int step, const char *drafter, int k, int accepted,
                        int32_t bonus_token, const char *bonus_kind);
 int bt_trace_spec_trail(bt_trace *t, const bt_spec_row *r);
+
+/* Device activity (CUPTI records converted by bt_act_to_row), any time
+ * during the run; rows outside a step transaction commit with the next. */
+int bt_trace_kernel_rows(bt_trace *t, const bt_kernel_row *rows, int n);
+/* run --timing: the host wall time of tapped tensor idx of step (inside the
+ * step). start_ns is CLOCK_MONOTONIC. */
+int bt_trace_op_timing(bt_trace *t, int step, const char *model, int idx, int64_t start_ns, int64_t dur_ns);
 
 /* Size of the file (+ WAL) in bytes, for reports. */
 int64_t bt_trace_size(const char *path);

@@ -60,7 +60,7 @@ extern const char bt_trace_schema_sql[];   /* generated from traces/schema.sql *
 
 enum {
     ST_META, ST_TENSOR, ST_STEP, ST_BLOB, ST_BAD, ST_LOGITS, ST_ROW, ST_TOKEN, ST_FINISH,
-    ST_EVENT, ST_BT, ST_SPEC_STEP, ST_SPEC_TRAIL, ST_BEGIN, ST_COMMIT, ST_COUNT
+    ST_EVENT, ST_BT, ST_SPEC_STEP, ST_SPEC_TRAIL, ST_BEGIN, ST_COMMIT, ST_KERNEL, ST_TIMING, ST_COUNT
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
@@ -84,6 +84,9 @@ static const char *const stmt_sql[ST_COUNT] = {
                       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     [ST_BEGIN] = "BEGIN",
     [ST_COMMIT] = "COMMIT",
+    [ST_KERNEL] = "INSERT INTO kernels(step, layer, op, kind, name, grid, block, registers, shared_bytes, bytes,"
+                  " start_ns, end_ns, stream, device) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+    [ST_TIMING] = "INSERT OR REPLACE INTO op_timings(step, model, idx, start_ns, dur_ns) VALUES (?1, ?2, ?3, ?4, ?5)",
 };
 
 struct bt_trace {
@@ -742,6 +745,55 @@ int bt_trace_spec_trail(bt_trace *t, const bt_spec_row *r)
     sqlite3_bind_int(s, 10, r->accepted);
     bind_text_or_null(s, 11, r->reason);
     int rc = run_stmt(t, ST_SPEC_TRAIL, "writing spec_trail");
+    t->in_sqlite = 0;
+    return rc;
+}
+
+/* ---- device activity and op timings ---- */
+
+int bt_trace_kernel_rows(bt_trace *t, const bt_kernel_row *rows, int n)
+{
+    REENTRY_GUARD(t);
+    sqlite3_stmt *s = t->st[ST_KERNEL];
+    int rc = BT_OK;
+    t->in_sqlite = 1;
+    for (int i = 0; i < n && !rc; i++) {
+        const bt_kernel_row *k = &rows[i];
+        char grid[48], block[48];
+        bool kern = k->registers >= 0;
+        snprintf(grid, sizeof grid, "%d,%d,%d", k->grid[0], k->grid[1], k->grid[2]);
+        snprintf(block, sizeof block, "%d,%d,%d", k->block[0], k->block[1], k->block[2]);
+        bind_int_or_null(s, 1, k->step);
+        bind_int_or_null(s, 2, k->layer);
+        bind_text_or_null(s, 3, k->op[0] ? k->op : NULL);
+        sqlite3_bind_text(s, 4, k->kind ? k->kind : "?", -1, SQLITE_STATIC);
+        sqlite3_bind_text(s, 5, k->name, -1, SQLITE_TRANSIENT);
+        bind_text_or_null(s, 6, kern ? grid : NULL);
+        bind_text_or_null(s, 7, kern ? block : NULL);
+        bind_int_or_null(s, 8, kern ? k->registers : -1);
+        bind_int_or_null(s, 9, kern ? k->shared_bytes : -1);
+        bind_int_or_null(s, 10, k->bytes);
+        sqlite3_bind_int64(s, 11, k->start_ns);
+        sqlite3_bind_int64(s, 12, k->end_ns);
+        sqlite3_bind_int64(s, 13, k->stream);
+        sqlite3_bind_int64(s, 14, k->device);
+        rc = run_stmt(t, ST_KERNEL, "writing kernels");
+    }
+    t->in_sqlite = 0;
+    return rc;
+}
+
+int bt_trace_op_timing(bt_trace *t, int step, const char *model, int idx, int64_t start_ns, int64_t dur_ns)
+{
+    REENTRY_GUARD(t);
+    sqlite3_stmt *s = t->st[ST_TIMING];
+    t->in_sqlite = 1;
+    sqlite3_bind_int(s, 1, step);
+    sqlite3_bind_text(s, 2, model ? model : "target", -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 3, idx);
+    sqlite3_bind_int64(s, 4, start_ns);
+    sqlite3_bind_int64(s, 5, dur_ns);
+    int rc = run_stmt(t, ST_TIMING, "writing op_timings");
     t->in_sqlite = 0;
     return rc;
 }
