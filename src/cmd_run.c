@@ -10,6 +10,7 @@
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "request.h"
+#include "session.h"
 #include "sys/crash.h"
 #include "sys/outfile.h"
 #include "tap/inject.h"
@@ -271,10 +272,28 @@ static void read_cpu_name(char *buf, size_t cap)
 }
 
 /* Everything `report` and `bisect --reference` need besides the model file. */
-static int write_meta(bt_trace *t, int argc, char **argv, const run_opts *o, const bt_request *req,
-                      const bt_model *m, const bt_tokenizer *tok, const bt_sampler_cfg *sc,
-                      const bt_injector *inj, const char *prompt_text, const char *sha_hex)
+typedef struct run_meta {
+    int argc; char **argv;
+    const run_opts *o;
+    const bt_request *req;
+    const bt_sampler_cfg *sc;
+    const char *prompt_text;
+} run_meta;
+
+/* The session's meta callback: called once the trace exists. */
+static int write_meta(void *user, bt_trace *t, const bt_session *s)
 {
+    const run_meta *rm = user;
+    int argc = rm->argc;
+    char **argv = rm->argv;
+    const run_opts *o = rm->o;
+    const bt_request *req = rm->req;
+    const bt_sampler_cfg *sc = rm->sc;
+    const bt_model *m = bt_session_model(s);
+    const bt_tokenizer *tok = bt_session_tokenizer(s);
+    const bt_injector *inj = bt_session_injector(s);
+    const char *prompt_text = rm->prompt_text;
+    const char *sha_hex = bt_session_model_sha256(s);
     int rc = BT_OK;
     char buf[512], *js;
     const bt_config *c = &m->cfg;
@@ -336,40 +355,6 @@ static int write_meta(bt_trace *t, int argc, char **argv, const run_opts *o, con
     return rc;
 }
 
-/* A separate draft model must speak the target's vocabulary token for
- * token, or its proposals mean nothing to the target. */
-static int load_draft(const run_opts *o, const bt_model *m, bt_model **out)
-{
-    int rc = bt_model_load(o->draft_model, o->tokenizer, out);
-    if (rc) return rc;
-    const bt_model *d = *out;
-    if (!bt_model_has_weights(d)) return bt_error(BT_EINVAL, "%s: the draft model has no weights", o->draft_model);
-    if (!d->has_vocab || d->vocab.n_tokens != m->vocab.n_tokens || d->cfg.n_vocab != m->cfg.n_vocab)
-        return bt_error(BT_EINVAL, "draft model %s has a vocabulary of %d tokens; the target has %d: they must be the same",
-                        o->draft_model, d->has_vocab ? d->vocab.n_tokens : d->cfg.n_vocab, m->vocab.n_tokens);
-    for (int i = 0; i < m->vocab.n_tokens; i++)
-        if (d->vocab.len[i] != m->vocab.len[i] || memcmp(d->vocab.text[i], m->vocab.text[i], m->vocab.len[i]))
-            return bt_error(BT_EINVAL, "draft model %s differs from the target's vocabulary at token %d: they must be the same",
-                            o->draft_model, i);
-    return BT_OK;
-}
-
-static int write_spec_meta(bt_trace *t, const run_opts *o, const bt_model *dm, const char *drafter)
-{
-    char buf[80], hex[65];
-    snprintf(buf, sizeof(buf), "%ld", o->spec_k);
-    int rc = bt_trace_meta(t, "spec_k", buf);
-    if (!rc) rc = bt_trace_meta(t, "drafter", drafter);
-    if (!rc && dm) {
-        char *abs = realpath(o->draft_model, NULL);
-        rc = bt_trace_meta(t, "draft_model_path", abs ? abs : o->draft_model);
-        free(abs);
-        bt_sha256_hex(dm->file_data, dm->file_size, hex);
-        if (!rc) rc = bt_trace_meta(t, "draft_model_sha256", hex);
-    }
-    return rc;
-}
-
 static void json_ids(json_t *obj, const char *key, const int32_t *ids, size_t n)
 {
     json_t *a = json_array();
@@ -382,8 +367,9 @@ int cmd_run(int argc, char **argv)
     run_opts o;
     bt_request req;
     memset(&req, 0, sizeof(req));
-    bt_model *m = NULL;
-    bt_tokenizer *tok = NULL;
+    bt_session *ses = NULL;
+    const bt_model *m = NULL;
+    const bt_tokenizer *tok = NULL;
     bt_engine *e = NULL;
     bt_sampler *smp = NULL;
     int32_t *prompt = NULL, *gen = NULL;
@@ -391,15 +377,12 @@ int cmd_run(int argc, char **argv)
     size_t n_prompt = 0, n_gen = 0, text_len = 0, printed = 0;
     int status = 2;
     const char *finish = "length";
-    bt_injector *inj = NULL;
     bt_trace *trace = NULL;
-    bt_recorder *rec = NULL, *drec = NULL;
-    bt_model *dm = NULL;
-    bt_engine *de = NULL;
+    bt_recorder *rec = NULL;
     bt_decoder *dec = NULL;
     int32_t *burst = NULL;
     float *burst_lp = NULL;
-    char drafter_name[32] = "";
+    const char *drafter_name = "";
 
     if (parse_args(argc, argv, &o)) goto fail;
     if (o.trace) {
@@ -433,17 +416,19 @@ int cmd_run(int argc, char **argv)
     if (bt_argmax_parse(o.argmax ? o.argmax : "first", &sc.rule)) goto fail;
 
     double t0 = bt_now();
-    if (bt_model_load(o.model, o.tokenizer, &m)) goto fail;
-    if (!m->has_vocab) {
-        bt_error(BT_EINVAL, "%s has no tokenizer%s", o.model,
-                 !strcmp(m->format, "llama2c") ? ": pass the llama2.c tokenizer.bin with --tokenizer" : "");
-        goto fail;
-    }
-    if (!bt_model_has_weights(m)) { bt_error(BT_EINVAL, "%s is a vocabulary-only file: it has no weights to run", o.model); goto fail; }
-    if (bt_tokenizer_new(&m->vocab, &tok)) goto fail;
+    run_meta rm = { argc, argv, &o, &req, &sc, prompt_text_of(&o, &req) };
+    bt_session_cfg cfg = { .model = o.model, .tokenizer = o.tokenizer, .draft_model = o.draft_model,
+                           .need_vocab = true, .need_weights = true, .ctx = (int)o.ctx, .threads = (int)o.threads,
+                           .spec_k = (int)o.spec_k, .draft_self = (int)o.draft_self, .draft_ngram = (int)o.draft_ngram,
+                           .inject = o.inject, .n_inject = o.n_inject,
+                           .trace = o.trace, .force = o.force, .taps = o.taps, .layer_lo = o.layer_lo,
+                           .layer_hi = o.layer_hi, .logits_full = o.logits_full, .topk = (int)o.topk, .rule = sc.rule,
+                           .meta = write_meta, .meta_user = &rm, .hooks = true };
+    if (bt_session_open(&cfg, &ses)) goto fail;
+    m = bt_session_model(ses);
+    tok = bt_session_tokenizer(ses);
     if (build_prompt(&o, &req, m, tok, &prompt, &n_prompt)) goto fail;
-    int ctx = o.ctx ? (int)o.ctx : BT_MIN(m->cfg.ctx_len, BT_ENGINE_CTX_CAP);
-    bt_kernels_init();
+    int ctx = bt_session_ctx(ses);
     bt_debug("kernels: cpu-%s, %ld threads; context %d (model %d), max tokens %ld", bt_kernels_simd(), o.threads, ctx,
              m->cfg.ctx_len, n_max);
     bt_debug("sampling: temperature %g, top_k %d, top_p %g, seed %llu, argmax %s%s", (double)sc.temperature, sc.top_k,
@@ -454,69 +439,19 @@ int cmd_run(int argc, char **argv)
         bt_warn("prompt (%zu) + max tokens (%ld) exceed the context (%d): generating at most %ld", n_prompt, n_max, ctx, ctx - (long)n_prompt);
         n_max = ctx - (long)n_prompt;
     }
-    /* Hash before any bitflip injection: the mapping then differs from the file. */
-    char sha_hex[65] = "";
-    if (o.trace) bt_sha256_hex(m->file_data, m->file_size, sha_hex);
-    if (o.n_inject) {
-        if (!(inj = bt_injector_new())) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
-        for (int i = 0; i < o.n_inject; i++) if (bt_injector_add(inj, o.inject[i])) goto fail;
-        if (bt_injector_apply_weights(inj, m)) goto fail;
-    }
-    int batch = (int)n_prompt + (int)o.spec_k + 1;
-    if (bt_engine_new(m, ctx, batch, (int)o.threads, &e)) goto fail;
-    if (bt_sampler_new(&sc, m->cfg.n_vocab, &smp)) goto fail;
-    if (o.draft_model && load_draft(&o, m, &dm)) goto fail;
-    if (o.draft_model || o.draft_self) {
-        if (o.draft_self >= m->cfg.n_layers) {
-            bt_error(BT_EINVAL, "--draft-self %ld must be below the target's %d layers", o.draft_self, m->cfg.n_layers);
-            goto fail;
-        }
-        bt_engine_opts eo = { .ctx_len = ctx, .max_batch = batch, .n_layers = (int)o.draft_self, .share_pool = e };
-        if (bt_engine_new_opts(dm ? dm : m, &eo, &de)) goto fail;
-    }
-    if (inj) {
-        /* Refuse, before any work, a spec this run can never match. Steps:
-         * a plain run makes n_max forwards; speculation at most k draft
-         * forwards and one verify per emitted token. Positions: the last
-         * emitted token is never fed back; a verify computes k past it. */
-        long k = o.draft_ngram ? 0 : o.spec_k, n1 = BT_MAX(n_max, 1L);
-        bt_inject_limits lim = { .target = &m->cfg, .draft = de ? &(dm ? dm : m)->cfg : NULL,
-                                 .draft_layers = de ? bt_engine_n_layers(de) : 0,
-                                 .max_pos = (int)BT_MIN((long)ctx, (long)n_prompt + n1 - 1 + o.spec_k),
-                                 .max_step = (int)BT_MIN((long)INT_MAX, n_max <= 0 ? 0 : 1 + (n_max - 1) * (k + 1)) };
-        if (bt_injector_check(inj, &lim)) goto fail;
-    }
-    if (o.draft_model) snprintf(drafter_name, sizeof(drafter_name), "model");
-    else if (o.draft_self) snprintf(drafter_name, sizeof(drafter_name), "self:%ld", o.draft_self);
-    else if (o.draft_ngram) snprintf(drafter_name, sizeof(drafter_name), "ngram:%ld", o.draft_ngram);
-    if (o.trace) {
-        /* From here on an interrupt closes the trace properly (checked
-         * between steps); before, there was nothing to lose. */
-        if (bt_interrupt_install()) goto fail;
-        if (bt_trace_create_opts(o.trace, o.force ? BT_TRACE_FORCE : 0, &trace)) goto fail;
+    cfg.max_batch = (int)n_prompt + (int)o.spec_k + 1;
+    cfg.max_tokens = n_max;
+    cfg.prompt = prompt;
+    cfg.n_prompt = (int)n_prompt;
+    if (o.trace)
         bt_debug("trace %s: taps %s, logits %s, top-k %ld%s", o.trace, bt_taps_mode_name(o.taps),
                  o.logits_full ? "full" : "flagged", o.topk, o.n_inject ? ", with fault injection" : "");
-        if (write_meta(trace, argc, argv, &o, &req, m, tok, &sc, inj, prompt_text_of(&o, &req), sha_hex)) goto fail;
-        if (o.spec_k && write_spec_meta(trace, &o, dm, drafter_name)) goto fail;
-    }
-    if (o.trace || inj) {
-        bt_recorder_cfg rc_cfg = { .trace = trace, .inj = inj, .model = m, .tok = tok, .taps = o.trace ? o.taps : BT_TAPS_NONE,
-                                   .layer_lo = o.layer_lo, .layer_hi = o.layer_hi, .logits_full = o.logits_full,
-                                   .topk = (int)o.topk, .rule = sc.rule, .model_role = "target" };
-        if (bt_recorder_new(&rc_cfg, e, &rec)) goto fail;
-        if (bt_recorder_prompt(rec, prompt, (int)n_prompt)) goto fail;
-        if (de) {
-            rc_cfg.model = dm ? dm : m;
-            rc_cfg.model_role = "draft";
-            if (bt_recorder_new(&rc_cfg, de, &drec)) goto fail;
-        }
-        if (trace) {
-            static char note[600];
-            snprintf(note, sizeof(note), "trace closed: %s", o.trace);
-            bt_crash_set_note(note);
-            bt_crash_install(bt_recorder_crash_hook, rec);
-        }
-    }
+    if (bt_session_start(ses, &cfg)) goto fail;
+    if (bt_sampler_new(&sc, m->cfg.n_vocab, &smp)) goto fail;
+    e = bt_session_engine(ses);
+    rec = bt_session_recorder(ses);
+    trace = bt_session_trace(ses);
+    drafter_name = bt_session_drafter_name(ses);
     gen = malloc((size_t)(n_max + o.spec_k + 2) * sizeof(int32_t));
     text = malloc(1);
     if (!gen || !text) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
@@ -528,11 +463,8 @@ int cmd_run(int argc, char **argv)
            "%d threads, %s, argmax %s", m->cfg.name, m->format, m->cfg.n_layers, m->cfg.dim, m->cfg.n_vocab,
            t_load * 1e3, n_prompt, (int)o.threads, sc.temperature > 0 ? "sampling" : "greedy", rule);
 
-    bt_decoder_cfg dc = { .target = e, .target_rec = rec, .smp = smp, .greedy = sc.temperature <= 0, .rule = sc.rule,
-                          .tok = tok, .ignore_eos = o.ignore_eos, .inj = inj,
-                          .drafter = o.draft_model ? BT_DRAFT_MODEL : o.draft_self ? BT_DRAFT_SELF : o.draft_ngram ? BT_DRAFT_NGRAM : BT_DRAFT_NONE,
-                          .k = (int)o.spec_k, .ngram = (int)o.draft_ngram, .drafter_name = drafter_name,
-                          .draft = de, .draft_rec = drec };
+    bt_decoder_cfg dc = { .smp = smp, .greedy = sc.temperature <= 0, .rule = sc.rule, .tok = tok, .ignore_eos = o.ignore_eos };
+    bt_session_decoder_cfg(ses, &dc);
     if (bt_decoder_new(&dc, prompt, (int)n_prompt, (int)n_max, &dec)) goto fail;
     burst = malloc((size_t)(o.spec_k + 2) * sizeof(int32_t));
     burst_lp = malloc((size_t)(o.spec_k + 2) * sizeof(float));
@@ -591,7 +523,7 @@ int cmd_run(int argc, char **argv)
         snprintf(detail, sizeof(detail), "%s after %zu generated tokens; last committed step %d",
                  bt_signal_name(intr), n_gen, step);
         int tr = bt_trace_event(trace, step, -1, "interrupted", -1, NULL, NULL, detail, NULL);
-        int tc = bt_trace_close(trace, bt_trace_failed(trace) ? BT_TRACE_STATUS_IO_ERROR : BT_TRACE_STATUS_INTERRUPTED);
+        int tc = bt_session_close_trace(ses, bt_trace_failed(trace) ? BT_TRACE_STATUS_IO_ERROR : BT_TRACE_STATUS_INTERRUPTED);
         trace = NULL;
         if (printed) putchar('\n');
         fflush(stdout);
@@ -610,7 +542,7 @@ int cmd_run(int argc, char **argv)
     }
     if (rec && (rc = bt_recorder_finish(rec, finish))) goto fail;
     if (trace) {
-        int tr = bt_trace_close(trace, "ok");
+        int tr = bt_session_close_trace(ses, BT_TRACE_STATUS_OK);
         trace = NULL;
         if (tr) goto fail;
         bt_log("bangtrace: trace %s: %lld bytes, %d events", o.trace, (long long)bt_trace_size(o.trace),
@@ -662,6 +594,10 @@ int cmd_run(int argc, char **argv)
            t_decode * 1e3, bt_rate_fmt(decoded - 1, t_decode, dps_s, sizeof(dps_s)), finish);
     goto out;
 fail:
+    /* the session may have got part way: ask it, not the locals */
+    rec = ses ? bt_session_recorder(ses) : NULL;
+    trace = ses ? bt_session_trace(ses) : NULL;
+    e = ses ? bt_session_engine(ses) : NULL;
     if (rec && bt_recorder_status(rec) && !*bt_errmsg()) bt_error(bt_recorder_status(rec), "trace write failed");
     status = bt_cmd_fail("run");
     if (trace) {
@@ -670,23 +606,11 @@ fail:
         bt_trace_event(trace, e ? bt_engine_step(e) : -1, -1, "error", -1, NULL, NULL, msg, NULL);
     }
 out:
-    if (trace)
-        bt_trace_close(trace, status != 2 ? BT_TRACE_STATUS_OK
-                              : bt_trace_failed(trace) ? BT_TRACE_STATUS_IO_ERROR : BT_TRACE_STATUS_ERROR);
-    bt_crash_uninstall();
-    bt_interrupt_uninstall();
     bt_decoder_free(dec);
+    bt_session_close(ses, status != 2 ? BT_TRACE_STATUS_OK : NULL);
     free(burst); free(burst_lp);
-    bt_recorder_free(drec);
-    bt_engine_free(de);
-    bt_model_free(dm);
-    bt_recorder_free(rec);
-    bt_injector_free(inj);
     free(prompt); free(gen); free(text);
     bt_sampler_free(smp);
-    bt_engine_free(e);
-    bt_tokenizer_free(tok);
-    bt_model_free(m);
     bt_request_clear(&req);
     return status;
 }
