@@ -22,5 +22,7 @@ libbttrace_a_SOURCES += src/trace/analyze.h src/trace/analyze.c
 bangtrace_SOURCES += src/cmd_bisect.c src/cmd_report.c
 # the one tap comparator (bisect --reference and diff)
 libbttrace_a_SOURCES += src/trace/compare.h src/trace/compare.c
+# teacher-forced replay of a trace against a clean session (bisect --reference)
+libbttrace_a_SOURCES += src/trace/replay.h src/trace/replay.c
 # `bangtrace diff`: two traces compared (tokens, taps, settings)
 bangtrace_SOURCES += src/cmd_diff.c
