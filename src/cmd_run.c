@@ -374,7 +374,7 @@ int cmd_run(int argc, char **argv)
     bt_sampler *smp = NULL;
     int32_t *prompt = NULL, *gen = NULL;
     char *text = NULL;
-    size_t n_prompt = 0, n_gen = 0, text_len = 0, printed = 0;
+    size_t n_prompt = 0, n_gen = 0, text_len = 0, text_cap = 0, printed = 0;
     int status = 2;
     const char *finish = "length";
     bt_trace *trace = NULL;
@@ -453,8 +453,7 @@ int cmd_run(int argc, char **argv)
     trace = bt_session_trace(ses);
     drafter_name = bt_session_drafter_name(ses);
     gen = malloc((size_t)(n_max + o.spec_k + 2) * sizeof(int32_t));
-    text = malloc(1);
-    if (!gen || !text) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+    if (!gen || BT_VEC_RESERVE(text, text_cap, 1)) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
     text[0] = 0;
     double t_load = bt_now() - t0;
     char rule[48];
@@ -496,9 +495,7 @@ int cmd_run(int argc, char **argv)
                  * loses its leading space (the dummy prefix). */
                 int32_t prev = n_gen > 1 ? gen[n_gen - 2] : prompt[n_prompt - 1];
                 if (prev == bt_tokenizer_bos(tok) && pl > 0 && piece[0] == ' ' && m->vocab.add_space_prefix) { piece++; pl--; }
-                char *nt = realloc(text, text_len + pl + 1);
-                if (!nt) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
-                text = nt;
+                if (BT_VEC_RESERVE(text, text_cap, text_len + pl + 1)) goto fail;
                 memcpy(text + text_len, piece, pl);
                 size_t old_len = text_len;
                 text_len += pl;
