@@ -26,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <limits.h>
 #include <unistd.h>
 
 void cmd_run_help(FILE *out)
@@ -175,78 +174,6 @@ static int parse_args(int argc, char **argv, run_opts *o)
     if (drafters > 1) return bt_error(BT_EINVAL, "give one drafter: --draft, --draft-self or --draft-ngram");
     if (drafters && !o->spec_k) return bt_error(BT_EINVAL, "a drafter needs --spec-k K (tokens drafted per verify)");
     if (o->spec_k && !drafters) return bt_error(BT_EINVAL, "--spec-k needs a drafter: --draft MODEL, --draft-self N or --draft-ngram N");
-    return BT_OK;
-}
-
-/* Longest suffix of text[0..n) that is a proper prefix of some stop string:
- * those bytes are held back until we know. */
-static size_t stop_holdback(const char *text, size_t n, char **stop, int n_stop)
-{
-    size_t hold = 0;
-    for (int s = 0; s < n_stop; s++) {
-        size_t sl = strlen(stop[s]);
-        for (size_t k = BT_MIN(sl - 1, n); k > hold; k--)
-            if (!memcmp(text + n - k, stop[s], k)) { hold = k; break; }
-    }
-    return hold;
-}
-
-static const char *find_stop(const char *text, size_t n, size_t from, char **stop, int n_stop)
-{
-    const char *best = NULL;
-    for (int s = 0; s < n_stop; s++) {
-        size_t sl = strlen(stop[s]);
-        size_t start = from > sl ? from - sl : 0;
-        for (size_t i = start; i + sl <= n; i++)
-            if (!memcmp(text + i, stop[s], sl)) { if (!best || text + i < best) best = text + i; break; }
-    }
-    return best;
-}
-
-static int build_prompt(const run_opts *o, const bt_request *req, const bt_model *m, const bt_tokenizer *tok,
-                        int32_t **ids, size_t *n_ids)
-{
-    const char *text = o->prompt ? o->prompt : req->prompt;
-    char *rendered = NULL;
-    bool parse_special = false;
-    if (!text) {
-        int tmpl;
-        if (o->chat_template) {
-            tmpl = bt_chat_tmpl_from_name(o->chat_template);
-            if (tmpl < 0) return bt_error(BT_EINVAL, "unknown --chat-template '%s' (chatml, llama2, llama3, zephyr)", o->chat_template);
-        } else {
-            if (!m->chat_template)
-                return bt_error(BT_EINVAL, "%s has no tokenizer.chat_template; name one with --chat-template NAME (chatml, llama2, llama3, zephyr)", m->path);
-            tmpl = bt_chat_tmpl_detect(m->chat_template, strlen(m->chat_template));
-            if (tmpl == BT_CHAT_NONE)
-                return bt_error(BT_EUNSUPPORTED, "the chat template of %s is not one bangtrace recognises; name one with --chat-template NAME (chatml, llama2, llama3, zephyr)", m->path);
-        }
-        /* The tokenizer adds BOS itself when the vocabulary asks (add_special
-         * below), so the template must not spell it a second time. */
-        bt_chat_opts co = { .bos_text = m->vocab.add_bos ? "" : NULL };
-        char *sys = NULL;
-        if (m->chat_template && bt_chat_default_system(m->chat_template, strlen(m->chat_template), &sys) == BT_ENOMEM)
-            return bt_error(BT_ENOMEM, "out of memory");
-        co.default_system = sys;
-        int rc = bt_chat_render_opts(tmpl, req->messages, req->n_messages, &co, &rendered);
-        free(sys);
-        if (rc) return rc;
-        text = rendered;
-        parse_special = true;
-        bt_debug("rendered prompt: %s", rendered);
-    }
-    int rc = bt_tokenize(tok, text, strlen(text), true, parse_special, ids, n_ids);
-    free(rendered);
-    if (rc) return rc;
-    if (*n_ids == 0) {
-        int32_t bos = bt_tokenizer_bos(tok);
-        if (bos < 0) return bt_error(BT_EINVAL, "the prompt is empty and the vocabulary has no BOS token to start from");
-        free(*ids);
-        *ids = malloc(sizeof(int32_t));
-        if (!*ids) return bt_error(BT_ENOMEM, "out of memory");
-        (*ids)[0] = bos;
-        *n_ids = 1;
-    }
     return BT_OK;
 }
 
@@ -427,7 +354,7 @@ int cmd_run(int argc, char **argv)
     if (bt_session_open(&cfg, &ses)) goto fail;
     m = bt_session_model(ses);
     tok = bt_session_tokenizer(ses);
-    if (build_prompt(&o, &req, m, tok, &prompt, &n_prompt)) goto fail;
+    if (bt_request_prompt_ids(&req, o.prompt, o.chat_template, m, tok, &prompt, &n_prompt)) goto fail;
     int ctx = bt_session_ctx(ses);
     bt_debug("kernels: cpu-%s, %ld threads; context %d (model %d), max tokens %ld", bt_kernels_simd(), o.threads, ctx,
              m->cfg.ctx_len, n_max);
@@ -500,10 +427,10 @@ int cmd_run(int argc, char **argv)
                 size_t old_len = text_len;
                 text_len += pl;
                 text[text_len] = 0;
-                const char *hit = find_stop(text, text_len, old_len, req.stop, req.n_stop);
+                const char *hit = bt_stop_find(text, text_len, old_len, req.stop, req.n_stop);
                 if (hit) { text_len = (size_t)(hit - text); text[text_len] = 0; finish = "stop"; done = true; }
                 else if (!o.json) {
-                    size_t upto = text_len - stop_holdback(text, text_len, req.stop, req.n_stop);
+                    size_t upto = text_len - bt_stop_holdback(text, text_len, req.stop, req.n_stop);
                     /* whole characters only: a terminal gets them escaped */
                     if (upto > printed) upto = printed + bt_text_utf8_complete(text + printed, upto - printed);
                     if (upto > printed) { bt_text_fput_output(text + printed, upto - printed, stdout); fflush(stdout); printed = upto; }
