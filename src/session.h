@@ -76,7 +76,9 @@ typedef struct bt_session_cfg {
     int (*meta)(void *user, bt_trace *t, const bt_session *s);
     void *meta_user;
     /* With a trace: SIGINT & co. only set a flag (bt_interrupt_pending),
-     * and a fatal signal records a crash event and closes the trace. */
+     * and a fatal signal records a crash event and closes the trace. The
+     * hooks are process-wide: one session at a time may ask for them (a
+     * server's slots leave this off). */
     bool hooks;
 } bt_session_cfg;
 

@@ -6,6 +6,8 @@ libbttrace_a_SOURCES += src/trace/trace.h src/trace/writer.c src/trace/reader.h 
 	src/trace/reader_impl.h src/trace/reader_browse.c \
 	src/trace/runstate.h src/trace/runstate.c \
 	src/trace/guard.h src/trace/guard.c
+# `bangtrace export`: the copy (export.c) and the flags (cmd_export.c)
+libbttrace_a_SOURCES += src/trace/export.h src/trace/export.c
 bangtrace_SOURCES += src/cmd_export.c
 nodist_libbttrace_a_SOURCES += src/trace/schema.c
 BUILT_SOURCES += src/trace/schema.c
