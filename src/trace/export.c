@@ -122,24 +122,6 @@ static void redactor_free(redactor *rd)
     rd->n_names = 0;
 }
 
-/* A growable string. */
-typedef struct sbuf { char *p; size_t n, cap; bool oom; } sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (BT_VEC_RESERVE(b->p, b->cap, b->n + n + 1)) { b->oom = true; return; }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static char *sb_take(sbuf *b)
-{
-    if (b->oom) { free(b->p); return NULL; }
-    if (!b->p) return strdup("");
-    return b->p;
-}
 
 /* Absolute paths become their base names (/home/ann/m/x.gguf -> x.gguf) and
  * host or user names become [redacted]. A path starts with '/' at the start
@@ -149,7 +131,7 @@ static char *scrub(const redactor *rd, const char *s)
 {
     static const char *const before = " \t\n\"'=(:,[<`";
     static const char *const stop = " \t\n\"')],;<>`";
-    sbuf a = { 0 };
+    bt_sbuf a = { 0 };
     size_t n = strlen(s);
     for (size_t i = 0; i < n;) {
         if (s[i] == '/' && (i == 0 || strchr(before, s[i - 1])) && s[i + 1] && !strchr(stop, s[i + 1])) {
@@ -159,29 +141,29 @@ static char *scrub(const redactor *rd, const char *s)
             while (b > i && s[b - 1] == '/') b--;     /* trailing slashes */
             size_t last = b;
             while (last > i && s[last - 1] != '/') last--;
-            if (last < b) sb_put(&a, s + last, b - last);
-            else sb_put(&a, "/", 1);
+            if (last < b) bt_sbuf_putn(&a, s + last, b - last);
+            else bt_sbuf_putn(&a, "/", 1);
             i = e;
             continue;
         }
-        sb_put(&a, s + i, 1);
+        bt_sbuf_putn(&a, s + i, 1);
         i++;
     }
-    char *out = sb_take(&a);
+    char *out = bt_sbuf_take(&a);
     for (int k = 0; out && k < rd->n_names; k++) {
         const char *name = rd->names[k];
         size_t nl = strlen(name);
         if (!strstr(out, name)) continue;
-        sbuf b = { 0 };
+        bt_sbuf b = { 0 };
         for (const char *p = out; *p;) {
             const char *hit = strstr(p, name);
-            if (!hit) { sb_put(&b, p, strlen(p)); break; }
-            sb_put(&b, p, (size_t)(hit - p));
-            sb_put(&b, REDACTED, strlen(REDACTED));
+            if (!hit) { bt_sbuf_putn(&b, p, strlen(p)); break; }
+            bt_sbuf_putn(&b, p, (size_t)(hit - p));
+            bt_sbuf_putn(&b, REDACTED, strlen(REDACTED));
             p = hit + nl;
         }
         free(out);
-        out = sb_take(&b);
+        out = bt_sbuf_take(&b);
     }
     return out;
 }
@@ -473,7 +455,7 @@ static int copy_table(exporter *x, const table_plan *t)
 {
     int rc = BT_OK;
     sqlite3_stmt *cols = NULL, *ins = NULL;
-    sbuf into = { 0 }, sel = { 0 };
+    bt_sbuf into = { 0 }, sel = { 0 };
     char *sql = NULL;
     if (sqlite3_prepare_v2(x->db, "SELECT name FROM pragma_table_info(?1, 'main') ORDER BY cid", -1, &cols, NULL) != SQLITE_OK)
         return db_err(x, "reading the output schema");
@@ -485,10 +467,10 @@ static int copy_table(exporter *x, const table_plan *t)
         const char *e = col_expr(x->rd.level, t->name, c);
         char *qc = sqlite3_mprintf("%s\"%w\"", n ? ", " : "", c);
         if (!qc) { rc = bt_error(BT_ENOMEM, "out of memory"); break; }
-        sb_put(&into, qc, strlen(qc));
-        if (n) sb_put(&sel, ", ", 2);
-        if (e) sb_put(&sel, e, strlen(e));
-        else sb_put(&sel, qc + (n ? 2 : 0), strlen(qc) - (n ? 2 : 0));
+        bt_sbuf_putn(&into, qc, strlen(qc));
+        if (n) bt_sbuf_putn(&sel, ", ", 2);
+        if (e) bt_sbuf_putn(&sel, e, strlen(e));
+        else bt_sbuf_putn(&sel, qc + (n ? 2 : 0), strlen(qc) - (n ? 2 : 0));
         sqlite3_free(qc);
         n++;
     }
