@@ -64,68 +64,55 @@ int bt_chat_tmpl_detect(const char *jinja, size_t len)
     return BT_CHAT_NONE;
 }
 
-/* ---- a small growable string ---- */
-
-typedef struct sbuf { char *p; size_t n, cap; bool oom; } sbuf;
-
-static void sb_putn(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (BT_VEC_RESERVE(b->p, b->cap, b->n + n + 1)) { b->oom = true; return; }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-static void sb_puts(sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
+/* ---- rendering into a growable string (bt_sbuf, util.h) ---- */
 
 /* Python's str.strip() / Jinja's trim on ASCII whitespace. */
-static void sb_put_stripped(sbuf *b, const char *s)
+static void sb_put_stripped(bt_sbuf *b, const char *s)
 {
     size_t n = strlen(s);
     while (n && isspace((unsigned char)*s)) s++, n--;
     while (n && isspace((unsigned char)s[n - 1])) n--;
-    sb_putn(b, s, n);
+    bt_sbuf_putn(b, s, n);
 }
 
 /* ---- templates ---- */
 
-static void render_chatml(sbuf *b, const bt_message *m, int n, const bt_chat_opts *o)
+static void render_chatml(bt_sbuf *b, const bt_message *m, int n, const bt_chat_opts *o)
 {
     if (o->default_system && (n == 0 || strcmp(m[0].role, "system") != 0)) {
-        sb_puts(b, "<|im_start|>system\n");
-        sb_puts(b, o->default_system);
-        sb_puts(b, "<|im_end|>\n");
+        bt_sbuf_puts(b, "<|im_start|>system\n");
+        bt_sbuf_puts(b, o->default_system);
+        bt_sbuf_puts(b, "<|im_end|>\n");
     }
     for (int i = 0; i < n; i++) {
-        sb_puts(b, "<|im_start|>");
-        sb_puts(b, m[i].role);
-        sb_puts(b, "\n");
-        sb_puts(b, m[i].content);
-        sb_puts(b, "<|im_end|>\n");
+        bt_sbuf_puts(b, "<|im_start|>");
+        bt_sbuf_puts(b, m[i].role);
+        bt_sbuf_puts(b, "\n");
+        bt_sbuf_puts(b, m[i].content);
+        bt_sbuf_puts(b, "<|im_end|>\n");
     }
-    if (!o->no_generation_prompt) sb_puts(b, "<|im_start|>assistant\n");
+    if (!o->no_generation_prompt) bt_sbuf_puts(b, "<|im_start|>assistant\n");
 }
 
-static void render_llama3(sbuf *b, const bt_message *m, int n, const bt_chat_opts *o)
+static void render_llama3(bt_sbuf *b, const bt_message *m, int n, const bt_chat_opts *o)
 {
-    sb_puts(b, o->bos_text ? o->bos_text : "<|begin_of_text|>");
+    bt_sbuf_puts(b, o->bos_text ? o->bos_text : "<|begin_of_text|>");
     if (o->default_system && (n == 0 || strcmp(m[0].role, "system") != 0)) {
-        sb_puts(b, "<|start_header_id|>system<|end_header_id|>\n\n");
+        bt_sbuf_puts(b, "<|start_header_id|>system<|end_header_id|>\n\n");
         sb_put_stripped(b, o->default_system);
-        sb_puts(b, "<|eot_id|>");
+        bt_sbuf_puts(b, "<|eot_id|>");
     }
     for (int i = 0; i < n; i++) {
-        sb_puts(b, "<|start_header_id|>");
-        sb_puts(b, m[i].role);
-        sb_puts(b, "<|end_header_id|>\n\n");
+        bt_sbuf_puts(b, "<|start_header_id|>");
+        bt_sbuf_puts(b, m[i].role);
+        bt_sbuf_puts(b, "<|end_header_id|>\n\n");
         sb_put_stripped(b, m[i].content);
-        sb_puts(b, "<|eot_id|>");
+        bt_sbuf_puts(b, "<|eot_id|>");
     }
-    if (!o->no_generation_prompt) sb_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    if (!o->no_generation_prompt) bt_sbuf_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
-static int render_llama2(sbuf *b, const bt_message *m, int n, const bt_chat_opts *o)
+static int render_llama2(bt_sbuf *b, const bt_message *m, int n, const bt_chat_opts *o)
 {
     const char *bos = o->bos_text ? o->bos_text : "<s>";
     const char *eos = o->eos_text ? o->eos_text : "</s>";
@@ -142,41 +129,41 @@ static int render_llama2(sbuf *b, const bt_message *m, int n, const bt_chat_opts
             return bt_error(BT_EINVAL, "chat template llama2: roles must alternate user/assistant "
                                        "(message %d is %s)", i, m[i].role);
         if (user) {
-            sb_puts(b, bos);
-            sb_puts(b, "[INST] ");
+            bt_sbuf_puts(b, bos);
+            bt_sbuf_puts(b, "[INST] ");
             if (k == 0 && sys) {
                 /* the template strips "<<SYS>>\n" + sys + ... + content as a
                  * whole, so only the outer ends lose their whitespace */
-                sbuf t = {0};
-                sb_puts(&t, "<<SYS>>\n");
-                sb_puts(&t, sys);
-                sb_puts(&t, "\n<</SYS>>\n\n");
-                sb_puts(&t, m[i].content);
+                bt_sbuf t = {0};
+                bt_sbuf_puts(&t, "<<SYS>>\n");
+                bt_sbuf_puts(&t, sys);
+                bt_sbuf_puts(&t, "\n<</SYS>>\n\n");
+                bt_sbuf_puts(&t, m[i].content);
                 if (t.oom) b->oom = true; /* reported by the caller */
                 else sb_put_stripped(b, t.p);
                 free(t.p);
             } else {
                 sb_put_stripped(b, m[i].content);
             }
-            sb_puts(b, " [/INST]");
+            bt_sbuf_puts(b, " [/INST]");
         } else {
-            sb_puts(b, " ");
+            bt_sbuf_puts(b, " ");
             sb_put_stripped(b, m[i].content);
-            sb_puts(b, " ");
-            sb_puts(b, eos);
+            bt_sbuf_puts(b, " ");
+            bt_sbuf_puts(b, eos);
         }
     }
     return BT_OK;
 }
 
-static int render_zephyr(sbuf *b, const bt_message *m, int n, const bt_chat_opts *o)
+static int render_zephyr(bt_sbuf *b, const bt_message *m, int n, const bt_chat_opts *o)
 {
     const char *eos = o->eos_text ? o->eos_text : "</s>";
     if (o->default_system && (n == 0 || strcmp(m[0].role, "system") != 0)) {
-        sb_puts(b, "<|system|>\n");
-        sb_puts(b, o->default_system);
-        sb_puts(b, eos);
-        sb_puts(b, "\n");
+        bt_sbuf_puts(b, "<|system|>\n");
+        bt_sbuf_puts(b, o->default_system);
+        bt_sbuf_puts(b, eos);
+        bt_sbuf_puts(b, "\n");
     }
     for (int i = 0; i < n; i++) {
         const char *r = m[i].role;
@@ -184,14 +171,14 @@ static int render_zephyr(sbuf *b, const bt_message *m, int n, const bt_chat_opts
          * rather than lose part of the conversation */
         if (strcmp(r, "user") && strcmp(r, "system") && strcmp(r, "assistant"))
             return bt_error(BT_EINVAL, "chat template zephyr has no role \"%s\" (message %d)", r, i);
-        sb_puts(b, "<|");
-        sb_puts(b, r);
-        sb_puts(b, "|>\n");
-        sb_puts(b, m[i].content);
-        sb_puts(b, eos);
-        sb_puts(b, "\n");
+        bt_sbuf_puts(b, "<|");
+        bt_sbuf_puts(b, r);
+        bt_sbuf_puts(b, "|>\n");
+        bt_sbuf_puts(b, m[i].content);
+        bt_sbuf_puts(b, eos);
+        bt_sbuf_puts(b, "\n");
     }
-    if (!o->no_generation_prompt) sb_puts(b, "<|assistant|>\n");
+    if (!o->no_generation_prompt) bt_sbuf_puts(b, "<|assistant|>\n");
     return BT_OK;
 }
 
@@ -205,7 +192,7 @@ int bt_chat_render_opts(int tmpl, const bt_message *msgs, int n, const bt_chat_o
         if (!msgs[i].role || !msgs[i].content)
             return bt_error(BT_EINVAL, "chat render: message %d has no role or content", i);
 
-    sbuf b = {0};
+    bt_sbuf b = {0};
     int rc = BT_OK;
     switch (tmpl) {
     case BT_CHAT_CHATML: render_chatml(&b, msgs, n, o); break;
@@ -215,7 +202,7 @@ int bt_chat_render_opts(int tmpl, const bt_message *msgs, int n, const bt_chat_o
     default:
         return bt_error(BT_EINVAL, "chat render: unknown template id %d (known: chatml, llama2, llama3, zephyr)", tmpl);
     }
-    if (!rc && !b.p) sb_puts(&b, ""); /* llama2 with no messages renders "" */
+    if (!rc && !b.p) bt_sbuf_puts(&b, ""); /* llama2 with no messages renders "" */
     if (!rc && b.oom) rc = bt_error(BT_ENOMEM, "out of memory rendering the chat prompt");
     if (rc) { free(b.p); return rc; }
     *out = b.p;
@@ -240,7 +227,7 @@ static const char *skip_ws(const char *p, const char *end)
 /* Decode one Jinja string literal at p ('...' or "...") with Python's
  * common escapes; returns the position after it, or NULL if p is not a
  * literal or it is unterminated. */
-static const char *read_literal(const char *p, const char *end, sbuf *b)
+static const char *read_literal(const char *p, const char *end, bt_sbuf *b)
 {
     if (p >= end || (*p != '\'' && *p != '"')) return NULL;
     char q = *p++;
@@ -255,14 +242,14 @@ static const char *read_literal(const char *p, const char *end, sbuf *b)
             default: c = e; break; /* \\ \' \" and anything else literally */
             }
         }
-        sb_putn(b, &c, 1);
+        bt_sbuf_putn(b, &c, 1);
     }
     return p < end ? p + 1 : NULL;
 }
 
 /* Read `{{ 'a' + "b" + ... }}` starting anywhere before the next "{{"
  * (within limit), concatenating the leading literals. */
-static bool read_print(const char *p, const char *limit, sbuf *b)
+static bool read_print(const char *p, const char *limit, bt_sbuf *b)
 {
     const char *open = find_in(p, (size_t)(limit - p), "{{");
     if (!open) return false;
@@ -340,7 +327,7 @@ int bt_chat_default_system(const char *jinja, size_t len, char **out)
     }
     if (!body) return bt_error(BT_ENOTFOUND, "chat template has no default system prompt");
 
-    sbuf b = {0};
+    bt_sbuf b = {0};
     if (!read_print(body, limit, &b)) {
         bool oom = b.oom;
         free(b.p);

@@ -13,6 +13,7 @@
 #include "tap/recorder.h"
 #include "tokenizer/tokenizer.h"
 #include "trace/trace.h"
+#include "session.h"
 #include "text.h"
 #include "util.h"
 
@@ -112,17 +113,15 @@ static const char bench_text[] =
     "to read. Every morning she walked to the library, picked a new book and read it under the "
     "old oak tree until the sun went down.";
 
-static int bench_spec(const bt_model *m, bt_engine *e, long k, long self, long ngram, long nd, long reps,
+static int bench_spec(const bt_model *m, const bt_tokenizer *tok, bt_engine *e, long k, long self, long ngram, long nd, long reps,
                       bool quiet, double *plain, double *spec, double *accept)
 {
     if (!m->has_vocab) return bt_error(BT_EINVAL, "speculative bench needs the model's tokenizer (--tokenizer for llama2.c)");
-    bt_tokenizer *tok = NULL;
     bt_engine *de = NULL;
     bt_sampler *smp = NULL;
     int32_t *ids = NULL;
     size_t n = 0;
-    int rc = bt_tokenizer_new(&m->vocab, &tok);
-    if (!rc) rc = bt_tokenize(tok, bench_text, sizeof(bench_text) - 1, true, false, &ids, &n);
+    int rc = bt_tokenize(tok, bench_text, sizeof(bench_text) - 1, true, false, &ids, &n);
     bt_sampler_cfg sc = { .top_p = 1, .rule = { .kind = BT_ARGMAX_FIRST } };
     if (!rc) rc = bt_sampler_new(&sc, m->cfg.n_vocab, &smp);
     int ctx = (int)(n + nd + k + 2);
@@ -174,7 +173,6 @@ static int bench_spec(const bt_model *m, bt_engine *e, long k, long self, long n
     free(tp); free(ts); free(ids);
     bt_sampler_free(smp);
     bt_engine_free(de);
-    bt_tokenizer_free(tok);
     return rc;
 }
 
@@ -183,16 +181,16 @@ int cmd_bench(int argc, char **argv)
     const char *model = NULL, *tokenizer = NULL;
     int taps = BT_TAPS_NONE;
     long spec_k = 0, draft_self = 0, draft_ngram = 0;
-    long threads = sysconf(_SC_NPROCESSORS_ONLN), np = 128, nd = 64, reps = 3;
+    long threads = bt_pool_default_threads(), np = 128, nd = 64, reps = 3;
     bool json = false;
-    bt_model *m = NULL;
+    bt_session *ses = NULL;
+    const bt_model *m = NULL;
     bt_engine *e = NULL;
     bt_pool *pool = NULL;
     int32_t *toks = NULL;
     int status = 2;
     bt_numerics prof;
     memset(&prof, 0, sizeof(prof));
-    if (threads < 1) threads = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool takes = strcmp(a, "--json") != 0;
@@ -218,12 +216,15 @@ int cmd_bench(int argc, char **argv)
         bt_error(BT_EINVAL, "--spec-k K goes with one of --draft-self N or --draft-ngram N");
         goto fail;
     }
-    if (bt_model_load(model, tokenizer, &m)) goto fail;
+    bt_session_cfg cfg = { .model = model, .tokenizer = tokenizer, .ctx = (int)(np + nd), .max_batch = (int)np,
+                           .threads = (int)threads };
+    if (bt_session_open(&cfg, &ses)) goto fail;
+    m = bt_session_model(ses);
     if (draft_self >= m->cfg.n_layers) { bt_error(BT_EINVAL, "--draft-self %ld must be below the model's %d layers", draft_self, m->cfg.n_layers); goto fail; }
     const bt_config *c = &m->cfg;
-    int ctx = (int)(np + nd);
-    if (bt_engine_new(m, ctx, (int)np, (int)threads, &e)) goto fail;
-    if (bt_engine_set_numerics(e, &prof)) goto fail;
+    cfg.numerics = &prof;
+    if (bt_session_start(ses, &cfg)) goto fail;
+    e = bt_session_engine(ses);
     char prof_s[256];
     bt_numerics_format(&prof, prof_s, sizeof(prof_s));
     if (!json && !bt_numerics_is_exact(&prof)) bt_log("bench: numerics %s", prof_s);
@@ -247,16 +248,15 @@ int cmd_bench(int argc, char **argv)
         char dir[] = "/tmp/bangtrace-bench-XXXXXX", path[sizeof dir + 16];
         if (!mkdtemp(dir)) { bt_error(BT_EIO, "cannot create a temporary directory in /tmp: %s", strerror(errno)); goto fail; }
         snprintf(path, sizeof path, "%s/bench.db", dir);
-        bt_trace *tr = NULL;
-        bt_recorder *rec = NULL;
-        bt_recorder_cfg rc_cfg = { .model = m, .taps = taps, .layer_lo = -1, .layer_hi = -1, .topk = 20,
-                                   .rule = { .kind = BT_ARGMAX_FIRST } };
+        /* a second session on the same model: its own engine, trace and recorder */
+        bt_session *ts = NULL;
+        bt_session_cfg tcfg = { .share = ses, .ctx = cfg.ctx, .max_batch = cfg.max_batch, .threads = cfg.threads,
+                                .trace = path, .taps = taps, .layer_lo = -1, .layer_hi = -1, .numerics = &prof,
+                                .rule = { .kind = BT_ARGMAX_FIRST } };
         double pt;
-        int rc = bt_trace_create(path, &tr);
-        if (rc == BT_OK) { rc_cfg.trace = tr; rc = bt_recorder_new(&rc_cfg, e, &rec); }
-        if (rc == BT_OK) rc = bench_reps(e, rec, toks, np, nd, reps, json, "taps on", &pt, &d_taps);
-        bt_recorder_free(rec);
-        bt_trace_close(tr, "ok");
+        int rc = bt_session_new(&tcfg, &ts);
+        if (rc == BT_OK) rc = bench_reps(bt_session_engine(ts), bt_session_recorder(ts), toks, np, nd, reps, json, "taps on", &pt, &d_taps);
+        bt_session_close(ts, BT_TRACE_STATUS_OK);
         unlink(path);
         char side[sizeof path + 8];
         snprintf(side, sizeof(side), "%s-wal", path); unlink(side);
@@ -265,7 +265,7 @@ int cmd_bench(int argc, char **argv)
         if (rc) goto fail;
     }
     double sp_plain = 0, sp_spec = 0, sp_accept = 0;
-    if (spec_k && bench_spec(m, e, spec_k, draft_self, draft_ngram, nd, reps, json, &sp_plain, &sp_spec, &sp_accept)) goto fail;
+    if (spec_k && bench_spec(m, bt_session_tokenizer(ses), e, spec_k, draft_self, draft_ngram, nd, reps, json, &sp_plain, &sp_spec, &sp_accept)) goto fail;
     pool = bt_pool_new((int)threads);
     double bw = pool ? bt_measure_bandwidth(pool) : 0;
     double eff = bytes * d_med / 1e9;
@@ -311,7 +311,6 @@ fail:
 out:
     free(toks);
     bt_pool_free(pool);
-    bt_engine_free(e);
-    bt_model_free(m);
+    bt_session_close(ses, NULL);
     return status;
 }

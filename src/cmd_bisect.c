@@ -1,14 +1,12 @@
 /* cmd_bisect.c - `bangtrace bisect`: where a traced run first went wrong.
  *
- * Plain mode reads the trace only: the first non-finite tensor, how it
- * spread, the first degenerate output step and why the argmax chose what it
- * chose. --reference replays the trace's exact token sequence (teacher
- * forcing: the recorded tokens, not what the reference would have sampled)
- * through a clean engine on the same model file and compares every tapped
- * tensor's statistics step by step; that finds finite corruption which
- * never turns into NaN. Because the trace stores bf16-rounded statistics,
- * the reference's are rounded the same way, so an unchanged run compares
- * exactly equal. */
+ * Plain mode reads the trace only (src/trace/analyze.c): the first
+ * non-finite tensor, how it spread, the first degenerate output step and
+ * why the argmax chose what it chose. --reference hands the trace to the
+ * teacher-forced replay (src/trace/replay.c: the recorded tokens through a
+ * clean engine on the same model file, every tap compared with
+ * bt_tap_compare), which finds finite corruption that never turns into
+ * NaN. This file parses flags and formats what those modules found. */
 #include "cmd.h"
 #include "engine/engine.h"
 #include "engine/numerics.h"
@@ -19,6 +17,7 @@
 #include "trace/compare.h"
 #include "trace/headroom.h"
 #include "trace/reader.h"
+#include "trace/replay.h"
 #include "text.h"
 #include "trace/runstate.h"
 #include "util.h"
@@ -431,115 +430,9 @@ static int print_json(json_t *j)
     return BT_OK;
 }
 
-/* ---- teacher-forced reference replay ---- */
+/* ---- teacher-forced reference replay (src/trace/replay.c) ---- */
 
-typedef struct replay {
-    const bt_trace_tensor_row *tens;
-    int n_tens, n_layers;
-    int *slot;                  /* (BT_OP_COUNT, n_layers + 1) -> slot or -1 */
-    bt_tap_stats *ref;          /* per slot, this step */
-    bool *seen;
-    char err[256];
-} replay;
-
-static int *slot_at(replay *r, int op, int layer) { return &r->slot[op * (r->n_layers + 1) + layer + 1]; }
-
-static bool rp_ask(void *user, int op, int layer)
-{
-    replay *r = user;
-    return *slot_at(r, op, layer) >= 0;
-}
-
-static bool rp_observe(void *user, const bt_tensor_view *t)
-{
-    replay *r = user;
-    int s = *slot_at(r, t->op, t->layer);
-    if (s < 0) return true;
-    if (t->width != r->tens[s].width) {
-        snprintf(r->err, sizeof(r->err), "%s is %d wide in the trace but %d in this model: not the model the trace was recorded with",
-                 r->tens[s].name, r->tens[s].width, t->width);
-        return false;
-    }
-    bt_stats_compute(t->data, t->rows, t->width, t->pos0, &r->ref[s]);
-    r->seen[s] = true;
-    return true;
-}
-
-typedef struct diverge {
-    int step, pos0, n_pos, slot, n_div;
-    char kind[16];
-    char field[16];
-    double tv, rv;              /* the field's value in the trace / the reference */
-} diverge;
-
-/* Does the trace's statistic t differ from the reference's r0 beyond tol?
- * The rule is bt_tap_compare's (the one diff uses); a count mismatch is
- * reported as the field "nonfinite" with the total counts. Fills the first
- * differing field; *rel gets the largest relative difference. */
-static bool stats_differ(const bt_trace_tap_row *t, const bt_tap_stats *r0, double tol,
-                         char field[16], double *tv, double *rv, double *rel)
-{
-    bt_trace_tap_row ref;
-    bt_tap_row_from_stats(r0, &ref);
-    bt_tap_diff d;
-    bool differ = bt_tap_compare(t, &ref, tol, &d);
-    *rel = d.rel;
-    if (!differ) return false;
-    bool count = !strcmp(d.field, "nan") || !strcmp(d.field, "pinf") || !strcmp(d.field, "ninf");
-    snprintf(field, 16, "%s", count ? "nonfinite" : d.field);
-    *tv = count ? (double)(t->nan + t->pinf + t->ninf) : d.a;
-    *rv = count ? (double)(ref.nan + ref.pinf + ref.ninf) : d.b;
-    return true;
-}
-
-typedef struct ref_result {
-    char model_path[1024];
-    bool sha_checked;
-    int threads, steps_compared, steps_total;
-    int verify_steps, draft_steps_skipped;   /* speculative traces */
-    double max_rel;
-    int max_rel_step, max_rel_slot;
-    bool found;
-    diverge first;
-    diverge *all;
-    int n_all;
-    /* --against: the first op non-finite under one profile only */
-    bool one_bad;
-    diverge one;
-    char one_side[8];           /* "A" or "B" */
-} ref_result;
-
-/* --against: compare replay A's statistics with replay B's, slot by slot,
- * with the one comparator (stats_differ); fill d with the first departure
- * and res->one with the first op non-finite under one side only. */
-static void against_step(const bisect_opts *o, const bt_tap_stats *a, const bool *seen_a, const bt_tap_stats *b,
-                         const bool *seen_b, int n_tens, diverge *d, ref_result *res)
-{
-    for (int j = 0; j < n_tens; j++) {
-        if (!seen_a[j] || !seen_b[j]) continue;
-        bt_trace_tap_row ra;
-        bt_tap_row_from_stats(&a[j], &ra);
-        bool bad_a = a[j].nan || a[j].pinf || a[j].ninf, bad_b = b[j].nan || b[j].pinf || b[j].ninf;
-        if (bad_a != bad_b && !res->one_bad) {
-            res->one_bad = true;
-            res->one = *d;
-            res->one.slot = j;
-            snprintf(res->one_side, sizeof(res->one_side), "%s", bad_a ? "A" : "B");
-            snprintf(res->one.field, sizeof(res->one.field), "nonfinite");
-            res->one.tv = (double)(a[j].nan + a[j].pinf + a[j].ninf);
-            res->one.rv = (double)(b[j].nan + b[j].pinf + b[j].ninf);
-        }
-        char field[16];
-        double tv = 0, rv = 0, rel;
-        bool differ = stats_differ(&ra, &b[j], o->tol, field, &tv, &rv, &rel);
-        if (rel > res->max_rel && isfinite(rel)) { res->max_rel = rel; res->max_rel_step = d->step; res->max_rel_slot = j; }
-        if (!differ) continue;
-        if (d->slot < 0) { d->slot = j; snprintf(d->field, sizeof(d->field), "%s", field); d->tv = tv; d->rv = rv; }
-        d->n_div++;
-    }
-}
-
-static void position_str(const diverge *d, char *buf, size_t cap)
+static void position_str(const bt_replay_divergence *d, char *buf, size_t cap)
 {
     if (d->n_pos == 1) snprintf(buf, cap, "position %d", d->pos0);
     else snprintf(buf, cap, "positions %d-%d", d->pos0, d->pos0 + d->n_pos - 1);
@@ -549,7 +442,7 @@ static void position_str(const diverge *d, char *buf, size_t cap)
  * --against the replays under profile A and profile B. */
 static const char *side_a = "in the trace", *side_b = "in the reference";
 
-static void print_divergence(const diverge *d, const bt_trace_tensor_row *tens, int n_tens, const char *prefix)
+static void print_divergence(const bt_replay_divergence *d, const bt_trace_tensor_row *tens, int n_tens, const char *prefix)
 {
     const bt_trace_tensor_row *t = &tens[d->slot];
     char pos[64], l[16];
@@ -565,7 +458,7 @@ static void print_divergence(const diverge *d, const bt_trace_tensor_row *tens, 
     bt_text_printf(stdout, "; %d of %d tensors diverge at this step\n", d->n_div, n_tens);
 }
 
-static json_t *divergence_json(const diverge *d, const bt_trace_tensor_row *tens)
+static json_t *divergence_json(const bt_replay_divergence *d, const bt_trace_tensor_row *tens)
 {
     const bt_trace_tensor_row *t = &tens[d->slot];
     json_t *j = json_object();
@@ -584,248 +477,36 @@ static json_t *divergence_json(const diverge *d, const bt_trace_tensor_row *tens
     return j;
 }
 
-/* The drafted tokens of every verify step, in (step, draft_idx) order: a
- * verify forward's input is the last accepted token and its drafts. */
-typedef struct trail_list { bt_trace_spec_trail_row *v; int n, cap; } trail_list;
+/* The replay's progress line on stderr: a terminal gets one line redrawn
+ * twice a second, a pipe a line every ten seconds. */
+typedef struct progress { double last; bool tty, shown; } progress;
 
-static int trail_cb(void *user, const bt_trace_spec_trail_row *t)
+static void show_progress(void *user, int i, int n)
 {
-    trail_list *l = user;
-    if (l->n == l->cap) {
-        int cap = l->cap ? l->cap * 2 : 256;
-        bt_trace_spec_trail_row *v = realloc(l->v, (size_t)cap * sizeof(*v));
-        if (!v) return bt_error(BT_ENOMEM, "out of memory");
-        l->v = v;
-        l->cap = cap;
-    }
-    l->v[l->n] = *t;
-    l->v[l->n++].reason = NULL;   /* borrowed string: not kept */
-    return 0;
-}
-
-static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trace_tensor_row *tens, int n_tens,
-                         ref_result *res)
-{
-    trail_list tl = { 0 };
-    int32_t *in_tok = NULL;     /* every replayed step's input tokens, back to back */
-    int64_t *in_off = NULL;
-    bool spec = bt_trace_has_spec(r);
-    bt_trace_step_row *steps = NULL;
-    bt_trace_tap_row *tr = NULL;
-    int32_t *seq = NULL;
-    int n_steps = 0, n_seq = 0, n_prompt = 0, n_tr = 0, rc;
-    bt_model *m = NULL;
-    bt_engine *e = NULL, *e2 = NULL;
-    replay rp = { 0 }, rp2 = { 0 };
-
-    const char *meta_path = bt_trace_meta_get(r, "model_path"), *meta_sha = bt_trace_meta_get(r, "model_sha256");
-    const char *meta_threads = bt_trace_meta_get(r, "threads");
-    const char *path = o->model ? o->model : meta_path;
-    if (!path) { rc = bt_error(BT_EINVAL, "%s: the trace does not name its model (meta model_path); pass --model", o->trace); goto out; }
-    snprintf(res->model_path, sizeof(res->model_path), "%s", path);
-    if (n_tens == 0) { rc = bt_error(BT_EINVAL, "%s: the trace has no tap statistics to compare (recorded with --taps none)", o->trace); goto out; }
-    bt_trace_summary sum;
-    if ((rc = bt_trace_summary_get(r, &sum))) goto out;
-    steps = malloc((size_t)(sum.n_steps > 0 ? sum.n_steps : 1) * sizeof(*steps));
-    if (!steps) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
-    if ((rc = bt_trace_steps(r, 0, (int)sum.n_steps, steps, &n_steps))) goto out;
-    int k = 0;
-    for (int i = 0; i < n_steps; i++) if (!strcmp(steps[i].model, "target")) steps[k++] = steps[i];
-    res->draft_steps_skipped = n_steps - k;
-    n_steps = k;
-    if (spec && (rc = bt_trace_spec_trail_each(r, INT32_MIN, INT32_MAX, trail_cb, &tl)) < 0) goto out;
-    if ((rc = bt_analyze_sequence(r, &seq, &n_seq, &n_prompt))) goto out;
-    for (int i = 0; i < n_seq; i++)
-        if (seq[i] < 0) {   /* export --redact replaced the ids with -1: nothing to replay */
-            rc = bt_error(BT_EINVAL, "%s: the trace's token ids were removed by export --redact; --reference needs the original trace", o->trace);
-            goto out;
-        }
-    res->steps_total = n_steps;
-    if (n_steps == 0) { rc = bt_error(BT_EINVAL, "%s: the trace has no steps to replay", o->trace); goto out; }
-
-    if (access(path, R_OK) != 0) {
-        rc = bt_error(BT_EIO, "%s: cannot read the trace's model %s (pass --model)", o->trace, path);
-        goto out;
-    }
-    /* The replay feeds ids only: a llama2.c tokenizer that moved is no reason to fail. */
-    if ((rc = bt_model_load(path, o->tokenizer, &m))) goto out;
-    if (!bt_model_has_weights(m)) { rc = bt_error(BT_EINVAL, "%s is a vocabulary-only file: it has no weights to run", path); goto out; }
-    if (meta_sha && *meta_sha) {
-        char hex[65];
-        bt_sha256_hex(m->file_data, m->file_size, hex);
-        if (strcmp(hex, meta_sha)) {
-            rc = bt_error(BT_EINVAL, "%s has SHA-256 %.16s..., but the trace was recorded with %.16s...: not the same model (pass --model)",
-                          path, hex, meta_sha);
-            goto out;
-        }
-        res->sha_checked = true;
-    } else bt_warn("bangtrace: bisect: %s records no model_sha256; cannot verify that %s is the traced model", o->trace, path);
-
-    int n_layers = m->cfg.n_layers, max_batch = 1, ctx = 1;
-    for (int i = 0; i < n_tens; i++) {
-        int op = bt_op_from_name(tens[i].op);
-        if (tens[i].idx != i || op < 0 || tens[i].layer >= n_layers || (bt_op_is_layer_op(op) != (tens[i].layer >= 0))) {
-            rc = bt_error(BT_EFORMAT, "%s: tensor '%s' (slot %d) does not exist in %s (%d layers)", o->trace, tens[i].name,
-                          tens[i].idx, path, n_layers);
-            goto out;
-        }
-    }
-    /* Each target forward's input tokens: the output sequence for prefill
-     * and decode steps; for a verify step the last accepted token and the
-     * drafts it verified (rejected ones included, as the run fed them). */
-    int64_t total = 0;
-    for (int i = 0; i < n_steps; i++) total += steps[i].n_pos > 0 ? steps[i].n_pos : 0;
-    in_tok = malloc((size_t)(total > 0 ? total : 1) * sizeof(int32_t));
-    in_off = malloc((size_t)n_steps * sizeof(int64_t));
-    if (!in_tok || !in_off) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
-    int tj = 0;
-    int64_t off = 0;
-    for (int i = 0; i < n_steps; i++) {
-        const bt_trace_step_row *s = &steps[i];
-        bool verify = !strcmp(s->kind, "verify");
-        if (strcmp(s->kind, "prefill") && strcmp(s->kind, "decode") && !(spec && verify)) {
-            rc = bt_error(BT_EUNSUPPORTED, "%s: step %d is a %s step; --reference replays prefill, decode and verify steps only", o->trace, s->step, s->kind);
-            goto out;
-        }
-        int need = verify ? 1 : s->n_pos;
-        if (s->n_pos < 1 || s->pos0 < 0 || s->pos0 + need > n_seq) {
-            rc = bt_error(BT_EFORMAT, "%s: step %d needs positions %d-%d but the token trail holds %d tokens",
-                          o->trace, s->step, s->pos0, s->pos0 + need - 1, n_seq);
-            goto out;
-        }
-        in_off[i] = off;
-        memcpy(in_tok + off, seq + s->pos0, (size_t)need * sizeof(int32_t));
-        if (verify) {
-            while (tj < tl.n && tl.v[tj].step < s->step) tj++;
-            for (int d = 1; d < s->n_pos; d++, tj++) {
-                if (tj >= tl.n || tl.v[tj].step != s->step || tl.v[tj].draft_pos != s->pos0 + d) {
-                    rc = bt_error(BT_EFORMAT, "%s: verify step %d covers positions %d-%d but spec_trail has no drafted token for position %d",
-                                  o->trace, s->step, s->pos0, s->pos0 + s->n_pos - 1, s->pos0 + d);
-                    goto out;
-                }
-                in_tok[off + d] = tl.v[tj].draft_token;
-            }
-            res->verify_steps++;
-        }
-        /* Only inputs matter: an out-of-vocabulary id that ended the run is never fed. */
-        for (int d = 0; d < s->n_pos; d++)
-            if (in_tok[off + d] < 0 || in_tok[off + d] >= m->cfg.n_vocab) {
-                rc = bt_error(BT_EFORMAT, "%s: token %d at position %d (step %d) is outside the vocabulary (%d)", o->trace,
-                              in_tok[off + d], s->pos0 + d, s->step, m->cfg.n_vocab);
-                goto out;
-            }
-        off += s->n_pos;
-        max_batch = BT_MAX(max_batch, s->n_pos);
-        ctx = BT_MAX(ctx, s->pos0 + s->n_pos);
-    }
-    int threads = (int)o->threads;
-    if (!threads) {
-        threads = meta_threads ? atoi(meta_threads) : 0;
-        int online = bt_pool_default_threads();
-        if (threads <= 0 || threads > online) threads = online;
-    }
-    res->threads = threads;
-    if ((rc = bt_engine_new(m, ctx, max_batch, threads, &e))) goto out;
-    if (o->num_a && (rc = bt_engine_set_numerics(e, &o->prof_a))) goto out;
-    if (o->num_b) {
-        if ((rc = bt_engine_new(m, ctx, max_batch, threads, &e2))) goto out;
-        if ((rc = bt_engine_set_numerics(e2, &o->prof_b))) goto out;
-    }
-
-    rp.tens = tens; rp.n_tens = n_tens; rp.n_layers = n_layers;
-    rp.slot = malloc((size_t)BT_OP_COUNT * (n_layers + 1) * sizeof(int));
-    rp.ref = calloc((size_t)n_tens, sizeof(bt_tap_stats));
-    rp.seen = calloc((size_t)n_tens, sizeof(bool));
-    if (!rp.slot || !rp.ref || !rp.seen) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
-    for (int i = 0; i < BT_OP_COUNT * (n_layers + 1); i++) rp.slot[i] = -1;
-    for (int i = 0; i < n_tens; i++) *slot_at(&rp, bt_op_from_name(tens[i].op), tens[i].layer) = i;
-    bt_eval_cb cb = { .ask = rp_ask, .observe = rp_observe, .user = &rp };
-    bt_engine_set_eval_cb(e, &cb);
-    if (e2) {
-        rp2 = rp;
-        rp2.ref = calloc((size_t)n_tens, sizeof(bt_tap_stats));
-        rp2.seen = calloc((size_t)n_tens, sizeof(bool));
-        if (!rp2.ref || !rp2.seen) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
-        bt_eval_cb cb2 = { .ask = rp_ask, .observe = rp_observe, .user = &rp2 };
-        bt_engine_set_eval_cb(e2, &cb2);
-    }
-
-    double t0 = bt_now(), last = t0;
-    bool tty = isatty(2), progress = false;
-    for (int i = 0; i < n_steps; i++) {
-        const bt_trace_step_row *s = &steps[i];
-        memset(rp.seen, 0, (size_t)n_tens * sizeof(bool));
-        /* a verify computes the logits of every row, as the run did */
-        if (spec) bt_engine_set_logits_all(e, !strcmp(s->kind, "verify"));
-        if ((rc = bt_engine_forward(e, in_tok + in_off[i], s->n_pos, s->pos0))) {
-            if (rp.err[0]) rc = bt_error(BT_EFORMAT, "%s: %s", o->trace, rp.err);
-            goto out;
-        }
-        if (e2) {
-            memset(rp2.seen, 0, (size_t)n_tens * sizeof(bool));
-            if (spec) bt_engine_set_logits_all(e2, !strcmp(s->kind, "verify"));
-            if ((rc = bt_engine_forward(e2, in_tok + in_off[i], s->n_pos, s->pos0))) {
-                if (rp2.err[0]) rc = bt_error(BT_EFORMAT, "%s: %s", o->trace, rp2.err);
-                goto out;
-            }
-        }
-        free(tr);
-        tr = NULL;
-        if ((rc = bt_trace_step_taps(r, s->step, &tr, &n_tr))) goto out;
-        if (n_tr == 0) continue;            /* a step without taps */
-        res->steps_compared++;
-        diverge d = { .step = s->step, .pos0 = s->pos0, .n_pos = s->n_pos, .slot = -1 };
-        snprintf(d.kind, sizeof(d.kind), "%s", s->kind);
-        if (e2) against_step(o, rp.ref, rp.seen, rp2.ref, rp2.seen, n_tens, &d, res);
-        for (int j = 0; !e2 && j < n_tr && j < n_tens; j++) {
-            if (!rp.seen[j] || !tr[j].recorded) continue;
-            char field[16];
-            double tv = 0, rv = 0, rel;
-            bool differ = stats_differ(&tr[j], &rp.ref[j], o->tol, field, &tv, &rv, &rel);
-            if (rel > res->max_rel && isfinite(rel)) { res->max_rel = rel; res->max_rel_step = s->step; res->max_rel_slot = j; }
-            if (!differ) continue;
-            if (d.slot < 0) { d.slot = j; snprintf(d.field, sizeof(d.field), "%s", field); d.tv = tv; d.rv = rv; }
-            d.n_div++;
-        }
-        if (d.slot >= 0) {
-            if (!res->found) { res->found = true; res->first = d; }
-            if (o->all) {
-                diverge *na = realloc(res->all, (size_t)(res->n_all + 1) * sizeof(*na));
-                if (!na) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
-                res->all = na;
-                res->all[res->n_all++] = d;
-            } else if (!e2 || res->one_bad) break;   /* --against: also look for a one-sided non-finite */
-        }
-        double now = bt_now();
-        if (now - last > (tty ? 0.5 : 10.0)) {
-            last = now;
-            progress = true;
-            if (tty) fprintf(stderr, "\rbisect --reference: step %d/%d", i + 1, n_steps);
-            else fprintf(stderr, "bisect --reference: step %d/%d\n", i + 1, n_steps);
-        }
-    }
-    if (progress && tty) fprintf(stderr, "\r%60s\r", "");
-    bt_debug("bisect --reference: %d steps in %.2f s", res->steps_compared, bt_now() - t0);
-    rc = BT_OK;
-out:
-    free(steps); free(seq); free(tr);
-    free(tl.v); free(in_tok); free(in_off);
-    free(rp.slot); free(rp.ref); free(rp.seen);
-    free(rp2.ref); free(rp2.seen);
-    bt_engine_free(e2);
-    bt_engine_free(e);
-    bt_model_free(m);
-    return rc;
+    progress *p = user;
+    double now = bt_now();
+    if (now - p->last <= (p->tty ? 0.5 : 10.0)) return;
+    p->last = now;
+    p->shown = true;
+    if (p->tty) fprintf(stderr, "\rbisect --reference: step %d/%d", i, n);
+    else fprintf(stderr, "bisect --reference: step %d/%d\n", i, n);
 }
 
 static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
 {
-    const bt_trace_tensor_row *tens = NULL;
-    int n_tens = 0, status = 2;
-    ref_result res;
-    memset(&res, 0, sizeof(res));
-    bt_trace_tensors(r, "target", &tens, &n_tens);
-    if (run_reference(o, r, tens, n_tens, &res)) goto out;
+    int status = 2;
+    bt_replay_result res;
+    double t0 = bt_now();
+    progress pg = { .last = t0, .tty = isatty(2) };
+    bt_replay_cfg cfg = { .name = o->trace, .who = "bisect", .model = o->model, .tokenizer = o->tokenizer, .tol = o->tol,
+                          .threads = (int)o->threads, .all = o->all, .progress = show_progress, .user = &pg,
+                          .numerics = o->num_a ? &o->prof_a : NULL, .against = o->num_b ? &o->prof_b : NULL };
+    int rc = bt_replay_run(r, &cfg, &res);
+    if (pg.shown && pg.tty) fprintf(stderr, "\r%60s\r", "");
+    if (rc) goto out;
+    bt_debug("bisect --reference: %d steps in %.2f s", res.steps_compared, bt_now() - t0);
+    const bt_trace_tensor_row *tens = res.tens;
+    int n_tens = res.n_tens;
     status = res.found ? 1 : 0;
     if (o->json) {
         json_t *j = json_object(), *rj = json_object();
@@ -892,7 +573,7 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
     }
 out:
     if (status == 2) bt_cmd_fail("bisect");
-    free(res.all);
+    bt_replay_result_clear(&res);
     return status;
 }
 

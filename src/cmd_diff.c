@@ -92,13 +92,7 @@ static int tok_cb(void *user, const bt_trace_token_row *t)
     if (!prompt && strcmp(t->role, "gen") && strcmp(t->role, "bonus")) return 0;   /* draft tokens are not output */
     tok **arr = prompt ? &s->prompt : &s->out;
     int *n = prompt ? &s->n_prompt : &s->n_out, *cap = prompt ? &s->cap_prompt : &s->cap_out;
-    if (*n == *cap) {
-        int nc = *cap ? *cap * 2 : 256;
-        tok *a = realloc(*arr, (size_t)nc * sizeof(tok));
-        if (!a) { bt_error(BT_ENOMEM, "%s: out of memory", s->path); return 1; }
-        *arr = a;
-        *cap = nc;
-    }
+    if (BT_VEC_RESERVE(*arr, *cap, *n + 1)) return 1;
     tok *o = &(*arr)[(*n)++];
     memset(o, 0, sizeof(*o));
     o->step = t->step;
@@ -137,14 +131,9 @@ static int side_load(side *s, const char *path)
     if (rc < 0) return rc;
     if (rc > 0) return BT_ENOMEM;   /* tok_cb set the message */
     if ((rc = bt_analyze_generated(s->r, &s->n_gen))) return rc;
-    int cap = 0;
+    size_t cap = 0;
     for (;;) {
-        if (s->n_steps + 1024 > cap) {
-            cap = cap ? cap * 2 : 4096;
-            bt_trace_step_row *a = realloc(s->steps, (size_t)cap * sizeof(*a));
-            if (!a) return bt_error(BT_ENOMEM, "%s: out of memory", path);
-            s->steps = a;
-        }
+        if ((rc = BT_VEC_RESERVE(s->steps, cap, (size_t)s->n_steps + 1024))) return rc;
         int from = s->n_steps ? s->steps[s->n_steps - 1].step + 1 : 0, n = 0;
         if ((rc = bt_trace_steps(s->r, from, 1024, s->steps + s->n_steps, &n))) return rc;
         s->n_steps += n;

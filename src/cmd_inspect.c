@@ -335,12 +335,7 @@ static int check_merges(const bt_model *m, const bt_tokenizer *tok)
             break;
         }
         size_t ll = (size_t)(sep - s), rl = len - ll - 1;
-        if (ll + rl > cap) {
-            cap = (ll + rl) * 2;
-            char *nj = realloc(joined, cap);
-            if (!nj) { rc = bt_error(BT_ENOMEM, "out of memory checking merges"); break; }
-            joined = nj;
-        }
+        if ((rc = BT_VEC_RESERVE(joined, cap, ll + rl))) break;
         memcpy(joined, s, ll);
         memcpy(joined + ll, sep + 1, rl);
         const char *bad = NULL;

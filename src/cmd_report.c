@@ -268,15 +268,7 @@ typedef struct vlist { int *v; int n, cap; } vlist;
 static int verify_cb(void *user, const bt_trace_spec_step_row *row)
 {
     vlist *l = user;
-    if (l->n == l->cap) {
-        int cap = l->cap ? l->cap * 2 : 64;
-        int *v = realloc(l->v, (size_t)cap * sizeof(int));
-        if (!v) return bt_error(BT_ENOMEM, "out of memory");
-        l->v = v;
-        l->cap = cap;
-    }
-    l->v[l->n++] = row->step;
-    return 0;
+    return BT_VEC_PUSH(l->v, l->n, l->cap, row->step);
 }
 
 /* Pieces of the few ids a table shows, found in one pass over the trail. */

@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "request.h"
 #include "engine/numerics.h"
+#include "session.h"
 #include "sys/crash.h"
 #include "sys/outfile.h"
 #include "tap/inject.h"
@@ -26,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <limits.h>
 #include <unistd.h>
 
 void cmd_run_help(FILE *out)
@@ -197,78 +197,6 @@ static int parse_args(int argc, char **argv, run_opts *o)
     return BT_OK;
 }
 
-/* Longest suffix of text[0..n) that is a proper prefix of some stop string:
- * those bytes are held back until we know. */
-static size_t stop_holdback(const char *text, size_t n, char **stop, int n_stop)
-{
-    size_t hold = 0;
-    for (int s = 0; s < n_stop; s++) {
-        size_t sl = strlen(stop[s]);
-        for (size_t k = BT_MIN(sl - 1, n); k > hold; k--)
-            if (!memcmp(text + n - k, stop[s], k)) { hold = k; break; }
-    }
-    return hold;
-}
-
-static const char *find_stop(const char *text, size_t n, size_t from, char **stop, int n_stop)
-{
-    const char *best = NULL;
-    for (int s = 0; s < n_stop; s++) {
-        size_t sl = strlen(stop[s]);
-        size_t start = from > sl ? from - sl : 0;
-        for (size_t i = start; i + sl <= n; i++)
-            if (!memcmp(text + i, stop[s], sl)) { if (!best || text + i < best) best = text + i; break; }
-    }
-    return best;
-}
-
-static int build_prompt(const run_opts *o, const bt_request *req, const bt_model *m, const bt_tokenizer *tok,
-                        int32_t **ids, size_t *n_ids)
-{
-    const char *text = o->prompt ? o->prompt : req->prompt;
-    char *rendered = NULL;
-    bool parse_special = false;
-    if (!text) {
-        int tmpl;
-        if (o->chat_template) {
-            tmpl = bt_chat_tmpl_from_name(o->chat_template);
-            if (tmpl < 0) return bt_error(BT_EINVAL, "unknown --chat-template '%s' (chatml, llama2, llama3, zephyr)", o->chat_template);
-        } else {
-            if (!m->chat_template)
-                return bt_error(BT_EINVAL, "%s has no tokenizer.chat_template; name one with --chat-template NAME (chatml, llama2, llama3, zephyr)", m->path);
-            tmpl = bt_chat_tmpl_detect(m->chat_template, strlen(m->chat_template));
-            if (tmpl == BT_CHAT_NONE)
-                return bt_error(BT_EUNSUPPORTED, "the chat template of %s is not one bangtrace recognises; name one with --chat-template NAME (chatml, llama2, llama3, zephyr)", m->path);
-        }
-        /* The tokenizer adds BOS itself when the vocabulary asks (add_special
-         * below), so the template must not spell it a second time. */
-        bt_chat_opts co = { .bos_text = m->vocab.add_bos ? "" : NULL };
-        char *sys = NULL;
-        if (m->chat_template && bt_chat_default_system(m->chat_template, strlen(m->chat_template), &sys) == BT_ENOMEM)
-            return bt_error(BT_ENOMEM, "out of memory");
-        co.default_system = sys;
-        int rc = bt_chat_render_opts(tmpl, req->messages, req->n_messages, &co, &rendered);
-        free(sys);
-        if (rc) return rc;
-        text = rendered;
-        parse_special = true;
-        bt_debug("rendered prompt: %s", rendered);
-    }
-    int rc = bt_tokenize(tok, text, strlen(text), true, parse_special, ids, n_ids);
-    free(rendered);
-    if (rc) return rc;
-    if (*n_ids == 0) {
-        int32_t bos = bt_tokenizer_bos(tok);
-        if (bos < 0) return bt_error(BT_EINVAL, "the prompt is empty and the vocabulary has no BOS token to start from");
-        free(*ids);
-        *ids = malloc(sizeof(int32_t));
-        if (!*ids) return bt_error(BT_ENOMEM, "out of memory");
-        (*ids)[0] = bos;
-        *n_ids = 1;
-    }
-    return BT_OK;
-}
-
 static const char *prompt_text_of(const run_opts *o, const bt_request *req)
 {
     return o->prompt ? o->prompt : req->prompt ? req->prompt : NULL;
@@ -291,10 +219,28 @@ static void read_cpu_name(char *buf, size_t cap)
 }
 
 /* Everything `report` and `bisect --reference` need besides the model file. */
-static int write_meta(bt_trace *t, int argc, char **argv, const run_opts *o, const bt_request *req,
-                      const bt_model *m, const bt_tokenizer *tok, const bt_sampler_cfg *sc,
-                      const bt_injector *inj, const char *prompt_text, const char *sha_hex)
+typedef struct run_meta {
+    int argc; char **argv;
+    const run_opts *o;
+    const bt_request *req;
+    const bt_sampler_cfg *sc;
+    const char *prompt_text;
+} run_meta;
+
+/* The session's meta callback: called once the trace exists. */
+static int write_meta(void *user, bt_trace *t, const bt_session *s)
 {
+    const run_meta *rm = user;
+    int argc = rm->argc;
+    char **argv = rm->argv;
+    const run_opts *o = rm->o;
+    const bt_request *req = rm->req;
+    const bt_sampler_cfg *sc = rm->sc;
+    const bt_model *m = bt_session_model(s);
+    const bt_tokenizer *tok = bt_session_tokenizer(s);
+    const bt_injector *inj = bt_session_injector(s);
+    const char *prompt_text = rm->prompt_text;
+    const char *sha_hex = bt_session_model_sha256(s);
     int rc = BT_OK;
     char buf[512], *js;
     const bt_config *c = &m->cfg;
@@ -358,40 +304,6 @@ static int write_meta(bt_trace *t, int argc, char **argv, const run_opts *o, con
     return rc;
 }
 
-/* A separate draft model must speak the target's vocabulary token for
- * token, or its proposals mean nothing to the target. */
-static int load_draft(const run_opts *o, const bt_model *m, bt_model **out)
-{
-    int rc = bt_model_load(o->draft_model, o->tokenizer, out);
-    if (rc) return rc;
-    const bt_model *d = *out;
-    if (!bt_model_has_weights(d)) return bt_error(BT_EINVAL, "%s: the draft model has no weights", o->draft_model);
-    if (!d->has_vocab || d->vocab.n_tokens != m->vocab.n_tokens || d->cfg.n_vocab != m->cfg.n_vocab)
-        return bt_error(BT_EINVAL, "draft model %s has a vocabulary of %d tokens; the target has %d: they must be the same",
-                        o->draft_model, d->has_vocab ? d->vocab.n_tokens : d->cfg.n_vocab, m->vocab.n_tokens);
-    for (int i = 0; i < m->vocab.n_tokens; i++)
-        if (d->vocab.len[i] != m->vocab.len[i] || memcmp(d->vocab.text[i], m->vocab.text[i], m->vocab.len[i]))
-            return bt_error(BT_EINVAL, "draft model %s differs from the target's vocabulary at token %d: they must be the same",
-                            o->draft_model, i);
-    return BT_OK;
-}
-
-static int write_spec_meta(bt_trace *t, const run_opts *o, const bt_model *dm, const char *drafter)
-{
-    char buf[80], hex[65];
-    snprintf(buf, sizeof(buf), "%ld", o->spec_k);
-    int rc = bt_trace_meta(t, "spec_k", buf);
-    if (!rc) rc = bt_trace_meta(t, "drafter", drafter);
-    if (!rc && dm) {
-        char *abs = realpath(o->draft_model, NULL);
-        rc = bt_trace_meta(t, "draft_model_path", abs ? abs : o->draft_model);
-        free(abs);
-        bt_sha256_hex(dm->file_data, dm->file_size, hex);
-        if (!rc) rc = bt_trace_meta(t, "draft_model_sha256", hex);
-    }
-    return rc;
-}
-
 static void json_ids(json_t *obj, const char *key, const int32_t *ids, size_t n)
 {
     json_t *a = json_array();
@@ -404,24 +316,22 @@ int cmd_run(int argc, char **argv)
     run_opts o;
     bt_request req;
     memset(&req, 0, sizeof(req));
-    bt_model *m = NULL;
-    bt_tokenizer *tok = NULL;
+    bt_session *ses = NULL;
+    const bt_model *m = NULL;
+    const bt_tokenizer *tok = NULL;
     bt_engine *e = NULL;
     bt_sampler *smp = NULL;
     int32_t *prompt = NULL, *gen = NULL;
     char *text = NULL;
-    size_t n_prompt = 0, n_gen = 0, text_len = 0, printed = 0;
+    size_t n_prompt = 0, n_gen = 0, text_len = 0, text_cap = 0, printed = 0;
     int status = 2;
     const char *finish = "length";
-    bt_injector *inj = NULL;
     bt_trace *trace = NULL;
-    bt_recorder *rec = NULL, *drec = NULL;
-    bt_model *dm = NULL;
-    bt_engine *de = NULL;
+    bt_recorder *rec = NULL;
     bt_decoder *dec = NULL;
     int32_t *burst = NULL;
     float *burst_lp = NULL;
-    char drafter_name[32] = "";
+    const char *drafter_name = "";
 
     if (parse_args(argc, argv, &o)) goto fail;
     if (o.trace) {
@@ -455,17 +365,20 @@ int cmd_run(int argc, char **argv)
     if (bt_argmax_parse(o.argmax ? o.argmax : "first", &sc.rule)) goto fail;
 
     double t0 = bt_now();
-    if (bt_model_load(o.model, o.tokenizer, &m)) goto fail;
-    if (!m->has_vocab) {
-        bt_error(BT_EINVAL, "%s has no tokenizer%s", o.model,
-                 !strcmp(m->format, "llama2c") ? ": pass the llama2.c tokenizer.bin with --tokenizer" : "");
-        goto fail;
-    }
-    if (!bt_model_has_weights(m)) { bt_error(BT_EINVAL, "%s is a vocabulary-only file: it has no weights to run", o.model); goto fail; }
-    if (bt_tokenizer_new(&m->vocab, &tok)) goto fail;
-    if (build_prompt(&o, &req, m, tok, &prompt, &n_prompt)) goto fail;
-    int ctx = o.ctx ? (int)o.ctx : BT_MIN(m->cfg.ctx_len, BT_ENGINE_CTX_CAP);
-    bt_kernels_init();
+    run_meta rm = { argc, argv, &o, &req, &sc, prompt_text_of(&o, &req) };
+    bt_session_cfg cfg = { .model = o.model, .tokenizer = o.tokenizer, .draft_model = o.draft_model,
+                           .need_vocab = true, .need_weights = true, .ctx = (int)o.ctx, .threads = (int)o.threads,
+                           .spec_k = (int)o.spec_k, .draft_self = (int)o.draft_self, .draft_ngram = (int)o.draft_ngram,
+                           .inject = o.inject, .n_inject = o.n_inject,
+                           .trace = o.trace, .force = o.force, .taps = o.taps, .layer_lo = o.layer_lo,
+                           .layer_hi = o.layer_hi, .logits_full = o.logits_full, .topk = (int)o.topk, .rule = sc.rule,
+                           .meta = write_meta, .meta_user = &rm, .hooks = true,
+                           .numerics = &o.numerics, .seed = sc.seed, .timing = o.timing };
+    if (bt_session_open(&cfg, &ses)) goto fail;
+    m = bt_session_model(ses);
+    tok = bt_session_tokenizer(ses);
+    if (bt_request_prompt_ids(&req, o.prompt, o.chat_template, m, tok, &prompt, &n_prompt)) goto fail;
+    int ctx = bt_session_ctx(ses);
     bt_debug("kernels: cpu-%s, %ld threads; context %d (model %d), max tokens %ld", bt_kernels_simd(), o.threads, ctx,
              m->cfg.ctx_len, n_max);
     bt_debug("sampling: temperature %g, top_k %d, top_p %g, seed %llu, argmax %s%s", (double)sc.temperature, sc.top_k,
@@ -476,80 +389,21 @@ int cmd_run(int argc, char **argv)
         bt_warn("prompt (%zu) + max tokens (%ld) exceed the context (%d): generating at most %ld", n_prompt, n_max, ctx, ctx - (long)n_prompt);
         n_max = ctx - (long)n_prompt;
     }
-    /* Hash before any bitflip injection: the mapping then differs from the file. */
-    char sha_hex[65] = "";
-    if (o.trace) bt_sha256_hex(m->file_data, m->file_size, sha_hex);
-    if (o.n_inject) {
-        if (!(inj = bt_injector_new())) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
-        for (int i = 0; i < o.n_inject; i++) if (bt_injector_add(inj, o.inject[i])) goto fail;
-        bt_injector_set_draw(inj, sc.seed);   /* p=P specs: one draw per run, seeded by --seed */
-        if (bt_injector_apply_weights(inj, m)) goto fail;
-    }
-    int batch = (int)n_prompt + (int)o.spec_k + 1;
-    if (bt_engine_new(m, ctx, batch, (int)o.threads, &e)) goto fail;
-    if (bt_engine_set_numerics(e, &o.numerics)) goto fail;
-    if (bt_sampler_new(&sc, m->cfg.n_vocab, &smp)) goto fail;
-    if (o.draft_model && load_draft(&o, m, &dm)) goto fail;
-    if (o.draft_model || o.draft_self) {
-        if (o.draft_self >= m->cfg.n_layers) {
-            bt_error(BT_EINVAL, "--draft-self %ld must be below the target's %d layers", o.draft_self, m->cfg.n_layers);
-            goto fail;
-        }
-        bt_engine_opts eo = { .ctx_len = ctx, .max_batch = batch, .n_layers = (int)o.draft_self, .share_pool = e };
-        if (bt_engine_new_opts(dm ? dm : m, &eo, &de)) goto fail;
-        if (bt_engine_set_numerics(de, &o.numerics)) goto fail;
-    }
-    if (inj) {
-        /* Refuse, before any work, a spec no run in this context can ever
-         * match: a position past the context, a step past the most forwards
-         * the context allows (a plain run makes one per token that fits;
-         * speculation at most k draft forwards and one verify per emitted
-         * token). A spec within the context that this run's -n or an early
-         * stop never reaches could have matched: that is the warning and
-         * the inject_unfired event at the end, not an error (a short probe
-         * on an engine whose fault needs a long context stays runnable). */
-        long k = o.draft_ngram ? 0 : o.spec_k, n_fit = BT_MAX((long)ctx - (long)n_prompt + 1, 1L);
-        bt_inject_limits lim = { .target = &m->cfg, .draft = de ? &(dm ? dm : m)->cfg : NULL,
-                                 .draft_layers = de ? bt_engine_n_layers(de) : 0,
-                                 .max_pos = ctx,
-                                 .max_step = (int)BT_MIN((long)INT_MAX, 1 + (n_fit - 1) * (k + 1)) };
-        if (bt_injector_check(inj, &lim)) goto fail;
-    }
-    if (o.draft_model) snprintf(drafter_name, sizeof(drafter_name), "model");
-    else if (o.draft_self) snprintf(drafter_name, sizeof(drafter_name), "self:%ld", o.draft_self);
-    else if (o.draft_ngram) snprintf(drafter_name, sizeof(drafter_name), "ngram:%ld", o.draft_ngram);
-    if (o.trace) {
-        /* From here on an interrupt closes the trace properly (checked
-         * between steps); before, there was nothing to lose. */
-        if (bt_interrupt_install()) goto fail;
-        if (bt_trace_create_opts(o.trace, o.force ? BT_TRACE_FORCE : 0, &trace)) goto fail;
+    cfg.max_batch = (int)n_prompt + (int)o.spec_k + 1;
+    cfg.max_tokens = n_max;
+    cfg.prompt = prompt;
+    cfg.n_prompt = (int)n_prompt;
+    if (o.trace)
         bt_debug("trace %s: taps %s, logits %s, top-k %ld%s", o.trace, bt_taps_mode_name(o.taps),
                  o.logits_full ? "full" : "flagged", o.topk, o.n_inject ? ", with fault injection" : "");
-        if (write_meta(trace, argc, argv, &o, &req, m, tok, &sc, inj, prompt_text_of(&o, &req), sha_hex)) goto fail;
-        if (o.spec_k && write_spec_meta(trace, &o, dm, drafter_name)) goto fail;
-    }
-    if (o.trace || inj) {
-        bt_recorder_cfg rc_cfg = { .trace = trace, .inj = inj, .model = m, .tok = tok, .taps = o.trace ? o.taps : BT_TAPS_NONE,
-                                   .layer_lo = o.layer_lo, .layer_hi = o.layer_hi, .logits_full = o.logits_full,
-                                   .topk = (int)o.topk, .rule = sc.rule, .model_role = "target",
-                                   .timing = o.timing };
-        if (bt_recorder_new(&rc_cfg, e, &rec)) goto fail;
-        if (bt_recorder_prompt(rec, prompt, (int)n_prompt)) goto fail;
-        if (de) {
-            rc_cfg.model = dm ? dm : m;
-            rc_cfg.model_role = "draft";
-            if (bt_recorder_new(&rc_cfg, de, &drec)) goto fail;
-        }
-        if (trace) {
-            static char note[600];
-            snprintf(note, sizeof(note), "trace closed: %s", o.trace);
-            bt_crash_set_note(note);
-            bt_crash_install(bt_recorder_crash_hook, rec);
-        }
-    }
+    if (bt_session_start(ses, &cfg)) goto fail;
+    if (bt_sampler_new(&sc, m->cfg.n_vocab, &smp)) goto fail;
+    e = bt_session_engine(ses);
+    rec = bt_session_recorder(ses);
+    trace = bt_session_trace(ses);
+    drafter_name = bt_session_drafter_name(ses);
     gen = malloc((size_t)(n_max + o.spec_k + 2) * sizeof(int32_t));
-    text = malloc(1);
-    if (!gen || !text) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+    if (!gen || BT_VEC_RESERVE(text, text_cap, 1)) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
     text[0] = 0;
     double t_load = bt_now() - t0;
     char rule[48];
@@ -558,11 +412,8 @@ int cmd_run(int argc, char **argv)
            "%d threads, %s, argmax %s", m->cfg.name, m->format, m->cfg.n_layers, m->cfg.dim, m->cfg.n_vocab,
            t_load * 1e3, n_prompt, (int)o.threads, sc.temperature > 0 ? "sampling" : "greedy", rule);
 
-    bt_decoder_cfg dc = { .target = e, .target_rec = rec, .smp = smp, .greedy = sc.temperature <= 0, .rule = sc.rule,
-                          .tok = tok, .ignore_eos = o.ignore_eos, .inj = inj,
-                          .drafter = o.draft_model ? BT_DRAFT_MODEL : o.draft_self ? BT_DRAFT_SELF : o.draft_ngram ? BT_DRAFT_NGRAM : BT_DRAFT_NONE,
-                          .k = (int)o.spec_k, .ngram = (int)o.draft_ngram, .drafter_name = drafter_name,
-                          .draft = de, .draft_rec = drec };
+    bt_decoder_cfg dc = { .smp = smp, .greedy = sc.temperature <= 0, .rule = sc.rule, .tok = tok, .ignore_eos = o.ignore_eos };
+    bt_session_decoder_cfg(ses, &dc);
     if (bt_decoder_new(&dc, prompt, (int)n_prompt, (int)n_max, &dec)) goto fail;
     burst = malloc((size_t)(o.spec_k + 2) * sizeof(int32_t));
     burst_lp = malloc((size_t)(o.spec_k + 2) * sizeof(float));
@@ -594,17 +445,15 @@ int cmd_run(int argc, char **argv)
                  * loses its leading space (the dummy prefix). */
                 int32_t prev = n_gen > 1 ? gen[n_gen - 2] : prompt[n_prompt - 1];
                 if (prev == bt_tokenizer_bos(tok) && pl > 0 && piece[0] == ' ' && m->vocab.add_space_prefix) { piece++; pl--; }
-                char *nt = realloc(text, text_len + pl + 1);
-                if (!nt) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
-                text = nt;
+                if (BT_VEC_RESERVE(text, text_cap, text_len + pl + 1)) goto fail;
                 memcpy(text + text_len, piece, pl);
                 size_t old_len = text_len;
                 text_len += pl;
                 text[text_len] = 0;
-                const char *hit = find_stop(text, text_len, old_len, req.stop, req.n_stop);
+                const char *hit = bt_stop_find(text, text_len, old_len, req.stop, req.n_stop);
                 if (hit) { text_len = (size_t)(hit - text); text[text_len] = 0; finish = "stop"; done = true; }
                 else if (!o.json) {
-                    size_t upto = text_len - stop_holdback(text, text_len, req.stop, req.n_stop);
+                    size_t upto = text_len - bt_stop_holdback(text, text_len, req.stop, req.n_stop);
                     /* whole characters only: a terminal gets them escaped */
                     if (upto > printed) upto = printed + bt_text_utf8_complete(text + printed, upto - printed);
                     if (upto > printed) { bt_text_fput_output(text + printed, upto - printed, stdout); fflush(stdout); printed = upto; }
@@ -621,7 +470,7 @@ int cmd_run(int argc, char **argv)
         snprintf(detail, sizeof(detail), "%s after %zu generated tokens; last committed step %d",
                  bt_signal_name(intr), n_gen, step);
         int tr = bt_trace_event(trace, step, -1, "interrupted", -1, NULL, NULL, detail, NULL);
-        int tc = bt_trace_close(trace, bt_trace_failed(trace) ? BT_TRACE_STATUS_IO_ERROR : BT_TRACE_STATUS_INTERRUPTED);
+        int tc = bt_session_close_trace(ses, bt_trace_failed(trace) ? BT_TRACE_STATUS_IO_ERROR : BT_TRACE_STATUS_INTERRUPTED);
         trace = NULL;
         if (printed) putchar('\n');
         fflush(stdout);
@@ -640,7 +489,7 @@ int cmd_run(int argc, char **argv)
     }
     if (rec && (rc = bt_recorder_finish(rec, finish))) goto fail;
     if (trace) {
-        int tr = bt_trace_close(trace, "ok");
+        int tr = bt_session_close_trace(ses, BT_TRACE_STATUS_OK);
         trace = NULL;
         if (tr) goto fail;
         bt_log("bangtrace: trace %s: %lld bytes, %d events", o.trace, (long long)bt_trace_size(o.trace),
@@ -692,6 +541,10 @@ int cmd_run(int argc, char **argv)
            t_decode * 1e3, bt_rate_fmt(decoded - 1, t_decode, dps_s, sizeof(dps_s)), finish);
     goto out;
 fail:
+    /* the session may have got part way: ask it, not the locals */
+    rec = ses ? bt_session_recorder(ses) : NULL;
+    trace = ses ? bt_session_trace(ses) : NULL;
+    e = ses ? bt_session_engine(ses) : NULL;
     if (rec && bt_recorder_status(rec) && !*bt_errmsg()) bt_error(bt_recorder_status(rec), "trace write failed");
     status = bt_cmd_fail("run");
     if (trace) {
@@ -700,23 +553,11 @@ fail:
         bt_trace_event(trace, e ? bt_engine_step(e) : -1, -1, "error", -1, NULL, NULL, msg, NULL);
     }
 out:
-    if (trace)
-        bt_trace_close(trace, status != 2 ? BT_TRACE_STATUS_OK
-                              : bt_trace_failed(trace) ? BT_TRACE_STATUS_IO_ERROR : BT_TRACE_STATUS_ERROR);
-    bt_crash_uninstall();
-    bt_interrupt_uninstall();
     bt_decoder_free(dec);
+    bt_session_close(ses, status != 2 ? BT_TRACE_STATUS_OK : NULL);
     free(burst); free(burst_lp);
-    bt_recorder_free(drec);
-    bt_engine_free(de);
-    bt_model_free(dm);
-    bt_recorder_free(rec);
-    bt_injector_free(inj);
     free(prompt); free(gen); free(text);
     bt_sampler_free(smp);
-    bt_engine_free(e);
-    bt_tokenizer_free(tok);
-    bt_model_free(m);
     bt_request_clear(&req);
     return status;
 }

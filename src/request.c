@@ -8,6 +8,8 @@
  * not use are never fatal: they draw one warning each, because a body copied
  * from another client should still run. */
 #include "request.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "util.h"
 
 #include <jansson.h>
@@ -351,4 +353,78 @@ void bt_request_clear(bt_request *r)
     free(r->stop);
     free(r->json);
     memset(r, 0, sizeof *r);
+}
+
+/* ---- a request turned into token ids, and its stop strings (run, serve) ---- */
+
+/* Longest suffix of text[0..n) that is a proper prefix of some stop string:
+ * those bytes are held back until we know. */
+size_t bt_stop_holdback(const char *text, size_t n, char *const *stop, int n_stop)
+{
+    size_t hold = 0;
+    for (int s = 0; s < n_stop; s++) {
+        size_t sl = strlen(stop[s]);
+        for (size_t k = BT_MIN(sl - 1, n); k > hold; k--)
+            if (!memcmp(text + n - k, stop[s], k)) { hold = k; break; }
+    }
+    return hold;
+}
+
+const char *bt_stop_find(const char *text, size_t n, size_t from, char *const *stop, int n_stop)
+{
+    const char *best = NULL;
+    for (int s = 0; s < n_stop; s++) {
+        size_t sl = strlen(stop[s]);
+        size_t start = from > sl ? from - sl : 0;
+        for (size_t i = start; i + sl <= n; i++)
+            if (!memcmp(text + i, stop[s], sl)) { if (!best || text + i < best) best = text + i; break; }
+    }
+    return best;
+}
+
+int bt_request_prompt_ids(const bt_request *req, const char *prompt, const char *chat_template, const bt_model *m,
+                          const bt_tokenizer *tok, int32_t **ids, size_t *n_ids)
+{
+    const char *text = prompt ? prompt : req->prompt;
+    char *rendered = NULL;
+    bool parse_special = false;
+    if (!text) {
+        int tmpl;
+        if (chat_template) {
+            tmpl = bt_chat_tmpl_from_name(chat_template);
+            if (tmpl < 0) return bt_error(BT_EINVAL, "unknown --chat-template '%s' (chatml, llama2, llama3, zephyr)", chat_template);
+        } else {
+            if (!m->chat_template)
+                return bt_error(BT_EINVAL, "%s has no tokenizer.chat_template; name one with --chat-template NAME (chatml, llama2, llama3, zephyr)", m->path);
+            tmpl = bt_chat_tmpl_detect(m->chat_template, strlen(m->chat_template));
+            if (tmpl == BT_CHAT_NONE)
+                return bt_error(BT_EUNSUPPORTED, "the chat template of %s is not one bangtrace recognises; name one with --chat-template NAME (chatml, llama2, llama3, zephyr)", m->path);
+        }
+        /* The tokenizer adds BOS itself when the vocabulary asks (add_special
+         * below), so the template must not spell it a second time. */
+        bt_chat_opts co = { .bos_text = m->vocab.add_bos ? "" : NULL };
+        char *sys = NULL;
+        if (m->chat_template && bt_chat_default_system(m->chat_template, strlen(m->chat_template), &sys) == BT_ENOMEM)
+            return bt_error(BT_ENOMEM, "out of memory");
+        co.default_system = sys;
+        int rc = bt_chat_render_opts(tmpl, req->messages, req->n_messages, &co, &rendered);
+        free(sys);
+        if (rc) return rc;
+        text = rendered;
+        parse_special = true;
+        bt_debug("rendered prompt: %s", rendered);
+    }
+    int rc = bt_tokenize(tok, text, strlen(text), true, parse_special, ids, n_ids);
+    free(rendered);
+    if (rc) return rc;
+    if (*n_ids == 0) {
+        int32_t bos = bt_tokenizer_bos(tok);
+        if (bos < 0) return bt_error(BT_EINVAL, "the prompt is empty and the vocabulary has no BOS token to start from");
+        free(*ids);
+        *ids = malloc(sizeof(int32_t));
+        if (!*ids) return bt_error(BT_ENOMEM, "out of memory");
+        (*ids)[0] = bos;
+        *n_ids = 1;
+    }
+    return BT_OK;
 }

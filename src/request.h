@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 typedef struct bt_message { char *role; char *content; } bt_message;
 
@@ -73,5 +74,24 @@ int bt_chat_render_opts(int tmpl, const bt_message *msgs, int n, const bt_chat_o
  * removed. *out is malloc'd. BT_ENOTFOUND when the template has no such
  * default (most templates), BT_ENOMEM on allocation failure. */
 int bt_chat_default_system(const char *jinja, size_t len, char **out);
+
+/* ---- from a request to token ids (run; serve) ---- */
+
+struct bt_model;
+struct bt_tokenizer;
+/* The prompt's token ids (malloc'd): `prompt` (or else req->prompt) as raw
+ * text, BOS added if the vocabulary asks; without either, req's messages
+ * rendered with the template named by chat_template (NULL: the one detected
+ * from the model's tokenizer.chat_template) and tokenized with special
+ * tokens parsed. An empty prompt becomes BOS alone. Errors: an unknown or
+ * undetectable template, a vocabulary without BOS for an empty prompt. */
+int bt_request_prompt_ids(const bt_request *req, const char *prompt, const char *chat_template,
+                          const struct bt_model *m, const struct bt_tokenizer *tok, int32_t **ids, size_t *n_ids);
+/* Stop strings over generated text[0..n): the first occurrence of any of
+ * them that ends after `from` (the text before it was already searched), or
+ * NULL; and how many trailing bytes could still be the start of one (held
+ * back from the output until known). */
+const char *bt_stop_find(const char *text, size_t n, size_t from, char *const *stop, int n_stop);
+size_t bt_stop_holdback(const char *text, size_t n, char *const *stop, int n_stop);
 
 #endif

@@ -225,6 +225,24 @@ uint16_t bt_f32_to_f16(float f)
     return (uint16_t)half;
 }
 
+void bt_sbuf_putn(bt_sbuf *b, const char *s, size_t n)
+{
+    if (b->oom) return;
+    if (BT_VEC_RESERVE(b->p, b->cap, b->n + n + 1)) { b->oom = true; return; }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+void bt_sbuf_puts(bt_sbuf *b, const char *s) { bt_sbuf_putn(b, s, strlen(s)); }
+
+char *bt_sbuf_take(bt_sbuf *b)
+{
+    if (b->oom) { free(b->p); return NULL; }
+    if (!b->p) return strdup("");
+    return b->p;
+}
+
 int bt_vec_grow(void **v, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap) return BT_OK;

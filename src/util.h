@@ -84,6 +84,14 @@ int bt_vec_grow(void **v, size_t *cap, size_t need, size_t elem);
         int bt_prc_ = BT_VEC_RESERVE(v, cap, (size_t)(n) + 1); \
         if (bt_prc_ == BT_OK) (v)[(n)++] = (x); \
         bt_prc_; })
+/* A growable string (zero-initialise): appends after an allocation
+ * failure do nothing and leave oom set; p is NUL-terminated once anything
+ * was appended. bt_sbuf_take hands over p ("" when nothing was appended),
+ * or frees it and returns NULL after a failure. */
+typedef struct bt_sbuf { char *p; size_t n, cap; bool oom; } bt_sbuf;
+void bt_sbuf_putn(bt_sbuf *b, const char *s, size_t n);
+void bt_sbuf_puts(bt_sbuf *b, const char *s);
+char *bt_sbuf_take(bt_sbuf *b);
 #define BT_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define BT_MAX(a, b) ((a) > (b) ? (a) : (b))
 

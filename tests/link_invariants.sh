@@ -71,4 +71,10 @@ core_src="$S/src/model $S/src/tokenizer $S/src/engine $S/kernels $S/src/util.c $
 if grep -rlE '#[[:space:]]*include[[:space:]]*[<"](sqlite3|n?curses|ncursesw/curses|term|libunwind)\.h' $core_src > "$TMP/bad"; then
     fail "core sources include SQLite/curses/libunwind headers: $(tr '\n' ' ' < "$TMP/bad")"
 else ok "no core source includes sqlite3.h, curses.h or libunwind.h"; fi
+
+# Only the trace store sees SQLite: commands and the browser go through
+# src/trace/ (reader, analyze, replay, export).
+if grep -rlE '#[[:space:]]*include[[:space:]]*[<"]sqlite3\.h' "$S/src" "$S/tui" | grep -v "^$S/src/trace/" > "$TMP/bad"; then
+    fail "sqlite3.h included outside src/trace/: $(tr '\n' ' ' < "$TMP/bad")"
+else ok "only src/trace/ includes sqlite3.h"; fi
 finish

@@ -48,13 +48,9 @@ void tui_run_free(tui_run *r)
  * *cap); NULL when out of memory. */
 static void *append(void **v, int *n, int *cap, size_t size)
 {
-    if (*n == *cap) {
-        int nc = *cap ? *cap * 2 : 32;
-        void *nv = realloc(*v, size * nc);
-        if (!nv) return NULL;
-        *v = nv;
-        *cap = nc;
-    }
+    size_t c = (size_t)*cap;
+    if (bt_vec_grow(v, &c, (size_t)*n + 1, size)) return NULL;
+    *cap = (int)c;
     return memset((char *)*v + size * (*n)++, 0, size);
 }
 

@@ -63,18 +63,7 @@ static bool any_in(const int *v, int n, int lo, int hi)
 
 typedef struct int_list { int *v; int n, cap; } int_list;
 
-static int int_push(int_list *l, int x)
-{
-    if (l->n == l->cap) {
-        int cap = l->cap ? l->cap * 2 : 64;
-        int *v = realloc(l->v, sizeof(int) * cap);
-        if (!v) return bt_error(BT_ENOMEM, "out of memory");
-        l->v = v;
-        l->cap = cap;
-    }
-    l->v[l->n++] = x;
-    return 0;
-}
+static int int_push(int_list *l, int x) { return BT_VEC_PUSH(l->v, l->n, l->cap, x); }
 
 static int bad_step_cb(void *user, int step) { return int_push(user, step); }
 
@@ -149,12 +138,8 @@ static int window_cb(void *user, const bt_trace_token_row *tok)
     t->piece_len = -1;
     if (tok->piece) {
         int len = tok->piece_len > 256 ? 256 : (int)tok->piece_len;
-        if (w->len + len + 1 > w->cap) {
-            char *na = realloc(w->arena, w->cap * 2);
-            if (!na) return bt_error(BT_ENOMEM, "out of memory for the token window");
-            w->arena = na;
-            w->cap *= 2;
-        }
+        int rc = BT_VEC_RESERVE(w->arena, w->cap, w->len + (size_t)len + 1);
+        if (rc) return rc;
         if (len) memcpy(w->arena + w->len, tok->piece, len);
         w->arena[w->len + len] = 0;
         w->offs[w->n] = w->len;

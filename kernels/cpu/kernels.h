@@ -57,7 +57,7 @@ float bt_vec_dot(int type, const void *w_row, const float *x, int64_t n);
 /* A small fixed pthread pool. bt_pool_run calls fn(arg, ith, nth) on nth
  * threads (the caller is thread 0) and returns when all are done. */
 typedef struct bt_pool bt_pool;
-bt_pool *bt_pool_new(int n_threads);         /* NULL on failure */
+bt_pool *bt_pool_new(int n_threads);         /* 0: bt_pool_default_threads(); NULL on failure */
 /* Threads a command uses when not told: the online CPUs, at most
  * BT_POOL_DEFAULT_MAX (decode is bandwidth bound well before that). */
 #define BT_POOL_DEFAULT_MAX 16

@@ -149,10 +149,7 @@ int bt_pool_default_threads(void)
 
 bt_pool *bt_pool_new(int n_threads)
 {
-    if (n_threads == 0) {
-        long nc = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = nc > 0 ? (int)BT_MIN(nc, MAX_THREADS) : 1;
-    }
+    if (n_threads == 0) n_threads = bt_pool_default_threads();   /* the one default */
     if (n_threads < 0 || n_threads > MAX_THREADS) {
         bt_error(BT_EINVAL, "thread pool: %d threads (want 1..%d)", n_threads, MAX_THREADS);
         return NULL;

@@ -96,6 +96,7 @@ static void bad_from_tap(const bt_trace_tap_row *t, bt_bad_tensor *b)
 typedef struct walk {
     bt_prop_link *links;
     int n;
+    size_t cap;
     int s0;                  /* the origin step */
     char model0[16];         /* its pass */
     int max_later;           /* later steps to link; -1: only the first kv_cache and the first recur */
@@ -110,11 +111,7 @@ static int walk_close(walk *w)
 {
     if (!w->open) return BT_OK;
     w->open = false;
-    bt_prop_link *p = realloc(w->links, (size_t)(w->n + 1) * sizeof(*p));
-    if (!p) return bt_error(BT_ENOMEM, "out of memory");
-    w->links = p;
-    p[w->n++] = w->cur;
-    return BT_OK;
+    return BT_VEC_PUSH(w->links, w->n, w->cap, w->cur);
 }
 
 static void walk_open(walk *w, int kind, const bt_trace_tap_row *t, bool post)
@@ -223,7 +220,7 @@ static void set_degen(bt_analysis *x, int step, int pos, const char *kind, const
     snprintf(x->degen_detail, sizeof(x->degen_detail), "%s", detail);
 }
 
-typedef struct event_walk { bt_analysis *x; const step_map *sm; } event_walk;
+typedef struct event_walk { bt_analysis *x; const step_map *sm; size_t cap; } event_walk;
 
 static int event_cb(void *user, const bt_trace_event_row *ev)
 {
@@ -234,9 +231,9 @@ static int event_cb(void *user, const bt_trace_event_row *ev)
     int k = 0;
     while (k < x->n_event_kinds && strcmp(x->events[k].kind, kind)) k++;
     if (k == x->n_event_kinds) {
-        bt_event_count *e = realloc(x->events, (size_t)(k + 1) * sizeof(*e));
-        if (!e) return bt_error(BT_ENOMEM, "out of memory");
-        x->events = e;
+        int rc = BT_VEC_RESERVE(x->events, w->cap, (size_t)k + 1);
+        if (rc) return rc;
+        bt_event_count *e = x->events;
         memset(&e[k], 0, sizeof(e[k]));
         snprintf(e[k].kind, sizeof(e[k].kind), "%s", kind);
         e[k].first_step = -1;
@@ -269,16 +266,9 @@ static int tok_cb(void *user, const bt_trace_token_row *t)
     bool gen = t->role && (!strcmp(t->role, "gen") || !strcmp(t->role, "bonus"));
     if (l->gen_only && !gen) return 0;
     if (!l->gen_only && !gen && !(t->role && !strcmp(t->role, "prompt"))) return 0;
-    if (l->n == l->cap) {
-        int cap = l->cap ? l->cap * 2 : 256;
-        gen_tok *g = realloc(l->g, (size_t)cap * sizeof(*g));
-        if (!g) return bt_error(BT_ENOMEM, "out of memory");
-        l->g = g;
-        l->cap = cap;
-    }
     /* pos of a prompt row is its input position; step -1 marks it for the sequence */
-    l->g[l->n++] = (gen_tok){ .step = gen ? t->step : -1, .pos = t->pos, .id = t->id };
-    return 0;
+    gen_tok g = { .step = gen ? t->step : -1, .pos = t->pos, .id = t->id };
+    return BT_VEC_PUSH(l->g, l->n, l->cap, g);
 }
 
 typedef struct piece_find { int32_t id; char *buf; size_t cap; bool found; } piece_find;
@@ -466,15 +456,14 @@ typedef struct spec_walk {
     bt_spec_analysis *s;
     bt_spec_window cur;
     int max_k;
+    size_t cap_windows;
 } spec_walk;
 
 static int push_window(spec_walk *w)
 {
     if (!w->cur.n_verify) return BT_OK;
-    bt_spec_window *nw = realloc(w->s->windows, (size_t)(w->s->n_windows + 1) * sizeof(*nw));
-    if (!nw) return bt_error(BT_ENOMEM, "out of memory");
-    w->s->windows = nw;
-    nw[w->s->n_windows++] = w->cur;
+    int rc = BT_VEC_PUSH(w->s->windows, w->s->n_windows, w->cap_windows, w->cur);
+    if (rc) return rc;
     memset(&w->cur, 0, sizeof(w->cur));
     return BT_OK;
 }

@@ -6,6 +6,8 @@ libbttrace_a_SOURCES += src/trace/trace.h src/trace/writer.c src/trace/reader.h 
 	src/trace/reader_impl.h src/trace/reader_browse.c \
 	src/trace/runstate.h src/trace/runstate.c \
 	src/trace/guard.h src/trace/guard.c src/trace/perfetto.h src/trace/perfetto.c
+# `bangtrace export`: the copy (export.c) and the flags (cmd_export.c)
+libbttrace_a_SOURCES += src/trace/export.h src/trace/export.c
 libbtcmd_a_SOURCES += src/cmd_export.c
 nodist_libbttrace_a_SOURCES += src/trace/schema.c
 BUILT_SOURCES += src/trace/schema.c
@@ -22,5 +24,7 @@ libbttrace_a_SOURCES += src/trace/analyze.h src/trace/analyze.c src/trace/headro
 libbtcmd_a_SOURCES += src/cmd_bisect.c src/cmd_report.c
 # the one tap comparator (bisect --reference and diff)
 libbttrace_a_SOURCES += src/trace/compare.h src/trace/compare.c
+# teacher-forced replay of a trace against a clean session (bisect --reference)
+libbttrace_a_SOURCES += src/trace/replay.h src/trace/replay.c
 # `bangtrace diff`: two traces compared (tokens, taps, settings)
 libbtcmd_a_SOURCES += src/cmd_diff.c

@@ -171,16 +171,10 @@ static int load_meta(bt_trace_reader *r)
     int rc = sqlite3_prepare_v2(r->db, "SELECT key, value FROM meta ORDER BY key", -1, &s, NULL);
     if (rc != SQLITE_OK)
         return bt_error(BT_EFORMAT, "%s: not a bangtrace trace (no meta table: %s)", r->path, sqlite3_errmsg(r->db));
-    int cap = 0;
+    size_t cap_k = 0, cap_v = 0;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (r->n_meta == cap) {
-            cap = cap ? cap * 2 : 32;
-            char **k = realloc(r->meta_keys, cap * sizeof(char *));
-            if (k) r->meta_keys = k;
-            char **v = realloc(r->meta_vals, cap * sizeof(char *));
-            if (v) r->meta_vals = v;
-            if (!k || !v) { sqlite3_finalize(s); return bt_error(BT_ENOMEM, "%s: out of memory", r->path); }
-        }
+        if ((rc = BT_VEC_RESERVE(r->meta_keys, cap_k, (size_t)r->n_meta + 1)) ||
+            (rc = BT_VEC_RESERVE(r->meta_vals, cap_v, (size_t)r->n_meta + 1))) { sqlite3_finalize(s); return rc; }
         const char *key = bt_col_text(s, 0), *val = bt_col_text(s, 1);
         r->meta_keys[r->n_meta] = strdup(key ? key : "");
         r->meta_vals[r->n_meta] = dup_or_null(val);
@@ -197,14 +191,9 @@ static int load_tensors(bt_trace_reader *r)
     int rc = sqlite3_prepare_v2(r->db, "SELECT model, idx, name, layer, op, width FROM tensors ORDER BY model, idx",
                                 -1, &s, NULL);
     if (rc != SQLITE_OK) return db_fail(r, rc, "reading tensors");
-    int cap = 0;
+    size_t cap = 0;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (r->n_tensors == cap) {
-            cap = cap ? cap * 2 : 512;
-            bt_trace_tensor_row *t = realloc(r->tensors, cap * sizeof(*t));
-            if (!t) { sqlite3_finalize(s); return bt_error(BT_ENOMEM, "%s: out of memory", r->path); }
-            r->tensors = t;
-        }
+        if ((rc = BT_VEC_RESERVE(r->tensors, cap, (size_t)r->n_tensors + 1))) { sqlite3_finalize(s); return rc; }
         bt_trace_tensor_row *t = &r->tensors[r->n_tensors++];
         const char *model = bt_col_text(s, 0), *name = bt_col_text(s, 2), *op = bt_col_text(s, 4);
         t->model = strdup(model ? model : "target");

@@ -1,0 +1,244 @@
+/* session.c - model, tokenizer, engines, injector, trace and recorders from
+ * one config (see session.h). Moved out of cmd_run.c so that run, bench,
+ * the replay, the tests and a server build them the same way.
+ *
+ * Invariants: everything a session built is freed by bt_session_close,
+ * whatever phase failed; borrowed models (cfg.share) are never freed here;
+ * the trace is closed before the hooks go, so a signal between the two
+ * finds either an open trace and its hook or neither. */
+#include "session.h"
+#include "kernels.h"
+#include "sys/crash.h"
+#include "util.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct bt_session {
+    bt_model *own_model, *own_draft;      /* NULL when borrowed */
+    bt_tokenizer *own_tok;
+    const bt_model *model, *draft_model;
+    const bt_tokenizer *tok;
+    bt_engine *e, *de;
+    bt_injector *inj;
+    bt_trace *trace;
+    bt_recorder *rec, *drec;
+    bool hooks;
+    int ctx, threads;
+    int spec_k, draft_self, draft_ngram;
+    char drafter_name[32];
+    char sha_hex[65];
+};
+
+/* A separate draft model must speak the target's vocabulary token for
+ * token, or its proposals mean nothing to the target. */
+static int load_draft(const bt_session_cfg *cfg, const bt_model *m, bt_model **out)
+{
+    int rc = bt_model_load(cfg->draft_model, cfg->tokenizer, out);
+    if (rc) return rc;
+    const bt_model *d = *out;
+    if (!bt_model_has_weights(d)) return bt_error(BT_EINVAL, "%s: the draft model has no weights", cfg->draft_model);
+    if (!d->has_vocab || d->vocab.n_tokens != m->vocab.n_tokens || d->cfg.n_vocab != m->cfg.n_vocab)
+        return bt_error(BT_EINVAL, "draft model %s has a vocabulary of %d tokens; the target has %d: they must be the same",
+                        cfg->draft_model, d->has_vocab ? d->vocab.n_tokens : d->cfg.n_vocab, m->vocab.n_tokens);
+    for (int i = 0; i < m->vocab.n_tokens; i++)
+        if (d->vocab.len[i] != m->vocab.len[i] || memcmp(d->vocab.text[i], m->vocab.text[i], m->vocab.len[i]))
+            return bt_error(BT_EINVAL, "draft model %s differs from the target's vocabulary at token %d: they must be the same",
+                            cfg->draft_model, i);
+    return BT_OK;
+}
+
+int bt_session_open(const bt_session_cfg *cfg, bt_session **out)
+{
+    bt_session *s = calloc(1, sizeof(*s));
+    *out = s;
+    if (!s) return bt_error(BT_ENOMEM, "out of memory");
+    bt_kernels_init();
+    if (cfg->share) {
+        s->model = cfg->share->model;
+        s->tok = cfg->share->tok;
+        s->draft_model = cfg->share->draft_model;
+    } else {
+        int rc = bt_model_load(cfg->model, cfg->tokenizer, &s->own_model);
+        if (rc) return rc;
+        s->model = s->own_model;
+    }
+    const bt_model *m = s->model;
+    if (cfg->need_vocab && !m->has_vocab)
+        return bt_error(BT_EINVAL, "%s has no tokenizer%s", m->path,
+                        !strcmp(m->format, "llama2c") ? ": pass the llama2.c tokenizer.bin with --tokenizer" : "");
+    if (cfg->need_weights && !bt_model_has_weights(m))
+        return bt_error(BT_EINVAL, "%s is a vocabulary-only file: it has no weights to run", m->path);
+    if (!cfg->share) {
+        int rc;
+        if (m->has_vocab && (rc = bt_tokenizer_new(&m->vocab, &s->own_tok))) return rc;
+        s->tok = s->own_tok;
+    }
+    s->ctx = cfg->ctx ? cfg->ctx : BT_MIN(m->cfg.ctx_len, BT_ENGINE_CTX_CAP);
+    s->threads = cfg->threads ? cfg->threads : bt_pool_default_threads();
+    return BT_OK;
+}
+
+static int write_spec_meta(bt_trace *t, const bt_session_cfg *cfg, const bt_model *dm, const char *drafter)
+{
+    char buf[80], hex[65];
+    snprintf(buf, sizeof(buf), "%d", cfg->spec_k);
+    int rc = bt_trace_meta(t, "spec_k", buf);
+    if (!rc) rc = bt_trace_meta(t, "drafter", drafter);
+    if (!rc && dm) {
+        char *abs = realpath(cfg->draft_model, NULL);
+        rc = bt_trace_meta(t, "draft_model_path", abs ? abs : cfg->draft_model);
+        free(abs);
+        bt_sha256_hex(dm->file_data, dm->file_size, hex);
+        if (!rc) rc = bt_trace_meta(t, "draft_model_sha256", hex);
+    }
+    return rc;
+}
+
+int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
+{
+    const bt_model *m = s->model;
+    bt_model *wm = s->own_model;          /* weights a bitflip may rewrite */
+    int rc;
+    s->spec_k = cfg->spec_k;
+    s->draft_self = cfg->draft_self;
+    s->draft_ngram = cfg->draft_ngram;
+    /* Hash before any bitflip injection: the mapping then differs from the file. */
+    if (cfg->trace && cfg->meta) bt_sha256_hex(m->file_data, m->file_size, s->sha_hex);
+    if (cfg->n_inject) {
+        if (!(s->inj = bt_injector_new())) return bt_error(BT_ENOMEM, "out of memory");
+        for (int i = 0; i < cfg->n_inject; i++)
+            if ((rc = bt_injector_add(s->inj, cfg->inject[i]))) return rc;
+        bt_injector_set_draw(s->inj, cfg->seed);   /* p=P specs: one draw per run, seeded by --seed */
+        if (!wm) return bt_error(BT_EINVAL, "fault injection needs a session that owns its model (not shared)");
+        if ((rc = bt_injector_apply_weights(s->inj, wm))) return rc;
+    }
+    int batch = cfg->max_batch > 0 ? cfg->max_batch : 1;
+    if ((rc = bt_engine_new(m, s->ctx, batch, s->threads, &s->e))) return rc;
+    if (cfg->numerics && (rc = bt_engine_set_numerics(s->e, cfg->numerics))) return rc;
+    if (cfg->draft_model && !s->draft_model) {
+        if ((rc = load_draft(cfg, m, &s->own_draft))) return rc;
+        s->draft_model = s->own_draft;
+    }
+    if (s->draft_model || cfg->draft_self) {
+        if (cfg->draft_self >= m->cfg.n_layers)
+            return bt_error(BT_EINVAL, "--draft-self %d must be below the target's %d layers", cfg->draft_self, m->cfg.n_layers);
+        bt_engine_opts eo = { .ctx_len = s->ctx, .max_batch = batch, .n_layers = cfg->draft_self, .share_pool = s->e };
+        if ((rc = bt_engine_new_opts(s->draft_model ? s->draft_model : m, &eo, &s->de))) return rc;
+        if (cfg->numerics && (rc = bt_engine_set_numerics(s->de, cfg->numerics))) return rc;   /* the drafter runs the same profile */
+    }
+    if (s->inj) {
+        /* Refuse, before any work, a spec no run in this context can ever
+         * match: a position past the context, a step past the most forwards
+         * the context allows (a plain run makes one per token that fits;
+         * speculation at most k draft forwards and one verify per emitted
+         * token). A spec within the context that this run's -n or an early
+         * stop never reaches could have matched: that is the warning and
+         * the inject_unfired event at the end, not an error (a short probe
+         * on an engine whose fault needs a long context stays runnable). */
+        long k = cfg->draft_ngram ? 0 : cfg->spec_k, n_fit = BT_MAX((long)s->ctx - (long)cfg->n_prompt + 1, 1L);
+        bt_inject_limits lim = { .target = &m->cfg, .draft = s->de ? &(s->draft_model ? s->draft_model : m)->cfg : NULL,
+                                 .draft_layers = s->de ? bt_engine_n_layers(s->de) : 0,
+                                 .max_pos = s->ctx,
+                                 .max_step = (int)BT_MIN((long)INT_MAX, 1 + (n_fit - 1) * (k + 1)) };
+        if ((rc = bt_injector_check(s->inj, &lim))) return rc;
+    }
+    if (s->draft_model) snprintf(s->drafter_name, sizeof(s->drafter_name), "model");
+    else if (cfg->draft_self) snprintf(s->drafter_name, sizeof(s->drafter_name), "self:%d", cfg->draft_self);
+    else if (cfg->draft_ngram) snprintf(s->drafter_name, sizeof(s->drafter_name), "ngram:%d", cfg->draft_ngram);
+    if (cfg->trace) {
+        /* From here on an interrupt closes the trace properly (the caller
+         * checks between steps); before, there was nothing to lose. */
+        if (cfg->hooks) {
+            if ((rc = bt_interrupt_install())) return rc;
+            s->hooks = true;
+        }
+        if ((rc = bt_trace_create_opts(cfg->trace, cfg->force ? BT_TRACE_FORCE : 0, &s->trace))) return rc;
+        if (cfg->meta && (rc = cfg->meta(cfg->meta_user, s->trace, s))) return rc;
+        if (cfg->spec_k && (rc = write_spec_meta(s->trace, cfg, s->draft_model, s->drafter_name))) return rc;
+    }
+    if (cfg->trace || s->inj) {
+        bt_recorder_cfg rc_cfg = { .trace = s->trace, .inj = s->inj, .model = m, .tok = s->tok,
+                                   .taps = cfg->trace ? cfg->taps : BT_TAPS_NONE,
+                                   .layer_lo = cfg->layer_lo, .layer_hi = cfg->layer_hi, .logits_full = cfg->logits_full,
+                                   .topk = cfg->topk ? cfg->topk : 20, .rule = cfg->rule, .model_role = "target",
+                                   .timing = cfg->timing };
+        if ((rc = bt_recorder_new(&rc_cfg, s->e, &s->rec))) return rc;
+        if (cfg->prompt && (rc = bt_recorder_prompt(s->rec, cfg->prompt, cfg->n_prompt))) return rc;
+        if (s->de) {
+            rc_cfg.model = s->draft_model ? s->draft_model : m;
+            rc_cfg.model_role = "draft";
+            if ((rc = bt_recorder_new(&rc_cfg, s->de, &s->drec))) return rc;
+        }
+        if (s->trace && cfg->hooks) {
+            static char note[600];
+            snprintf(note, sizeof(note), "trace closed: %s", cfg->trace);
+            bt_crash_set_note(note);
+            bt_crash_install(bt_recorder_crash_hook, s->rec);
+        }
+    }
+    return BT_OK;
+}
+
+int bt_session_new(const bt_session_cfg *cfg, bt_session **out)
+{
+    int rc = bt_session_open(cfg, out);
+    return rc ? rc : bt_session_start(*out, cfg);
+}
+
+int bt_session_close_trace(bt_session *s, const char *status)
+{
+    if (!s || !s->trace) return BT_OK;
+    if (!status) status = bt_trace_failed(s->trace) ? BT_TRACE_STATUS_IO_ERROR : BT_TRACE_STATUS_ERROR;
+    int rc = bt_trace_close(s->trace, status);
+    s->trace = NULL;
+    return rc;
+}
+
+void bt_session_close(bt_session *s, const char *trace_status)
+{
+    if (!s) return;
+    bt_session_close_trace(s, trace_status);
+    if (s->hooks) {
+        bt_crash_uninstall();
+        bt_interrupt_uninstall();
+    }
+    bt_recorder_free(s->drec);
+    bt_engine_free(s->de);
+    bt_model_free(s->own_draft);
+    bt_recorder_free(s->rec);
+    bt_injector_free(s->inj);
+    bt_engine_free(s->e);
+    bt_tokenizer_free(s->own_tok);
+    bt_model_free(s->own_model);
+    free(s);
+}
+
+const bt_model *bt_session_model(const bt_session *s) { return s->model; }
+const bt_model *bt_session_draft_model(const bt_session *s) { return s->draft_model; }
+const bt_tokenizer *bt_session_tokenizer(const bt_session *s) { return s->tok; }
+bt_engine *bt_session_engine(const bt_session *s) { return s->e; }
+bt_engine *bt_session_draft_engine(const bt_session *s) { return s->de; }
+const bt_injector *bt_session_injector(const bt_session *s) { return s->inj; }
+bt_trace *bt_session_trace(const bt_session *s) { return s->trace; }
+bt_recorder *bt_session_recorder(const bt_session *s) { return s->rec; }
+int bt_session_ctx(const bt_session *s) { return s->ctx; }
+int bt_session_threads(const bt_session *s) { return s->threads; }
+const char *bt_session_drafter_name(const bt_session *s) { return s->drafter_name; }
+const char *bt_session_model_sha256(const bt_session *s) { return s->sha_hex; }
+
+void bt_session_decoder_cfg(const bt_session *s, bt_decoder_cfg *dc)
+{
+    dc->target = s->e;
+    dc->target_rec = s->rec;
+    dc->inj = s->inj;
+    dc->drafter = s->draft_model ? BT_DRAFT_MODEL : s->draft_self ? BT_DRAFT_SELF
+                : s->draft_ngram ? BT_DRAFT_NGRAM : BT_DRAFT_NONE;
+    dc->k = s->spec_k;
+    dc->ngram = s->draft_ngram;
+    dc->drafter_name = s->drafter_name;
+    dc->draft = s->de;
+    dc->draft_rec = s->drec;
+}

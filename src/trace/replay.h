@@ -1,0 +1,79 @@
+/* replay.h - teacher-forced replay of a trace against a clean engine.
+ *
+ * The trace's exact token ids (the recorded tokens, not what the reference
+ * would have sampled) go through a clean f32 CPU session on the same model
+ * file (its SHA-256 must match the trace's), no injection; every tapped
+ * tensor's statistics are compared with the trace's step by step with
+ * bt_tap_compare. That finds finite corruption which never turns into NaN.
+ * Because the trace stores bf16-rounded statistics and bt_tap_compare
+ * rounds the reference the same way, an unchanged run compares exactly
+ * equal. On a speculative trace every target forward is replayed as it ran
+ * (a verify step with the last accepted token and the drafts it verified,
+ * rejected ones included); draft passes are not.
+ *
+ * Used by `bisect --reference`; anything else that replays (a cross-engine
+ * or cross-device comparison) goes through here too. */
+#ifndef BT_TRACE_REPLAY_H
+#define BT_TRACE_REPLAY_H
+
+#include <stdbool.h>
+#include "engine/numerics.h"
+#include "trace/reader.h"
+
+/* One replayed step whose taps differ from the trace's. */
+typedef struct bt_replay_divergence {
+    int step, pos0, n_pos;
+    char kind[16];              /* prefill | decode | verify */
+    int slot;                   /* the first diverging tensor (bt_trace_tensors slot) */
+    int n_div;                  /* how many tensors diverge at this step */
+    char field[16];             /* min | max | mean | rms, or "nonfinite" for a count mismatch */
+    double tv, rv;              /* the field's value in the trace / the reference
+                                 * (for "nonfinite": the total non-finite counts) */
+} bt_replay_divergence;
+
+typedef struct bt_replay_cfg {
+    const char *name;           /* the trace's path, for messages */
+    const char *who;            /* the command, for warnings ("bisect") */
+    const char *model;          /* NULL: the trace's model_path */
+    const char *tokenizer;      /* llama2.c tokenizer (not needed: ids only) */
+    double tol;                 /* bt_tap_compare's relative tolerance */
+    int threads;                /* 0: the trace's, at most the online CPUs */
+    bool all;                   /* keep going after the first divergence */
+    /* The replay's numerics profile (NULL: exact f32). With against, the
+     * same ids also go through a second engine under that profile and the
+     * two replays are compared with each other (profile A vs B: the
+     * trace's own statistics are not used); the result then also names
+     * the first op non-finite under one profile only. */
+    const bt_numerics *numerics, *against;
+    /* After each replayed step (may be NULL): i of n target steps done. */
+    void (*progress)(void *user, int i, int n);
+    void *user;
+} bt_replay_cfg;
+
+typedef struct bt_replay_result {
+    const bt_trace_tensor_row *tens;   /* the target's tensors (borrowed from the reader) */
+    int n_tens;
+    char model_path[1024];
+    bool sha_checked;
+    int threads, steps_compared, steps_total;
+    int verify_steps, draft_steps_skipped;   /* speculative traces */
+    double max_rel;             /* largest relative difference (bt_tap_diff.rel) seen */
+    int max_rel_step, max_rel_slot;
+    bool found;
+    bt_replay_divergence first;
+    bt_replay_divergence *all;  /* cfg.all: every divergent step */
+    int n_all;
+    /* cfg.against: the first op non-finite under one profile only */
+    bool one_bad;
+    bt_replay_divergence one;
+    char one_side[8];           /* "A" or "B" */
+} bt_replay_result;
+
+/* Replay the trace r. BT_OK with res filled (res->found: a divergence), or
+ * an error naming the trace: no model, another model (SHA-256), no taps,
+ * redacted ids, steps the trail cannot feed, a tensor this model lacks.
+ * Clear res with bt_replay_result_clear either way. */
+int bt_replay_run(bt_trace_reader *r, const bt_replay_cfg *cfg, bt_replay_result *res);
+void bt_replay_result_clear(bt_replay_result *res);
+
+#endif
