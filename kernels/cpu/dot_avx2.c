@@ -27,7 +27,9 @@
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define QK 32
 /* Software prefetch ahead in the weight stream (see dot_avx512.c). */
-#define PF_DIST 1024
+#ifndef PF_DIST
+#define PF_DIST 4096
+#endif
 #define PF(p) _mm_prefetch((const char *)(p) + PF_DIST, _MM_HINT_T0)
 
 static inline uint16_t ld_u16(const uint8_t *p)
