@@ -38,14 +38,22 @@ TYPES = [Q.F32, Q.F16, Q.BF16] + list(SCALES)
 rng = np.random.default_rng(20240611)
 
 
-def random_halves(n):
-    """Finite f16 values over many octaves, both signs, some subnormal."""
+def random_halves(n, specials=False):
+    """Finite f16 values over many octaves, both signs, some subnormal; with
+    specials, one in eight is instead an extreme (+-65504, +-0, the
+    smallest subnormal) or non-finite (+-Inf, NaN) scale, whose Inf * 0 and
+    NaN must come out as gguf's."""
     mag = np.exp2(rng.uniform(-26, 8, n)).astype(np.float32)
     sign = np.where(rng.random(n) < 0.5, -1, 1).astype(np.float32)
-    return (mag * sign).astype(np.float16)
+    h = (mag * sign).astype(np.float16)
+    if specials:
+        sp = np.array([65504, -65504, 0, -0.0, 2.0 ** -24, np.inf, -np.inf, np.nan], dtype=np.float16)
+        pick = rng.random(n) < 0.125
+        h[pick] = sp[rng.integers(0, sp.size, int(pick.sum()))]
+    return h
 
 
-def raw_blocks(qt, n_blocks):
+def raw_blocks(qt, n_blocks, specials=False):
     blck, tsize = GGML_QUANT_SIZES[qt]
     if qt == Q.F32:
         return rng.standard_normal(n_blocks).astype(np.float32).view(np.uint8)
@@ -54,7 +62,7 @@ def raw_blocks(qt, n_blocks):
         return rng.integers(0, 256, n_blocks * 2, dtype=np.uint8)
     b = rng.integers(0, 256, (n_blocks, tsize), dtype=np.uint8)
     for off in SCALES[qt]:
-        b[:, off:off + 2] = random_halves(n_blocks).view(np.uint8).reshape(n_blocks, 2)
+        b[:, off:off + 2] = random_halves(n_blocks, specials).view(np.uint8).reshape(n_blocks, 2)
     return b.reshape(-1)
 
 
@@ -67,7 +75,8 @@ def quantized_blocks(qt, n_blocks):
 def reference(qt, raw):
     blck, tsize = GGML_QUANT_SIZES[qt]
     n = raw.size // tsize * blck
-    out = gguf.quants.dequantize(raw.reshape(1, -1), qt)
+    with np.errstate(invalid="ignore", over="ignore"):   # Inf * 0 on purpose
+        out = gguf.quants.dequantize(raw.reshape(1, -1), qt)
     return np.asarray(out, dtype=np.float32).reshape(-1)[:n]
 
 
@@ -111,6 +120,8 @@ def main():
             blck, _ = GGML_QUANT_SIZES[qt]
             n_blocks = max(4, 8192 // blck) + 3  # odd count: vector tails
             cases = [("random blocks", raw_blocks(qt, n_blocks))]
+            if qt in SCALES:
+                cases.append(("extreme/non-finite scales", raw_blocks(qt, n_blocks, True)))
             if qt in QUANTIZABLE:
                 cases.append(("gguf.quantize", quantized_blocks(qt, n_blocks)))
             for how, raw in cases:

@@ -71,6 +71,19 @@ static void fill_random(int type, uint8_t *buf, int64_t n)
     }
 }
 
+/* Replace every f16 scale/min of a quantized row by an extreme finite
+ * half: +-65504, the smallest and largest subnormals, the smallest normal,
+ * +-0 (a zero scale times a code must keep dequant.c's sign of zero). */
+static void extreme_scales(int type, uint8_t *buf, int64_t n)
+{
+    static const uint16_t ext[] = { 0x7BFF, 0xFBFF, 0x0001, 0x83FF, 0x0400, 0x0000, 0x8000 };
+    const bt_dtype_info *ti = bt_dtype(type);
+    int off[2], k = bt_dtype_scale_offsets(type, off);
+    for (int64_t b = 0; b < n / ti->blck; b++)
+        for (int i = 0; i < k; i++)
+            put16(buf + b * ti->type_size + off[i], ext[rnd() % BT_ARRAY_SIZE(ext)]);
+}
+
 static void fill_x(float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -290,8 +303,10 @@ static void test_variants_random(const bt_kvariant *v)
         int ns = sizes_for(t, sizes);
         for (int si = 0; si < ns; si++) {
             int64_t n = sizes[si];
-            for (int rep = 0; rep < 4; rep++) {
+            for (int rep = 0; rep < 5; rep++) {
                 fill_random(t, w, n);
+                if (rep == 4)
+                    extreme_scales(t, w, n);
                 fill_x(x, n);
                 s->dequant[t](w, a, n);
                 v->dequant[t](w, b, n);
@@ -338,7 +353,7 @@ static void test_variants_random(const bt_kvariant *v)
  * masking trick may drop it), for every type and variant. */
 static void test_nonfinite(const bt_kvariant *v)
 {
-    uint8_t *w = malloc(8 * 256 * 4);
+    uint8_t *w = malloc(4 * 8 * 256 * 4);   /* four rows for dot4q */
     float x[8 * 256];
     for (int t = 0; t < BT_DT_COUNT; t++) {
         const bt_dtype_info *ti = bt_dtype(t);
@@ -366,6 +381,27 @@ static void test_nonfinite(const bt_kvariant *v)
             float got = v->dot[t](w, x, n);
             CHECK(!isfinite(got), "%s %s: %s in the row, dot is finite (%g)", v->name, ti->name,
                   kind == 0 ? "NaN" : "Inf", got);
+            /* The min field too (q4_1, q5_1, q2_K, q4_K, q5_K), in the last
+             * block, and through the 4-row decode kernel. */
+            int off[2], k = bt_dtype_scale_offsets(t, off);
+            if (k == 2) {
+                fill_random(t, w, n);
+                put16(w + (n / ti->blck - 1) * ti->type_size + off[1], h16);
+                got = v->dot[t](w, x, n);
+                CHECK(!isfinite(got), "%s %s: %s in the min scale, dot is finite (%g)", v->name, ti->name,
+                      kind == 0 ? "NaN" : "Inf", got);
+            }
+            if (v->dot4q[t]) {
+                size_t rb = bt_dtype_row_size(t, n);
+                float o4[4];
+                memmove(w + 2 * rb, w, rb);      /* poisoned row as row 2 of 4 */
+                fill_random(t, w, n);
+                fill_random(t, w + rb, n);
+                fill_random(t, w + 3 * rb, n);
+                v->dot4q[t](w, rb, x, n, o4);
+                CHECK(isfinite(o4[0]) && isfinite(o4[1]) && !isfinite(o4[2]) && isfinite(o4[3]),
+                      "%s %s dot4q: poisoned row 2 gives %g %g %g %g", v->name, ti->name, o4[0], o4[1], o4[2], o4[3]);
+            }
         }
         /* A NaN activation too. */
         fill_random(t, w, n);

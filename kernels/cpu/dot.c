@@ -187,7 +187,10 @@ static bool cpu_has_avx2(void)
 static bool cpu_has_avx512(void)
 {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-    return cpu_has_avx2() && __builtin_cpu_supports("avx512f");
+    /* BW/VL/DQ: every AVX-512 CPU but Knights Landing has them, and the
+     * k-quant kernels use byte masks. */
+    return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 #else
     return false;
 #endif

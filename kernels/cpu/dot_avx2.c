@@ -1,5 +1,5 @@
 /* dot_avx2.c - AVX2 + FMA + F16C kernels for the common weight types
- * (f32, f16, bf16, q8_0, q4_0, q4_1). Compiled with per-function target
+ * (f32, f16, bf16, every block type). Compiled with per-function target
  * attributes so the build needs no special flags; bt_kernels_init() only
  * installs them when the CPU reports all three features.
  *
@@ -8,7 +8,13 @@
  * (kernels_impl.h: 8-float chunks into one accumulator per (row, token)),
  * so bt_matmul is batch invariant. Dequantizers must match
  * the scalar code bit for bit, so they use the same single roundings and
- * never fuse (BT_NOFUSE_V). */
+ * never fuse (BT_NOFUSE_V), or fuse only where the product is exact (see
+ * dot_avx512.c's header: q * d never rounds, so q * d - m in one FMA is
+ * dq's rounding).
+ *
+ * q5_* and the k-quants build integer codes 32 at a time with byte ops
+ * (one ymm), widen them 8 at a time, convert, and scale: the same products
+ * as dequant.c. */
 #include "kernels_impl.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
@@ -21,7 +27,9 @@
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define QK 32
 /* Software prefetch ahead in the weight stream (see dot_avx512.c). */
-#define PF_DIST 1024
+#ifndef PF_DIST
+#define PF_DIST 4096
+#endif
 #define PF(p) _mm_prefetch((const char *)(p) + PF_DIST, _MM_HINT_T0)
 
 static inline uint16_t ld_u16(const uint8_t *p)
@@ -404,36 +412,321 @@ BLOCK_DOTS(q4_0, 18)
 BLOCK_DOTS(q4_1, 20)
 #undef BLOCK_DOTS
 
-/* Types without a fused kernel (q5_*, k-quants): dequantize a block into a
- * stack buffer with this table's dequantizer (bit-identical to the scalar
- * one) and continue the f32 order; every block is a whole number of
- * chunks. */
-static bt_dequant_fn gen_dq[BT_DT_COUNT];
+/* ---- q5_* and k-quants: 32 codes per ymm of bytes, then four vectors of
+ * 8 (elements 0-7, 8-15, 16-23, 24-31 of the code run), each scaled with
+ * the dequantizer's products and added into the one accumulator in order.
+ * ---- */
 
-TGT static inline float gen_dot(int type, const void *w, const float *x, int64_t n)
+TGT static inline __m256 u8f(__m128i c) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c)); }
+TGT static inline __m256 i8f(__m128i c) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c)); }
+
+/* w = d * code - m per 8 (d * code is exact; see the file header). Unsigned
+ * codes; d0/m0 for elements 0..15, d1/m1 for 16..31. */
+TGT static inline void codes_dm(__m256i c, float d0, float m0, float d1, float m1, __m256 w[4])
 {
-    const bt_dtype_info *ti = bt_dtype(type);
-    float tmp[256] __attribute__((aligned(32)));
-    const uint8_t *b = w;
-    __m256 s = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n; i += ti->blck, b += ti->type_size) {
-        gen_dq[type](b, tmp, ti->blck);
-        for (int j = 0; j < ti->blck; j += 8)
-            s = _mm256_fmadd_ps(_mm256_load_ps(tmp + j), _mm256_loadu_ps(x + i + j), s);
-    }
-    return hsum8(s);
+    __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
+    __m256 vd0 = _mm256_set1_ps(d0), vm0 = _mm256_set1_ps(m0), vd1 = _mm256_set1_ps(d1), vm1 = _mm256_set1_ps(m1);
+    w[0] = _mm256_fmsub_ps(vd0, u8f(lo), vm0);
+    w[1] = _mm256_fmsub_ps(vd0, u8f(_mm_unpackhi_epi64(lo, lo)), vm0);
+    w[2] = _mm256_fmsub_ps(vd1, u8f(hi), vm1);
+    w[3] = _mm256_fmsub_ps(vd1, u8f(_mm_unpackhi_epi64(hi, hi)), vm1);
 }
 
-#define GEN_DOT(T, ID) \
-    TGT static float dot_##T(const void *w, const float *x, int64_t n) { return gen_dot(ID, w, x, n); }
-GEN_DOT(q5_0, BT_DT_Q5_0)
-GEN_DOT(q5_1, BT_DT_Q5_1)
-GEN_DOT(q2_k, BT_DT_Q2_K)
-GEN_DOT(q3_k, BT_DT_Q3_K)
-GEN_DOT(q4_k, BT_DT_Q4_K)
-GEN_DOT(q5_k, BT_DT_Q5_K)
-GEN_DOT(q6_k, BT_DT_Q6_K)
-#undef GEN_DOT
+/* w = d * code, signed codes. */
+TGT static inline void codes_d(__m256i c, float d0, float d1, __m256 w[4])
+{
+    __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
+    __m256 vd0 = _mm256_set1_ps(d0), vd1 = _mm256_set1_ps(d1);
+    w[0] = _mm256_mul_ps(vd0, i8f(lo));
+    w[1] = _mm256_mul_ps(vd0, i8f(_mm_unpackhi_epi64(lo, lo)));
+    w[2] = _mm256_mul_ps(vd1, i8f(hi));
+    w[3] = _mm256_mul_ps(vd1, i8f(_mm_unpackhi_epi64(hi, hi)));
+}
+
+/* The 32 bits of a q5 block's qh as bytes 0x10 (set) or 0 (clear). */
+TGT static inline __m256i q5_high(const uint8_t *p)
+{
+    uint32_t qh;
+    memcpy(&qh, p, 4);
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), shuf);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bits), bits);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+/* The 32 codes (nibble | 5th bit) of a q5 block, element order. */
+TGT static inline __m256i q5_codes(const uint8_t *qs, const uint8_t *qh)
+{
+    __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    __m256i nib = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+    nib = _mm256_and_si256(nib, _mm256_set1_epi8(0x0F));
+    return _mm256_or_si256(nib, q5_high(qh));
+}
+
+/* q5_0: (q - 16) * d (exact). */
+TGT static inline void w_q5_0(const uint8_t *b, __m256 w[4])
+{
+    float d = ld_f16(b);
+    codes_d(_mm256_sub_epi8(q5_codes(b + 6, b + 2), _mm256_set1_epi8(16)), d, d, w);
+}
+
+/* q5_1: q * d + m as one FMA (q * d exact). */
+TGT static inline void w_q5_1(const uint8_t *b, __m256 w[4])
+{
+    float d = ld_f16(b), m = -ld_f16(b + 2);
+    codes_dm(q5_codes(b + 8, b + 4), d, m, d, m, w);
+}
+
+#define BLOCK_DOTS(T, BS)                                                                        \
+    TGT static float dot_##T(const void *w, const float *x, int64_t n)                           \
+    {                                                                                            \
+        const uint8_t *b = w;                                                                    \
+        __m256 s = _mm256_setzero_ps(), v[4];                                                    \
+        for (int64_t i = 0; i < n / QK; i++, b += BS, x += QK) {                                 \
+            PF(b);                                                                               \
+            w_##T(b, v);                                                                         \
+            s = _mm256_fmadd_ps(v[0], _mm256_loadu_ps(x), s);                                    \
+            s = _mm256_fmadd_ps(v[1], _mm256_loadu_ps(x + 8), s);                                \
+            s = _mm256_fmadd_ps(v[2], _mm256_loadu_ps(x + 16), s);                               \
+            s = _mm256_fmadd_ps(v[3], _mm256_loadu_ps(x + 24), s);                               \
+        }                                                                                        \
+        return hsum8(s);                                                                         \
+    }                                                                                            \
+    TGT static void dot4q_##T(const void *w, size_t rb, const float *x, int64_t n, float out[4]) \
+    {                                                                                            \
+        const uint8_t *b0 = w, *b1 = b0 + rb, *b2 = b1 + rb, *b3 = b2 + rb;                     \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, v[4];                        \
+        for (int64_t i = 0; i < n / QK; i++, b0 += BS, b1 += BS, b2 += BS, b3 += BS, x += QK) {  \
+            PF(b0);                                                                              \
+            PF(b1);                                                                              \
+            PF(b2);                                                                              \
+            PF(b3);                                                                              \
+            __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);                         \
+            __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);                   \
+            w_##T(b0, v);                                                                        \
+            a0 = _mm256_fmadd_ps(v[0], x0, a0);                                                  \
+            a0 = _mm256_fmadd_ps(v[1], x1, a0);                                                  \
+            a0 = _mm256_fmadd_ps(v[2], x2, a0);                                                  \
+            a0 = _mm256_fmadd_ps(v[3], x3, a0);                                                  \
+            w_##T(b1, v);                                                                        \
+            a1 = _mm256_fmadd_ps(v[0], x0, a1);                                                  \
+            a1 = _mm256_fmadd_ps(v[1], x1, a1);                                                  \
+            a1 = _mm256_fmadd_ps(v[2], x2, a1);                                                  \
+            a1 = _mm256_fmadd_ps(v[3], x3, a1);                                                  \
+            w_##T(b2, v);                                                                        \
+            a2 = _mm256_fmadd_ps(v[0], x0, a2);                                                  \
+            a2 = _mm256_fmadd_ps(v[1], x1, a2);                                                  \
+            a2 = _mm256_fmadd_ps(v[2], x2, a2);                                                  \
+            a2 = _mm256_fmadd_ps(v[3], x3, a2);                                                  \
+            w_##T(b3, v);                                                                        \
+            a3 = _mm256_fmadd_ps(v[0], x0, a3);                                                  \
+            a3 = _mm256_fmadd_ps(v[1], x1, a3);                                                  \
+            a3 = _mm256_fmadd_ps(v[2], x2, a3);                                                  \
+            a3 = _mm256_fmadd_ps(v[3], x3, a3);                                                  \
+        }                                                                                        \
+        hsum8x4(a0, a1, a2, a3, out);                                                            \
+    }                                                                                            \
+    TGT static void dq_##T(const void *src, float *dst, int64_t n)                               \
+    {                                                                                            \
+        const uint8_t *b = src;                                                                  \
+        __m256 v[4];                                                                             \
+        for (int64_t i = 0; i < n / QK; i++, b += BS, dst += QK) {                               \
+            w_##T(b, v);                                                                         \
+            _mm256_storeu_ps(dst, v[0]);                                                         \
+            _mm256_storeu_ps(dst + 8, v[1]);                                                     \
+            _mm256_storeu_ps(dst + 16, v[2]);                                                    \
+            _mm256_storeu_ps(dst + 24, v[3]);                                                    \
+        }                                                                                        \
+    }
+BLOCK_DOTS(q5_0, 22)
+BLOCK_DOTS(q5_1, 24)
+#undef BLOCK_DOTS
+
+/* k-quant scales of one block: the dequantizer's products (exact); m is
+ * subtracted, as in dequant.c. */
+struct kscales {
+    float d[16];
+    float m[16];
+};
+
+TGT static inline void prep_k4(const uint8_t *b, struct kscales *ks)
+{
+    float d = ld_f16(b), dmin = ld_f16(b + 2);
+    const uint8_t *q = b + 4;
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        if (j < 4) {
+            sc = q[j] & 63;
+            m = q[j + 4] & 63;
+        } else {
+            sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+            m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+        }
+        ks->d[j] = d * (float)sc;
+        ks->m[j] = dmin * (float)m;
+    }
+}
+#define prep_q4_k prep_k4
+#define prep_q5_k prep_k4
+
+TGT static inline void prep_q6_k(const uint8_t *b, struct kscales *ks)
+{
+    float d = ld_f16(b + 208);
+    for (int k = 0; k < 16; k++)
+        ks->d[k] = d * (float)(int8_t)b[192 + k];
+}
+
+TGT static inline void prep_q3_k(const uint8_t *b, struct kscales *ks)
+{
+    const uint8_t *s = b + 96;
+    float d = ld_f16(b + 108);
+    for (int k = 0; k < 16; k++) {
+        int lo = k < 8 ? s[k] & 0xF : s[k - 8] >> 4;
+        int hi = (s[8 + k % 4] >> (2 * (k / 4))) & 3;
+        ks->d[k] = d * (float)((lo | hi << 4) - 32);
+    }
+}
+
+TGT static inline void prep_q2_k(const uint8_t *b, struct kscales *ks)
+{
+    float d = ld_f16(b + 80), dmin = ld_f16(b + 82);
+    for (int k = 0; k < 16; k++) {
+        ks->d[k] = d * (float)(b[k] & 0xF);
+        ks->m[k] = dmin * (float)(b[k] >> 4);
+    }
+}
+
+/* Sub-block runs of 32 elements, j = 0..7, in element order. */
+TGT static inline void sub_q4_k(const uint8_t *b, const struct kscales *ks, int j, __m256 w[4])
+{
+    __m256i q = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (j >> 1)));
+    if (j & 1)
+        q = _mm256_srli_epi16(q, 4);
+    q = _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
+    codes_dm(q, ks->d[j], ks->m[j], ks->d[j], ks->m[j], w);
+}
+
+TGT static inline void sub_q5_k(const uint8_t *b, const struct kscales *ks, int j, __m256 w[4])
+{
+    __m256i q = _mm256_loadu_si256((const __m256i *)(b + 48 + 32 * (j >> 1)));
+    __m256i h = _mm256_loadu_si256((const __m256i *)(b + 16));
+    if (j & 1)
+        q = _mm256_srli_epi16(q, 4);
+    q = _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
+    /* bit j of each qh byte -> 0x10 */
+    __m256i bit = _mm256_set1_epi8((char)(1 << j));
+    h = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit), _mm256_set1_epi8(0x10));
+    codes_dm(_mm256_or_si256(q, h), ks->d[j], ks->m[j], ks->d[j], ks->m[j], w);
+}
+
+TGT static inline void sub_q6_k(const uint8_t *b, const struct kscales *ks, int j, __m256 w[4])
+{
+    int h = j >> 2, g = j & 3;
+    __m256i ql = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32 * (g & 1)));
+    __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+    if (g & 2)
+        ql = _mm256_srli_epi16(ql, 4);
+    ql = _mm256_and_si256(ql, _mm256_set1_epi8(0x0F));
+    /* bits 2g, 2g+1 of qh -> bits 4, 5 */
+    qh = g == 0 ? _mm256_slli_epi16(qh, 4) : g == 1 ? _mm256_slli_epi16(qh, 2) : g == 2 ? qh : _mm256_srli_epi16(qh, 2);
+    qh = _mm256_and_si256(qh, _mm256_set1_epi8(0x30));
+    __m256i c = _mm256_sub_epi8(_mm256_or_si256(ql, qh), _mm256_set1_epi8(32));
+    codes_d(c, ks->d[8 * h + 2 * g], ks->d[8 * h + 2 * g + 1], w);
+}
+
+TGT static inline void sub_q3_k(const uint8_t *b, const struct kscales *ks, int j, __m256 w[4])
+{
+    int h = j >> 2, jj = j & 3;
+    __m256i qs = _mm256_loadu_si256((const __m256i *)(b + 32 + 32 * h));
+    __m256i hm = _mm256_loadu_si256((const __m256i *)b);
+    __m256i c = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * jj), _mm256_set1_epi8(3));
+    __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(hm, _mm256_set1_epi8((char)(1 << j))), _mm256_setzero_si256());
+    c = _mm256_sub_epi8(c, _mm256_and_si256(clear, _mm256_set1_epi8(4)));
+    codes_d(c, ks->d[8 * h + 2 * jj], ks->d[8 * h + 2 * jj + 1], w);
+}
+
+TGT static inline void sub_q2_k(const uint8_t *b, const struct kscales *ks, int j, __m256 w[4])
+{
+    int h = j >> 2, jj = j & 3, k = 8 * h + 2 * jj;
+    __m256i qs = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * h));
+    __m256i c = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * jj), _mm256_set1_epi8(3));
+    codes_dm(c, ks->d[k], ks->m[k], ks->d[k + 1], ks->m[k + 1], w);
+}
+
+#define PF_BLOCK(b, BS)                       \
+    do {                                      \
+        for (int o_ = 0; o_ < BS; o_ += 64)   \
+            PF((b) + o_);                     \
+    } while (0)
+
+/* One block of one row into accumulator s, x = its 256 activations. */
+#define KQ_BLOCK(T, b, x, s)                                                 \
+    do {                                                                     \
+        struct kscales ks_;                                                  \
+        prep_##T(b, &ks_);                                                   \
+        for (int j_ = 0; j_ < 8; j_++) {                                     \
+            __m256 v_[4];                                                    \
+            const float *xj_ = (x) + 32 * j_;                                \
+            sub_##T(b, &ks_, j_, v_);                                        \
+            s = _mm256_fmadd_ps(v_[0], _mm256_loadu_ps(xj_), s);             \
+            s = _mm256_fmadd_ps(v_[1], _mm256_loadu_ps(xj_ + 8), s);         \
+            s = _mm256_fmadd_ps(v_[2], _mm256_loadu_ps(xj_ + 16), s);        \
+            s = _mm256_fmadd_ps(v_[3], _mm256_loadu_ps(xj_ + 24), s);        \
+        }                                                                    \
+    } while (0)
+
+#define KQ_DOTS(T, BS)                                                                           \
+    TGT static float dot_##T(const void *w, const float *x, int64_t n)                           \
+    {                                                                                            \
+        const uint8_t *b = w;                                                                    \
+        __m256 s = _mm256_setzero_ps();                                                          \
+        for (int64_t i = 0; i < n / QK_K; i++, b += BS, x += QK_K) {                             \
+            PF_BLOCK(b, BS);                                                                     \
+            KQ_BLOCK(T, b, x, s);                                                                \
+        }                                                                                        \
+        return hsum8(s);                                                                         \
+    }                                                                                            \
+    TGT static void dot4q_##T(const void *w, size_t rb, const float *x, int64_t n, float out[4]) \
+    {                                                                                            \
+        const uint8_t *b0 = w, *b1 = b0 + rb, *b2 = b1 + rb, *b3 = b2 + rb;                     \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                              \
+        for (int64_t i = 0; i < n / QK_K; i++, b0 += BS, b1 += BS, b2 += BS, b3 += BS, x += QK_K) { \
+            PF_BLOCK(b0, BS);                                                                    \
+            PF_BLOCK(b1, BS);                                                                    \
+            PF_BLOCK(b2, BS);                                                                    \
+            PF_BLOCK(b3, BS);                                                                    \
+            KQ_BLOCK(T, b0, x, a0);                                                              \
+            KQ_BLOCK(T, b1, x, a1);                                                              \
+            KQ_BLOCK(T, b2, x, a2);                                                              \
+            KQ_BLOCK(T, b3, x, a3);                                                              \
+        }                                                                                        \
+        hsum8x4(a0, a1, a2, a3, out);                                                            \
+    }                                                                                            \
+    TGT static void dq_##T(const void *src, float *dst, int64_t n)                               \
+    {                                                                                            \
+        const uint8_t *b = src;                                                                  \
+        for (int64_t i = 0; i < n / QK_K; i++, b += BS) {                                        \
+            struct kscales ks_;                                                                  \
+            prep_##T(b, &ks_);                                                                   \
+            for (int j = 0; j < 8; j++, dst += 32) {                                             \
+                __m256 v[4];                                                                     \
+                sub_##T(b, &ks_, j, v);                                                          \
+                _mm256_storeu_ps(dst, v[0]);                                                     \
+                _mm256_storeu_ps(dst + 8, v[1]);                                                 \
+                _mm256_storeu_ps(dst + 16, v[2]);                                                \
+                _mm256_storeu_ps(dst + 24, v[3]);                                                \
+            }                                                                                    \
+        }                                                                                        \
+    }
+
+KQ_DOTS(q2_k, 84)
+KQ_DOTS(q3_k, 110)
+KQ_DOTS(q4_k, 144)
+KQ_DOTS(q5_k, 176)
+KQ_DOTS(q6_k, 210)
+#undef KQ_DOTS
 
 /* ---- dequantizers (bit-identical to dequant.c) ---- */
 
@@ -509,8 +802,13 @@ bool bt_kv_avx2_fill(bt_kvariant *kv)
     kv->dequant[BT_DT_Q8_0] = dq_q8_0;
     kv->dequant[BT_DT_Q4_0] = dq_q4_0;
     kv->dequant[BT_DT_Q4_1] = dq_q4_1;
-    for (int t = 0; t < BT_DT_COUNT; t++)
-        gen_dq[t] = kv->dequant[t];
+    kv->dequant[BT_DT_Q5_0] = dq_q5_0;
+    kv->dequant[BT_DT_Q5_1] = dq_q5_1;
+    kv->dequant[BT_DT_Q2_K] = dq_q2_k;
+    kv->dequant[BT_DT_Q3_K] = dq_q3_k;
+    kv->dequant[BT_DT_Q4_K] = dq_q4_k;
+    kv->dequant[BT_DT_Q5_K] = dq_q5_k;
+    kv->dequant[BT_DT_Q6_K] = dq_q6_k;
     kv->dot[BT_DT_F32] = dot_f32;
     kv->dot[BT_DT_F16] = dot_f16;
     kv->dot[BT_DT_BF16] = dot_bf16;
@@ -532,6 +830,13 @@ bool bt_kv_avx2_fill(bt_kvariant *kv)
     kv->dot4q[BT_DT_Q8_0] = dot4q_q8_0;
     kv->dot4q[BT_DT_Q4_0] = dot4q_q4_0;
     kv->dot4q[BT_DT_Q4_1] = dot4q_q4_1;
+    kv->dot4q[BT_DT_Q5_0] = dot4q_q5_0;
+    kv->dot4q[BT_DT_Q5_1] = dot4q_q5_1;
+    kv->dot4q[BT_DT_Q2_K] = dot4q_q2_k;
+    kv->dot4q[BT_DT_Q3_K] = dot4q_q3_k;
+    kv->dot4q[BT_DT_Q4_K] = dot4q_q4_k;
+    kv->dot4q[BT_DT_Q5_K] = dot4q_q5_k;
+    kv->dot4q[BT_DT_Q6_K] = dot4q_q6_k;
     return true;
 }
 

@@ -3,7 +3,23 @@
  * are bit-identical to the scalar code, and every dot follows this
  * variant's canonical order (kernels_impl.h: 16-float chunks alternating
  * between two accumulators per (row, token)), so bt_matmul is batch
- * invariant. bt_kernels_init() checks avx2+fma+f16c+avx512f. */
+ * invariant. bt_kernels_init() checks avx2+fma+f16c+avx512f/bw/vl/dq (the
+ * k-quant kernels take byte masks from AVX-512BW).
+ *
+ * Every quantized type has a fused kernel: the block's weights are built in
+ * registers, 16 at a time, exactly as dequant.c builds them, and go straight
+ * into the FMAs. Two ways to build them, both exact:
+ *   - a per-(sub-)block table of the possible weights (q4_*, q5_*, q4_K,
+ *     q5_K), computed with the dequantizer's arithmetic and indexed with
+ *     vpermps (16 entries) or a masked second vpermps (32 entries);
+ *   - integer codes made 32 at a time with byte ops, widened, converted and
+ *     scaled (q8_0, q2_K, q3_K, q6_K).
+ * Where the scalar code rounds twice (q * d, then + m or - m) the kernels
+ * use one FMA: q * d is exact for every block layout (an f16 or f16 times a
+ * 6-bit scale has at most 17 significant bits, the codes at most 6), so the
+ * single rounding is the same rounding. No VNNI or AVX512-BF16 dot
+ * instructions: they need integer or bf16 activations (or flush
+ * subnormals), and activations stay f32. */
 #include "kernels_impl.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
@@ -13,13 +29,18 @@
 
 #include "util.h"
 
-#define TGT __attribute__((target("avx512f,avx2,fma,f16c")))
+#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define QK 32
 /* Software prefetch this many bytes ahead in the weight stream: on the
  * machines we measured, the hardware prefetcher alone left a decoding core
  * at ~6 GB/s on a 30 MB q8_0 matrix, with it ~15 GB/s. Prefetching past the
- * end of a matrix is harmless (prefetches never fault). */
-#define PF_DIST 1024
+ * end of a matrix is harmless (prefetches never fault). 4 KB rather than
+ * 1 KB: single-thread decode of 60 MB of q4_0 / q8_0 / q6_K went 25-40%
+ * faster (CPU time, on a loaded 2-core machine where memory latency is
+ * high); 8 KB gained nothing more. */
+#ifndef PF_DIST
+#define PF_DIST 4096
+#endif
 #define PF(p) _mm_prefetch((const char *)(p) + PF_DIST, _MM_HINT_T0)
 
 TGT static inline float ld_f16(const uint8_t *p)
@@ -312,6 +333,38 @@ TGT static inline void w_q4_1(const uint8_t *b, __m512 *lo, __m512 *hi)
     q4_lookup(b + 4, _mm512_fmadd_ps(k, _mm512_set1_ps(ld_f16(b)), _mm512_set1_ps(ld_f16(b + 2))), lo, hi);
 }
 
+/* q5 blocks: a 32-entry table as two vectors; the low 16 entries through
+ * vpermps, lanes whose 5th bit is set (a k-mask straight from qh) through
+ * a masked second vpermps. */
+TGT static inline void q5_lookup(const uint8_t *qs, uint32_t qh, __m512 la, __m512 lb, __m512 *lo, __m512 *hi)
+{
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs)), vh = _mm512_srli_epi32(v, 4);
+    *lo = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(v, la), (__mmask16)qh, v, lb);
+    *hi = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(vh, la), (__mmask16)(qh >> 16), vh, lb);
+}
+
+/* q5_0: (q - 16) * d (exact). */
+TGT static inline void w_q5_0(const uint8_t *b, __m512 *lo, __m512 *hi)
+{
+    const __m512 ka = _mm512_setr_ps(-16, -15, -14, -13, -12, -11, -10, -9, -8, -7, -6, -5, -4, -3, -2, -1);
+    const __m512 kb = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 d = _mm512_set1_ps(ld_f16(b));
+    uint32_t qh;
+    memcpy(&qh, b + 2, 4);
+    q5_lookup(b + 6, qh, _mm512_mul_ps(ka, d), _mm512_mul_ps(kb, d), lo, hi);
+}
+
+/* q5_1: q * d + m as one FMA (q * d is exact, as in q4_1). */
+TGT static inline void w_q5_1(const uint8_t *b, __m512 *lo, __m512 *hi)
+{
+    const __m512 ka = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 kb = _mm512_add_ps(ka, _mm512_set1_ps(16));
+    __m512 d = _mm512_set1_ps(ld_f16(b)), m = _mm512_set1_ps(ld_f16(b + 2));
+    uint32_t qh;
+    memcpy(&qh, b + 4, 4);
+    q5_lookup(b + 8, qh, _mm512_fmadd_ps(ka, d, m), _mm512_fmadd_ps(kb, d, m), lo, hi);
+}
+
 /* One row; and four rows sharing the x loads (decode: interleaving hides
  * the per-row reduction and call that dominate short rows like 576). */
 #define BLOCK_DOTS(T, BS)                                                                        \
@@ -357,40 +410,321 @@ TGT static inline void w_q4_1(const uint8_t *b, __m512 *lo, __m512 *hi)
 BLOCK_DOTS(q8_0, 34)
 BLOCK_DOTS(q4_0, 18)
 BLOCK_DOTS(q4_1, 20)
+BLOCK_DOTS(q5_0, 22)
+BLOCK_DOTS(q5_1, 24)
 #undef BLOCK_DOTS
 
-/* Types without a fused kernel (q5_*, k-quants): dequantize a block into a
- * stack buffer with this table's dequantizer (bit-identical to the scalar
- * one) and continue the f32 order; every block is a whole number of chunk
- * pairs. */
-static bt_dequant_fn gen_dq[BT_DT_COUNT];
-
-TGT static inline float gen_dot(int type, const void *w, const float *x, int64_t n)
-{
-    const bt_dtype_info *ti = bt_dtype(type);
-    float tmp[256] __attribute__((aligned(64)));
-    const uint8_t *b = w;
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0;
-    for (int64_t i = 0; i < n; i += ti->blck, b += ti->type_size) {
-        gen_dq[type](b, tmp, ti->blck);
-        for (int j = 0; j < ti->blck; j += 32) {
-            s0 = _mm512_fmadd_ps(_mm512_load_ps(tmp + j), _mm512_loadu_ps(x + i + j), s0);
-            s1 = _mm512_fmadd_ps(_mm512_load_ps(tmp + j + 16), _mm512_loadu_ps(x + i + j + 16), s1);
-        }
+/* Dequantizers from the same builders (bit-identical to dequant.c, which
+ * the weights above already are). */
+#define BLOCK_DQ(T, BS)                                                       \
+    TGT static void dq_##T(const void *src, float *dst, int64_t n)            \
+    {                                                                         \
+        const uint8_t *b = src;                                               \
+        __m512 lo, hi;                                                        \
+        for (int64_t i = 0; i < n / QK; i++, b += BS, dst += QK) {            \
+            w_##T(b, &lo, &hi);                                               \
+            _mm512_storeu_ps(dst, lo);                                        \
+            _mm512_storeu_ps(dst + 16, hi);                                   \
+        }                                                                     \
     }
-    return reduce1(s0, s1);
+BLOCK_DQ(q5_0, 22)
+BLOCK_DQ(q5_1, 24)
+#undef BLOCK_DQ
+
+/* ---- k-quants (256-element blocks). A block's scales are unpacked once
+ * into ks (the dequantizer's products, exact); then each group of 64
+ * elements is built as four vectors w0..w3 = elements 0-15, 16-31, 32-47,
+ * 48-63 of the group, which go to accumulators 0, 1, 0, 1: the f32 order
+ * of the dequantized row. ---- */
+
+struct kscales {
+    float d[16];    /* per sub-block scale (d * sc) */
+    float m[16];    /* per sub-block min (dmin * m), q2_K/q4_K/q5_K */
+};
+
+/* q4_K/q5_K: eight 6-bit scales and mins (scale_min_k4 in dequant.c). */
+TGT static inline void prep_k4(const uint8_t *b, struct kscales *ks)
+{
+    float d = ld_f16(b), dmin = ld_f16(b + 2);
+    const uint8_t *q = b + 4;
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        if (j < 4) {
+            sc = q[j] & 63;
+            m = q[j + 4] & 63;
+        } else {
+            sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+            m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+        }
+        ks->d[j] = d * (float)sc;
+        ks->m[j] = dmin * (float)m;
+    }
 }
 
-#define GEN_DOT(T, ID) \
-    TGT static float dot_##T(const void *w, const float *x, int64_t n) { return gen_dot(ID, w, x, n); }
-GEN_DOT(q5_0, BT_DT_Q5_0)
-GEN_DOT(q5_1, BT_DT_Q5_1)
-GEN_DOT(q2_k, BT_DT_Q2_K)
-GEN_DOT(q3_k, BT_DT_Q3_K)
-GEN_DOT(q4_k, BT_DT_Q4_K)
-GEN_DOT(q5_k, BT_DT_Q5_K)
-GEN_DOT(q6_k, BT_DT_Q6_K)
-#undef GEN_DOT
+TGT static inline __m512 lut16(float d, float m)
+{
+    const __m512 k = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_fmsub_ps(k, _mm512_set1_ps(d), _mm512_set1_ps(m));
+}
+
+/* q4_K group g: sub-blocks 2g (low nibbles of q[0..31]) and 2g+1 (high). */
+TGT static inline void grp_q4_k(const uint8_t *b, const struct kscales *ks, int g, __m512 *w0, __m512 *w1,
+                                __m512 *w2, __m512 *w3)
+{
+    const uint8_t *q = b + 16 + 32 * g;
+    __m512 l0 = lut16(ks->d[2 * g], ks->m[2 * g]), l1 = lut16(ks->d[2 * g + 1], ks->m[2 * g + 1]);
+    __m512i v0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
+    __m512i v1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)));
+    *w0 = _mm512_permutexvar_ps(v0, l0);
+    *w1 = _mm512_permutexvar_ps(v1, l0);
+    *w2 = _mm512_permutexvar_ps(_mm512_srli_epi32(v0, 4), l1);
+    *w3 = _mm512_permutexvar_ps(_mm512_srli_epi32(v1, 4), l1);
+}
+
+/* q5_K group g: as q4_K, the 5th bit (bit 2g / 2g+1 of qh[l]) picks the
+ * upper half of a 32-entry table. */
+TGT static inline void grp_q5_k(const uint8_t *b, const struct kscales *ks, int g, __m512 *w0, __m512 *w1,
+                                __m512 *w2, __m512 *w3)
+{
+    const uint8_t *qh = b + 16, *q = b + 48 + 32 * g;
+    const __m512 k16 = _mm512_set1_ps(16);
+    float d0 = ks->d[2 * g], m0 = ks->m[2 * g], d1 = ks->d[2 * g + 1], m1 = ks->m[2 * g + 1];
+    __m512 la0 = lut16(d0, m0), la1 = lut16(d1, m1);
+    __m512 lb0 = _mm512_fmsub_ps(_mm512_add_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), k16),
+                                 _mm512_set1_ps(d0), _mm512_set1_ps(m0));
+    __m512 lb1 = _mm512_fmsub_ps(_mm512_add_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), k16),
+                                 _mm512_set1_ps(d1), _mm512_set1_ps(m1));
+    __m128i h0 = _mm_loadu_si128((const __m128i *)qh), h1 = _mm_loadu_si128((const __m128i *)(qh + 16));
+    __m128i bit0 = _mm_set1_epi8((char)(1 << (2 * g))), bit1 = _mm_set1_epi8((char)(2 << (2 * g)));
+    __m512i v0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
+    __m512i v1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)));
+    __m512i u0 = _mm512_srli_epi32(v0, 4), u1 = _mm512_srli_epi32(v1, 4);
+    *w0 = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(v0, la0), _mm_test_epi8_mask(h0, bit0), v0, lb0);
+    *w1 = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(v1, la0), _mm_test_epi8_mask(h1, bit0), v1, lb0);
+    *w2 = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(u0, la1), _mm_test_epi8_mask(h0, bit1), u0, lb1);
+    *w3 = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(u1, la1), _mm_test_epi8_mask(h1, bit1), u1, lb1);
+}
+
+/* 16 signed / unsigned byte codes -> f32 times a broadcast scale. */
+TGT static inline __m512 scale_i8(__m128i q, float d)
+{
+    return _mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+}
+
+/* q6_K: (d * sc) * q, q in -32..31, sixteen i8 scales. */
+TGT static inline void prep_q6_k(const uint8_t *b, struct kscales *ks)
+{
+    float d = ld_f16(b + 208);
+    for (int k = 0; k < 16; k++)
+        ks->d[k] = d * (float)(int8_t)b[192 + k];
+}
+
+/* q6_K group g: half g/2; part 0 = codes q1 (elements 0..31) and q2
+ * (32..63), part 1 = q3 and q4 (dequant.c's names), built 32 at a time in
+ * bytes. */
+TGT static inline void grp_q6_k(const uint8_t *b, const struct kscales *ks, int g, __m512 *w0, __m512 *w1,
+                                __m512 *w2, __m512 *w3)
+{
+    int h = g >> 1;
+    const uint8_t *ql = b + 64 * h, *qhp = b + 128 + 32 * h;
+    const float *s = ks->d + 8 * h + 4 * (g & 1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
+    __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    __m256i qh = _mm256_loadu_si256((const __m256i *)qhp), qa, qb;
+    if (!(g & 1)) {
+        qa = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+        qb = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+    } else {
+        qa = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
+        qb = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                             _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+    }
+    qa = _mm256_sub_epi8(qa, k32);
+    qb = _mm256_sub_epi8(qb, k32);
+    *w0 = scale_i8(_mm256_castsi256_si128(qa), s[0]);
+    *w1 = scale_i8(_mm256_extracti128_si256(qa, 1), s[1]);
+    *w2 = scale_i8(_mm256_castsi256_si128(qb), s[2]);
+    *w3 = scale_i8(_mm256_extracti128_si256(qb, 1), s[3]);
+}
+
+/* q3_K: d * (sc - 32) per 16 elements, codes q - 4 where the hmask bit is
+ * clear. */
+TGT static inline void prep_q3_k(const uint8_t *b, struct kscales *ks)
+{
+    const uint8_t *s = b + 96;
+    float d = ld_f16(b + 108);
+    for (int k = 0; k < 16; k++) {
+        int lo = k < 8 ? s[k] & 0xF : s[k - 8] >> 4;
+        int hi = (s[8 + k % 4] >> (2 * (k / 4))) & 3;
+        ks->d[k] = d * (float)((lo | hi << 4) - 32);
+    }
+}
+
+/* q3_K group g: half h = g/2, shifts j = 2(g%2) and 2(g%2)+1 of qs. */
+TGT static inline void grp_q3_k(const uint8_t *b, const struct kscales *ks, int g, __m512 *w0, __m512 *w1,
+                                __m512 *w2, __m512 *w3)
+{
+    int h = g >> 1, j = 2 * (g & 1);
+    const __m256i m3 = _mm256_set1_epi8(3), k4 = _mm256_set1_epi8(4);
+    __m256i qs = _mm256_loadu_si256((const __m256i *)(b + 32 + 32 * h));
+    __m256i hm = _mm256_loadu_si256((const __m256i *)b);
+    __m256i qa = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * j), m3);
+    __m256i qb = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * j + 2), m3);
+    qa = _mm256_mask_sub_epi8(qa, _mm256_testn_epi8_mask(hm, _mm256_set1_epi8((char)(1 << (4 * h + j)))), qa, k4);
+    qb = _mm256_mask_sub_epi8(qb, _mm256_testn_epi8_mask(hm, _mm256_set1_epi8((char)(2 << (4 * h + j)))), qb, k4);
+    const float *s = ks->d + 8 * h + 2 * j;
+    *w0 = scale_i8(_mm256_castsi256_si128(qa), s[0]);
+    *w1 = scale_i8(_mm256_extracti128_si256(qa, 1), s[1]);
+    *w2 = scale_i8(_mm256_castsi256_si128(qb), s[2]);
+    *w3 = scale_i8(_mm256_extracti128_si256(qb, 1), s[3]);
+}
+
+/* q2_K: (d * sc) * q - dmin * m per 16 elements, q in 0..3. */
+TGT static inline void prep_q2_k(const uint8_t *b, struct kscales *ks)
+{
+    float d = ld_f16(b + 80), dmin = ld_f16(b + 82);
+    for (int k = 0; k < 16; k++) {
+        ks->d[k] = d * (float)(b[k] & 0xF);
+        ks->m[k] = dmin * (float)(b[k] >> 4);
+    }
+}
+
+TGT static inline __m512 scale_min_u8(__m128i q, float d, float m)
+{
+    return _mm512_fmsub_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q)), _mm512_set1_ps(m));
+}
+
+/* q2_K group g: half h = g/2, shifts j = 2(g%2) and 2(g%2)+1 of qs. */
+TGT static inline void grp_q2_k(const uint8_t *b, const struct kscales *ks, int g, __m512 *w0, __m512 *w1,
+                                __m512 *w2, __m512 *w3)
+{
+    int h = g >> 1, j = 2 * (g & 1);
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256i qs = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * h));
+    __m256i qa = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * j), m3);
+    __m256i qb = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * j + 2), m3);
+    int k = 8 * h + 2 * j;
+    *w0 = scale_min_u8(_mm256_castsi256_si128(qa), ks->d[k], ks->m[k]);
+    *w1 = scale_min_u8(_mm256_extracti128_si256(qa, 1), ks->d[k + 1], ks->m[k + 1]);
+    *w2 = scale_min_u8(_mm256_castsi256_si128(qb), ks->d[k + 2], ks->m[k + 2]);
+    *w3 = scale_min_u8(_mm256_extracti128_si256(qb, 1), ks->d[k + 3], ks->m[k + 3]);
+}
+
+#define prep_q4_k prep_k4
+#define prep_q5_k prep_k4
+
+/* One k-quant block of one row into accumulators s0/s1 (x = the block's
+ * 256 activations). */
+#define KQ_BLOCK(T, b, x, s0, s1)                                                    \
+    do {                                                                             \
+        struct kscales ks_;                                                          \
+        prep_##T(b, &ks_);                                                           \
+        for (int g_ = 0; g_ < 4; g_++) {                                             \
+            __m512 w0_, w1_, w2_, w3_;                                               \
+            const float *xg_ = (x) + 64 * g_;                                        \
+            grp_##T(b, &ks_, g_, &w0_, &w1_, &w2_, &w3_);                            \
+            s0 = _mm512_fmadd_ps(w0_, _mm512_loadu_ps(xg_), s0);                     \
+            s1 = _mm512_fmadd_ps(w1_, _mm512_loadu_ps(xg_ + 16), s1);                \
+            s0 = _mm512_fmadd_ps(w2_, _mm512_loadu_ps(xg_ + 32), s0);                \
+            s1 = _mm512_fmadd_ps(w3_, _mm512_loadu_ps(xg_ + 48), s1);                \
+        }                                                                            \
+    } while (0)
+
+#define PF_BLOCK(b, BS)                       \
+    do {                                      \
+        for (int o_ = 0; o_ < BS; o_ += 64)   \
+            PF((b) + o_);                     \
+    } while (0)
+
+#define KQ_DOTS(T, BS)                                                                           \
+    TGT static float dot_##T(const void *w, const float *x, int64_t n)                           \
+    {                                                                                            \
+        const uint8_t *b = w;                                                                    \
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0;                                                \
+        for (int64_t i = 0; i < n / QK_K; i++, b += BS, x += QK_K) {                             \
+            PF_BLOCK(b, BS);                                                                     \
+            KQ_BLOCK(T, b, x, s0, s1);                                                           \
+        }                                                                                        \
+        return reduce1(s0, s1);                                                                  \
+    }                                                                                            \
+    TGT static void dot4q_##T(const void *w, size_t rb, const float *x, int64_t n, float out[4]) \
+    {                                                                                            \
+        const uint8_t *b0 = w, *b1 = b0 + rb, *b2 = b1 + rb, *b3 = b2 + rb;                     \
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                              \
+        __m512 c0 = a0, c1 = a0, c2 = a0, c3 = a0;                                               \
+        for (int64_t i = 0; i < n / QK_K; i++, b0 += BS, b1 += BS, b2 += BS, b3 += BS, x += QK_K) { \
+            PF_BLOCK(b0, BS);                                                                    \
+            PF_BLOCK(b1, BS);                                                                    \
+            PF_BLOCK(b2, BS);                                                                    \
+            PF_BLOCK(b3, BS);                                                                    \
+            KQ_BLOCK(T, b0, x, a0, c0);                                                          \
+            KQ_BLOCK(T, b1, x, a1, c1);                                                          \
+            KQ_BLOCK(T, b2, x, a2, c2);                                                          \
+            KQ_BLOCK(T, b3, x, a3, c3);                                                          \
+        }                                                                                        \
+        hsum8x4(fold(a0, c0), fold(a1, c1), fold(a2, c2), fold(a3, c3), out);                    \
+    }                                                                                            \
+    TGT static void dq_##T(const void *src, float *dst, int64_t n)                               \
+    {                                                                                            \
+        const uint8_t *b = src;                                                                  \
+        for (int64_t i = 0; i < n / QK_K; i++, b += BS) {                                        \
+            struct kscales ks_;                                                                  \
+            prep_##T(b, &ks_);                                                                   \
+            for (int g = 0; g < 4; g++, dst += 64) {                                             \
+                __m512 w0, w1, w2, w3;                                                           \
+                grp_##T(b, &ks_, g, &w0, &w1, &w2, &w3);                                         \
+                _mm512_storeu_ps(dst, w0);                                                       \
+                _mm512_storeu_ps(dst + 16, w1);                                                  \
+                _mm512_storeu_ps(dst + 32, w2);                                                  \
+                _mm512_storeu_ps(dst + 48, w3);                                                  \
+            }                                                                                    \
+        }                                                                                        \
+    }
+
+KQ_DOTS(q2_k, 84)
+KQ_DOTS(q3_k, 110)
+KQ_DOTS(q4_k, 144)
+KQ_DOTS(q5_k, 176)
+KQ_DOTS(q6_k, 210)
+#undef KQ_DOTS
+
+/* f16 / bf16 decode, four rows: the single-row kernels' order, sharing the
+ * x loads. A row with a partial last chunk pair goes row by row. */
+#define HALF_DOT4(T, CVT)                                                                        \
+    TGT static void dot4q_##T(const void *w, size_t rb, const float *x, int64_t n, float out[4]) \
+    {                                                                                            \
+        const uint8_t *p0 = w, *p1 = p0 + rb, *p2 = p1 + rb, *p3 = p2 + rb;                     \
+        if (n % 32) {                                                                            \
+            out[0] = dot_##T(p0, x, n);                                                          \
+            out[1] = dot_##T(p1, x, n);                                                          \
+            out[2] = dot_##T(p2, x, n);                                                          \
+            out[3] = dot_##T(p3, x, n);                                                          \
+            return;                                                                              \
+        }                                                                                        \
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                              \
+        __m512 c0 = a0, c1 = a0, c2 = a0, c3 = a0;                                               \
+        for (int64_t i = 0; i < n; i += 32) {                                                    \
+            PF(p0 + 2 * i);                                                                      \
+            PF(p1 + 2 * i);                                                                      \
+            PF(p2 + 2 * i);                                                                      \
+            PF(p3 + 2 * i);                                                                      \
+            __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);                \
+            a0 = _mm512_fmadd_ps(CVT(p0 + 2 * i), x0, a0);                                      \
+            c0 = _mm512_fmadd_ps(CVT(p0 + 2 * i + 32), x1, c0);                                  \
+            a1 = _mm512_fmadd_ps(CVT(p1 + 2 * i), x0, a1);                                       \
+            c1 = _mm512_fmadd_ps(CVT(p1 + 2 * i + 32), x1, c1);                                  \
+            a2 = _mm512_fmadd_ps(CVT(p2 + 2 * i), x0, a2);                                       \
+            c2 = _mm512_fmadd_ps(CVT(p2 + 2 * i + 32), x1, c2);                                  \
+            a3 = _mm512_fmadd_ps(CVT(p3 + 2 * i), x0, a3);                                       \
+            c3 = _mm512_fmadd_ps(CVT(p3 + 2 * i + 32), x1, c3);                                  \
+        }                                                                                        \
+        hsum8x4(fold(a0, c0), fold(a1, c1), fold(a2, c2), fold(a3, c3), out);                    \
+    }
+#define F16X16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+HALF_DOT4(f16, F16X16)
+HALF_DOT4(bf16, bf16x16)
+#undef HALF_DOT4
+#undef F16X16
 
 /* ---- dequantizers (bit-identical to dequant.c) ---- */
 
@@ -461,8 +795,13 @@ bool bt_kv_avx512_fill(bt_kvariant *kv)
     kv->dequant[BT_DT_Q8_0] = dq_q8_0;
     kv->dequant[BT_DT_Q4_0] = dq_q4_0;
     kv->dequant[BT_DT_Q4_1] = dq_q4_1;
-    for (int t = 0; t < BT_DT_COUNT; t++)
-        gen_dq[t] = kv->dequant[t];
+    kv->dequant[BT_DT_Q5_0] = dq_q5_0;
+    kv->dequant[BT_DT_Q5_1] = dq_q5_1;
+    kv->dequant[BT_DT_Q2_K] = dq_q2_k;
+    kv->dequant[BT_DT_Q3_K] = dq_q3_k;
+    kv->dequant[BT_DT_Q4_K] = dq_q4_k;
+    kv->dequant[BT_DT_Q5_K] = dq_q5_k;
+    kv->dequant[BT_DT_Q6_K] = dq_q6_k;
     kv->dot[BT_DT_F32] = dot_f32;
     kv->dot[BT_DT_F16] = dot_f16;
     kv->dot[BT_DT_BF16] = dot_bf16;
@@ -482,6 +821,15 @@ bool bt_kv_avx512_fill(bt_kvariant *kv)
     kv->dot4q[BT_DT_Q8_0] = dot4q_q8_0;
     kv->dot4q[BT_DT_Q4_0] = dot4q_q4_0;
     kv->dot4q[BT_DT_Q4_1] = dot4q_q4_1;
+    kv->dot4q[BT_DT_Q5_0] = dot4q_q5_0;
+    kv->dot4q[BT_DT_Q5_1] = dot4q_q5_1;
+    kv->dot4q[BT_DT_F16] = dot4q_f16;
+    kv->dot4q[BT_DT_BF16] = dot4q_bf16;
+    kv->dot4q[BT_DT_Q2_K] = dot4q_q2_k;
+    kv->dot4q[BT_DT_Q3_K] = dot4q_q3_k;
+    kv->dot4q[BT_DT_Q4_K] = dot4q_q4_k;
+    kv->dot4q[BT_DT_Q5_K] = dot4q_q5_k;
+    kv->dot4q[BT_DT_Q6_K] = dot4q_q6_k;
     return true;
 }
 

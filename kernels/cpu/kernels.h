@@ -4,9 +4,10 @@
  * Weights stay in their file layout (ggml blocks) and are read in place.
  * Activations are always f32; a quantized row is dequantized block by block
  * inside the dot product (no activation quantization), so results track an
- * f32 reference closely. SIMD variants (AVX2+FMA+F16C, AVX-512F) are chosen
- * once at run time by bt_kernels_init(); the scalar code is the reference
- * and every variant is tested against it. */
+ * f32 reference closely. SIMD variants (AVX2+FMA+F16C, AVX-512F+BW+VL+DQ)
+ * are chosen once at run time by bt_kernels_init(), each with a fused kernel
+ * for every compute type; the scalar code is the reference and every
+ * variant is tested against it. */
 #ifndef BT_KERNELS_H
 #define BT_KERNELS_H
 

@@ -8,9 +8,12 @@ tensor of a Llama block. Weights are Gaussian with std 1/sqrt(fan_in), so
 activations stay O(1) through the layers and attention is neither uniform
 nor one-hot; norm weights are near 1; token embeddings have std 0.25.
 
-Matrices can be F32, F16, Q8_0, Q4_0 or Q4_1 (quantized with
-gguf.quants.quantize); norms stay F32 as in real files. Every row length
-(dim, hidden) must be a multiple of 32 for the quantized types.
+Matrices can be F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (quantized
+with gguf.quants.quantize) or Q2_K..Q6_K (gguf.quants cannot quantize
+those: random blocks whose f16 scales are set so the dequantized matrix has
+the wanted standard deviation); norms stay F32 as in real files. Every row
+length (dim, hidden) must be a multiple of 32 for the quantized types, of 256
+for the k-quants.
 
 Library: make(path, wtype="f32", ...) returns the config dict.
 CLI:     make_random_gguf.py OUT.gguf [--type q4_1] [--untied] [--n-kv-heads 4] ...
@@ -23,9 +26,42 @@ import sys
 
 import numpy as np
 
-TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1")
-# general.file_type values (llama_ftype) for "mostly <type>"
-_FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7}
+TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1",
+         "q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
+K_TYPES = ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
+# general.file_type values (llama_ftype) for "mostly <type>" (k-quants: the
+# _S mixes, the closest ftype to "every matrix in this type")
+_FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9,
+              "q2_k": 10, "q3_k": 11, "q4_k": 14, "q5_k": 16, "q6_k": 18, "bf16": 32}
+# k-quant block: bytes, offset of d, offset of dmin (None: no min), dmin/d
+# that roughly centres the weights
+_K_LAYOUT = {"q2_k": (84, 80, 82, 1.5), "q3_k": (110, 108, None, 0), "q4_k": (144, 0, 2, 7.5),
+             "q5_k": (176, 0, 2, 15.5), "q6_k": (210, 208, None, 0)}
+
+
+def _k_random(arr, wtype):
+    """Random k-quant blocks for matrix arr (rows x cols): random codes and
+    sub-block scales, f16 d (and dmin) chosen so the dequantized matrix has
+    arr's standard deviation. Returns the uint8 array of blocks."""
+    import zlib
+    import gguf
+    qt = getattr(gguf.GGMLQuantizationType, wtype.upper())
+    bs, od, om, ratio = _K_LAYOUT[wtype]
+    rows, cols = arr.shape
+    if cols % 256:
+        raise ValueError("%s needs rows of a multiple of 256 elements, not %d" % (wtype, cols))
+    rng = np.random.default_rng(zlib.crc32(arr.tobytes()))
+    blocks = rng.integers(0, 256, size=(rows * cols // 256, bs), dtype=np.uint8)
+
+    def set_scales(d):
+        blocks[:, od:od + 2] = np.array([d], dtype=np.float16).view(np.uint8)
+        if om is not None:
+            blocks[:, om:om + 2] = np.array([d * ratio], dtype=np.float16).view(np.uint8)
+
+    set_scales(1.0)
+    std = float(gguf.quants.dequantize(blocks.reshape(rows, -1), qt).std())
+    set_scales(float(arr.std()) / std)
+    return blocks.reshape(rows, -1)
 
 # Ordinary SPM pieces after the byte tokens; "\u2581" is SentencePiece's space.
 _PIECES = ["\u2581", "e", "t", "a", "o", "n", "i", "s", "h", "r", "d", "l", "u",
@@ -63,6 +99,10 @@ def _store(writer, name, arr, wtype):
         writer.add_tensor(name, arr)
     elif wtype == "f16":
         writer.add_tensor(name, arr.astype(np.float16))
+    elif wtype in K_TYPES:
+        qt = getattr(gguf.GGMLQuantizationType, wtype.upper())
+        q = _k_random(arr, wtype)
+        writer.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qt)
     else:
         qt = getattr(gguf.GGMLQuantizationType, wtype.upper())
         q = gguf.quants.quantize(arr, qt)
@@ -84,6 +124,8 @@ def make(path, wtype="f32", embd_type=None, untied=False, dim=64, hidden=192,
         raise ValueError("dim %d, n_heads %d, n_kv_heads %d do not divide" % (dim, n_heads, n_kv_heads))
     if (wtype not in ("f32", "f16") or embd_type not in ("f32", "f16")) and (dim % 32 or hidden % 32):
         raise ValueError("quantized types need dim and hidden multiples of 32")
+    if (wtype in K_TYPES or embd_type in K_TYPES) and (dim % 256 or hidden % 256):
+        raise ValueError("k-quant types need dim and hidden multiples of 256")
     hd = dim // n_heads
     kv_dim = n_kv_heads * hd
     rng = np.random.default_rng(seed)

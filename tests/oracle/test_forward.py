@@ -5,7 +5,9 @@ the numpy reference (ref.py).
 Runs `$BANGTRACE forward --dump` on:
   - stories260K (llama2.c, f32, GQA 2:1), 16 tokens;
   - random GGUFs made here: F32 tied GQA, F32 untied MHA with a different
-    rope base and eps, F16, Q8_0 untied, Q4_0, Q4_1 with a Q8_0 embedding;
+    rope base and eps, F16, BF16, Q8_0 untied, Q4_0, Q4_1 with a Q8_0
+    embedding, Q5_0, Q5_1, and each k-quant (Q2_K..Q6_K) with a Q8_0
+    embedding;
   - SmolLM2-135M Q4_1 if it is cached (8 tokens; skipped otherwise);
 and checks every dumped tensor (see compare_forward.py for the policies).
 Then checks greedy decoding of stories260K through `$BANGTRACE run`.
@@ -44,6 +46,15 @@ VARIANTS = [
     ("q8_0 untied gqa2", dict(wtype="q8_0", untied=True, seed=3), cf.tol_scaled(1e-3), None),
     ("q4_0 tied gqa2", dict(wtype="q4_0", seed=4), cf.tol_scaled(1e-3), 2),
     ("q4_1 + q8_0 embd", dict(wtype="q4_1", embd_type="q8_0", seed=5), cf.tol_scaled(1e-3), None),
+    ("bf16 tied gqa2", dict(wtype="bf16", seed=6), cf.tol_scaled(1e-3), None),
+    ("q5_0 untied", dict(wtype="q5_0", untied=True, seed=7), cf.tol_scaled(1e-3), 2),
+    ("q5_1 tied", dict(wtype="q5_1", seed=8), cf.tol_scaled(1e-3), None),
+] + [
+    # k-quants need rows of 256: a wider model, q8_0 embeddings as in real
+    # k-quant files; 2 threads so decode splits the 4-row kernels.
+    ("%s + q8_0 embd" % t, dict(wtype=t, embd_type="q8_0", dim=256, hidden=512, seed=9 + i),
+     cf.tol_scaled(1e-3), 2)
+    for i, t in enumerate(("q2_k", "q3_k", "q4_k", "q5_k", "q6_k"))
 ]
 
 
