@@ -14,8 +14,11 @@ NVCCFLAGS = -std=c++17 -O2 $(CUDA_GENCODE) -Xcompiler -fPIC,-fvisibility=hidden 
 	-I$(top_srcdir)/src -I$(top_builddir)
 
 if HAVE_CUDA
-CUDA_PLUGIN_OBJS = kernels/cuda/backend_cuda.cu.o kernels/cuda/kernels.cu.o
-kernels/cuda/%.cu.o: $(srcdir)/kernels/cuda/%.cu $(addprefix $(srcdir)/,$(CUDA_PLUGIN_HDRS))
+# Objects are NAME-cu.o, not NAME.cu.o: with the latter GNU make's built-in
+# "%: %.o" rule offers to "make" the source itself by linking NAME.cu.o, and
+# the dist step of a VPATH build then tries exactly that.
+CUDA_PLUGIN_OBJS = kernels/cuda/backend_cuda-cu.o kernels/cuda/kernels-cu.o
+kernels/cuda/%-cu.o: $(srcdir)/kernels/cuda/%.cu $(addprefix $(srcdir)/,$(CUDA_PLUGIN_HDRS))
 	@$(MKDIR_P) kernels/cuda
 	$(AM_V_GEN)$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
