@@ -98,6 +98,31 @@ const char *bt_target_name(const bt_target *t)
     return t->cfg.url ? t->cfg.url : t->cfg.model;
 }
 
+static bt_gen_cfg native_cfg(const bt_target *t)
+{
+    bt_gen_cfg gc = { .model = t->m, .tok = t->tok, .model_path = t->cfg.model, .model_sha256 = "",
+                      .ctx = t->cfg.ctx ? t->cfg.ctx : BT_MIN(t->m->cfg.ctx_len, BT_ENGINE_CTX_CAP),
+                      .threads = t->cfg.threads > 0 ? t->cfg.threads : 1 };
+    return gc;
+}
+
+int bt_target_prompt_tokens(bt_target *t, const char *body, size_t len, int *n)
+{
+    if (!t->m) return bt_error(BT_EINVAL, "prompt tokens are known only for the native engine (--model)");
+    bt_request req;
+    int rc = bt_request_parse(body, len, "request", &req);
+    if (rc) return rc;
+    bt_gen_cfg gc = native_cfg(t);
+    rc = bt_gen_prompt_tokens(&gc, &req, n);
+    bt_request_clear(&req);
+    return rc;
+}
+
+int bt_target_ctx(const bt_target *t)
+{
+    return t->m ? native_cfg(t).ctx : 0;
+}
+
 void bt_reply_clear(bt_reply *r)
 {
     free(r->text);
