@@ -151,7 +151,7 @@ static int load_prompts(const char *path, canary_prompt **v, int *n)
             break;
         }
         char *re = strdup(json_string_value(ex)), name[64];
-        snprintf(name, sizeof name, "%s", nm ? json_string_value(nm) : where);
+        snprintf(name, sizeof name, "%.63s", nm ? json_string_value(nm) : where);
         json_object_del(j, "expect");
         json_object_del(j, "name");
         char *body = json_dumps(j, JSON_COMPACT);

@@ -122,14 +122,14 @@ static char *make_body(const walk *w, long words, double depth, size_t *len)
     char *t = malloc(cap);
     if (!t) return NULL;
     long at = lround(depth * (double)words);
-    n += (size_t)snprintf(t + n, cap - n, "Read the text and remember the secret code.\n");
+    if (!w->model) n += (size_t)snprintf(t + n, cap - n, "Read the text and remember the secret code.\n");
     for (long i = 0; i <= words; i++) {
         if (i == at) n += (size_t)snprintf(t + n, cap - n, "%s%s", n && t[n - 1] != '\n' ? " " : "", w->needle);
-        if (i < words) n += (size_t)snprintf(t + n, cap - n, "%s%s", t[n - 1] != '\n' ? " " : "", filler_words[i % N_FILLER]);
+        if (i < words) n += (size_t)snprintf(t + n, cap - n, "%s%s", n && t[n - 1] != '\n' ? " " : "", filler_words[i % N_FILLER]);
     }
     json_t *j;
     if (w->model) {
-        snprintf(t + n, cap - n, "\nWhat is the secret code? The secret code is");
+        snprintf(t + n, cap - n, "\nThe secret code is");
         j = json_pack("{s:s,s:I,s:i}", "prompt", t, "max_tokens", (json_int_t)w->max_tokens, "temperature", 0);
     } else {
         snprintf(t + n, cap - n, "\n\nWhat is the secret code in the text above? Answer with the code only.");
@@ -260,8 +260,8 @@ int cmd_ctxwalk(int argc, char **argv)
             char txt[64];       /* one line: the answer's start, controls as spaces (escaped when printed) */
             snprintf(txt, sizeof txt, "%.60s", r.text ? r.text : "");
             for (char *q = txt; *q; q++) if ((unsigned char)*q < 32) *q = ' ';
-            if (failed) bt_text_printf(stdout, "%8ld %8d %6g  FAIL %s: %s; answer \"%s\"\n", L, ntok, w.depths[di],
-                                       c == BT_ANS_OK ? "departs" : bt_answer_class_name(c), why, txt);
+            if (failed) bt_text_printf(stdout, "%8ld %8d %6g  FAIL %s%s%s; answer \"%s\"\n", L, ntok, w.depths[di],
+                                       c == BT_ANS_OK ? "" : bt_answer_class_name(c), c == BT_ANS_OK ? "" : ": ", why, txt);
             else bt_text_printf(stdout, "%8ld %8d %6g  ok \"%s\"\n", L, ntok, w.depths[di], txt);
             fflush(stdout);
             if (failed && !first_fail) first_fail = L;
