@@ -236,7 +236,7 @@ int cmd_canary(int argc, char **argv)
     const char *url = NULL, *prompts = NULL, *logp = NULL, *on_fail = NULL, *rep = NULL;
     double every = 60, timeout = 60;
     long fail_after = 3, count = 0;
-    bool use_builtin = false, every_set = false;
+    bool use_builtin = false;
     canary_prompt *pv = NULL;
     int np = 0, status = 2, sig = 0;
     bt_target *t = NULL;
@@ -245,7 +245,7 @@ int cmd_canary(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define VAL() do { if (!v) { bt_error(BT_EINVAL, "%s needs a value", a); goto fail; } i++; } while (0)
         if (!strcmp(a, "--url")) { VAL(); url = v; }
-        else if (!strcmp(a, "--every")) { VAL(); if (parse_duration(a, v, &every)) goto fail; every_set = true; }
+        else if (!strcmp(a, "--every")) { VAL(); if (parse_duration(a, v, &every)) goto fail; }
         else if (!strcmp(a, "--prompts")) { VAL(); prompts = v; }
         else if (!strcmp(a, "--log")) { VAL(); logp = v; }
         else if (!strcmp(a, "--on-fail")) { VAL(); on_fail = v; }
@@ -258,7 +258,7 @@ int cmd_canary(int argc, char **argv)
 #undef VAL
     }
     if (rep) {
-        if (url || prompts || logp || on_fail || every_set || count) {
+        if (argc != 3) {
             bt_error(BT_EINVAL, "--report LOG takes no other flags");
             goto fail;
         }

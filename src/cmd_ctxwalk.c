@@ -32,7 +32,7 @@
 void cmd_ctxwalk_help(FILE *out)
 {
     fputs(
-        "usage: bangtrace ctxwalk (--url URL | --model M [--tokenizer T] [--inject SPEC]...)\n"
+        "usage: bangtrace ctxwalk (--url URL [--completions] | --model M [--tokenizer T] [--inject SPEC]...)\n"
         "                         [--lengths 256..32768 | --lengths 64,128,256] [--depths 0.1,0.5,0.9]\n"
         "                         [--needle TEXT --expect REGEX] [--max-tokens N] [--timeout S] [--threads N]\n\n"
         "Plant a needle at each depth of filler text of each length, ask for it back,\n"
@@ -40,6 +40,8 @@ void cmd_ctxwalk_help(FILE *out)
         "degenerates (the classes of `bangtrace probe`).\n\n"
         "  --url URL          an OpenAI-compatible server (chat endpoint); lengths are\n"
         "                     approximate (4 characters a token)\n"
+        "  --completions      with --url: a /v1/completions prompt ending in \"The secret\n"
+        "                     code is\" instead of a chat question (base models)\n"
         "  --model M          the native engine; lengths are exact (its tokenizer)\n"
         "  --tokenizer T      the llama2.c tokenizer for a llama2.c checkpoint\n"
         "  --inject SPEC      fault injection (with --model, e.g. longctx@pos>=P,...); each\n"
@@ -75,6 +77,7 @@ typedef struct walk {
     double depths[MAX_DEPTH];
     int n_depth;
     long max_tokens, threads;
+    bool completions;               /* --url: /v1/completions instead of chat */
     double timeout;
 } walk;
 
@@ -116,19 +119,19 @@ static int parse_depths(const char *s, walk *w)
 }
 
 /* The request body with `words` filler words and the needle at `depth`. */
-static char *make_body(const walk *w, long words, double depth, size_t *len)
+static char *make_body(const walk *w, long words, double depth, size_t *len, size_t *chars)
 {
     size_t cap = (size_t)words * 10 + strlen(w->needle) + 256, n = 0;
     char *t = malloc(cap);
     if (!t) return NULL;
     long at = lround(depth * (double)words);
-    if (!w->model) n += (size_t)snprintf(t + n, cap - n, "Read the text and remember the secret code.\n");
+    if (!w->model && !w->completions) n += (size_t)snprintf(t + n, cap - n, "Read the text and remember the secret code.\n");
     for (long i = 0; i <= words; i++) {
         if (i == at) n += (size_t)snprintf(t + n, cap - n, "%s%s", n && t[n - 1] != '\n' ? " " : "", w->needle);
         if (i < words) n += (size_t)snprintf(t + n, cap - n, "%s%s", n && t[n - 1] != '\n' ? " " : "", filler_words[i % N_FILLER]);
     }
     json_t *j;
-    if (w->model) {
+    if (w->model || w->completions) {
         snprintf(t + n, cap - n, "\nThe secret code is");
         j = json_pack("{s:s,s:I,s:i}", "prompt", t, "max_tokens", (json_int_t)w->max_tokens, "temperature", 0);
     } else {
@@ -136,6 +139,7 @@ static char *make_body(const walk *w, long words, double depth, size_t *len)
         j = json_pack("{s:[{s:s,s:s}],s:I,s:i}", "messages", "role", "user", "content", t, "max_tokens",
                       (json_int_t)w->max_tokens, "temperature", 0);
     }
+    *chars = strlen(t);
     free(t);
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
@@ -143,11 +147,12 @@ static char *make_body(const walk *w, long words, double depth, size_t *len)
     return s;
 }
 
-/* Prompt tokens of a body: exact (native) or about 4 characters a token. */
-static int count_tokens(bt_target *t, const walk *w, const char *body, size_t len, int *n)
+/* Prompt tokens of a body: exact (native) or about 4 characters of the
+ * prompt text a token (a server's chat template adds a few more). */
+static int count_tokens(bt_target *t, const walk *w, const char *body, size_t len, size_t chars, int *n)
 {
     if (w->model) return bt_target_prompt_tokens(t, body, len, n);
-    *n = (int)(len / 4);
+    *n = (int)((chars + 3) / 4);
     return BT_OK;
 }
 
@@ -157,22 +162,23 @@ static int size_prompt(bt_target *t, const walk *w, long budget, double depth, c
 {
     long lo = 0, hi = budget * 2 + 8;
     int rc, n;
-    char *b = make_body(w, 0, depth, len);
+    size_t chars = 0;
+    char *b = make_body(w, 0, depth, len, &chars);
     if (!b) return bt_error(BT_ENOMEM, "out of memory");
-    if ((rc = count_tokens(t, w, b, *len, &n))) { free(b); return rc; }
+    if ((rc = count_tokens(t, w, b, *len, chars, &n))) { free(b); return rc; }
     free(b);
     if (n > budget) return bt_error(BT_EINVAL, "a length of %ld tokens leaves %ld for the prompt, less than the %d the question alone takes",
                                     budget + w->max_tokens, budget, n);
     while (lo < hi) {
         long mid = lo + (hi - lo + 1) / 2;
-        if (!(b = make_body(w, mid, depth, len))) return bt_error(BT_ENOMEM, "out of memory");
-        rc = count_tokens(t, w, b, *len, &n);
+        if (!(b = make_body(w, mid, depth, len, &chars))) return bt_error(BT_ENOMEM, "out of memory");
+        rc = count_tokens(t, w, b, *len, chars, &n);
         free(b);
         if (rc) return rc;
         if (n <= budget) lo = mid; else hi = mid - 1;
     }
-    if (!(*body = make_body(w, lo, depth, len))) return bt_error(BT_ENOMEM, "out of memory");
-    return count_tokens(t, w, *body, *len, ntok);
+    if (!(*body = make_body(w, lo, depth, len, &chars))) return bt_error(BT_ENOMEM, "out of memory");
+    return count_tokens(t, w, *body, *len, chars, ntok);
 }
 
 int cmd_ctxwalk(int argc, char **argv)
@@ -199,6 +205,7 @@ int cmd_ctxwalk(int argc, char **argv)
         }
         else if (!strcmp(a, "--lengths")) { VAL(); lengths = v; }
         else if (!strcmp(a, "--depths")) { VAL(); depths = v; }
+        else if (!strcmp(a, "--completions")) w.completions = true;
         else if (!strcmp(a, "--needle")) { VAL(); w.needle = v; needle_set = true; }
         else if (!strcmp(a, "--expect")) { VAL(); w.expect_re = v; }
         else if (!strcmp(a, "--max-tokens")) { VAL(); if (bt_parse_int(a, v, 1, 4096, &w.max_tokens)) goto fail; }
@@ -208,6 +215,7 @@ int cmd_ctxwalk(int argc, char **argv)
 #undef VAL
     }
     if (!w.url == !w.model) { bt_error(BT_EINVAL, "give one of --url URL or --model M (see bangtrace help ctxwalk)"); goto fail; }
+    if (w.completions && !w.url) { bt_error(BT_EINVAL, "--completions applies to --url (--model always completes a prompt)"); goto fail; }
     if (w.n_inject && !w.model) { bt_error(BT_EINVAL, "--inject applies to the native engine: use it with --model"); goto fail; }
     if (needle_set && !w.expect_re) { bt_error(BT_EINVAL, "--needle needs --expect REGEX (what a retrieved answer matches)"); goto fail; }
     if (parse_lengths(lengths, &w) || parse_depths(depths, &w)) goto fail;
@@ -248,6 +256,7 @@ int cmd_ctxwalk(int argc, char **argv)
             char why[600] = "";
             bt_answer ans = bt_reply_answer(&r, NULL, 0);
             int c = bt_answer_classify(&ans, ref ? NULL : ex, why, sizeof why);
+            if (c == BT_ANS_HTTP_ERROR && r.error[0]) snprintf(why, sizeof why, "%s", r.error);
             bool failed = c != BT_ANS_OK;
             if (ref) {
                 bt_answer ra = bt_reply_answer(&rr, NULL, 0);

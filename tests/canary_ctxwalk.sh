@@ -122,6 +122,12 @@ kill -TERM "$cpid"; wait "$cpid"; st=$?
 n=$(rows "$TMP/term.db" 'SELECT count(*) FROM checks')
 [ "$n" -ge 1 ] && [ ! -e "$TMP/term.db-journal" ] && [ "$n" = "$(grep -c ' ok ' "$TMP/term.out")" ] \
     && ok "SIGTERM: every printed check is in the log ($n)" || fail "term log: $n rows; $(cat "$TMP/term.out")"
+# ctxwalk over HTTP: stories260K cannot retrieve the needle, so every
+# length fails as expect_failed (the request path works: no http_error)
+expect_exit 1 "ctxwalk --url --completions" "$BANGTRACE" ctxwalk --url "$url" --completions --lengths 64,128 --depths 0.5 --max-tokens 8
+[ "$(grep -c 'FAIL expect_failed' "$TMP/out")" -eq 2 ] && grep -q "first failing length: 64" "$TMP/out" \
+    && ok "ctxwalk over HTTP judges retrieval" || fail "ctxwalk --url: $(cat "$TMP/out")"
+expect_exit 2 "ctxwalk --completions without --url" "$BANGTRACE" ctxwalk --model "$STORIES" --completions
 stop_server
 
 # --- injected server: flagged within K -------------------------------------

@@ -17,6 +17,3 @@ libbttrace_a_SOURCES += src/prod/gen.c src/prod/gen.h
 libbtcmd_a_SOURCES += src/prod/target.c src/prod/target.h src/cmd_probe.c src/cmd_serve.c src/cmd_canary.c src/cmd_ctxwalk.c
 TESTS += tests/serve_probe.sh
 EXTRA_DIST += tests/serve_probe.sh
-# canary and ctxwalk (loopback servers, bounded loops)
-TESTS += tests/canary_ctxwalk.sh
-EXTRA_DIST += tests/canary_ctxwalk.sh
