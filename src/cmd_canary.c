@@ -287,6 +287,7 @@ int cmd_canary(int argc, char **argv)
         canary_prompt *p = &pv[checks % np];
         bt_reply r;
         if (bt_target_ask(t, 0, p->body, p->len, &r)) { status = 2; break; }
+        if ((sig = bt_interrupt_pending()) && r.http_status == 0) { bt_reply_clear(&r); break; }   /* cut short: not a check */
         bt_answer ans = bt_reply_answer(&r, p->req.stop, p->req.n_stop);
         char why[600] = "";
         int c = bt_answer_classify(&ans, p->expect, why, sizeof why);
