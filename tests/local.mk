@@ -126,3 +126,6 @@ check_PROGRAMS += tests/test_session
 TESTS += tests/test_session
 tests_test_session_SOURCES = tests/test_session.c
 tests_test_session_LDADD = $(TRACE_LIBS)
+# canary and ctxwalk (doc/production.md): loopback servers, bounded loops
+TESTS += tests/canary_ctxwalk.sh
+EXTRA_DIST += tests/canary_ctxwalk.sh
