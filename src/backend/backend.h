@@ -1,0 +1,85 @@
+/* backend.h - where the engine's ops run: an opaque backend (the CPU built
+ * in, CUDA as a plugin), the registry that opens one by device name, and the
+ * pieces of the tap contract every backend shares.
+ *
+ * The forward pass (src/engine/engine.c) is written once against the vtable
+ * in backend_impl.h; nothing outside src/backend/ and the backends
+ * themselves includes that header. A tap never touches a device tensor
+ * directly: it asks the backend for statistics (bt_tap_stats, reduced where
+ * the tensor lives), for rows (a copy to the host) or to apply a mutation
+ * (--inject) in place. */
+#ifndef BT_BACKEND_H
+#define BT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+typedef struct bt_backend bt_backend;
+/* A buffer on a backend: f32 activations, or a weight's raw GGUF blocks. */
+typedef struct bt_buf bt_buf;
+
+/* Open the backend named by `device`: "cpu" (NULL and "" mean "cpu") or
+ * "cuda" / "cuda:N". n_threads is the CPU backend's thread pool size (0:
+ * bt_pool_default_threads()); a device backend may use a few host threads
+ * too. Returns BT_OK, BT_EINVAL for a device name we do not know, or
+ * BT_EUNSUPPORTED with a one-line message when the device cannot run here
+ * (no plugin, no driver, no such GPU). */
+int bt_backend_open(const char *device, int n_threads, bt_backend **out);
+/* The built-in CPU backend (kernels/cpu) with its own pool of n_threads. */
+int bt_backend_cpu_new(int n_threads, bt_backend **out);
+void bt_backend_free(bt_backend *be);                 /* NULL is a no-op */
+/* "cpu" or "cuda:0"; a longer description ("cuda:0 NVIDIA H200, sm_90"). */
+const char *bt_backend_name(const bt_backend *be);
+const char *bt_backend_describe(const bt_backend *be);
+/* Threads of the CPU backend's pool (1 for a device backend). */
+int bt_backend_threads(const bt_backend *be);
+/* Does `device` parse ("cpu", "cuda", "cuda:N")? For flag checks before
+ * anything is loaded. */
+bool bt_backend_device_valid(const char *device);
+
+/* Directories searched for the CUDA plugin, in order: $BANGTRACE_PLUGIN_DIR,
+ * the directory of the running executable, then the install's pkglibdir. */
+#define BT_BACKEND_CUDA_PLUGIN "bangtrace-cuda.so"
+
+/* ---- mutations (--inject applied where the tensor lives) ----
+ *
+ * One injection spec applied to one tensor is a rectangle of elements of a
+ * (rows x width) f32 tensor: rows [row0, row1), columns [col0, col1), each
+ * element replaced by `value` (SET), multiplied by it (SCALE) or moved by
+ * value * bt_noise_unit(step, layer, op, pos0 + row, col) (NOISE). An element
+ * counts as changed when its bits differ afterwards. */
+enum bt_mut_kind { BT_MUT_SET = 0, BT_MUT_SCALE = 1, BT_MUT_NOISE = 2 };
+
+typedef struct bt_mutation {
+    int kind;                  /* enum bt_mut_kind */
+    float value;               /* value set, scale factor or noise amplitude */
+    int row0, row1;            /* rows, 0 <= row0 <= row1 <= rows */
+    long col0, col1;           /* columns, 0 <= col0 <= col1 <= width */
+    int step, layer, op, pos0; /* the tensor's identity (noise hashes it) */
+} bt_mutation;
+
+/* Deterministic noise in [-1, 1) for one element: a splitmix64 hash of its
+ * identity, so reruns, replays with different chunking and every backend
+ * draw the same values. Plain C with no library calls, so a CUDA kernel can
+ * use the same text as a __host__ __device__ function. */
+static inline float bt_noise_unit(int step, int layer, int op, int pos, long idx)
+{
+    uint64_t z = 0x9e3779b97f4a7c15ull;
+    uint64_t parts[5] = { (uint64_t)(uint32_t)step, (uint64_t)(uint32_t)(layer + 1),
+                          (uint64_t)(uint32_t)op, (uint64_t)(uint32_t)pos, (uint64_t)idx };
+    for (int i = 0; i < 5; i++) {
+        z += parts[i] + 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+    }
+    return (float)((double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* Apply m to a host tensor of `width` floats per row; returns the number of
+ * elements whose bits changed. The reference every backend's inject hook
+ * must match. */
+long bt_mutation_apply_host(float *data, int width, const bt_mutation *m);
+
+#endif

@@ -1,0 +1,153 @@
+/* backend_impl.h - the backend vtable (ggml-backend's shape): what a backend
+ * implements, and the one symbol a backend plugin exports.
+ *
+ * Included by the engine, the registry and the backends (src/backend/cpu.c,
+ * the CUDA plugin in kernels/cuda); nowhere else. A backend fills a static
+ * `const struct bt_backend_i` with designated initializers; hooks marked
+ * optional may be NULL and the caller (src/backend/backend.c) supplies the
+ * generic fallback.
+ *
+ * Contract every backend keeps:
+ *   - Ops run in the order they are called (a device backend enqueues them
+ *     on one stream). `read` is synchronous: it returns once the rows are on
+ *     the host, after every op called before it.
+ *   - `stats` may fill *out asynchronously: it is valid after the next
+ *     `sync` (or `read`). The engine calls `sync` at the end of every forward
+ *     and only then lets the taps look at the statistics, so a device backend
+ *     copies one small array per step and never synchronises per op. The
+ *     caller keeps *out alive until then.
+ *   - Activations are f32, row-major: a tensor of T rows of `width` floats at
+ *     element offset `off` of a buffer. Offsets and counts are in floats
+ *     unless the name says bytes.
+ *   - Weights are the GGUF blocks as they are in the file (any type the CPU
+ *     reads, bt_dtype(type)->compute), uploaded once; kernels read them in
+ *     place (no dequantized copies).
+ *   - Results match the CPU backend within the normalized error
+ *     tests/test_backend.c allows; the CPU backend is the reference.
+ *   - Every hook returns BT_OK or a negative BT_E* with bt_error() set (a
+ *     plugin sets the message through the host's bt_error, which the
+ *     executable exports). */
+#ifndef BT_BACKEND_IMPL_H
+#define BT_BACKEND_IMPL_H
+
+#include "backend/backend.h"
+#include "tap/stats.h"
+
+/* Kernel families, for kernel_name (events name the kernel that wrote a
+ * tensor: "matmul q4_1/avx512"). */
+enum bt_kop {
+    BT_KOP_GET_ROWS = 0, BT_KOP_RMSNORM, BT_KOP_MATMUL, BT_KOP_ROPE, BT_KOP_KV_STORE,
+    BT_KOP_ATTENTION, BT_KOP_SWIGLU, BT_KOP_ADD,
+    BT_KOP_COUNT
+};
+
+/* Attention of T query rows at positions pos0..pos0+T-1 over the cached
+ * keys/values 0..pos (causal), grouped-query: query head h reads kv head
+ * h / (n_heads / n_kv_heads). q: (T, n_heads*head_dim); caches: (ctx_len,
+ * n_kv_heads*head_dim) starting at cache_off; out: (T, n_heads*head_dim).
+ * Scores scaled by 1/sqrt(head_dim), softmax in f32 with the max
+ * subtracted. */
+typedef struct bt_attn_args {
+    bt_buf *q;
+    bt_buf *k_cache, *v_cache;
+    size_t cache_off;          /* floats: this layer's (ctx_len, kv_dim) slab */
+    bt_buf *out;
+    int T, pos0;
+    int n_heads, n_kv_heads, head_dim;
+    int ctx_len;
+} bt_attn_args;
+
+struct bt_backend_i {
+    /* ---- identity ---- */
+    const char *(*name)(bt_backend *be);          /* "cpu", "cuda:0" */
+    const char *(*describe)(bt_backend *be);      /* optional: longer, for logs and the trace */
+    void (*free)(bt_backend *be);                 /* frees be itself */
+    int (*threads)(bt_backend *be);               /* optional: host threads used (default 1) */
+
+    /* ---- buffers ---- */
+    /* A zero-filled buffer of `bytes`. */
+    int (*buf_alloc)(bt_backend *be, size_t bytes, bt_buf **out);
+    /* A weight: `bytes` of GGUF blocks at data. A host backend may keep the
+     * pointer instead of copying (data outlives every buffer: it is the
+     * model's mapping); a device backend copies it now. */
+    int (*buf_upload)(bt_backend *be, const void *data, size_t bytes, bt_buf **out);
+    void (*buf_free)(bt_backend *be, bt_buf *b);  /* NULL is a no-op */
+    /* optional: the host address of a buffer the host can read and write
+     * directly (the CPU backend), else NULL. Lets a host backend hand taps
+     * a float * for free; callers never require it. */
+    void *(*buf_host)(bt_backend *be, bt_buf *b);
+    /* Copy n floats from the host into b at off / from b at off to the host
+     * (synchronous, after all earlier ops). */
+    int (*set)(bt_backend *be, bt_buf *b, size_t off, const float *src, size_t n);
+    int (*read)(bt_backend *be, bt_buf *b, size_t off, size_t n, float *dst);
+    /* optional: wait for every op enqueued so far (stats results land). */
+    int (*sync)(bt_backend *be);
+
+    /* ---- ops ---- */
+    /* Embedding: out row t = dequantized row ids[t] of table (n_rows x width
+     * of `type`); ids are host memory, already checked against n_rows. */
+    int (*get_rows)(bt_backend *be, int type, bt_buf *table, int64_t width, const int32_t *ids, int n,
+                    bt_buf *out);
+    /* out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w (w: `width` f32 at w_off;
+     * mean of squares accumulated in double). */
+    int (*rmsnorm)(bt_backend *be, bt_buf *out, bt_buf *x, bt_buf *w, size_t w_off, int T, int width,
+                   float eps);
+    /* out[t*rows + r] = dot(W row r, x[x_off + t*cols ...]) for t < T: W is
+     * rows x cols of `type`. Batch invariant: a (row, token) value does not
+     * depend on T or the token's slot (speculative decoding and bisect
+     * --reference rely on it). The head (logits) is a matmul too. */
+    int (*matmul)(bt_backend *be, int type, bt_buf *W, int64_t rows, int64_t cols, bt_buf *x, size_t x_off,
+                  int T, bt_buf *out);
+    /* Rotate pairs (2i, 2i+1) of each head of T rows at positions pos0+t by
+     * the tables cos/sin ((ctx_len, head_dim/2) f32, filled by the engine
+     * from double-precision angles). In place. */
+    int (*rope)(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, int pos0, bt_buf *cos,
+                bt_buf *sin);
+    /* Append T rows of k and v (n = T*kv_dim floats each) to the caches at
+     * element offset off. */
+    int (*kv_store)(bt_backend *be, bt_buf *k_cache, bt_buf *v_cache, size_t off, bt_buf *k, bt_buf *v,
+                    size_t n);
+    int (*attention)(bt_backend *be, const bt_attn_args *a);
+    /* out[i] = silu(gate[i]) * up[i] for n elements. */
+    int (*swiglu)(bt_backend *be, bt_buf *out, bt_buf *gate, bt_buf *up, size_t n);
+    /* x[i] += y[i] for n elements (the residual stream). */
+    int (*add)(bt_backend *be, bt_buf *x, bt_buf *y, size_t n);
+
+    /* ---- observation ---- */
+    /* One-pass statistics (bt_stats_compute's definition) of T rows x width
+     * at off, row 0 at position pos0. May complete at the next sync. */
+    int (*stats)(bt_backend *be, bt_buf *b, size_t off, int rows, int width, int pos0, bt_tap_stats *out);
+    /* optional: apply m to the tensor at off (width floats per row) where it
+     * lives; *changed gets the number of elements whose bits changed
+     * (bt_mutation_apply_host is the reference). NULL: the caller reads the
+     * rows, mutates them on the host and writes them back. */
+    int (*inject)(bt_backend *be, bt_buf *b, size_t off, int width, const bt_mutation *m, long *changed);
+    /* Name the kernel of a family (and weight type, for GET_ROWS / MATMUL)
+     * as events print it: "matmul q4_1/avx512", "rmsnorm (f32, scalar)". */
+    void (*kernel_name)(bt_backend *be, int kop, int wtype, char *buf, size_t cap);
+};
+
+/* Every backend handle starts with its vtable; the rest is the backend's. */
+struct bt_backend {
+    const struct bt_backend_i *iface;
+    void *ctx;
+};
+
+/* ---- plugins ----
+ * A backend plugin (bangtrace-cuda.so) exports exactly one symbol,
+ * BT_BACKEND_PLUGIN_ENTRY, of type bt_backend_plugin_init_fn. The registry
+ * calls it with BT_BACKEND_ABI_VERSION and the device ordinal; the plugin
+ * returns BT_OK and a backend in *out, or a negative BT_E* with a one-line
+ * reason in err ("no CUDA driver", "device 3 of 2"), and must refuse an ABI
+ * version it was not built for. The ABI version changes whenever
+ * struct bt_backend_i, bt_attn_args, bt_mutation or bt_tap_stats change
+ * layout; hooks are only ever added at the end. */
+#define BT_BACKEND_ABI_VERSION 1
+#define BT_BACKEND_PLUGIN_ENTRY "bt_backend_plugin_init"
+typedef int (*bt_backend_plugin_init_fn)(int abi_version, int device, bt_backend **out, char *err, size_t errcap);
+int bt_backend_plugin_init(int abi_version, int device, bt_backend **out, char *err, size_t errcap);
+
+/* Kernel family names ("matmul"), for backends' kernel_name. */
+const char *bt_kop_name(int kop);
+
+#endif
