@@ -381,7 +381,11 @@ static bool rp_observe(void *user, const bt_tensor_view *t)
                  r->tens[s].name, r->tens[s].width, t->width);
         return false;
     }
-    bt_stats_compute(t->data, t->rows, t->width, t->pos0, &r->ref[s]);
+    /* final once the forward returns, which is when ref is read */
+    if (bt_tensor_stats(t, &r->ref[s]) != BT_OK) {
+        snprintf(r->err, sizeof(r->err), "%s", bt_errmsg());
+        return false;
+    }
     r->seen[s] = true;
     return true;
 }

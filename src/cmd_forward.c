@@ -44,7 +44,16 @@ static bool dump_observe(void *user, const bt_tensor_view *t)
     FILE *f = bt_outfile_fopen(path, BT_OUT_DUMP, false, d->in, 2);
     if (!f) { d->err = BT_EIO; return false; }
     size_t n = (size_t)t->rows * t->width;
-    bool ok = fwrite(t->data, sizeof(float), n, f) == n;
+    /* a device tensor is copied to the host first (dumps are for tests) */
+    float *rows = t->data ? NULL : malloc(n * sizeof(float));
+    if (!t->data && (!rows || bt_tensor_read(t, 0, t->rows, rows) != BT_OK)) {
+        d->err = rows ? BT_EIO : bt_error(BT_ENOMEM, "out of memory");
+        free(rows);
+        fclose(f);
+        return false;
+    }
+    bool ok = fwrite(t->data ? t->data : rows, sizeof(float), n, f) == n;
+    free(rows);
     ok &= fclose(f) == 0;
     if (!ok) { d->err = bt_error(BT_EIO, "%s: write failed", path); return false; }
     json_t *shape = json_array();
