@@ -27,11 +27,12 @@ void cmd_bench_help(FILE *out)
 {
     fprintf(out,
         "usage: bangtrace bench --model M [--tokenizer T] [--threads N] [-p N] [-n N] [--reps R]\n"
-        "                       [--taps MODE] [--json]\n\n"
+        "                       [--taps MODE] [--device DEV] [--json]\n\n"
         "Measure prefill of -p tokens (default 128) and greedy decode of -n tokens\n"
         "(default 64) on fixed token ids, the median of R repetitions (default 3), and\n"
         "report tokens/s, the weight bytes read per decoded token, the effective weight\n"
         "bandwidth and the machine's measured read bandwidth.\n\n"
+        "  --device DEV  run the ops on cpu (default), cuda or cuda:N (the CUDA plugin)\n"
         "  --taps MODE   also decode with taps recorded into a temporary trace\n"
         "                (all, layers, logits) and report taps-on / taps-off\n"
         "  --spec-k K --draft-self N | --draft-ngram N\n"
@@ -180,6 +181,7 @@ int cmd_bench(int argc, char **argv)
     int taps = BT_TAPS_NONE;
     long spec_k = 0, draft_self = 0, draft_ngram = 0;
     long threads = sysconf(_SC_NPROCESSORS_ONLN), np = 128, nd = 64, reps = 3;
+    const char *device = NULL;
     bool json = false;
     bt_model *m = NULL;
     bt_engine *e = NULL;
@@ -194,6 +196,10 @@ int cmd_bench(int argc, char **argv)
         if (!strcmp(a, "--model") || !strcmp(a, "-m")) model = argv[++i];
         else if (!strcmp(a, "--tokenizer")) tokenizer = argv[++i];
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { if (bt_parse_int(a, argv[++i], 1, 256, &threads)) goto fail; }
+        else if (!strcmp(a, "--device")) {
+            device = argv[++i];
+            if (!bt_backend_device_valid(device)) { bt_error(BT_EINVAL, "--device expects cpu, cuda or cuda:N, got '%s'", device); goto fail; }
+        }
         else if (!strcmp(a, "-p")) { if (bt_parse_int(a, argv[++i], 1, 8192, &np)) goto fail; }
         else if (!strcmp(a, "-n")) { if (bt_parse_int(a, argv[++i], 1, 8192, &nd)) goto fail; }
         else if (!strcmp(a, "--reps")) { if (bt_parse_int(a, argv[++i], 1, 100, &reps)) goto fail; }
@@ -215,7 +221,8 @@ int cmd_bench(int argc, char **argv)
     if (draft_self >= m->cfg.n_layers) { bt_error(BT_EINVAL, "--draft-self %ld must be below the model's %d layers", draft_self, m->cfg.n_layers); goto fail; }
     const bt_config *c = &m->cfg;
     int ctx = (int)(np + nd);
-    if (bt_engine_new(m, ctx, (int)np, (int)threads, &e)) goto fail;
+    bt_engine_opts eo = { .ctx_len = ctx, .max_batch = (int)np, .n_threads = (int)threads, .device = device };
+    if (bt_engine_new_opts(m, &eo, &e)) goto fail;
     toks = malloc((size_t)np * sizeof(int32_t));
     if (!toks) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
     uint64_t s = 0x9e3779b97f4a7c15ull;

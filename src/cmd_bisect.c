@@ -33,7 +33,7 @@ void cmd_bisect_help(FILE *out)
     fprintf(out,
         "usage: bangtrace bisect TRACE [--json]\n"
         "       bangtrace bisect TRACE --reference [--model M] [--tokenizer T] [--tolerance X]\n"
-        "                        [--threads N] [--all] [--json]\n\n"
+        "                        [--threads N] [--device DEV] [--all] [--json]\n\n"
         "Find where a traced run (bangtrace run --trace) went wrong.\n\n"
         "Without --reference: the first non-finite tensor (step, position, layer, op,\n"
         "index, counts), the propagation chain (the first bad tensor of every later\n"
@@ -63,6 +63,7 @@ void cmd_bisect_help(FILE *out)
         "                   max relative to the tensor's absmax, mean and rms to its rms;\n"
         "                   the rule diff uses, doc/trace-format.md)\n"
         "  --threads N      compute threads (default: the trace's, at most the online CPUs)\n"
+        "  --device DEV     replay on cpu (default), cuda or cuda:N (the CUDA plugin)\n"
         "  --all            keep going after the first divergence and list every divergent step\n\n"
         "A trace whose run did not finish (killed: status still running and no process\n"
         "writing it; crashed; interrupted; a trace write error; an error) gets one line\n"
@@ -79,6 +80,7 @@ typedef struct bisect_opts {
     bool unfinished;            /* the run did not finish: "clean" would claim too much */
     double tol;
     long threads;
+    const char *device;         /* --reference replays on this backend */
 } bisect_opts;
 
 static int parse_args(int argc, char **argv, bisect_opts *o)
@@ -96,14 +98,18 @@ static int parse_args(int argc, char **argv, bisect_opts *o)
         else if (!strcmp(a, "--tokenizer")) { VAL(); o->tokenizer = v; }
         else if (!strcmp(a, "--tolerance")) { VAL(); if (bt_parse_float(a, v, 0, 1e6, &o->tol)) return BT_EINVAL; }
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { VAL(); if (bt_parse_int(a, v, 1, 256, &o->threads)) return BT_EINVAL; }
+        else if (!strcmp(a, "--device")) {
+            VAL(); if (!bt_backend_device_valid(v)) return bt_error(BT_EINVAL, "--device expects cpu, cuda or cuda:N, got '%s'", v);
+            o->device = v;
+        }
         else if (a[0] == '-' && a[1]) return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help bisect)", a);
         else if (!o->trace) o->trace = a;
         else return bt_error(BT_EINVAL, "unexpected argument '%s' (one trace at a time)", a);
 #undef VAL
     }
     if (!o->trace) return bt_error(BT_EINVAL, "give a trace file (see bangtrace help bisect)");
-    if ((o->model || o->tokenizer || o->all || o->threads) && !o->reference)
-        return bt_error(BT_EINVAL, "--model, --tokenizer, --threads and --all only apply with --reference");
+    if ((o->model || o->tokenizer || o->all || o->threads || o->device) && !o->reference)
+        return bt_error(BT_EINVAL, "--model, --tokenizer, --threads, --device and --all only apply with --reference");
     return BT_OK;
 }
 
@@ -612,7 +618,8 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
         if (threads <= 0 || threads > online) threads = online;
     }
     res->threads = threads;
-    if ((rc = bt_engine_new(m, ctx, max_batch, threads, &e))) goto out;
+    bt_engine_opts eo = { .ctx_len = ctx, .max_batch = max_batch, .n_threads = threads, .device = o->device };
+    if ((rc = bt_engine_new_opts(m, &eo, &e))) goto out;
 
     rp.tens = tens; rp.n_tens = n_tens; rp.n_layers = n_layers;
     rp.slot = malloc((size_t)BT_OP_COUNT * (n_layers + 1) * sizeof(int));

@@ -19,13 +19,15 @@
 void cmd_forward_help(FILE *out)
 {
     fprintf(out,
-        "usage: bangtrace forward --model M [--tokenizer T] --tokens \"ID ID ...\" --dump DIR [--threads N]\n\n"
+        "usage: bangtrace forward --model M [--tokenizer T] --tokens \"ID ID ...\" --dump DIR [--threads N]\n"
+        "                        [--device DEV]\n\n"
         "Run one forward pass (a prefill at positions 0..T-1) and write every named\n"
         "tensor (token_embd, blk.L.attn_norm ... blk.L.ffn_resid, output_norm, logits)\n"
         "to DIR/<name>.f32 (T rows x width, float32) with DIR/meta.json describing them.\n"
         "Used by the reference oracle tests; handy for diffing two builds. Files already\n"
         "in DIR with those names are rewritten, unless one is a link, a device or the\n"
-        "model itself (exit 2).\n");
+        "model itself (exit 2). --device DEV runs the ops on cpu (default), cuda or\n"
+        "cuda:N (the CUDA plugin; exit 2 when it cannot run here).\n");
 }
 
 typedef struct dump_ctx {
@@ -67,6 +69,7 @@ int cmd_forward(int argc, char **argv)
 {
     const char *model = NULL, *tokenizer = NULL, *tokens = NULL, *dir = NULL;
     long threads = 1;
+    const char *device = NULL;
     bt_model *m = NULL;
     bt_engine *e = NULL;
     int32_t *ids = NULL;
@@ -80,6 +83,10 @@ int cmd_forward(int argc, char **argv)
         else if (!strcmp(a, "--tokens")) tokens = argv[++i];
         else if (!strcmp(a, "--dump")) dir = argv[++i];
         else if (!strcmp(a, "--threads")) { if (bt_parse_int(a, argv[++i], 1, 256, &threads)) goto fail; }
+        else if (!strcmp(a, "--device")) {
+            device = argv[++i];
+            if (!bt_backend_device_valid(device)) { bt_error(BT_EINVAL, "--device expects cpu, cuda or cuda:N, got '%s'", device); goto fail; }
+        }
         else { bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help forward)", a); goto fail; }
     }
     if (!model || !tokens || !dir) { bt_error(BT_EINVAL, "--model, --tokens and --dump are required"); goto fail; }
@@ -96,7 +103,8 @@ int cmd_forward(int argc, char **argv)
     if (n == 0) { bt_error(BT_EINVAL, "--tokens has no ids"); goto fail; }
     if (mkdir(dir, 0777) < 0 && errno != EEXIST) { bt_error(BT_EIO, "%s: %s", dir, strerror(errno)); goto fail; }
     if (bt_model_load(model, tokenizer, &m)) goto fail;
-    if (bt_engine_new(m, BT_MAX((int)n, 1), (int)n, (int)threads, &e)) goto fail;
+    bt_engine_opts eo = { .ctx_len = BT_MAX((int)n, 1), .max_batch = (int)n, .n_threads = (int)threads, .device = device };
+    if (bt_engine_new_opts(m, &eo, &e)) goto fail;
     dump_ctx d = { .dir = dir, .tensors = json_object(), .in = { { "--model", model }, { "--tokenizer", tokenizer } } };
     bt_eval_cb cb = { .ask = NULL, .observe = dump_observe, .user = &d };
     bt_engine_set_eval_cb(e, &cb);

@@ -49,6 +49,8 @@ void cmd_run_help(FILE *out)
         "  --top-p P            nucleus sampling threshold (1 = off)\n"
         "  --seed S             sampling seed, 0 to 2^64-1 (default 42)\n"
         "  --threads N          compute threads (default: online CPUs)\n"
+        "  --device DEV         where the ops run: cpu (default), cuda or cuda:N (the CUDA\n"
+        "                       plugin, bangtrace-cuda.so; exit 2 when it cannot run here)\n"
         "  --ctx N              context length (default: the model's, at most 4096)\n"
         "  --argmax RULE        how greedy argmax treats non-finite logits: first (default),\n"
         "                       torch, triton-block:N (see doc/argmax.md)\n"
@@ -104,6 +106,7 @@ typedef struct run_opts {
     long spec_k;
     const char *draft_model;
     long draft_self, draft_ngram;
+    const char *device;
 } run_opts;
 
 static int parse_args(int argc, char **argv, run_opts *o)
@@ -123,6 +126,10 @@ static int parse_args(int argc, char **argv, run_opts *o)
         else if (!strcmp(a, "--request")) { VAL(); o->request = v; }
         else if (!strcmp(a, "--chat-template")) { VAL(); o->chat_template = v; }
         else if (!strcmp(a, "--argmax")) { VAL(); o->argmax = v; }
+        else if (!strcmp(a, "--device")) {
+            VAL(); if (!bt_backend_device_valid(v)) return bt_error(BT_EINVAL, "--device expects cpu, cuda or cuda:N, got '%s'", v);
+            o->device = v;
+        }
         else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
             VAL(); if (bt_parse_int(a, v, 0, 1 << 20, &l)) return BT_EINVAL; o->n = l; o->has_n = true;
         } else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) {
@@ -290,7 +297,9 @@ static int write_meta(bt_trace *t, int argc, char **argv, const run_opts *o, con
     if (gethostname(buf, sizeof(buf)) == 0) { buf[sizeof(buf) - 1] = 0; META("host", buf); }
     read_cpu_name(buf, sizeof(buf));
     META("cpu", buf);
-    snprintf(buf, sizeof(buf), "cpu-%s", bt_kernels_simd());
+    /* cpu-<simd> on the CPU; the device's name on another backend */
+    if (!o->device || !strcmp(o->device, "cpu")) snprintf(buf, sizeof(buf), "cpu-%s", bt_kernels_simd());
+    else snprintf(buf, sizeof(buf), "%s", o->device);
     META("backend", buf);
     snprintf(buf, sizeof(buf), "%ld", o->threads);
     META("threads", buf);
@@ -463,7 +472,8 @@ int cmd_run(int argc, char **argv)
         if (bt_injector_apply_weights(inj, m)) goto fail;
     }
     int batch = (int)n_prompt + (int)o.spec_k + 1;
-    if (bt_engine_new(m, ctx, batch, (int)o.threads, &e)) goto fail;
+    bt_engine_opts to = { .ctx_len = ctx, .max_batch = batch, .n_threads = (int)o.threads, .device = o.device };
+    if (bt_engine_new_opts(m, &to, &e)) goto fail;
     if (bt_sampler_new(&sc, m->cfg.n_vocab, &smp)) goto fail;
     if (o.draft_model && load_draft(&o, m, &dm)) goto fail;
     if (o.draft_model || o.draft_self) {

@@ -99,3 +99,11 @@ check_PROGRAMS += tests/test_compare
 TESTS += tests/test_compare
 tests_test_compare_SOURCES = tests/test_compare.c
 tests_test_compare_LDADD = $(BT_LIBS)
+# the backend seam: every op of every backend against a reference (the CPU
+# backend against scalar references here; a device against the CPU in
+# backend_cuda.sh, which SKIPs without the plugin or a GPU)
+check_PROGRAMS += tests/test_backend
+TESTS += tests/test_backend tests/backend_cuda.sh
+tests_test_backend_SOURCES = tests/test_backend.c
+tests_test_backend_LDADD = $(CORE_LIBS)
+EXTRA_DIST += tests/backend_cuda.sh
