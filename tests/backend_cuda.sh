@@ -5,7 +5,7 @@
 . "${BT_SRCDIR:-.}/tests/lib.sh"
 B=${BT_BUILDDIR:-.}
 [ -x "$B/tests/test_backend" ] || { fail "$B/tests/test_backend not built"; finish; }
-"$B/tests/test_backend" cuda >"$TMP/out" 2>&1
+"$B/tests/test_backend" cuda >"$TMP/backend" 2>&1
 rc=$?
 if [ "$rc" -eq 77 ]; then
     need_shared
@@ -14,7 +14,7 @@ if [ "$rc" -eq 77 ]; then
     [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -q "cuda" "$TMP/err" && ok "one-line error naming cuda" ||
         fail "error: $(cat "$TMP/err")"
     [ "$failures" -eq 0 ] || finish
-    skip "$(head -1 "$TMP/out")"
+    skip "$(head -1 "$TMP/backend")"
 fi
-[ "$rc" -eq 0 ] && ok "cuda ops match the CPU backend: $(tail -1 "$TMP/out")" || fail "test_backend cuda: $(tail -20 "$TMP/out")"
+[ "$rc" -eq 0 ] && ok "cuda ops match the CPU backend: $(tail -1 "$TMP/backend")" || fail "test_backend cuda: $(tail -20 "$TMP/backend")"
 finish
