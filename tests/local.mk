@@ -106,4 +106,6 @@ check_PROGRAMS += tests/test_backend
 TESTS += tests/test_backend tests/backend_cuda.sh
 tests_test_backend_SOURCES = tests/test_backend.c
 tests_test_backend_LDADD = $(CORE_LIBS)
+# a plugin resolves bt_error & co. against the program that loads it
+tests_test_backend_LDFLAGS = -rdynamic
 EXTRA_DIST += tests/backend_cuda.sh
