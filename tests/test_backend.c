@@ -435,7 +435,7 @@ int main(int argc, char **argv)
         dev = argv[1];
         int rc = bt_backend_open(dev, 2, &be);
         if (rc) {
-            printf("SKIP: %s cannot run here: %s\n", dev, bt_errmsg());
+            printf("%s cannot run here: %s\n", dev, bt_errmsg());
             return 77;
         }
         CHECK_OK(bt_backend_cpu_new(2, &cpu));
