@@ -26,6 +26,8 @@ int cmd_browse(int argc, char **argv);     void cmd_browse_help(FILE *out);
 int cmd_diff(int argc, char **argv);       void cmd_diff_help(FILE *out);
 int cmd_serve(int argc, char **argv);      void cmd_serve_help(FILE *out);
 int cmd_probe(int argc, char **argv);      void cmd_probe_help(FILE *out);
+int cmd_canary(int argc, char **argv);     void cmd_canary_help(FILE *out);
+int cmd_ctxwalk(int argc, char **argv);    void cmd_ctxwalk_help(FILE *out);
 
 /* Shared by commands: print "bangtrace: <cmd>: <msg>" for the last error
  * and return 2. */

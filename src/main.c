@@ -25,6 +25,8 @@ static const bt_cmd commands[] = {
     { "diff", "compare two traces: first diverging token and tap, differing settings", cmd_diff, cmd_diff_help },
     { "serve", "an OpenAI-compatible server on the native engine, with per-request traces", cmd_serve, cmd_serve_help },
     { "probe", "send a request N times, classify the answers, failure rate with its 95% interval", cmd_probe, cmd_probe_help },
+    { "canary", "a correctness canary: known-answer prompts every interval, an SQLite log, --on-fail", cmd_canary, cmd_canary_help },
+    { "ctxwalk", "plant a needle in long filler, ask for it back: the shortest context that fails", cmd_ctxwalk, cmd_ctxwalk_help },
 };
 
 static void usage(FILE *out)

@@ -136,3 +136,6 @@ tests_test_backend_LDADD = $(CORE_LIBS)
 # a plugin resolves bt_error & co. against the program that loads it
 tests_test_backend_LDFLAGS = -rdynamic
 EXTRA_DIST += tests/backend_cuda.sh
+# canary and ctxwalk (doc/production.md): loopback servers, bounded loops
+TESTS += tests/canary_ctxwalk.sh
+EXTRA_DIST += tests/canary_ctxwalk.sh

@@ -14,6 +14,6 @@ EXTRA_DIST += tests/prod_stats_scipy.py tests/prod_stats_ref.tsv
 # per-request generation (serve, probe --model, ctxwalk --model): records
 libbttrace_a_SOURCES += src/prod/gen.c src/prod/gen.h
 # the HTTP client and server and the commands (binary only)
-libbtcmd_a_SOURCES += src/prod/target.c src/prod/target.h src/cmd_probe.c src/cmd_serve.c
+libbtcmd_a_SOURCES += src/prod/target.c src/prod/target.h src/cmd_probe.c src/cmd_serve.c src/cmd_canary.c src/cmd_ctxwalk.c
 TESTS += tests/serve_probe.sh
 EXTRA_DIST += tests/serve_probe.sh

@@ -9,6 +9,7 @@
 #include "model/model.h"
 #include "request.h"
 #include "tap/inject.h"
+#include "sys/crash.h"
 #include "tokenizer/tokenizer.h"
 #include "util.h"
 
@@ -98,6 +99,31 @@ const char *bt_target_name(const bt_target *t)
     return t->cfg.url ? t->cfg.url : t->cfg.model;
 }
 
+static bt_gen_cfg native_cfg(const bt_target *t)
+{
+    bt_gen_cfg gc = { .model = t->m, .tok = t->tok, .model_path = t->cfg.model, .model_sha256 = "",
+                      .ctx = t->cfg.ctx ? t->cfg.ctx : BT_MIN(t->m->cfg.ctx_len, BT_ENGINE_CTX_CAP),
+                      .threads = t->cfg.threads > 0 ? t->cfg.threads : 1 };
+    return gc;
+}
+
+int bt_target_prompt_tokens(bt_target *t, const char *body, size_t len, int *n)
+{
+    if (!t->m) return bt_error(BT_EINVAL, "prompt tokens are known only for the native engine (--model)");
+    bt_request req;
+    int rc = bt_request_parse(body, len, "request", &req);
+    if (rc) return rc;
+    bt_gen_cfg gc = native_cfg(t);
+    rc = bt_gen_prompt_tokens(&gc, &req, n);
+    bt_request_clear(&req);
+    return rc;
+}
+
+int bt_target_ctx(const bt_target *t)
+{
+    return t->m ? native_cfg(t).ctx : 0;
+}
+
 void bt_reply_clear(bt_reply *r)
 {
     free(r->text);
@@ -181,6 +207,15 @@ static size_t on_header(char *p, size_t sz, size_t nm, void *u)
     return n;
 }
 
+/* A SIGINT/SIGTERM caught by bt_interrupt_install() (canary) ends a
+ * request in flight instead of waiting out its timeout; commands that do
+ * not install the handler never see a pending interrupt. */
+static int on_progress(void *u, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    (void)u; (void)dt; (void)dn; (void)ut; (void)un;
+    return bt_interrupt_pending() != 0;
+}
+
 static int ask_url(bt_target *t, const char *body, size_t len, bool chat, bt_reply *r)
 {
     char url[1100];
@@ -198,6 +233,8 @@ static int ask_url(bt_target *t, const char *body, size_t len, bool chat, bt_rep
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(t->cfg.timeout_s * 1000));
     double t0 = bt_now();
     CURLcode cc = curl_easy_perform(c);

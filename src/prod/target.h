@@ -46,6 +46,11 @@ const char *bt_target_name(const bt_target *t);
  * error: only a bad body or an allocation failure return an error. */
 int bt_target_ask(bt_target *t, int slot, const char *body, size_t len, bt_reply *r);
 void bt_reply_clear(bt_reply *r);
+/* Native engine only (ctxwalk sizes its prompts exactly): the prompt tokens
+ * of a request body, and the context length of each slot. BT_EINVAL for a
+ * URL target. */
+int bt_target_prompt_tokens(bt_target *t, const char *body, size_t len, int *n);
+int bt_target_ctx(const bt_target *t);
 /* The reply as classifier input (borrows r and stop). */
 bt_answer bt_reply_answer(const bt_reply *r, char *const *stop, int n_stop);
 

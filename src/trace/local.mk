@@ -28,3 +28,5 @@ libbttrace_a_SOURCES += src/trace/compare.h src/trace/compare.c
 libbttrace_a_SOURCES += src/trace/replay.h src/trace/replay.c
 # `bangtrace diff`: two traces compared (tokens, taps, settings)
 libbtcmd_a_SOURCES += src/cmd_diff.c
+# the log of `bangtrace canary` (SQLite stays in src/trace/)
+libbttrace_a_SOURCES += src/trace/canary_log.h src/trace/canary_log.c
