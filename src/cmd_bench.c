@@ -29,14 +29,15 @@ void cmd_bench_help(FILE *out)
 {
     fprintf(out,
         "usage: bangtrace bench --model M [--tokenizer T] [--threads N] [-p N] [-n N] [--reps R]\n"
-        "                       [--taps MODE] [--numerics PROFILE] [--json]\n\n"
+        "                       [--taps MODE] [--numerics PROFILE] [--device DEV] [--json]\n\n"
         "Measure prefill of -p tokens (default 128) and greedy decode of -n tokens\n"
         "(default 64) on fixed token ids, the median of R repetitions (default 3), and\n"
         "report tokens/s, the weight bytes read per decoded token, the effective weight\n"
         "bandwidth and the machine's measured read bandwidth.\n\n"
         "  --numerics PROFILE\n"
         "                run every measurement under a numerics profile (run --numerics,\n"
-        "                doc/numerics.md); compare with a run without it for its cost\n"
+        "                doc/numerics.md; CPU only); compare with a run without it for its cost\n"
+        "  --device DEV  run the ops on cpu (default), cuda or cuda:N (the CUDA plugin)\n"
         "  --taps MODE   also decode with taps recorded into a temporary trace\n"
         "                (all, layers, logits) and report taps-on / taps-off\n"
         "  --spec-k K --draft-self N | --draft-ngram N\n"
@@ -182,6 +183,7 @@ int cmd_bench(int argc, char **argv)
     int taps = BT_TAPS_NONE;
     long spec_k = 0, draft_self = 0, draft_ngram = 0;
     long threads = bt_pool_default_threads(), np = 128, nd = 64, reps = 3;
+    const char *device = NULL;
     bool json = false;
     bt_session *ses = NULL;
     const bt_model *m = NULL;
@@ -198,6 +200,10 @@ int cmd_bench(int argc, char **argv)
         if (!strcmp(a, "--model") || !strcmp(a, "-m")) model = argv[++i];
         else if (!strcmp(a, "--tokenizer")) tokenizer = argv[++i];
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { if (bt_parse_int(a, argv[++i], 1, 256, &threads)) goto fail; }
+        else if (!strcmp(a, "--device")) {
+            device = argv[++i];
+            if (!bt_backend_device_valid(device)) { bt_error(BT_EINVAL, "--device expects cpu, cuda or cuda:N, got '%s'", device); goto fail; }
+        }
         else if (!strcmp(a, "-p")) { if (bt_parse_int(a, argv[++i], 1, 8192, &np)) goto fail; }
         else if (!strcmp(a, "-n")) { if (bt_parse_int(a, argv[++i], 1, 8192, &nd)) goto fail; }
         else if (!strcmp(a, "--reps")) { if (bt_parse_int(a, argv[++i], 1, 100, &reps)) goto fail; }
@@ -217,7 +223,7 @@ int cmd_bench(int argc, char **argv)
         goto fail;
     }
     bt_session_cfg cfg = { .model = model, .tokenizer = tokenizer, .ctx = (int)(np + nd), .max_batch = (int)np,
-                           .threads = (int)threads };
+                           .threads = (int)threads, .device = device };
     if (bt_session_open(&cfg, &ses)) goto fail;
     m = bt_session_model(ses);
     if (draft_self >= m->cfg.n_layers) { bt_error(BT_EINVAL, "--draft-self %ld must be below the model's %d layers", draft_self, m->cfg.n_layers); goto fail; }

@@ -34,7 +34,8 @@ void cmd_bisect_help(FILE *out)
     fprintf(out,
         "usage: bangtrace bisect TRACE [--limit X] [--json]\n"
         "       bangtrace bisect TRACE --reference [--model M] [--tokenizer T] [--tolerance X]\n"
-        "                        [--threads N] [--all] [--numerics A [--against B]] [--json]\n\n"
+        "                        [--threads N] [--device DEV] [--all] [--numerics A [--against B]]\n"
+        "                        [--json]\n\n"
         "Find where a traced run (bangtrace run --trace) went wrong.\n\n"
         "Without --reference: the first non-finite tensor (step, position, layer, op,\n"
         "index, counts), the propagation chain (the first bad tensor of every later\n"
@@ -68,6 +69,8 @@ void cmd_bisect_help(FILE *out)
         "                   max relative to the tensor's absmax, mean and rms to its rms;\n"
         "                   the rule diff uses, doc/trace-format.md)\n"
         "  --threads N      compute threads (default: the trace's, at most the online CPUs)\n"
+        "  --device DEV     replay on cpu (default), cuda or cuda:N (the CUDA plugin);\n"
+        "                   --numerics and --against need the CPU\n"
         "  --all            keep going after the first divergence and list every divergent step\n"
         "  --numerics A     replay under numerics profile A (run --numerics; default exact f32)\n"
         "  --against B      replay the same ids under A and under B and compare the two\n"
@@ -91,6 +94,7 @@ typedef struct bisect_opts {
     const char *num_a, *num_b;  /* --numerics A, --against B (specs as given) */
     bt_numerics prof_a, prof_b;
     long threads;
+    const char *device;         /* --reference replays on this backend */
 } bisect_opts;
 
 static int parse_args(int argc, char **argv, bisect_opts *o)
@@ -111,6 +115,10 @@ static int parse_args(int argc, char **argv, bisect_opts *o)
         else if (!strcmp(a, "--limit")) { VAL(); if (bt_parse_float(a, v, 1e-30, 1e38, &o->limit)) return BT_EINVAL; }
         else if (!strcmp(a, "--tolerance")) { VAL(); if (bt_parse_float(a, v, 0, 1e6, &o->tol)) return BT_EINVAL; }
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { VAL(); if (bt_parse_int(a, v, 1, 256, &o->threads)) return BT_EINVAL; }
+        else if (!strcmp(a, "--device")) {
+            VAL(); if (!bt_backend_device_valid(v)) return bt_error(BT_EINVAL, "--device expects cpu, cuda or cuda:N, got '%s'", v);
+            o->device = v;
+        }
         else if (a[0] == '-' && a[1]) return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help bisect)", a);
         else if (!o->trace) o->trace = a;
         else return bt_error(BT_EINVAL, "unexpected argument '%s' (one trace at a time)", a);
@@ -120,8 +128,8 @@ static int parse_args(int argc, char **argv, bisect_opts *o)
     if (o->limit > 0 && o->reference) return bt_error(BT_EINVAL, "--limit applies without --reference (the headroom of the trace)");
     if ((o->num_a || o->num_b) && !o->reference) return bt_error(BT_EINVAL, "--numerics and --against apply with --reference");
     if (o->num_b && !o->num_a) return bt_error(BT_EINVAL, "--against B needs --numerics A (the other side)");
-    if ((o->model || o->tokenizer || o->all || o->threads) && !o->reference)
-        return bt_error(BT_EINVAL, "--model, --tokenizer, --threads and --all only apply with --reference");
+    if ((o->model || o->tokenizer || o->all || o->threads || o->device) && !o->reference)
+        return bt_error(BT_EINVAL, "--model, --tokenizer, --threads, --device and --all only apply with --reference");
     return BT_OK;
 }
 
@@ -499,7 +507,7 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
     double t0 = bt_now();
     progress pg = { .last = t0, .tty = isatty(2) };
     bt_replay_cfg cfg = { .name = o->trace, .who = "bisect", .model = o->model, .tokenizer = o->tokenizer, .tol = o->tol,
-                          .threads = (int)o->threads, .all = o->all, .progress = show_progress, .user = &pg,
+                          .threads = (int)o->threads, .device = o->device, .all = o->all, .progress = show_progress, .user = &pg,
                           .numerics = o->num_a ? &o->prof_a : NULL, .against = o->num_b ? &o->prof_b : NULL };
     int rc = bt_replay_run(r, &cfg, &res);
     if (pg.shown && pg.tty) fprintf(stderr, "\r%60s\r", "");
@@ -548,8 +556,10 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
         char na[256], nb[256];
         bt_numerics_format(&o->prof_a, na, sizeof(na));
         bt_numerics_format(&o->prof_b, nb, sizeof(nb));
-        bt_text_printf(stdout, "reference: %s (%s), %s CPU, %d threads, no injection, tolerance %g\n", res.model_path,
-               res.sha_checked ? "SHA-256 matches the trace" : "SHA-256 not verified", o->num_a ? na : "f32", res.threads, o->tol);
+        bool cpu = !o->device || !strcmp(o->device, "cpu");
+        bt_text_printf(stdout, "reference: %s (%s), %s %s, %d threads, no injection, tolerance %g\n", res.model_path,
+               res.sha_checked ? "SHA-256 matches the trace" : "SHA-256 not verified", o->num_a ? na : "f32",
+               cpu ? "CPU" : o->device, res.threads, o->tol);
         if (o->num_b) { side_a = "under A"; side_b = "under B"; }
         if (o->num_b)
             bt_text_printf(stdout, "against: the same ids under %s (A = %s); the trace's own statistics are not used\n", nb, na);

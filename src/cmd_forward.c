@@ -19,13 +19,15 @@
 void cmd_forward_help(FILE *out)
 {
     fprintf(out,
-        "usage: bangtrace forward --model M [--tokenizer T] --tokens \"ID ID ...\" --dump DIR [--threads N]\n\n"
+        "usage: bangtrace forward --model M [--tokenizer T] --tokens \"ID ID ...\" --dump DIR [--threads N]\n"
+        "                        [--device DEV]\n\n"
         "Run one forward pass (a prefill at positions 0..T-1) and write every named\n"
         "tensor (token_embd, blk.L.attn_norm ... blk.L.ffn_resid, output_norm, logits)\n"
         "to DIR/<name>.f32 (T rows x width, float32) with DIR/meta.json describing them.\n"
         "Used by the reference oracle tests; handy for diffing two builds. Files already\n"
         "in DIR with those names are rewritten, unless one is a link, a device or the\n"
-        "model itself (exit 2).\n");
+        "model itself (exit 2). --device DEV runs the ops on cpu (default), cuda or\n"
+        "cuda:N (the CUDA plugin; exit 2 when it cannot run here).\n");
 }
 
 typedef struct dump_ctx {
@@ -44,7 +46,16 @@ static bool dump_observe(void *user, const bt_tensor_view *t)
     FILE *f = bt_outfile_fopen(path, BT_OUT_DUMP, false, d->in, 2);
     if (!f) { d->err = BT_EIO; return false; }
     size_t n = (size_t)t->rows * t->width;
-    bool ok = fwrite(t->data, sizeof(float), n, f) == n;
+    /* a device tensor is copied to the host first (dumps are for tests) */
+    float *rows = t->data ? NULL : malloc(n * sizeof(float));
+    if (!t->data && (!rows || bt_tensor_read(t, 0, t->rows, rows) != BT_OK)) {
+        d->err = rows ? BT_EIO : bt_error(BT_ENOMEM, "out of memory");
+        free(rows);
+        fclose(f);
+        return false;
+    }
+    bool ok = fwrite(t->data ? t->data : rows, sizeof(float), n, f) == n;
+    free(rows);
     ok &= fclose(f) == 0;
     if (!ok) { d->err = bt_error(BT_EIO, "%s: write failed", path); return false; }
     json_t *shape = json_array();
@@ -58,6 +69,7 @@ int cmd_forward(int argc, char **argv)
 {
     const char *model = NULL, *tokenizer = NULL, *tokens = NULL, *dir = NULL;
     long threads = 1;
+    const char *device = NULL;
     bt_model *m = NULL;
     bt_engine *e = NULL;
     int32_t *ids = NULL;
@@ -71,6 +83,10 @@ int cmd_forward(int argc, char **argv)
         else if (!strcmp(a, "--tokens")) tokens = argv[++i];
         else if (!strcmp(a, "--dump")) dir = argv[++i];
         else if (!strcmp(a, "--threads")) { if (bt_parse_int(a, argv[++i], 1, 256, &threads)) goto fail; }
+        else if (!strcmp(a, "--device")) {
+            device = argv[++i];
+            if (!bt_backend_device_valid(device)) { bt_error(BT_EINVAL, "--device expects cpu, cuda or cuda:N, got '%s'", device); goto fail; }
+        }
         else { bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help forward)", a); goto fail; }
     }
     if (!model || !tokens || !dir) { bt_error(BT_EINVAL, "--model, --tokens and --dump are required"); goto fail; }
@@ -87,7 +103,8 @@ int cmd_forward(int argc, char **argv)
     if (n == 0) { bt_error(BT_EINVAL, "--tokens has no ids"); goto fail; }
     if (mkdir(dir, 0777) < 0 && errno != EEXIST) { bt_error(BT_EIO, "%s: %s", dir, strerror(errno)); goto fail; }
     if (bt_model_load(model, tokenizer, &m)) goto fail;
-    if (bt_engine_new(m, BT_MAX((int)n, 1), (int)n, (int)threads, &e)) goto fail;
+    bt_engine_opts eo = { .ctx_len = BT_MAX((int)n, 1), .max_batch = (int)n, .n_threads = (int)threads, .device = device };
+    if (bt_engine_new_opts(m, &eo, &e)) goto fail;
     dump_ctx d = { .dir = dir, .tensors = json_object(), .in = { { "--model", model }, { "--tokenizer", tokenizer } } };
     bt_eval_cb cb = { .ask = NULL, .observe = dump_observe, .user = &d };
     bt_engine_set_eval_cb(e, &cb);

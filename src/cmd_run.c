@@ -51,6 +51,8 @@ void cmd_run_help(FILE *out)
         "  --top-p P            nucleus sampling threshold (1 = off)\n"
         "  --seed S             sampling seed, 0 to 2^64-1 (default 42)\n"
         "  --threads N          compute threads (default: online CPUs)\n"
+        "  --device DEV         where the ops run: cpu (default), cuda or cuda:N (the CUDA\n"
+        "                       plugin, bangtrace-cuda.so; exit 2 when it cannot run here)\n"
         "  --ctx N              context length (default: the model's, at most 4096)\n"
         "  --numerics PROFILE   emulate another engine's number formats (doc/numerics.md): a\n"
         "                       preset (f32 = exact, the default; f16, bf16, llama.cpp-cpu,\n"
@@ -117,6 +119,7 @@ typedef struct run_opts {
     long draft_self, draft_ngram;
     const char *numerics_spec;
     bt_numerics numerics;
+    const char *device;
 } run_opts;
 
 static int parse_args(int argc, char **argv, run_opts *o)
@@ -136,6 +139,10 @@ static int parse_args(int argc, char **argv, run_opts *o)
         else if (!strcmp(a, "--request")) { VAL(); o->request = v; }
         else if (!strcmp(a, "--chat-template")) { VAL(); o->chat_template = v; }
         else if (!strcmp(a, "--argmax")) { VAL(); o->argmax = v; }
+        else if (!strcmp(a, "--device")) {
+            VAL(); if (!bt_backend_device_valid(v)) return bt_error(BT_EINVAL, "--device expects cpu, cuda or cuda:N, got '%s'", v);
+            o->device = v;
+        }
         else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
             VAL(); if (bt_parse_int(a, v, 0, 1 << 20, &l)) return BT_EINVAL; o->n = l; o->has_n = true;
         } else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) {
@@ -256,7 +263,9 @@ static int write_meta(void *user, bt_trace *t, const bt_session *s)
     if (gethostname(buf, sizeof(buf)) == 0) { buf[sizeof(buf) - 1] = 0; META("host", buf); }
     read_cpu_name(buf, sizeof(buf));
     META("cpu", buf);
-    snprintf(buf, sizeof(buf), "cpu-%s", bt_kernels_simd());
+    /* cpu-<simd> on the CPU; the device's name on another backend */
+    if (!o->device || !strcmp(o->device, "cpu")) snprintf(buf, sizeof(buf), "cpu-%s", bt_kernels_simd());
+    else snprintf(buf, sizeof(buf), "%s", o->device);
     META("backend", buf);
     snprintf(buf, sizeof(buf), "%ld", o->threads);
     META("threads", buf);
@@ -368,7 +377,7 @@ int cmd_run(int argc, char **argv)
     run_meta rm = { argc, argv, &o, &req, &sc, prompt_text_of(&o, &req) };
     bt_session_cfg cfg = { .model = o.model, .tokenizer = o.tokenizer, .draft_model = o.draft_model,
                            .need_vocab = true, .need_weights = true, .ctx = (int)o.ctx, .threads = (int)o.threads,
-                           .spec_k = (int)o.spec_k, .draft_self = (int)o.draft_self, .draft_ngram = (int)o.draft_ngram,
+                           .device = o.device, .spec_k = (int)o.spec_k, .draft_self = (int)o.draft_self, .draft_ngram = (int)o.draft_ngram,
                            .inject = o.inject, .n_inject = o.n_inject,
                            .trace = o.trace, .force = o.force, .taps = o.taps, .layer_lo = o.layer_lo,
                            .layer_hi = o.layer_hi, .logits_full = o.logits_full, .topk = (int)o.topk, .rule = sc.rule,

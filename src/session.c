@@ -116,7 +116,8 @@ int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
         if ((rc = bt_injector_apply_weights(s->inj, wm))) return rc;
     }
     int batch = cfg->max_batch > 0 ? cfg->max_batch : 1;
-    if ((rc = bt_engine_new(m, s->ctx, batch, s->threads, &s->e))) return rc;
+    bt_engine_opts to = { .ctx_len = s->ctx, .max_batch = batch, .n_threads = s->threads, .device = cfg->device };
+    if ((rc = bt_engine_new_opts(m, &to, &s->e))) return rc;
     if (cfg->numerics && (rc = bt_engine_set_numerics(s->e, cfg->numerics))) return rc;
     if (cfg->draft_model && !s->draft_model) {
         if ((rc = load_draft(cfg, m, &s->own_draft))) return rc;

@@ -49,6 +49,7 @@ typedef struct bt_session_cfg {
     int ctx;                        /* context length; 0: the model's, at most BT_ENGINE_CTX_CAP */
     int max_batch;                  /* positions per forward; 0: 1 */
     int threads;                    /* 0: bt_pool_default_threads() */
+    const char *device;             /* backend of the target and drafter: "cpu" (NULL), "cuda", "cuda:N" */
     int spec_k;                     /* tokens drafted per verify (0: no speculation) */
     int draft_self;                 /* drafter = the target's first N layers */
     int draft_ngram;                /* drafter = prompt lookup of the last N tokens */

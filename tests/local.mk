@@ -126,6 +126,16 @@ check_PROGRAMS += tests/test_session
 TESTS += tests/test_session
 tests_test_session_SOURCES = tests/test_session.c
 tests_test_session_LDADD = $(TRACE_LIBS)
+# the backend seam: every op of every backend against a reference (the CPU
+# backend against scalar references here; a device against the CPU in
+# backend_cuda.sh, which SKIPs without the plugin or a GPU)
+check_PROGRAMS += tests/test_backend
+TESTS += tests/test_backend tests/backend_cuda.sh
+tests_test_backend_SOURCES = tests/test_backend.c
+tests_test_backend_LDADD = $(CORE_LIBS)
+# a plugin resolves bt_error & co. against the program that loads it
+tests_test_backend_LDFLAGS = -rdynamic
+EXTRA_DIST += tests/backend_cuda.sh
 # canary and ctxwalk (doc/production.md): loopback servers, bounded loops
 TESTS += tests/canary_ctxwalk.sh
 EXTRA_DIST += tests/canary_ctxwalk.sh

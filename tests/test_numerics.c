@@ -7,6 +7,7 @@
 #include "check.h"
 #include "engine/engine.h"
 #include "engine/numerics.h"
+#include "backend/backend_impl.h"
 #include "model/model.h"
 
 #include <math.h>
@@ -161,6 +162,37 @@ static void test_exact(const char *model, const char *tok)
     bt_model_free(m);
 }
 
+/* A device backend stands in: the CPU's kernels behind another vtable with
+ * no host memory (no buf_host). Profiles round host buffers, so a non-exact
+ * one is refused there with one line; the exact one is accepted. */
+static const char *dev_name(bt_backend *be) { (void)be; return "fake:0"; }
+
+static void test_device_refused(const char *model, const char *tok)
+{
+    bt_model *m = NULL;
+    if (bt_model_load(model, tok, &m)) return;
+    bt_backend *cpu = NULL;
+    CHECK_OK(bt_backend_cpu_new(1, &cpu));
+    struct bt_backend_i iface = *cpu->iface;
+    iface.name = dev_name;
+    iface.buf_host = NULL;
+    bt_backend dev = { .iface = &iface, .ctx = cpu->ctx };
+    bt_engine_opts o = { .ctx_len = 16, .max_batch = 4, .backend = &dev };
+    bt_engine *e = NULL;
+    CHECK_OK(bt_engine_new_opts(m, &o, &e));
+    bt_numerics n;
+    CHECK_OK(bt_numerics_parse("f16", &n));
+    CHECK(bt_engine_set_numerics(e, &n) == BT_EUNSUPPORTED, "a profile on a device backend is refused");
+    CHECK(strstr(bt_errmsg(), "CPU only") && strstr(bt_errmsg(), "fake:0"), "the refusal names the device: %s", bt_errmsg());
+    CHECK_OK(bt_numerics_parse("f32", &n));
+    CHECK_OK(bt_engine_set_numerics(e, &n));
+    int32_t t = 1;
+    CHECK_OK(bt_engine_forward(e, &t, 1, 0));
+    bt_engine_free(e);
+    bt_backend_free(cpu);
+    bt_model_free(m);
+}
+
 int main(int argc, char **argv)
 {
     test_f16();
@@ -172,6 +204,7 @@ int main(int argc, char **argv)
     snprintf(model, sizeof(model), "%s/models/llama2c/stories260K.bin", argc > 1 ? argv[1] : shared);
     snprintf(tok, sizeof(tok), "%s/models/llama2c/tok512.bin", argc > 1 ? argv[1] : shared);
     test_exact(model, tok);
+    test_device_refused(model, tok);
     printf("test_numerics: %d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
 }

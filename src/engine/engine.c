@@ -2,12 +2,15 @@
  * over T positions at once, every tensor named and observable.
  *
  * Layout follows llama2.c: one bt_engine owns a run state of named buffers
- * with shape comments. Weights are read in place through bt_matmul (any
- * supported type); activations are f32. The tap branch (`want[op][layer]`)
- * is a cached bool so an engine without taps pays one predictable branch
- * per op. */
+ * with shape comments. The buffers live on a backend (src/backend/) and
+ * every op is a call through its vtable, so this forward pass is the only
+ * one whatever the device. Weights are uploaded once (the CPU backend keeps
+ * pointers into the mapping) and read in place (any supported type);
+ * activations are f32. The tap branch (`want[op][layer]`) is a cached bool
+ * so an engine without taps pays one predictable branch per op. */
 #include "engine/engine.h"
 #include "engine/numerics.h"
+#include "backend/backend_impl.h"
 #include "kernels.h"
 #include "util.h"
 
@@ -70,42 +73,63 @@ void bt_tensor_name(int op, int layer, char *buf, size_t cap)
     else snprintf(buf, cap, "%s", bt_op_name(op));
 }
 
-#define BT_MAX_HEAD_DIM 512   /* attention accumulates a head in a stack row */
+#define BT_MAX_HEAD_DIM 512   /* the CPU backend accumulates a head in a stack row */
+
+/* A view's handle: where its rows live. */
+struct bt_tensor {
+    bt_backend *be;
+    bt_buf *buf;
+    size_t off;          /* floats */
+};
+
+/* The weights of one layer on the backend. */
+typedef struct layer_bufs {
+    bt_buf *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+} layer_bufs;
 
 struct bt_engine {
     const bt_model *m;
     bt_config c;
     int ctx_len, max_batch, n_threads;
-    bt_pool *pool;
-    bool own_pool;
+    bt_backend *be;
+    const struct bt_backend_i *bi;
+    bool own_be;
     bool logits_all;
     int step;
-    /* run state, B = max_batch */
-    float *x;          /* (B, dim) residual stream */
-    float *xb;         /* (B, dim) normed input */
-    float *q;          /* (B, q_dim) */
-    float *k;          /* (B, kv_dim) */
-    float *v;          /* (B, kv_dim) */
-    float *ctx;        /* (B, q_dim) attention-weighted values */
-    float *attn_out;   /* (B, dim) */
-    float *gate;       /* (B, hidden) */
-    float *up;         /* (B, hidden) */
-    float *act;        /* (B, hidden) */
-    float *down;       /* (B, dim) */
-    float *att;        /* (n_threads, ctx_len) attention scores scratch */
-    float *logits;     /* (logit_rows, n_vocab) */
+    /* weights on the backend */
+    bt_buf *w_embd, *w_out;
+    layer_bufs *lw;    /* (n_layers) */
+    /* run state on the backend, B = max_batch */
+    bt_buf *x;         /* (B, dim) residual stream */
+    bt_buf *xb;        /* (B, dim) normed input */
+    bt_buf *q;         /* (B, q_dim) */
+    bt_buf *k;         /* (B, kv_dim) */
+    bt_buf *v;         /* (B, kv_dim) */
+    bt_buf *ctx;       /* (B, q_dim) attention-weighted values */
+    bt_buf *attn_out;  /* (B, dim) */
+    bt_buf *gate;      /* (B, hidden) */
+    bt_buf *up;        /* (B, hidden) */
+    bt_buf *act;       /* (B, hidden) */
+    bt_buf *down;      /* (B, dim) */
+    bt_buf *logits_b;  /* (logit_cap, n_vocab) */
+    bt_buf *key_cache; /* (layer, ctx_len, kv_dim) */
+    bt_buf *val_cache; /* (layer, ctx_len, kv_dim) */
+    bt_buf *rope_cos;  /* (ctx_len, head_dim/2) */
+    bt_buf *rope_sin;  /* (ctx_len, head_dim/2) */
+    bt_buf *norm_w;    /* (2*n_layers + 1, dim): attn_norm, ffn_norm per layer, then output_norm, as f32 */
+    float *logits;     /* (logit_cap, n_vocab) on the host: the backend's own
+                        * memory when it is host memory, else a copy */
+    bool logits_copy;  /* logits is a host copy (device backend) */
     int logit_rows;    /* rows valid in logits after the last forward */
     int logit_cap;
-    float *key_cache;  /* (layer, ctx_len, kv_dim) */
-    float *val_cache;  /* (layer, ctx_len, kv_dim) */
-    float *rope_cos;   /* (ctx_len, head_dim/2) */
-    float *rope_sin;   /* (ctx_len, head_dim/2) */
-    float *norm_w;     /* (2*n_layers + 1, dim): attn_norm, ffn_norm per layer, then output_norm, as f32 */
     /* taps */
     bt_eval_cb cb;
     bool has_cb;
     bool *want;        /* (BT_OP_COUNT, n_layers + 1); layer -1 maps to column 0 */
-    bt_numerics_ctx *num;  /* numerics profile; NULL = exact f32 (every hook skipped) */
+    /* numerics profile; NULL = exact f32 (every hook skipped). Only on the
+     * CPU backend: the hooks round host memory in place, with its pool. */
+    bt_numerics_ctx *num;
+    bt_pool *pool;     /* the CPU backend's pool, NULL on a device */
 };
 
 static bool *want_at(bt_engine *e, int op, int layer) { return &e->want[op * (e->c.n_layers + 1) + layer + 1]; }
@@ -113,12 +137,23 @@ static bool *want_at(bt_engine *e, int op, int layer) { return &e->want[op * (e-
 void bt_engine_free(bt_engine *e)
 {
     if (!e) return;
-    if (e->own_pool) bt_pool_free(e->pool);
     bt_numerics_ctx_free(e->num);
-    void *bufs[] = { e->x, e->xb, e->q, e->k, e->v, e->ctx, e->attn_out, e->gate, e->up, e->act,
-                     e->down, e->att, e->logits, e->key_cache, e->val_cache, e->rope_cos,
-                     e->rope_sin, e->norm_w, e->want };
-    for (size_t i = 0; i < BT_ARRAY_SIZE(bufs); i++) free(bufs[i]);
+    if (e->be) {
+        bt_buf *bufs[] = { e->w_embd, e->w_out, e->x, e->xb, e->q, e->k, e->v, e->ctx, e->attn_out, e->gate,
+                           e->up, e->act, e->down, e->logits_b, e->key_cache, e->val_cache, e->rope_cos,
+                           e->rope_sin, e->norm_w };
+        for (size_t i = 0; i < BT_ARRAY_SIZE(bufs); i++) e->bi->buf_free(e->be, bufs[i]);
+        if (e->lw)
+            for (int l = 0; l < e->c.n_layers; l++) {
+                layer_bufs *L = &e->lw[l];
+                bt_buf *w[] = { L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down };
+                for (size_t i = 0; i < BT_ARRAY_SIZE(w); i++) e->bi->buf_free(e->be, w[i]);
+            }
+        if (e->own_be) bt_backend_free(e->be);
+    }
+    if (e->logits_copy) free(e->logits);
+    free(e->lw);
+    free(e->want);
     free(e);
 }
 
@@ -128,11 +163,49 @@ int bt_engine_new(const bt_model *m, int ctx_len, int max_batch, int n_threads, 
     return bt_engine_new_opts(m, &o, out);
 }
 
+static int upload(bt_engine *e, const bt_weight *w, int64_t rows, int64_t cols, bt_buf **out)
+{
+    size_t bytes = bt_dtype_row_size(w->type, cols) * (size_t)rows;
+    if (!bytes) return bt_error(BT_EUNSUPPORTED, "%s: %s rows of %lld are not whole blocks", w->name ? w->name : "weight",
+                                bt_dtype(w->type)->name ? bt_dtype(w->type)->name : "?", (long long)cols);
+    return e->bi->buf_upload(e->be, w->data, bytes, out);
+}
+
+/* A zeroed f32 buffer of n floats. */
+static int alloc_f32(bt_engine *e, size_t n, bt_buf **out)
+{
+    return e->bi->buf_alloc(e->be, n * sizeof(float), out);
+}
+
+/* Logit rows on the backend (and a host copy on a device); contents are not
+ * kept. */
+static int logits_reserve(bt_engine *e, int rows)
+{
+    if (rows <= e->logit_cap) return BT_OK;
+    size_t n = (size_t)rows * e->c.n_vocab;
+    bt_buf *nb = NULL;
+    int rc = alloc_f32(e, n, &nb);
+    if (rc) return bt_error(rc, "out of memory for %d logit rows", rows);
+    float *host = e->bi->buf_host ? e->bi->buf_host(e->be, nb) : NULL;
+    if (!host) {
+        if (!(host = malloc(n * sizeof(float)))) {
+            e->bi->buf_free(e->be, nb);
+            return bt_error(BT_ENOMEM, "out of memory for %d logit rows", rows);
+        }
+    }
+    e->bi->buf_free(e->be, e->logits_b);
+    if (e->logits_copy) free(e->logits);
+    e->logits_b = nb;
+    e->logits = host;
+    e->logits_copy = !e->bi->buf_host || host != e->bi->buf_host(e->be, nb);
+    e->logit_cap = rows;
+    return BT_OK;
+}
+
 int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **out)
 {
     *out = NULL;
     int ctx_len = o->ctx_len, max_batch = o->max_batch, n_threads = o->n_threads;
-    if (o->share_pool) n_threads = bt_pool_threads(o->share_pool->pool);
     if (!bt_model_has_weights(m))
         return bt_error(BT_EINVAL, "%s: the model has no weights (vocabulary-only file?)", m->path);
     if (o->n_layers < 0 || o->n_layers > m->cfg.n_layers)
@@ -147,52 +220,77 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
     if (n_threads <= 0) n_threads = 1;
     bt_engine *e = calloc(1, sizeof(*e));
     if (!e) return bt_error(BT_ENOMEM, "out of memory");
-    e->m = m; e->c = cfg; e->ctx_len = ctx_len; e->max_batch = max_batch; e->n_threads = n_threads;
+    e->m = m; e->c = cfg; e->ctx_len = ctx_len; e->max_batch = max_batch;
+    int rc = BT_OK;
+    if (o->share_pool) e->be = o->share_pool->be;
+    else if (o->backend) e->be = o->backend;
+    else if ((rc = bt_backend_open(o->device, n_threads, &e->be))) { free(e); return rc; }
+    else e->own_be = true;
+    e->bi = e->be->iface;
+    e->n_threads = bt_backend_threads(e->be);
+    e->pool = bt_backend_cpu_pool(e->be);
     size_t B = (size_t)max_batch, q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
-    size_t half = (size_t)c->head_dim / 2;
-    e->x = malloc(B * c->dim * sizeof(float));
-    e->xb = malloc(B * c->dim * sizeof(float));
-    e->q = malloc(B * q_dim * sizeof(float));
-    e->k = malloc(B * kv_dim * sizeof(float));
-    e->v = malloc(B * kv_dim * sizeof(float));
-    e->ctx = malloc(B * q_dim * sizeof(float));
-    e->attn_out = malloc(B * c->dim * sizeof(float));
-    e->gate = malloc(B * c->hidden_dim * sizeof(float));
-    e->up = malloc(B * c->hidden_dim * sizeof(float));
-    e->act = malloc(B * c->hidden_dim * sizeof(float));
-    e->down = malloc(B * c->dim * sizeof(float));
-    e->att = malloc((size_t)n_threads * ctx_len * sizeof(float));
-    e->logit_cap = 1;
-    e->logits = malloc((size_t)c->n_vocab * sizeof(float));
-    e->key_cache = calloc((size_t)c->n_layers * ctx_len * kv_dim, sizeof(float));
-    e->val_cache = calloc((size_t)c->n_layers * ctx_len * kv_dim, sizeof(float));
-    e->rope_cos = malloc((size_t)ctx_len * half * sizeof(float));
-    e->rope_sin = malloc((size_t)ctx_len * half * sizeof(float));
-    e->norm_w = malloc(((size_t)2 * c->n_layers + 1) * c->dim * sizeof(float));
+    size_t half = (size_t)c->head_dim / 2, nrm = ((size_t)2 * c->n_layers + 1) * c->dim;
+    float *host = NULL;
     e->want = calloc((size_t)BT_OP_COUNT * (c->n_layers + 1), sizeof(bool));
-    if (o->share_pool) e->pool = o->share_pool->pool;
-    else { e->pool = bt_pool_new(n_threads); e->own_pool = true; }
-    if (!e->x || !e->xb || !e->q || !e->k || !e->v || !e->ctx || !e->attn_out || !e->gate || !e->up ||
-        !e->act || !e->down || !e->att || !e->logits || !e->key_cache || !e->val_cache ||
-        !e->rope_cos || !e->rope_sin || !e->norm_w || !e->want || !e->pool) {
-        bt_engine_free(e);
-        return bt_error(BT_ENOMEM, "out of memory for run state (context %d, batch %d)", ctx_len, max_batch);
+    e->lw = calloc((size_t)c->n_layers, sizeof(layer_bufs));
+    if (!e->want || !e->lw) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+    if ((rc = alloc_f32(e, B * c->dim, &e->x)) || (rc = alloc_f32(e, B * c->dim, &e->xb)) ||
+        (rc = alloc_f32(e, B * q_dim, &e->q)) || (rc = alloc_f32(e, B * kv_dim, &e->k)) ||
+        (rc = alloc_f32(e, B * kv_dim, &e->v)) || (rc = alloc_f32(e, B * q_dim, &e->ctx)) ||
+        (rc = alloc_f32(e, B * c->dim, &e->attn_out)) || (rc = alloc_f32(e, B * c->hidden_dim, &e->gate)) ||
+        (rc = alloc_f32(e, B * c->hidden_dim, &e->up)) || (rc = alloc_f32(e, B * c->hidden_dim, &e->act)) ||
+        (rc = alloc_f32(e, B * c->dim, &e->down)) ||
+        (rc = alloc_f32(e, (size_t)c->n_layers * ctx_len * kv_dim, &e->key_cache)) ||
+        (rc = alloc_f32(e, (size_t)c->n_layers * ctx_len * kv_dim, &e->val_cache)) ||
+        (rc = alloc_f32(e, (size_t)ctx_len * half, &e->rope_cos)) ||
+        (rc = alloc_f32(e, (size_t)ctx_len * half, &e->rope_sin)) ||
+        (rc = alloc_f32(e, nrm, &e->norm_w)) || (rc = logits_reserve(e, 1))) {
+        rc = bt_error(rc, "out of memory for run state (context %d, batch %d): %s", ctx_len, max_batch, bt_errmsg());
+        goto fail;
+    }
+    /* Weights, read in place by the backend's kernels. */
+    if ((rc = upload(e, &m->token_embd, c->n_vocab, c->dim, &e->w_embd)) ||
+        (rc = upload(e, &m->output, c->n_vocab, c->dim, &e->w_out)))
+        goto fail;
+    for (int l = 0; l < c->n_layers; l++) {
+        const bt_layer_weights *L = &m->layers[l];
+        layer_bufs *B_ = &e->lw[l];
+        if ((rc = upload(e, &L->wq, q_dim, c->dim, &B_->wq)) || (rc = upload(e, &L->wk, kv_dim, c->dim, &B_->wk)) ||
+            (rc = upload(e, &L->wv, kv_dim, c->dim, &B_->wv)) || (rc = upload(e, &L->wo, c->dim, q_dim, &B_->wo)) ||
+            (rc = upload(e, &L->w_gate, c->hidden_dim, c->dim, &B_->w_gate)) ||
+            (rc = upload(e, &L->w_up, c->hidden_dim, c->dim, &B_->w_up)) ||
+            (rc = upload(e, &L->w_down, c->dim, c->hidden_dim, &B_->w_down)))
+            goto fail;
     }
     /* RoPE table, computed in double: angle = pos * base^(-2i/head_dim). */
+    host = malloc(BT_MAX((size_t)ctx_len * half, nrm) * sizeof(float));
+    if (!host) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
     for (int pos = 0; pos < ctx_len; pos++)
         for (size_t i = 0; i < half; i++) {
             double freq = pow((double)c->rope_base, -2.0 * (double)i / c->head_dim);
-            double a = pos * freq;
-            e->rope_cos[pos * half + i] = (float)cos(a);
-            e->rope_sin[pos * half + i] = (float)sin(a);
+            host[pos * half + i] = (float)cos(pos * freq);
         }
+    if ((rc = e->bi->set(e->be, e->rope_cos, 0, host, (size_t)ctx_len * half))) goto fail;
+    for (int pos = 0; pos < ctx_len; pos++)
+        for (size_t i = 0; i < half; i++) {
+            double freq = pow((double)c->rope_base, -2.0 * (double)i / c->head_dim);
+            host[pos * half + i] = (float)sin(pos * freq);
+        }
+    if ((rc = e->bi->set(e->be, e->rope_sin, 0, host, (size_t)ctx_len * half))) goto fail;
     for (int l = 0; l < c->n_layers; l++) {
-        bt_dequant_row(m->layers[l].attn_norm.type, m->layers[l].attn_norm.data, e->norm_w + (size_t)(2 * l) * c->dim, c->dim);
-        bt_dequant_row(m->layers[l].ffn_norm.type, m->layers[l].ffn_norm.data, e->norm_w + (size_t)(2 * l + 1) * c->dim, c->dim);
+        bt_dequant_row(m->layers[l].attn_norm.type, m->layers[l].attn_norm.data, host + (size_t)(2 * l) * c->dim, c->dim);
+        bt_dequant_row(m->layers[l].ffn_norm.type, m->layers[l].ffn_norm.data, host + (size_t)(2 * l + 1) * c->dim, c->dim);
     }
-    bt_dequant_row(m->output_norm.type, m->output_norm.data, e->norm_w + (size_t)2 * c->n_layers * c->dim, c->dim);
+    bt_dequant_row(m->output_norm.type, m->output_norm.data, host + (size_t)2 * c->n_layers * c->dim, c->dim);
+    if ((rc = e->bi->set(e->be, e->norm_w, 0, host, nrm))) goto fail;
+    free(host);
     *out = e;
     return BT_OK;
+fail:
+    free(host);
+    bt_engine_free(e);
+    return rc;
 }
 
 void bt_engine_set_eval_cb(bt_engine *e, const bt_eval_cb *cb)
@@ -210,90 +308,94 @@ void bt_engine_set_eval_cb(bt_engine *e, const bt_eval_cb *cb)
     }
 }
 
+/* ---- tensor handles ---- */
+
+int bt_tensor_stats(const bt_tensor_view *t, bt_tap_stats *out)
+{
+    const bt_tensor *h = t->tensor;
+    if (!h) {
+        bt_stats_compute(t->data, t->rows, t->width, t->pos0, out);
+        return BT_OK;
+    }
+    return h->be->iface->stats(h->be, h->buf, h->off, t->rows, t->width, t->pos0, out);
+}
+
+int bt_tensor_read(const bt_tensor_view *t, int row0, int n, float *dst)
+{
+    if (row0 < 0 || n < 0 || row0 + n > t->rows)
+        return bt_error(BT_ERANGE, "rows %d..%d of a %d-row tensor", row0, row0 + n - 1, t->rows);
+    size_t w = (size_t)t->width;
+    const bt_tensor *h = t->tensor;
+    if (!h) {
+        memcpy(dst, t->data + (size_t)row0 * w, (size_t)n * w * sizeof(float));
+        return BT_OK;
+    }
+    return h->be->iface->read(h->be, h->buf, h->off + (size_t)row0 * w, (size_t)n * w, dst);
+}
+
+int bt_tensor_mutate(const bt_tensor_view *t, const bt_mutation *m, long *changed)
+{
+    *changed = 0;
+    const bt_tensor *h = t->tensor;
+    if (!h) {
+        *changed = bt_mutation_apply_host(t->data, t->width, m);
+        return BT_OK;
+    }
+    const struct bt_backend_i *bi = h->be->iface;
+    if (bi->inject) return bi->inject(h->be, h->buf, h->off, t->width, m, changed);
+    /* No device-side hook: bring the affected rows over, mutate, put back. */
+    if (m->row0 >= m->row1) return BT_OK;
+    size_t w = (size_t)t->width, n = (size_t)(m->row1 - m->row0) * w;
+    float *rows = malloc(n * sizeof(float));
+    if (!rows) return bt_error(BT_ENOMEM, "out of memory");
+    size_t off = h->off + (size_t)m->row0 * w;
+    bt_mutation local = *m;
+    local.row0 = 0; local.row1 = m->row1 - m->row0; local.pos0 = m->pos0 + m->row0;
+    int rc = bi->read(h->be, h->buf, off, n, rows);
+    if (rc == BT_OK) {
+        *changed = bt_mutation_apply_host(rows, t->width, &local);
+        if (*changed) rc = bi->set(h->be, h->buf, off, rows, n);
+    }
+    free(rows);
+    return rc;
+}
+
 /* Hand a freshly computed tensor to the tap; false means cancel. */
-static bool tap(bt_engine *e, int op, int layer, float *data, int T, int pos0, int width)
+static bool tap(bt_engine *e, int op, int layer, bt_buf *buf, int T, int pos0, int width)
 {
     if (!*want_at(e, op, layer)) return true;
-    bt_tensor_view t = { .op = op, .layer = layer, .step = e->step, .pos0 = pos0,
-                         .rows = T, .width = width, .data = data };
+    bt_tensor h = { .be = e->be, .buf = buf, .off = 0 };
+    bt_tensor_view t = { .op = op, .layer = layer, .step = e->step, .pos0 = pos0, .rows = T, .width = width,
+                         .data = e->bi->buf_host ? e->bi->buf_host(e->be, buf) : NULL, .tensor = &h };
     return e->cb.observe(e->cb.user, &t);
 }
 
-static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
-{
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    float scale = (float)(1.0 / sqrt(ss / n + eps));
-    for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
-}
+/* The host address of a CPU buffer, for the numerics hooks (e->num is only
+ * ever set on the CPU backend, whose buffers are host memory). */
+static float *host_f32(bt_engine *e, bt_buf *b) { return e->bi->buf_host(e->be, b); }
 
-static void rope(float *v, int n_heads, int head_dim, const float *cs, const float *sn)
+/* A matmul: through the numerics profile when there is one (on the host,
+ * reading the weights in place: wdata is what the CPU backend's buffer W
+ * points at), else the backend's. */
+static int mm(bt_engine *e, int type, bt_buf *W, const void *wdata, int64_t rows, int64_t cols, bt_buf *x,
+              size_t x_off, int T, bt_buf *out)
 {
-    int half = head_dim / 2;
-    for (int h = 0; h < n_heads; h++) {
-        float *p = v + h * head_dim;
-        for (int i = 0; i < half; i++) {
-            float a = p[2 * i], b = p[2 * i + 1];
-            p[2 * i] = a * cs[i] - b * sn[i];
-            p[2 * i + 1] = a * sn[i] + b * cs[i];
-        }
-    }
-}
-
-typedef struct attn_job {
-    bt_engine *e;
-    int layer, T, pos0;
-} attn_job;
-
-/* One (position, head) pair per work item, split across threads. */
-static void attn_worker(void *arg, int ith, int nth)
-{
-    attn_job *j = arg;
-    bt_engine *e = j->e;
-    const bt_config *c = &e->c;
-    int hd = c->head_dim, kv_dim = c->n_kv_heads * hd, q_dim = c->n_heads * hd;
-    int group = c->n_heads / c->n_kv_heads;
-    const float *kc = e->key_cache + (size_t)j->layer * e->ctx_len * kv_dim;
-    const float *vc = e->val_cache + (size_t)j->layer * e->ctx_len * kv_dim;
-    float *att = e->att + (size_t)ith * e->ctx_len;
-    float scale = 1.0f / sqrtf((float)hd);
-    int items = j->T * c->n_heads;
-    for (int it = ith; it < items; it += nth) {
-        int t = it / c->n_heads, h = it % c->n_heads, pos = j->pos0 + t;
-        const float *q = e->q + (size_t)t * q_dim + h * hd;
-        int kvh = h / group;
-        float mx = -INFINITY;
-        for (int p = 0; p <= pos; p++) {
-            const float *k = kc + (size_t)p * kv_dim + kvh * hd;
-            float s = bt_vec_dot(BT_DT_F32, k, q, hd) * scale;   /* SIMD: the score loop is a quarter of decode time */
-            att[p] = s;
-            if (s > mx) mx = s;
-        }
-        float sum = 0;
-        for (int p = 0; p <= pos; p++) { att[p] = expf(att[p] - mx); sum += att[p]; }
-        float inv = 1.0f / sum;
-        /* Accumulate in a local row: with no possible aliasing between the
-         * accumulator and the cache, the inner loop vectorises (same
-         * per-element order, so results do not change). */
-        float acc[BT_MAX_HEAD_DIM];
-        memset(acc, 0, hd * sizeof(float));
-        for (int p = 0; p <= pos; p++) {
-            const float *restrict v = vc + (size_t)p * kv_dim + kvh * hd;
-            float a = att[p] * inv;
-            for (int i = 0; i < hd; i++) acc[i] += a * v[i];
-        }
-        memcpy(e->ctx + (size_t)t * q_dim + h * hd, acc, hd * sizeof(float));
-    }
+    if (!e->num) return e->bi->matmul(e->be, type, W, rows, cols, x, x_off, T, out);
+    bt_numerics_matmul(e->num, e->pool, type, wdata, rows, cols, host_f32(e, x) + x_off, T, host_f32(e, out));
+    return BT_OK;
 }
 
 #define TAP(op, layer, buf, width) do { \
-        if (e->num) bt_numerics_store(e->num, op, buf, (size_t)T * (width)); \
+        if (e->num) bt_numerics_store(e->num, op, host_f32(e, buf), (size_t)T * (width)); \
         if (e->has_cb && !tap(e, op, layer, buf, T, pos0, width)) { e->step++; return BT_EINVAL; } } while (0)
+/* An op; a backend error ends the forward (the step still counts). */
+#define OP(call) do { int rc_ = (call); if (rc_) { e->step++; return rc_; } } while (0)
 
 int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
 {
-    const bt_model *m = e->m;
     const bt_config *c = &e->c;
+    bt_backend *be = e->be;
+    const struct bt_backend_i *bi = e->bi;
     if (T <= 0 || T > e->max_batch)
         return bt_error(BT_EINVAL, "forward of %d tokens exceeds the batch size %d", T, e->max_batch);
     if (pos0 < 0 || pos0 + T > e->ctx_len)
@@ -302,88 +404,84 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         if (tokens[t] < 0 || tokens[t] >= c->n_vocab)
             return bt_error(BT_ERANGE, "token id %d at position %d is outside the vocabulary (%d)", tokens[t], pos0 + t, c->n_vocab);
 
+    const bt_model *m = e->m;
     int dim = c->dim, hd = c->head_dim, hidden = c->hidden_dim;
-    int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd, half = hd / 2;
-    size_t erow = bt_dtype_row_size(m->token_embd.type, dim);
-    for (int t = 0; t < T; t++)
-        bt_dequant_row(m->token_embd.type, (const char *)m->token_embd.data + (size_t)tokens[t] * erow, e->x + (size_t)t * dim, dim);
+    int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
+    OP(bi->get_rows(be, m->token_embd.type, e->w_embd, dim, tokens, T, e->x));
     TAP(BT_OP_TOKEN_EMBD, -1, e->x, dim);
 
     for (int l = 0; l < c->n_layers; l++) {
         const bt_layer_weights *L = &m->layers[l];
-        const float *wn = e->norm_w + (size_t)(2 * l) * dim;
-        for (int t = 0; t < T; t++) rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, wn, dim, c->norm_eps);
+        const layer_bufs *W = &e->lw[l];
+        OP(bi->rmsnorm(be, e->xb, e->x, e->norm_w, (size_t)(2 * l) * dim, T, dim, c->norm_eps));
         TAP(BT_OP_ATTN_NORM, l, e->xb, dim);
 
-        bt_numerics_matmul(e->num, e->pool, L->wq.type, L->wq.data, q_dim, dim, e->xb, T, e->q);
-        bt_numerics_matmul(e->num, e->pool, L->wk.type, L->wk.data, kv_dim, dim, e->xb, T, e->k);
-        bt_numerics_matmul(e->num, e->pool, L->wv.type, L->wv.data, kv_dim, dim, e->xb, T, e->v);
-        for (int t = 0; t < T; t++) {
-            const float *cs = e->rope_cos + (size_t)(pos0 + t) * half, *sn = e->rope_sin + (size_t)(pos0 + t) * half;
-            rope(e->q + (size_t)t * q_dim, c->n_heads, hd, cs, sn);
-            rope(e->k + (size_t)t * kv_dim, c->n_kv_heads, hd, cs, sn);
-        }
+        OP(mm(e, L->wq.type, W->wq, L->wq.data, q_dim, dim, e->xb, 0, T, e->q));
+        OP(mm(e, L->wk.type, W->wk, L->wk.data, kv_dim, dim, e->xb, 0, T, e->k));
+        OP(mm(e, L->wv.type, W->wv, L->wv.data, kv_dim, dim, e->xb, 0, T, e->v));
+        OP(bi->rope(be, e->q, T, c->n_heads, hd, pos0, e->rope_cos, e->rope_sin));
+        OP(bi->rope(be, e->k, T, c->n_kv_heads, hd, pos0, e->rope_cos, e->rope_sin));
         TAP(BT_OP_ATTN_Q, l, e->q, q_dim);
         TAP(BT_OP_ATTN_K, l, e->k, kv_dim);
         TAP(BT_OP_ATTN_V, l, e->v, kv_dim);
         /* Append to the cache after the taps, so an injected k/v is what the
          * cache carries forward, as a bad kernel's output would be. */
-        float *kc = e->key_cache + ((size_t)l * e->ctx_len + pos0) * kv_dim;
-        float *vc = e->val_cache + ((size_t)l * e->ctx_len + pos0) * kv_dim;
-        memcpy(kc, e->k, (size_t)T * kv_dim * sizeof(float));
-        memcpy(vc, e->v, (size_t)T * kv_dim * sizeof(float));
-        if (e->num) { bt_numerics_kv(e->num, kc, T, kv_dim); bt_numerics_kv(e->num, vc, T, kv_dim); }
+        size_t slab = (size_t)l * e->ctx_len * kv_dim;
+        OP(bi->kv_store(be, e->key_cache, e->val_cache, slab + (size_t)pos0 * kv_dim, e->k, e->v, (size_t)T * kv_dim));
+        if (e->num) {   /* the cache as the profile stores it (host memory: the CPU backend) */
+            bt_numerics_kv(e->num, host_f32(e, e->key_cache) + slab + (size_t)pos0 * kv_dim, T, kv_dim);
+            bt_numerics_kv(e->num, host_f32(e, e->val_cache) + slab + (size_t)pos0 * kv_dim, T, kv_dim);
+        }
 
-        attn_job job = { .e = e, .layer = l, .T = T, .pos0 = pos0 };
-        if (bt_numerics_attn_custom(e->num))
-            bt_numerics_attention(e->num, &(bt_numerics_attn){ .q = e->q, .ctx = e->ctx, .T = T, .pos0 = pos0, .n_heads = c->n_heads,
-                .n_kv_heads = c->n_kv_heads, .hd = hd, .kc = e->key_cache + (size_t)l * e->ctx_len * kv_dim,
-                .vc = e->val_cache + (size_t)l * e->ctx_len * kv_dim });
-        else bt_pool_run(e->pool, attn_worker, &job);
+        if (bt_numerics_attn_custom(e->num)) {
+            bt_numerics_attention(e->num, &(bt_numerics_attn){ .q = host_f32(e, e->q), .ctx = host_f32(e, e->ctx),
+                .T = T, .pos0 = pos0, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .hd = hd,
+                .kc = host_f32(e, e->key_cache) + slab, .vc = host_f32(e, e->val_cache) + slab });
+        } else {
+            bt_attn_args aa = { .q = e->q, .k_cache = e->key_cache, .v_cache = e->val_cache, .cache_off = slab,
+                                .out = e->ctx, .T = T, .pos0 = pos0, .n_heads = c->n_heads,
+                                .n_kv_heads = c->n_kv_heads, .head_dim = hd, .ctx_len = e->ctx_len };
+            OP(bi->attention(be, &aa));
+        }
         TAP(BT_OP_ATTN_CTX, l, e->ctx, q_dim);
 
-        bt_numerics_matmul(e->num, e->pool, L->wo.type, L->wo.data, dim, q_dim, e->ctx, T, e->attn_out);
+        OP(mm(e, L->wo.type, W->wo, L->wo.data, dim, q_dim, e->ctx, 0, T, e->attn_out));
         TAP(BT_OP_ATTN_OUTPUT, l, e->attn_out, dim);
-        for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->attn_out[i];
+        OP(bi->add(be, e->x, e->attn_out, (size_t)T * dim));
         TAP(BT_OP_ATTN_RESID, l, e->x, dim);
 
-        const float *wf = e->norm_w + (size_t)(2 * l + 1) * dim;
-        for (int t = 0; t < T; t++) rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, wf, dim, c->norm_eps);
+        OP(bi->rmsnorm(be, e->xb, e->x, e->norm_w, (size_t)(2 * l + 1) * dim, T, dim, c->norm_eps));
         TAP(BT_OP_FFN_NORM, l, e->xb, dim);
-        bt_numerics_matmul(e->num, e->pool, L->w_gate.type, L->w_gate.data, hidden, dim, e->xb, T, e->gate);
+        OP(mm(e, L->w_gate.type, W->w_gate, L->w_gate.data, hidden, dim, e->xb, 0, T, e->gate));
         TAP(BT_OP_FFN_GATE, l, e->gate, hidden);
-        bt_numerics_matmul(e->num, e->pool, L->w_up.type, L->w_up.data, hidden, dim, e->xb, T, e->up);
+        OP(mm(e, L->w_up.type, W->w_up, L->w_up.data, hidden, dim, e->xb, 0, T, e->up));
         TAP(BT_OP_FFN_UP, l, e->up, hidden);
-        for (size_t i = 0; i < (size_t)T * hidden; i++) {
-            float g = e->gate[i];
-            e->act[i] = g / (1.0f + expf(-g)) * e->up[i];
-        }
+        OP(bi->swiglu(be, e->act, e->gate, e->up, (size_t)T * hidden));
         TAP(BT_OP_FFN_ACT, l, e->act, hidden);
-        bt_numerics_matmul(e->num, e->pool, L->w_down.type, L->w_down.data, dim, hidden, e->act, T, e->down);
+        OP(mm(e, L->w_down.type, W->w_down, L->w_down.data, dim, hidden, e->act, 0, T, e->down));
         TAP(BT_OP_FFN_DOWN, l, e->down, dim);
-        for (size_t i = 0; i < (size_t)T * dim; i++) e->x[i] += e->down[i];
+        OP(bi->add(be, e->x, e->down, (size_t)T * dim));
         TAP(BT_OP_FFN_RESID, l, e->x, dim);
     }
 
-    const float *wo = e->norm_w + (size_t)2 * c->n_layers * dim;
-    for (int t = 0; t < T; t++) rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim, wo, dim, c->norm_eps);
+    OP(bi->rmsnorm(be, e->xb, e->x, e->norm_w, (size_t)2 * c->n_layers * dim, T, dim, c->norm_eps));
     TAP(BT_OP_OUTPUT_NORM, -1, e->xb, dim);
 
     /* Logits for every row only when a tap wants them; else the last row. */
     bool all = e->logits_all || (e->has_cb && *want_at(e, BT_OP_LOGITS, -1));
     int rows = all ? T : 1;
-    if (rows > e->logit_cap) {
-        float *nl = realloc(e->logits, (size_t)rows * c->n_vocab * sizeof(float));
-        if (!nl) { e->step++; return bt_error(BT_ENOMEM, "out of memory for %d logit rows", rows); }
-        e->logits = nl;
-        e->logit_cap = rows;
-    }
-    const float *src = all ? e->xb : e->xb + (size_t)(T - 1) * dim;
-    bt_numerics_matmul(e->num, e->pool, m->output.type, m->output.data, c->n_vocab, dim, src, rows, e->logits);
+    OP(logits_reserve(e, rows));
+    size_t src = all ? 0 : (size_t)(T - 1) * dim;
+    OP(mm(e, m->output.type, e->w_out, m->output.data, c->n_vocab, dim, e->xb, src, rows, e->logits_b));
     e->logit_rows = rows;
-    if (e->num) bt_numerics_store(e->num, BT_OP_LOGITS, e->logits, (size_t)rows * c->n_vocab);
-    if (e->has_cb && *want_at(e, BT_OP_LOGITS, -1)) TAP(BT_OP_LOGITS, -1, e->logits, c->n_vocab);
-    e->step++;
+    if (e->num) bt_numerics_store(e->num, BT_OP_LOGITS, host_f32(e, e->logits_b), (size_t)rows * c->n_vocab);
+    if (e->has_cb && *want_at(e, BT_OP_LOGITS, -1)) TAP(BT_OP_LOGITS, -1, e->logits_b, c->n_vocab);
+    /* The sampler reads the host copy; on a device this read is also the
+     * step's synchronisation point. */
+    if (e->logits_copy) OP(bi->read(be, e->logits_b, 0, (size_t)rows * c->n_vocab, e->logits));
+    if (bi->sync) OP(bi->sync(be));
+    int step = e->step++;
+    if (e->has_cb && e->cb.flush && !e->cb.flush(e->cb.user, step)) return BT_EINVAL;
     return BT_OK;
 }
 
@@ -398,6 +496,11 @@ float *bt_engine_logits_row(bt_engine *e, int i)
 int bt_engine_set_numerics(bt_engine *e, const bt_numerics *n)
 {
     bt_numerics_ctx *c;
+    /* The hooks round host buffers in place and run the CPU kernels: a
+     * profile on a device backend is future work (doc/numerics.md). */
+    if (n && !bt_numerics_is_exact(n) && (!e->pool || !e->bi->buf_host))
+        return bt_error(BT_EUNSUPPORTED, "--numerics: a numerics profile runs on the CPU only, not on %s",
+                        bt_backend_name(e->be));
     int rc = bt_numerics_ctx_new(n, e->pool, &c);
     if (rc) return rc;
     bt_numerics_ctx_free(e->num);
@@ -411,12 +514,57 @@ void bt_engine_set_logits_all(bt_engine *e, bool all) { e->logits_all = all; }
 int bt_engine_n_layers(const bt_engine *e) { return e->c.n_layers; }
 int bt_engine_ctx_len(const bt_engine *e) { return e->ctx_len; }
 int bt_engine_kv_dim(const bt_engine *e) { return e->c.n_kv_heads * e->c.head_dim; }
+bt_backend *bt_engine_backend(const bt_engine *e) { return e->be; }
 
 float *bt_engine_kv(bt_engine *e, int layer, int pos, int which)
 {
     if (layer < 0 || layer >= e->c.n_layers || pos < 0 || pos >= e->ctx_len) return NULL;
     size_t kv_dim = (size_t)bt_engine_kv_dim(e);
-    float *base = which ? e->val_cache : e->key_cache;
+    float *base = e->bi->buf_host ? e->bi->buf_host(e->be, which ? e->val_cache : e->key_cache) : NULL;
+    if (!base) return NULL;
     return base + ((size_t)layer * e->ctx_len + pos) * kv_dim;
 }
+
+int bt_engine_kv_fill(bt_engine *e, int layer, int pos, int which, float value)
+{
+    if (layer < 0 || layer >= e->c.n_layers || pos < 0 || pos >= e->ctx_len)
+        return bt_error(BT_ERANGE, "layer %d / position %d is outside the KV cache", layer, pos);
+    size_t kv_dim = (size_t)bt_engine_kv_dim(e);
+    float *p = malloc(kv_dim * sizeof(float));     /* rare: fault injection */
+    if (!p) return bt_error(BT_ENOMEM, "out of memory");
+    for (size_t i = 0; i < kv_dim; i++) p[i] = value;
+    int rc = e->bi->set(e->be, which ? e->val_cache : e->key_cache, ((size_t)layer * e->ctx_len + pos) * kv_dim, p, kv_dim);
+    free(p);
+    return rc;
+}
+
 const bt_model *bt_engine_model(const bt_engine *e) { return e->m; }
+
+void bt_engine_kernel_name(const bt_engine *e, int op, int layer, char *buf, size_t cap)
+{
+    const bt_model *m = e->m;
+    const bt_weight *w = NULL;
+    const bt_layer_weights *L = layer >= 0 && layer < e->c.n_layers ? &m->layers[layer] : NULL;
+    int kop = -1;
+    switch (op) {
+    case BT_OP_TOKEN_EMBD: w = &m->token_embd; kop = BT_KOP_GET_ROWS; break;
+    case BT_OP_ATTN_Q: w = L ? &L->wq : NULL; kop = BT_KOP_MATMUL; break;
+    case BT_OP_ATTN_K: w = L ? &L->wk : NULL; kop = BT_KOP_MATMUL; break;
+    case BT_OP_ATTN_V: w = L ? &L->wv : NULL; kop = BT_KOP_MATMUL; break;
+    case BT_OP_ATTN_OUTPUT: w = L ? &L->wo : NULL; kop = BT_KOP_MATMUL; break;
+    case BT_OP_FFN_GATE: w = L ? &L->w_gate : NULL; kop = BT_KOP_MATMUL; break;
+    case BT_OP_FFN_UP: w = L ? &L->w_up : NULL; kop = BT_KOP_MATMUL; break;
+    case BT_OP_FFN_DOWN: w = L ? &L->w_down : NULL; kop = BT_KOP_MATMUL; break;
+    case BT_OP_LOGITS: w = &m->output; kop = BT_KOP_MATMUL; break;
+    case BT_OP_ATTN_NORM: case BT_OP_FFN_NORM: case BT_OP_OUTPUT_NORM: kop = BT_KOP_RMSNORM; break;
+    case BT_OP_ATTN_CTX: kop = BT_KOP_ATTENTION; break;
+    case BT_OP_FFN_ACT: kop = BT_KOP_SWIGLU; break;
+    case BT_OP_ATTN_RESID: case BT_OP_FFN_RESID: kop = BT_KOP_ADD; break;
+    default: break;
+    }
+    if (kop < 0 || ((kop == BT_KOP_MATMUL || kop == BT_KOP_GET_ROWS) && !w)) { snprintf(buf, cap, "?"); return; }
+    char k[128];
+    e->bi->kernel_name(e->be, kop, w ? w->type : BT_DT_F32, k, sizeof(k));
+    if (w) snprintf(buf, cap, "%s on %s", k, w->name ? w->name : "?");
+    else snprintf(buf, cap, "%s", k);
+}

@@ -12,7 +12,14 @@
  * the hot path pays one predictable branch per op; `observe` sees the tensor
  * right after it is computed and may modify it (fault injection); returning
  * false from observe cancels the forward: bt_engine_forward returns
- * BT_EINVAL, with the message the callback set through bt_error(). */
+ * BT_EINVAL, with the message the callback set through bt_error().
+ *
+ * The ops run on a backend (src/backend/: the CPU, or a device plugin). A
+ * tap holds a handle to a tensor that may live on a device: it asks for
+ * statistics (bt_tensor_stats, reduced where the tensor lives), rows
+ * (bt_tensor_read, a copy) or a mutation (bt_tensor_mutate), never for the
+ * memory itself. Statistics may arrive asynchronously: they are valid once
+ * the forward has finished, when the engine calls the callback's `flush`. */
 #ifndef BT_ENGINE_H
 #define BT_ENGINE_H
 
@@ -22,6 +29,8 @@
 #include <stdint.h>
 #include <stdbool.h>
 #include "model/model.h"
+#include "backend/backend.h"
+#include "tap/stats.h"
 
 enum bt_op {
     BT_OP_TOKEN_EMBD = 0,
@@ -46,6 +55,8 @@ int bt_op_width(const bt_config *c, int op);
 /* Full tensor name: "token_embd", "blk.3.ffn_down", "logits". */
 void bt_tensor_name(int op, int layer, char *buf, size_t cap);
 
+typedef struct bt_tensor bt_tensor;    /* where a view's rows live (engine.c) */
+
 typedef struct bt_tensor_view {
     int op;              /* bt_op */
     int layer;           /* -1 outside layers */
@@ -53,13 +64,31 @@ typedef struct bt_tensor_view {
     int pos0;            /* position of row 0 */
     int rows;            /* T: one row per position */
     int width;           /* floats per row */
-    float *data;         /* rows*width, writable (injection) */
+    float *data;         /* rows*width on the host, writable, when the backend's
+                          * memory is the host's (the CPU backend); NULL on a
+                          * device: use the bt_tensor_* calls below */
+    const bt_tensor *tensor;  /* the backend's tensor; NULL in a view made by
+                          * hand over host data */
 } bt_tensor_view;
+
+/* Statistics of a view's rows, computed where they live (host views:
+ * bt_stats_compute). From an engine's observe, *out may be filled only when
+ * the forward ends (before `flush`); keep it alive until then. */
+int bt_tensor_stats(const bt_tensor_view *t, bt_tap_stats *out);
+/* Copy rows [row0, row0 + n) to dst (n * width floats), synchronously. */
+int bt_tensor_read(const bt_tensor_view *t, int row0, int n, float *dst);
+/* Apply a mutation where the tensor lives; *changed gets the number of
+ * elements whose bits changed. */
+int bt_tensor_mutate(const bt_tensor_view *t, const bt_mutation *m, long *changed);
 
 typedef struct bt_eval_cb {
     bool (*ask)(void *user, int op, int layer);                   /* want this tensor? */
     bool (*observe)(void *user, const bt_tensor_view *t);         /* false cancels */
     void *user;
+    /* optional: called at the end of every forward that completed, once the
+     * backend has synchronised (statistics asked for in observe are final);
+     * false fails the forward (BT_EINVAL, message set through bt_error). */
+    bool (*flush)(void *user, int step);
 } bt_eval_cb;
 
 typedef struct bt_engine bt_engine;
@@ -73,7 +102,12 @@ typedef struct bt_engine_opts {
     int ctx_len, max_batch, n_threads;  /* as bt_engine_new */
     int n_layers;           /* 0: all; N: only the first N layers, then output_norm
                              * and the head (self-speculative drafting) */
-    bt_engine *share_pool;  /* run on this engine's thread pool (must outlive us) */
+    bt_engine *share_pool;  /* run on this engine's backend and thread pool (must
+                             * outlive us) */
+    const char *device;     /* backend: "cpu" (NULL: cpu), "cuda", "cuda:N"
+                             * (bt_backend_open) */
+    bt_backend *backend;    /* or run on this backend (borrowed, must outlive us;
+                             * overrides device) */
 } bt_engine_opts;
 int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **out);
 int bt_engine_n_layers(const bt_engine *e);
@@ -99,10 +133,21 @@ float *bt_engine_logits(bt_engine *e);
 float *bt_engine_logits_row(bt_engine *e, int i);
 int bt_engine_step(const bt_engine *e);        /* forward calls so far */
 /* The cached key (which = 0) or value (1) row of (layer, pos): kv_dim
- * floats, writable (fault injection), or NULL if out of range. */
+ * floats, writable (fault injection), or NULL if out of range or when the
+ * cache lives on a device (use bt_engine_kv_fill). */
 float *bt_engine_kv(bt_engine *e, int layer, int pos, int which);
+/* Set every element of the cached key (which = 0) or value (1) row of
+ * (layer, pos) to value, wherever the cache lives. BT_OK, BT_ERANGE when out
+ * of range, or the backend's error. */
+int bt_engine_kv_fill(bt_engine *e, int layer, int pos, int which, float value);
 int bt_engine_kv_dim(const bt_engine *e);
 int bt_engine_ctx_len(const bt_engine *e);
 const bt_model *bt_engine_model(const bt_engine *e);
+/* The backend the engine runs on (borrowed). */
+bt_backend *bt_engine_backend(const bt_engine *e);
+/* Which kernel computes (op, layer) on this engine's backend, as events
+ * print it: "matmul q4_1/avx512 on blk.17.ffn_down.weight",
+ * "rmsnorm (f32, scalar)". */
+void bt_engine_kernel_name(const bt_engine *e, int op, int layer, char *buf, size_t cap);
 
 #endif

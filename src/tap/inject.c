@@ -431,31 +431,6 @@ bool bt_injector_wants(const bt_injector *inj, const char *model, int op, int la
     return false;
 }
 
-/* Deterministic noise in [-1, 1): a hash of the element's identity, so a
- * rerun (or a teacher-forced replay with different chunking) gets the same
- * values. splitmix64 finalizer. */
-static float noise_unit(const spec *s, const bt_tensor_view *t, int pos, long idx)
-{
-    uint64_t z = 0x9e3779b97f4a7c15ull;
-    uint64_t parts[5] = { (uint64_t)(uint32_t)t->step, (uint64_t)(uint32_t)(t->layer + 1),
-                          (uint64_t)(uint32_t)t->op, (uint64_t)(uint32_t)pos, (uint64_t)idx };
-    for (int i = 0; i < 5; i++) {
-        z += parts[i] + 0x9e3779b97f4a7c15ull;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
-    }
-    (void)s;
-    return (float)((double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
-static bool same_bits(float a, float b)
-{
-    uint32_t x, y;
-    memcpy(&x, &a, 4); memcpy(&y, &b, 4);
-    return x == y;
-}
-
 long bt_injector_apply(const bt_injector *inj, const char *model, const bt_tensor_view *t)
 {
     return bt_injector_apply_by(inj, model, t, NULL);
@@ -464,7 +439,7 @@ long bt_injector_apply(const bt_injector *inj, const char *model, const bt_tenso
 long bt_injector_apply_by(const bt_injector *inj, const char *model, const bt_tensor_view *t, const char **by)
 {
     if (by) *by = NULL;
-    if (!inj || !t || !t->data || t->rows <= 0 || t->width <= 0) return 0;
+    if (!inj || !t || (!t->data && !t->tensor) || t->rows <= 0 || t->width <= 0) return 0;
     int mid = model_id(model);
     long changed = 0;
     for (int i = 0; i < inj->n; i++) {
@@ -484,20 +459,18 @@ long bt_injector_apply_by(const bt_injector *inj, const char *model, const bt_te
         if (lo >= t->width) continue;
         if (hi > t->width) hi = t->width;
         long before = changed;
-        for (int r = 0; r < t->rows; r++) {
-            int pos = t->pos0 + r;
-            if (s->pos_ge >= 0 && pos < s->pos_ge) continue;
-            float *row = t->data + (size_t)r * t->width;
-            for (long j = lo; j < hi; j++) {
-                float old = row[j], v;
-                switch (s->kind) {
-                case K_SCALE: case K_LONGCTX: v = old * s->value; break;
-                case K_NOISE: v = old + s->value * noise_unit(s, t, pos, j); break;
-                default: v = s->value; break;
-                }
-                if (!same_bits(old, v)) { row[j] = v; changed++; }
-            }
-        }
+        /* One rectangle per spec: the rows at positions >= pos_ge, columns
+         * [lo, hi). The backend applies it where the tensor lives. */
+        int r0 = s->pos_ge >= 0 ? BT_MAX(0, s->pos_ge - t->pos0) : 0;
+        if (r0 >= t->rows) continue;
+        bt_mutation mu = { .kind = s->kind == K_SCALE || s->kind == K_LONGCTX ? BT_MUT_SCALE
+                                   : s->kind == K_NOISE ? BT_MUT_NOISE : BT_MUT_SET,
+                           .value = s->value, .row0 = r0, .row1 = t->rows, .col0 = lo, .col1 = hi,
+                           .step = t->step, .layer = t->layer, .op = t->op, .pos0 = t->pos0 };
+        long n = 0;
+        if (bt_tensor_mutate(t, &mu, &n) != BT_OK)
+            bt_warn("--inject '%s': %s", s->text, bt_errmsg());
+        changed += n;
         if (changed > before) {
             s->changed += changed - before;
             if (by && !*by) *by = s->text;
@@ -514,15 +487,17 @@ void bt_injector_after_forward(const bt_injector *inj, bt_engine *e)
     for (int i = 0; i < inj->n; i++) {
         spec *s = &inj->specs[i];
         if (s->kind != K_KVCORRUPT || s->kv_done || !s->kv_written || !s->active) continue;
-        float *k = bt_engine_kv(e, s->layer, s->pos, 0);
-        float *v = bt_engine_kv(e, s->layer, s->pos, 1);
-        int n = bt_engine_kv_dim(e);
         s->kv_done = true;      /* once, even if out of range */
-        if (!k || !v) {
+        if (s->layer < 0 || s->layer >= bt_engine_n_layers(e) || s->pos < 0 || s->pos >= bt_engine_ctx_len(e)) {
             bt_warn("--inject '%s': layer %d / position %d is outside the KV cache; nothing poisoned", s->text, s->layer, s->pos);
             continue;
         }
-        for (int j = 0; j < n; j++) { k[j] = s->value; v[j] = s->value; }
+        /* through the engine, so a cache on a device is poisoned in place */
+        if (bt_engine_kv_fill(e, s->layer, s->pos, 0, s->value) != BT_OK ||
+            bt_engine_kv_fill(e, s->layer, s->pos, 1, s->value) != BT_OK) {
+            bt_warn("--inject '%s': %s", s->text, bt_errmsg());
+            continue;
+        }
         s->kv_poisoned = true;
         bt_debug("--inject '%s': poisoned the cached key and value of layer %d position %d", s->text, s->layer, s->pos);
     }

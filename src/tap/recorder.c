@@ -2,8 +2,11 @@
  *
  * Slots: the tapped tensors get dense indexes in forward order (the trace's
  * tensors table and the packed stats blob use them). The observe callback
- * injects first, then computes statistics, so a tap sees exactly what a bad
- * kernel would have written. */
+ * injects first, then asks the backend for statistics, so a tap sees exactly
+ * what a bad kernel would have written. Statistics are reduced where the
+ * tensor lives and may arrive only when the forward ends (a device backend
+ * copies them once per step), so observe queues them and the flush callback
+ * writes the tap rows and the first_nonfinite event, in forward order. */
 #include "tap/recorder.h"
 #include "tap/detect.h"
 #include "tap/stats.h"
@@ -11,7 +14,6 @@
 #include "sys/crash.h"
 #include "text.h"
 #include "util.h"
-#include "kernels.h"
 
 #include <math.h>
 #include <signal.h>
@@ -45,6 +47,16 @@ struct bt_recorder {
     char inj_tensor[64];
     char bt_buf[8192];
     int64_t t_last;             /* --timing: CLOCK_MONOTONIC ns when the previous op ended */
+    /* statistics asked for during the current forward, in observe order */
+    struct pending {
+        int slot, op, layer, step;
+        bt_tap_stats s;
+        const char *by;             /* spec that changed this tensor, or NULL */
+        const char *inj_by;         /* the latest injection before it */
+        int inj_step;
+        char inj_tensor[64];
+    } *pend;
+    int n_pend, pend_step;
 };
 
 static const char *const taps_names[] = { "all", "layers", "logits", "none" };
@@ -82,36 +94,6 @@ static int event(bt_recorder *r, int step, int pos, const char *kind, int layer,
     bt_log("bangtrace: event %s at step %d: %s", kind, step, detail);
     if (!r->cfg.trace) return BT_OK;
     return bt_trace_event(r->cfg.trace, step, pos, kind, layer, op, tensor, detail, id);
-}
-
-/* Which kernel wrote a tensor: the engine's op -> kernel map, so the first
- * non-finite event can say "matmul q4_1/avx512 on blk.17.ffn_down.weight". */
-static void kernel_of(const bt_recorder *r, int op, int layer, char *buf, size_t cap)
-{
-    const bt_model *m = r->cfg.model;
-    const bt_weight *w = NULL;
-    const bt_layer_weights *L = layer >= 0 && layer < m->cfg.n_layers ? &m->layers[layer] : NULL;
-    const char *simd = bt_kernels_simd();
-    switch (op) {
-    case BT_OP_TOKEN_EMBD: w = &m->token_embd; break;
-    case BT_OP_ATTN_Q: w = L ? &L->wq : NULL; break;
-    case BT_OP_ATTN_K: w = L ? &L->wk : NULL; break;
-    case BT_OP_ATTN_V: w = L ? &L->wv : NULL; break;
-    case BT_OP_ATTN_OUTPUT: w = L ? &L->wo : NULL; break;
-    case BT_OP_FFN_GATE: w = L ? &L->w_gate : NULL; break;
-    case BT_OP_FFN_UP: w = L ? &L->w_up : NULL; break;
-    case BT_OP_FFN_DOWN: w = L ? &L->w_down : NULL; break;
-    case BT_OP_LOGITS: w = &m->output; break;
-    case BT_OP_ATTN_NORM: case BT_OP_FFN_NORM: case BT_OP_OUTPUT_NORM: snprintf(buf, cap, "rmsnorm (f32, scalar)"); return;
-    case BT_OP_ATTN_CTX: snprintf(buf, cap, "attention (f32 dot %s, softmax)", simd); return;
-    case BT_OP_FFN_ACT: snprintf(buf, cap, "silu(gate)*up (f32, scalar)"); return;
-    case BT_OP_ATTN_RESID: case BT_OP_FFN_RESID: snprintf(buf, cap, "residual add (f32, scalar)"); return;
-    default: break;
-    }
-    if (!w) { snprintf(buf, cap, "?"); return; }
-    const char *tn = bt_dtype(w->type)->name;
-    snprintf(buf, cap, "%s %s/%s on %s", op == BT_OP_TOKEN_EMBD ? "dequant row" : "matmul",
-             tn ? tn : "?", simd, w->name ? w->name : "?");
 }
 
 static bool cb_ask(void *user, int op, int layer)
@@ -166,33 +148,54 @@ static bool observe_taps(void *user, const bt_tensor_view *t)
     }
     int slot = *slot_at(r, t->op, t->layer);
     if (slot < 0) return true;
-    bt_tap_stats s;
-    bt_stats_compute(t->data, t->rows, t->width, t->pos0, &s);
-    if (r->cfg.trace && r->status == BT_OK) r->status = bt_trace_tap(r->cfg.trace, slot, &s);
-    if (bt_stats_bad(&s) && !r->seen_bad) {
-        r->seen_bad = true;
-        char name[64], detail[1400], kern[160], who[1200];
-        bt_tensor_name(t->op, t->layer, name, sizeof(name));
-        kernel_of(r, t->op, t->layer, kern, sizeof(kern));
-        /* A value the injector wrote is the injector's, not the kernel's;
-         * a tensor downstream of an injection says where it came from. */
-        if (by) snprintf(who, sizeof(who), "--inject '%s' (the injector; computed by %s)", by, kern);
-        else if (r->inj_by) snprintf(who, sizeof(who), "%s, downstream of --inject '%s' on %s at step %d", kern, r->inj_by,
-                                     r->inj_tensor, r->inj_step);
-        else snprintf(who, sizeof(who), "%s", kern);
-        snprintf(detail, sizeof(detail), "step %d, %s%s: %lld NaN, %lld +Inf, %lld -Inf of %lld (first at index %d, position %d); "
-                 "written by %s",
-                 t->step, strcmp(r->cfg.model_role, "target") ? "draft model " : "", name,
-                 (long long)s.nan, (long long)s.pinf, (long long)s.ninf, (long long)s.n,
-                 s.first_bad_index, s.first_bad_pos, who);
-        int64_t id = 0;
-        int rc = event(r, t->step, s.first_bad_pos, "first_nonfinite", t->layer, bt_op_name(t->op), name, detail, &id);
-        if (rc == BT_OK && r->cfg.trace) {
-            bt_backtrace(r->bt_buf, sizeof(r->bt_buf), 0);
-            rc = bt_trace_backtrace(r->cfg.trace, id, t->step, "first_nonfinite", r->bt_buf);
-        }
-        if (rc && r->status == BT_OK) r->status = rc;
+    if (t->step != r->pend_step) { r->n_pend = 0; r->pend_step = t->step; }   /* a forward that never flushed */
+    if (r->n_pend >= r->n_slots) return true;   /* each tapped tensor comes once per forward */
+    struct pending *p = &r->pend[r->n_pend++];
+    p->slot = slot; p->op = t->op; p->layer = t->layer; p->step = t->step;
+    p->by = by; p->inj_by = r->inj_by; p->inj_step = r->inj_step;
+    memcpy(p->inj_tensor, r->inj_tensor, sizeof(p->inj_tensor));
+    int rc = bt_tensor_stats(t, &p->s);
+    if (rc && r->status == BT_OK) r->status = rc;
+    return true;
+}
+
+/* One tapped tensor's statistics, now final: the tap row, and the first
+ * non-finite event naming the kernel (or the injection) that wrote it. */
+static void record_tap(bt_recorder *r, const struct pending *p)
+{
+    const bt_tap_stats *s = &p->s;
+    if (r->cfg.trace && r->status == BT_OK) r->status = bt_trace_tap(r->cfg.trace, p->slot, s);
+    if (!bt_stats_bad(s) || r->seen_bad) return;
+    r->seen_bad = true;
+    char name[64], detail[1400], kern[200], who[1200];
+    bt_tensor_name(p->op, p->layer, name, sizeof(name));
+    bt_engine_kernel_name(r->e, p->op, p->layer, kern, sizeof(kern));
+    /* A value the injector wrote is the injector's, not the kernel's;
+     * a tensor downstream of an injection says where it came from. */
+    if (p->by) snprintf(who, sizeof(who), "--inject '%s' (the injector; computed by %s)", p->by, kern);
+    else if (p->inj_by) snprintf(who, sizeof(who), "%s, downstream of --inject '%s' on %s at step %d", kern, p->inj_by,
+                                 p->inj_tensor, p->inj_step);
+    else snprintf(who, sizeof(who), "%s", kern);
+    snprintf(detail, sizeof(detail), "step %d, %s%s: %lld NaN, %lld +Inf, %lld -Inf of %lld (first at index %d, position %d); "
+             "written by %s",
+             p->step, strcmp(r->cfg.model_role, "target") ? "draft model " : "", name,
+             (long long)s->nan, (long long)s->pinf, (long long)s->ninf, (long long)s->n,
+             s->first_bad_index, s->first_bad_pos, who);
+    int64_t id = 0;
+    int rc = event(r, p->step, s->first_bad_pos, "first_nonfinite", p->layer, bt_op_name(p->op), name, detail, &id);
+    if (rc == BT_OK && r->cfg.trace) {
+        bt_backtrace(r->bt_buf, sizeof(r->bt_buf), 0);
+        rc = bt_trace_backtrace(r->cfg.trace, id, p->step, "first_nonfinite", r->bt_buf);
     }
+    if (rc && r->status == BT_OK) r->status = rc;
+}
+
+static bool cb_flush(void *user, int step)
+{
+    bt_recorder *r = user;
+    if (step == r->pend_step)
+        for (int i = 0; i < r->n_pend; i++) record_tap(r, &r->pend[i]);
+    r->n_pend = 0;
     return true;
 }
 
@@ -209,8 +212,10 @@ int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out)
     r->n_vocab = cfg->model->cfg.n_vocab;
     r->slot = malloc((size_t)BT_OP_COUNT * (r->n_layers + 1) * sizeof(int));
     r->ring = malloc((size_t)RING * r->n_vocab * sizeof(float));
+    r->pend = malloc(((size_t)BT_OP_COUNT * (r->n_layers + 1)) * sizeof(*r->pend));
+    r->pend_step = -1;
     r->det = bt_detector_new(r->n_vocab, is_control, (void *)cfg->tok);
-    if (!r->slot || !r->ring || !r->det) { bt_recorder_free(r); return bt_error(BT_ENOMEM, "out of memory"); }
+    if (!r->slot || !r->ring || !r->pend || !r->det) { bt_recorder_free(r); return bt_error(BT_ENOMEM, "out of memory"); }
     if (cfg->tok) bt_detector_set_tokenizer(r->det, cfg->tok);
     for (int i = 0; i < RING; i++) r->ring_step[i] = -1;
     for (int i = 0; i < BT_OP_COUNT * (r->n_layers + 1); i++) r->slot[i] = -1;
@@ -235,7 +240,7 @@ int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out)
         }
     }
     if (rc) { bt_recorder_free(r); return rc; }
-    bt_eval_cb cb = { .ask = cb_ask, .observe = cb_observe, .user = r };
+    bt_eval_cb cb = { .ask = cb_ask, .observe = cb_observe, .user = r, .flush = cb_flush };
     bt_engine_set_eval_cb(e, &cb);
     *out = r;
     return BT_OK;
@@ -248,6 +253,7 @@ void bt_recorder_free(bt_recorder *r)
     bt_detector_free(r->det);
     free(r->slot);
     free(r->ring);
+    free(r->pend);
     free(r);
 }
 

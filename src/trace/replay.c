@@ -2,9 +2,10 @@
  * cmd_bisect.c so that bisect is a shell around it.
  *
  * The engine's eval callback asks for exactly the trace's tapped tensors
- * (a (op, layer) -> slot table) and computes their statistics with the
- * recorder's own bt_stats_compute; after each forward the step's taps are
- * read back and compared slot by slot with bt_tap_compare. */
+ * (a (op, layer) -> slot table) and asks the backend for their statistics
+ * (bt_tensor_stats: the recorder's definition, computed where the tensor
+ * lives, final once the forward returns); after each forward the step's
+ * taps are read back and compared slot by slot with bt_tap_compare. */
 #include "trace/replay.h"
 #include "engine/engine.h"
 #include "kernels.h"
@@ -49,7 +50,11 @@ static bool rp_observe(void *user, const bt_tensor_view *t)
                  r->tens[s].name, r->tens[s].width, t->width);
         return false;
     }
-    bt_stats_compute(t->data, t->rows, t->width, t->pos0, &r->ref[s]);
+    /* final once the forward returns, which is when ref is read */
+    if (bt_tensor_stats(t, &r->ref[s]) != BT_OK) {
+        snprintf(r->err, sizeof(r->err), "%s", bt_errmsg());
+        return false;
+    }
     r->seen[s] = true;
     return true;
 }
@@ -249,12 +254,14 @@ int bt_replay_run(bt_trace_reader *r, const bt_replay_cfg *cfg, bt_replay_result
     sc.ctx = ctx;
     sc.max_batch = max_batch;
     sc.threads = threads;
+    sc.device = cfg->device;
     sc.numerics = cfg->numerics;
     if ((rc = bt_session_start(ses, &sc))) goto out;
     e = bt_session_engine(ses);
     if (cfg->against) {
         /* profile B: a second engine on the same weights, in lockstep */
-        if ((rc = bt_engine_new(m, ctx, max_batch, threads, &e2))) goto out;
+        bt_engine_opts eo = { .ctx_len = ctx, .max_batch = max_batch, .n_threads = threads, .device = cfg->device };
+        if ((rc = bt_engine_new_opts(m, &eo, &e2))) goto out;
         if ((rc = bt_engine_set_numerics(e2, cfg->against))) goto out;
     }
 

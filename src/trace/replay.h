@@ -38,6 +38,7 @@ typedef struct bt_replay_cfg {
     const char *tokenizer;      /* llama2.c tokenizer (not needed: ids only) */
     double tol;                 /* bt_tap_compare's relative tolerance */
     int threads;                /* 0: the trace's, at most the online CPUs */
+    const char *device;         /* backend: "cpu" (NULL), "cuda", "cuda:N" (numerics need the CPU) */
     bool all;                   /* keep going after the first divergence */
     /* The replay's numerics profile (NULL: exact f32). With against, the
      * same ids also go through a second engine under that profile and the

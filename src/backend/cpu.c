@@ -1,0 +1,329 @@
+/* cpu.c - the CPU backend: kernels/cpu behind the vtable, and the
+ * reference every other backend is tested against.
+ *
+ * Buffers are host memory, so buf_host hands taps a float * for free and
+ * stats / inject / read run on the tensor that was just written (still in
+ * cache). Weights are not copied: a weight buffer points into the model's
+ * mapping. Matrix products, dequantization and the attention score dots go
+ * through bt_matmul / bt_dequant_row / bt_vec_dot, so whatever SIMD variant
+ * kernels/cpu picks at run time is what this backend runs; the loops here
+ * (rmsnorm, rope, softmax, silu, residual adds) are the ones the engine
+ * used to run inline, operation for operation, so results are unchanged. */
+#include "backend/backend_impl.h"
+#include "kernels.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BT_CPU_MAX_HEAD_DIM 512   /* attention accumulates a head in a stack row */
+
+struct bt_buf {
+    void *p;
+    size_t bytes;
+    bool owned;                   /* false: a weight inside the model's mapping */
+};
+
+typedef struct cpu_ctx {
+    bt_pool *pool;
+    int n_threads;
+    float *att;                   /* (n_threads, att_cap) attention scores scratch */
+    size_t att_cap;
+    char name[8];
+} cpu_ctx;
+
+#define CTX(be) ((cpu_ctx *)(be)->ctx)
+#define F(b) ((float *)(b)->p)
+
+static const char *cpu_name(bt_backend *be) { (void)be; return "cpu"; }
+
+static int cpu_threads(bt_backend *be) { return CTX(be)->n_threads; }
+
+static void cpu_free(bt_backend *be)
+{
+    if (!be) return;
+    cpu_ctx *c = CTX(be);
+    if (c) {
+        bt_pool_free(c->pool);
+        free(c->att);
+        free(c);
+    }
+    free(be);
+}
+
+static int cpu_buf_alloc(bt_backend *be, size_t bytes, bt_buf **out)
+{
+    (void)be;
+    *out = NULL;
+    bt_buf *b = calloc(1, sizeof(*b));
+    /* calloc, not aligned_alloc + memset: a KV cache is large and mostly
+     * untouched, and fresh pages come zeroed for free. bt_matmul aligns
+     * its input itself when it has to. */
+    void *p = b ? calloc(1, BT_MAX(bytes, 1)) : NULL;
+    if (!p) {
+        free(b);
+        return bt_error(BT_ENOMEM, "out of memory for a %zu-byte buffer", bytes);
+    }
+    b->p = p; b->bytes = bytes; b->owned = true;
+    *out = b;
+    return BT_OK;
+}
+
+static int cpu_buf_upload(bt_backend *be, const void *data, size_t bytes, bt_buf **out)
+{
+    (void)be;
+    *out = NULL;
+    bt_buf *b = calloc(1, sizeof(*b));
+    if (!b) return bt_error(BT_ENOMEM, "out of memory");
+    b->p = (void *)data; b->bytes = bytes; b->owned = false;
+    *out = b;
+    return BT_OK;
+}
+
+static void cpu_buf_free(bt_backend *be, bt_buf *b)
+{
+    (void)be;
+    if (!b) return;
+    if (b->owned) free(b->p);
+    free(b);
+}
+
+static void *cpu_buf_host(bt_backend *be, bt_buf *b) { (void)be; return b ? b->p : NULL; }
+
+static int cpu_set(bt_backend *be, bt_buf *b, size_t off, const float *src, size_t n)
+{
+    (void)be;
+    if ((off + n) * sizeof(float) > b->bytes) return bt_error(BT_ERANGE, "cpu: write past the end of a buffer");
+    memcpy(F(b) + off, src, n * sizeof(float));
+    return BT_OK;
+}
+
+static int cpu_read(bt_backend *be, bt_buf *b, size_t off, size_t n, float *dst)
+{
+    (void)be;
+    if ((off + n) * sizeof(float) > b->bytes) return bt_error(BT_ERANGE, "cpu: read past the end of a buffer");
+    memcpy(dst, F(b) + off, n * sizeof(float));
+    return BT_OK;
+}
+
+static int cpu_get_rows(bt_backend *be, int type, bt_buf *table, int64_t width, const int32_t *ids, int n,
+                        bt_buf *out)
+{
+    (void)be;
+    size_t rb = bt_dtype_row_size(type, width);
+    for (int t = 0; t < n; t++)
+        bt_dequant_row(type, (const char *)table->p + (size_t)ids[t] * rb, F(out) + (size_t)t * width, width);
+    return BT_OK;
+}
+
+static int cpu_rmsnorm(bt_backend *be, bt_buf *out, bt_buf *x, bt_buf *w, size_t w_off, int T, int n, float eps)
+{
+    (void)be;
+    const float *wp = F(w) + w_off;
+    for (int t = 0; t < T; t++) {
+        const float *xr = F(x) + (size_t)t * n;
+        float *o = F(out) + (size_t)t * n;
+        double ss = 0;
+        for (int i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+        float scale = (float)(1.0 / sqrt(ss / n + eps));
+        for (int i = 0; i < n; i++) o[i] = xr[i] * scale * wp[i];
+    }
+    return BT_OK;
+}
+
+static int cpu_matmul(bt_backend *be, int type, bt_buf *W, int64_t rows, int64_t cols, bt_buf *x, size_t x_off,
+                      int T, bt_buf *out)
+{
+    bt_matmul(CTX(be)->pool, type, W->p, rows, cols, F(x) + x_off, T, F(out));
+    return BT_OK;
+}
+
+static int cpu_rope(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, int pos0, bt_buf *cos_, bt_buf *sin_)
+{
+    (void)be;
+    int half = head_dim / 2, width = n_heads * head_dim;
+    for (int t = 0; t < T; t++) {
+        const float *cs = F(cos_) + (size_t)(pos0 + t) * half, *sn = F(sin_) + (size_t)(pos0 + t) * half;
+        for (int h = 0; h < n_heads; h++) {
+            float *p = F(x) + (size_t)t * width + h * head_dim;
+            for (int i = 0; i < half; i++) {
+                float a = p[2 * i], b = p[2 * i + 1];
+                p[2 * i] = a * cs[i] - b * sn[i];
+                p[2 * i + 1] = a * sn[i] + b * cs[i];
+            }
+        }
+    }
+    return BT_OK;
+}
+
+static int cpu_kv_store(bt_backend *be, bt_buf *kc, bt_buf *vc, size_t off, bt_buf *k, bt_buf *v, size_t n)
+{
+    (void)be;
+    memcpy(F(kc) + off, k->p, n * sizeof(float));
+    memcpy(F(vc) + off, v->p, n * sizeof(float));
+    return BT_OK;
+}
+
+typedef struct attn_job {
+    const bt_attn_args *a;
+    float *att;
+    size_t att_stride;
+} attn_job;
+
+/* One (position, head) pair per work item, split across threads. */
+static void attn_worker(void *arg, int ith, int nth)
+{
+    const attn_job *j = arg;
+    const bt_attn_args *a = j->a;
+    int hd = a->head_dim, kv_dim = a->n_kv_heads * hd, q_dim = a->n_heads * hd;
+    int group = a->n_heads / a->n_kv_heads;
+    const float *kc = F(a->k_cache) + a->cache_off;
+    const float *vc = F(a->v_cache) + a->cache_off;
+    float *att = j->att + (size_t)ith * j->att_stride;
+    float scale = 1.0f / sqrtf((float)hd);
+    int items = a->T * a->n_heads;
+    for (int it = ith; it < items; it += nth) {
+        int t = it / a->n_heads, h = it % a->n_heads, pos = a->pos0 + t;
+        const float *q = F(a->q) + (size_t)t * q_dim + h * hd;
+        int kvh = h / group;
+        float mx = -INFINITY;
+        for (int p = 0; p <= pos; p++) {
+            const float *k = kc + (size_t)p * kv_dim + kvh * hd;
+            float s = bt_vec_dot(BT_DT_F32, k, q, hd) * scale;   /* SIMD: the score loop is a quarter of decode time */
+            att[p] = s;
+            if (s > mx) mx = s;
+        }
+        float sum = 0;
+        for (int p = 0; p <= pos; p++) { att[p] = expf(att[p] - mx); sum += att[p]; }
+        float inv = 1.0f / sum;
+        /* Accumulate in a local row: with no possible aliasing between the
+         * accumulator and the cache, the inner loop vectorises (same
+         * per-element order, so results do not change). */
+        float acc[BT_CPU_MAX_HEAD_DIM];
+        memset(acc, 0, hd * sizeof(float));
+        for (int p = 0; p <= pos; p++) {
+            const float *restrict v = vc + (size_t)p * kv_dim + kvh * hd;
+            float w = att[p] * inv;
+            for (int i = 0; i < hd; i++) acc[i] += w * v[i];
+        }
+        memcpy(F(a->out) + (size_t)t * q_dim + h * hd, acc, hd * sizeof(float));
+    }
+}
+
+static int cpu_attention(bt_backend *be, const bt_attn_args *a)
+{
+    cpu_ctx *c = CTX(be);
+    if (a->head_dim > BT_CPU_MAX_HEAD_DIM)
+        return bt_error(BT_EUNSUPPORTED, "cpu: head dimension %d is above the supported %d", a->head_dim, BT_CPU_MAX_HEAD_DIM);
+    size_t need = (size_t)BT_MAX(a->ctx_len, a->pos0 + a->T);
+    if (need > c->att_cap) {
+        /* grows to the largest context of the engines sharing this backend */
+        float *na = realloc(c->att, (size_t)c->n_threads * need * sizeof(float));
+        if (!na) return bt_error(BT_ENOMEM, "out of memory for attention scores (context %zu)", need);
+        c->att = na;
+        c->att_cap = need;
+    }
+    attn_job job = { .a = a, .att = c->att, .att_stride = c->att_cap };
+    bt_pool_run(c->pool, attn_worker, &job);
+    return BT_OK;
+}
+
+static int cpu_swiglu(bt_backend *be, bt_buf *out, bt_buf *gate, bt_buf *up, size_t n)
+{
+    (void)be;
+    float *o = F(out);
+    const float *g = F(gate), *u = F(up);
+    for (size_t i = 0; i < n; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    return BT_OK;
+}
+
+static int cpu_add(bt_backend *be, bt_buf *x, bt_buf *y, size_t n)
+{
+    (void)be;
+    float *xp = F(x);
+    const float *yp = F(y);
+    for (size_t i = 0; i < n; i++) xp[i] += yp[i];
+    return BT_OK;
+}
+
+static int cpu_stats(bt_backend *be, bt_buf *b, size_t off, int rows, int width, int pos0, bt_tap_stats *out)
+{
+    (void)be;
+    bt_stats_compute(F(b) + off, rows, width, pos0, out);
+    return BT_OK;
+}
+
+static int cpu_inject(bt_backend *be, bt_buf *b, size_t off, int width, const bt_mutation *m, long *changed)
+{
+    (void)be;
+    *changed = bt_mutation_apply_host(F(b) + off, width, m);
+    return BT_OK;
+}
+
+static void cpu_kernel_name(bt_backend *be, int kop, int wtype, char *buf, size_t cap)
+{
+    (void)be;
+    const char *simd = bt_kernels_simd();
+    const char *tn = bt_dtype(wtype)->name;
+    switch (kop) {
+    case BT_KOP_GET_ROWS: snprintf(buf, cap, "dequant row %s/%s", tn ? tn : "?", simd); break;
+    case BT_KOP_MATMUL: snprintf(buf, cap, "matmul %s/%s", tn ? tn : "?", simd); break;
+    case BT_KOP_RMSNORM: snprintf(buf, cap, "rmsnorm (f32, scalar)"); break;
+    case BT_KOP_ROPE: snprintf(buf, cap, "rope (f32, scalar)"); break;
+    case BT_KOP_KV_STORE: snprintf(buf, cap, "kv store (memcpy)"); break;
+    case BT_KOP_ATTENTION: snprintf(buf, cap, "attention (f32 dot %s, softmax)", simd); break;
+    case BT_KOP_SWIGLU: snprintf(buf, cap, "silu(gate)*up (f32, scalar)"); break;
+    case BT_KOP_ADD: snprintf(buf, cap, "residual add (f32, scalar)"); break;
+    default: snprintf(buf, cap, "?"); break;
+    }
+}
+
+static const struct bt_backend_i cpu_iface = {
+    .name = cpu_name,
+    .describe = NULL,
+    .free = cpu_free,
+    .threads = cpu_threads,
+    .buf_alloc = cpu_buf_alloc,
+    .buf_upload = cpu_buf_upload,
+    .buf_free = cpu_buf_free,
+    .buf_host = cpu_buf_host,
+    .set = cpu_set,
+    .read = cpu_read,
+    .sync = NULL,                 /* every op has finished when it returns */
+    .get_rows = cpu_get_rows,
+    .rmsnorm = cpu_rmsnorm,
+    .matmul = cpu_matmul,
+    .rope = cpu_rope,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+    .stats = cpu_stats,
+    .inject = cpu_inject,
+    .kernel_name = cpu_kernel_name,
+};
+
+struct bt_pool *bt_backend_cpu_pool(const bt_backend *be)
+{
+    return be && be->iface == &cpu_iface ? CTX(be)->pool : NULL;
+}
+
+int bt_backend_cpu_new(int n_threads, bt_backend **out)
+{
+    *out = NULL;
+    if (n_threads <= 0) n_threads = bt_pool_default_threads();
+    bt_kernels_init();
+    bt_backend *be = calloc(1, sizeof(*be));
+    cpu_ctx *c = calloc(1, sizeof(*c));
+    if (!be || !c) { free(be); free(c); return bt_error(BT_ENOMEM, "out of memory"); }
+    be->iface = &cpu_iface;
+    be->ctx = c;
+    c->n_threads = n_threads;
+    c->pool = bt_pool_new(n_threads);
+    if (!c->pool) { cpu_free(be); return bt_error(BT_ENOMEM, "cannot start %d threads", n_threads); }
+    c->n_threads = bt_pool_threads(c->pool);
+    *out = be;
+    return BT_OK;
+}

@@ -1,0 +1,460 @@
+/* test_backend.c - every op of a backend against a reference on random
+ * inputs, by normalized error (ggml's test-backend-ops shape).
+ *
+ *   test_backend          the CPU backend against plain scalar references
+ *                         written here (double accumulation, the scalar
+ *                         dequantizers), every weight type, odd shapes,
+ *                         NaN/Inf inputs
+ *   test_backend DEVICE   that backend (cuda, cuda:N) against the CPU
+ *                         backend; exit 77 (SKIP) when it cannot run here
+ *
+ * Non-finite values must match class for class (NaN, +Inf, -Inf) at the same
+ * indexes; finite values by NMSE = sum (got - want)^2 / sum want^2. Taps
+ * (stats), mutations (inject), read/set and kernel names are checked too. */
+#include "backend/backend_impl.h"
+#include "kernels_impl.h"
+#include "check.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void)
+{
+    rng ^= rng >> 12; rng ^= rng << 25; rng ^= rng >> 27;
+    return (uint32_t)((rng * 0x2545F4914F6CDD1Dull) >> 32);
+}
+static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() >> 8) / 16777216.0f; }
+
+static bt_backend *be;        /* under test */
+static bt_backend *cpu;       /* reference backend (NULL: scalar references) */
+static const char *dev = "cpu";
+
+/* ---- helpers ---- */
+
+static bt_buf *up(bt_backend *b, const float *h, size_t n)
+{
+    bt_buf *buf = NULL;
+    CHECK_OK(b->iface->buf_alloc(b, BT_MAX(n, 1) * sizeof(float), &buf));
+    if (buf && n) CHECK_OK(b->iface->set(b, buf, 0, h, n));
+    return buf;
+}
+
+static float *down(bt_backend *b, bt_buf *buf, size_t off, size_t n)
+{
+    float *h = calloc(BT_MAX(n, 1), sizeof(float));
+    CHECK_OK(b->iface->read(b, buf, off, n, h));
+    return h;
+}
+
+static void fill(float *x, size_t n, float lo, float hi) { for (size_t i = 0; i < n; i++) x[i] = rndf(lo, hi); }
+
+/* A few NaN / +Inf / -Inf in x (every `every`-th element, rotating). */
+static void poison(float *x, size_t n, size_t every)
+{
+    static const float bad[3] = { NAN, INFINITY, -INFINITY };
+    for (size_t i = every / 2, k = 0; i < n; i += every, k++) x[i] = bad[k % 3];
+}
+
+static int cls(float v) { return isnan(v) ? 1 : isinf(v) ? (v > 0 ? 2 : 3) : 0; }
+
+/* Normalized error of got against want; non-finite classes must agree. */
+static void expect_close(const char *what, const float *got, const double *want, size_t n, double tol)
+{
+    double num = 0, den = 0;
+    size_t bad_cls = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        float w = (float)want[i];
+        if (cls(got[i]) || cls(w) || !isfinite(want[i])) {
+            int wc = isnan(want[i]) ? 1 : isinf(want[i]) ? (want[i] > 0 ? 2 : 3) : cls(w);
+            if (cls(got[i]) != wc && !bad_cls++) first = i;
+            continue;
+        }
+        num += (got[i] - want[i]) * (got[i] - want[i]);
+        den += want[i] * want[i];
+    }
+    double nmse = den > 0 ? num / den : num;
+    CHECK(bad_cls == 0, "%s on %s: %zu non-finite mismatches (first at %zu: got %g want %g)", what, dev, bad_cls,
+          first, (double)got[first], want[first]);
+    CHECK(nmse <= tol, "%s on %s: NMSE %.3g > %.3g", what, dev, nmse, tol);
+}
+
+/* Random finite weights of `type` (n elements), scales kept sane. */
+static uint8_t *rand_weights(int type, int64_t n)
+{
+    const bt_dtype_info *ti = bt_dtype(type);
+    size_t bytes = bt_dtype_row_size(type, n);
+    uint8_t *w = malloc(bytes);
+    for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)rnd();
+    if (type == BT_DT_F32) {
+        for (int64_t i = 0; i < n; i++) { float v = rndf(-1, 1); memcpy(w + 4 * i, &v, 4); }
+    } else if (type == BT_DT_F16) {
+        for (int64_t i = 0; i < n; i++) { uint16_t h = bt_f32_to_f16(rndf(-1, 1)); memcpy(w + 2 * i, &h, 2); }
+    } else if (type == BT_DT_BF16) {
+        for (int64_t i = 0; i < n; i++) {
+            float v = rndf(-1, 1); uint32_t u; memcpy(&u, &v, 4);
+            uint16_t h = (uint16_t)(u >> 16); memcpy(w + 2 * i, &h, 2);
+        }
+    } else {
+        int off[2], k = bt_dtype_scale_offsets(type, off);
+        for (int64_t b = 0; b < n / ti->blck; b++)
+            for (int i = 0; i < k; i++) {
+                uint16_t h = bt_f32_to_f16(rndf(0.002f, 0.05f) * (rnd() & 1 ? -1.0f : 1.0f));
+                memcpy(w + b * ti->type_size + off[i], &h, 2);
+            }
+    }
+    return w;
+}
+
+/* The scalar dequantization of a whole weight (reference). */
+static float *deq(int type, const uint8_t *w, int64_t rows, int64_t cols)
+{
+    const bt_kvariant *s = bt_kernels_variant("scalar");
+    float *d = malloc((size_t)(rows * cols) * sizeof(float));
+    size_t rb = bt_dtype_row_size(type, cols);
+    for (int64_t r = 0; r < rows; r++) s->dequant[type](w + r * rb, d + r * cols, cols);
+    return d;
+}
+
+/* ---- ops ---- */
+
+static void test_matmul_get_rows(int type)
+{
+    const bt_dtype_info *ti = bt_dtype(type);
+    static const int Ts[] = { 1, 3, 8 };
+    static const int64_t rows_[] = { 1, 5, 37 };
+    int64_t cols = ti->blck == 1 ? 67 : ti->blck * (ti->blck == 32 ? 3 : 2);
+    char what[96];
+    for (size_t ri = 0; ri < BT_ARRAY_SIZE(rows_); ri++)
+        for (size_t ti_ = 0; ti_ < BT_ARRAY_SIZE(Ts); ti_++) {
+            int64_t rows = rows_[ri];
+            int T = Ts[ti_];
+            uint8_t *W = rand_weights(type, rows * cols);
+            size_t wbytes = bt_dtype_row_size(type, cols) * rows;
+            float *x = malloc((size_t)(T * cols + 5) * sizeof(float));
+            fill(x, (size_t)(T * cols + 5), -1, 1);
+            if (T == 3) poison(x + 5 + cols, (size_t)cols, (size_t)cols / 2 + 1);   /* token 1 non-finite */
+            double *want = calloc((size_t)(T * rows), sizeof(double));
+            if (!cpu) {
+                float *d = deq(type, W, rows, cols);
+                for (int t = 0; t < T; t++)
+                    for (int64_t r = 0; r < rows; r++) {
+                        double acc = 0;
+                        for (int64_t i = 0; i < cols; i++) acc += (double)d[r * cols + i] * x[5 + t * cols + i];
+                        want[t * rows + r] = acc;
+                    }
+                free(d);
+            } else {
+                bt_buf *wb = NULL, *xb = up(cpu, x, (size_t)(T * cols + 5)), *ob = NULL;
+                CHECK_OK(cpu->iface->buf_alloc(cpu, (size_t)(T * rows) * sizeof(float), &ob));
+                CHECK_OK(cpu->iface->buf_upload(cpu, W, wbytes, &wb));
+                CHECK_OK(cpu->iface->matmul(cpu, type, wb, rows, cols, xb, 5, T, ob));
+                float *o = down(cpu, ob, 0, (size_t)(T * rows));
+                for (int64_t i = 0; i < T * rows; i++) want[i] = o[i];
+                free(o);
+                cpu->iface->buf_free(cpu, wb); cpu->iface->buf_free(cpu, xb); cpu->iface->buf_free(cpu, ob);
+            }
+            bt_buf *wb = NULL, *ob = NULL, *xb = up(be, x, (size_t)(T * cols + 5));
+            CHECK_OK(be->iface->buf_upload(be, W, wbytes, &wb));
+            CHECK_OK(be->iface->buf_alloc(be, (size_t)(T * rows) * sizeof(float), &ob));
+            if (wb && ob && xb) {
+                CHECK_OK(be->iface->matmul(be, type, wb, rows, cols, xb, 5, T, ob));
+                float *got = down(be, ob, 0, (size_t)(T * rows));
+                snprintf(what, sizeof what, "matmul %s %lldx%lld T=%d", ti->name, (long long)rows, (long long)cols, T);
+                expect_close(what, got, want, (size_t)(T * rows), 1e-9);
+                free(got);
+                /* get_rows: rows picked out of the same table */
+                int32_t ids[3] = { (int32_t)(rows - 1), 0, (int32_t)(rows / 2) };
+                int n = rows >= 3 ? 3 : 1;
+                bt_buf *eb = NULL;
+                CHECK_OK(be->iface->buf_alloc(be, (size_t)(n * cols) * sizeof(float), &eb));
+                CHECK_OK(be->iface->get_rows(be, type, wb, cols, ids, n, eb));
+                float *g = down(be, eb, 0, (size_t)(n * cols));
+                float *d = deq(type, W, rows, cols);
+                double *wd = malloc((size_t)(n * cols) * sizeof(double));
+                for (int k = 0; k < n; k++)
+                    for (int64_t i = 0; i < cols; i++) wd[k * cols + i] = d[ids[k] * cols + i];
+                snprintf(what, sizeof what, "get_rows %s width %lld", ti->name, (long long)cols);
+                expect_close(what, g, wd, (size_t)(n * cols), 0);   /* dequantization is exact */
+                free(g); free(d); free(wd);
+                be->iface->buf_free(be, eb);
+            }
+            be->iface->buf_free(be, wb); be->iface->buf_free(be, xb); be->iface->buf_free(be, ob);
+            free(W); free(x); free(want);
+        }
+}
+
+/* rmsnorm, swiglu, add, rope: elementwise-ish ops with the reference in
+ * double on the same inputs (or the CPU backend's output). */
+static void test_elementwise(void)
+{
+    static const int widths[] = { 7, 64, 576 };
+    for (size_t wi = 0; wi < BT_ARRAY_SIZE(widths); wi++)
+        for (int bad = 0; bad < 2; bad++) {
+            int T = 3, W = widths[wi];
+            size_t n = (size_t)T * W;
+            float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float)), *w = malloc(W * sizeof(float) + 12);
+            fill(x, n, -3, 3); fill(y, n, -3, 3); fill(w, W + 3, 0.5f, 1.5f);
+            if (bad) { poison(x, n, 29); poison(y + 1, n - 1, 31); }
+            double *want = malloc(n * sizeof(double));
+            char what[64];
+            bt_backend *r = cpu ? cpu : be;
+            /* rmsnorm (weights at an offset of 3) */
+            if (!cpu) {
+                for (int t = 0; t < T; t++) {
+                    double ss = 0;
+                    for (int i = 0; i < W; i++) ss += (double)x[t * W + i] * x[t * W + i];
+                    double sc = (float)(1.0 / sqrt(ss / W + 1e-5f));
+                    for (int i = 0; i < W; i++) want[t * W + i] = x[t * W + i] * sc * w[3 + i];
+                }
+            }
+            bt_backend *runs[2] = { be, cpu };
+            float *outs[2] = { NULL, NULL };
+            for (int k = 0; k < (cpu ? 2 : 1); k++) {
+                bt_backend *b = runs[k];
+                bt_buf *xb = up(b, x, n), *wb = up(b, w, (size_t)W + 3), *ob = up(b, x, n);
+                CHECK_OK(b->iface->rmsnorm(b, ob, xb, wb, 3, T, W, 1e-5f));
+                outs[k] = down(b, ob, 0, n);
+                b->iface->buf_free(b, xb); b->iface->buf_free(b, wb); b->iface->buf_free(b, ob);
+            }
+            if (cpu) for (size_t i = 0; i < n; i++) want[i] = outs[1][i];
+            snprintf(what, sizeof what, "rmsnorm width %d%s", W, bad ? " non-finite" : "");
+            expect_close(what, outs[0], want, n, 1e-12);
+            free(outs[0]); free(outs[1]);
+            /* swiglu */
+            if (!cpu) for (size_t i = 0; i < n; i++) want[i] = (double)x[i] / (1.0 + exp(-(double)x[i])) * y[i];
+            for (int k = 0; k < (cpu ? 2 : 1); k++) {
+                bt_backend *b = runs[k];
+                bt_buf *gb = up(b, x, n), *ub = up(b, y, n), *ob = up(b, x, n);
+                CHECK_OK(b->iface->swiglu(b, ob, gb, ub, n));
+                outs[k] = down(b, ob, 0, n);
+                b->iface->buf_free(b, gb); b->iface->buf_free(b, ub); b->iface->buf_free(b, ob);
+            }
+            if (cpu) for (size_t i = 0; i < n; i++) want[i] = outs[1][i];
+            snprintf(what, sizeof what, "swiglu n=%zu%s", n, bad ? " non-finite" : "");
+            expect_close(what, outs[0], want, n, 1e-12);
+            free(outs[0]); free(outs[1]);
+            /* add */
+            if (!cpu) for (size_t i = 0; i < n; i++) want[i] = (double)x[i] + y[i];
+            for (int k = 0; k < (cpu ? 2 : 1); k++) {
+                bt_backend *b = runs[k];
+                bt_buf *xb = up(b, x, n), *yb = up(b, y, n);
+                CHECK_OK(b->iface->add(b, xb, yb, n));
+                outs[k] = down(b, xb, 0, n);
+                b->iface->buf_free(b, xb); b->iface->buf_free(b, yb);
+            }
+            if (cpu) for (size_t i = 0; i < n; i++) want[i] = outs[1][i];
+            snprintf(what, sizeof what, "add n=%zu%s", n, bad ? " non-finite" : "");
+            expect_close(what, outs[0], want, n, 1e-12);
+            free(outs[0]); free(outs[1]);
+            (void)r;
+            free(x); free(y); free(w); free(want);
+        }
+}
+
+/* rope + kv_store + attention: a small grouped-query layer at odd sizes. */
+static void test_attention(int n_heads, int n_kv, int hd, int T, int pos0, bool bad)
+{
+    int ctx = pos0 + T + 2, q_dim = n_heads * hd, kv_dim = n_kv * hd, half = hd / 2;
+    size_t nq = (size_t)T * q_dim, nk = (size_t)T * kv_dim, nc = (size_t)ctx * kv_dim;
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *kc = malloc(nc * 4), *vc = malloc(nc * 4);
+    float *cs = malloc((size_t)ctx * half * 4), *sn = malloc((size_t)ctx * half * 4);
+    fill(q, nq, -1, 1); fill(k, nk, -1, 1); fill(v, nk, -1, 1); fill(kc, nc, -1, 1); fill(vc, nc, -1, 1);
+    for (int p = 0; p < ctx; p++)
+        for (int i = 0; i < half; i++) {
+            double a = p * pow(10000.0, -2.0 * i / hd);
+            cs[p * half + i] = (float)cos(a); sn[p * half + i] = (float)sin(a);
+        }
+    if (bad) poison(vc + (size_t)1 * kv_dim, (size_t)kv_dim, (size_t)kv_dim);   /* one NaN in position 1's values */
+    bt_backend *runs[2] = { be, cpu };
+    float *oq[2] = { 0 }, *ok_[2] = { 0 }, *octx[2] = { 0 }, *okc[2] = { 0 };
+    for (int r = 0; r < (cpu ? 2 : 1); r++) {
+        bt_backend *b = runs[r];
+        bt_buf *qb = up(b, q, nq), *kb = up(b, k, nk), *vb = up(b, v, nk), *kcb = up(b, kc, nc), *vcb = up(b, vc, nc);
+        bt_buf *cb = up(b, cs, (size_t)ctx * half), *sb = up(b, sn, (size_t)ctx * half), *ob = up(b, q, nq);
+        CHECK_OK(b->iface->rope(b, qb, T, n_heads, hd, pos0, cb, sb));
+        CHECK_OK(b->iface->rope(b, kb, T, n_kv, hd, pos0, cb, sb));
+        CHECK_OK(b->iface->kv_store(b, kcb, vcb, (size_t)pos0 * kv_dim, kb, vb, nk));
+        bt_attn_args a = { .q = qb, .k_cache = kcb, .v_cache = vcb, .cache_off = 0, .out = ob, .T = T, .pos0 = pos0,
+                           .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd, .ctx_len = ctx };
+        CHECK_OK(b->iface->attention(b, &a));
+        oq[r] = down(b, qb, 0, nq); ok_[r] = down(b, kcb, 0, nc); octx[r] = down(b, ob, 0, nq);
+        okc[r] = down(b, vcb, 0, nc);
+        bt_buf *all[] = { qb, kb, vb, kcb, vcb, cb, sb, ob };
+        for (size_t i = 0; i < BT_ARRAY_SIZE(all); i++) b->iface->buf_free(b, all[i]);
+    }
+    double *wq = malloc(nq * sizeof(double)), *wkc = malloc(nc * sizeof(double)), *wctx = malloc(nq * sizeof(double));
+    double *wvc = malloc(nc * sizeof(double));
+    if (cpu) {
+        for (size_t i = 0; i < nq; i++) { wq[i] = oq[1][i]; wctx[i] = octx[1][i]; }
+        for (size_t i = 0; i < nc; i++) { wkc[i] = ok_[1][i]; wvc[i] = okc[1][i]; }
+    } else {
+        /* reference in double: rope, store, causal softmax attention */
+        double *qr = wq, *kr = malloc(nk * sizeof(double));
+        for (int t = 0; t < T; t++) {
+            const float *c_ = cs + (size_t)(pos0 + t) * half, *s_ = sn + (size_t)(pos0 + t) * half;
+            for (int h = 0; h < n_heads + n_kv; h++) {
+                bool isq = h < n_heads;
+                const float *src = isq ? q + (size_t)t * q_dim + h * hd : k + (size_t)t * kv_dim + (h - n_heads) * hd;
+                double *dst = isq ? qr + (size_t)t * q_dim + h * hd : kr + (size_t)t * kv_dim + (h - n_heads) * hd;
+                for (int i = 0; i < half; i++) {
+                    double a = src[2 * i], b2 = src[2 * i + 1];
+                    dst[2 * i] = a * c_[i] - b2 * s_[i];
+                    dst[2 * i + 1] = a * s_[i] + b2 * c_[i];
+                }
+            }
+        }
+        for (size_t i = 0; i < nc; i++) { wkc[i] = kc[i]; wvc[i] = vc[i]; }
+        for (size_t i = 0; i < nk; i++) { wkc[(size_t)pos0 * kv_dim + i] = (float)kr[i]; wvc[(size_t)pos0 * kv_dim + i] = v[i]; }
+        int group = n_heads / n_kv;
+        double *att = malloc((size_t)ctx * sizeof(double));
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < n_heads; h++) {
+                int pos = pos0 + t, kvh = h / group;
+                double mx = -INFINITY, sum = 0;
+                for (int p = 0; p <= pos; p++) {
+                    double s = 0;
+                    for (int i = 0; i < hd; i++) s += (float)qr[(size_t)t * q_dim + h * hd + i] * wkc[(size_t)p * kv_dim + kvh * hd + i];
+                    att[p] = s / sqrt((double)hd);
+                    if (att[p] > mx) mx = att[p];
+                }
+                for (int p = 0; p <= pos; p++) { att[p] = exp(att[p] - mx); sum += att[p]; }
+                for (int i = 0; i < hd; i++) {
+                    double acc = 0;
+                    for (int p = 0; p <= pos; p++) acc += att[p] / sum * wvc[(size_t)p * kv_dim + kvh * hd + i];
+                    wctx[(size_t)t * q_dim + h * hd + i] = acc;
+                }
+            }
+        free(att); free(kr);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "rope q (%d heads x %d, T=%d at %d)", n_heads, hd, T, pos0);
+    expect_close(what, oq[0], wq, nq, 1e-12);
+    snprintf(what, sizeof what, "rope k + kv_store (%d kv heads)", n_kv);
+    expect_close(what, ok_[0], wkc, nc, 1e-12);
+    expect_close("kv_store values", okc[0], wvc, nc, 0);
+    snprintf(what, sizeof what, "attention %d/%d heads x %d, T=%d at %d%s", n_heads, n_kv, hd, T, pos0, bad ? " NaN value" : "");
+    expect_close(what, octx[0], wctx, nq, 1e-9);
+    for (int r = 0; r < 2; r++) { free(oq[r]); free(ok_[r]); free(octx[r]); free(okc[r]); }
+    free(q); free(k); free(v); free(kc); free(vc); free(cs); free(sn); free(wq); free(wkc); free(wctx); free(wvc);
+}
+
+/* stats and inject against their host references; read/set round trips. */
+static void test_observation(void)
+{
+    static const int widths[] = { 1, 9, 576 };
+    for (size_t wi = 0; wi < BT_ARRAY_SIZE(widths); wi++)
+        for (int bad = 0; bad < 3; bad++) {
+            int rows = 4, W = widths[wi];
+            size_t n = (size_t)rows * W;
+            float *x = malloc((n + 8) * sizeof(float));
+            fill(x, n + 8, -5, 5);
+            if (bad == 1) poison(x + 8, n, 7);
+            if (bad == 2) for (size_t i = 0; i < n + 8; i++) x[i] = NAN;
+            bt_buf *b = up(be, x, n + 8);
+            bt_tap_stats got, want;
+            CHECK_OK(be->iface->stats(be, b, 8, rows, W, 17, &got));
+            if (be->iface->sync) CHECK_OK(be->iface->sync(be));
+            bt_stats_compute(x + 8, rows, W, 17, &want);
+            CHECK(got.n == want.n && got.nan == want.nan && got.pinf == want.pinf && got.ninf == want.ninf &&
+                  got.n_finite == want.n_finite, "stats counts on %s (width %d)", dev, W);
+            CHECK(got.first_bad_index == want.first_bad_index && got.first_bad_pos == want.first_bad_pos,
+                  "stats first bad on %s: %d/%d vs %d/%d", dev, got.first_bad_index, got.first_bad_pos,
+                  want.first_bad_index, want.first_bad_pos);
+            bool both_nan = isnan(want.min) && isnan(got.min);
+            CHECK(both_nan || (got.min == want.min && got.max == want.max && got.absmax == want.absmax),
+                  "stats min/max on %s", dev);
+            CHECK(both_nan || (fabs(got.mean - want.mean) <= 1e-5 * (fabs(want.rms) + 1e-30) &&
+                               fabs(got.rms - want.rms) <= 1e-5 * want.rms), "stats mean/rms on %s: %g/%g vs %g/%g",
+                  dev, got.mean, got.rms, want.mean, want.rms);
+            /* inject: each kind on a rectangle; bits and counts as the host's */
+            for (int kind = 0; kind < 3; kind++) {
+                bt_mutation m = { .kind = kind, .value = kind == BT_MUT_SET ? NAN : kind == BT_MUT_SCALE ? -4.0f : 0.25f,
+                                  .row0 = 1, .row1 = rows, .col0 = W > 2 ? 1 : 0, .col1 = W,
+                                  .step = 3, .layer = 2, .op = 5, .pos0 = 17 };
+                float *h = malloc((n + 8) * sizeof(float));
+                memcpy(h, x, (n + 8) * sizeof(float));
+                long want_n = bt_mutation_apply_host(h + 8, W, &m), got_n = -1;
+                bt_buf *ib = up(be, x, n + 8);
+                if (be->iface->inject) CHECK_OK(be->iface->inject(be, ib, 8, W, &m, &got_n));
+                else got_n = want_n;
+                float *g = down(be, ib, 0, n + 8);
+                CHECK(got_n == want_n, "inject kind %d on %s: %ld changed, want %ld", kind, dev, got_n, want_n);
+                CHECK(memcmp(g, h, (n + 8) * sizeof(float)) == 0, "inject kind %d on %s: different bits", kind, dev);
+                free(g); free(h);
+                be->iface->buf_free(be, ib);
+            }
+            float *back = down(be, b, 8, n);
+            CHECK(memcmp(back, x + 8, n * sizeof(float)) == 0, "read after set on %s", dev);
+            free(back);
+            be->iface->buf_free(be, b);
+            free(x);
+        }
+    char name[128];
+    for (int k = 0; k < BT_KOP_COUNT; k++) {
+        name[0] = 0;
+        be->iface->kernel_name(be, k, BT_DT_Q4_1, name, sizeof name);
+        CHECK(name[0] && strcmp(name, "?"), "kernel_name(%s) on %s", bt_kop_name(k), dev);
+    }
+    if (!cpu) {
+        be->iface->kernel_name(be, BT_KOP_MATMUL, BT_DT_Q4_1, name, sizeof name);
+        char want[64];
+        snprintf(want, sizeof want, "matmul q4_1/%s", bt_kernels_simd());
+        CHECK(!strcmp(name, want), "cpu kernel name '%s', want '%s'", name, want);
+    }
+}
+
+static void test_registry(void)
+{
+    bt_backend *b = NULL;
+    CHECK(bt_backend_device_valid("cpu") && bt_backend_device_valid("cuda") && bt_backend_device_valid("cuda:1"));
+    CHECK(!bt_backend_device_valid("cuda:") && !bt_backend_device_valid("gpu") && !bt_backend_device_valid("cuda:-1") &&
+          !bt_backend_device_valid("cuda:1x"));
+    CHECK(bt_backend_open("tpu", 1, &b) == BT_EINVAL && !b);
+    CHECK(strstr(bt_errmsg(), "tpu") != NULL);
+    CHECK_OK(bt_backend_open(NULL, 2, &b));
+    if (b) {
+        CHECK(!strcmp(bt_backend_name(b), "cpu") && bt_backend_threads(b) == 2);
+        bt_backend_free(b);
+    }
+    bt_backend_free(NULL);
+    /* no plugin anywhere: one clear error, nothing loaded */
+    setenv("BANGTRACE_PLUGIN_DIR", "/nonexistent-bangtrace-plugins", 1);
+    b = NULL;
+    int rc = bt_backend_open("cuda:0", 1, &b);
+    if (rc == BT_EUNSUPPORTED) CHECK(!b && strstr(bt_errmsg(), "cuda") && !strchr(bt_errmsg(), '\n'));
+    else if (b) bt_backend_free(b);   /* a plugin installed beside us or in pkglibdir */
+    unsetenv("BANGTRACE_PLUGIN_DIR");
+}
+
+int main(int argc, char **argv)
+{
+    bt_kernels_init();
+    if (argc > 1 && strcmp(argv[1], "cpu")) {
+        dev = argv[1];
+        int rc = bt_backend_open(dev, 2, &be);
+        if (rc) {
+            printf("%s cannot run here: %s\n", dev, bt_errmsg());
+            return 77;
+        }
+        CHECK_OK(bt_backend_cpu_new(2, &cpu));
+    } else {
+        test_registry();
+        CHECK_OK(bt_backend_cpu_new(3, &be));
+    }
+    if (!be) return 1;
+    for (int t = 0; t < BT_DT_COUNT; t++)
+        if (bt_dtype(t)->name && bt_dtype(t)->compute) test_matmul_get_rows(t);
+    test_elementwise();
+    test_attention(3, 1, 6, 1, 0, false);
+    test_attention(3, 1, 6, 4, 3, false);
+    test_attention(4, 2, 64, 5, 2, false);
+    test_attention(9, 3, 64, 1, 11, true);
+    test_attention(2, 2, 8, 3, 0, true);
+    test_observation();
+    bt_backend_free(be);
+    bt_backend_free(cpu);
+    printf("%s: %d checks, %d failures\n", dev, checks, failures);
+    return failures ? 1 : 0;
+}
