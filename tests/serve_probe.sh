@@ -18,7 +18,8 @@ free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)
 start_server() {
     name=$1; shift
     port=$(free_port)
-    "$BANGTRACE" serve --model "$STORIES" --tokenizer "$TOK512" --host 127.0.0.1 --port "$port" --threads 1 "$@" \
+    # shellcheck disable=SC2086
+    "$BANGTRACE" serve ${SERVE_MODEL:---model $STORIES --tokenizer $TOK512} --host 127.0.0.1 --port "$port" --threads 1 "$@" \
         2>"$TMP/$name.err" &
     last_pid=$!
     pids="$pids $last_pid"
@@ -84,6 +85,32 @@ PY
     grep -q "openai client ok" "$TMP/oa.out" && ok "openai client: streaming and non-streaming agree" || fail "openai client: $(tail -5 "$TMP/oa.out")"
 else
     echo "note: the openai package could not be installed; client check skipped"
+fi
+
+# SmolLM2 (a chat model, when cached): the openai client's chat API, both modes
+if [ -f "$SMOL" ] && "$py" -c 'import openai' 2>/dev/null; then
+    clean_pid=$last_pid clean_port=$port
+    SERVE_MODEL="--model $SMOL" start_server smol --trace-dir "$TMP/smoltraces" && smol_url="http://127.0.0.1:$port"
+    if [ -n "${smol_url:-}" ]; then
+        "$py" - "$smol_url" > "$TMP/oas.out" 2>&1 <<'PY'
+import sys, openai
+c = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="none")
+msgs = [{"role": "user", "content": "What is the capital of France?"}]
+model = c.models.list().data[0].id
+r = c.chat.completions.create(model=model, messages=msgs, max_tokens=16, temperature=0)
+text = r.choices[0].message.content
+assert "Paris" in text, text
+parts = [ch.choices[0].delta.content or "" for ch in c.chat.completions.create(model=model, messages=msgs, max_tokens=16, temperature=0, stream=True)]
+assert "".join(parts) == text, (parts, text)
+print("smol chat ok")
+PY
+        grep -q "smol chat ok" "$TMP/oas.out" && ok "SmolLM2: openai chat client, streaming and not, answers Paris" || fail "SmolLM2 chat: $(tail -5 "$TMP/oas.out")"
+        [ "$(ls "$TMP/smoltraces" | grep -c '\.db$')" -ge 2 ] && ok "SmolLM2: a trace per chat request" || fail "SmolLM2: traces: $(ls "$TMP/smoltraces")"
+        kill "$last_pid"; wait "$last_pid" 2>/dev/null
+    fi
+    last_pid=$clean_pid port=$clean_port   # the SIGTERM check below is about the clean server
+else
+    echo "note: SmolLM2 not cached or no openai client: the chat-model check is skipped"
 fi
 
 # probe against the clean server: 0 failures of 40
