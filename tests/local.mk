@@ -63,7 +63,7 @@ TESTS += tests/bisect.sh tests/report.sh tests/counts.sh tests/numerics.sh tests
 # terminal safety: hostile model and trace text is escaped in every command
 TESTS += tests/text_safety.sh
 EXTRA_DIST += tests/text_safety.sh tests/data-gen/make_hostile_gguf.py
-EXTRA_DIST += tests/bisect.sh tests/report.sh tests/counts.sh tests/numerics.sh tests/llama_golden.sh
+EXTRA_DIST += tests/bisect.sh tests/report.sh tests/counts.sh tests/numerics.sh tests/llama_golden.sh tests/golden/llama.cpp-stories260K.txt
 # browser (tui/): layout, collapsing, colouring, sanitization, keys; dumps; tmux end to end
 check_PROGRAMS += tests/test_tui
 TESTS += tests/test_tui tests/browse_dump.sh tests/browse_tmux.sh tests/browse_big.sh
