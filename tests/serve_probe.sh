@@ -144,6 +144,22 @@ assert 0 < j["failures"] < 80 and lo <= 0.25 <= hi, j' "$TMP/out" \
     && ok "the Wilson interval covers the true 25%" || fail "fraction: $(cat "$TMP/out")"
 kill "$last_pid"; wait "$last_pid" 2>/dev/null; pids=""
 
+# --- which requests are traced: flagged only, and every Nth -----------------
+start_server flagged --inject 'nan@step=3,op=token_embd,p=0.25' --trace-dir "$TMP/flagged" --trace flagged || finish
+expect_exit 1 "probe on a 25% server, --trace flagged" "$BANGTRACE" probe --url "http://127.0.0.1:$port" --request "$TMP/req.json" -n 24 --json
+nf=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["failures"])' "$TMP/out")
+nt=$(ls "$TMP/flagged" 2>/dev/null | grep -c '\.db$')
+[ "$nt" = "$nf" ] && [ "$nt" -gt 0 ] && ok "--trace flagged: one trace per flagged request ($nt of 24)" || fail "--trace flagged: $nt traces for $nf flagged requests"
+bad=0
+for t in "$TMP"/flagged/*.db; do "$BANGTRACE" bisect "$t" >/dev/null 2>&1; [ $? -eq 1 ] || bad=$((bad + 1)); done
+[ "$bad" -eq 0 ] && ok "--trace flagged: every kept trace holds the fault (bisect exit 1)" || fail "--trace flagged: $bad traces without the fault"
+kill "$last_pid"; wait "$last_pid" 2>/dev/null; pids=""
+start_server sampled --trace-dir "$TMP/sampled" --trace sample:4 || finish
+expect_exit 0 "probe with --trace sample:4" "$BANGTRACE" probe --url "http://127.0.0.1:$port" --request "$TMP/req.json" -n 12 --max-fail 0.5
+nt=$(ls "$TMP/sampled" 2>/dev/null | grep -c '\.db$')
+[ "$nt" = 3 ] && ok "--trace sample:4: 3 traces for 12 requests" || fail "--trace sample:4: $nt traces for 12 requests"
+kill "$last_pid"; wait "$last_pid" 2>/dev/null; pids=""
+
 # --- A/B: replicate rule, native arms --------------------------------------
 expect_exit 1 "compare with 10 per arm is not called" "$BANGTRACE" probe --compare --model "$STORIES" --model "$STORIES" \
     --inject 'nan@step=3,op=token_embd' --tokenizer "$TOK512" --request "$TMP/req.json" -n 10
