@@ -19,6 +19,7 @@
 #include "text.h"
 #include "util.h"
 #include "kernels.h"
+#include "llamacpp/llamacpp.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -34,6 +35,7 @@ void cmd_run_help(FILE *out)
         "usage: bangtrace run --model M [--tokenizer T] (--prompt TEXT | --request FILE.json)\n"
         "                     [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
         "                     [--threads N] [--ctx N] [--argmax RULE] [--chat-template NAME] [--json]\n"
+        "                     [--engine native|llama.cpp [--device cpu|cuda]]\n"
         "                     [--trace OUT.db [--force] [--taps MODE] ...]\n\n"
         "Generate a completion. stdout gets only the completion text; progress and\n"
         "timings go to stderr.\n\n"
@@ -49,6 +51,11 @@ void cmd_run_help(FILE *out)
         "  --top-p P            nucleus sampling threshold (1 = off)\n"
         "  --seed S             sampling seed, 0 to 2^64-1 (default 42)\n"
         "  --threads N          compute threads (default: online CPUs)\n"
+        "  --engine NAME        native (default: bangtrace's exact f32 engine) or llama.cpp (the\n"
+        "                       pinned llama.cpp build through its C API and cb_eval: same taps,\n"
+        "                       trace, --inject activation faults and sampling; GGUF models only;\n"
+        "                       no speculative decoding, kvcorrupt or bitflip; doc/llama-cpp.md)\n"
+        "  --device DEV         with --engine llama.cpp: cpu (default) or cuda (a CUDA build)\n"
         "  --ctx N              context length (default: the model's, at most 4096)\n"
         "  --argmax RULE        how greedy argmax treats non-finite logits: first (default),\n"
         "                       torch, triton-block:N (see doc/argmax.md)\n"
@@ -104,6 +111,8 @@ typedef struct run_opts {
     long spec_k;
     const char *draft_model;
     long draft_self, draft_ngram;
+    bool llamacpp;            /* --engine llama.cpp */
+    const char *device;
 } run_opts;
 
 static int parse_args(int argc, char **argv, run_opts *o)
@@ -121,6 +130,13 @@ static int parse_args(int argc, char **argv, run_opts *o)
         else if (!strcmp(a, "--tokenizer")) { VAL(); o->tokenizer = v; }
         else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) { VAL(); o->prompt = v; }
         else if (!strcmp(a, "--request")) { VAL(); o->request = v; }
+        else if (!strcmp(a, "--engine")) {
+            VAL(); if (!strcmp(v, "llama.cpp")) o->llamacpp = true;
+            else if (strcmp(v, "native")) return bt_error(BT_EINVAL, "--engine expects native or llama.cpp, got '%s'", v);
+        } else if (!strcmp(a, "--device")) {
+            VAL(); if (strcmp(v, "cpu") && strcmp(v, "cuda")) return bt_error(BT_EINVAL, "--device expects cpu or cuda, got '%s'", v);
+            o->device = v;
+        }
         else if (!strcmp(a, "--chat-template")) { VAL(); o->chat_template = v; }
         else if (!strcmp(a, "--argmax")) { VAL(); o->argmax = v; }
         else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
@@ -174,6 +190,11 @@ static int parse_args(int argc, char **argv, run_opts *o)
     if (drafters > 1) return bt_error(BT_EINVAL, "give one drafter: --draft, --draft-self or --draft-ngram");
     if (drafters && !o->spec_k) return bt_error(BT_EINVAL, "a drafter needs --spec-k K (tokens drafted per verify)");
     if (o->spec_k && !drafters) return bt_error(BT_EINVAL, "--spec-k needs a drafter: --draft MODEL, --draft-self N or --draft-ngram N");
+    if (o->device && !o->llamacpp) return bt_error(BT_EINVAL, "--device applies to --engine llama.cpp only");
+    if (o->llamacpp && (o->spec_k || drafters))
+        return bt_error(BT_EINVAL, "--engine llama.cpp runs no speculative decoding: drop --spec-k/--draft*");
+    if (o->llamacpp && o->tokenizer)
+        return bt_error(BT_EINVAL, "--engine llama.cpp needs a GGUF model (with its vocabulary); --tokenizer is for llama2.c checkpoints");
     return BT_OK;
 }
 
@@ -331,6 +352,14 @@ static int write_meta(bt_trace *t, int argc, char **argv, const run_opts *o, con
     META("taps", bt_taps_mode_name(o->taps));
     if (o->layer_lo >= 0) { snprintf(buf, sizeof(buf), "%d-%d", o->layer_lo, o->layer_hi); META("tap_layers", buf); }
     META("logits", o->logits_full ? "full" : "flagged");
+    META("engine", o->llamacpp ? "llama.cpp" : "native");
+    if (o->llamacpp) {
+        snprintf(buf, sizeof(buf), "llama.cpp-%s", o->device ? o->device : "cpu");
+        META("backend", buf);
+        META("llama_cpp_version", bt_llamacpp_version());
+        META("llama_cpp_lib_version", bt_llamacpp_lib_version());
+        META("llama_cpp_build", bt_llamacpp_build_flags());
+    }
 #undef META
 #undef META_JSON
     return rc;
@@ -440,6 +469,7 @@ int cmd_run(int argc, char **argv)
         goto fail;
     }
     if (!bt_model_has_weights(m)) { bt_error(BT_EINVAL, "%s is a vocabulary-only file: it has no weights to run", o.model); goto fail; }
+    if (o.llamacpp && strcmp(m->format, "gguf")) { bt_error(BT_EINVAL, "--engine llama.cpp: %s is not a GGUF file", o.model); goto fail; }
     if (bt_tokenizer_new(&m->vocab, &tok)) goto fail;
     if (build_prompt(&o, &req, m, tok, &prompt, &n_prompt)) goto fail;
     int ctx = o.ctx ? (int)o.ctx : BT_MIN(m->cfg.ctx_len, BT_ENGINE_CTX_CAP);
@@ -460,10 +490,19 @@ int cmd_run(int argc, char **argv)
     if (o.n_inject) {
         if (!(inj = bt_injector_new())) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
         for (int i = 0; i < o.n_inject; i++) if (bt_injector_add(inj, o.inject[i])) goto fail;
+        const char *native_only = o.llamacpp ? bt_injector_needs_native(inj) : NULL;
+        if (native_only) {
+            bt_error(BT_EINVAL, "--inject '%s' writes the native engine's own memory; it cannot apply to --engine llama.cpp", native_only);
+            goto fail;
+        }
         if (bt_injector_apply_weights(inj, m)) goto fail;
     }
     int batch = (int)n_prompt + (int)o.spec_k + 1;
-    if (bt_engine_new(m, ctx, batch, (int)o.threads, &e)) goto fail;
+    if (o.llamacpp) {
+        bt_llamacpp_opts lo = { .model_path = o.model, .ctx_len = ctx, .max_batch = batch, .n_threads = (int)o.threads,
+                                .device = o.device };
+        if (bt_llamacpp_engine_new(m, &lo, &e)) goto fail;
+    } else if (bt_engine_new(m, ctx, batch, (int)o.threads, &e)) goto fail;
     if (bt_sampler_new(&sc, m->cfg.n_vocab, &smp)) goto fail;
     if (o.draft_model && load_draft(&o, m, &dm)) goto fail;
     if (o.draft_model || o.draft_self) {

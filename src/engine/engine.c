@@ -104,6 +104,10 @@ struct bt_engine {
     bt_eval_cb cb;
     bool has_cb;
     bool *want;        /* (BT_OP_COUNT, n_layers + 1); layer -1 maps to column 0 */
+    /* a foreign engine (bt_engine_new_ext): no run state above but logits */
+    bt_engine_ext ext;
+    bool foreign;
+    bool *want_extra;  /* (ext.n_extra) */
 };
 
 static bool *want_at(bt_engine *e, int op, int layer) { return &e->want[op * (e->c.n_layers + 1) + layer + 1]; }
@@ -112,6 +116,8 @@ void bt_engine_free(bt_engine *e)
 {
     if (!e) return;
     if (e->own_pool) bt_pool_free(e->pool);
+    if (e->foreign && e->ext.free) e->ext.free(e->ext.impl);
+    free(e->want_extra);
     void *bufs[] = { e->x, e->xb, e->q, e->k, e->v, e->ctx, e->attn_out, e->gate, e->up, e->act,
                      e->down, e->att, e->logits, e->key_cache, e->val_cache, e->rope_cos,
                      e->rope_sin, e->norm_w, e->want };
@@ -196,6 +202,7 @@ void bt_engine_set_eval_cb(bt_engine *e, const bt_eval_cb *cb)
 {
     e->has_cb = cb && cb->observe;
     memset(e->want, 0, (size_t)BT_OP_COUNT * (e->c.n_layers + 1) * sizeof(bool));
+    if (e->want_extra) memset(e->want_extra, 0, (size_t)e->ext.n_extra * sizeof(bool));
     if (!e->has_cb) return;
     e->cb = *cb;
     for (int op = 0; op < BT_OP_COUNT; op++) {
@@ -205,6 +212,44 @@ void bt_engine_set_eval_cb(bt_engine *e, const bt_eval_cb *cb)
             *want_at(e, op, -1) = !cb->ask || cb->ask(cb->user, op, -1);
         }
     }
+    for (int i = 0; i < e->ext.n_extra; i++)
+        e->want_extra[i] = !cb->ask || cb->ask(cb->user, BT_OP_COUNT + i, e->ext.extra[i].layer);
+}
+
+int bt_engine_new_ext(const bt_model *m, int ctx_len, int max_batch, const bt_engine_ext *ext, bt_engine **out)
+{
+    *out = NULL;
+    bt_engine *e = calloc(1, sizeof(*e));
+    if (!e) { if (ext->free) ext->free(ext->impl); return bt_error(BT_ENOMEM, "out of memory"); }
+    e->m = m; e->c = m->cfg; e->foreign = true; e->ext = *ext;
+    e->ctx_len = ctx_len > 0 ? ctx_len : BT_MIN(m->cfg.ctx_len, BT_ENGINE_CTX_CAP);
+    e->max_batch = max_batch > 0 ? max_batch : 1;
+    e->logit_cap = e->max_batch;
+    e->logits = malloc((size_t)e->logit_cap * m->cfg.n_vocab * sizeof(float));
+    e->want = calloc((size_t)BT_OP_COUNT * (m->cfg.n_layers + 1), sizeof(bool));
+    e->want_extra = calloc((size_t)ext->n_extra + 1, sizeof(bool));
+    if (!e->logits || !e->want || !e->want_extra) { bt_engine_free(e); return bt_error(BT_ENOMEM, "out of memory"); }
+    *out = e;
+    return BT_OK;
+}
+
+bool bt_engine_is_foreign(const bt_engine *e) { return e->foreign; }
+int bt_engine_n_extra(const bt_engine *e) { return e->ext.n_extra; }
+const bt_extra_tensor *bt_engine_extra(const bt_engine *e, int i) { return i >= 0 && i < e->ext.n_extra ? &e->ext.extra[i] : NULL; }
+
+bool bt_engine_tap_wanted(const bt_engine *e, int op, int layer)
+{
+    if (!e->has_cb) return false;
+    if (op >= BT_OP_COUNT) return op - BT_OP_COUNT < e->ext.n_extra && e->want_extra[op - BT_OP_COUNT];
+    if (op < 0 || layer < -1 || layer >= e->c.n_layers) return false;
+    return *want_at((bt_engine *)e, op, layer);
+}
+
+bool bt_engine_tap_deliver(bt_engine *e, bt_tensor_view *t)
+{
+    if (!e->has_cb) return true;
+    t->step = e->step;
+    return e->cb.observe(e->cb.user, t);
 }
 
 /* Hand a freshly computed tensor to the tap; false means cancel. */
@@ -286,10 +331,32 @@ static void attn_worker(void *arg, int ith, int nth)
 #define TAP(op, layer, buf, width) do { \
         if (e->has_cb && !tap(e, op, layer, buf, T, pos0, width)) { e->step++; return BT_EINVAL; } } while (0)
 
+static int forward_ext(bt_engine *e, const int32_t *tokens, int T, int pos0)
+{
+    if (T > e->logit_cap) {
+        float *nl = realloc(e->logits, (size_t)T * e->c.n_vocab * sizeof(float));
+        if (!nl) return bt_error(BT_ENOMEM, "out of memory for %d logit rows", T);
+        e->logits = nl;
+        e->logit_cap = T;
+    }
+    int rc = e->ext.forward(e->ext.impl, e, tokens, T, pos0, e->logits);
+    e->step++;
+    if (rc == BT_OK) e->logit_rows = T;
+    return rc;
+}
+
 int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
 {
     const bt_model *m = e->m;
     const bt_config *c = &e->c;
+    if (e->foreign) {
+        if (T <= 0 || pos0 < 0 || pos0 + T > e->ctx_len)
+            return bt_error(BT_ERANGE, "positions %d..%d exceed the context length %d (use --ctx)", pos0, pos0 + T - 1, e->ctx_len);
+        for (int t = 0; t < T; t++)
+            if (tokens[t] < 0 || tokens[t] >= c->n_vocab)
+                return bt_error(BT_ERANGE, "token id %d at position %d is outside the vocabulary (%d)", tokens[t], pos0 + t, c->n_vocab);
+        return forward_ext(e, tokens, T, pos0);
+    }
     if (T <= 0 || T > e->max_batch)
         return bt_error(BT_EINVAL, "forward of %d tokens exceeds the batch size %d", T, e->max_batch);
     if (pos0 < 0 || pos0 + T > e->ctx_len)
@@ -394,6 +461,7 @@ int bt_engine_kv_dim(const bt_engine *e) { return e->c.n_kv_heads * e->c.head_di
 
 float *bt_engine_kv(bt_engine *e, int layer, int pos, int which)
 {
+    if (e->foreign) return NULL;    /* the foreign engine owns its cache */
     if (layer < 0 || layer >= e->c.n_layers || pos < 0 || pos >= e->ctx_len) return NULL;
     size_t kv_dim = (size_t)bt_engine_kv_dim(e);
     float *base = which ? e->val_cache : e->key_cache;

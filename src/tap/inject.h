@@ -68,6 +68,10 @@ int bt_injector_apply_weights(const bt_injector *inj, bt_model *m);
 /* After each forward: poison KV positions that now exist. */
 void bt_injector_after_forward(const bt_injector *inj, bt_engine *e);
 /* crash@step=S */
+/* The first spec that writes the native engine's own memory (kvcorrupt:
+ * its KV cache; bitflip: its weight mapping), which a foreign engine does
+ * not share; NULL if none. */
+const char *bt_injector_needs_native(const bt_injector *inj);
 bool bt_injector_crash_at(const bt_injector *inj, int step);
 
 #endif

@@ -27,6 +27,8 @@ struct bt_recorder {
     int n_layers, n_vocab;
     int *slot;                  /* (BT_OP_COUNT, n_layers + 1) -> slot or -1 */
     int n_slots;
+    int *extra_slot;            /* a foreign engine's extra tensors (op BT_OP_COUNT + i) -> slot or -1 */
+    int n_extra;
     int status;
     int step;                   /* current step (engine step at step_begin) */
     bool in_step;
@@ -60,7 +62,20 @@ const char *bt_taps_mode_name(int mode) { return mode >= 0 && mode < 4 ? taps_na
  * detector reports), so it is not one. */
 static bool is_control(void *tok, int32_t id) { return tok && bt_tokenizer_is_control(tok, id) && !bt_tokenizer_is_eog(tok, id); }
 
-static int *slot_at(bt_recorder *r, int op, int layer) { return &r->slot[op * (r->n_layers + 1) + layer + 1]; }
+static int *slot_at(bt_recorder *r, int op, int layer)
+{
+    static int none = -1;
+    if (op >= BT_OP_COUNT) return op - BT_OP_COUNT < r->n_extra ? &r->extra_slot[op - BT_OP_COUNT] : &none;
+    return &r->slot[op * (r->n_layers + 1) + layer + 1];
+}
+
+/* "blk.3.ffn_down", or a foreign engine's own name for its extra tensors. */
+static void name_of(const bt_recorder *r, int op, int layer, char *buf, size_t cap)
+{
+    const bt_extra_tensor *x = op >= BT_OP_COUNT ? bt_engine_extra(r->e, op - BT_OP_COUNT) : NULL;
+    if (x) snprintf(buf, cap, "%s", x->name);
+    else bt_tensor_name(op, layer, buf, cap);
+}
 
 static bool tapped(const bt_recorder_cfg *c, int op, int layer)
 {
@@ -132,7 +147,7 @@ static bool cb_observe(void *user, const bt_tensor_view *t)
         if (by) {
             r->inj_by = by;
             r->inj_step = t->step;
-            bt_tensor_name(t->op, t->layer, r->inj_tensor, sizeof(r->inj_tensor));
+            name_of(r, t->op, t->layer, r->inj_tensor, sizeof(r->inj_tensor));
         }
     }
     int slot = *slot_at(r, t->op, t->layer);
@@ -143,8 +158,9 @@ static bool cb_observe(void *user, const bt_tensor_view *t)
     if (bt_stats_bad(&s) && !r->seen_bad) {
         r->seen_bad = true;
         char name[64], detail[1400], kern[160], who[1200];
-        bt_tensor_name(t->op, t->layer, name, sizeof(name));
-        kernel_of(r, t->op, t->layer, kern, sizeof(kern));
+        name_of(r, t->op, t->layer, name, sizeof(name));
+        if (t->kernel) snprintf(kern, sizeof(kern), "%s", t->kernel);
+        else kernel_of(r, t->op, t->layer, kern, sizeof(kern));
         /* A value the injector wrote is the injector's, not the kernel's;
          * a tensor downstream of an injection says where it came from. */
         if (by) snprintf(who, sizeof(who), "--inject '%s' (the injector; computed by %s)", by, kern);
@@ -157,7 +173,9 @@ static bool cb_observe(void *user, const bt_tensor_view *t)
                  (long long)s.nan, (long long)s.pinf, (long long)s.ninf, (long long)s.n,
                  s.first_bad_index, s.first_bad_pos, who);
         int64_t id = 0;
-        int rc = event(r, t->step, s.first_bad_pos, "first_nonfinite", t->layer, bt_op_name(t->op), name, detail, &id);
+        const bt_extra_tensor *x = bt_engine_extra(r->e, t->op - BT_OP_COUNT);
+        int rc = event(r, t->step, s.first_bad_pos, "first_nonfinite", t->layer, x ? x->op : bt_op_name(t->op), name,
+                       detail, &id);
         if (rc == BT_OK && r->cfg.trace) {
             bt_backtrace(r->bt_buf, sizeof(r->bt_buf), 0);
             rc = bt_trace_backtrace(r->cfg.trace, id, t->step, "first_nonfinite", r->bt_buf);
@@ -205,6 +223,19 @@ int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out)
             }
         }
     }
+    /* A foreign engine's tensors with no bt_op (llama.cpp's kq-3): after
+     * ours, under their own names, only when every tensor is tapped. */
+    r->n_extra = bt_engine_n_extra(e);
+    r->extra_slot = malloc(((size_t)r->n_extra + 1) * sizeof(int));
+    if (!r->extra_slot && rc == BT_OK) rc = bt_error(BT_ENOMEM, "out of memory");
+    for (int i = 0; i < r->n_extra && rc == BT_OK; i++) {
+        const bt_extra_tensor *x = bt_engine_extra(e, i);
+        bool in_range = x->layer < 0 || r->cfg.layer_lo < 0 || (x->layer >= r->cfg.layer_lo && x->layer <= r->cfg.layer_hi);
+        r->extra_slot[i] = -1;
+        if (r->cfg.taps != BT_TAPS_ALL || !in_range) continue;
+        r->extra_slot[i] = r->n_slots++;
+        if (cfg->trace) rc = bt_trace_tensor(cfg->trace, r->cfg.model_role, r->extra_slot[i], x->name, x->layer, x->op, x->width);
+    }
     if (rc) { bt_recorder_free(r); return rc; }
     bt_eval_cb cb = { .ask = cb_ask, .observe = cb_observe, .user = r };
     bt_engine_set_eval_cb(e, &cb);
@@ -218,6 +249,7 @@ void bt_recorder_free(bt_recorder *r)
     if (r->e) bt_engine_set_eval_cb(r->e, NULL);
     bt_detector_free(r->det);
     free(r->slot);
+    free(r->extra_slot);
     free(r->ring);
     free(r);
 }
