@@ -20,6 +20,7 @@
 #include "text.h"
 #include "trace/runstate.h"
 #include "util.h"
+#include "llamacpp/llamacpp.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -424,6 +425,12 @@ typedef struct ref_result {
     diverge first;
     diverge *all;
     int n_all;
+    /* cross-engine (a llama.cpp trace replayed on the native engine) */
+    bool cross;
+    double *slot_rel;           /* per slot: largest relative error up to the departure */
+    double before_rel;          /* largest relative error before the departing tensor */
+    int top1_agree, top1_n;     /* teacher-forced: native argmax == the token llama.cpp chose */
+    char wtype[16];             /* the departing matmul's weight type */
 } ref_result;
 
 static void position_str(const diverge *d, char *buf, size_t cap)
@@ -545,8 +552,12 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
     } else bt_warn("bangtrace: bisect: %s records no model_sha256; cannot verify that %s is the traced model", o->trace, path);
 
     int n_layers = m->cfg.n_layers, max_batch = 1, ctx = 1;
+    const char *engine = bt_trace_meta_get(r, "engine");
+    res->cross = engine && !strcmp(engine, "llama.cpp");
+    if (res->cross && !(res->slot_rel = calloc((size_t)n_tens, sizeof(double)))) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
     for (int i = 0; i < n_tens; i++) {
         int op = bt_op_from_name(tens[i].op);
+        if (res->cross && op < 0 && tens[i].idx == i) continue;   /* llama.cpp's own tensor (kq-3): nothing to replay */
         if (tens[i].idx != i || op < 0 || tens[i].layer >= n_layers || (bt_op_is_layer_op(op) != (tens[i].layer >= 0))) {
             rc = bt_error(BT_EFORMAT, "%s: tensor '%s' (slot %d) does not exist in %s (%d layers)", o->trace, tens[i].name,
                           tens[i].idx, path, n_layers);
@@ -616,7 +627,8 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
     rp.seen = calloc((size_t)n_tens, sizeof(bool));
     if (!rp.slot || !rp.ref || !rp.seen) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
     for (int i = 0; i < BT_OP_COUNT * (n_layers + 1); i++) rp.slot[i] = -1;
-    for (int i = 0; i < n_tens; i++) *slot_at(&rp, bt_op_from_name(tens[i].op), tens[i].layer) = i;
+    for (int i = 0; i < n_tens; i++)
+        if (bt_op_from_name(tens[i].op) >= 0) *slot_at(&rp, bt_op_from_name(tens[i].op), tens[i].layer) = i;
     bt_eval_cb cb = { .ask = rp_ask, .observe = rp_observe, .user = &rp };
     bt_engine_set_eval_cb(e, &cb);
 
@@ -631,6 +643,14 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
             if (rp.err[0]) rc = bt_error(BT_EFORMAT, "%s: %s", o->trace, rp.err);
             goto out;
         }
+        if (res->cross && s->pos0 + s->n_pos < n_seq) {
+            /* teacher-forced top-1: would the exact engine have picked llama.cpp's token? */
+            const float *lg = bt_engine_logits(e);
+            int best = 0;
+            for (int v = 1; v < m->cfg.n_vocab; v++) if (lg[v] > lg[best]) best = v;
+            res->top1_n++;
+            res->top1_agree += best == seq[s->pos0 + s->n_pos];
+        }
         free(tr);
         tr = NULL;
         if ((rc = bt_trace_step_taps(r, s->step, &tr, &n_tr))) goto out;
@@ -644,6 +664,10 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
             double tv = 0, rv = 0, rel;
             bool differ = stats_differ(&tr[j], &rp.ref[j], o->tol, field, &tv, &rv, &rel);
             if (rel > res->max_rel && isfinite(rel)) { res->max_rel = rel; res->max_rel_step = s->step; res->max_rel_slot = j; }
+            if (res->cross && !res->found && d.slot < 0) {
+                if (!differ && isfinite(rel) && rel > res->before_rel) res->before_rel = rel;
+                if (rel > res->slot_rel[j]) res->slot_rel[j] = rel;
+            }
             if (!differ) continue;
             if (d.slot < 0) { d.slot = j; snprintf(d.field, sizeof(d.field), "%s", field); d.tv = tv; d.rv = rv; }
             d.n_div++;
@@ -655,7 +679,7 @@ static int run_reference(const bisect_opts *o, bt_trace_reader *r, const bt_trac
                 if (!na) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
                 res->all = na;
                 res->all[res->n_all++] = d;
-            } else break;
+            } else if (!res->cross) break;     /* cross-engine: go on for top-1 agreement */
         }
         double now = bt_now();
         if (now - last > (tty ? 0.5 : 10.0)) {
@@ -672,9 +696,62 @@ out:
     free(steps); free(seq); free(tr);
     free(tl.v); free(in_tok); free(in_off);
     free(rp.slot); free(rp.ref); free(rp.seen);
+    if (res->found && res->cross) {
+        int op = bt_op_from_name(tens[res->first.slot].op), l = tens[res->first.slot].layer;
+        const bt_weight *w = !m ? NULL : op == BT_OP_LOGITS ? &m->output : l < 0 || l >= m->cfg.n_layers ? NULL
+                           : op == BT_OP_ATTN_Q ? &m->layers[l].wq : op == BT_OP_ATTN_K ? &m->layers[l].wk
+                           : op == BT_OP_ATTN_V ? &m->layers[l].wv : op == BT_OP_ATTN_OUTPUT ? &m->layers[l].wo
+                           : op == BT_OP_FFN_GATE ? &m->layers[l].w_gate : op == BT_OP_FFN_UP ? &m->layers[l].w_up
+                           : op == BT_OP_FFN_DOWN ? &m->layers[l].w_down : NULL;
+        snprintf(res->wtype, sizeof(res->wtype), "%s", w && bt_dtype(w->type)->name ? bt_dtype(w->type)->name : "");
+    }
     bt_engine_free(e);
     bt_model_free(m);
     return rc;
+}
+
+/* A llama.cpp trace against the exact engine: the relative error of each
+ * tapped tensor up to where llama.cpp departs (beyond the tolerance, the
+ * one bt_tap_compare rule), a one-line verdict naming its kernel, and the
+ * teacher-forced top-1 agreement. doc/llama-cpp.md. */
+static void print_cross(const ref_result *res, const bt_trace_tensor_row *tens, int n_tens, double tol)
+{
+    bt_text_printf(stdout, "cross-engine: llama.cpp trace replayed on the native f32 engine (the same GGUF, the same ids)\n");
+    bt_text_printf(stdout, "relative error per op and layer, up to the departure (max over steps; '.' not compared):\n");
+    int n_layers = 0;
+    for (int i = 0; i < n_tens; i++) n_layers = BT_MAX(n_layers, tens[i].layer + 1);
+    bt_text_printf(stdout, "  layer");
+    for (int op = 0; op < BT_OP_COUNT; op++) bt_text_printf(stdout, " %7s", bt_op_abbrev(op));
+    bt_text_printf(stdout, "\n");
+    for (int l = -1; l < n_layers; l++) {
+        bool any = false;
+        char line[BT_OP_COUNT * 8 + 16], *p = line;
+        if (l < 0) p += sprintf(p, "  %5s", "-");
+        else p += sprintf(p, "  %5d", l);
+        for (int op = 0; op < BT_OP_COUNT; op++) {
+            double v = -1;
+            for (int i = 0; i < n_tens; i++)
+                if (tens[i].layer == l && bt_op_from_name(tens[i].op) == op && res->slot_rel[i] > 0) v = res->slot_rel[i];
+            if (v >= 0) { p += sprintf(p, " %7.1e", v); any = true; }
+            else p += sprintf(p, " %7s", ".");
+        }
+        if (any) bt_text_printf(stdout, "%s\n", line);
+    }
+    if (res->found) {
+        const bt_trace_tensor_row *t = &tens[res->first.slot];
+        int op = bt_op_from_name(t->op);
+        char kern[160];
+        bt_llamacpp_kernel_guess(op, res->wtype, kern, sizeof(kern));
+        bt_text_printf(stdout, "verdict: llama.cpp first departs at %s, step %d (rel. err %.1e vs <= %.1e before; tolerance %g): %s\n",
+                       t->name, res->first.step, res->slot_rel[res->first.slot] > 0 ? res->slot_rel[res->first.slot] : INFINITY,
+                       res->before_rel, tol, kern);
+    } else {
+        bt_text_printf(stdout, "verdict: llama.cpp stays within %g of the exact engine on every compared tensor (largest %.1e)\n",
+                       tol, res->max_rel);
+    }
+    if (res->top1_n)
+        bt_text_printf(stdout, "teacher-forced top-1 agreement: %d of %d steps (%.1f%%)\n", res->top1_agree, res->top1_n,
+                       100.0 * res->top1_agree / res->top1_n);
 }
 
 static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
@@ -707,6 +784,10 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
             for (int i = 0; i < res.n_all; i++) json_array_append_new(arr, divergence_json(&res.all[i], tens));
             json_object_set_new(rj, "divergent_steps", arr);
         }
+        if (res.cross)
+            json_object_set_new(rj, "cross_engine", json_pack("{s:s,s:o,s:f,s:i,s:i}", "engine", "llama.cpp",
+                                "departs_at", res.found ? json_string(tens[res.first.slot].name) : json_null(),
+                                "rel_before", res.before_rel, "top1_agree", res.top1_agree, "top1_steps", res.top1_n));
         json_object_set_new(j, "reference", rj);
         int rc = print_json(j);
         json_decref(j);
@@ -723,8 +804,10 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
             if (o->all) {
                 bt_text_printf(stdout, "divergent steps (%d of %d compared):\n", res.n_all, res.steps_compared);
                 for (int i = 0; i < res.n_all; i++) print_divergence(&res.all[i], tens, n_tens, "  ");
-            } else bt_text_printf(stdout, "(stopped at the first divergence after %d steps; --all lists every divergent step)\n", res.steps_compared);
-        } else {
+            } else if (!res.cross) bt_text_printf(stdout, "(stopped at the first divergence after %d steps; --all lists every divergent step)\n", res.steps_compared);
+        }
+        if (res.cross) print_cross(&res, tens, n_tens, o->tol);
+        else if (!res.found) {
             bt_text_printf(stdout, "no divergence: %d steps x %d tensors match the reference within %g", res.steps_compared, n_tens, o->tol);
             if (res.max_rel > 0) bt_text_printf(stdout, " (largest relative difference %.3g at step %d, %s)", res.max_rel, res.max_rel_step, tens[res.max_rel_slot].name);
             bt_text_printf(stdout, "\n");
@@ -733,6 +816,7 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
 out:
     if (status == 2) bt_cmd_fail("bisect");
     free(res.all);
+    free(res.slot_rel);
     return status;
 }
 

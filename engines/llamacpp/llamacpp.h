@@ -8,6 +8,7 @@
 #define BT_LLAMACPP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include "engine/engine.h"
 #include "model/model.h"
 
@@ -35,5 +36,8 @@ const char *bt_llamacpp_build_flags(void);
 /* The name table (doc/llama-cpp.md): llama.cpp's graph name (without its
  * "-L" layer suffix) -> bt_op, or -1 when it has no counterpart. */
 int bt_llamacpp_map_name(const char *base);
+/* The kernel llama.cpp's CPU backend runs for op with weights of type
+ * wtype ("q4_1"; "" for ops without weights), for the cross-engine verdict. */
+void bt_llamacpp_kernel_guess(int op, const char *wtype, char *buf, size_t cap);
 
 #endif
