@@ -4,8 +4,8 @@
 ASAN_TESTS = tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_guard tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh tests/trace_hostile.sh
 TESTS += tests/manpage.sh
 EXTRA_DIST += tests/manpage.sh
-TESTS += tests/link_invariants.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
-EXTRA_DIST += tests/link_invariants.sh tests/browse_big.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/golden/smollm2-q4_1.txt tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
+TESTS += tests/llamacpp.sh tests/link_invariants.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
+EXTRA_DIST += tests/llamacpp.sh tests/link_invariants.sh tests/browse_big.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/golden/smollm2-q4_1.txt tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
 # request parsing, chat templates, sampler / argmax rules
 check_PROGRAMS += tests/test_request tests/test_sampler
 TESTS += tests/test_request tests/test_sampler
