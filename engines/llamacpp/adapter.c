@@ -44,6 +44,7 @@ typedef struct entry {
     int gop;                    /* ggml op */
     int op;                     /* bt_op, or BT_OP_COUNT + extra index */
     int layer;
+    int seen;                   /* forward number it was last delivered in */
 } entry;
 
 typedef struct probe_node { char name[64]; int gop; bool usable; int64_t nel; } probe_node;
@@ -56,6 +57,7 @@ typedef struct lc_impl {
     bt_engine *e;               /* during a forward */
     int n_vocab, max_batch, n_past;
     int T, pos0;                /* the forward in progress */
+    int forward_no;             /* numbers decode calls, for entry.seen */
     bool cancelled;
     /* the probe */
     bool probing;
@@ -93,12 +95,12 @@ static unsigned hash_of(const char *name, int gop)
     return h & (HASH_SIZE - 1);
 }
 
-static const entry *lookup(const lc_impl *L, const char *name, int gop)
+static entry *lookup(const lc_impl *L, const char *name, int gop)
 {
     for (unsigned h = hash_of(name, gop), n = 0; n < HASH_SIZE; h = (h + 1) & (HASH_SIZE - 1), n++) {
         int i = L->hash[h];
         if (!i) return NULL;
-        const entry *x = &L->entries[i - 1];
+        entry *x = &L->entries[i - 1];
         if (x->gop == gop && !strcmp(x->name, name)) return x;
     }
     return NULL;
@@ -121,7 +123,7 @@ static bool usable(const struct ggml_tensor *t)
         return false;
     default: break;
     }
-    if (!t->name[0] || strpbrk(t->name, " ()")) return false;
+    if (!t->name[0] || strpbrk(t->name, " ()") || !strncmp(t->name, "node_", 5)) return false;   /* ggml's own names */
     if (t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16) return false;
     return ggml_is_contiguous(t);
 }
@@ -214,9 +216,12 @@ static bool cb_eval(struct ggml_tensor *t, bool ask, void *user)
         p->nel = ggml_nelements(t);
         return false;
     }
-    const entry *x = lookup(L, t->name, t->op);
-    if (!x) return false;
+    entry *x = lookup(L, t->name, t->op);
+    /* a name and op computed twice in one graph (norm-3: RMS_NORM before
+     * attn_norm and before ffn_norm) is recorded at its first node */
+    if (!x || x->seen == L->forward_no) return false;
     if (ask) return bt_engine_tap_wanted(L->e, x->op, x->layer);
+    x->seen = L->forward_no;
     if (!deliver(L, x, t)) { L->cancelled = true; return false; }
     return true;
 }
@@ -259,8 +264,8 @@ static int build_table(lc_impl *L)
             snprintf(lower, sizeof(lower), "%s", ggml_op_name(p->gop));
             for (char *q = lower; *q; q++) if (*q >= 'A' && *q <= 'Z') *q += 32;
             if (last) snprintf(xt->name, sizeof(xt->name), "%s", p->name);
-            else snprintf(xt->name, sizeof(xt->name), "%.40s.%s", p->name, lower);
-            if (last) snprintf(xt->op, sizeof(xt->op), "%.31s", base);
+            else snprintf(xt->name, sizeof(xt->name), "%.40s.%.20s", p->name, lower);
+            if (last) snprintf(xt->op, sizeof(xt->op), "%.31s", base);   /* base is at most 63: cut to the field */
             else snprintf(xt->op, sizeof(xt->op), "%.20s.%.10s", base, lower);
             xt->layer = layer;
             xt->width = (int)(p->nel > 0x7fffffff ? 0x7fffffff : p->nel);
@@ -293,6 +298,7 @@ static int decode(lc_impl *L, const int32_t *tokens, int T, int pos0)
     L->T = T;
     L->pos0 = pos0;
     L->cancelled = false;
+    L->forward_no++;
     last_log[0] = 0;
     int32_t r = llama_decode(L->ctx, L->batch);
     if (L->cancelled) return BT_EINVAL;     /* the callback set the message */

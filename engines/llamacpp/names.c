@@ -10,6 +10,7 @@
 
 static const struct { const char *llama; int op; } name_map[] = {
     { "inp_embd", BT_OP_TOKEN_EMBD },
+    { "embd", BT_OP_TOKEN_EMBD },       /* the GET_ROWS node in this version */
     { "attn_norm", BT_OP_ATTN_NORM },
     { "Qcur", BT_OP_ATTN_Q },           /* after RoPE */
     { "Kcur", BT_OP_ATTN_K },           /* after RoPE, before the cache */
