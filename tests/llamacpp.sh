@@ -35,12 +35,12 @@ assert a["prompt_ids"] == b["prompt_ids"], (a["prompt_ids"], b["prompt_ids"])
 assert a["completion_ids"] == b["completion_ids"], (a["completion_ids"], b["completion_ids"])
 PY
 expect_exit 0 "a clean llama.cpp trace: bisect finds nothing" "$B" bisect "$TMP/clean.db" --json
-"$py" -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['first_nonfinite'] is None and not d.get('events'), d" "$TMP/out" ||
+"$py" -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['first_nonfinite'] is None and d['events']['total'] == 0, d" "$TMP/out" ||
     fail "clean llama.cpp trace has events: $(head -c 300 "$TMP/out")"
 expect_exit 0 "report on a llama.cpp trace" "$B" report "$TMP/clean.db"
 grep -q "| engine | llama.cpp |" "$TMP/out" || fail "report names the engine"
 grep -q "llama.cpp version" "$TMP/out" || fail "report names llama.cpp's version"
-grep -q "LLAMA_BUILD_TESTS=OFF" "$TMP/out" || fail "report gives llama.cpp's build flags"
+grep -q "| llama.cpp build | " "$TMP/out" || fail "report gives llama.cpp's build flags"
 expect_exit 0 "browse --dump run on a llama.cpp trace" "$B" browse "$TMP/clean.db" --dump run
 expect_exit 0 "browse --dump tokens on a llama.cpp trace" "$B" browse "$TMP/clean.db" --dump tokens
 # llama.cpp's own tensors are recorded under their names
@@ -54,7 +54,7 @@ assert 'blk.2.ffn_down' in names and 'kq_soft_max-2' in names and 'logits' in na
 [ $? -le 1 ] || fail "diff native vs llama.cpp: $(cat "$TMP/err")"
 
 # 2. injected faults localize where the native engine puts them
-for spec in "nan@layer=2,op=ffn_gate,step=3,index=7" "inf@layer=1,op=attn_q,step=0,index=5" "ninf@layer=4,op=ffn_down,step=5,index=2"; do
+for spec in "nan@layer=2,op=ffn_gate,step=3,index=7" "inf@layer=1,op=attn_q,step=0,index=5" "-inf@layer=4,op=ffn_down,step=5,index=2"; do
     for eng in native llama.cpp; do
         "$B" run --engine "$eng" --model "$S" --prompt "Once upon a time" -n 8 --inject "$spec" \
             --trace "$TMP/inj-$eng.db" >/dev/null 2>"$TMP/err" || [ $? -eq 1 ] || fail "$eng run with $spec: $(cat "$TMP/err")"
@@ -106,7 +106,7 @@ rc=$?
 # 4. SmolLM2 Q4_1: the cross-engine bisect names the first departing op, twice the same
 if [ -f "$SMOL" ]; then
     expect_exit 0 "SmolLM2 clean run on llama.cpp" \
-        "$B" run --engine llama.cpp --model "$SMOL" --prompt "The capital of France is" -n 6 --trace "$TMP/smol.db"
+        "$B" run --engine llama.cpp --model "$SMOL" --prompt "The capital of France is" -n 3 --trace "$TMP/smol.db"
     expect_exit 0 "a clean SmolLM2 llama.cpp trace has no non-finite tensor" "$B" bisect "$TMP/smol.db"
     for i in 1 2; do
         "$B" bisect "$TMP/smol.db" --reference >"$TMP/ref$i.txt" 2>"$TMP/err"

@@ -358,6 +358,13 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
     int rc = BT_OK;
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = cuda ? 9999 : 0;
+    /* No extra CPU buffer types (AMX, repacked weights) unless asked with
+     * BT_LLAMA_EXTRA_BUFTS=1: a -march=native build detects AMX where a VM
+     * may not enable the tiles (SIGILL in tinygemm_kernel_amx here), and the
+     * plain path is the one whose kernel the trace can name (vec_dot with
+     * quantized activations). doc/llama-cpp.md. */
+    const char *xb = getenv("BT_LLAMA_EXTRA_BUFTS");
+    mp.use_extra_bufts = xb && !strcmp(xb, "1");
     last_log[0] = 0;
     L->model = llama_model_load_from_file(o->model_path, mp);
     if (!L->model) {
