@@ -7,7 +7,9 @@
 #   native        bangtrace bench, taps off / taps all
 #   llama.cpp     llama-bench (no taps)
 #   llama.cpp+bt  bangtrace run --engine llama.cpp, taps off / taps all
-# and the ratios native / llama-bench. Figures, never assertions.
+# and the ratios native / llama-bench. llama.cpp runs without its extra
+# buffer types (AMX, repacked weights) in both, as run --engine llama.cpp
+# does (BT_LLAMA_EXTRA_BUFTS=1 turns them on). Figures, never assertions.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 B=${BANGTRACE:-./bangtrace}
@@ -28,7 +30,7 @@ d=json.load(open(sys.argv[1]))
 for k in sys.argv[2:]: d=d.get(k) if isinstance(d,dict) else None
 print("%.1f" % d if isinstance(d,(int,float)) else "n/a")' "$@"; }
 lbench() {  # model -> "pp tg"
-    "$lc/bin/llama-bench" -m "$1" -t "$threads" -p "$P" -n "$N" -r 1 -o json >"$tmp/lb.json" 2>/dev/null || { echo "n/a n/a"; return; }
+    "$lc/bin/llama-bench" -m "$1" -t "$threads" -p "$P" -n "$N" -r 1 --repack "${BT_LLAMA_EXTRA_BUFTS:-0}" -o json >"$tmp/lb.json" 2>/dev/null || { echo "n/a n/a"; return; }
     python3 -c 'import json,sys
 rows=json.load(open(sys.argv[1]))
 pp=[r["avg_ts"] for r in rows if r.get("n_prompt",0)>0 and r.get("n_gen",0)==0]
