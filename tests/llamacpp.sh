@@ -40,7 +40,9 @@ expect_exit 0 "a clean llama.cpp trace: bisect finds nothing" "$B" bisect "$TMP/
 expect_exit 0 "report on a llama.cpp trace" "$B" report "$TMP/clean.db"
 grep -q "| engine | llama.cpp |" "$TMP/out" || fail "report names the engine"
 grep -q "llama.cpp version" "$TMP/out" || fail "report names llama.cpp's version"
-grep -q "| llama.cpp build | " "$TMP/out" || fail "report gives llama.cpp's build flags"
+grep -q "| llama.cpp (llama-cpp-python sdist) | $(grep -v '^#' "$BT_SRCDIR/tools/llama-cpp.sha256" | awk '{print $2; exit}') |" "$TMP/out" ||
+    fail "report names the pinned llama.cpp version: $(grep llama "$TMP/out")"
+grep -q "| llama.cpp build | .*GGML_NATIVE" "$TMP/out" || fail "report gives llama.cpp's build flags"
 expect_exit 0 "browse --dump run on a llama.cpp trace" "$B" browse "$TMP/clean.db" --dump run
 expect_exit 0 "browse --dump tokens on a llama.cpp trace" "$B" browse "$TMP/clean.db" --dump tokens
 # llama.cpp's own tensors are recorded under their names
@@ -81,6 +83,10 @@ expect_exit 2 "kvcorrupt cannot apply to llama.cpp" \
 expect_exit 2 "speculative decoding is refused" \
     "$B" run --engine llama.cpp --model "$S" --prompt hi -n 2 --spec-k 2 --draft-ngram 2
 expect_exit 2 "--device without --engine llama.cpp" "$B" run --device cpu --model "$S" --prompt hi -n 1
+"$B" run --engine llama.cpp --device cuda --model "$S" --prompt hi -n 1 >/dev/null 2>"$TMP/err"
+rc=$?
+{ [ $rc -eq 0 ] || { [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ]; }; } && ok "--device cuda: runs, or one line and exit 2 on a CPU build" ||
+    fail "--device cuda: exit $rc, $(cat "$TMP/err")"
 expect_exit 2 "a llama2.c checkpoint is not a GGUF" \
     "$B" run --engine llama.cpp --model "$STORIES" --tokenizer "$TOK512" --prompt hi -n 1
 # a GGUF bangtrace reads but llama.cpp refuses: without the rms epsilon

@@ -18,6 +18,7 @@
  * an injected value is written back before llama.cpp uses the tensor; one
  * llama_batch per forward, one ubatch (n_ubatch >= max batch), so a view's
  * rows are the forward's positions. */
+#include "config.h"            /* BT_LLAMA_CPP_VERSION, BT_LLAMA_CPP_FLAGS */
 #include "llamacpp.h"
 #include "util.h"
 
@@ -31,10 +32,7 @@
 #include <string.h>
 
 #ifndef BT_LLAMA_CPP_VERSION
-#define BT_LLAMA_CPP_VERSION "?"
-#endif
-#ifndef BT_LLAMA_CPP_FLAGS
-#define BT_LLAMA_CPP_FLAGS "?"
+#error "configure defines BT_LLAMA_CPP_VERSION with HAVE_LLAMA_CPP"
 #endif
 
 #define HASH_SIZE 8192          /* power of two, > 2x the nodes a graph names */
