@@ -21,6 +21,7 @@
 #include "text.h"
 #include "trace/runstate.h"
 #include "util.h"
+#include "llamacpp/llamacpp.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -63,6 +64,9 @@ void cmd_bisect_help(FILE *out)
         "  --json           one JSON object on stdout\n"
         "  --limit X        measure the headroom against X instead of the f16 maximum\n"
         "  --reference      teacher-forced replay against a clean engine\n"
+        "                   (a trace of run --engine llama.cpp: the exact engine's replay of its\n"
+        "                   ids, the relative error per op and layer up to where llama.cpp first\n"
+        "                   departs, a verdict naming its kernel, top-1 agreement; doc/llama-cpp.md)\n"
         "  --model M        model file (default: the trace's model_path)\n"
         "  --tokenizer T    llama2.c tokenizer (not needed for the replay)\n"
         "  --tolerance X    relative tolerance on min, max, mean, rms (default 0.02; min and\n"
@@ -500,6 +504,50 @@ static void show_progress(void *user, int i, int n)
     else fprintf(stderr, "bisect --reference: step %d/%d\n", i, n);
 }
 
+/* A llama.cpp trace against the exact engine: the relative error of each
+ * tapped tensor up to where llama.cpp departs (beyond the tolerance, the
+ * one bt_tap_compare rule), a one-line verdict naming its kernel, and the
+ * teacher-forced top-1 agreement. doc/llama-cpp.md. */
+static void print_cross(const bt_replay_result *res, const bt_trace_tensor_row *tens, int n_tens, double tol)
+{
+    bt_text_printf(stdout, "cross-engine: llama.cpp trace replayed on the native f32 engine (the same GGUF, the same ids)\n");
+    bt_text_printf(stdout, "relative error per op and layer, up to the departure (max over steps; '.' not compared):\n");
+    int n_layers = 0;
+    for (int i = 0; i < n_tens; i++) n_layers = BT_MAX(n_layers, tens[i].layer + 1);
+    bt_text_printf(stdout, "  layer");
+    for (int op = 0; op < BT_OP_COUNT; op++) bt_text_printf(stdout, " %7s", bt_op_abbrev(op));
+    bt_text_printf(stdout, "\n");
+    for (int l = -1; l < n_layers; l++) {
+        bool any = false;
+        char line[BT_OP_COUNT * 8 + 16], *p = line;
+        if (l < 0) p += sprintf(p, "  %5s", "-");
+        else p += sprintf(p, "  %5d", l);
+        for (int op = 0; op < BT_OP_COUNT; op++) {
+            double v = -1;
+            for (int i = 0; i < n_tens; i++)
+                if (tens[i].layer == l && bt_op_from_name(tens[i].op) == op && res->slot_rel[i] > 0) v = res->slot_rel[i];
+            if (v >= 0) { p += sprintf(p, " %7.1e", v); any = true; }
+            else p += sprintf(p, " %7s", ".");
+        }
+        if (any) bt_text_printf(stdout, "%s\n", line);
+    }
+    if (res->found) {
+        const bt_trace_tensor_row *t = &tens[res->first.slot];
+        int op = bt_op_from_name(t->op);
+        char kern[160];
+        bt_llamacpp_kernel_guess(op, res->wtype, kern, sizeof(kern));
+        bt_text_printf(stdout, "verdict: llama.cpp first departs at %s, step %d (rel. err %.1e vs <= %.1e before; tolerance %g): %s\n",
+                       t->name, res->first.step, res->slot_rel[res->first.slot] > 0 ? res->slot_rel[res->first.slot] : INFINITY,
+                       res->before_rel, tol, kern);
+    } else {
+        bt_text_printf(stdout, "verdict: llama.cpp stays within %g of the exact engine on every compared tensor (largest %.1e)\n",
+                       tol, res->max_rel);
+    }
+    if (res->top1_n)
+        bt_text_printf(stdout, "teacher-forced top-1 agreement: %d of %d steps (%.1f%%)\n", res->top1_agree, res->top1_n,
+                       100.0 * res->top1_agree / res->top1_n);
+}
+
 static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
 {
     int status = 2;
@@ -547,6 +595,10 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
             for (int i = 0; i < res.n_all; i++) json_array_append_new(arr, divergence_json(&res.all[i], tens));
             json_object_set_new(rj, "divergent_steps", arr);
         }
+        if (res.cross)
+            json_object_set_new(rj, "cross_engine", json_pack("{s:s,s:o,s:f,s:i,s:i}", "engine", "llama.cpp",
+                                "departs_at", res.found ? json_string(tens[res.first.slot].name) : json_null(),
+                                "rel_before", res.before_rel, "top1_agree", res.top1_agree, "top1_steps", res.top1_n));
         json_object_set_new(j, "reference", rj);
         int rc = print_json(j);
         json_decref(j);
@@ -574,8 +626,10 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
             if (o->all) {
                 bt_text_printf(stdout, "divergent steps (%d of %d compared):\n", res.n_all, res.steps_compared);
                 for (int i = 0; i < res.n_all; i++) print_divergence(&res.all[i], tens, n_tens, "  ");
-            } else bt_text_printf(stdout, "(stopped at the first divergence after %d steps; --all lists every divergent step)\n", res.steps_compared);
-        } else {
+            } else if (!res.cross) bt_text_printf(stdout, "(stopped at the first divergence after %d steps; --all lists every divergent step)\n", res.steps_compared);
+        }
+        if (res.cross) print_cross(&res, tens, n_tens, o->tol);
+        else if (!res.found) {
             bt_text_printf(stdout, "no divergence: %d steps x %d tensors match the reference within %g", res.steps_compared, n_tens, o->tol);
             if (res.max_rel > 0) bt_text_printf(stdout, " (largest relative difference %.3g at step %d, %s)", res.max_rel, res.max_rel_step, tens[res.max_rel_slot].name);
             bt_text_printf(stdout, "\n");

@@ -149,6 +149,14 @@ static void section_environment(FILE *o, bt_trace_reader *r, const char *path)
     row(o, "host", bt_trace_meta_get(r, "host"));
     row(o, "CPU", bt_trace_meta_get(r, "cpu"));
     row(o, "backend", bt_trace_meta_get(r, "backend"));
+    /* a trace of --engine llama.cpp says which llama.cpp computed it */
+    const char *engine = bt_trace_meta_get(r, "engine");
+    if (engine) row(o, "engine", engine);
+    if (bt_trace_meta_get(r, "llama_cpp_version")) {
+        row(o, "llama.cpp (llama-cpp-python sdist)", bt_trace_meta_get(r, "llama_cpp_version"));
+        row(o, "llama.cpp version", bt_trace_meta_get(r, "llama_cpp_lib_version"));
+        row_code(o, "llama.cpp build", bt_trace_meta_get(r, "llama_cpp_build"));
+    }
     row(o, "threads", bt_trace_meta_get(r, "threads"));
     row(o, "bangtrace", bt_trace_meta_get(r, "tool_version"));
     row(o, "trace schema", bt_trace_meta_get(r, "schema_version"));

@@ -21,6 +21,7 @@
 #include "text.h"
 #include "util.h"
 #include "kernels.h"
+#include "llamacpp/llamacpp.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -36,6 +37,7 @@ void cmd_run_help(FILE *out)
         "                     [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
         "                     [--threads N] [--ctx N] [--argmax RULE] [--chat-template NAME] [--json]\n"
         "                     [--numerics PROFILE]\n"
+        "                     [--engine native|llama.cpp [--device cpu|cuda]]\n"
         "                     [--trace OUT.db [--force] [--taps MODE] ...]\n\n"
         "Generate a completion. stdout gets only the completion text; progress and\n"
         "timings go to stderr.\n\n"
@@ -52,7 +54,14 @@ void cmd_run_help(FILE *out)
         "  --seed S             sampling seed, 0 to 2^64-1 (default 42)\n"
         "  --threads N          compute threads (default: online CPUs)\n"
         "  --device DEV         where the ops run: cpu (default), cuda or cuda:N (the CUDA\n"
-        "                       plugin, bangtrace-cuda.so; exit 2 when it cannot run here)\n"
+        "                       plugin, bangtrace-cuda.so; exit 2 when it cannot run here);\n"
+        "                       with --engine llama.cpp: llama.cpp's backend, cpu or cuda\n"
+        "                       (a llama.cpp build with CUDA)\n"
+        "  --engine NAME        native (default: bangtrace's exact f32 engine) or llama.cpp (the\n"
+        "                       pinned llama.cpp build through its C API and cb_eval: same taps,\n"
+        "                       trace, --inject activation faults and sampling; GGUF models only;\n"
+        "                       no speculative decoding, kvcorrupt, bitflip or --numerics;\n"
+        "                       doc/llama-cpp.md)\n"
         "  --ctx N              context length (default: the model's, at most 4096)\n"
         "  --numerics PROFILE   emulate another engine's number formats (doc/numerics.md): a\n"
         "                       preset (f32 = exact, the default; f16, bf16, llama.cpp-cpu,\n"
@@ -119,6 +128,7 @@ typedef struct run_opts {
     long draft_self, draft_ngram;
     const char *numerics_spec;
     bt_numerics numerics;
+    bool llamacpp;            /* --engine llama.cpp */
     const char *device;
 } run_opts;
 
@@ -137,6 +147,10 @@ static int parse_args(int argc, char **argv, run_opts *o)
         else if (!strcmp(a, "--tokenizer")) { VAL(); o->tokenizer = v; }
         else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) { VAL(); o->prompt = v; }
         else if (!strcmp(a, "--request")) { VAL(); o->request = v; }
+        else if (!strcmp(a, "--engine")) {
+            VAL(); if (!strcmp(v, "llama.cpp")) o->llamacpp = true;
+            else if (strcmp(v, "native")) return bt_error(BT_EINVAL, "--engine expects native or llama.cpp, got '%s'", v);
+        }
         else if (!strcmp(a, "--chat-template")) { VAL(); o->chat_template = v; }
         else if (!strcmp(a, "--argmax")) { VAL(); o->argmax = v; }
         else if (!strcmp(a, "--device")) {
@@ -201,6 +215,14 @@ static int parse_args(int argc, char **argv, run_opts *o)
     if (drafters > 1) return bt_error(BT_EINVAL, "give one drafter: --draft, --draft-self or --draft-ngram");
     if (drafters && !o->spec_k) return bt_error(BT_EINVAL, "a drafter needs --spec-k K (tokens drafted per verify)");
     if (o->spec_k && !drafters) return bt_error(BT_EINVAL, "--spec-k needs a drafter: --draft MODEL, --draft-self N or --draft-ngram N");
+    if (o->llamacpp && o->device && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
+        return bt_error(BT_EINVAL, "--device with --engine llama.cpp expects cpu or cuda, got '%s'", o->device);
+    if (o->llamacpp && o->numerics_spec)
+        return bt_error(BT_EINVAL, "--numerics emulates numerics on the native engine; it cannot apply to --engine llama.cpp");
+    if (o->llamacpp && (o->spec_k || drafters))
+        return bt_error(BT_EINVAL, "--engine llama.cpp runs no speculative decoding: drop --spec-k/--draft*");
+    if (o->llamacpp && o->tokenizer)
+        return bt_error(BT_EINVAL, "--engine llama.cpp needs a GGUF model (with its vocabulary); --tokenizer is for llama2.c checkpoints");
     return BT_OK;
 }
 
@@ -235,6 +257,15 @@ typedef struct run_meta {
 } run_meta;
 
 /* The session's meta callback: called once the trace exists. */
+/* The session's engine hook for --engine llama.cpp (bt_session_cfg.engine_new). */
+static int llamacpp_engine(void *user, const bt_model *m, int ctx, int max_batch, int threads, bt_engine **out)
+{
+    const run_opts *o = user;
+    bt_llamacpp_opts lo = { .model_path = o->model, .ctx_len = ctx, .max_batch = max_batch, .n_threads = threads,
+                            .device = o->device };
+    return bt_llamacpp_engine_new(m, &lo, out);
+}
+
 static int write_meta(void *user, bt_trace *t, const bt_session *s)
 {
     const run_meta *rm = user;
@@ -263,8 +294,10 @@ static int write_meta(void *user, bt_trace *t, const bt_session *s)
     if (gethostname(buf, sizeof(buf)) == 0) { buf[sizeof(buf) - 1] = 0; META("host", buf); }
     read_cpu_name(buf, sizeof(buf));
     META("cpu", buf);
-    /* cpu-<simd> on the CPU; the device's name on another backend */
-    if (!o->device || !strcmp(o->device, "cpu")) snprintf(buf, sizeof(buf), "cpu-%s", bt_kernels_simd());
+    /* cpu-<simd> on the CPU; the device's name on another backend;
+     * llama.cpp-<dev> for llama.cpp's own backends */
+    if (o->llamacpp) snprintf(buf, sizeof(buf), "llama.cpp-%s", o->device ? o->device : "cpu");
+    else if (!o->device || !strcmp(o->device, "cpu")) snprintf(buf, sizeof(buf), "cpu-%s", bt_kernels_simd());
     else snprintf(buf, sizeof(buf), "%s", o->device);
     META("backend", buf);
     snprintf(buf, sizeof(buf), "%ld", o->threads);
@@ -308,6 +341,12 @@ static int write_meta(void *user, bt_trace *t, const bt_session *s)
     META("taps", bt_taps_mode_name(o->taps));
     if (o->layer_lo >= 0) { snprintf(buf, sizeof(buf), "%d-%d", o->layer_lo, o->layer_hi); META("tap_layers", buf); }
     META("logits", o->logits_full ? "full" : "flagged");
+    META("engine", o->llamacpp ? "llama.cpp" : "native");
+    if (o->llamacpp) {
+        META("llama_cpp_version", bt_llamacpp_version());
+        META("llama_cpp_lib_version", bt_llamacpp_lib_version());
+        META("llama_cpp_build", bt_llamacpp_build_flags());
+    }
 #undef META
 #undef META_JSON
     return rc;
@@ -386,6 +425,7 @@ int cmd_run(int argc, char **argv)
     if (bt_session_open(&cfg, &ses)) goto fail;
     m = bt_session_model(ses);
     tok = bt_session_tokenizer(ses);
+    if (o.llamacpp && strcmp(m->format, "gguf")) { bt_error(BT_EINVAL, "--engine llama.cpp: %s is not a GGUF file", o.model); goto fail; }
     if (bt_request_prompt_ids(&req, o.prompt, o.chat_template, m, tok, &prompt, &n_prompt)) goto fail;
     int ctx = bt_session_ctx(ses);
     bt_debug("kernels: cpu-%s, %ld threads; context %d (model %d), max tokens %ld", bt_kernels_simd(), o.threads, ctx,
@@ -402,6 +442,7 @@ int cmd_run(int argc, char **argv)
     cfg.max_tokens = n_max;
     cfg.prompt = prompt;
     cfg.n_prompt = (int)n_prompt;
+    if (o.llamacpp) { cfg.engine_new = llamacpp_engine; cfg.engine_user = &o; }
     if (o.trace)
         bt_debug("trace %s: taps %s, logits %s, top-k %ld%s", o.trace, bt_taps_mode_name(o.taps),
                  o.logits_full ? "full" : "flagged", o.topk, o.n_inject ? ", with fault injection" : "");

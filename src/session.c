@@ -113,11 +113,17 @@ int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
             if ((rc = bt_injector_add(s->inj, cfg->inject[i]))) return rc;
         bt_injector_set_draw(s->inj, cfg->seed);   /* p=P specs: one draw per run, seeded by --seed */
         if (!wm) return bt_error(BT_EINVAL, "fault injection needs a session that owns its model (not shared)");
+        const char *native_only = cfg->engine_new ? bt_injector_needs_native(s->inj) : NULL;
+        if (native_only)
+            return bt_error(BT_EINVAL, "--inject '%s' writes the native engine's own memory; it cannot apply to --engine llama.cpp",
+                            native_only);
         if ((rc = bt_injector_apply_weights(s->inj, wm))) return rc;
     }
     int batch = cfg->max_batch > 0 ? cfg->max_batch : 1;
     bt_engine_opts to = { .ctx_len = s->ctx, .max_batch = batch, .n_threads = s->threads, .device = cfg->device };
-    if ((rc = bt_engine_new_opts(m, &to, &s->e))) return rc;
+    if (cfg->engine_new) rc = cfg->engine_new(cfg->engine_user, m, s->ctx, batch, s->threads, &s->e);
+    else rc = bt_engine_new_opts(m, &to, &s->e);
+    if (rc) return rc;
     if (cfg->numerics && (rc = bt_engine_set_numerics(s->e, cfg->numerics))) return rc;
     if (cfg->draft_model && !s->draft_model) {
         if ((rc = load_draft(cfg, m, &s->own_draft))) return rc;

@@ -54,6 +54,11 @@ typedef struct bt_session_cfg {
     int draft_self;                 /* drafter = the target's first N layers */
     int draft_ngram;                /* drafter = prompt lookup of the last N tokens */
     const bt_numerics *numerics;    /* the emulated numerics (target and drafter); NULL: exact f32 */
+    /* Build the target engine another way (a foreign engine: run --engine
+     * llama.cpp, engines/llamacpp/); NULL: the native engine on `device`.
+     * Kept as a hook so that this library never links the foreign one. */
+    int (*engine_new)(void *user, const bt_model *m, int ctx, int max_batch, int threads, bt_engine **out);
+    void *engine_user;
 
     /* fault injection: the specs, and the run's extent to refuse a spec
      * that can never match (bt_injector_check) */

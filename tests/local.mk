@@ -1,11 +1,11 @@
 # tests/local.mk - the test suite. Programs are C unit tests; *.sh drive the
 # built binary. ASAN_TESTS (one line) is what `./quickstart check` reruns
 # under ASan+UBSan.
-ASAN_TESTS = tests/test_session tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_guard tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh tests/trace_hostile.sh tests/test_kernel_rows tests/export_perfetto.sh
+ASAN_TESTS = tests/test_foreign tests/test_session tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_guard tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh tests/trace_hostile.sh tests/test_kernel_rows tests/export_perfetto.sh
 TESTS += tests/manpage.sh
 EXTRA_DIST += tests/manpage.sh
-TESTS += tests/link_invariants.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
-EXTRA_DIST += tests/link_invariants.sh tests/browse_big.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/golden/smollm2-q4_1.txt tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
+TESTS += tests/llamacpp.sh tests/link_invariants.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
+EXTRA_DIST += tests/llamacpp.sh tests/link_invariants.sh tests/browse_big.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/golden/smollm2-q4_1.txt tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
 # request parsing, chat templates, sampler / argmax rules
 check_PROGRAMS += tests/test_request tests/test_sampler
 TESTS += tests/test_request tests/test_sampler
@@ -139,3 +139,9 @@ EXTRA_DIST += tests/backend_cuda.sh
 # canary and ctxwalk (doc/production.md): loopback servers, bounded loops
 TESTS += tests/canary_ctxwalk.sh
 EXTRA_DIST += tests/canary_ctxwalk.sh
+
+# a foreign engine (engines/llamacpp's shape) behind bt_engine, recorded
+check_PROGRAMS += tests/test_foreign
+TESTS += tests/test_foreign
+tests_test_foreign_SOURCES = tests/test_foreign.c
+tests_test_foreign_LDADD = $(LLAMA_ENGINE_LIBS) $(TRACE_LIBS) $(LLAMA_CPP_LIBS)

@@ -130,6 +130,10 @@ struct bt_engine {
      * CPU backend: the hooks round host memory in place, with its pool. */
     bt_numerics_ctx *num;
     bt_pool *pool;     /* the CPU backend's pool, NULL on a device */
+    /* a foreign engine (bt_engine_new_ext): no run state above but logits */
+    bt_engine_ext ext;
+    bool foreign;
+    bool *want_extra;  /* (ext.n_extra) */
 };
 
 static bool *want_at(bt_engine *e, int op, int layer) { return &e->want[op * (e->c.n_layers + 1) + layer + 1]; }
@@ -154,6 +158,8 @@ void bt_engine_free(bt_engine *e)
     if (e->logits_copy) free(e->logits);
     free(e->lw);
     free(e->want);
+    if (e->foreign && e->ext.free) e->ext.free(e->ext.impl);
+    free(e->want_extra);
     free(e);
 }
 
@@ -297,6 +303,7 @@ void bt_engine_set_eval_cb(bt_engine *e, const bt_eval_cb *cb)
 {
     e->has_cb = cb && cb->observe;
     memset(e->want, 0, (size_t)BT_OP_COUNT * (e->c.n_layers + 1) * sizeof(bool));
+    if (e->want_extra) memset(e->want_extra, 0, (size_t)e->ext.n_extra * sizeof(bool));
     if (!e->has_cb) return;
     e->cb = *cb;
     for (int op = 0; op < BT_OP_COUNT; op++) {
@@ -306,6 +313,45 @@ void bt_engine_set_eval_cb(bt_engine *e, const bt_eval_cb *cb)
             *want_at(e, op, -1) = !cb->ask || cb->ask(cb->user, op, -1);
         }
     }
+    for (int i = 0; i < e->ext.n_extra; i++)
+        e->want_extra[i] = !cb->ask || cb->ask(cb->user, BT_OP_COUNT + i, e->ext.extra[i].layer);
+}
+
+int bt_engine_new_ext(const bt_model *m, int ctx_len, int max_batch, const bt_engine_ext *ext, bt_engine **out)
+{
+    *out = NULL;
+    bt_engine *e = calloc(1, sizeof(*e));
+    if (!e) { if (ext->free) ext->free(ext->impl); return bt_error(BT_ENOMEM, "out of memory"); }
+    e->m = m; e->c = m->cfg; e->foreign = true; e->ext = *ext;
+    e->ctx_len = ctx_len > 0 ? ctx_len : BT_MIN(m->cfg.ctx_len, BT_ENGINE_CTX_CAP);
+    e->max_batch = max_batch > 0 ? max_batch : 1;
+    e->logit_cap = e->max_batch;
+    e->logits = malloc((size_t)e->logit_cap * m->cfg.n_vocab * sizeof(float));
+    e->logits_copy = true;     /* ours to free: there is no backend */
+    e->want = calloc((size_t)BT_OP_COUNT * (m->cfg.n_layers + 1), sizeof(bool));
+    e->want_extra = calloc((size_t)ext->n_extra + 1, sizeof(bool));
+    if (!e->logits || !e->want || !e->want_extra) { bt_engine_free(e); return bt_error(BT_ENOMEM, "out of memory"); }
+    *out = e;
+    return BT_OK;
+}
+
+bool bt_engine_is_foreign(const bt_engine *e) { return e->foreign; }
+int bt_engine_n_extra(const bt_engine *e) { return e->ext.n_extra; }
+const bt_extra_tensor *bt_engine_extra(const bt_engine *e, int i) { return i >= 0 && i < e->ext.n_extra ? &e->ext.extra[i] : NULL; }
+
+bool bt_engine_tap_wanted(const bt_engine *e, int op, int layer)
+{
+    if (!e->has_cb) return false;
+    if (op >= BT_OP_COUNT) return op - BT_OP_COUNT < e->ext.n_extra && e->want_extra[op - BT_OP_COUNT];
+    if (op < 0 || layer < -1 || layer >= e->c.n_layers) return false;
+    return *want_at((bt_engine *)e, op, layer);
+}
+
+bool bt_engine_tap_deliver(bt_engine *e, bt_tensor_view *t)
+{
+    if (!e->has_cb) return true;
+    t->step = e->step;
+    return e->cb.observe(e->cb.user, t);
 }
 
 /* ---- tensor handles ---- */
@@ -391,11 +437,36 @@ static int mm(bt_engine *e, int type, bt_buf *W, const void *wdata, int64_t rows
 /* An op; a backend error ends the forward (the step still counts). */
 #define OP(call) do { int rc_ = (call); if (rc_) { e->step++; return rc_; } } while (0)
 
+static int forward_ext(bt_engine *e, const int32_t *tokens, int T, int pos0)
+{
+    if (T > e->logit_cap) {
+        float *nl = realloc(e->logits, (size_t)T * e->c.n_vocab * sizeof(float));
+        if (!nl) return bt_error(BT_ENOMEM, "out of memory for %d logit rows", T);
+        e->logits = nl;
+        e->logit_cap = T;
+    }
+    int step = e->step;
+    int rc = e->ext.forward(e->ext.impl, e, tokens, T, pos0, e->logits);
+    e->step++;
+    if (rc == BT_OK) e->logit_rows = T;
+    /* the seam's contract: statistics queued in observe become final here */
+    if (rc == BT_OK && e->has_cb && e->cb.flush && !e->cb.flush(e->cb.user, step)) return BT_EINVAL;
+    return rc;
+}
+
 int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
 {
     const bt_config *c = &e->c;
     bt_backend *be = e->be;
     const struct bt_backend_i *bi = e->bi;
+    if (e->foreign) {
+        if (T <= 0 || pos0 < 0 || pos0 + T > e->ctx_len)
+            return bt_error(BT_ERANGE, "positions %d..%d exceed the context length %d (use --ctx)", pos0, pos0 + T - 1, e->ctx_len);
+        for (int t = 0; t < T; t++)
+            if (tokens[t] < 0 || tokens[t] >= c->n_vocab)
+                return bt_error(BT_ERANGE, "token id %d at position %d is outside the vocabulary (%d)", tokens[t], pos0 + t, c->n_vocab);
+        return forward_ext(e, tokens, T, pos0);
+    }
     if (T <= 0 || T > e->max_batch)
         return bt_error(BT_EINVAL, "forward of %d tokens exceeds the batch size %d", T, e->max_batch);
     if (pos0 < 0 || pos0 + T > e->ctx_len)
@@ -498,6 +569,8 @@ int bt_engine_set_numerics(bt_engine *e, const bt_numerics *n)
     bt_numerics_ctx *c;
     /* The hooks round host buffers in place and run the CPU kernels: a
      * profile on a device backend is future work (doc/numerics.md). */
+    if (n && !bt_numerics_is_exact(n) && e->foreign)
+        return bt_error(BT_EUNSUPPORTED, "--numerics: a numerics profile runs on the native engine only, not on llama.cpp");
     if (n && !bt_numerics_is_exact(n) && (!e->pool || !e->bi->buf_host))
         return bt_error(BT_EUNSUPPORTED, "--numerics: a numerics profile runs on the CPU only, not on %s",
                         bt_backend_name(e->be));
@@ -518,6 +591,7 @@ bt_backend *bt_engine_backend(const bt_engine *e) { return e->be; }
 
 float *bt_engine_kv(bt_engine *e, int layer, int pos, int which)
 {
+    if (e->foreign) return NULL;    /* the foreign engine owns its cache */
     if (layer < 0 || layer >= e->c.n_layers || pos < 0 || pos >= e->ctx_len) return NULL;
     size_t kv_dim = (size_t)bt_engine_kv_dim(e);
     float *base = e->bi->buf_host ? e->bi->buf_host(e->be, which ? e->val_cache : e->key_cache) : NULL;
@@ -527,6 +601,7 @@ float *bt_engine_kv(bt_engine *e, int layer, int pos, int which)
 
 int bt_engine_kv_fill(bt_engine *e, int layer, int pos, int which, float value)
 {
+    if (e->foreign) return bt_error(BT_EUNSUPPORTED, "the KV cache of a foreign engine is its own");
     if (layer < 0 || layer >= e->c.n_layers || pos < 0 || pos >= e->ctx_len)
         return bt_error(BT_ERANGE, "layer %d / position %d is outside the KV cache", layer, pos);
     size_t kv_dim = (size_t)bt_engine_kv_dim(e);
@@ -542,6 +617,7 @@ const bt_model *bt_engine_model(const bt_engine *e) { return e->m; }
 
 void bt_engine_kernel_name(const bt_engine *e, int op, int layer, char *buf, size_t cap)
 {
+    if (e->foreign) { snprintf(buf, cap, "llama.cpp"); return; }   /* its views name their kernel */
     const bt_model *m = e->m;
     const bt_weight *w = NULL;
     const bt_layer_weights *L = layer >= 0 && layer < e->c.n_layers ? &m->layers[layer] : NULL;

@@ -69,6 +69,9 @@ typedef struct bt_tensor_view {
                           * device: use the bt_tensor_* calls below */
     const bt_tensor *tensor;  /* the backend's tensor; NULL in a view made by
                           * hand over host data */
+    const char *kernel;  /* who computed it ("MUL_MAT q4_1 on CPU"), set by a
+                          * foreign engine (its view is a host copy, tensor
+                          * NULL); NULL: ask bt_engine_kernel_name */
 } bt_tensor_view;
 
 /* Statistics of a view's rows, computed where they live (host views:
@@ -149,5 +152,40 @@ bt_backend *bt_engine_backend(const bt_engine *e);
  * print it: "matmul q4_1/avx512 on blk.17.ffn_down.weight",
  * "rmsnorm (f32, scalar)". */
 void bt_engine_kernel_name(const bt_engine *e, int op, int layer, char *buf, size_t cap);
+
+/* A foreign engine (llama.cpp through its C API, engines/llamacpp/) behind
+ * the same handle, so the decoder, the recorder and everything downstream
+ * see one kind of engine. The engine keeps the step counter, the logits and
+ * the tap wishes; `forward` computes tokens[0..T) at pos0 (discarding any
+ * cached positions >= pos0), hands each tensor a tap wants to
+ * bt_engine_tap_deliver, and writes T rows of n_vocab logits to `logits`.
+ * Tensors the foreign engine computes that have no bt_op ("extra" tensors:
+ * llama.cpp's kq-3) are ops BT_OP_COUNT + i in views and asks; their names
+ * come from bt_engine_extra(). */
+typedef struct bt_extra_tensor {
+    char name[64];       /* the foreign engine's own name ("kq-3") */
+    char op[32];         /* short op label for the trace ("kq") */
+    int layer;           /* -1 outside layers */
+    int width;           /* floats per row at the first forward (kq's grows) */
+} bt_extra_tensor;
+
+typedef struct bt_engine_ext {
+    int (*forward)(void *impl, bt_engine *e, const int32_t *tokens, int T, int pos0, float *logits);
+    void (*free)(void *impl);
+    void *impl;
+    const bt_extra_tensor *extra;   /* owned by impl */
+    int n_extra;
+} bt_engine_ext;
+
+/* Takes ownership of ext->impl (freed through ext->free, also on error). */
+int bt_engine_new_ext(const bt_model *m, int ctx_len, int max_batch, const bt_engine_ext *ext, bt_engine **out);
+bool bt_engine_is_foreign(const bt_engine *e);
+int bt_engine_n_extra(const bt_engine *e);
+const bt_extra_tensor *bt_engine_extra(const bt_engine *e, int i);   /* NULL if out of range */
+/* For a foreign forward: does a tap want (op, layer)? (cached ask answers) */
+bool bt_engine_tap_wanted(const bt_engine *e, int op, int layer);
+/* For a foreign forward: give a computed tensor to the tap (it may modify
+ * it); the view's step is filled in. false: the callback cancelled. */
+bool bt_engine_tap_deliver(bt_engine *e, bt_tensor_view *t);
 
 #endif

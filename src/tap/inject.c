@@ -412,6 +412,7 @@ static bool matches(const spec *s, int model, int op, int layer)
 {
     if (!s->active) return false;
     if (s->model != model) return false;
+    if (op < 0 || op >= BT_OP_COUNT) return false;     /* a foreign engine's extra tensor */
     if (s->op >= 0 && s->op != op) return false;
     if (s->layer >= 0 && s->layer != layer) return false;
     return true;
@@ -501,6 +502,13 @@ void bt_injector_after_forward(const bt_injector *inj, bt_engine *e)
         s->kv_poisoned = true;
         bt_debug("--inject '%s': poisoned the cached key and value of layer %d position %d", s->text, s->layer, s->pos);
     }
+}
+
+const char *bt_injector_needs_native(const bt_injector *inj)
+{
+    for (int i = 0; inj && i < inj->n; i++)
+        if (inj->specs[i].kind == K_KVCORRUPT || inj->specs[i].kind == K_BITFLIP) return inj->specs[i].text;
+    return NULL;
 }
 
 bool bt_injector_crash_at(const bt_injector *inj, int step)

@@ -76,6 +76,10 @@ void bt_injector_set_draw(bt_injector *inj, unsigned long long seed);
 /* Is any spec active for this draw? */
 bool bt_injector_active(const bt_injector *inj);
 /* crash@step=S */
+/* The first spec that writes the native engine's own memory (kvcorrupt:
+ * its KV cache; bitflip: its weight mapping), which a foreign engine does
+ * not share; NULL if none. */
+const char *bt_injector_needs_native(const bt_injector *inj);
 bool bt_injector_crash_at(const bt_injector *inj, int step);
 
 #endif

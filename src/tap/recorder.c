@@ -30,6 +30,8 @@ struct bt_recorder {
     int n_layers, n_vocab;
     int *slot;                  /* (BT_OP_COUNT, n_layers + 1) -> slot or -1 */
     int n_slots;
+    int *extra_slot;            /* a foreign engine's extra tensors (op BT_OP_COUNT + i) -> slot or -1 */
+    int n_extra;
     int status;
     int step;                   /* current step (engine step at step_begin) */
     bool in_step;
@@ -55,6 +57,7 @@ struct bt_recorder {
         const char *inj_by;         /* the latest injection before it */
         int inj_step;
         char inj_tensor[64];
+        char kernel[160];           /* the view's kernel (foreign engine), or "" */
     } *pend;
     int n_pend, pend_step;
 };
@@ -74,7 +77,20 @@ const char *bt_taps_mode_name(int mode) { return mode >= 0 && mode < 4 ? taps_na
  * detector reports), so it is not one. */
 static bool is_control(void *tok, int32_t id) { return tok && bt_tokenizer_is_control(tok, id) && !bt_tokenizer_is_eog(tok, id); }
 
-static int *slot_at(bt_recorder *r, int op, int layer) { return &r->slot[op * (r->n_layers + 1) + layer + 1]; }
+static int *slot_at(bt_recorder *r, int op, int layer)
+{
+    static int none = -1;
+    if (op >= BT_OP_COUNT) return op - BT_OP_COUNT < r->n_extra ? &r->extra_slot[op - BT_OP_COUNT] : &none;
+    return &r->slot[op * (r->n_layers + 1) + layer + 1];
+}
+
+/* "blk.3.ffn_down", or a foreign engine's own name for its extra tensors. */
+static void name_of(const bt_recorder *r, int op, int layer, char *buf, size_t cap)
+{
+    const bt_extra_tensor *x = op >= BT_OP_COUNT ? bt_engine_extra(r->e, op - BT_OP_COUNT) : NULL;
+    if (x) snprintf(buf, cap, "%s", x->name);
+    else bt_tensor_name(op, layer, buf, cap);
+}
 
 static bool tapped(const bt_recorder_cfg *c, int op, int layer)
 {
@@ -143,7 +159,7 @@ static bool observe_taps(void *user, const bt_tensor_view *t)
         if (by) {
             r->inj_by = by;
             r->inj_step = t->step;
-            bt_tensor_name(t->op, t->layer, r->inj_tensor, sizeof(r->inj_tensor));
+            name_of(r, t->op, t->layer, r->inj_tensor, sizeof(r->inj_tensor));
         }
     }
     int slot = *slot_at(r, t->op, t->layer);
@@ -153,6 +169,8 @@ static bool observe_taps(void *user, const bt_tensor_view *t)
     struct pending *p = &r->pend[r->n_pend++];
     p->slot = slot; p->op = t->op; p->layer = t->layer; p->step = t->step;
     p->by = by; p->inj_by = r->inj_by; p->inj_step = r->inj_step;
+    /* a foreign engine names its kernel in the view (which lives only now) */
+    snprintf(p->kernel, sizeof(p->kernel), "%s", t->kernel ? t->kernel : "");
     memcpy(p->inj_tensor, r->inj_tensor, sizeof(p->inj_tensor));
     int rc = bt_tensor_stats(t, &p->s);
     if (rc && r->status == BT_OK) r->status = rc;
@@ -168,8 +186,9 @@ static void record_tap(bt_recorder *r, const struct pending *p)
     if (!bt_stats_bad(s) || r->seen_bad) return;
     r->seen_bad = true;
     char name[64], detail[1400], kern[200], who[1200];
-    bt_tensor_name(p->op, p->layer, name, sizeof(name));
-    bt_engine_kernel_name(r->e, p->op, p->layer, kern, sizeof(kern));
+    name_of(r, p->op, p->layer, name, sizeof(name));
+    if (p->kernel[0]) snprintf(kern, sizeof(kern), "%s", p->kernel);
+    else bt_engine_kernel_name(r->e, p->op, p->layer, kern, sizeof(kern));
     /* A value the injector wrote is the injector's, not the kernel's;
      * a tensor downstream of an injection says where it came from. */
     if (p->by) snprintf(who, sizeof(who), "--inject '%s' (the injector; computed by %s)", p->by, kern);
@@ -182,7 +201,9 @@ static void record_tap(bt_recorder *r, const struct pending *p)
              (long long)s->nan, (long long)s->pinf, (long long)s->ninf, (long long)s->n,
              s->first_bad_index, s->first_bad_pos, who);
     int64_t id = 0;
-    int rc = event(r, p->step, s->first_bad_pos, "first_nonfinite", p->layer, bt_op_name(p->op), name, detail, &id);
+    const bt_extra_tensor *x = bt_engine_extra(r->e, p->op - BT_OP_COUNT);
+    int rc = event(r, p->step, s->first_bad_pos, "first_nonfinite", p->layer, x ? x->op : bt_op_name(p->op), name,
+                   detail, &id);
     if (rc == BT_OK && r->cfg.trace) {
         bt_backtrace(r->bt_buf, sizeof(r->bt_buf), 0);
         rc = bt_trace_backtrace(r->cfg.trace, id, p->step, "first_nonfinite", r->bt_buf);
@@ -212,7 +233,8 @@ int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out)
     r->n_vocab = cfg->model->cfg.n_vocab;
     r->slot = malloc((size_t)BT_OP_COUNT * (r->n_layers + 1) * sizeof(int));
     r->ring = malloc((size_t)RING * r->n_vocab * sizeof(float));
-    r->pend = malloc(((size_t)BT_OP_COUNT * (r->n_layers + 1)) * sizeof(*r->pend));
+    /* room for our ops and a foreign engine's extra tensors, each once per forward */
+    r->pend = malloc(((size_t)BT_OP_COUNT * (r->n_layers + 1) + (size_t)bt_engine_n_extra(e)) * sizeof(*r->pend));
     r->pend_step = -1;
     r->det = bt_detector_new(r->n_vocab, is_control, (void *)cfg->tok);
     if (!r->slot || !r->ring || !r->pend || !r->det) { bt_recorder_free(r); return bt_error(BT_ENOMEM, "out of memory"); }
@@ -239,6 +261,19 @@ int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out)
             }
         }
     }
+    /* A foreign engine's tensors with no bt_op (llama.cpp's kq-3): after
+     * ours, under their own names, only when every tensor is tapped. */
+    r->n_extra = bt_engine_n_extra(e);
+    r->extra_slot = malloc(((size_t)r->n_extra + 1) * sizeof(int));
+    if (!r->extra_slot && rc == BT_OK) rc = bt_error(BT_ENOMEM, "out of memory");
+    for (int i = 0; i < r->n_extra && rc == BT_OK; i++) {
+        const bt_extra_tensor *x = bt_engine_extra(e, i);
+        bool in_range = x->layer < 0 || r->cfg.layer_lo < 0 || (x->layer >= r->cfg.layer_lo && x->layer <= r->cfg.layer_hi);
+        r->extra_slot[i] = -1;
+        if (r->cfg.taps != BT_TAPS_ALL || !in_range) continue;
+        r->extra_slot[i] = r->n_slots++;
+        if (cfg->trace) rc = bt_trace_tensor(cfg->trace, r->cfg.model_role, r->extra_slot[i], x->name, x->layer, x->op, x->width);
+    }
     if (rc) { bt_recorder_free(r); return rc; }
     bt_eval_cb cb = { .ask = cb_ask, .observe = cb_observe, .user = r, .flush = cb_flush };
     bt_engine_set_eval_cb(e, &cb);
@@ -252,6 +287,7 @@ void bt_recorder_free(bt_recorder *r)
     if (r->e) bt_engine_set_eval_cb(r->e, NULL);
     bt_detector_free(r->det);
     free(r->slot);
+    free(r->extra_slot);
     free(r->ring);
     free(r->pend);
     free(r);

@@ -68,6 +68,13 @@ typedef struct bt_replay_result {
     bool one_bad;
     bt_replay_divergence one;
     char one_side[8];           /* "A" or "B" */
+    /* cross-engine: a trace of run --engine llama.cpp (meta engine) replayed
+     * on the native engine; the whole trace is compared (top-1 agreement) */
+    bool cross;
+    double *slot_rel;           /* (n_tens) per slot: largest relative error up to the departure */
+    double before_rel;          /* largest relative error before the departing tensor */
+    int top1_agree, top1_n;     /* teacher-forced: native argmax == the token llama.cpp chose */
+    char wtype[16];             /* the departing matmul's weight type ("q4_1"), or "" */
 } bt_replay_result;
 
 /* Replay the trace r. BT_OK with res filled (res->found: a divergence), or

@@ -1,0 +1,428 @@
+/* adapter.c - llama.cpp driven through its C API, as a bt_engine.
+ *
+ * Life of a forward: bt_engine_forward -> lc_forward fills a llama_batch
+ * (every row asks for logits, so every layer keeps all T rows, as ours
+ * does) -> llama_decode -> ggml's scheduler calls cb_eval twice per graph
+ * node: ask (do you want it?) and, when we said yes, observe (it is
+ * computed, on the host or copied there). We answer ask from a table built
+ * once by a probe forward (name + ggml op -> bt_op or extra tensor) and the
+ * engine's cached tap wishes, so with taps off no node is split out.
+ *
+ * Coupling to the recorder is ONE function, deliver(): it builds a
+ * bt_tensor_view of the host copy (a host view: no backend tensor handle,
+ * so the seam's bt_tensor_* calls act on the copy) and hands it to
+ * bt_engine_tap_deliver,
+ * which is the same eval callback the native engine calls (the recorder
+ * injects, computes statistics, writes the trace). When the eval-callback
+ * contract changes, deliver() is what follows it.
+ *
+ * Invariants: only tensors a tap (or an --inject spec) asks for are copied;
+ * an injected value is written back before llama.cpp uses the tensor; one
+ * llama_batch per forward, one ubatch (n_ubatch >= max batch), so a view's
+ * rows are the forward's positions. */
+#include "config.h"            /* BT_LLAMA_CPP_VERSION, BT_LLAMA_CPP_FLAGS */
+#include "llamacpp.h"
+#include "util.h"
+
+#include <llama.h>
+#include <ggml.h>
+#include <ggml-backend.h>
+#include <ggml-cpu.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef BT_LLAMA_CPP_VERSION
+#error "configure defines BT_LLAMA_CPP_VERSION with HAVE_LLAMA_CPP"
+#endif
+
+#define HASH_SIZE 8192          /* power of two, > 2x the nodes a graph names */
+
+typedef struct entry {
+    char name[64];              /* llama.cpp's node name */
+    int gop;                    /* ggml op */
+    int op;                     /* bt_op, or BT_OP_COUNT + extra index */
+    int layer;
+    int seen;                   /* forward number it was last delivered in */
+} entry;
+
+typedef struct probe_node { char name[64]; int gop; bool usable; int64_t nel; } probe_node;
+
+typedef struct lc_impl {
+    struct llama_model *model;
+    struct llama_context *ctx;
+    struct llama_batch batch;
+    const bt_model *m;
+    bt_engine *e;               /* during a forward */
+    int n_vocab, max_batch, n_past;
+    int T, pos0;                /* the forward in progress */
+    int forward_no;             /* numbers decode calls, for entry.seen */
+    bool cancelled;
+    /* the probe */
+    bool probing;
+    probe_node *nodes;
+    int n_nodes, cap_nodes;
+    /* name + op -> entry */
+    entry *entries;
+    int n_entries;
+    int hash[HASH_SIZE];        /* entry index + 1, 0 = empty */
+    bt_extra_tensor *extra;
+    int n_extra;
+    float *scratch;
+    size_t scratch_cap;
+    char backend[32];
+} lc_impl;
+
+static char last_log[512];
+
+/* llama.cpp talks a lot: keep its errors for our one-line message, the rest
+ * for --debug. */
+static void lc_log(enum ggml_log_level level, const char *text, void *user)
+{
+    (void)user;
+    if (level == GGML_LOG_LEVEL_ERROR || level == GGML_LOG_LEVEL_WARN) {
+        snprintf(last_log, sizeof(last_log), "%s", text);
+        last_log[strcspn(last_log, "\n")] = 0;
+    }
+    if (level >= GGML_LOG_LEVEL_WARN) bt_debug("llama.cpp: %.*s", (int)strcspn(text, "\n"), text);
+}
+
+static unsigned hash_of(const char *name, int gop)
+{
+    unsigned h = 2166136261u ^ (unsigned)gop;
+    for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
+    return h & (HASH_SIZE - 1);
+}
+
+static entry *lookup(const lc_impl *L, const char *name, int gop)
+{
+    for (unsigned h = hash_of(name, gop), n = 0; n < HASH_SIZE; h = (h + 1) & (HASH_SIZE - 1), n++) {
+        int i = L->hash[h];
+        if (!i) return NULL;
+        entry *x = &L->entries[i - 1];
+        if (x->gop == gop && !strcmp(x->name, name)) return x;
+    }
+    return NULL;
+}
+
+static void insert(lc_impl *L, int i)
+{
+    unsigned h = hash_of(L->entries[i].name, L->entries[i].gop);
+    while (L->hash[h]) h = (h + 1) & (HASH_SIZE - 1);
+    L->hash[h] = i + 1;
+}
+
+/* A node that computes something we can read as floats: not a view, a
+ * name cb() gave it ("Qcur-3", not "Qcur-3 (reshaped)"), contiguous, f32 or f16. */
+static bool usable(const struct ggml_tensor *t)
+{
+    switch (t->op) {
+    case GGML_OP_NONE: case GGML_OP_RESHAPE: case GGML_OP_VIEW: case GGML_OP_PERMUTE: case GGML_OP_TRANSPOSE:
+    case GGML_OP_CPY: case GGML_OP_SET_ROWS:
+        return false;
+    default: break;
+    }
+    if (!t->name[0] || strpbrk(t->name, " ()") || !strncmp(t->name, "node_", 5)) return false;   /* ggml's own names */
+    if (t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16) return false;
+    return ggml_is_contiguous(t);
+}
+
+/* "Qcur-17" -> base "Qcur", layer 17; "result_norm" -> layer -1. */
+static int split_name(const char *name, char *base, size_t cap)
+{
+    snprintf(base, cap, "%s", name);
+    char *dash = strrchr(base, '-');
+    if (!dash || !dash[1]) return -1;
+    char *end;
+    long l = strtol(dash + 1, &end, 10);
+    if (*end || l < 0 || l > 100000) return -1;
+    *dash = 0;
+    return (int)l;
+}
+
+/* What computed t, for the first_nonfinite event: "MUL_MAT q4_1 (activations
+ * as q8_1) on CPU". */
+static void kernel_of(const struct ggml_tensor *t, char *buf, size_t cap)
+{
+    const char *be = t->buffer ? ggml_backend_buffer_name(t->buffer) : "?";
+    const struct ggml_tensor *w = t->src[0];
+    if ((t->op == GGML_OP_MUL_MAT || t->op == GGML_OP_GET_ROWS) && w) {
+        const struct ggml_type_traits_cpu *tc = ggml_get_type_traits_cpu(w->type);
+        if (t->op == GGML_OP_MUL_MAT && tc && tc->vec_dot_type != GGML_TYPE_F32 && !strncmp(be, "CPU", 3))
+            snprintf(buf, cap, "%s %s (activations as %s) on %s [llama.cpp]", ggml_op_desc(t), ggml_type_name(w->type),
+                     ggml_type_name(tc->vec_dot_type), be);
+        else
+            snprintf(buf, cap, "%s %s on %s [llama.cpp]", ggml_op_desc(t), ggml_type_name(w->type), be);
+    } else {
+        snprintf(buf, cap, "%s %s on %s [llama.cpp]", ggml_op_desc(t), ggml_type_name(t->type), be);
+    }
+}
+
+/* The one place that talks to the tap (see the file comment). Returns false
+ * when the callback cancelled the forward. */
+static bool deliver(lc_impl *L, const entry *x, struct ggml_tensor *t)
+{
+    int64_t nel = ggml_nelements(t);
+    bool host = t->buffer && ggml_backend_buffer_is_host(t->buffer);
+    float *data = NULL;
+    if (host && t->type == GGML_TYPE_F32) data = t->data;
+    else {
+        if ((size_t)nel > L->scratch_cap) {
+            float *s = realloc(L->scratch, (size_t)nel * sizeof(float));
+            if (!s) { bt_error(BT_ENOMEM, "out of memory copying llama.cpp tensor %s", t->name); return false; }
+            L->scratch = s;
+            L->scratch_cap = (size_t)nel;
+        }
+        data = L->scratch;
+        if (t->type == GGML_TYPE_F32) ggml_backend_tensor_get(t, data, 0, (size_t)nel * sizeof(float));
+        else {
+            ggml_fp16_t *h = malloc((size_t)nel * sizeof(ggml_fp16_t));
+            if (!h) { bt_error(BT_ENOMEM, "out of memory copying llama.cpp tensor %s", t->name); return false; }
+            ggml_backend_tensor_get(t, h, 0, (size_t)nel * sizeof(ggml_fp16_t));
+            ggml_fp16_to_fp32_row(h, data, nel);
+            free(h);
+        }
+    }
+    /* rows are positions when the outermost dimension is the batch */
+    int outer = t->ne[3] > 1 ? 3 : t->ne[2] > 1 ? 2 : t->ne[1] > 1 ? 1 : 0;
+    int rows = (t->ne[outer] == L->T && nel % L->T == 0) ? L->T : 1;
+    char kern[160];
+    kernel_of(t, kern, sizeof(kern));
+    /* The seam's tensor-handle contract: a view with no backend tensor
+     * (.tensor NULL) lives on the host, so bt_tensor_stats/read/mutate work
+     * on `data`, our host copy, synchronously (the recorder computes the
+     * statistics in observe and writes them at the forward's flush, after
+     * this copy is gone). The kernel name is copied by the recorder too. */
+    bt_tensor_view v = { .op = x->op, .layer = x->layer, .pos0 = L->pos0, .rows = rows,
+                         .width = (int)(nel / rows), .data = data, .tensor = NULL, .kernel = kern };
+    bool ok = bt_engine_tap_deliver(L->e, &v);
+    /* an injection changed the copy: llama.cpp must compute with it */
+    if (data != t->data && t->type == GGML_TYPE_F32) ggml_backend_tensor_set(t, data, 0, (size_t)nel * sizeof(float));
+    return ok;
+}
+
+static bool cb_eval(struct ggml_tensor *t, bool ask, void *user)
+{
+    lc_impl *L = user;
+    if (L->probing) {
+        if (!ask) return true;
+        if (L->n_nodes == L->cap_nodes) {
+            int nc = L->cap_nodes ? 2 * L->cap_nodes : 1024;
+            probe_node *nn = realloc(L->nodes, (size_t)nc * sizeof(*nn));
+            if (!nn) return false;
+            L->nodes = nn;
+            L->cap_nodes = nc;
+        }
+        probe_node *p = &L->nodes[L->n_nodes++];
+        snprintf(p->name, sizeof(p->name), "%s", t->name);
+        p->gop = t->op;
+        p->usable = usable(t);
+        p->nel = ggml_nelements(t);
+        return false;
+    }
+    entry *x = lookup(L, t->name, t->op);
+    /* a name and op computed twice in one graph (norm-3: RMS_NORM before
+     * attn_norm and before ffn_norm) is recorded at its first node */
+    if (!x || x->seen == L->forward_no) return false;
+    if (ask) return bt_engine_tap_wanted(L->e, x->op, x->layer);
+    x->seen = L->forward_no;
+    if (!deliver(L, x, t)) { L->cancelled = true; return false; }
+    return true;
+}
+
+/* From the probe's node list: the last computing node of each name maps
+ * to a bt_op (when the table has one and its width agrees); every other
+ * computing node is an extra tensor, named as llama.cpp names it (an
+ * earlier node of a repeated name gets ".<op>": Qcur-3.mul_mat). */
+static int build_table(lc_impl *L)
+{
+    L->entries = calloc((size_t)L->n_nodes + 1, sizeof(entry));
+    L->extra = calloc((size_t)L->n_nodes + 1, sizeof(bt_extra_tensor));
+    if (!L->entries || !L->extra) return bt_error(BT_ENOMEM, "out of memory");
+    const bt_config *c = &L->m->cfg;
+    for (int i = 0; i < L->n_nodes; i++) {
+        probe_node *p = &L->nodes[i];
+        if (!p->usable) continue;
+        bool last = true;
+        for (int j = i + 1; j < L->n_nodes && last; j++)
+            if (L->nodes[j].usable && !strcmp(L->nodes[j].name, p->name)) last = false;
+        if (lookup(L, p->name, p->gop)) continue;   /* the same name and op twice: the first wins */
+        char base[64];
+        int layer = split_name(p->name, base, sizeof(base));
+        if (layer >= c->n_layers) continue;
+        int op = last ? bt_llamacpp_map_name(base) : -1;
+        if (op >= 0 && (bt_op_is_layer_op(op) != (layer >= 0) || p->nel != bt_op_width(c, op))) {
+            bt_debug("llama.cpp tensor %s (%s) has %lld values per row, %s has %d: kept under its own name",
+                     p->name, ggml_op_name(p->gop), (long long)p->nel, bt_op_name(op), bt_op_width(c, op));
+            op = -1;
+        }
+        entry *x = &L->entries[L->n_entries];
+        snprintf(x->name, sizeof(x->name), "%s", p->name);
+        x->gop = p->gop;
+        x->layer = layer;
+        if (op >= 0) x->op = op;
+        else {
+            bt_extra_tensor *xt = &L->extra[L->n_extra];
+            x->op = BT_OP_COUNT + L->n_extra++;
+            char lower[32];
+            snprintf(lower, sizeof(lower), "%s", ggml_op_name(p->gop));
+            for (char *q = lower; *q; q++) if (*q >= 'A' && *q <= 'Z') *q += 32;
+            if (last) snprintf(xt->name, sizeof(xt->name), "%s", p->name);
+            else snprintf(xt->name, sizeof(xt->name), "%.40s.%.20s", p->name, lower);
+            if (last) snprintf(xt->op, sizeof(xt->op), "%.31s", base);   /* base is at most 63: cut to the field */
+            else snprintf(xt->op, sizeof(xt->op), "%.20s.%.10s", base, lower);
+            xt->layer = layer;
+            xt->width = (int)(p->nel > 0x7fffffff ? 0x7fffffff : p->nel);
+        }
+        insert(L, L->n_entries++);
+    }
+    int mapped = 0;
+    for (int i = 0; i < L->n_entries; i++) mapped += L->entries[i].op < BT_OP_COUNT;
+    int expect = 3 + BT_OP_FFN_RESID * c->n_layers;
+    bt_debug("llama.cpp graph: %d nodes, %d tensors mapped to bangtrace names (of %d), %d kept under llama.cpp names",
+             L->n_nodes, mapped, expect, L->n_extra);
+    if (mapped == 0)
+        return bt_error(BT_EUNSUPPORTED, "%s: none of llama.cpp's graph tensors has a bangtrace name (architecture %s?)",
+                        L->m->path, L->m->cfg.arch);
+    return BT_OK;
+}
+
+static int decode(lc_impl *L, const int32_t *tokens, int T, int pos0)
+{
+    llama_memory_t mem = llama_get_memory(L->ctx);
+    if (pos0 < L->n_past) llama_memory_seq_rm(mem, 0, pos0, -1);
+    L->batch.n_tokens = T;
+    for (int i = 0; i < T; i++) {
+        L->batch.token[i] = tokens[i];
+        L->batch.pos[i] = pos0 + i;
+        L->batch.n_seq_id[i] = 1;
+        L->batch.seq_id[i][0] = 0;
+        L->batch.logits[i] = 1;
+    }
+    L->T = T;
+    L->pos0 = pos0;
+    L->cancelled = false;
+    L->forward_no++;
+    last_log[0] = 0;
+    int32_t r = llama_decode(L->ctx, L->batch);
+    if (L->cancelled) return BT_EINVAL;     /* the callback set the message */
+    if (r != 0)
+        return bt_error(BT_EINVAL, "llama.cpp: llama_decode of %d tokens at position %d failed (%d)%s%s", T, pos0, (int)r,
+                        last_log[0] ? ": " : "", last_log);
+    L->n_past = pos0 + T;
+    return BT_OK;
+}
+
+static int lc_forward(void *impl, bt_engine *e, const int32_t *tokens, int T, int pos0, float *logits)
+{
+    lc_impl *L = impl;
+    L->e = e;
+    int rc = BT_OK;
+    for (int done = 0; done < T && rc == BT_OK; done += L->max_batch) {
+        int n = T - done < L->max_batch ? T - done : L->max_batch;
+        if ((rc = decode(L, tokens + done, n, pos0 + done))) break;
+        for (int i = 0; i < n; i++) {
+            const float *row = llama_get_logits_ith(L->ctx, i);
+            if (!row) return bt_error(BT_EINVAL, "llama.cpp returned no logits for row %d", i);
+            memcpy(logits + (size_t)(done + i) * L->n_vocab, row, (size_t)L->n_vocab * sizeof(float));
+        }
+    }
+    L->e = NULL;
+    return rc;
+}
+
+static void lc_free(void *impl)
+{
+    lc_impl *L = impl;
+    if (!L) return;
+    if (L->batch.token) llama_batch_free(L->batch);
+    if (L->ctx) llama_free(L->ctx);
+    if (L->model) llama_model_free(L->model);
+    free(L->nodes);
+    free(L->entries);
+    free(L->extra);
+    free(L->scratch);
+    free(L);
+}
+
+int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engine **out)
+{
+    *out = NULL;
+    const char *dev = o->device ? o->device : "cpu";
+    llama_log_set(lc_log, NULL);
+    llama_backend_init();
+    bool cuda = !strcmp(dev, "cuda");
+    if (cuda && !ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_GPU))
+        return bt_error(BT_EUNSUPPORTED, "--device cuda: this llama.cpp build (%s) has no GPU backend; build it with "
+                        "tools/llama-cpp --cuda and configure --with-llama-cpp-cuda", BT_LLAMA_CPP_VERSION);
+    lc_impl *L = calloc(1, sizeof(*L));
+    if (!L) return bt_error(BT_ENOMEM, "out of memory");
+    L->m = m;
+    L->max_batch = o->max_batch > 0 ? o->max_batch : 1;
+    int rc = BT_OK;
+    struct llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = cuda ? 9999 : 0;
+    /* No extra CPU buffer types (AMX, repacked weights) unless asked with
+     * BT_LLAMA_EXTRA_BUFTS=1: a -march=native build detects AMX where a VM
+     * may not enable the tiles (SIGILL in tinygemm_kernel_amx here), and the
+     * plain path is the one whose kernel the trace can name (vec_dot with
+     * quantized activations). doc/llama-cpp.md. */
+    const char *xb = getenv("BT_LLAMA_EXTRA_BUFTS");
+    mp.use_extra_bufts = xb && !strcmp(xb, "1");
+    last_log[0] = 0;
+    L->model = llama_model_load_from_file(o->model_path, mp);
+    if (!L->model) {
+        rc = bt_error(BT_EINVAL, "llama.cpp cannot load %s%s%s", o->model_path, last_log[0] ? ": " : "", last_log);
+        goto fail;
+    }
+    const struct llama_vocab *vocab = llama_model_get_vocab(L->model);
+    L->n_vocab = llama_vocab_n_tokens(vocab);
+    if (L->n_vocab != m->cfg.n_vocab || llama_model_n_layer(L->model) != m->cfg.n_layers) {
+        rc = bt_error(BT_EINVAL, "%s: llama.cpp sees %d layers and %d tokens, bangtrace %d and %d: not the same model",
+                      o->model_path, llama_model_n_layer(L->model), L->n_vocab, m->cfg.n_layers, m->cfg.n_vocab);
+        goto fail;
+    }
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = (uint32_t)(o->ctx_len > 0 ? o->ctx_len : 4096);
+    cp.n_batch = cp.n_ubatch = (uint32_t)(L->max_batch < 8 ? 8 : L->max_batch);
+    cp.n_seq_max = 1;
+    cp.n_threads = cp.n_threads_batch = o->n_threads > 0 ? o->n_threads : 1;
+    /* no flash attention: kq and its softmax stay visible as tensors */
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.cb_eval = cb_eval;
+    cp.cb_eval_user_data = L;
+    cp.no_perf = true;
+    L->ctx = llama_init_from_model(L->model, cp);
+    if (!L->ctx) {
+        rc = bt_error(BT_EINVAL, "llama.cpp cannot create a context for %s (context %u)%s%s", o->model_path, cp.n_ctx,
+                      last_log[0] ? ": " : "", last_log);
+        goto fail;
+    }
+    L->max_batch = (int)cp.n_batch;
+    L->batch = llama_batch_init(L->max_batch, 0, 1);
+    snprintf(L->backend, sizeof(L->backend), "%s", cuda ? "CUDA" : "CPU");
+    /* The probe: one forward of one token, every node asked and none
+     * wanted; it tells us the names (and the backend) before any trace
+     * tensor is registered. The cache is cleared after. */
+    {
+        int32_t tok0 = 0;
+        L->probing = true;
+        rc = decode(L, &tok0, 1, 0);
+        L->probing = false;
+        llama_memory_clear(llama_get_memory(L->ctx), true);
+        L->n_past = 0;
+        if (rc) goto fail;
+        if ((rc = build_table(L))) goto fail;
+    }
+    bt_engine_ext ext = { .forward = lc_forward, .free = lc_free, .impl = L, .extra = L->extra, .n_extra = L->n_extra };
+    return bt_engine_new_ext(m, (int)cp.n_ctx, L->max_batch, &ext, out);
+fail:
+    lc_free(L);
+    return rc;
+}
+
+bool bt_llamacpp_available(void) { return true; }
+const char *bt_llamacpp_version(void) { return BT_LLAMA_CPP_VERSION; }
+const char *bt_llamacpp_lib_version(void) { return llama_version(); }
+const char *bt_llamacpp_build_flags(void) { return BT_LLAMA_CPP_FLAGS; }

@@ -1,0 +1,43 @@
+/* llamacpp.h - llama.cpp as a second recorded engine: its C API behind a
+ * bt_engine (bt_engine_new_ext), its graph tensors mapped onto bangtrace's
+ * stable names through cb_eval (doc/llama-cpp.md has the table).
+ *
+ * Built only with configure --with-llama-cpp (HAVE_LLAMA_CPP); without it
+ * the same functions exist and fail with one line (stub.c). */
+#ifndef BT_LLAMACPP_H
+#define BT_LLAMACPP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include "engine/engine.h"
+#include "model/model.h"
+
+typedef struct bt_llamacpp_opts {
+    const char *model_path;     /* the GGUF bangtrace loaded as m (same file, same ids) */
+    int ctx_len, max_batch, n_threads;
+    const char *device;         /* "cpu" (default) or "cuda" */
+} bt_llamacpp_opts;
+
+/* Load the model in llama.cpp, check it against m (vocabulary size, layers),
+ * probe its graph once for the tensor names, and wrap it as an engine.
+ * Returns BT_OK, or BT_EUNSUPPORTED (built without llama.cpp, no CUDA in
+ * this build), BT_EINVAL (llama.cpp cannot load the model, it disagrees
+ * with bangtrace's view of it) with a one-line message. */
+int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engine **out);
+
+bool bt_llamacpp_available(void);
+/* "0.3.36" (the llama-cpp-python sdist pinned in tools/llama-cpp.sha256),
+ * or NULL when built without llama.cpp. */
+const char *bt_llamacpp_version(void);
+/* llama.cpp's own version string and the CMake flags of the build. */
+const char *bt_llamacpp_lib_version(void);
+const char *bt_llamacpp_build_flags(void);
+
+/* The name table (doc/llama-cpp.md): llama.cpp's graph name (without its
+ * "-L" layer suffix) -> bt_op, or -1 when it has no counterpart. */
+int bt_llamacpp_map_name(const char *base);
+/* The kernel llama.cpp's CPU backend runs for op with weights of type
+ * wtype ("q4_1"; "" for ops without weights), for the cross-engine verdict. */
+void bt_llamacpp_kernel_guess(int op, const char *wtype, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,65 @@
+/* names.c - llama.cpp graph tensor names -> bangtrace's stable names. Pure
+ * data, built with or without llama.cpp (unit-tested, documented in
+ * doc/llama-cpp.md). The names are those llm_build_llama gives through its
+ * cb() calls; a name seen more than once (Qcur after the matmul and after
+ * RoPE) maps at its last computing node, as bangtrace taps attn_q after RoPE. */
+#include "llamacpp.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct { const char *llama; int op; } name_map[] = {
+    { "inp_embd", BT_OP_TOKEN_EMBD },
+    { "embd", BT_OP_TOKEN_EMBD },       /* the GET_ROWS node in this version */
+    { "attn_norm", BT_OP_ATTN_NORM },
+    { "Qcur", BT_OP_ATTN_Q },           /* after RoPE */
+    { "Kcur", BT_OP_ATTN_K },           /* after RoPE, before the cache */
+    { "Vcur", BT_OP_ATTN_V },
+    { "kqv_out", BT_OP_ATTN_CTX },      /* heads merged, before wo */
+    { "attn_out", BT_OP_ATTN_OUTPUT },  /* wo */
+    { "ffn_inp", BT_OP_ATTN_RESID },
+    { "ffn_norm", BT_OP_FFN_NORM },
+    { "ffn_gate", BT_OP_FFN_GATE },
+    { "ffn_up", BT_OP_FFN_UP },
+    { "ffn_swiglu", BT_OP_FFN_ACT },    /* silu(gate) * up, fused */
+    { "ffn_out", BT_OP_FFN_DOWN },      /* the down matmul (renamed from ffn_down) */
+    { "l_out", BT_OP_FFN_RESID },
+    { "result_norm", BT_OP_OUTPUT_NORM },
+    { "result_output", BT_OP_LOGITS },
+};
+
+int bt_llamacpp_map_name(const char *base)
+{
+    for (size_t i = 0; i < sizeof(name_map) / sizeof(name_map[0]); i++)
+        if (!strcmp(base, name_map[i].llama)) return name_map[i].op;
+    return -1;
+}
+
+/* What llama.cpp's CPU backend ran for a tapped op of a model whose weight
+ * is of type wtype, for the cross-engine verdict (the trace of a run has
+ * the exact kernel in its first_nonfinite events; a clean run has none):
+ * ggml-cpu quantizes matmul activations to the weight type's vec_dot type. */
+void bt_llamacpp_kernel_guess(int op, const char *wtype, char *buf, size_t cap)
+{
+    static const struct { const char *w, *act; } vd[] = {
+        { "q4_0", "q8_0" }, { "q4_1", "q8_1" }, { "q5_0", "q8_0" }, { "q5_1", "q8_1" }, { "q8_0", "q8_0" },
+        { "q2_K", "q8_K" }, { "q3_K", "q8_K" }, { "q4_K", "q8_K" }, { "q5_K", "q8_K" }, { "q6_K", "q8_K" },
+        { "f16", "f16" }, { "bf16", "bf16" }, { "f32", "f32" },
+    };
+    if (wtype && *wtype) {
+        const char *act = NULL;
+        for (size_t i = 0; i < sizeof(vd) / sizeof(vd[0]); i++) if (!strcmp(vd[i].w, wtype)) act = vd[i].act;
+        if (act && strcmp(act, "f32"))
+            snprintf(buf, cap, "MUL_MAT %s with %s-quantized activations (ggml-cpu)", wtype, act);
+        else snprintf(buf, cap, "MUL_MAT %s (ggml-cpu)", wtype);
+        return;
+    }
+    switch (op) {
+    case BT_OP_ATTN_NORM: case BT_OP_FFN_NORM: case BT_OP_OUTPUT_NORM: snprintf(buf, cap, "RMS_NORM + MUL (ggml-cpu)"); break;
+    case BT_OP_ATTN_CTX: snprintf(buf, cap, "attention: MUL_MAT with the f16 KV cache, SOFT_MAX (ggml-cpu)"); break;
+    case BT_OP_ATTN_Q: case BT_OP_ATTN_K: snprintf(buf, cap, "ROPE (ggml-cpu)"); break;
+    case BT_OP_FFN_ACT: snprintf(buf, cap, "GLU swiglu (ggml-cpu)"); break;
+    case BT_OP_ATTN_RESID: case BT_OP_FFN_RESID: snprintf(buf, cap, "ADD (ggml-cpu)"); break;
+    default: snprintf(buf, cap, "GET_ROWS (ggml-cpu)"); break;
+    }
+}

@@ -1,0 +1,17 @@
+/* stub.c - bangtrace built without llama.cpp (configure --without-llama-cpp,
+ * or no build in the cache): the engine exists and says how to get it. */
+#include "llamacpp.h"
+#include "util.h"
+
+int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engine **out)
+{
+    (void)m; (void)o;
+    *out = NULL;
+    return bt_error(BT_EUNSUPPORTED, "--engine llama.cpp: this bangtrace was built without llama.cpp "
+                    "(run tools/llama-cpp, then configure --with-llama-cpp)");
+}
+
+bool bt_llamacpp_available(void) { return false; }
+const char *bt_llamacpp_version(void) { return NULL; }
+const char *bt_llamacpp_lib_version(void) { return NULL; }
+const char *bt_llamacpp_build_flags(void) { return NULL; }

@@ -1,0 +1,134 @@
+#!/bin/sh
+# llamacpp.sh - `run --engine llama.cpp` (engines/llamacpp/, doc/llama-cpp.md)
+# on stories260K (converted to GGUF by tools/llama2c-to-gguf.py) and SmolLM2
+# Q4_1: a clean llama.cpp trace has no events; injected NaN/Inf land at the
+# same (step, layer, op, index) as on the native engine; the cross-engine
+# bisect names the first op where llama.cpp departs, the same verdict twice;
+# the trace opens in report and browse --dump; bad input is one line, exit 2.
+# SKIPs when bangtrace was built without llama.cpp (tools/llama-cpp needs
+# PyPI for the pinned sdist).
+. "${BT_SRCDIR:-.}/tests/lib.sh"
+B=$BANGTRACE
+if ! built_with LLAMA_CPP; then
+    expect_exit 2 "without llama.cpp: --engine llama.cpp is one line, exit 2" \
+        "$B" run --engine llama.cpp --model "$SMOL" --prompt hi -n 1
+    grep -q "built without llama.cpp" "$TMP/err" || fail "the error says how to get llama.cpp: $(cat "$TMP/err")"
+    [ "$failures" -eq 0 ] || finish
+    skip "bangtrace was built without llama.cpp (tools/llama-cpp could not fetch or build the pinned sdist: no PyPI access?)"
+fi
+need_shared
+py=${PYTHON3:-python3}
+"$py" -c "import gguf, numpy" 2>/dev/null || skip "python3 with gguf and numpy is needed to convert stories260K to GGUF"
+S=$TMP/stories260K.gguf
+"$py" "$BT_SRCDIR/tools/llama2c-to-gguf.py" "$STORIES" "$TOK512" "$S" || { fail "llama2c-to-gguf"; finish; }
+
+# 1. a clean run on both engines: the same greedy text, no events
+expect_exit 0 "stories260K clean run on llama.cpp, traced" \
+    "$B" run --engine llama.cpp --model "$S" --prompt "Once upon a time" -n 12 --trace "$TMP/clean.db" --json
+cp "$TMP/out" "$TMP/clean.json"
+expect_exit 0 "the same run on the native engine" \
+    "$B" run --model "$S" --prompt "Once upon a time" -n 12 --trace "$TMP/native.db" --json
+"$py" - "$TMP/clean.json" "$TMP/out" <<'PY' || fail "llama.cpp and native greedy ids differ on stories260K (f32)"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["prompt_ids"] == b["prompt_ids"], (a["prompt_ids"], b["prompt_ids"])
+assert a["completion_ids"] == b["completion_ids"], (a["completion_ids"], b["completion_ids"])
+PY
+expect_exit 0 "a clean llama.cpp trace: bisect finds nothing" "$B" bisect "$TMP/clean.db" --json
+"$py" -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['first_nonfinite'] is None and d['events']['total'] == 0, d" "$TMP/out" ||
+    fail "clean llama.cpp trace has events: $(head -c 300 "$TMP/out")"
+expect_exit 0 "report on a llama.cpp trace" "$B" report "$TMP/clean.db"
+grep -q "| engine | llama.cpp |" "$TMP/out" || fail "report names the engine"
+grep -q "llama.cpp version" "$TMP/out" || fail "report names llama.cpp's version"
+grep -q "| llama.cpp (llama-cpp-python sdist) | $(grep -v '^#' "$BT_SRCDIR/tools/llama-cpp.sha256" | awk '{print $2; exit}') |" "$TMP/out" ||
+    fail "report names the pinned llama.cpp version: $(grep llama "$TMP/out")"
+grep -q "| llama.cpp build | .*GGML_NATIVE" "$TMP/out" || fail "report gives llama.cpp's build flags"
+expect_exit 0 "browse --dump run on a llama.cpp trace" "$B" browse "$TMP/clean.db" --dump run
+expect_exit 0 "browse --dump tokens on a llama.cpp trace" "$B" browse "$TMP/clean.db" --dump tokens
+# llama.cpp's own tensors are recorded under their names
+"$py" -c "
+import sqlite3,sys
+names={r[0] for r in sqlite3.connect(sys.argv[1]).execute('select name from tensors')}
+assert 'blk.2.ffn_down' in names and 'kq_soft_max-2' in names and 'logits' in names, sorted(names)[:40]" "$TMP/clean.db" ||
+    fail "mapped and unmapped tensor names in the llama.cpp trace"
+# diff pairs the two engines' tensors by name
+"$B" diff "$TMP/native.db" "$TMP/clean.db" >"$TMP/out" 2>"$TMP/err"
+[ $? -le 1 ] || fail "diff native vs llama.cpp: $(cat "$TMP/err")"
+
+# 2. injected faults localize where the native engine puts them
+for spec in "nan@layer=2,op=ffn_gate,step=3,index=7" "inf@layer=1,op=attn_q,step=0,index=5" "-inf@layer=4,op=ffn_down,step=5,index=2"; do
+    for eng in native llama.cpp; do
+        "$B" run --engine "$eng" --model "$S" --prompt "Once upon a time" -n 8 --inject "$spec" \
+            --trace "$TMP/inj-$eng.db" >/dev/null 2>"$TMP/err" || [ $? -eq 1 ] || fail "$eng run with $spec: $(cat "$TMP/err")"
+        "$B" bisect "$TMP/inj-$eng.db" --json >"$TMP/b-$eng.json" 2>/dev/null
+    done
+    "$py" - "$TMP/b-native.json" "$TMP/b-llama.cpp.json" <<'PY' && ok "$spec: same (step, layer, op, index) on both engines" || fail "$spec localizes differently"
+import json, sys
+a, b = (json.load(open(p))["first_nonfinite"] for p in sys.argv[1:3])
+key = lambda d: (d["step"], d["pos"], d["layer"], d["op"], d["first_bad_index"])
+assert a and b and key(a) == key(b), (a, b)
+PY
+    rm -f "$TMP/inj-native.db" "$TMP/inj-llama.cpp.db"
+done
+"$B" run --engine llama.cpp --model "$S" --prompt "Once upon a time" -n 4 --inject "nan@layer=1,op=ffn_up,step=1" --trace "$TMP/k.db" >/dev/null 2>&1
+"$B" report "$TMP/k.db" 2>/dev/null | grep -q "MUL_MAT f32 on CPU \[llama.cpp\]" ||
+    "$B" report "$TMP/k.db" 2>/dev/null | grep -q "\[llama.cpp\]" || fail "first_nonfinite names llama.cpp's kernel"
+
+# 3. bad input: one line, exit 2
+expect_exit 2 "a llama.cpp tensor name in --inject is refused" \
+    "$B" run --engine llama.cpp --model "$S" --prompt hi -n 1 --inject "nan@layer=1,op=Qcur"
+[ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "one line: $(cat "$TMP/err")"
+expect_exit 2 "kvcorrupt cannot apply to llama.cpp" \
+    "$B" run --engine llama.cpp --model "$S" --prompt hi -n 2 --inject "kvcorrupt@layer=1,pos=0"
+expect_exit 2 "speculative decoding is refused" \
+    "$B" run --engine llama.cpp --model "$S" --prompt hi -n 2 --spec-k 2 --draft-ngram 2
+# one --device flag: llama.cpp's backend with --engine llama.cpp, the native
+# backend otherwise (where cuda:N is valid); llama.cpp has no cuda:N
+expect_exit 0 "--device cpu without --engine: the native engine's backend" "$B" run --device cpu --model "$S" --prompt hi -n 1
+expect_exit 2 "--device cuda:0 with --engine llama.cpp" "$B" run --engine llama.cpp --device cuda:0 --model "$S" --prompt hi -n 1
+expect_exit 2 "--numerics with --engine llama.cpp" "$B" run --engine llama.cpp --numerics f16 --model "$S" --prompt hi -n 1
+"$B" run --engine llama.cpp --device cuda --model "$S" --prompt hi -n 1 >/dev/null 2>"$TMP/err"
+rc=$?
+{ [ $rc -eq 0 ] || { [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ]; }; } && ok "--device cuda: runs, or one line and exit 2 on a CPU build" ||
+    fail "--device cuda: exit $rc, $(cat "$TMP/err")"
+expect_exit 2 "a llama2.c checkpoint is not a GGUF" \
+    "$B" run --engine llama.cpp --model "$STORIES" --tokenizer "$TOK512" --prompt hi -n 1
+# a GGUF bangtrace reads but llama.cpp refuses: without the rms epsilon
+# key (bangtrace defaults it to 1e-5; llama.cpp requires it)
+"$py" - "$S" "$TMP/noeps.gguf" <<'PY' || fail "making the llama.cpp-only bad GGUF"
+import sys
+from gguf import GGUFReader, GGUFWriter
+r = GGUFReader(sys.argv[1]); w = GGUFWriter(sys.argv[2], "llama")
+for name, f in r.fields.items():
+    if name.startswith("GGUF.") or name in ("general.architecture", "llama.attention.layer_norm_rms_epsilon"):
+        continue
+    w.add_key_value(name, f.contents(), f.types[0], sub_type=f.types[-1] if len(f.types) > 1 else None)
+for t in r.tensors:
+    w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+PY
+expect_exit 0 "bangtrace's own engine runs the GGUF without the epsilon key" "$B" run --model "$TMP/noeps.gguf" --prompt hi -n 1
+"$B" run --engine llama.cpp --model "$TMP/noeps.gguf" --prompt hi -n 1 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && ok "a model that fails to load: one line, exit 2" ||
+    fail "model load failure: exit $rc, $(cat "$TMP/err")"
+
+# 4. SmolLM2 Q4_1: the cross-engine bisect names the first departing op, twice the same
+if [ -f "$SMOL" ]; then
+    expect_exit 0 "SmolLM2 clean run on llama.cpp" \
+        "$B" run --engine llama.cpp --model "$SMOL" --prompt "The capital of France is" -n 3 --trace "$TMP/smol.db"
+    expect_exit 0 "a clean SmolLM2 llama.cpp trace has no non-finite tensor" "$B" bisect "$TMP/smol.db"
+    for i in 1 2; do
+        "$B" bisect "$TMP/smol.db" --reference >"$TMP/ref$i.txt" 2>"$TMP/err"
+        rc=$?
+        [ $rc -le 1 ] || fail "cross-engine bisect: exit $rc, $(cat "$TMP/err")"
+    done
+    grep -q "^verdict: llama.cpp first departs at " "$TMP/ref1.txt" || fail "the verdict names where llama.cpp departs: $(cat "$TMP/ref1.txt")"
+    grep -q "^teacher-forced top-1 agreement: " "$TMP/ref1.txt" || fail "top-1 agreement is reported"
+    [ "$(grep '^verdict' "$TMP/ref1.txt")" = "$(grep '^verdict' "$TMP/ref2.txt")" ] && ok "the verdict is stable across two runs" ||
+        fail "verdicts differ: $(grep '^verdict' "$TMP/ref1.txt") / $(grep '^verdict' "$TMP/ref2.txt")"
+    grep '^verdict' "$TMP/ref1.txt"
+else
+    echo "note: SmolLM2 not cached at $SMOL: its cross-engine bisect was not run"
+fi
+finish
