@@ -55,23 +55,6 @@ expect_exit 2 "canary --report on a missing file" "$BANGTRACE" canary --report "
 built_with LIBMICROHTTPD || { echo "note: built without libmicrohttpd; server checks skipped"; finish; }
 command -v curl >/dev/null || { echo "note: curl not found; server checks skipped"; finish; }
 
-free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-start_server() {
-    name=$1; shift
-    port=$(free_port)
-    "$BANGTRACE" serve --model "$STORIES" --tokenizer "$TOK512" --host 127.0.0.1 --port "$port" --threads 1 "$@" \
-        2>"$TMP/$name.err" &
-    last_pid=$!
-    pids="$pids $last_pid"
-    i=0
-    while [ $i -lt 100 ]; do
-        curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-        kill -0 "$last_pid" 2>/dev/null || break
-        sleep 0.1; i=$((i + 1))
-    done
-    fail "$name: server did not come up: $(cat "$TMP/$name.err")"
-    return 1
-}
 stop_server() { kill "$last_pid" 2>/dev/null; wait "$last_pid" 2>/dev/null; pids=""; }
 # rows LOG SQL: one value from the log
 rows() { "$py" -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(sys.argv[2]).fetchone()[0])" "$1" "$2"; }

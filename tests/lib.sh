@@ -44,3 +44,25 @@ open(sys.argv[2], 'wb').write(d)" "$1" "$TMP/corrupt.db"
 # (LIBUNWIND, NCURSESW: HAVE_<FEATURE> in config.h).
 built_with() { grep -q "^#define HAVE_$1 1" "${BT_BUILDDIR:-.}/config.h" 2>/dev/null; }
 finish() { [ "$failures" -eq 0 ] || { echo "$failures check(s) failed"; exit 1; }; exit 0; }
+# Loopback servers for serve/probe/canary tests. free_port: a free TCP port
+# on 127.0.0.1. start_server NAME ARGS...: `bangtrace serve` on stories260K
+# (or $SERVE_MODEL) with ARGS, sets $port and $last_pid, appends the pid to
+# $pids (the caller's EXIT trap kills them), waits for /health.
+free_port() { "${PYTHON3:-python3}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+start_server() {
+    name=$1; shift
+    port=$(free_port)
+    # shellcheck disable=SC2086
+    "$BANGTRACE" serve ${SERVE_MODEL:---model $STORIES --tokenizer $TOK512} --host 127.0.0.1 --port "$port" --threads 1 "$@" \
+        2>"$TMP/$name.err" &
+    last_pid=$!
+    pids="${pids:-} $last_pid"
+    i=0
+    while [ $i -lt 100 ]; do
+        curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
+        kill -0 "$last_pid" 2>/dev/null || break
+        sleep 0.1; i=$((i + 1))
+    done
+    fail "$name: server did not come up: $(cat "$TMP/$name.err")"
+    return 1
+}

@@ -13,26 +13,6 @@ py=${PYTHON3:-python3}
 pids=""
 trap 'for p in $pids; do kill "$p" 2>/dev/null; done; wait; rm -rf "$TMP"' EXIT
 
-free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-# start_server NAME ARGS...: sets $port, adds the pid to $pids, waits for /health
-start_server() {
-    name=$1; shift
-    port=$(free_port)
-    # shellcheck disable=SC2086
-    "$BANGTRACE" serve ${SERVE_MODEL:---model $STORIES --tokenizer $TOK512} --host 127.0.0.1 --port "$port" --threads 1 "$@" \
-        2>"$TMP/$name.err" &
-    last_pid=$!
-    pids="$pids $last_pid"
-    i=0
-    while [ $i -lt 100 ]; do
-        curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-        kill -0 "$last_pid" 2>/dev/null || break
-        sleep 0.1; i=$((i + 1))
-    done
-    fail "$name: server did not come up: $(cat "$TMP/$name.err")"
-    return 1
-}
-
 echo '{"prompt":"Once upon a time","max_tokens":24}' > "$TMP/req.json"
 
 # --- clean server with per-request traces ---------------------------------
