@@ -41,11 +41,11 @@ static void test_budget(void)
     sqlite3_stmt *s = NULL;
     CHECK(sqlite3_prepare_v2(db, "WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c) SELECT max(x) FROM c",
                              -1, &s, NULL) == SQLITE_OK);
-    time_t t0 = time(NULL);
+    /* the query never ends by itself: returning SQLITE_INTERRUPT is the
+     * guard working (no wall-clock assertion: tests never time things) */
     int e = sqlite3_step(s);
     CHECK(e == SQLITE_INTERRUPT);
     CHECK(g.tripped);
-    CHECK(time(NULL) - t0 < 10);
     sqlite3_finalize(s);
     CHECK(bt_trace_guard_error(&g, "x.db", "reading steps") == BT_EFORMAT);
     CHECK(strstr(bt_errmsg(), "x.db") && !strchr(bt_errmsg(), '\n'));
