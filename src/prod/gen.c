@@ -54,45 +54,21 @@ void bt_gen_result_clear(bt_gen_result *r)
     memset(r, 0, sizeof *r);
 }
 
+/* The request's prompt ids: run's own rendering and tokenizing
+ * (bt_request_prompt_ids), after the checks whose wording is for an API
+ * client rather than a command line. */
 static int prompt_ids(const bt_gen_cfg *cfg, const bt_request *req, int32_t **ids, size_t *n)
 {
     const bt_model *m = cfg->model;
-    const char *text = req->prompt;
-    char *rendered = NULL;
-    bool special = false;
-    if (!text) {
-        int tmpl;
+    if (!req->prompt) {
         if (cfg->chat_template) {
-            if ((tmpl = bt_chat_tmpl_from_name(cfg->chat_template)) < 0)
+            if (bt_chat_tmpl_from_name(cfg->chat_template) < 0)
                 return bt_error(BT_EINVAL, "unknown chat template '%s'", cfg->chat_template);
-        } else {
-            tmpl = m->chat_template ? bt_chat_tmpl_detect(m->chat_template, strlen(m->chat_template)) : BT_CHAT_NONE;
-            if (tmpl == BT_CHAT_NONE)
-                return bt_error(BT_EINVAL, "this model has no chat template bangtrace renders: use /v1/completions with a prompt");
+        } else if (!m->chat_template || bt_chat_tmpl_detect(m->chat_template, strlen(m->chat_template)) == BT_CHAT_NONE) {
+            return bt_error(BT_EINVAL, "this model has no chat template bangtrace renders: use /v1/completions with a prompt");
         }
-        bt_chat_opts co = { .bos_text = m->vocab.add_bos ? "" : NULL };
-        char *sys = NULL;
-        if (m->chat_template && bt_chat_default_system(m->chat_template, strlen(m->chat_template), &sys) == BT_ENOMEM)
-            return bt_error(BT_ENOMEM, "out of memory");
-        co.default_system = sys;
-        int rc = bt_chat_render_opts(tmpl, req->messages, req->n_messages, &co, &rendered);
-        free(sys);
-        if (rc) return rc;
-        text = rendered;
-        special = true;
     }
-    int rc = bt_tokenize(cfg->tok, text, strlen(text), true, special, ids, n);
-    free(rendered);
-    if (rc) return rc;
-    if (*n == 0) {
-        int32_t bos = bt_tokenizer_bos(cfg->tok);
-        if (bos < 0) return bt_error(BT_EINVAL, "the prompt is empty and the vocabulary has no BOS token");
-        free(*ids);
-        if (!(*ids = malloc(sizeof(int32_t)))) return bt_error(BT_ENOMEM, "out of memory");
-        (*ids)[0] = bos;
-        *n = 1;
-    }
-    return BT_OK;
+    return bt_request_prompt_ids(req, NULL, cfg->chat_template, m, cfg->tok, ids, n);
 }
 
 int bt_gen_prompt_tokens(const bt_gen_cfg *cfg, const bt_request *req, int *n)
