@@ -24,6 +24,8 @@ void cmd_forward_help(FILE *out)
         "Run one forward pass (a prefill at positions 0..T-1) and write every named\n"
         "tensor (token_embd, blk.L.attn_norm ... blk.L.ffn_resid, output_norm, logits)\n"
         "to DIR/<name>.f32 (T rows x width, float32) with DIR/meta.json describing them.\n"
+        "In a mixture-of-experts layer each expert's ffn_gate/up/act/down is written as\n"
+        "blk.L.<op>.expert[E].f32, one row per token routed to it (positions in meta.json).\n"
         "Used by the reference oracle tests; handy for diffing two builds. Files already\n"
         "in DIR with those names are rewritten, unless one is a link, a device or the\n"
         "model itself (exit 2). --device DEV runs the ops on cpu (default), cuda or\n"
@@ -34,6 +36,7 @@ typedef struct dump_ctx {
     const char *dir;
     bt_out_input in[2];       /* --model, --tokenizer: never overwritten by a dump file */
     json_t *tensors;
+    json_t *positions;        /* expert tensors: the position of each row */
     int err;
 } dump_ctx;
 
@@ -41,7 +44,8 @@ static bool dump_observe(void *user, const bt_tensor_view *t)
 {
     dump_ctx *d = user;
     char name[64], path[4096];
-    bt_tensor_name(t->op, t->layer, name, sizeof(name));
+    if (t->moe) bt_expert_tensor_name(t->op, t->layer, t->moe->expert, name, sizeof(name));
+    else bt_tensor_name(t->op, t->layer, name, sizeof(name));
     snprintf(path, sizeof(path), "%s/%s.f32", d->dir, name);
     FILE *f = bt_outfile_fopen(path, BT_OUT_DUMP, false, d->in, 2);
     if (!f) { d->err = BT_EIO; return false; }
@@ -62,6 +66,11 @@ static bool dump_observe(void *user, const bt_tensor_view *t)
     json_array_append_new(shape, json_integer(t->rows));
     json_array_append_new(shape, json_integer(t->width));
     json_object_set_new(d->tensors, name, shape);
+    if (t->moe) {   /* an expert's rows are the tokens routed to it */
+        json_t *pos = json_array();
+        for (int i = 0; i < t->rows; i++) json_array_append_new(pos, json_integer(t->moe->pos[i]));
+        json_object_set_new(d->positions, name, pos);
+    }
     return true;
 }
 
@@ -105,16 +114,17 @@ int cmd_forward(int argc, char **argv)
     if (bt_model_load(model, tokenizer, &m)) goto fail;
     bt_engine_opts eo = { .ctx_len = BT_MAX((int)n, 1), .max_batch = (int)n, .n_threads = (int)threads, .device = device };
     if (bt_engine_new_opts(m, &eo, &e)) goto fail;
-    dump_ctx d = { .dir = dir, .tensors = json_object(), .in = { { "--model", model }, { "--tokenizer", tokenizer } } };
+    dump_ctx d = { .dir = dir, .tensors = json_object(), .positions = json_object(), .in = { { "--model", model }, { "--tokenizer", tokenizer } } };
     bt_eval_cb cb = { .ask = NULL, .observe = dump_observe, .user = &d };
     bt_engine_set_eval_cb(e, &cb);
     int rc = bt_engine_forward(e, ids, (int)n, 0);
-    if (rc || d.err) { json_decref(d.tensors); goto fail; }
+    if (rc || d.err) { json_decref(d.tensors); json_decref(d.positions); goto fail; }
     meta = json_object();
     json_t *toks = json_array();
     for (size_t i = 0; i < n; i++) json_array_append_new(toks, json_integer(ids[i]));
     json_object_set_new(meta, "tokens", toks);
     json_object_set_new(meta, "tensors", d.tensors);
+    json_object_set_new(meta, "expert_positions", d.positions);
     char path[4096];
     snprintf(path, sizeof(path), "%s/meta.json", dir);
     FILE *mf = bt_outfile_fopen(path, BT_OUT_DUMP, false, d.in, 2);

@@ -384,6 +384,7 @@ static void cu_kernel_name(bt_backend *be, int kop, int wtype, char *buf, size_t
     case BT_KOP_ATTENTION: snprintf(buf, cap, "bt_k_attention (f32, cuda)"); break;
     case BT_KOP_SWIGLU: snprintf(buf, cap, "bt_k_swiglu (f32, cuda)"); break;
     case BT_KOP_ADD: snprintf(buf, cap, "bt_k_add (f32, cuda)"); break;
+    case BT_KOP_SCATTER_ADD: snprintf(buf, cap, "scatter_add (not implemented on cuda: MoE runs on the CPU)"); break;
     default: snprintf(buf, cap, "? (cuda)"); break;
     }
 }
@@ -411,6 +412,7 @@ static const struct bt_backend_i cuda_iface = {
     .stats = cu_stats,
     .inject = cu_inject,
     .kernel_name = cu_kernel_name,
+    .scatter_add = NULL,          /* MoE: not yet; the engine refuses a MoE model here, naming the op */
 };
 
 /* The plugin's one export. A one-line reason in err for every refusal. */

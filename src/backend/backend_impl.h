@@ -38,6 +38,7 @@
 enum bt_kop {
     BT_KOP_GET_ROWS = 0, BT_KOP_RMSNORM, BT_KOP_MATMUL, BT_KOP_ROPE, BT_KOP_KV_STORE,
     BT_KOP_ATTENTION, BT_KOP_SWIGLU, BT_KOP_ADD,
+    BT_KOP_SCATTER_ADD,
     BT_KOP_COUNT
 };
 
@@ -125,6 +126,15 @@ struct bt_backend_i {
     /* Name the kernel of a family (and weight type, for GET_ROWS / MATMUL)
      * as events print it: "matmul q4_1/avx512", "rmsnorm (f32, scalar)". */
     void (*kernel_name)(bt_backend *be, int kop, int wtype, char *buf, size_t cap);
+
+    /* ---- ABI 2: mixture of experts ---- */
+    /* optional (NULL: a MoE model cannot run on this backend, and the engine
+     * says so naming the op): for i < n, dst row rows[i] += w[i] * src row i
+     * (width floats each), in order i = 0, 1, ... so that results do not
+     * depend on the thread count. rows and w are host arrays; the rows of
+     * one call are distinct. The weighted sum of a token's experts. */
+    int (*scatter_add)(bt_backend *be, bt_buf *dst, bt_buf *src, const int32_t *rows, const float *w, int n,
+                       int width);
 };
 
 /* Every backend handle starts with its vtable; the rest is the backend's. */
@@ -142,7 +152,7 @@ struct bt_backend {
  * version it was not built for. The ABI version changes whenever
  * struct bt_backend_i, bt_attn_args, bt_mutation or bt_tap_stats change
  * layout; hooks are only ever added at the end. */
-#define BT_BACKEND_ABI_VERSION 1
+#define BT_BACKEND_ABI_VERSION 2
 #define BT_BACKEND_PLUGIN_ENTRY "bt_backend_plugin_init"
 typedef int (*bt_backend_plugin_init_fn)(int abi_version, int device, bt_backend **out, char *err, size_t errcap);
 int bt_backend_plugin_init(int abi_version, int device, bt_backend **out, char *err, size_t errcap);

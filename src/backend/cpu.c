@@ -248,6 +248,19 @@ static int cpu_add(bt_backend *be, bt_buf *x, bt_buf *y, size_t n)
     return BT_OK;
 }
 
+static int cpu_scatter_add(bt_backend *be, bt_buf *dst, bt_buf *src, const int32_t *rows, const float *w, int n,
+                           int width)
+{
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        float *d = F(dst) + (size_t)rows[i] * width;
+        const float *s = F(src) + (size_t)i * width;
+        float wi = w[i];
+        for (int j = 0; j < width; j++) d[j] += wi * s[j];
+    }
+    return BT_OK;
+}
+
 static int cpu_stats(bt_backend *be, bt_buf *b, size_t off, int rows, int width, int pos0, bt_tap_stats *out)
 {
     (void)be;
@@ -276,6 +289,7 @@ static void cpu_kernel_name(bt_backend *be, int kop, int wtype, char *buf, size_
     case BT_KOP_ATTENTION: snprintf(buf, cap, "attention (f32 dot %s, softmax)", simd); break;
     case BT_KOP_SWIGLU: snprintf(buf, cap, "silu(gate)*up (f32, scalar)"); break;
     case BT_KOP_ADD: snprintf(buf, cap, "residual add (f32, scalar)"); break;
+    case BT_KOP_SCATTER_ADD: snprintf(buf, cap, "expert weighted sum (f32, scalar)"); break;
     default: snprintf(buf, cap, "?"); break;
     }
 }
@@ -303,6 +317,7 @@ static const struct bt_backend_i cpu_iface = {
     .stats = cpu_stats,
     .inject = cpu_inject,
     .kernel_name = cpu_kernel_name,
+    .scatter_add = cpu_scatter_add,
 };
 
 struct bt_pool *bt_backend_cpu_pool(const bt_backend *be)

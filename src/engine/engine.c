@@ -10,6 +10,7 @@
  * so an engine without taps pays one predictable branch per op. */
 #include "engine/engine.h"
 #include "engine/numerics.h"
+#include "engine/moe.h"
 #include "backend/backend_impl.h"
 #include "kernels.h"
 #include "util.h"
@@ -24,7 +25,8 @@ static const char *const op_names[] = {
     [BT_OP_ATTN_NORM] = "attn_norm", [BT_OP_ATTN_Q] = "attn_q", [BT_OP_ATTN_K] = "attn_k",
     [BT_OP_ATTN_V] = "attn_v", [BT_OP_ATTN_CTX] = "attn_ctx", [BT_OP_ATTN_OUTPUT] = "attn_output",
     [BT_OP_ATTN_RESID] = "attn_resid",
-    [BT_OP_FFN_NORM] = "ffn_norm", [BT_OP_FFN_GATE] = "ffn_gate", [BT_OP_FFN_UP] = "ffn_up",
+    [BT_OP_FFN_NORM] = "ffn_norm", [BT_OP_FFN_GATE_INP] = "ffn_gate_inp", [BT_OP_FFN_MOE_OUT] = "ffn_moe_out",
+    [BT_OP_FFN_GATE] = "ffn_gate", [BT_OP_FFN_UP] = "ffn_up",
     [BT_OP_FFN_ACT] = "ffn_act", [BT_OP_FFN_DOWN] = "ffn_down", [BT_OP_FFN_RESID] = "ffn_resid",
     [BT_OP_OUTPUT_NORM] = "output_norm", [BT_OP_LOGITS] = "logits",
 };
@@ -36,7 +38,8 @@ static const char op_labels[][2][5] = {
     [BT_OP_ATTN_NORM] = { "an", "anrm" }, [BT_OP_ATTN_Q] = { "aq", "q" }, [BT_OP_ATTN_K] = { "ak", "k" },
     [BT_OP_ATTN_V] = { "av", "v" }, [BT_OP_ATTN_CTX] = { "ac", "ctx" }, [BT_OP_ATTN_OUTPUT] = { "ao", "aout" },
     [BT_OP_ATTN_RESID] = { "ar", "ares" },
-    [BT_OP_FFN_NORM] = { "fn", "fnrm" }, [BT_OP_FFN_GATE] = { "fg", "gate" }, [BT_OP_FFN_UP] = { "fu", "up" },
+    [BT_OP_FFN_NORM] = { "fn", "fnrm" }, [BT_OP_FFN_GATE_INP] = { "fi", "rout" },
+    [BT_OP_FFN_MOE_OUT] = { "fm", "moe" }, [BT_OP_FFN_GATE] = { "fg", "gate" }, [BT_OP_FFN_UP] = { "fu", "up" },
     [BT_OP_FFN_ACT] = { "fa", "act" }, [BT_OP_FFN_DOWN] = { "fd", "down" }, [BT_OP_FFN_RESID] = { "fr", "fres" },
     [BT_OP_OUTPUT_NORM] = { "on", "onrm" }, [BT_OP_LOGITS] = { "lg", "lgts" },
 };
@@ -61,10 +64,23 @@ int bt_op_width(const bt_config *c, int op)
     switch (op) {
     case BT_OP_ATTN_Q: case BT_OP_ATTN_CTX: return c->n_heads * c->head_dim;
     case BT_OP_ATTN_K: case BT_OP_ATTN_V: return c->n_kv_heads * c->head_dim;
-    case BT_OP_FFN_GATE: case BT_OP_FFN_UP: case BT_OP_FFN_ACT: return c->hidden_dim;
+    case BT_OP_FFN_GATE: case BT_OP_FFN_UP: case BT_OP_FFN_ACT:
+        return c->n_expert > 0 ? c->expert_hidden_dim : c->hidden_dim;
+    case BT_OP_FFN_GATE_INP: return c->n_expert;
     case BT_OP_LOGITS: return c->n_vocab;
     default: return c->dim;
     }
+}
+
+bool bt_op_in_model(const bt_config *c, int op)
+{
+    if (op == BT_OP_FFN_GATE_INP || op == BT_OP_FFN_MOE_OUT) return c->n_expert > 0;
+    return op >= 0 && op < BT_OP_COUNT;
+}
+
+void bt_expert_tensor_name(int op, int layer, int expert, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "blk.%d.%s.expert[%d]", layer, bt_op_name(op), expert);
 }
 
 void bt_tensor_name(int op, int layer, char *buf, size_t cap)
@@ -85,6 +101,9 @@ struct bt_tensor {
 /* The weights of one layer on the backend. */
 typedef struct layer_bufs {
     bt_buf *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+    /* mixture of experts: the router and one view per expert of each slab */
+    bt_buf *w_gate_inp, **e_gate, **e_up, **e_down;   /* (n_expert) each */
+    bt_buf *sh_gate, *sh_up, *sh_down, *sh_gate_inp;  /* shared expert, NULL when absent */
 } layer_bufs;
 
 struct bt_engine {
@@ -134,6 +153,19 @@ struct bt_engine {
     bt_engine_ext ext;
     bool foreign;
     bool *want_extra;  /* (ext.n_extra) */
+    /* mixture of experts (c.n_expert > 0) */
+    bt_buf *router;    /* (B, n_expert) router logits */
+    bt_buf *xe;        /* (B, dim) the rows routed to one expert, gathered */
+    bt_buf *moe_out;   /* (B, dim) weighted sum of the experts */
+    float *h_router;   /* (B, n_expert) host copy of the router logits */
+    float *h_probs;    /* (n_expert) */
+    int *h_sel;        /* (B, k) chosen experts */
+    float *h_w;        /* (B, k) their weights */
+    int32_t *h_ids;    /* (B * k) token rows per expert */
+    float *h_ew;       /* (B * k) their weights */
+    int *h_pos;        /* (n_layers, B, k) positions of each expert's rows: the
+                        * views point here until the forward's flush */
+    float *h_zero;     /* (B, dim) zeros */
 };
 
 static bool *want_at(bt_engine *e, int op, int layer) { return &e->want[op * (e->c.n_layers + 1) + layer + 1]; }
@@ -150,9 +182,19 @@ void bt_engine_free(bt_engine *e)
         if (e->lw)
             for (int l = 0; l < e->c.n_layers; l++) {
                 layer_bufs *L = &e->lw[l];
-                bt_buf *w[] = { L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down };
+                bt_buf *w[] = { L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down, L->w_gate_inp,
+                                L->sh_gate, L->sh_up, L->sh_down, L->sh_gate_inp };
                 for (size_t i = 0; i < BT_ARRAY_SIZE(w); i++) e->bi->buf_free(e->be, w[i]);
+                for (int x = 0; x < e->c.n_expert; x++) {
+                    if (L->e_gate) e->bi->buf_free(e->be, L->e_gate[x]);
+                    if (L->e_up) e->bi->buf_free(e->be, L->e_up[x]);
+                    if (L->e_down) e->bi->buf_free(e->be, L->e_down[x]);
+                }
+                free(L->e_gate); free(L->e_up); free(L->e_down);
             }
+        e->bi->buf_free(e->be, e->router);
+        e->bi->buf_free(e->be, e->xe);
+        e->bi->buf_free(e->be, e->moe_out);
         if (e->own_be) bt_backend_free(e->be);
     }
     if (e->logits_copy) free(e->logits);
@@ -160,6 +202,8 @@ void bt_engine_free(bt_engine *e)
     free(e->want);
     if (e->foreign && e->ext.free) e->ext.free(e->ext.impl);
     free(e->want_extra);
+    free(e->h_router); free(e->h_probs); free(e->h_sel); free(e->h_w); free(e->h_ids); free(e->h_ew);
+    free(e->h_pos); free(e->h_zero);
     free(e);
 }
 
@@ -208,6 +252,64 @@ static int logits_reserve(bt_engine *e, int rows)
     return BT_OK;
 }
 
+/* One layer's MoE weights: the router, and each expert's slab of the 3-D
+ * tensors as its own buffer (on the CPU a pointer into the mapping, so
+ * nothing is copied and a token reads only its experts' weights). */
+static int moe_upload(bt_engine *e, const bt_layer_weights *L, layer_bufs *B_)
+{
+    const bt_config *c = &e->c;
+    int rc, E = c->n_expert, eh = c->expert_hidden_dim;
+    if (!e->bi->scatter_add)
+        return bt_error(BT_EUNSUPPORTED, "%s: the mixture-of-experts op scatter_add (the experts' weighted sum) "
+                        "is not implemented on this backend; run it on the cpu", bt_backend_name(e->be));
+    if (c->n_expert_used > BT_MOE_MAX_USED)
+        return bt_error(BT_EUNSUPPORTED, "%d experts per token is above the supported %d", c->n_expert_used, BT_MOE_MAX_USED);
+    if ((rc = upload(e, &L->ffn_gate_inp, E, c->dim, &B_->w_gate_inp))) return rc;
+    B_->e_gate = calloc((size_t)E, sizeof(bt_buf *));
+    B_->e_up = calloc((size_t)E, sizeof(bt_buf *));
+    B_->e_down = calloc((size_t)E, sizeof(bt_buf *));
+    if (!B_->e_gate || !B_->e_up || !B_->e_down) return bt_error(BT_ENOMEM, "out of memory");
+    for (int x = 0; x < E; x++) {
+        bt_weight g = bt_moe_expert_view(&L->ffn_gate_exps, x, eh), u = bt_moe_expert_view(&L->ffn_up_exps, x, eh),
+                  d = bt_moe_expert_view(&L->ffn_down_exps, x, c->dim);
+        if ((rc = upload(e, &g, eh, c->dim, &B_->e_gate[x])) || (rc = upload(e, &u, eh, c->dim, &B_->e_up[x])) ||
+            (rc = upload(e, &d, c->dim, eh, &B_->e_down[x])))
+            return rc;
+    }
+    if (L->ffn_gate_shexp.data) {
+        int sh = c->shexp_hidden_dim;
+        if ((rc = upload(e, &L->ffn_gate_shexp, sh, c->dim, &B_->sh_gate)) ||
+            (rc = upload(e, &L->ffn_up_shexp, sh, c->dim, &B_->sh_up)) ||
+            (rc = upload(e, &L->ffn_down_shexp, c->dim, sh, &B_->sh_down)))
+            return rc;
+        if (L->ffn_gate_inp_shexp.data && (rc = upload(e, &L->ffn_gate_inp_shexp, 1, c->dim, &B_->sh_gate_inp)))
+            return rc;
+    }
+    return BT_OK;
+}
+
+/* The MoE run state: device buffers and the host arrays of the routing. */
+static int moe_alloc(bt_engine *e)
+{
+    const bt_config *c = &e->c;
+    size_t B = (size_t)e->max_batch, E = (size_t)c->n_expert, k = (size_t)c->n_expert_used;
+    int rc;
+    if ((rc = alloc_f32(e, B * E, &e->router)) || (rc = alloc_f32(e, B * c->dim, &e->xe)) ||
+        (rc = alloc_f32(e, B * c->dim, &e->moe_out)))
+        return rc;
+    e->h_router = malloc(B * E * sizeof(float));
+    e->h_probs = malloc(E * sizeof(float));
+    e->h_sel = malloc(B * k * sizeof(int));
+    e->h_w = malloc(B * k * sizeof(float));
+    e->h_ids = malloc(B * k * sizeof(int32_t));
+    e->h_ew = malloc(B * k * sizeof(float));
+    e->h_pos = malloc((size_t)c->n_layers * B * k * sizeof(int));
+    e->h_zero = calloc(B * c->dim, sizeof(float));
+    if (!e->h_router || !e->h_probs || !e->h_sel || !e->h_w || !e->h_ids || !e->h_ew || !e->h_pos || !e->h_zero)
+        return bt_error(BT_ENOMEM, "out of memory for the expert routing (batch %zu)", B);
+    return BT_OK;
+}
+
 int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **out)
 {
     *out = NULL;
@@ -237,6 +339,8 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
     e->pool = bt_backend_cpu_pool(e->be);
     size_t B = (size_t)max_batch, q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     size_t half = (size_t)c->head_dim / 2, nrm = ((size_t)2 * c->n_layers + 1) * c->dim;
+    /* the FFN's hidden buffers serve the dense FFN, one expert or the shared expert */
+    size_t hid = (size_t)BT_MAX(c->hidden_dim, BT_MAX(c->expert_hidden_dim, c->shexp_hidden_dim));
     float *host = NULL;
     e->want = calloc((size_t)BT_OP_COUNT * (c->n_layers + 1), sizeof(bool));
     e->lw = calloc((size_t)c->n_layers, sizeof(layer_bufs));
@@ -244,8 +348,8 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
     if ((rc = alloc_f32(e, B * c->dim, &e->x)) || (rc = alloc_f32(e, B * c->dim, &e->xb)) ||
         (rc = alloc_f32(e, B * q_dim, &e->q)) || (rc = alloc_f32(e, B * kv_dim, &e->k)) ||
         (rc = alloc_f32(e, B * kv_dim, &e->v)) || (rc = alloc_f32(e, B * q_dim, &e->ctx)) ||
-        (rc = alloc_f32(e, B * c->dim, &e->attn_out)) || (rc = alloc_f32(e, B * c->hidden_dim, &e->gate)) ||
-        (rc = alloc_f32(e, B * c->hidden_dim, &e->up)) || (rc = alloc_f32(e, B * c->hidden_dim, &e->act)) ||
+        (rc = alloc_f32(e, B * c->dim, &e->attn_out)) || (rc = alloc_f32(e, B * hid, &e->gate)) ||
+        (rc = alloc_f32(e, B * hid, &e->up)) || (rc = alloc_f32(e, B * hid, &e->act)) ||
         (rc = alloc_f32(e, B * c->dim, &e->down)) ||
         (rc = alloc_f32(e, (size_t)c->n_layers * ctx_len * kv_dim, &e->key_cache)) ||
         (rc = alloc_f32(e, (size_t)c->n_layers * ctx_len * kv_dim, &e->val_cache)) ||
@@ -263,12 +367,16 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
         const bt_layer_weights *L = &m->layers[l];
         layer_bufs *B_ = &e->lw[l];
         if ((rc = upload(e, &L->wq, q_dim, c->dim, &B_->wq)) || (rc = upload(e, &L->wk, kv_dim, c->dim, &B_->wk)) ||
-            (rc = upload(e, &L->wv, kv_dim, c->dim, &B_->wv)) || (rc = upload(e, &L->wo, c->dim, q_dim, &B_->wo)) ||
-            (rc = upload(e, &L->w_gate, c->hidden_dim, c->dim, &B_->w_gate)) ||
-            (rc = upload(e, &L->w_up, c->hidden_dim, c->dim, &B_->w_up)) ||
-            (rc = upload(e, &L->w_down, c->dim, c->hidden_dim, &B_->w_down)))
+            (rc = upload(e, &L->wv, kv_dim, c->dim, &B_->wv)) || (rc = upload(e, &L->wo, c->dim, q_dim, &B_->wo)))
+            goto fail;
+        if (c->n_expert > 0) {
+            if ((rc = moe_upload(e, L, B_))) goto fail;
+        } else if ((rc = upload(e, &L->w_gate, c->hidden_dim, c->dim, &B_->w_gate)) ||
+                   (rc = upload(e, &L->w_up, c->hidden_dim, c->dim, &B_->w_up)) ||
+                   (rc = upload(e, &L->w_down, c->dim, c->hidden_dim, &B_->w_down)))
             goto fail;
     }
+    if (c->n_expert > 0 && (rc = moe_alloc(e))) goto fail;
     /* RoPE table, computed in double: angle = pos * base^(-2i/head_dim). */
     host = malloc(BT_MAX((size_t)ctx_len * half, nrm) * sizeof(float));
     if (!host) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
@@ -416,6 +524,17 @@ static bool tap(bt_engine *e, int op, int layer, bt_buf *buf, int T, int pos0, i
     return e->cb.observe(e->cb.user, &t);
 }
 
+/* Hand one expert's part of an op to the tap: n rows at the positions pos. */
+static bool tap_expert(bt_engine *e, int op, int layer, int expert, const int *pos, bt_buf *buf, int n, int width)
+{
+    if (!*want_at(e, op, layer)) return true;
+    bt_tensor h = { .be = e->be, .buf = buf, .off = 0 };
+    bt_expert_rows er = { .expert = expert, .pos = pos };
+    bt_tensor_view t = { .op = op, .layer = layer, .step = e->step, .pos0 = pos[0], .rows = n, .width = width,
+                         .data = e->bi->buf_host ? e->bi->buf_host(e->be, buf) : NULL, .tensor = &h, .moe = &er };
+    return e->cb.observe(e->cb.user, &t);
+}
+
 /* The host address of a CPU buffer, for the numerics hooks (e->num is only
  * ever set on the CPU backend, whose buffers are host memory). */
 static float *host_f32(bt_engine *e, bt_buf *b) { return e->bi->buf_host(e->be, b); }
@@ -431,11 +550,100 @@ static int mm(bt_engine *e, int type, bt_buf *W, const void *wdata, int64_t rows
     return BT_OK;
 }
 
+#define TAPX(op, layer, x, pos, buf, n, width) do { \
+        if (e->num) bt_numerics_store(e->num, op, host_f32(e, buf), (size_t)(n) * (width)); \
+        if (e->has_cb && !tap_expert(e, op, layer, x, pos, buf, n, width)) return BT_EINVAL; } while (0)
 #define TAP(op, layer, buf, width) do { \
         if (e->num) bt_numerics_store(e->num, op, host_f32(e, buf), (size_t)T * (width)); \
         if (e->has_cb && !tap(e, op, layer, buf, T, pos0, width)) { e->step++; return BT_EINVAL; } } while (0)
 /* An op; a backend error ends the forward (the step still counts). */
 #define OP(call) do { int rc_ = (call); if (rc_) { e->step++; return rc_; } } while (0)
+
+/* A SwiGLU FFN of n rows of x through gate/up (rows hid) and down into
+ * e->down, tapping its four tensors as expert x's (x < 0: the shared
+ * expert, not tapped on its own: it is part of ffn_moe_out). */
+static int expert_ffn(bt_engine *e, int l, int x, const int *pos, bt_buf *wg, bt_buf *wu, bt_buf *wd, int wtype_g,
+                      int wtype_u, int wtype_d, const void *dg, const void *du, const void *dd, int hid, bt_buf *in, int n)
+{
+    const struct bt_backend_i *bi = e->bi;
+    int dim = e->c.dim;
+    int rc;
+    if ((rc = mm(e, wtype_g, wg, dg, hid, dim, in, 0, n, e->gate))) return rc;
+    if (x >= 0) TAPX(BT_OP_FFN_GATE, l, x, pos, e->gate, n, hid);
+    if ((rc = mm(e, wtype_u, wu, du, hid, dim, in, 0, n, e->up))) return rc;
+    if (x >= 0) TAPX(BT_OP_FFN_UP, l, x, pos, e->up, n, hid);
+    if ((rc = bi->swiglu(e->be, e->act, e->gate, e->up, (size_t)n * hid))) return rc;
+    if (x >= 0) TAPX(BT_OP_FFN_ACT, l, x, pos, e->act, n, hid);
+    if ((rc = mm(e, wtype_d, wd, dd, dim, hid, e->act, 0, n, e->down))) return rc;
+    if (x >= 0) TAPX(BT_OP_FFN_DOWN, l, x, pos, e->down, n, dim);
+    return BT_OK;
+}
+
+/* The mixture-of-experts FFN of layer l over e->xb (T rows): router
+ * logits (tapped as ffn_gate_inp), routing on the host (moe.c), then per
+ * expert with tokens: gather its rows, its SwiGLU FFN on its own weight
+ * slab, and the weighted sum into moe_out; the shared expert on every row;
+ * moe_out is tapped as ffn_moe_out. Decode reads only the routed experts'
+ * weights. Returns BT_OK, a backend error, or BT_EINVAL (a tap cancelled). */
+static int moe_ffn(bt_engine *e, int l, int T, int pos0)
+{
+    const bt_config *c = &e->c;
+    const bt_layer_weights *L = &e->m->layers[l];
+    const layer_bufs *W = &e->lw[l];
+    bt_backend *be = e->be;
+    const struct bt_backend_i *bi = e->bi;
+    int dim = c->dim, E = c->n_expert, k = c->n_expert_used, eh = c->expert_hidden_dim;
+    int rc;
+    if ((rc = mm(e, L->ffn_gate_inp.type, W->w_gate_inp, L->ffn_gate_inp.data, E, dim, e->xb, 0, T, e->router)))
+        return rc;
+    if (e->num) bt_numerics_store(e->num, BT_OP_FFN_GATE_INP, host_f32(e, e->router), (size_t)T * E);
+    if (e->has_cb && !tap(e, BT_OP_FFN_GATE_INP, l, e->router, T, pos0, E)) return BT_EINVAL;
+    /* the choice is made from what the tap left (an injected router routes) */
+    if ((rc = bi->read(be, e->router, 0, (size_t)T * E, e->h_router))) return rc;
+    for (int t = 0; t < T; t++)
+        bt_moe_route(e->h_router + (size_t)t * E, E, k, c->moe_norm_w, c->moe_w_scale, e->h_probs,
+                     e->h_sel + (size_t)t * k, e->h_w + (size_t)t * k);
+    if (e->has_cb && e->cb.routes) e->cb.routes(e->cb.user, e->step, l, pos0, T, k, e->h_sel, e->h_w);
+    if ((rc = bi->set(be, e->moe_out, 0, e->h_zero, (size_t)T * dim))) return rc;
+    int *pos_l = e->h_pos + (size_t)l * e->max_batch * k;
+    int used = 0;
+    for (int x = 0; x < E; x++) {
+        int n = 0;
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < k; j++)
+                if (e->h_sel[t * k + j] == x) { e->h_ids[n] = t; e->h_ew[n] = e->h_w[t * k + j]; n++; }
+        if (!n) continue;
+        int *pos = pos_l + used;
+        for (int i = 0; i < n; i++) pos[i] = pos0 + e->h_ids[i];
+        used += n;
+        if ((rc = bi->get_rows(be, BT_DT_F32, e->xb, dim, e->h_ids, n, e->xe))) return rc;
+        bt_weight g = bt_moe_expert_view(&L->ffn_gate_exps, x, eh), u = bt_moe_expert_view(&L->ffn_up_exps, x, eh),
+                  d = bt_moe_expert_view(&L->ffn_down_exps, x, dim);
+        if ((rc = expert_ffn(e, l, x, pos, W->e_gate[x], W->e_up[x], W->e_down[x], g.type, u.type, d.type, g.data,
+                             u.data, d.data, eh, e->xe, n)))
+            return rc;
+        if ((rc = bi->scatter_add(be, e->moe_out, e->down, e->h_ids, e->h_ew, n, dim))) return rc;
+    }
+    if (W->sh_gate) {
+        int sh = c->shexp_hidden_dim;
+        if ((rc = expert_ffn(e, l, -1, NULL, W->sh_gate, W->sh_up, W->sh_down, L->ffn_gate_shexp.type,
+                             L->ffn_up_shexp.type, L->ffn_down_shexp.type, L->ffn_gate_shexp.data,
+                             L->ffn_up_shexp.data, L->ffn_down_shexp.data, sh, e->xb, T)))
+            return rc;
+        for (int t = 0; t < T; t++) { e->h_ids[t] = t; e->h_ew[t] = 1.0f; }
+        if (W->sh_gate_inp) {   /* qwen2moe: the shared expert scaled by sigmoid(x . w) */
+            if ((rc = mm(e, L->ffn_gate_inp_shexp.type, W->sh_gate_inp, L->ffn_gate_inp_shexp.data, 1, dim, e->xb, 0,
+                         T, e->router)))
+                return rc;
+            if ((rc = bi->read(be, e->router, 0, (size_t)T, e->h_router))) return rc;
+            for (int t = 0; t < T; t++) e->h_ew[t] = 1.0f / (1.0f + expf(-e->h_router[t]));
+        }
+        if ((rc = bi->scatter_add(be, e->moe_out, e->down, e->h_ids, e->h_ew, T, dim))) return rc;
+    }
+    if (e->num) bt_numerics_store(e->num, BT_OP_FFN_MOE_OUT, host_f32(e, e->moe_out), (size_t)T * dim);
+    if (e->has_cb && !tap(e, BT_OP_FFN_MOE_OUT, l, e->moe_out, T, pos0, dim)) return BT_EINVAL;
+    return BT_OK;
+}
 
 static int forward_ext(bt_engine *e, const int32_t *tokens, int T, int pos0)
 {
@@ -523,6 +731,12 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
 
         OP(bi->rmsnorm(be, e->xb, e->x, e->norm_w, (size_t)(2 * l + 1) * dim, T, dim, c->norm_eps));
         TAP(BT_OP_FFN_NORM, l, e->xb, dim);
+        if (c->n_expert > 0) {
+            OP(moe_ffn(e, l, T, pos0));
+            OP(bi->add(be, e->x, e->moe_out, (size_t)T * dim));
+            TAP(BT_OP_FFN_RESID, l, e->x, dim);
+            continue;
+        }
         OP(mm(e, L->w_gate.type, W->w_gate, L->w_gate.data, hidden, dim, e->xb, 0, T, e->gate));
         TAP(BT_OP_FFN_GATE, l, e->gate, hidden);
         OP(mm(e, L->w_up.type, W->w_up, L->w_up.data, hidden, dim, e->xb, 0, T, e->up));
@@ -628,9 +842,11 @@ void bt_engine_kernel_name(const bt_engine *e, int op, int layer, char *buf, siz
     case BT_OP_ATTN_K: w = L ? &L->wk : NULL; kop = BT_KOP_MATMUL; break;
     case BT_OP_ATTN_V: w = L ? &L->wv : NULL; kop = BT_KOP_MATMUL; break;
     case BT_OP_ATTN_OUTPUT: w = L ? &L->wo : NULL; kop = BT_KOP_MATMUL; break;
-    case BT_OP_FFN_GATE: w = L ? &L->w_gate : NULL; kop = BT_KOP_MATMUL; break;
-    case BT_OP_FFN_UP: w = L ? &L->w_up : NULL; kop = BT_KOP_MATMUL; break;
-    case BT_OP_FFN_DOWN: w = L ? &L->w_down : NULL; kop = BT_KOP_MATMUL; break;
+    case BT_OP_FFN_GATE: w = L ? (e->c.n_expert ? &L->ffn_gate_exps : &L->w_gate) : NULL; kop = BT_KOP_MATMUL; break;
+    case BT_OP_FFN_UP: w = L ? (e->c.n_expert ? &L->ffn_up_exps : &L->w_up) : NULL; kop = BT_KOP_MATMUL; break;
+    case BT_OP_FFN_DOWN: w = L ? (e->c.n_expert ? &L->ffn_down_exps : &L->w_down) : NULL; kop = BT_KOP_MATMUL; break;
+    case BT_OP_FFN_GATE_INP: w = L ? &L->ffn_gate_inp : NULL; kop = BT_KOP_MATMUL; break;
+    case BT_OP_FFN_MOE_OUT: kop = BT_KOP_SCATTER_ADD; break;
     case BT_OP_LOGITS: w = &m->output; kop = BT_KOP_MATMUL; break;
     case BT_OP_ATTN_NORM: case BT_OP_FFN_NORM: case BT_OP_OUTPUT_NORM: kop = BT_KOP_RMSNORM; break;
     case BT_OP_ATTN_CTX: kop = BT_KOP_ATTENTION; break;

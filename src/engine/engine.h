@@ -36,8 +36,8 @@ enum bt_op {
     BT_OP_TOKEN_EMBD = 0,
     BT_OP_ATTN_NORM, BT_OP_ATTN_Q, BT_OP_ATTN_K, BT_OP_ATTN_V, BT_OP_ATTN_CTX,
     BT_OP_ATTN_OUTPUT, BT_OP_ATTN_RESID,
-    BT_OP_FFN_NORM, BT_OP_FFN_GATE, BT_OP_FFN_UP, BT_OP_FFN_ACT, BT_OP_FFN_DOWN,
-    BT_OP_FFN_RESID,
+    BT_OP_FFN_NORM, BT_OP_FFN_GATE_INP, BT_OP_FFN_GATE, BT_OP_FFN_UP, BT_OP_FFN_ACT, BT_OP_FFN_DOWN,
+    BT_OP_FFN_MOE_OUT, BT_OP_FFN_RESID,
     BT_OP_OUTPUT_NORM, BT_OP_LOGITS,
     BT_OP_COUNT
 };
@@ -52,10 +52,26 @@ const char *bt_op_label(int op);
 const char *bt_op_abbrev(int op);
 /* Floats per row of an op's tensor in a model of config c. */
 int bt_op_width(const bt_config *c, int op);
+/* Does a model of config c compute op? (ffn_gate_inp and ffn_moe_out only
+ * in a mixture-of-experts model, whose ffn_gate/up/act/down are computed
+ * per expert: see bt_tensor_view.moe) */
+bool bt_op_in_model(const bt_config *c, int op);
+/* "blk.12.ffn_down.expert[37]": the name of expert e's part of an op. */
+void bt_expert_tensor_name(int op, int layer, int expert, char *buf, size_t cap);
 /* Full tensor name: "token_embd", "blk.3.ffn_down", "logits". */
 void bt_tensor_name(int op, int layer, char *buf, size_t cap);
 
 typedef struct bt_tensor bt_tensor;    /* where a view's rows live (engine.c) */
+
+/* In a mixture-of-experts layer ffn_gate, ffn_up, ffn_act and ffn_down are
+ * computed per expert over the tokens routed to it: a view of expert e's
+ * part has rows for those tokens only (pos[i] is row i's position; they are
+ * not consecutive in a prefill) and its name is
+ * blk.L.<op>.expert[e]. */
+typedef struct bt_expert_rows {
+    int expert;
+    const int *pos;      /* (rows) positions, ascending; valid until the forward's flush */
+} bt_expert_rows;
 
 typedef struct bt_tensor_view {
     int op;              /* bt_op */
@@ -72,6 +88,7 @@ typedef struct bt_tensor_view {
     const char *kernel;  /* who computed it ("MUL_MAT q4_1 on CPU"), set by a
                           * foreign engine (its view is a host copy, tensor
                           * NULL); NULL: ask bt_engine_kernel_name */
+    const bt_expert_rows *moe;  /* one expert's rows (see above), else NULL */
 } bt_tensor_view;
 
 /* Statistics of a view's rows, computed where they live (host views:
@@ -92,6 +109,13 @@ typedef struct bt_eval_cb {
      * backend has synchronised (statistics asked for in observe are final);
      * false fails the forward (BT_EINVAL, message set through bt_error). */
     bool (*flush)(void *user, int step);
+    /* optional: a mixture-of-experts layer routed T tokens (positions
+     * pos0..pos0+T-1): token t went to experts[t*k + j] with weight
+     * weights[t*k + j], j < k, best first. Called right after the layer's
+     * ffn_gate_inp tap (the router logits), with host arrays valid for the
+     * call only. */
+    void (*routes)(void *user, int step, int layer, int pos0, int T, int k, const int *experts,
+                   const float *weights);
 } bt_eval_cb;
 
 typedef struct bt_engine bt_engine;

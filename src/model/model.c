@@ -228,11 +228,119 @@ static int load_gguf_weights(bt_model *m, char (*names)[NAME_CAP])
             { &L->w_up, "blk.%d.ffn_up.weight", c->dim, c->hidden_dim },
             { &L->w_down, "blk.%d.ffn_down.weight", c->hidden_dim, c->dim },
         };
-        for (size_t i = 0; i < BT_ARRAY_SIZE(t); i++) {
+        /* a MoE layer has experts instead of the dense FFN */
+        size_t n = c->n_expert > 0 ? BT_ARRAY_SIZE(t) - 3 : BT_ARRAY_SIZE(t);
+        for (size_t i = 0; i < n; i++) {
             const char *name = intern(names, &used, t[i].fmt, l);
             if ((rc = bind(m, t[i].w, name, t[i].cols, t[i].rows, false))) return rc;
         }
+        if (c->n_expert > 0 && (rc = bt_model_moe_bind(m, l, names, &used))) return rc;
     }
+    return BT_OK;
+}
+
+/* ---- mixture of experts ---- */
+
+bt_weight bt_moe_expert_view(const bt_weight *w, int e, int64_t rows)
+{
+    bt_weight v = *w;
+    v.data = (const char *)w->data + (size_t)e * (size_t)rows * bt_dtype_row_size(w->type, w->cols);
+    v.rows = rows;
+    return v;
+}
+
+/* Bind a 3-D expert tensor [cols, rows, n_expert] as n_expert * rows rows. */
+static int bind_exps(const bt_model *m, bt_weight *w, const char *name, int64_t cols, int64_t rows, int n_expert)
+{
+    const bt_gguf_tensor *t = bt_gguf_find_tensor(m->gguf, name);
+    if (!t) return bt_error(BT_EFORMAT, "%s: tensor '%s' is missing", m->path, name);
+    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != n_expert || t->ne[3] != 1)
+        return bt_error(BT_EFORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %d] "
+                        "(one matrix per expert)", m->path, name, (long long)t->ne[0], (long long)t->ne[1],
+                        (long long)t->ne[2], (long long)t->ne[3], (long long)cols, (long long)rows, n_expert);
+    return bind(m, w, name, cols, rows * n_expert, false);
+}
+
+int bt_model_moe_config(bt_model *m)
+{
+    const bt_gguf *g = m->gguf;
+    bt_config *c = &m->cfg;
+    char key[128];
+    uint32_t u;
+    int rc;
+    c->n_expert = c->n_expert_used = c->expert_hidden_dim = c->shexp_hidden_dim = 0;
+    c->moe_norm_w = false;
+    c->moe_w_scale = 1.0f;
+    snprintf(key, sizeof(key), "%s.expert_count", c->arch);
+    if ((rc = get_u32_opt(g, key, 0, &u))) return rc;
+    if (u == 0) return BT_OK;                       /* dense */
+    if (u > 4096) return bt_error(BT_EFORMAT, "%s: %s = %u is implausible", m->path, key, u);
+    c->n_expert = (int)u;
+    snprintf(key, sizeof(key), "%s.expert_used_count", c->arch);
+    if ((rc = bt_gguf_get_u32(g, key, &u))) {
+        if (rc == BT_ENOTFOUND) return bt_error(BT_EFORMAT, "%s: %s is missing (a MoE model must say how many experts a token uses)", m->path, key);
+        return rc;
+    }
+    if (u == 0 || (int)u > c->n_expert)
+        return bt_error(BT_EFORMAT, "%s: %s = %u with %d experts", m->path, key, u, c->n_expert);
+    c->n_expert_used = (int)u;
+    /* llama (Mixtral) sizes its experts with feed_forward_length; qwen3moe
+     * has its own key, defaulting as llama.cpp does to n_ff / n_expert_used */
+    snprintf(key, sizeof(key), "%s.expert_feed_forward_length", c->arch);
+    if ((rc = get_u32_opt(g, key, 0, &u))) return rc;
+    c->expert_hidden_dim = u ? (int)BT_MIN(u, 1u << 20)
+                             : (!strcmp(c->arch, "llama") || !strcmp(c->arch, "mistral") ? c->hidden_dim
+                                                                                      : c->hidden_dim / c->n_expert_used);
+    if (c->expert_hidden_dim <= 0) return bt_error(BT_EFORMAT, "%s: expert feed-forward length is 0", m->path);
+    snprintf(key, sizeof(key), "%s.expert_shared_feed_forward_length", c->arch);
+    if ((rc = get_u32_opt(g, key, 0, &u))) return rc;
+    c->shexp_hidden_dim = (int)BT_MIN(u, 1u << 20);
+    /* llama.cpp renormalises the top-k weights for llama and qwen3moe
+     * (build_moe_ffn's norm_w = true); a file may say otherwise */
+    bool b = true;
+    snprintf(key, sizeof(key), "%s.expert_weights_norm", c->arch);
+    if (bt_gguf_get_bool(g, key, &b) != BT_OK) b = true;
+    c->moe_norm_w = b;
+    float f;
+    snprintf(key, sizeof(key), "%s.expert_weights_scale", c->arch);
+    if ((rc = get_f32_opt(g, key, 0.0f, &f))) return rc;
+    c->moe_w_scale = f == 0.0f ? 1.0f : f;
+    snprintf(key, sizeof(key), "%s.expert_gating_func", c->arch);
+    if (get_u32_opt(g, key, 1, &u) == BT_OK && u != 1)   /* LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX */
+        return bt_error(BT_EUNSUPPORTED, "%s: %s = %u: only softmax gating (1) is supported", m->path, key, u);
+    return BT_OK;
+}
+
+int bt_model_moe_bind(bt_model *m, int l, char (*names)[48], int *used)
+{
+    const bt_config *c = &m->cfg;
+    bt_layer_weights *L = &m->layers[l];
+    int rc, E = c->n_expert, eh = c->expert_hidden_dim;
+    if ((rc = bind(m, &L->ffn_gate_inp, intern(names, used, "blk.%d.ffn_gate_inp.weight", l), c->dim, E, false)) ||
+        (rc = bind_exps(m, &L->ffn_gate_exps, intern(names, used, "blk.%d.ffn_gate_exps.weight", l), c->dim, eh, E)) ||
+        (rc = bind_exps(m, &L->ffn_up_exps, intern(names, used, "blk.%d.ffn_up_exps.weight", l), c->dim, eh, E)) ||
+        (rc = bind_exps(m, &L->ffn_down_exps, intern(names, used, "blk.%d.ffn_down_exps.weight", l), eh, c->dim, E)))
+        return rc;
+    /* the shared expert: its size from the key, else from its own tensor */
+    const char *gname = intern(names, used, "blk.%d.ffn_gate_shexp.weight", l);
+    const bt_gguf_tensor *t = bt_gguf_find_tensor(m->gguf, gname);
+    memset(&L->ffn_gate_shexp, 0, sizeof(bt_weight));
+    memset(&L->ffn_up_shexp, 0, sizeof(bt_weight));
+    memset(&L->ffn_down_shexp, 0, sizeof(bt_weight));
+    memset(&L->ffn_gate_inp_shexp, 0, sizeof(bt_weight));
+    if (!t) {
+        if (c->shexp_hidden_dim > 0)
+            return bt_error(BT_EFORMAT, "%s: tensor '%s' is missing (the file declares a shared expert)", m->path, gname);
+        return BT_OK;
+    }
+    int64_t sh = c->shexp_hidden_dim > 0 ? c->shexp_hidden_dim : t->ne[1];
+    if (sh <= 0 || sh > (1 << 20)) return bt_error(BT_EFORMAT, "%s: tensor '%s' has %lld rows", m->path, gname, (long long)t->ne[1]);
+    ((bt_config *)c)->shexp_hidden_dim = (int)sh;
+    if ((rc = bind(m, &L->ffn_gate_shexp, gname, c->dim, sh, false)) ||
+        (rc = bind(m, &L->ffn_up_shexp, intern(names, used, "blk.%d.ffn_up_shexp.weight", l), c->dim, sh, false)) ||
+        (rc = bind(m, &L->ffn_down_shexp, intern(names, used, "blk.%d.ffn_down_shexp.weight", l), sh, c->dim, false)) ||
+        (rc = bind(m, &L->ffn_gate_inp_shexp, intern(names, used, "blk.%d.ffn_gate_inp_shexp.weight", l), c->dim, 1, true)))
+        return rc;
     return BT_OK;
 }
 
@@ -321,9 +429,10 @@ static int load_gguf(bt_model *m, const void *data, size_t size)
                         m->path, c->n_vocab, (long long)te->ne[1]);
 #undef REQ_U32
 #undef ARCH_KEY
+    if ((rc = bt_model_moe_config(m))) return rc;
 
     m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers));
-    char (*names)[NAME_CAP] = calloc((size_t)c->n_layers * 9 + 1, NAME_CAP);
+    char (*names)[NAME_CAP] = calloc((size_t)c->n_layers * (9 + BT_MODEL_MOE_NAMES) + 1, NAME_CAP);
     if (!m->layers || !names) { free(names); return bt_error(BT_ENOMEM, "out of memory"); }
     pv->names = names;
     return load_gguf_weights(m, names);

@@ -31,6 +31,19 @@ typedef struct bt_layer_weights {
     bt_weight w_gate;     /* (hidden, dim)  w1 */
     bt_weight w_up;       /* (hidden, dim)  w3 */
     bt_weight w_down;     /* (dim, hidden)  w2 */
+    /* Mixture of experts (cfg.n_expert > 0; then w_gate/w_up/w_down are
+     * unused). The expert tensors are GGUF 3-D tensors [cols, rows, n_expert]:
+     * expert e's matrix is the contiguous slab of rows [e*R, (e+1)*R), so a
+     * view of one expert is data + e * R * row_size (bt_moe_expert_view). */
+    bt_weight ffn_gate_inp;       /* (n_expert, dim) router */
+    bt_weight ffn_gate_exps;      /* (n_expert * expert_hidden, dim) */
+    bt_weight ffn_up_exps;        /* (n_expert * expert_hidden, dim) */
+    bt_weight ffn_down_exps;      /* (n_expert * dim, expert_hidden) */
+    /* shared expert (optional; data NULL when absent), run on every token */
+    bt_weight ffn_gate_inp_shexp; /* (1, dim): sigmoid gate of the shared expert, optional */
+    bt_weight ffn_gate_shexp;     /* (shexp_hidden, dim) */
+    bt_weight ffn_up_shexp;       /* (shexp_hidden, dim) */
+    bt_weight ffn_down_shexp;     /* (dim, shexp_hidden) */
 } bt_layer_weights;
 
 typedef struct bt_config {
@@ -48,6 +61,16 @@ typedef struct bt_config {
     float rope_base;
     int rope_dim;         /* rotated dims per head (== head_dim for Llama) */
     bool tied_output;     /* output shares token_embd */
+    /* Mixture of experts: 0 experts is a dense FFN. Routing (llama.cpp's
+     * build_moe_ffn with softmax gating): softmax over the router logits,
+     * the n_expert_used largest probabilities, renormalised to sum 1 when
+     * moe_norm_w, times moe_w_scale. */
+    int n_expert;         /* <arch>.expert_count */
+    int n_expert_used;    /* <arch>.expert_used_count */
+    int expert_hidden_dim;/* rows of one expert's gate/up (<arch>.expert_feed_forward_length) */
+    int shexp_hidden_dim; /* shared expert's hidden size, 0 when there is none */
+    bool moe_norm_w;      /* renormalise the top-k weights (norm_topk_prob) */
+    float moe_w_scale;    /* expert weight scale (1 unless the file says) */
 } bt_config;
 
 typedef struct bt_model {
@@ -78,6 +101,18 @@ int bt_model_load(const char *path, const char *tokenizer_path, bt_model **out);
 int bt_model_load_buffer(const void *data, size_t size, const char *name, bt_model **out);
 void bt_model_free(bt_model *m);   /* NULL is a no-op */
 bool bt_model_has_weights(const bt_model *m);
+
+/* Bind layer l's MoE tensors (router, expert slabs, shared expert when
+ * present) from m->gguf, with shapes checked against m->cfg's n_expert,
+ * expert_hidden_dim and dim; read the expert hyperparameters first with
+ * bt_model_moe_config. Names are written into names (NAME_CAP-sized slots
+ * at *used). Returns BT_OK or BT_EFORMAT naming the tensor. */
+int bt_model_moe_config(bt_model *m);
+int bt_model_moe_bind(bt_model *m, int l, char (*names)[48], int *used);
+/* Slots bt_model_moe_bind may use per layer. */
+#define BT_MODEL_MOE_NAMES 8
+/* Expert e's rows of a MoE slab w, where each expert has `rows` rows. */
+bt_weight bt_moe_expert_view(const bt_weight *w, int e, int64_t rows);
 
 /* llama2.c loaders (used by bt_model_load). */
 int bt_llama2c_load(const char *path, const char *tokenizer_path, bt_model *m);

@@ -111,11 +111,18 @@ def _store(writer, name, arr, wtype):
 
 def make(path, wtype="f32", embd_type=None, untied=False, dim=64, hidden=192,
          n_layers=2, n_heads=4, n_kv_heads=2, n_vocab=320, ctx_len=128,
-         rope_base=10000.0, norm_eps=1e-5, seed=0, special_ids=None):
+         rope_base=10000.0, norm_eps=1e-5, seed=0, special_ids=None, n_expert=0, n_expert_used=2,
+         shared_expert=0):
     """Write the GGUF to path; returns the hyperparameters as a dict.
     embd_type: type of token_embd (and of output when untied); default wtype.
     special_ids: {"padding": 4294967295, ...} -> tokenizer.ggml.<key>_token_id
-    (uint32; replaces the default bos/eos/unk ids when it names them)."""
+    (uint32; replaces the default bos/eos/unk ids when it names them).
+    n_expert > 0: a mixture-of-experts llama (Mixtral layout, as llama.cpp
+    reads it): llama.expert_count / expert_used_count, and per layer
+    ffn_gate_inp [dim, n_expert] and 3-D ffn_{gate,up,down}_exps (ne[2] =
+    n_expert, each expert `hidden` wide) instead of the dense FFN;
+    shared_expert > 0 adds a shared expert of that width (ffn_*_shexp, with
+    its sigmoid gate ffn_gate_inp_shexp)."""
     import gguf
     if wtype not in TYPES or (embd_type or wtype) not in TYPES:
         raise ValueError("weight type must be one of %s" % ", ".join(TYPES))
@@ -142,6 +149,11 @@ def make(path, wtype="f32", embd_type=None, untied=False, dim=64, hidden=192,
     w.add_context_length(ctx_len)
     w.add_embedding_length(dim)
     w.add_feed_forward_length(hidden)
+    if n_expert:
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(n_expert_used)
+        if shared_expert:
+            w.add_expert_shared_feed_forward_length(shared_expert)
     w.add_block_count(n_layers)
     w.add_head_count(n_heads)
     w.add_head_count_kv(n_kv_heads)
@@ -173,9 +185,21 @@ def make(path, wtype="f32", embd_type=None, untied=False, dim=64, hidden=192,
         _store(w, p + "attn_v.weight", mat(kv_dim, dim), wtype)
         _store(w, p + "attn_output.weight", mat(dim, dim), wtype)
         _store(w, p + "ffn_norm.weight", norm(), "f32")
-        _store(w, p + "ffn_gate.weight", mat(hidden, dim), wtype)
-        _store(w, p + "ffn_up.weight", mat(hidden, dim), wtype)
-        _store(w, p + "ffn_down.weight", mat(dim, hidden), wtype)
+        if n_expert:
+            # router logits of O(1): routing neither uniform nor one-hot
+            _store(w, p + "ffn_gate_inp.weight", mat(n_expert, dim), "f32")
+            _store(w, p + "ffn_gate_exps.weight", np.stack([mat(hidden, dim) for _ in range(n_expert)]), wtype)
+            _store(w, p + "ffn_up_exps.weight", np.stack([mat(hidden, dim) for _ in range(n_expert)]), wtype)
+            _store(w, p + "ffn_down_exps.weight", np.stack([mat(dim, hidden) for _ in range(n_expert)]), wtype)
+            if shared_expert:
+                _store(w, p + "ffn_gate_inp_shexp.weight", mat(1, dim)[0], "f32")
+                _store(w, p + "ffn_gate_shexp.weight", mat(shared_expert, dim), wtype)
+                _store(w, p + "ffn_up_shexp.weight", mat(shared_expert, dim), wtype)
+                _store(w, p + "ffn_down_shexp.weight", mat(dim, shared_expert), wtype)
+        else:
+            _store(w, p + "ffn_gate.weight", mat(hidden, dim), wtype)
+            _store(w, p + "ffn_up.weight", mat(hidden, dim), wtype)
+            _store(w, p + "ffn_down.weight", mat(dim, hidden), wtype)
     _store(w, "output_norm.weight", norm(), "f32")
     if untied:
         _store(w, "output.weight", mat(n_vocab, dim), embd_type)
@@ -185,7 +209,9 @@ def make(path, wtype="f32", embd_type=None, untied=False, dim=64, hidden=192,
     w.close()
     return dict(dim=dim, hidden_dim=hidden, n_layers=n_layers, n_heads=n_heads,
                 n_kv_heads=n_kv_heads, head_dim=hd, n_vocab=n_vocab, ctx_len=ctx_len,
-                norm_eps=norm_eps, rope_base=rope_base, rope_dim=hd, tied_output=not untied)
+                norm_eps=norm_eps, rope_base=rope_base, rope_dim=hd, tied_output=not untied,
+                n_expert=n_expert, n_expert_used=n_expert_used if n_expert else 0,
+                shexp_hidden_dim=shared_expert if n_expert else 0)
 
 
 def main(argv=None):
@@ -206,6 +232,9 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--special-id", action="append", default=[], metavar="KEY=N",
                     help="tokenizer.ggml.KEY_token_id = N (uint32), e.g. padding=4294967295")
+    ap.add_argument("--experts", type=int, default=0, help="mixture of experts: number of experts")
+    ap.add_argument("--experts-used", type=int, default=2, help="experts per token")
+    ap.add_argument("--shared-expert", type=int, default=0, help="width of a shared expert (0: none)")
     a = ap.parse_args(argv)
     special = {}
     for kv in a.special_id:
@@ -215,7 +244,8 @@ def main(argv=None):
         special[k] = int(v)
     try:
         make(a.out, a.type, a.embd_type, a.untied, a.dim, a.hidden, a.layers, a.heads,
-             a.n_kv_heads, a.vocab, a.ctx, a.rope_base, a.eps, a.seed, special)
+             a.n_kv_heads, a.vocab, a.ctx, a.rope_base, a.eps, a.seed, special,
+             n_expert=a.experts, n_expert_used=a.experts_used, shared_expert=a.shared_expert)
     except (ValueError, OSError) as e:
         print("make_random_gguf.py: %s: %s" % (a.out, e), file=sys.stderr)
         return 1

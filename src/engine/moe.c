@@ -1,0 +1,42 @@
+/* moe.c - mixture-of-experts routing (see moe.h for the conventions). */
+#include "engine/moe.h"
+
+#include <math.h>
+
+/* a ranks before b: larger probability, NaN last, ties to the lower index */
+static bool ranks_before(float pa, int a, float pb, int b)
+{
+    if (isnan(pa)) return isnan(pb) && a < b;
+    if (isnan(pb)) return true;
+    return pa > pb || (pa == pb && a < b);
+}
+
+void bt_moe_route(const float *logits, int n_expert, int k, bool norm, float scale, float *probs,
+                  int *experts, float *weights)
+{
+    float mx = -INFINITY;
+    for (int i = 0; i < n_expert; i++) if (logits[i] > mx) mx = logits[i];
+    float sum = 0;
+    for (int i = 0; i < n_expert; i++) { probs[i] = expf(logits[i] - mx); sum += probs[i]; }
+    float inv = 1.0f / sum;
+    for (int i = 0; i < n_expert; i++) probs[i] *= inv;
+    /* partial selection sort: k is small */
+    int n = 0;
+    for (int i = 0; i < n_expert; i++) {
+        if (n == k && !ranks_before(probs[i], i, probs[experts[k - 1]], experts[k - 1])) continue;
+        int j = n < k ? n++ : k - 1;
+        while (j > 0 && ranks_before(probs[i], i, probs[experts[j - 1]], experts[j - 1])) {
+            experts[j] = experts[j - 1];
+            j--;
+        }
+        experts[j] = i;
+    }
+    float wsum = 0;
+    for (int j = 0; j < k; j++) { weights[j] = probs[experts[j]]; wsum += weights[j]; }
+    if (norm) {
+        if (wsum < 6.103515625e-5f) wsum = 6.103515625e-5f;   /* ggml_clamp(sum, 2^-14, INF) */
+        for (int j = 0; j < k; j++) weights[j] /= wsum;
+    }
+    if (scale != 0.0f && scale != 1.0f)
+        for (int j = 0; j < k; j++) weights[j] *= scale;
+}
