@@ -37,6 +37,11 @@ LAYER_OPS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_ctx",
              "ffn_act", "ffn_down", "ffn_resid")
 
 
+# The positions of the rows of each expert tensor of the last forward()
+# ("blk.0.ffn_down.expert[3]": [0, 5, 6]): an expert sees only its tokens.
+LAST_POSITIONS = {}
+
+
 class RefError(Exception):
     """A model file the reference cannot read; the message names file and field."""
 
@@ -177,7 +182,9 @@ def load_gguf(path, cache=None):
         norm_eps=float(_field(reader, "llama.attention.layer_norm_rms_epsilon", 1e-5)),
         rope_base=float(_field(reader, "llama.rope.freq_base", 10000.0)),
         rope_dim=int(_field(reader, "llama.rope.dimension_count", head_dim)),
-        tied_output="output.weight" not in tensors)
+        tied_output="output.weight" not in tensors,
+        n_expert=int(_field(reader, "llama.expert_count", 0)),
+        n_expert_used=int(_field(reader, "llama.expert_used_count", 0)))
     if n_heads <= 0 or n_kv <= 0 or n_heads % n_kv:
         raise RefError("%s: head_count %d / head_count_kv %d invalid" % (path, n_heads, n_kv))
     if cfg["rope_dim"] > head_dim or cfg["rope_dim"] % 2:
@@ -208,6 +215,7 @@ def load_gguf(path, cache=None):
         cache = os.path.getsize(path) < (64 << 20)
     m = Model(path, "gguf", cfg, getter, cache=cache)
     m.reader = reader
+    m.tensor_names = {n[:-len(".weight")] for n in tensors if n.endswith(".weight")}
     return m
 
 
@@ -277,6 +285,9 @@ def forward(m, tokens, pos0=0, cache=None, dtype=np.float64, want=None):
     def keep(name, val):
         if want is None or name in want or name == "logits":
             out[name] = val
+    keep.positions = {}        # expert tensors: the position of each row
+    global LAST_POSITIONS
+    LAST_POSITIONS = keep.positions
 
     x = m.get("token_embd", dtype)[tokens].copy()
     keep("token_embd", x)
@@ -315,6 +326,11 @@ def forward(m, tokens, pos0=0, cache=None, dtype=np.float64, want=None):
         keep(p + "attn_resid", x)
         h2 = rmsnorm(x, m.get(p + "ffn_norm", dtype), eps)
         keep(p + "ffn_norm", h2)
+        if c.get("n_expert"):
+            moe = moe_ffn(m, p, h2, pos, dtype, keep)
+            x = x + moe
+            keep(p + "ffn_resid", x)
+            continue
         gate = h2 @ m.get(p + "ffn_gate", dtype).T
         up = h2 @ m.get(p + "ffn_up", dtype).T
         keep(p + "ffn_gate", gate)
@@ -329,6 +345,63 @@ def forward(m, tokens, pos0=0, cache=None, dtype=np.float64, want=None):
     keep("output_norm", on)
     keep("logits", on @ m.get("output", dtype).T)
     cache.n = P
+    return out
+
+
+def moe_route(logits, k):
+    """llama.cpp's softmax gating (build_moe_ffn, norm_w): probabilities, the
+    k largest (ties to the lower expert index: a stable sort), weights
+    renormalised over the k with the sum clamped at 2^-14. logits: [T, E].
+    Returns (experts [T, k], weights [T, k])."""
+    z = logits - logits.max(axis=-1, keepdims=True)
+    pr = np.exp(z)
+    pr = pr / pr.sum(axis=-1, keepdims=True)
+    sel = np.argsort(-pr, axis=-1, kind="stable")[:, :k]
+    w = np.take_along_axis(pr, sel, axis=-1)
+    w = w / np.maximum(w.sum(axis=-1, keepdims=True), 6.103515625e-5)
+    return sel, w
+
+
+def moe_ffn(m, p, h, pos, dtype, keep):
+    """The mixture-of-experts FFN of one layer over h [T, dim]: router
+    logits (p+"ffn_gate_inp"), each routed expert's SwiGLU on its tokens
+    (kept as p+"ffn_<op>.expert[E]", rows in position order, with the
+    positions in keep.positions when the caller wants them), the weighted
+    sum (p+"ffn_moe_out"), plus a shared expert scaled by sigmoid of its
+    gate when the file has one."""
+    c = m.cfg
+    router = h @ m.get(p + "ffn_gate_inp", dtype).T              # [T, E]
+    keep(p + "ffn_gate_inp", router)
+    sel, w = moe_route(router, c["n_expert_used"])
+    out = np.zeros_like(h)
+    gate_w = m.get(p + "ffn_gate_exps", dtype)                     # [E, hidden, dim]
+    up_w = m.get(p + "ffn_up_exps", dtype)
+    down_w = m.get(p + "ffn_down_exps", dtype)                     # [E, dim, hidden]
+    for e in range(c["n_expert"]):
+        rows = [t for t in range(h.shape[0]) if e in sel[t]]
+        if not rows:
+            continue
+        xe = h[rows]
+        g = xe @ gate_w[e].T
+        u = xe @ up_w[e].T
+        a = g / (1.0 + np.exp(-g)) * u
+        d = a @ down_w[e].T
+        for op, val in (("ffn_gate", g), ("ffn_up", u), ("ffn_act", a), ("ffn_down", d)):
+            keep("%s%s.expert[%d]" % (p, op, e), val)
+        if getattr(keep, "positions", None) is not None:
+            for op in ("ffn_gate", "ffn_up", "ffn_act", "ffn_down"):
+                keep.positions["%s%s.expert[%d]" % (p, op, e)] = [int(pos[t]) for t in rows]
+        for i, t in enumerate(rows):
+            out[t] += w[t][list(sel[t]).index(e)] * d[i]
+    if p + "ffn_gate_shexp" in getattr(m, "tensor_names", ()):
+        g = h @ m.get(p + "ffn_gate_shexp", dtype).T
+        u = h @ m.get(p + "ffn_up_shexp", dtype).T
+        d = (g / (1.0 + np.exp(-g)) * u) @ m.get(p + "ffn_down_shexp", dtype).T
+        if p + "ffn_gate_inp_shexp" in m.tensor_names:
+            s = h @ m.get(p + "ffn_gate_inp_shexp", dtype).reshape(-1)
+            d = d * (1.0 / (1.0 + np.exp(-s)))[:, None]
+        out = out + d
+    keep(p + "ffn_moe_out", out)
     return out
 
 
