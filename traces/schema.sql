@@ -172,6 +172,17 @@ CREATE TABLE op_timings (      -- run --timing: host wall time of each tapped op
     PRIMARY KEY (step, model, idx)
 ) WITHOUT ROWID;
 
+CREATE TABLE moe_routes (      -- mixture of experts: the experts each token was routed to
+    step   INTEGER NOT NULL,
+    model  TEXT NOT NULL DEFAULT 'target',
+    pos    INTEGER NOT NULL,
+    layer  INTEGER NOT NULL,
+    rank   INTEGER NOT NULL,                -- 0 = the highest router probability
+    expert INTEGER NOT NULL,
+    weight REAL NOT NULL,                   -- its weight in ffn_moe_out (after renormalisation)
+    PRIMARY KEY (step, model, pos, layer, rank)
+) WITHOUT ROWID;
+
 CREATE VIEW v_tokens AS
 SELECT step, pos, token_id, piece, role, logprob FROM tokens ORDER BY seq;
 
@@ -240,3 +251,8 @@ CREATE VIEW v_op_timings AS
 SELECT o.step, t.layer, t.op, t.name AS tensor, o.start_ns, o.dur_ns, o.model
 FROM op_timings o JOIN tensors t ON t.model = o.model AND t.idx = o.idx
 ORDER BY o.step, o.start_ns;
+
+CREATE VIEW v_moe_routes AS
+SELECT r.step, r.pos, r.layer, r.rank, r.expert, r.weight, r.model,
+       'blk.' || r.layer || '.ffn_down.expert[' || r.expert || ']' AS expert_tensor
+FROM moe_routes r ORDER BY r.step, r.model, r.pos, r.layer, r.rank;

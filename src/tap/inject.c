@@ -36,6 +36,7 @@ typedef struct spec {
     int model;           /* 0 target, 1 draft */
     int layer;           /* -1: any */
     int op;              /* -1: any */
+    int expert;          /* -1: any; else only that MoE expert's part of op */
     int step;            /* -1: any */
     bool step_ge;        /* step >= S instead of == S */
     int pos_ge;          /* -1: any position */
@@ -119,12 +120,29 @@ static bool parse_poison(const char *s, float *out)
     return true;
 }
 
-/* op=NAME accepts "ffn_down" and the full "blk.3.ffn_down" (which also sets
- * the layer). */
+/* op=NAME accepts "ffn_down", the full "blk.3.ffn_down" (which also sets
+ * the layer) and a MoE expert's part "blk.3.ffn_down.expert[5]" (which
+ * also sets the expert). */
 static int parse_op(const char *text, const char *v, spec *s, bool *layer_from_op)
 {
     long L = -1;
+    char nbuf[64];
     const char *name = v;
+    const char *ex = strstr(v, ".expert[");
+    if (ex) {
+        long E;
+        char num[16];
+        const char *close = strchr(ex + 8, ']');
+        size_t n = close ? (size_t)(close - (ex + 8)) : 0;
+        if (!close || close[1] || n == 0 || n >= sizeof num)
+            return bad(text, "op '%s': expected NAME.expert[E]", v, NULL);
+        memcpy(num, ex + 8, n); num[n] = 0;
+        if (!parse_uint(num, &E) || E > 1 << 20) return bad(text, "op '%s': expert '%s' is not an integer", v, num);
+        if ((size_t)(ex - v) >= sizeof nbuf) return bad(text, "op '%s' is too long", v, NULL);
+        memcpy(nbuf, v, (size_t)(ex - v)); nbuf[ex - v] = 0;
+        s->expert = (int)E;
+        v = name = nbuf;
+    }
     if (!strncmp(v, "blk.", 4)) {
         const char *dot = strchr(v + 4, '.');
         char num[16];
@@ -137,7 +155,10 @@ static int parse_op(const char *text, const char *v, spec *s, bool *layer_from_o
     int op = bt_op_from_name(name);
     if (op < 0)
         return bad(text, "unknown op '%s' (token_embd, attn_norm, attn_q, attn_k, attn_v, attn_ctx, attn_output, "
-                   "attn_resid, ffn_norm, ffn_gate, ffn_up, ffn_act, ffn_down, ffn_resid, output_norm, logits)%s", name, "");
+                   "attn_resid, ffn_norm, ffn_gate_inp, ffn_gate, ffn_up, ffn_act, ffn_down, ffn_moe_out, ffn_resid, "
+                   "output_norm, logits)%s", name, "");
+    if (s->expert >= 0 && op != BT_OP_FFN_GATE && op != BT_OP_FFN_UP && op != BT_OP_FFN_ACT && op != BT_OP_FFN_DOWN)
+        return bad(text, "op '%s': only ffn_gate, ffn_up, ffn_act and ffn_down have experts", name, NULL);
     if (L >= 0 && !bt_op_is_layer_op(op)) return bad(text, "op '%s': %s is not a per-layer op", v, name);
     s->op = op;
     if (L >= 0) { s->layer = (int)L; *layer_from_op = true; }
@@ -292,7 +313,7 @@ int bt_injector_add(bt_injector *inj, const char *text)
     if (!*text) return bt_error(BT_EINVAL, "--inject '': empty spec");
     size_t len = strlen(text);
     if (len > 1000) return bt_error(BT_EINVAL, "--inject: spec of %zu bytes is too long", len);
-    spec s = { .kind = -1, .layer = -1, .op = -1, .step = -1, .pos_ge = -1, .pos = -1, .value = NAN, .p = 1 };
+    spec s = { .kind = -1, .layer = -1, .op = -1, .expert = -1, .step = -1, .pos_ge = -1, .pos = -1, .value = NAN, .p = 1 };
     char buf[1024];
     memcpy(buf, text, len + 1);
 
@@ -452,6 +473,7 @@ long bt_injector_apply_by(const bt_injector *inj, const char *model, const bt_te
             continue;
         }
         if (!is_activation(s->kind) || !matches(s, mid, t->op, t->layer)) continue;
+        if (s->expert >= 0 && (!t->moe || t->moe->expert != s->expert)) continue;
         if (s->step >= 0 && (s->step_ge ? t->step < s->step : t->step != s->step)) continue;
         long lo, hi;
         if (s->whole_row) { lo = 0; hi = t->width; }
@@ -463,6 +485,8 @@ long bt_injector_apply_by(const bt_injector *inj, const char *model, const bt_te
         /* One rectangle per spec: the rows at positions >= pos_ge, columns
          * [lo, hi). The backend applies it where the tensor lives. */
         int r0 = s->pos_ge >= 0 ? BT_MAX(0, s->pos_ge - t->pos0) : 0;
+        if (t->moe && s->pos_ge >= 0)    /* an expert's rows are its tokens' positions, ascending */
+            for (r0 = 0; r0 < t->rows && t->moe->pos[r0] < s->pos_ge; r0++) {}
         if (r0 >= t->rows) continue;
         bt_mutation mu = { .kind = s->kind == K_SCALE || s->kind == K_LONGCTX ? BT_MUT_SCALE
                                    : s->kind == K_NOISE ? BT_MUT_NOISE : BT_MUT_SET,

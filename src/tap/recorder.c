@@ -52,6 +52,9 @@ struct bt_recorder {
     /* statistics asked for during the current forward, in observe order */
     struct pending {
         int slot, op, layer, step;
+        int expert;                 /* a MoE expert's part of op (bt_expert_rows), else -1 */
+        const int *pos;             /* its rows' positions (the engine's, valid until flush) */
+        int pos0;
         bt_tap_stats s;
         const char *by;             /* spec that changed this tensor, or NULL */
         const char *inj_by;         /* the latest injection before it */
@@ -59,7 +62,8 @@ struct bt_recorder {
         char inj_tensor[64];
         char kernel[160];           /* the view's kernel (foreign engine), or "" */
     } *pend;
-    int n_pend, pend_step;
+    int n_pend, pend_step, pend_cap;
+    int *merged;                /* (n_slots) flush: the pending a slot's observations merge into */
 };
 
 static const char *const taps_names[] = { "all", "layers", "logits", "none" };
@@ -85,6 +89,15 @@ static int *slot_at(bt_recorder *r, int op, int layer)
 }
 
 /* "blk.3.ffn_down", or a foreign engine's own name for its extra tensors. */
+static void name_of(const bt_recorder *r, int op, int layer, char *buf, size_t cap);
+
+/* ... or an expert's part of it: "blk.12.ffn_down.expert[37]" */
+static void name_of_expert(const bt_recorder *r, int op, int layer, int expert, char *buf, size_t cap)
+{
+    if (expert >= 0) bt_expert_tensor_name(op, layer, expert, buf, cap);
+    else name_of(r, op, layer, buf, cap);
+}
+
 static void name_of(const bt_recorder *r, int op, int layer, char *buf, size_t cap)
 {
     const bt_extra_tensor *x = op >= BT_OP_COUNT ? bt_engine_extra(r->e, op - BT_OP_COUNT) : NULL;
@@ -159,15 +172,25 @@ static bool observe_taps(void *user, const bt_tensor_view *t)
         if (by) {
             r->inj_by = by;
             r->inj_step = t->step;
-            name_of(r, t->op, t->layer, r->inj_tensor, sizeof(r->inj_tensor));
+            name_of_expert(r, t->op, t->layer, t->moe ? t->moe->expert : -1, r->inj_tensor, sizeof(r->inj_tensor));
         }
     }
     int slot = *slot_at(r, t->op, t->layer);
     if (slot < 0) return true;
     if (t->step != r->pend_step) { r->n_pend = 0; r->pend_step = t->step; }   /* a forward that never flushed */
-    if (r->n_pend >= r->n_slots) return true;   /* each tapped tensor comes once per forward */
+    if (r->n_pend >= r->pend_cap) {
+        /* a MoE layer's ffn_gate/up/act/down come once per routed expert */
+        int cap = r->pend_cap * 2;
+        struct pending *np = realloc(r->pend, (size_t)cap * sizeof(*np));
+        if (!np) { if (r->status == BT_OK) r->status = bt_error(BT_ENOMEM, "out of memory"); return true; }
+        r->pend = np;
+        r->pend_cap = cap;
+    }
     struct pending *p = &r->pend[r->n_pend++];
     p->slot = slot; p->op = t->op; p->layer = t->layer; p->step = t->step;
+    p->expert = t->moe ? t->moe->expert : -1;
+    p->pos = t->moe ? t->moe->pos : NULL;
+    p->pos0 = t->pos0;
     p->by = by; p->inj_by = r->inj_by; p->inj_step = r->inj_step;
     /* a foreign engine names its kernel in the view (which lives only now) */
     snprintf(p->kernel, sizeof(p->kernel), "%s", t->kernel ? t->kernel : "");
@@ -186,7 +209,7 @@ static void record_tap(bt_recorder *r, const struct pending *p)
     if (!bt_stats_bad(s) || r->seen_bad) return;
     r->seen_bad = true;
     char name[64], detail[1400], kern[200], who[1200];
-    name_of(r, p->op, p->layer, name, sizeof(name));
+    name_of_expert(r, p->op, p->layer, p->expert, name, sizeof(name));
     if (p->kernel[0]) snprintf(kern, sizeof(kern), "%s", p->kernel);
     else bt_engine_kernel_name(r->e, p->op, p->layer, kern, sizeof(kern));
     /* A value the injector wrote is the injector's, not the kernel's;
@@ -211,13 +234,71 @@ static void record_tap(bt_recorder *r, const struct pending *p)
     if (rc && r->status == BT_OK) r->status = rc;
 }
 
+/* Fold b's statistics into a's (the same tensor slot: two experts' rows of
+ * one op). The first non-finite value is the one at the lower position, then
+ * the earlier observation; the merged pending keeps that expert's name. */
+static void merge_pending(struct pending *a, const struct pending *b)
+{
+    bt_tap_stats *x = &a->s;
+    const bt_tap_stats *y = &b->s;
+    bool take_bad = y->first_bad_pos >= 0 && (x->first_bad_pos < 0 || y->first_bad_pos < x->first_bad_pos);
+    int64_t nf = x->n_finite + y->n_finite;
+    if (y->n_finite > 0) {
+        if (x->n_finite > 0) {
+            x->mean = (float)(((double)x->mean * x->n_finite + (double)y->mean * y->n_finite) / nf);
+            x->rms = (float)sqrt(((double)x->rms * x->rms * x->n_finite + (double)y->rms * y->rms * y->n_finite) / nf);
+            x->min = fminf(x->min, y->min);
+            x->max = fmaxf(x->max, y->max);
+            x->absmax = fmaxf(x->absmax, y->absmax);
+        } else {
+            x->mean = y->mean; x->rms = y->rms; x->min = y->min; x->max = y->max; x->absmax = y->absmax;
+        }
+    }
+    x->n += y->n; x->n_finite = nf;
+    x->nan += y->nan; x->pinf += y->pinf; x->ninf += y->ninf;
+    if (take_bad) {
+        x->first_bad_index = y->first_bad_index;
+        x->first_bad_pos = y->first_bad_pos;
+        a->expert = b->expert;
+        memcpy(a->kernel, b->kernel, sizeof(a->kernel));
+    }
+    if (!a->by && b->by) a->by = b->by;
+    if (b->by || take_bad) {
+        a->inj_by = b->inj_by; a->inj_step = b->inj_step;
+        memcpy(a->inj_tensor, b->inj_tensor, sizeof(a->inj_tensor));
+    }
+}
+
 static bool cb_flush(void *user, int step)
 {
     bt_recorder *r = user;
-    if (step == r->pend_step)
-        for (int i = 0; i < r->n_pend; i++) record_tap(r, &r->pend[i]);
+    if (step == r->pend_step) {
+        /* an expert's rows: its first non-finite position is a token's */
+        for (int i = 0; i < r->n_pend; i++) {
+            struct pending *p = &r->pend[i];
+            if (p->pos && p->s.first_bad_pos >= 0) p->s.first_bad_pos = p->pos[p->s.first_bad_pos - p->pos0];
+            p->pos = NULL;     /* the engine's array ends with this forward */
+        }
+        for (int i = 0; i < r->n_slots; i++) r->merged[i] = -1;
+        int n = 0;
+        for (int i = 0; i < r->n_pend; i++) {
+            int *m = &r->merged[r->pend[i].slot];
+            if (*m >= 0) merge_pending(&r->pend[*m], &r->pend[i]);
+            else { *m = n; if (n != i) r->pend[n] = r->pend[i]; n++; }
+        }
+        for (int i = 0; i < n; i++) record_tap(r, &r->pend[i]);
+    }
     r->n_pend = 0;
     return true;
+}
+
+static void cb_routes(void *user, int step, int layer, int pos0, int T, int k, const int *experts,
+                      const float *weights)
+{
+    bt_recorder *r = user;
+    if (!r->cfg.trace || r->status != BT_OK || r->cfg.taps == BT_TAPS_NONE) return;
+    if (r->cfg.layer_lo >= 0 && (layer < r->cfg.layer_lo || layer > r->cfg.layer_hi)) return;
+    r->status = bt_trace_moe_routes(r->cfg.trace, step, r->cfg.model_role, layer, pos0, T, k, experts, weights);
 }
 
 int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out)
@@ -234,10 +315,12 @@ int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out)
     r->slot = malloc((size_t)BT_OP_COUNT * (r->n_layers + 1) * sizeof(int));
     r->ring = malloc((size_t)RING * r->n_vocab * sizeof(float));
     /* room for our ops and a foreign engine's extra tensors, each once per forward */
-    r->pend = malloc(((size_t)BT_OP_COUNT * (r->n_layers + 1) + (size_t)bt_engine_n_extra(e)) * sizeof(*r->pend));
+    r->pend_cap = BT_OP_COUNT * (r->n_layers + 1) + bt_engine_n_extra(e);
+    r->pend = malloc((size_t)r->pend_cap * sizeof(*r->pend));
+    r->merged = malloc(((size_t)r->pend_cap + 1) * sizeof(int));
     r->pend_step = -1;
     r->det = bt_detector_new(r->n_vocab, is_control, (void *)cfg->tok);
-    if (!r->slot || !r->ring || !r->pend || !r->det) { bt_recorder_free(r); return bt_error(BT_ENOMEM, "out of memory"); }
+    if (!r->slot || !r->ring || !r->pend || !r->merged || !r->det) { bt_recorder_free(r); return bt_error(BT_ENOMEM, "out of memory"); }
     if (cfg->tok) bt_detector_set_tokenizer(r->det, cfg->tok);
     for (int i = 0; i < RING; i++) r->ring_step[i] = -1;
     for (int i = 0; i < BT_OP_COUNT * (r->n_layers + 1); i++) r->slot[i] = -1;
@@ -251,7 +334,7 @@ int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out)
                 (l >= 0 && l < r->n_layers && !layer_op))
                 continue;
             int layer = layer_op ? l : -1;
-            if (!tapped(&r->cfg, op, layer)) continue;
+            if (!bt_op_in_model(&cfg->model->cfg, op) || !tapped(&r->cfg, op, layer)) continue;
             int s = r->n_slots++;
             *slot_at(r, op, layer) = s;
             if (cfg->trace) {
@@ -275,7 +358,7 @@ int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out)
         if (cfg->trace) rc = bt_trace_tensor(cfg->trace, r->cfg.model_role, r->extra_slot[i], x->name, x->layer, x->op, x->width);
     }
     if (rc) { bt_recorder_free(r); return rc; }
-    bt_eval_cb cb = { .ask = cb_ask, .observe = cb_observe, .user = r, .flush = cb_flush };
+    bt_eval_cb cb = { .ask = cb_ask, .observe = cb_observe, .user = r, .flush = cb_flush, .routes = cb_routes };
     bt_engine_set_eval_cb(e, &cb);
     *out = r;
     return BT_OK;
@@ -290,6 +373,7 @@ void bt_recorder_free(bt_recorder *r)
     free(r->extra_slot);
     free(r->ring);
     free(r->pend);
+    free(r->merged);
     free(r);
 }
 

@@ -181,6 +181,33 @@ static void set_pass(bt_bad_tensor *b, const step_map *sm)
     snprintf(b->kind, sizeof(b->kind), "%s", k < 5 ? kinds[k] : "");
 }
 
+/* The first_nonfinite event names a mixture-of-experts tensor down to the
+ * expert ("blk.12.ffn_down.expert[37]"); the tap row only to its op slot,
+ * which all the layer's experts share. */
+typedef struct expert_find {
+    const bt_bad_tensor *b;
+    char name[64];
+} expert_find;
+
+static int expert_cb(void *user, const bt_trace_event_row *ev)
+{
+    expert_find *f = user;
+    size_t n = strlen(f->b->tensor);
+    if (ev->step == f->b->step && ev->tensor && !strncmp(ev->tensor, f->b->tensor, n) &&
+        !strncmp(ev->tensor + n, ".expert[", 8))
+        snprintf(f->name, sizeof(f->name), "%s", ev->tensor);
+    return 1;    /* only the first first_nonfinite event counts */
+}
+
+static int name_expert(bt_trace_reader *r, bt_bad_tensor *b)
+{
+    expert_find f = { .b = b };
+    int rc = bt_trace_events_each(r, "first_nonfinite", expert_cb, &f);
+    if (rc < 0) return rc;
+    if (f.name[0]) snprintf(b->tensor, sizeof(b->tensor), "%s", f.name);
+    return BT_OK;
+}
+
 static int analyze_nonfinite(bt_trace_reader *r, bt_analysis *x, const step_map *sm)
 {
     bt_trace_tap_row first;
@@ -197,6 +224,9 @@ static int analyze_nonfinite(bt_trace_reader *r, bt_analysis *x, const step_map 
     if ((rc = walk_from(r, &first, -1, &x->prop, &x->n_prop))) return rc;
     for (int i = 0; i < x->n_prop; i++) set_pass(&x->prop[i].t, sm);
     if (x->n_prop) { snprintf(x->prop[0].t.model, 16, "%s", x->first.model); snprintf(x->prop[0].t.kind, 16, "%s", x->first.kind); }
+    if ((rc = name_expert(r, &x->first))) return rc;
+    if (x->n_prop && x->prop[0].t.step == x->first.step && x->prop[0].t.idx == x->first.idx)
+        snprintf(x->prop[0].t.tensor, sizeof(x->prop[0].t.tensor), "%s", x->first.tensor);
     return BT_OK;
 }
 

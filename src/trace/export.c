@@ -438,6 +438,8 @@ static const table_plan tables[] = {
      * are, in the window (activity outside any op has no step: left out
      * of a windowed copy) */
     { "kernels", true }, { "op_timings", true },
+    /* expert ids and weights: no text */
+    { "moe_routes", true },
 };
 
 static bool src_has_column(exporter *x, const char *table, const char *column, int *err)

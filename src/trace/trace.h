@@ -101,6 +101,11 @@ int bt_trace_kernel_rows(bt_trace *t, const bt_kernel_row *rows, int n);
 /* run --timing: the host wall time of tapped tensor idx of step (inside the
  * step). start_ns is CLOCK_MONOTONIC. */
 int bt_trace_op_timing(bt_trace *t, int step, const char *model, int idx, int64_t start_ns, int64_t dur_ns);
+/* Mixture of experts: T tokens at positions pos0.. of `layer` went to
+ * experts[i*k + j] with weights[i*k + j] (rank j, best first): k rows each
+ * in moe_routes. */
+int bt_trace_moe_routes(bt_trace *t, int step, const char *model, int layer, int pos0, int T, int k,
+                        const int *experts, const float *weights);
 
 /* Size of the file (+ WAL) in bytes, for reports. */
 int64_t bt_trace_size(const char *path);

@@ -60,7 +60,7 @@ extern const char bt_trace_schema_sql[];   /* generated from traces/schema.sql *
 
 enum {
     ST_META, ST_TENSOR, ST_STEP, ST_BLOB, ST_BAD, ST_LOGITS, ST_ROW, ST_TOKEN, ST_FINISH,
-    ST_EVENT, ST_BT, ST_SPEC_STEP, ST_SPEC_TRAIL, ST_BEGIN, ST_COMMIT, ST_KERNEL, ST_TIMING, ST_COUNT
+    ST_EVENT, ST_BT, ST_SPEC_STEP, ST_SPEC_TRAIL, ST_BEGIN, ST_COMMIT, ST_KERNEL, ST_TIMING, ST_ROUTE, ST_COUNT
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
@@ -87,6 +87,8 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_KERNEL] = "INSERT INTO kernels(step, layer, op, kind, name, grid, block, registers, shared_bytes, bytes,"
                   " start_ns, end_ns, stream, device) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     [ST_TIMING] = "INSERT OR REPLACE INTO op_timings(step, model, idx, start_ns, dur_ns) VALUES (?1, ?2, ?3, ?4, ?5)",
+    [ST_ROUTE] = "INSERT OR REPLACE INTO moe_routes(step, model, pos, layer, rank, expert, weight) "
+                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
 };
 
 struct bt_trace {
@@ -794,6 +796,28 @@ int bt_trace_op_timing(bt_trace *t, int step, const char *model, int idx, int64_
     sqlite3_bind_int64(s, 4, start_ns);
     sqlite3_bind_int64(s, 5, dur_ns);
     int rc = run_stmt(t, ST_TIMING, "writing op_timings");
+    t->in_sqlite = 0;
+    return rc;
+}
+
+int bt_trace_moe_routes(bt_trace *t, int step, const char *model, int layer, int pos0, int T, int k,
+                        const int *experts, const float *weights)
+{
+    REENTRY_GUARD(t);
+    sqlite3_stmt *s = t->st[ST_ROUTE];
+    int rc = BT_OK;
+    t->in_sqlite = 1;
+    for (int i = 0; i < T && rc == BT_OK; i++)
+        for (int j = 0; j < k && rc == BT_OK; j++) {
+            sqlite3_bind_int(s, 1, step);
+            sqlite3_bind_text(s, 2, model ? model : "target", -1, SQLITE_STATIC);
+            sqlite3_bind_int(s, 3, pos0 + i);
+            sqlite3_bind_int(s, 4, layer);
+            sqlite3_bind_int(s, 5, j);
+            sqlite3_bind_int(s, 6, experts[i * k + j]);
+            sqlite3_bind_double(s, 7, weights[i * k + j]);
+            rc = run_stmt(t, ST_ROUTE, "writing moe_routes");
+        }
     t->in_sqlite = 0;
     return rc;
 }
