@@ -269,6 +269,50 @@ static void section_propagation(FILE *o, const bt_analysis *x)
     fputs("\n", o);
 }
 
+/* ---- mixture of experts ---- */
+
+typedef struct routes_md {
+    FILE *o;
+    int n, pos, layer;
+} routes_md;
+
+static int route_md_cb(void *user, const bt_trace_route_row *row)
+{
+    routes_md *m = user;
+    if (m->n++ == 0)
+        fputs("| model | position | layer | experts (weight), best first |\n|---|---:|---:|---|\n", m->o);
+    if (m->n > 1 && row->pos == m->pos && row->layer == m->layer) {
+        fprintf(m->o, ", expert[%d] (%.4f)", row->expert, row->weight);
+    } else {
+        if (m->n > 1) fputs(" |\n", m->o);
+        fprintf(m->o, "| %s | %d | %d | expert[%d] (%.4f)", row->model, row->pos, row->layer, row->expert, row->weight);
+    }
+    m->pos = row->pos;
+    m->layer = row->layer;
+    return m->n >= 4096 ? 1 : 0;     /* a big model's prefill: the first rows say enough */
+}
+
+/* Which experts the tokens of the first bad step went through: evidence
+ * when an expert's weights or kernel are at fault. */
+static int section_routes(FILE *o, bt_trace_reader *r, const bt_analysis *x)
+{
+    if (!x->has_nonfinite) return BT_OK;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    if (!mem) return bt_error(BT_ENOMEM, "out of memory");
+    routes_md m = { .o = mem, .pos = -1, .layer = -1 };
+    int rc = bt_trace_moe_routes_each(r, x->first.step, route_md_cb, &m);
+    if (m.n) fputs(" |\n", mem);
+    fclose(mem);
+    if (rc >= 0 && m.n) {
+        fprintf(o, "## Expert routes at step %d\n\nThe first non-finite tensor is `%s`.\n\n%s%s\n", x->first.step,
+                x->first.tensor, buf, m.n >= 4096 ? "(first 4096 routes shown)\n\n" : "");
+    }
+    free(buf);
+    return rc < 0 ? rc : BT_OK;
+}
+
 /* ---- speculative decoding ---- */
 
 typedef struct vlist { int *v; int n, cap; } vlist;
@@ -642,6 +686,7 @@ int cmd_report(int argc, char **argv)
     if ((rc = section_config(o, r))) goto fail;
     if ((rc = section_numerics(o, r))) goto fail;
     section_propagation(o, &x);
+    if ((rc = section_routes(o, r, &x))) goto fail;
     if ((rc = section_spec(o, r, &x))) goto fail;
     if ((rc = section_events(o, r, &x))) goto fail;
     if ((rc = section_logits(o, r, &x))) goto fail;

@@ -1,7 +1,7 @@
 # tests/local.mk - the test suite. Programs are C unit tests; *.sh drive the
 # built binary. ASAN_TESTS (one line) is what `./quickstart check` reruns
 # under ASan+UBSan.
-ASAN_TESTS = tests/test_foreign tests/test_session tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_guard tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh tests/trace_hostile.sh tests/test_kernel_rows tests/export_perfetto.sh
+ASAN_TESTS = tests/test_moe tests/moe_trace.sh tests/test_foreign tests/test_session tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_guard tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh tests/trace_hostile.sh tests/test_kernel_rows tests/export_perfetto.sh
 TESTS += tests/manpage.sh
 EXTRA_DIST += tests/manpage.sh
 TESTS += tests/llamacpp.sh tests/link_invariants.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
@@ -33,6 +33,13 @@ tests_test_kernels_LDADD = $(CORE_LIBS)
 tests_dequant_tool_SOURCES = tests/dequant_tool.c
 tests_dequant_tool_LDADD = $(CORE_LIBS)
 EXTRA_DIST += tests/dequant_check.py
+# mixture of experts: routing by hand-worked values, the scatter_add op;
+# routes in the trace, expert injection and bisect naming the expert
+check_PROGRAMS += tests/test_moe
+TESTS += tests/test_moe tests/moe_trace.sh
+EXTRA_DIST += tests/moe_trace.sh
+tests_test_moe_SOURCES = tests/test_moe.c
+tests_test_moe_LDADD = $(CORE_LIBS)
 # tap statistics: every field of bt_stats_compute, NaN / +Inf / -Inf apart
 check_PROGRAMS += tests/test_stats
 TESTS += tests/test_stats

@@ -100,6 +100,26 @@ static void piece_str(tui_app *a, int id, int64_t near, char *buf, size_t cap)
     strcat(buf, "'");
 }
 
+/* A mixture-of-experts step: each position's experts per layer, best
+ * first, with their weights ("pos 9  L1: expert[4] 0.731 expert[0] 0.269"). */
+static int dump_routes(tui_app *a, FILE *out, int step)
+{
+    tui_route *r = NULL;
+    int n = 0, rc = tui_step_routes(a->tr, step, &r, &n);
+    if (rc || !n) { free(r); return rc; }
+    fprintf(out, "expert routes (expert[E] weight, best first):\n");
+    for (int i = 0; i < n; i++) {
+        bool new_pos = i == 0 || r[i].pos != r[i - 1].pos || r[i].draft != r[i - 1].draft;
+        bool new_layer = new_pos || r[i].layer != r[i - 1].layer;
+        if (new_pos) fprintf(out, "%s  %spos %d:", i ? "\n" : "", r[i].draft ? "draft " : "", r[i].pos);
+        if (new_layer) fprintf(out, "  L%d", r[i].layer);
+        fprintf(out, " expert[%d] %.3f", r[i].expert, r[i].weight);
+    }
+    fputc('\n', out);
+    free(r);
+    return BT_OK;
+}
+
 int tui_dump_step(tui_app *a, FILE *out, int step)
 {
     int rc, lo;
@@ -136,7 +156,7 @@ int tui_dump_step(tui_app *a, FILE *out, int step)
     dump_grid(a, st, out);
     for (int i = 0; i < st->n_taps; i++)
         if (st->taps[i].health == TUI_H_BAD || st->taps[i].health == TUI_H_WARN) dump_tap(&st->taps[i], out);
-    return BT_OK;
+    return dump_routes(a, out, st->step);
 }
 
 int tui_dump_walk(tui_app *a, FILE *out, int step)

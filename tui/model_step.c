@@ -183,3 +183,34 @@ int tui_step_load(tui_trace *tr, int step, tui_step *st)
     if (st->seq < 0) st->seq = tui_trace_step_seq(tr, step);
     return BT_OK;
 }
+
+typedef struct routes_acc {
+    tui_route *v;
+    int n, cap;
+} routes_acc;
+
+static int route_cb(void *user, const bt_trace_route_row *row)
+{
+    routes_acc *a = user;
+    if (a->n >= 1 << 20) return 1;      /* a hostile trace: enough */
+    if (a->n == a->cap) {
+        int cap = a->cap ? 2 * a->cap : 64;
+        tui_route *nv = realloc(a->v, (size_t)cap * sizeof(*nv));
+        if (!nv) return bt_error(BT_ENOMEM, "out of memory");
+        a->v = nv;
+        a->cap = cap;
+    }
+    a->v[a->n++] = (tui_route){ .pos = row->pos, .layer = row->layer, .rank = row->rank, .expert = row->expert,
+                                .weight = row->weight, .draft = !strcmp(row->model, "draft") };
+    return 0;
+}
+
+int tui_step_routes(tui_trace *tr, int step, tui_route **out, int *n)
+{
+    routes_acc a = { 0 };
+    int rc = bt_trace_moe_routes_each(tr->r, step, route_cb, &a);
+    if (rc) { free(a.v); *out = NULL; *n = 0; return rc; }
+    *out = a.v;
+    *n = a.n;
+    return BT_OK;
+}

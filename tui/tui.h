@@ -251,6 +251,14 @@ typedef struct tui_step {
     int64_t seq;                /* first token row of the step, -1 if none */
 } tui_step;
 int tui_step_load(tui_trace *tr, int step, tui_step *out);
+/* Mixture of experts: the routes of a step (model_step.c), in (model, pos,
+ * layer, rank) order; *out is malloc'd (free()), *n 0 for a dense model. */
+typedef struct tui_route {
+    int pos, layer, rank, expert;
+    double weight;
+    bool draft;
+} tui_route;
+int tui_step_routes(tui_trace *tr, int step, tui_route **out, int *n);
 void tui_step_free(tui_step *s);
 
 typedef struct tui_link {       /* one link of the propagation chain */

@@ -1131,3 +1131,33 @@ int bt_trace_op_timings_each(bt_trace_reader *r, int (*fn)(void *user, const bt_
     sqlite3_finalize(s);
     return e == SQLITE_DONE ? BT_OK : db_fail(r, e, "reading op_timings");
 }
+
+int bt_trace_moe_routes_each(bt_trace_reader *r, int step, int (*fn)(void *user, const bt_trace_route_row *row),
+                             void *user)
+{
+    bool have;
+    int rc = table_exists(r, "moe_routes", &have);
+    if (rc || !have) return rc;
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(r->db, "SELECT step, model, pos, layer, rank, expert, weight FROM moe_routes WHERE step = ?1"
+                           " ORDER BY model, pos, layer, rank", -1, &s, NULL) != SQLITE_OK)
+        return db_fail(r, sqlite3_errcode(r->db), "reading moe_routes");
+    sqlite3_bind_int(s, 1, step);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        bt_trace_route_row row;
+        const char *model = bt_col_text(s, 1);
+        row.step = bt_col_int(s, 0);
+        /* the model text is the trace's: only the two names we write pass */
+        row.model = model && !strcmp(model, "draft") ? "draft" : "target";
+        row.pos = bt_col_int(s, 2);
+        row.layer = bt_col_int(s, 3);
+        row.rank = bt_col_int(s, 4);
+        row.expert = bt_col_int(s, 5);
+        row.weight = bt_col_real(s, 6);
+        int stop = fn(user, &row);
+        if (stop) { sqlite3_finalize(s); return stop < 0 ? stop : BT_OK; }
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE) return db_fail(r, rc, "reading moe_routes");
+    return BT_OK;
+}

@@ -182,6 +182,17 @@ typedef struct bt_trace_event_row {
 int bt_trace_events_each(bt_trace_reader *r, const char *kind,
                          int (*fn)(void *user, const bt_trace_event_row *ev), void *user);
 
+/* ---- mixture of experts (table moe_routes, optional) ---- */
+typedef struct bt_trace_route_row {
+    int step, pos, layer, rank, expert;
+    double weight;
+    const char *model;          /* "target" or "draft" (static) */
+} bt_trace_route_row;
+/* The routes of one step in (model, pos, layer, rank) order; none in a
+ * trace without the table. fn returns nonzero to stop (negative: error). */
+int bt_trace_moe_routes_each(bt_trace_reader *r, int step, int (*fn)(void *user, const bt_trace_route_row *row),
+                             void *user);
+
 /* ---- device activity (table kernels) and op timings (run --timing) ----
  * Both tables are optional: a trace without them has zero rows. */
 int bt_trace_kernels_each(bt_trace_reader *r, int (*fn)(void *user, const bt_kernel_row *k), void *user);
