@@ -390,6 +390,7 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
     cp.n_threads = cp.n_threads_batch = o->n_threads > 0 ? o->n_threads : 1;
     /* no flash attention: kq and its softmax stay visible as tensors */
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    if (o->kv_f32) cp.type_k = cp.type_v = GGML_TYPE_F32;
     cp.cb_eval = cb_eval;
     cp.cb_eval_user_data = L;
     cp.no_perf = true;
