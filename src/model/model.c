@@ -256,10 +256,10 @@ static int load_gguf_weights(bt_model *m, char (*names)[NAME_CAP])
     if ((rc = bind(m, &m->token_embd, "token_embd.weight", c->dim, c->n_vocab, false))) return rc;
     if ((rc = bind(m, &m->output_norm, "output_norm.weight", c->dim, 1, false))) return rc;
     if ((rc = bind(m, &m->output, "output.weight", c->dim, c->n_vocab, (a->flags & BT_ARCH_TIED) != 0))) return rc;
+    if (bt_gguf_find_tensor(m->gguf, "rope_freqs.weight") && !(a->flags & BT_ARCH_ROPE_FREQS))
+        return bt_error(BT_EUNSUPPORTED, "%s: rope_freqs.weight is not used by architecture '%s'", m->path, c->arch);
     if ((rc = bind(m, &m->rope_freqs, "rope_freqs.weight", c->rope_dim / 2, 1, true))) return rc;
     bound = 2 + (m->output.data != NULL) + (m->rope_freqs.data != NULL);
-    if (m->rope_freqs.data && !(a->flags & BT_ARCH_ROPE_FREQS))
-        return bt_error(BT_EUNSUPPORTED, "%s: rope_freqs.weight is not used by architecture '%s'", m->path, c->arch);
     c->has_rope_freqs = m->rope_freqs.data != NULL;
     c->tied_output = m->output.data == NULL;
     if (c->tied_output) m->output = m->token_embd;
