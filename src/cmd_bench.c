@@ -240,11 +240,16 @@ int cmd_bench(int argc, char **argv)
     for (long i = 0; i < np; i++) { s ^= s << 13; s ^= s >> 7; s ^= s << 17; toks[i] = (int32_t)(s % (uint64_t)c->n_vocab); }
 
     size_t bytes = weight_bytes(&m->output);
-    for (int l = 0; l < c->n_layers; l++) {
-        const bt_layer_weights *L = &m->layers[l];
-        bytes += weight_bytes(&L->wq) + weight_bytes(&L->wk) + weight_bytes(&L->wv) + weight_bytes(&L->wo) +
-                 weight_bytes(&L->w_gate) + weight_bytes(&L->w_up) + weight_bytes(&L->w_down);
-    }
+    /* Bytes one decode token reads: every tensor of the architecture's layer
+     * table; of an expert tensor only the slabs of the experts a token uses. */
+    const bt_arch *arch = c->desc ? c->desc : bt_arch_find("llama");
+    for (int l = 0; l < c->n_layers; l++)
+        for (int k = 0; k < arch->n_layer; k++) {
+            const bt_weight *w = (const bt_weight *)((const char *)&m->layers[l] + arch->layer[k].field);
+            size_t b = weight_bytes(w);
+            if (w->n_slab > 1) b = b / (size_t)w->n_slab * (size_t)BT_MAX(c->n_expert_used, 1);
+            bytes += b;
+        }
     double p_med, d_med, d_taps = 0;
     if (!json) bt_log("bench: %s, %d threads (%s), prefill %ld, decode %ld, %ld reps", c->name, (int)threads, bt_kernels_simd(), np, nd, reps);
     if (bench_reps(e, NULL, toks, np, nd, reps, json, "taps off", &p_med, &d_med)) goto fail;

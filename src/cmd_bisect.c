@@ -514,8 +514,15 @@ static void print_cross(const bt_replay_result *res, const bt_trace_tensor_row *
     bt_text_printf(stdout, "relative error per op and layer, up to the departure (max over steps; '.' not compared):\n");
     int n_layers = 0;
     for (int i = 0; i < n_tens; i++) n_layers = BT_MAX(n_layers, tens[i].layer + 1);
+    /* columns: the ops the trace has (the architecture's), in forward order */
+    bool has_op[BT_OP_COUNT] = { false };
+    for (int i = 0; i < n_tens; i++) {
+        int op = bt_op_from_name(tens[i].op);
+        if (op >= 0) has_op[op] = true;
+    }
     bt_text_printf(stdout, "  layer");
-    for (int op = 0; op < BT_OP_COUNT; op++) bt_text_printf(stdout, " %7s", bt_op_abbrev(op));
+    for (int op = 0; op < BT_OP_COUNT; op++)
+        if (has_op[op]) bt_text_printf(stdout, " %7s", bt_op_abbrev(op));
     bt_text_printf(stdout, "\n");
     for (int l = -1; l < n_layers; l++) {
         bool any = false;
@@ -523,6 +530,7 @@ static void print_cross(const bt_replay_result *res, const bt_trace_tensor_row *
         if (l < 0) p += sprintf(p, "  %5s", "-");
         else p += sprintf(p, "  %5d", l);
         for (int op = 0; op < BT_OP_COUNT; op++) {
+            if (!has_op[op]) continue;
             double v = -1;
             for (int i = 0; i < n_tens; i++)
                 if (tens[i].layer == l && bt_op_from_name(tens[i].op) == op && res->slot_rel[i] > 0) v = res->slot_rel[i];

@@ -5,6 +5,7 @@
  *   DIR/meta.json     {"tokens": [...], "tensors": {"<tensor>": [T, width], ...}} */
 #include "cmd.h"
 #include "engine/engine.h"
+#include "llamacpp/llamacpp.h"
 #include "model/model.h"
 #include "sys/outfile.h"
 #include "util.h"
@@ -20,7 +21,7 @@ void cmd_forward_help(FILE *out)
 {
     fprintf(out,
         "usage: bangtrace forward --model M [--tokenizer T] --tokens \"ID ID ...\" --dump DIR [--threads N]\n"
-        "                        [--device DEV]\n\n"
+        "                        [--device DEV] [--engine native|llama.cpp]\n\n"
         "Run one forward pass (a prefill at positions 0..T-1) and write every named\n"
         "tensor (token_embd, blk.L.attn_norm ... blk.L.ffn_resid, output_norm, logits)\n"
         "to DIR/<name>.f32 (T rows x width, float32) with DIR/meta.json describing them.\n"
@@ -29,7 +30,10 @@ void cmd_forward_help(FILE *out)
         "Used by the reference oracle tests; handy for diffing two builds. Files already\n"
         "in DIR with those names are rewritten, unless one is a link, a device or the\n"
         "model itself (exit 2). --device DEV runs the ops on cpu (default), cuda or\n"
-        "cuda:N (the CUDA plugin; exit 2 when it cannot run here).\n");
+        "cuda:N (the CUDA plugin; exit 2 when it cannot run here). --engine llama.cpp\n"
+        "runs llama.cpp instead (a GGUF model; an f32 KV cache, so an f32 model is\n"
+        "computed in f32 throughout) and writes the tensors it maps to bangtrace's\n"
+        "names (doc/llama-cpp.md), logits included.\n");
 }
 
 typedef struct dump_ctx {
@@ -74,11 +78,20 @@ static bool dump_observe(void *user, const bt_tensor_view *t)
     return true;
 }
 
+/* Our named tensors only: a foreign engine's extra tensors (kq-3) have no
+ * file name in the dump contract. */
+static bool dump_ask(void *user, int op, int layer)
+{
+    (void)user; (void)layer;
+    return op >= 0 && op < BT_OP_COUNT;
+}
+
 int cmd_forward(int argc, char **argv)
 {
     const char *model = NULL, *tokenizer = NULL, *tokens = NULL, *dir = NULL;
     long threads = 1;
     const char *device = NULL;
+    bool llamacpp = false;
     bt_model *m = NULL;
     bt_engine *e = NULL;
     int32_t *ids = NULL;
@@ -96,6 +109,11 @@ int cmd_forward(int argc, char **argv)
             device = argv[++i];
             if (!bt_backend_device_valid(device)) { bt_error(BT_EINVAL, "--device expects cpu, cuda or cuda:N, got '%s'", device); goto fail; }
         }
+        else if (!strcmp(a, "--engine")) {
+            const char *v2 = argv[++i];
+            if (!strcmp(v2, "llama.cpp")) llamacpp = true;
+            else if (strcmp(v2, "native")) { bt_error(BT_EINVAL, "--engine expects native or llama.cpp, got '%s'", v2); goto fail; }
+        }
         else { bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help forward)", a); goto fail; }
     }
     if (!model || !tokens || !dir) { bt_error(BT_EINVAL, "--model, --tokens and --dump are required"); goto fail; }
@@ -112,10 +130,16 @@ int cmd_forward(int argc, char **argv)
     if (n == 0) { bt_error(BT_EINVAL, "--tokens has no ids"); goto fail; }
     if (mkdir(dir, 0777) < 0 && errno != EEXIST) { bt_error(BT_EIO, "%s: %s", dir, strerror(errno)); goto fail; }
     if (bt_model_load(model, tokenizer, &m)) goto fail;
-    bt_engine_opts eo = { .ctx_len = BT_MAX((int)n, 1), .max_batch = (int)n, .n_threads = (int)threads, .device = device };
-    if (bt_engine_new_opts(m, &eo, &e)) goto fail;
+    if (llamacpp) {
+        bt_llamacpp_opts lo = { .model_path = model, .ctx_len = BT_MAX((int)n, 8), .max_batch = (int)n,
+                                .n_threads = (int)threads, .device = device, .kv_f32 = true };
+        if (bt_llamacpp_engine_new(m, &lo, &e)) goto fail;
+    } else {
+        bt_engine_opts eo = { .ctx_len = BT_MAX((int)n, 1), .max_batch = (int)n, .n_threads = (int)threads, .device = device };
+        if (bt_engine_new_opts(m, &eo, &e)) goto fail;
+    }
     dump_ctx d = { .dir = dir, .tensors = json_object(), .positions = json_object(), .in = { { "--model", model }, { "--tokenizer", tokenizer } } };
-    bt_eval_cb cb = { .ask = NULL, .observe = dump_observe, .user = &d };
+    bt_eval_cb cb = { .ask = dump_ask, .observe = dump_observe, .user = &d };
     bt_engine_set_eval_cb(e, &cb);
     int rc = bt_engine_forward(e, ids, (int)n, 0);
     if (rc || d.err) { json_decref(d.tensors); json_decref(d.positions); goto fail; }

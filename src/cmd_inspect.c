@@ -141,18 +141,17 @@ static int collect_tensors(const bt_model *m, titem **out, int64_t *n_out)
     }
     if (!bt_model_has_weights(m)) return BT_OK;
     const bt_config *c = &m->cfg;
-    int64_t cap = 3 + (int64_t)c->n_layers * 9;
+    const bt_arch *arch = c->desc ? c->desc : bt_arch_find("llama");   /* the layer's tensor table */
+    int64_t cap = 3 + (int64_t)c->n_layers * arch->n_layer;
     titem *v = calloc((size_t)cap, sizeof(*v));
     if (!v) return bt_error(BT_ENOMEM, "out of memory");
     int64_t n = 0;
     item_from_weight(&v[n++], m, &m->token_embd, -1);
-    for (int l = 0; l < c->n_layers; l++) {
-        const bt_layer_weights *L = &m->layers[l];
-        const bt_weight *ws[] = { &L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo,
-                                  &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down };
-        for (size_t k = 0; k < BT_ARRAY_SIZE(ws); k++)
-            if (ws[k]->data) item_from_weight(&v[n++], m, ws[k], l);
-    }
+    for (int l = 0; l < c->n_layers; l++)
+        for (int k = 0; k < arch->n_layer; k++) {
+            const bt_weight *w = (const bt_weight *)((const char *)&m->layers[l] + arch->layer[k].field);
+            if (w->data) item_from_weight(&v[n++], m, w, l);
+        }
     item_from_weight(&v[n++], m, &m->output_norm, -1);
     if (!c->tied_output && m->output.data && m->output.data != m->token_embd.data)
         item_from_weight(&v[n++], m, &m->output, -1);
@@ -383,6 +382,14 @@ static void print_text(const bt_model *m, const char *load_err, const char *sha,
         printf("  n_vocab %d, ctx_len %d, norm_eps %g, rope_base %g, rope_dim %d, tied_output %s\n",
                c->n_vocab, c->ctx_len, (double)c->norm_eps, (double)c->rope_base, c->rope_dim,
                c->tied_output ? "yes" : "no");
+        printf("  rope %s%s%s, qkv_bias %s, qk_norm %s\n", bt_rope_kind_name(c->rope_kind),
+               c->has_rope_freqs ? " with rope_freqs (Llama 3 scaling)" : "",
+               c->rope_freq_scale != 1.0f ? " linear-scaled" : "", c->flags & BT_ARCH_QKV_BIAS ? "yes" : "no",
+               c->flags & BT_ARCH_QK_NORM ? "yes" : "no");
+        if (c->n_expert)
+            printf("  experts %d, used %d, expert_ff %d, norm_topk_prob %s, shared experts %d (ff %d)\n",
+                   c->n_expert, c->n_expert_used, c->expert_ff_len, c->norm_topk_prob ? "yes" : "no",
+                   c->n_shared_expert, c->shared_ff_len);
     } else {
         printf("hyperparameters: none (vocabulary-only file)\n");
     }
@@ -535,6 +542,16 @@ static int print_json(const bt_model *m, const char *load_err, const char *sha, 
         "n_kv_heads", c->n_kv_heads, "head_dim", c->head_dim, "n_vocab", c->n_vocab, "ctx_len", c->ctx_len,
         "norm_eps", (double)c->norm_eps, "rope_base", (double)c->rope_base, "rope_dim", c->rope_dim,
         "tied_output", c->tied_output));
+    if (bt_model_has_weights(m)) {
+        json_t *cfg = json_object_get(root, "config");
+        json_object_set_new(cfg, "rope_kind", json_string(bt_rope_kind_name(c->rope_kind)));
+        json_object_set_new(cfg, "rope_freqs", json_boolean(c->has_rope_freqs));
+        json_object_set_new(cfg, "rope_freq_scale", json_real(c->rope_freq_scale));
+        json_object_set_new(cfg, "qkv_bias", json_boolean(c->flags & BT_ARCH_QKV_BIAS));
+        json_object_set_new(cfg, "qk_norm", json_boolean(c->flags & BT_ARCH_QK_NORM));
+        json_object_set_new(cfg, "n_expert", json_integer(c->n_expert));
+        json_object_set_new(cfg, "n_expert_used", json_integer(c->n_expert_used));
+    }
     if (m->has_vocab) {
         const bt_vocab *v = &m->vocab;
         json_object_set_new(root, "tokenizer", json_pack("{s:s, s:s, s:i, s:I, s:o, s:o, s:b, s:b}",

@@ -23,8 +23,8 @@ EXTRA_DIST += tests/tokenizer_vectors.sh
 check_PROGRAMS += tests/test_gguf
 tests_test_gguf_SOURCES = tests/test_gguf.c
 tests_test_gguf_LDADD = $(CORE_LIBS)
-TESTS += tests/test_gguf tests/bad_input.sh tests/inspect.sh tests/special_ids.sh
-EXTRA_DIST += tests/bad_input.sh tests/inspect.sh tests/special_ids.sh tests/data-gen/make_bad_files.py
+TESTS += tests/test_gguf tests/bad_input.sh tests/inspect.sh tests/special_ids.sh tests/arch.sh
+EXTRA_DIST += tests/bad_input.sh tests/inspect.sh tests/special_ids.sh tests/arch.sh tests/data-gen/make_bad_files.py
 # CPU kernels: variants vs scalar, matmul, pool; dequantizers vs gguf.quants
 check_PROGRAMS += tests/test_kernels tests/dequant_tool
 TESTS += tests/test_kernels tests/dequant_check.py

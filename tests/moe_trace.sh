@@ -1,6 +1,6 @@
 #!/bin/sh
-# moe_trace.sh - a mixture-of-experts model (random f32 GGUF in llama.cpp's
-# Mixtral layout, tests/oracle/make_random_gguf.py --experts) through run,
+# moe_trace.sh - a mixture-of-experts model (a random f32 qwen3moe GGUF,
+# tests/oracle/make_random_gguf.py --arch qwen3moe) through run,
 # the trace and its readers: every token's routes (moe_routes, v_moe_routes:
 # k rows per token and layer, weights summing to 1); --inject into one
 # expert's ffn_down lands there and bisect names it (blk.1.ffn_down.expert[E]);
@@ -11,7 +11,7 @@ B=$BANGTRACE
 py=${PYTHON3:-python3}
 "$py" -c "import gguf, numpy" 2>/dev/null || skip "python3 with gguf and numpy is needed to make the MoE model"
 M=$TMP/moe.gguf
-"$py" "$BT_SRCDIR/tests/oracle/make_random_gguf.py" "$M" --experts 8 --experts-used 2 --seed 5 || { fail "make_random_gguf --experts"; finish; }
+"$py" "$BT_SRCDIR/tests/oracle/make_random_gguf.py" "$M" --arch qwen3moe --experts 8 --experts-used 2 --seed 5 || { fail "make_random_gguf --experts"; finish; }
 
 # 1. a clean traced run: routes for every token of every layer
 expect_exit 0 "clean MoE run, traced" "$B" run --model "$M" --prompt "the dog ran" -n 6 --trace "$TMP/clean.db"

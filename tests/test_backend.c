@@ -253,6 +253,85 @@ static void test_elementwise(void)
         }
 }
 
+/* The ABI 2 ops (qwen2/qwen3): NEOX rope (pairs (i, i + hd/2)), a bias added
+ * to every row, and per-head rmsnorm as rmsnorm over T*heads rows in place.
+ * Reference in double; on a device also the CPU backend's output. */
+static void test_arch_ops(int n_heads, int hd, int T, int pos0)
+{
+    int half = hd / 2, W = n_heads * hd, ctx = pos0 + T;
+    size_t n = (size_t)T * W;
+    float *x = malloc(n * sizeof(float)), *cs = malloc((size_t)ctx * half * sizeof(float));
+    float *sn = malloc((size_t)ctx * half * sizeof(float)), *bias = malloc(((size_t)W + 5) * sizeof(float));
+    double *want = malloc(n * sizeof(double));
+    fill(x, n, -2, 2); fill(bias, (size_t)W + 5, -1, 1);
+    for (int p = 0; p < ctx; p++)
+        for (int i = 0; i < half; i++) {
+            double a = p * pow(1e4, -2.0 * i / hd);
+            cs[p * half + i] = (float)cos(a); sn[p * half + i] = (float)sin(a);
+        }
+    char what[96];
+    bt_backend *runs[2] = { be, cpu };
+    float *outs[2] = { NULL, NULL };
+    /* rope_neox */
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < n_heads; h++)
+            for (int i = 0; i < half; i++) {
+                size_t o = (size_t)t * W + (size_t)h * hd;
+                double c = cs[(pos0 + t) * half + i], s_ = sn[(pos0 + t) * half + i], a = x[o + i], b = x[o + i + half];
+                want[o + i] = a * c - b * s_;
+                want[o + i + half] = a * s_ + b * c;
+            }
+    for (int k = 0; k < (cpu ? 2 : 1); k++) {
+        bt_backend *b = runs[k];
+        CHECK(b->iface->rope_neox != NULL, "%s has rope_neox", bt_backend_name(b));
+        if (!b->iface->rope_neox) continue;
+        bt_buf *xb = up(b, x, n), *cb = up(b, cs, (size_t)ctx * half), *sb = up(b, sn, (size_t)ctx * half);
+        CHECK_OK(b->iface->rope_neox(b, xb, T, n_heads, hd, pos0, cb, sb));
+        outs[k] = down(b, xb, 0, n);
+        b->iface->buf_free(b, xb); b->iface->buf_free(b, cb); b->iface->buf_free(b, sb);
+    }
+    snprintf(what, sizeof what, "rope_neox (%d heads x %d, T=%d at %d)", n_heads, hd, T, pos0);
+    if (outs[0]) expect_close(what, outs[0], want, n, 1e-12);
+    if (cpu && outs[0] && outs[1]) {
+        for (size_t i = 0; i < n; i++) want[i] = outs[1][i];
+        snprintf(what, sizeof what, "rope_neox vs cpu (%d heads x %d)", n_heads, hd);
+        expect_close(what, outs[0], want, n, 0);
+    }
+    free(outs[0]); free(outs[1]); outs[0] = outs[1] = NULL;
+    /* add_row: bias at an offset of 5 */
+    for (size_t i = 0; i < n; i++) want[i] = x[i] + bias[5 + i % (size_t)W];   /* f32 sum, as the op */
+    for (int k = 0; k < (cpu ? 2 : 1); k++) {
+        bt_backend *b = runs[k];
+        CHECK(b->iface->add_row != NULL, "%s has add_row", bt_backend_name(b));
+        if (!b->iface->add_row) continue;
+        bt_buf *xb = up(b, x, n), *bb = up(b, bias, (size_t)W + 5);
+        CHECK_OK(b->iface->add_row(b, xb, T, W, bb, 5));
+        outs[k] = down(b, xb, 0, n);
+        b->iface->buf_free(b, xb); b->iface->buf_free(b, bb);
+    }
+    snprintf(what, sizeof what, "add_row (T=%d, width %d)", T, W);
+    if (outs[0]) expect_close(what, outs[0], want, n, 0);
+    free(outs[0]); free(outs[1]); outs[0] = outs[1] = NULL;
+    /* per-head rmsnorm in place: T*n_heads rows of hd, weights (hd) at 5 */
+    for (int r = 0; r < T * n_heads; r++) {
+        double ss = 0;
+        for (int i = 0; i < hd; i++) ss += (double)x[(size_t)r * hd + i] * x[(size_t)r * hd + i];
+        double sc = (float)(1.0 / sqrt(ss / hd + 1e-6f));
+        for (int i = 0; i < hd; i++) want[(size_t)r * hd + i] = x[(size_t)r * hd + i] * sc * bias[5 + i];
+    }
+    for (int k = 0; k < (cpu ? 2 : 1); k++) {
+        bt_backend *b = runs[k];
+        bt_buf *xb = up(b, x, n), *bb = up(b, bias, (size_t)W + 5);
+        CHECK_OK(b->iface->rmsnorm(b, xb, xb, bb, 5, T * n_heads, hd, 1e-6f));
+        outs[k] = down(b, xb, 0, n);
+        b->iface->buf_free(b, xb); b->iface->buf_free(b, bb);
+    }
+    snprintf(what, sizeof what, "per-head rmsnorm in place (%d x %d)", T * n_heads, hd);
+    expect_close(what, outs[0], want, n, 1e-12);
+    free(outs[0]); free(outs[1]);
+    free(x); free(cs); free(sn); free(bias); free(want);
+}
+
 /* rope + kv_store + attention: a small grouped-query layer at odd sizes. */
 static void test_attention(int n_heads, int n_kv, int hd, int T, int pos0, bool bad)
 {
@@ -447,6 +526,8 @@ int main(int argc, char **argv)
     for (int t = 0; t < BT_DT_COUNT; t++)
         if (bt_dtype(t)->name && bt_dtype(t)->compute) test_matmul_get_rows(t);
     test_elementwise();
+    test_arch_ops(3, 6, 1, 0);
+    test_arch_ops(4, 64, 5, 7);
     test_attention(3, 1, 6, 1, 0, false);
     test_attention(3, 1, 6, 4, 3, false);
     test_attention(4, 2, 64, 5, 2, false);

@@ -390,10 +390,9 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
     cp.n_threads = cp.n_threads_batch = o->n_threads > 0 ? o->n_threads : 1;
     /* no flash attention: kq and its softmax stay visible as tensors */
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    /* BT_LLAMA_KV_F32=1: an f32 KV cache (llama.cpp's default is f16), for
-     * comparisons against the exact f32 engine (tests/oracle/test_moe.py) */
+    /* BT_LLAMA_KV_F32=1 does the same for run (tests/oracle/test_moe.py) */
     const char *kv32 = getenv("BT_LLAMA_KV_F32");
-    if (kv32 && !strcmp(kv32, "1")) cp.type_k = cp.type_v = GGML_TYPE_F32;
+    if (o->kv_f32 || (kv32 && !strcmp(kv32, "1"))) cp.type_k = cp.type_v = GGML_TYPE_F32;
     cp.cb_eval = cb_eval;
     cp.cb_eval_user_data = L;
     cp.no_perf = true;

@@ -16,6 +16,8 @@ typedef struct bt_llamacpp_opts {
     const char *model_path;     /* the GGUF bangtrace loaded as m (same file, same ids) */
     int ctx_len, max_batch, n_threads;
     const char *device;         /* "cpu" (default) or "cuda" */
+    bool kv_f32;                /* an f32 KV cache (llama.cpp's default is f16): what
+                                 * an f32 reference comparison needs */
 } bt_llamacpp_opts;
 
 /* Load the model in llama.cpp, check it against m (vocabulary size, layers),

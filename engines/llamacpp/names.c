@@ -12,6 +12,8 @@ static const struct { const char *llama; int op; } name_map[] = {
     { "inp_embd", BT_OP_TOKEN_EMBD },
     { "embd", BT_OP_TOKEN_EMBD },       /* the GET_ROWS node in this version */
     { "attn_norm", BT_OP_ATTN_NORM },
+    { "Qcur_normed", BT_OP_ATTN_Q_NORM },   /* qwen3: per-head rmsnorm, before RoPE */
+    { "Kcur_normed", BT_OP_ATTN_K_NORM },
     { "Qcur", BT_OP_ATTN_Q },           /* after RoPE */
     { "Kcur", BT_OP_ATTN_K },           /* after RoPE, before the cache */
     { "Vcur", BT_OP_ATTN_V },

@@ -277,6 +277,24 @@ static int cu_rope(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, 
     return BT_OK;
 }
 
+static int cu_rope_neox(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, int pos0, bt_buf *cs, bt_buf *sn)
+{
+    cuda_be *c = CB(be);
+    int rc = seg_begin(c);
+    if (rc) return rc;
+    CU(bt_cu_rope_neox(c->stream, F(x, 0), T, n_heads, head_dim, pos0, F(cs, 0), F(sn, 0)));
+    return BT_OK;
+}
+
+static int cu_add_row(bt_backend *be, bt_buf *x, int T, int width, bt_buf *b, size_t b_off)
+{
+    cuda_be *c = CB(be);
+    int rc = seg_begin(c);
+    if (rc) return rc;
+    CU(bt_cu_add_row(c->stream, F(x, 0), T, width, F(b, b_off)));
+    return BT_OK;
+}
+
 static int cu_kv_store(bt_backend *be, bt_buf *kc, bt_buf *vc, size_t off, bt_buf *k, bt_buf *v, size_t n)
 {
     cuda_be *c = CB(be);
@@ -384,6 +402,8 @@ static void cu_kernel_name(bt_backend *be, int kop, int wtype, char *buf, size_t
     case BT_KOP_ATTENTION: snprintf(buf, cap, "bt_k_attention (f32, cuda)"); break;
     case BT_KOP_SWIGLU: snprintf(buf, cap, "bt_k_swiglu (f32, cuda)"); break;
     case BT_KOP_ADD: snprintf(buf, cap, "bt_k_add (f32, cuda)"); break;
+    case BT_KOP_ROPE_NEOX: snprintf(buf, cap, "bt_k_rope_neox (f32, cuda)"); break;
+    case BT_KOP_ADD_ROW: snprintf(buf, cap, "bt_k_add_row (f32, cuda)"); break;
     case BT_KOP_SCATTER_ADD: snprintf(buf, cap, "scatter_add (not implemented on cuda: MoE runs on the CPU)"); break;
     default: snprintf(buf, cap, "? (cuda)"); break;
     }
@@ -412,6 +432,8 @@ static const struct bt_backend_i cuda_iface = {
     .stats = cu_stats,
     .inject = cu_inject,
     .kernel_name = cu_kernel_name,
+    .rope_neox = cu_rope_neox,
+    .add_row = cu_add_row,
     .scatter_add = NULL,          /* MoE: not yet; the engine refuses a MoE model here, naming the op */
 };
 

@@ -19,6 +19,9 @@ cudaError_t bt_cu_matmul(cudaStream_t s, int type, const void *W, size_t row_byt
                          const float *x, int T, float *out);
 cudaError_t bt_cu_rope(cudaStream_t s, float *x, int T, int n_heads, int head_dim, int pos0, const float *cs,
                        const float *sn);
+cudaError_t bt_cu_rope_neox(cudaStream_t s, float *x, int T, int n_heads, int head_dim, int pos0, const float *cs,
+                            const float *sn);
+cudaError_t bt_cu_add_row(cudaStream_t s, float *x, int T, int width, const float *b);
 cudaError_t bt_cu_attention(cudaStream_t s, const float *q, const float *kc, const float *vc, float *out,
                             float *scratch, int T, int pos0, int n_heads, int n_kv_heads, int head_dim, int ctx_len);
 cudaError_t bt_cu_swiglu(cudaStream_t s, float *out, const float *gate, const float *up, size_t n);

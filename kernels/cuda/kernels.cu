@@ -99,6 +99,27 @@ __global__ void bt_k_rope(float *x, int n_heads, int head_dim, int pos0, const f
     }
 }
 
+/* NEOX rope (qwen2, qwen3): pair (i, i + half) of each head, the same
+ * rounding as the CPU's cpu_rope_neox. */
+__global__ void bt_k_rope_neox(float *x, int n_heads, int head_dim, int pos0, const float *cs, const float *sn)
+{
+    int t = blockIdx.x, half = head_dim / 2;
+    const float *c = cs + (size_t)(pos0 + t) * half, *s = sn + (size_t)(pos0 + t) * half;
+    float *xr = x + (size_t)t * n_heads * head_dim;
+    for (int j = threadIdx.x; j < n_heads * half; j += blockDim.x) {
+        int h = j / half, i = j % half;
+        float *p = xr + h * head_dim;
+        bt_cu_rope_pair(&p[i], &p[i + half], c[i], s[i]);
+    }
+}
+
+/* x[t*width + i] += b[i]: a bias on every row. */
+__global__ void bt_k_add_row(float *x, const float *b, int width, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = bt_add(x[i], b[i % (size_t)width]);
+}
+
 /* One block per (head, token); scores and probabilities go through a
  * global scratch row of ctx_len floats per (token, head). */
 __global__ void bt_k_attention(const float *q, const float *kc, const float *vc, float *out, float *scratch,
@@ -234,6 +255,20 @@ cudaError_t bt_cu_rope(cudaStream_t s, float *x, int T, int n_heads, int head_di
                        const float *sn)
 {
     bt_k_rope<<<T, BT_CU_NT, 0, s>>>(x, n_heads, head_dim, pos0, cs, sn);
+    return cudaGetLastError();
+}
+
+cudaError_t bt_cu_rope_neox(cudaStream_t s, float *x, int T, int n_heads, int head_dim, int pos0, const float *cs,
+                            const float *sn)
+{
+    bt_k_rope_neox<<<T, BT_CU_NT, 0, s>>>(x, n_heads, head_dim, pos0, cs, sn);
+    return cudaGetLastError();
+}
+
+cudaError_t bt_cu_add_row(cudaStream_t s, float *x, int T, int width, const float *b)
+{
+    size_t n = (size_t)T * (size_t)width;
+    bt_k_add_row<<<grid_for(n, BT_CU_NT), BT_CU_NT, 0, s>>>(x, b, width, n);
     return cudaGetLastError();
 }
 

@@ -8,7 +8,8 @@
 static const char *const kop_names[] = {
     [BT_KOP_GET_ROWS] = "get_rows", [BT_KOP_RMSNORM] = "rmsnorm", [BT_KOP_MATMUL] = "matmul",
     [BT_KOP_ROPE] = "rope", [BT_KOP_KV_STORE] = "kv_store", [BT_KOP_ATTENTION] = "attention",
-    [BT_KOP_SWIGLU] = "swiglu", [BT_KOP_ADD] = "add", [BT_KOP_SCATTER_ADD] = "scatter_add",
+    [BT_KOP_SWIGLU] = "swiglu", [BT_KOP_ADD] = "add", [BT_KOP_ROPE_NEOX] = "rope_neox", [BT_KOP_ADD_ROW] = "add_row",
+    [BT_KOP_SCATTER_ADD] = "scatter_add",
 };
 _Static_assert(BT_ARRAY_SIZE(kop_names) == BT_KOP_COUNT, "kernel family table out of date");
 

@@ -37,7 +37,7 @@
  * tensor: "matmul q4_1/avx512"). */
 enum bt_kop {
     BT_KOP_GET_ROWS = 0, BT_KOP_RMSNORM, BT_KOP_MATMUL, BT_KOP_ROPE, BT_KOP_KV_STORE,
-    BT_KOP_ATTENTION, BT_KOP_SWIGLU, BT_KOP_ADD,
+    BT_KOP_ATTENTION, BT_KOP_SWIGLU, BT_KOP_ADD, BT_KOP_ROPE_NEOX, BT_KOP_ADD_ROW,
     BT_KOP_SCATTER_ADD,
     BT_KOP_COUNT
 };
@@ -127,6 +127,19 @@ struct bt_backend_i {
      * as events print it: "matmul q4_1/avx512", "rmsnorm (f32, scalar)". */
     void (*kernel_name)(bt_backend *be, int kop, int wtype, char *buf, size_t cap);
 
+    /* ---- ABI 2: the ops of qwen2/qwen3 (issue 11) ----
+     * Per-head rmsnorm needs no hook: it is rmsnorm over T*n_heads rows of
+     * head_dim (in place: out == x is allowed). Rope with frequency factors
+     * (Llama 3) or linear scaling needs none either: the engine folds them
+     * into the cos/sin tables. */
+    /* optional (NULL: the engine refuses a NEOX model on this backend with
+     * BT_EUNSUPPORTED): NEOX rope, rotating pairs (i, i + head_dim/2) of
+     * each head by cos/sin[pos][i]; otherwise as rope. */
+    int (*rope_neox)(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, int pos0, bt_buf *cos,
+                     bt_buf *sin);
+    /* optional (NULL: refused as above): x[t*width + i] += b[b_off + i] for
+     * T rows (a bias vector added to every row). */
+    int (*add_row)(bt_backend *be, bt_buf *x, int T, int width, bt_buf *b, size_t b_off);
     /* ---- ABI 2: mixture of experts ---- */
     /* optional (NULL: a MoE model cannot run on this backend, and the engine
      * says so naming the op): for i < n, dst row rows[i] += w[i] * src row i

@@ -158,6 +158,37 @@ static int cpu_rope(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim,
     return BT_OK;
 }
 
+/* NEOX: pairs (i, i + half), as ggml's rope mode 2 (qwen2, qwen3). */
+static int cpu_rope_neox(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, int pos0, bt_buf *cos_,
+                         bt_buf *sin_)
+{
+    (void)be;
+    int half = head_dim / 2, width = n_heads * head_dim;
+    for (int t = 0; t < T; t++) {
+        const float *cs = F(cos_) + (size_t)(pos0 + t) * half, *sn = F(sin_) + (size_t)(pos0 + t) * half;
+        for (int h = 0; h < n_heads; h++) {
+            float *p = F(x) + (size_t)t * width + h * head_dim;
+            for (int i = 0; i < half; i++) {
+                float a = p[i], b = p[i + half];
+                p[i] = a * cs[i] - b * sn[i];
+                p[i + half] = a * sn[i] + b * cs[i];
+            }
+        }
+    }
+    return BT_OK;
+}
+
+static int cpu_add_row(bt_backend *be, bt_buf *x, int T, int width, bt_buf *b, size_t b_off)
+{
+    (void)be;
+    const float *bp = F(b) + b_off;
+    for (int t = 0; t < T; t++) {
+        float *xr = F(x) + (size_t)t * width;
+        for (int i = 0; i < width; i++) xr[i] += bp[i];
+    }
+    return BT_OK;
+}
+
 static int cpu_kv_store(bt_backend *be, bt_buf *kc, bt_buf *vc, size_t off, bt_buf *k, bt_buf *v, size_t n)
 {
     (void)be;
@@ -289,6 +320,8 @@ static void cpu_kernel_name(bt_backend *be, int kop, int wtype, char *buf, size_
     case BT_KOP_ATTENTION: snprintf(buf, cap, "attention (f32 dot %s, softmax)", simd); break;
     case BT_KOP_SWIGLU: snprintf(buf, cap, "silu(gate)*up (f32, scalar)"); break;
     case BT_KOP_ADD: snprintf(buf, cap, "residual add (f32, scalar)"); break;
+    case BT_KOP_ROPE_NEOX: snprintf(buf, cap, "rope neox (f32, scalar)"); break;
+    case BT_KOP_ADD_ROW: snprintf(buf, cap, "bias add (f32, scalar)"); break;
     case BT_KOP_SCATTER_ADD: snprintf(buf, cap, "expert weighted sum (f32, scalar)"); break;
     default: snprintf(buf, cap, "?"); break;
     }
@@ -317,6 +350,8 @@ static const struct bt_backend_i cpu_iface = {
     .stats = cpu_stats,
     .inject = cpu_inject,
     .kernel_name = cpu_kernel_name,
+    .rope_neox = cpu_rope_neox,
+    .add_row = cpu_add_row,
     .scatter_add = cpu_scatter_add,
 };
 

@@ -20,62 +20,76 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const op_names[] = {
-    [BT_OP_TOKEN_EMBD] = "token_embd",
-    [BT_OP_ATTN_NORM] = "attn_norm", [BT_OP_ATTN_Q] = "attn_q", [BT_OP_ATTN_K] = "attn_k",
-    [BT_OP_ATTN_V] = "attn_v", [BT_OP_ATTN_CTX] = "attn_ctx", [BT_OP_ATTN_OUTPUT] = "attn_output",
-    [BT_OP_ATTN_RESID] = "attn_resid",
-    [BT_OP_FFN_NORM] = "ffn_norm", [BT_OP_FFN_GATE_INP] = "ffn_gate_inp", [BT_OP_FFN_MOE_OUT] = "ffn_moe_out",
-    [BT_OP_FFN_GATE] = "ffn_gate", [BT_OP_FFN_UP] = "ffn_up",
-    [BT_OP_FFN_ACT] = "ffn_act", [BT_OP_FFN_DOWN] = "ffn_down", [BT_OP_FFN_RESID] = "ffn_resid",
-    [BT_OP_OUTPUT_NORM] = "output_norm", [BT_OP_LOGITS] = "logits",
+#define LW(f) (offsetof(bt_layer_weights, f) + 1)
+/* The op table: name, labels, row width, kernel family, weight, presence. */
+static const bt_op_info op_info[] = {
+    [BT_OP_TOKEN_EMBD] = { "token_embd", "em", "embd", BT_DIM_EMBD, BT_KOP_GET_ROWS, 0, 0, 0 },
+    [BT_OP_ATTN_NORM] = { "attn_norm", "an", "anrm", BT_DIM_EMBD, BT_KOP_RMSNORM, 0, 0, 0 },
+    [BT_OP_ATTN_Q_NORM] = { "attn_q_norm", "qn", "qnrm", BT_DIM_Q, BT_KOP_RMSNORM, 0, BT_ARCH_QK_NORM, 0 },
+    [BT_OP_ATTN_K_NORM] = { "attn_k_norm", "kn", "knrm", BT_DIM_KV, BT_KOP_RMSNORM, 0, BT_ARCH_QK_NORM, 0 },
+    [BT_OP_ATTN_Q] = { "attn_q", "aq", "q", BT_DIM_Q, BT_KOP_MATMUL, LW(wq), 0, 0 },
+    [BT_OP_ATTN_K] = { "attn_k", "ak", "k", BT_DIM_KV, BT_KOP_MATMUL, LW(wk), 0, 0 },
+    [BT_OP_ATTN_V] = { "attn_v", "av", "v", BT_DIM_KV, BT_KOP_MATMUL, LW(wv), 0, 0 },
+    [BT_OP_ATTN_CTX] = { "attn_ctx", "ac", "ctx", BT_DIM_Q, BT_KOP_ATTENTION, 0, 0, 0 },
+    [BT_OP_ATTN_OUTPUT] = { "attn_output", "ao", "aout", BT_DIM_EMBD, BT_KOP_MATMUL, LW(wo), 0, 0 },
+    [BT_OP_ATTN_RESID] = { "attn_resid", "ar", "ares", BT_DIM_EMBD, BT_KOP_ADD, 0, 0, 0 },
+    [BT_OP_FFN_NORM] = { "ffn_norm", "fn", "fnrm", BT_DIM_EMBD, BT_KOP_RMSNORM, 0, 0, 0 },
+    [BT_OP_FFN_GATE_INP] = { "ffn_gate_inp", "rt", "rout", BT_DIM_EXPERT, BT_KOP_MATMUL, LW(ffn_gate_inp), BT_ARCH_MOE, 0 },
+    /* in a MoE model these four are computed per expert (bt_expert_rows):
+     * width expert_ff, weight the expert slab (bt_op_weight) */
+    [BT_OP_FFN_GATE] = { "ffn_gate", "fg", "gate", BT_DIM_FF, BT_KOP_MATMUL, LW(w_gate), 0, 0 },
+    [BT_OP_FFN_UP] = { "ffn_up", "fu", "up", BT_DIM_FF, BT_KOP_MATMUL, LW(w_up), 0, 0 },
+    [BT_OP_FFN_ACT] = { "ffn_act", "fa", "act", BT_DIM_FF, BT_KOP_SWIGLU, 0, 0, 0 },
+    [BT_OP_FFN_DOWN] = { "ffn_down", "fd", "down", BT_DIM_EMBD, BT_KOP_MATMUL, LW(w_down), 0, 0 },
+    [BT_OP_FFN_MOE_OUT] = { "ffn_moe_out", "fm", "moe", BT_DIM_EMBD, BT_KOP_SCATTER_ADD, 0, BT_ARCH_MOE, 0 },
+    [BT_OP_FFN_RESID] = { "ffn_resid", "fr", "fres", BT_DIM_EMBD, BT_KOP_ADD, 0, 0, 0 },
+    [BT_OP_OUTPUT_NORM] = { "output_norm", "on", "onrm", BT_DIM_EMBD, BT_KOP_RMSNORM, 0, 0, 0 },
+    [BT_OP_LOGITS] = { "logits", "lg", "lgts", BT_DIM_VOCAB, BT_KOP_MATMUL, 0, 0, 0 },
 };
-_Static_assert(BT_ARRAY_SIZE(op_names) == BT_OP_COUNT, "op name table out of date");
-/* Per-op header labels (the browser's grid, dumps): a two-letter label that
- * stays unique when a grid cell is narrow, and a four-letter one. */
-static const char op_labels[][2][5] = {
-    [BT_OP_TOKEN_EMBD] = { "em", "embd" },
-    [BT_OP_ATTN_NORM] = { "an", "anrm" }, [BT_OP_ATTN_Q] = { "aq", "q" }, [BT_OP_ATTN_K] = { "ak", "k" },
-    [BT_OP_ATTN_V] = { "av", "v" }, [BT_OP_ATTN_CTX] = { "ac", "ctx" }, [BT_OP_ATTN_OUTPUT] = { "ao", "aout" },
-    [BT_OP_ATTN_RESID] = { "ar", "ares" },
-    [BT_OP_FFN_NORM] = { "fn", "fnrm" }, [BT_OP_FFN_GATE_INP] = { "fi", "rout" },
-    [BT_OP_FFN_MOE_OUT] = { "fm", "moe" }, [BT_OP_FFN_GATE] = { "fg", "gate" }, [BT_OP_FFN_UP] = { "fu", "up" },
-    [BT_OP_FFN_ACT] = { "fa", "act" }, [BT_OP_FFN_DOWN] = { "fd", "down" }, [BT_OP_FFN_RESID] = { "fr", "fres" },
-    [BT_OP_OUTPUT_NORM] = { "on", "onrm" }, [BT_OP_LOGITS] = { "lg", "lgts" },
-};
-_Static_assert(BT_ARRAY_SIZE(op_labels) == BT_OP_COUNT, "op label table out of date");
+_Static_assert(BT_ARRAY_SIZE(op_info) == BT_OP_COUNT, "op table out of date");
+#undef LW
 
-const char *bt_op_label(int op) { return op >= 0 && op < BT_OP_COUNT ? op_labels[op][0] : "?"; }
-const char *bt_op_abbrev(int op) { return op >= 0 && op < BT_OP_COUNT ? op_labels[op][1] : "????"; }
-
-const char *bt_op_name(int op) { return op >= 0 && op < BT_OP_COUNT ? op_names[op] : "?"; }
+const bt_op_info *bt_op_info_of(int op) { return op >= 0 && op < BT_OP_COUNT ? &op_info[op] : NULL; }
+const char *bt_op_label(int op) { return op >= 0 && op < BT_OP_COUNT ? op_info[op].label : "?"; }
+const char *bt_op_abbrev(int op) { return op >= 0 && op < BT_OP_COUNT ? op_info[op].abbrev : "????"; }
+const char *bt_op_name(int op) { return op >= 0 && op < BT_OP_COUNT ? op_info[op].name : "?"; }
 
 int bt_op_from_name(const char *name)
 {
     for (int i = 0; i < BT_OP_COUNT; i++)
-        if (!strcmp(name, op_names[i])) return i;
+        if (!strcmp(name, op_info[i].name)) return i;
     return -1;
 }
 
 bool bt_op_is_layer_op(int op) { return op > BT_OP_TOKEN_EMBD && op < BT_OP_OUTPUT_NORM; }
 
-int bt_op_width(const bt_config *c, int op)
+bool bt_op_exists(const bt_config *c, int op)
 {
-    switch (op) {
-    case BT_OP_ATTN_Q: case BT_OP_ATTN_CTX: return c->n_heads * c->head_dim;
-    case BT_OP_ATTN_K: case BT_OP_ATTN_V: return c->n_kv_heads * c->head_dim;
-    case BT_OP_FFN_GATE: case BT_OP_FFN_UP: case BT_OP_FFN_ACT:
-        return c->n_expert > 0 ? c->expert_hidden_dim : c->hidden_dim;
-    case BT_OP_FFN_GATE_INP: return c->n_expert;
-    case BT_OP_LOGITS: return c->n_vocab;
-    default: return c->dim;
-    }
+    if (op < 0 || op >= BT_OP_COUNT) return false;
+    return (c->flags & op_info[op].need) == op_info[op].need && !(c->flags & op_info[op].absent);
 }
 
-bool bt_op_in_model(const bt_config *c, int op)
+int bt_op_width(const bt_config *c, int op)
 {
-    if (op == BT_OP_FFN_GATE_INP || op == BT_OP_FFN_MOE_OUT) return c->n_expert > 0;
-    return op >= 0 && op < BT_OP_COUNT;
+    if (op < 0 || op >= BT_OP_COUNT) return 0;
+    if ((c->flags & BT_ARCH_MOE) && (op == BT_OP_FFN_GATE || op == BT_OP_FFN_UP || op == BT_OP_FFN_ACT))
+        return c->expert_ff_len;     /* one expert's rows */
+    return (int)bt_arch_dim(c, op_info[op].width);
+}
+
+const bt_weight *bt_op_weight(const bt_model *m, int op, int layer)
+{
+    if (op == BT_OP_TOKEN_EMBD) return &m->token_embd;
+    if (op == BT_OP_LOGITS) return &m->output;
+    if (op < 0 || op >= BT_OP_COUNT || !op_info[op].weight || layer < 0 || layer >= m->cfg.n_layers) return NULL;
+    if (m->cfg.flags & BT_ARCH_MOE) {   /* the experts' slabs */
+        const bt_layer_weights *L = &m->layers[layer];
+        if (op == BT_OP_FFN_GATE) return &L->ffn_gate_exps;
+        if (op == BT_OP_FFN_UP) return &L->ffn_up_exps;
+        if (op == BT_OP_FFN_DOWN) return &L->ffn_down_exps;
+    }
+    const bt_weight *w = (const bt_weight *)((const char *)&m->layers[layer] + op_info[op].weight - 1);
+    return w->data ? w : NULL;
 }
 
 void bt_expert_tensor_name(int op, int layer, int expert, char *buf, size_t cap)
@@ -98,12 +112,17 @@ struct bt_tensor {
     size_t off;          /* floats */
 };
 
-/* The weights of one layer on the backend. */
+#define NO_VEC ((size_t)-1)
+
+/* The weights of one layer on the backend. Small vectors (biases, q/k
+ * norm weights) are f32 copies in the engine's vec_w buffer at these
+ * offsets (floats), NO_VEC when the layer has none. */
 typedef struct layer_bufs {
     bt_buf *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
     /* mixture of experts: the router and one view per expert of each slab */
     bt_buf *w_gate_inp, **e_gate, **e_up, **e_down;   /* (n_expert) each */
     bt_buf *sh_gate, *sh_up, *sh_down, *sh_gate_inp;  /* shared expert, NULL when absent */
+    size_t bq, bk, bv, bo, q_norm, k_norm;
 } layer_bufs;
 
 struct bt_engine {
@@ -136,6 +155,7 @@ struct bt_engine {
     bt_buf *rope_cos;  /* (ctx_len, head_dim/2) */
     bt_buf *rope_sin;  /* (ctx_len, head_dim/2) */
     bt_buf *norm_w;    /* (2*n_layers + 1, dim): attn_norm, ffn_norm per layer, then output_norm, as f32 */
+    bt_buf *vec_w;     /* (n_vec) per-layer biases and q/k norm weights, f32 (layer_bufs offsets) */
     float *logits;     /* (logit_cap, n_vocab) on the host: the backend's own
                         * memory when it is host memory, else a copy */
     bool logits_copy;  /* logits is a host copy (device backend) */
@@ -177,7 +197,7 @@ void bt_engine_free(bt_engine *e)
     if (e->be) {
         bt_buf *bufs[] = { e->w_embd, e->w_out, e->x, e->xb, e->q, e->k, e->v, e->ctx, e->attn_out, e->gate,
                            e->up, e->act, e->down, e->logits_b, e->key_cache, e->val_cache, e->rope_cos,
-                           e->rope_sin, e->norm_w };
+                           e->rope_sin, e->norm_w, e->vec_w };
         for (size_t i = 0; i < BT_ARRAY_SIZE(bufs); i++) e->bi->buf_free(e->be, bufs[i]);
         if (e->lw)
             for (int l = 0; l < e->c.n_layers; l++) {
@@ -258,7 +278,7 @@ static int logits_reserve(bt_engine *e, int rows)
 static int moe_upload(bt_engine *e, const bt_layer_weights *L, layer_bufs *B_)
 {
     const bt_config *c = &e->c;
-    int rc, E = c->n_expert, eh = c->expert_hidden_dim;
+    int rc, E = c->n_expert, eh = c->expert_ff_len;
     if (!e->bi->scatter_add)
         return bt_error(BT_EUNSUPPORTED, "%s: the mixture-of-experts op scatter_add (the experts' weighted sum) "
                         "is not implemented on this backend; run it on the cpu", bt_backend_name(e->be));
@@ -270,14 +290,14 @@ static int moe_upload(bt_engine *e, const bt_layer_weights *L, layer_bufs *B_)
     B_->e_down = calloc((size_t)E, sizeof(bt_buf *));
     if (!B_->e_gate || !B_->e_up || !B_->e_down) return bt_error(BT_ENOMEM, "out of memory");
     for (int x = 0; x < E; x++) {
-        bt_weight g = bt_moe_expert_view(&L->ffn_gate_exps, x, eh), u = bt_moe_expert_view(&L->ffn_up_exps, x, eh),
-                  d = bt_moe_expert_view(&L->ffn_down_exps, x, c->dim);
+        bt_weight g = bt_moe_expert_view(&L->ffn_gate_exps, x), u = bt_moe_expert_view(&L->ffn_up_exps, x),
+                  d = bt_moe_expert_view(&L->ffn_down_exps, x);
         if ((rc = upload(e, &g, eh, c->dim, &B_->e_gate[x])) || (rc = upload(e, &u, eh, c->dim, &B_->e_up[x])) ||
             (rc = upload(e, &d, c->dim, eh, &B_->e_down[x])))
             return rc;
     }
     if (L->ffn_gate_shexp.data) {
-        int sh = c->shexp_hidden_dim;
+        int sh = c->shared_ff_len;
         if ((rc = upload(e, &L->ffn_gate_shexp, sh, c->dim, &B_->sh_gate)) ||
             (rc = upload(e, &L->ffn_up_shexp, sh, c->dim, &B_->sh_up)) ||
             (rc = upload(e, &L->ffn_down_shexp, c->dim, sh, &B_->sh_down)))
@@ -340,11 +360,36 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
     size_t B = (size_t)max_batch, q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     size_t half = (size_t)c->head_dim / 2, nrm = ((size_t)2 * c->n_layers + 1) * c->dim;
     /* the FFN's hidden buffers serve the dense FFN, one expert or the shared expert */
-    size_t hid = (size_t)BT_MAX(c->hidden_dim, BT_MAX(c->expert_hidden_dim, c->shexp_hidden_dim));
+    size_t hid = (size_t)BT_MAX(c->hidden_dim, BT_MAX(c->expert_ff_len, c->shared_ff_len));
     float *host = NULL;
     e->want = calloc((size_t)BT_OP_COUNT * (c->n_layers + 1), sizeof(bool));
     e->lw = calloc((size_t)c->n_layers, sizeof(layer_bufs));
     if (!e->want || !e->lw) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+    /* Offsets of the small per-layer vectors in vec_w. */
+    size_t n_vec = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const bt_layer_weights *L = &m->layers[l];
+        layer_bufs *B_ = &e->lw[l];
+        struct { const bt_weight *w; size_t *off; } v[] = {
+            { &L->bq, &B_->bq }, { &L->bk, &B_->bk }, { &L->bv, &B_->bv }, { &L->bo, &B_->bo },
+            { &L->attn_q_norm, &B_->q_norm }, { &L->attn_k_norm, &B_->k_norm },
+        };
+        for (size_t i = 0; i < BT_ARRAY_SIZE(v); i++) {
+            *v[i].off = v[i].w->data ? n_vec : NO_VEC;
+            if (v[i].w->data) n_vec += (size_t)v[i].w->cols;
+        }
+    }
+    /* The ops this model needs beyond the Llama set, on this backend. */
+    if (c->rope_kind == BT_ROPE_NEOX && !e->bi->rope_neox) {
+        rc = bt_error(BT_EUNSUPPORTED, "%s: NEOX rope (architecture %s) is not implemented by the %s backend",
+                      m->path, c->arch, bt_backend_name(e->be));
+        goto fail;
+    }
+    if (n_vec && !e->bi->add_row) {
+        rc = bt_error(BT_EUNSUPPORTED, "%s: bias add (architecture %s) is not implemented by the %s backend",
+                      m->path, c->arch, bt_backend_name(e->be));
+        goto fail;
+    }
     if ((rc = alloc_f32(e, B * c->dim, &e->x)) || (rc = alloc_f32(e, B * c->dim, &e->xb)) ||
         (rc = alloc_f32(e, B * q_dim, &e->q)) || (rc = alloc_f32(e, B * kv_dim, &e->k)) ||
         (rc = alloc_f32(e, B * kv_dim, &e->v)) || (rc = alloc_f32(e, B * q_dim, &e->ctx)) ||
@@ -355,7 +400,8 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
         (rc = alloc_f32(e, (size_t)c->n_layers * ctx_len * kv_dim, &e->val_cache)) ||
         (rc = alloc_f32(e, (size_t)ctx_len * half, &e->rope_cos)) ||
         (rc = alloc_f32(e, (size_t)ctx_len * half, &e->rope_sin)) ||
-        (rc = alloc_f32(e, nrm, &e->norm_w)) || (rc = logits_reserve(e, 1))) {
+        (rc = alloc_f32(e, nrm, &e->norm_w)) || (n_vec && (rc = alloc_f32(e, n_vec, &e->vec_w))) ||
+        (rc = logits_reserve(e, 1))) {
         rc = bt_error(rc, "out of memory for run state (context %d, batch %d): %s", ctx_len, max_batch, bt_errmsg());
         goto fail;
     }
@@ -377,21 +423,38 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
             goto fail;
     }
     if (c->n_expert > 0 && (rc = moe_alloc(e))) goto fail;
-    /* RoPE table, computed in double: angle = pos * base^(-2i/head_dim). */
-    host = malloc(BT_MAX((size_t)ctx_len * half, nrm) * sizeof(float));
-    if (!host) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
-    for (int pos = 0; pos < ctx_len; pos++)
-        for (size_t i = 0; i < half; i++) {
-            double freq = pow((double)c->rope_base, -2.0 * (double)i / c->head_dim);
-            host[pos * half + i] = (float)cos(pos * freq);
-        }
-    if ((rc = e->bi->set(e->be, e->rope_cos, 0, host, (size_t)ctx_len * half))) goto fail;
-    for (int pos = 0; pos < ctx_len; pos++)
-        for (size_t i = 0; i < half; i++) {
-            double freq = pow((double)c->rope_base, -2.0 * (double)i / c->head_dim);
-            host[pos * half + i] = (float)sin(pos * freq);
-        }
-    if ((rc = e->bi->set(e->be, e->rope_sin, 0, host, (size_t)ctx_len * half))) goto fail;
+    /* RoPE tables, angles computed in double: pos * freq_scale *
+     * base^(-2i/rope_dim) / freq_factor[i] (ggml's rope_ext with
+     * ext_factor 0: linear scaling and Llama 3's rope_freqs divisors). Both
+     * rope kinds use the same angle per pair; they differ in which two
+     * dimensions form the pair. */
+    host = malloc(BT_MAX(BT_MAX((size_t)ctx_len * half, nrm), n_vec) * sizeof(float));
+    float *ff = half ? malloc(half * sizeof(float)) : NULL;
+    if (!host || (half && !ff)) { free(ff); rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+    for (size_t i = 0; i < half; i++) ff[i] = 1.0f;
+    if (c->has_rope_freqs && m->rope_freqs.data) bt_dequant_row(m->rope_freqs.type, m->rope_freqs.data, ff, (int64_t)half);
+    for (int sc = 0; sc < 2 && rc == BT_OK; sc++) {
+        for (int pos = 0; pos < ctx_len; pos++)
+            for (size_t i = 0; i < half; i++) {
+                double freq = pow((double)c->rope_base, -2.0 * (double)i / c->head_dim) * (double)c->rope_freq_scale / ff[i];
+                host[pos * half + i] = (float)(sc ? sin(pos * freq) : cos(pos * freq));
+            }
+        rc = e->bi->set(e->be, sc ? e->rope_sin : e->rope_cos, 0, host, (size_t)ctx_len * half);
+    }
+    free(ff);
+    if (rc) goto fail;
+    /* Biases and q/k norm weights as f32 vectors. */
+    for (int l = 0; l < c->n_layers && n_vec; l++) {
+        const bt_layer_weights *L = &m->layers[l];
+        layer_bufs *B_ = &e->lw[l];
+        struct { const bt_weight *w; size_t *off; } v[] = {
+            { &L->bq, &B_->bq }, { &L->bk, &B_->bk }, { &L->bv, &B_->bv }, { &L->bo, &B_->bo },
+            { &L->attn_q_norm, &B_->q_norm }, { &L->attn_k_norm, &B_->k_norm },
+        };
+        for (size_t i = 0; i < BT_ARRAY_SIZE(v); i++)
+            if (*v[i].off != NO_VEC) bt_dequant_row(v[i].w->type, v[i].w->data, host + *v[i].off, v[i].w->cols);
+    }
+    if (n_vec && (rc = e->bi->set(e->be, e->vec_w, 0, host, n_vec))) goto fail;
     for (int l = 0; l < c->n_layers; l++) {
         bt_dequant_row(m->layers[l].attn_norm.type, m->layers[l].attn_norm.data, host + (size_t)(2 * l) * c->dim, c->dim);
         bt_dequant_row(m->layers[l].ffn_norm.type, m->layers[l].ffn_norm.data, host + (size_t)(2 * l + 1) * c->dim, c->dim);
@@ -415,6 +478,7 @@ void bt_engine_set_eval_cb(bt_engine *e, const bt_eval_cb *cb)
     if (!e->has_cb) return;
     e->cb = *cb;
     for (int op = 0; op < BT_OP_COUNT; op++) {
+        if (!bt_op_exists(&e->c, op)) continue;   /* never computed: never asked about */
         if (bt_op_is_layer_op(op)) {
             for (int l = 0; l < e->c.n_layers; l++) *want_at(e, op, l) = !cb->ask || cb->ask(cb->user, op, l);
         } else {
@@ -592,7 +656,7 @@ static int moe_ffn(bt_engine *e, int l, int T, int pos0)
     const layer_bufs *W = &e->lw[l];
     bt_backend *be = e->be;
     const struct bt_backend_i *bi = e->bi;
-    int dim = c->dim, E = c->n_expert, k = c->n_expert_used, eh = c->expert_hidden_dim;
+    int dim = c->dim, E = c->n_expert, k = c->n_expert_used, eh = c->expert_ff_len;
     int rc;
     if ((rc = mm(e, L->ffn_gate_inp.type, W->w_gate_inp, L->ffn_gate_inp.data, E, dim, e->xb, 0, T, e->router)))
         return rc;
@@ -601,7 +665,7 @@ static int moe_ffn(bt_engine *e, int l, int T, int pos0)
     /* the choice is made from what the tap left (an injected router routes) */
     if ((rc = bi->read(be, e->router, 0, (size_t)T * E, e->h_router))) return rc;
     for (int t = 0; t < T; t++)
-        bt_moe_route(e->h_router + (size_t)t * E, E, k, c->moe_norm_w, c->moe_w_scale, e->h_probs,
+        bt_moe_route(e->h_router + (size_t)t * E, E, k, c->norm_topk_prob, 1.0f, e->h_probs,
                      e->h_sel + (size_t)t * k, e->h_w + (size_t)t * k);
     if (e->has_cb && e->cb.routes) e->cb.routes(e->cb.user, e->step, l, pos0, T, k, e->h_sel, e->h_w);
     if ((rc = bi->set(be, e->moe_out, 0, e->h_zero, (size_t)T * dim))) return rc;
@@ -617,15 +681,15 @@ static int moe_ffn(bt_engine *e, int l, int T, int pos0)
         for (int i = 0; i < n; i++) pos[i] = pos0 + e->h_ids[i];
         used += n;
         if ((rc = bi->get_rows(be, BT_DT_F32, e->xb, dim, e->h_ids, n, e->xe))) return rc;
-        bt_weight g = bt_moe_expert_view(&L->ffn_gate_exps, x, eh), u = bt_moe_expert_view(&L->ffn_up_exps, x, eh),
-                  d = bt_moe_expert_view(&L->ffn_down_exps, x, dim);
+        bt_weight g = bt_moe_expert_view(&L->ffn_gate_exps, x), u = bt_moe_expert_view(&L->ffn_up_exps, x),
+                  d = bt_moe_expert_view(&L->ffn_down_exps, x);
         if ((rc = expert_ffn(e, l, x, pos, W->e_gate[x], W->e_up[x], W->e_down[x], g.type, u.type, d.type, g.data,
                              u.data, d.data, eh, e->xe, n)))
             return rc;
         if ((rc = bi->scatter_add(be, e->moe_out, e->down, e->h_ids, e->h_ew, n, dim))) return rc;
     }
     if (W->sh_gate) {
-        int sh = c->shexp_hidden_dim;
+        int sh = c->shared_ff_len;
         if ((rc = expert_ffn(e, l, -1, NULL, W->sh_gate, W->sh_up, W->sh_down, L->ffn_gate_shexp.type,
                              L->ffn_up_shexp.type, L->ffn_down_shexp.type, L->ffn_gate_shexp.data,
                              L->ffn_up_shexp.data, L->ffn_down_shexp.data, sh, e->xb, T)))
@@ -696,10 +760,24 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         TAP(BT_OP_ATTN_NORM, l, e->xb, dim);
 
         OP(mm(e, L->wq.type, W->wq, L->wq.data, q_dim, dim, e->xb, 0, T, e->q));
+        if (W->bq != NO_VEC) OP(bi->add_row(be, e->q, T, q_dim, e->vec_w, W->bq));
         OP(mm(e, L->wk.type, W->wk, L->wk.data, kv_dim, dim, e->xb, 0, T, e->k));
+        if (W->bk != NO_VEC) OP(bi->add_row(be, e->k, T, kv_dim, e->vec_w, W->bk));
         OP(mm(e, L->wv.type, W->wv, L->wv.data, kv_dim, dim, e->xb, 0, T, e->v));
-        OP(bi->rope(be, e->q, T, c->n_heads, hd, pos0, e->rope_cos, e->rope_sin));
-        OP(bi->rope(be, e->k, T, c->n_kv_heads, hd, pos0, e->rope_cos, e->rope_sin));
+        if (W->bv != NO_VEC) OP(bi->add_row(be, e->v, T, kv_dim, e->vec_w, W->bv));
+        if (W->q_norm != NO_VEC) {   /* qwen3: rmsnorm of each head before RoPE */
+            OP(bi->rmsnorm(be, e->q, e->q, e->vec_w, W->q_norm, T * c->n_heads, hd, c->norm_eps));
+            TAP(BT_OP_ATTN_Q_NORM, l, e->q, q_dim);
+            OP(bi->rmsnorm(be, e->k, e->k, e->vec_w, W->k_norm, T * c->n_kv_heads, hd, c->norm_eps));
+            TAP(BT_OP_ATTN_K_NORM, l, e->k, kv_dim);
+        }
+        if (c->rope_kind == BT_ROPE_NEOX) {
+            OP(bi->rope_neox(be, e->q, T, c->n_heads, hd, pos0, e->rope_cos, e->rope_sin));
+            OP(bi->rope_neox(be, e->k, T, c->n_kv_heads, hd, pos0, e->rope_cos, e->rope_sin));
+        } else {
+            OP(bi->rope(be, e->q, T, c->n_heads, hd, pos0, e->rope_cos, e->rope_sin));
+            OP(bi->rope(be, e->k, T, c->n_kv_heads, hd, pos0, e->rope_cos, e->rope_sin));
+        }
         TAP(BT_OP_ATTN_Q, l, e->q, q_dim);
         TAP(BT_OP_ATTN_K, l, e->k, kv_dim);
         TAP(BT_OP_ATTN_V, l, e->v, kv_dim);
@@ -725,6 +803,7 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         TAP(BT_OP_ATTN_CTX, l, e->ctx, q_dim);
 
         OP(mm(e, L->wo.type, W->wo, L->wo.data, dim, q_dim, e->ctx, 0, T, e->attn_out));
+        if (W->bo != NO_VEC) OP(bi->add_row(be, e->attn_out, T, dim, e->vec_w, W->bo));
         TAP(BT_OP_ATTN_OUTPUT, l, e->attn_out, dim);
         OP(bi->add(be, e->x, e->attn_out, (size_t)T * dim));
         TAP(BT_OP_ATTN_RESID, l, e->x, dim);
@@ -832,29 +911,11 @@ const bt_model *bt_engine_model(const bt_engine *e) { return e->m; }
 void bt_engine_kernel_name(const bt_engine *e, int op, int layer, char *buf, size_t cap)
 {
     if (e->foreign) { snprintf(buf, cap, "llama.cpp"); return; }   /* its views name their kernel */
-    const bt_model *m = e->m;
-    const bt_weight *w = NULL;
-    const bt_layer_weights *L = layer >= 0 && layer < e->c.n_layers ? &m->layers[layer] : NULL;
-    int kop = -1;
-    switch (op) {
-    case BT_OP_TOKEN_EMBD: w = &m->token_embd; kop = BT_KOP_GET_ROWS; break;
-    case BT_OP_ATTN_Q: w = L ? &L->wq : NULL; kop = BT_KOP_MATMUL; break;
-    case BT_OP_ATTN_K: w = L ? &L->wk : NULL; kop = BT_KOP_MATMUL; break;
-    case BT_OP_ATTN_V: w = L ? &L->wv : NULL; kop = BT_KOP_MATMUL; break;
-    case BT_OP_ATTN_OUTPUT: w = L ? &L->wo : NULL; kop = BT_KOP_MATMUL; break;
-    case BT_OP_FFN_GATE: w = L ? (e->c.n_expert ? &L->ffn_gate_exps : &L->w_gate) : NULL; kop = BT_KOP_MATMUL; break;
-    case BT_OP_FFN_UP: w = L ? (e->c.n_expert ? &L->ffn_up_exps : &L->w_up) : NULL; kop = BT_KOP_MATMUL; break;
-    case BT_OP_FFN_DOWN: w = L ? (e->c.n_expert ? &L->ffn_down_exps : &L->w_down) : NULL; kop = BT_KOP_MATMUL; break;
-    case BT_OP_FFN_GATE_INP: w = L ? &L->ffn_gate_inp : NULL; kop = BT_KOP_MATMUL; break;
-    case BT_OP_FFN_MOE_OUT: kop = BT_KOP_SCATTER_ADD; break;
-    case BT_OP_LOGITS: w = &m->output; kop = BT_KOP_MATMUL; break;
-    case BT_OP_ATTN_NORM: case BT_OP_FFN_NORM: case BT_OP_OUTPUT_NORM: kop = BT_KOP_RMSNORM; break;
-    case BT_OP_ATTN_CTX: kop = BT_KOP_ATTENTION; break;
-    case BT_OP_FFN_ACT: kop = BT_KOP_SWIGLU; break;
-    case BT_OP_ATTN_RESID: case BT_OP_FFN_RESID: kop = BT_KOP_ADD; break;
-    default: break;
-    }
-    if (kop < 0 || ((kop == BT_KOP_MATMUL || kop == BT_KOP_GET_ROWS) && !w)) { snprintf(buf, cap, "?"); return; }
+    const bt_op_info *oi = bt_op_info_of(op);
+    if (!oi || (bt_op_is_layer_op(op) && (layer < 0 || layer >= e->c.n_layers))) { snprintf(buf, cap, "?"); return; }
+    int kop = oi->kop;
+    const bt_weight *w = kop == BT_KOP_MATMUL || kop == BT_KOP_GET_ROWS ? bt_op_weight(e->m, op, layer) : NULL;
+    if ((kop == BT_KOP_MATMUL || kop == BT_KOP_GET_ROWS) && !w) { snprintf(buf, cap, "?"); return; }
     char k[128];
     e->bi->kernel_name(e->be, kop, w ? w->type : BT_DT_F32, k, sizeof(k));
     if (w) snprintf(buf, cap, "%s on %s", k, w->name ? w->name : "?");

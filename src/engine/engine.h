@@ -32,15 +32,46 @@
 #include "backend/backend.h"
 #include "tap/stats.h"
 
+/* Every tensor the forward pass computes, in the order it computes them.
+ * Which of them a model has depends on its architecture (bt_op_exists):
+ * attn_q_norm / attn_k_norm only with per-head q/k norms (qwen3), the router
+ * (ffn_gate_inp) and ffn_moe_out only in a mixture of experts. Trace rows
+ * store names, never these numbers. */
 enum bt_op {
     BT_OP_TOKEN_EMBD = 0,
-    BT_OP_ATTN_NORM, BT_OP_ATTN_Q, BT_OP_ATTN_K, BT_OP_ATTN_V, BT_OP_ATTN_CTX,
+    BT_OP_ATTN_NORM,
+    BT_OP_ATTN_Q_NORM, BT_OP_ATTN_K_NORM,   /* q, k after bias and per-head rmsnorm, before RoPE */
+    BT_OP_ATTN_Q, BT_OP_ATTN_K, BT_OP_ATTN_V, BT_OP_ATTN_CTX,
     BT_OP_ATTN_OUTPUT, BT_OP_ATTN_RESID,
-    BT_OP_FFN_NORM, BT_OP_FFN_GATE_INP, BT_OP_FFN_GATE, BT_OP_FFN_UP, BT_OP_FFN_ACT, BT_OP_FFN_DOWN,
-    BT_OP_FFN_MOE_OUT, BT_OP_FFN_RESID,
+    BT_OP_FFN_NORM,
+    BT_OP_FFN_GATE_INP,                      /* MoE router logits (n_expert per row) */
+    BT_OP_FFN_GATE, BT_OP_FFN_UP, BT_OP_FFN_ACT, BT_OP_FFN_DOWN,
+    BT_OP_FFN_MOE_OUT,                       /* MoE: the routed experts' weighted sum */
+    BT_OP_FFN_RESID,
     BT_OP_OUTPUT_NORM, BT_OP_LOGITS,
     BT_OP_COUNT
 };
+
+/* Per-op facts, beside the name table (engine.c): everybody who lays out
+ * ops (recorder, injector, inspect, bench, browser, bisect) reads these. */
+typedef struct bt_op_info {
+    const char *name;     /* "ffn_down"; per-layer ops: the suffix after "blk.L." */
+    const char *label;    /* two letters, unique: module letter, op letter ("fd") */
+    const char *abbrev;   /* four letters at most ("down") */
+    int width;            /* bt_dim of one row (model/arch.h) */
+    int kop;              /* kernel family that computes it (backend_impl.h bt_kop) */
+    size_t weight;        /* offsetof(bt_layer_weights, W) + 1 of its matmul weight;
+                           * 0: none (token_embd and logits: see bt_op_weight) */
+    unsigned need;        /* bt_arch_flag bits a model must have for the op to exist */
+    unsigned absent;      /* bt_arch_flag bits it must not have */
+} bt_op_info;
+/* NULL for an unknown op. */
+const bt_op_info *bt_op_info_of(int op);
+/* Does a model of config c compute op (in every layer, for a layer op)? */
+bool bt_op_exists(const bt_config *c, int op);
+/* The weight an op's matmul (or embedding lookup) reads, or NULL. */
+const bt_weight *bt_op_weight(const bt_model *m, int op, int layer);
+
 /* "ffn_down"; names of per-layer ops are the suffix after "blk.L.". */
 const char *bt_op_name(int op);
 int bt_op_from_name(const char *name);        /* -1 if unknown */
@@ -52,10 +83,6 @@ const char *bt_op_label(int op);
 const char *bt_op_abbrev(int op);
 /* Floats per row of an op's tensor in a model of config c. */
 int bt_op_width(const bt_config *c, int op);
-/* Does a model of config c compute op? (ffn_gate_inp and ffn_moe_out only
- * in a mixture-of-experts model, whose ffn_gate/up/act/down are computed
- * per expert: see bt_tensor_view.moe) */
-bool bt_op_in_model(const bt_config *c, int op);
 /* "blk.12.ffn_down.expert[37]": the name of expert e's part of an op. */
 void bt_expert_tensor_name(int op, int layer, int expert, char *buf, size_t cap);
 /* Full tensor name: "token_embd", "blk.3.ffn_down", "logits". */

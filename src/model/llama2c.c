@@ -41,7 +41,7 @@ void bt_llama2c_free_priv(bt_model *m)
 
 static void setw(bt_weight *w, const float *data, int64_t cols, int64_t rows, const char *name)
 {
-    w->data = data; w->type = BT_DT_F32; w->cols = cols; w->rows = rows; w->name = name;
+    w->data = data; w->type = BT_DT_F32; w->cols = cols; w->rows = rows; w->n_slab = 1; w->name = name;
 }
 
 /* The checkpoint in data[0, size) (4-byte aligned; borrowed: it must
@@ -88,6 +88,12 @@ static int l2c_parse(const uint8_t *data, size_t size, const char *path, bt_mode
     c->dim = dim; c->hidden_dim = hidden; c->n_layers = nl; c->n_heads = nh; c->n_kv_heads = nkv;
     c->head_dim = hs; c->rope_dim = hs; c->n_vocab = vocab; c->ctx_len = seq;
     c->norm_eps = 1e-5f; c->rope_base = 10000.0f; c->tied_output = shared;
+    c->desc = bt_arch_find("llama");
+    c->flags = c->desc->flags;
+    c->rope_kind = BT_ROPE_NORM;
+    c->rope_freq_scale = 1.0f;
+    c->embd_scale = c->resid_scale = c->logit_scale = 1.0f;
+    c->attn_scale = 0;   /* 0: 1/sqrt(head_dim) */
 
     m->layers = calloc((size_t)nl, sizeof(*m->layers));
     if (!m->layers) return bt_error(BT_ENOMEM, "out of memory");

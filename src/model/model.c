@@ -1,5 +1,5 @@
-/* model.c - bt_model from a GGUF file (llama architecture family) or, by
- * content sniffing, a llama2.c checkpoint.
+/* model.c - bt_model from a GGUF file (any architecture of model/arch.c) or,
+ * by content sniffing, a llama2.c checkpoint.
  *
  * Invariant: after a successful load every bt_weight points inside the
  * mapping with rows * row_size bytes available (gguf.c validated offsets;
@@ -173,175 +173,128 @@ static int load_gguf_vocab(bt_model *m, gguf_priv *pv)
     return BT_OK;
 }
 
-/* Bind a named weight and check its shape: cols x rows (ggml ne0 x ne1). */
-static int bind(const bt_model *m, bt_weight *w, const char *name, int64_t cols, int64_t rows, bool optional)
+/* Bind a named weight and check its shape: ne0 x ne1 x ne2 (ggml order). */
+static int bind3(const bt_model *m, bt_weight *w, const char *name, int64_t ne0, int64_t ne1, int64_t ne2,
+                 bool optional)
 {
     const bt_gguf_tensor *t = bt_gguf_find_tensor(m->gguf, name);
     if (!t) {
-        if (optional) { memset(w, 0, sizeof(*w)); return BT_OK; }
-        return bt_error(BT_EFORMAT, "%s: tensor '%s' is missing", m->path, name);
+        memset(w, 0, sizeof(*w));
+        if (optional) return BT_OK;
+        return bt_error(BT_EFORMAT, "%s: tensor '%s' is missing (architecture %s)", m->path, name, m->cfg.arch);
     }
-    int64_t r = t->ne[1] * t->ne[2] * t->ne[3];
-    if (t->ne[0] != cols || r != rows)
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] * t->ne[3] != ne2) {
+        if (ne2 > 1 || t->ne[2] * t->ne[3] > 1)
+            return bt_error(BT_EFORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]",
+                            m->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)(t->ne[2] * t->ne[3]),
+                            (long long)ne0, (long long)ne1, (long long)ne2);
         return bt_error(BT_EFORMAT, "%s: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]",
-                        m->path, name, (long long)t->ne[0], (long long)r, (long long)cols, (long long)rows);
+                        m->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)ne0, (long long)ne1);
+    }
     if (!bt_dtype(t->type)->compute)
         return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has type %s, which bangtrace cannot compute with yet",
                         m->path, name, bt_dtype(t->type)->name ? bt_dtype(t->type)->name : "?");
     w->data = t->data;
     w->type = t->type;
-    w->cols = cols;
-    w->rows = rows;
+    w->cols = ne0;
+    w->rows = ne1 * ne2;
+    w->n_slab = ne2;
     w->name = name;   /* caller passes a stable string (see names below) */
     return BT_OK;
 }
 
-/* Tensor names live as long as the model: one arena of fixed-size slots. */
-#define NAME_CAP 48
-static const char *intern(char (*slots)[NAME_CAP], int *used, const char *fmt, int layer)
+static int bind(const bt_model *m, bt_weight *w, const char *name, int64_t cols, int64_t rows, bool optional)
 {
-    char *s = slots[(*used)++];
-    snprintf(s, NAME_CAP, fmt, layer);
-    return s;
+    return bind3(m, w, name, cols, rows, 1, optional);
 }
 
+/* Tensor names live as long as the model: one arena of fixed-size slots. */
+#define NAME_CAP 48
+
+/* Every tensor of the file must be one the architecture reads: a weight we
+ * skipped (rope_freqs before it was applied) means computing another model
+ * than the file describes, so it is an error, never silence. */
+static int check_all_used(const bt_model *m, int n_bound)
+{
+    const bt_gguf *g = m->gguf;
+    int64_t n = bt_gguf_n_tensors(g);
+    if (n == n_bound) return BT_OK;
+    const bt_config *c = &m->cfg;
+    char name[NAME_CAP + 16];
+    for (int64_t i = 0; i < n; i++) {
+        const bt_gguf_tensor *t = bt_gguf_tensor_at(g, i);
+        bool used = false;
+        if (t->name.len < sizeof(name)) {
+            memcpy(name, t->name.ptr, t->name.len);
+            name[t->name.len] = 0;
+            const bt_weight *glob[] = { &m->token_embd, &m->output_norm, &m->output, &m->rope_freqs };
+            for (size_t k = 0; k < BT_ARRAY_SIZE(glob) && !used; k++)
+                used = glob[k]->data && glob[k]->name && !strcmp(glob[k]->name, name);
+            int l = -1, off = 0;
+            if (!used && sscanf(name, "blk.%d.%n", &l, &off) == 1 && off > 0 && l >= 0 && l < c->n_layers)
+                for (int k = 0; k < c->desc->n_layer && !used; k++) {
+                    const bt_arch_tensor *at = &c->desc->layer[k];
+                    const bt_weight *w = (const bt_weight *)((const char *)&m->layers[l] + at->field);
+                    used = w->data && !strcmp(name + off, at->name);
+                }
+        }
+        if (!used)
+            return bt_error(BT_EUNSUPPORTED, "%s: tensor '%.*s' is not used by architecture '%s' "
+                            "(computing without it would give another model's logits)",
+                            m->path, (int)BT_MIN(t->name.len, 96), t->name.ptr, c->arch);
+    }
+    return BT_OK;
+}
+
+/* Bind the global tensors and every layer's tensors from the descriptor's
+ * table; names go into the arena `names` ((n_layers * n_layer) slots). */
 static int load_gguf_weights(bt_model *m, char (*names)[NAME_CAP])
 {
     bt_config *c = &m->cfg;
-    int used = 0, rc;
-    int64_t q_dim = (int64_t)c->n_heads * c->head_dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
+    const bt_arch *a = c->desc;
+    int used = 0, bound = 0, rc;
     if ((rc = bind(m, &m->token_embd, "token_embd.weight", c->dim, c->n_vocab, false))) return rc;
     if ((rc = bind(m, &m->output_norm, "output_norm.weight", c->dim, 1, false))) return rc;
-    if ((rc = bind(m, &m->output, "output.weight", c->dim, c->n_vocab, true))) return rc;
+    if ((rc = bind(m, &m->output, "output.weight", c->dim, c->n_vocab, (a->flags & BT_ARCH_TIED) != 0))) return rc;
+    if (bt_gguf_find_tensor(m->gguf, "rope_freqs.weight") && !(a->flags & BT_ARCH_ROPE_FREQS))
+        return bt_error(BT_EUNSUPPORTED, "%s: rope_freqs.weight is not used by architecture '%s'", m->path, c->arch);
+    if ((rc = bind(m, &m->rope_freqs, "rope_freqs.weight", c->rope_dim / 2, 1, true))) return rc;
+    bound = 2 + (m->output.data != NULL) + (m->rope_freqs.data != NULL);
+    c->has_rope_freqs = m->rope_freqs.data != NULL;
     c->tied_output = m->output.data == NULL;
     if (c->tied_output) m->output = m->token_embd;
+    bool biases = true;
     for (int l = 0; l < c->n_layers; l++) {
         bt_layer_weights *L = &m->layers[l];
-        struct { bt_weight *w; const char *fmt; int64_t cols, rows; } t[] = {
-            { &L->attn_norm, "blk.%d.attn_norm.weight", c->dim, 1 },
-            { &L->wq, "blk.%d.attn_q.weight", c->dim, q_dim },
-            { &L->wk, "blk.%d.attn_k.weight", c->dim, kv_dim },
-            { &L->wv, "blk.%d.attn_v.weight", c->dim, kv_dim },
-            { &L->wo, "blk.%d.attn_output.weight", q_dim, c->dim },
-            { &L->ffn_norm, "blk.%d.ffn_norm.weight", c->dim, 1 },
-            { &L->w_gate, "blk.%d.ffn_gate.weight", c->dim, c->hidden_dim },
-            { &L->w_up, "blk.%d.ffn_up.weight", c->dim, c->hidden_dim },
-            { &L->w_down, "blk.%d.ffn_down.weight", c->hidden_dim, c->dim },
-        };
-        /* a MoE layer has experts instead of the dense FFN */
-        size_t n = c->n_expert > 0 ? BT_ARRAY_SIZE(t) - 3 : BT_ARRAY_SIZE(t);
-        for (size_t i = 0; i < n; i++) {
-            const char *name = intern(names, &used, t[i].fmt, l);
-            if ((rc = bind(m, t[i].w, name, t[i].cols, t[i].rows, false))) return rc;
+        for (int i = 0; i < a->n_layer; i++) {
+            const bt_arch_tensor *t = &a->layer[i];
+            char *name = names[used++];
+            snprintf(name, NAME_CAP, "blk.%d.%s", l, t->name);
+            bt_weight *w = (bt_weight *)((char *)L + t->field);
+            int64_t ne2 = t->ne[2] ? bt_arch_dim(c, t->ne[2]) : 1;
+            if ((rc = bind3(m, w, name, bt_arch_dim(c, t->ne[0]), t->ne[1] ? bt_arch_dim(c, t->ne[1]) : 1, ne2,
+                            t->optional)))
+                return rc;
+            bound += w->data != NULL;
         }
-        if (c->n_expert > 0 && (rc = bt_model_moe_bind(m, l, names, &used))) return rc;
+        biases &= L->bq.data && L->bk.data && L->bv.data;
+        /* a file with some of q/k/v's biases is computed with the ones it has
+         * (a missing one adds nothing), as llama.cpp does */
     }
-    return BT_OK;
+    if (biases) c->flags |= BT_ARCH_QKV_BIAS;
+    return check_all_used(m, bound);
 }
 
 /* ---- mixture of experts ---- */
 
-bt_weight bt_moe_expert_view(const bt_weight *w, int e, int64_t rows)
+bt_weight bt_moe_expert_view(const bt_weight *w, int e)
 {
     bt_weight v = *w;
+    int64_t rows = w->n_slab > 0 ? w->rows / w->n_slab : w->rows;
     v.data = (const char *)w->data + (size_t)e * (size_t)rows * bt_dtype_row_size(w->type, w->cols);
     v.rows = rows;
+    v.n_slab = 1;
     return v;
-}
-
-/* Bind a 3-D expert tensor [cols, rows, n_expert] as n_expert * rows rows. */
-static int bind_exps(const bt_model *m, bt_weight *w, const char *name, int64_t cols, int64_t rows, int n_expert)
-{
-    const bt_gguf_tensor *t = bt_gguf_find_tensor(m->gguf, name);
-    if (!t) return bt_error(BT_EFORMAT, "%s: tensor '%s' is missing", m->path, name);
-    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != n_expert || t->ne[3] != 1)
-        return bt_error(BT_EFORMAT, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %d] "
-                        "(one matrix per expert)", m->path, name, (long long)t->ne[0], (long long)t->ne[1],
-                        (long long)t->ne[2], (long long)t->ne[3], (long long)cols, (long long)rows, n_expert);
-    return bind(m, w, name, cols, rows * n_expert, false);
-}
-
-int bt_model_moe_config(bt_model *m)
-{
-    const bt_gguf *g = m->gguf;
-    bt_config *c = &m->cfg;
-    char key[128];
-    uint32_t u;
-    int rc;
-    c->n_expert = c->n_expert_used = c->expert_hidden_dim = c->shexp_hidden_dim = 0;
-    c->moe_norm_w = false;
-    c->moe_w_scale = 1.0f;
-    snprintf(key, sizeof(key), "%s.expert_count", c->arch);
-    if ((rc = get_u32_opt(g, key, 0, &u))) return rc;
-    if (u == 0) return BT_OK;                       /* dense */
-    if (u > 4096) return bt_error(BT_EFORMAT, "%s: %s = %u is implausible", m->path, key, u);
-    c->n_expert = (int)u;
-    snprintf(key, sizeof(key), "%s.expert_used_count", c->arch);
-    if ((rc = bt_gguf_get_u32(g, key, &u))) {
-        if (rc == BT_ENOTFOUND) return bt_error(BT_EFORMAT, "%s: %s is missing (a MoE model must say how many experts a token uses)", m->path, key);
-        return rc;
-    }
-    if (u == 0 || (int)u > c->n_expert)
-        return bt_error(BT_EFORMAT, "%s: %s = %u with %d experts", m->path, key, u, c->n_expert);
-    c->n_expert_used = (int)u;
-    /* llama (Mixtral) sizes its experts with feed_forward_length; qwen3moe
-     * has its own key, defaulting as llama.cpp does to n_ff / n_expert_used */
-    snprintf(key, sizeof(key), "%s.expert_feed_forward_length", c->arch);
-    if ((rc = get_u32_opt(g, key, 0, &u))) return rc;
-    c->expert_hidden_dim = u ? (int)BT_MIN(u, 1u << 20)
-                             : (!strcmp(c->arch, "llama") || !strcmp(c->arch, "mistral") ? c->hidden_dim
-                                                                                      : c->hidden_dim / c->n_expert_used);
-    if (c->expert_hidden_dim <= 0) return bt_error(BT_EFORMAT, "%s: expert feed-forward length is 0", m->path);
-    snprintf(key, sizeof(key), "%s.expert_shared_feed_forward_length", c->arch);
-    if ((rc = get_u32_opt(g, key, 0, &u))) return rc;
-    c->shexp_hidden_dim = (int)BT_MIN(u, 1u << 20);
-    /* llama.cpp renormalises the top-k weights for llama and qwen3moe
-     * (build_moe_ffn's norm_w = true); a file may say otherwise */
-    bool b = true;
-    snprintf(key, sizeof(key), "%s.expert_weights_norm", c->arch);
-    if (bt_gguf_get_bool(g, key, &b) != BT_OK) b = true;
-    c->moe_norm_w = b;
-    float f;
-    snprintf(key, sizeof(key), "%s.expert_weights_scale", c->arch);
-    if ((rc = get_f32_opt(g, key, 0.0f, &f))) return rc;
-    c->moe_w_scale = f == 0.0f ? 1.0f : f;
-    snprintf(key, sizeof(key), "%s.expert_gating_func", c->arch);
-    if (get_u32_opt(g, key, 1, &u) == BT_OK && u != 1)   /* LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX */
-        return bt_error(BT_EUNSUPPORTED, "%s: %s = %u: only softmax gating (1) is supported", m->path, key, u);
-    return BT_OK;
-}
-
-int bt_model_moe_bind(bt_model *m, int l, char (*names)[48], int *used)
-{
-    const bt_config *c = &m->cfg;
-    bt_layer_weights *L = &m->layers[l];
-    int rc, E = c->n_expert, eh = c->expert_hidden_dim;
-    if ((rc = bind(m, &L->ffn_gate_inp, intern(names, used, "blk.%d.ffn_gate_inp.weight", l), c->dim, E, false)) ||
-        (rc = bind_exps(m, &L->ffn_gate_exps, intern(names, used, "blk.%d.ffn_gate_exps.weight", l), c->dim, eh, E)) ||
-        (rc = bind_exps(m, &L->ffn_up_exps, intern(names, used, "blk.%d.ffn_up_exps.weight", l), c->dim, eh, E)) ||
-        (rc = bind_exps(m, &L->ffn_down_exps, intern(names, used, "blk.%d.ffn_down_exps.weight", l), eh, c->dim, E)))
-        return rc;
-    /* the shared expert: its size from the key, else from its own tensor */
-    const char *gname = intern(names, used, "blk.%d.ffn_gate_shexp.weight", l);
-    const bt_gguf_tensor *t = bt_gguf_find_tensor(m->gguf, gname);
-    memset(&L->ffn_gate_shexp, 0, sizeof(bt_weight));
-    memset(&L->ffn_up_shexp, 0, sizeof(bt_weight));
-    memset(&L->ffn_down_shexp, 0, sizeof(bt_weight));
-    memset(&L->ffn_gate_inp_shexp, 0, sizeof(bt_weight));
-    if (!t) {
-        if (c->shexp_hidden_dim > 0)
-            return bt_error(BT_EFORMAT, "%s: tensor '%s' is missing (the file declares a shared expert)", m->path, gname);
-        return BT_OK;
-    }
-    int64_t sh = c->shexp_hidden_dim > 0 ? c->shexp_hidden_dim : t->ne[1];
-    if (sh <= 0 || sh > (1 << 20)) return bt_error(BT_EFORMAT, "%s: tensor '%s' has %lld rows", m->path, gname, (long long)t->ne[1]);
-    ((bt_config *)c)->shexp_hidden_dim = (int)sh;
-    if ((rc = bind(m, &L->ffn_gate_shexp, gname, c->dim, sh, false)) ||
-        (rc = bind(m, &L->ffn_up_shexp, intern(names, used, "blk.%d.ffn_up_shexp.weight", l), c->dim, sh, false)) ||
-        (rc = bind(m, &L->ffn_down_shexp, intern(names, used, "blk.%d.ffn_down_shexp.weight", l), sh, c->dim, false)) ||
-        (rc = bind(m, &L->ffn_gate_inp_shexp, intern(names, used, "blk.%d.ffn_gate_inp_shexp.weight", l), c->dim, 1, true)))
-        return rc;
-    return BT_OK;
 }
 
 /* data == NULL: open and map m->path; else parse the borrowed buffer. */
@@ -376,12 +329,14 @@ static int load_gguf(bt_model *m, const void *data, size_t size)
 
     if (bt_gguf_n_tensors(g) == 0) return BT_OK;     /* vocab-only */
 
-    /* Llama-family architectures that share the llama tensor layout. */
-    static const char *const archs[] = { "llama", "mistral", "granite" };
-    bool known = false;
-    for (size_t i = 0; i < BT_ARRAY_SIZE(archs); i++) known |= !strcmp(c->arch, archs[i]);
-    if (!known)
-        return bt_error(BT_EUNSUPPORTED, "%s: architecture '%s' is not supported (llama family only)", m->path, c->arch);
+    const bt_arch *a = bt_arch_find(c->arch);
+    if (!a)
+        return bt_error(BT_EUNSUPPORTED, "%s: architecture '%s' is not supported (%s)", m->path, c->arch, bt_arch_names());
+    if (a->refuse)
+        return bt_error(BT_EUNSUPPORTED, "%s: architecture '%s' is refused: %s", m->path, c->arch, a->refuse);
+    c->desc = a;
+    c->flags = a->flags & ~BT_ARCH_QKV_BIAS;    /* set again when the biases are there */
+    c->rope_kind = a->rope_kind;
 
     char key[128];
     uint32_t u;
@@ -391,32 +346,72 @@ static int load_gguf(bt_model *m, const void *data, size_t size)
             if (rc == BT_ENOTFOUND) return bt_error(BT_EFORMAT, "%s: %s is missing", m->path, key); \
             return rc; } \
         (dst) = (int)BT_MIN(u, 0x7fffffffu); } while (0)
+#define OPT_U32(suffix, def, dst) do { \
+        if ((rc = get_u32_opt(g, ARCH_KEY(suffix), (uint32_t)(def), &u))) return rc; \
+        (dst) = (int)BT_MIN(u, 0x7fffffffu); } while (0)
     REQ_U32("embedding_length", c->dim);
     REQ_U32("feed_forward_length", c->hidden_dim);
     REQ_U32("block_count", c->n_layers);
     REQ_U32("attention.head_count", c->n_heads);
-    if ((rc = get_u32_opt(g, ARCH_KEY("attention.head_count_kv"), (uint32_t)c->n_heads, &u))) return rc;
-    c->n_kv_heads = (int)BT_MIN(u, 0x7fffffffu);
-    if ((rc = get_u32_opt(g, ARCH_KEY("context_length"), 2048, &u))) return rc;
-    c->ctx_len = (int)BT_MIN(u, 0x7fffffffu);
+    OPT_U32("attention.head_count_kv", c->n_heads, c->n_kv_heads);
+    OPT_U32("context_length", 2048, c->ctx_len);
     if ((rc = get_f32_opt(g, ARCH_KEY("attention.layer_norm_rms_epsilon"), 1e-5f, &c->norm_eps))) return rc;
     if ((rc = get_f32_opt(g, ARCH_KEY("rope.freq_base"), 10000.0f, &c->rope_base))) return rc;
 
     /* Sanity limits: reject absurd dimensions before allocating anything. */
     if (c->dim <= 0 || c->dim > 65536 || c->n_layers <= 0 || c->n_layers > 1024 ||
         c->n_heads <= 0 || c->n_heads > 1024 || c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads ||
-        c->hidden_dim <= 0 || c->hidden_dim > 1 << 20 || c->dim % c->n_heads)
+        (a->flags & BT_ARCH_MOE ? c->hidden_dim < 0 : c->hidden_dim <= 0) || c->hidden_dim > 1 << 20)
         return bt_error(BT_EFORMAT, "%s: implausible hyperparameters (dim %d, hidden %d, layers %d, heads %d/%d)",
                         m->path, c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads);
-    c->head_dim = c->dim / c->n_heads;
-    if ((rc = get_u32_opt(g, ARCH_KEY("attention.key_length"), (uint32_t)c->head_dim, &u))) return rc;
-    if ((int)u != c->head_dim)
-        return bt_error(BT_EUNSUPPORTED, "%s: head dim %u != dim/heads %d is not supported", m->path, u, c->head_dim);
-    if ((rc = get_u32_opt(g, ARCH_KEY("rope.dimension_count"), (uint32_t)c->head_dim, &u))) return rc;
-    c->rope_dim = (int)u;
+    /* head_dim is key_length when the file says (qwen3: 128 with dim 1024
+     * and 16 heads), else dim / heads. */
+    int hd_k, hd_v;
+    OPT_U32("attention.key_length", c->dim % c->n_heads ? 0 : c->dim / c->n_heads, hd_k);
+    OPT_U32("attention.value_length", hd_k, hd_v);
+    if (hd_k <= 0 || hd_k > 4096 || hd_k % 2)
+        return bt_error(BT_EFORMAT, "%s: implausible head dimension %d (dim %d, %d heads)", m->path, hd_k, c->dim, c->n_heads);
+    if (hd_v != hd_k)
+        return bt_error(BT_EUNSUPPORTED, "%s: key length %d != value length %d is not supported", m->path, hd_k, hd_v);
+    c->head_dim = hd_k;
+    OPT_U32("rope.dimension_count", c->head_dim, c->rope_dim);
     if (c->rope_dim != c->head_dim)
         return bt_error(BT_EUNSUPPORTED, "%s: partial RoPE (%d of %d dims) is not supported", m->path, c->rope_dim, c->head_dim);
     if (c->ctx_len <= 0) c->ctx_len = 2048;
+
+    /* RoPE scaling: none, or linear (positions divided by the factor);
+     * Llama 3's scaling arrives as the rope_freqs.weight tensor. */
+    c->rope_freq_scale = 1.0f;
+    if (bt_gguf_get_str(g, ARCH_KEY("rope.scaling.type"), &s) == BT_OK) {
+        float factor = 1.0f;
+        if ((rc = get_f32_opt(g, ARCH_KEY("rope.scaling.factor"), 1.0f, &factor))) return rc;
+        if (s.len == 6 && !memcmp(s.ptr, "linear", 6)) {
+            if (!(factor > 0.0f && factor < 1e6f))
+                return bt_error(BT_EFORMAT, "%s: %s = %g is not a usable factor", m->path, key, factor);
+            c->rope_freq_scale = 1.0f / factor;
+        } else if (!(s.len == 4 && !memcmp(s.ptr, "none", 4))) {
+            return bt_error(BT_EUNSUPPORTED, "%s: %s.rope.scaling.type '%.*s' is not supported (none, linear)",
+                            m->path, c->arch, (int)BT_MIN(s.len, 32), s.ptr);
+        }
+    }
+
+    /* Mixture of experts. */
+    if (a->flags & BT_ARCH_MOE) {
+        OPT_U32("expert_count", 0, c->n_expert);
+        OPT_U32("expert_used_count", 0, c->n_expert_used);
+        OPT_U32("expert_feed_forward_length", c->hidden_dim, c->expert_ff_len);
+        OPT_U32("expert_shared_count", 0, c->n_shared_expert);
+        OPT_U32("expert_shared_feed_forward_length", 0, c->shared_ff_len);
+        bool b = a->norm_topk_prob;
+        if ((rc = bt_gguf_get_bool(g, ARCH_KEY("expert_weights_norm"), &b)) && rc != BT_ENOTFOUND) return rc;
+        c->norm_topk_prob = b;
+        if (c->n_expert <= 0 || c->n_expert > 4096 || c->n_expert_used <= 0 || c->n_expert_used > c->n_expert ||
+            c->expert_ff_len <= 0 || c->expert_ff_len > 1 << 20)
+            return bt_error(BT_EFORMAT, "%s: implausible experts (%d experts, %d used, expert ff %d)",
+                            m->path, c->n_expert, c->n_expert_used, c->expert_ff_len);
+    }
+    c->embd_scale = c->resid_scale = c->logit_scale = 1.0f;
+    c->attn_scale = 0;   /* 1/sqrt(head_dim) */
 
     const bt_gguf_tensor *te = bt_gguf_find_tensor(g, "token_embd.weight");
     if (!te) return bt_error(BT_EFORMAT, "%s: tensor 'token_embd.weight' is missing", m->path);
@@ -428,11 +423,11 @@ static int load_gguf(bt_model *m, const void *data, size_t size)
         return bt_error(BT_EFORMAT, "%s: tokenizer has %d tokens but token_embd has %lld rows",
                         m->path, c->n_vocab, (long long)te->ne[1]);
 #undef REQ_U32
+#undef OPT_U32
 #undef ARCH_KEY
-    if ((rc = bt_model_moe_config(m))) return rc;
 
     m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers));
-    char (*names)[NAME_CAP] = calloc((size_t)c->n_layers * (9 + BT_MODEL_MOE_NAMES) + 1, NAME_CAP);
+    char (*names)[NAME_CAP] = calloc((size_t)c->n_layers * (size_t)a->n_layer + 1, NAME_CAP);
     if (!m->layers || !names) { free(names); return bt_error(BT_ENOMEM, "out of memory"); }
     pv->names = names;
     return load_gguf_weights(m, names);

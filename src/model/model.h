@@ -11,39 +11,48 @@
 #include <stdint.h>
 #include <stdbool.h>
 #include "tokenizer/tokenizer.h"
+#include "model/arch.h"
 
-/* A weight matrix or vector: rows x cols of `type`, rows contiguous. */
+/* A weight matrix or vector: rows x cols of `type`, rows contiguous. A 3-D
+ * tensor (MoE experts) is n_slab slabs of rows / n_slab rows each: expert e
+ * starts at row e * (rows / n_slab). data == NULL: an optional tensor the
+ * file does not have. */
 typedef struct bt_weight {
     const void *data;
     int type;             /* bt_dtype */
     int64_t cols;         /* ne[0]: contiguous length */
-    int64_t rows;         /* ne[1] (1 for vectors) */
+    int64_t rows;         /* ne[1] * ne[2] (1 for vectors) */
+    int64_t n_slab;       /* ne[2]: 1, or n_expert for expert tensors */
     const char *name;     /* GGUF tensor name ("blk.3.ffn_down.weight") */
 } bt_weight;
 
+/* One layer. Which fields are bound is the architecture's tensor table
+ * (model/arch.c); unbound optional ones have data == NULL. */
 typedef struct bt_layer_weights {
     bt_weight attn_norm;  /* (dim) */
     bt_weight wq;         /* (n_heads*head_dim, dim) */
     bt_weight wk;         /* (n_kv_heads*head_dim, dim) */
     bt_weight wv;         /* (n_kv_heads*head_dim, dim) */
     bt_weight wo;         /* (dim, n_heads*head_dim) */
+    bt_weight bq;         /* (n_heads*head_dim) attn_q.bias: qwen2, optional elsewhere */
+    bt_weight bk;         /* (n_kv_heads*head_dim) */
+    bt_weight bv;         /* (n_kv_heads*head_dim) */
+    bt_weight bo;         /* (dim) attn_output.bias: optional (llama) */
+    bt_weight attn_q_norm;  /* (head_dim) per-head rmsnorm of q before RoPE: qwen3 */
+    bt_weight attn_k_norm;  /* (head_dim) */
     bt_weight ffn_norm;   /* (dim) */
     bt_weight w_gate;     /* (hidden, dim)  w1 */
     bt_weight w_up;       /* (hidden, dim)  w3 */
     bt_weight w_down;     /* (dim, hidden)  w2 */
-    /* Mixture of experts (cfg.n_expert > 0; then w_gate/w_up/w_down are
-     * unused). The expert tensors are GGUF 3-D tensors [cols, rows, n_expert]:
-     * expert e's matrix is the contiguous slab of rows [e*R, (e+1)*R), so a
-     * view of one expert is data + e * R * row_size (bt_moe_expert_view). */
-    bt_weight ffn_gate_inp;       /* (n_expert, dim) router */
-    bt_weight ffn_gate_exps;      /* (n_expert * expert_hidden, dim) */
-    bt_weight ffn_up_exps;        /* (n_expert * expert_hidden, dim) */
-    bt_weight ffn_down_exps;      /* (n_expert * dim, expert_hidden) */
-    /* shared expert (optional; data NULL when absent), run on every token */
-    bt_weight ffn_gate_inp_shexp; /* (1, dim): sigmoid gate of the shared expert, optional */
-    bt_weight ffn_gate_shexp;     /* (shexp_hidden, dim) */
-    bt_weight ffn_up_shexp;       /* (shexp_hidden, dim) */
-    bt_weight ffn_down_shexp;     /* (dim, shexp_hidden) */
+    /* MoE (BT_ARCH_MOE) */
+    bt_weight ffn_gate_inp;   /* (n_expert, dim) router */
+    bt_weight ffn_gate_exps;  /* (n_expert, expert_ff, dim): slab e = expert e */
+    bt_weight ffn_up_exps;    /* (n_expert, expert_ff, dim) */
+    bt_weight ffn_down_exps;  /* (n_expert, dim, expert_ff) */
+    bt_weight ffn_gate_inp_shexp; /* (1, dim) shared expert's gate (qwen2moe), optional */
+    bt_weight ffn_gate_shexp; /* (shared_ff, dim) shared expert */
+    bt_weight ffn_up_shexp;   /* (shared_ff, dim) */
+    bt_weight ffn_down_shexp; /* (dim, shared_ff) */
 } bt_layer_weights;
 
 typedef struct bt_config {
@@ -61,16 +70,23 @@ typedef struct bt_config {
     float rope_base;
     int rope_dim;         /* rotated dims per head (== head_dim for Llama) */
     bool tied_output;     /* output shares token_embd */
-    /* Mixture of experts: 0 experts is a dense FFN. Routing (llama.cpp's
-     * build_moe_ffn with softmax gating): softmax over the router logits,
-     * the n_expert_used largest probabilities, renormalised to sum 1 when
-     * moe_norm_w, times moe_w_scale. */
-    int n_expert;         /* <arch>.expert_count */
-    int n_expert_used;    /* <arch>.expert_used_count */
-    int expert_hidden_dim;/* rows of one expert's gate/up (<arch>.expert_feed_forward_length) */
-    int shexp_hidden_dim; /* shared expert's hidden size, 0 when there is none */
-    bool moe_norm_w;      /* renormalise the top-k weights (norm_topk_prob) */
-    float moe_w_scale;    /* expert weight scale (1 unless the file says) */
+    /* from the architecture descriptor and the file */
+    const bt_arch *desc;  /* NULL for llama2.c checkpoints (llama layout) */
+    unsigned flags;       /* bt_arch_flag: the descriptor's, plus QKV_BIAS when
+                           * the file carries q/k/v biases */
+    int rope_kind;        /* bt_rope_kind */
+    float rope_freq_scale;    /* 1 / rope.scaling.factor for linear scaling, else 1 */
+    bool has_rope_freqs;      /* rope_freqs.weight divides each pair's frequency
+                               * (Llama 3 rope scaling) */
+    /* MoE (0 when dense) */
+    int n_expert;             /* expert_count */
+    int n_expert_used;        /* expert_used_count: top-k */
+    int expert_ff_len;        /* expert_feed_forward_length */
+    bool norm_topk_prob;      /* renormalise the top-k weights to sum 1 */
+    int n_shared_expert;      /* expert_shared_count */
+    int shared_ff_len;        /* expert_shared_feed_forward_length */
+    /* granite-style scales (BT_ARCH_SCALES); 1 (logit 1) when absent */
+    float embd_scale, resid_scale, attn_scale, logit_scale;
 } bt_config;
 
 typedef struct bt_model {
@@ -79,6 +95,7 @@ typedef struct bt_model {
     bt_layer_weights *layers;    /* [n_layers] */
     bt_weight output_norm;       /* (dim) */
     bt_weight output;            /* (n_vocab, dim); == token_embd when tied */
+    bt_weight rope_freqs;        /* (rope_dim/2) frequency divisors, or data NULL */
     bt_vocab vocab;
     bool has_vocab;
     char *chat_template;         /* tokenizer.chat_template, NUL-terminated copy, or NULL */
@@ -102,17 +119,9 @@ int bt_model_load_buffer(const void *data, size_t size, const char *name, bt_mod
 void bt_model_free(bt_model *m);   /* NULL is a no-op */
 bool bt_model_has_weights(const bt_model *m);
 
-/* Bind layer l's MoE tensors (router, expert slabs, shared expert when
- * present) from m->gguf, with shapes checked against m->cfg's n_expert,
- * expert_hidden_dim and dim; read the expert hyperparameters first with
- * bt_model_moe_config. Names are written into names (NAME_CAP-sized slots
- * at *used). Returns BT_OK or BT_EFORMAT naming the tensor. */
-int bt_model_moe_config(bt_model *m);
-int bt_model_moe_bind(bt_model *m, int l, char (*names)[48], int *used);
-/* Slots bt_model_moe_bind may use per layer. */
-#define BT_MODEL_MOE_NAMES 8
-/* Expert e's rows of a MoE slab w, where each expert has `rows` rows. */
-bt_weight bt_moe_expert_view(const bt_weight *w, int e, int64_t rows);
+/* Expert e's matrix of a 3-D expert tensor w (slab e of w->n_slab): a
+ * view into the same mapping, rows / n_slab rows. */
+bt_weight bt_moe_expert_view(const bt_weight *w, int e);
 
 /* llama2.c loaders (used by bt_model_load). */
 int bt_llama2c_load(const char *path, const char *tokenizer_path, bt_model *m);

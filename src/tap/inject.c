@@ -153,10 +153,13 @@ static int parse_op(const char *text, const char *v, spec *s, bool *layer_from_o
         name = dot + 1;
     }
     int op = bt_op_from_name(name);
-    if (op < 0)
-        return bad(text, "unknown op '%s' (token_embd, attn_norm, attn_q, attn_k, attn_v, attn_ctx, attn_output, "
-                   "attn_resid, ffn_norm, ffn_gate_inp, ffn_gate, ffn_up, ffn_act, ffn_down, ffn_moe_out, ffn_resid, "
-                   "output_norm, logits)%s", name, "");
+    if (op < 0) {
+        char list[512];
+        size_t len = 0;
+        for (int o = 0; o < BT_OP_COUNT && len < sizeof list; o++)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", o ? ", " : "", bt_op_name(o));
+        return bad(text, "unknown op '%s' (%s)", name, list);
+    }
     if (s->expert >= 0 && op != BT_OP_FFN_GATE && op != BT_OP_FFN_UP && op != BT_OP_FFN_ACT && op != BT_OP_FFN_DOWN)
         return bad(text, "op '%s': only ffn_gate, ffn_up, ffn_act and ffn_down have experts", name, NULL);
     if (L >= 0 && !bt_op_is_layer_op(op)) return bad(text, "op '%s': %s is not a per-layer op", v, name);
@@ -588,11 +591,14 @@ int bt_injector_check(const bt_injector *inj, const bt_inject_limits *lim)
         if (s->step >= lim->max_step)
             return unreachable(s, s->step_ge ? "step>=%ld is beyond the last step this context allows (%ld)" : "step=%ld is beyond the last step this context allows (%ld)",
                                (long)s->step, lim->max_step - 1L);
+        if (s->op >= 0 && !bt_op_exists(c, s->op))
+            return bt_error(BT_EINVAL, "--inject '%s': op %s is not computed by architecture %s", s->text,
+                            bt_op_name(s->op), c->arch);
         if (!s->whole_row && !s->count) {
             /* index past every row it can select: the widest op when op is not given */
             int w = 0;
             for (int op = 0; op < BT_OP_COUNT; op++)
-                if (s->op < 0 || s->op == op) w = BT_MAX(w, bt_op_width(c, op));
+                if ((s->op < 0 && bt_op_exists(c, op)) || s->op == op) w = BT_MAX(w, bt_op_width(c, op));
             if (s->index >= w) {
                 char what[200];
                 if (s->op >= 0) snprintf(what, sizeof what, "index=%ld is past the end of %s's rows (%d values)", s->index, bt_op_name(s->op), w);
@@ -635,27 +641,19 @@ static void try_name(const bt_weight *w, const char *name, const bt_weight **fou
  * ("wq") repeat in every layer. */
 static const bt_weight *find_weight(const bt_model *m, const char *name, int *ambiguous)
 {
-    static const struct { const char *suffix; size_t off; } per_layer[] = {
-        { "attn_norm", offsetof(bt_layer_weights, attn_norm) },
-        { "attn_q", offsetof(bt_layer_weights, wq) },
-        { "attn_k", offsetof(bt_layer_weights, wk) },
-        { "attn_v", offsetof(bt_layer_weights, wv) },
-        { "attn_output", offsetof(bt_layer_weights, wo) },
-        { "ffn_norm", offsetof(bt_layer_weights, ffn_norm) },
-        { "ffn_gate", offsetof(bt_layer_weights, w_gate) },
-        { "ffn_up", offsetof(bt_layer_weights, w_up) },
-        { "ffn_down", offsetof(bt_layer_weights, w_down) },
-    };
+    /* the layer's tensors are the architecture's table (model/arch.c) */
+    const bt_arch *arch = m->cfg.desc ? m->cfg.desc : bt_arch_find("llama");
     *ambiguous = 0;
     const bt_weight *found = NULL;
     int hits = 0;
     try_name(&m->token_embd, name, &found, &hits);
     try_name(&m->output_norm, name, &found, &hits);
+    try_name(&m->rope_freqs, name, &found, &hits);
     if (!m->cfg.tied_output) try_name(&m->output, name, &found, &hits);
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const bt_layer_weights *L = &m->layers[l];
-        for (size_t k = 0; k < BT_ARRAY_SIZE(per_layer); k++)
-            try_name((const bt_weight *)((const char *)L + per_layer[k].off), name, &found, &hits);
+        for (int k = 0; k < arch->n_layer; k++)
+            try_name((const bt_weight *)((const char *)L + arch->layer[k].field), name, &found, &hits);
     }
     if (hits == 1) return found;
     if (hits > 1) { *ambiguous = hits; return NULL; }
@@ -673,9 +671,15 @@ static const bt_weight *find_weight(const bt_model *m, const char *name, int *am
         *dot = 0;
         long L;
         if (!parse_uint(base + 4, &L) || L >= m->cfg.n_layers) return NULL;
-        for (size_t k = 0; k < BT_ARRAY_SIZE(per_layer); k++)
-            if (!strcmp(dot + 1, per_layer[k].suffix))
-                return (const bt_weight *)((const char *)&m->layers[L] + per_layer[k].off);
+        const char *suffix = dot + 1;   /* "attn_q" (".weight" dropped) or "attn_q.bias" */
+        for (int k = 0; k < arch->n_layer; k++) {
+            const char *tn = arch->layer[k].name;
+            size_t sl = strlen(suffix);
+            if (!strcmp(tn, suffix) || (!strncmp(tn, suffix, sl) && !strcmp(tn + sl, ".weight"))) {
+                const bt_weight *w = (const bt_weight *)((const char *)&m->layers[L] + arch->layer[k].field);
+                return w->data ? w : NULL;
+            }
+        }
     }
     return NULL;
 }

@@ -355,11 +355,7 @@ out:
     if (res->found && res->cross && m) {
         /* the departing matmul's weight type, for the verdict's kernel guess */
         int op = bt_op_from_name(tens[res->first.slot].op), l = tens[res->first.slot].layer;
-        const bt_weight *w = op == BT_OP_LOGITS ? &m->output : l < 0 || l >= m->cfg.n_layers ? NULL
-                           : op == BT_OP_ATTN_Q ? &m->layers[l].wq : op == BT_OP_ATTN_K ? &m->layers[l].wk
-                           : op == BT_OP_ATTN_V ? &m->layers[l].wv : op == BT_OP_ATTN_OUTPUT ? &m->layers[l].wo
-                           : op == BT_OP_FFN_GATE ? &m->layers[l].w_gate : op == BT_OP_FFN_UP ? &m->layers[l].w_up
-                           : op == BT_OP_FFN_DOWN ? &m->layers[l].w_down : NULL;
+        const bt_weight *w = op == BT_OP_TOKEN_EMBD ? NULL : bt_op_weight(m, op, l);
         snprintf(res->wtype, sizeof(res->wtype), "%s", w && bt_dtype(w->type)->name ? bt_dtype(w->type)->name : "");
     }
     bt_engine_free(e2);

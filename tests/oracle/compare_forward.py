@@ -177,7 +177,7 @@ def check(model, tokens, tol, dump_dir=None, bangtrace=None, tokenizer=None, thr
     finally:
         if tmp is not None:
             tmp.cleanup()
-    res = compare(r, dump, tol, ref.tensor_names(m.cfg["n_layers"]))
+    res = compare(r, dump, tol, ref.tensor_names(m.cfg["n_layers"], m.cfg.get("qk_norm", False)))
     if dtoks != list(tokens):
         res.problems.append("meta.json tokens %s differ from the requested %s" % (dtoks, list(tokens)))
     print("%s %s (%d tokens, %d tensors)" % ("ok  " if res.ok else "FAIL", label, len(tokens),

@@ -1,5 +1,12 @@
 #!/usr/bin/env python3
-"""make_random_gguf.py - write a small random-weight llama GGUF for tests.
+"""make_random_gguf.py - write a small random-weight GGUF for tests, of
+architecture llama (optionally with Llama 3 rope scaling: a rope_freqs.weight
+tensor), mistral, qwen2 (q/k/v biases) or qwen3 (attn_q_norm/attn_k_norm,
+optionally head_dim != dim/heads). Tensor names, shapes and keys are the ones
+llama.cpp's convert_hf_to_gguf.py writes for that architecture; the q/k rows
+are random, so the permutation the converter applies to llama's HF q/k is
+immaterial: llama.cpp computes llama with interleaved-pair RoPE and qwen2/
+qwen3 with NEOX RoPE on the rows as stored, and so must we.
 
 The file is a complete model as far as a loader is concerned: llama.*
 hyperparameters, a minimal SentencePiece ("llama") vocabulary (<unk>, <s>,
@@ -109,31 +116,64 @@ def _store(writer, name, arr, wtype):
         writer.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qt)
 
 
+ARCHS = ("llama", "mistral", "qwen2", "qwen3", "qwen3moe")
+# accepted by --arch for loader tests only: llama-layout files under another
+# architecture name (granite, which bangtrace refuses)
+REFUSED_ARCHS = ("granite",)
+
+
+def llama3_rope_factors(head_dim, base, factor=8.0, low=1.0, high=4.0, old_ctx=64):
+    """rope_freqs.weight as convert_hf_to_gguf.py computes it for rope_type
+    llama3 (LlamaModel.generate_extra_tensors). old_ctx is small here so
+    that a short test sequence sees every regime (1, smooth, factor)."""
+    freqs = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    low_wav = old_ctx / low
+    high_wav = old_ctx / high
+    out = []
+    for f in freqs:
+        wav = 2 * np.pi / f
+        if wav < high_wav:
+            out.append(1.0)
+        elif wav > low_wav:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wav - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
 def make(path, wtype="f32", embd_type=None, untied=False, dim=64, hidden=192,
          n_layers=2, n_heads=4, n_kv_heads=2, n_vocab=320, ctx_len=128,
-         rope_base=10000.0, norm_eps=1e-5, seed=0, special_ids=None, n_expert=0, n_expert_used=2,
+         rope_base=10000.0, norm_eps=1e-5, seed=0, special_ids=None,
+         arch="llama", rope_freqs=False, head_dim=None, extra_tensor=None, n_expert=8, n_expert_used=2,
          shared_expert=0):
     """Write the GGUF to path; returns the hyperparameters as a dict.
     embd_type: type of token_embd (and of output when untied); default wtype.
     special_ids: {"padding": 4294967295, ...} -> tokenizer.ggml.<key>_token_id
     (uint32; replaces the default bos/eos/unk ids when it names them).
-    n_expert > 0: a mixture-of-experts llama (Mixtral layout, as llama.cpp
-    reads it): llama.expert_count / expert_used_count, and per layer
-    ffn_gate_inp [dim, n_expert] and 3-D ffn_{gate,up,down}_exps (ne[2] =
-    n_expert, each expert `hidden` wide) instead of the dense FFN;
-    shared_expert > 0 adds a shared expert of that width (ffn_*_shexp, with
-    its sigmoid gate ffn_gate_inp_shexp)."""
+    arch "qwen3moe": qwen3's attention and a mixture-of-experts FFN as
+    llama.cpp reads it: qwen3moe.expert_count / expert_used_count /
+    expert_feed_forward_length (= hidden: each expert is `hidden` wide), and
+    per layer ffn_gate_inp [dim, n_expert] and 3-D ffn_{gate,up,down}_exps
+    (ne[2] = n_expert); shared_expert > 0 adds a shared expert of that width
+    (ffn_*_shexp with its sigmoid gate ffn_gate_inp_shexp; llama.cpp's
+    qwen3moe does not read one)."""
     import gguf
     if wtype not in TYPES or (embd_type or wtype) not in TYPES:
         raise ValueError("weight type must be one of %s" % ", ".join(TYPES))
     embd_type = embd_type or wtype
-    if dim % n_heads or n_heads % n_kv_heads:
+    if arch not in ARCHS + REFUSED_ARCHS:
+        raise ValueError("architecture must be one of %s" % ", ".join(ARCHS))
+    if rope_freqs and arch not in ("llama", "mistral"):
+        raise ValueError("rope_freqs.weight is a llama tensor")
+    if (head_dim is None and dim % n_heads) or n_heads % n_kv_heads:
         raise ValueError("dim %d, n_heads %d, n_kv_heads %d do not divide" % (dim, n_heads, n_kv_heads))
     if (wtype not in ("f32", "f16") or embd_type not in ("f32", "f16")) and (dim % 32 or hidden % 32):
         raise ValueError("quantized types need dim and hidden multiples of 32")
     if (wtype in K_TYPES or embd_type in K_TYPES) and (dim % 256 or hidden % 256):
         raise ValueError("k-quant types need dim and hidden multiples of 256")
-    hd = dim // n_heads
+    hd = head_dim or dim // n_heads
+    q_dim = n_heads * hd
     kv_dim = n_kv_heads * hd
     rng = np.random.default_rng(seed)
 
@@ -143,15 +183,16 @@ def make(path, wtype="f32", embd_type=None, untied=False, dim=64, hidden=192,
     def norm():
         return 1.0 + 0.1 * rng.standard_normal(dim)
 
-    w = gguf.GGUFWriter(path, "llama")
-    w.add_name("random-llama-%s" % wtype)
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name("random-%s-%s" % (arch, wtype))
     w.add_file_type(_FILE_TYPE[wtype])
     w.add_context_length(ctx_len)
     w.add_embedding_length(dim)
     w.add_feed_forward_length(hidden)
-    if n_expert:
+    if arch == "qwen3moe":
         w.add_expert_count(n_expert)
         w.add_expert_used_count(n_expert_used)
+        w.add_expert_feed_forward_length(hidden)
         if shared_expert:
             w.add_expert_shared_feed_forward_length(shared_expert)
     w.add_block_count(n_layers)
@@ -160,6 +201,9 @@ def make(path, wtype="f32", embd_type=None, untied=False, dim=64, hidden=192,
     w.add_layer_norm_rms_eps(norm_eps)
     w.add_rope_freq_base(rope_base)
     w.add_rope_dimension_count(hd)
+    if head_dim is not None:
+        w.add_key_length(hd)
+        w.add_value_length(hd)
     w.add_vocab_size(n_vocab)
     tokens, scores, types = _vocab(n_vocab)
     w.add_tokenizer_model("llama")
@@ -177,15 +221,24 @@ def make(path, wtype="f32", embd_type=None, untied=False, dim=64, hidden=192,
     # std 0.25 keeps tied logits (dominated by the current token's own row)
     # near 10 rather than 50, so an absolute 1e-4 bound stays meaningful.
     _store(w, "token_embd.weight", 0.25 * rng.standard_normal((n_vocab, dim)), embd_type)
+    if rope_freqs:
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(hd, rope_base))
     for L in range(n_layers):
         p = "blk.%d." % L
         _store(w, p + "attn_norm.weight", norm(), "f32")
-        _store(w, p + "attn_q.weight", mat(dim, dim), wtype)
+        _store(w, p + "attn_q.weight", mat(q_dim, dim), wtype)
         _store(w, p + "attn_k.weight", mat(kv_dim, dim), wtype)
         _store(w, p + "attn_v.weight", mat(kv_dim, dim), wtype)
-        _store(w, p + "attn_output.weight", mat(dim, dim), wtype)
+        if arch == "qwen2":   # biases of O(0.5): large enough to matter
+            _store(w, p + "attn_q.bias", 0.5 * rng.standard_normal(q_dim), "f32")
+            _store(w, p + "attn_k.bias", 0.5 * rng.standard_normal(kv_dim), "f32")
+            _store(w, p + "attn_v.bias", 0.5 * rng.standard_normal(kv_dim), "f32")
+        _store(w, p + "attn_output.weight", mat(dim, q_dim), wtype)
+        if arch in ("qwen3", "qwen3moe"):
+            _store(w, p + "attn_q_norm.weight", 1.0 + 0.3 * rng.standard_normal(hd), "f32")
+            _store(w, p + "attn_k_norm.weight", 1.0 + 0.3 * rng.standard_normal(hd), "f32")
         _store(w, p + "ffn_norm.weight", norm(), "f32")
-        if n_expert:
+        if arch == "qwen3moe":
             # router logits of O(1): routing neither uniform nor one-hot
             _store(w, p + "ffn_gate_inp.weight", mat(n_expert, dim), "f32")
             _store(w, p + "ffn_gate_exps.weight", np.stack([mat(hidden, dim) for _ in range(n_expert)]), wtype)
@@ -196,13 +249,15 @@ def make(path, wtype="f32", embd_type=None, untied=False, dim=64, hidden=192,
                 _store(w, p + "ffn_gate_shexp.weight", mat(shared_expert, dim), wtype)
                 _store(w, p + "ffn_up_shexp.weight", mat(shared_expert, dim), wtype)
                 _store(w, p + "ffn_down_shexp.weight", mat(dim, shared_expert), wtype)
-        else:
-            _store(w, p + "ffn_gate.weight", mat(hidden, dim), wtype)
-            _store(w, p + "ffn_up.weight", mat(hidden, dim), wtype)
-            _store(w, p + "ffn_down.weight", mat(dim, hidden), wtype)
+            continue
+        _store(w, p + "ffn_gate.weight", mat(hidden, dim), wtype)
+        _store(w, p + "ffn_up.weight", mat(hidden, dim), wtype)
+        _store(w, p + "ffn_down.weight", mat(dim, hidden), wtype)
     _store(w, "output_norm.weight", norm(), "f32")
     if untied:
         _store(w, "output.weight", mat(n_vocab, dim), embd_type)
+    if extra_tensor:      # a tensor no architecture reads (loader tests)
+        _store(w, extra_tensor, rng.standard_normal(dim), "f32")
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -210,8 +265,9 @@ def make(path, wtype="f32", embd_type=None, untied=False, dim=64, hidden=192,
     return dict(dim=dim, hidden_dim=hidden, n_layers=n_layers, n_heads=n_heads,
                 n_kv_heads=n_kv_heads, head_dim=hd, n_vocab=n_vocab, ctx_len=ctx_len,
                 norm_eps=norm_eps, rope_base=rope_base, rope_dim=hd, tied_output=not untied,
-                n_expert=n_expert, n_expert_used=n_expert_used if n_expert else 0,
-                shexp_hidden_dim=shared_expert if n_expert else 0)
+                arch=arch, n_expert=n_expert if arch == "qwen3moe" else 0,
+                n_expert_used=n_expert_used if arch == "qwen3moe" else 0,
+                shared_ff_len=shared_expert if arch == "qwen3moe" else 0)
 
 
 def main(argv=None):
@@ -230,11 +286,16 @@ def main(argv=None):
     ap.add_argument("--rope-base", type=float, default=10000.0)
     ap.add_argument("--eps", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--arch", default="llama", choices=ARCHS + REFUSED_ARCHS)
+    ap.add_argument("--rope-freqs", action="store_true",
+                    help="llama: write rope_freqs.weight (Llama 3 rope scaling)")
+    ap.add_argument("--head-dim", type=int, help="attention.key_length (default dim/heads)")
+    ap.add_argument("--extra-tensor", metavar="NAME", help="also write a tensor no architecture reads")
+    ap.add_argument("--experts", type=int, default=8, help="qwen3moe: number of experts")
+    ap.add_argument("--experts-used", type=int, default=2, help="qwen3moe: experts per token")
+    ap.add_argument("--shared-expert", type=int, default=0, help="qwen3moe: width of a shared expert (0: none)")
     ap.add_argument("--special-id", action="append", default=[], metavar="KEY=N",
                     help="tokenizer.ggml.KEY_token_id = N (uint32), e.g. padding=4294967295")
-    ap.add_argument("--experts", type=int, default=0, help="mixture of experts: number of experts")
-    ap.add_argument("--experts-used", type=int, default=2, help="experts per token")
-    ap.add_argument("--shared-expert", type=int, default=0, help="width of a shared expert (0: none)")
     a = ap.parse_args(argv)
     special = {}
     for kv in a.special_id:
@@ -245,7 +306,7 @@ def main(argv=None):
     try:
         make(a.out, a.type, a.embd_type, a.untied, a.dim, a.hidden, a.layers, a.heads,
              a.n_kv_heads, a.vocab, a.ctx, a.rope_base, a.eps, a.seed, special,
-             n_expert=a.experts, n_expert_used=a.experts_used, shared_expert=a.shared_expert)
+             a.arch, a.rope_freqs, a.head_dim, a.extra_tensor, a.experts, a.experts_used, a.shared_expert)
     except (ValueError, OSError) as e:
         print("make_random_gguf.py: %s: %s" % (a.out, e), file=sys.stderr)
         return 1

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""ref.py - an independent numpy reference of the Llama forward pass.
+"""ref.py - an independent numpy reference of the Llama-family forward pass
+(llama, mistral, qwen2, qwen3).
 
 This is the correctness oracle for the C engine, so it shares nothing with
 it: weights are read straight from the model file (llama2.c legacy
@@ -15,7 +16,14 @@ by name.
 RoPE is the "normal" variant on adjacent pairs (x[2i], x[2i+1]) with
 theta = pos * base^(-2i/rope_dim); the first rope_dim dims of each head are
 rotated and the rest pass through. llama2.c and llama.cpp's LLAMA arch both
-use it (the HF->GGUF converter permutes Wq/Wk to make that true).
+use it (the HF->GGUF converter permutes Wq/Wk to make that true). qwen2 and
+qwen3 use the NEOX variant (pairs (x[i], x[i + rope_dim/2]), rows as HF
+stores them), as llama.cpp's LLAMA_ROPE_TYPE_NEOX. Llama 3 scaling: theta
+of pair i is divided by rope_freqs.weight[i]; linear scaling multiplies it
+by 1/rope.scaling.factor. qwen2 adds q/k/v biases (optional elsewhere, as
+attn_output.bias for llama); qwen3 applies an rmsnorm to each head of q and
+k (attn_q_norm / attn_k_norm weights, tapped under those names) before
+RoPE.
 
 Library use:
     m = ref.load_model(path)            # llama2.c .bin or GGUF
@@ -35,7 +43,11 @@ import numpy as np
 LAYER_OPS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_ctx",
              "attn_output", "attn_resid", "ffn_norm", "ffn_gate", "ffn_up",
              "ffn_act", "ffn_down", "ffn_resid")
-
+# Architectures this reference computes: rope kind and whether q/k are
+# normed per head. Written from llama.cpp's src/models/<arch>.cpp, not from
+# bangtrace's descriptor.
+ARCHS = {"llama": ("norm", False), "mistral": ("norm", False),
+         "qwen2": ("neox", False), "qwen3": ("neox", True), "qwen3moe": ("neox", True)}
 
 # The positions of the rows of each expert tensor of the last forward()
 # ("blk.0.ffn_down.expert[3]": [0, 5, 6]): an expert sees only its tokens.
@@ -46,11 +58,12 @@ class RefError(Exception):
     """A model file the reference cannot read; the message names file and field."""
 
 
-def tensor_names(n_layers):
+def tensor_names(n_layers, qk_norm=False):
     """All stable tensor names of one forward, in the order they are computed."""
     names = ["token_embd"]
+    ops = LAYER_OPS if not qk_norm else (LAYER_OPS[:1] + ("attn_q_norm", "attn_k_norm") + LAYER_OPS[1:])
     for L in range(n_layers):
-        names += ["blk.%d.%s" % (L, op) for op in LAYER_OPS]
+        names += ["blk.%d.%s" % (L, op) for op in ops]
     return names + ["output_norm", "logits"]
 
 
@@ -134,8 +147,12 @@ def load_llama2c(path):
 
     cfg = dict(dim=dim, hidden_dim=hidden, n_layers=n_layers, n_heads=n_heads,
                n_kv_heads=n_kv, head_dim=hs, n_vocab=vocab, ctx_len=seq,
-               norm_eps=1e-5, rope_base=10000.0, rope_dim=hs, tied_output=shared)
-    return Model(path, "llama2c", cfg, getter)
+               norm_eps=1e-5, rope_base=10000.0, rope_dim=hs, tied_output=shared,
+               arch="llama", rope_kind="norm", qk_norm=False, rope_scale=1.0)
+    m = Model(path, "llama2c", cfg, getter)
+    m.has = lambda name: name in ("token_embd", "output_norm", "output") or (
+        name.split(".")[-1] in per_layer)
+    return m
 
 
 # -------------------------------------------------------------------- GGUF
@@ -162,29 +179,38 @@ def load_gguf(path, cache=None):
         raise RefError("%s: not a readable GGUF file: %s" % (path, e))
     reader.path = path
     arch = _field(reader, "general.architecture", required=True)
-    if arch != "llama":
-        raise RefError("%s: general.architecture is %r, only 'llama' is supported" % (path, arch))
+    if arch not in ARCHS:
+        raise RefError("%s: general.architecture is %r, supported: %s" % (path, arch, ", ".join(ARCHS)))
+    rope_kind, qk_norm = ARCHS[arch]
     tensors = {t.name: t for t in reader.tensors}
     if "token_embd.weight" not in tensors:
         raise RefError("%s: no token_embd.weight tensor (vocab-only file?)" % path)
 
-    dim = int(_field(reader, "llama.embedding_length", required=True))
-    n_heads = int(_field(reader, "llama.attention.head_count", required=True))
-    n_kv = int(_field(reader, "llama.attention.head_count_kv", n_heads))
-    head_dim = int(_field(reader, "llama.attention.key_length", dim // n_heads))
+    a = arch + "."
+    dim = int(_field(reader, a + "embedding_length", required=True))
+    n_heads = int(_field(reader, a + "attention.head_count", required=True))
+    n_kv = int(_field(reader, a + "attention.head_count_kv", n_heads))
+    head_dim = int(_field(reader, a + "attention.key_length", dim // n_heads))
+    rope_scale = 1.0
+    st = _field(reader, a + "rope.scaling.type")
+    if st == "linear":
+        rope_scale = 1.0 / float(_field(reader, a + "rope.scaling.factor", 1.0))
+    elif st not in (None, "none"):
+        raise RefError("%s: rope scaling %r is not supported" % (path, st))
     cfg = dict(
         dim=dim,
-        hidden_dim=int(_field(reader, "llama.feed_forward_length", required=True)),
-        n_layers=int(_field(reader, "llama.block_count", required=True)),
+        hidden_dim=int(_field(reader, a + "feed_forward_length", required=True)),
+        n_layers=int(_field(reader, a + "block_count", required=True)),
         n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,
         n_vocab=int(tensors["token_embd.weight"].shape[1]),
-        ctx_len=int(_field(reader, "llama.context_length", 2048)),
-        norm_eps=float(_field(reader, "llama.attention.layer_norm_rms_epsilon", 1e-5)),
-        rope_base=float(_field(reader, "llama.rope.freq_base", 10000.0)),
-        rope_dim=int(_field(reader, "llama.rope.dimension_count", head_dim)),
+        ctx_len=int(_field(reader, a + "context_length", 2048)),
+        norm_eps=float(_field(reader, a + "attention.layer_norm_rms_epsilon", 1e-5)),
+        rope_base=float(_field(reader, a + "rope.freq_base", 10000.0)),
+        rope_dim=int(_field(reader, a + "rope.dimension_count", head_dim)),
         tied_output="output.weight" not in tensors,
-        n_expert=int(_field(reader, "llama.expert_count", 0)),
-        n_expert_used=int(_field(reader, "llama.expert_used_count", 0)))
+        arch=arch, rope_kind=rope_kind, qk_norm=qk_norm, rope_scale=rope_scale,
+        n_expert=int(_field(reader, a + "expert_count", 0)),
+        n_expert_used=int(_field(reader, a + "expert_used_count", 0)))
     if n_heads <= 0 or n_kv <= 0 or n_heads % n_kv:
         raise RefError("%s: head_count %d / head_count_kv %d invalid" % (path, n_heads, n_kv))
     if cfg["rope_dim"] > head_dim or cfg["rope_dim"] % 2:
@@ -192,7 +218,7 @@ def load_gguf(path, cache=None):
                        % (path, cfg["rope_dim"], head_dim))
 
     def getter(name):
-        full = "output.weight" if name == "output" else name + ".weight"
+        full = name if name.endswith(".bias") else "output.weight" if name == "output" else name + ".weight"
         if name == "output" and full not in tensors:
             full = "token_embd.weight"
         t = tensors.get(full)
@@ -215,7 +241,7 @@ def load_gguf(path, cache=None):
         cache = os.path.getsize(path) < (64 << 20)
     m = Model(path, "gguf", cfg, getter, cache=cache)
     m.reader = reader
-    m.tensor_names = {n[:-len(".weight")] for n in tensors if n.endswith(".weight")}
+    m.has = lambda name: (name if name.endswith(".bias") else name + ".weight") in tensors
     return m
 
 
@@ -234,15 +260,25 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, base, rope_dim):
-    """x: [T, n_heads, head_dim]; pos: [T]. Rotates adjacent pairs."""
+def rope(x, pos, base, rope_dim, kind="norm", factors=None, scale=1.0):
+    """x: [T, n_heads, head_dim]; pos: [T]. kind "norm" rotates adjacent
+    pairs (2i, 2i+1), "neox" the halves (i, i + rope_dim/2); pair i turns by
+    pos * scale * base^(-2i/rope_dim) / factors[i]."""
     half = rope_dim // 2
     i = np.arange(half, dtype=np.float64)
-    inv = base ** (-2.0 * i / rope_dim)                           # [half]
+    inv = base ** (-2.0 * i / rope_dim) * scale                   # [half]
+    if factors is not None:
+        inv = inv / np.asarray(factors, dtype=np.float64)
     theta = np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :]  # [T, half]
     c = np.cos(theta).astype(x.dtype)[:, None, :]
     s = np.sin(theta).astype(x.dtype)[:, None, :]
     out = x.copy()
+    if kind == "neox":
+        a = x[..., 0:half]
+        b = x[..., half:rope_dim]
+        out[..., 0:half] = a * c - b * s
+        out[..., half:rope_dim] = a * s + b * c
+        return out
     a = x[..., 0:rope_dim:2]
     b = x[..., 1:rope_dim:2]
     out[..., 0:rope_dim:2] = a * c - b * s
@@ -295,6 +331,9 @@ def forward(m, tokens, pos0=0, cache=None, dtype=np.float64, want=None):
     P = pos0 + T
     mask = np.arange(P)[None, :] > pos[:, None]                   # [T, P]
     scale = dtype(1.0 / np.sqrt(hd))
+    has = getattr(m, "has", lambda name: False)
+    factors = m.get("rope_freqs", np.float64) if has("rope_freqs") else None
+    rscale = c.get("rope_scale", 1.0)
     for L in range(c["n_layers"]):
         p = "blk.%d." % L
         h = rmsnorm(x, m.get(p + "attn_norm", dtype), eps)
@@ -302,8 +341,18 @@ def forward(m, tokens, pos0=0, cache=None, dtype=np.float64, want=None):
         q = h @ m.get(p + "attn_q", dtype).T
         k = h @ m.get(p + "attn_k", dtype).T
         v = h @ m.get(p + "attn_v", dtype).T
-        q = rope(q.reshape(T, H, hd), pos, c["rope_base"], c["rope_dim"])
-        k = rope(k.reshape(T, KVH, hd), pos, c["rope_base"], c["rope_dim"])
+        for nm, arr in (("attn_q", q), ("attn_k", k), ("attn_v", v)):
+            if has(p + nm + ".bias"):
+                arr += m.get(p + nm + ".bias", dtype)
+        q = q.reshape(T, H, hd)
+        k = k.reshape(T, KVH, hd)
+        if c.get("qk_norm"):
+            q = rmsnorm(q, m.get(p + "attn_q_norm", dtype), eps)
+            k = rmsnorm(k, m.get(p + "attn_k_norm", dtype), eps)
+            keep(p + "attn_q_norm", q.reshape(T, H * hd))
+            keep(p + "attn_k_norm", k.reshape(T, KVH * hd))
+        q = rope(q, pos, c["rope_base"], c["rope_dim"], c.get("rope_kind", "norm"), factors, rscale)
+        k = rope(k, pos, c["rope_base"], c["rope_dim"], c.get("rope_kind", "norm"), factors, rscale)
         v = v.reshape(T, KVH, hd)
         keep(p + "attn_q", q.reshape(T, H * hd))
         keep(p + "attn_k", k.reshape(T, KVH * hd))
@@ -321,14 +370,15 @@ def forward(m, tokens, pos0=0, cache=None, dtype=np.float64, want=None):
         ctx = np.einsum("htp,phd->thd", pr, Vh).reshape(T, H * hd)
         keep(p + "attn_ctx", ctx)
         ao = ctx @ m.get(p + "attn_output", dtype).T
+        if has(p + "attn_output.bias"):
+            ao = ao + m.get(p + "attn_output.bias", dtype)
         keep(p + "attn_output", ao)
         x = x + ao
         keep(p + "attn_resid", x)
         h2 = rmsnorm(x, m.get(p + "ffn_norm", dtype), eps)
         keep(p + "ffn_norm", h2)
         if c.get("n_expert"):
-            moe = moe_ffn(m, p, h2, pos, dtype, keep)
-            x = x + moe
+            x = x + moe_ffn(m, p, h2, pos, dtype, keep)
             keep(p + "ffn_resid", x)
             continue
         gate = h2 @ m.get(p + "ffn_gate", dtype).T
@@ -349,10 +399,10 @@ def forward(m, tokens, pos0=0, cache=None, dtype=np.float64, want=None):
 
 
 def moe_route(logits, k):
-    """llama.cpp's softmax gating (build_moe_ffn, norm_w): probabilities, the
-    k largest (ties to the lower expert index: a stable sort), weights
-    renormalised over the k with the sum clamped at 2^-14. logits: [T, E].
-    Returns (experts [T, k], weights [T, k])."""
+    """llama.cpp's softmax gating (build_moe_ffn with norm_w, as qwen3moe
+    builds it): probabilities, the k largest (ties to the lower expert
+    index: a stable sort), weights renormalised over the k with the sum
+    clamped at 2^-14. logits: [T, E]. Returns (experts [T, k], weights [T, k])."""
     z = logits - logits.max(axis=-1, keepdims=True)
     pr = np.exp(z)
     pr = pr / pr.sum(axis=-1, keepdims=True)
@@ -365,18 +415,18 @@ def moe_route(logits, k):
 def moe_ffn(m, p, h, pos, dtype, keep):
     """The mixture-of-experts FFN of one layer over h [T, dim]: router
     logits (p+"ffn_gate_inp"), each routed expert's SwiGLU on its tokens
-    (kept as p+"ffn_<op>.expert[E]", rows in position order, with the
-    positions in keep.positions when the caller wants them), the weighted
-    sum (p+"ffn_moe_out"), plus a shared expert scaled by sigmoid of its
-    gate when the file has one."""
+    (kept as p+"ffn_<op>.expert[E]", rows in position order, the positions
+    in keep.positions), the weighted sum (p+"ffn_moe_out"), plus a shared
+    expert scaled by sigmoid of its gate when the file has one."""
     c = m.cfg
+    has = getattr(m, "has", lambda name: False)
     router = h @ m.get(p + "ffn_gate_inp", dtype).T              # [T, E]
     keep(p + "ffn_gate_inp", router)
     sel, w = moe_route(router, c["n_expert_used"])
     out = np.zeros_like(h)
-    gate_w = m.get(p + "ffn_gate_exps", dtype)                     # [E, hidden, dim]
+    gate_w = m.get(p + "ffn_gate_exps", dtype)                     # [E, ff, dim]
     up_w = m.get(p + "ffn_up_exps", dtype)
-    down_w = m.get(p + "ffn_down_exps", dtype)                     # [E, dim, hidden]
+    down_w = m.get(p + "ffn_down_exps", dtype)                     # [E, dim, ff]
     for e in range(c["n_expert"]):
         rows = [t for t in range(h.shape[0]) if e in sel[t]]
         if not rows:
@@ -387,17 +437,16 @@ def moe_ffn(m, p, h, pos, dtype, keep):
         a = g / (1.0 + np.exp(-g)) * u
         d = a @ down_w[e].T
         for op, val in (("ffn_gate", g), ("ffn_up", u), ("ffn_act", a), ("ffn_down", d)):
-            keep("%s%s.expert[%d]" % (p, op, e), val)
-        if getattr(keep, "positions", None) is not None:
-            for op in ("ffn_gate", "ffn_up", "ffn_act", "ffn_down"):
-                keep.positions["%s%s.expert[%d]" % (p, op, e)] = [int(pos[t]) for t in rows]
+            name = "%s%s.expert[%d]" % (p, op, e)
+            keep(name, val)
+            keep.positions[name] = [int(pos[t]) for t in rows]
         for i, t in enumerate(rows):
             out[t] += w[t][list(sel[t]).index(e)] * d[i]
-    if p + "ffn_gate_shexp" in getattr(m, "tensor_names", ()):
+    if has(p + "ffn_gate_shexp"):
         g = h @ m.get(p + "ffn_gate_shexp", dtype).T
         u = h @ m.get(p + "ffn_up_shexp", dtype).T
         d = (g / (1.0 + np.exp(-g)) * u) @ m.get(p + "ffn_down_shexp", dtype).T
-        if p + "ffn_gate_inp_shexp" in m.tensor_names:
+        if has(p + "ffn_gate_inp_shexp"):
             s = h @ m.get(p + "ffn_gate_inp_shexp", dtype).reshape(-1)
             d = d * (1.0 / (1.0 + np.exp(-s)))[:, None]
         out = out + d

@@ -8,6 +8,9 @@ Runs `$BANGTRACE forward --dump` on:
     rope base and eps, F16, BF16, Q8_0 untied, Q4_0, Q4_1 with a Q8_0
     embedding, Q5_0, Q5_1, and each k-quant (Q2_K..Q6_K) with a Q8_0
     embedding;
+  - random GGUFs per architecture: llama with Llama 3 rope scaling
+    (rope_freqs.weight), mistral, qwen2 (q/k/v biases, NEOX rope), qwen3
+    (per-head q/k rmsnorm, NEOX rope; also head_dim != dim/heads);
   - SmolLM2-135M Q4_1 if it is cached (8 tokens; skipped otherwise);
 and checks every dumped tensor (see compare_forward.py for the policies).
 Then checks greedy decoding of stories260K through `$BANGTRACE run`.
@@ -55,6 +58,16 @@ VARIANTS = [
     ("%s + q8_0 embd" % t, dict(wtype=t, embd_type="q8_0", dim=256, hidden=512, seed=9 + i),
      cf.tol_scaled(1e-3), 2)
     for i, t in enumerate(("q2_k", "q3_k", "q4_k", "q5_k", "q6_k"))
+] + [
+    # Architectures (issue 11): every named tensor of every layer within 1e-4.
+    ("llama3 rope_freqs base5e5", dict(arch="llama", rope_freqs=True, rope_base=500000.0, seed=20),
+     cf.tol_exact_f32, None),
+    ("mistral gqa4", dict(arch="mistral", n_heads=8, n_kv_heads=2, seed=21), cf.tol_exact_f32, None),
+    ("qwen2 qkv-bias neox", dict(arch="qwen2", seed=22), cf.tol_exact_f32, 2),
+    ("qwen3 qk-norm neox", dict(arch="qwen3", seed=23), cf.tol_exact_f32, None),
+    ("qwen3 head_dim 32 (q_dim 128 != dim 64)", dict(arch="qwen3", head_dim=32, untied=True, seed=24),
+     cf.tol_exact_f32, 2),
+    ("qwen2 q8_0", dict(arch="qwen2", wtype="q8_0", seed=25), cf.tol_scaled(1e-3), None),
 ]
 
 

@@ -2,8 +2,10 @@
 """test_moe.py - the mixture-of-experts FFN, tensor by tensor, against the
 numpy reference (ref.py moe_ffn), and against llama.cpp itself.
 
-1. Random MoE GGUFs in llama.cpp's Mixtral layout (llama.expert_count,
-   ffn_gate_inp, 3-D ffn_{gate,up,down}_exps): `$BANGTRACE forward --dump`
+1. Random qwen3moe GGUFs as llama.cpp reads them (qwen3 attention with
+   q/k norms and NEOX rope; qwen3moe.expert_count / expert_used_count /
+   expert_feed_forward_length, ffn_gate_inp, 3-D ffn_{gate,up,down}_exps):
+   `$BANGTRACE forward --dump`
    is compared with ref.forward in float64 for every named tensor, the
    router logits (ffn_gate_inp), each routed expert's ffn_gate/up/act/down
    (blk.L.ffn_down.expert[E], the same tokens in the same order) and
@@ -34,10 +36,13 @@ import make_random_gguf  # noqa: E402
 import ref  # noqa: E402
 
 VARIANTS = [
-    ("f32 8 experts top-2", dict(wtype="f32", n_expert=8, n_expert_used=2, seed=11), 1e-4, False),
-    ("f32 6 experts top-3 + shared expert",
-     dict(wtype="f32", n_expert=6, n_expert_used=3, shared_expert=96, untied=True, seed=12), 1e-4, False),
-    ("f16 8 experts top-2", dict(wtype="f16", n_expert=8, n_expert_used=2, seed=13), 1e-3, True),
+    ("qwen3moe f32 8 experts top-2", dict(arch="qwen3moe", wtype="f32", n_expert=8, n_expert_used=2, seed=11),
+     1e-4, False),
+    ("qwen3moe f32 6 experts top-3 + shared expert",
+     dict(arch="qwen3moe", wtype="f32", n_expert=6, n_expert_used=3, shared_expert=96, untied=True, seed=12),
+     1e-4, False),
+    ("qwen3moe f16 8 experts top-2", dict(arch="qwen3moe", wtype="f16", n_expert=8, n_expert_used=2, seed=13),
+     1e-3, True),
 ]
 TOKENS = [1, 17, 40, 9, 300, 5, 77, 12, 260, 18, 19, 21, 3, 44, 45, 46, 101, 7, 8, 200, 201, 33, 34, 2]
 

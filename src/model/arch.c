@@ -1,0 +1,130 @@
+/* arch.c - the architecture descriptors (see arch.h).
+ *
+ * Tensor names and shapes follow llama.cpp's loaders (src/models/<arch>.cpp
+ * of the pinned version): a tensor llama.cpp creates TENSOR_NOT_REQUIRED is
+ * optional here, and one it does not create at all is absent here, so the
+ * loader refuses it as unused. */
+#include "model/arch.h"
+#include "model/model.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define W(f) offsetof(bt_layer_weights, f)
+#define E BT_DIM_EMBD
+#define Q BT_DIM_Q
+#define KV BT_DIM_KV
+#define HD BT_DIM_HEAD
+#define FF BT_DIM_FF
+#define NX BT_DIM_EXPERT
+#define XF BT_DIM_EXPERT_FF
+
+/* The attention block's weights, shared by every architecture. q/k/v biases
+ * are optional everywhere (llama.cpp's create_tensor_qkv); qwen2's
+ * descriptor makes them required. */
+#define ATTN(bias_opt) \
+    { "attn_norm.weight", W(attn_norm), { E }, false }, \
+    { "attn_q.weight", W(wq), { E, Q }, false }, \
+    { "attn_k.weight", W(wk), { E, KV }, false }, \
+    { "attn_v.weight", W(wv), { E, KV }, false }, \
+    { "attn_output.weight", W(wo), { Q, E }, false }, \
+    { "attn_q.bias", W(bq), { Q }, bias_opt }, \
+    { "attn_k.bias", W(bk), { KV }, bias_opt }, \
+    { "attn_v.bias", W(bv), { KV }, bias_opt }
+#define QK_NORM \
+    { "attn_q_norm.weight", W(attn_q_norm), { HD }, false }, \
+    { "attn_k_norm.weight", W(attn_k_norm), { HD }, false }
+#define DENSE_FFN \
+    { "ffn_norm.weight", W(ffn_norm), { E }, false }, \
+    { "ffn_gate.weight", W(w_gate), { E, FF }, false }, \
+    { "ffn_up.weight", W(w_up), { E, FF }, false }, \
+    { "ffn_down.weight", W(w_down), { FF, E }, false }
+
+static const bt_arch_tensor llama_layer[] = {
+    ATTN(true),
+    { "attn_output.bias", W(bo), { E }, true },
+    DENSE_FFN,
+};
+static const bt_arch_tensor qwen2_layer[] = { ATTN(false), DENSE_FFN };
+static const bt_arch_tensor qwen3_layer[] = { ATTN(true), QK_NORM, DENSE_FFN };
+static const bt_arch_tensor qwen3moe_layer[] = {
+    ATTN(true), QK_NORM,
+    { "ffn_norm.weight", W(ffn_norm), { E }, false },
+    { "ffn_gate_inp.weight", W(ffn_gate_inp), { E, NX }, false },
+    { "ffn_gate_exps.weight", W(ffn_gate_exps), { E, XF, NX }, false },
+    { "ffn_up_exps.weight", W(ffn_up_exps), { E, XF, NX }, false },
+    { "ffn_down_exps.weight", W(ffn_down_exps), { XF, E, NX }, false },
+    /* a shared expert run on every token (qwen2moe's layout; Qwen3-MoE
+     * checkpoints have none): optional, computed when present */
+    { "ffn_gate_inp_shexp.weight", W(ffn_gate_inp_shexp), { E }, true },
+    { "ffn_gate_shexp.weight", W(ffn_gate_shexp), { E, BT_DIM_SHARED_FF }, true },
+    { "ffn_up_shexp.weight", W(ffn_up_shexp), { E, BT_DIM_SHARED_FF }, true },
+    { "ffn_down_shexp.weight", W(ffn_down_shexp), { BT_DIM_SHARED_FF, E }, true },
+};
+
+#define TABLE(t) t, (int)BT_ARRAY_SIZE(t)
+
+static const bt_arch archs[] = {
+    { .name = "llama", .rope_kind = BT_ROPE_NORM, .flags = BT_ARCH_TIED | BT_ARCH_ROPE_FREQS,
+      .layer = TABLE(llama_layer) },
+    /* llama.cpp's converter writes Mistral 7B as "llama"; "mistral" files
+     * (other writers) have the same layout under their own key prefix. */
+    { .name = "mistral", .rope_kind = BT_ROPE_NORM, .flags = BT_ARCH_TIED | BT_ARCH_ROPE_FREQS,
+      .layer = TABLE(llama_layer) },
+    { .name = "qwen2", .rope_kind = BT_ROPE_NEOX, .flags = BT_ARCH_TIED | BT_ARCH_QKV_BIAS,
+      .layer = TABLE(qwen2_layer) },
+    { .name = "qwen3", .rope_kind = BT_ROPE_NEOX, .flags = BT_ARCH_TIED | BT_ARCH_QK_NORM,
+      .layer = TABLE(qwen3_layer) },
+    { .name = "qwen3moe", .rope_kind = BT_ROPE_NEOX, .flags = BT_ARCH_TIED | BT_ARCH_QK_NORM | BT_ARCH_MOE,
+      .norm_topk_prob = true, .layer = TABLE(qwen3moe_layer) },
+    { .name = "granite", .rope_kind = BT_ROPE_NORM, .flags = BT_ARCH_TIED | BT_ARCH_SCALES,
+      .layer = TABLE(llama_layer),
+      .refuse = "its embedding, residual, attention and logit scales are not applied yet, "
+                "and computing it without them gives wrong logits" },
+};
+
+const bt_arch *bt_arch_find(const char *name)
+{
+    for (size_t i = 0; i < BT_ARRAY_SIZE(archs); i++)
+        if (!strcmp(archs[i].name, name)) return &archs[i];
+    return NULL;
+}
+
+const bt_arch *bt_arch_all(int *n)
+{
+    *n = (int)BT_ARRAY_SIZE(archs);
+    return archs;
+}
+
+const char *bt_arch_names(void)
+{
+    static char buf[256];
+    if (!buf[0]) {
+        size_t len = 0;
+        for (size_t i = 0; i < BT_ARRAY_SIZE(archs); i++) {
+            if (archs[i].refuse) continue;
+            len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%s%s", len ? ", " : "", archs[i].name);
+        }
+    }
+    return buf;
+}
+
+const char *bt_rope_kind_name(int kind) { return kind == BT_ROPE_NEOX ? "neox" : "norm"; }
+
+int64_t bt_arch_dim(const bt_config *c, int dim)
+{
+    switch (dim) {
+    case BT_DIM_EMBD: return c->dim;
+    case BT_DIM_Q: return (int64_t)c->n_heads * c->head_dim;
+    case BT_DIM_KV: return (int64_t)c->n_kv_heads * c->head_dim;
+    case BT_DIM_HEAD: return c->head_dim;
+    case BT_DIM_FF: return c->hidden_dim;
+    case BT_DIM_VOCAB: return c->n_vocab;
+    case BT_DIM_ROPE_HALF: return c->rope_dim / 2;
+    case BT_DIM_EXPERT: return c->n_expert;
+    case BT_DIM_EXPERT_FF: return c->expert_ff_len;
+    case BT_DIM_SHARED_FF: return c->shared_ff_len;
+    default: return 1;
+    }
+}

@@ -1,0 +1,108 @@
+/* arch.h - architectures as data: one descriptor per GGUF
+ * general.architecture.
+ *
+ * A descriptor says which hyperparameter keys the loader reads (suffixes of
+ * "<arch>."), how RoPE rotates (interleaved pairs or NEOX halves), which
+ * per-architecture features the forward pass applies (flags), and which
+ * tensors a layer holds (name after "blk.L.", shape in symbolic dimensions,
+ * optional or not, and the bt_layer_weights field it binds). The loader,
+ * the injector, inspect, bench and the oracle read the tables; the engine
+ * picks its forward blocks from the flags. Adding an architecture is one
+ * descriptor here plus any new forward block in src/engine/engine.c.
+ *
+ * Only standard GGUF keys and tensor names (llama.cpp's llama-arch.cpp and
+ * convert_hf_to_gguf.py) appear here, so any source that presents itself
+ * as a GGUF (the Hugging Face folder loader) gets every architecture.
+ *
+ * Invariant: a tensor of the file that no table entry binds is refused at
+ * load (a weight we would silently ignore computes a different model). */
+#ifndef BT_ARCH_H
+#define BT_ARCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+struct bt_config;
+
+/* How RoPE pairs dimensions within a head (ggml's rope modes). */
+enum bt_rope_kind {
+    BT_ROPE_NORM = 0,  /* pairs (2i, 2i+1): llama/mistral (GGUF q/k rows permuted
+                        * by the converter so this matches HF rotate-half) */
+    BT_ROPE_NEOX = 1,  /* pairs (i, i + rope_dim/2): qwen2, qwen3, qwen3moe */
+};
+
+/* Architecture flags: features the forward pass applies. */
+enum bt_arch_flag {
+    BT_ARCH_QKV_BIAS   = 1u << 0,  /* attn_q/k/v carry a bias (qwen2); optional elsewhere */
+    BT_ARCH_QK_NORM    = 1u << 1,  /* per-head rmsnorm of q and k before RoPE (qwen3) */
+    BT_ARCH_MOE        = 1u << 2,  /* the FFN is a mixture of experts (router + experts) */
+    BT_ARCH_TIED       = 1u << 3,  /* output.weight may be absent: logits use token_embd */
+    BT_ARCH_SCALES     = 1u << 4,  /* embedding/residual/attention/logit scales (granite) */
+    BT_ARCH_ROPE_FREQS = 1u << 5,  /* rope_freqs.weight (Llama 3 scaling) is accepted */
+    BT_ARCH_SHARED_EXP = 1u << 6,  /* MoE with a shared expert (ffn_*_shexp) */
+};
+
+/* Symbolic dimensions of tensor shapes and op widths, resolved against a
+ * bt_config by bt_arch_dim(). */
+enum bt_dim {
+    BT_DIM_NONE = 0,   /* the axis does not exist (1) */
+    BT_DIM_EMBD,       /* dim: embedding_length */
+    BT_DIM_Q,          /* n_heads * head_dim */
+    BT_DIM_KV,         /* n_kv_heads * head_dim */
+    BT_DIM_HEAD,       /* head_dim */
+    BT_DIM_FF,         /* hidden_dim: feed_forward_length */
+    BT_DIM_VOCAB,      /* n_vocab */
+    BT_DIM_ROPE_HALF,  /* rope_dim / 2 (rope_freqs) */
+    BT_DIM_EXPERT,     /* n_expert */
+    BT_DIM_EXPERT_FF,  /* expert_ff_len: expert_feed_forward_length */
+    BT_DIM_SHARED_FF,  /* shared_ff_len: expert_shared_feed_forward_length */
+    BT_DIM_COUNT
+};
+int64_t bt_arch_dim(const struct bt_config *c, int dim);
+
+/* One tensor of a layer: "blk.L.<name>" with shape ne = {ne0 (contiguous),
+ * ne1, ne2} in bt_dim units. field is the offsetof() of its bt_weight in
+ * bt_layer_weights. A 3-D tensor is n_expert slabs (expert e = slab e). */
+typedef struct bt_arch_tensor {
+    const char *name;      /* "attn_q.weight" */
+    size_t field;          /* offsetof(bt_layer_weights, ...) */
+    uint8_t ne[3];         /* bt_dim */
+    bool optional;
+} bt_arch_tensor;
+
+typedef struct bt_arch {
+    const char *name;            /* general.architecture */
+    int rope_kind;               /* bt_rope_kind */
+    unsigned flags;              /* bt_arch_flag */
+    bool norm_topk_prob;         /* MoE: renormalise the top-k router weights when
+                                  * the file has no <arch>.expert_weights_norm */
+    const char *refuse;          /* non-NULL: known but refused, with this reason */
+    const bt_arch_tensor *layer; /* per-layer tensor table */
+    int n_layer;
+} bt_arch;
+
+/* The descriptor of general.architecture `name`, or NULL if unknown. */
+const bt_arch *bt_arch_find(const char *name);
+/* All descriptors (for messages and tests): *n gets the count. */
+const bt_arch *bt_arch_all(int *n);
+/* "llama, mistral, qwen2, qwen3": the accepted names, for error messages. */
+const char *bt_arch_names(void);
+const char *bt_rope_kind_name(int kind);   /* "norm", "neox" */
+
+/* Global (non-layer) tensors every architecture reads: token_embd.weight
+ * (embd, vocab), output_norm.weight (embd), output.weight (embd, vocab;
+ * optional with BT_ARCH_TIED), rope_freqs.weight (rope_half; optional with
+ * BT_ARCH_ROPE_FREQS). */
+
+/* Hyperparameter keys the loader reads, as "<arch>." suffixes (required
+ * first, then optional). Listed here once so the HF loader can present the
+ * same keys. */
+#define BT_ARCH_KEYS_REQUIRED "embedding_length", "feed_forward_length", "block_count", "attention.head_count"
+#define BT_ARCH_KEYS_OPTIONAL "attention.head_count_kv", "context_length", "attention.layer_norm_rms_epsilon", \
+    "rope.freq_base", "attention.key_length", "attention.value_length", "rope.dimension_count", "vocab_size", \
+    "rope.scaling.type", "rope.scaling.factor", "expert_count", "expert_used_count", \
+    "expert_feed_forward_length", "expert_shared_count", "expert_shared_feed_forward_length", \
+    "expert_weights_norm"
+
+#endif
