@@ -45,6 +45,13 @@ expect_exit 0 "run with a NaN in expert $E" "$B" run --model "$M" --prompt "the 
 expect_exit 1 "bisect finds it" "$B" bisect "$TMP/bad.db"
 grep -q "first non-finite: step 2, .*layer 1, op ffn_down (blk.1.ffn_down.expert\[$E\])" "$TMP/out" ||
     fail "bisect names the expert: $(head -3 "$TMP/out")"
+"$py" - "$TMP/bad.db" "$E" <<'PY' || fail "the first_nonfinite event names the expert with its own counts"
+import sqlite3, sys
+t, d = sqlite3.connect(sys.argv[1]).execute("select tensor, detail from events where kind='first_nonfinite'").fetchone()
+assert t == "blk.1.ffn_down.expert[%s]" % sys.argv[2], t
+# a decode step: one token routed to the expert, one row of 64 (not the merged rows of both experts)
+assert "1 NaN, 0 +Inf, 0 -Inf of 64 " in d, d
+PY
 expect_exit 0 "report names the expert" "$B" report "$TMP/bad.db"
 grep -q "blk.1.ffn_down.expert\[$E\]" "$TMP/out" || fail "report names blk.1.ffn_down.expert[$E]"
 grep -q "## Expert routes at step 2" "$TMP/out" || fail "report has the routes of the first bad step"

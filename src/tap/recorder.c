@@ -53,6 +53,8 @@ struct bt_recorder {
     struct pending {
         int slot, op, layer, step;
         int expert;                 /* a MoE expert's part of op (bt_expert_rows), else -1 */
+        bt_tap_stats ev;            /* the statistics the first_nonfinite event quotes: after
+                                     * merging experts, the bad expert's own */
         const int *pos;             /* its rows' positions (the engine's, valid until flush) */
         int pos0;
         bt_tap_stats s;
@@ -221,7 +223,7 @@ static void record_tap(bt_recorder *r, const struct pending *p)
     snprintf(detail, sizeof(detail), "step %d, %s%s: %lld NaN, %lld +Inf, %lld -Inf of %lld (first at index %d, position %d); "
              "written by %s",
              p->step, strcmp(r->cfg.model_role, "target") ? "draft model " : "", name,
-             (long long)s->nan, (long long)s->pinf, (long long)s->ninf, (long long)s->n,
+             (long long)p->ev.nan, (long long)p->ev.pinf, (long long)p->ev.ninf, (long long)p->ev.n,
              s->first_bad_index, s->first_bad_pos, who);
     int64_t id = 0;
     const bt_extra_tensor *x = bt_engine_extra(r->e, p->op - BT_OP_COUNT);
@@ -257,6 +259,7 @@ static void merge_pending(struct pending *a, const struct pending *b)
     x->n += y->n; x->n_finite = nf;
     x->nan += y->nan; x->pinf += y->pinf; x->ninf += y->ninf;
     if (take_bad) {
+        a->ev = b->ev;
         x->first_bad_index = y->first_bad_index;
         x->first_bad_pos = y->first_bad_pos;
         a->expert = b->expert;
@@ -278,6 +281,7 @@ static bool cb_flush(void *user, int step)
             struct pending *p = &r->pend[i];
             if (p->pos && p->s.first_bad_pos >= 0) p->s.first_bad_pos = p->pos[p->s.first_bad_pos - p->pos0];
             p->pos = NULL;     /* the engine's array ends with this forward */
+            p->ev = p->s;
         }
         for (int i = 0; i < r->n_slots; i++) r->merged[i] = -1;
         int n = 0;

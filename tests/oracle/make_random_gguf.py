@@ -266,8 +266,7 @@ def make(path, wtype="f32", embd_type=None, untied=False, dim=64, hidden=192,
                 n_kv_heads=n_kv_heads, head_dim=hd, n_vocab=n_vocab, ctx_len=ctx_len,
                 norm_eps=norm_eps, rope_base=rope_base, rope_dim=hd, tied_output=not untied,
                 arch=arch, n_expert=n_expert if arch == "qwen3moe" else 0,
-                n_expert_used=n_expert_used if arch == "qwen3moe" else 0,
-                shared_ff_len=shared_expert if arch == "qwen3moe" else 0)
+                n_expert_used=n_expert_used if arch == "qwen3moe" else 0)
 
 
 def main(argv=None):
