@@ -53,6 +53,10 @@ WANT='x1b]0;pwned-title' clean "inspect --json" "$BANGTRACE" inspect --json $H
 "$PY" -c "import json,sys; d=json.load(open('out')); assert 'x1b]0;pwned' in d['name'], d['name']" || fail "inspect --json: not valid JSON or the name is missing"
 WANT='\x1b]0;t\x07\x9b' clean "inspect: unsupported hostile architecture (error message)" "$BANGTRACE" inspect --no-scan hostile_arch.gguf
 # stdout is the generated text (exact bytes on a pipe): only stderr here
+# a tensor the architecture does not read is refused, its name escaped
+WANT=$ESC_SHOWN clean "run: hostile unused tensor (error message)" "$BANGTRACE" run --model $H -n 1 --prompt hi
+grep -qF "is not used by architecture" err || fail "run: the unused hostile tensor is refused: $(head -c 300 err)"
+H=hostile_run.gguf     # the same model without it, which runs
 WANT=$ESC_SHOWN clean "run: banner of a hostile model" sh -c '"$0" run --model "$1" -n 8 --prompt hi --trace t.db >/dev/null' "$BANGTRACE" $H
 WANT=$ESC_SHOWN clean "run -v: debug lines" "$BANGTRACE" -v run --model $H -n 4 --prompt hi --json
 WANT='\x1b]0;t\x07\x9b' clean "run: hostile architecture (error message)" "$BANGTRACE" run --model hostile_arch.gguf -n 1 --prompt hi

@@ -4,7 +4,9 @@ tries to drive the terminal, for tests/text_safety.sh.
 
 usage: make_hostile_gguf.py TINY.gguf OUTDIR
 
-writes OUTDIR/hostile.gguf (loads and runs) and OUTDIR/hostile_arch.gguf
+writes OUTDIR/hostile_run.gguf (loads and runs), OUTDIR/hostile.gguf (the
+same plus a tensor with a hostile name, which inspect lists and the loader
+refuses as unused, quoting the name escaped) and OUTDIR/hostile_arch.gguf
 (the same with a hostile general.architecture, which no loader accepts: its
 error message must quote the name escaped).
 
@@ -51,6 +53,10 @@ def main():
     out.append(['tokenizer.chat_template', gg.STR, b'{{ "' + EVIL.replace(b'"', b'') + b'" }}'])
     out.append([b'evil.key' + EVIL, gg.STR, b'value' + EVIL])
     out.append(['evil.array', gg.ARR, (gg.STR, [EVIL, b'two' + EVIL])])
+    # hostile_run.gguf: every tensor one the model reads, so it runs (the
+    # loader refuses a tensor its architecture does not read);
+    # hostile.gguf adds one with a hostile name, for inspect and that error.
+    gg.emit(os.path.join(sys.argv[2], 'hostile_run.gguf'), out, tensors)
     extra = dict(next(t for t in tensors if t['name'] == 'output_norm.weight'))
     extra['name'] = b'evil.tensor' + EVIL
     tensors = tensors + [extra]
