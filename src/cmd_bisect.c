@@ -284,6 +284,12 @@ static void print_analysis(const bisect_opts *o, const bt_analysis *x, const bt_
         bt_text_printf(stdout, ": ");
         bt_bad_tensor_print_counts(stdout, f);
         bt_text_printf(stdout, "\n");
+        if (x->has_first_kernel) {
+            char kb[400];
+            bt_text_printf(stdout, "device kernel: %s (%d kernel%s in this op, the tap's reduction included)\n",
+                           bt_kernel_row_format(&x->first_kernel, kb, sizeof(kb)), x->n_first_kernels,
+                           x->n_first_kernels == 1 ? "" : "s");
+        }
         bt_text_printf(stdout, "propagation:\n  %-6s %-6s %-22s %-9s %s\n", "step", "layer", "tensor", "how", "values");
         for (int i = 0; i < x->n_prop; i++) {
             const bt_prop_link *p = &x->prop[i];
@@ -400,7 +406,19 @@ static json_t *analysis_json(const bisect_opts *o, const bt_analysis *x)
     json_object_set_new(j, "tensors", json_integer(x->n_tensors));
     json_object_set_new(j, "generated", json_integer(x->n_gen));
     json_object_set_new(j, "found", json_boolean(bt_analysis_found(x)));
-    json_object_set_new(j, "first_nonfinite", x->has_nonfinite ? bad_json(&x->first) : json_null());
+    json_t *fj = x->has_nonfinite ? bad_json(&x->first) : json_null();
+    if (x->has_nonfinite) {
+        /* the device kernel that wrote it (a --cupti trace), else null */
+        json_object_set_new(fj, "kernel", x->has_first_kernel ? json_string(x->first_kernel.name) : json_null());
+        if (x->has_first_kernel) {
+            const bt_kernel_row *k = &x->first_kernel;
+            json_object_set_new(fj, "kernel_launch", json_pack("{s:[i,i,i], s:[i,i,i], s:I, s:I, s:I, s:I, s:i}",
+                "grid", k->grid[0], k->grid[1], k->grid[2], "block", k->block[0], k->block[1], k->block[2],
+                "start_ns", (json_int_t)k->start_ns, "end_ns", (json_int_t)k->end_ns, "stream", (json_int_t)k->stream,
+                "device", (json_int_t)k->device, "kernels_in_op", x->n_first_kernels));
+        }
+    }
+    json_object_set_new(j, "first_nonfinite", fj);
     json_t *prop = json_array();
     for (int i = 0; i < x->n_prop; i++) {
         json_t *p = bad_json(&x->prop[i].t);
