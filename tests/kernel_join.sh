@@ -32,10 +32,33 @@ PY
 grep -q '^- \*\*Device kernel that wrote it:\*\* `bt_k_matmul <<<(4,1,1), (128,1,1)>>>' "$TMP/r.md" &&
     ok "report names the device kernel" || fail "report: no device kernel line"
 
-# a CPU trace: no kernel rows, no kernel line, JSON null
+# the browser's Kernels view (browse --dump kernels): the first bad step by
+# default, its op marked, the kernel that wrote it highlighted
+"$BANGTRACE" browse "$TMP/k.db" --dump kernels > "$TMP/kv.txt" 2>&1 || fail "browse --dump kernels: $(cat "$TMP/kv.txt")"
+grep -q '^step 1: 6 ops, 12 device rows' "$TMP/kv.txt" && ok "Kernels view: the first bad step by default" ||
+    fail "Kernels view header: $(head -1 "$TMP/kv.txt")"
+grep -q '^first non-finite: blk.1.ffn_down, written by bt_k_matmul$' "$TMP/kv.txt" || fail "Kernels view: no first non-finite line"
+grep -q '^! L01  ffn_down       op 2.5 us     kernels 1.7 us' "$TMP/kv.txt" && ok "Kernels view marks the first bad op with its durations" ||
+    fail "Kernels view: the bad op is not marked: $(cat "$TMP/kv.txt")"
+[ "$(grep -c '<- wrote the first bad tensor' "$TMP/kv.txt")" = 1 ] &&
+    grep -q '^    \* bt_k_matmul .*<- wrote the first bad tensor' "$TMP/kv.txt" &&
+    ok "Kernels view highlights the one kernel that wrote it" || fail "Kernels view: the writing kernel is not highlighted once"
+grep -q '^      bt_k_stats .* (tap)$' "$TMP/kv.txt" || fail "Kernels view: the tap's reduction is not labelled"
+"$BANGTRACE" browse "$TMP/k.db" --dump kernels --step 0 > "$TMP/kv0.txt" 2>&1
+grep -q '^step 0:' "$TMP/kv0.txt" && ! grep -q '^!' "$TMP/kv0.txt" && ok "Kernels view --step 0: a clean step, nothing marked" ||
+    fail "Kernels view --step 0: $(cat "$TMP/kv0.txt")"
+expect_exit 2 "Kernels view of a step the trace lacks" "$BANGTRACE" browse "$TMP/k.db" --dump kernels --step 9
+
+# a CPU trace: no kernel rows, no kernel line, JSON null; with --timing the
+# Kernels view shows each op's host duration
 need_shared
 "$BANGTRACE" run --model "$STORIES" --tokenizer "$TOK512" --prompt "Once" -n 4 --inject 'nan@layer=1,op=ffn_down,step=2' \
-    --trace "$TMP/cpu.db" > /dev/null 2>&1
+    --timing --trace "$TMP/cpu.db" > /dev/null 2>&1
+"$BANGTRACE" browse "$TMP/cpu.db" --dump kernels > "$TMP/kc.txt" 2>&1 || fail "browse --dump kernels (CPU): $(cat "$TMP/kc.txt")"
+grep -q '^step 2: [0-9]* ops, 0 device rows; op time [0-9.]* us, kernel time -' "$TMP/kc.txt" &&
+    grep -q '^no device activity recorded' "$TMP/kc.txt" && grep -q '^! L01  ffn_down       op [0-9.]* us  *kernels -' "$TMP/kc.txt" &&
+    ok "Kernels view of a CPU --timing trace: op durations, the bad op marked, no kernels" ||
+    fail "Kernels view (CPU): $(head -8 "$TMP/kc.txt")"
 "$BANGTRACE" bisect "$TMP/cpu.db" > "$TMP/c.txt" 2>&1
 grep -q 'device kernel' "$TMP/c.txt" && fail "a CPU trace printed a device kernel" || ok "a CPU trace prints no device kernel"
 grep -q '^first non-finite: step 2' "$TMP/c.txt" || fail "the CPU trace's fault was not found: $(cat "$TMP/c.txt")"
