@@ -123,8 +123,8 @@ TESTS += tests/export_perfetto.sh
 EXTRA_DIST += tests/export_perfetto.sh
 # the kernel trail end to end without a GPU: a CPU backend with the device
 # hooks (enable, mark, activity) stands in for the CUDA plugin's CUPTI
-TESTS += tests/kernel_join.sh
-EXTRA_DIST += tests/kernel_join.sh
+TESTS += tests/kernel_join.sh tests/bisect_devices.sh
+EXTRA_DIST += tests/kernel_join.sh tests/bisect_devices.sh
 check_PROGRAMS += tests/test_activity
 TESTS += tests/test_activity
 tests_test_activity_SOURCES = tests/test_activity.c
