@@ -594,10 +594,17 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
         json_object_set_new(rj, "sha256_verified", json_boolean(res.sha_checked));
         json_object_set_new(rj, "threads", json_integer(res.threads));
         json_object_set_new(rj, "tolerance", json_real(res.tol));
-        if (res.tol_derived)
-            json_object_set_new(rj, "cross_device", json_pack("{s:s, s:s, s:f, s:i, s:I, s:i}",
+        if (res.tol_derived) {
+            json_t *cd = json_pack("{s:s, s:s, s:f, s:i, s:I, s:i, s:i, s:i}",
                 "trace_backend", res.trace_backend, "replay_backend", res.replay_backend, "tolerance", res.tol,
-                "mant_bits", res.tol_bits, "k", (json_int_t)res.tol_k, "layers", res.tol_layers));
+                "mant_bits", res.tol_bits, "k", (json_int_t)res.tol_k, "layers", res.tol_layers,
+                "top1_agree", res.top1_agree, "top1_steps", res.top1_n);
+            /* teacher-forced: the reference's argmax == the token the traced run chose */
+            json_object_set_new(cd, "top1_agreement", res.top1_n ? json_real((double)res.top1_agree / res.top1_n) : json_null());
+            json_object_set_new(cd, "logits_max_abs_diff", res.logits_rows ? json_real(res.logits_max_abs) : json_null());
+            json_object_set_new(cd, "logits_rows", json_integer(res.logits_rows));
+            json_object_set_new(rj, "cross_device", cd);
+        }
         json_object_set_new(rj, "steps", json_integer(res.steps_total));
         json_object_set_new(rj, "steps_compared", json_integer(res.steps_compared));
         json_object_set_new(rj, "speculative", json_boolean(bt_trace_has_spec(r)));
@@ -642,6 +649,11 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
             bt_text_printf(stdout, "across devices: the trace ran on %s, the replay on %s; tolerance %g derived from the dtypes "
                            "(%d-bit mantissa, K = %ld, %d layers; doc/cuda.md)\n", res.trace_backend[0] ? res.trace_backend : "?",
                            res.replay_backend, res.tol, res.tol_bits, res.tol_k, res.tol_layers);
+        if (res.tol_derived && res.top1_n)
+            bt_text_printf(stdout, "teacher-forced top-1 agreement with the traced run: %d of %d steps (%.1f%%)%s\n",
+                           res.top1_agree, res.top1_n, 100.0 * res.top1_agree / res.top1_n, "");
+        if (res.tol_derived && res.logits_rows)
+            bt_text_printf(stdout, "logits: largest absolute difference %.3g over %d full rows\n", res.logits_max_abs, res.logits_rows);
         if (o->num_b) { side_a = "under A"; side_b = "under B"; }
         if (o->num_b)
             bt_text_printf(stdout, "against: the same ids under %s (A = %s); the trace's own statistics are not used\n", nb, na);

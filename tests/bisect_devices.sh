@@ -15,7 +15,7 @@ command -v "$py" >/dev/null 2>&1 || skip "python3 not installed"
 field() { "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
 run() { "$BANGTRACE" run --model "$STORIES" --tokenizer "$TOK512" --prompt "Once upon a time" -n 6 "$@" > /dev/null 2>&1; }
 
-run --trace "$TMP/clean.db" || { fail "clean run"; finish; }
+run --trace "$TMP/clean.db" --logits full || { fail "clean run"; finish; }
 "$BANGTRACE" bisect "$TMP/clean.db" --reference --device cpu --json > "$TMP/c.json" 2> "$TMP/c.err"
 rc=$?
 [ $rc -eq 0 ] && ok "clean trace, --device cpu: no divergence (exit 0)" || fail "clean --device cpu exited $rc: $(cat "$TMP/c.err")"
@@ -23,6 +23,8 @@ rc=$?
     ok "derived tolerance 2^-7 for an f32 trace" || fail "tolerance: $(head -c 400 "$TMP/c.json")"
 [ "$(field "$TMP/c.json" '(lambda c: c["trace_backend"].startswith("cpu") and c["replay_backend"] == "cpu" and c["mant_bits"] == 24 and c["k"] == 172 and c["layers"] == 5)(j["reference"]["cross_device"])')" = True ] &&
     ok "JSON cross_device names both backends and the inputs of the rule" || fail "cross_device: $(head -c 600 "$TMP/c.json")"
+[ "$(field "$TMP/c.json" '(lambda c: c["top1_agreement"] == 1.0 and c["top1_steps"] == 6 and c["logits_rows"] == 5 and c["logits_max_abs_diff"] < 0.1)(j["reference"]["cross_device"])')" = True ] &&
+    ok "teacher-forced top-1 agreement 1.0 and the logits difference over the full rows" || fail "top-1/logits: $(head -c 800 "$TMP/c.json")"
 "$BANGTRACE" bisect "$TMP/clean.db" --reference > "$TMP/plain.txt" 2>&1
 grep -q 'across devices' "$TMP/plain.txt" && fail "a replay without --device printed the across-devices line" ||
     ok "without --device: the default tolerance, no across-devices line"

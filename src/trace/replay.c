@@ -311,13 +311,29 @@ int bt_replay_run(bt_trace_reader *r, const bt_replay_cfg *cfg, bt_replay_result
             if (rp.err[0]) rc = bt_error(BT_EFORMAT, "%s: %s", cfg->name, rp.err);
             goto out;
         }
-        if (res->cross && s->pos0 + s->n_pos < n_seq) {
-            /* teacher-forced top-1: would the exact engine have picked llama.cpp's token? */
+        if ((res->cross || cfg->device_tol) && s->pos0 + s->n_pos < n_seq) {
+            /* teacher-forced top-1: would the reference have picked the
+             * token the traced run chose (llama.cpp's, the other device's)? */
             const float *lg = bt_engine_logits(e);
             int best = 0;
             for (int v = 1; v < m->cfg.n_vocab; v++) if (lg[v] > lg[best]) best = v;
             res->top1_n++;
             res->top1_agree += best == seq[s->pos0 + s->n_pos];
+            /* a full logit row in the trace (run --logits full): the
+             * largest absolute difference from the reference's */
+            float *row = NULL;
+            int nrow = 0;
+            char why[32];
+            if (cfg->device_tol && !strcmp(s->kind, "decode") &&
+                bt_trace_logit_row_get(r, s->step, s->pos0 + s->n_pos - 1, &row, &nrow, why) == BT_OK && row &&
+                nrow == m->cfg.n_vocab) {
+                for (int v = 0; v < nrow; v++) {
+                    double dlt = fabs((double)row[v] - (double)lg[v]);
+                    if (isfinite(dlt) && dlt > res->logits_max_abs) res->logits_max_abs = dlt;
+                }
+                res->logits_rows++;
+            }
+            free(row);
         }
         if (e2) {
             memset(rp2.seen, 0, (size_t)n_tens * sizeof(bool));

@@ -77,7 +77,10 @@ typedef struct bt_replay_result {
     bool cross;
     double *slot_rel;           /* (n_tens) per slot: largest relative error up to the departure */
     double before_rel;          /* largest relative error before the departing tensor */
-    int top1_agree, top1_n;     /* teacher-forced: native argmax == the token llama.cpp chose */
+    int top1_agree, top1_n;     /* teacher-forced: native argmax == the token llama.cpp chose
+                                 * (cross) or the traced run chose (cfg.device_tol) */
+    double logits_max_abs;      /* device_tol: largest |trace - reference| over full logit rows */
+    int logits_rows;            /* full logit rows compared (run --logits full), 0: none */
     char wtype[16];             /* the departing matmul's weight type ("q4_1"), or "" */
     /* the tolerance used (cfg.tol, or derived with cfg.device_tol) */
     double tol;
