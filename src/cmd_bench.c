@@ -29,7 +29,8 @@ void cmd_bench_help(FILE *out)
 {
     fprintf(out,
         "usage: bangtrace bench --model M [--tokenizer T] [--threads N] [-p N] [-n N] [--reps R]\n"
-        "                       [--taps MODE] [--numerics PROFILE] [--device DEV] [--json]\n\n"
+        "                       [--taps MODE] [--numerics PROFILE] [--device DEV]\n"
+        "                       [--cuda-graphs] [--cupti] [--json]\n\n"
         "Measure prefill of -p tokens (default 128) and greedy decode of -n tokens\n"
         "(default 64) on fixed token ids, the median of R repetitions (default 3), and\n"
         "report tokens/s, the weight bytes read per decoded token, the effective weight\n"
@@ -38,6 +39,9 @@ void cmd_bench_help(FILE *out)
         "                run every measurement under a numerics profile (run --numerics,\n"
         "                doc/numerics.md; CPU only); compare with a run without it for its cost\n"
         "  --device DEV  run the ops on cpu (default), cuda or cuda:N (the CUDA plugin)\n"
+        "  --cuda-graphs with --device cuda: every measurement replays CUDA graphs\n"
+        "  --cupti       with --device cuda and --taps: the taps-on decode also records\n"
+        "                CUPTI device activity (its cost: compare with a run without)\n"
         "  --taps MODE   also decode with taps recorded into a temporary trace\n"
         "                (all, layers, logits) and report taps-on / taps-off\n"
         "  --spec-k K --draft-self N | --draft-ngram N\n"
@@ -184,7 +188,7 @@ int cmd_bench(int argc, char **argv)
     long spec_k = 0, draft_self = 0, draft_ngram = 0;
     long threads = bt_pool_default_threads(), np = 128, nd = 64, reps = 3;
     const char *device = NULL;
-    bool json = false;
+    bool json = false, graphs = false, cupti = false;
     bt_session *ses = NULL;
     const bt_model *m = NULL;
     bt_engine *e = NULL;
@@ -195,7 +199,7 @@ int cmd_bench(int argc, char **argv)
     memset(&prof, 0, sizeof(prof));
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool takes = strcmp(a, "--json") != 0;
+        bool takes = strcmp(a, "--json") && strcmp(a, "--cuda-graphs") && strcmp(a, "--cupti");
         if (takes && !v) { bt_error(BT_EINVAL, "%s needs a value", a); goto fail; }
         if (!strcmp(a, "--model") || !strcmp(a, "-m")) model = argv[++i];
         else if (!strcmp(a, "--tokenizer")) tokenizer = argv[++i];
@@ -208,6 +212,8 @@ int cmd_bench(int argc, char **argv)
         else if (!strcmp(a, "-n")) { if (bt_parse_int(a, argv[++i], 1, 8192, &nd)) goto fail; }
         else if (!strcmp(a, "--reps")) { if (bt_parse_int(a, argv[++i], 1, 100, &reps)) goto fail; }
         else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--cuda-graphs")) graphs = true;
+        else if (!strcmp(a, "--cupti")) cupti = true;
         else if (!strcmp(a, "--spec-k")) { if (bt_parse_int(a, argv[++i], 1, 64, &spec_k)) goto fail; }
         else if (!strcmp(a, "--draft-self")) { if (bt_parse_int(a, argv[++i], 1, 100000, &draft_self)) goto fail; }
         else if (!strcmp(a, "--draft-ngram")) { if (bt_parse_int(a, argv[++i], 1, 64, &draft_ngram)) goto fail; }
@@ -218,12 +224,17 @@ int cmd_bench(int argc, char **argv)
         else { bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help bench)", a); goto fail; }
     }
     if (!model) { bt_error(BT_EINVAL, "--model is required"); goto fail; }
+    if ((graphs || cupti) && (!device || strncmp(device, "cuda", 4))) {
+        bt_error(BT_EINVAL, "%s needs --device cuda", graphs ? "--cuda-graphs" : "--cupti");
+        goto fail;
+    }
+    if (cupti && taps == BT_TAPS_NONE) { bt_error(BT_EINVAL, "--cupti records into the taps-on trace: give --taps MODE"); goto fail; }
     if (!spec_k != !(draft_self || draft_ngram) || (draft_self && draft_ngram)) {
         bt_error(BT_EINVAL, "--spec-k K goes with one of --draft-self N or --draft-ngram N");
         goto fail;
     }
     bt_session_cfg cfg = { .model = model, .tokenizer = tokenizer, .ctx = (int)(np + nd), .max_batch = (int)np,
-                           .threads = (int)threads, .device = device };
+                           .threads = (int)threads, .device = device, .cuda_graphs = graphs };
     if (bt_session_open(&cfg, &ses)) goto fail;
     m = bt_session_model(ses);
     if (draft_self >= m->cfg.n_layers) { bt_error(BT_EINVAL, "--draft-self %ld must be below the model's %d layers", draft_self, m->cfg.n_layers); goto fail; }
@@ -262,7 +273,7 @@ int cmd_bench(int argc, char **argv)
         /* a second session on the same model: its own engine, trace and recorder */
         bt_session *ts = NULL;
         bt_session_cfg tcfg = { .share = ses, .ctx = cfg.ctx, .max_batch = cfg.max_batch, .threads = cfg.threads,
-                                .trace = path, .taps = taps, .layer_lo = -1, .layer_hi = -1, .numerics = &prof,
+                                .device = device, .cuda_graphs = graphs, .cupti = cupti, .trace = path, .taps = taps, .layer_lo = -1, .layer_hi = -1, .numerics = &prof,
                                 .rule = { .kind = BT_ARGMAX_FIRST } };
         double pt;
         int rc = bt_session_new(&tcfg, &ts);
@@ -292,6 +303,9 @@ int cmd_bench(int argc, char **argv)
                               "spec_k", (int)spec_k, "text_decode_tokens_per_s", rate_json(sp_plain),
                               "text_decode_tokens_per_s_spec", rate_json(sp_spec), "spec_acceptance", sp_accept);
         if (j) json_object_set_new(j, "numerics", json_string(prof_s));
+        if (j) json_object_set_new(j, "device", json_string(bt_backend_name(bt_engine_backend(e))));
+        if (j) json_object_set_new(j, "cuda_graphs", json_boolean(graphs));
+        if (j) json_object_set_new(j, "cupti", json_boolean(cupti));
         char *str = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
         puts(str ? str : "{}");
         free(str);

@@ -74,7 +74,10 @@ void cmd_bisect_help(FILE *out)
         "                   the rule diff uses, doc/trace-format.md)\n"
         "  --threads N      compute threads (default: the trace's, at most the online CPUs)\n"
         "  --device DEV     replay on cpu (default), cuda or cuda:N (the CUDA plugin);\n"
-        "                   --numerics and --against need the CPU\n"
+        "                   --numerics and --against need the CPU. Compares across\n"
+        "                   devices (a CUDA trace on the CPU, a CPU trace on CUDA): unless\n"
+        "                   --tolerance is given, the tolerance is derived from the dtypes\n"
+        "                   involved (f32: one bf16 step, 2^-7; doc/cuda.md)\n"
         "  --all            keep going after the first divergence and list every divergent step\n"
         "  --numerics A     replay under numerics profile A (run --numerics; default exact f32)\n"
         "  --against B      replay the same ids under A and under B and compare the two\n"
@@ -94,6 +97,7 @@ typedef struct bisect_opts {
     bool json, reference, all;
     bool unfinished;            /* the run did not finish: "clean" would claim too much */
     double tol;
+    bool tol_given;
     double limit;               /* headroom limit; 0 = the f16 maximum */
     const char *num_a, *num_b;  /* --numerics A, --against B (specs as given) */
     bt_numerics prof_a, prof_b;
@@ -117,7 +121,7 @@ static int parse_args(int argc, char **argv, bisect_opts *o)
         else if (!strcmp(a, "--numerics")) { VAL(); if (bt_numerics_parse(v, &o->prof_a)) return BT_EINVAL; o->num_a = v; }
         else if (!strcmp(a, "--against")) { VAL(); if (bt_numerics_parse(v, &o->prof_b)) return BT_EINVAL; o->num_b = v; }
         else if (!strcmp(a, "--limit")) { VAL(); if (bt_parse_float(a, v, 1e-30, 1e38, &o->limit)) return BT_EINVAL; }
-        else if (!strcmp(a, "--tolerance")) { VAL(); if (bt_parse_float(a, v, 0, 1e6, &o->tol)) return BT_EINVAL; }
+        else if (!strcmp(a, "--tolerance")) { VAL(); if (bt_parse_float(a, v, 0, 1e6, &o->tol)) return BT_EINVAL; o->tol_given = true; }
         else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { VAL(); if (bt_parse_int(a, v, 1, 256, &o->threads)) return BT_EINVAL; }
         else if (!strcmp(a, "--device")) {
             VAL(); if (!bt_backend_device_valid(v)) return bt_error(BT_EINVAL, "--device expects cpu, cuda or cuda:N, got '%s'", v);
@@ -284,6 +288,12 @@ static void print_analysis(const bisect_opts *o, const bt_analysis *x, const bt_
         bt_text_printf(stdout, ": ");
         bt_bad_tensor_print_counts(stdout, f);
         bt_text_printf(stdout, "\n");
+        if (x->has_first_kernel) {
+            char kb[400];
+            bt_text_printf(stdout, "device kernel: %s (%d kernel%s in this op, the tap's reduction included)\n",
+                           bt_kernel_row_format(&x->first_kernel, kb, sizeof(kb)), x->n_first_kernels,
+                           x->n_first_kernels == 1 ? "" : "s");
+        }
         bt_text_printf(stdout, "propagation:\n  %-6s %-6s %-22s %-9s %s\n", "step", "layer", "tensor", "how", "values");
         for (int i = 0; i < x->n_prop; i++) {
             const bt_prop_link *p = &x->prop[i];
@@ -400,7 +410,19 @@ static json_t *analysis_json(const bisect_opts *o, const bt_analysis *x)
     json_object_set_new(j, "tensors", json_integer(x->n_tensors));
     json_object_set_new(j, "generated", json_integer(x->n_gen));
     json_object_set_new(j, "found", json_boolean(bt_analysis_found(x)));
-    json_object_set_new(j, "first_nonfinite", x->has_nonfinite ? bad_json(&x->first) : json_null());
+    json_t *fj = x->has_nonfinite ? bad_json(&x->first) : json_null();
+    if (x->has_nonfinite) {
+        /* the device kernel that wrote it (a --cupti trace), else null */
+        json_object_set_new(fj, "kernel", x->has_first_kernel ? json_string(x->first_kernel.name) : json_null());
+        if (x->has_first_kernel) {
+            const bt_kernel_row *k = &x->first_kernel;
+            json_object_set_new(fj, "kernel_launch", json_pack("{s:[i,i,i], s:[i,i,i], s:I, s:I, s:I, s:I, s:i}",
+                "grid", k->grid[0], k->grid[1], k->grid[2], "block", k->block[0], k->block[1], k->block[2],
+                "start_ns", (json_int_t)k->start_ns, "end_ns", (json_int_t)k->end_ns, "stream", (json_int_t)k->stream,
+                "device", (json_int_t)k->device, "kernels_in_op", x->n_first_kernels));
+        }
+    }
+    json_object_set_new(j, "first_nonfinite", fj);
     json_t *prop = json_array();
     for (int i = 0; i < x->n_prop; i++) {
         json_t *p = bad_json(&x->prop[i].t);
@@ -563,7 +585,7 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
     double t0 = bt_now();
     progress pg = { .last = t0, .tty = isatty(2) };
     bt_replay_cfg cfg = { .name = o->trace, .who = "bisect", .model = o->model, .tokenizer = o->tokenizer, .tol = o->tol,
-                          .threads = (int)o->threads, .device = o->device, .all = o->all, .progress = show_progress, .user = &pg,
+                          .threads = (int)o->threads, .device = o->device, .device_tol = o->device && !o->tol_given, .all = o->all, .progress = show_progress, .user = &pg,
                           .numerics = o->num_a ? &o->prof_a : NULL, .against = o->num_b ? &o->prof_b : NULL };
     int rc = bt_replay_run(r, &cfg, &res);
     if (pg.shown && pg.tty) fprintf(stderr, "\r%60s\r", "");
@@ -579,7 +601,18 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
         json_object_set_new(rj, "model", json_string(res.model_path));
         json_object_set_new(rj, "sha256_verified", json_boolean(res.sha_checked));
         json_object_set_new(rj, "threads", json_integer(res.threads));
-        json_object_set_new(rj, "tolerance", json_real(o->tol));
+        json_object_set_new(rj, "tolerance", json_real(res.tol));
+        if (res.tol_derived) {
+            json_t *cd = json_pack("{s:s, s:s, s:f, s:i, s:I, s:i, s:i, s:i}",
+                "trace_backend", res.trace_backend, "replay_backend", res.replay_backend, "tolerance", res.tol,
+                "mant_bits", res.tol_bits, "k", (json_int_t)res.tol_k, "layers", res.tol_layers,
+                "top1_agree", res.top1_agree, "top1_steps", res.top1_n);
+            /* teacher-forced: the reference's argmax == the token the traced run chose */
+            json_object_set_new(cd, "top1_agreement", res.top1_n ? json_real((double)res.top1_agree / res.top1_n) : json_null());
+            json_object_set_new(cd, "logits_max_abs_diff", res.logits_rows ? json_real(res.logits_max_abs) : json_null());
+            json_object_set_new(cd, "logits_rows", json_integer(res.logits_rows));
+            json_object_set_new(rj, "cross_device", cd);
+        }
         json_object_set_new(rj, "steps", json_integer(res.steps_total));
         json_object_set_new(rj, "steps_compared", json_integer(res.steps_compared));
         json_object_set_new(rj, "speculative", json_boolean(bt_trace_has_spec(r)));
@@ -619,7 +652,16 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
         bool cpu = !o->device || !strcmp(o->device, "cpu");
         bt_text_printf(stdout, "reference: %s (%s), %s %s, %d threads, no injection, tolerance %g\n", res.model_path,
                res.sha_checked ? "SHA-256 matches the trace" : "SHA-256 not verified", o->num_a ? na : "f32",
-               cpu ? "CPU" : o->device, res.threads, o->tol);
+               cpu ? "CPU" : o->device, res.threads, res.tol);
+        if (res.tol_derived)
+            bt_text_printf(stdout, "across devices: the trace ran on %s, the replay on %s; tolerance %g derived from the dtypes "
+                           "(%d-bit mantissa, K = %ld, %d layers; doc/cuda.md)\n", res.trace_backend[0] ? res.trace_backend : "?",
+                           res.replay_backend, res.tol, res.tol_bits, res.tol_k, res.tol_layers);
+        if (res.tol_derived && res.top1_n)
+            bt_text_printf(stdout, "teacher-forced top-1 agreement with the traced run: %d of %d steps (%.1f%%)%s\n",
+                           res.top1_agree, res.top1_n, 100.0 * res.top1_agree / res.top1_n, "");
+        if (res.tol_derived && res.logits_rows)
+            bt_text_printf(stdout, "logits: largest absolute difference %.3g over %d full rows\n", res.logits_max_abs, res.logits_rows);
         if (o->num_b) { side_a = "under A"; side_b = "under B"; }
         if (o->num_b)
             bt_text_printf(stdout, "against: the same ids under %s (A = %s); the trace's own statistics are not used\n", nb, na);
@@ -636,9 +678,9 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
                 for (int i = 0; i < res.n_all; i++) print_divergence(&res.all[i], tens, n_tens, "  ");
             } else if (!res.cross) bt_text_printf(stdout, "(stopped at the first divergence after %d steps; --all lists every divergent step)\n", res.steps_compared);
         }
-        if (res.cross) print_cross(&res, tens, n_tens, o->tol);
+        if (res.cross) print_cross(&res, tens, n_tens, res.tol);
         else if (!res.found) {
-            bt_text_printf(stdout, "no divergence: %d steps x %d tensors match the reference within %g", res.steps_compared, n_tens, o->tol);
+            bt_text_printf(stdout, "no divergence: %d steps x %d tensors match the reference within %g", res.steps_compared, n_tens, res.tol);
             if (res.max_rel > 0) bt_text_printf(stdout, " (largest relative difference %.3g at step %d, %s)", res.max_rel, res.max_rel_step, tens[res.max_rel_slot].name);
             bt_text_printf(stdout, "\n");
         }

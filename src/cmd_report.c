@@ -132,6 +132,12 @@ static void section_summary(FILE *o, const bt_analysis *x)
         bt_bad_tensor_print_counts(o, f);
         fputs(" values", o);
         fputs(".\n", o);
+        if (x->has_first_kernel) {
+            char kb[400];
+            fprintf(o, "- **Device kernel that wrote it:** `%s` (%d kernels joined to this op in `v_kernels`, "
+                    "the tap's reduction included; the host backtrace is below).\n",
+                    bt_kernel_row_format(&x->first_kernel, kb, sizeof(kb)), x->n_first_kernels);
+        }
     } else fputs("- **First non-finite:** none (no tapped tensor held NaN or Inf).\n", o);
     if (x->has_degenerate) {
         fprintf(o, "- **First degenerate output:** step %d (%s): ", x->degen_step, x->degen_kind);

@@ -57,6 +57,13 @@ void cmd_run_help(FILE *out)
         "                       plugin, bangtrace-cuda.so; exit 2 when it cannot run here);\n"
         "                       with --engine llama.cpp: llama.cpp's backend, cpu or cuda\n"
         "                       (a llama.cpp build with CUDA)\n"
+        "  --cuda-graphs        with --device cuda: capture each decode step (tap reductions\n"
+        "                       included) as a CUDA graph and replay it; the trace equals the\n"
+        "                       eager one (doc/cuda.md)\n"
+        "  --cupti              with --device cuda and --trace: record CUPTI device activity\n"
+        "                       (kernels, copies, memsets, syncs, driver/runtime API calls),\n"
+        "                       each joined to its (step, layer, op), into the trace's kernels\n"
+        "                       table (v_kernels); costs time per launch (doc/cuda.md)\n"
         "  --engine NAME        native (default: bangtrace's exact f32 engine) or llama.cpp (the\n"
         "                       pinned llama.cpp build through its C API and cb_eval: same taps,\n"
         "                       trace, --inject activation faults and sampling; GGUF models only;\n"
@@ -115,7 +122,7 @@ typedef struct run_opts {
     double top_p; bool has_top_p;
     unsigned long long seed; bool has_seed;
     long threads, ctx;
-    bool json, ignore_eos, force, timing;
+    bool json, ignore_eos, force, timing, cuda_graphs, cupti;
     const char *trace;
     int taps;                 /* bt_taps_mode */
     int layer_lo, layer_hi;
@@ -202,6 +209,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else if (!strcmp(a, "--force")) o->force = true;
         else if (!strcmp(a, "--timing")) o->timing = true;
+        else if (!strcmp(a, "--cuda-graphs")) o->cuda_graphs = true;
+        else if (!strcmp(a, "--cupti")) o->cupti = true;
         else return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help run)", a);
 #undef VAL
     }
@@ -210,6 +219,14 @@ static int parse_args(int argc, char **argv, run_opts *o)
     if (o->timing && !o->trace) return bt_error(BT_EINVAL, "--timing records op durations into the trace: give --trace OUT.db");
     if (o->timing && (o->taps != BT_TAPS_ALL || o->layer_lo >= 0))
         return bt_error(BT_EINVAL, "--timing needs every op tapped (--taps all, no --tap-layers): an op's duration is the time since the previous tapped op");
+    for (int f = 0; f < 2; f++) {
+        const char *flag = f ? "--cupti" : "--cuda-graphs";
+        if (!(f ? o->cupti : o->cuda_graphs)) continue;
+        if (o->llamacpp) return bt_error(BT_EINVAL, "%s is for the native engine's CUDA backend, not --engine llama.cpp", flag);
+        if (!o->device || strncmp(o->device, "cuda", 4))
+            return bt_error(BT_EINVAL, "%s needs --device cuda (the CPU backend has no CUDA %s)", flag, f ? "activity" : "graphs");
+    }
+    if (o->cupti && !o->trace) return bt_error(BT_EINVAL, "--cupti records device activity into the trace: give --trace OUT.db");
     if (!o->prompt == !o->request) return bt_error(BT_EINVAL, "give exactly one of --prompt or --request");
     int drafters = (o->draft_model != NULL) + (o->draft_self > 0) + (o->draft_ngram > 0);
     if (drafters > 1) return bt_error(BT_EINVAL, "give one drafter: --draft, --draft-self or --draft-ngram");
@@ -421,7 +438,8 @@ int cmd_run(int argc, char **argv)
                            .trace = o.trace, .force = o.force, .taps = o.taps, .layer_lo = o.layer_lo,
                            .layer_hi = o.layer_hi, .logits_full = o.logits_full, .topk = (int)o.topk, .rule = sc.rule,
                            .meta = write_meta, .meta_user = &rm, .hooks = true,
-                           .numerics = &o.numerics, .seed = sc.seed, .timing = o.timing };
+                           .numerics = &o.numerics, .seed = sc.seed, .timing = o.timing,
+                           .cuda_graphs = o.cuda_graphs, .cupti = o.cupti };
     if (bt_session_open(&cfg, &ses)) goto fail;
     m = bt_session_model(ses);
     tok = bt_session_tokenizer(ses);

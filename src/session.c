@@ -8,6 +8,7 @@
  * finds either an open trace and its hook or neither. */
 #include "session.h"
 #include "kernels.h"
+#include "backend/backend.h"
 #include "sys/crash.h"
 #include "util.h"
 
@@ -97,6 +98,23 @@ static int write_spec_meta(bt_trace *t, const bt_session_cfg *cfg, const bt_mode
     return rc;
 }
 
+/* The device's memory account (weights, upload time, memory in use after
+ * loading) as meta rows device_weight_bytes, device_upload_ms,
+ * device_mem_used, device_mem_total. */
+static int write_mem_meta(bt_trace *t, const bt_backend_mem *mem)
+{
+    char buf[32];
+    int rc;
+    snprintf(buf, sizeof(buf), "%lld", (long long)mem->weight_bytes);
+    if ((rc = bt_trace_meta(t, "device_weight_bytes", buf))) return rc;
+    snprintf(buf, sizeof(buf), "%.3f", mem->upload_ns / 1e6);
+    if ((rc = bt_trace_meta(t, "device_upload_ms", buf))) return rc;
+    snprintf(buf, sizeof(buf), "%lld", (long long)mem->device_used);
+    if ((rc = bt_trace_meta(t, "device_mem_used", buf))) return rc;
+    snprintf(buf, sizeof(buf), "%lld", (long long)mem->device_total);
+    return bt_trace_meta(t, "device_mem_total", buf);
+}
+
 int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
 {
     const bt_model *m = s->model;
@@ -125,6 +143,16 @@ int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
     else rc = bt_engine_new_opts(m, &to, &s->e);
     if (rc) return rc;
     if (cfg->numerics && (rc = bt_engine_set_numerics(s->e, cfg->numerics))) return rc;
+    if (cfg->cupti && !cfg->trace)
+        return bt_error(BT_EINVAL, "--cupti records device activity into the trace: give --trace OUT.db");
+    if (cfg->cuda_graphs && (rc = bt_engine_enable(s->e, BT_BACKEND_GRAPHS))) return rc;
+    if (cfg->cupti && (rc = bt_engine_enable(s->e, BT_BACKEND_ACTIVITY))) return rc;
+    bt_backend_mem mem;
+    bool have_mem = !cfg->engine_new && bt_backend_mem_info(bt_engine_backend(s->e), &mem) == BT_OK;
+    if (have_mem)
+        bt_debug("%s: weights %.1f MiB uploaded in %.1f ms; device memory %.1f of %.1f MiB in use",
+                 bt_backend_name(bt_engine_backend(s->e)), mem.weight_bytes / 1048576.0, mem.upload_ns / 1e6,
+                 mem.device_used / 1048576.0, mem.device_total / 1048576.0);
     if (cfg->draft_model && !s->draft_model) {
         if ((rc = load_draft(cfg, m, &s->own_draft))) return rc;
         s->draft_model = s->own_draft;
@@ -165,18 +193,22 @@ int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
         if ((rc = bt_trace_create_opts(cfg->trace, cfg->force ? BT_TRACE_FORCE : 0, &s->trace))) return rc;
         if (cfg->meta && (rc = cfg->meta(cfg->meta_user, s->trace, s))) return rc;
         if (cfg->spec_k && (rc = write_spec_meta(s->trace, cfg, s->draft_model, s->drafter_name))) return rc;
+        if (have_mem && (rc = write_mem_meta(s->trace, &mem))) return rc;
+        if (cfg->cuda_graphs && (rc = bt_trace_meta(s->trace, "cuda_graphs", "1"))) return rc;
+        if (cfg->cupti && (rc = bt_trace_meta(s->trace, "cupti", "1"))) return rc;
     }
     if (cfg->trace || s->inj) {
         bt_recorder_cfg rc_cfg = { .trace = s->trace, .inj = s->inj, .model = m, .tok = s->tok,
                                    .taps = cfg->trace ? cfg->taps : BT_TAPS_NONE,
                                    .layer_lo = cfg->layer_lo, .layer_hi = cfg->layer_hi, .logits_full = cfg->logits_full,
                                    .topk = cfg->topk ? cfg->topk : 20, .rule = cfg->rule, .model_role = "target",
-                                   .timing = cfg->timing };
+                                   .timing = cfg->timing, .kernels = cfg->cupti && s->trace };
         if ((rc = bt_recorder_new(&rc_cfg, s->e, &s->rec))) return rc;
         if (cfg->prompt && (rc = bt_recorder_prompt(s->rec, cfg->prompt, cfg->n_prompt))) return rc;
         if (s->de) {
             rc_cfg.model = s->draft_model ? s->draft_model : m;
             rc_cfg.model_role = "draft";
+            rc_cfg.kernels = false;   /* the target's recorder drains the shared backend's records */
             if ((rc = bt_recorder_new(&rc_cfg, s->de, &s->drec))) return rc;
         }
         if (s->trace && cfg->hooks) {

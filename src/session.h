@@ -54,6 +54,9 @@ typedef struct bt_session_cfg {
     int draft_self;                 /* drafter = the target's first N layers */
     int draft_ngram;                /* drafter = prompt lookup of the last N tokens */
     const bt_numerics *numerics;    /* the emulated numerics (target and drafter); NULL: exact f32 */
+    bool cuda_graphs;               /* capture each step as a CUDA graph (run --cuda-graphs; cuda only) */
+    bool cupti;                     /* record device activity (CUPTI) into the trace's kernels
+                                     * table (run --cupti; cuda only, needs a trace) */
     /* Build the target engine another way (a foreign engine: run --engine
      * llama.cpp, engines/llamacpp/); NULL: the native engine on `device`.
      * Kept as a hook so that this library never links the foreign one. */

@@ -1,7 +1,7 @@
 # tests/local.mk - the test suite. Programs are C unit tests; *.sh drive the
 # built binary. ASAN_TESTS (one line) is what `./quickstart check` reruns
 # under ASan+UBSan.
-ASAN_TESTS = tests/test_moe tests/moe_trace.sh tests/test_foreign tests/test_session tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_guard tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh tests/trace_hostile.sh tests/test_kernel_rows tests/export_perfetto.sh tests/arch.sh
+ASAN_TESTS = tests/test_moe tests/moe_trace.sh tests/test_foreign tests/test_session tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_guard tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh tests/trace_hostile.sh tests/test_kernel_rows tests/export_perfetto.sh tests/arch.sh tests/test_activity tests/kernel_join.sh
 TESTS += tests/manpage.sh
 EXTRA_DIST += tests/manpage.sh
 TESTS += tests/llamacpp.sh tests/link_invariants.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
@@ -128,6 +128,14 @@ tests_test_kernel_rows_SOURCES = tests/test_kernel_rows.c
 tests_test_kernel_rows_LDADD = $(TRACE_LIBS)
 TESTS += tests/export_perfetto.sh
 EXTRA_DIST += tests/export_perfetto.sh
+# the kernel trail end to end without a GPU: a CPU backend with the device
+# hooks (enable, mark, activity) stands in for the CUDA plugin's CUPTI
+TESTS += tests/kernel_join.sh tests/bisect_devices.sh
+EXTRA_DIST += tests/kernel_join.sh tests/bisect_devices.sh
+check_PROGRAMS += tests/test_activity
+TESTS += tests/test_activity
+tests_test_activity_SOURCES = tests/test_activity.c
+tests_test_activity_LDADD = $(TRACE_LIBS)
 # the session (model, engines, trace, recorders from one config) and the teacher-forced replay
 check_PROGRAMS += tests/test_session
 TESTS += tests/test_session

@@ -26,6 +26,7 @@ const tui_view tui_views[] = {
     VIEW("run", "Run", '4', tui_run_draw, tui_run_handle, tui_dump_run, NULL),
     VIEW("backtrace", "Backtrace", '5', tui_bt_draw, tui_bt_handle, tui_dump_backtrace, NULL),
     VIEW("spec", "Speculation", '6', tui_spec_draw, tui_spec_handle, tui_dump_spec, tui_spec_status),
+    VIEW("kernels", "Kernels", '7', tui_kernels_draw, tui_kernels_handle, tui_dump_kernels, NULL),
 };
 const int tui_n_views = (int)BT_ARRAY_SIZE(tui_views);
 
@@ -65,6 +66,7 @@ void tui_app_free(tui_app *a)
     tui_step_free(&a->st);
     tui_walk_free(&a->walk);
     tui_run_free(&a->run);
+    tui_kernels_free(&a->ks);
 }
 
 int tui_app_step(tui_app *a, int step)
@@ -91,6 +93,21 @@ int tui_app_walk(tui_app *a)
     int rc = tui_walk_load(a->tr, &a->walk);
     if (rc) return rc;
     a->walk_valid = true;
+    return BT_OK;
+}
+
+int tui_app_kernels(tui_app *a, int step)
+{
+    int rc = tui_app_walk(a);
+    if (rc) return rc;
+    const tui_link *bad = a->walk.found && a->walk.n ? &a->walk.links[0] : NULL;
+    if (step < 0) step = bad ? bad->step : a->step;
+    if (a->ks_valid && a->ks.step == step) return BT_OK;
+    a->ks_valid = false;
+    a->ks_top = 0;
+    rc = tui_kernels_load(a->tr, step, bad ? bad->layer : -1, bad && bad->step == step ? bad->op : NULL, &a->ks);
+    if (rc) return rc;
+    a->ks_valid = true;
     return BT_OK;
 }
 

@@ -34,18 +34,25 @@ void cmd_browse_help(FILE *out)
         "               against the target's (+ accepted, x rejected, - not reached,\n"
         "               s after the stop token), the bonus/correction token, and the\n"
         "               acceptance rate over time as a sparkline; n/p jump between\n"
-        "               rejections, Enter opens the verify step's Step view\n\n"
-        "Keys: Tab or 1-6 switch views, arrows/hjkl move (Left/Right scroll a long\n"
+        "               rejections, Enter opens the verify step's Step view\n"
+        "  7 Kernels    per step, the ops in forward order with their host duration\n"
+        "               (run --timing) and under each the device kernels, copies and\n"
+        "               memsets joined to it with their durations (a CUDA run with\n"
+        "               CUPTI); the first non-finite op is marked and the kernel\n"
+        "               that wrote it highlighted; n/p or Left/Right change the step,\n"
+        "               g jumps to the first bad step\n\n"
+        "Keys: Tab or 1-7 switch views, arrows/hjkl move (Left/Right scroll a long\n"
         "Run line), PgUp/PgDn, g/G first/last,\n"
         "/ search token text, Enter drill in, Esc/Backspace back, ? help, q quit.\n"
         "Colours degrade to markers (! non-finite, ~ degenerate, . clean) when the\n"
         "terminal has none or NO_COLOR is set. Text from the trace (token pieces,\n"
         "tensor names, metadata, events) is sanitized: control characters and\n"
         "escape sequences are shown escaped (\\x1b), never sent.\n\n"
-        "  --view VIEW    start in VIEW (tokens, step, walkback, run, backtrace, spec)\n"
+        "  --view VIEW    start in VIEW (tokens, step, walkback, run, backtrace, spec, kernels)\n"
         "  --dump VIEW    print VIEW as plain text and exit (no terminal needed)\n"
         "  --step S       the step to dump (step view; tokens: the window around S;\n"
-        "                 spec: verify step S in detail)\n"
+        "                 spec: verify step S in detail; kernels: default the first\n"
+        "                 non-finite step, else the first step)\n"
         "  --all          with --dump tokens: every token, not one window; with\n"
         "                 --dump spec: every verify step, not the first 256\n\n"
         "Exit status: 0 ok, 2 error (not a trace, unreadable, not a terminal, or\n"
@@ -104,11 +111,11 @@ int cmd_browse(int argc, char **argv)
     if (!path) { bt_error(BT_EINVAL, "no trace given (usage: bangtrace browse TRACE)"); return bt_cmd_fail("browse"); }
     int dump_view = -1, start_view = 0;
     if (dump && (dump_view = tui_view_find(dump)) < 0) {
-        bt_error(BT_EINVAL, "--dump: no view '%s' (tokens, step, walkback, run, backtrace, spec)", dump);
+        bt_error(BT_EINVAL, "--dump: no view '%s' (tokens, step, walkback, run, backtrace, spec, kernels)", dump);
         return bt_cmd_fail("browse");
     }
     if (view && (start_view = tui_view_find(view)) < 0) {
-        bt_error(BT_EINVAL, "--view: no view '%s' (tokens, step, walkback, run, backtrace, spec)", view);
+        bt_error(BT_EINVAL, "--view: no view '%s' (tokens, step, walkback, run, backtrace, spec, kernels)", view);
         return bt_cmd_fail("browse");
     }
     if (timing) return time_open(path);

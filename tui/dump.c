@@ -208,6 +208,24 @@ int tui_dump_run(tui_app *a, FILE *out, int step)
     return BT_OK;
 }
 
+/* ---- kernels ---- */
+
+int tui_dump_kernels(tui_app *a, FILE *out, int step)
+{
+    int lo, hi;
+    tui_trace_bounds(a->tr, &lo, &hi, NULL, NULL);
+    if (step >= 0 && (hi < 0 || step < lo || step > hi))
+        return bt_error(BT_ENOTFOUND, "%s: no step %d in this trace", tui_trace_path(a->tr), step);
+    int rc = tui_app_kernels(a, step);
+    if (rc) return rc;
+    for (int i = 0; i < a->ks.n_kl; i++) {
+        char line[512];
+        tui_sanitize(a->ks.kl[i].text, strlen(a->ks.kl[i].text), line, sizeof line, 0, a->san);
+        fprintf(out, "%s\n", line);
+    }
+    return BT_OK;
+}
+
 int tui_dump_backtrace(tui_app *a, FILE *out, int step)
 {
     int rc = tui_app_run(a);

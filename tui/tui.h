@@ -414,6 +414,41 @@ const char *const *tui_key_help(void);
 /* Reaction flags returned by actions. */
 enum { TUI_R_NONE = 0, TUI_R_REDRAW = 1, TUI_R_QUIT = 2, TUI_R_SWITCH = 4 };
 
+/* ---- kernels: one step's ops with their device activity and durations
+ * (model_kernels.c) ---- */
+typedef struct tui_kernel {
+    char name[128], kind[8], op[32];
+    int layer, op_i;            /* op_i: index in tui_kstep.ops */
+    int64_t dur_ns;
+    int grid[3], block[3];
+    bool tap;                   /* the tap's own reduction, not the op's work */
+} tui_kernel;
+typedef struct tui_kop {
+    int layer;                  /* -1 outside layers */
+    char op[32], tensor[64];
+    int64_t op_ns;              /* host duration (op_timings), -1 none */
+    int64_t kern_ns;            /* sum of its device rows' durations */
+    int k0, nk;                 /* its rows in tui_kstep.k */
+} tui_kop;
+enum { TUI_KL_HEAD, TUI_KL_NOTE, TUI_KL_OP, TUI_KL_KERNEL, TUI_KL_BAD, TUI_KL_BADK };
+typedef struct tui_kline { int kind; char text[240]; } tui_kline;
+typedef struct tui_kstep {
+    int step;
+    tui_kop *ops;
+    int n_ops, cap_ops;
+    tui_kernel *k;              /* grouped by op, in start order within an op */
+    int n_k, cap_k;
+    int n_outside, n_api;       /* rows outside any op; API and sync rows of ops */
+    bool has_kernels, has_timings;
+    int bad_op, bad_kernel;     /* the first non-finite op and the kernel that wrote it, -1 */
+    tui_kline *kl;              /* the lines the view draws and --dump prints */
+    int n_kl, cap_kl;
+} tui_kstep;
+/* Load step `step`; mark (bad_layer, bad_op) as the first bad op when it is
+ * in this step (bad_op NULL: none). */
+int tui_kernels_load(tui_trace *tr, int step, int bad_layer, const char *bad_op, tui_kstep *out);
+void tui_kernels_free(tui_kstep *k);
+
 /* ---- the application state shared by views ---- */
 typedef struct tui_app {
     tui_trace *tr;
@@ -453,6 +488,10 @@ typedef struct tui_app {
     int spec_top;               /* first verify step on screen */
     int spec_col;               /* selected draft in the row, -1: none */
     int spec_page;              /* list rows of the last draw */
+    /* kernels */
+    tui_kstep ks;
+    bool ks_valid;
+    int ks_top;                 /* first line on screen */
     /* --dump */
     bool dump_all;              /* tokens: every token, not one window */
     int dump_width;             /* columns for wrapped dump text */
@@ -463,6 +502,9 @@ int tui_app_step(tui_app *a, int step);
 int tui_app_walk(tui_app *a);
 int tui_app_run(tui_app *a);
 int tui_app_spec(tui_app *a);
+/* The Kernels view's step (step < 0: the first non-finite step, else the
+ * selected one), with the first bad op marked. */
+int tui_app_kernels(tui_app *a, int step);
 /* Move the tokens cursor to seq (reloading the window when needed). */
 int tui_app_goto_seq(tui_app *a, int64_t seq);
 /* Select tensor (layer, op) of the current step's model; false if absent. */
@@ -510,6 +552,9 @@ void tui_spec_draw(tui_app *a, const tui_rect *body);
 int tui_spec_handle(tui_app *a, int action, const tui_rect *body);
 void tui_spec_status(tui_app *a, char *buf, size_t cap);
 int tui_dump_spec(tui_app *a, FILE *out, int step);
+void tui_kernels_draw(tui_app *a, const tui_rect *body);
+int tui_kernels_handle(tui_app *a, int action, const tui_rect *body);
+int tui_dump_kernels(tui_app *a, FILE *out, int step);
 
 /* The interactive loop (browse.c): curses up, loop, curses down. Returns the
  * exit status. */

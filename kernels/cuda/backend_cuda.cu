@@ -20,17 +20,36 @@
  *     changed (prefill vs decode). The graph replays exactly the kernels and
  *     arguments the eager path would launch, so a trace with graphs equals
  *     the eager one by construction.
+ *   - CUPTI (enable(BT_BACKEND_ACTIVITY), what `run --cupti` asks for; only
+ *     where configure found CUPTI, HAVE_CUPTI): activity records for
+ *     kernels, memcpy, memset, synchronisation and driver/runtime API calls.
+ *     mark() pops the previous external correlation id and pushes
+ *     bt_act_ext_id(step, layer, op), so CUPTI ties every API call, and the
+ *     kernel or copy it launched, to the op. activity() flushes CUPTI's
+ *     buffers (after sync, so the step's records are complete) and hands
+ *     each record, as a plain bt_act, to the host's callback. CUPTI's
+ *     callbacks are process-wide: one backend records at a time. A graph
+ *     launch (--cuda-graphs) is marked (step, -1, BT_ACT_OP_GRAPH): its
+ *     kernels join the step, not their op (run eager for the per-op join).
  *   - Errors: a failed CUDA call becomes BT_EIO with bt_error() naming the
  *     call and cudaGetErrorString; the executable exports bt_error. */
+#include "config.h"
+
 #include <cuda_runtime.h>
+#ifdef HAVE_CUPTI
+#include <cupti.h>
+#endif
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 extern "C" {
 #include "util.h"
 #include "backend/backend_impl.h"
+#include "tap/kernel_rows.h"
 }
 
 #include "math.cuh"
@@ -65,6 +84,11 @@ typedef struct cuda_be {
     bool graphs, capturing;
     cudaGraphExec_t exec;
     size_t weight_bytes;              /* uploaded, for the report */
+    int64_t upload_ns;                /* wall time of those uploads */
+    bool activity;                    /* CUPTI recording (this backend owns it) */
+    bool ext_pushed;                  /* an external correlation id is pushed */
+    int cur_step;                     /* the step of the last mark */
+    uint64_t cur_ext;                 /* the id pushed (0: none) */
 } cuda_be;
 
 static cuda_be *CB(bt_backend *be) { return (cuda_be *)be; }
@@ -75,6 +99,226 @@ static int cuerr(cudaError_t e, const char *call)
     return bt_error(BT_EIO, "CUDA: %s: %s", call, cudaGetErrorString(e));
 }
 #define CU(call) do { int rc_ = cuerr((call), #call); if (rc_) return rc_; } while (0)
+
+/* ---- CUPTI (the kernel trail) ---- */
+
+#ifdef HAVE_CUPTI
+#define ACT_BUF_BYTES ((size_t)8 << 20)
+#define CORR_RING 65536               /* correlation id -> external id, by id modulo */
+
+/* Completed activity buffers, appended by CUPTI's thread (or by the flush
+ * in activity()), taken by activity(). */
+static struct {
+    pthread_mutex_t mu;
+    uint8_t **buf;
+    size_t *valid;
+    int n, cap;
+    long dropped;                     /* buffers we had no room to keep */
+    cuda_be *owner;                   /* the backend recording, NULL: none */
+    uint32_t corr[CORR_RING];
+    uint64_t ext[CORR_RING];
+} g_act = { PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, 0, 0, NULL, {0}, {0} };
+
+static void CUPTIAPI act_requested(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+    *buffer = (uint8_t *)aligned_alloc(8, ACT_BUF_BYTES);
+    *size = *buffer ? ACT_BUF_BYTES : 0;
+    *max_records = 0;
+}
+
+static void CUPTIAPI act_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid)
+{
+    (void)ctx; (void)stream; (void)size;
+    pthread_mutex_lock(&g_act.mu);
+    if (g_act.n == g_act.cap) {
+        int cap = g_act.cap ? 2 * g_act.cap : 16;
+        uint8_t **b = (uint8_t **)realloc(g_act.buf, (size_t)cap * sizeof(*b));
+        if (b) g_act.buf = b;
+        size_t *v = b ? (size_t *)realloc(g_act.valid, (size_t)cap * sizeof(*v)) : NULL;
+        if (v) { g_act.valid = v; g_act.cap = cap; }
+    }
+    if (g_act.n < g_act.cap) { g_act.buf[g_act.n] = buffer; g_act.valid[g_act.n++] = valid; }
+    else { g_act.dropped++; free(buffer); }
+    pthread_mutex_unlock(&g_act.mu);
+}
+
+static int cuptierr(CUptiResult r, const char *call)
+{
+    if (r == CUPTI_SUCCESS) return BT_OK;
+    const char *msg = NULL;
+    cuptiGetResultString(r, &msg);
+    return bt_error(BT_EIO, "CUPTI: %s: %s", call, msg ? msg : "error");
+}
+#define CUPTI(call) do { int rc_ = cuptierr((call), #call); if (rc_) return rc_; } while (0)
+
+static const CUpti_ActivityKind act_kinds[] = {
+    CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+    CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, CUPTI_ACTIVITY_KIND_DRIVER,
+    CUPTI_ACTIVITY_KIND_RUNTIME,
+};
+
+static int act_start(cuda_be *c)
+{
+    if (c->activity) return BT_OK;
+    pthread_mutex_lock(&g_act.mu);
+    bool busy = g_act.owner != NULL;
+    if (!busy) g_act.owner = c;
+    pthread_mutex_unlock(&g_act.mu);
+    if (busy) return bt_error(BT_EUNSUPPORTED, "--cupti: another CUDA backend in this process is already recording");
+    int rc = cuptierr(cuptiActivityRegisterCallbacks(act_requested, act_completed), "cuptiActivityRegisterCallbacks");
+    for (size_t i = 0; rc == BT_OK && i < sizeof(act_kinds) / sizeof(act_kinds[0]); i++)
+        rc = cuptierr(cuptiActivityEnable(act_kinds[i]), "cuptiActivityEnable");
+    if (rc) {
+        for (size_t i = 0; i < sizeof(act_kinds) / sizeof(act_kinds[0]); i++) cuptiActivityDisable(act_kinds[i]);
+        pthread_mutex_lock(&g_act.mu);
+        g_act.owner = NULL;
+        pthread_mutex_unlock(&g_act.mu);
+        return rc;
+    }
+    c->activity = true;
+    return BT_OK;
+}
+
+static void act_stop(cuda_be *c)
+{
+    if (!c->activity) return;
+    if (c->ext_pushed) { uint64_t id; cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &id); }
+    cuptiActivityFlushAll(1);
+    for (size_t i = 0; i < sizeof(act_kinds) / sizeof(act_kinds[0]); i++) cuptiActivityDisable(act_kinds[i]);
+    pthread_mutex_lock(&g_act.mu);
+    for (int i = 0; i < g_act.n; i++) free(g_act.buf[i]);
+    g_act.n = 0;
+    g_act.owner = NULL;
+    pthread_mutex_unlock(&g_act.mu);
+    c->activity = c->ext_pushed = false;
+}
+
+/* Replace the pushed external id by `id` (0: none). */
+static int act_push(cuda_be *c, uint64_t id)
+{
+    uint64_t old;
+    if (c->ext_pushed)
+        CUPTI(cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &old));
+    c->ext_pushed = false;
+    if (id) {
+        CUPTI(cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id));
+        c->ext_pushed = true;
+    }
+    return BT_OK;
+}
+
+static uint64_t corr_ext(uint32_t corr)
+{
+    uint32_t k = corr % CORR_RING;
+    return g_act.corr[k] == corr ? g_act.ext[k] : 0;
+}
+
+static const char *sync_name(int type)
+{
+    switch (type) {
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE: return "cudaEventSynchronize";
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT: return "cudaStreamWaitEvent";
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE: return "cudaStreamSynchronize";
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE: return "cudaDeviceSynchronize";
+    default: return "synchronization";
+    }
+}
+
+/* One CUPTI record as a bt_act (false: a kind the trace does not keep). */
+static bool act_convert(const CUpti_Activity *r, bt_act *a, uint32_t device)
+{
+    memset(a, 0, sizeof(*a));
+    a->device = device;
+    switch (r->kind) {
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+    case CUPTI_ACTIVITY_KIND_KERNEL: {
+        const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)r;
+        a->kind = BT_ACT_KERNEL; a->name = k->name; a->correlation_id = k->correlationId;
+        a->start_ns = k->start; a->end_ns = k->end;
+        a->grid[0] = k->gridX; a->grid[1] = k->gridY; a->grid[2] = k->gridZ;
+        a->block[0] = k->blockX; a->block[1] = k->blockY; a->block[2] = k->blockZ;
+        a->registers = k->registersPerThread;
+        a->static_shared = k->staticSharedMemory; a->dynamic_shared = k->dynamicSharedMemory;
+        a->stream = k->streamId; a->device = k->deviceId;
+        return true;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)r;
+        a->kind = BT_ACT_MEMCPY; a->correlation_id = m->correlationId; a->start_ns = m->start; a->end_ns = m->end;
+        a->copy_kind = m->copyKind; a->bytes = m->bytes; a->stream = m->streamId; a->device = m->deviceId;
+        return true;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMSET: {
+        const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)r;
+        a->kind = BT_ACT_MEMSET; a->correlation_id = m->correlationId; a->start_ns = m->start; a->end_ns = m->end;
+        a->bytes = m->bytes; a->stream = m->streamId; a->device = m->deviceId;
+        return true;
+    }
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
+        const CUpti_ActivitySynchronization2 *y = (const CUpti_ActivitySynchronization2 *)r;
+        a->kind = BT_ACT_SYNC; a->name = sync_name(y->type); a->correlation_id = y->correlationId;
+        a->start_ns = y->start; a->end_ns = y->end; a->stream = y->streamId;
+        return true;
+    }
+    case CUPTI_ACTIVITY_KIND_DRIVER:
+    case CUPTI_ACTIVITY_KIND_RUNTIME: {
+        const CUpti_ActivityAPI *p = (const CUpti_ActivityAPI *)r;
+        bool drv = r->kind == CUPTI_ACTIVITY_KIND_DRIVER;
+        const char *nm = NULL;
+        cuptiGetCallbackName(drv ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API, p->cbid, &nm);
+        a->kind = drv ? BT_ACT_DRIVER : BT_ACT_RUNTIME; a->name = nm; a->correlation_id = p->correlationId;
+        a->start_ns = p->start; a->end_ns = p->end;
+        return true;
+    }
+    default:
+        return false;
+    }
+}
+
+static int act_drain(cuda_be *c, bt_act_fn fn, void *user)
+{
+    if (!c->activity) return BT_OK;
+    CUPTI(cuptiActivityFlushAll(0));
+    pthread_mutex_lock(&g_act.mu);
+    int n = g_act.n;
+    uint8_t **bufs = (uint8_t **)malloc((size_t)(n ? n : 1) * sizeof(*bufs));
+    size_t *valid = (size_t *)malloc((size_t)(n ? n : 1) * sizeof(*valid));
+    if (bufs && valid) {
+        memcpy(bufs, g_act.buf, (size_t)n * sizeof(*bufs));
+        memcpy(valid, g_act.valid, (size_t)n * sizeof(*valid));
+        g_act.n = 0;
+    }
+    long dropped = g_act.dropped;
+    g_act.dropped = 0;
+    pthread_mutex_unlock(&g_act.mu);
+    if (!bufs || !valid) { free(bufs); free(valid); return bt_error(BT_ENOMEM, "out of memory draining CUPTI records"); }
+    int rc = dropped ? bt_error(BT_ENOMEM, "CUPTI: %ld activity buffers lost (out of memory)", dropped) : BT_OK;
+    /* External correlation records first: a kernel's may sit in another
+     * buffer (or an earlier drain: the ring keeps them). */
+    for (int i = 0; i < n; i++) {
+        CUpti_Activity *r = NULL;
+        while (cuptiActivityGetNextRecord(bufs[i], valid[i], &r) == CUPTI_SUCCESS)
+            if (r->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
+                const CUpti_ActivityExternalCorrelation *x = (const CUpti_ActivityExternalCorrelation *)r;
+                if (x->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) continue;
+                g_act.corr[x->correlationId % CORR_RING] = x->correlationId;
+                g_act.ext[x->correlationId % CORR_RING] = x->externalId;
+            }
+    }
+    for (int i = 0; i < n; i++) {
+        CUpti_Activity *r = NULL;
+        while (rc == BT_OK && cuptiActivityGetNextRecord(bufs[i], valid[i], &r) == CUPTI_SUCCESS) {
+            bt_act a;
+            if (!act_convert(r, &a, (uint32_t)c->device)) continue;
+            rc = fn(user, &a, corr_ext(a.correlation_id));
+        }
+        free(bufs[i]);
+    }
+    free(bufs);
+    free(valid);
+    return rc;
+}
+#endif /* HAVE_CUPTI */
 
 /* ---- graph segments ---- */
 
@@ -104,7 +348,15 @@ static int seg_end(cuda_be *c)
         }
     }
     if (!c->exec) rc = cuerr(cudaGraphInstantiate(&c->exec, g, 0), "cudaGraphInstantiate");
+#ifdef HAVE_CUPTI
+    /* the graph's kernels run now, at the launch: they join the step */
+    uint64_t was = c->cur_ext;
+    if (!rc && c->activity) rc = act_push(c, bt_act_ext_id(c->cur_step, -1, BT_ACT_OP_GRAPH));
+#endif
     if (!rc) rc = cuerr(cudaGraphLaunch(c->exec, c->stream), "cudaGraphLaunch");
+#ifdef HAVE_CUPTI
+    if (!rc && c->activity) rc = act_push(c, was);
+#endif
     cudaGraphDestroy(g);
     return rc;
 }
@@ -150,6 +402,9 @@ static void cu_free(bt_backend *be)
 {
     cuda_be *c = CB(be);
     if (!c) return;
+#ifdef HAVE_CUPTI
+    act_stop(c);
+#endif
     if (c->capturing) {
         cudaGraph_t g = NULL;
         cudaStreamEndCapture(c->stream, &g);
@@ -188,10 +443,14 @@ static int cu_buf_upload(bt_backend *be, const void *data, size_t bytes, bt_buf 
 {
     cuda_be *c = CB(be);
     bt_buf *b = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc = cu_buf_alloc(be, bytes, &b);
     if (rc) return rc;
     rc = cuerr(cudaMemcpy(b->dev, data, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
     if (rc) { cudaFree(b->dev); free(b); return rc; }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    c->upload_ns += (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
     c->weight_bytes += bytes;
     *out = b;
     return BT_OK;
@@ -409,6 +668,66 @@ static void cu_kernel_name(bt_backend *be, int kop, int wtype, char *buf, size_t
     }
 }
 
+/* ---- ABI 2: features, the kernel trail, memory ---- */
+
+static int cu_enable(bt_backend *be, int feature)
+{
+    cuda_be *c = CB(be);
+    switch (feature) {
+    case BT_BACKEND_GRAPHS:
+        if (!c->graphs) snprintf(c->desc + strlen(c->desc), sizeof(c->desc) - strlen(c->desc), ", CUDA graphs");
+        c->graphs = true;
+        return BT_OK;
+    case BT_BACKEND_ACTIVITY:
+#ifdef HAVE_CUPTI
+        return act_start(c);
+#else
+        return bt_error(BT_EUNSUPPORTED, "--cupti: this bangtrace-cuda.so was built without CUPTI (configure --with-cupti)");
+#endif
+    default:
+        return bt_error(BT_EUNSUPPORTED, "CUDA backend: unknown feature %d", feature);
+    }
+}
+
+static int cu_mark(bt_backend *be, int step, int layer, int op)
+{
+    cuda_be *c = CB(be);
+    c->cur_step = step;
+#ifdef HAVE_CUPTI
+    if (!c->activity) return BT_OK;
+    uint64_t id = op < 0 ? 0 : bt_act_ext_id(step, layer, op);
+    if (id == c->cur_ext && c->ext_pushed == (id != 0)) return BT_OK;
+    int rc = act_push(c, id);
+    if (rc == BT_OK) c->cur_ext = id;
+    return rc;
+#else
+    (void)layer; (void)op;
+    return BT_OK;
+#endif
+}
+
+static int cu_activity(bt_backend *be, bt_act_fn fn, void *user)
+{
+#ifdef HAVE_CUPTI
+    return act_drain(CB(be), fn, user);
+#else
+    (void)be; (void)fn; (void)user;
+    return BT_OK;
+#endif
+}
+
+static int cu_mem_info(bt_backend *be, bt_backend_mem *out)
+{
+    cuda_be *c = CB(be);
+    size_t fr = 0, total = 0;
+    CU(cudaMemGetInfo(&fr, &total));
+    out->weight_bytes = (int64_t)c->weight_bytes;
+    out->upload_ns = c->upload_ns;
+    out->device_used = (int64_t)(total - fr);
+    out->device_total = (int64_t)total;
+    return BT_OK;
+}
+
 static const struct bt_backend_i cuda_iface = {
     .name = cu_name,
     .describe = cu_describe,
@@ -435,6 +754,10 @@ static const struct bt_backend_i cuda_iface = {
     .rope_neox = cu_rope_neox,
     .add_row = cu_add_row,
     .scatter_add = NULL,          /* MoE: not yet; the engine refuses a MoE model here, naming the op */
+    .enable = cu_enable,
+    .mark = cu_mark,
+    .activity = cu_activity,
+    .mem_info = cu_mem_info,
 };
 
 /* The plugin's one export. A one-line reason in err for every refusal. */

@@ -32,6 +32,40 @@ int bt_backend_threads(const bt_backend *be)
     return be->iface->threads ? be->iface->threads((bt_backend *)be) : 1;
 }
 
+const char *bt_backend_feature_flag(int feature)
+{
+    switch (feature) {
+    case BT_BACKEND_GRAPHS: return "--cuda-graphs";
+    case BT_BACKEND_ACTIVITY: return "--cupti";
+    default: return "?";
+    }
+}
+
+int bt_backend_enable(bt_backend *be, int feature)
+{
+    if (!be->iface->enable)
+        return bt_error(BT_EUNSUPPORTED, "%s needs --device cuda (the %s backend has no such feature)",
+                        bt_backend_feature_flag(feature), bt_backend_name(be));
+    return be->iface->enable(be, feature);
+}
+
+int bt_backend_activity(bt_backend *be, bt_act_fn fn, void *user)
+{
+    return be->iface->activity ? be->iface->activity(be, fn, user) : BT_OK;
+}
+
+int bt_backend_mark(bt_backend *be, int step, int layer, int op)
+{
+    return be->iface->mark ? be->iface->mark(be, step, layer, op) : BT_OK;
+}
+
+int bt_backend_mem_info(bt_backend *be, bt_backend_mem *out)
+{
+    out->weight_bytes = out->upload_ns = out->device_used = out->device_total = -1;
+    if (!be->iface->mem_info) return bt_error(BT_EUNSUPPORTED, "the %s backend keeps no memory account", bt_backend_name(be));
+    return be->iface->mem_info(be, out);
+}
+
 static bool same_bits(float a, float b)
 {
     uint32_t x, y;

@@ -43,6 +43,39 @@ int bt_backend_threads(const bt_backend *be);
  * anything is loaded. */
 bool bt_backend_device_valid(const char *device);
 
+/* Features a backend may offer (bt_backend_enable), switched on before the
+ * first op. */
+enum bt_backend_feature {
+    BT_BACKEND_GRAPHS = 1,     /* capture each step as a CUDA graph and replay it (run --cuda-graphs) */
+    BT_BACKEND_ACTIVITY = 2,   /* record device activity: CUPTI kernels, copies, syncs, API calls (run --cupti) */
+};
+/* "--cuda-graphs" / "--cupti": the flag that asks for a feature. */
+const char *bt_backend_feature_flag(int feature);
+/* Switch a feature on. BT_EUNSUPPORTED with a one-line message naming the
+ * flag when this backend has no such feature (the CPU) or it cannot run
+ * here (no CUPTI library). */
+int bt_backend_enable(bt_backend *be, int feature);
+
+/* One device activity record and the external correlation id (0: none)
+ * matched to it; a non-zero return stops the drain. */
+struct bt_act;
+typedef int (*bt_act_fn)(void *user, const struct bt_act *a, uint64_t ext_id);
+/* Hand every activity record completed so far to fn (BT_BACKEND_ACTIVITY
+ * on; a backend without it hands none). Returns fn's status or a drain
+ * error. */
+int bt_backend_activity(bt_backend *be, bt_act_fn fn, void *user);
+/* Announce the op whose launches follow (see backend_impl.h, mark). */
+int bt_backend_mark(bt_backend *be, int step, int layer, int op);
+
+/* What a backend holds in memory: weights uploaded and how long it took,
+ * device memory in use / total (-1 when unknown: the CPU). */
+typedef struct bt_backend_mem {
+    int64_t weight_bytes, upload_ns;
+    int64_t device_used, device_total;
+} bt_backend_mem;
+/* BT_EUNSUPPORTED when the backend keeps no such account. */
+int bt_backend_mem_info(bt_backend *be, bt_backend_mem *out);
+
 /* Directories searched for the CUDA plugin, in order: $BANGTRACE_PLUGIN_DIR,
  * the directory of the running executable, then the install's pkglibdir. */
 #define BT_BACKEND_CUDA_PLUGIN "bangtrace-cuda.so"

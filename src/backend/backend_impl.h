@@ -32,6 +32,7 @@
 
 #include "backend/backend.h"
 #include "tap/stats.h"
+#include "tap/kernel_rows.h"
 
 /* Kernel families, for kernel_name (events name the kernel that wrote a
  * tensor: "matmul q4_1/avx512"). */
@@ -148,6 +149,23 @@ struct bt_backend_i {
      * one call are distinct. The weighted sum of a token's experts. */
     int (*scatter_add)(bt_backend *be, bt_buf *dst, bt_buf *src, const int32_t *rows, const float *w, int n,
                        int width);
+    /* ---- ABI 2: features, the kernel trail, memory ---- */
+    /* optional: switch a feature on (enum bt_backend_feature) before the
+     * first op; BT_EUNSUPPORTED with a one-line reason when it cannot run
+     * (no CUPTI library). NULL: no feature is available. */
+    int (*enable)(bt_backend *be, int feature);
+    /* optional: the launches that follow compute op `op` of `layer` in
+     * forward `step` (op < 0: no op). A backend recording device activity
+     * pushes an external correlation id (bt_act_ext_id) for it, so every
+     * record it hands to `activity` names its op. Called only once
+     * BT_BACKEND_ACTIVITY is on. */
+    int (*mark)(bt_backend *be, int step, int layer, int op);
+    /* optional: hand every activity record completed so far (after the last
+     * sync) to fn with the external correlation id matched to it (0: none);
+     * fn's non-zero status stops the drain and is returned. */
+    int (*activity)(bt_backend *be, bt_act_fn fn, void *user);
+    /* optional: memory and upload time (bt_backend_mem). */
+    int (*mem_info)(bt_backend *be, bt_backend_mem *out);
 };
 
 /* Every backend handle starts with its vtable; the rest is the backend's. */
@@ -163,8 +181,9 @@ struct bt_backend {
  * returns BT_OK and a backend in *out, or a negative BT_E* with a one-line
  * reason in err ("no CUDA driver", "device 3 of 2"), and must refuse an ABI
  * version it was not built for. The ABI version changes whenever
- * struct bt_backend_i, bt_attn_args, bt_mutation or bt_tap_stats change
- * layout; hooks are only ever added at the end. */
+ * struct bt_backend_i, bt_attn_args, bt_mutation, bt_tap_stats, bt_act or
+ * bt_backend_mem change layout (2: rope_neox, add_row, scatter_add, enable,
+ * mark, activity, mem_info); hooks are only ever added at the end. */
 #define BT_BACKEND_ABI_VERSION 2
 #define BT_BACKEND_PLUGIN_ENTRY "bt_backend_plugin_init"
 typedef int (*bt_backend_plugin_init_fn)(int abi_version, int device, bt_backend **out, char *err, size_t errcap);

@@ -133,6 +133,7 @@ struct bt_engine {
     const struct bt_backend_i *bi;
     bool own_be;
     bool logits_all;
+    bool marking;      /* BT_BACKEND_ACTIVITY on: announce each op to the backend */
     int step;
     /* weights on the backend */
     bt_buf *w_embd, *w_out;
@@ -617,7 +618,11 @@ static int mm(bt_engine *e, int type, bt_buf *W, const void *wdata, int64_t rows
 #define TAPX(op, layer, x, pos, buf, n, width) do { \
         if (e->num) bt_numerics_store(e->num, op, host_f32(e, buf), (size_t)(n) * (width)); \
         if (e->has_cb && !tap_expert(e, op, layer, x, pos, buf, n, width)) return BT_EINVAL; } while (0)
+/* The launches that follow compute (layer, op): the backend's device
+ * activity records join that op (one predictable branch when off). */
+#define MARK(op, layer) do { if (e->marking) OP(bi->mark(be, e->step, layer, op)); } while (0)
 #define TAP(op, layer, buf, width) do { \
+        MARK(op, layer); \
         if (e->num) bt_numerics_store(e->num, op, host_f32(e, buf), (size_t)T * (width)); \
         if (e->has_cb && !tap(e, op, layer, buf, T, pos0, width)) { e->step++; return BT_EINVAL; } } while (0)
 /* An op; a backend error ends the forward (the step still counts). */
@@ -658,6 +663,7 @@ static int moe_ffn(bt_engine *e, int l, int T, int pos0)
     const struct bt_backend_i *bi = e->bi;
     int dim = c->dim, E = c->n_expert, k = c->n_expert_used, eh = c->expert_ff_len;
     int rc;
+    if (e->marking && (rc = bi->mark(be, e->step, l, BT_OP_FFN_GATE_INP))) return rc;
     if ((rc = mm(e, L->ffn_gate_inp.type, W->w_gate_inp, L->ffn_gate_inp.data, E, dim, e->xb, 0, T, e->router)))
         return rc;
     if (e->num) bt_numerics_store(e->num, BT_OP_FFN_GATE_INP, host_f32(e, e->router), (size_t)T * E);
@@ -668,6 +674,7 @@ static int moe_ffn(bt_engine *e, int l, int T, int pos0)
         bt_moe_route(e->h_router + (size_t)t * E, E, k, c->norm_topk_prob, 1.0f, e->h_probs,
                      e->h_sel + (size_t)t * k, e->h_w + (size_t)t * k);
     if (e->has_cb && e->cb.routes) e->cb.routes(e->cb.user, e->step, l, pos0, T, k, e->h_sel, e->h_w);
+    if (e->marking && (rc = bi->mark(be, e->step, l, BT_OP_FFN_MOE_OUT))) return rc;
     if ((rc = bi->set(be, e->moe_out, 0, e->h_zero, (size_t)T * dim))) return rc;
     int *pos_l = e->h_pos + (size_t)l * e->max_batch * k;
     int used = 0;
@@ -750,32 +757,43 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
     const bt_model *m = e->m;
     int dim = c->dim, hd = c->head_dim, hidden = c->hidden_dim;
     int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
+    MARK(BT_OP_TOKEN_EMBD, -1);
     OP(bi->get_rows(be, m->token_embd.type, e->w_embd, dim, tokens, T, e->x));
     TAP(BT_OP_TOKEN_EMBD, -1, e->x, dim);
 
     for (int l = 0; l < c->n_layers; l++) {
         const bt_layer_weights *L = &m->layers[l];
         const layer_bufs *W = &e->lw[l];
+        MARK(BT_OP_ATTN_NORM, l);
         OP(bi->rmsnorm(be, e->xb, e->x, e->norm_w, (size_t)(2 * l) * dim, T, dim, c->norm_eps));
         TAP(BT_OP_ATTN_NORM, l, e->xb, dim);
 
+        MARK(BT_OP_ATTN_Q, l);
         OP(mm(e, L->wq.type, W->wq, L->wq.data, q_dim, dim, e->xb, 0, T, e->q));
         if (W->bq != NO_VEC) OP(bi->add_row(be, e->q, T, q_dim, e->vec_w, W->bq));
+        MARK(BT_OP_ATTN_K, l);
         OP(mm(e, L->wk.type, W->wk, L->wk.data, kv_dim, dim, e->xb, 0, T, e->k));
         if (W->bk != NO_VEC) OP(bi->add_row(be, e->k, T, kv_dim, e->vec_w, W->bk));
+        MARK(BT_OP_ATTN_V, l);
         OP(mm(e, L->wv.type, W->wv, L->wv.data, kv_dim, dim, e->xb, 0, T, e->v));
         if (W->bv != NO_VEC) OP(bi->add_row(be, e->v, T, kv_dim, e->vec_w, W->bv));
         if (W->q_norm != NO_VEC) {   /* qwen3: rmsnorm of each head before RoPE */
+            MARK(BT_OP_ATTN_Q_NORM, l);
             OP(bi->rmsnorm(be, e->q, e->q, e->vec_w, W->q_norm, T * c->n_heads, hd, c->norm_eps));
             TAP(BT_OP_ATTN_Q_NORM, l, e->q, q_dim);
+            MARK(BT_OP_ATTN_K_NORM, l);
             OP(bi->rmsnorm(be, e->k, e->k, e->vec_w, W->k_norm, T * c->n_kv_heads, hd, c->norm_eps));
             TAP(BT_OP_ATTN_K_NORM, l, e->k, kv_dim);
         }
         if (c->rope_kind == BT_ROPE_NEOX) {
+            MARK(BT_OP_ATTN_Q, l);
             OP(bi->rope_neox(be, e->q, T, c->n_heads, hd, pos0, e->rope_cos, e->rope_sin));
+            MARK(BT_OP_ATTN_K, l);
             OP(bi->rope_neox(be, e->k, T, c->n_kv_heads, hd, pos0, e->rope_cos, e->rope_sin));
         } else {
+            MARK(BT_OP_ATTN_Q, l);
             OP(bi->rope(be, e->q, T, c->n_heads, hd, pos0, e->rope_cos, e->rope_sin));
+            MARK(BT_OP_ATTN_K, l);
             OP(bi->rope(be, e->k, T, c->n_kv_heads, hd, pos0, e->rope_cos, e->rope_sin));
         }
         TAP(BT_OP_ATTN_Q, l, e->q, q_dim);
@@ -784,6 +802,7 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         /* Append to the cache after the taps, so an injected k/v is what the
          * cache carries forward, as a bad kernel's output would be. */
         size_t slab = (size_t)l * e->ctx_len * kv_dim;
+        MARK(BT_OP_ATTN_CTX, l);   /* the cache append is attention's input */
         OP(bi->kv_store(be, e->key_cache, e->val_cache, slab + (size_t)pos0 * kv_dim, e->k, e->v, (size_t)T * kv_dim));
         if (e->num) {   /* the cache as the profile stores it (host memory: the CPU backend) */
             bt_numerics_kv(e->num, host_f32(e, e->key_cache) + slab + (size_t)pos0 * kv_dim, T, kv_dim);
@@ -802,12 +821,15 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         }
         TAP(BT_OP_ATTN_CTX, l, e->ctx, q_dim);
 
+        MARK(BT_OP_ATTN_OUTPUT, l);
         OP(mm(e, L->wo.type, W->wo, L->wo.data, dim, q_dim, e->ctx, 0, T, e->attn_out));
         if (W->bo != NO_VEC) OP(bi->add_row(be, e->attn_out, T, dim, e->vec_w, W->bo));
         TAP(BT_OP_ATTN_OUTPUT, l, e->attn_out, dim);
+        MARK(BT_OP_ATTN_RESID, l);
         OP(bi->add(be, e->x, e->attn_out, (size_t)T * dim));
         TAP(BT_OP_ATTN_RESID, l, e->x, dim);
 
+        MARK(BT_OP_FFN_NORM, l);
         OP(bi->rmsnorm(be, e->xb, e->x, e->norm_w, (size_t)(2 * l + 1) * dim, T, dim, c->norm_eps));
         TAP(BT_OP_FFN_NORM, l, e->xb, dim);
         if (c->n_expert > 0) {
@@ -816,18 +838,24 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
             TAP(BT_OP_FFN_RESID, l, e->x, dim);
             continue;
         }
+        MARK(BT_OP_FFN_GATE, l);
         OP(mm(e, L->w_gate.type, W->w_gate, L->w_gate.data, hidden, dim, e->xb, 0, T, e->gate));
         TAP(BT_OP_FFN_GATE, l, e->gate, hidden);
+        MARK(BT_OP_FFN_UP, l);
         OP(mm(e, L->w_up.type, W->w_up, L->w_up.data, hidden, dim, e->xb, 0, T, e->up));
         TAP(BT_OP_FFN_UP, l, e->up, hidden);
+        MARK(BT_OP_FFN_ACT, l);
         OP(bi->swiglu(be, e->act, e->gate, e->up, (size_t)T * hidden));
         TAP(BT_OP_FFN_ACT, l, e->act, hidden);
+        MARK(BT_OP_FFN_DOWN, l);
         OP(mm(e, L->w_down.type, W->w_down, L->w_down.data, dim, hidden, e->act, 0, T, e->down));
         TAP(BT_OP_FFN_DOWN, l, e->down, dim);
+        MARK(BT_OP_FFN_RESID, l);
         OP(bi->add(be, e->x, e->down, (size_t)T * dim));
         TAP(BT_OP_FFN_RESID, l, e->x, dim);
     }
 
+    MARK(BT_OP_OUTPUT_NORM, -1);
     OP(bi->rmsnorm(be, e->xb, e->x, e->norm_w, (size_t)2 * c->n_layers * dim, T, dim, c->norm_eps));
     TAP(BT_OP_OUTPUT_NORM, -1, e->xb, dim);
 
@@ -836,12 +864,14 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
     int rows = all ? T : 1;
     OP(logits_reserve(e, rows));
     size_t src = all ? 0 : (size_t)(T - 1) * dim;
+    MARK(BT_OP_LOGITS, -1);
     OP(mm(e, m->output.type, e->w_out, m->output.data, c->n_vocab, dim, e->xb, src, rows, e->logits_b));
     e->logit_rows = rows;
     if (e->num) bt_numerics_store(e->num, BT_OP_LOGITS, host_f32(e, e->logits_b), (size_t)rows * c->n_vocab);
     if (e->has_cb && *want_at(e, BT_OP_LOGITS, -1)) TAP(BT_OP_LOGITS, -1, e->logits_b, c->n_vocab);
     /* The sampler reads the host copy; on a device this read is also the
      * step's synchronisation point. */
+    MARK(-1, -1);   /* the step's copies and wait belong to no op */
     if (e->logits_copy) OP(bi->read(be, e->logits_b, 0, (size_t)rows * c->n_vocab, e->logits));
     if (bi->sync) OP(bi->sync(be));
     int step = e->step++;
@@ -872,6 +902,15 @@ int bt_engine_set_numerics(bt_engine *e, const bt_numerics *n)
     bt_numerics_ctx_free(e->num);
     e->num = c;
     return BT_OK;
+}
+
+int bt_engine_enable(bt_engine *e, int feature)
+{
+    if (e->foreign)
+        return bt_error(BT_EUNSUPPORTED, "%s runs on the native engine only, not on a foreign one", bt_backend_feature_flag(feature));
+    int rc = bt_backend_enable(e->be, feature);
+    if (rc == BT_OK && feature == BT_BACKEND_ACTIVITY) e->marking = e->bi->mark != NULL;
+    return rc;
 }
 
 int bt_engine_step(const bt_engine *e) { return e->step; }

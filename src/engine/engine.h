@@ -165,6 +165,12 @@ typedef struct bt_engine_opts {
 } bt_engine_opts;
 int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **out);
 int bt_engine_n_layers(const bt_engine *e);
+/* Switch a backend feature on (bt_backend_enable: BT_BACKEND_GRAPHS,
+ * BT_BACKEND_ACTIVITY) before the first forward; with ACTIVITY the forward
+ * announces every op to the backend (bt_backend_mark) so its device records
+ * join (step, layer, op). BT_EUNSUPPORTED on the CPU backend or a foreign
+ * engine, with a one-line message naming the flag. */
+int bt_engine_enable(bt_engine *e, int feature);
 /* Number the next forward call (trace steps are global across a target and
  * a draft engine); the counter then increments per forward as usual. */
 void bt_engine_set_step(bt_engine *e, int step);

@@ -18,13 +18,6 @@ const char *bt_act_kind_name(int kind)
     return kind >= 0 && kind < BT_ACT_COUNT ? kind_names[kind] : "?";
 }
 
-/* Layout: bit 63 set (0 means "no id"), step in bits 24..55 (32 bits),
- * layer + 1 in bits 8..23 (16 bits, 0 = outside layers), op in bits 0..7. */
-uint64_t bt_act_ext_id(int step, int layer, int op)
-{
-    return 1ull << 63 | (uint64_t)(uint32_t)step << 24 | (uint64_t)((layer + 1) & 0xffff) << 8 | (uint64_t)(op & 0xff);
-}
-
 void bt_act_ext_decode(uint64_t id, int *step, int *layer, int *op)
 {
     *step = (int)(uint32_t)(id >> 24);

@@ -33,8 +33,17 @@ typedef struct bt_act {
 } bt_act;
 
 /* An external correlation id packs the op that was running: pushed by the
- * plugin before the op's launches and popped after. */
-uint64_t bt_act_ext_id(int step, int layer, int op);
+ * plugin before the op's launches and popped after. Layout: bit 63 set (0
+ * means "no id"), step in bits 24..55 (32 bits), layer + 1 in bits 8..23
+ * (16 bits, 0 = outside layers), op in bits 0..7. Inline: the plugin
+ * computes it without calling into the executable. */
+static inline uint64_t bt_act_ext_id(int step, int layer, int op)
+{
+    return 1ull << 63 | (uint64_t)(uint32_t)step << 24 | (uint64_t)((layer + 1) & 0xffff) << 8 | (uint64_t)(op & 0xff);
+}
+/* The op of an external id pushed around a CUDA graph launch: its kernels
+ * belong to the step, not to one op ("cuda_graph" in the trace). */
+#define BT_ACT_OP_GRAPH 255
 void bt_act_ext_decode(uint64_t id, int *step, int *layer, int *op);
 
 typedef struct bt_kernel_row {

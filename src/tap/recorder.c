@@ -10,6 +10,8 @@
 #include "tap/recorder.h"
 #include "tap/detect.h"
 #include "tap/stats.h"
+#include "tap/kernel_rows.h"
+#include "backend/backend.h"
 #include "sys/backtrace.h"
 #include "sys/crash.h"
 #include "text.h"
@@ -24,7 +26,12 @@
 
 #define RING 16                 /* recent logit rows kept for collapse snapshots */
 
+#define KROWS 256               /* kernel rows written per batch */
+
 struct bt_recorder {
+    bt_kernel_row *krows;       /* --cupti: (KROWS) rows waiting for the writer */
+    int n_krows;
+    long act_bad;               /* activity records that could not be real (skipped) */
     bt_recorder_cfg cfg;
     bt_engine *e;
     int n_layers, n_vocab;
@@ -272,6 +279,36 @@ static void merge_pending(struct pending *a, const struct pending *b)
     }
 }
 
+/* op names of external correlation ids: the engine's ops, and the graph
+ * launch that carries a whole step (--cuda-graphs). */
+static const char *act_op_name(int op)
+{
+    if (op == BT_ACT_OP_GRAPH) return "cuda_graph";
+    return op >= 0 && op < BT_OP_COUNT ? bt_op_name(op) : NULL;
+}
+
+static int on_act(void *user, const bt_act *a, uint64_t ext_id)
+{
+    bt_recorder *r = user;
+    int rc = bt_act_to_row(a, ext_id, act_op_name, &r->krows[r->n_krows]);
+    if (rc == BT_EFORMAT) { r->act_bad++; return BT_OK; }   /* an incomplete record: skip, count */
+    if (rc) return rc;
+    if (++r->n_krows < KROWS) return BT_OK;
+    r->n_krows = 0;
+    return bt_trace_kernel_rows(r->cfg.trace, r->krows, KROWS);
+}
+
+/* The forward's device activity (complete: the engine synchronised before
+ * flushing) into the kernels table, in the step's transaction. */
+static int drain_kernels(bt_recorder *r)
+{
+    r->n_krows = 0;
+    int rc = bt_backend_activity(bt_engine_backend(r->e), on_act, r);
+    if (rc == BT_OK && r->n_krows) rc = bt_trace_kernel_rows(r->cfg.trace, r->krows, r->n_krows);
+    r->n_krows = 0;
+    return rc;
+}
+
 static bool cb_flush(void *user, int step)
 {
     bt_recorder *r = user;
@@ -293,6 +330,10 @@ static bool cb_flush(void *user, int step)
         for (int i = 0; i < n; i++) record_tap(r, &r->pend[i]);
     }
     r->n_pend = 0;
+    if (r->cfg.kernels && r->cfg.trace) {
+        int rc = drain_kernels(r);
+        if (rc && r->status == BT_OK) r->status = rc;
+    }
     return true;
 }
 
@@ -325,6 +366,8 @@ int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out)
     r->pend_step = -1;
     r->det = bt_detector_new(r->n_vocab, is_control, (void *)cfg->tok);
     if (!r->slot || !r->ring || !r->pend || !r->merged || !r->det) { bt_recorder_free(r); return bt_error(BT_ENOMEM, "out of memory"); }
+    if (cfg->kernels && !(r->krows = malloc(KROWS * sizeof(*r->krows)))) { bt_recorder_free(r); return bt_error(BT_ENOMEM, "out of memory"); }
+    if (!r->slot || !r->ring || !r->pend || !r->det) { bt_recorder_free(r); return bt_error(BT_ENOMEM, "out of memory"); }
     if (cfg->tok) bt_detector_set_tokenizer(r->det, cfg->tok);
     for (int i = 0; i < RING; i++) r->ring_step[i] = -1;
     for (int i = 0; i < BT_OP_COUNT * (r->n_layers + 1); i++) r->slot[i] = -1;
@@ -374,6 +417,7 @@ void bt_recorder_free(bt_recorder *r)
     if (!r) return;
     if (r->e) bt_engine_set_eval_cb(r->e, NULL);
     bt_detector_free(r->det);
+    free(r->krows);
     free(r->slot);
     free(r->extra_slot);
     free(r->ring);

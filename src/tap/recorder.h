@@ -34,6 +34,8 @@ typedef struct bt_recorder_cfg {
     bool timing;                  /* run --timing: record each tapped op's host wall time
                                    * (op_timings): the time since the previous tapped op
                                    * or the step's start, so it needs every op tapped */
+    bool kernels;                 /* run --cupti: after each forward, drain the backend's
+                                   * device activity records into the kernels table */
 } bt_recorder_cfg;
 
 typedef struct bt_recorder bt_recorder;

@@ -637,6 +637,30 @@ static int analyze_spec(bt_trace_reader *r, bt_analysis *x, const step_map *sm, 
     return BT_OK;
 }
 
+bool bt_kernel_is_tap(const char *name)
+{
+    return name && !strncmp(name, "bt_k_stats", 10);
+}
+
+const char *bt_kernel_row_format(const bt_kernel_row *k, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s <<<(%d,%d,%d), (%d,%d,%d)>>> %.1f us, stream %lld, device %lld", k->name, k->grid[0],
+             k->grid[1], k->grid[2], k->block[0], k->block[1], k->block[2], (double)(k->end_ns - k->start_ns) / 1e3,
+             (long long)k->stream, (long long)k->device);
+    return buf;
+}
+
+static int first_kernel_cb(void *user, const bt_kernel_row *k)
+{
+    bt_analysis *x = user;
+    if (strcmp(k->kind, "kernel")) return BT_OK;
+    x->n_first_kernels++;
+    if (bt_kernel_is_tap(k->name)) return BT_OK;
+    x->first_kernel = *k;
+    x->has_first_kernel = true;
+    return BT_OK;
+}
+
 int bt_analyze(bt_trace_reader *r, bt_analysis *x)
 {
     memset(x, 0, sizeof(*x));
@@ -654,6 +678,9 @@ int bt_analyze(bt_trace_reader *r, bt_analysis *x)
     const char *nv = bt_trace_meta_get(r, "n_vocab");
     x->n_vocab = nv ? atoi(nv) : 0;
     if ((rc = analyze_nonfinite(r, x, spec ? &sm : NULL))) goto out;
+    if (x->has_nonfinite &&
+        (rc = bt_trace_kernels_of(r, x->first.step, x->first.layer, x->first.op, first_kernel_cb, x)) < 0) goto out;
+    rc = BT_OK;
     if ((rc = bt_trace_tokens_each(r, 0, 0, tok_cb, &l)) < 0) goto out;
     x->n_gen = l.n;
     const char *g = bt_trace_meta_get(r, "generated");

@@ -31,6 +31,11 @@ typedef struct bt_bad_tensor {
 } bt_bad_tensor;
 /* "3 NaN, 0 +Inf, 0 -Inf of 576": the counts of t, as bisect and report print them. */
 void bt_bad_tensor_print_counts(FILE *out, const bt_bad_tensor *t);
+/* "bt_k_matmul <<<(576,1,1), (128,1,1)>>> 4.2 us, stream 13, device 0": a
+ * kernel row as bisect and report print it. Writes buf and returns it. */
+const char *bt_kernel_row_format(const bt_kernel_row *k, char *buf, size_t cap);
+/* Is this kernel a tap's own statistics reduction (not the op's work)? */
+bool bt_kernel_is_tap(const char *name);
 /* A layer for printing: "12", or "-" outside the layers (token_embd,
  * output). Writes buf and returns it. */
 const char *bt_layer_label(int layer, char *buf, size_t cap);
@@ -110,6 +115,13 @@ typedef struct bt_analysis {
     int n_steps, n_tensors, n_vocab, n_gen;
     bool has_nonfinite;
     bt_bad_tensor first;             /* valid when has_nonfinite: the fields of v_first_nonfinite */
+    /* The device kernel that wrote the first bad tensor (a --cupti trace):
+     * the last kernel joined to its (step, layer, op) in v_kernels that is
+     * not the tap's own reduction (bt_k_stats); n_first_kernels counts
+     * every kernel of that op. has_first_kernel is false without kernel rows. */
+    bool has_first_kernel;
+    bt_kernel_row first_kernel;
+    int n_first_kernels;
     bt_prop_link *prop;              /* origin first, then forward links, then later steps */
     int n_prop;
     bool has_degenerate;

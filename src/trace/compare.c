@@ -58,3 +58,29 @@ void bt_tap_row_from_stats(const bt_tap_stats *s, bt_trace_tap_row *o)
         .first_bad_index = s->first_bad_index, .first_bad_pos = s->first_bad_pos, .recorded = true,
     };
 }
+
+double bt_tap_tol_devices(int mant_bits, long k, int n_layers)
+{
+    double u = ldexp(1.0, -(mant_bits > 0 ? mant_bits : 24));
+    double t = 8.0 * u * sqrt((double)(k > 0 ? k : 1) * (double)(n_layers + 1));
+    return fmin(BT_TAP_TOL_MAX, fmax(BT_TAP_TOL_STORED, t));
+}
+
+int bt_tap_tol_mant_bits(const char *numerics)
+{
+    int bits = 24;
+    if (!numerics) return bits;
+    static const char *const parts[] = { "act=", "mm_in=", "mm_acc=", "kv=" };
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        const char *p = numerics;
+        while ((p = strstr(p, parts[i]))) {
+            /* a whole part: at the start or after ',', ' ' or ':' */
+            bool whole = p == numerics || p[-1] == ',' || p[-1] == ' ' || p[-1] == ':';
+            p += strlen(parts[i]);
+            if (!whole) continue;
+            int b = !strncmp(p, "f16", 3) ? 11 : !strncmp(p, "bf16", 4) || !strncmp(p, "q8", 2) ? 8 : 24;
+            if (b < bits) bits = b;
+        }
+    }
+    return bits;
+}

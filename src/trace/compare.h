@@ -38,6 +38,24 @@ typedef struct bt_tap_diff {
  * (>= 0). *d (may be NULL) gets the first differing field and rel. */
 bool bt_tap_compare(const bt_trace_tap_row *a, const bt_trace_tap_row *b, double tol, bt_tap_diff *d);
 
+/* The tolerance across devices (bisect --reference --device, doc/cuda.md
+ * "Across devices"): two backends computing the same ops in the same dtype
+ * differ only by rounding order, so the tolerance comes from the dtypes:
+ *   tol = min(0.5, max(2^-7, 8 * u * sqrt(K * (L + 1))))
+ * u = 2^-p for the narrowest format the run computed activations in (p = 24
+ * for f32, 11 for f16, 8 for bf16 or q8 activations), K the longest
+ * reduction of the model (max of dim, hidden_dim, n_heads * head_dim), L
+ * its layers: each dot product's rounding grows like u * sqrt(K), and the
+ * layers add theirs. 2^-7 is one bf16 step, the precision of the stored
+ * statistics themselves (rule 2): no tolerance below it means anything. */
+#define BT_TAP_TOL_STORED 0.0078125
+#define BT_TAP_TOL_MAX 0.5
+double bt_tap_tol_devices(int mant_bits, long k, int n_layers);
+/* The mantissa bits p of the narrowest of act, mm_in, mm_acc and kv in a
+ * numerics profile as the trace's meta numerics spells it (NULL or "f32":
+ * 24). */
+int bt_tap_tol_mant_bits(const char *numerics);
+
 /* A tap row holding freshly computed statistics (a replay's), so it can be
  * compared with one read from a trace. Names are left NULL. */
 void bt_tap_row_from_stats(const bt_tap_stats *s, bt_trace_tap_row *out);

@@ -1069,15 +1069,31 @@ static int table_exists(bt_trace_reader *r, const char *name, bool *yes)
     return rc;
 }
 
-int bt_trace_kernels_each(bt_trace_reader *r, int (*fn)(void *user, const bt_kernel_row *k), void *user)
+/* Every row; (op != NULL) the rows of one (step, layer, op); (op == NULL,
+ * step >= 0) the rows of one step. */
+static int kernels_query(bt_trace_reader *r, int step, int layer, const char *op,
+                         int (*fn)(void *user, const bt_kernel_row *k), void *user)
 {
     bool have;
     int rc = table_exists(r, "kernels", &have);
     if (rc || !have) return rc;
     sqlite3_stmt *s = NULL;
-    if (sqlite3_prepare_v2(r->db, "SELECT step, layer, op, kind, name, grid, block, registers, shared_bytes, bytes,"
-                           " start_ns, end_ns, stream, device FROM kernels ORDER BY start_ns, id", -1, &s, NULL) != SQLITE_OK)
+    const char *sql = !op && step >= 0
+                      ? "SELECT step, layer, op, kind, name, grid, block, registers, shared_bytes, bytes,"
+                        " start_ns, end_ns, stream, device FROM kernels WHERE step = ?1 ORDER BY start_ns, id"
+                      : op ? "SELECT step, layer, op, kind, name, grid, block, registers, shared_bytes, bytes,"
+                           " start_ns, end_ns, stream, device FROM kernels WHERE step = ?1 AND layer IS ?2 AND op = ?3"
+                           " ORDER BY start_ns, id"
+                         : "SELECT step, layer, op, kind, name, grid, block, registers, shared_bytes, bytes,"
+                           " start_ns, end_ns, stream, device FROM kernels ORDER BY start_ns, id";
+    if (sqlite3_prepare_v2(r->db, sql, -1, &s, NULL) != SQLITE_OK)
         return db_fail(r, sqlite3_errcode(r->db), "reading kernels");
+    if (!op && step >= 0) sqlite3_bind_int(s, 1, step);
+    if (op) {
+        sqlite3_bind_int(s, 1, step);
+        if (layer >= 0) sqlite3_bind_int(s, 2, layer); else sqlite3_bind_null(s, 2);
+        sqlite3_bind_text(s, 3, op, -1, SQLITE_TRANSIENT);
+    }
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         bt_kernel_row k;
         memset(&k, 0, sizeof k);
@@ -1105,6 +1121,22 @@ int bt_trace_kernels_each(bt_trace_reader *r, int (*fn)(void *user, const bt_ker
     int e = rc;
     sqlite3_finalize(s);
     return e == SQLITE_DONE ? BT_OK : db_fail(r, e, "reading kernels");
+}
+
+int bt_trace_kernels_each(bt_trace_reader *r, int (*fn)(void *user, const bt_kernel_row *k), void *user)
+{
+    return kernels_query(r, -1, 0, NULL, fn, user);
+}
+
+int bt_trace_kernels_step(bt_trace_reader *r, int step, int (*fn)(void *user, const bt_kernel_row *k), void *user)
+{
+    return step < 0 ? BT_OK : kernels_query(r, step, 0, NULL, fn, user);
+}
+
+int bt_trace_kernels_of(bt_trace_reader *r, int step, int layer, const char *op,
+                        int (*fn)(void *user, const bt_kernel_row *k), void *user)
+{
+    return kernels_query(r, step, layer, op ? op : "", fn, user);
 }
 
 int bt_trace_op_timings_each(bt_trace_reader *r, int (*fn)(void *user, const bt_trace_op_timing_row *t), void *user)

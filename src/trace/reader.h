@@ -196,6 +196,11 @@ int bt_trace_moe_routes_each(bt_trace_reader *r, int step, int (*fn)(void *user,
 /* ---- device activity (table kernels) and op timings (run --timing) ----
  * Both tables are optional: a trace without them has zero rows. */
 int bt_trace_kernels_each(bt_trace_reader *r, int (*fn)(void *user, const bt_kernel_row *k), void *user);
+/* The rows of one step, in start order. */
+int bt_trace_kernels_step(bt_trace_reader *r, int step, int (*fn)(void *user, const bt_kernel_row *k), void *user);
+/* The rows of one op (layer -1: outside layers), in start order. */
+int bt_trace_kernels_of(bt_trace_reader *r, int step, int layer, const char *op,
+                        int (*fn)(void *user, const bt_kernel_row *k), void *user);
 typedef struct bt_trace_op_timing_row {
     int step, layer;            /* layer -1 outside layers */
     const char *op, *tensor;    /* borrowed for the callback */

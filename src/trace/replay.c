@@ -7,6 +7,7 @@
  * lives, final once the forward returns); after each forward the step's
  * taps are read back and compared slot by slot with bt_tap_compare. */
 #include "trace/replay.h"
+#include "backend/backend.h"
 #include "engine/engine.h"
 #include "kernels.h"
 #include "model/model.h"
@@ -188,6 +189,17 @@ int bt_replay_run(bt_trace_reader *r, const bt_replay_cfg *cfg, bt_replay_result
     } else bt_warn("bangtrace: %s: %s records no model_sha256; cannot verify that %s is the traced model", cfg->who ? cfg->who : "replay", cfg->name, path);
 
     int n_layers = m->cfg.n_layers, max_batch = 1, ctx = 1;
+    const char *backend = bt_trace_meta_get(r, "backend");
+    snprintf(res->trace_backend, sizeof(res->trace_backend), "%s", backend ? backend : "");
+    res->tol = cfg->tol;
+    if (cfg->device_tol) {
+        const bt_config *mc = &m->cfg;
+        res->tol_bits = bt_tap_tol_mant_bits(bt_trace_meta_get(r, "numerics"));
+        res->tol_k = BT_MAX(BT_MAX((long)mc->dim, (long)mc->hidden_dim), (long)mc->n_heads * mc->head_dim);
+        res->tol_layers = n_layers;
+        res->tol = bt_tap_tol_devices(res->tol_bits, res->tol_k, n_layers);
+        res->tol_derived = true;
+    }
     const char *engine = bt_trace_meta_get(r, "engine");
     res->cross = engine && !strcmp(engine, "llama.cpp");
     if (res->cross && !(res->slot_rel = calloc((size_t)n_tens, sizeof(double)))) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
@@ -262,6 +274,7 @@ int bt_replay_run(bt_trace_reader *r, const bt_replay_cfg *cfg, bt_replay_result
     sc.numerics = cfg->numerics;
     if ((rc = bt_session_start(ses, &sc))) goto out;
     e = bt_session_engine(ses);
+    snprintf(res->replay_backend, sizeof(res->replay_backend), "%s", bt_backend_name(bt_engine_backend(e)));
     if (cfg->against) {
         /* profile B: a second engine on the same weights, in lockstep */
         bt_engine_opts eo = { .ctx_len = ctx, .max_batch = max_batch, .n_threads = threads, .device = cfg->device };
@@ -298,13 +311,29 @@ int bt_replay_run(bt_trace_reader *r, const bt_replay_cfg *cfg, bt_replay_result
             if (rp.err[0]) rc = bt_error(BT_EFORMAT, "%s: %s", cfg->name, rp.err);
             goto out;
         }
-        if (res->cross && s->pos0 + s->n_pos < n_seq) {
-            /* teacher-forced top-1: would the exact engine have picked llama.cpp's token? */
+        if ((res->cross || cfg->device_tol) && s->pos0 + s->n_pos < n_seq) {
+            /* teacher-forced top-1: would the reference have picked the
+             * token the traced run chose (llama.cpp's, the other device's)? */
             const float *lg = bt_engine_logits(e);
             int best = 0;
             for (int v = 1; v < m->cfg.n_vocab; v++) if (lg[v] > lg[best]) best = v;
             res->top1_n++;
             res->top1_agree += best == seq[s->pos0 + s->n_pos];
+            /* a full logit row in the trace (run --logits full): the
+             * largest absolute difference from the reference's */
+            float *row = NULL;
+            int nrow = 0;
+            char why[32];
+            if (cfg->device_tol && !strcmp(s->kind, "decode") &&
+                bt_trace_logit_row_get(r, s->step, s->pos0 + s->n_pos - 1, &row, &nrow, why) == BT_OK && row &&
+                nrow == m->cfg.n_vocab) {
+                for (int v = 0; v < nrow; v++) {
+                    double dlt = fabs((double)row[v] - (double)lg[v]);
+                    if (isfinite(dlt) && dlt > res->logits_max_abs) res->logits_max_abs = dlt;
+                }
+                res->logits_rows++;
+            }
+            free(row);
         }
         if (e2) {
             memset(rp2.seen, 0, (size_t)n_tens * sizeof(bool));
@@ -321,12 +350,12 @@ int bt_replay_run(bt_trace_reader *r, const bt_replay_cfg *cfg, bt_replay_result
         res->steps_compared++;
         bt_replay_divergence d = { .step = s->step, .pos0 = s->pos0, .n_pos = s->n_pos, .slot = -1 };
         snprintf(d.kind, sizeof(d.kind), "%s", s->kind);
-        if (e2) against_step(cfg->tol, rp.ref, rp.seen, rp2.ref, rp2.seen, n_tens, &d, res);
+        if (e2) against_step(res->tol, rp.ref, rp.seen, rp2.ref, rp2.seen, n_tens, &d, res);
         for (int j = 0; !e2 && j < n_tr && j < n_tens; j++) {
             if (!rp.seen[j] || !tr[j].recorded) continue;
             char field[16];
             double tv = 0, rv = 0, rel;
-            bool differ = stats_differ(&tr[j], &rp.ref[j], cfg->tol, field, &tv, &rv, &rel);
+            bool differ = stats_differ(&tr[j], &rp.ref[j], res->tol, field, &tv, &rv, &rel);
             if (rel > res->max_rel && isfinite(rel)) { res->max_rel = rel; res->max_rel_step = s->step; res->max_rel_slot = j; }
             if (res->cross && !res->found && d.slot < 0) {
                 if (!differ && isfinite(rel) && rel > res->before_rel) res->before_rel = rel;

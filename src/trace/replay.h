@@ -39,6 +39,10 @@ typedef struct bt_replay_cfg {
     double tol;                 /* bt_tap_compare's relative tolerance */
     int threads;                /* 0: the trace's, at most the online CPUs */
     const char *device;         /* backend: "cpu" (NULL), "cuda", "cuda:N" (numerics need the CPU) */
+    /* Compare across devices: the trace ran on one backend (meta backend),
+     * the replay runs on `device`; tol is ignored and the tolerance derived
+     * from the dtypes involved (bt_tap_tol_devices) is used instead. */
+    bool device_tol;
     bool all;                   /* keep going after the first divergence */
     /* The replay's numerics profile (NULL: exact f32). With against, the
      * same ids also go through a second engine under that profile and the
@@ -73,8 +77,19 @@ typedef struct bt_replay_result {
     bool cross;
     double *slot_rel;           /* (n_tens) per slot: largest relative error up to the departure */
     double before_rel;          /* largest relative error before the departing tensor */
-    int top1_agree, top1_n;     /* teacher-forced: native argmax == the token llama.cpp chose */
+    int top1_agree, top1_n;     /* teacher-forced: native argmax == the token llama.cpp chose
+                                 * (cross) or the traced run chose (cfg.device_tol) */
+    double logits_max_abs;      /* device_tol: largest |trace - reference| over full logit rows */
+    int logits_rows;            /* full logit rows compared (run --logits full), 0: none */
     char wtype[16];             /* the departing matmul's weight type ("q4_1"), or "" */
+    /* the tolerance used (cfg.tol, or derived with cfg.device_tol) */
+    double tol;
+    bool tol_derived;
+    int tol_bits;               /* derived: mantissa bits of the narrowest compute dtype */
+    long tol_k;                 /* derived: the longest reduction */
+    int tol_layers;
+    char trace_backend[64];     /* meta backend of the trace ("cpu-avx2", "cuda:0"), "" if absent */
+    char replay_backend[64];    /* the replay's backend name ("cpu", "cuda:0") */
 } bt_replay_result;
 
 /* Replay the trace r. BT_OK with res filled (res->found: a divergence), or

@@ -17,6 +17,15 @@
 #   5. every tapped op of a CUDA trace has kernels in v_kernels;
 #   6. a --cuda-graphs trace has the same taps as the eager one;
 #   7. decode tokens/s with taps off / taps on / taps + CUPTI, and VRAM.
+#
+# Every flag and JSON field used here exists (run --device/--cupti/
+# --cuda-graphs/--logits full, bisect --reference --device --json:
+# reference.cross_device.{top1_agreement,logits_max_abs_diff},
+# first_nonfinite.kernel, bench --device --cuda-graphs --cupti --taps --json:
+# decode_tokens_per_s, decode_tokens_per_s_taps). BT_CHECK_DEVICE=cpu runs
+# the same steps with cpu in place of cuda (a self-test of the script on a
+# machine without a GPU: the CUDA-only steps, CUPTI and graphs, are then
+# INFO lines); set BANGTRACE to a built bangtrace to skip the build.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
@@ -27,10 +36,15 @@ out=$(cd "$out" && pwd)
 summary="$out/summary.txt"
 
 skip() { echo "SKIP: $*" | tee "$summary"; exit 77; }
-command -v nvidia-smi >/dev/null 2>&1 || skip "no nvidia-smi (no NVIDIA driver)"
-nvidia-smi -L 2>/dev/null | grep -q '^GPU ' || skip "nvidia-smi lists no GPU"
-nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-[ -x "$nvcc" ] || skip "no nvcc (CUDA toolkit) to build the plugin"
+dev=${BT_CHECK_DEVICE:-cuda}
+case $dev in cuda|cuda:[0-9]*|cpu) ;; *) echo "check.sh: BT_CHECK_DEVICE must be cuda, cuda:N or cpu" >&2; exit 2 ;; esac
+gpu=1; [ "$dev" = cpu ] && gpu=0
+if [ $gpu = 1 ]; then
+    command -v nvidia-smi >/dev/null 2>&1 || skip "no nvidia-smi (no NVIDIA driver)"
+    nvidia-smi -L 2>/dev/null | grep -q '^GPU ' || skip "nvidia-smi lists no GPU"
+    nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+    [ -x "$nvcc" ] || skip "no nvcc (CUDA toolkit) to build the plugin"
+fi
 
 : > "$summary"
 failed=0
@@ -39,20 +53,22 @@ pass() { line "PASS $*"; }
 bad() { line "FAIL $*"; failed=1; }
 info() { line "INFO $*"; }
 t0=$(date +%s)
-info "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
+if [ $gpu = 1 ]; then info "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
+else info "self-test: BT_CHECK_DEVICE=cpu, every step on the CPU (no GPU numbers)"; fi
 
 # ---- 1. build ----
 if [ -z "${BANGTRACE:-}" ]; then
     b="$out/build"
     mkdir -p "$b"
     ( cd "$top" && { [ -x configure ] || autoreconf -fi; } ) > "$out/build.log" 2>&1 || { bad "autoreconf (see build.log)"; exit 2; }
-    ( cd "$b" && "$top/configure" --with-cuda=yes --with-cuda-arch=native && make -j"$(nproc)" ) >> "$out/build.log" 2>&1 ||
+    cuda_flags="--with-cuda=yes --with-cuda-arch=native"; [ $gpu = 1 ] || cuda_flags="--with-cuda=no"
+    ( cd "$b" && "$top/configure" $cuda_flags && make -j"$(nproc)" ) >> "$out/build.log" 2>&1 ||
         { bad "build (see $out/build.log)"; exit 2; }
     BANGTRACE="$b/bangtrace"
     pass "build in $(( $(date +%s) - t0 ))s"
 fi
 bt=$BANGTRACE
-[ -f "$(dirname "$bt")/bangtrace-cuda.so" ] || { bad "no bangtrace-cuda.so beside $bt"; exit 2; }
+[ $gpu = 0 ] || [ -f "$(dirname "$bt")/bangtrace-cuda.so" ] || { bad "no bangtrace-cuda.so beside $bt"; exit 2; }
 models=${BT_SHARED:-$top/../shared}/models
 stories=$models/llama2c/stories260K.bin
 tok=$models/llama2c/tok512.bin
@@ -60,39 +76,45 @@ smol=${SMOLLM2:-$HOME/.cache/bangtrace/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 sq() { sqlite3 -batch -noheader "$@"; }
 
 # The plugin opens on this machine at all?
-if ! "$bt" run --device cuda --model "$stories" --tokenizer "$tok" --prompt "Once" -n 1 > /dev/null 2> "$out/open.err"; then
-    bad "run --device cuda: $(head -1 "$out/open.err")"
+if ! "$bt" -v run --device "$dev" --model "$stories" --tokenizer "$tok" --prompt "Once" -n 1 > /dev/null 2> "$out/open.err"; then
+    bad "run --device $dev: $(head -1 "$out/open.err")"
     exit 1
 fi
 
+grep -E 'weights .* uploaded' "$out/open.err" | sed 's/^[^:]*: /INFO plugin: /' | tee -a "$summary"
+
 # ---- 2. stories260K: identical greedy output ----
 expect_ids=$models/llama2c/stories260K.greedy200.ids.txt
-for dev in cpu cuda; do
-    "$bt" run --device "$dev" --model "$stories" --tokenizer "$tok" --prompt "Once upon a time" -n 200 --json \
-        > "$out/stories.$dev.json" 2> "$out/stories.$dev.err" || bad "stories260K on $dev: $(tail -1 "$out/stories.$dev.err")"
+for d in cpu "$dev"; do
+    "$bt" run --device "$d" --model "$stories" --tokenizer "$tok" --prompt "Once upon a time" -n 200 --ignore-eos --json \
+        > "$out/stories.$d.json" 2> "$out/stories.$d.err" || bad "stories260K on $d: $(tail -1 "$out/stories.$d.err")"
 done
 ids() { python3 -c 'import json,sys; print(" ".join(map(str, json.load(open(sys.argv[1]))["completion_ids"])))' "$1" 2>/dev/null; }
-if [ -n "$(ids "$out/stories.cpu.json")" ] && [ "$(ids "$out/stories.cpu.json")" = "$(ids "$out/stories.cuda.json")" ]; then
-    pass "stories260K F32: 200-token greedy output identical on cpu and cuda"
-else bad "stories260K F32: greedy output differs (stories.cpu.json vs stories.cuda.json)"; fi
+if [ -n "$(ids "$out/stories.cpu.json")" ] && [ "$(ids "$out/stories.cpu.json")" = "$(ids "$out/stories.$dev.json")" ]; then
+    pass "stories260K F32: 200-token greedy output identical on cpu and $dev"
+else bad "stories260K F32: greedy output differs (stories.cpu.json vs stories.$dev.json)"; fi
 [ -f "$expect_ids" ] && info "stories260K expected ids file: $expect_ids"
 
 # ---- 3. SmolLM2: teacher-forced agreement, logit difference ----
 if [ -f "$smol" ]; then
-    "$bt" run --device cuda --model "$smol" --prompt "The capital of France is" -n 128 --taps all --logits full \
-        --trace "$out/smol.cuda.db" > "$out/smol.cuda.txt" 2> "$out/smol.cuda.err" || bad "SmolLM2 on cuda: $(tail -1 "$out/smol.cuda.err")"
-    # bisect --reference replays the CUDA trace's tokens teacher-forced on the CPU.
-    "$bt" bisect "$out/smol.cuda.db" --reference --model "$smol" --all --json > "$out/smol.ref.json" 2> "$out/smol.ref.err"
-    python3 - "$out/smol.ref.json" "$out/smol.cuda.db" >> "$summary" <<'EOF' || failed=1
-import json, sqlite3, sys
-r = json.load(open(sys.argv[1]))
-agree = r.get("top1_agreement")
-diff = r.get("logits_max_abs_diff")
+    rm -f "$out/smol.dev.db"
+    "$bt" run --device "$dev" --model "$smol" --prompt "The capital of France is" -n 128 --ignore-eos --taps all --logits full \
+        --trace "$out/smol.dev.db" > "$out/smol.dev.txt" 2> "$out/smol.dev.err" || bad "SmolLM2 on $dev: $(tail -1 "$out/smol.dev.err")"
+    # bisect --reference --device cpu replays the trace's tokens teacher-forced
+    # on the CPU (tolerance derived from the dtypes, doc/cuda.md)
+    "$bt" bisect "$out/smol.dev.db" --reference --device cpu --model "$smol" --all --json > "$out/smol.ref.json" 2> "$out/smol.ref.err"
+    python3 - "$out/smol.ref.json" >> "$summary" <<'EOF' || failed=1
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))["reference"]["cross_device"]
+except Exception as e:
+    print("FAIL SmolLM2: bisect --reference --device cpu --json gave no reference.cross_device (%s)" % e); sys.exit(1)
+agree, diff = r.get("top1_agreement"), r.get("logits_max_abs_diff")
 if agree is None:
-    print("FAIL SmolLM2: bisect --reference reported no top1_agreement (keys: %s)" % sorted(r)[:12]); sys.exit(1)
+    print("FAIL SmolLM2: no top1_agreement (%d steps)" % r.get("top1_steps", 0)); sys.exit(1)
 ok = agree >= 0.995
-print("%s SmolLM2 Q4_1: teacher-forced top-1 agreement cuda vs cpu %.4f (>= 0.995), logits max abs diff %s"
-      % ("PASS" if ok else "FAIL", agree, diff))
+print("%s SmolLM2 Q4_1: teacher-forced top-1 agreement %s vs cpu %.4f (>= 0.995) over %d steps, logits max abs diff %s over %d rows, tolerance %g"
+      % ("PASS" if ok else "FAIL", r["trace_backend"], agree, r["top1_steps"], diff, r.get("logits_rows", 0), r["tolerance"]))
 sys.exit(0 if ok else 1)
 EOF
     tail -1 "$summary"
@@ -105,71 +127,87 @@ scenarios=(
     'scale=1e30@layer=1,op=ffn_up,step=4' 'noise=1e20@layer=4,op=attn_output,step=2'
     'kvcorrupt@layer=1,pos=3' 'longctx@pos>=8,op=ffn_down,scale=1e30'
 )
-first_bad() {  # TRACE -> "step layer op index" of the first non-finite tensor
+first_bad() {  # TRACE -> "step layer op index kernel" of the first non-finite tensor
     "$bt" bisect "$1" --json 2>/dev/null | python3 -c '
 import json, sys
 f = json.load(sys.stdin).get("first_nonfinite") or {}
-print(f.get("step"), f.get("layer"), f.get("op"), f.get("index"), f.get("kernel", ""))'
+print(f.get("step"), f.get("layer"), f.get("op"), f.get("first_bad_index"), f.get("kernel") or "-")'
 }
 n_same=0
 for i in "${!scenarios[@]}"; do
     s=${scenarios[$i]}
-    for dev in cpu cuda; do
-        rm -f "$out/fault$i.$dev.db"
-        "$bt" run --device "$dev" --model "$stories" --tokenizer "$tok" --prompt "Once upon a time" -n 16 \
-            --inject "$s" --trace "$out/fault$i.$dev.db" > /dev/null 2>> "$out/faults.err"
-    done
-    a=$(first_bad "$out/fault$i.cpu.db"); b=$(first_bad "$out/fault$i.cuda.db")
+    cupti=; [ $gpu = 1 ] && cupti=--cupti
+    rm -f "$out/fault$i.cpu.db" "$out/fault$i.dev.db"
+    "$bt" run --device cpu --model "$stories" --tokenizer "$tok" --prompt "Once upon a time" -n 16 \
+        --inject "$s" --trace "$out/fault$i.cpu.db" > /dev/null 2>> "$out/faults.err"
+    "$bt" run --device "$dev" $cupti --model "$stories" --tokenizer "$tok" --prompt "Once upon a time" -n 16 \
+        --inject "$s" --trace "$out/fault$i.dev.db" > /dev/null 2>> "$out/faults.err"
+    a=$(first_bad "$out/fault$i.cpu.db"); b=$(first_bad "$out/fault$i.dev.db")
     if [ "${a% *}" = "${b% *}" ] && [ -n "$a" ]; then n_same=$((n_same + 1)); info "fault '$s': $b"
-    else bad "fault '$s': cpu says '$a', cuda says '$b'"; fi
+    else bad "fault '$s': cpu says '$a', $dev says '$b'"; fi
 done
-[ "$n_same" -eq "${#scenarios[@]}" ] && pass "all ${#scenarios[@]} injected faults localize identically on cpu and cuda"
+[ "$n_same" -eq "${#scenarios[@]}" ] && pass "all ${#scenarios[@]} injected faults localize identically on cpu and $dev"
 
 # ---- 5. every tapped op has kernels ----
-rm -f "$out/kern.db"
-"$bt" run --device cuda --cupti --model "$stories" --tokenizer "$tok" --prompt "Once upon a time" -n 8 \
-    --trace "$out/kern.db" > /dev/null 2> "$out/kern.err" || bad "run --cupti: $(tail -1 "$out/kern.err")"
-missing=$(sq "$out/kern.db" "SELECT count(*) FROM (SELECT DISTINCT t.step, t.layer, t.op FROM v_taps t
-    WHERE NOT EXISTS (SELECT 1 FROM v_kernels k WHERE k.step = t.step AND k.layer = t.layer AND k.op = t.op))" 2>&1)
-total=$(sq "$out/kern.db" "SELECT count(*) FROM v_kernels" 2>&1)
-if [ "$missing" = 0 ] && [ "${total:-0}" -gt 0 ] 2>/dev/null; then pass "every tapped op has kernels in v_kernels ($total kernel rows)"
-else bad "tapped ops without kernels in v_kernels: $missing (kernel rows: $total)"; fi
+if [ $gpu = 1 ]; then
+    rm -f "$out/kern.db"
+    "$bt" run --device "$dev" --cupti --model "$stories" --tokenizer "$tok" --prompt "Once upon a time" -n 8 \
+        --trace "$out/kern.db" > /dev/null 2> "$out/kern.err" || bad "run --cupti: $(tail -1 "$out/kern.err")"
+    # the query tests/test_activity.c runs on its stand-in backend
+    missing=$(sq "$out/kern.db" "SELECT count(*) FROM (SELECT DISTINCT t.step, t.layer, t.op FROM v_taps t
+        WHERE NOT EXISTS (SELECT 1 FROM v_kernels k WHERE k.step = t.step AND k.layer IS t.layer AND k.op = t.op))" 2>&1)
+    total=$(sq "$out/kern.db" "SELECT count(*) FROM v_kernels WHERE kind = 'kernel'" 2>&1)
+    if [ "$missing" = 0 ] && [ "${total:-0}" -gt 0 ] 2>/dev/null; then pass "every tapped op has kernels in v_kernels ($total kernel rows)"
+    else bad "tapped ops without kernels in v_kernels: $missing (kernel rows: $total)"; fi
+    info "CUPTI rows by kind: $(sq "$out/kern.db" "SELECT group_concat(kind || ' ' || n, ', ') FROM (SELECT kind, count(*) AS n FROM v_kernels GROUP BY kind)" 2>&1)"
+    k=$(first_bad "$out/fault0.dev.db")
+    case $k in *bt_k_*) pass "bisect names the CUDA kernel of the first bad tensor: $k" ;; *) bad "bisect named no CUDA kernel: '$k'" ;; esac
+else info "step 5 (CUPTI kernels) needs a GPU"; fi
 
 # ---- 6. --cuda-graphs trace equals eager ----
+if [ $gpu = 1 ]; then
 for mode in eager graphs; do
     rm -f "$out/$mode.db"
     flag=; [ $mode = graphs ] && flag=--cuda-graphs
-    "$bt" run --device cuda $flag --model "$stories" --tokenizer "$tok" --prompt "Once upon a time" -n 32 \
+    "$bt" run --device "$dev" $flag --model "$stories" --tokenizer "$tok" --prompt "Once upon a time" -n 32 \
         --trace "$out/$mode.db" > "$out/$mode.txt" 2> "$out/$mode.err" || bad "$mode run: $(tail -1 "$out/$mode.err")"
 done
 tapq="SELECT step, layer, op, nan, pinf, ninf, min, max, mean, rms FROM v_taps ORDER BY step, layer, op"
 if [ -s "$out/eager.db" ] && [ "$(sq "$out/eager.db" "$tapq" | md5sum)" = "$(sq "$out/graphs.db" "$tapq" | md5sum)" ] &&
    cmp -s "$out/eager.txt" "$out/graphs.txt"; then pass "--cuda-graphs trace equals the eager one (taps and text)"
 else bad "--cuda-graphs trace differs from the eager one"; fi
+else info "step 6 (CUDA graphs) needs a GPU"; fi
 
 # ---- 7. speed and memory ----
 if [ -f "$smol" ]; then
-    for taps in none all; do
-        "$bt" bench --device cuda --cuda-graphs --model "$smol" -p 32 -n 256 --reps 3 --taps "$taps" --json \
-            > "$out/bench.$taps.json" 2> "$out/bench.$taps.err" || bad "bench --taps $taps: $(tail -1 "$out/bench.$taps.err")"
-    done
-    "$bt" bench --device cuda --cuda-graphs --cupti --model "$smol" -p 32 -n 256 --reps 3 --taps all --json \
-        > "$out/bench.cupti.json" 2> "$out/bench.cupti.err" || bad "bench --cupti: $(tail -1 "$out/bench.cupti.err")"
-    python3 - "$out" >> "$summary" <<'EOF'
+    n_dec=256; [ $gpu = 1 ] || n_dec=16
+    gflag=; [ $gpu = 1 ] && gflag=--cuda-graphs
+    # one bench: decode with taps off, then with taps on (a temporary trace)
+    "$bt" bench --device "$dev" $gflag --model "$smol" -p 32 -n $n_dec --reps 3 --taps all --json \
+        > "$out/bench.taps.json" 2> "$out/bench.taps.err" || bad "bench --taps all: $(tail -1 "$out/bench.taps.err")"
+    if [ $gpu = 1 ]; then
+        "$bt" bench --device "$dev" $gflag --cupti --model "$smol" -p 32 -n $n_dec --reps 3 --taps all --json \
+            > "$out/bench.cupti.json" 2> "$out/bench.cupti.err" || bad "bench --cupti: $(tail -1 "$out/bench.cupti.err")"
+    fi
+    python3 - "$out" "$dev" >> "$summary" <<'EOF'
 import json, sys, os
-def tps(name):
+def get(name, key):
     try:
-        j = json.load(open(os.path.join(sys.argv[1], "bench.%s.json" % name)))
-        return j.get("decode_tps_taps") or j.get("decode_tps")
+        return json.load(open(os.path.join(sys.argv[1], "bench.%s.json" % name))).get(key)
     except Exception:
         return None
-off, on, cu = tps("none"), tps("all"), tps("cupti")
-print("INFO SmolLM2 decode t/s (CUDA graphs): taps off %s, taps on %s, taps + CUPTI %s" % (off, on, cu))
+off, on = get("taps", "decode_tokens_per_s"), get("taps", "decode_tokens_per_s_taps")
+cu = get("cupti", "decode_tokens_per_s_taps")
+print("INFO SmolLM2 decode t/s on %s: taps off %s, taps on %s, taps + CUPTI %s" % (sys.argv[2], off, on, cu))
 if off and on: print("INFO taps cost %.1f%%" % (100.0 * (1 - on / off)))
 if on and cu: print("INFO CUPTI costs %.1f%% more" % (100.0 * (1 - cu / on)))
 EOF
-    vram=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader | head -1)
-    info "VRAM in use after the runs (driver view): $vram; weight upload time and VRAM per run are in bench.*.err"
+    if [ $gpu = 1 ]; then
+        rm -f "$out/mem.db"
+        "$bt" run --device "$dev" --model "$smol" --prompt "Hi" -n 1 --trace "$out/mem.db" > /dev/null 2>&1
+        info "plugin memory account (meta): $(sq "$out/mem.db" "SELECT group_concat(key || '=' || value, ', ') FROM meta WHERE key LIKE 'device_%'" 2>&1)"
+        info "VRAM in use now (driver view): $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | head -1)"
+    fi
 fi
 
 info "total $(( $(date +%s) - t0 ))s"
