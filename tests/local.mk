@@ -15,7 +15,7 @@ tests_test_sampler_SOURCES = tests/test_sampler.c
 tests_test_sampler_LDADD = $(CORE_LIBS)
 # tokenizer: llama.cpp vectors, llama2.c and SmolLM2 encodings, `tokenize`
 check_PROGRAMS += tests/test_tokenizer
-TESTS += tests/test_tokenizer tests/tokenizer_vectors.sh
+TESTS += tests/test_tokenizer tests/tokenizer_vectors.sh tests/hf_tokenizers.sh
 tests_test_tokenizer_SOURCES = tests/test_tokenizer.c
 tests_test_tokenizer_LDADD = $(CORE_LIBS)
 EXTRA_DIST += tests/tokenizer_vectors.sh

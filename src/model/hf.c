@@ -920,6 +920,17 @@ int bt_hf_open(const char *dir, bt_gguf **out)
     hparams hp = { 0 };
     char file[4096];
     snprintf(file, sizeof file, "%s/config.json", dir);
+    struct stat st;
+    char tpath[4096];
+    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", dir);
+    if (stat(file, &st) != 0 && stat(tpath, &st) == 0) {
+        /* tokenizer files only: a vocab-only model, as a GGUF with 0 tensors */
+        bt_gguf_builder_str(b, "general.architecture", "none", 4);
+        if (!(cfg = json_object())) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+        if ((rc = tokenizer_keys(hs, dir, cfg, b))) goto fail;
+        json_decref(cfg);
+        return bt_gguf_builder_finish(b, dir, out);
+    }
     if ((rc = load_json(dir, "config.json", true, &cfg))) goto fail;
     if ((rc = config_keys(dir, cfg, b, &hp))) goto fail;
     if ((rc = rope_scaling(hs, b, file, cfg, &hp))) goto fail;
@@ -941,8 +952,10 @@ int bt_hf_attach(bt_model *m)
     strcpy(m->format, "hf");
     /* The trace's model hash covers the (first) weight file, as it covers
      * the whole file for GGUF. */
-    m->file_data = bt_safetensors_map(hs->shards[0]);
-    m->file_size = bt_safetensors_size(hs->shards[0]);
+    if (hs->n_shards) {
+        m->file_data = bt_safetensors_map(hs->shards[0]);
+        m->file_size = bt_safetensors_size(hs->shards[0]);
+    }
     if (m->has_vocab) {
         m->vocab.pre_pats = hs->pats;
         m->vocab.n_pre_pats = hs->n_pats;
