@@ -130,7 +130,7 @@ static int collect_tensors(const bt_model *m, titem **out, int64_t *n_out)
             t->n_dims = g->n_dims;
             memcpy(t->ne, g->ne, sizeof t->ne);
             t->nbytes = g->nbytes;
-            t->offset = doff + g->offset;
+            t->offset = strcmp(m->format, "hf") ? doff + g->offset : 0;   /* hf: data is in other files */
             t->data = g->data;
             t->first_bad = -1;
             t->first_bad_block = -1;
@@ -364,7 +364,10 @@ static void print_text(const bt_model *m, const char *load_err, const char *sha,
     char hb[32];
     human_bytes(m->file_size, hb, sizeof hb);
     printf("file:          %s\n", bt_text_esc(m->path));
-    if (m->gguf)
+    if (m->gguf && !strcmp(m->format, "hf"))    /* a folder: the GGUF view is synthetic */
+        printf("format:        hf (Hugging Face folder as %" PRId64 " GGUF keys, %" PRId64 " tensors; "
+               "size and sha256 are of the first safetensors file)\n", bt_gguf_n_kv(m->gguf), bt_gguf_n_tensors(m->gguf));
+    else if (m->gguf)
         printf("format:        gguf v%u (alignment %" PRIu64 ", %" PRId64 " keys, %" PRId64 " tensors, data at %" PRIu64 ")\n",
                bt_gguf_version(m->gguf), bt_gguf_alignment(m->gguf), bt_gguf_n_kv(m->gguf),
                bt_gguf_n_tensors(m->gguf), bt_gguf_data_offset(m->gguf));

@@ -15,10 +15,10 @@ tests_test_sampler_SOURCES = tests/test_sampler.c
 tests_test_sampler_LDADD = $(CORE_LIBS)
 # tokenizer: llama.cpp vectors, llama2.c and SmolLM2 encodings, `tokenize`
 check_PROGRAMS += tests/test_tokenizer
-TESTS += tests/test_tokenizer tests/tokenizer_vectors.sh tests/hf_tokenizers.sh
+TESTS += tests/test_tokenizer tests/tokenizer_vectors.sh tests/hf_tokenizers.sh tests/hf_folder.sh
 tests_test_tokenizer_SOURCES = tests/test_tokenizer.c
 tests_test_tokenizer_LDADD = $(CORE_LIBS)
-EXTRA_DIST += tests/tokenizer_vectors.sh
+EXTRA_DIST += tests/tokenizer_vectors.sh tests/hf_tokenizers.sh tests/hf_tokenizers_ref.py tests/hf_folder.sh
 # gguf reader, inspect, bad input
 check_PROGRAMS += tests/test_gguf
 tests_test_gguf_SOURCES = tests/test_gguf.c
