@@ -90,7 +90,7 @@ static int parse_header(bt_safetensors *st)
         return bt_error(BT_EFORMAT, "%s: header length %" PRIu64 " is absurd (limit %" PRIu64 "; not a safetensors file?)",
                         st->path, hlen, ST_MAX_HEADER);
     if (hlen > st->size - 8)
-        return bt_error(BT_EFORMAT, "%s: truncated: header of %" PRIu64 " bytes but the file has %" PRIu64,
+        return bt_error(BT_EFORMAT, "%s: truncated: header of %" PRIu64 " bytes runs past the end of the file (%" PRIu64 " bytes)",
                         st->path, hlen, st->size);
     if (hlen < 2 || st->map[8] != '{')
         return bt_error(BT_EFORMAT, "%s: header is not a JSON object", st->path);
