@@ -11,6 +11,7 @@
 #include "cmd.h"
 #include "kernels.h"
 #include "model/gguf.h"
+#include "model/hf.h"
 #include "model/model.h"
 #include "request.h"
 #include "tokenizer/tokenizer.h"
@@ -607,12 +608,14 @@ static int print_json(const bt_model *m, const char *load_err, const char *sha, 
 static int open_gguf_only(const char *path, bt_model *m)
 {
     memset(m, 0, sizeof(*m));
-    int rc = bt_gguf_open(path, &m->gguf);
+    bool folder = bt_hf_is_folder(path);
+    int rc = folder ? bt_hf_open(path, &m->gguf) : bt_gguf_open(path, &m->gguf);
     if (rc) return rc;
     m->path = (char *)path;
     strcpy(m->format, "gguf");
     m->file_data = bt_gguf_file_data(m->gguf);
     m->file_size = bt_gguf_file_size(m->gguf);
+    if (folder && (rc = bt_hf_attach(m))) return rc;
     bt_gguf_str s;
     if (bt_gguf_get_str(m->gguf, "general.architecture", &s) == BT_OK)
         snprintf(m->cfg.arch, sizeof m->cfg.arch, "%.*s", (int)BT_MIN(s.len, 31), s.ptr);

@@ -18,12 +18,15 @@ check_PROGRAMS += tests/test_tokenizer
 TESTS += tests/test_tokenizer tests/tokenizer_vectors.sh tests/hf_tokenizers.sh tests/hf_folder.sh
 tests_test_tokenizer_SOURCES = tests/test_tokenizer.c
 tests_test_tokenizer_LDADD = $(CORE_LIBS)
-EXTRA_DIST += tests/tokenizer_vectors.sh tests/hf_bad_input.sh tests/hf_make_bad.py tests/hf_tokenizers.sh tests/hf_tokenizers_ref.py tests/hf_folder.sh
+EXTRA_DIST += tests/tokenizer_vectors.sh tests/hf_arch.sh tests/hf_make_arch.py tests/hf_bad_input.sh tests/hf_make_bad.py tests/hf_tokenizers.sh tests/hf_tokenizers_ref.py tests/hf_folder.sh
 # gguf reader, inspect, bad input
 check_PROGRAMS += tests/test_gguf
 tests_test_gguf_SOURCES = tests/test_gguf.c
 tests_test_gguf_LDADD = $(CORE_LIBS)
-TESTS += tests/test_gguf tests/bad_input.sh tests/inspect.sh tests/special_ids.sh tests/hf_bad_input.sh
+TESTS += tests/test_gguf tests/bad_input.sh tests/inspect.sh tests/special_ids.sh tests/hf_bad_input.sh tests/hf_arch.sh
+check_PROGRAMS += tests/hf_check_tool
+tests_hf_check_tool_SOURCES = tests/hf_check_tool.c
+tests_hf_check_tool_LDADD = $(CORE_LIBS)
 EXTRA_DIST += tests/bad_input.sh tests/inspect.sh tests/special_ids.sh tests/data-gen/make_bad_files.py
 # CPU kernels: variants vs scalar, matmul, pool; dequantizers vs gguf.quants
 check_PROGRAMS += tests/test_kernels tests/dequant_tool
