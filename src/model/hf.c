@@ -83,7 +83,7 @@ static int load_json(const char *dir, const char *name, bool required, json_t **
     struct stat st;
     if (stat(path, &st) != 0) {
         if (!required) return BT_OK;
-        return bt_error(BT_ENOTFOUND, "%s: %s is missing (not a Hugging Face model folder?)", dir, name);
+        return bt_error(BT_ENOTFOUND, "%s: is a directory, but not a Hugging Face model folder (%s is missing)", dir, name);
     }
     json_error_t je;
     *out = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
