@@ -135,7 +135,8 @@ static int put_count(bt_gguf_builder *b, const char *file, const char *arch, con
     int64_t v = -1;
     int rc = j_int(file, cfg, key, required, &v);
     if (rc) return rc;
-    if (v == -1 && !json_object_get(cfg, key)) return BT_OK;
+    json_t *jv = json_object_get(cfg, key);
+    if (!jv || json_is_null(jv)) return BT_OK;
     if (v <= 0 || v > INT32_MAX) return bt_error(BT_EFORMAT, "%s: '%s' = %" PRId64 " is out of range", file, key, v);
     char k[128];
     snprintf(k, sizeof k, "%s.%s", arch, suffix);
@@ -274,6 +275,8 @@ static int config_keys(const char *dir, json_t *cfg, bt_gguf_builder *b, hparams
             (rc = put_count(b, file, a, "expert_shared_feed_forward_length", cfg, "shared_expert_intermediate_size", false)))
             return rc;
         if ((rc = j_int(file, cfg, "num_experts", true, &hp->n_experts))) return rc;
+        if (hp->n_experts > 4096)   /* bounds the stacking copies below */
+            return bt_error(BT_EFORMAT, "%s: num_experts %" PRId64 " is implausible", file, hp->n_experts);
         bool norm = false;
         if ((rc = j_bool(file, cfg, "norm_topk_prob", &norm))) return rc;
         snprintf(k, sizeof k, "%s.expert_weights_norm", a);
