@@ -11,6 +11,7 @@
 #include "cmd.h"
 #include "kernels.h"
 #include "model/gguf.h"
+#include "model/hf.h"
 #include "model/model.h"
 #include "request.h"
 #include "tokenizer/tokenizer.h"
@@ -34,7 +35,8 @@ void cmd_inspect_help(FILE *out)
         "shape, bytes, offset) and the SHA-256 of the whole file. Then dequantize\n"
         "every weight row and count NaN, +Inf and -Inf per tensor (quantized block\n"
         "scales are checked too).\n\n"
-        "  MODEL            GGUF model, or llama2.c checkpoint (.bin)\n"
+        "  MODEL            GGUF model, Hugging Face model folder (DIR), or llama2.c\n"
+        "                   checkpoint (.bin)\n"
         "  --tokenizer T    llama2.c tokenizer.bin (llama2.c checkpoints only)\n"
         "  --json           print one JSON object with the same data\n"
         "  --no-scan        skip the NaN/Inf scan\n\n"
@@ -130,7 +132,7 @@ static int collect_tensors(const bt_model *m, titem **out, int64_t *n_out)
             t->n_dims = g->n_dims;
             memcpy(t->ne, g->ne, sizeof t->ne);
             t->nbytes = g->nbytes;
-            t->offset = doff + g->offset;
+            t->offset = strcmp(m->format, "hf") ? doff + g->offset : 0;   /* hf: data is in other files */
             t->data = g->data;
             t->first_bad = -1;
             t->first_bad_block = -1;
@@ -363,7 +365,10 @@ static void print_text(const bt_model *m, const char *load_err, const char *sha,
     char hb[32];
     human_bytes(m->file_size, hb, sizeof hb);
     printf("file:          %s\n", bt_text_esc(m->path));
-    if (m->gguf)
+    if (m->gguf && !strcmp(m->format, "hf"))    /* a folder: the GGUF view is synthetic */
+        printf("format:        hf (Hugging Face folder as %" PRId64 " GGUF keys, %" PRId64 " tensors; "
+               "size and sha256 are of the first safetensors file)\n", bt_gguf_n_kv(m->gguf), bt_gguf_n_tensors(m->gguf));
+    else if (m->gguf)
         printf("format:        gguf v%u (alignment %" PRIu64 ", %" PRId64 " keys, %" PRId64 " tensors, data at %" PRIu64 ")\n",
                bt_gguf_version(m->gguf), bt_gguf_alignment(m->gguf), bt_gguf_n_kv(m->gguf),
                bt_gguf_n_tensors(m->gguf), bt_gguf_data_offset(m->gguf));
@@ -620,12 +625,14 @@ static int print_json(const bt_model *m, const char *load_err, const char *sha, 
 static int open_gguf_only(const char *path, bt_model *m)
 {
     memset(m, 0, sizeof(*m));
-    int rc = bt_gguf_open(path, &m->gguf);
+    bool folder = bt_hf_is_folder(path);
+    int rc = folder ? bt_hf_open(path, &m->gguf) : bt_gguf_open(path, &m->gguf);
     if (rc) return rc;
     m->path = (char *)path;
     strcpy(m->format, "gguf");
     m->file_data = bt_gguf_file_data(m->gguf);
     m->file_size = bt_gguf_file_size(m->gguf);
+    if (folder && (rc = bt_hf_attach(m))) return rc;
     bt_gguf_str s;
     if (bt_gguf_get_str(m->gguf, "general.architecture", &s) == BT_OK)
         snprintf(m->cfg.arch, sizeof m->cfg.arch, "%.*s", (int)BT_MIN(s.len, 31), s.ptr);

@@ -1,7 +1,7 @@
 # tests/local.mk - the test suite. Programs are C unit tests; *.sh drive the
 # built binary. ASAN_TESTS (one line) is what `./quickstart check` reruns
 # under ASan+UBSan.
-ASAN_TESTS = tests/test_moe tests/moe_trace.sh tests/test_foreign tests/test_session tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_guard tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh tests/trace_hostile.sh tests/test_kernel_rows tests/export_perfetto.sh tests/arch.sh tests/test_activity tests/kernel_join.sh
+ASAN_TESTS = tests/test_moe tests/moe_trace.sh tests/test_foreign tests/test_session tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_guard tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh tests/trace_hostile.sh tests/test_kernel_rows tests/export_perfetto.sh tests/arch.sh tests/test_activity tests/kernel_join.sh tests/hf_bad_input.sh
 TESTS += tests/manpage.sh
 EXTRA_DIST += tests/manpage.sh
 TESTS += tests/llamacpp.sh tests/link_invariants.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
@@ -15,15 +15,18 @@ tests_test_sampler_SOURCES = tests/test_sampler.c
 tests_test_sampler_LDADD = $(CORE_LIBS)
 # tokenizer: llama.cpp vectors, llama2.c and SmolLM2 encodings, `tokenize`
 check_PROGRAMS += tests/test_tokenizer
-TESTS += tests/test_tokenizer tests/tokenizer_vectors.sh
+TESTS += tests/test_tokenizer tests/tokenizer_vectors.sh tests/hf_tokenizers.sh tests/hf_folder.sh
 tests_test_tokenizer_SOURCES = tests/test_tokenizer.c
 tests_test_tokenizer_LDADD = $(CORE_LIBS)
-EXTRA_DIST += tests/tokenizer_vectors.sh
+EXTRA_DIST += tests/tokenizer_vectors.sh tests/hf_arch.sh tests/hf_make_arch.py tests/hf_bad_input.sh tests/hf_make_bad.py tests/hf_tokenizers.sh tests/hf_tokenizers_ref.py tests/hf_folder.sh
 # gguf reader, inspect, bad input
 check_PROGRAMS += tests/test_gguf
 tests_test_gguf_SOURCES = tests/test_gguf.c
 tests_test_gguf_LDADD = $(CORE_LIBS)
-TESTS += tests/test_gguf tests/bad_input.sh tests/inspect.sh tests/special_ids.sh tests/arch.sh
+TESTS += tests/test_gguf tests/bad_input.sh tests/inspect.sh tests/special_ids.sh tests/arch.sh tests/hf_bad_input.sh tests/hf_arch.sh
+check_PROGRAMS += tests/hf_check_tool
+tests_hf_check_tool_SOURCES = tests/hf_check_tool.c
+tests_hf_check_tool_LDADD = $(CORE_LIBS)
 EXTRA_DIST += tests/bad_input.sh tests/inspect.sh tests/special_ids.sh tests/arch.sh tests/data-gen/make_bad_files.py
 # CPU kernels: variants vs scalar, matmul, pool; dequantizers vs gguf.quants
 check_PROGRAMS += tests/test_kernels tests/dequant_tool

@@ -680,6 +680,60 @@ static void test_real_files(void)
     }
 }
 
+/* Synthetic handles (bt_gguf_builder, used by Hugging Face folders): keys
+ * round-trip through the same parser as files, tensors are borrowed, the
+ * owned resource is released exactly once, on success and on failure. */
+static int released;
+static void count_release(void *arg) { (void)arg; released++; }
+
+static void test_builder(void)
+{
+    bt_gguf_builder *b = NULL;
+    CHECK_OK(bt_gguf_builder_new(&b));
+    bt_gguf_builder_own(b, count_release, NULL);
+    static const char *const toks[] = { "a", "b c", "" };
+    int32_t ids[3] = { 1, -2, 3 };
+    static float w[6] = { 1, 2, 3, 4, 5, 6 };
+    bt_gguf_builder_str(b, "general.architecture", "llama", 5);
+    bt_gguf_builder_u32(b, "llama.block_count", 7);
+    bt_gguf_builder_f32(b, "llama.rope.freq_base", 0.5f);
+    bt_gguf_builder_bool(b, "x.flag", true);
+    bt_gguf_builder_arr(b, "x.ids", BT_GGUF_INT32, ids, 3);
+    bt_gguf_builder_arr_str(b, "x.toks", toks, NULL, 3);
+    CHECK(bt_gguf_builder_has(b, "x.flag") && !bt_gguf_builder_has(b, "x.nope"), "builder_has");
+    bt_gguf_builder_tensor(b, "w.weight", 2, (int64_t[4]){ 3, 2, 1, 1 }, BT_DT_F32, w, sizeof w);
+    bt_gguf *g = NULL;
+    CHECK_OK(bt_gguf_builder_finish(b, "synthetic", &g));
+    if (g) {
+        uint32_t u = 0; float f = 0; bool fl = false; bt_gguf_str st;
+        int et; uint64_t n; const void *d;
+        CHECK(!bt_gguf_get_u32(g, "llama.block_count", &u) && u == 7, "u32 key");
+        CHECK(!bt_gguf_get_f32(g, "llama.rope.freq_base", &f) && f == 0.5f, "f32 key");
+        CHECK(!bt_gguf_get_bool(g, "x.flag", &fl) && fl, "bool key");
+        CHECK(!bt_gguf_get_str(g, "general.architecture", &st) && st.len == 5 && !memcmp(st.ptr, "llama", 5), "str key");
+        CHECK(!bt_gguf_get_arr(g, "x.ids", &et, &n, &d) && et == BT_GGUF_INT32 && n == 3 && !memcmp(d, ids, sizeof ids), "int array");
+        bt_gguf_str s1 = bt_gguf_arr_str(g, bt_gguf_find_key(g, "x.toks"), 1);
+        CHECK(s1.len == 3 && !memcmp(s1.ptr, "b c", 3), "string array");
+        const bt_gguf_tensor *t = bt_gguf_find_tensor(g, "w.weight");
+        CHECK(t && t->data == w && t->ne[0] == 3 && t->ne[1] == 2 && t->nbytes == sizeof w, "borrowed tensor");
+        CHECK(released == 0, "not released while open");
+        bt_gguf_close(g);
+        CHECK(released == 1, "released once at close (%d)", released);
+    }
+    /* two tensors with one name, and a tensor whose bytes do not fit its shape */
+    for (int k = 0; k < 2; k++) {
+        released = 0;
+        CHECK_OK(bt_gguf_builder_new(&b));
+        bt_gguf_builder_own(b, count_release, NULL);
+        bt_gguf_builder_tensor(b, "w.weight", 1, (int64_t[4]){ 6, 1, 1, 1 }, BT_DT_F32, w, k ? sizeof w - 4 : sizeof w);
+        if (!k) bt_gguf_builder_tensor(b, "w.weight", 1, (int64_t[4]){ 6, 1, 1, 1 }, BT_DT_F32, w, sizeof w);
+        g = NULL;
+        int rc = bt_gguf_builder_finish(b, "synthetic", &g);
+        CHECK(rc != BT_OK && !g && strstr(bt_errmsg(), "w.weight"), "bad tensor refused: %s", bt_errmsg());
+        CHECK(released == 1, "released once on failure (%d)", released);
+    }
+}
+
 int main(void)
 {
     const char *t = getenv("TMPDIR");
@@ -690,6 +744,7 @@ int main(void)
     test_corruptions();
     test_random_damage();
     test_buffers();
+    test_builder();
     test_real_files();
 
     char cmd[512];

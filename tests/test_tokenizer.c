@@ -325,6 +325,63 @@ static void pretok_sets(void)
           "an unlisted set is refused");
 }
 
+/* tokenizer.json Split behaviors: the expected words are what the tokenizers
+ * package's Split(pattern="-", behavior=..., invert=...) gives for
+ * "the-final--countdown" (checked with tokenizers 0.23.3). */
+static void split_behaviors(void)
+{
+    static const struct { int behavior; bool invert; const char *want; } cases[] = {
+        { BT_SPLIT_ISOLATED, false, "the|-|final|-|-|countdown" },
+        { BT_SPLIT_ISOLATED, true, "the|-|final|-|-|countdown" },
+        { BT_SPLIT_REMOVED, false, "the|final|countdown" },
+        { BT_SPLIT_REMOVED, true, "-|-|-" },
+        { BT_SPLIT_MERGED_PREV, false, "the-|final-|-|countdown" },
+        { BT_SPLIT_MERGED_PREV, true, "the|-final|-|-countdown" },
+        { BT_SPLIT_MERGED_NEXT, false, "the|-final|-|-countdown" },
+        { BT_SPLIT_MERGED_NEXT, true, "the-|final-|-|countdown" },
+        { BT_SPLIT_CONTIGUOUS, false, "the|-|final|--|countdown" },
+        { BT_SPLIT_CONTIGUOUS, true, "the|-|final|--|countdown" },
+    };
+    const char *text = "the-final--countdown";
+    for (size_t c = 0; c < BT_ARRAY_SIZE(cases); c++) {
+        bt_pretok_pat pat = { "-", cases[c].behavior, cases[c].invert };
+        bt_pretok *p = NULL;
+        if (bt_pretok_new_custom(&pat, 1, false, &p)) { CHECK(0, "custom pretok: %s", bt_errmsg()); continue; }
+        size_t *w = NULL, n = 0;
+        char got[128] = "";
+        if (bt_pretok_words(p, text, strlen(text), &w, &n) == BT_OK) {
+            size_t k = 0;
+            for (size_t i = 0; i < n && k + w[2 * i + 1] + 2 < sizeof got; i++) {
+                if (i) got[k++] = '|';
+                memcpy(got + k, text + w[2 * i], w[2 * i + 1]);
+                k += w[2 * i + 1];
+            }
+            got[k] = 0;
+        }
+        CHECK(!strcmp(got, cases[c].want), "behavior %d invert %d: '%s', expected '%s'", cases[c].behavior,
+              cases[c].invert, got, cases[c].want);
+        free(w);
+        bt_pretok_free(p);
+    }
+    /* a chain: Digits(individual) then GPT-2's ByteLevel regex = the smollm set */
+    bt_pretok_pat chain[2] = { { "\\p{N}", BT_SPLIT_ISOLATED, false },
+        { "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", BT_SPLIT_ISOLATED, false } };
+    bt_pretok *p = NULL, *q = NULL;
+    const char *t2 = "ab 2024 c's  x\n";
+    size_t *a = NULL, *b = NULL, na = 0, nb = 0;
+    if (!bt_pretok_new_custom(chain, 2, false, &p) && !bt_pretok_new("smollm", &q) &&
+        !bt_pretok_split(p, t2, strlen(t2), &a, &na) && !bt_pretok_split(q, t2, strlen(t2), &b, &nb))
+        CHECK(na == nb && !memcmp(a, b, na * sizeof(*a)), "custom chain splits like the smollm set (%zu vs %zu words)", na, nb);
+    else
+        CHECK(0, "custom chain: %s", bt_errmsg());
+    free(a); free(b);
+    bt_pretok_free(p); bt_pretok_free(q);
+    bt_pretok_pat bad = { "(unclosed", BT_SPLIT_ISOLATED, false };
+    p = NULL;
+    CHECK(bt_pretok_new_custom(&bad, 1, false, &p) == BT_EUNSUPPORTED && !p && strstr(bt_errmsg(), "(unclosed"),
+          "a bad regex is refused naming it");
+}
+
 /* ---- 5. hand-built vocabularies ---- */
 
 static void handmade(void)
@@ -401,6 +458,7 @@ int main(void)
     FILE *f = fopen(probe, "rb");
     handmade();
     pretok_sets();
+    split_behaviors();
     if (!f) {
         printf("SKIP: test data not found at %s (set BT_SHARED)\n", dir);
         return failures ? 1 : 77;

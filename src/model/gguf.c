@@ -68,6 +68,10 @@ struct bt_gguf {
     int64_t tensor_cap;
     gguf_index kv_index;
     gguf_index tensor_index;
+    void *owned;              /* synthetic handles: the serialized header */
+    char *owned_names;        /* synthetic handles: tensor names */
+    void (*release)(void *);  /* synthetic handles: the loader's resources */
+    void *release_arg;
 };
 
 static const char *const vtype_names[BT_GGUF_VTYPE_COUNT] = {
@@ -572,6 +576,9 @@ void bt_gguf_close(bt_gguf *g)
     free(g->tensors);
     free(g->kv_index.slots);
     free(g->tensor_index.slots);
+    free(g->owned);
+    free(g->owned_names);
+    if (g->release) g->release(g->release_arg);
     free(g->path);
     free(g);
 }
@@ -821,4 +828,213 @@ const bt_gguf_tensor *bt_gguf_find_tensor(const bt_gguf *g, const char *name)
     INDEX_LOOKUP(&g->tensor_index, name, len, TENSOR_NAME, slot, found);
     (void)slot;
     return found < 0 ? NULL : &g->tensors[found];
+}
+
+/* ---- synthetic handles ------------------------------------------------ */
+
+typedef struct bld_tensor {
+    char *name;
+    uint32_t n_dims;
+    int64_t ne[4];
+    int type;
+    const void *data;
+    uint64_t nbytes;
+} bld_tensor;
+
+struct bt_gguf_builder {
+    uint8_t *kv;              /* serialized key/value entries */
+    size_t len, cap;
+    uint64_t n_kv;
+    bld_tensor *t;
+    int64_t n_t, cap_t;
+    char **keys;              /* for bt_gguf_builder_has */
+    bool oom;
+    void (*release)(void *);
+    void *release_arg;
+};
+
+void bt_gguf_builder_own(bt_gguf_builder *b, void (*release)(void *), void *arg)
+{
+    b->release = release;
+    b->release_arg = arg;
+}
+
+void *bt_gguf_owned(const bt_gguf *g) { return g->release_arg; }
+
+int bt_gguf_builder_new(bt_gguf_builder **out)
+{
+    *out = calloc(1, sizeof(**out));
+    return *out ? BT_OK : bt_error(BT_ENOMEM, "out of memory");
+}
+
+void bt_gguf_builder_free(bt_gguf_builder *b)
+{
+    if (!b) return;
+    if (b->release) b->release(b->release_arg);
+    for (int64_t i = 0; i < b->n_t; i++) free(b->t[i].name);
+    for (uint64_t i = 0; i < b->n_kv; i++) free(b->keys[i]);
+    free(b->keys);
+    free(b->t);
+    free(b->kv);
+    free(b);
+}
+
+static void bput(bt_gguf_builder *b, const void *p, size_t n)
+{
+    if (b->oom) return;
+    if (b->len + n > b->cap) {
+        size_t nc = b->cap ? b->cap : 4096;
+        while (nc < b->len + n) nc *= 2;
+        uint8_t *nb = realloc(b->kv, nc);
+        if (!nb) { b->oom = true; return; }
+        b->kv = nb;
+        b->cap = nc;
+    }
+    memcpy(b->kv + b->len, p, n);
+    b->len += n;
+}
+static void bput_u32(bt_gguf_builder *b, uint32_t v) { bput(b, &v, 4); }
+static void bput_u64(bt_gguf_builder *b, uint64_t v) { bput(b, &v, 8); }
+static void bput_str(bt_gguf_builder *b, const char *s, size_t n) { bput_u64(b, n); bput(b, s, n); }
+
+static void bkey(bt_gguf_builder *b, const char *key, uint32_t vtype)
+{
+    if (b->oom) return;
+    char **nk = realloc(b->keys, (b->n_kv + 1) * sizeof(*nk));
+    if (!nk) { b->oom = true; return; }
+    b->keys = nk;
+    if (!(b->keys[b->n_kv] = strdup(key))) { b->oom = true; return; }
+    b->n_kv++;
+    bput_str(b, key, strlen(key));
+    bput_u32(b, vtype);
+}
+
+bool bt_gguf_builder_has(const bt_gguf_builder *b, const char *key)
+{
+    for (uint64_t i = 0; i < b->n_kv; i++)
+        if (!strcmp(b->keys[i], key)) return true;
+    return false;
+}
+
+void bt_gguf_builder_str(bt_gguf_builder *b, const char *key, const char *s, size_t len)
+{
+    bkey(b, key, BT_GGUF_STRING);
+    bput_str(b, s, len);
+}
+void bt_gguf_builder_u32(bt_gguf_builder *b, const char *key, uint32_t v) { bkey(b, key, BT_GGUF_UINT32); bput_u32(b, v); }
+void bt_gguf_builder_i32(bt_gguf_builder *b, const char *key, int32_t v) { bkey(b, key, BT_GGUF_INT32); bput(b, &v, 4); }
+void bt_gguf_builder_f32(bt_gguf_builder *b, const char *key, float v) { bkey(b, key, BT_GGUF_FLOAT32); bput(b, &v, 4); }
+void bt_gguf_builder_bool(bt_gguf_builder *b, const char *key, bool v)
+{
+    uint8_t x = v;
+    bkey(b, key, BT_GGUF_BOOL);
+    bput(b, &x, 1);
+}
+
+void bt_gguf_builder_arr(bt_gguf_builder *b, const char *key, int elem_type, const void *elems, uint64_t n)
+{
+    size_t es = vtype_size(elem_type);
+    if (!es) { b->oom = true; return; }       /* a caller bug; finish reports it */
+    bkey(b, key, BT_GGUF_ARRAY);
+    bput_u32(b, (uint32_t)elem_type);
+    bput_u64(b, n);
+    bput(b, elems, (size_t)n * es);
+}
+
+void bt_gguf_builder_arr_str(bt_gguf_builder *b, const char *key, const char *const *s,
+                             const uint32_t *len, uint64_t n)
+{
+    bkey(b, key, BT_GGUF_ARRAY);
+    bput_u32(b, BT_GGUF_STRING);
+    bput_u64(b, n);
+    for (uint64_t i = 0; i < n; i++) bput_str(b, s[i], len ? len[i] : strlen(s[i]));
+}
+
+void bt_gguf_builder_tensor(bt_gguf_builder *b, const char *name, uint32_t n_dims, const int64_t ne[4],
+                            int type, const void *data, uint64_t nbytes)
+{
+    if (b->oom) return;
+    bld_tensor *nt = grow(b->t, &b->cap_t, b->n_t + 1, sizeof(*b->t));
+    if (!nt) { b->oom = true; return; }
+    b->t = nt;
+    bld_tensor *t = &b->t[b->n_t];
+    if (!(t->name = strdup(name))) { b->oom = true; return; }
+    b->n_t++;
+    t->n_dims = n_dims;
+    for (int d = 0; d < 4; d++) t->ne[d] = ne[d];
+    t->type = type;
+    t->data = data;
+    t->nbytes = nbytes;
+}
+
+int bt_gguf_builder_finish(bt_gguf_builder *b, const char *label, bt_gguf **out)
+{
+    *out = NULL;
+    int rc;
+    bt_gguf *g = NULL;
+    if (b->oom) { rc = bt_error(BT_ENOMEM, "%s: out of memory building the model description", label); goto done; }
+    /* Header with no tensors, parsed like a file: keys get the same checks. */
+    size_t hl = 24 + b->len;
+    uint8_t *buf = malloc(hl);
+    if (!buf) { rc = bt_error(BT_ENOMEM, "%s: out of memory", label); goto done; }
+    uint32_t ver = 3;
+    uint64_t zero = 0;
+    memcpy(buf, "GGUF", 4);
+    memcpy(buf + 4, &ver, 4);
+    memcpy(buf + 8, &zero, 8);
+    memcpy(buf + 16, &b->n_kv, 8);
+    if (b->len) memcpy(buf + 24, b->kv, b->len);
+    if ((rc = bt_gguf_open_buffer(buf, hl, label, &g))) { free(buf); goto done; }
+    g->owned = buf;
+    g->release = b->release;          /* the handle owns them from here on */
+    g->release_arg = b->release_arg;
+    b->release = NULL;
+
+    size_t names = 0;
+    for (int64_t i = 0; i < b->n_t; i++) names += strlen(b->t[i].name) + 1;
+    g->owned_names = malloc(names + 1);
+    g->tensors = calloc((size_t)BT_MAX(b->n_t, 1), sizeof(*g->tensors));
+    if (!g->owned_names || !g->tensors) { rc = bt_error(BT_ENOMEM, "%s: out of memory", label); goto done; }
+    g->tensor_cap = BT_MAX(b->n_t, 1);
+    char *np = g->owned_names;
+    for (int64_t i = 0; i < b->n_t; i++) {
+        const bld_tensor *s = &b->t[i];
+        bt_gguf_tensor *t = &g->tensors[i];
+        size_t nl = strlen(s->name);
+        memcpy(np, s->name, nl + 1);
+        t->name = (bt_gguf_str){ np, nl };
+        np += nl + 1;
+        t->n_dims = s->n_dims;
+        for (int d = 0; d < 4; d++) t->ne[d] = s->ne[d];
+        t->type = s->type;
+        t->nbytes = s->nbytes;
+        t->data = s->data;
+        size_t row = bt_dtype_row_size(t->type, t->ne[0]);
+        uint64_t want = row;
+        for (int d = 1; d < 4; d++) want *= (uint64_t)t->ne[d];
+        if (row == 0 || want != t->nbytes) {
+            rc = bt_error(BT_EINTERNAL, "%s: tensor '%s': %" PRIu64 " bytes for its shape and type, %" PRIu64 " given",
+                          label, s->name, want, t->nbytes);
+            goto done;
+        }
+    }
+    g->n_tensors = b->n_t;
+    free(g->tensor_index.slots);
+    if ((rc = index_init(&g->tensor_index, g->n_tensors))) { rc = bt_error(rc, "%s: out of memory", label); goto done; }
+    for (int64_t i = 0; i < g->n_tensors; i++) {
+        uint64_t slot;
+        int64_t dup;
+        INDEX_LOOKUP(&g->tensor_index, g->tensors[i].name.ptr, g->tensors[i].name.len, TENSOR_NAME, slot, dup);
+        if (dup >= 0) {
+            rc = bt_error(BT_EFORMAT, "%s: two weights map to tensor '%s'", label, g->tensors[i].name.ptr);
+            goto done;
+        }
+        g->tensor_index.slots[slot] = i;
+    }
+    *out = g;
+    g = NULL;
+done:
+    bt_gguf_close(g);
+    bt_gguf_builder_free(b);
+    return rc;
 }

@@ -83,4 +83,40 @@ int64_t bt_gguf_n_tensors(const bt_gguf *g);
 const bt_gguf_tensor *bt_gguf_tensor_at(const bt_gguf *g, int64_t i);
 const bt_gguf_tensor *bt_gguf_find_tensor(const bt_gguf *g, const char *name); /* NULL if absent */
 
+/* ---- synthetic handles ------------------------------------------------
+ * A loader of another format (Hugging Face folders: src/model/hf.c) builds a
+ * bt_gguf whose keys are standard GGUF metadata and whose tensors point into
+ * its own mappings, so the model builder reads every format through the
+ * accessors above. Keys are serialized as a GGUF header and validated by the
+ * same parser as a file; tensors are borrowed (data must outlive the handle).
+ * Setters never fail: an allocation failure is remembered and reported by
+ * bt_gguf_builder_finish. */
+typedef struct bt_gguf_builder bt_gguf_builder;
+int bt_gguf_builder_new(bt_gguf_builder **out);
+void bt_gguf_builder_free(bt_gguf_builder *b);       /* NULL is a no-op */
+void bt_gguf_builder_str(bt_gguf_builder *b, const char *key, const char *s, size_t len);
+void bt_gguf_builder_u32(bt_gguf_builder *b, const char *key, uint32_t v);
+void bt_gguf_builder_i32(bt_gguf_builder *b, const char *key, int32_t v);
+void bt_gguf_builder_f32(bt_gguf_builder *b, const char *key, float v);
+void bt_gguf_builder_bool(bt_gguf_builder *b, const char *key, bool v);
+/* Numeric array of n elements of elem_type, packed little-endian. */
+void bt_gguf_builder_arr(bt_gguf_builder *b, const char *key, int elem_type, const void *elems, uint64_t n);
+void bt_gguf_builder_arr_str(bt_gguf_builder *b, const char *key, const char *const *s,
+                             const uint32_t *len, uint64_t n);
+/* A tensor of ggml type `type`, ne in ggml order (unused dims 1). */
+void bt_gguf_builder_tensor(bt_gguf_builder *b, const char *name, uint32_t n_dims, const int64_t ne[4],
+                            int type, const void *data, uint64_t nbytes);
+/* Hand the handle a resource to release at bt_gguf_close (the loader's
+ * mappings and copies the tensors point into); released by finish on
+ * failure too. One per builder. */
+void bt_gguf_builder_own(bt_gguf_builder *b, void (*release)(void *), void *arg);
+/* The resource given to bt_gguf_builder_own, or NULL. */
+void *bt_gguf_owned(const bt_gguf *g);
+/* True once a key of that name was set. */
+bool bt_gguf_builder_has(const bt_gguf_builder *b, const char *key);
+/* Validate and produce the handle; frees b in every case. label names the
+ * source in messages. bt_gguf_file_data() of the result is its serialized
+ * header (tensor offsets are 0: the data is elsewhere). */
+int bt_gguf_builder_finish(bt_gguf_builder *b, const char *label, bt_gguf **out);
+
 #endif

@@ -6,6 +6,7 @@
  * here we validate shapes against the config), so the engine never checks. */
 #include "model/model.h"
 #include "model/gguf.h"
+#include "model/hf.h"
 #include "kernels.h"
 #include "util.h"
 
@@ -300,7 +301,8 @@ bt_weight bt_moe_expert_view(const bt_weight *w, int e)
 /* data == NULL: open and map m->path; else parse the borrowed buffer. */
 static int load_gguf(bt_model *m, const void *data, size_t size)
 {
-    int rc = data ? bt_gguf_open_buffer(data, size, m->path, &m->gguf) : bt_gguf_open(m->path, &m->gguf);
+    /* m->gguf already set: a synthetic handle (Hugging Face folder, hf.c) */
+    int rc = m->gguf ? BT_OK : data ? bt_gguf_open_buffer(data, size, m->path, &m->gguf) : bt_gguf_open(m->path, &m->gguf);
     if (rc) return rc;
     const bt_gguf *g = m->gguf;
     bt_config *c = &m->cfg;
@@ -446,13 +448,23 @@ static int check_not_dir(const char *path, const char *what)
 int bt_model_load(const char *path, const char *tokenizer_path, bt_model **out)
 {
     *out = NULL;
-    int rc0 = check_not_dir(path, "model");
+    bool folder = bt_hf_is_folder(path);
+    int rc0 = folder ? BT_OK : check_not_dir(path, "model");
     if (!rc0) rc0 = check_not_dir(tokenizer_path, "tokenizer");
     if (rc0) return rc0;
     bt_model *m = calloc(1, sizeof(*m));
     if (!m) return bt_error(BT_ENOMEM, "out of memory");
     m->path = strdup(path);
     if (!m->path) { free(m); return bt_error(BT_ENOMEM, "out of memory"); }
+    if (folder) {       /* a Hugging Face model folder, as a GGUF-shaped source */
+        int rc = bt_hf_open(path, &m->gguf);
+        if (!rc) rc = load_gguf(m, NULL, 0);
+        if (!rc) rc = bt_hf_attach(m);
+        if (rc) { bt_model_free(m); return rc; }
+        if (tokenizer_path) bt_warn("--tokenizer is ignored for model folders (the tokenizer is %s/tokenizer.json)", path);
+        *out = m;
+        return BT_OK;
+    }
 
     FILE *f = fopen(path, "rb");
     if (!f) { bt_error(BT_EIO, "%s: cannot open: %s", path, strerror(errno)); bt_model_free(m); return BT_EIO; }

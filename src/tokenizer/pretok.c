@@ -72,10 +72,17 @@ static const struct { const char *pre; const pat_set *set; } PRE_NAMES[] = {
     { "deepseek-llm", &SET_DEEPSEEK_LLM },
 };
 
+/* Longest chain a tokenizer.json builds (Sequence of Splits and ByteLevel). */
+enum { MAX_CODES = 16 };
+
 struct bt_pretok {
-    const pat_set *set;
+    const pat_set *set;       /* NULL for a custom chain */
+    bool ignore_merges;
+    bool removes;             /* some split drops bytes */
     int n_code;
-    pcre2_code *code[MAX_PATS];
+    pcre2_code *code[MAX_CODES];
+    int behavior[MAX_CODES];
+    bool invert[MAX_CODES];
 };
 
 void bt_pretok_free(bt_pretok *p)
@@ -98,9 +105,11 @@ int bt_pretok_new(const char *pre, bt_pretok **out)
     bt_pretok *p = calloc(1, sizeof(*p));
     if (!p) return bt_error(BT_ENOMEM, "out of memory for pre-tokenizer");
     p->set = set;
+    p->ignore_merges = set->ignore_merges;
     uint32_t have_jit = 0;
     pcre2_config(PCRE2_CONFIG_JIT, &have_jit);
     for (int i = 0; i < MAX_PATS && set->pats[i]; i++) {
+        p->behavior[i] = BT_SPLIT_ISOLATED;
         int err;
         PCRE2_SIZE erroff;
         pcre2_code *c = pcre2_compile((PCRE2_SPTR)set->pats[i], PCRE2_ZERO_TERMINATED,
@@ -120,20 +129,65 @@ int bt_pretok_new(const char *pre, bt_pretok **out)
     return BT_OK;
 }
 
-bool bt_pretok_ignore_merges(const bt_pretok *p) { return p->set->ignore_merges; }
+bool bt_pretok_ignore_merges(const bt_pretok *p) { return p->ignore_merges; }
 
-typedef struct lenvec { size_t *v; size_t n, cap; } lenvec;
-
-static int lenvec_push(lenvec *a, size_t x) { return BT_VEC_PUSH(a->v, a->n, a->cap, x); }
-
-/* Cut one fragment at every match of code; unmatched gaps stay fragments. */
-static int split_fragment(pcre2_code *code, pcre2_match_data *md, pcre2_match_context *mc,
-                          const char *frag, size_t flen, lenvec *outv)
+int bt_pretok_new_custom(const bt_pretok_pat *pats, int n, bool ignore_merges, bt_pretok **out)
 {
+    *out = NULL;
+    if (n < 0 || n > MAX_CODES)
+        return bt_error(BT_EUNSUPPORTED, "pre-tokenizer chain of %d patterns (at most %d)", n, MAX_CODES);
+    bt_pretok *p = calloc(1, sizeof(*p));
+    if (!p) return bt_error(BT_ENOMEM, "out of memory for pre-tokenizer");
+    p->ignore_merges = ignore_merges;
+    uint32_t have_jit = 0;
+    pcre2_config(PCRE2_CONFIG_JIT, &have_jit);
+    for (int i = 0; i < n; i++) {
+        int err;
+        PCRE2_SIZE erroff;
+        pcre2_code *c = pcre2_compile((PCRE2_SPTR)pats[i].regex, PCRE2_ZERO_TERMINATED,
+                                      PCRE2_UTF | PCRE2_UCP, &err, &erroff, NULL);
+        if (!c) {
+            PCRE2_UCHAR msg[160];
+            pcre2_get_error_message(err, msg, sizeof(msg));
+            bt_pretok_free(p);
+            return bt_error(BT_EUNSUPPORTED, "pre-tokenizer regex '%.80s': %s at offset %zu",
+                            pats[i].regex, (const char *)msg, (size_t)erroff);
+        }
+        if (have_jit) pcre2_jit_compile(c, PCRE2_JIT_COMPLETE);
+        p->code[p->n_code] = c;
+        p->behavior[p->n_code] = pats[i].behavior;
+        p->invert[p->n_code] = pats[i].invert;
+        p->removes |= pats[i].behavior == BT_SPLIT_REMOVED;
+        p->n_code++;
+    }
+    *out = p;
+    return BT_OK;
+}
+
+/* Words as (offset, length) pairs into the whole text. */
+typedef struct wordvec { size_t *v; size_t n, cap; } wordvec;   /* n counts size_t's */
+
+static int wv_push(wordvec *a, size_t off, size_t len)
+{
+    int rc = BT_VEC_PUSH(a->v, a->n, a->cap, off);
+    return rc ? rc : BT_VEC_PUSH(a->v, a->n, a->cap, len);
+}
+
+/* Cut one word at every match of code, then combine the pieces as the
+ * split's behavior says (the fold of tokenizers' SplitDelimiterBehavior). */
+static int split_fragment(const bt_pretok *p, int ci, pcre2_match_data *md, pcre2_match_context *mc,
+                          const char *text, size_t foff, size_t flen, wordvec *outv, wordvec *pieces)
+{
+    const char *frag = text + foff;
     size_t pos = 0, last = 0;
     int rc;
+    pieces->n = 0;
+    /* pieces: (off, len) pairs plus a third entry, the is-match flag */
+#define PIECE(o, l, m) do { if ((rc = BT_VEC_PUSH(pieces->v, pieces->n, pieces->cap, (o))) || \
+    (rc = BT_VEC_PUSH(pieces->v, pieces->n, pieces->cap, (l))) || \
+    (rc = BT_VEC_PUSH(pieces->v, pieces->n, pieces->cap, (size_t)((m) != p->invert[ci])))) return rc; } while (0)
     while (pos < flen) {
-        rc = pcre2_match(code, (PCRE2_SPTR)frag, flen, pos, PCRE2_NO_UTF_CHECK, md, mc);
+        rc = pcre2_match(p->code[ci], (PCRE2_SPTR)frag, flen, pos, PCRE2_NO_UTF_CHECK, md, mc);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
             PCRE2_UCHAR msg[160];
@@ -147,46 +201,103 @@ static int split_fragment(pcre2_code *code, pcre2_match_data *md, pcre2_match_co
             pos = ms + bt_utf8_len((unsigned char)frag[ms]);
             continue;
         }
-        if (ms > last && (rc = lenvec_push(outv, ms - last))) return rc;
-        if ((rc = lenvec_push(outv, me - ms))) return rc;
+        if (ms > last) PIECE(foff + last, ms - last, false);
+        PIECE(foff + ms, me - ms, true);
         last = pos = me;
     }
-    if (flen > last && (rc = lenvec_push(outv, flen - last))) return rc;
+    if (flen > last) PIECE(foff + last, flen - last, false);
+#undef PIECE
+    size_t np = pieces->n / 3, *pv = pieces->v;
+    size_t first = outv->n;           /* this fragment's words start here */
+    bool prev_match = false;
+    switch (p->behavior[ci]) {
+    case BT_SPLIT_ISOLATED:
+        for (size_t i = 0; i < np; i++) if ((rc = wv_push(outv, pv[3 * i], pv[3 * i + 1]))) return rc;
+        break;
+    case BT_SPLIT_REMOVED:
+        for (size_t i = 0; i < np; i++)
+            if (!pv[3 * i + 2] && (rc = wv_push(outv, pv[3 * i], pv[3 * i + 1]))) return rc;
+        break;
+    case BT_SPLIT_MERGED_PREV:
+        for (size_t i = 0; i < np; i++) {
+            bool m = pv[3 * i + 2];
+            if (m && !prev_match && outv->n > first) outv->v[outv->n - 1] += pv[3 * i + 1];
+            else if ((rc = wv_push(outv, pv[3 * i], pv[3 * i + 1]))) return rc;
+            prev_match = m;
+        }
+        break;
+    case BT_SPLIT_MERGED_NEXT:
+        /* walk backwards: a match joins the word after it */
+        for (size_t k = np; k-- > 0;) {
+            bool m = pv[3 * k + 2];
+            if (m && !prev_match && outv->n > first) {
+                size_t *w = &outv->v[outv->n - 2];
+                w[1] += w[0] - pv[3 * k];
+                w[0] = pv[3 * k];
+            } else if ((rc = wv_push(outv, pv[3 * k], pv[3 * k + 1]))) return rc;
+            prev_match = m;
+        }
+        for (size_t a = first, b = outv->n - 2; a < b; a += 2, b -= 2) {
+            size_t t0 = outv->v[a], t1 = outv->v[a + 1];
+            outv->v[a] = outv->v[b]; outv->v[a + 1] = outv->v[b + 1];
+            outv->v[b] = t0; outv->v[b + 1] = t1;
+        }
+        break;
+    default: /* BT_SPLIT_CONTIGUOUS */
+        for (size_t i = 0; i < np; i++) {
+            bool m = pv[3 * i + 2];
+            if (m == prev_match && outv->n > first) outv->v[outv->n - 1] += pv[3 * i + 1];
+            else if ((rc = wv_push(outv, pv[3 * i], pv[3 * i + 1]))) return rc;
+            prev_match = m;
+        }
+        break;
+    }
     return BT_OK;
 }
 
-int bt_pretok_split(const bt_pretok *p, const char *text, size_t len, size_t **lens, size_t *n)
+int bt_pretok_words(const bt_pretok *p, const char *text, size_t len, size_t **words, size_t *n)
 {
-    *lens = NULL; *n = 0;
-    lenvec cur = { 0 }, next = { 0 };
+    *words = NULL; *n = 0;
+    wordvec cur = { 0 }, next = { 0 }, pieces = { 0 };
     pcre2_match_context *mc = pcre2_match_context_create(NULL);
     pcre2_jit_stack *js = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
     int rc = BT_OK;
     if (!mc || !js) { rc = bt_error(BT_ENOMEM, "out of memory in pre-tokenizer"); goto done; }
     pcre2_jit_stack_assign(mc, NULL, js);
-    if (len > 0 && (rc = lenvec_push(&cur, len))) goto done;
+    if (len > 0 && (rc = wv_push(&cur, 0, len))) goto done;
 
     for (int i = 0; i < p->n_code; i++) {
         pcre2_match_data *md = pcre2_match_data_create_from_pattern(p->code[i], NULL);
         if (!md) { rc = bt_error(BT_ENOMEM, "out of memory in pre-tokenizer"); goto done; }
         next.n = 0;
-        size_t off = 0;
-        for (size_t f = 0; f < cur.n && rc == BT_OK; f++) {
-            rc = split_fragment(p->code[i], md, mc, text + off, cur.v[f], &next);
-            off += cur.v[f];
-        }
+        for (size_t f = 0; f < cur.n && rc == BT_OK; f += 2)
+            rc = split_fragment(p, i, md, mc, text, cur.v[f], cur.v[f + 1], &next, &pieces);
         pcre2_match_data_free(md);
         if (rc) goto done;
-        lenvec t = cur; cur = next; next = t;
+        wordvec t = cur; cur = next; next = t;
     }
-    *lens = cur.v; *n = cur.n;
+    *words = cur.v; *n = cur.n / 2;
     cur.v = NULL;
 done:
     free(cur.v);
     free(next.v);
+    free(pieces.v);
     pcre2_jit_stack_free(js);
     pcre2_match_context_free(mc);
     return rc;
+}
+
+int bt_pretok_split(const bt_pretok *p, const char *text, size_t len, size_t **lens, size_t *n)
+{
+    *lens = NULL; *n = 0;
+    if (p->removes) return bt_error(BT_EINVAL, "pre-tokenizer drops text: use bt_pretok_words");
+    size_t *w, nw;
+    int rc = bt_pretok_words(p, text, len, &w, &nw);
+    if (rc) return rc;
+    for (size_t i = 0; i < nw; i++) w[i] = w[2 * i + 1];
+    if (!w && !(w = malloc(sizeof(*w)))) return bt_error(BT_ENOMEM, "out of memory in pre-tokenizer");
+    *lens = w; *n = nw;
+    return BT_OK;
 }
 
 static size_t put_utf8(char *o, uint32_t cp)

@@ -19,14 +19,40 @@ typedef struct bt_pretok bt_pretok;
 int bt_pretok_new(const char *pre, bt_pretok **out);
 void bt_pretok_free(bt_pretok *p);            /* NULL is a no-op */
 
+/* tokenizer.json pre-tokenizers (Hugging Face `tokenizers`): a Split's
+ * behavior says what happens to the pieces a match cuts out; invert swaps
+ * which pieces count as matches. The GGUF sets above are all ISOLATED. */
+enum bt_split_behavior {
+    BT_SPLIT_ISOLATED = 0,    /* matches and gaps are words of their own */
+    BT_SPLIT_REMOVED,         /* matches are dropped */
+    BT_SPLIT_MERGED_PREV,     /* a match joins the word before it */
+    BT_SPLIT_MERGED_NEXT,     /* a match joins the word after it */
+    BT_SPLIT_CONTIGUOUS,      /* consecutive matches join into one word */
+};
+typedef struct bt_pretok_pat {
+    const char *regex;        /* PCRE2 syntax (UTF, UCP) */
+    int behavior;             /* bt_split_behavior */
+    bool invert;
+} bt_pretok_pat;
+
+/* Compile a pattern chain given as data (from a tokenizer.json). A pattern
+ * PCRE2 rejects is BT_EUNSUPPORTED naming it. n may be 0 (no splitting). */
+int bt_pretok_new_custom(const bt_pretok_pat *pats, int n, bool ignore_merges, bt_pretok **out);
+
 /* Llama-3 style: a word that is already a vocabulary piece skips merging. */
 bool bt_pretok_ignore_merges(const bt_pretok *p);
 
 /* Split len bytes of valid UTF-8 into consecutive words; *lens (malloc'd,
  * caller frees) receives each word's length in bytes, their sum is len.
- * Returns BT_OK, BT_ENOMEM, or BT_EINTERNAL if PCRE2 fails to match. */
+ * Returns BT_OK, BT_ENOMEM, or BT_EINTERNAL if PCRE2 fails to match; a set
+ * with a REMOVED split is BT_EINVAL here (use bt_pretok_words). */
 int bt_pretok_split(const bt_pretok *p, const char *text, size_t len,
                     size_t **lens, size_t *n);
+/* The same as (offset, length) pairs: (*words)[2i] is word i's offset,
+ * (*words)[2i+1] its length; words are in order but a REMOVED split may
+ * leave bytes out. */
+int bt_pretok_words(const bt_pretok *p, const char *text, size_t len,
+                    size_t **words, size_t *n);
 
 /* Copy len bytes into a valid UTF-8 string (malloc'd, NUL-terminated),
  * decoding the way llama.cpp does (lead byte decides the length, overlong

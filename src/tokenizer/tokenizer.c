@@ -25,6 +25,10 @@
 #include <string.h>
 
 #include "tokenizer/pretok.h"
+#include "config.h"
+#ifdef HAVE_UTF8PROC
+#include <utf8proc.h>
+#endif
 #include "util.h"
 
 /* ---- byte-string hash map (open addressing, power-of-two size) ---- */
@@ -256,8 +260,15 @@ int bt_tokenizer_new(const bt_vocab *v, bt_tokenizer **out)
     size_t n = (size_t)v->n_tokens;
 
     if (v->kind == BT_VOCAB_BPE) {
-        if ((rc = bt_pretok_new(v->pre, &t->pre))) goto fail;
+        if (v->n_pre_pats > 0 || v->pre_pats) {
+            if ((rc = bt_pretok_new_custom(v->pre_pats, v->n_pre_pats, v->pre_ignore_merges, &t->pre))) goto fail;
+        } else if ((rc = bt_pretok_new(v->pre, &t->pre))) goto fail;
         t->ignore_merges = bt_pretok_ignore_merges(t->pre);
+        if (v->nfc && !bt_tokenizer_has_nfc()) {
+            rc = bt_error(BT_EUNSUPPORTED, "the tokenizer asks for NFC normalization, but this bangtrace was "
+                          "built without utf8proc (install libutf8proc-dev and re-run configure)");
+            goto fail;
+        }
         t->byte_dec = malloc(BYTE_DEC_N * sizeof(*t->byte_dec));
         if (!t->byte_dec) { rc = bt_error(BT_ENOMEM, "out of memory for tokenizer"); goto fail; }
         build_byte_table(t);
@@ -548,18 +559,51 @@ static int bpe_word(const bt_tokenizer *t, scratch *sc, const char *w, size_t wl
     return BT_OK;
 }
 
+/* Unicode NFC of valid UTF-8 (malloc'd); the tokenizer.json normalizer. */
+static int nfc(const char *s, size_t n, char **out, size_t *out_len)
+{
+#ifdef HAVE_UTF8PROC
+    utf8proc_uint8_t *d = NULL;
+    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &d,
+                                      UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    if (r < 0) return bt_error(BT_EINTERNAL, "NFC normalization failed: %s", utf8proc_errmsg(r));
+    *out = (char *)d;
+    *out_len = (size_t)r;
+    return BT_OK;
+#else
+    (void)s; (void)n; (void)out; (void)out_len;
+    return bt_error(BT_EUNSUPPORTED, "NFC normalization needs utf8proc");
+#endif
+}
+
+bool bt_tokenizer_has_nfc(void)
+{
+#ifdef HAVE_UTF8PROC
+    return true;
+#else
+    return false;
+#endif
+}
+
 static int bpe_encode(const bt_tokenizer *t, scratch *sc, const char *text, size_t len, idvec *out)
 {
     char *clean = NULL;
-    size_t clen, *lens = NULL, nw = 0;
+    size_t clen, *words = NULL, nw = 0;
     int rc = bt_utf8_sanitize(text, len, &clean, &clen);
-    if (!rc) rc = bt_pretok_split(t->pre, clean, clen, &lens, &nw);
-    size_t off = 0;
-    for (size_t i = 0; i < nw && !rc; i++) {
-        rc = bpe_word(t, sc, clean + off, lens[i], out);
-        off += lens[i];
+    if (!rc && t->v.nfc) {
+        char *c2 = NULL;
+        size_t l2 = 0;
+        if (!(rc = nfc(clean, clen, &c2, &l2))) { free(clean); clean = c2; clen = l2; }
     }
-    free(lens);
+    if (!rc && t->v.bytelevel_prefix_space && clen > 0 && clean[0] != ' ') {
+        char *c2 = malloc(clen + 2);
+        if (!c2) rc = bt_error(BT_ENOMEM, "out of memory tokenizing");
+        else { c2[0] = ' '; memcpy(c2 + 1, clean, clen + 1); free(clean); clean = c2; clen++; }
+    }
+    if (!rc) rc = bt_pretok_words(t->pre, clean, clen, &words, &nw);
+    for (size_t i = 0; i < nw && !rc; i++)
+        rc = bpe_word(t, sc, clean + words[2 * i], words[2 * i + 1], out);
+    free(words);
     free(clean);
     return rc;
 }

@@ -38,7 +38,18 @@ typedef struct bt_vocab {
     const uint32_t *merge_len;
     int32_t bos, eos, unk, pad, eot;   /* -1 when absent */
     bool add_bos, add_eos, add_space_prefix;
+    /* tokenizer.json (Hugging Face folders, src/model/hf.c) only; zero for
+     * GGUF. n_pre_pats > 0 replaces the set named by `pre`; the array is
+     * borrowed from the loader. */
+    const struct bt_pretok_pat *pre_pats;
+    int n_pre_pats;
+    bool pre_ignore_merges;   /* BPE model's ignore_merges */
+    bool nfc;                 /* normalizer NFC: each text run is composed first */
+    bool bytelevel_prefix_space;  /* ByteLevel add_prefix_space: a run not starting with ' ' gets one */
 } bt_vocab;
+
+/* True when this build can normalize to NFC (utf8proc). */
+bool bt_tokenizer_has_nfc(void);
 
 typedef struct bt_tokenizer bt_tokenizer;
 

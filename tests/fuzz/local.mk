@@ -3,7 +3,8 @@
 # runs each for BT_FUZZ_SECONDS (default 300), the test fuzz.sh for a short
 # budget (BT_FUZZ_SECONDS, default 20).
 FUZZ_TARGETS = tests/fuzz/fuzz_gguf tests/fuzz/fuzz_llama2c tests/fuzz/fuzz_llama2c_tok \
-	tests/fuzz/fuzz_request tests/fuzz/fuzz_inject tests/fuzz/fuzz_tokenizer tests/fuzz/fuzz_trace
+	tests/fuzz/fuzz_request tests/fuzz/fuzz_inject tests/fuzz/fuzz_tokenizer tests/fuzz/fuzz_trace \
+	tests/fuzz/fuzz_safetensors tests/fuzz/fuzz_hf
 FUZZ_CPPFLAGS = $(AM_CPPFLAGS) -DBT_SHARED_DEFAULT='"$(abs_top_srcdir)/../shared"'
 EXTRA_DIST += tests/fuzz/README.md tests/fuzz/fuzz.h tests/fuzz/run.sh tests/fuzz/fuzz.sh \
 	tests/fuzz/make_corpus.py tests/fuzz/corpus
@@ -17,6 +18,14 @@ tests_fuzz_fuzz_request_SOURCES = tests/fuzz/fuzz_request.c tests/fuzz/fuzz.h
 tests_fuzz_fuzz_inject_SOURCES = tests/fuzz/fuzz_inject.c tests/fuzz/fuzz.h
 tests_fuzz_fuzz_tokenizer_SOURCES = tests/fuzz/fuzz_tokenizer.c tests/fuzz/fuzz.h
 tests_fuzz_fuzz_trace_SOURCES = tests/fuzz/fuzz_trace.c tests/fuzz/fuzz.h
+tests_fuzz_fuzz_safetensors_SOURCES = tests/fuzz/fuzz_safetensors.c tests/fuzz/fuzz.h
+tests_fuzz_fuzz_safetensors_CPPFLAGS = $(FUZZ_CPPFLAGS)
+tests_fuzz_fuzz_safetensors_LDADD = $(CORE_LIBS)
+tests_fuzz_fuzz_safetensors_LDFLAGS = -fsanitize=fuzzer
+tests_fuzz_fuzz_hf_SOURCES = tests/fuzz/fuzz_hf.c tests/fuzz/fuzz.h
+tests_fuzz_fuzz_hf_CPPFLAGS = $(FUZZ_CPPFLAGS)
+tests_fuzz_fuzz_hf_LDADD = $(CORE_LIBS)
+tests_fuzz_fuzz_hf_LDFLAGS = -fsanitize=fuzzer
 tests_fuzz_fuzz_gguf_CPPFLAGS = $(FUZZ_CPPFLAGS)
 tests_fuzz_fuzz_llama2c_CPPFLAGS = $(FUZZ_CPPFLAGS)
 tests_fuzz_fuzz_llama2c_tok_CPPFLAGS = $(FUZZ_CPPFLAGS)

@@ -128,6 +128,30 @@ def l2c_tok(pieces):
     return out
 
 
+def safetensors(tensors, meta=True):
+    """A safetensors file: [(name, dtype, shape, bytes)] back to back."""
+    import json
+    header, off = {}, 0
+    if meta:
+        header['__metadata__'] = {'format': 'pt'}
+    for name, dt, shape, data in tensors:
+        header[name] = {'dtype': dt, 'shape': shape, 'data_offsets': [off, off + len(data)]}
+        off += len(data)
+    h = json.dumps(header).encode()
+    h += b' ' * (-len(h) % 8)
+    return struct.pack('<Q', len(h)) + h + b''.join(t[3] for t in tensors)
+
+
+def safetensors_seeds():
+    f32 = lambda n: struct.pack('<%df' % n, *[0.5 * i for i in range(n)])
+    return [
+        ('tiny-f32.safetensors', [('model.embed_tokens.weight', 'F32', [4, 2], f32(8)), ('model.norm.weight', 'F32', [2], f32(2))]),
+        ('mixed.safetensors', [('a', 'BF16', [3], b'\x80\x3f' * 3), ('b', 'F16', [1, 2], b'\x00\x3c' * 2),
+                               ('c', 'I64', [1], b'\0' * 8), ('empty', 'F32', [0], b''), ('scalar', 'F32', [], f32(1))]),
+        ('empty.safetensors', []),
+    ]
+
+
 def write(d, name, data):
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, name), 'wb') as f:
@@ -168,6 +192,10 @@ def main():
              ('k.u64', U64, 1 << 40), ('k.i64', I64, -(1 << 40)), ('k.f64', F64, 0.25),
              ('k.arr', ARR, (ARR, [(U8, [1, 2]), (STR, ['a', 'bc'])]))]
     write(d, 'vocab-only.gguf', gguf([('general.architecture', STR, 'llama')] + bv + every, []))
+
+    d = os.path.join(top, 'safetensors')
+    for name, ts in safetensors_seeds():
+        write(d, name, safetensors(ts))
 
     d = os.path.join(top, 'llama2c')
     write(d, 'tiny-shared.bin', l2c())

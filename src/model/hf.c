@@ -1,0 +1,970 @@
+/* hf.c - Hugging Face model folders as a synthetic GGUF (see hf.h).
+ *
+ * Names and keys follow llama.cpp's convert_hf_to_gguf.py: config.json
+ * hidden_size -> ARCH.embedding_length, model.layers.N.self_attn.q_proj ->
+ * blk.N.attn_q, mlp.experts.E.* -> the 3-D blk.N.ffn_*_exps, and so on. A
+ * tensor with no GGUF counterpart, a config key we would have to ignore
+ * (rope scaling other than llama3) or a tokenizer component we do not
+ * implement is an error naming it: silence would give wrong logits.
+ *
+ * Invariant: every tensor handed to the builder points into a safetensors
+ * mapping or into a copy listed in hf_state, and hf_state lives exactly as
+ * long as the synthetic bt_gguf (released by bt_gguf_close). */
+#include "model/hf.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "tokenizer/pretok.h"
+#include "kernels.h"
+#include "text.h"
+#include "util.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+enum { MAX_PATS = 16 };
+
+typedef struct hf_state {
+    bt_safetensors **shards;
+    int n_shards;
+    void **copies;              /* permuted q/k, stacked experts, rope_freqs */
+    int n_copies, cap_copies;
+    /* tokenizer.json facts for bt_vocab */
+    bt_pretok_pat pats[MAX_PATS];
+    char *regex[MAX_PATS];
+    int n_pats;
+    bool ignore_merges, nfc, prefix_space, byte_level;
+} hf_state;
+
+static void hf_release(void *arg)
+{
+    hf_state *hs = arg;
+    if (!hs) return;
+    for (int i = 0; i < hs->n_shards; i++) bt_safetensors_close(hs->shards[i]);
+    free(hs->shards);
+    for (int i = 0; i < hs->n_copies; i++) free(hs->copies[i]);
+    free(hs->copies);
+    for (int i = 0; i < hs->n_pats; i++) free(hs->regex[i]);
+    free(hs);
+}
+
+static void *hs_alloc(hf_state *hs, size_t n)
+{
+    if (hs->n_copies == hs->cap_copies) {
+        int nc = hs->cap_copies ? hs->cap_copies * 2 : 16;
+        void **v = realloc(hs->copies, (size_t)nc * sizeof(*v));
+        if (!v) return NULL;
+        hs->copies = v;
+        hs->cap_copies = nc;
+    }
+    void *p = calloc(1, n ? n : 1);
+    if (p) hs->copies[hs->n_copies++] = p;
+    return p;
+}
+
+bool bt_hf_is_folder(const char *path)
+{
+    struct stat st;
+    return path && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* ---- JSON files ------------------------------------------------------- */
+
+static int load_json(const char *dir, const char *name, bool required, json_t **out)
+{
+    *out = NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        if (!required) return BT_OK;
+        return bt_error(BT_ENOTFOUND, "%s: is a directory, but not a Hugging Face model folder (%s is missing)", dir, name);
+    }
+    json_error_t je;
+    *out = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!*out)
+        return bt_error(BT_EFORMAT, "%s: bad JSON at line %d: %s", path, je.line, je.text);
+    if (!json_is_object(*out)) {
+        json_decref(*out);
+        *out = NULL;
+        return bt_error(BT_EFORMAT, "%s: not a JSON object", path);
+    }
+    return BT_OK;
+}
+
+/* Integer member; *out untouched when absent or null. */
+static int j_int(const char *file, json_t *o, const char *key, bool required, int64_t *out)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        if (required) return bt_error(BT_EFORMAT, "%s: '%s' is missing", file, key);
+        return BT_OK;
+    }
+    if (!json_is_integer(v)) return bt_error(BT_EFORMAT, "%s: '%s' must be an integer", file, key);
+    *out = json_integer_value(v);
+    return BT_OK;
+}
+
+static int j_num(const char *file, json_t *o, const char *key, double *out)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return BT_OK;
+    if (!json_is_number(v)) return bt_error(BT_EFORMAT, "%s: '%s' must be a number", file, key);
+    *out = json_number_value(v);
+    return BT_OK;
+}
+
+static int j_bool(const char *file, json_t *o, const char *key, bool *out)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return BT_OK;
+    if (!json_is_boolean(v)) return bt_error(BT_EFORMAT, "%s: '%s' must be true or false", file, key);
+    *out = json_is_true(v);
+    return BT_OK;
+}
+
+/* A positive count that fits the builder's uint32 keys. */
+static int put_count(bt_gguf_builder *b, const char *file, const char *arch, const char *suffix,
+                     json_t *cfg, const char *key, bool required)
+{
+    int64_t v = -1;
+    int rc = j_int(file, cfg, key, required, &v);
+    if (rc) return rc;
+    json_t *jv = json_object_get(cfg, key);
+    if (!jv || json_is_null(jv)) return BT_OK;
+    if (v <= 0 || v > INT32_MAX) return bt_error(BT_EFORMAT, "%s: '%s' = %" PRId64 " is out of range", file, key, v);
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, suffix);
+    bt_gguf_builder_u32(b, k, (uint32_t)v);
+    return BT_OK;
+}
+
+/* ---- architectures ---------------------------------------------------- */
+
+static const struct { const char *hf, *arch; bool permute_qk; } ARCHS[] = {
+    { "LlamaForCausalLM", "llama", true },
+    { "MistralForCausalLM", "mistral", true },
+    { "Qwen2ForCausalLM", "qwen2", false },
+    { "Qwen3ForCausalLM", "qwen3", false },
+    { "Qwen3MoeForCausalLM", "qwen3moe", false },
+};
+
+typedef struct hparams {
+    const char *arch;
+    bool permute_qk;
+    int64_t n_layers, n_heads, n_kv_heads, dim, head_dim, n_experts;
+    bool tied;
+} hparams;
+
+/* rope_scaling: llama3 becomes a rope_freqs.weight tensor computed as the
+ * converter does (LlamaModel.generate_extra_tensors); others are refused. */
+static int rope_scaling(hf_state *hs, bt_gguf_builder *b, const char *file, json_t *cfg, const hparams *hp)
+{
+    json_t *rs = json_object_get(cfg, "rope_scaling");
+    if (!rs || json_is_null(rs)) return BT_OK;
+    if (!json_is_object(rs)) return bt_error(BT_EFORMAT, "%s: rope_scaling must be an object", file);
+    json_t *t = json_object_get(rs, "rope_type");
+    if (!t) t = json_object_get(rs, "type");
+    const char *type = json_is_string(t) ? json_string_value(t) : "";
+    if (!strcmp(type, "default")) return BT_OK;
+    if (strcmp(type, "llama3"))
+        return bt_error(BT_EUNSUPPORTED, "%s: rope_scaling type '%s' is not supported (llama3 only)", file,
+                        bt_text_esc(type));
+    double base = 10000.0, factor = 8.0, lo = 1.0, hi = 4.0, old_ctx = 8192;
+    int rc;
+    if ((rc = j_num(file, cfg, "rope_theta", &base)) || (rc = j_num(file, rs, "factor", &factor)) ||
+        (rc = j_num(file, rs, "low_freq_factor", &lo)) || (rc = j_num(file, rs, "high_freq_factor", &hi)) ||
+        (rc = j_num(file, rs, "original_max_position_embeddings", &old_ctx)))
+        return rc;
+    if (hi == lo || old_ctx <= 0 || hp->head_dim < 2)
+        return bt_error(BT_EFORMAT, "%s: rope_scaling llama3 parameters are degenerate", file);
+    int64_t n = hp->head_dim / 2;
+    float *f = hs_alloc(hs, (size_t)n * sizeof(float));
+    if (!f) return bt_error(BT_ENOMEM, "out of memory");
+    double lo_wl = old_ctx / lo, hi_wl = old_ctx / hi;
+    for (int64_t i = 0; i < n; i++) {
+        /* torch computes the frequencies in float32 */
+        float freq = (float)(1.0 / pow(base, (double)(float)((float)(2 * i) / (float)hp->head_dim)));
+        double wl = 2 * M_PI / freq;
+        if (wl < hi_wl) f[i] = 1.0f;
+        else if (wl > lo_wl) f[i] = (float)factor;
+        else {
+            double smooth = (old_ctx / wl - lo) / (hi - lo);
+            f[i] = (float)(1.0 / ((1 - smooth) / factor + smooth));
+        }
+    }
+    int64_t ne[4] = { n, 1, 1, 1 };
+    bt_gguf_builder_tensor(b, "rope_freqs.weight", 1, ne, BT_DT_F32, f, (uint64_t)n * sizeof(float));
+    return BT_OK;
+}
+
+static int config_keys(const char *dir, json_t *cfg, bt_gguf_builder *b, hparams *hp)
+{
+    char file[4096];
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    json_t *ar = json_object_get(cfg, "architectures");
+    if (!json_is_array(ar) || !json_is_string(json_array_get(ar, 0)))
+        return bt_error(BT_EFORMAT, "%s: 'architectures' is missing (a list naming the model class)", file);
+    const char *cls = json_string_value(json_array_get(ar, 0));
+    for (size_t i = 0; i < BT_ARRAY_SIZE(ARCHS); i++)
+        if (!strcmp(cls, ARCHS[i].hf)) { hp->arch = ARCHS[i].arch; hp->permute_qk = ARCHS[i].permute_qk; }
+    if (!hp->arch)
+        return bt_error(BT_EUNSUPPORTED, "%s: architecture '%s' is not supported (LlamaForCausalLM, "
+                        "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)",
+                        file, bt_text_esc(cls));
+    const char *a = hp->arch;
+    bt_gguf_builder_str(b, "general.architecture", a, strlen(a));
+    const char *slash = strrchr(dir, '/');
+    const char *base = slash && slash[1] ? slash + 1 : dir;
+    json_t *nm = json_object_get(cfg, "_name_or_path");
+    const char *name = json_is_string(nm) && json_string_length(nm) ? json_string_value(nm) : base;
+    bt_gguf_builder_str(b, "general.name", name, strlen(name));
+
+    int rc;
+    if ((rc = j_int(file, cfg, "num_hidden_layers", true, &hp->n_layers)) ||
+        (rc = j_int(file, cfg, "num_attention_heads", true, &hp->n_heads)) ||
+        (rc = j_int(file, cfg, "hidden_size", true, &hp->dim)))
+        return rc;
+    hp->n_kv_heads = hp->n_heads;
+    if ((rc = j_int(file, cfg, "num_key_value_heads", false, &hp->n_kv_heads))) return rc;
+    if (hp->n_layers <= 0 || hp->n_layers > 1024 || hp->n_heads <= 0 || hp->n_heads > 1024 ||
+        hp->n_kv_heads <= 0 || hp->n_kv_heads > hp->n_heads || hp->dim <= 0 || hp->dim > 1 << 20)
+        return bt_error(BT_EFORMAT, "%s: implausible hyperparameters (layers %" PRId64 ", heads %" PRId64 "/%" PRId64
+                        ", hidden_size %" PRId64 ")", file, hp->n_layers, hp->n_heads, hp->n_kv_heads, hp->dim);
+    hp->head_dim = hp->dim / hp->n_heads;
+    bool has_head_dim = json_is_integer(json_object_get(cfg, "head_dim"));
+    if ((rc = j_int(file, cfg, "head_dim", false, &hp->head_dim))) return rc;
+    if (hp->head_dim <= 0 || hp->head_dim > 1 << 16)
+        return bt_error(BT_EFORMAT, "%s: head_dim %" PRId64 " is out of range", file, hp->head_dim);
+
+    bool moe = !strcmp(a, "qwen3moe");
+    if ((rc = put_count(b, file, a, "context_length", cfg, "max_position_embeddings", false)) ||
+        (rc = put_count(b, file, a, "embedding_length", cfg, "hidden_size", true)) ||
+        (rc = put_count(b, file, a, "feed_forward_length", cfg, "intermediate_size", !moe)) ||
+        (rc = put_count(b, file, a, "block_count", cfg, "num_hidden_layers", true)) ||
+        (rc = put_count(b, file, a, "attention.head_count", cfg, "num_attention_heads", true)) ||
+        (rc = put_count(b, file, a, "attention.head_count_kv", cfg, "num_key_value_heads", false)) ||
+        (rc = put_count(b, file, a, "vocab_size", cfg, "vocab_size", false)))
+        return rc;
+    char k[128];
+    if (has_head_dim) {
+        snprintf(k, sizeof k, "%s.attention.key_length", a);
+        bt_gguf_builder_u32(b, k, (uint32_t)hp->head_dim);
+        snprintf(k, sizeof k, "%s.attention.value_length", a);
+        bt_gguf_builder_u32(b, k, (uint32_t)hp->head_dim);
+    }
+    if (hp->permute_qk) {       /* LlamaModel.set_gguf_parameters */
+        snprintf(k, sizeof k, "%s.rope.dimension_count", a);
+        bt_gguf_builder_u32(b, k, (uint32_t)hp->head_dim);
+    }
+    double d = NAN;
+    if ((rc = j_num(file, cfg, "rms_norm_eps", &d))) return rc;
+    if (!isnan(d)) { snprintf(k, sizeof k, "%s.attention.layer_norm_rms_epsilon", a); bt_gguf_builder_f32(b, k, (float)d); }
+    d = NAN;
+    if ((rc = j_num(file, cfg, "rope_theta", &d))) return rc;
+    if (!isnan(d)) { snprintf(k, sizeof k, "%s.rope.freq_base", a); bt_gguf_builder_f32(b, k, (float)d); }
+    if (moe) {
+        if ((rc = put_count(b, file, a, "expert_count", cfg, "num_experts", true)) ||
+            (rc = put_count(b, file, a, "expert_used_count", cfg, "num_experts_per_tok", true)) ||
+            (rc = put_count(b, file, a, "expert_feed_forward_length", cfg, "moe_intermediate_size", true)) ||
+            (rc = put_count(b, file, a, "expert_shared_feed_forward_length", cfg, "shared_expert_intermediate_size", false)))
+            return rc;
+        if ((rc = j_int(file, cfg, "num_experts", true, &hp->n_experts))) return rc;
+        if (hp->n_experts > 4096)   /* bounds the stacking copies below */
+            return bt_error(BT_EFORMAT, "%s: num_experts %" PRId64 " is implausible", file, hp->n_experts);
+        bool norm = false;
+        if ((rc = j_bool(file, cfg, "norm_topk_prob", &norm))) return rc;
+        snprintf(k, sizeof k, "%s.expert_weights_norm", a);
+        bt_gguf_builder_bool(b, k, norm);
+        int64_t step = 1;
+        if ((rc = j_int(file, cfg, "decoder_sparse_step", false, &step))) return rc;
+        json_t *mlp_only = json_object_get(cfg, "mlp_only_layers");
+        if (step != 1 || (json_is_array(mlp_only) && json_array_size(mlp_only)))
+            return bt_error(BT_EUNSUPPORTED, "%s: dense layers between MoE layers (decoder_sparse_step / "
+                            "mlp_only_layers) are not supported", file);
+    }
+    bool sw = false;
+    if ((rc = j_bool(file, cfg, "use_sliding_window", &sw))) return rc;
+    if (sw) return bt_error(BT_EUNSUPPORTED, "%s: use_sliding_window is not supported", file);
+    hp->tied = false;
+    if ((rc = j_bool(file, cfg, "tie_word_embeddings", &hp->tied))) return rc;
+    return BT_OK;
+}
+
+/* ---- tensors ---------------------------------------------------------- */
+
+enum { EXP_GATE, EXP_UP, EXP_DOWN, EXP_KINDS };
+
+typedef struct stack {
+    uint8_t *buf;               /* n_experts x per */
+    uint64_t per;
+    int dtype;
+    int64_t shape[2];
+    int64_t filled;
+    uint8_t *seen;
+} stack;
+
+static const struct { const char *hf, *gguf; int exp; } LAYER_MAP[] = {
+    { "input_layernorm", "attn_norm", -1 },
+    { "post_attention_layernorm", "ffn_norm", -1 },
+    { "self_attn.q_proj", "attn_q", -1 },
+    { "self_attn.k_proj", "attn_k", -1 },
+    { "self_attn.v_proj", "attn_v", -1 },
+    { "self_attn.o_proj", "attn_output", -1 },
+    { "self_attn.q_norm", "attn_q_norm", -1 },
+    { "self_attn.k_norm", "attn_k_norm", -1 },
+    { "mlp.gate_proj", "ffn_gate", -1 },
+    { "mlp.up_proj", "ffn_up", -1 },
+    { "mlp.down_proj", "ffn_down", -1 },
+    { "mlp.gate", "ffn_gate_inp", -1 },
+    { "mlp.shared_expert.gate_proj", "ffn_gate_shexp", -1 },
+    { "mlp.shared_expert.up_proj", "ffn_up_shexp", -1 },
+    { "mlp.shared_expert.down_proj", "ffn_down_shexp", -1 },
+    { "mlp.shared_expert_gate", "ffn_gate_inp_shexp", -1 },
+    { "gate_proj", "ffn_gate_exps", EXP_GATE },      /* under mlp.experts.E. */
+    { "up_proj", "ffn_up_exps", EXP_UP },
+    { "down_proj", "ffn_down_exps", EXP_DOWN },
+};
+
+/* HF name -> GGUF name. Returns 1 to skip (the converter drops it), 0 mapped,
+ * -1 unknown. layer, expert and exp_kind are set for layer and expert tensors. */
+static int map_name(const char *hf, const hparams *hp, char *out, size_t cap, int64_t *layer,
+                    int64_t *expert, int *exp_kind)
+{
+    *layer = -1; *expert = -1; *exp_kind = -1;
+    if (!strcmp(hf, "model.embed_tokens.weight")) { snprintf(out, cap, "token_embd.weight"); return 0; }
+    if (!strcmp(hf, "model.norm.weight")) { snprintf(out, cap, "output_norm.weight"); return 0; }
+    if (!strcmp(hf, "lm_head.weight")) { snprintf(out, cap, "output.weight"); return hp->tied ? 1 : 0; }
+    if (!strcmp(hf, "model.rotary_emb.inv_freq")) return 1;
+    long long L;
+    int n = 0;
+    if (sscanf(hf, "model.layers.%lld.%n", &L, &n) != 1 || n == 0 || L < 0) return -1;
+    const char *rest = hf + n;
+    if (!strcmp(rest, "self_attn.rotary_emb.inv_freq")) return 1;
+    const char *suffix = strrchr(rest, '.');
+    if (!suffix || (strcmp(suffix, ".weight") && strcmp(suffix, ".bias"))) return -1;
+    size_t stem = (size_t)(suffix - rest);
+    long long E = -1;
+    int m = 0;
+    if (sscanf(rest, "mlp.experts.%lld.%n", &E, &m) == 1 && m > 0 && E >= 0) {
+        rest += m;
+        stem -= (size_t)m;
+    }
+    for (size_t i = 0; i < BT_ARRAY_SIZE(LAYER_MAP); i++) {
+        if (strlen(LAYER_MAP[i].hf) != stem || strncmp(rest, LAYER_MAP[i].hf, stem)) continue;
+        if ((LAYER_MAP[i].exp >= 0) != (E >= 0)) continue;
+        *layer = L;
+        *expert = E;
+        *exp_kind = LAYER_MAP[i].exp;
+        snprintf(out, cap, "blk.%lld.%s%s", L, LAYER_MAP[i].gguf, suffix);
+        return 0;
+    }
+    return -1;
+}
+
+/* HF stores Llama q/k rows for rotate-half RoPE; llama.cpp's interleaved
+ * RoPE wants them as convert_hf_to_gguf.py's permute() leaves them:
+ * reshape(n_head, 2, hd/2, ...).swapaxes(1, 2). Works on whole rows, so any
+ * dtype. */
+static void permute_rows(uint8_t *dst, const uint8_t *src, int64_t rows, uint64_t row_bytes, int64_t n_head)
+{
+    int64_t hd = rows / n_head, half = hd / 2;
+    for (int64_t h = 0; h < n_head; h++)
+        for (int64_t i = 0; i < half; i++)
+            for (int64_t j = 0; j < 2; j++)
+                memcpy(dst + (uint64_t)(h * hd + 2 * i + j) * row_bytes,
+                       src + (uint64_t)(h * hd + j * half + i) * row_bytes, row_bytes);
+}
+
+static int add_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp, stack *stacks,
+                      const bt_safetensors *sf, const bt_st_tensor *t)
+{
+    const char *file = bt_safetensors_path(sf);
+    char name[160];
+    int64_t layer, expert;
+    int ek;
+    int r = map_name(t->name, hp, name, sizeof name, &layer, &expert, &ek);
+    if (r == 1) return BT_OK;
+    if (r < 0)
+        return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has no GGUF counterpart for %s (bangtrace would ignore it)",
+                        file, bt_text_esc(t->name), hp->arch);
+    if (layer >= hp->n_layers)
+        return bt_error(BT_EFORMAT, "%s: tensor '%s' is in layer %" PRId64 " but num_hidden_layers is %" PRId64,
+                        file, bt_text_esc(t->name), layer, hp->n_layers);
+    if (t->dtype != BT_DT_F32 && t->dtype != BT_DT_F16 && t->dtype != BT_DT_BF16)
+        return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has dtype %s (bangtrace reads F32, F16 and BF16)",
+                        file, bt_text_esc(t->name), t->dtype_name);
+    if (t->n_dims > 2 || t->n_dims < 1)
+        return bt_error(BT_EFORMAT, "%s: tensor '%s' has %d dimensions (expected 1 or 2)", file,
+                        bt_text_esc(t->name), t->n_dims);
+    for (int d = 0; d < t->n_dims; d++)
+        if (t->shape[d] == 0)
+            return bt_error(BT_EFORMAT, "%s: tensor '%s' has an empty dimension", file, bt_text_esc(t->name));
+    int64_t ne[4] = { t->shape[t->n_dims - 1], t->n_dims == 2 ? t->shape[0] : 1, 1, 1 };
+    const void *data = t->data;
+
+    if (ek >= 0) {
+        if (expert >= hp->n_experts)
+            return bt_error(BT_EFORMAT, "%s: tensor '%s': expert %" PRId64 " but num_experts is %" PRId64,
+                            file, bt_text_esc(t->name), expert, hp->n_experts);
+        if (t->n_dims != 2 || strcmp(strrchr(t->name, '.'), ".weight"))
+            return bt_error(BT_EFORMAT, "%s: expert tensor '%s' must be a 2-D weight", file, bt_text_esc(t->name));
+        stack *s = &stacks[layer * EXP_KINDS + ek];
+        if (!s->buf) {
+            s->per = t->nbytes;
+            s->dtype = t->dtype;
+            s->shape[0] = t->shape[0];
+            s->shape[1] = t->shape[1];
+            if (!(s->buf = hs_alloc(hs, (size_t)(s->per * (uint64_t)hp->n_experts))) ||
+                !(s->seen = hs_alloc(hs, (size_t)hp->n_experts)))
+                return bt_error(BT_ENOMEM, "out of memory stacking experts");
+            ne[2] = hp->n_experts;
+            bt_gguf_builder_tensor(b, name, 3, ne, t->dtype, s->buf, s->per * (uint64_t)hp->n_experts);
+        }
+        if (t->dtype != s->dtype || t->shape[0] != s->shape[0] || t->shape[1] != s->shape[1])
+            return bt_error(BT_EFORMAT, "%s: expert tensor '%s' differs in dtype or shape from expert 0's",
+                            file, bt_text_esc(t->name));
+        if (s->seen[expert])
+            return bt_error(BT_EFORMAT, "%s: expert tensor '%s' appears twice", file, bt_text_esc(t->name));
+        s->seen[expert] = 1;
+        s->filled++;
+        memcpy(s->buf + (uint64_t)expert * s->per, t->data, (size_t)s->per);
+        return BT_OK;
+    }
+
+    bool is_q = strstr(name, ".attn_q.") != NULL, is_k = strstr(name, ".attn_k.") != NULL;
+    if (hp->permute_qk && (is_q || is_k)) {
+        int64_t nh = is_q ? hp->n_heads : hp->n_kv_heads, rows = ne[1];
+        if (t->n_dims == 1) { rows = ne[0]; }
+        if (rows % (nh * 2))
+            return bt_error(BT_EFORMAT, "%s: tensor '%s' has %" PRId64 " rows, not a multiple of 2 x %" PRId64 " heads",
+                            file, bt_text_esc(t->name), rows, nh);
+        uint8_t *cp = hs_alloc(hs, (size_t)t->nbytes);
+        if (!cp) return bt_error(BT_ENOMEM, "out of memory permuting '%s'", t->name);
+        permute_rows(cp, t->data, rows, t->nbytes / (uint64_t)rows, nh);
+        data = cp;
+    }
+    bt_gguf_builder_tensor(b, name, (uint32_t)t->n_dims, ne, t->dtype, data, t->nbytes);
+    return BT_OK;
+}
+
+/* Shard file names come from the index: plain names inside the folder. */
+static int open_shards(hf_state *hs, const char *dir)
+{
+    char path[4096];
+    json_t *idx = NULL;
+    int rc = load_json(dir, "model.safetensors.index.json", false, &idx);
+    if (rc) return rc;
+    if (!idx) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        struct stat st;
+        if (stat(path, &st) != 0)
+            return bt_error(BT_ENOTFOUND, "%s: no model.safetensors or model.safetensors.index.json", dir);
+        if (!(hs->shards = calloc(1, sizeof(*hs->shards)))) return bt_error(BT_ENOMEM, "out of memory");
+        if ((rc = bt_safetensors_open(path, &hs->shards[0]))) return rc;
+        hs->n_shards = 1;
+        return BT_OK;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    json_t *wm = json_object_get(idx, "weight_map");
+    if (!json_is_object(wm) || json_object_size(wm) == 0) {
+        json_decref(idx);
+        return bt_error(BT_EFORMAT, "%s: 'weight_map' must be a non-empty object", path);
+    }
+    const char **files = calloc(json_object_size(wm), sizeof(*files));
+    hs->shards = calloc(json_object_size(wm), sizeof(*hs->shards));
+    if (!files || !hs->shards) { free(files); json_decref(idx); return bt_error(BT_ENOMEM, "out of memory"); }
+    const char *key;
+    json_t *v;
+    json_object_foreach(wm, key, v) {
+        if (!json_is_string(v)) { rc = bt_error(BT_EFORMAT, "%s: weight_map '%s' is not a file name", path, bt_text_esc(key)); break; }
+        const char *f = json_string_value(v);
+        if (!*f || strchr(f, '/') || !strcmp(f, ".") || !strcmp(f, "..")) {
+            rc = bt_error(BT_EFORMAT, "%s: shard name '%s' is not a file in the folder", path, bt_text_esc(f));
+            break;
+        }
+        int s = 0;
+        while (s < hs->n_shards && strcmp(files[s], f)) s++;
+        if (s == hs->n_shards) {
+            char sp[4096];
+            snprintf(sp, sizeof sp, "%s/%s", dir, f);
+            files[s] = f;
+            if ((rc = bt_safetensors_open(sp, &hs->shards[s]))) break;
+            hs->n_shards++;
+        }
+        if (!bt_safetensors_find(hs->shards[s], key)) {
+            rc = bt_error(BT_EFORMAT, "%s: tensor '%s' is listed in %s but missing from %s", path,
+                          bt_text_esc(key), f, bt_safetensors_path(hs->shards[s]));
+            break;
+        }
+    }
+    free(files);
+    json_decref(idx);
+    return rc;
+}
+
+static int add_tensors(hf_state *hs, bt_gguf_builder *b, const hparams *hp)
+{
+    int rc = BT_OK;
+    stack *stacks = NULL;
+    if (hp->n_experts > 0 && !(stacks = calloc((size_t)(hp->n_layers * EXP_KINDS), sizeof(*stacks))))
+        return bt_error(BT_ENOMEM, "out of memory");
+    for (int s = 0; s < hs->n_shards && !rc; s++) {
+        const bt_safetensors *sf = hs->shards[s];
+        for (int64_t i = 0; i < bt_safetensors_n_tensors(sf) && !rc; i++) {
+            const bt_st_tensor *t = bt_safetensors_tensor_at(sf, i);
+            for (int p = 0; p < s && !rc; p++)
+                if (bt_safetensors_find(hs->shards[p], t->name))
+                    rc = bt_error(BT_EFORMAT, "%s: tensor '%s' is also in %s", bt_safetensors_path(sf),
+                                  bt_text_esc(t->name), bt_safetensors_path(hs->shards[p]));
+            if (!rc && hp->n_experts == 0 && strstr(t->name, ".mlp.experts."))
+                rc = bt_error(BT_EFORMAT, "%s: tensor '%s' is an expert but the config has no num_experts",
+                              bt_safetensors_path(sf), bt_text_esc(t->name));
+            if (!rc) rc = add_tensor(hs, b, hp, stacks, sf, t);
+        }
+    }
+    for (int64_t i = 0; stacks && !rc && i < hp->n_layers * EXP_KINDS; i++)
+        if (stacks[i].buf && stacks[i].filled != hp->n_experts)
+            rc = bt_error(BT_EFORMAT, "layer %" PRId64 ": only %" PRId64 " of %" PRId64 " experts' %s weights are present",
+                          i / EXP_KINDS, stacks[i].filled, hp->n_experts,
+                          (const char *[]){ "gate_proj", "up_proj", "down_proj" }[i % EXP_KINDS]);
+    free(stacks);
+    return rc;
+}
+
+/* ---- tokenizer.json --------------------------------------------------- */
+
+/* The regex tokenizers' ByteLevel applies when use_regex is true (GPT-2's). */
+static const char BYTELEVEL_RE[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+static int add_pat(hf_state *hs, const char *file, const char *re, size_t len, bool literal, int behavior, bool invert)
+{
+    if (hs->n_pats == MAX_PATS)
+        return bt_error(BT_EUNSUPPORTED, "%s: pre_tokenizer has more than %d splits", file, MAX_PATS);
+    char *r = malloc(len * 2 + 1);
+    if (!r) return bt_error(BT_ENOMEM, "out of memory");
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)re[i];
+        if (!c) { free(r); return bt_error(BT_EUNSUPPORTED, "%s: pre_tokenizer pattern contains a NUL", file); }
+        if (literal && c < 0x80 && !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')))
+            r[o++] = '\\';
+        r[o++] = (char)c;
+    }
+    r[o] = 0;
+    hs->regex[hs->n_pats] = r;
+    hs->pats[hs->n_pats] = (bt_pretok_pat){ .regex = r, .behavior = behavior, .invert = invert };
+    hs->n_pats++;
+    return BT_OK;
+}
+
+static const char *jtype(json_t *o)
+{
+    json_t *t = json_object_get(o, "type");
+    return json_is_string(t) ? json_string_value(t) : "(none)";
+}
+
+static int pre_tokenizer(hf_state *hs, const char *file, json_t *p, bool first)
+{
+    if (!json_is_object(p)) return bt_error(BT_EFORMAT, "%s: pre_tokenizer entry is not an object", file);
+    const char *type = jtype(p);
+    int rc;
+    if (!strcmp(type, "Sequence")) {
+        json_t *arr = json_object_get(p, "pretokenizers");
+        if (!json_is_array(arr)) return bt_error(BT_EFORMAT, "%s: pre_tokenizer Sequence has no 'pretokenizers' list", file);
+        for (size_t i = 0; i < json_array_size(arr); i++)
+            if ((rc = pre_tokenizer(hs, file, json_array_get(arr, i), first && i == 0))) return rc;
+        return BT_OK;
+    }
+    if (!strcmp(type, "ByteLevel")) {
+        bool prefix = false, use_regex = true;
+        if ((rc = j_bool(file, p, "add_prefix_space", &prefix)) || (rc = j_bool(file, p, "use_regex", &use_regex))) return rc;
+        if (prefix && !first)
+            return bt_error(BT_EUNSUPPORTED, "%s: ByteLevel add_prefix_space after another pre_tokenizer is not supported", file);
+        hs->prefix_space = prefix;
+        hs->byte_level = true;
+        return use_regex ? add_pat(hs, file, BYTELEVEL_RE, strlen(BYTELEVEL_RE), false, BT_SPLIT_ISOLATED, false) : BT_OK;
+    }
+    if (!strcmp(type, "Digits")) {
+        bool individual = false;
+        if ((rc = j_bool(file, p, "individual_digits", &individual))) return rc;
+        /* Rust's char::is_numeric is \p{N}; contiguous digits join */
+        const char *re = individual ? "\\p{N}" : "\\p{N}+";
+        return add_pat(hs, file, re, strlen(re), false, BT_SPLIT_ISOLATED, false);
+    }
+    if (!strcmp(type, "Split")) {
+        json_t *pat = json_object_get(p, "pattern"), *beh = json_object_get(p, "behavior");
+        json_t *re = json_object_get(pat, "Regex"), *lit = json_object_get(pat, "String");
+        if (!json_is_string(re) && !json_is_string(lit))
+            return bt_error(BT_EFORMAT, "%s: Split pattern must be {\"Regex\": ...} or {\"String\": ...}", file);
+        static const char *const B[] = { "Isolated", "Removed", "MergedWithPrevious", "MergedWithNext", "Contiguous" };
+        int behavior = -1;
+        for (int i = 0; i < 5 && json_is_string(beh); i++) if (!strcmp(json_string_value(beh), B[i])) behavior = i;
+        if (behavior < 0)
+            return bt_error(BT_EUNSUPPORTED, "%s: Split behavior '%s' is not supported", file,
+                            json_is_string(beh) ? bt_text_esc(json_string_value(beh)) : "(none)");
+        bool invert = false;
+        if ((rc = j_bool(file, p, "invert", &invert))) return rc;
+        json_t *s = json_is_string(re) ? re : lit;
+        return add_pat(hs, file, json_string_value(s), json_string_length(s), !json_is_string(re), behavior, invert);
+    }
+    return bt_error(BT_EUNSUPPORTED, "%s: pre_tokenizer '%s' is not supported (Split, ByteLevel, Digits, Sequence)",
+                    file, bt_text_esc(type));
+}
+
+static int normalizer(hf_state *hs, const char *file, json_t *n)
+{
+    if (!n || json_is_null(n)) return BT_OK;
+    const char *type = jtype(n);
+    if (!strcmp(type, "NFC")) { hs->nfc = true; return BT_OK; }
+    if (!strcmp(type, "Sequence")) {
+        json_t *arr = json_object_get(n, "normalizers");
+        if (!json_is_array(arr)) return bt_error(BT_EFORMAT, "%s: normalizer Sequence has no 'normalizers' list", file);
+        for (size_t i = 0; i < json_array_size(arr); i++) {
+            int rc = normalizer(hs, file, json_array_get(arr, i));
+            if (rc) return rc;
+        }
+        return BT_OK;
+    }
+    return bt_error(BT_EUNSUPPORTED, "%s: normalizer '%s' is not supported (NFC, Sequence)", file, bt_text_esc(type));
+}
+
+static int decoder(const char *file, json_t *d)
+{
+    const char *type = d && !json_is_null(d) ? jtype(d) : "(none)";
+    if (!strcmp(type, "ByteLevel")) return BT_OK;
+    if (!strcmp(type, "Sequence")) {
+        json_t *arr = json_object_get(d, "decoders");
+        if (!json_is_array(arr) || !json_array_size(arr)) return bt_error(BT_EFORMAT, "%s: decoder Sequence is empty", file);
+        for (size_t i = 0; i < json_array_size(arr); i++) {
+            int rc = decoder(file, json_array_get(arr, i));
+            if (rc) return rc;
+        }
+        return BT_OK;
+    }
+    return bt_error(BT_EUNSUPPORTED, "%s: decoder '%s' is not supported (byte-level BPE needs ByteLevel)",
+                    file, bt_text_esc(type));
+}
+
+/* TemplateProcessing that starts with a special token means "add BOS". */
+static int post_processor(const char *file, json_t *p, const char **bos)
+{
+    if (!p || json_is_null(p)) return BT_OK;
+    const char *type = jtype(p);
+    if (!strcmp(type, "ByteLevel")) return BT_OK;
+    if (!strcmp(type, "Sequence")) {
+        json_t *arr = json_object_get(p, "processors");
+        for (size_t i = 0; json_is_array(arr) && i < json_array_size(arr); i++) {
+            int rc = post_processor(file, json_array_get(arr, i), bos);
+            if (rc) return rc;
+        }
+        return BT_OK;
+    }
+    if (!strcmp(type, "TemplateProcessing")) {
+        json_t *single = json_object_get(p, "single");
+        size_t n = json_is_array(single) ? json_array_size(single) : 0;
+        for (size_t i = 0; i < n; i++) {
+            json_t *st = json_object_get(json_array_get(single, i), "SpecialToken");
+            if (!st) continue;
+            if (i != 0)
+                return bt_error(BT_EUNSUPPORTED, "%s: post_processor adds a special token after the text (only a leading BOS is supported)", file);
+            json_t *id = json_object_get(st, "id");
+            if (json_is_string(id)) *bos = json_string_value(id);
+        }
+        return BT_OK;
+    }
+    return bt_error(BT_EUNSUPPORTED, "%s: post_processor '%s' is not supported", file, bt_text_esc(type));
+}
+
+/* tokenizer_config.json's bos_token etc.: a string or {"content": ...}. */
+static const char *token_text(json_t *v)
+{
+    if (json_is_string(v)) return json_string_value(v);
+    json_t *c = json_object_get(v, "content");
+    return json_is_string(c) ? json_string_value(c) : NULL;
+}
+
+typedef struct vocab_build {
+    int64_t n;
+    const char **text;
+    uint32_t *len;
+    int32_t *type;
+    char **owned;           /* padding names */
+} vocab_build;
+
+static int32_t find_token(const vocab_build *vb, const char *s)
+{
+    if (!s) return -1;
+    size_t l = strlen(s);
+    for (int64_t i = vb->n - 1; i >= 0; i--)    /* added tokens sit at the end */
+        if (vb->text[i] && vb->len[i] == l && !memcmp(vb->text[i], s, l)) return (int32_t)i;
+    return -1;
+}
+
+static int tokenizer_keys(hf_state *hs, const char *dir, json_t *cfg, bt_gguf_builder *b)
+{
+    char file[4096];
+    snprintf(file, sizeof file, "%s/tokenizer.json", dir);
+    json_t *tj = NULL, *tc = NULL, *gc = NULL;
+    vocab_build vb = { 0 };
+    const char **merges = NULL;
+    uint32_t *mlen = NULL;
+    char **mown = NULL;
+    size_t n_merges = 0;
+    int rc = load_json(dir, "tokenizer.json", false, &tj);
+    if (rc || !tj) return rc;       /* no tokenizer: an id-only model, as a GGUF without one */
+    if ((rc = load_json(dir, "tokenizer_config.json", false, &tc))) goto done;
+    if ((rc = load_json(dir, "generation_config.json", false, &gc))) goto done;
+
+    json_t *model = json_object_get(tj, "model");
+    if (!json_is_object(model)) { rc = bt_error(BT_EFORMAT, "%s: 'model' is missing", file); goto done; }
+    const char *mtype = jtype(model);
+    if (strcmp(mtype, "BPE") && !(json_object_get(model, "merges") && !json_object_get(model, "type"))) {
+        rc = bt_error(BT_EUNSUPPORTED, "%s: model '%s' is not supported (byte-level BPE only)", file, bt_text_esc(mtype));
+        goto done;
+    }
+    json_t *x;
+    if ((x = json_object_get(model, "dropout")) && !json_is_null(x)) {
+        rc = bt_error(BT_EUNSUPPORTED, "%s: BPE dropout is not supported", file); goto done;
+    }
+    bool fallback = false;
+    if ((rc = j_bool(file, model, "byte_fallback", &fallback))) goto done;
+    if (fallback) { rc = bt_error(BT_EUNSUPPORTED, "%s: BPE byte_fallback is not supported (byte-level BPE only)", file); goto done; }
+    static const char *const affixes[] = { "continuing_subword_prefix", "end_of_word_suffix" };
+    for (size_t i = 0; i < 2; i++)
+        if ((x = json_object_get(model, affixes[i])) && !json_is_null(x) && !(json_is_string(x) && !json_string_length(x))) {
+            rc = bt_error(BT_EUNSUPPORTED, "%s: BPE %s is not supported", file, affixes[i]);
+            goto done;
+        }
+    if ((rc = j_bool(file, model, "ignore_merges", &hs->ignore_merges))) goto done;
+
+    if ((rc = normalizer(hs, file, json_object_get(tj, "normalizer")))) goto done;
+    json_t *pt = json_object_get(tj, "pre_tokenizer");
+    if (pt && !json_is_null(pt) && (rc = pre_tokenizer(hs, file, pt, true))) goto done;
+    if (!hs->byte_level) {
+        rc = bt_error(BT_EUNSUPPORTED, "%s: pre_tokenizer has no ByteLevel step (byte-level BPE only)", file);
+        goto done;
+    }
+    if ((rc = decoder(file, json_object_get(tj, "decoder")))) goto done;
+    const char *tmpl_bos = NULL;
+    if ((rc = post_processor(file, json_object_get(tj, "post_processor"), &tmpl_bos))) goto done;
+
+    /* ids: the vocabulary, then added tokens; holes and the config's
+     * vocab_size padding become [PADn] (UNUSED), as the converter writes */
+    json_t *vocab = json_object_get(model, "vocab"), *added = json_object_get(tj, "added_tokens");
+    if (!json_is_object(vocab) || !json_object_size(vocab)) { rc = bt_error(BT_EFORMAT, "%s: model.vocab is missing or empty", file); goto done; }
+    int64_t max_id = -1, cfg_vs = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach(vocab, key, val) {
+        if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) >= (1 << 24)) {
+            rc = bt_error(BT_EFORMAT, "%s: vocab entry '%s' has an invalid id", file, bt_text_esc(key));
+            goto done;
+        }
+        max_id = BT_MAX(max_id, (int64_t)json_integer_value(val));
+    }
+    if (added && !json_is_array(added)) { rc = bt_error(BT_EFORMAT, "%s: added_tokens is not a list", file); goto done; }
+    for (size_t i = 0; added && i < json_array_size(added); i++) {
+        json_t *a = json_array_get(added, i), *id = json_object_get(a, "id");
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= (1 << 24) ||
+            !json_is_string(json_object_get(a, "content"))) {
+            rc = bt_error(BT_EFORMAT, "%s: added_tokens[%zu] needs an id and a content string", file, i);
+            goto done;
+        }
+        max_id = BT_MAX(max_id, (int64_t)json_integer_value(id));
+    }
+    (void)j_int("config.json", cfg, "vocab_size", false, &cfg_vs);
+    vb.n = BT_MAX(max_id + 1, cfg_vs > 0 && cfg_vs < (1 << 24) ? cfg_vs : 0);
+    vb.text = calloc((size_t)vb.n, sizeof(*vb.text));
+    vb.len = calloc((size_t)vb.n, sizeof(*vb.len));
+    vb.type = calloc((size_t)vb.n, sizeof(*vb.type));
+    vb.owned = calloc((size_t)vb.n, sizeof(*vb.owned));
+    if (!vb.text || !vb.len || !vb.type || !vb.owned) { rc = bt_error(BT_ENOMEM, "out of memory"); goto done; }
+    json_object_foreach(vocab, key, val) {
+        int64_t id = json_integer_value(val);
+        if (vb.text[id]) { rc = bt_error(BT_EFORMAT, "%s: vocab ids collide at %" PRId64, file, id); goto done; }
+        vb.text[id] = key;
+        vb.len[id] = (uint32_t)strlen(key);
+        vb.type[id] = BT_TOK_NORMAL;
+    }
+    for (size_t i = 0; added && i < json_array_size(added); i++) {
+        json_t *a = json_array_get(added, i);
+        int64_t id = json_integer_value(json_object_get(a, "id"));
+        json_t *c = json_object_get(a, "content");
+        vb.text[id] = json_string_value(c);
+        vb.len[id] = (uint32_t)json_string_length(c);
+        vb.type[id] = json_is_true(json_object_get(a, "special")) ? BT_TOK_CONTROL : BT_TOK_USER_DEFINED;
+    }
+    for (int64_t i = 0; i < vb.n; i++) {
+        if (vb.text[i]) continue;
+        char pad[32];
+        snprintf(pad, sizeof pad, "[PAD%" PRId64 "]", i);
+        if (!(vb.owned[i] = strdup(pad))) { rc = bt_error(BT_ENOMEM, "out of memory"); goto done; }
+        vb.text[i] = vb.owned[i];
+        vb.len[i] = (uint32_t)strlen(pad);
+        vb.type[i] = BT_TOK_UNUSED;
+    }
+
+    json_t *mj = json_object_get(model, "merges");
+    if (!json_is_array(mj) || !json_array_size(mj)) { rc = bt_error(BT_EFORMAT, "%s: model.merges is missing or empty", file); goto done; }
+    n_merges = json_array_size(mj);
+    merges = calloc(n_merges, sizeof(*merges));
+    mlen = calloc(n_merges, sizeof(*mlen));
+    mown = calloc(n_merges, sizeof(*mown));
+    if (!merges || !mlen || !mown) { rc = bt_error(BT_ENOMEM, "out of memory"); goto done; }
+    for (size_t i = 0; i < n_merges; i++) {
+        json_t *m = json_array_get(mj, i);
+        if (json_is_string(m)) {
+            merges[i] = json_string_value(m);
+            mlen[i] = (uint32_t)json_string_length(m);
+        } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
+                   json_is_string(json_array_get(m, 1))) {
+            json_t *l = json_array_get(m, 0), *r = json_array_get(m, 1);
+            size_t ll = json_string_length(l), rl = json_string_length(r);
+            if (!(mown[i] = malloc(ll + rl + 2))) { rc = bt_error(BT_ENOMEM, "out of memory"); goto done; }
+            memcpy(mown[i], json_string_value(l), ll);
+            mown[i][ll] = ' ';
+            memcpy(mown[i] + ll + 1, json_string_value(r), rl + 1);
+            merges[i] = mown[i];
+            mlen[i] = (uint32_t)(ll + rl + 1);
+        } else {
+            rc = bt_error(BT_EFORMAT, "%s: model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]", file, i);
+            goto done;
+        }
+    }
+
+    bt_gguf_builder_str(b, "tokenizer.ggml.model", "gpt2", 4);
+    bt_gguf_builder_str(b, "tokenizer.ggml.pre", "tokenizer.json", 14);
+    bt_gguf_builder_arr_str(b, "tokenizer.ggml.tokens", vb.text, vb.len, (uint64_t)vb.n);
+    bt_gguf_builder_arr(b, "tokenizer.ggml.token_type", BT_GGUF_INT32, vb.type, (uint64_t)vb.n);
+    bt_gguf_builder_arr_str(b, "tokenizer.ggml.merges", merges, mlen, n_merges);
+
+    /* special ids: tokenizer_config names them; generation_config and
+     * config.json give numeric fallbacks (the first eos of a list is EOS,
+     * another one is end-of-turn) */
+    int32_t bos = -1, eos = -1, unk = -1, pad = -1, eot = -1;
+    if (tc) {
+        bos = find_token(&vb, token_text(json_object_get(tc, "bos_token")));
+        eos = find_token(&vb, token_text(json_object_get(tc, "eos_token")));
+        unk = find_token(&vb, token_text(json_object_get(tc, "unk_token")));
+        pad = find_token(&vb, token_text(json_object_get(tc, "pad_token")));
+    }
+    if (unk < 0) unk = find_token(&vb, token_text(json_object_get(model, "unk_token")));
+    if (tmpl_bos && bos < 0) bos = find_token(&vb, tmpl_bos);
+    json_t *srcs[2] = { gc, cfg };
+    for (int s = 0; s < 2; s++) {
+        if (!srcs[s]) continue;
+        json_t *e = json_object_get(srcs[s], "eos_token_id"), *bo = json_object_get(srcs[s], "bos_token_id");
+        if (bos < 0 && json_is_integer(bo) && json_integer_value(bo) >= 0 && json_integer_value(bo) < vb.n)
+            bos = (int32_t)json_integer_value(bo);
+        size_t ne = json_is_array(e) ? json_array_size(e) : json_is_integer(e) ? 1 : 0;
+        for (size_t i = 0; i < ne; i++) {
+            json_t *ei = json_is_array(e) ? json_array_get(e, i) : e;
+            if (!json_is_integer(ei) || json_integer_value(ei) < 0 || json_integer_value(ei) >= vb.n) continue;
+            int32_t id = (int32_t)json_integer_value(ei);
+            if (eos < 0) eos = id;
+            else if (id != eos && eot < 0) eot = id;
+        }
+    }
+    if (bos >= 0) bt_gguf_builder_u32(b, "tokenizer.ggml.bos_token_id", (uint32_t)bos);
+    if (eos >= 0) bt_gguf_builder_u32(b, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
+    if (unk >= 0) bt_gguf_builder_u32(b, "tokenizer.ggml.unknown_token_id", (uint32_t)unk);
+    if (pad >= 0) bt_gguf_builder_u32(b, "tokenizer.ggml.padding_token_id", (uint32_t)pad);
+    if (eot >= 0) bt_gguf_builder_u32(b, "tokenizer.ggml.eot_token_id", (uint32_t)eot);
+    bool add_bos = tmpl_bos != NULL, add_eos = false;
+    char tcfile[4096];
+    snprintf(tcfile, sizeof tcfile, "%s/tokenizer_config.json", dir);
+    if (tc && ((rc = j_bool(tcfile, tc, "add_bos_token", &add_bos)) || (rc = j_bool(tcfile, tc, "add_eos_token", &add_eos))))
+        goto done;
+    bt_gguf_builder_bool(b, "tokenizer.ggml.add_bos_token", add_bos);
+    bt_gguf_builder_bool(b, "tokenizer.ggml.add_eos_token", add_eos);
+    json_t *ct = tc ? json_object_get(tc, "chat_template") : NULL;
+    if (json_is_array(ct)) {            /* [{"name": "default", "template": ...}, ...] */
+        json_t *pick = NULL;
+        for (size_t i = 0; i < json_array_size(ct); i++) {
+            json_t *e = json_array_get(ct, i), *nm = json_object_get(e, "name");
+            if (json_is_string(nm) && !strcmp(json_string_value(nm), "default")) pick = json_object_get(e, "template");
+        }
+        ct = pick;
+    }
+    if (ct && !json_is_null(ct)) {
+        if (!json_is_string(ct)) { rc = bt_error(BT_EFORMAT, "%s: chat_template must be a string", tcfile); goto done; }
+        bt_gguf_builder_str(b, "tokenizer.chat_template", json_string_value(ct), json_string_length(ct));
+    }
+done:
+    for (int64_t i = 0; vb.owned && i < vb.n; i++) free(vb.owned[i]);
+    for (size_t i = 0; mown && i < n_merges; i++) free(mown[i]);
+    free(vb.owned); free(vb.text); free(vb.len); free(vb.type);
+    free(mown); free(merges); free(mlen);
+    json_decref(tj);
+    json_decref(tc);
+    json_decref(gc);
+    return rc;
+}
+
+/* ---- entry points ----------------------------------------------------- */
+
+int bt_hf_open(const char *dir, bt_gguf **out)
+{
+    *out = NULL;
+    bt_gguf_builder *b = NULL;
+    json_t *cfg = NULL;
+    int rc = bt_gguf_builder_new(&b);
+    if (rc) return rc;
+    hf_state *hs = calloc(1, sizeof(*hs));
+    if (!hs) { bt_gguf_builder_free(b); return bt_error(BT_ENOMEM, "out of memory"); }
+    bt_gguf_builder_own(b, hf_release, hs);
+    hparams hp = { 0 };
+    char file[4096];
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    struct stat st;
+    char tpath[4096];
+    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", dir);
+    if (stat(file, &st) != 0 && stat(tpath, &st) == 0) {
+        /* tokenizer files only: a vocab-only model, as a GGUF with 0 tensors */
+        bt_gguf_builder_str(b, "general.architecture", "none", 4);
+        if (!(cfg = json_object())) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+        if ((rc = tokenizer_keys(hs, dir, cfg, b))) goto fail;
+        json_decref(cfg);
+        return bt_gguf_builder_finish(b, dir, out);
+    }
+    if ((rc = load_json(dir, "config.json", true, &cfg))) goto fail;
+    if ((rc = config_keys(dir, cfg, b, &hp))) goto fail;
+    if ((rc = rope_scaling(hs, b, file, cfg, &hp))) goto fail;
+    if ((rc = open_shards(hs, dir))) goto fail;
+    if ((rc = add_tensors(hs, b, &hp))) goto fail;
+    if ((rc = tokenizer_keys(hs, dir, cfg, b))) goto fail;
+    json_decref(cfg);
+    return bt_gguf_builder_finish(b, dir, out);
+fail:
+    json_decref(cfg);
+    bt_gguf_builder_free(b);
+    return rc;
+}
+
+int bt_hf_attach(bt_model *m)
+{
+    hf_state *hs = bt_gguf_owned(m->gguf);
+    if (!hs) return bt_error(BT_EINTERNAL, "%s: not a Hugging Face folder handle", m->path);
+    strcpy(m->format, "hf");
+    /* The trace's model hash covers the (first) weight file, as it covers
+     * the whole file for GGUF. */
+    if (hs->n_shards) {
+        m->file_data = bt_safetensors_map(hs->shards[0]);
+        m->file_size = bt_safetensors_size(hs->shards[0]);
+    }
+    if (m->has_vocab) {
+        m->vocab.pre_pats = hs->pats;
+        m->vocab.n_pre_pats = hs->n_pats;
+        m->vocab.pre_ignore_merges = hs->ignore_merges;
+        m->vocab.nfc = hs->nfc;
+        m->vocab.bytelevel_prefix_space = hs->prefix_space;
+    }
+    return BT_OK;
+}
