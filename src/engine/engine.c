@@ -129,6 +129,7 @@ struct bt_engine {
     /* numerics profile; NULL = exact f32 (every hook skipped). Only on the
      * CPU backend: the hooks round host memory in place, with its pool. */
     bt_numerics_ctx *num;
+    bool rope_ggml;    /* rope_cos/sin hold ggml's f32 tables (the rope=ggml part) */
     bt_pool *pool;     /* the CPU backend's pool, NULL on a device */
     /* a foreign engine (bt_engine_new_ext): no run state above but logits */
     bt_engine_ext ext;
@@ -269,21 +270,14 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
             (rc = upload(e, &L->w_down, c->dim, c->hidden_dim, &B_->w_down)))
             goto fail;
     }
-    /* RoPE table, computed in double: angle = pos * base^(-2i/head_dim). */
-    host = malloc(BT_MAX((size_t)ctx_len * half, nrm) * sizeof(float));
+    /* RoPE table, computed in double: angle = pos * base^(-2i/head_dim)
+     * (a numerics profile may recompute it: bt_engine_set_numerics). */
+    host = malloc(BT_MAX((size_t)2 * ctx_len * half, nrm) * sizeof(float));
     if (!host) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
-    for (int pos = 0; pos < ctx_len; pos++)
-        for (size_t i = 0; i < half; i++) {
-            double freq = pow((double)c->rope_base, -2.0 * (double)i / c->head_dim);
-            host[pos * half + i] = (float)cos(pos * freq);
-        }
-    if ((rc = e->bi->set(e->be, e->rope_cos, 0, host, (size_t)ctx_len * half))) goto fail;
-    for (int pos = 0; pos < ctx_len; pos++)
-        for (size_t i = 0; i < half; i++) {
-            double freq = pow((double)c->rope_base, -2.0 * (double)i / c->head_dim);
-            host[pos * half + i] = (float)sin(pos * freq);
-        }
-    if ((rc = e->bi->set(e->be, e->rope_sin, 0, host, (size_t)ctx_len * half))) goto fail;
+    bt_numerics_rope_table(NULL, c->rope_base, c->head_dim, ctx_len, host, host + (size_t)ctx_len * half);
+    if ((rc = e->bi->set(e->be, e->rope_cos, 0, host, (size_t)ctx_len * half)) ||
+        (rc = e->bi->set(e->be, e->rope_sin, 0, host + (size_t)ctx_len * half, (size_t)ctx_len * half)))
+        goto fail;
     for (int l = 0; l < c->n_layers; l++) {
         bt_dequant_row(m->layers[l].attn_norm.type, m->layers[l].attn_norm.data, host + (size_t)(2 * l) * c->dim, c->dim);
         bt_dequant_row(m->layers[l].ffn_norm.type, m->layers[l].ffn_norm.data, host + (size_t)(2 * l + 1) * c->dim, c->dim);
@@ -431,6 +425,17 @@ static int mm(bt_engine *e, int type, bt_buf *W, const void *wdata, int64_t rows
     return BT_OK;
 }
 
+/* rmsnorm of x into xb with the norm weights at w_off: the profile's
+ * accumulation when it changes it (host buffers: the CPU backend). */
+static int norm(bt_engine *e, size_t w_off, int T)
+{
+    const bt_config *c = &e->c;
+    if (!bt_numerics_norm_custom(e->num))
+        return e->bi->rmsnorm(e->be, e->xb, e->x, e->norm_w, w_off, T, c->dim, c->norm_eps);
+    bt_numerics_rmsnorm(e->num, host_f32(e, e->xb), host_f32(e, e->x), host_f32(e, e->norm_w) + w_off, T, c->dim, c->norm_eps);
+    return BT_OK;
+}
+
 #define TAP(op, layer, buf, width) do { \
         if (e->num) bt_numerics_store(e->num, op, host_f32(e, buf), (size_t)T * (width)); \
         if (e->has_cb && !tap(e, op, layer, buf, T, pos0, width)) { e->step++; return BT_EINVAL; } } while (0)
@@ -484,7 +489,7 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
     for (int l = 0; l < c->n_layers; l++) {
         const bt_layer_weights *L = &m->layers[l];
         const layer_bufs *W = &e->lw[l];
-        OP(bi->rmsnorm(be, e->xb, e->x, e->norm_w, (size_t)(2 * l) * dim, T, dim, c->norm_eps));
+        OP(norm(e, (size_t)(2 * l) * dim, T));
         TAP(BT_OP_ATTN_NORM, l, e->xb, dim);
 
         OP(mm(e, L->wq.type, W->wq, L->wq.data, q_dim, dim, e->xb, 0, T, e->q));
@@ -521,7 +526,7 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         OP(bi->add(be, e->x, e->attn_out, (size_t)T * dim));
         TAP(BT_OP_ATTN_RESID, l, e->x, dim);
 
-        OP(bi->rmsnorm(be, e->xb, e->x, e->norm_w, (size_t)(2 * l + 1) * dim, T, dim, c->norm_eps));
+        OP(norm(e, (size_t)(2 * l + 1) * dim, T));
         TAP(BT_OP_FFN_NORM, l, e->xb, dim);
         OP(mm(e, L->w_gate.type, W->w_gate, L->w_gate.data, hidden, dim, e->xb, 0, T, e->gate));
         TAP(BT_OP_FFN_GATE, l, e->gate, hidden);
@@ -535,7 +540,7 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         TAP(BT_OP_FFN_RESID, l, e->x, dim);
     }
 
-    OP(bi->rmsnorm(be, e->xb, e->x, e->norm_w, (size_t)2 * c->n_layers * dim, T, dim, c->norm_eps));
+    OP(norm(e, (size_t)2 * c->n_layers * dim, T));
     TAP(BT_OP_OUTPUT_NORM, -1, e->xb, dim);
 
     /* Logits for every row only when a tap wants them; else the last row. */
@@ -578,6 +583,15 @@ int bt_engine_set_numerics(bt_engine *e, const bt_numerics *n)
     if (rc) return rc;
     bt_numerics_ctx_free(e->num);
     e->num = c;
+    /* The rope part changes the tables, made once per engine: remake them
+     * when it differs from what they hold (host memory: the CPU backend). */
+    bool rope_ggml = n && n->rope == BT_NUM_ROPE_GGML;
+    if (rope_ggml != e->rope_ggml && !e->foreign) {
+        float *cs = host_f32(e, e->rope_cos), *sn = host_f32(e, e->rope_sin);
+        if (!cs || !sn) return bt_error(BT_EUNSUPPORTED, "--numerics: rope=ggml runs on the CPU only");
+        bt_numerics_rope_table(n, e->c.rope_base, e->c.head_dim, e->ctx_len, cs, sn);
+        e->rope_ggml = rope_ggml;
+    }
     return BT_OK;
 }
 
