@@ -20,6 +20,10 @@
  *           false adds an empty think block after the assistant header
  *   mistral Mistral-7B-Instruct v0.2/v0.3 ('v1'): BOS [INST] SYS\n\nUSER
  *           [/INST] ASSISTANT EOS (spaces as the template puts them)
+ *   llama3.1  Llama 3.1/3.2/3.3: always a system turn that starts with
+ *           "Cutting Knowledge Date: December 2023\nToday Date: D\n\n" (D:
+ *           the template's 26 Jul 2024, or today for 3.2's strftime_now),
+ *           then the system message trimmed; tool turns refused
  *   mistral-v0  the pre-v1 Mistral template: BOS[INST] USER [/INST]ASSISTANT
  *           EOS, no system message
  * tests/chat_templates.sh renders the published template texts
@@ -37,7 +41,7 @@
 static const char *const tmpl_names[] = {
     [BT_CHAT_NONE] = "none", [BT_CHAT_CHATML] = "chatml", [BT_CHAT_LLAMA2] = "llama2",
     [BT_CHAT_LLAMA3] = "llama3", [BT_CHAT_ZEPHYR] = "zephyr", [BT_CHAT_QWEN2] = "qwen2", [BT_CHAT_QWEN3] = "qwen3",
-    [BT_CHAT_MISTRAL] = "mistral", [BT_CHAT_MISTRAL0] = "mistral-v0",
+    [BT_CHAT_MISTRAL] = "mistral", [BT_CHAT_MISTRAL0] = "mistral-v0", [BT_CHAT_LLAMA31] = "llama3.1",
 };
 _Static_assert(BT_ARRAY_SIZE(tmpl_names) == BT_CHAT_LAST + 1, "a template without a name");
 
@@ -78,7 +82,8 @@ int bt_chat_tmpl_detect(const char *jinja, size_t len)
         if (find_in(jinja, len, "<tool_response>") && !find_in(jinja, len, "think>")) return BT_CHAT_QWEN2;
         return BT_CHAT_CHATML;
     }
-    if (find_in(jinja, len, "<|start_header_id|>")) return BT_CHAT_LLAMA3;
+    if (find_in(jinja, len, "<|start_header_id|>"))
+        return find_in(jinja, len, "Cutting Knowledge Date: ") ? BT_CHAT_LLAMA31 : BT_CHAT_LLAMA3;
     if (find_in(jinja, len, "[INST]")) {
         if (find_in(jinja, len, "<<SYS>>")) return BT_CHAT_LLAMA2;
         /* Mistral's 'v1' template puts a space before [INST]; the pre-v1
@@ -94,12 +99,34 @@ int bt_chat_tmpl_detect(const char *jinja, size_t len)
 
 /* ---- rendering into a growable string (bt_sbuf, util.h) ---- */
 
-/* Python's str.strip() / Jinja's trim on ASCII whitespace. */
+/* The length of the Python whitespace character (str.isspace) that
+ * starts at s (or, back, ends at s + n), 0 if none: ASCII \t\n\v\f\r,
+ * \x1c-\x1f and space, and the Unicode ones in UTF-8. */
+static size_t py_space(const char *s, size_t n, bool back)
+{
+    static const char *const uni[] = { "\xc2\x85", "\xc2\xa0", "\xe1\x9a\x80", "\xe2\x80\xa8", "\xe2\x80\xa9",
+                                       "\xe2\x80\xaf", "\xe2\x81\x9f", "\xe3\x80\x80" };
+    if (!n) return 0;
+    unsigned char c = (unsigned char)(back ? s[n - 1] : s[0]);
+    if ((c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x1f) || c == ' ') return 1;
+    for (size_t i = 0; i < BT_ARRAY_SIZE(uni); i++) {
+        size_t l = strlen(uni[i]);
+        if (n >= l && !memcmp(back ? s + n - l : s, uni[i], l)) return l;
+    }
+    /* U+2000..U+200A: e2 80 80..8a */
+    if (n >= 3) {
+        const unsigned char *u = (const unsigned char *)(back ? s + n - 3 : s);
+        if (u[0] == 0xe2 && u[1] == 0x80 && u[2] >= 0x80 && u[2] <= 0x8a) return 3;
+    }
+    return 0;
+}
+
+/* Python's str.strip() / Jinja's trim. */
 static void sb_put_stripped(bt_sbuf *b, const char *s)
 {
-    size_t n = strlen(s);
-    while (n && isspace((unsigned char)*s)) s++, n--;
-    while (n && isspace((unsigned char)s[n - 1])) n--;
+    size_t n = strlen(s), k;
+    while ((k = py_space(s, n, false))) s += k, n -= k;
+    while ((k = py_space(s, n, true))) n -= k;
     bt_sbuf_putn(b, s, n);
 }
 
@@ -139,6 +166,30 @@ static void render_llama3(bt_sbuf *b, const bt_message *m, int n, const bt_chat_
         bt_sbuf_puts(b, "<|eot_id|>");
     }
     if (!o->no_generation_prompt) bt_sbuf_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+/* Llama 3.1's template (3.2 and 3.3 differ only in how the date is made). */
+static int render_llama31(bt_sbuf *b, const bt_message *m, int n, const bt_chat_opts *o)
+{
+    int first = 0;
+    bt_sbuf_puts(b, o->bos_text ? o->bos_text : "<|begin_of_text|>");
+    bt_sbuf_puts(b, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ");
+    bt_sbuf_puts(b, o->date_string ? o->date_string : "26 Jul 2024");
+    bt_sbuf_puts(b, "\n\n");
+    if (n > 0 && !strcmp(m[0].role, "system")) { sb_put_stripped(b, m[0].content); first = 1; }
+    bt_sbuf_puts(b, "<|eot_id|>");
+    for (int i = first; i < n; i++) {
+        /* tool results go out as JSON (the template's tojson): not rendered */
+        if (!strcmp(m[i].role, "tool") || !strcmp(m[i].role, "ipython"))
+            return bt_error(BT_EINVAL, "chat template llama3.1: \"%s\" turns are not supported (message %d)", m[i].role, i);
+        bt_sbuf_puts(b, "<|start_header_id|>");
+        bt_sbuf_puts(b, m[i].role);
+        bt_sbuf_puts(b, "<|end_header_id|>\n\n");
+        sb_put_stripped(b, m[i].content);
+        bt_sbuf_puts(b, "<|eot_id|>");
+    }
+    if (!o->no_generation_prompt) bt_sbuf_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    return BT_OK;
 }
 
 static int render_llama2(bt_sbuf *b, const bt_message *m, int n, const bt_chat_opts *o)
@@ -374,6 +425,7 @@ int bt_chat_render_opts(int tmpl, const bt_message *msgs, int n, const bt_chat_o
     case BT_CHAT_QWEN3: rc = render_qwen3(&b, msgs, n, o); break;
     case BT_CHAT_MISTRAL: rc = render_mistral(&b, msgs, n, o, false); break;
     case BT_CHAT_MISTRAL0: rc = render_mistral(&b, msgs, n, o, true); break;
+    case BT_CHAT_LLAMA31: rc = render_llama31(&b, msgs, n, o); break;
     default:
         return bt_error(BT_EINVAL, "chat render: unknown template id %d (known: " BT_CHAT_NAMES ")", tmpl);
     }

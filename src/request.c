@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define BT_MAX_STOP 16
 
@@ -440,6 +441,14 @@ int bt_request_render(const bt_request *req, const char *chat_template, const bt
         return bt_error(BT_ENOMEM, "out of memory");
     }
     co.default_system = sys;
+    /* Llama 3.2's template dates the system turn with strftime_now (today,
+     * as transformers and llama.cpp give it); 3.1's says 26 Jul 2024 */
+    char date[32];
+    time_t now = time(NULL);
+    struct tm tmv;
+    if (tmpl == BT_CHAT_LLAMA31 && jinja && strstr(jinja, "strftime_now") && localtime_r(&now, &tmv) &&
+        strftime(date, sizeof date, "%d %b %Y", &tmv))
+        co.date_string = date;
     rc = bt_chat_render_opts(tmpl, req->messages, req->n_messages, &co, out);
     free(sys);
     free(file_text);

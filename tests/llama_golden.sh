@@ -8,13 +8,21 @@
 #   llama.cpp-stories260K-nofa.txt  flash attention off (the adapter's path)
 #                                   under --numerics llama.cpp-cpu-nofa
 # Each file must also tell the presets from exact f32: the f32 engine has to
-# miss at least one of its lines, or the reference proves nothing.
+# miss at least one of its lines, or the reference proves nothing. Where
+# bangtrace is built with llama.cpp, `run --engine llama.cpp` (flash
+# attention as the file says: BT_LLAMA_FLASH_ATTN) must give the same ids.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
 need_shared
+GGUF=
+if built_with LLAMA_CPP && ${PYTHON3:-python3} -c "import gguf, numpy" 2>/dev/null; then
+    GGUF=$TMP/stories260K.gguf
+    ${PYTHON3:-python3} "${BT_SRCDIR:-.}/tools/llama2c-to-gguf.py" "$STORIES" "$TOK512" "$GGUF" >/dev/null || { fail "llama2c-to-gguf"; GGUF=; }
+fi
 ids_of() { ${PYTHON3:-python3} -c 'import json,sys; print(" ".join(map(str, json.load(open(sys.argv[1]))["completion_ids"])))' "$1"; }
 for GOLD in "${BT_SRCDIR:-.}"/tests/golden/llama.cpp-stories260K.txt "${BT_SRCDIR:-.}"/tests/golden/llama.cpp-stories260K-nofa.txt; do
     [ -f "$GOLD" ] || { fail "missing $GOLD"; continue; }
     preset=$(sed -n 's/^# preset: //p' "$GOLD")
+    fa=$(sed -n 's/^# flash-attn: //p' "$GOLD")
     [ -n "$preset" ] || { fail "$GOLD names no preset"; continue; }
     f32_misses=0
     while IFS=$'\t' read -r prompt ids; do
@@ -27,6 +35,13 @@ for GOLD in "${BT_SRCDIR:-.}"/tests/golden/llama.cpp-stories260K.txt "${BT_SRCDI
         "$BANGTRACE" run --model "$STORIES" --tokenizer "$TOK512" --prompt "$prompt" -n "$n" --threads 1 --json \
             > "$TMP/f32.json" 2>/dev/null || { fail "f32 run: $prompt"; continue; }
         [ "$(ids_of "$TMP/f32.json")" = "$ids" ] || f32_misses=$((f32_misses + 1))
+        if [ -n "$GGUF" ]; then
+            BT_LLAMA_FLASH_ATTN=$fa "$BANGTRACE" run --engine llama.cpp --model "$GGUF" --prompt "$prompt" -n "$n" --threads 1 --json \
+                > "$TMP/ll.json" 2>"$TMP/ll.err" || { fail "run --engine llama.cpp: $prompt: $(cat "$TMP/ll.err")"; continue; }
+            got=$(ids_of "$TMP/ll.json")
+            [ "${got:0:${#ids}}" = "$ids" ] && ok "run --engine llama.cpp (flash attention $fa) gives the reference: $prompt" \
+                || fail "run --engine llama.cpp (flash attention $fa), '$prompt': $got, reference $ids"
+        fi
     done < "$GOLD"
     [ "$f32_misses" -gt 0 ] && ok "$(basename "$GOLD"): exact f32 misses $f32_misses line(s), $preset none" \
         || fail "$(basename "$GOLD"): exact f32 reproduces every line: the reference does not tell $preset from f32"

@@ -68,7 +68,8 @@ EXTRA_DIST += tests/bisect.sh tests/report.sh tests/counts.sh tests/numerics.sh 
 # chat templates: the published Qwen2.5, Qwen3, Llama 3 and Mistral templates against jinja2
 TESTS += tests/chat_templates.sh
 EXTRA_DIST += tests/chat_templates.sh tests/data/chat/qwen2.5-instruct.jinja tests/data/chat/qwen3.jinja \
-	tests/data/chat/llama3-instruct.jinja tests/data/chat/mistral-v1.jinja tests/data/chat/mistral-v0.jinja
+	tests/data/chat/llama3-instruct.jinja tests/data/chat/mistral-v1.jinja tests/data/chat/mistral-v0.jinja \
+	tests/data/chat/llama3.1-instruct.jinja tests/data/chat/llama3.2-instruct.jinja
 # browser (tui/): layout, collapsing, colouring, sanitization, keys; dumps; tmux end to end
 check_PROGRAMS += tests/test_tui
 TESTS += tests/test_tui tests/browse_dump.sh tests/browse_tmux.sh tests/browse_big.sh

@@ -579,6 +579,9 @@ int bt_engine_set_numerics(bt_engine *e, const bt_numerics *n)
     if (n && !bt_numerics_is_exact(n) && (!e->pool || !e->bi->buf_host))
         return bt_error(BT_EUNSUPPORTED, "--numerics: a numerics profile runs on the CPU only, not on %s",
                         bt_backend_name(e->be));
+    if (n && (n->attn || n->softmax) && e->c.head_dim > BT_NUMERICS_MAX_HEAD_DIM)
+        return bt_error(BT_EUNSUPPORTED, "--numerics: attn= and softmax= handle heads of up to %d values, this model's have %d",
+                        BT_NUMERICS_MAX_HEAD_DIM, e->c.head_dim);
     int rc = bt_numerics_ctx_new(n, e->pool, &c);
     if (rc) return rc;
     bt_numerics_ctx_free(e->num);

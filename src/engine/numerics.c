@@ -403,7 +403,7 @@ typedef struct attn_job {
     const bt_numerics_attn *a;
 } attn_job;
 
-#define ATTN_MAX_HD 512
+#define ATTN_MAX_HD BT_NUMERICS_MAX_HEAD_DIM
 
 /* attn=ggml-mm: llama.cpp CPU attention without flash attention (the
  * graph's mul_mat -> soft_max -> mul_mat, llama_context's flash_attn_type

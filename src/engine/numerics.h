@@ -91,7 +91,9 @@ void bt_numerics_rmsnorm(const bt_numerics_ctx *c, float *out, const float *x, c
 /* The rope cos/sin tables, (ctx_len, head_dim/2) each, as the profile n
  * computes them (n NULL or rope=f64: in double, the engine's own). */
 void bt_numerics_rope_table(const bt_numerics *n, float base, int head_dim, int ctx_len, float *cos_t, float *sin_t);
-/* Attention over the cache when the profile changes how it is computed. */
+/* Attention over the cache when the profile changes how it is computed
+ * (heads of up to BT_NUMERICS_MAX_HEAD_DIM values; the engine refuses more). */
+#define BT_NUMERICS_MAX_HEAD_DIM 512
 bool bt_numerics_attn_custom(const bt_numerics_ctx *c);
 typedef struct bt_numerics_attn {
     const float *q;          /* (T, n_heads*hd) */
