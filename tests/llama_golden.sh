@@ -18,6 +18,10 @@ if built_with LLAMA_CPP && ${PYTHON3:-python3} -c "import gguf, numpy" 2>/dev/nu
     GGUF=$TMP/stories260K.gguf
     ${PYTHON3:-python3} "${BT_SRCDIR:-.}/tools/llama2c-to-gguf.py" "$STORIES" "$TOK512" "$GGUF" >/dev/null || { fail "llama2c-to-gguf"; GGUF=; }
 fi
+if [ -n "$GGUF" ]; then
+    BT_LLAMA_FLASH_ATTN=maybe expect_exit 2 "BT_LLAMA_FLASH_ATTN=maybe is refused" "$BANGTRACE" run --engine llama.cpp --model "$GGUF" \
+        --prompt x -n 1 && { grep -q "BT_LLAMA_FLASH_ATTN='maybe'" "$TMP/err" && ok "names the variable" || fail "$(cat "$TMP/err")"; }
+fi
 ids_of() { ${PYTHON3:-python3} -c 'import json,sys; print(" ".join(map(str, json.load(open(sys.argv[1]))["completion_ids"])))' "$1"; }
 for GOLD in "${BT_SRCDIR:-.}"/tests/golden/llama.cpp-stories260K.txt "${BT_SRCDIR:-.}"/tests/golden/llama.cpp-stories260K-nofa.txt; do
     [ -f "$GOLD" ] || { fail "missing $GOLD"; continue; }
