@@ -7,6 +7,7 @@
  * decoded bytes followed by one newline. */
 #include "cmd.h"
 #include "model/model.h"
+#include "request.h"
 #include "tokenizer/tokenizer.h"
 #include "text.h"
 #include "util.h"
@@ -22,7 +23,9 @@ void cmd_tokenize_help(FILE *out)
     fprintf(out,
         "usage: bangtrace tokenize --model M [--tokenizer T] [--add-special]\n"
         "                          [--parse-special] (TEXT | --file F)\n"
-        "       bangtrace tokenize --model M [--tokenizer T] --decode \"ID ID ...\"\n\n"
+        "       bangtrace tokenize --model M [--tokenizer T] --decode \"ID ID ...\"\n"
+        "       bangtrace tokenize --model M [--tokenizer T] --chat FILE.json\n"
+        "                          [--chat-template NAME|FILE.jinja] [--render]\n\n"
         "Print the token ids of TEXT (or of the bytes of file F) on one line,\n"
         "space-separated, using the model's own tokenizer (SentencePiece, byte-level\n"
         "BPE with the pre-tokenizer named by tokenizer.ggml.pre or given by a\n"
@@ -35,7 +38,17 @@ void cmd_tokenize_help(FILE *out)
         "  --parse-special    map control-token text such as <|im_start|> to its id\n"
         "                     (default: such text is tokenized as plain text)\n"
         "  --file F           tokenize the exact bytes of F instead of TEXT\n"
-        "  --decode IDS       print the text of whitespace- or comma-separated ids\n\n"
+        "  --decode IDS       print the text of whitespace- or comma-separated ids\n"
+        "  --chat FILE.json   a /v1/chat/completions body: print the ids run would feed for\n"
+        "                     its messages (rendered with the chat template, BOS added as\n"
+        "                     the vocabulary asks; chat_template_kwargs.enable_thinking\n"
+        "                     goes to qwen3)\n"
+        "  --chat-template T  render with template T: a name (chatml, qwen2, qwen3, llama2,\n"
+        "                     llama3, mistral, mistral-v0, zephyr) or a .jinja file holding\n"
+        "                     a template's text (default: the model's tokenizer.chat_template)\n"
+        "  --render           with --chat, print the rendered prompt text instead of ids,\n"
+        "                     BOS and EOS spelled as the template does (<s>, </s>,\n"
+        "                     <|begin_of_text|>); needs no tokenizer\n\n"
         "Exit status: 0 ok, 2 error.\n");
 }
 
@@ -74,20 +87,23 @@ static int parse_ids(const char *s, int32_t **out, size_t *n)
 
 int cmd_tokenize(int argc, char **argv)
 {
-    const char *model = NULL, *tok = NULL, *file = NULL, *decode = NULL, *text = NULL;
-    bool add_special = false, parse_special = false, flags_done = false;
+    const char *model = NULL, *tok = NULL, *file = NULL, *decode = NULL, *text = NULL, *chat = NULL, *tmpl = NULL;
+    bool add_special = false, parse_special = false, flags_done = false, render = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!flags_done && a[0] == '-' && a[1]) {
             const char **dst = !strcmp(a, "--model") || !strcmp(a, "-m") ? &model
                              : !strcmp(a, "--tokenizer") ? &tok
                              : !strcmp(a, "--file") || !strcmp(a, "-f") ? &file
-                             : !strcmp(a, "--decode") ? &decode : NULL;
+                             : !strcmp(a, "--decode") ? &decode
+                             : !strcmp(a, "--chat") ? &chat
+                             : !strcmp(a, "--chat-template") ? &tmpl : NULL;
             if (dst) {
                 if (i + 1 >= argc) return usage_error("%s needs a value", a);
                 *dst = argv[++i];
             } else if (!strcmp(a, "--add-special")) add_special = true;
             else if (!strcmp(a, "--parse-special")) parse_special = true;
+            else if (!strcmp(a, "--render")) render = true;
             else if (!strcmp(a, "--")) flags_done = true;
             else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { cmd_tokenize_help(stdout); return 0; }
             else return usage_error("unknown flag '%s'", a);
@@ -98,9 +114,12 @@ int cmd_tokenize(int argc, char **argv)
         }
     }
     if (!model) return usage_error("%s", "--model is required");
-    int inputs = (text != NULL) + (file != NULL) + (decode != NULL);
-    if (inputs == 0) return usage_error("%s", "give TEXT, --file F or --decode IDS");
-    if (inputs > 1) return usage_error("%s", "give only one of TEXT, --file F, --decode IDS");
+    int inputs = (text != NULL) + (file != NULL) + (decode != NULL) + (chat != NULL);
+    if (inputs == 0) return usage_error("%s", "give TEXT, --file F, --decode IDS or --chat FILE.json");
+    if (inputs > 1) return usage_error("%s", "give only one of TEXT, --file F, --decode IDS, --chat FILE.json");
+    if ((tmpl || render) && !chat) return usage_error("%s", "--chat-template and --render go with --chat FILE.json");
+    if (chat && (add_special || parse_special))
+        return usage_error("%s", "--chat adds BOS as the vocabulary asks and maps control tokens itself");
 
     bt_model *m = NULL;
     bt_tokenizer *t = NULL;
@@ -108,7 +127,20 @@ int cmd_tokenize(int argc, char **argv)
     int32_t *ids = NULL;
     size_t n_ids = 0;
     int status = 2;
+    bt_request req = {0};
     if (bt_model_load(model, tok, &m)) goto fail;
+    if (chat) {
+        size_t len;
+        if (bt_read_file(chat, &buf, &len) || bt_request_parse(buf, len, chat, &req)) goto fail;
+        if (!req.messages) { bt_error(BT_EINVAL, "%s: --chat needs a \"messages\" body (/v1/chat/completions)", chat); goto fail; }
+    }
+    if (chat && render) {
+        char *out = NULL;
+        if (bt_request_render(&req, tmpl, m, false, &out)) goto fail;
+        bt_text_fput_output(out, strlen(out), stdout);
+        free(out);
+        goto flush;
+    }
     if (!m->has_vocab) {
         bt_error(BT_ENOTFOUND, "%s: no tokenizer in this model%s", model,
                  !strcmp(m->format, "llama2c") ? " (pass --tokenizer tokenizer.bin)" : "");
@@ -121,7 +153,11 @@ int cmd_tokenize(int argc, char **argv)
         goto fail;
     }
 
-    if (decode) {
+    if (chat) {
+        if (bt_request_prompt_ids(&req, NULL, tmpl, m, t, &ids, &n_ids)) goto fail;
+        for (size_t i = 0; i < n_ids; i++) printf(i ? " %d" : "%d", ids[i]);
+        fputc('\n', stdout);
+    } else if (decode) {
         size_t len;
         if (parse_ids(decode, &ids, &n_ids) || bt_detokenize(t, ids, n_ids, &buf, &len)) goto fail;
         bt_text_fput_output(buf, len, stdout);
@@ -137,6 +173,7 @@ int cmd_tokenize(int argc, char **argv)
         for (size_t i = 0; i < n_ids; i++) printf(i ? " %d" : "%d", ids[i]);
         fputc('\n', stdout);
     }
+flush:
     if (fflush(stdout) == 0) status = 0;
     else bt_error(BT_EIO, "writing to stdout: %s", strerror(errno));
     if (status) goto fail;
@@ -144,6 +181,7 @@ int cmd_tokenize(int argc, char **argv)
 fail:
     status = bt_cmd_fail("tokenize");
 done:
+    bt_request_clear(&req);
     free(ids);
     free(buf);
     bt_tokenizer_free(t);

@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define BT_MAX_STOP 16
 
@@ -322,6 +323,24 @@ int bt_request_parse(const char *json, size_t len, const char *source, bt_reques
             out->has_seed = true;
         } else if (!strcmp(key, "stop")) {
             if ((rc = parse_stop(src, v, out))) goto done;
+        } else if (!strcmp(key, "add_generation_prompt")) {
+            /* vLLM's extension: false leaves off the assistant header */
+            if (!json_is_boolean(v)) { rc = type_error(src, key, "true or false", v); goto done; }
+            out->no_generation_prompt = json_is_false(v);
+        } else if (!strcmp(key, "chat_template_kwargs")) {
+            /* vLLM's and llama.cpp server's way to pass template variables;
+             * we know enable_thinking (qwen3) */
+            if (!json_is_object(v)) { rc = type_error(src, key, "an object", v); goto done; }
+            const char *k2;
+            json_t *v2;
+            json_object_foreach(v, k2, v2) {
+                if (!strcmp(k2, "enable_thinking")) {
+                    if (!json_is_boolean(v2)) { rc = type_error(src, "chat_template_kwargs.enable_thinking", "true or false", v2); goto done; }
+                    out->enable_thinking = json_is_true(v2) ? 1 : -1;
+                } else {
+                    bt_warn("%s: chat_template_kwargs \"%s\" is ignored (bangtrace knows enable_thinking)", src, k2);
+                }
+            }
         } else if (in_list(key, quiet_fields, BT_ARRAY_SIZE(quiet_fields)) || ignored_field(src, key, v)) {
             continue;
         } else {
@@ -382,6 +401,60 @@ const char *bt_stop_find(const char *text, size_t n, size_t from, char *const *s
     return best;
 }
 
+int bt_request_render(const bt_request *req, const char *chat_template, const bt_model *m, bool model_bos,
+                      char **out)
+{
+    *out = NULL;
+    int tmpl, rc;
+    char *file_text = NULL;
+    const char *jinja = m ? m->chat_template : NULL;
+    if (chat_template) {
+        tmpl = bt_chat_tmpl_from_name(chat_template);
+        if (tmpl < 0) {
+            /* not a name: a file with the template's Jinja text */
+            size_t len;
+            if (!strchr(chat_template, '/') && !strstr(chat_template, ".jinja"))
+                return bt_error(BT_EINVAL, "unknown --chat-template '%s' (" BT_CHAT_NAMES ", or a .jinja file)", chat_template);
+            if ((rc = bt_read_file(chat_template, &file_text, &len))) return rc;
+            jinja = file_text;
+            tmpl = bt_chat_tmpl_detect(jinja, strlen(jinja));
+            if (tmpl == BT_CHAT_NONE) {
+                free(file_text);
+                return bt_error(BT_EUNSUPPORTED, "%s: not a chat template bangtrace recognises (" BT_CHAT_NAMES ")", chat_template);
+            }
+        }
+    } else {
+        if (!jinja)
+            return bt_error(BT_EINVAL, "%s has no tokenizer.chat_template; name one with --chat-template NAME (" BT_CHAT_NAMES ")",
+                            m ? m->path : "the model");
+        tmpl = bt_chat_tmpl_detect(jinja, strlen(jinja));
+        if (tmpl == BT_CHAT_NONE)
+            return bt_error(BT_EUNSUPPORTED, "the chat template of %s is not one bangtrace recognises; name one with --chat-template NAME (" BT_CHAT_NAMES ")", m->path);
+    }
+    /* The tokenizer adds BOS itself when the vocabulary asks (add_special
+     * in bt_request_prompt_ids), so the template must not spell it again. */
+    bt_chat_opts co = { .bos_text = model_bos ? "" : NULL, .thinking = req->enable_thinking,
+                        .no_generation_prompt = req->no_generation_prompt };
+    char *sys = NULL;
+    if (jinja && bt_chat_default_system(jinja, strlen(jinja), &sys) == BT_ENOMEM) {
+        free(file_text);
+        return bt_error(BT_ENOMEM, "out of memory");
+    }
+    co.default_system = sys;
+    /* Llama 3.2's template dates the system turn with strftime_now (today,
+     * as transformers and llama.cpp give it); 3.1's says 26 Jul 2024 */
+    char date[32];
+    time_t now = time(NULL);
+    struct tm tmv;
+    if (tmpl == BT_CHAT_LLAMA31 && jinja && strstr(jinja, "strftime_now") && localtime_r(&now, &tmv) &&
+        strftime(date, sizeof date, "%d %b %Y", &tmv))
+        co.date_string = date;
+    rc = bt_chat_render_opts(tmpl, req->messages, req->n_messages, &co, out);
+    free(sys);
+    free(file_text);
+    return rc;
+}
+
 int bt_request_prompt_ids(const bt_request *req, const char *prompt, const char *chat_template, const bt_model *m,
                           const bt_tokenizer *tok, int32_t **ids, size_t *n_ids)
 {
@@ -389,26 +462,7 @@ int bt_request_prompt_ids(const bt_request *req, const char *prompt, const char 
     char *rendered = NULL;
     bool parse_special = false;
     if (!text) {
-        int tmpl;
-        if (chat_template) {
-            tmpl = bt_chat_tmpl_from_name(chat_template);
-            if (tmpl < 0) return bt_error(BT_EINVAL, "unknown --chat-template '%s' (chatml, llama2, llama3, zephyr)", chat_template);
-        } else {
-            if (!m->chat_template)
-                return bt_error(BT_EINVAL, "%s has no tokenizer.chat_template; name one with --chat-template NAME (chatml, llama2, llama3, zephyr)", m->path);
-            tmpl = bt_chat_tmpl_detect(m->chat_template, strlen(m->chat_template));
-            if (tmpl == BT_CHAT_NONE)
-                return bt_error(BT_EUNSUPPORTED, "the chat template of %s is not one bangtrace recognises; name one with --chat-template NAME (chatml, llama2, llama3, zephyr)", m->path);
-        }
-        /* The tokenizer adds BOS itself when the vocabulary asks (add_special
-         * below), so the template must not spell it a second time. */
-        bt_chat_opts co = { .bos_text = m->vocab.add_bos ? "" : NULL };
-        char *sys = NULL;
-        if (m->chat_template && bt_chat_default_system(m->chat_template, strlen(m->chat_template), &sys) == BT_ENOMEM)
-            return bt_error(BT_ENOMEM, "out of memory");
-        co.default_system = sys;
-        int rc = bt_chat_render_opts(tmpl, req->messages, req->n_messages, &co, &rendered);
-        free(sys);
+        int rc = bt_request_render(req, chat_template, m, m->vocab.add_bos, &rendered);
         if (rc) return rc;
         text = rendered;
         parse_special = true;

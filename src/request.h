@@ -24,6 +24,8 @@ typedef struct bt_request {
     int top_k;        bool has_top_k;
     unsigned long long seed; bool has_seed;
     char **stop; int n_stop;  /* "stop": string or array of strings */
+    int enable_thinking;      /* "chat_template_kwargs": {"enable_thinking": b}: 0 not given, 1 true, -1 false */
+    bool no_generation_prompt; /* "add_generation_prompt": false (vLLM's extension) */
     char *json;               /* the body as given (for the trace) */
 } bt_request;
 
@@ -34,8 +36,12 @@ int bt_request_parse(const char *json, size_t len, const char *source, bt_reques
 void bt_request_clear(bt_request *r);
 
 /* Chat templates we render natively. */
-enum bt_chat_tmpl { BT_CHAT_NONE = 0, BT_CHAT_CHATML, BT_CHAT_LLAMA2, BT_CHAT_LLAMA3, BT_CHAT_ZEPHYR };
-/* Name <-> id ("chatml", "llama2", "llama3", "zephyr"); -1 / NULL if unknown. */
+enum bt_chat_tmpl { BT_CHAT_NONE = 0, BT_CHAT_CHATML, BT_CHAT_LLAMA2, BT_CHAT_LLAMA3, BT_CHAT_ZEPHYR,
+                   BT_CHAT_QWEN2, BT_CHAT_QWEN3, BT_CHAT_MISTRAL, BT_CHAT_MISTRAL0, BT_CHAT_LLAMA31,
+                   BT_CHAT_LAST = BT_CHAT_LLAMA31 };
+/* The names, for errors and --help. */
+#define BT_CHAT_NAMES "chatml, qwen2, qwen3, llama2, llama3, llama3.1, mistral, mistral-v0, zephyr"
+/* Name <-> id (BT_CHAT_NAMES); -1 / NULL if unknown. */
 int bt_chat_tmpl_from_name(const char *name);
 const char *bt_chat_tmpl_name(int tmpl);
 /* Recognise a Jinja template string by its markers; BT_CHAT_NONE if unknown. */
@@ -59,6 +65,8 @@ typedef struct bt_chat_opts {
      * the model's Jinja template renders; NULL = no default system turn. */
     const char *default_system;
     bool no_generation_prompt; /* leave off the trailing assistant header */
+    int thinking;               /* Qwen3's enable_thinking: 0 not given (thinking on), 1 true, -1 false */
+    const char *date_string;    /* llama3.1's "Today Date: ..."; NULL = "26 Jul 2024", the template's own */
 } bt_chat_opts;
 /* Render with options (opts may be NULL). Errors: BT_EINVAL for an unknown
  * template id, for a role the template cannot express (llama2, zephyr) or
@@ -79,6 +87,17 @@ int bt_chat_default_system(const char *jinja, size_t len, char **out);
 
 struct bt_model;
 struct bt_tokenizer;
+/* Render req's messages into the prompt text: with the template named by
+ * chat_template (a name from BT_CHAT_NAMES, or the path of a .jinja file
+ * holding the template's text, which is then recognised and read for its
+ * default system prompt), else the one recognised in m's
+ * tokenizer.chat_template. model_bos: the tokenizer adds BOS as an id, so
+ * the text leaves it out; false spells it as the template family does
+ * (<s>, <|begin_of_text|>). req->enable_thinking goes to qwen3. Result
+ * malloc'd. BT_EINVAL / BT_EUNSUPPORTED with one line naming the template
+ * or the file. */
+int bt_request_render(const bt_request *req, const char *chat_template, const struct bt_model *m, bool model_bos,
+                      char **out);
 /* The prompt's token ids (malloc'd): `prompt` (or else req->prompt) as raw
  * text, BOS added if the vocabulary asks; without either, req's messages
  * rendered with the template named by chat_template (NULL: the one detected

@@ -1,7 +1,7 @@
 # tests/local.mk - the test suite. Programs are C unit tests; *.sh drive the
 # built binary. ASAN_TESTS (one line) is what `./quickstart check` reruns
 # under ASan+UBSan.
-ASAN_TESTS = tests/test_moe tests/moe_trace.sh tests/test_foreign tests/test_session tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_guard tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh tests/trace_hostile.sh tests/test_kernel_rows tests/export_perfetto.sh tests/arch.sh tests/test_activity tests/kernel_join.sh tests/hf_bad_input.sh
+ASAN_TESTS = tests/test_moe tests/moe_trace.sh tests/test_foreign tests/test_session tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_guard tests/test_inject tests/test_detect tests/test_tui tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh tests/trace_hostile.sh tests/test_kernel_rows tests/export_perfetto.sh tests/arch.sh tests/test_activity tests/kernel_join.sh tests/hf_bad_input.sh tests/chat_templates.sh
 TESTS += tests/manpage.sh
 EXTRA_DIST += tests/manpage.sh
 TESTS += tests/llamacpp.sh tests/link_invariants.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
@@ -73,7 +73,13 @@ TESTS += tests/bisect.sh tests/report.sh tests/counts.sh tests/numerics.sh tests
 # terminal safety: hostile model and trace text is escaped in every command
 TESTS += tests/text_safety.sh
 EXTRA_DIST += tests/text_safety.sh tests/data-gen/make_hostile_gguf.py
-EXTRA_DIST += tests/bisect.sh tests/report.sh tests/counts.sh tests/numerics.sh tests/llama_golden.sh tests/golden/llama.cpp-stories260K.txt
+EXTRA_DIST += tests/bisect.sh tests/report.sh tests/counts.sh tests/numerics.sh tests/llama_golden.sh tests/golden/llama.cpp-stories260K.txt \
+	tests/golden/llama.cpp-stories260K-nofa.txt
+# chat templates: the published Qwen2.5, Qwen3, Llama 3 and Mistral templates against jinja2
+TESTS += tests/chat_templates.sh
+EXTRA_DIST += tests/chat_templates.sh tests/data/chat/qwen2.5-instruct.jinja tests/data/chat/qwen3.jinja \
+	tests/data/chat/llama3-instruct.jinja tests/data/chat/mistral-v1.jinja tests/data/chat/mistral-v0.jinja \
+	tests/data/chat/llama3.1-instruct.jinja tests/data/chat/llama3.2-instruct.jinja
 # browser (tui/): layout, collapsing, colouring, sanitization, keys; dumps; tmux end to end
 check_PROGRAMS += tests/test_tui
 TESTS += tests/test_tui tests/browse_dump.sh tests/browse_tmux.sh tests/browse_big.sh

@@ -10,7 +10,8 @@ need_shared
 RUN=(run --model "$STORIES" --tokenizer "$TOK512" --prompt "Once upon a time" -n 40 --threads 1 --json)
 
 expect_exit 0 "default run" "$BANGTRACE" "${RUN[@]}" && cp "$TMP/out" "$TMP/default.json"
-for p in f32 act=f32,mm_in=f32,mm_acc=f32,kv=f32,act_q=none,attn=f32,softmax=f32 llama.cpp-cpu,kv=f32,act_q=none,attn=f32; do
+for p in f32 act=f32,mm_in=f32,mm_acc=f32,kv=f32,act_q=none,attn=f32,softmax=f32,norm=f64,rope=f64 \
+         llama.cpp-cpu,kv=f32,act_q=none,attn=f32,norm=f64,rope=f64; do
     expect_exit 0 "run --numerics $p" "$BANGTRACE" "${RUN[@]}" --numerics "$p" || continue
     # timings differ; everything else must not
     for f in "$TMP/out" "$TMP/default.json"; do
@@ -19,10 +20,10 @@ for p in f32 act=f32,mm_in=f32,mm_acc=f32,kv=f32,act_q=none,attn=f32,softmax=f32
     [ "$(sed -n 1p "$TMP/pair")" = "$(sed -n 2p "$TMP/pair")" ] && ok "--numerics $p is bit-identical to the default" \
         || fail "--numerics $p changed the output"
 done
-for p in f16 bf16 llama.cpp-cpu llama.cpp-cuda-f16 vllm-bf16 vllm-f16 act=f16,kv=q8_0,softmax=f16; do
+for p in f16 bf16 llama.cpp-cpu llama.cpp-cpu-nofa llama.cpp-cuda-f16 vllm-bf16 vllm-f16 act=f16,kv=q8_0,softmax=f16 norm=f32,rope=ggml; do
     expect_exit 0 "run --numerics $p" "$BANGTRACE" "${RUN[@]}" --numerics "$p" -n 8
 done
-for bad in f8 act=f8 kv=q4_0 "act=f16," zz=f16 "act=f16,f16" ""; do
+for bad in f8 act=f8 kv=q4_0 "act=f16," zz=f16 "act=f16,f16" "" norm=f16 rope=f32; do
     expect_exit 2 "--numerics '$bad' is refused" "$BANGTRACE" "${RUN[@]}" --numerics "$bad" &&
         { [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -q numerics "$TMP/err" && ok "one line naming --numerics" || fail "error for '$bad': $(cat "$TMP/err")"; }
 done

@@ -117,7 +117,7 @@ static void test_parse(void)
     char buf[256];
     CHECK_OK(bt_numerics_parse("f32", &n));
     CHECK(bt_numerics_is_exact(&n));
-    CHECK_OK(bt_numerics_parse("act=f32,mm_in=f32,mm_acc=f32,kv=f32,act_q=none,attn=f32,softmax=f32", &n));
+    CHECK_OK(bt_numerics_parse("act=f32,mm_in=f32,mm_acc=f32,kv=f32,act_q=none,attn=f32,softmax=f32,norm=f64,rope=f64", &n));
     CHECK(bt_numerics_is_exact(&n));
     bt_numerics_format(&n, buf, sizeof(buf));
     CHECK(!strcmp(buf, "f32"), "%s", buf);
@@ -125,9 +125,92 @@ static void test_parse(void)
     CHECK(n.kv == BT_NUM_F32 && n.attn == BT_NUM_GGML && !strcmp(n.preset, "llama.cpp-cpu"));
     CHECK_OK(bt_numerics_parse("act=f16,kv=q8_0", &n));
     bt_numerics_format(&n, buf, sizeof(buf));
-    CHECK(!strcmp(buf, "act=f16,mm_in=f32,mm_acc=f32,kv=q8_0,act_q=none,attn=f32,softmax=f32"), "%s", buf);
-    const char *bad[] = { "", "f8", "act=f8", "kv=q4_0", "act=f16,", ",act=f16", "act=f16,f16", "zz=f16", "act", "mm_acc=bf16" };
+    CHECK(!strcmp(buf, "act=f16,mm_in=f32,mm_acc=f32,kv=q8_0,act_q=none,attn=f32,softmax=f32,norm=f64,rope=f64"), "%s", buf);
+    /* norm=f32 is not the exact profile: the engine sums norms in double */
+    CHECK_OK(bt_numerics_parse("norm=f32", &n));
+    CHECK(!bt_numerics_is_exact(&n) && n.norm == BT_NUM_NORM_F32);
+    CHECK_OK(bt_numerics_parse("llama.cpp-cpu", &n));
+    CHECK(n.norm == BT_NUM_NORM_GGML && n.rope == BT_NUM_ROPE_GGML && n.attn == BT_NUM_GGML && n.kv == BT_NUM_F16);
+    CHECK_OK(bt_numerics_parse("llama.cpp-cpu-nofa", &n));
+    CHECK(n.attn == BT_NUM_GGML_MM && n.kv == BT_NUM_F16 && n.norm == BT_NUM_NORM_GGML);
+    bt_numerics_format(&n, buf, sizeof(buf));
+    CHECK(strstr(buf, "attn=ggml-mm") && strstr(buf, "norm=ggml,rope=ggml"), "%s", buf);
+    CHECK_OK(bt_numerics_parse("vllm-f16", &n));
+    CHECK(n.norm == BT_NUM_NORM_F32 && n.rope == BT_NUM_ROPE_F64);
+    const char *bad[] = { "", "f8", "act=f8", "kv=q4_0", "act=f16,", ",act=f16", "act=f16,f16", "zz=f16", "act", "mm_acc=bf16",
+                          "norm=f16", "norm=none", "rope=f32", "attn=ggml_mm" };
     for (size_t i = 0; i < BT_ARRAY_SIZE(bad); i++) CHECK(bt_numerics_parse(bad[i], &n) == BT_EINVAL, "'%s' accepted", bad[i]);
+}
+
+/* rmsnorm: f64 is the CPU backend's (squares and sum in double), ggml is
+ * ggml-cpu's rms_norm_f32 (squares in f32 summed in double, mean rounded to
+ * f32, 1.0f/sqrtf), f32 sums the f32 squares in f32. */
+static void test_norm(void)
+{
+    enum { N = 64, T = 200 };
+    static float x[T * N], w[N], y[T * N];
+    uint32_t s = 12345;
+    for (int i = 0; i < T * N; i++) { s = s * 1664525u + 1013904223u; x[i] = ((int32_t)s >> 8) * (3.0f / (1 << 23)); }
+    for (int i = 0; i < N; i++) w[i] = 0.5f + i / 64.0f;
+    bt_numerics n;
+    bt_numerics_ctx *c = NULL;
+    int differ_ggml = 0, differ_f32 = 0;
+    const float eps = 1e-5f;
+    CHECK_OK(bt_numerics_parse("norm=ggml", &n));
+    CHECK_OK(bt_numerics_ctx_new(&n, NULL, &c));
+    CHECK(bt_numerics_norm_custom(c));
+    bt_numerics_rmsnorm(c, y, x, w, T, N, eps);
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + t * N;
+        double ss = 0, sd = 0;
+        for (int i = 0; i < N; i++) { float sq = xr[i] * xr[i]; ss += sq; sd += (double)xr[i] * xr[i]; }
+        float mean = (float)(ss / N), g = 1.0f / sqrtf(mean + eps), f = (float)(1.0 / sqrt(sd / N + eps));
+        for (int i = 0; i < N; i++) {
+            CHECK(y[t * N + i] == xr[i] * g * w[i], "ggml norm row %d col %d", t, i);
+            differ_ggml += y[t * N + i] != xr[i] * f * w[i];
+        }
+    }
+    bt_numerics_ctx_free(c);
+    CHECK_OK(bt_numerics_parse("norm=f32", &n));
+    CHECK_OK(bt_numerics_ctx_new(&n, NULL, &c));
+    bt_numerics_rmsnorm(c, y, x, w, T, N, eps);
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + t * N;
+        float sf = 0;
+        double sd = 0;
+        for (int i = 0; i < N; i++) { sf += xr[i] * xr[i]; sd += (double)xr[i] * xr[i]; }
+        float g = 1.0f / sqrtf(sf / N + eps), f = (float)(1.0 / sqrt(sd / N + eps));
+        for (int i = 0; i < N; i++) {
+            CHECK(y[t * N + i] == xr[i] * g * w[i], "f32 norm row %d col %d", t, i);
+            differ_f32 += y[t * N + i] != xr[i] * f * w[i];
+        }
+    }
+    bt_numerics_ctx_free(c);
+    CHECK(differ_ggml > 0 && differ_f32 > 0, "norm=ggml (%d values) and norm=f32 (%d) differ from the double norm somewhere",
+          differ_ggml, differ_f32);
+}
+
+/* rope: ggml's f32 recurrence theta *= powf(base, -2/hd) from (float)pos,
+ * then cosf/sinf; it drifts from the double table at far positions. */
+static void test_rope(void)
+{
+    enum { HD = 8, CTX = 512, H = HD / 2 };
+    static float c64[CTX * H], s64[CTX * H], cg[CTX * H], sg[CTX * H];
+    bt_numerics n;
+    CHECK_OK(bt_numerics_parse("rope=ggml", &n));
+    bt_numerics_rope_table(NULL, 10000.0f, HD, 1.0f, NULL, CTX, c64, s64);
+    bt_numerics_rope_table(&n, 10000.0f, HD, 1.0f, NULL, CTX, cg, sg);
+    float ts = powf(10000.0f, -2.0f / HD);
+    for (int p = 0; p < CTX; p++) {
+        float th = (float)p;
+        for (int i = 0; i < H; i++) {
+            CHECK(cg[p * H + i] == cosf(th) && sg[p * H + i] == sinf(th), "ggml rope at %d,%d", p, i);
+            th *= ts;
+            double fr = pow(10000.0, -2.0 * i / HD);
+            CHECK(c64[p * H + i] == (float)cos(p * fr) && s64[p * H + i] == (float)sin(p * fr), "f64 rope at %d,%d", p, i);
+        }
+    }
+    CHECK(memcmp(c64, cg, sizeof(c64)) || memcmp(s64, sg, sizeof(s64)), "the ggml rope table equals the double one");
 }
 
 /* The exact profile is no profile: logits bit-identical over a few steps. */
@@ -140,7 +223,10 @@ static void test_exact(const char *model, const char *tok)
     CHECK_OK(bt_engine_new(m, 32, 8, 1, &b));
     CHECK_OK(bt_engine_new(m, 32, 8, 1, &c));
     bt_numerics n, h;
-    CHECK_OK(bt_numerics_parse("act=f32,mm_in=f32,mm_acc=f32,kv=f32,act_q=none,attn=f32,softmax=f32", &n));
+    /* b went through rope=ggml and back: its rope tables are the exact ones again */
+    CHECK_OK(bt_numerics_parse("rope=ggml,norm=ggml", &n));
+    CHECK_OK(bt_engine_set_numerics(b, &n));
+    CHECK_OK(bt_numerics_parse("act=f32,mm_in=f32,mm_acc=f32,kv=f32,act_q=none,attn=f32,softmax=f32,norm=f64,rope=f64", &n));
     CHECK_OK(bt_engine_set_numerics(b, &n));
     CHECK_OK(bt_numerics_parse("f16", &h));
     CHECK_OK(bt_engine_set_numerics(c, &h));
@@ -159,6 +245,26 @@ static void test_exact(const char *model, const char *tok)
     CHECK(memcmp(bt_engine_logits(a), bt_engine_logits(c), (size_t)nv * sizeof(float)), "the f16 profile changed nothing");
     for (int i = 0; i < nv; i++) CHECK(bt_engine_logits(c)[i] == bt_num_round_f16(bt_engine_logits(c)[i]), "f16 logits are f16 numbers");
     bt_engine_free(a); bt_engine_free(b); bt_engine_free(c);
+    /* each new part changes the logits on its own, and stays near f32 */
+    const char *one[] = { "norm=f32", "norm=ggml", "kv=f16,attn=ggml-mm", "attn=ggml-mm", "rope=ggml" };
+    float *ref = malloc((size_t)nv * sizeof(float));
+    for (size_t k = 0; k < BT_ARRAY_SIZE(one); k++) {
+        bt_engine *e[2] = { NULL, NULL };
+        for (int v = 0; v < 2; v++) {
+            CHECK_OK(bt_engine_new(m, 400, 8, 1, &e[v]));
+            if (v) { CHECK_OK(bt_numerics_parse(one[k], &n)); CHECK_OK(bt_engine_set_numerics(e[v], &n)); }
+            CHECK_OK(bt_engine_forward(e[v], toks, 5, 0));
+            for (int p = 5; p < 380; p++) { int32_t t = (p * 37) % nv; CHECK_OK(bt_engine_forward(e[v], &t, 1, p)); }
+        }
+        memcpy(ref, bt_engine_logits(e[0]), (size_t)nv * sizeof(float));
+        float *got = bt_engine_logits(e[1]);
+        double md = 0, mx = 0;
+        for (int i = 0; i < nv; i++) { md = fmax(md, fabs(got[i] - ref[i])); mx = fmax(mx, fabs(ref[i])); }
+        CHECK(md > 0, "%s changed nothing", one[k]);
+        CHECK(md < 0.05 * mx, "%s: max difference %g against logits up to %g", one[k], md, mx);
+        bt_engine_free(e[0]); bt_engine_free(e[1]);
+    }
+    free(ref);
     bt_model_free(m);
 }
 
@@ -199,6 +305,8 @@ int main(int argc, char **argv)
     test_bf16();
     test_q8();
     test_parse();
+    test_norm();
+    test_rope();
     const char *shared = getenv("BT_SHARED") ? getenv("BT_SHARED") : "../shared";
     char model[1024], tok[1024];
     snprintf(model, sizeof(model), "%s/models/llama2c/stories260K.bin", argc > 1 ? argv[1] : shared);

@@ -295,6 +295,17 @@ static void test_templates(void)
     CHECK(bt_chat_tmpl_detect(T_LLAMA2, strlen(T_LLAMA2)) == BT_CHAT_LLAMA2);
     CHECK(bt_chat_tmpl_detect(T_ZEPHYR, strlen(T_ZEPHYR)) == BT_CHAT_ZEPHYR);
     CHECK(bt_chat_tmpl_detect("{{ messages }}", 14) == BT_CHAT_NONE);
+    /* the newer families (tests/chat_templates.sh renders the full texts);
+     * a think-block ChatML that is not Qwen3's (QwQ, R1 distills) stays chatml */
+#define DET(s) bt_chat_tmpl_detect(s, strlen(s))
+    CHECK(DET("<|im_start|>{% if enable_thinking is defined %}{% set ns.last_query_index = 0 %}") == BT_CHAT_QWEN3);
+    CHECK(DET("<|im_start|>{{ '\\n<tool_response>\\n' }}") == BT_CHAT_QWEN2);
+    CHECK(DET("<|im_start|>{{ '\\n<tool_response>\\n' }}{{ content.split('</think>')[-1] }}") == BT_CHAT_CHATML);
+    CHECK(DET("{{- ' [INST] ' + system_message + '\\n\\n' }}") == BT_CHAT_MISTRAL);
+    CHECK(DET("{{ '[INST] ' + message['content'] + ' [/INST]' }}{{ message['content'] + eos_token}}") == BT_CHAT_MISTRAL0);
+    CHECK(DET("{{ '[INST] ' + m + ' [/INST]' }}") == BT_CHAT_LLAMA2);   /* an [INST] template we do not know: as before */
+#undef DET
+    CHECK(bt_chat_tmpl_from_name("mistral-v0") == BT_CHAT_MISTRAL0 && !strcmp(bt_chat_tmpl_name(BT_CHAT_QWEN3), "qwen3"));
     CHECK(bt_chat_tmpl_detect(NULL, 0) == BT_CHAT_NONE);
     /* len is honoured: the marker past len is not seen */
     CHECK(bt_chat_tmpl_detect("xx<|im_start|>", 5) == BT_CHAT_NONE);

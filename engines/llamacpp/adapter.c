@@ -388,11 +388,27 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
     cp.n_batch = cp.n_ubatch = (uint32_t)(L->max_batch < 8 ? 8 : L->max_batch);
     cp.n_seq_max = 1;
     cp.n_threads = cp.n_threads_batch = o->n_threads > 0 ? o->n_threads : 1;
-    /* no flash attention: kq and its softmax stay visible as tensors */
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    /* BT_LLAMA_KV_F32=1 does the same for run (tests/oracle/test_moe.py) */
-    const char *kv32 = getenv("BT_LLAMA_KV_F32");
-    if (o->kv_f32 || (kv32 && !strcmp(kv32, "1"))) cp.type_k = cp.type_v = GGML_TYPE_F32;
+    /* No flash attention: kq and its softmax stay visible as tensors.
+     * BT_LLAMA_FLASH_ATTN=auto|on (llama.cpp's default is auto, which is on
+     * for the CPU) and BT_LLAMA_KV_TYPE=f32|bf16|q8_0 (default f16) run
+     * llama.cpp's other paths (doc/llama-cpp.md, doc/numerics.md). */
+    const char *fa = getenv("BT_LLAMA_FLASH_ATTN"), *kvt = getenv("BT_LLAMA_KV_TYPE");
+    cp.flash_attn_type = fa && !strcmp(fa, "auto") ? LLAMA_FLASH_ATTN_TYPE_AUTO
+                       : fa && !strcmp(fa, "on") ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    if (fa && *fa && strcmp(fa, "auto") && strcmp(fa, "on") && strcmp(fa, "off")) {
+        rc = bt_error(BT_EINVAL, "BT_LLAMA_FLASH_ATTN='%s': use auto, on or off", fa);
+        goto fail;
+    }
+    if (o->kv_f32) cp.type_k = cp.type_v = GGML_TYPE_F32;   /* forward --engine llama.cpp */
+    if (kvt && *kvt) {
+        enum ggml_type t = !strcmp(kvt, "f16") ? GGML_TYPE_F16 : !strcmp(kvt, "f32") ? GGML_TYPE_F32
+                         : !strcmp(kvt, "bf16") ? GGML_TYPE_BF16 : !strcmp(kvt, "q8_0") ? GGML_TYPE_Q8_0 : GGML_TYPE_COUNT;
+        if (t == GGML_TYPE_COUNT) {
+            rc = bt_error(BT_EINVAL, "BT_LLAMA_KV_TYPE='%s': use f16, f32, bf16 or q8_0", kvt);
+            goto fail;
+        }
+        cp.type_k = cp.type_v = t;
+    }
     cp.cb_eval = cb_eval;
     cp.cb_eval_user_data = L;
     cp.no_perf = true;

@@ -169,6 +169,8 @@ struct bt_engine {
     /* numerics profile; NULL = exact f32 (every hook skipped). Only on the
      * CPU backend: the hooks round host memory in place, with its pool. */
     bt_numerics_ctx *num;
+    bool rope_ggml;    /* rope_cos/sin hold ggml's f32 tables (the rope=ggml part) */
+    float *rope_ff;    /* rope frequency divisors (rope_freqs.weight, else 1), head_dim/2 */
     bt_pool *pool;     /* the CPU backend's pool, NULL on a device */
     /* a foreign engine (bt_engine_new_ext): no run state above but logits */
     bt_engine_ext ext;
@@ -220,6 +222,7 @@ void bt_engine_free(bt_engine *e)
     }
     if (e->logits_copy) free(e->logits);
     free(e->lw);
+    free(e->rope_ff);
     free(e->want);
     if (e->foreign && e->ext.free) e->ext.free(e->ext.impl);
     free(e->want_extra);
@@ -429,21 +432,17 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
      * ext_factor 0: linear scaling and Llama 3's rope_freqs divisors). Both
      * rope kinds use the same angle per pair; they differ in which two
      * dimensions form the pair. */
-    host = malloc(BT_MAX(BT_MAX((size_t)ctx_len * half, nrm), n_vec) * sizeof(float));
-    float *ff = half ? malloc(half * sizeof(float)) : NULL;
-    if (!host || (half && !ff)) { free(ff); rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
-    for (size_t i = 0; i < half; i++) ff[i] = 1.0f;
-    if (c->has_rope_freqs && m->rope_freqs.data) bt_dequant_row(m->rope_freqs.type, m->rope_freqs.data, ff, (int64_t)half);
-    for (int sc = 0; sc < 2 && rc == BT_OK; sc++) {
-        for (int pos = 0; pos < ctx_len; pos++)
-            for (size_t i = 0; i < half; i++) {
-                double freq = pow((double)c->rope_base, -2.0 * (double)i / c->head_dim) * (double)c->rope_freq_scale / ff[i];
-                host[pos * half + i] = (float)(sc ? sin(pos * freq) : cos(pos * freq));
-            }
-        rc = e->bi->set(e->be, sc ? e->rope_sin : e->rope_cos, 0, host, (size_t)ctx_len * half);
-    }
-    free(ff);
-    if (rc) goto fail;
+    host = malloc(BT_MAX(BT_MAX((size_t)2 * ctx_len * half, nrm), n_vec) * sizeof(float));
+    if (half && !(e->rope_ff = malloc(half * sizeof(float)))) { free(host); host = NULL; }
+    if (!host) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+    for (size_t i = 0; i < half; i++) e->rope_ff[i] = 1.0f;
+    if (c->has_rope_freqs && m->rope_freqs.data)
+        bt_dequant_row(m->rope_freqs.type, m->rope_freqs.data, e->rope_ff, (int64_t)half);
+    bt_numerics_rope_table(NULL, c->rope_base, c->head_dim, c->rope_freq_scale, e->rope_ff, ctx_len, host,
+                           host + (size_t)ctx_len * half);
+    if ((rc = e->bi->set(e->be, e->rope_cos, 0, host, (size_t)ctx_len * half)) ||
+        (rc = e->bi->set(e->be, e->rope_sin, 0, host + (size_t)ctx_len * half, (size_t)ctx_len * half)))
+        goto fail;
     /* Biases and q/k norm weights as f32 vectors. */
     for (int l = 0; l < c->n_layers && n_vec; l++) {
         const bt_layer_weights *L = &m->layers[l];
@@ -621,6 +620,17 @@ static int mm(bt_engine *e, int type, bt_buf *W, const void *wdata, int64_t rows
 /* The launches that follow compute (layer, op): the backend's device
  * activity records join that op (one predictable branch when off). */
 #define MARK(op, layer) do { if (e->marking) OP(bi->mark(be, e->step, layer, op)); } while (0)
+/* rmsnorm of x into xb with the norm weights at w_off: the profile's
+ * accumulation when it changes it (host buffers: the CPU backend). */
+static int norm(bt_engine *e, size_t w_off, int T)
+{
+    const bt_config *c = &e->c;
+    if (!bt_numerics_norm_custom(e->num))
+        return e->bi->rmsnorm(e->be, e->xb, e->x, e->norm_w, w_off, T, c->dim, c->norm_eps);
+    bt_numerics_rmsnorm(e->num, host_f32(e, e->xb), host_f32(e, e->x), host_f32(e, e->norm_w) + w_off, T, c->dim, c->norm_eps);
+    return BT_OK;
+}
+
 #define TAP(op, layer, buf, width) do { \
         MARK(op, layer); \
         if (e->num) bt_numerics_store(e->num, op, host_f32(e, buf), (size_t)T * (width)); \
@@ -765,7 +775,7 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         const bt_layer_weights *L = &m->layers[l];
         const layer_bufs *W = &e->lw[l];
         MARK(BT_OP_ATTN_NORM, l);
-        OP(bi->rmsnorm(be, e->xb, e->x, e->norm_w, (size_t)(2 * l) * dim, T, dim, c->norm_eps));
+        OP(norm(e, (size_t)(2 * l) * dim, T));
         TAP(BT_OP_ATTN_NORM, l, e->xb, dim);
 
         MARK(BT_OP_ATTN_Q, l);
@@ -830,7 +840,7 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         TAP(BT_OP_ATTN_RESID, l, e->x, dim);
 
         MARK(BT_OP_FFN_NORM, l);
-        OP(bi->rmsnorm(be, e->xb, e->x, e->norm_w, (size_t)(2 * l + 1) * dim, T, dim, c->norm_eps));
+        OP(norm(e, (size_t)(2 * l + 1) * dim, T));
         TAP(BT_OP_FFN_NORM, l, e->xb, dim);
         if (c->n_expert > 0) {
             OP(moe_ffn(e, l, T, pos0));
@@ -856,7 +866,7 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
     }
 
     MARK(BT_OP_OUTPUT_NORM, -1);
-    OP(bi->rmsnorm(be, e->xb, e->x, e->norm_w, (size_t)2 * c->n_layers * dim, T, dim, c->norm_eps));
+    OP(norm(e, (size_t)2 * c->n_layers * dim, T));
     TAP(BT_OP_OUTPUT_NORM, -1, e->xb, dim);
 
     /* Logits for every row only when a tap wants them; else the last row. */
@@ -897,10 +907,22 @@ int bt_engine_set_numerics(bt_engine *e, const bt_numerics *n)
     if (n && !bt_numerics_is_exact(n) && (!e->pool || !e->bi->buf_host))
         return bt_error(BT_EUNSUPPORTED, "--numerics: a numerics profile runs on the CPU only, not on %s",
                         bt_backend_name(e->be));
+    if (n && (n->attn || n->softmax) && e->c.head_dim > BT_NUMERICS_MAX_HEAD_DIM)
+        return bt_error(BT_EUNSUPPORTED, "--numerics: attn= and softmax= handle heads of up to %d values, this model's have %d",
+                        BT_NUMERICS_MAX_HEAD_DIM, e->c.head_dim);
     int rc = bt_numerics_ctx_new(n, e->pool, &c);
     if (rc) return rc;
     bt_numerics_ctx_free(e->num);
     e->num = c;
+    /* The rope part changes the tables, made once per engine: remake them
+     * when it differs from what they hold (host memory: the CPU backend). */
+    bool rope_ggml = n && n->rope == BT_NUM_ROPE_GGML;
+    if (rope_ggml != e->rope_ggml && !e->foreign) {
+        float *cs = host_f32(e, e->rope_cos), *sn = host_f32(e, e->rope_sin);
+        if (!cs || !sn) return bt_error(BT_EUNSUPPORTED, "--numerics: rope=ggml runs on the CPU only");
+        bt_numerics_rope_table(n, e->c.rope_base, e->c.head_dim, e->c.rope_freq_scale, e->rope_ff, e->ctx_len, cs, sn);
+        e->rope_ggml = rope_ggml;
+    }
     return BT_OK;
 }
 

@@ -66,49 +66,63 @@ typedef struct preset {
     bt_numerics n;
 } preset;
 
-#define P(a, mi, ma, k, aq, at, sm) { .act = BT_NUM_##a, .mm_in = BT_NUM_##mi, .mm_acc = BT_NUM_##ma, .kv = BT_NUM_##k, \
-                                       .act_q = BT_NUM_##aq, .attn = BT_NUM_##at, .softmax = BT_NUM_##sm }
+#define P(a, mi, ma, k, aq, at, sm, nm, rp) { .act = BT_NUM_##a, .mm_in = BT_NUM_##mi, .mm_acc = BT_NUM_##ma, \
+        .kv = BT_NUM_##k, .act_q = BT_NUM_##aq, .attn = BT_NUM_##at, .softmax = BT_NUM_##sm, .norm = BT_NUM_NORM_##nm, \
+        .rope = BT_NUM_ROPE_##rp }
 static const preset presets[] = {
-    { "f32", "exact f32 (the default)", P(F32, F32, F32, F32, F32, F32, F32) },
-    { "f16", "activations, matmul inputs and KV cache in f16", P(F16, F16, F32, F16, F32, F32, F32) },
-    { "bf16", "activations, matmul inputs and KV cache in bf16", P(BF16, BF16, F32, BF16, F32, F32, F32) },
-    { "llama.cpp-cpu", "llama.cpp CPU backend defaults: f16 KV cache, q in f16 for the K dot, V summed in f16 (flash attention), Q8 activations for quantized weights",
-      P(F32, F32, F32, F16, GGML, GGML, F32) },
+    { "f32", "exact f32 (the default)", P(F32, F32, F32, F32, F32, F32, F32, F64, F64) },
+    { "f16", "activations, matmul inputs and KV cache in f16", P(F16, F16, F32, F16, F32, F32, F32, F64, F64) },
+    { "bf16", "activations, matmul inputs and KV cache in bf16", P(BF16, BF16, F32, BF16, F32, F32, F32, F64, F64) },
+    { "llama.cpp-cpu", "llama.cpp CPU backend defaults: f16 KV cache, q in f16 for the K dot, V summed in f16 (flash attention), "
+      "Q8 activations for quantized weights, rms_norm and rope as ggml-cpu computes them",
+      P(F32, F32, F32, F16, GGML, GGML, F32, GGML, GGML) },
+    { "llama.cpp-cpu-nofa", "llama.cpp-cpu with flash attention off (what run --engine llama.cpp runs): q and the "
+      "attention probabilities converted to f16 for the products with the f16 cache",
+      P(F32, F32, F32, F16, GGML, GGML_MM, F32, GGML, GGML) },
     { "llama.cpp-cuda-f16", "llama.cpp CUDA: f16 KV, activations to f16 for cuBLAS with f16 accumulation, Q8_1 activations (MMQ)",
-      P(F32, F16, F16, F16, Q8_1, GGML, F32) },
-    { "vllm-bf16", "vLLM --dtype bfloat16: activations, matmul inputs and KV cache in bf16", P(BF16, BF16, F32, BF16, F32, F32, F32) },
-    { "vllm-f16", "vLLM --dtype float16: activations, matmul inputs and KV cache in f16", P(F16, F16, F32, F16, F32, F32, F32) },
+      P(F32, F16, F16, F16, Q8_1, GGML, F32, F32, F64) },
+    { "vllm-bf16", "vLLM --dtype bfloat16: activations, matmul inputs and KV cache in bf16",
+      P(BF16, BF16, F32, BF16, F32, F32, F32, F32, F64) },
+    { "vllm-f16", "vLLM --dtype float16: activations, matmul inputs and KV cache in f16",
+      P(F16, F16, F32, F16, F32, F32, F32, F32, F64) },
 };
 #undef P
 
 const char *bt_numerics_presets(void)
 {
-    return "f32, f16, bf16, llama.cpp-cpu, llama.cpp-cuda-f16, vllm-bf16, vllm-f16";
+    return "f32, f16, bf16, llama.cpp-cpu, llama.cpp-cpu-nofa, llama.cpp-cuda-f16, vllm-bf16, vllm-f16";
 }
 
 typedef struct part {
     const char *name;
     size_t off;
     int allowed[6];     /* terminated by -1 */
+    const char *const *names;   /* the part's own value names (NULL: the format names) */
 } part;
 
+static const char *const norm_names[] = { [BT_NUM_NORM_F64] = "f64", [BT_NUM_NORM_F32] = "f32", [BT_NUM_NORM_GGML] = "ggml" };
+static const char *const rope_names[] = { [BT_NUM_ROPE_F64] = "f64", [BT_NUM_ROPE_GGML] = "ggml" };
+
 static const part parts[] = {
-    { "act", offsetof(bt_numerics, act), { BT_NUM_F32, BT_NUM_F16, BT_NUM_BF16, -1 } },
-    { "mm_in", offsetof(bt_numerics, mm_in), { BT_NUM_F32, BT_NUM_F16, BT_NUM_BF16, -1 } },
-    { "mm_acc", offsetof(bt_numerics, mm_acc), { BT_NUM_F32, BT_NUM_F16, -1 } },
-    { "kv", offsetof(bt_numerics, kv), { BT_NUM_F32, BT_NUM_F16, BT_NUM_BF16, BT_NUM_Q8_0, -1 } },
-    { "act_q", offsetof(bt_numerics, act_q), { BT_NUM_F32, BT_NUM_Q8_0, BT_NUM_Q8_1, BT_NUM_GGML, -1 } },
-    { "attn", offsetof(bt_numerics, attn), { BT_NUM_F32, BT_NUM_GGML, -1 } },
-    { "softmax", offsetof(bt_numerics, softmax), { BT_NUM_F32, BT_NUM_F16, -1 } },
+    { "act", offsetof(bt_numerics, act), { BT_NUM_F32, BT_NUM_F16, BT_NUM_BF16, -1 }, NULL },
+    { "mm_in", offsetof(bt_numerics, mm_in), { BT_NUM_F32, BT_NUM_F16, BT_NUM_BF16, -1 }, NULL },
+    { "mm_acc", offsetof(bt_numerics, mm_acc), { BT_NUM_F32, BT_NUM_F16, -1 }, NULL },
+    { "kv", offsetof(bt_numerics, kv), { BT_NUM_F32, BT_NUM_F16, BT_NUM_BF16, BT_NUM_Q8_0, -1 }, NULL },
+    { "act_q", offsetof(bt_numerics, act_q), { BT_NUM_F32, BT_NUM_Q8_0, BT_NUM_Q8_1, BT_NUM_GGML, -1 }, NULL },
+    { "attn", offsetof(bt_numerics, attn), { BT_NUM_F32, BT_NUM_GGML, BT_NUM_GGML_MM, -1 }, NULL },
+    { "softmax", offsetof(bt_numerics, softmax), { BT_NUM_F32, BT_NUM_F16, -1 }, NULL },
+    { "norm", offsetof(bt_numerics, norm), { BT_NUM_NORM_F64, BT_NUM_NORM_F32, BT_NUM_NORM_GGML, -1 }, norm_names },
+    { "rope", offsetof(bt_numerics, rope), { BT_NUM_ROPE_F64, BT_NUM_ROPE_GGML, -1 }, rope_names },
 };
 
 static const char *const fmt_names[] = {
     [BT_NUM_F32] = "f32", [BT_NUM_F16] = "f16", [BT_NUM_BF16] = "bf16", [BT_NUM_Q8_0] = "q8_0",
-    [BT_NUM_Q8_1] = "q8_1", [BT_NUM_GGML] = "ggml", [BT_NUM_F64] = "f64",
+    [BT_NUM_Q8_1] = "q8_1", [BT_NUM_GGML] = "ggml", [BT_NUM_F64] = "f64", [BT_NUM_GGML_MM] = "ggml-mm",
 };
 
 static const char *fmt_name(const part *p, int v)
 {
+    if (p->names) return p->names[v];
     if (v == BT_NUM_F32 && !strcmp(p->name, "act_q")) return "none";
     return v >= 0 && v < (int)BT_ARRAY_SIZE(fmt_names) ? fmt_names[v] : "?";
 }
@@ -157,7 +171,7 @@ int bt_numerics_parse(const char *spec, bt_numerics *out)
             for (i = 0; i < BT_ARRAY_SIZE(parts); i++)
                 if (strlen(parts[i].name) == klen && !strncmp(parts[i].name, s, klen)) break;
             if (i == BT_ARRAY_SIZE(parts))
-                return bt_error(BT_EINVAL, "--numerics: unknown part '%.*s' (parts: act, mm_in, mm_acc, kv, act_q, attn, softmax)", (int)klen, s);
+                return bt_error(BT_EINVAL, "--numerics: unknown part '%.*s' (parts: act, mm_in, mm_acc, kv, act_q, attn, softmax, norm, rope)", (int)klen, s);
             int v = fmt_parse(&parts[i], eq + 1, len - klen - 1);
             if (v < 0) {
                 char al[64];
@@ -176,10 +190,11 @@ int bt_numerics_parse(const char *spec, bt_numerics *out)
     return BT_OK;
 }
 
+/* Every part's exact value is 0 (f32, none, or the engine's own f64). */
 bool bt_numerics_is_exact(const bt_numerics *n)
 {
     for (size_t i = 0; i < BT_ARRAY_SIZE(parts); i++)
-        if (*(const int *)((const char *)n + parts[i].off) != BT_NUM_F32) return false;
+        if (*(const int *)((const char *)n + parts[i].off) != 0) return false;
     return true;
 }
 
@@ -203,6 +218,8 @@ struct bt_numerics_ctx {
     size_t xcap;
     float *wrow;        /* (threads, cols) dequantized weight rows for f16 accumulation */
     size_t wcap;
+    float *attn_scratch;   /* (threads, cache cells) scores for attn=ggml-mm */
+    size_t scap;
 };
 
 int bt_numerics_ctx_new(const bt_numerics *n, bt_pool *pool, bt_numerics_ctx **out)
@@ -222,6 +239,7 @@ void bt_numerics_ctx_free(bt_numerics_ctx *c)
     if (!c) return;
     free(c->xbuf);
     free(c->wrow);
+    free(c->attn_scratch);
     free(c);
 }
 
@@ -321,6 +339,63 @@ void bt_numerics_matmul(bt_numerics_ctx *c, bt_pool *p, int type, const void *W,
     else acc16_worker(&j, 0, 1);
 }
 
+bool bt_numerics_norm_custom(const bt_numerics_ctx *c) { return c && c->n.norm != BT_NUM_NORM_F64; }
+
+/* f32: the squares summed in f32, in order; scale 1/sqrtf(mean + eps) in
+ * f32. ggml: ggml-cpu's ggml_compute_forward_rms_norm_f32: each square
+ * rounded to f32, summed in double (ggml_float), the mean rounded to f32,
+ * scale = 1.0f/sqrtf(mean + eps) in f32. Both then y = x * scale * w, as
+ * the engine (and ggml's rms_norm followed by its mul) does. */
+void bt_numerics_rmsnorm(const bt_numerics_ctx *c, float *out, const float *x, const float *w, int T, int n, float eps)
+{
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * n;
+        float *o = out + (size_t)t * n, scale;
+        if (c->n.norm == BT_NUM_NORM_GGML) {
+            double sum = 0;
+            for (int i = 0; i < n; i++) sum += (double)(xr[i] * xr[i]);
+            float mean = (float)(sum / n);
+            scale = 1.0f / sqrtf(mean + eps);
+        } else {
+            float sum = 0;
+            for (int i = 0; i < n; i++) sum += xr[i] * xr[i];
+            scale = 1.0f / sqrtf(sum / (float)n + eps);
+        }
+        for (int i = 0; i < n; i++) o[i] = xr[i] * scale * w[i];
+    }
+}
+
+/* f64: angle = pos * base^(-2i/head_dim) in double, then cos and sin in
+ * double (the engine's own table). ggml: ggml-cpu's ggml_rope_cache_init
+ * for a plain (non-YaRN) rope: theta starts at (float)pos and is multiplied
+ * by theta_scale = powf(base, -2.0f/head_dim) once per pair, in f32; cos
+ * and sin are cosf and sinf of it. The f32 recurrence drifts with the
+ * position, so the two tables part from the first few hundred positions. */
+void bt_numerics_rope_table(const bt_numerics *n, float base, int head_dim, float freq_scale, const float *freq_factors,
+                            int ctx_len, float *cos_t, float *sin_t)
+{
+    int half = head_dim / 2;
+    bool ggml = n && n->rope == BT_NUM_ROPE_GGML;
+    float theta_scale = powf(base, -2.0f / (float)head_dim);
+    for (int pos = 0; pos < ctx_len; pos++) {
+        float theta_base = (float)pos;
+        for (int i = 0; i < half; i++) {
+            size_t k = (size_t)pos * half + i;
+            float ff = freq_factors ? freq_factors[i] : 1.0f;
+            if (ggml) {   /* ggml's rope_yarn with ext_factor 0 */
+                float theta = freq_scale * (theta_base / ff);
+                cos_t[k] = cosf(theta);
+                sin_t[k] = sinf(theta);
+                theta_base *= theta_scale;
+            } else {
+                double freq = pow((double)base, -2.0 * (double)i / head_dim) * (double)freq_scale / ff;
+                cos_t[k] = (float)cos(pos * freq);
+                sin_t[k] = (float)sin(pos * freq);
+            }
+        }
+    }
+}
+
 bool bt_numerics_attn_custom(const bt_numerics_ctx *c)
 {
     return c && (c->n.attn != BT_NUM_F32 || c->n.softmax != BT_NUM_F32);
@@ -331,7 +406,54 @@ typedef struct attn_job {
     const bt_numerics_attn *a;
 } attn_job;
 
-#define ATTN_MAX_HD 512
+#define ATTN_MAX_HD BT_NUMERICS_MAX_HEAD_DIM
+
+/* attn=ggml-mm: llama.cpp CPU attention without flash attention (the
+ * graph's mul_mat -> soft_max -> mul_mat, llama_context's flash_attn_type
+ * disabled): kq = mul_mat(K cache, q) converts q to the K cache's
+ * vec_dot_type (f16 for an f16 cache) and sums the products (exact in f32
+ * for two f16 values) in f32 lanes; soft_max_ext scales by 1/sqrt(hd),
+ * takes expf(s - max), sums those in double and multiplies each by
+ * (float)(1/sum); kqv = mul_mat(V cache, kq) converts the probabilities to
+ * f16 (the V cache's vec_dot_type) before the product. Sums of products are
+ * taken in double here: ggml's SIMD lane order is not emulated. */
+static void attn_mm(attn_job *j, int ith, int nth)
+{
+    const bt_numerics_attn *a = j->a;
+    const bt_numerics *n = &j->c->n;
+    int hd = a->hd, kv_dim = a->n_kv_heads * hd, q_dim = a->n_heads * hd, group = a->n_heads / a->n_kv_heads;
+    int cfmt = n->kv == BT_NUM_Q8_0 ? (hd % 32 == 0 ? BT_NUM_Q8_0 : BT_NUM_F32) : n->kv;
+    float scale = 1.0f / sqrtf((float)hd);
+    float qv[ATTN_MAX_HD];
+    float *p = j->c->attn_scratch + (size_t)ith * (a->pos0 + a->T);
+    int items = a->T * a->n_heads;
+    for (int it = ith; it < items; it += nth) {
+        int t = it / a->n_heads, h = it % a->n_heads, pos = a->pos0 + t, kvh = h / group;
+        memcpy(qv, a->q + (size_t)t * q_dim + h * hd, hd * sizeof(float));
+        bt_num_round(cfmt, qv, hd);
+        float mx = -INFINITY;
+        for (int c = 0; c <= pos; c++) {
+            const float *k = a->kc + (size_t)c * kv_dim + kvh * hd;
+            double sum = 0;
+            for (int i = 0; i < hd; i++) sum += (double)(qv[i] * k[i]);
+            p[c] = (float)sum * scale;
+            if (n->softmax == BT_NUM_F16) p[c] = bt_num_round_f16(p[c]);
+            mx = fmaxf(mx, p[c]);
+        }
+        double se = 0;
+        for (int c = 0; c <= pos; c++) se += (double)(p[c] = expf(p[c] - mx));
+        float inv = (float)(1.0 / se);
+        for (int c = 0; c <= pos; c++) p[c] *= inv;
+        bt_num_round(n->kv == BT_NUM_Q8_0 ? BT_NUM_F32 : n->kv, p, (size_t)pos + 1);   /* V's vec_dot_type */
+        if (n->softmax == BT_NUM_F16) bt_num_round(BT_NUM_F16, p, (size_t)pos + 1);
+        float *o = a->ctx + (size_t)t * q_dim + h * hd;
+        for (int i = 0; i < hd; i++) {
+            double sum = 0;
+            for (int c = 0; c <= pos; c++) sum += (double)(p[c] * a->vc[(size_t)c * kv_dim + kvh * hd + i]);
+            o[i] = (float)sum;
+        }
+    }
+}
 
 /* One (position, head) per item. With attn=ggml this is ggml-cpu's
  * ggml_compute_forward_flash_attn_ext_f16_one_chunk (the path a decode step
@@ -347,6 +469,7 @@ static void attn_worker(void *arg, int ith, int nth)
     const bt_numerics_attn *a = j->a;
     const bt_numerics *n = &j->c->n;
     int hd = a->hd, kv_dim = a->n_kv_heads * hd, q_dim = a->n_heads * hd, group = a->n_heads / a->n_kv_heads;
+    if (n->attn == BT_NUM_GGML_MM) { attn_mm(j, ith, nth); return; }
     bool ggml = n->attn == BT_NUM_GGML;
     bool tiled = ggml && a->T >= 64;
     int qfmt = ggml && !tiled ? (n->kv == BT_NUM_Q8_0 ? BT_NUM_Q8_0 : n->kv) : BT_NUM_F32;
@@ -389,6 +512,13 @@ static void attn_worker(void *arg, int ith, int nth)
 
 void bt_numerics_attention(bt_numerics_ctx *c, const bt_numerics_attn *a)
 {
+    size_t need = (size_t)(c->pool ? bt_pool_threads(c->pool) : 1) * (size_t)(a->pos0 + a->T);
+    if (c->n.attn == BT_NUM_GGML_MM && need > c->scap) {
+        float *nb = realloc(c->attn_scratch, need * sizeof(float));
+        if (!nb) BT_ASSERT(!"out of memory for attention scores");
+        c->attn_scratch = nb;
+        c->scap = need;
+    }
     attn_job j = { .c = c, .a = a };
     if (c->pool) bt_pool_run(c->pool, attn_worker, &j);
     else attn_worker(&j, 0, 1);

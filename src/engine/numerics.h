@@ -22,7 +22,12 @@
 #include <stdint.h>
 #include "kernels.h"
 
-enum bt_num_fmt { BT_NUM_F32 = 0, BT_NUM_F16, BT_NUM_BF16, BT_NUM_Q8_0, BT_NUM_Q8_1, BT_NUM_GGML, BT_NUM_F64 };
+enum bt_num_fmt { BT_NUM_F32 = 0, BT_NUM_F16, BT_NUM_BF16, BT_NUM_Q8_0, BT_NUM_Q8_1, BT_NUM_GGML, BT_NUM_F64, BT_NUM_GGML_MM };
+
+/* The norm and rope parts have their own values; 0 is what the engine does
+ * without a profile, so a zeroed bt_numerics is the exact profile. */
+enum bt_num_norm { BT_NUM_NORM_F64 = 0, BT_NUM_NORM_F32, BT_NUM_NORM_GGML };
+enum bt_num_rope { BT_NUM_ROPE_F64 = 0, BT_NUM_ROPE_GGML };
 
 typedef struct bt_numerics {
     int act;        /* op outputs stored as: f32 | f16 | bf16 */
@@ -30,8 +35,11 @@ typedef struct bt_numerics {
     int mm_acc;     /* matmul accumulation: f32 | f16 */
     int kv;         /* KV cache stored as: f32 | f16 | bf16 | q8_0 */
     int act_q;      /* activations for quantized weights: f32 (none) | q8_0 | q8_1 | ggml (llama.cpp CPU vec_dot_type) */
-    int attn;       /* attention: f32 (exact) | ggml (llama.cpp CPU flash attention: q in the cache dtype, V summed in f16) */
+    int attn;       /* attention: f32 (exact) | ggml (llama.cpp CPU flash attention: q in the cache dtype, V summed in f16)
+                     * | ggml-mm (llama.cpp CPU without flash attention: q and the probabilities in the cache dtype) */
     int softmax;    /* attention probabilities: f32 | f16 */
+    int norm;       /* rmsnorm: BT_NUM_NORM_F64 (0, the engine's own: squares and sum in double) | _F32 | _GGML */
+    int rope;       /* rope angles: BT_NUM_ROPE_F64 (0, the engine's own table, in double) | _GGML */
     char preset[32];   /* the preset it started from ("" for none) */
 } bt_numerics;
 
@@ -76,7 +84,19 @@ void bt_numerics_kv(bt_numerics_ctx *c, float *rows, int T, int kv_dim);
  * (and f16 accumulation). c NULL: bt_matmul. */
 void bt_numerics_matmul(bt_numerics_ctx *c, bt_pool *p, int type, const void *W, int64_t rows, int64_t cols,
                         const float *x, int T, float *out);
-/* Attention over the cache when the profile changes how it is computed. */
+/* rmsnorm of T rows of width n (out = x / rms(x) * w) with the profile's
+ * accumulation, when bt_numerics_norm_custom says the profile changes it. */
+bool bt_numerics_norm_custom(const bt_numerics_ctx *c);
+void bt_numerics_rmsnorm(const bt_numerics_ctx *c, float *out, const float *x, const float *w, int T, int n, float eps);
+/* The rope cos/sin tables, (ctx_len, head_dim/2) each, as the profile n
+ * computes them (n NULL or rope=f64: in double, the engine's own): angle
+ * pos * freq_scale * base^(-2i/head_dim) / freq_factors[i] (ggml's rope_ext
+ * with ext_factor 0; freq_factors NULL: all 1, else head_dim/2 values). */
+void bt_numerics_rope_table(const bt_numerics *n, float base, int head_dim, float freq_scale, const float *freq_factors,
+                            int ctx_len, float *cos_t, float *sin_t);
+/* Attention over the cache when the profile changes how it is computed
+ * (heads of up to BT_NUMERICS_MAX_HEAD_DIM values; the engine refuses more). */
+#define BT_NUMERICS_MAX_HEAD_DIM 512
 bool bt_numerics_attn_custom(const bt_numerics_ctx *c);
 typedef struct bt_numerics_attn {
     const float *q;          /* (T, n_heads*hd) */

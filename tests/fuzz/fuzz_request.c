@@ -10,7 +10,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) { bt_log_level = 0; return 0; 
 
 static void render_all(const bt_message *msgs, int n, const char *sys)
 {
-    for (int tmpl = BT_CHAT_NONE; tmpl <= BT_CHAT_ZEPHYR + 1; tmpl++) {
+    for (int tmpl = BT_CHAT_NONE; tmpl <= BT_CHAT_LAST + 1; tmpl++) {
         for (int v = 0; v < 4; v++) {
             bt_chat_opts o = { .bos_text = v & 1 ? "" : NULL, .eos_text = v & 2 ? "<|eot|>" : NULL,
                                .default_system = sys, .no_generation_prompt = v == 3 };
@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* the template: detection and the default system prompt */
     char *sys = NULL;
     int t = bt_chat_tmpl_detect(tmpl, tlen);
-    FUZZ_CHECK(t >= BT_CHAT_NONE && t <= BT_CHAT_ZEPHYR && bt_chat_tmpl_name(t));
+    FUZZ_CHECK(t >= BT_CHAT_NONE && t <= BT_CHAT_LAST && bt_chat_tmpl_name(t));
     if (bt_chat_default_system(tmpl, tlen, &sys) == BT_OK) FUZZ_CHECK(sys != NULL);
     else FUZZ_CHECK(sys == NULL);
 

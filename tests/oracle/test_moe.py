@@ -13,7 +13,7 @@ numpy reference (ref.py moe_ffn), and against llama.cpp itself.
    (f16 weights). Variants: 8 experts top-2; 6 experts top-3 with a
    shared expert and its sigmoid gate; f16 weights, prefill of 24.
 2. llama.cpp (run --engine llama.cpp, f32 KV cache through
-   BT_LLAMA_KV_F32=1, no flash attention) on the f32 file: the same greedy
+   BT_LLAMA_KV_TYPE=f32, no flash attention) on the f32 file: the same greedy
    ids, the same argmax at every step and the recorded top-20 logits
    within 2e-3. SKIPs that part when bangtrace was built without llama.cpp.
 
@@ -98,7 +98,7 @@ def check_forward(bt, tmp, label, kw, tol, relative):
 
 
 def llama_cpp_check(bt, tmp, path):
-    env = dict(os.environ, BT_LLAMA_KV_F32="1")
+    env = dict(os.environ, BT_LLAMA_KV_TYPE="f32")
     dbs = {}
     for eng in ("native", "llama.cpp"):
         db = os.path.join(tmp, "%s.db" % eng)
