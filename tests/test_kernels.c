@@ -603,6 +603,42 @@ static void test_pool(void)
     }
 }
 
+/* The tap statistics' sweep: every variant gives the scalar sweep's bits
+ * (sums, min, max per lane) and stops at the same chunk, on lengths around
+ * the 64-element chunk, with zeros of both signs, subnormals, values near
+ * FLT_MAX (whose squares overflow to Inf: still finite inputs) and a NaN or
+ * an Inf planted at random. */
+static void test_sweep(const bt_kvariant *v)
+{
+    const bt_kvariant *sc = bt_kernels_variant("scalar");
+    static const int64_t lens[] = { 1, 7, 8, 63, 64, 65, 127, 128, 200, 576, 1000, 4099 };
+    static float x[4099];
+    for (int trial = 0; trial < 60; trial++)
+        for (size_t li = 0; li < BT_ARRAY_SIZE(lens); li++) {
+            int64_t n = lens[li];
+            for (int64_t i = 0; i < n; i++) {
+                uint32_t r = rnd();
+                x[i] = rndf(-8, 8);
+                if (r % 41 == 0) x[i] = -0.0f;
+                if (r % 43 == 0) x[i] = 0.0f;
+                if (r % 47 == 0) x[i] = 1e-42f * (r & 1 ? 1 : -1);
+                if (r % 53 == 0 && trial % 3 == 1) x[i] = (r & 2 ? 1 : -1) * 3e38f;
+            }
+            if (trial % 4 == 3) {
+                int64_t at = rnd() % n;
+                x[at] = trial % 8 == 3 ? NAN : -INFINITY;
+            }
+            bt_sweep a, b;
+            bt_sweep_init(&a);
+            bt_sweep_init(&b);
+            int64_t ga = sc->sweep_f32(x, n, &a), gb = v->sweep_f32(x, n, &b);
+            CHECK(ga == gb, "%s sweep of %lld: took %lld, scalar %lld", v->name, (long long)n, (long long)gb,
+                  (long long)ga);
+            CHECK(!memcmp(&a, &b, sizeof a), "%s sweep of %lld (trial %d): accumulators differ from scalar",
+                  v->name, (long long)n, trial);
+        }
+}
+
 int main(void)
 {
     bt_kernels_init();
@@ -622,6 +658,7 @@ int main(void)
     for (int i = 0; i < nv; i++) {
         printf("testing variant %s\n", variants[i]->name);
         test_golden(variants[i]);
+        test_sweep(variants[i]);
         test_variants_random(variants[i]);
         test_nonfinite(variants[i]);
         test_matmul(variants[i]->name);

@@ -148,6 +148,56 @@ GENERIC_DOT(dot_q4_k, BT_DT_Q4_K)
 GENERIC_DOT(dot_q5_k, BT_DT_Q5_K)
 GENERIC_DOT(dot_q6_k, BT_DT_Q6_K)
 
+/* ---- the tap statistics' finite sweep (kernels.h). Per chunk: float
+ * lanes s[l] += v, q[l] += v * v (product rounded, then added) over 8-wide
+ * steps, the tail past a multiple of 8 into lane 0; then each lane into its
+ * double. The SIMD sweep does exactly these operations. ---- */
+
+void bt_sweep_init(bt_sweep *acc)
+{
+    for (int l = 0; l < 8; l++) {
+        acc->sum[l] = acc->sumsq[l] = 0;
+        acc->mn[l] = INFINITY;
+        acc->mx[l] = -INFINITY;
+    }
+}
+
+int64_t bt_sweep_f32_scalar(const float *x, int64_t n, bt_sweep *acc)
+{
+    int64_t i = 0;
+    while (i < n) {
+        int64_t end = BT_MIN(n, i + 64);
+        for (int64_t j = i; j < end; j++)
+            if (!isfinite(x[j]))
+                return i;
+        float s[8] = {0}, q[8] = {0};
+        int64_t j = i;
+        for (; j + 8 <= end; j += 8)
+            for (int l = 0; l < 8; l++) {
+                float v = x[j + l], vv = v * v;
+                BT_NOFUSE_F(vv);
+                s[l] += v;
+                q[l] += vv;
+                acc->mn[l] = v < acc->mn[l] ? v : acc->mn[l];
+                acc->mx[l] = v > acc->mx[l] ? v : acc->mx[l];
+            }
+        for (; j < end; j++) {
+            float v = x[j], vv = v * v;
+            BT_NOFUSE_F(vv);
+            s[0] += v;
+            q[0] += vv;
+            acc->mn[0] = v < acc->mn[0] ? v : acc->mn[0];
+            acc->mx[0] = v > acc->mx[0] ? v : acc->mx[0];
+        }
+        for (int l = 0; l < 8; l++) {
+            acc->sum[l] += s[l];
+            acc->sumsq[l] += q[l];
+        }
+        i = end;
+    }
+    return n;
+}
+
 void bt_kv_scalar_fill(bt_kvariant *kv)
 {
     memset(kv, 0, sizeof(*kv));
@@ -168,6 +218,7 @@ void bt_kv_scalar_fill(bt_kvariant *kv)
     kv->dot[BT_DT_Q6_K] = dot_q6_k;
     kv->dot4_f32 = dot4_f32;
     kv->dot4x2_f32 = dot4x2_f32;
+    kv->sweep_f32 = bt_sweep_f32_scalar;
 }
 
 static bool cpu_has_avx2(void)
@@ -285,4 +336,9 @@ float bt_vec_dot(int type, const void *w_row, const float *x, int64_t n)
     if (type < 0 || type >= BT_DT_COUNT || !v->dot[type])
         return NAN;
     return v->dot[type](w_row, x, n);
+}
+
+int64_t bt_sweep_f32(const float *x, int64_t n, bt_sweep *acc)
+{
+    return n > 0 ? bt_kernels_active()->sweep_f32(x, n, acc) : 0;
 }

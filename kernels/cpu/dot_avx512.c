@@ -830,6 +830,7 @@ bool bt_kv_avx512_fill(bt_kvariant *kv)
     kv->dot4q[BT_DT_Q4_K] = dot4q_q4_k;
     kv->dot4q[BT_DT_Q5_K] = dot4q_q5_k;
     kv->dot4q[BT_DT_Q6_K] = dot4q_q6_k;
+    kv->sweep_f32 = bt_sweep_f32_avx2;
     return true;
 }
 

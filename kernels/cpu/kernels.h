@@ -55,6 +55,22 @@ void bt_dequant_row(int type, const void *src, float *dst, int64_t n);
 /* dot(W row, x) over n elements, W row of `type`, x f32. */
 float bt_vec_dot(int type, const void *w_row, const float *x, int64_t n);
 
+/* The finite sweep behind the tap statistics (src/tap/stats.c): float
+ * partial sums in 8 lanes per 64-element chunk, each chunk's lanes then
+ * added into the matching double lane; min and max per lane. Starts with
+ * sum = sumsq = 0, mn = +inf, mx = -inf in every lane (bt_sweep_init). */
+typedef struct bt_sweep {
+    double sum[8], sumsq[8];
+    float mn[8], mx[8];
+} bt_sweep;
+void bt_sweep_init(bt_sweep *acc);
+/* Adds x[0..n) to acc chunk by chunk (64 elements, the last one possibly
+ * shorter, its tail past a multiple of 8 into lane 0) while every value of
+ * a chunk is finite; returns how many elements it took: n, or the start of
+ * the first chunk holding a NaN or an Inf (that chunk untouched, for the
+ * caller's per-element path). Every variant gives the same bits. */
+int64_t bt_sweep_f32(const float *x, int64_t n, bt_sweep *acc);
+
 /* A small fixed pthread pool. bt_pool_run calls fn(arg, ith, nth) on nth
  * threads (the caller is thread 0) and returns when all are done. */
 typedef struct bt_pool bt_pool;

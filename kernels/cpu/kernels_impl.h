@@ -59,7 +59,15 @@ typedef struct bt_kvariant {
     bt_dot4_fn dot4_f32;
     bt_dot4x2_fn dot4x2_f32;
     bt_dot4q_fn dot4q[BT_DT_COUNT];    /* optional (NULL: one row at a time) */
+    int64_t (*sweep_f32)(const float *x, int64_t n, bt_sweep *acc);   /* bt_sweep_f32 */
 } bt_kvariant;
+
+/* The reference sweep (dot.c); SIMD sweeps run their last short chunk
+ * through it. */
+int64_t bt_sweep_f32_scalar(const float *x, int64_t n, bt_sweep *acc);
+/* The AVX2 sweep (dot_avx2.c), also the avx512 table's: 8 lanes is the
+ * sweep's defined order, so 16-lane code could not give the same bits. */
+int64_t bt_sweep_f32_avx2(const float *x, int64_t n, bt_sweep *acc);
 
 /* The table named `name` if this build has it and this CPU can run it, else
  * NULL. Calls bt_kernels_init() first. */
