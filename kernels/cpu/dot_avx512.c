@@ -333,14 +333,27 @@ TGT static inline void w_q4_1(const uint8_t *b, __m512 *lo, __m512 *hi)
     q4_lookup(b + 4, _mm512_fmadd_ps(k, _mm512_set1_ps(ld_f16(b)), _mm512_set1_ps(ld_f16(b + 2))), lo, hi);
 }
 
+/* kmovw k, m16. GCC turns _load_mask16 into a load into a general
+ * register and a kmovw from it (a port-5 uop); the asm keeps it a load. */
+TGT static inline __mmask16 ld_mask16(const uint8_t *p)
+{
+    __mmask16 k;
+    __asm__("kmovw %1, %0" : "=k"(k) : "m"(*(const uint16_t *)p));
+    return k;
+}
+
 /* q5 blocks: a 32-entry table as two vectors; the low 16 entries through
- * vpermps, lanes whose 5th bit is set (a k-mask straight from qh) through
- * a masked second vpermps. */
-TGT static inline void q5_lookup(const uint8_t *qs, uint32_t qh, __m512 la, __m512 lb, __m512 *lo, __m512 *hi)
+ * vpermps, lanes whose 5th bit is set (a k-mask loaded straight from qh)
+ * through a masked second vpermps. The masks come from memory (kmovw k,
+ * m16 is a load): moving qh through a general register and shifting it
+ * costs two more port-5 uops per block, on the port the permutes already
+ * saturate. */
+TGT static inline void q5_lookup(const uint8_t *qs, const uint8_t *qh, __m512 la, __m512 lb, __m512 *lo, __m512 *hi)
 {
     __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs)), vh = _mm512_srli_epi32(v, 4);
-    *lo = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(v, la), (__mmask16)qh, v, lb);
-    *hi = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(vh, la), (__mmask16)(qh >> 16), vh, lb);
+    __mmask16 klo = ld_mask16(qh), khi = ld_mask16(qh + 2);
+    *lo = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(v, la), klo, v, lb);
+    *hi = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(vh, la), khi, vh, lb);
 }
 
 /* q5_0: (q - 16) * d (exact). */
@@ -349,9 +362,7 @@ TGT static inline void w_q5_0(const uint8_t *b, __m512 *lo, __m512 *hi)
     const __m512 ka = _mm512_setr_ps(-16, -15, -14, -13, -12, -11, -10, -9, -8, -7, -6, -5, -4, -3, -2, -1);
     const __m512 kb = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512 d = _mm512_set1_ps(ld_f16(b));
-    uint32_t qh;
-    memcpy(&qh, b + 2, 4);
-    q5_lookup(b + 6, qh, _mm512_mul_ps(ka, d), _mm512_mul_ps(kb, d), lo, hi);
+    q5_lookup(b + 6, b + 2, _mm512_mul_ps(ka, d), _mm512_mul_ps(kb, d), lo, hi);
 }
 
 /* q5_1: q * d + m as one FMA (q * d is exact, as in q4_1). */
@@ -360,9 +371,7 @@ TGT static inline void w_q5_1(const uint8_t *b, __m512 *lo, __m512 *hi)
     const __m512 ka = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512 kb = _mm512_add_ps(ka, _mm512_set1_ps(16));
     __m512 d = _mm512_set1_ps(ld_f16(b)), m = _mm512_set1_ps(ld_f16(b + 2));
-    uint32_t qh;
-    memcpy(&qh, b + 4, 4);
-    q5_lookup(b + 8, qh, _mm512_fmadd_ps(ka, d, m), _mm512_fmadd_ps(kb, d, m), lo, hi);
+    q5_lookup(b + 8, b + 4, _mm512_fmadd_ps(ka, d, m), _mm512_fmadd_ps(kb, d, m), lo, hi);
 }
 
 /* One row; and four rows sharing the x loads (decode: interleaving hides
