@@ -639,6 +639,40 @@ static void test_sweep(const bt_kvariant *v)
         }
 }
 
+/* Attention's loops: every variant's weighted sum gives the plain loop's
+ * bits (the scalar table's), and bt_dot_rows_f32 gives each row the bits
+ * of the variant's own one-row dot, for head sizes around the vector
+ * widths, with NaN / Inf / subnormal values and weights. */
+static void test_attn_loops(const bt_kvariant *v)
+{
+    const bt_kvariant *sc = bt_kernels_variant("scalar");
+    const char *was = bt_kernels_simd();
+    static const int64_t hds[] = { 1, 7, 8, 16, 24, 33, 64, 80, 128, 200 };
+    static const int64_t nps[] = { 1, 3, 4, 5, 9, 64 };
+    enum { LD = 256 + 8, MAXP = 64 };
+    static float vv[MAXP * LD], wts[MAXP], a1[256], a2[256], q[256], o1[MAXP];
+    for (size_t hi = 0; hi < BT_ARRAY_SIZE(hds); hi++)
+        for (size_t pi = 0; pi < BT_ARRAY_SIZE(nps); pi++) {
+            int64_t hd = hds[hi], np = nps[pi];
+            for (int64_t i = 0; i < MAXP * LD; i++) vv[i] = rndf(-3, 3);
+            for (int64_t p = 0; p < np; p++) wts[p] = rndf(0, 1);
+            for (int64_t i = 0; i < hd; i++) a1[i] = a2[i] = rndf(-1, 1), q[i] = rndf(-2, 2);
+            if (pi == 2) { vv[LD + hd / 2] = NAN; vv[hd - 1] = INFINITY; wts[0] = 1e-40f; }
+            v->wsum_f32(a2, wts, 0.37f, vv + 3, LD, np, hd);
+            sc->wsum_f32(a1, wts, 0.37f, vv + 3, LD, np, hd);
+            CHECK(!memcmp(a1, a2, (size_t)hd * sizeof(float)), "%s wsum hd %lld np %lld differs from scalar",
+                  v->name, (long long)hd, (long long)np);
+            if (bt_kernels_force(v->name) != BT_OK) continue;
+            bt_dot_rows_f32(vv + 1, LD, q, hd, np, o1);
+            for (int64_t p = 0; p < np; p++) {
+                float want = v->dot[BT_DT_F32](vv + 1 + p * LD, q, hd);
+                CHECK(!memcmp(&want, &o1[p], sizeof want), "%s dot_rows hd %lld row %lld: %g vs dot %g", v->name,
+                      (long long)hd, (long long)p, o1[p], want);
+            }
+        }
+    bt_kernels_force(was);
+}
+
 int main(void)
 {
     bt_kernels_init();
@@ -659,6 +693,7 @@ int main(void)
         printf("testing variant %s\n", variants[i]->name);
         test_golden(variants[i]);
         test_sweep(variants[i]);
+        test_attn_loops(variants[i]);
         test_variants_random(variants[i]);
         test_nonfinite(variants[i]);
         test_matmul(variants[i]->name);

@@ -198,6 +198,20 @@ int64_t bt_sweep_f32_scalar(const float *x, int64_t n, bt_sweep *acc)
     return n;
 }
 
+/* ---- attention's weighted sum of value rows (kernels.h) ---- */
+static void wsum_f32(float *acc, const float *wts, float scale, const float *v, int64_t ldv, int64_t np, int64_t n)
+{
+    for (int64_t p = 0; p < np; p++) {
+        float w = wts[p] * scale;
+        const float *vp = v + p * ldv;
+        for (int64_t i = 0; i < n; i++) {
+            float t = w * vp[i];
+            BT_NOFUSE_F(t);
+            acc[i] += t;
+        }
+    }
+}
+
 void bt_kv_scalar_fill(bt_kvariant *kv)
 {
     memset(kv, 0, sizeof(*kv));
@@ -219,6 +233,7 @@ void bt_kv_scalar_fill(bt_kvariant *kv)
     kv->dot4_f32 = dot4_f32;
     kv->dot4x2_f32 = dot4x2_f32;
     kv->sweep_f32 = bt_sweep_f32_scalar;
+    kv->wsum_f32 = wsum_f32;
 }
 
 static bool cpu_has_avx2(void)
@@ -341,4 +356,20 @@ float bt_vec_dot(int type, const void *w_row, const float *x, int64_t n)
 int64_t bt_sweep_f32(const float *x, int64_t n, bt_sweep *acc)
 {
     return n > 0 ? bt_kernels_active()->sweep_f32(x, n, acc) : 0;
+}
+
+void bt_dot_rows_f32(const float *k, int64_t ldk, const float *q, int64_t n, int64_t np, float *out)
+{
+    const bt_kvariant *v = bt_kernels_active();
+    int64_t p = 0;
+    for (; p + 4 <= np; p += 4)
+        v->dot4_f32(k + p * ldk, ldk, q, n, out + p);
+    for (; p < np; p++)
+        out[p] = v->dot[BT_DT_F32](k + p * ldk, q, n);
+}
+
+void bt_wsum_f32(float *acc, const float *wts, float scale, const float *v, int64_t ldv, int64_t np, int64_t n)
+{
+    if (np > 0 && n > 0)
+        bt_kernels_active()->wsum_f32(acc, wts, scale, v, ldv, np, n);
 }

@@ -796,6 +796,47 @@ TGT static void dq_q4_1(const void *src, float *dst, int64_t n)
     }
 }
 
+/* ---- attention's weighted sum (kernels.h: bt_wsum_f32): the plain
+ * loop's roundings lane by lane (mul, then add; BT_NOFUSE_V keeps GCC from
+ * contracting them), a 64-float head held in four registers across all
+ * positions. ---- */
+TGT static void wsum_f32(float *acc, const float *wts, float scale, const float *v, int64_t ldv, int64_t np, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512 a0 = _mm512_loadu_ps(acc + i), a1 = _mm512_loadu_ps(acc + i + 16);
+        __m512 a2 = _mm512_loadu_ps(acc + i + 32), a3 = _mm512_loadu_ps(acc + i + 48);
+        for (int64_t p = 0; p < np; p++) {
+            __m512 w = _mm512_set1_ps(wts[p] * scale);
+            const float *vp = v + p * ldv + i;
+            __m512 t0 = _mm512_mul_ps(w, _mm512_loadu_ps(vp)), t1 = _mm512_mul_ps(w, _mm512_loadu_ps(vp + 16));
+            __m512 t2 = _mm512_mul_ps(w, _mm512_loadu_ps(vp + 32)), t3 = _mm512_mul_ps(w, _mm512_loadu_ps(vp + 48));
+            BT_NOFUSE_V(t0);
+            BT_NOFUSE_V(t1);
+            BT_NOFUSE_V(t2);
+            BT_NOFUSE_V(t3);
+            a0 = _mm512_add_ps(a0, t0);
+            a1 = _mm512_add_ps(a1, t1);
+            a2 = _mm512_add_ps(a2, t2);
+            a3 = _mm512_add_ps(a3, t3);
+        }
+        _mm512_storeu_ps(acc + i, a0);
+        _mm512_storeu_ps(acc + i + 16, a1);
+        _mm512_storeu_ps(acc + i + 32, a2);
+        _mm512_storeu_ps(acc + i + 48, a3);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : tail_mask(n - i);
+        __m512 a = _mm512_maskz_loadu_ps(m, acc + i);
+        for (int64_t p = 0; p < np; p++) {
+            __m512 t = _mm512_mul_ps(_mm512_set1_ps(wts[p] * scale), _mm512_maskz_loadu_ps(m, v + p * ldv + i));
+            BT_NOFUSE_V(t);
+            a = _mm512_add_ps(a, t);
+        }
+        _mm512_mask_storeu_ps(acc + i, m, a);
+    }
+}
+
 bool bt_kv_avx512_fill(bt_kvariant *kv)
 {
     kv->name = "avx512";
@@ -840,6 +881,7 @@ bool bt_kv_avx512_fill(bt_kvariant *kv)
     kv->dot4q[BT_DT_Q5_K] = dot4q_q5_k;
     kv->dot4q[BT_DT_Q6_K] = dot4q_q6_k;
     kv->sweep_f32 = bt_sweep_f32_avx2;
+    kv->wsum_f32 = wsum_f32;
     return true;
 }
 

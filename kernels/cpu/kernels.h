@@ -71,6 +71,16 @@ void bt_sweep_init(bt_sweep *acc);
  * caller's per-element path). Every variant gives the same bits. */
 int64_t bt_sweep_f32(const float *x, int64_t n, bt_sweep *acc);
 
+/* The CPU backend's attention loops. bt_dot_rows_f32: out[p] = dot(k + p *
+ * ldk, q) over n floats for p < np, each the bits bt_vec_dot(BT_DT_F32)
+ * gives it (four rows per call where it can: the variant's dot4 kernel
+ * follows the same canonical order). bt_wsum_f32: for p = 0 .. np-1 in
+ * order, w = wts[p] * scale, then acc[i] += w * v[p * ldv + i] for i < n,
+ * product rounded then added (never fused), so every variant gives the
+ * bits of that plain loop. */
+void bt_dot_rows_f32(const float *k, int64_t ldk, const float *q, int64_t n, int64_t np, float *out);
+void bt_wsum_f32(float *acc, const float *wts, float scale, const float *v, int64_t ldv, int64_t np, int64_t n);
+
 /* A small fixed pthread pool. bt_pool_run calls fn(arg, ith, nth) on nth
  * threads (the caller is thread 0) and returns when all are done. */
 typedef struct bt_pool bt_pool;

@@ -60,6 +60,8 @@ typedef struct bt_kvariant {
     bt_dot4x2_fn dot4x2_f32;
     bt_dot4q_fn dot4q[BT_DT_COUNT];    /* optional (NULL: one row at a time) */
     int64_t (*sweep_f32)(const float *x, int64_t n, bt_sweep *acc);   /* bt_sweep_f32 */
+    void (*wsum_f32)(float *acc, const float *wts, float scale, const float *v, int64_t ldv,
+                     int64_t np, int64_t n);                           /* bt_wsum_f32 */
 } bt_kvariant;
 
 /* The reference sweep (dot.c); SIMD sweeps run their last short chunk
