@@ -648,7 +648,7 @@ static void test_attn_loops(const bt_kvariant *v)
     const bt_kvariant *sc = bt_kernels_variant("scalar");
     const char *was = bt_kernels_simd();
     static const int64_t hds[] = { 1, 7, 8, 16, 24, 33, 64, 80, 128, 200 };
-    static const int64_t nps[] = { 1, 3, 4, 5, 9, 64 };
+    static const int64_t nps[] = { 1, 3, 4, 5, 9, 17, 64 };
     enum { LD = 256 + 8, MAXP = 64 };
     static float vv[MAXP * LD], wts[MAXP], a1[256], a2[256], q[256], o1[MAXP];
     for (size_t hi = 0; hi < BT_ARRAY_SIZE(hds); hi++)
@@ -668,6 +668,19 @@ static void test_attn_loops(const bt_kvariant *v)
                 float want = v->dot[BT_DT_F32](vv + 1 + p * LD, q, hd);
                 CHECK(!memcmp(&want, &o1[p], sizeof want), "%s dot_rows hd %lld row %lld: %g vs dot %g", v->name,
                       (long long)hd, (long long)p, o1[p], want);
+            }
+            /* a GQA group of nq queries (stride hd) against the same keys:
+             * 8x3 tiles plus leftovers, each score the one-query bits */
+            static float qs[7 * 256], om[7 * (MAXP + 1)];
+            for (int64_t i = 0; i < 7 * hd; i++) qs[i] = rndf(-2, 2);
+            for (int nq = 1; nq <= 7; nq += 2) {
+                bt_dot_rows_multi_f32(vv + 2, LD, qs, hd, nq, hd, np, om, MAXP + 1);
+                for (int jq = 0; jq < nq; jq++) {
+                    bt_dot_rows_f32(vv + 2, LD, qs + jq * hd, hd, np, o1);
+                    CHECK(!memcmp(o1, om + jq * (MAXP + 1), (size_t)np * sizeof(float)),
+                          "%s dot_rows_multi hd %lld np %lld nq %d: query %d differs", v->name, (long long)hd,
+                          (long long)np, nq, jq);
+                }
             }
         }
     bt_kernels_force(was);

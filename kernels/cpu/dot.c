@@ -368,6 +368,27 @@ void bt_dot_rows_f32(const float *k, int64_t ldk, const float *q, int64_t n, int
         out[p] = v->dot[BT_DT_F32](k + p * ldk, q, n);
 }
 
+void bt_dot_rows_multi_f32(const float *k, int64_t ldk, const float *q, int64_t ldq, int nq, int64_t n, int64_t np,
+                           float *out, int64_t ldo)
+{
+    const bt_kvariant *v = bt_kernels_active();
+    int j = 0;
+    if (v->dot8x3_f32)
+        for (; j + 3 <= nq; j += 3) {
+            float o[24];
+            int64_t p = 0;
+            for (; p + 8 <= np; p += 8) {
+                v->dot8x3_f32(k + p * ldk, ldk, q + j * ldq, ldq, n, o);
+                for (int t = 0; t < 3; t++)
+                    memcpy(out + (j + t) * ldo + p, o + 8 * t, 8 * sizeof(float));
+            }
+            for (int t = 0; t < 3 && p < np; t++)
+                bt_dot_rows_f32(k + p * ldk, ldk, q + (j + t) * ldq, n, np - p, out + (j + t) * ldo + p);
+        }
+    for (; j < nq; j++)
+        bt_dot_rows_f32(k, ldk, q + j * ldq, n, np, out + j * ldo);
+}
+
 void bt_wsum_f32(float *acc, const float *wts, float scale, const float *v, int64_t ldv, int64_t np, int64_t n)
 {
     if (np > 0 && n > 0)

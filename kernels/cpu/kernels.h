@@ -79,6 +79,11 @@ int64_t bt_sweep_f32(const float *x, int64_t n, bt_sweep *acc);
  * product rounded then added (never fused), so every variant gives the
  * bits of that plain loop. */
 void bt_dot_rows_f32(const float *k, int64_t ldk, const float *q, int64_t n, int64_t np, float *out);
+/* The same for nq queries sharing the keys (a GQA group): out[j*ldo + p] =
+ * dot(k + p*ldk, q + j*ldq), each the bits bt_dot_rows_f32 gives it; with
+ * the variant's 8x3 tile three queries share every key load. */
+void bt_dot_rows_multi_f32(const float *k, int64_t ldk, const float *q, int64_t ldq, int nq, int64_t n, int64_t np,
+                           float *out, int64_t ldo);
 void bt_wsum_f32(float *acc, const float *wts, float scale, const float *v, int64_t ldv, int64_t np, int64_t n);
 
 /* A small fixed pthread pool. bt_pool_run calls fn(arg, ith, nth) on nth
