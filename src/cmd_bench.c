@@ -28,13 +28,16 @@
 void cmd_bench_help(FILE *out)
 {
     fprintf(out,
-        "usage: bangtrace bench --model M [--tokenizer T] [--threads N] [-p N] [-n N] [--reps R]\n"
-        "                       [--taps MODE] [--numerics PROFILE] [--device DEV]\n"
+        "usage: bangtrace bench --model M [--tokenizer T] [--threads N] [-p N] [-n N] [-d N]\n"
+        "                       [--reps R] [--taps MODE] [--numerics PROFILE] [--device DEV]\n"
         "                       [--cuda-graphs] [--cupti] [--json]\n\n"
         "Measure prefill of -p tokens (default 128) and greedy decode of -n tokens\n"
         "(default 64) on fixed token ids, the median of R repetitions (default 3), and\n"
         "report tokens/s, the weight bytes read per decoded token, the effective weight\n"
         "bandwidth and the machine's measured read bandwidth.\n\n"
+        "  -d, --depth N fill N positions of context first (untimed, -p tokens per\n"
+        "                forward), so prefill runs at positions N.. and decode after\n"
+        "                N + p, as llama-bench -d (default 0)\n"
         "  --numerics PROFILE\n"
         "                run every measurement under a numerics profile (run --numerics,\n"
         "                doc/numerics.md; CPU only); compare with a run without it for its cost\n"
@@ -70,30 +73,40 @@ static const char *rate_s(double r, const char *unit, char *buf, size_t cap)
 
 static json_t *rate_json(double r) { return isnan(r) ? json_null() : json_real(r); }
 
-/* Prefill np tokens then greedily decode nd, reps times; medians out. With
- * a recorder each forward is a recorded step, as in `run --trace`. */
-static int bench_reps(bt_engine *e, bt_recorder *rec, const int32_t *toks, long np, long nd, long reps,
-                      bool quiet, const char *label, double *p_med, double *d_med)
+/* One recorded (or plain) forward of n tokens at pos, greedy pick into *id. */
+static int bench_step(bt_engine *e, bt_recorder *rec, const char *kind, const int32_t *in, int n, int pos, int32_t *id)
 {
-    const bt_model *m = bt_engine_model(e);
-    int n_vocab = m->cfg.n_vocab;
     const bt_argmax_rule first = { .kind = BT_ARGMAX_FIRST };   /* greedy, as `run` decodes by default */
+    int rc = rec ? bt_recorder_step_begin(rec, kind, pos, n) : BT_OK;
+    if (rc == BT_OK) rc = bt_engine_forward(e, in, n, pos);
+    if (rc) return rc;
+    const float *lg = bt_engine_logits(e);
+    *id = bt_argmax(&first, lg, bt_engine_model(e)->cfg.n_vocab);
+    if (rec && (rc = bt_recorder_step_sampled(rec, lg, pos + n - 1, *id, 0)) == BT_OK)
+        rc = bt_recorder_step_end(rec, 0);
+    return rc;
+}
+
+/* Prefill np tokens then greedily decode nd, reps times; medians out. With
+ * depth > 0 each repetition first fills that many positions of context
+ * (untimed, np tokens per forward), so both timings run at depth, as
+ * llama-bench -d does. With a recorder each forward is a recorded step, as
+ * in `run --trace`. */
+static int bench_reps(bt_engine *e, bt_recorder *rec, const int32_t *toks, const int32_t *dtoks, long depth, long np,
+                      long nd, long reps, bool quiet, const char *label, double *p_med, double *d_med)
+{
     double *pp = calloc((size_t)reps, sizeof(double)), *dd = calloc((size_t)reps, sizeof(double));
     if (!pp || !dd) { free(pp); free(dd); return bt_error(BT_ENOMEM, "out of memory"); }
     int rc = BT_OK;
     for (long r = 0; r < reps && rc == BT_OK; r++) {
-        double t0 = bt_now(), t1 = t0;
         int32_t id = toks[np - 1];
+        for (long pos = 0; pos < depth && rc == BT_OK; pos += np)
+            rc = bench_step(e, rec, "prefill", dtoks + pos, (int)BT_MIN(np, depth - pos), (int)pos, &id);
+        double t0 = bt_now(), t1 = t0;
         for (long i = -1; i < nd && rc == BT_OK; i++) {
             const int32_t *in = i < 0 ? toks : &id;
-            int n = i < 0 ? (int)np : 1, pos = i < 0 ? 0 : (int)(np + i);
-            if (rec) rc = bt_recorder_step_begin(rec, i < 0 ? "prefill" : "decode", pos, n);
-            if (rc == BT_OK) rc = bt_engine_forward(e, in, n, pos);
-            if (rc) break;
-            const float *lg = bt_engine_logits(e);
-            id = bt_argmax(&first, lg, n_vocab);
-            if (rec && (rc = bt_recorder_step_sampled(rec, lg, pos + n - 1, id, 0)) == BT_OK)
-                rc = bt_recorder_step_end(rec, 0);
+            int n = i < 0 ? (int)np : 1, pos = (int)depth + (i < 0 ? 0 : (int)(np + i));
+            if ((rc = bench_step(e, rec, i < 0 ? "prefill" : "decode", in, n, pos, &id))) break;
             if (i < 0) t1 = bt_now();
         }
         double t2 = bt_now();
@@ -186,7 +199,7 @@ int cmd_bench(int argc, char **argv)
     const char *model = NULL, *tokenizer = NULL;
     int taps = BT_TAPS_NONE;
     long spec_k = 0, draft_self = 0, draft_ngram = 0;
-    long threads = bt_pool_default_threads(), np = 128, nd = 64, reps = 3;
+    long threads = bt_pool_default_threads(), np = 128, nd = 64, reps = 3, depth = 0;
     const char *device = NULL;
     bool json = false, graphs = false, cupti = false;
     bt_session *ses = NULL;
@@ -210,6 +223,7 @@ int cmd_bench(int argc, char **argv)
         }
         else if (!strcmp(a, "-p")) { if (bt_parse_int(a, argv[++i], 1, 8192, &np)) goto fail; }
         else if (!strcmp(a, "-n")) { if (bt_parse_int(a, argv[++i], 1, 8192, &nd)) goto fail; }
+        else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) { if (bt_parse_int(a, argv[++i], 0, 131072, &depth)) goto fail; }
         else if (!strcmp(a, "--reps")) { if (bt_parse_int(a, argv[++i], 1, 100, &reps)) goto fail; }
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--cuda-graphs")) graphs = true;
@@ -233,22 +247,27 @@ int cmd_bench(int argc, char **argv)
         bt_error(BT_EINVAL, "--spec-k K goes with one of --draft-self N or --draft-ngram N");
         goto fail;
     }
-    bt_session_cfg cfg = { .model = model, .tokenizer = tokenizer, .ctx = (int)(np + nd), .max_batch = (int)np,
+    bt_session_cfg cfg = { .model = model, .tokenizer = tokenizer, .ctx = (int)(depth + np + nd), .max_batch = (int)np,
                            .threads = (int)threads, .device = device, .cuda_graphs = graphs };
     if (bt_session_open(&cfg, &ses)) goto fail;
     m = bt_session_model(ses);
     if (draft_self >= m->cfg.n_layers) { bt_error(BT_EINVAL, "--draft-self %ld must be below the model's %d layers", draft_self, m->cfg.n_layers); goto fail; }
     const bt_config *c = &m->cfg;
+    if (depth + np + nd > c->ctx_len) {
+        bt_error(BT_EINVAL, "-d %ld + -p %ld + -n %ld positions exceed the model's context of %d", depth, np, nd, c->ctx_len);
+        goto fail;
+    }
     cfg.numerics = &prof;
     if (bt_session_start(ses, &cfg)) goto fail;
     e = bt_session_engine(ses);
     char prof_s[256];
     bt_numerics_format(&prof, prof_s, sizeof(prof_s));
     if (!json && !bt_numerics_is_exact(&prof)) bt_log("bench: numerics %s", prof_s);
-    toks = malloc((size_t)np * sizeof(int32_t));
+    /* the context filler (depth) first, then the timed prompt */
+    toks = malloc((size_t)(depth + np) * sizeof(int32_t));
     if (!toks) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
     uint64_t s = 0x9e3779b97f4a7c15ull;
-    for (long i = 0; i < np; i++) { s ^= s << 13; s ^= s >> 7; s ^= s << 17; toks[i] = (int32_t)(s % (uint64_t)c->n_vocab); }
+    for (long i = 0; i < depth + np; i++) { s ^= s << 13; s ^= s >> 7; s ^= s << 17; toks[i] = (int32_t)(s % (uint64_t)c->n_vocab); }
 
     size_t bytes = weight_bytes(&m->output);
     /* Bytes one decode token reads: every tensor of the architecture's layer
@@ -262,8 +281,9 @@ int cmd_bench(int argc, char **argv)
             bytes += b;
         }
     double p_med, d_med, d_taps = 0;
-    if (!json) bt_log("bench: %s, %d threads (%s), prefill %ld, decode %ld, %ld reps", c->name, (int)threads, bt_kernels_simd(), np, nd, reps);
-    if (bench_reps(e, NULL, toks, np, nd, reps, json, "taps off", &p_med, &d_med)) goto fail;
+    if (!json) bt_log("bench: %s, %d threads (%s), depth %ld, prefill %ld, decode %ld, %ld reps", c->name, (int)threads, bt_kernels_simd(),
+                      depth, np, nd, reps);
+    if (bench_reps(e, NULL, toks + depth, toks, depth, np, nd, reps, json, "taps off", &p_med, &d_med)) goto fail;
     if (taps != BT_TAPS_NONE) {
         /* A private directory, so the trace is created exclusively (as every
          * trace is) in a place nobody else can name. */
@@ -277,7 +297,8 @@ int cmd_bench(int argc, char **argv)
                                 .rule = { .kind = BT_ARGMAX_FIRST } };
         double pt;
         int rc = bt_session_new(&tcfg, &ts);
-        if (rc == BT_OK) rc = bench_reps(bt_session_engine(ts), bt_session_recorder(ts), toks, np, nd, reps, json, "taps on", &pt, &d_taps);
+        if (rc == BT_OK) rc = bench_reps(bt_session_engine(ts), bt_session_recorder(ts), toks + depth, toks, depth, np, nd, reps, json,
+                                           "taps on", &pt, &d_taps);
         bt_session_close(ts, BT_TRACE_STATUS_OK);
         unlink(path);
         char side[sizeof path + 8];
@@ -293,9 +314,9 @@ int cmd_bench(int argc, char **argv)
     double eff = bytes * d_med / 1e9;
     if (json) {
         /* rates are null when too short to time (json_real refuses NAN) */
-        json_t *j = json_pack("{s:s, s:i, s:s, s:i, s:i, s:o, s:o, s:I, s:o, s:f, s:s, s:o, s:i, s:o, s:o, s:f}",
+        json_t *j = json_pack("{s:s, s:i, s:s, s:i, s:i, s:i, s:o, s:o, s:I, s:o, s:f, s:s, s:o, s:i, s:o, s:o, s:f}",
                               "model", c->name, "threads", (int)threads, "simd", bt_kernels_simd(),
-                              "prompt_tokens", (int)np, "decode_tokens", (int)nd,
+                              "depth", (int)depth, "prompt_tokens", (int)np, "decode_tokens", (int)nd,
                               "prompt_tokens_per_s", rate_json(p_med), "decode_tokens_per_s", rate_json(d_med),
                               "weight_bytes_per_token", (json_int_t)bytes,
                               "effective_bandwidth_gbs", rate_json(eff), "measured_bandwidth_gbs", bw,
@@ -315,6 +336,7 @@ int cmd_bench(int argc, char **argv)
         printf("threads           %d (%s)\n", (int)threads, bt_kernels_simd());
         printf("numerics          %s\n", prof_s);
         char r1[48], r2[48];
+        if (depth) printf("depth             %ld positions of context before each measurement\n", depth);
         printf("prompt            %s (%ld tokens, median of %ld)\n", rate_s(p_med, "tokens/s", r1, sizeof(r1)), np, reps);
         printf("decode            %s (%ld tokens, median of %ld)\n", rate_s(d_med, "tokens/s", r1, sizeof(r1)), nd, reps);
         printf("weights/token     %.1f MB\n", bytes / 1e6);

@@ -57,4 +57,12 @@ expect_exit 0 "bench with a 1-token decode" "$BANGTRACE" bench --model "$STORIES
 cp "$TMP/out" "$TMP/bench.json"
 [ "$(field "$TMP/bench.json" '(lambda r: r is None or r < 1e7)(j["decode_tokens_per_s"])')" = True ] && ok "bench decode rate null or sane" \
     || fail "bench JSON: $(head -c 400 "$TMP/bench.json")"
+# -d: context filled first (taps on, so the filler forwards are recorded
+# steps too), and a depth past the model's context is refused
+expect_exit 0 "bench at depth with taps" "$BANGTRACE" bench --model "$STORIES" -p 3 -n 2 -d 9 --reps 1 --threads 1 --taps all --json
+[ "$(field "$TMP/out" 'j["depth"] == 9 and j["prompt_tokens"] == 3')" = True ] && ok "bench JSON names the depth" \
+    || fail "bench -d JSON: $(head -c 400 "$TMP/out")"
+expect_exit 2 "bench deeper than the context" "$BANGTRACE" bench --model "$STORIES" -p 2 -n 1 -d 100000 --reps 1 --threads 1
+grep -q "exceed the model's context" "$TMP/err" && [ "$(wc -l <"$TMP/err")" -eq 1 ] && ok "one-line depth error" \
+    || fail "bench -d error: $(cat "$TMP/err")"
 finish

@@ -603,6 +603,89 @@ static void test_pool(void)
     }
 }
 
+/* The tap statistics' sweep: every variant gives the scalar sweep's bits
+ * (sums, min, max per lane) and stops at the same chunk, on lengths around
+ * the 64-element chunk, with zeros of both signs, subnormals, values near
+ * FLT_MAX (whose squares overflow to Inf: still finite inputs) and a NaN or
+ * an Inf planted at random. */
+static void test_sweep(const bt_kvariant *v)
+{
+    const bt_kvariant *sc = bt_kernels_variant("scalar");
+    static const int64_t lens[] = { 1, 7, 8, 63, 64, 65, 127, 128, 200, 576, 1000, 4099 };
+    static float x[4099];
+    for (int trial = 0; trial < 60; trial++)
+        for (size_t li = 0; li < BT_ARRAY_SIZE(lens); li++) {
+            int64_t n = lens[li];
+            for (int64_t i = 0; i < n; i++) {
+                uint32_t r = rnd();
+                x[i] = rndf(-8, 8);
+                if (r % 41 == 0) x[i] = -0.0f;
+                if (r % 43 == 0) x[i] = 0.0f;
+                if (r % 47 == 0) x[i] = 1e-42f * (r & 1 ? 1 : -1);
+                if (r % 53 == 0 && trial % 3 == 1) x[i] = (r & 2 ? 1 : -1) * 3e38f;
+            }
+            if (trial % 4 == 3) {
+                int64_t at = rnd() % n;
+                x[at] = trial % 8 == 3 ? NAN : -INFINITY;
+            }
+            bt_sweep a, b;
+            bt_sweep_init(&a);
+            bt_sweep_init(&b);
+            int64_t ga = sc->sweep_f32(x, n, &a), gb = v->sweep_f32(x, n, &b);
+            CHECK(ga == gb, "%s sweep of %lld: took %lld, scalar %lld", v->name, (long long)n, (long long)gb,
+                  (long long)ga);
+            CHECK(!memcmp(&a, &b, sizeof a), "%s sweep of %lld (trial %d): accumulators differ from scalar",
+                  v->name, (long long)n, trial);
+        }
+}
+
+/* Attention's loops: every variant's weighted sum gives the plain loop's
+ * bits (the scalar table's), and bt_dot_rows_f32 gives each row the bits
+ * of the variant's own one-row dot, for head sizes around the vector
+ * widths, with NaN / Inf / subnormal values and weights. */
+static void test_attn_loops(const bt_kvariant *v)
+{
+    const bt_kvariant *sc = bt_kernels_variant("scalar");
+    const char *was = bt_kernels_simd();
+    static const int64_t hds[] = { 1, 7, 8, 16, 24, 33, 64, 80, 128, 200 };
+    static const int64_t nps[] = { 1, 3, 4, 5, 9, 17, 64 };
+    enum { LD = 256 + 8, MAXP = 64 };
+    static float vv[MAXP * LD], wts[MAXP], a1[256], a2[256], q[256], o1[MAXP];
+    for (size_t hi = 0; hi < BT_ARRAY_SIZE(hds); hi++)
+        for (size_t pi = 0; pi < BT_ARRAY_SIZE(nps); pi++) {
+            int64_t hd = hds[hi], np = nps[pi];
+            for (int64_t i = 0; i < MAXP * LD; i++) vv[i] = rndf(-3, 3);
+            for (int64_t p = 0; p < np; p++) wts[p] = rndf(0, 1);
+            for (int64_t i = 0; i < hd; i++) a1[i] = a2[i] = rndf(-1, 1), q[i] = rndf(-2, 2);
+            if (pi == 2) { vv[LD + hd / 2] = NAN; vv[hd - 1] = INFINITY; wts[0] = 1e-40f; }
+            v->wsum_f32(a2, wts, 0.37f, vv + 3, LD, np, hd);
+            sc->wsum_f32(a1, wts, 0.37f, vv + 3, LD, np, hd);
+            CHECK(!memcmp(a1, a2, (size_t)hd * sizeof(float)), "%s wsum hd %lld np %lld differs from scalar",
+                  v->name, (long long)hd, (long long)np);
+            if (bt_kernels_force(v->name) != BT_OK) continue;
+            bt_dot_rows_f32(vv + 1, LD, q, hd, np, o1);
+            for (int64_t p = 0; p < np; p++) {
+                float want = v->dot[BT_DT_F32](vv + 1 + p * LD, q, hd);
+                CHECK(!memcmp(&want, &o1[p], sizeof want), "%s dot_rows hd %lld row %lld: %g vs dot %g", v->name,
+                      (long long)hd, (long long)p, o1[p], want);
+            }
+            /* a GQA group of nq queries (stride hd) against the same keys:
+             * 8x3 tiles plus leftovers, each score the one-query bits */
+            static float qs[7 * 256], om[7 * (MAXP + 1)];
+            for (int64_t i = 0; i < 7 * hd; i++) qs[i] = rndf(-2, 2);
+            for (int nq = 1; nq <= 7; nq += 2) {
+                bt_dot_rows_multi_f32(vv + 2, LD, qs, hd, nq, hd, np, om, MAXP + 1);
+                for (int jq = 0; jq < nq; jq++) {
+                    bt_dot_rows_f32(vv + 2, LD, qs + jq * hd, hd, np, o1);
+                    CHECK(!memcmp(o1, om + jq * (MAXP + 1), (size_t)np * sizeof(float)),
+                          "%s dot_rows_multi hd %lld np %lld nq %d: query %d differs", v->name, (long long)hd,
+                          (long long)np, nq, jq);
+                }
+            }
+        }
+    bt_kernels_force(was);
+}
+
 int main(void)
 {
     bt_kernels_init();
@@ -622,6 +705,8 @@ int main(void)
     for (int i = 0; i < nv; i++) {
         printf("testing variant %s\n", variants[i]->name);
         test_golden(variants[i]);
+        test_sweep(variants[i]);
+        test_attn_loops(variants[i]);
         test_variants_random(variants[i]);
         test_nonfinite(variants[i]);
         test_matmul(variants[i]->name);

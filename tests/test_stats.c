@@ -7,6 +7,7 @@
  * infinite). The NaN / +Inf / -Inf split is checked separately: counting one
  * kind as another must fail here, not pass the suite. */
 #include "tap/stats.h"
+#include "engine/sampler.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -194,10 +195,44 @@ static void test_random(void)
     }
 }
 
+/* bt_logit_summarize takes one argmax pass when the row has no NaN; each
+ * rule must still give what bt_argmax gives it, ties, -inf, +inf and NaN
+ * included. */
+static void test_summary_argmax(void)
+{
+    enum { N = 3000 };
+    static float row[N];
+    unsigned seed = 777;
+    for (int trial = 0; trial < 120; trial++) {
+        int mode = trial % 6;
+        for (int i = 0; i < N; i++) {
+            seed = seed * 1103515245u + 12345u;
+            unsigned r = (seed >> 8) & 0xffff;
+            row[i] = (float)(r % 13) - 6.0f;      /* many ties for the maximum */
+            if (mode == 1 && r % 97 == 0) row[i] = -INFINITY;
+            if (mode == 2 && r % 211 == 0) row[i] = INFINITY;
+            if (mode == 3 && r % 307 == 0) row[i] = NAN;
+            if (mode == 4) row[i] = -INFINITY;
+            if (mode == 5) row[i] = NAN;
+        }
+        int blocks[] = { 1, 64, 1024 };
+        for (int b = 0; b < 3; b++) {
+            bt_logit_summary ls;
+            bt_logit_summarize(row, N, 8, blocks[b], &ls);
+            bt_argmax_rule f = { .kind = BT_ARGMAX_FIRST }, t = { .kind = BT_ARGMAX_TORCH },
+                           tr = { .kind = BT_ARGMAX_TRITON, .block = blocks[b] };
+            CHECK(ls.argmax_first == bt_argmax(&f, row, N));
+            CHECK(ls.argmax_torch == bt_argmax(&t, row, N));
+            CHECK(ls.argmax_triton == bt_argmax(&tr, row, N));
+        }
+    }
+}
+
 int main(void)
 {
     test_exact();
     test_random();
+    test_summary_argmax();
     if (failures) { fprintf(stderr, "%d failure(s)\n", failures); return 1; }
     printf("stats: all fields agree (exact cases, 200 random shapes)\n");
     return 0;

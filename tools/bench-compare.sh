@@ -1,21 +1,43 @@
 #!/bin/sh
 # tools/bench-compare.sh - `make bench-compare`: bangtrace against llama.cpp
 # (llama-bench from the pinned build, tools/llama-cpp) on the same GGUF and
-# threads, for F32, Q8_0, Q4_0, Q4_1 and K-quants of SmolLM2-135M (F32 made
-# with tools/requant.py from the cached Q4_1, the rest with llama-quantize
-# from that F32). One run each. Prints prompt and decode tokens/s:
-#   native        bangtrace bench, taps off / taps all
-#   llama.cpp     llama-bench (no taps)
-#   llama.cpp+bt  bangtrace run --engine llama.cpp, taps off / taps all
-# and the ratios native / llama-bench. llama.cpp runs without its extra
-# buffer types (AMX, repacked weights) in both, as run --engine llama.cpp
-# does (BT_LLAMA_EXTRA_BUFTS=1 turns them on). Figures, never assertions.
+# threads, every weight type of issue 15, at several context depths. One run
+# each; figures, never assertions.
+#
+# Models: SmolLM2-135M. F32 from the cached Q4_1 with tools/requant.py; F16,
+# BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the mixes Q4_K_M, Q5_K_M with
+# llama-quantize from that F32; the pure K types Q2_K .. Q6_K with
+# llama-quantize --pure (note: SmolLM2's 576-wide rows are not whole 256
+# blocks, so llama-quantize stores those tensors in a fallback type even
+# with --pure; the ffn_down and embedding rows are the K type).
+#
+# Per type and depth it prints prompt and decode tokens/s of
+#   native        bangtrace bench (-d DEPTH), taps off and taps all recorded
+#   llama-bench   llama-bench -d DEPTH (no taps)
+#   llama.cpp+bt  bangtrace run --engine llama.cpp, taps off / all (depth 0
+#                 only; BENCH_ADAPTER=0 skips it)
+# and the ratios native / llama-bench: prompt, decode taps off, and decode
+# with taps all against llama-bench's taps-off decode (the issue's goal).
+# The header gives the machine's memory bandwidth: bangtrace's read probe
+# on the same threads and a STREAM-like triad (a = b + s*c, numpy).
+#
+# Environment (subsets, since the whole table takes long):
+#   BENCH_TYPES   types to run (default: all fifteen, e.g. "Q4_0 Q4_K_M")
+#   BENCH_DEPTHS  context depths (default "0 1024 2048 4096")
+#   BENCH_P, BENCH_N  prompt and decode tokens (default 128 and 64)
+#   THREADS       threads for both tools (default: nproc)
+#   BENCH_ADAPTER 0: skip the run --engine llama.cpp rows
+# llama.cpp runs without its extra buffer types (AMX, repacked weights) in
+# both, as run --engine llama.cpp does (BT_LLAMA_EXTRA_BUFTS=1 turns them on).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 B=${BANGTRACE:-./bangtrace}
 threads=${THREADS:-$(nproc 2>/dev/null || echo 2)}
-P=${BENCH_P:-64}
-N=${BENCH_N:-32}
+P=${BENCH_P:-128}
+N=${BENCH_N:-64}
+types=${BENCH_TYPES:-F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K Q4_K_M Q5_K_M}
+depths=${BENCH_DEPTHS:-0 1024 2048 4096}
+adapter=${BENCH_ADAPTER:-1}
 cache=${BT_CACHE:-$HOME/.cache/bangtrace}/models
 lc=$("$here/llama-cpp") || { echo "bench-compare: no llama.cpp build (tools/llama-cpp failed)" >&2; exit 1; }
 want=$(grep -v '^#' "$here/llama-cpp.sha256" | awk '{print $2; exit}')
@@ -26,38 +48,70 @@ f32=$cache/smollm2-135m-f32.gguf
 [ -f "$f32" ] || python3 "$here/requant.py" "$src" "$f32" f32 >/dev/null
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 jget() { python3 -c 'import json,sys
-d=json.load(open(sys.argv[1]))
+try: d=json.load(open(sys.argv[1]))
+except Exception: d=None
 for k in sys.argv[2:]: d=d.get(k) if isinstance(d,dict) else None
 print("%.1f" % d if isinstance(d,(int,float)) else "n/a")' "$@"; }
-lbench() {  # model -> "pp tg"
-    "$lc/bin/llama-bench" -m "$1" -t "$threads" -p "$P" -n "$N" -r 1 --repack "${BT_LLAMA_EXTRA_BUFTS:-0}" -o json >"$tmp/lb.json" 2>/dev/null || { echo "n/a n/a"; return; }
+lbench() {  # model depth -> "pp tg"
+    "$lc/bin/llama-bench" -m "$1" -t "$threads" -p "$P" -n "$N" -d "$2" -r 1 --repack "${BT_LLAMA_EXTRA_BUFTS:-0}" -o json >"$tmp/lb.json" 2>/dev/null || { echo "n/a n/a"; return; }
     python3 -c 'import json,sys
 rows=json.load(open(sys.argv[1]))
 pp=[r["avg_ts"] for r in rows if r.get("n_prompt",0)>0 and r.get("n_gen",0)==0]
 tg=[r["avg_ts"] for r in rows if r.get("n_gen",0)>0 and r.get("n_prompt",0)==0]
 print("%.1f %.1f" % (pp[0] if pp else float("nan"), tg[0] if tg else float("nan")))' "$tmp/lb.json"
 }
-prompt=$(python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog.']*$P))")
-printf '%-8s %-14s %9s %9s %9s\n' type engine "prompt/s" "decode/s" "taps/s"
-for t in F32 Q8_0 Q4_0 Q4_1 Q4_K_M Q5_K_M Q6_K; do
-    m=$cache/smollm2-135m-$(echo "$t" | tr 'A-Z' 'a-z').gguf
-    if [ "$t" != F32 ] && [ ! -f "$m" ]; then
-        "$lc/bin/llama-quantize" "$f32" "$m" "$t" "$threads" >"$tmp/q.log" 2>&1 || { echo "$t: llama-quantize failed" >&2; continue; }
+ratio() { python3 -c 'import sys
+try: print("%.2f" % (float(sys.argv[1])/float(sys.argv[2])))
+except Exception: print("n/a")' "$1" "$2"; }
+# The model file for a type: the cached one, else made with llama-quantize.
+model_for() {
+    t=$1 lower=$(echo "$1" | tr 'A-Z' 'a-z') pure=
+    case $t in
+        F32) echo "$f32"; return ;;
+        Q2_K|Q3_K|Q4_K|Q5_K|Q6_K) pure=--pure lower=$lower-pure ;;
+    esac
+    m=$cache/smollm2-135m-$lower.gguf
+    if [ ! -f "$m" ]; then
+        "$lc/bin/llama-quantize" $pure "$f32" "$m.tmp" "$t" "$threads" >"$tmp/q.log" 2>&1 &&
+            mv "$m.tmp" "$m" || { rm -f "$m.tmp"; echo "bench-compare: $t: llama-quantize failed ($(tail -1 "$tmp/q.log"))" >&2; return 1; }
     fi
-    "$B" bench --model "$m" --threads "$threads" -p "$P" -n "$N" --reps 1 --taps all --json >"$tmp/bt.json" 2>/dev/null || true
-    set -- $(lbench "$m")
-    lpp=$1 ltg=$2
-    "$B" run --engine llama.cpp --model "$m" --threads "$threads" --prompt "$prompt" -n "$N" --ignore-eos --json >"$tmp/r0.json" 2>/dev/null || true
-    "$B" run --engine llama.cpp --model "$m" --threads "$threads" --prompt "$prompt" -n "$N" --ignore-eos --json \
-        --trace "$tmp/t-$t.db" --taps all >"$tmp/r1.json" 2>/dev/null || true
-    npp=$(jget "$tmp/bt.json" prompt_tokens_per_s) ntg=$(jget "$tmp/bt.json" decode_tokens_per_s) ntap=$(jget "$tmp/bt.json" decode_tokens_per_s_taps)
-    printf '%-8s %-14s %9s %9s %9s\n' "$t" native "$npp" "$ntg" "$ntap"
-    printf '%-8s %-14s %9s %9s %9s\n' "" llama-bench "$lpp" "$ltg" -
-    printf '%-8s %-14s %9s %9s %9s\n' "" "llama.cpp+bt" "$(jget "$tmp/r0.json" timings prompt_tokens_per_s)" \
-        "$(jget "$tmp/r0.json" timings decode_tokens_per_s)" "$(jget "$tmp/r1.json" timings decode_tokens_per_s)"
-    python3 -c 'import sys
-def f(a,b):
-    try: return "%.2f" % (float(a)/float(b))
-    except Exception: return "n/a"
-print("%-8s %-14s %9s %9s" % ("", "native/llama", f(sys.argv[1],sys.argv[3]), f(sys.argv[2],sys.argv[4])))' "$npp" "$ntg" "$lpp" "$ltg"
+    echo "$m"
+}
+
+triad=$(python3 -c 'import time
+try:
+    import numpy as np
+except Exception:
+    print("n/a"); raise SystemExit
+n=1<<25; b=np.ones(n); c=np.ones(n); a=np.empty(n); best=0
+for _ in range(4):
+    t=time.perf_counter(); np.multiply(c,3.0,out=a); np.add(a,b,out=a); dt=time.perf_counter()-t
+    best=max(best, 4*8*n/dt/1e9)   # multiply: read c, write a; add: read a, b, write a
+print("%.1f" % best)' 2>/dev/null || echo n/a)
+echo "bench-compare: $threads threads, prompt $P, decode $N, depths $depths; llama.cpp $got"
+echo "memory bandwidth: triad (numpy, 1 thread) $triad GB/s; bangtrace read probe, $threads threads: see 'read bw' per type"
+printf '%-7s %5s %-12s %9s %9s %9s   %s\n' type depth engine "prompt/s" "decode/s" "taps/s" "read bw"
+for t in $types; do
+    m=$(model_for "$t") || continue
+    for d in $depths; do
+        "$B" bench --model "$m" --threads "$threads" -p "$P" -n "$N" -d "$d" --reps 1 --taps all --json >"$tmp/bt.json" 2>"$tmp/bt.err" ||
+            echo "bench-compare: $t depth $d: bangtrace bench failed: $(tail -1 "$tmp/bt.err")" >&2
+        set -- $(lbench "$m" "$d")
+        lpp=$1 ltg=$2
+        npp=$(jget "$tmp/bt.json" prompt_tokens_per_s) ntg=$(jget "$tmp/bt.json" decode_tokens_per_s)
+        ntap=$(jget "$tmp/bt.json" decode_tokens_per_s_taps) bw=$(jget "$tmp/bt.json" measured_bandwidth_gbs)
+        printf '%-7s %5s %-12s %9s %9s %9s   %s GB/s\n' "$t" "$d" native "$npp" "$ntg" "$ntap" "$bw"
+        printf '%-7s %5s %-12s %9s %9s %9s\n' "" "" llama-bench "$lpp" "$ltg" -
+        if [ "$adapter" != 0 ] && [ "$d" = 0 ]; then
+            prompt=$(python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog.']*max(1,$P//10)))")
+            "$B" run --engine llama.cpp --model "$m" --threads "$threads" --prompt "$prompt" -n "$N" --ignore-eos --json >"$tmp/r0.json" 2>/dev/null || true
+            rm -f "$tmp/t.db"
+            "$B" run --engine llama.cpp --model "$m" --threads "$threads" --prompt "$prompt" -n "$N" --ignore-eos --json \
+                --trace "$tmp/t.db" --taps all >"$tmp/r1.json" 2>/dev/null || true
+            printf '%-7s %5s %-12s %9s %9s %9s\n' "" "" "llama.cpp+bt" "$(jget "$tmp/r0.json" timings prompt_tokens_per_s)" \
+                "$(jget "$tmp/r0.json" timings decode_tokens_per_s)" "$(jget "$tmp/r1.json" timings decode_tokens_per_s)"
+        fi
+        printf '%-7s %5s %-12s %9s %9s %9s   (taps all / llama-bench decode)\n' "" "" "native/llama" \
+            "$(ratio "$npp" "$lpp")" "$(ratio "$ntg" "$ltg")" "$(ratio "$ntap" "$ltg")"
+    done
 done

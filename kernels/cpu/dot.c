@@ -148,6 +148,70 @@ GENERIC_DOT(dot_q4_k, BT_DT_Q4_K)
 GENERIC_DOT(dot_q5_k, BT_DT_Q5_K)
 GENERIC_DOT(dot_q6_k, BT_DT_Q6_K)
 
+/* ---- the tap statistics' finite sweep (kernels.h). Per chunk: float
+ * lanes s[l] += v, q[l] += v * v (product rounded, then added) over 8-wide
+ * steps, the tail past a multiple of 8 into lane 0; then each lane into its
+ * double. The SIMD sweep does exactly these operations. ---- */
+
+void bt_sweep_init(bt_sweep *acc)
+{
+    for (int l = 0; l < 8; l++) {
+        acc->sum[l] = acc->sumsq[l] = 0;
+        acc->mn[l] = INFINITY;
+        acc->mx[l] = -INFINITY;
+    }
+}
+
+int64_t bt_sweep_f32_scalar(const float *x, int64_t n, bt_sweep *acc)
+{
+    int64_t i = 0;
+    while (i < n) {
+        int64_t end = BT_MIN(n, i + 64);
+        for (int64_t j = i; j < end; j++)
+            if (!isfinite(x[j]))
+                return i;
+        float s[8] = {0}, q[8] = {0};
+        int64_t j = i;
+        for (; j + 8 <= end; j += 8)
+            for (int l = 0; l < 8; l++) {
+                float v = x[j + l], vv = v * v;
+                BT_NOFUSE_F(vv);
+                s[l] += v;
+                q[l] += vv;
+                acc->mn[l] = v < acc->mn[l] ? v : acc->mn[l];
+                acc->mx[l] = v > acc->mx[l] ? v : acc->mx[l];
+            }
+        for (; j < end; j++) {
+            float v = x[j], vv = v * v;
+            BT_NOFUSE_F(vv);
+            s[0] += v;
+            q[0] += vv;
+            acc->mn[0] = v < acc->mn[0] ? v : acc->mn[0];
+            acc->mx[0] = v > acc->mx[0] ? v : acc->mx[0];
+        }
+        for (int l = 0; l < 8; l++) {
+            acc->sum[l] += s[l];
+            acc->sumsq[l] += q[l];
+        }
+        i = end;
+    }
+    return n;
+}
+
+/* ---- attention's weighted sum of value rows (kernels.h) ---- */
+static void wsum_f32(float *acc, const float *wts, float scale, const float *v, int64_t ldv, int64_t np, int64_t n)
+{
+    for (int64_t p = 0; p < np; p++) {
+        float w = wts[p] * scale;
+        const float *vp = v + p * ldv;
+        for (int64_t i = 0; i < n; i++) {
+            float t = w * vp[i];
+            BT_NOFUSE_F(t);
+            acc[i] += t;
+        }
+    }
+}
+
 void bt_kv_scalar_fill(bt_kvariant *kv)
 {
     memset(kv, 0, sizeof(*kv));
@@ -168,6 +232,8 @@ void bt_kv_scalar_fill(bt_kvariant *kv)
     kv->dot[BT_DT_Q6_K] = dot_q6_k;
     kv->dot4_f32 = dot4_f32;
     kv->dot4x2_f32 = dot4x2_f32;
+    kv->sweep_f32 = bt_sweep_f32_scalar;
+    kv->wsum_f32 = wsum_f32;
 }
 
 static bool cpu_has_avx2(void)
@@ -285,4 +351,46 @@ float bt_vec_dot(int type, const void *w_row, const float *x, int64_t n)
     if (type < 0 || type >= BT_DT_COUNT || !v->dot[type])
         return NAN;
     return v->dot[type](w_row, x, n);
+}
+
+int64_t bt_sweep_f32(const float *x, int64_t n, bt_sweep *acc)
+{
+    return n > 0 ? bt_kernels_active()->sweep_f32(x, n, acc) : 0;
+}
+
+void bt_dot_rows_f32(const float *k, int64_t ldk, const float *q, int64_t n, int64_t np, float *out)
+{
+    const bt_kvariant *v = bt_kernels_active();
+    int64_t p = 0;
+    for (; p + 4 <= np; p += 4)
+        v->dot4_f32(k + p * ldk, ldk, q, n, out + p);
+    for (; p < np; p++)
+        out[p] = v->dot[BT_DT_F32](k + p * ldk, q, n);
+}
+
+void bt_dot_rows_multi_f32(const float *k, int64_t ldk, const float *q, int64_t ldq, int nq, int64_t n, int64_t np,
+                           float *out, int64_t ldo)
+{
+    const bt_kvariant *v = bt_kernels_active();
+    int j = 0;
+    if (v->dot8x3_f32)
+        for (; j + 3 <= nq; j += 3) {
+            float o[24];
+            int64_t p = 0;
+            for (; p + 8 <= np; p += 8) {
+                v->dot8x3_f32(k + p * ldk, ldk, q + j * ldq, ldq, n, o);
+                for (int t = 0; t < 3; t++)
+                    memcpy(out + (j + t) * ldo + p, o + 8 * t, 8 * sizeof(float));
+            }
+            for (int t = 0; t < 3 && p < np; t++)
+                bt_dot_rows_f32(k + p * ldk, ldk, q + (j + t) * ldq, n, np - p, out + (j + t) * ldo + p);
+        }
+    for (; j < nq; j++)
+        bt_dot_rows_f32(k, ldk, q + j * ldq, n, np, out + j * ldo);
+}
+
+void bt_wsum_f32(float *acc, const float *wts, float scale, const float *v, int64_t ldv, int64_t np, int64_t n)
+{
+    if (np > 0 && n > 0)
+        bt_kernels_active()->wsum_f32(acc, wts, scale, v, ldv, np, n);
 }

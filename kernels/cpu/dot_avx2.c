@@ -19,6 +19,7 @@
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 
+#include <float.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -794,6 +795,98 @@ TGT static void dq_q4_1(const void *src, float *dst, int64_t n)
     }
 }
 
+/* ---- attention's weighted sum (kernels.h: bt_wsum_f32): the plain
+ * loop's roundings lane by lane (mul, then add, never fused), 32 floats of
+ * the head in four registers across all positions, a scalar tail. ---- */
+TGT static void wsum_f32(float *acc, const float *wts, float scale, const float *v, int64_t ldv, int64_t np, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 a0 = _mm256_loadu_ps(acc + i), a1 = _mm256_loadu_ps(acc + i + 8);
+        __m256 a2 = _mm256_loadu_ps(acc + i + 16), a3 = _mm256_loadu_ps(acc + i + 24);
+        for (int64_t p = 0; p < np; p++) {
+            __m256 w = _mm256_set1_ps(wts[p] * scale);
+            const float *vp = v + p * ldv + i;
+            __m256 t0 = _mm256_mul_ps(w, _mm256_loadu_ps(vp)), t1 = _mm256_mul_ps(w, _mm256_loadu_ps(vp + 8));
+            __m256 t2 = _mm256_mul_ps(w, _mm256_loadu_ps(vp + 16)), t3 = _mm256_mul_ps(w, _mm256_loadu_ps(vp + 24));
+            BT_NOFUSE_V(t0);
+            BT_NOFUSE_V(t1);
+            BT_NOFUSE_V(t2);
+            BT_NOFUSE_V(t3);
+            a0 = _mm256_add_ps(a0, t0);
+            a1 = _mm256_add_ps(a1, t1);
+            a2 = _mm256_add_ps(a2, t2);
+            a3 = _mm256_add_ps(a3, t3);
+        }
+        _mm256_storeu_ps(acc + i, a0);
+        _mm256_storeu_ps(acc + i + 8, a1);
+        _mm256_storeu_ps(acc + i + 16, a2);
+        _mm256_storeu_ps(acc + i + 24, a3);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = _mm256_loadu_ps(acc + i);
+        for (int64_t p = 0; p < np; p++) {
+            __m256 t = _mm256_mul_ps(_mm256_set1_ps(wts[p] * scale), _mm256_loadu_ps(v + p * ldv + i));
+            BT_NOFUSE_V(t);
+            a = _mm256_add_ps(a, t);
+        }
+        _mm256_storeu_ps(acc + i, a);
+    }
+    for (; i < n; i++)
+        for (int64_t p = 0; p < np; p++) {
+            float t = (wts[p] * scale) * v[p * ldv + i];
+            BT_NOFUSE_F(t);
+            acc[i] += t;
+        }
+}
+
+/* ---- the tap statistics' sweep (kernels.h, dot.c): 8 float lanes per
+ * 64-element chunk, as the scalar sweep, so the same bits. No FMA in the
+ * target: the scalar code rounds v * v before adding it. ---- */
+
+__attribute__((target("avx2"))) int64_t bt_sweep_f32_avx2(const float *x, int64_t n, bt_sweep *acc)
+{
+    const __m256 big = _mm256_set1_ps(FLT_MAX);
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 mn = _mm256_loadu_ps(acc->mn), mx = _mm256_loadu_ps(acc->mx);
+    __m256d s0 = _mm256_loadu_pd(acc->sum), s1 = _mm256_loadu_pd(acc->sum + 4);
+    __m256d q0 = _mm256_loadu_pd(acc->sumsq), q1 = _mm256_loadu_pd(acc->sumsq + 4);
+    int64_t i = 0;
+    bool stopped = false;
+    for (; i + 64 <= n; i += 64) {
+        __m256 v[8], bad = _mm256_setzero_ps();
+        for (int k = 0; k < 8; k++) {
+            v[k] = _mm256_loadu_ps(x + i + 8 * k);
+            /* |v| > FLT_MAX or unordered: an Inf or a NaN */
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(v[k], absm), big, _CMP_NLE_UQ));
+        }
+        if (!_mm256_testz_ps(bad, bad)) {
+            stopped = true;
+            break;
+        }
+        __m256 s = _mm256_setzero_ps(), q = s;
+        for (int k = 0; k < 8; k++) {
+            s = _mm256_add_ps(s, v[k]);
+            q = _mm256_add_ps(q, _mm256_mul_ps(v[k], v[k]));
+            mn = _mm256_min_ps(v[k], mn);    /* v < mn ? v : mn, the scalar rule */
+            mx = _mm256_max_ps(v[k], mx);
+        }
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(s)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(s, 1)));
+        q0 = _mm256_add_pd(q0, _mm256_cvtps_pd(_mm256_castps256_ps128(q)));
+        q1 = _mm256_add_pd(q1, _mm256_cvtps_pd(_mm256_extractf128_ps(q, 1)));
+    }
+    _mm256_storeu_ps(acc->mn, mn);
+    _mm256_storeu_ps(acc->mx, mx);
+    _mm256_storeu_pd(acc->sum, s0);
+    _mm256_storeu_pd(acc->sum + 4, s1);
+    _mm256_storeu_pd(acc->sumsq, q0);
+    _mm256_storeu_pd(acc->sumsq + 4, q1);
+    if (stopped || i >= n)
+        return i;
+    return i + bt_sweep_f32_scalar(x + i, n - i, acc);
+}
+
 bool bt_kv_avx2_fill(bt_kvariant *kv)
 {
     kv->name = "avx2";
@@ -837,6 +930,8 @@ bool bt_kv_avx2_fill(bt_kvariant *kv)
     kv->dot4q[BT_DT_Q4_K] = dot4q_q4_k;
     kv->dot4q[BT_DT_Q5_K] = dot4q_q5_k;
     kv->dot4q[BT_DT_Q6_K] = dot4q_q6_k;
+    kv->sweep_f32 = bt_sweep_f32_avx2;
+    kv->wsum_f32 = wsum_f32;
     return true;
 }
 

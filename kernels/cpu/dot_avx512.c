@@ -281,6 +281,71 @@ TGT static float dot_bf16(const void *w, const float *x, int64_t n)
     return i < n ? half_tail(p + 2 * i, x + i, n - i, true, s0, s1) : reduce1(s0, s1);
 }
 
+/* Prefill register tile, 8 rows x 3 tokens. The canonical order keeps
+ * chunk c in accumulator c % 2, and the two accumulators never meet until
+ * the end, so the even chunks and the odd chunks can run as two passes:
+ * one register per (row, token) at a time, 24 of them, each weight vector
+ * feeding three FMAs and each token vector eight (11 loads per 24 FMAs,
+ * against 12 per 16 in the 4x2 tile). Same bits as dot_f32 per pair. */
+#define T83_ROW(k)                                                                      \
+    do {                                                                                \
+        __m512 v = ld16(w + (k) * ldw + i, l);                                          \
+        __asm__("" : "+v"(v));                                                          \
+        a##k##0 = _mm512_fmadd_ps(v, x0, a##k##0);                                      \
+        a##k##1 = _mm512_fmadd_ps(v, x1, a##k##1);                                      \
+        a##k##2 = _mm512_fmadd_ps(v, x2, a##k##2);                                      \
+    } while (0)
+#define T83_OUT(k)                                                                      \
+    do {                                                                                \
+        acc[(k) * 3] = a##k##0;                                                         \
+        acc[(k) * 3 + 1] = a##k##1;                                                     \
+        acc[(k) * 3 + 2] = a##k##2;                                                     \
+    } while (0)
+
+TGT static inline __attribute__((always_inline)) void tile8x3_pass(const float *w, int64_t ldw, const float *x,
+                                                                   int64_t ldx, int64_t n, int64_t i0, __m512 acc[24])
+{
+    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a10 = a00, a11 = a00, a12 = a00;
+    __m512 a20 = a00, a21 = a00, a22 = a00, a30 = a00, a31 = a00, a32 = a00;
+    __m512 a40 = a00, a41 = a00, a42 = a00, a50 = a00, a51 = a00, a52 = a00;
+    __m512 a60 = a00, a61 = a00, a62 = a00, a70 = a00, a71 = a00, a72 = a00;
+    for (int64_t i = i0; i < n; i += 32) {
+        int64_t l = n - i;
+        __m512 x0 = ld16(x + i, l), x1 = ld16(x + ldx + i, l), x2 = ld16(x + 2 * ldx + i, l);
+        T83_ROW(0);
+        T83_ROW(1);
+        T83_ROW(2);
+        T83_ROW(3);
+        T83_ROW(4);
+        T83_ROW(5);
+        T83_ROW(6);
+        T83_ROW(7);
+    }
+    T83_OUT(0);
+    T83_OUT(1);
+    T83_OUT(2);
+    T83_OUT(3);
+    T83_OUT(4);
+    T83_OUT(5);
+    T83_OUT(6);
+    T83_OUT(7);
+}
+#undef T83_ROW
+#undef T83_OUT
+
+/* out[t*8 + r] = dot(w + r*ldw, x + t*ldx) for r < 8, t < 3. */
+TGT static void dot8x3_f32(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float out[24])
+{
+    __m512 e[24], o[24];
+    tile8x3_pass(w, ldw, x, ldx, n, 0, e);
+    tile8x3_pass(w, ldw, x, ldx, n, 16, o);
+    for (int t = 0; t < 3; t++)
+        for (int r = 0; r < 8; r += 4)
+            hsum8x4(fold(e[r * 3 + t], o[r * 3 + t]), fold(e[(r + 1) * 3 + t], o[(r + 1) * 3 + t]),
+                    fold(e[(r + 2) * 3 + t], o[(r + 2) * 3 + t]), fold(e[(r + 3) * 3 + t], o[(r + 3) * 3 + t]),
+                    out + t * 8 + r);
+}
+
 /* ---- 32-element blocks: each block's weights are built in registers
  * exactly as the dequantizers below build them (lo = elements 0..15 into
  * accumulator 0, hi = 16..31 into accumulator 1), then the f32 order. ---- */
@@ -333,14 +398,27 @@ TGT static inline void w_q4_1(const uint8_t *b, __m512 *lo, __m512 *hi)
     q4_lookup(b + 4, _mm512_fmadd_ps(k, _mm512_set1_ps(ld_f16(b)), _mm512_set1_ps(ld_f16(b + 2))), lo, hi);
 }
 
+/* kmovw k, m16. GCC turns _load_mask16 into a load into a general
+ * register and a kmovw from it (a port-5 uop); the asm keeps it a load. */
+TGT static inline __mmask16 ld_mask16(const uint8_t *p)
+{
+    __mmask16 k;
+    __asm__("kmovw %1, %0" : "=k"(k) : "m"(*(const uint16_t *)p));
+    return k;
+}
+
 /* q5 blocks: a 32-entry table as two vectors; the low 16 entries through
- * vpermps, lanes whose 5th bit is set (a k-mask straight from qh) through
- * a masked second vpermps. */
-TGT static inline void q5_lookup(const uint8_t *qs, uint32_t qh, __m512 la, __m512 lb, __m512 *lo, __m512 *hi)
+ * vpermps, lanes whose 5th bit is set (a k-mask loaded straight from qh)
+ * through a masked second vpermps. The masks come from memory (kmovw k,
+ * m16 is a load): moving qh through a general register and shifting it
+ * costs two more port-5 uops per block, on the port the permutes already
+ * saturate. */
+TGT static inline void q5_lookup(const uint8_t *qs, const uint8_t *qh, __m512 la, __m512 lb, __m512 *lo, __m512 *hi)
 {
     __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs)), vh = _mm512_srli_epi32(v, 4);
-    *lo = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(v, la), (__mmask16)qh, v, lb);
-    *hi = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(vh, la), (__mmask16)(qh >> 16), vh, lb);
+    __mmask16 klo = ld_mask16(qh), khi = ld_mask16(qh + 2);
+    *lo = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(v, la), klo, v, lb);
+    *hi = _mm512_mask_permutexvar_ps(_mm512_permutexvar_ps(vh, la), khi, vh, lb);
 }
 
 /* q5_0: (q - 16) * d (exact). */
@@ -349,9 +427,7 @@ TGT static inline void w_q5_0(const uint8_t *b, __m512 *lo, __m512 *hi)
     const __m512 ka = _mm512_setr_ps(-16, -15, -14, -13, -12, -11, -10, -9, -8, -7, -6, -5, -4, -3, -2, -1);
     const __m512 kb = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512 d = _mm512_set1_ps(ld_f16(b));
-    uint32_t qh;
-    memcpy(&qh, b + 2, 4);
-    q5_lookup(b + 6, qh, _mm512_mul_ps(ka, d), _mm512_mul_ps(kb, d), lo, hi);
+    q5_lookup(b + 6, b + 2, _mm512_mul_ps(ka, d), _mm512_mul_ps(kb, d), lo, hi);
 }
 
 /* q5_1: q * d + m as one FMA (q * d is exact, as in q4_1). */
@@ -360,9 +436,7 @@ TGT static inline void w_q5_1(const uint8_t *b, __m512 *lo, __m512 *hi)
     const __m512 ka = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512 kb = _mm512_add_ps(ka, _mm512_set1_ps(16));
     __m512 d = _mm512_set1_ps(ld_f16(b)), m = _mm512_set1_ps(ld_f16(b + 2));
-    uint32_t qh;
-    memcpy(&qh, b + 4, 4);
-    q5_lookup(b + 8, qh, _mm512_fmadd_ps(ka, d, m), _mm512_fmadd_ps(kb, d, m), lo, hi);
+    q5_lookup(b + 8, b + 4, _mm512_fmadd_ps(ka, d, m), _mm512_fmadd_ps(kb, d, m), lo, hi);
 }
 
 /* One row; and four rows sharing the x loads (decode: interleaving hides
@@ -787,6 +861,47 @@ TGT static void dq_q4_1(const void *src, float *dst, int64_t n)
     }
 }
 
+/* ---- attention's weighted sum (kernels.h: bt_wsum_f32): the plain
+ * loop's roundings lane by lane (mul, then add; BT_NOFUSE_V keeps GCC from
+ * contracting them), a 64-float head held in four registers across all
+ * positions. ---- */
+TGT static void wsum_f32(float *acc, const float *wts, float scale, const float *v, int64_t ldv, int64_t np, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512 a0 = _mm512_loadu_ps(acc + i), a1 = _mm512_loadu_ps(acc + i + 16);
+        __m512 a2 = _mm512_loadu_ps(acc + i + 32), a3 = _mm512_loadu_ps(acc + i + 48);
+        for (int64_t p = 0; p < np; p++) {
+            __m512 w = _mm512_set1_ps(wts[p] * scale);
+            const float *vp = v + p * ldv + i;
+            __m512 t0 = _mm512_mul_ps(w, _mm512_loadu_ps(vp)), t1 = _mm512_mul_ps(w, _mm512_loadu_ps(vp + 16));
+            __m512 t2 = _mm512_mul_ps(w, _mm512_loadu_ps(vp + 32)), t3 = _mm512_mul_ps(w, _mm512_loadu_ps(vp + 48));
+            BT_NOFUSE_V(t0);
+            BT_NOFUSE_V(t1);
+            BT_NOFUSE_V(t2);
+            BT_NOFUSE_V(t3);
+            a0 = _mm512_add_ps(a0, t0);
+            a1 = _mm512_add_ps(a1, t1);
+            a2 = _mm512_add_ps(a2, t2);
+            a3 = _mm512_add_ps(a3, t3);
+        }
+        _mm512_storeu_ps(acc + i, a0);
+        _mm512_storeu_ps(acc + i + 16, a1);
+        _mm512_storeu_ps(acc + i + 32, a2);
+        _mm512_storeu_ps(acc + i + 48, a3);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : tail_mask(n - i);
+        __m512 a = _mm512_maskz_loadu_ps(m, acc + i);
+        for (int64_t p = 0; p < np; p++) {
+            __m512 t = _mm512_mul_ps(_mm512_set1_ps(wts[p] * scale), _mm512_maskz_loadu_ps(m, v + p * ldv + i));
+            BT_NOFUSE_V(t);
+            a = _mm512_add_ps(a, t);
+        }
+        _mm512_mask_storeu_ps(acc + i, m, a);
+    }
+}
+
 bool bt_kv_avx512_fill(bt_kvariant *kv)
 {
     kv->name = "avx512";
@@ -830,6 +945,9 @@ bool bt_kv_avx512_fill(bt_kvariant *kv)
     kv->dot4q[BT_DT_Q4_K] = dot4q_q4_k;
     kv->dot4q[BT_DT_Q5_K] = dot4q_q5_k;
     kv->dot4q[BT_DT_Q6_K] = dot4q_q6_k;
+    kv->sweep_f32 = bt_sweep_f32_avx2;
+    kv->wsum_f32 = wsum_f32;
+    kv->dot8x3_f32 = dot8x3_f32;
     return true;
 }
 

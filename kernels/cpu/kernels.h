@@ -55,6 +55,37 @@ void bt_dequant_row(int type, const void *src, float *dst, int64_t n);
 /* dot(W row, x) over n elements, W row of `type`, x f32. */
 float bt_vec_dot(int type, const void *w_row, const float *x, int64_t n);
 
+/* The finite sweep behind the tap statistics (src/tap/stats.c): float
+ * partial sums in 8 lanes per 64-element chunk, each chunk's lanes then
+ * added into the matching double lane; min and max per lane. Starts with
+ * sum = sumsq = 0, mn = +inf, mx = -inf in every lane (bt_sweep_init). */
+typedef struct bt_sweep {
+    double sum[8], sumsq[8];
+    float mn[8], mx[8];
+} bt_sweep;
+void bt_sweep_init(bt_sweep *acc);
+/* Adds x[0..n) to acc chunk by chunk (64 elements, the last one possibly
+ * shorter, its tail past a multiple of 8 into lane 0) while every value of
+ * a chunk is finite; returns how many elements it took: n, or the start of
+ * the first chunk holding a NaN or an Inf (that chunk untouched, for the
+ * caller's per-element path). Every variant gives the same bits. */
+int64_t bt_sweep_f32(const float *x, int64_t n, bt_sweep *acc);
+
+/* The CPU backend's attention loops. bt_dot_rows_f32: out[p] = dot(k + p *
+ * ldk, q) over n floats for p < np, each the bits bt_vec_dot(BT_DT_F32)
+ * gives it (four rows per call where it can: the variant's dot4 kernel
+ * follows the same canonical order). bt_wsum_f32: for p = 0 .. np-1 in
+ * order, w = wts[p] * scale, then acc[i] += w * v[p * ldv + i] for i < n,
+ * product rounded then added (never fused), so every variant gives the
+ * bits of that plain loop. */
+void bt_dot_rows_f32(const float *k, int64_t ldk, const float *q, int64_t n, int64_t np, float *out);
+/* The same for nq queries sharing the keys (a GQA group): out[j*ldo + p] =
+ * dot(k + p*ldk, q + j*ldq), each the bits bt_dot_rows_f32 gives it; with
+ * the variant's 8x3 tile three queries share every key load. */
+void bt_dot_rows_multi_f32(const float *k, int64_t ldk, const float *q, int64_t ldq, int nq, int64_t n, int64_t np,
+                           float *out, int64_t ldo);
+void bt_wsum_f32(float *acc, const float *wts, float scale, const float *v, int64_t ldv, int64_t np, int64_t n);
+
 /* A small fixed pthread pool. bt_pool_run calls fn(arg, ith, nth) on nth
  * threads (the caller is thread 0) and returns when all are done. */
 typedef struct bt_pool bt_pool;

@@ -11,7 +11,7 @@
  *   - dot[t] equals the scalar dot up to f32 reassociation, and never hides
  *     a NaN or Inf (no min/max tricks);
  *   - batch invariance: within one variant, every kernel that yields a
- *     (row, token) dot - dot[t], dot4q[t], dot4_f32, dot4x2_f32 on the
+ *     (row, token) dot - dot[t], dot4q[t], dot4_f32, dot4x2_f32, dot8x3_f32 on the
  *     dequantized row - runs the same floating-point operations in the same
  *     order, so the value is bit-identical whichever kernel, tile position,
  *     batch size or thread split bt_matmul picks. Each variant fixes one
@@ -59,7 +59,20 @@ typedef struct bt_kvariant {
     bt_dot4_fn dot4_f32;
     bt_dot4x2_fn dot4x2_f32;
     bt_dot4q_fn dot4q[BT_DT_COUNT];    /* optional (NULL: one row at a time) */
+    /* Optional bigger prefill tile: out[t*8 + r] = dot(w + r*ldw, x +
+     * t*ldx) for r < 8, t < 3, in the canonical order (NULL: 4x2 only). */
+    void (*dot8x3_f32)(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float out[24]);
+    int64_t (*sweep_f32)(const float *x, int64_t n, bt_sweep *acc);   /* bt_sweep_f32 */
+    void (*wsum_f32)(float *acc, const float *wts, float scale, const float *v, int64_t ldv,
+                     int64_t np, int64_t n);                           /* bt_wsum_f32 */
 } bt_kvariant;
+
+/* The reference sweep (dot.c); SIMD sweeps run their last short chunk
+ * through it. */
+int64_t bt_sweep_f32_scalar(const float *x, int64_t n, bt_sweep *acc);
+/* The AVX2 sweep (dot_avx2.c), also the avx512 table's: 8 lanes is the
+ * sweep's defined order, so 16-lane code could not give the same bits. */
+int64_t bt_sweep_f32_avx2(const float *x, int64_t n, bt_sweep *acc);
 
 /* The table named `name` if this build has it and this CPU can run it, else
  * NULL. Calls bt_kernels_init() first. */

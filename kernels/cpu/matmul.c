@@ -3,10 +3,10 @@
  * Decode (T == 1) is a matrix-vector product bound by memory bandwidth:
  * each thread streams a contiguous band of rows through the quantized dot,
  * four rows per call where the variant has a dot4q kernel.
- * Prefill (T > 1) dequantizes four rows at a time into a small per-thread
- * buffer (it stays in L1/L2) and takes their f32 dots with two tokens at a
- * time, so each weight is read from memory and decoded once per call, not T
- * times.
+ * Prefill (T > 1) dequantizes four rows at a time (eight where the variant
+ * has the 8x3 tile) into a small per-thread buffer (it stays in L1/L2) and
+ * takes their f32 dots with two (three) tokens at a time, so each weight is
+ * read from memory and decoded once per call, not T times.
  *
  * Batch invariance: every kernel used here computes a (row, token) dot in
  * its variant's one canonical order (kernels_impl.h), so out[t*rows + r] is
@@ -81,14 +81,60 @@ static void mm_rows_f32(const struct mm_job *j, const float *w, int64_t ldw, int
     }
 }
 
+/* Eight rows (f32 at w, stride ldw) against every token: 8x3 tiles, the
+ * one or two tokens left over through the 4-row path. */
+static void mm_rows8_f32(const struct mm_job *j, const float *w, int64_t ldw, int64_t r0)
+{
+    float o[24];
+    int64_t cols = j->cols, rows = j->rows;
+    int t = 0;
+    for (; t + 3 <= j->T; t += 3) {
+        j->kv->dot8x3_f32(w, ldw, j->x + (int64_t)t * cols, cols, cols, o);
+        for (int k = 0; k < 3; k++)
+            memcpy(j->out + (int64_t)(t + k) * rows + r0, o + 8 * k, 8 * sizeof(float));
+    }
+    if (t < j->T) {
+        struct mm_job rest = *j;
+        rest.x = j->x + (int64_t)t * cols;
+        rest.out = j->out + (int64_t)t * rows;
+        rest.T = j->T - t;
+        mm_rows_f32(&rest, w, ldw, r0, 4);
+        mm_rows_f32(&rest, w + 4 * ldw, ldw, r0 + 4, 4);
+    }
+}
+
 static void mm_prefill(const struct mm_job *j, int64_t r0, int64_t r1)
 {
+    /* Eight rows at a time when the variant has the 8x3 tile, there are
+     * tokens enough to fill it and eight rows plus three tokens stay in L1
+     * (any tile gives a pair the same bits). Single thread, q4_0, 128
+     * tokens: 576 columns 0.024 -> 0.021 ns per weight-token; at 1536
+     * columns the 48 KB of rows spill and the 4x2 tile is twice as fast. */
+    int group = j->kv->dot8x3_f32 && j->T >= 3 && j->cols <= 768 ? 8 : 4;
+    float *buf = aligned_alloc(64, ((size_t)j->cols * group * sizeof(float) + 63) & ~(size_t)63);
     if (j->type == BT_DT_F32) {
-        for (int64_t r = r0; r < r1; r += 4)
-            mm_rows_f32(j, (const float *)(j->W + r * j->row_bytes), j->cols, r, BT_MIN(4, r1 - r));
+        /* GGUF aligns tensors to 32 bytes: a 64-byte load from a row that
+         * is not 64-aligned straddles two lines on every chunk, which cost
+         * a quarter of f32 prefill. Copying the 4 rows (reused by every
+         * token) into the aligned buffer is cheap; the values, hence the
+         * bits, are the same. */
+        for (int64_t r = r0; r < r1;) {
+            int64_t nr = r1 - r >= group ? group : BT_MIN(4, r1 - r);
+            const float *w = (const float *)(j->W + r * j->row_bytes);
+            if (buf && j->T > 2 && ((uintptr_t)w % 64 || j->row_bytes % 64)) {
+                for (int64_t k = 0; k < nr; k++)
+                    memcpy(buf + k * j->cols, w + k * j->cols, (size_t)j->cols * sizeof(float));
+                w = buf;
+            }
+            if (nr == 8)
+                mm_rows8_f32(j, w, j->cols, r);
+            else
+                mm_rows_f32(j, w, j->cols, r, nr);
+            r += nr;
+        }
+        free(buf);
         return;
     }
-    float *buf = aligned_alloc(64, ((size_t)j->cols * 4 * sizeof(float) + 63) & ~(size_t)63);
     if (!buf) {
         /* Slow but correct (and the same bits): no buffer, so decode each
          * row per token. */
@@ -100,11 +146,15 @@ static void mm_prefill(const struct mm_job *j, int64_t r0, int64_t r1)
         return;
     }
     bt_dequant_fn dq = j->kv->dequant[j->type];
-    for (int64_t r = r0; r < r1; r += 4) {
-        int64_t nr = BT_MIN(4, r1 - r);
+    for (int64_t r = r0; r < r1;) {
+        int64_t nr = r1 - r >= group ? group : BT_MIN(4, r1 - r);
         for (int64_t k = 0; k < nr; k++)
             dq(j->W + (r + k) * j->row_bytes, buf + k * j->cols, j->cols);
-        mm_rows_f32(j, buf, j->cols, r, nr);
+        if (nr == 8)
+            mm_rows8_f32(j, buf, j->cols, r);
+        else
+            mm_rows_f32(j, buf, j->cols, r, nr);
+        r += nr;
     }
     free(buf);
 }

@@ -203,7 +203,34 @@ typedef struct attn_job {
     size_t att_stride;
 } attn_job;
 
-/* One (position, head) pair per work item, split across threads. */
+/* One query head at position pos: softmax over the scores in att (raw
+ * dots, scaled here), then the weighted sum of value rows into out. */
+static void attn_head(float *att, int pos, float scale, const float *vc, int kv_dim, int hd, float *out)
+{
+    float mx = -INFINITY;
+    for (int p = 0; p <= pos; p++) {
+        float s = att[p] * scale;
+        att[p] = s;
+        if (s > mx) mx = s;
+    }
+    float sum = 0;
+    for (int p = 0; p <= pos; p++) { att[p] = expf(att[p] - mx); sum += att[p]; }
+    float inv = 1.0f / sum;
+    /* The weighted sum of value rows, with the head in registers across
+     * positions (bt_wsum_f32: the plain loop's bits; built for the baseline
+     * ISA this loop stayed scalar and was most of attention at depth). */
+    float acc[BT_CPU_MAX_HEAD_DIM];
+    memset(acc, 0, hd * sizeof(float));
+    bt_wsum_f32(acc, att, inv, vc, kv_dim, pos + 1, hd);
+    memcpy(out, acc, hd * sizeof(float));
+}
+
+/* Work items: one (position, head) pair each for a single position (decode:
+ * a few heads over the threads), one (position, KV head) each for a batch,
+ * whose query heads then share the key loads of the score dots
+ * (bt_dot_rows_multi_f32). Either way every score is the bits of one
+ * bt_vec_dot and each head runs the same softmax and sum, so a head's
+ * output does not depend on the batch. */
 static void attn_worker(void *arg, int ith, int nth)
 {
     const attn_job *j = arg;
@@ -214,32 +241,21 @@ static void attn_worker(void *arg, int ith, int nth)
     const float *vc = F(a->v_cache) + a->cache_off;
     float *att = j->att + (size_t)ith * j->att_stride;
     float scale = 1.0f / sqrtf((float)hd);
-    int items = a->T * a->n_heads;
+    bool grouped = a->T > 1;
+    int per = grouped ? group : 1;
+    int items = a->T * (grouped ? a->n_kv_heads : a->n_heads);
+    size_t ctx = j->att_stride / (size_t)group;   /* scores of one head */
     for (int it = ith; it < items; it += nth) {
-        int t = it / a->n_heads, h = it % a->n_heads, pos = a->pos0 + t;
-        const float *q = F(a->q) + (size_t)t * q_dim + h * hd;
-        int kvh = h / group;
-        float mx = -INFINITY;
-        for (int p = 0; p <= pos; p++) {
-            const float *k = kc + (size_t)p * kv_dim + kvh * hd;
-            float s = bt_vec_dot(BT_DT_F32, k, q, hd) * scale;   /* SIMD: the score loop is a quarter of decode time */
-            att[p] = s;
-            if (s > mx) mx = s;
-        }
-        float sum = 0;
-        for (int p = 0; p <= pos; p++) { att[p] = expf(att[p] - mx); sum += att[p]; }
-        float inv = 1.0f / sum;
-        /* Accumulate in a local row: with no possible aliasing between the
-         * accumulator and the cache, the inner loop vectorises (same
-         * per-element order, so results do not change). */
-        float acc[BT_CPU_MAX_HEAD_DIM];
-        memset(acc, 0, hd * sizeof(float));
-        for (int p = 0; p <= pos; p++) {
-            const float *restrict v = vc + (size_t)p * kv_dim + kvh * hd;
-            float w = att[p] * inv;
-            for (int i = 0; i < hd; i++) acc[i] += w * v[i];
-        }
-        memcpy(F(a->out) + (size_t)t * q_dim + h * hd, acc, hd * sizeof(float));
+        int t = it / (a->n_heads / per), h0 = (it % (a->n_heads / per)) * per, pos = a->pos0 + t;
+        const float *q = F(a->q) + (size_t)t * q_dim + h0 * hd;
+        int kvh = h0 / group;
+        /* SIMD score dots (the same bits as one bt_vec_dot each): the score
+         * loop was a quarter of decode time */
+        if (per == 1) bt_dot_rows_f32(kc + kvh * hd, kv_dim, q, hd, pos + 1, att);
+        else bt_dot_rows_multi_f32(kc + kvh * hd, kv_dim, q, hd, per, hd, pos + 1, att, (int64_t)ctx);
+        for (int g = 0; g < per; g++)
+            attn_head(att + (size_t)g * ctx, pos, scale, vc + kvh * hd, kv_dim, hd,
+                      F(a->out) + (size_t)t * q_dim + (size_t)(h0 + g) * hd);
     }
 }
 
@@ -248,11 +264,13 @@ static int cpu_attention(bt_backend *be, const bt_attn_args *a)
     cpu_ctx *c = CTX(be);
     if (a->head_dim > BT_CPU_MAX_HEAD_DIM)
         return bt_error(BT_EUNSUPPORTED, "cpu: head dimension %d is above the supported %d", a->head_dim, BT_CPU_MAX_HEAD_DIM);
-    size_t need = (size_t)BT_MAX(a->ctx_len, a->pos0 + a->T);
+    /* a score row per query head of a KV group, per thread */
+    size_t group = (size_t)BT_MAX(1, a->n_heads / BT_MAX(1, a->n_kv_heads));
+    size_t need = (size_t)BT_MAX(a->ctx_len, a->pos0 + a->T) * group;
     if (need > c->att_cap) {
         /* grows to the largest context of the engines sharing this backend */
         float *na = realloc(c->att, (size_t)c->n_threads * need * sizeof(float));
-        if (!na) return bt_error(BT_ENOMEM, "out of memory for attention scores (context %zu)", need);
+        if (!na) return bt_error(BT_ENOMEM, "out of memory for attention scores (context %zu)", need / group);
         c->att = na;
         c->att_cap = need;
     }

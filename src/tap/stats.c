@@ -1,10 +1,13 @@
 /* stats.c - one-pass tap statistics and logit-row summaries.
  *
- * The sweep keeps per-lane accumulators so the compiler can vectorise the
- * finite path; a non-finite value takes the slow branch, which is rare by
- * definition (and when it is not, the run is already broken). */
+ * The finite path is the kernels' vector sweep (bt_sweep_f32: one pass,
+ * float lanes per 64-element chunk folded into double lanes, the same bits
+ * on every SIMD variant); a chunk holding a non-finite value takes the slow
+ * branch here, which is rare by definition (and when it is not, the run is
+ * already broken). */
 #include "tap/stats.h"
 #include "engine/sampler.h"
+#include "kernels.h"
 #include "util.h"
 
 #include <math.h>
@@ -13,42 +16,35 @@
 void bt_stats_compute(const float *x, int rows, int width, int pos0, bt_tap_stats *out)
 {
     int64_t n = (int64_t)rows * width, nan = 0, pinf = 0, ninf = 0, first = -1;
-    float mn = INFINITY, mx = -INFINITY;
-    double sum = 0, sumsq = 0;
-    /* 8 lanes of float partial sums per 64-element chunk keep precision and
-     * let the loop vectorise; chunks fold into doubles. */
+    bt_sweep acc;
+    bt_sweep_init(&acc);
+    /* Finite chunks go through the kernels' vector sweep; a chunk holding a
+     * NaN or an Inf comes back here, element by element. */
     int64_t i = 0;
     while (i < n) {
+        i += bt_sweep_f32(x + i, n - i, &acc);
+        if (i >= n) break;
         int64_t end = BT_MIN(n, i + 64);
-        float s[8] = {0}, q[8] = {0};
-        bool clean = true;
+        float s = 0, q = 0;
         for (int64_t j = i; j < end; j++) {
             float v = x[j];
-            if (!isfinite(v)) { clean = false; break; }
-        }
-        if (clean) {
-            int64_t j = i;
-            for (; j + 8 <= end; j += 8)
-                for (int l = 0; l < 8; l++) {
-                    float v = x[j + l];
-                    s[l] += v; q[l] += v * v;
-                    mn = v < mn ? v : mn; mx = v > mx ? v : mx;
-                }
-            for (; j < end; j++) {
-                float v = x[j];
-                s[0] += v; q[0] += v * v;
-                mn = v < mn ? v : mn; mx = v > mx ? v : mx;
-            }
-        } else {
-            for (int64_t j = i; j < end; j++) {
-                float v = x[j];
-                if (isnan(v)) { nan++; if (first < 0) first = j; }
-                else if (isinf(v)) { if (v > 0) pinf++; else ninf++; if (first < 0) first = j; }
-                else { s[0] += v; q[0] += v * v; mn = v < mn ? v : mn; mx = v > mx ? v : mx; }
+            if (isnan(v)) { nan++; if (first < 0) first = j; }
+            else if (isinf(v)) { if (v > 0) pinf++; else ninf++; if (first < 0) first = j; }
+            else {
+                s += v; q += v * v;
+                acc.mn[0] = v < acc.mn[0] ? v : acc.mn[0];
+                acc.mx[0] = v > acc.mx[0] ? v : acc.mx[0];
             }
         }
-        for (int l = 0; l < 8; l++) { sum += s[l]; sumsq += q[l]; }
+        acc.sum[0] += s; acc.sumsq[0] += q;
         i = end;
+    }
+    double sum = 0, sumsq = 0;
+    float mn = INFINITY, mx = -INFINITY;
+    for (int l = 0; l < 8; l++) {
+        sum += acc.sum[l]; sumsq += acc.sumsq[l];
+        mn = acc.mn[l] < mn ? acc.mn[l] : mn;
+        mx = acc.mx[l] > mx ? acc.mx[l] : mx;
     }
     int64_t nf = n - nan - pinf - ninf;
     out->n = n; out->nan = nan; out->pinf = pinf; out->ninf = ninf; out->n_finite = nf;
@@ -92,10 +88,17 @@ void bt_logit_summarize(const float *row, int n, int k, int triton_block, bt_log
     out->max = bad == n ? NAN : mx;
     bt_argmax_rule r = { .kind = BT_ARGMAX_FIRST };
     out->argmax_first = bt_argmax(&r, row, n);
-    r.kind = BT_ARGMAX_TORCH;
-    out->argmax_torch = bt_argmax(&r, row, n);
-    r.kind = BT_ARGMAX_TRITON; r.block = triton_block > 0 ? triton_block : 1024;
-    out->argmax_triton = bt_argmax(&r, row, n);
+    if (out->nan == 0) {
+        /* The rules differ only in how they meet a NaN: without one, each
+         * gives the first index of the maximum (0 for an all -inf row), so
+         * one pass serves all three (tests/test_stats.c checks it). */
+        out->argmax_torch = out->argmax_triton = out->argmax_first;
+    } else {
+        r.kind = BT_ARGMAX_TORCH;
+        out->argmax_torch = bt_argmax(&r, row, n);
+        r.kind = BT_ARGMAX_TRITON; r.block = triton_block > 0 ? triton_block : 1024;
+        out->argmax_triton = bt_argmax(&r, row, n);
+    }
     /* entropy of softmax, only meaningful for a finite row (-inf entries are
      * masked tokens with probability 0) */
     if (out->nan == 0 && out->pinf == 0 && bad < n) {
