@@ -19,7 +19,8 @@ one side, in float32 as torch does, and in float64 by make_random_gguf).
 Architectures: llama with Llama 3 rope scaling (config rope_scaling
 {rope_type llama3, factor, low/high_freq_factor, original_max_position_
 embeddings}; the GGUF carries the rope_freqs.weight the converter computes),
-mistral (GQA 4:1), qwen2 (q/k/v biases), qwen3 (q/k norms, head_dim 32 !=
+mistral (GQA 4:1, a sliding_window the tokens fit in; a folder whose window
+they exceed must be refused), qwen2 (q/k/v biases), qwen3 (q/k norms, head_dim 32 !=
 hidden/heads), qwen3moe (8 experts, top-2, norm_topk_prob). HF's
 Qwen3MoeForCausalLM has no shared expert (Qwen2Moe does), so no shared-expert
 folder is built. Then a BF16-safetensors qwen3 folder: its max abs difference
@@ -72,7 +73,7 @@ ARCHS = [
      "LlamaForCausalLM", dict(model_type="llama", rope_scaling=LLAMA3, attention_bias=False, mlp_bias=False,
                               pretraining_tp=1)),
     ("mistral gqa4", dict(arch="mistral", n_heads=8, n_kv_heads=2, seed=41),
-     "MistralForCausalLM", dict(model_type="mistral", sliding_window=None)),
+     "MistralForCausalLM", dict(model_type="mistral", sliding_window=32)),   # >= len(TOKENS)
     ("qwen2 qkv-bias", dict(arch="qwen2", seed=42, rope_base=1000000.0, norm_eps=1e-6),
      "Qwen2ForCausalLM", dict(model_type="qwen2", use_sliding_window=False, sliding_window=131072,
                               max_window_layers=2, rope_scaling=None)),
@@ -266,6 +267,25 @@ def check_bf16(bt, tmp, gpath, hp, out, label, hf_class, extra):
                                              top1, len(TOKENS)))
 
 
+def check_sliding_window(bt, tmp):
+    """Mistral's sliding_window (transformers applies it when not null):
+    within it attention is full (the mistral folder above has a window of
+    32 >= its 24 tokens and matches the reference); a longer context must
+    be refused, never computed as full attention."""
+    gpath = os.path.join(tmp, "swa.gguf")
+    hp = make_random_gguf.make(gpath, arch="mistral", seed=45)
+    folder = os.path.join(tmp, "hf-swa")
+    write_folder(gpath, folder, "MistralForCausalLM", dict(sliding_window=8), hp)
+    try:
+        forward_dump(bt, folder, os.path.join(tmp, "dump-swa"))
+        fail("mistral sliding_window 8: forward over %d tokens exited 0 (computed past the window)" % len(TOKENS))
+    except cf.DumpError as e:
+        if "sliding" not in str(e):
+            fail("mistral sliding_window 8: refused without naming the window: %s" % e)
+        else:
+            print("ok: mistral sliding_window 8: %d tokens refused (%s)" % (len(TOKENS), str(e).split(": ", 2)[-1].strip()))
+
+
 def main():
     bt = os.environ.get("BANGTRACE")
     if not bt or not os.access(bt, os.X_OK):
@@ -277,6 +297,7 @@ def main():
             r = check_arch(bt, tmp, label, kw, cls, extra)
             if r and kw["arch"] == "qwen3":
                 qwen3 = (r, label, cls, extra)
+        check_sliding_window(bt, tmp)
         print("skip: qwen3moe shared expert: Hugging Face's Qwen3MoeForCausalLM has none")
         if qwen3:
             (gpath, hp, out), label, cls, extra = qwen3
