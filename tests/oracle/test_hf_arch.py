@@ -21,7 +21,9 @@ Architectures: llama with Llama 3 rope scaling (config rope_scaling
 embeddings}; the GGUF carries the rope_freqs.weight the converter computes),
 mistral (GQA 4:1, a sliding_window the tokens fit in; a folder whose window
 they exceed must be refused), qwen2 (q/k/v biases), qwen3 (q/k norms, head_dim 32 !=
-hidden/heads), qwen3moe (8 experts, top-2, norm_topk_prob). HF's
+hidden/heads), qwen3moe (8 experts, top-2, norm_topk_prob). Also: an F16 llama3 folder (norms F32 in the
+same file, tied, no head_dim in config.json) and a qwen3moe folder in 3
+shards (each layer's experts stacked from two files). HF's
 Qwen3MoeForCausalLM has no shared expert (Qwen2Moe does), so no shared-expert
 folder is built. Then a BF16-safetensors qwen3 folder: its max abs difference
 from the f32 reference is reported and held to a loose sanity bound.
@@ -84,6 +86,13 @@ ARCHS = [
      "Qwen3MoeForCausalLM", dict(model_type="qwen3_moe", decoder_sparse_step=1, mlp_only_layers=[],
                                  use_sliding_window=False, sliding_window=None, attention_bias=False,
                                  output_router_logits=False, router_aux_loss_coef=0.001, rope_scaling=None)),
+    # F16 matrices (norms F32 in the same file), tied, and no head_dim in
+    # config.json (older Llama configs): the permutation on 2-byte rows
+    ("llama3 f16 tied no head_dim", dict(arch="llama", rope_freqs=True, rope_base=500000.0, wtype="f16", seed=46),
+     "LlamaForCausalLM", dict(model_type="llama", rope_scaling=LLAMA3, head_dim=None), dict(dtype="f16")),
+    # 3 shards: a layer's experts are stacked from two files
+    ("qwen3moe 3 shards untied", dict(arch="qwen3moe", n_expert=8, n_expert_used=2, untied=True, seed=47),
+     "Qwen3MoeForCausalLM", dict(model_type="qwen3_moe", norm_topk_prob=True), dict(shards=3)),
 ]
 TOKENS = [1, 17, 40, 9, 300, 5, 77, 12, 260, 18, 19, 21, 3, 44, 45, 46, 101, 7, 8, 200, 201, 33, 34, 2]
 
@@ -139,8 +148,43 @@ def tokenizer_files(out, n_vocab):
     return vocab["<|im_end|>"]
 
 
-def write_folder(gguf_path, out, hf_class, extra, hp, dtype="f32"):
-    """The HF folder of the model in gguf_path, as transformers saves it."""
+def write_shards(out, tensors, dtype, shards):
+    """model.safetensors, or `shards` files and model.safetensors.index.json
+    split in tensor order (so one layer's experts straddle two shards).
+    dtype "f16": tensors the GGUF holds in F16 are written F16, the others
+    (norms) F32 - lossless, and a mixed-dtype file as some checkpoints are."""
+    def enc(a, t):
+        if dtype == "bf16":
+            return "BF16", g2h.to_bf16_bytes(a)
+        if dtype == "f16" and t == gguf.GGMLQuantizationType.F16:
+            return "F16", np.ascontiguousarray(a, dtype="<f2").tobytes()
+        return "F32", np.ascontiguousarray(a, dtype="<f4").tobytes()
+
+    per = (len(tensors) + shards - 1) // shards
+    wm = {}
+    for s in range(shards):
+        fn = "model.safetensors" if shards == 1 else "model-%05d-of-%05d.safetensors" % (s + 1, shards)
+        header, blobs, off = {}, [], 0
+        for name, a, t in tensors[s * per:(s + 1) * per]:
+            dt, b = enc(a, t)
+            header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+            blobs.append(b)
+            off += len(b)
+            wm[name] = fn
+        header["__metadata__"] = {"format": "pt"}
+        h = json.dumps(header).encode()
+        h += b" " * (-len(h) % 8)
+        with open(os.path.join(out, fn), "wb") as f:
+            f.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
+    if shards > 1:
+        with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": 0}, "weight_map": wm}, f)
+    return wm
+
+
+def write_folder(gguf_path, out, hf_class, extra, hp, dtype="f32", shards=1):
+    """The HF folder of the model in gguf_path, as transformers saves it;
+    returns the weight map (tensor -> file)."""
     r = GGUFReader(gguf_path)
     arch = hp["arch"]
     os.makedirs(out)
@@ -150,12 +194,13 @@ def write_folder(gguf_path, out, hf_class, extra, hp, dtype="f32"):
            "num_key_value_heads": hp["n_kv_heads"], "head_dim": hp["head_dim"], "rms_norm_eps": hp["norm_eps"],
            "rope_theta": hp["rope_base"], "max_position_embeddings": hp["ctx_len"], "vocab_size": hp["n_vocab"],
            "tie_word_embeddings": "output.weight" not in names, "hidden_act": "silu", "initializer_range": 0.02,
-           "use_cache": True, "torch_dtype": "bfloat16" if dtype == "bf16" else "float32",
+           "use_cache": True, "torch_dtype": {"bf16": "bfloat16", "f16": "float16"}.get(dtype, "float32"),
            "transformers_version": "4.51.0", "bos_token_id": None}
     if arch == "qwen3moe":
         cfg.update(num_experts=hp["n_expert"], num_experts_per_tok=hp["n_expert_used"],
                    moe_intermediate_size=hp["hidden_dim"], norm_topk_prob=True)
     cfg.update(extra)
+    cfg = {k: v for k, v in cfg.items() if not (k == "head_dim" and v is None)}
     cfg["eos_token_id"] = tokenizer_files(out, hp["n_vocab"])
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
@@ -164,15 +209,16 @@ def write_folder(gguf_path, out, hf_class, extra, hp, dtype="f32"):
         if t.name == "rope_freqs.weight":       # config.json's rope_scaling says it
             continue
         w = np.array(t.data, dtype=np.float32).reshape([int(x) for x in reversed(t.shape)])
+        tt = t.tensor_type
         name, stacked = g2h.hf_name(t.name)
         base = t.name.split(".")[-2]
         if arch in ("llama", "mistral") and base in ("attn_q", "attn_k"):
             w = g2h.unpermute(w, hp["n_heads"] if base == "attn_q" else hp["n_kv_heads"])
         if stacked:
-            tensors += [(name.format(e), w[e]) for e in range(w.shape[0])]
+            tensors += [(name.format(e), w[e], tt) for e in range(w.shape[0])]
         else:
-            tensors.append((name, w))
-    g2h.write_safetensors(os.path.join(out, "model.safetensors"), tensors, dtype)
+            tensors.append((name, w, tt))
+    return write_shards(out, tensors, dtype, shards)
 
 
 def forward_dump(bt, model, dump):
@@ -211,11 +257,16 @@ def compare_all(label, got, ref_out, tol_fn):
     return worst
 
 
-def check_arch(bt, tmp, label, kw, hf_class, extra):
+def check_arch(bt, tmp, label, kw, hf_class, extra, opts):
     gpath = os.path.join(tmp, "m%d.gguf" % kw["seed"])
     hp = make_random_gguf.make(gpath, **kw)
     folder = os.path.join(tmp, "hf%d" % kw["seed"])
-    write_folder(gpath, folder, hf_class, extra, hp)
+    wm = write_folder(gpath, folder, hf_class, extra, hp, **opts)
+    if opts.get("shards", 1) > 1:
+        split = [L for L in range(hp["n_layers"])
+                 if len({f for n, f in wm.items() if n.startswith("model.layers.%d.mlp.experts." % L)}) > 1]
+        if not split and hp["n_expert"]:
+            fail("%s: no layer's experts straddle two shards (the test lost its point)" % label)
     try:
         got_hf, pos_hf, err_hf = forward_dump(bt, folder, os.path.join(tmp, "dump-hf%d" % kw["seed"]))
         got_gg, _, _ = forward_dump(bt, gpath, os.path.join(tmp, "dump-gg%d" % kw["seed"]))
@@ -293,8 +344,8 @@ def main():
         return 77
     with tempfile.TemporaryDirectory(prefix="bt-hfarch-") as tmp:
         qwen3 = None
-        for label, kw, cls, extra in ARCHS:
-            r = check_arch(bt, tmp, label, kw, cls, extra)
+        for label, kw, cls, extra, *opts in ARCHS:
+            r = check_arch(bt, tmp, label, kw, cls, extra, opts[0] if opts else {})
             if r and kw["arch"] == "qwen3":
                 qwen3 = (r, label, cls, extra)
         check_sliding_window(bt, tmp)
