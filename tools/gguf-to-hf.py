@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gguf-to-hf.py - write a GGUF model as a Hugging Face model folder.
 
-    tools/gguf-to-hf.py MODEL.gguf OUTDIR [--dtype f32|bf16] [--shards N]
+    tools/gguf-to-hf.py MODEL.gguf OUTDIR [--dtype f32|f16|bf16] [--shards N]
                         [--pre NAME] [--merges-form string|list] [--vocab-only]
 
 OUTDIR gets config.json, generation_config.json, tokenizer_config.json (with
@@ -108,8 +108,11 @@ def to_bf16_bytes(a):
 def write_safetensors(path, tensors, dtype):
     header, blobs, off = {}, [], 0
     for name, arr in tensors:
-        data = to_bf16_bytes(arr) if dtype == "bf16" else np.ascontiguousarray(arr, dtype="<f4").tobytes()
-        header[name] = {"dtype": "BF16" if dtype == "bf16" else "F32", "shape": list(arr.shape),
+        if dtype == "bf16":
+            data = to_bf16_bytes(arr)
+        else:
+            data = np.ascontiguousarray(arr, dtype="<f2" if dtype == "f16" else "<f4").tobytes()
+        header[name] = {"dtype": dtype.upper(), "shape": list(arr.shape),
                         "data_offsets": [off, off + len(data)]}
         blobs.append(data)
         off += len(data)
@@ -169,7 +172,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("gguf")
     ap.add_argument("out")
-    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+    ap.add_argument("--dtype", choices=["f32", "f16", "bf16"], default="f32")
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--pre", help="tokenizer.json pre-tokenizer to write (default: the GGUF's)")
     ap.add_argument("--merges-form", choices=["string", "list"], default="string")
@@ -192,7 +195,7 @@ def main():
            "rms_norm_eps": k("attention.layer_norm_rms_epsilon", 1e-5), "rope_theta": k("rope.freq_base", 10000.0),
            "max_position_embeddings": k("context_length", 2048), "vocab_size": n_vocab,
            "tie_word_embeddings": "output.weight" not in names, "hidden_act": "silu",
-           "torch_dtype": "bfloat16" if a.dtype == "bf16" else "float32",
+           "torch_dtype": {"bf16": "bfloat16", "f16": "float16"}.get(a.dtype, "float32"),
            "bos_token_id": bos, "eos_token_id": eos, "_name_or_path": field(r, "general.name", "")}
     if k("attention.key_length") is not None:
         cfg["head_dim"] = k("attention.key_length")

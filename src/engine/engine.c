@@ -348,6 +348,9 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
         return bt_error(BT_EUNSUPPORTED, "%s: head dimension %d is above the supported %d", m->path, cfg.head_dim, BT_MAX_HEAD_DIM);
     const bt_config *c = &cfg;
     if (ctx_len <= 0) ctx_len = BT_MIN(c->ctx_len, BT_ENGINE_CTX_CAP);
+    if (c->sliding_window > 0 && ctx_len > c->sliding_window)
+        return bt_error(BT_EUNSUPPORTED, "%s: a context of %d tokens exceeds the model's sliding attention window "
+                        "of %d, which bangtrace does not compute", m->path, ctx_len, c->sliding_window);
     if (max_batch <= 0) max_batch = 1;
     if (n_threads <= 0) n_threads = 1;
     bt_engine *e = calloc(1, sizeof(*e));

@@ -291,6 +291,12 @@ static int config_keys(const char *dir, json_t *cfg, bt_gguf_builder *b, hparams
     bool sw = false;
     if ((rc = j_bool(file, cfg, "use_sliding_window", &sw))) return rc;
     if (sw) return bt_error(BT_EUNSUPPORTED, "%s: use_sliding_window is not supported", file);
+    if (!json_object_get(cfg, "use_sliding_window")) {
+        /* Mistral: transformers applies sliding_window whenever it is not
+         * null (Qwen's use_sliding_window: false turns it off). The model
+         * builder keeps contexts within it, where it is full attention. */
+        if ((rc = put_count(b, file, a, "attention.sliding_window", cfg, "sliding_window", false))) return rc;
+    }
     hp->tied = false;
     if ((rc = j_bool(file, cfg, "tie_word_embeddings", &hp->tied))) return rc;
     return BT_OK;

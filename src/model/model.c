@@ -357,6 +357,7 @@ static int load_gguf(bt_model *m, const void *data, size_t size)
     REQ_U32("attention.head_count", c->n_heads);
     OPT_U32("attention.head_count_kv", c->n_heads, c->n_kv_heads);
     OPT_U32("context_length", 2048, c->ctx_len);
+    OPT_U32("attention.sliding_window", 0, c->sliding_window);
     if ((rc = get_f32_opt(g, ARCH_KEY("attention.layer_norm_rms_epsilon"), 1e-5f, &c->norm_eps))) return rc;
     if ((rc = get_f32_opt(g, ARCH_KEY("rope.freq_base"), 10000.0f, &c->rope_base))) return rc;
 
@@ -380,6 +381,7 @@ static int load_gguf(bt_model *m, const void *data, size_t size)
     if (c->rope_dim != c->head_dim)
         return bt_error(BT_EUNSUPPORTED, "%s: partial RoPE (%d of %d dims) is not supported", m->path, c->rope_dim, c->head_dim);
     if (c->ctx_len <= 0) c->ctx_len = 2048;
+    if (c->sliding_window > 0 && c->sliding_window < c->ctx_len) c->ctx_len = c->sliding_window;
 
     /* RoPE scaling: none, or linear (positions divided by the factor);
      * Llama 3's scaling arrives as the rope_freqs.weight tensor. */

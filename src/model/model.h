@@ -65,7 +65,11 @@ typedef struct bt_config {
     int n_kv_heads;
     int head_dim;         /* dim / n_heads unless the file says otherwise */
     int n_vocab;
-    int ctx_len;          /* trained context length */
+    int ctx_len;          /* trained context length (at most sliding_window) */
+    int sliding_window;   /* attention.sliding_window (Mistral): keys further back
+                           * are not attended; 0 = none. Within it that is full
+                           * attention, which is all the engine computes: it
+                           * refuses a longer context */
     float norm_eps;
     float rope_base;
     int rope_dim;         /* rotated dims per head (== head_dim for Llama) */
