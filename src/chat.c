@@ -149,6 +149,16 @@ static void render_chatml(bt_sbuf *b, const bt_message *m, int n, const bt_chat_
     if (!o->no_generation_prompt) bt_sbuf_puts(b, "<|im_start|>assistant\n");
 }
 
+/* One Llama 3 turn: header, the content stripped as the template's trim. */
+static void llama3_turn(bt_sbuf *b, const char *role, const char *content)
+{
+    bt_sbuf_puts(b, "<|start_header_id|>");
+    bt_sbuf_puts(b, role);
+    bt_sbuf_puts(b, "<|end_header_id|>\n\n");
+    sb_put_stripped(b, content);
+    bt_sbuf_puts(b, "<|eot_id|>");
+}
+
 static void render_llama3(bt_sbuf *b, const bt_message *m, int n, const bt_chat_opts *o)
 {
     /* the template prints BOS before the first message only */
@@ -159,11 +169,7 @@ static void render_llama3(bt_sbuf *b, const bt_message *m, int n, const bt_chat_
         bt_sbuf_puts(b, "<|eot_id|>");
     }
     for (int i = 0; i < n; i++) {
-        bt_sbuf_puts(b, "<|start_header_id|>");
-        bt_sbuf_puts(b, m[i].role);
-        bt_sbuf_puts(b, "<|end_header_id|>\n\n");
-        sb_put_stripped(b, m[i].content);
-        bt_sbuf_puts(b, "<|eot_id|>");
+        llama3_turn(b, m[i].role, m[i].content);
     }
     if (!o->no_generation_prompt) bt_sbuf_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
@@ -182,11 +188,7 @@ static int render_llama31(bt_sbuf *b, const bt_message *m, int n, const bt_chat_
         /* tool results go out as JSON (the template's tojson): not rendered */
         if (!strcmp(m[i].role, "tool") || !strcmp(m[i].role, "ipython"))
             return bt_error(BT_EINVAL, "chat template llama3.1: \"%s\" turns are not supported (message %d)", m[i].role, i);
-        bt_sbuf_puts(b, "<|start_header_id|>");
-        bt_sbuf_puts(b, m[i].role);
-        bt_sbuf_puts(b, "<|end_header_id|>\n\n");
-        sb_put_stripped(b, m[i].content);
-        bt_sbuf_puts(b, "<|eot_id|>");
+        llama3_turn(b, m[i].role, m[i].content);
     }
     if (!o->no_generation_prompt) bt_sbuf_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
     return BT_OK;

@@ -140,41 +140,38 @@ static int cpu_matmul(bt_backend *be, int type, bt_buf *W, int64_t rows, int64_t
     return BT_OK;
 }
 
-static int cpu_rope(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, int pos0, bt_buf *cos_, bt_buf *sin_)
+/* Rotate pairs of each head by cos/sin[pos][i]: interleaved (2i, 2i + 1)
+ * for Llama, or NEOX (i, i + half), ggml's rope mode 2 (qwen2, qwen3). */
+static void rope_pairs(bt_buf *x, int T, int n_heads, int head_dim, int pos0, bt_buf *cos_, bt_buf *sin_, bool neox)
 {
-    (void)be;
     int half = head_dim / 2, width = n_heads * head_dim;
+    int step = neox ? 1 : 2, off = neox ? half : 1;
     for (int t = 0; t < T; t++) {
         const float *cs = F(cos_) + (size_t)(pos0 + t) * half, *sn = F(sin_) + (size_t)(pos0 + t) * half;
         for (int h = 0; h < n_heads; h++) {
             float *p = F(x) + (size_t)t * width + h * head_dim;
             for (int i = 0; i < half; i++) {
-                float a = p[2 * i], b = p[2 * i + 1];
-                p[2 * i] = a * cs[i] - b * sn[i];
-                p[2 * i + 1] = a * sn[i] + b * cs[i];
+                float *pa = p + i * step, *pb = pa + off;
+                float a = *pa, b = *pb;
+                *pa = a * cs[i] - b * sn[i];
+                *pb = a * sn[i] + b * cs[i];
             }
         }
     }
+}
+
+static int cpu_rope(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, int pos0, bt_buf *cos_, bt_buf *sin_)
+{
+    (void)be;
+    rope_pairs(x, T, n_heads, head_dim, pos0, cos_, sin_, false);
     return BT_OK;
 }
 
-/* NEOX: pairs (i, i + half), as ggml's rope mode 2 (qwen2, qwen3). */
 static int cpu_rope_neox(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, int pos0, bt_buf *cos_,
                          bt_buf *sin_)
 {
     (void)be;
-    int half = head_dim / 2, width = n_heads * head_dim;
-    for (int t = 0; t < T; t++) {
-        const float *cs = F(cos_) + (size_t)(pos0 + t) * half, *sn = F(sin_) + (size_t)(pos0 + t) * half;
-        for (int h = 0; h < n_heads; h++) {
-            float *p = F(x) + (size_t)t * width + h * head_dim;
-            for (int i = 0; i < half; i++) {
-                float a = p[i], b = p[i + half];
-                p[i] = a * cs[i] - b * sn[i];
-                p[i + half] = a * sn[i] + b * cs[i];
-            }
-        }
-    }
+    rope_pairs(x, T, n_heads, head_dim, pos0, cos_, sin_, true);
     return BT_OK;
 }
 
