@@ -34,6 +34,21 @@ a, b = (json.load(open(p)) for p in sys.argv[1:3])
 assert a["prompt_ids"] == b["prompt_ids"], (a["prompt_ids"], b["prompt_ids"])
 assert a["completion_ids"] == b["completion_ids"], (a["completion_ids"], b["completion_ids"])
 PY
+# the same greedy request on the llama2.c checkpoint (native) and on its GGUF
+# (llama.cpp): this prompt ends its story with BOS, where llama2.c stops, so
+# both report the same ids (the stopping id left out), text and finish reason
+expect_exit 0 "llama.cpp: a request that ends at llama2.c's stop id" \
+    "$B" run --engine llama.cpp --model "$S" --prompt "There was a big red ball" -n 220 --threads 1 --json
+cp "$TMP/out" "$TMP/stop-llama.json"
+expect_exit 0 "native, llama2.c checkpoint: the same request" \
+    "$B" run --model "$STORIES" --tokenizer "$TOK512" --prompt "There was a big red ball" -n 220 --threads 1 --json
+"$py" - "$TMP/stop-llama.json" "$TMP/out" <<'PY' && ok "llama.cpp and native stop alike: same ids, text, finish reason" || fail "llama.cpp and native end the stopped request differently"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+for k in ("completion_ids", "text", "finish_reason"):
+    assert a[k] == b[k], (k, a[k][-5:] if k != "finish_reason" else a[k], b[k][-5:] if k != "finish_reason" else b[k])
+assert b["finish_reason"] == "stop" and 1 not in b["completion_ids"], b["finish_reason"]
+PY
 expect_exit 0 "a clean llama.cpp trace: bisect finds nothing" "$B" bisect "$TMP/clean.db" --json
 "$py" -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['first_nonfinite'] is None and d['events']['total'] == 0, d" "$TMP/out" ||
     fail "clean llama.cpp trace has events: $(head -c 300 "$TMP/out")"
