@@ -71,6 +71,14 @@ static const char *rate_s(double r, const char *unit, char *buf, size_t cap)
     return buf;
 }
 
+/* A table cell: the rate, or n/a when too short to time. */
+static const char *cell(double r, char *buf, size_t cap)
+{
+    if (isnan(r)) snprintf(buf, cap, "n/a");
+    else snprintf(buf, cap, "%.1f", r);
+    return buf;
+}
+
 static json_t *rate_json(double r) { return isnan(r) ? json_null() : json_real(r); }
 
 /* Prefill np tokens then greedily decode nd, reps times; medians out. With
@@ -323,7 +331,8 @@ int cmd_bench(int argc, char **argv)
         if (rc == BT_OK) rc = bench_reps(bt_session_engine(ls), NULL, toks, np, nd, reps, json, "llama.cpp taps off", &lc_p, &lc_d);
         bt_session_close(ls, NULL);
         if (rc) goto fail;
-        if (bench_traced(ses, &cfg, NULL, llamacpp_engine, (void *)model, taps, toks, np, nd, reps, json, &lc_taps)) goto fail;
+        if (taps != BT_TAPS_NONE &&
+            bench_traced(ses, &cfg, NULL, llamacpp_engine, (void *)model, taps, toks, np, nd, reps, json, &lc_taps)) goto fail;
     }
     double sp_plain = 0, sp_spec = 0, sp_accept = 0;
     if (spec_k && bench_spec(m, bt_session_tokenizer(ses), e, spec_k, draft_self, draft_ngram, nd, reps, json, &sp_plain, &sp_spec, &sp_accept)) goto fail;
@@ -378,12 +387,12 @@ int cmd_bench(int argc, char **argv)
             printf("\nagainst llama.cpp %s (same GGUF, %d threads, -p %ld, -n %ld, median of %ld; taps %s)\n",
                    bt_llamacpp_version(), (int)threads, np, nd, reps, bt_taps_mode_name(taps));
             printf("%-26s %14s %14s %14s\n", "engine", "prompt t/s", "decode t/s", "decode, taps");
-            printf("%-26s %14s %14s %14s\n", "bangtrace (native)", rate_s(p_med, "", c1, sizeof(c1)),
-                   rate_s(d_med, "", c2, sizeof(c2)), rate_s(d_taps, "", c3, sizeof(c3)));
-            printf("%-26s %14s %14s %14s\n", "llama.cpp (llama-bench)", rate_s(lb_p, "", c1, sizeof(c1)),
-                   rate_s(lb_d, "", c2, sizeof(c2)), "-");
-            printf("%-26s %14s %14s %14s\n", "llama.cpp (in bangtrace)", rate_s(lc_p, "", c1, sizeof(c1)),
-                   rate_s(lc_d, "", c2, sizeof(c2)), rate_s(lc_taps, "", c3, sizeof(c3)));
+            printf("%-26s %14s %14s %14s\n", "bangtrace (native)", cell(p_med, c1, sizeof(c1)),
+                   cell(d_med, c2, sizeof(c2)), taps != BT_TAPS_NONE ? cell(d_taps, c3, sizeof(c3)) : "-");
+            printf("%-26s %14s %14s %14s\n", "llama.cpp (llama-bench)", cell(lb_p, c1, sizeof(c1)),
+                   cell(lb_d, c2, sizeof(c2)), "-");
+            printf("%-26s %14s %14s %14s\n", "llama.cpp (in bangtrace)", cell(lc_p, c1, sizeof(c1)),
+                   cell(lc_d, c2, sizeof(c2)), taps != BT_TAPS_NONE ? cell(lc_taps, c3, sizeof(c3)) : "-");
             printf("%-26s %13.2fx %13.2fx %14s\n", "native / llama-bench", ratio(p_med, lb_p), ratio(d_med, lb_d), "-");
         }
     }
