@@ -393,7 +393,10 @@ int cmd_bench(int argc, char **argv)
                    cell(lb_d, c2, sizeof(c2)), "-");
             printf("%-26s %14s %14s %14s\n", "llama.cpp (in bangtrace)", cell(lc_p, c1, sizeof(c1)),
                    cell(lc_d, c2, sizeof(c2)), taps != BT_TAPS_NONE ? cell(lc_taps, c3, sizeof(c3)) : "-");
-            printf("%-26s %13.2fx %13.2fx %14s\n", "native / llama-bench", ratio(p_med, lb_p), ratio(d_med, lb_d), "-");
+            double rp = ratio(p_med, lb_p), rd = ratio(d_med, lb_d);
+            snprintf(c1, sizeof(c1), isnan(rp) ? "n/a" : "%.2fx", rp);
+            snprintf(c2, sizeof(c2), isnan(rd) ? "n/a" : "%.2fx", rd);
+            printf("%-26s %14s %14s %14s\n", "native / llama-bench", c1, c2, "-");
         }
     }
     status = 0;
