@@ -14,6 +14,7 @@
 #include "tokenizer/tokenizer.h"
 #include "trace/trace.h"
 #include "session.h"
+#include "llamacpp/llamacpp.h"
 #include "text.h"
 #include "util.h"
 
@@ -30,7 +31,7 @@ void cmd_bench_help(FILE *out)
     fprintf(out,
         "usage: bangtrace bench --model M [--tokenizer T] [--threads N] [-p N] [-n N] [-d N]\n"
         "                       [--reps R] [--taps MODE] [--numerics PROFILE] [--device DEV]\n"
-        "                       [--cuda-graphs] [--cupti] [--json]\n\n"
+        "                       [--cuda-graphs] [--cupti] [--against llama.cpp] [--json]\n\n"
         "Measure prefill of -p tokens (default 128) and greedy decode of -n tokens\n"
         "(default 64) on fixed token ids, the median of R repetitions (default 3), and\n"
         "report tokens/s, the weight bytes read per decoded token, the effective weight\n"
@@ -45,6 +46,12 @@ void cmd_bench_help(FILE *out)
         "  --cuda-graphs with --device cuda: every measurement replays CUDA graphs\n"
         "  --cupti       with --device cuda and --taps: the taps-on decode also records\n"
         "                CUPTI device activity (its cost: compare with a run without)\n"
+        "  --against llama.cpp\n"
+        "                the same GGUF, threads, -p, -n and reps on llama.cpp too: its own\n"
+        "                llama-bench from the pinned build (tools/llama-cpp) and run\n"
+        "                --engine llama.cpp's engine taps off and on (--taps, default all);\n"
+        "                prints both engines' prompt and decode tokens/s and the ratios\n"
+        "                (doc/llama-cpp.md; CPU, exact numerics only)\n"
         "  --taps MODE   also decode with taps recorded into a temporary trace\n"
         "                (all, layers, logits) and report taps-on / taps-off\n"
         "  --spec-k K --draft-self N | --draft-ngram N\n"
@@ -72,6 +79,14 @@ static const char *rate_s(double r, const char *unit, char *buf, size_t cap)
 }
 
 static json_t *rate_json(double r) { return isnan(r) ? json_null() : json_real(r); }
+
+/* A table cell: the rate, or n/a when too short to time. */
+static const char *cell(double r, char *buf, size_t cap)
+{
+    if (isnan(r)) snprintf(buf, cap, "n/a");
+    else snprintf(buf, cap, "%.1f", r);
+    return buf;
+}
 
 /* One recorded (or plain) forward of n tokens at pos, greedy pick into *id. */
 static int bench_step(bt_engine *e, bt_recorder *rec, const char *kind, const int32_t *in, int n, int pos, int32_t *id)
@@ -194,6 +209,45 @@ static int bench_spec(const bt_model *m, const bt_tokenizer *tok, bt_engine *e, 
     return rc;
 }
 
+/* Decode with taps recorded into a temporary trace, in a second session on
+ * the same model (its own engine: the native one, or engine_new's). */
+static int bench_traced(const bt_session *ses, const bt_session_cfg *cfg, const bt_numerics *prof,
+                        int (*engine_new)(void *, const bt_model *, int, int, int, bt_engine **), void *engine_user,
+                        bool cupti, int taps, const int32_t *toks, long depth, long np, long nd, long reps, bool quiet,
+                        double *d_taps)
+{
+    /* A private directory, so the trace is created exclusively (as every
+     * trace is) in a place nobody else can name. */
+    char dir[] = "/tmp/bangtrace-bench-XXXXXX", path[sizeof dir + 16];
+    if (!mkdtemp(dir)) return bt_error(BT_EIO, "cannot create a temporary directory in /tmp: %s", strerror(errno));
+    snprintf(path, sizeof path, "%s/bench.db", dir);
+    bt_session *ts = NULL;
+    bt_session_cfg tcfg = { .share = ses, .ctx = cfg->ctx, .max_batch = cfg->max_batch, .threads = cfg->threads,
+                            .device = engine_new ? NULL : cfg->device, .cuda_graphs = engine_new ? false : cfg->cuda_graphs,
+                            .cupti = cupti,
+                            .trace = path, .taps = taps, .layer_lo = -1, .layer_hi = -1, .numerics = prof,
+                            .rule = { .kind = BT_ARGMAX_FIRST }, .engine_new = engine_new, .engine_user = engine_user };
+    double pt;
+    int rc = bt_session_new(&tcfg, &ts);
+    if (rc == BT_OK) rc = bench_reps(bt_session_engine(ts), bt_session_recorder(ts), toks + depth, toks, depth, np, nd, reps, quiet,
+                                     engine_new ? "llama.cpp taps on" : "taps on", &pt, d_taps);
+    bt_session_close(ts, BT_TRACE_STATUS_OK);
+    unlink(path);
+    char side[sizeof path + 8];
+    snprintf(side, sizeof(side), "%s-wal", path); unlink(side);
+    snprintf(side, sizeof(side), "%s-shm", path); unlink(side);
+    rmdir(dir);
+    return rc;
+}
+
+static int llamacpp_engine(void *user, const bt_model *m, int ctx, int max_batch, int threads, bt_engine **out)
+{
+    bt_llamacpp_opts lo = { .model_path = user, .ctx_len = ctx, .max_batch = max_batch, .n_threads = threads };
+    return bt_llamacpp_engine_new(m, &lo, out);
+}
+
+static double ratio(double a, double b) { return a > 0 && b > 0 ? a / b : NAN; }
+
 int cmd_bench(int argc, char **argv)
 {
     const char *model = NULL, *tokenizer = NULL;
@@ -201,7 +255,8 @@ int cmd_bench(int argc, char **argv)
     long spec_k = 0, draft_self = 0, draft_ngram = 0;
     long threads = bt_pool_default_threads(), np = 128, nd = 64, reps = 3, depth = 0;
     const char *device = NULL;
-    bool json = false, graphs = false, cupti = false;
+    bool json = false, graphs = false, cupti = false, against = false, taps_given = false;
+    double lb_p = NAN, lb_d = NAN, lc_p = NAN, lc_d = NAN, lc_taps = NAN;
     bt_session *ses = NULL;
     const bt_model *m = NULL;
     bt_engine *e = NULL;
@@ -232,7 +287,12 @@ int cmd_bench(int argc, char **argv)
         else if (!strcmp(a, "--draft-self")) { if (bt_parse_int(a, argv[++i], 1, 100000, &draft_self)) goto fail; }
         else if (!strcmp(a, "--draft-ngram")) { if (bt_parse_int(a, argv[++i], 1, 64, &draft_ngram)) goto fail; }
         else if (!strcmp(a, "--numerics")) { if (bt_numerics_parse(argv[++i], &prof)) goto fail; }
+        else if (!strcmp(a, "--against")) {
+            if (strcmp(argv[++i], "llama.cpp")) { bt_error(BT_EINVAL, "--against expects llama.cpp, got '%s'", argv[i]); goto fail; }
+            against = true;
+        }
         else if (!strcmp(a, "--taps")) {
+            taps_given = true;
             if ((taps = bt_taps_mode_parse(argv[++i])) < 0) { bt_error(BT_EINVAL, "--taps expects all, layers, logits or none, got '%s'", argv[i]); goto fail; }
         }
         else { bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help bench)", a); goto fail; }
@@ -247,10 +307,23 @@ int cmd_bench(int argc, char **argv)
         bt_error(BT_EINVAL, "--spec-k K goes with one of --draft-self N or --draft-ngram N");
         goto fail;
     }
+    if (against) {
+        /* llama.cpp runs its own kernels on the CPU, exactly as built: a
+         * native side under other conditions would not be a comparison */
+        if (device && strcmp(device, "cpu")) { bt_error(BT_EINVAL, "--against llama.cpp compares CPU engines: --device %s cannot apply", device); goto fail; }
+        if (!bt_numerics_is_exact(&prof)) { bt_error(BT_EINVAL, "--against llama.cpp runs each engine's own numerics: --numerics cannot apply"); goto fail; }
+        if (spec_k) { bt_error(BT_EINVAL, "--against llama.cpp: speculative decoding (--spec-k) cannot apply"); goto fail; }
+        if (graphs || cupti) { bt_error(BT_EINVAL, "--against llama.cpp compares CPU engines: %s cannot apply", graphs ? "--cuda-graphs" : "--cupti"); goto fail; }
+        if (tokenizer) { bt_error(BT_EINVAL, "--against llama.cpp needs a GGUF model (--tokenizer is for llama2.c checkpoints)"); goto fail; }
+        if (!taps_given) taps = BT_TAPS_ALL;
+        char lb[4200];
+        if (bt_llamacpp_bench_check(lb, sizeof(lb))) goto fail;   /* before any measuring */
+    }
     bt_session_cfg cfg = { .model = model, .tokenizer = tokenizer, .ctx = (int)(depth + np + nd), .max_batch = (int)np,
                            .threads = (int)threads, .device = device, .cuda_graphs = graphs };
     if (bt_session_open(&cfg, &ses)) goto fail;
     m = bt_session_model(ses);
+    if (against && strcmp(m->format, "gguf")) { bt_error(BT_EINVAL, "--against llama.cpp: %s is not a GGUF file", model); goto fail; }
     if (draft_self >= m->cfg.n_layers) { bt_error(BT_EINVAL, "--draft-self %ld must be below the model's %d layers", draft_self, m->cfg.n_layers); goto fail; }
     const bt_config *c = &m->cfg;
     if (depth + np + nd > c->ctx_len) {
@@ -283,29 +356,25 @@ int cmd_bench(int argc, char **argv)
     double p_med, d_med, d_taps = 0;
     if (!json) bt_log("bench: %s, %d threads (%s), depth %ld, prefill %ld, decode %ld, %ld reps", c->name, (int)threads, bt_kernels_simd(),
                       depth, np, nd, reps);
+    if (against) {
+        if (!json) bt_log("bench: llama-bench (%s)", bt_llamacpp_dir());
+        if (bt_llamacpp_bench_run(model, (int)threads, (int)depth, (int)np, (int)nd, (int)reps, &lb_p, &lb_d)) goto fail;
+    }
     if (bench_reps(e, NULL, toks + depth, toks, depth, np, nd, reps, json, "taps off", &p_med, &d_med)) goto fail;
-    if (taps != BT_TAPS_NONE) {
-        /* A private directory, so the trace is created exclusively (as every
-         * trace is) in a place nobody else can name. */
-        char dir[] = "/tmp/bangtrace-bench-XXXXXX", path[sizeof dir + 16];
-        if (!mkdtemp(dir)) { bt_error(BT_EIO, "cannot create a temporary directory in /tmp: %s", strerror(errno)); goto fail; }
-        snprintf(path, sizeof path, "%s/bench.db", dir);
-        /* a second session on the same model: its own engine, trace and recorder */
-        bt_session *ts = NULL;
-        bt_session_cfg tcfg = { .share = ses, .ctx = cfg.ctx, .max_batch = cfg.max_batch, .threads = cfg.threads,
-                                .device = device, .cuda_graphs = graphs, .cupti = cupti, .trace = path, .taps = taps, .layer_lo = -1, .layer_hi = -1, .numerics = &prof,
-                                .rule = { .kind = BT_ARGMAX_FIRST } };
-        double pt;
-        int rc = bt_session_new(&tcfg, &ts);
-        if (rc == BT_OK) rc = bench_reps(bt_session_engine(ts), bt_session_recorder(ts), toks + depth, toks, depth, np, nd, reps, json,
-                                           "taps on", &pt, &d_taps);
-        bt_session_close(ts, BT_TRACE_STATUS_OK);
-        unlink(path);
-        char side[sizeof path + 8];
-        snprintf(side, sizeof(side), "%s-wal", path); unlink(side);
-        snprintf(side, sizeof(side), "%s-shm", path); unlink(side);
-        rmdir(dir);
+    if (taps != BT_TAPS_NONE &&
+        bench_traced(ses, &cfg, &prof, NULL, NULL, cupti, taps, toks, depth, np, nd, reps, json, &d_taps)) goto fail;
+    if (against) {
+        /* llama.cpp's engine behind bangtrace (run --engine llama.cpp), taps off then on */
+        bt_session *ls = NULL;
+        bt_session_cfg lcfg = { .share = ses, .ctx = cfg.ctx, .max_batch = cfg.max_batch, .threads = cfg.threads,
+                                .engine_new = llamacpp_engine, .engine_user = (void *)model };
+        int rc = bt_session_new(&lcfg, &ls);
+        if (rc == BT_OK) rc = bench_reps(bt_session_engine(ls), NULL, toks + depth, toks, depth, np, nd, reps, json,
+                                         "llama.cpp taps off", &lc_p, &lc_d);
+        bt_session_close(ls, NULL);
         if (rc) goto fail;
+        if (taps != BT_TAPS_NONE &&
+            bench_traced(ses, &cfg, NULL, llamacpp_engine, (void *)model, false, taps, toks, depth, np, nd, reps, json, &lc_taps)) goto fail;
     }
     double sp_plain = 0, sp_spec = 0, sp_accept = 0;
     if (spec_k && bench_spec(m, bt_session_tokenizer(ses), e, spec_k, draft_self, draft_ngram, nd, reps, json, &sp_plain, &sp_spec, &sp_accept)) goto fail;
@@ -327,6 +396,15 @@ int cmd_bench(int argc, char **argv)
         if (j) json_object_set_new(j, "device", json_string(bt_backend_name(bt_engine_backend(e))));
         if (j) json_object_set_new(j, "cuda_graphs", json_boolean(graphs));
         if (j) json_object_set_new(j, "cupti", json_boolean(cupti));
+        if (j && against) {
+            json_t *a = json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "engine", "llama.cpp",
+                                  "version", bt_llamacpp_version(),
+                                  "llama_bench_prompt_tokens_per_s", rate_json(lb_p), "llama_bench_decode_tokens_per_s", rate_json(lb_d),
+                                  "engine_prompt_tokens_per_s", rate_json(lc_p), "engine_decode_tokens_per_s", rate_json(lc_d),
+                                  "engine_decode_tokens_per_s_taps", rate_json(lc_taps),
+                                  "ratio_prompt", rate_json(ratio(p_med, lb_p)), "ratio_decode", rate_json(ratio(d_med, lb_d)));
+            json_object_set_new(j, "against", a ? a : json_null());
+        }
         char *str = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
         puts(str ? str : "{}");
         free(str);
@@ -350,6 +428,22 @@ int cmd_bench(int argc, char **argv)
                    rate_s(sp_plain, "tokens/s", r1, sizeof(r1)), rate_s(sp_spec, "tokens/s", r2, sizeof(r2)), spec_k,
                    draft_self ? "self" : "ngram", draft_self ? draft_self : draft_ngram,
                    sp_plain > 0 ? sp_spec / sp_plain : NAN, 100 * sp_accept);
+        if (against) {
+            char c1[48], c2[48], c3[48];
+            printf("\nagainst llama.cpp %s (same GGUF, %d threads, depth %ld, -p %ld, -n %ld, median of %ld; taps %s)\n",
+                   bt_llamacpp_version(), (int)threads, depth, np, nd, reps, bt_taps_mode_name(taps));
+            printf("%-26s %14s %14s %14s\n", "engine", "prompt t/s", "decode t/s", "decode, taps");
+            printf("%-26s %14s %14s %14s\n", "bangtrace (native)", cell(p_med, c1, sizeof(c1)),
+                   cell(d_med, c2, sizeof(c2)), taps != BT_TAPS_NONE ? cell(d_taps, c3, sizeof(c3)) : "-");
+            printf("%-26s %14s %14s %14s\n", "llama.cpp (llama-bench)", cell(lb_p, c1, sizeof(c1)),
+                   cell(lb_d, c2, sizeof(c2)), "-");
+            printf("%-26s %14s %14s %14s\n", "llama.cpp (in bangtrace)", cell(lc_p, c1, sizeof(c1)),
+                   cell(lc_d, c2, sizeof(c2)), taps != BT_TAPS_NONE ? cell(lc_taps, c3, sizeof(c3)) : "-");
+            double rp = ratio(p_med, lb_p), rd = ratio(d_med, lb_d);
+            snprintf(c1, sizeof(c1), isnan(rp) ? "n/a" : "%.2fx", rp);
+            snprintf(c2, sizeof(c2), isnan(rd) ? "n/a" : "%.2fx", rd);
+            printf("%-26s %14s %14s %14s\n", "native / llama-bench", c1, c2, "-");
+        }
     }
     status = 0;
     goto out;

@@ -34,6 +34,21 @@ a, b = (json.load(open(p)) for p in sys.argv[1:3])
 assert a["prompt_ids"] == b["prompt_ids"], (a["prompt_ids"], b["prompt_ids"])
 assert a["completion_ids"] == b["completion_ids"], (a["completion_ids"], b["completion_ids"])
 PY
+# the same greedy request on the llama2.c checkpoint (native) and on its GGUF
+# (llama.cpp): this prompt ends its story with BOS, where llama2.c stops, so
+# both report the same ids (the stopping id left out), text and finish reason
+expect_exit 0 "llama.cpp: a request that ends at llama2.c's stop id" \
+    "$B" run --engine llama.cpp --model "$S" --prompt "There was a big red ball" -n 220 --threads 1 --json
+cp "$TMP/out" "$TMP/stop-llama.json"
+expect_exit 0 "native, llama2.c checkpoint: the same request" \
+    "$B" run --model "$STORIES" --tokenizer "$TOK512" --prompt "There was a big red ball" -n 220 --threads 1 --json
+"$py" - "$TMP/stop-llama.json" "$TMP/out" <<'PY' && ok "llama.cpp and native stop alike: same ids, text, finish reason" || fail "llama.cpp and native end the stopped request differently"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+for k in ("completion_ids", "text", "finish_reason"):
+    assert a[k] == b[k], (k, a[k][-5:] if k != "finish_reason" else a[k], b[k][-5:] if k != "finish_reason" else b[k])
+assert b["finish_reason"] == "stop" and 1 not in b["completion_ids"], b["finish_reason"]
+PY
 expect_exit 0 "a clean llama.cpp trace: bisect finds nothing" "$B" bisect "$TMP/clean.db" --json
 "$py" -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['first_nonfinite'] is None and d['events']['total'] == 0, d" "$TMP/out" ||
     fail "clean llama.cpp trace has events: $(head -c 300 "$TMP/out")"
@@ -112,6 +127,51 @@ expect_exit 0 "bangtrace's own engine runs the GGUF without the epsilon key" "$B
 rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && ok "a model that fails to load: one line, exit 2" ||
     fail "model load failure: exit $rc, $(cat "$TMP/err")"
+
+# a version mismatch: a llama.cpp build directory of another version is
+# refused by bench --against (its llama-bench) and by configure (the adapter)
+ver=$(grep -v '^#' "$BT_SRCDIR/tools/llama-cpp.sha256" | awk '{print $2; exit}')
+mkdir -p "$TMP/lc-old/include" "$TMP/lc-old/lib" "$TMP/lc-old/bin" "$TMP/lc-nobench"
+printf 'version=0.0.1\n' >"$TMP/lc-old/build-info.txt"
+: >"$TMP/lc-old/include/llama.h"; : >"$TMP/lc-old/lib/libllama.a"
+printf 'version=%s\n' "$ver" >"$TMP/lc-nobench/build-info.txt"
+mkdir -p "$TMP/lc-nobench/include" "$TMP/lc-nobench/lib"
+: >"$TMP/lc-nobench/include/llama.h"; : >"$TMP/lc-nobench/lib/libllama.a"    # a CPU build, to configure
+expect_exit 2 "bench --against llama.cpp with another llama.cpp version" \
+    env BT_LLAMA_CPP_DIR="$TMP/lc-old" "$B" bench --against llama.cpp --model "$S" -p 4 -n 2 --reps 1
+grep -q "version mismatch" "$TMP/err" && [ "$(wc -l <"$TMP/err")" -eq 1 ] && ok "one line naming the version mismatch" ||
+    fail "version mismatch message: $(cat "$TMP/err")"
+expect_exit 2 "bench --against llama.cpp without llama-bench in the build" \
+    env BT_LLAMA_CPP_DIR="$TMP/lc-nobench" "$B" bench --against llama.cpp --model "$S" -p 4 -n 2 --reps 1
+[ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "llama-bench" "$TMP/err" || fail "missing llama-bench: $(cat "$TMP/err")"
+expect_exit 2 "bench --against names only llama.cpp" "$B" bench --against vllm --model "$S"
+expect_exit 2 "bench --against llama.cpp refuses --numerics" "$B" bench --against llama.cpp --numerics f16 --model "$S"
+if [ -x "$BT_SRCDIR/configure" ]; then
+    mkdir "$TMP/cfg"
+    (cd "$TMP/cfg" && "$BT_SRCDIR/configure" --with-cuda=no --with-llama-cpp="$TMP/lc-old" >/dev/null 2>"$TMP/err")
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "version mismatch" "$TMP/err" && ok "configure refuses another llama.cpp version (exit 2)" ||
+        fail "configure with llama.cpp 0.0.1: exit $rc, $(tail -n 2 "$TMP/err")"
+    (cd "$TMP/cfg" && "$BT_SRCDIR/configure" --with-cuda=no --with-llama-cpp="$TMP/lc-nobench" --with-llama-cpp-cuda >/dev/null 2>"$TMP/err")
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "libggml-cuda.a" "$TMP/err" && ok "configure --with-llama-cpp-cuda refuses a CPU build (exit 2)" ||
+        fail "configure --with-llama-cpp-cuda on a CPU build: exit $rc, $(tail -n 2 "$TMP/err")"
+fi
+
+# bench --against llama.cpp: one run, both engines, taps off and on
+expect_exit 0 "bench --against llama.cpp" \
+    "$B" bench --against llama.cpp --model "$S" -p 16 -n 8 --reps 1 --threads 1 --json
+"$py" - "$TMP/out" "$ver" <<'PY' && ok "bench --against reports llama-bench, the engine taps off/on and the ratios" || fail "bench --against JSON: $(head -c 600 "$TMP/out")"
+import json, sys
+d = json.load(open(sys.argv[1])); a = d["against"]
+assert a["engine"] == "llama.cpp" and a["version"] == sys.argv[2], a
+assert d["taps"] == "all", d["taps"]          # taps on by default with --against
+for k in ("llama_bench_prompt_tokens_per_s", "llama_bench_decode_tokens_per_s", "engine_prompt_tokens_per_s",
+          "engine_decode_tokens_per_s", "engine_decode_tokens_per_s_taps", "ratio_prompt", "ratio_decode"):
+    assert k in a, k
+# llama-bench really ran: its rates are numbers (its own timing, never too short)
+assert isinstance(a["llama_bench_decode_tokens_per_s"], float) and a["llama_bench_decode_tokens_per_s"] > 0, a
+PY
 
 # 4. SmolLM2 Q4_1: the cross-engine bisect names the first departing op, twice the same
 if [ -f "$SMOL" ]; then

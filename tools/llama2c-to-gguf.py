@@ -7,7 +7,8 @@ stories260K tests of `run --engine llama.cpp`). Needs numpy and gguf.
 
 llama2.c rotates adjacent pairs like GGUF's llama (ggml rope "norm"), so
 the weights are copied unpermuted; pieces get back SentencePiece's U+2581
-for the space the llama2.c export replaced it with. Exit 2 on bad input."""
+for the space the llama2.c export replaced it with. BOS is also written as
+the end-of-turn id: llama2.c stops generating at BOS. Exit 2 on bad input."""
 import struct
 import sys
 
@@ -95,6 +96,12 @@ def main():
     g.add_token_types(types)
     g.add_bos_token_id(1)
     g.add_eos_token_id(2)
+    # llama2.c's generate loop stops at BOS (it delimits stories), and
+    # bangtrace's llama2.c tokenizer does too; an end-of-turn id of 1 makes
+    # both engines stop there on the GGUF (llama.cpp counts eot among its
+    # end-of-generation ids), so a run on the .bin and on the GGUF give the
+    # same ids and finish reason.
+    g.add_eot_token_id(1)
     g.add_unk_token_id(0)
     g.add_add_bos_token(True)
     g.add_add_eos_token(False)

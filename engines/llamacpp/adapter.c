@@ -350,19 +350,28 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
 {
     *out = NULL;
     const char *dev = o->device ? o->device : "cpu";
+    last_log[0] = 0;
     llama_log_set(lc_log, NULL);
     llama_backend_init();
     bool cuda = !strcmp(dev, "cuda");
-    if (cuda && !ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_GPU))
-        return bt_error(BT_EUNSUPPORTED, "--device cuda: this llama.cpp build (%s) has no GPU backend; build it with "
-                        "tools/llama-cpp --cuda and configure --with-llama-cpp-cuda", BT_LLAMA_CPP_VERSION);
+    if (cuda) {
+        /* two different fixes: a CPU build needs rebuilding; a CUDA build
+         * with no device needs a driver or a visible GPU */
+        ggml_backend_reg_t reg = ggml_backend_reg_by_name("CUDA");
+        if (!reg)
+            return bt_error(BT_EUNSUPPORTED, "--device cuda: the linked llama.cpp (%s) has no CUDA backend; build it with "
+                            "tools/llama-cpp --cuda and configure --with-llama-cpp-cuda", BT_LLAMA_CPP_VERSION);
+        if (ggml_backend_reg_dev_count(reg) == 0 || !ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_GPU))
+            return bt_error(BT_EUNSUPPORTED, "--device cuda: llama.cpp's CUDA backend finds no GPU (no driver, or "
+                            "CUDA_VISIBLE_DEVICES hides them)%s%s", last_log[0] ? ": " : "", last_log);
+    }
     lc_impl *L = calloc(1, sizeof(*L));
     if (!L) return bt_error(BT_ENOMEM, "out of memory");
     L->m = m;
     L->max_batch = o->max_batch > 0 ? o->max_batch : 1;
     int rc = BT_OK;
     struct llama_model_params mp = llama_model_default_params();
-    mp.n_gpu_layers = cuda ? 9999 : 0;
+    mp.n_gpu_layers = cuda ? 9999 : 0;     /* all layers and the output on the GPU */
     /* No extra CPU buffer types (AMX, repacked weights) unless asked with
      * BT_LLAMA_EXTRA_BUFTS=1: a -march=native build detects AMX where a VM
      * may not enable the tiles (SIGILL in tinygemm_kernel_amx here), and the

@@ -16,7 +16,8 @@
 #      (step, layer, op, index) on both devices (bisect --json);
 #   5. every tapped op of a CUDA trace has kernels in v_kernels;
 #   6. a --cuda-graphs trace has the same taps as the eager one;
-#   7. decode tokens/s with taps off / taps on / taps + CUPTI, and VRAM.
+#   7. decode tokens/s with taps off / taps on / taps + CUPTI, and VRAM;
+#   8. optional (BT_GPU_LLAMA_CPP=1): llama.cpp's CUDA build through the adapter.
 #
 # Every flag and JSON field used here exists (run --device/--cupti/
 # --cuda-graphs/--logits full, bisect --reference --device --json:
@@ -209,6 +210,27 @@ EOF
         info "VRAM in use now (driver view): $(nvidia-smi --query-gpu=memory.used --format=csv,noheader | head -1)"
     fi
 fi
+
+# ---- 8 (optional, BT_GPU_LLAMA_CPP=1): llama.cpp's CUDA backend ----
+# Separate from the steps above: building ggml-cuda takes long. Builds
+# tools/llama-cpp --cuda (native arch) and a bangtrace linked with it
+# (--with-llama-cpp-cuda) in OUTDIR/build-llama, then runs --engine
+# llama.cpp --device cuda on SmolLM2 against the CPU llama.cpp build.
+llama_cpp_cuda_step() {
+    local lc b="$out/build-llama"
+    lc=$("$top/tools/llama-cpp" --cuda --cuda-arch native 2> "$out/llama-cuda-build.err") ||
+        { bad "llama.cpp CUDA build: $(tail -1 "$out/llama-cuda-build.err")"; return; }
+    mkdir -p "$b" && (cd "$b" && "$top/configure" --with-cuda=no --with-llama-cpp="$lc" --with-llama-cpp-cuda > configure.log 2>&1 &&
+        make -j"$(nproc)" bangtrace > make.log 2>&1) || { bad "bangtrace with llama.cpp CUDA: see $b/configure.log, make.log"; return; }
+    [ -f "$smol" ] || { info "llama.cpp CUDA: no SmolLM2 at $smol"; return; }
+    "$b/bangtrace" run --engine llama.cpp --device cuda --model "$smol" --prompt "The capital of France is" -n 16 --json \
+        --trace "$out/llama-cuda.db" > "$out/llama-cuda.json" 2> "$out/llama-cuda.err" || { bad "run --engine llama.cpp --device cuda: $(tail -1 "$out/llama-cuda.err")"; return; }
+    "$b/bangtrace" run --engine llama.cpp --device cpu --model "$smol" --prompt "The capital of France is" -n 16 --json > "$out/llama-cpu.json" 2>/dev/null
+    pass "run --engine llama.cpp --device cuda (trace $out/llama-cuda.db)"
+    [ "$(ids "$out/llama-cpu.json")" = "$(ids "$out/llama-cuda.json")" ] && info "llama.cpp CUDA and CPU: same 16 greedy ids" ||
+        info "llama.cpp CUDA and CPU greedy ids differ (different kernels): see llama-cuda.json, llama-cpu.json"
+}
+[ "${BT_GPU_LLAMA_CPP:-0}" = 1 ] && llama_cpp_cuda_step
 
 info "total $(( $(date +%s) - t0 ))s"
 [ $failed -eq 0 ] && line "RESULT PASS" || line "RESULT FAIL"
