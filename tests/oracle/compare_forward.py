@@ -12,7 +12,8 @@ policy function picks per tensor. The report lists the worst tensors (by
 diff / tolerance) and names the first tensor, in forward order, that is out
 of tolerance: that is where a bug entered.
 
-Library: load_dump(dir), compare(ref_out, dump, tol, order), run_forward(...)
+Library: load_dump(dir), compare(ref_out, dump, tol, order), run_forward(...),
+         check_all(label, got, ref_out, bound, fail)
 CLI:     compare_forward.py --model M --tokens "1 2 3" (--dump DIR | --bangtrace BIN)
 """
 
@@ -206,6 +207,30 @@ def main(argv=None):
         print("compare_forward.py: %s" % e, file=sys.stderr)
         return 1
     return 0 if ok else 1
+
+def check_all(label, got, ref_out, bound, fail):
+    """Every name either side computes must be on both sides with one shape
+    and max |got - ref| <= bound(name, ref tensor); fail(msg) reports each
+    miss. Returns (worst name, worst diff)."""
+    worst = ("", 0.0)
+    for name in sorted(set(ref_out) | set(got)):
+        if name not in got:
+            fail("%s: bangtrace did not dump %s" % (label, name))
+            continue
+        if name not in ref_out:
+            fail("%s: bangtrace dumped %s, which the reference does not compute" % (label, name))
+            continue
+        a, b = got[name], ref_out[name]
+        if a.shape != b.shape:
+            fail("%s: %s has shape %s, reference %s" % (label, name, a.shape, b.shape))
+            continue
+        d = float(np.max(np.abs(a.astype(np.float64) - b)))
+        t = bound(name, b)
+        if not d <= t:
+            fail("%s: %s max abs diff %.3g > %.3g" % (label, name, d, t))
+        if d > worst[1]:
+            worst = (name, d)
+    return worst
 
 
 if __name__ == "__main__":

@@ -236,25 +236,7 @@ def forward_dump(bt, model, dump):
 
 def compare_all(label, got, ref_out, tol_fn):
     """Every name either side computes; returns (worst name, worst diff)."""
-    worst = ("", 0.0)
-    for name in sorted(set(ref_out) | set(got)):
-        if name not in got:
-            fail("%s: bangtrace did not dump %s" % (label, name))
-            continue
-        if name not in ref_out:
-            fail("%s: bangtrace dumped %s, which the reference does not compute" % (label, name))
-            continue
-        a, b = got[name], ref_out[name]
-        if a.shape != b.shape:
-            fail("%s: %s has shape %s, reference %s" % (label, name, a.shape, b.shape))
-            continue
-        d = float(np.max(np.abs(a.astype(np.float64) - b)))
-        t = tol_fn(name, b)
-        if not d <= t:
-            fail("%s: %s max abs diff %.3g > %.3g" % (label, name, d, t))
-        if d > worst[1]:
-            worst = (name, d)
-    return worst
+    return cf.check_all(label, got, ref_out, tol_fn, fail)
 
 
 def check_arch(bt, tmp, label, kw, hf_class, extra, opts):

@@ -70,25 +70,8 @@ def check_forward(bt, tmp, label, kw, tol, relative):
         got_pos = json.load(f).get("expert_positions", {})
     m = ref.load_model(path)
     out = ref.forward(m, TOKENS, dtype=np.float64)
-    names = set(out) | set(got)
-    worst = ("", 0.0)
-    for name in sorted(names):
-        if name not in got:
-            fail("%s: bangtrace did not dump %s" % (label, name))
-            continue
-        if name not in out:
-            fail("%s: bangtrace dumped %s, which the reference does not compute" % (label, name))
-            continue
-        a, b = got[name], out[name]
-        if a.shape != b.shape:
-            fail("%s: %s has shape %s, reference %s" % (label, name, a.shape, b.shape))
-            continue
-        d = float(np.max(np.abs(a - b)))
-        bound = tol * max(1.0, float(np.max(np.abs(b)))) if relative else tol
-        if not d <= bound:
-            fail("%s: %s max abs diff %.3g > %.3g" % (label, name, d, bound))
-        if d > worst[1]:
-            worst = (name, d)
+    worst = cf.check_all(label, got, out,
+                         lambda name, b: tol * max(1.0, float(np.max(np.abs(b)))) if relative else tol, fail)
     for name, pos in ref.LAST_POSITIONS.items():
         if got_pos.get(name) != pos:
             fail("%s: %s rows are positions %s, reference %s" % (label, name, got_pos.get(name), pos))
