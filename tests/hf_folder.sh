@@ -26,6 +26,17 @@ grep -q '(hf, 30 layers' "$TMP/err" || fail "run did not report the hf format: $
 [ "$(ids "$TMP/gguf.json")" = "$(ids "$TMP/f32.json")" ] && ok "F32 folder: greedy ids identical to the GGUF's ($N tokens)" \
     || fail "F32 folder ids differ: gguf $(ids "$TMP/gguf.json") / hf $(ids "$TMP/f32.json")"
 
+# the converter never replaces what is not its own
+sum0=$(cksum < "$TMP/f32/config.json")
+expect_exit 2 "gguf-to-hf.py into an existing folder without --force" "$PY" "$CONV" "$SMOL" "$TMP/f32" --vocab-only
+[ "$(cksum < "$TMP/f32/config.json")" = "$sum0" ] && ok "the existing folder is untouched" || fail "config.json changed"
+mkdir -p "$TMP/mine" && echo keep > "$TMP/mine/notes.txt"
+expect_exit 2 "gguf-to-hf.py --force into a folder that is not an HF folder" "$PY" "$CONV" "$SMOL" "$TMP/mine" --vocab-only --force
+[ "$(cat "$TMP/mine/notes.txt")" = keep ] && [ ! -e "$TMP/mine/tokenizer.json" ] && ok "a non-HF folder is refused even with --force" || fail "wrote into a non-HF folder"
+ln -s "$TMP/f32" "$TMP/link"
+expect_exit 2 "gguf-to-hf.py through a symbolic link" "$PY" "$CONV" "$SMOL" "$TMP/link" --vocab-only --force
+expect_exit 0 "gguf-to-hf.py --force into its own HF folder" "$PY" "$CONV" "$SMOL" "$TMP/f32" --vocab-only --force
+
 expect_exit 0 "inspect the F32 folder" "$BANGTRACE" inspect --model "$TMP/f32"
 grep -q '^format: *hf' "$TMP/out" || fail "inspect format line: $(grep '^format' "$TMP/out")"
 grep -q 'clean: no NaN/Inf in 272 tensors' "$TMP/out" && ok "inspect scans all 272 weights" || fail "inspect scan: $(grep '^scan' "$TMP/out")"

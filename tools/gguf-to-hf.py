@@ -16,6 +16,8 @@ loader that reads the folder must permute them again, as the converter does).
 --pre overrides the GGUF's tokenizer.ggml.pre (e.g. qwen2 on the gpt-2 vocab
 builds a Qwen2-style tokenizer: NFC + Qwen2's Split regex + ByteLevel).
 --vocab-only writes the tokenizer files only (vocab-only GGUFs have no weights).
+OUT must be new or an empty directory; --force writes into an existing HF
+folder (one holding config.json or tokenizer.json), never through a link.
 Needs numpy and the gguf package (pip install gguf)."""
 import argparse
 import json
@@ -168,6 +170,33 @@ def tokenizer_files(r, out, pre, merges_form):
     return len(tokens), bos, eos
 
 
+def refuse(msg):
+    """One line naming the problem, exit 2, nothing written."""
+    print("gguf-to-hf.py: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
+def check_out(out, force):
+    """Never write through a link or into a folder the user owns for something
+    else: a new or empty directory, or with --force an HF folder (ours)."""
+    if os.path.islink(out):
+        refuse(f"{out} is a symbolic link: refusing to write through it")
+    if not os.path.exists(out):
+        return
+    if not os.path.isdir(out):
+        refuse(f"{out} exists and is not a directory")
+    entries = os.listdir(out)
+    if not entries:
+        return
+    if not force:
+        refuse(f"{out} is not empty (--force writes into an HF folder)")
+    if not any(n in entries for n in ("config.json", "tokenizer.json")):
+        refuse(f"{out} is not an HF folder (no config.json or tokenizer.json): not replacing it")
+    for n in entries:
+        if os.path.islink(os.path.join(out, n)):
+            refuse(f"{out}/{n} is a symbolic link: refusing to write through it")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("gguf")
@@ -177,7 +206,10 @@ def main():
     ap.add_argument("--pre", help="tokenizer.json pre-tokenizer to write (default: the GGUF's)")
     ap.add_argument("--merges-form", choices=["string", "list"], default="string")
     ap.add_argument("--vocab-only", action="store_true")
+    ap.add_argument("--force", action="store_true",
+                    help="write into an existing HF folder (one holding config.json or tokenizer.json)")
     a = ap.parse_args()
+    check_out(a.out, a.force)
     r = GGUFReader(a.gguf)
     os.makedirs(a.out, exist_ok=True)
     n_vocab, bos, eos = tokenizer_files(r, a.out, a.pre, a.merges_form)
