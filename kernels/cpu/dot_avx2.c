@@ -411,7 +411,6 @@ TGT static inline void w_q4_1(const uint8_t *b, __m256 w[4])
 BLOCK_DOTS(q8_0, 34)
 BLOCK_DOTS(q4_0, 18)
 BLOCK_DOTS(q4_1, 20)
-#undef BLOCK_DOTS
 
 /* ---- q5_* and k-quants: 32 codes per ymm of bytes, then four vectors of
  * 8 (elements 0-7, 8-15, 16-23, 24-31 of the code run), each scaled with
@@ -480,55 +479,9 @@ TGT static inline void w_q5_1(const uint8_t *b, __m256 w[4])
     codes_dm(q5_codes(b + 8, b + 4), d, m, d, m, w);
 }
 
-#define BLOCK_DOTS(T, BS)                                                                        \
-    TGT static float dot_##T(const void *w, const float *x, int64_t n)                           \
-    {                                                                                            \
-        const uint8_t *b = w;                                                                    \
-        __m256 s = _mm256_setzero_ps(), v[4];                                                    \
-        for (int64_t i = 0; i < n / QK; i++, b += BS, x += QK) {                                 \
-            PF(b);                                                                               \
-            w_##T(b, v);                                                                         \
-            s = _mm256_fmadd_ps(v[0], _mm256_loadu_ps(x), s);                                    \
-            s = _mm256_fmadd_ps(v[1], _mm256_loadu_ps(x + 8), s);                                \
-            s = _mm256_fmadd_ps(v[2], _mm256_loadu_ps(x + 16), s);                               \
-            s = _mm256_fmadd_ps(v[3], _mm256_loadu_ps(x + 24), s);                               \
-        }                                                                                        \
-        return hsum8(s);                                                                         \
-    }                                                                                            \
-    TGT static void dot4q_##T(const void *w, size_t rb, const float *x, int64_t n, float out[4]) \
-    {                                                                                            \
-        const uint8_t *b0 = w, *b1 = b0 + rb, *b2 = b1 + rb, *b3 = b2 + rb;                     \
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, v[4];                        \
-        for (int64_t i = 0; i < n / QK; i++, b0 += BS, b1 += BS, b2 += BS, b3 += BS, x += QK) {  \
-            PF(b0);                                                                              \
-            PF(b1);                                                                              \
-            PF(b2);                                                                              \
-            PF(b3);                                                                              \
-            __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);                         \
-            __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);                   \
-            w_##T(b0, v);                                                                        \
-            a0 = _mm256_fmadd_ps(v[0], x0, a0);                                                  \
-            a0 = _mm256_fmadd_ps(v[1], x1, a0);                                                  \
-            a0 = _mm256_fmadd_ps(v[2], x2, a0);                                                  \
-            a0 = _mm256_fmadd_ps(v[3], x3, a0);                                                  \
-            w_##T(b1, v);                                                                        \
-            a1 = _mm256_fmadd_ps(v[0], x0, a1);                                                  \
-            a1 = _mm256_fmadd_ps(v[1], x1, a1);                                                  \
-            a1 = _mm256_fmadd_ps(v[2], x2, a1);                                                  \
-            a1 = _mm256_fmadd_ps(v[3], x3, a1);                                                  \
-            w_##T(b2, v);                                                                        \
-            a2 = _mm256_fmadd_ps(v[0], x0, a2);                                                  \
-            a2 = _mm256_fmadd_ps(v[1], x1, a2);                                                  \
-            a2 = _mm256_fmadd_ps(v[2], x2, a2);                                                  \
-            a2 = _mm256_fmadd_ps(v[3], x3, a2);                                                  \
-            w_##T(b3, v);                                                                        \
-            a3 = _mm256_fmadd_ps(v[0], x0, a3);                                                  \
-            a3 = _mm256_fmadd_ps(v[1], x1, a3);                                                  \
-            a3 = _mm256_fmadd_ps(v[2], x2, a3);                                                  \
-            a3 = _mm256_fmadd_ps(v[3], x3, a3);                                                  \
-        }                                                                                        \
-        hsum8x4(a0, a1, a2, a3, out);                                                            \
-    }                                                                                            \
+/* The q5 types' dots are BLOCK_DOTS above; their dequantizer uses the
+ * same register decode. */
+#define BLOCK_DQ(T, BS)                                                                          \
     TGT static void dq_##T(const void *src, float *dst, int64_t n)                               \
     {                                                                                            \
         const uint8_t *b = src;                                                                  \
@@ -543,7 +496,10 @@ TGT static inline void w_q5_1(const uint8_t *b, __m256 w[4])
     }
 BLOCK_DOTS(q5_0, 22)
 BLOCK_DOTS(q5_1, 24)
+BLOCK_DQ(q5_0, 22)
+BLOCK_DQ(q5_1, 24)
 #undef BLOCK_DOTS
+#undef BLOCK_DQ
 
 /* k-quant scales of one block: the dequantizer's products (exact); m is
  * subtracted, as in dequant.c. */
