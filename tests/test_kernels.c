@@ -662,6 +662,24 @@ static void test_attn_loops(const bt_kvariant *v)
             sc->wsum_f32(a1, wts, 0.37f, vv + 3, LD, np, hd);
             CHECK(!memcmp(a1, a2, (size_t)hd * sizeof(float)), "%s wsum hd %lld np %lld differs from scalar",
                   v->name, (long long)hd, (long long)np);
+            /* softmax's scale-and-max: the scaled row is the plain loop's
+             * bits and so is the maximum (a NaN never wins; the sign of
+             * a zero maximum may differ, which exp(x - m) cannot see) */
+            {
+                static float r1[256], r2[256];
+                for (int64_t i = 0; i < hd; i++) r1[i] = r2[i] = rndf(-50, 50);
+                if (pi == 1) r1[hd / 2] = r2[hd / 2] = NAN;
+                if (pi == 2) r1[0] = r2[0] = -INFINITY, r1[hd - 1] = r2[hd - 1] = 3e38f;
+                if (pi == 3) for (int64_t i = 0; i < hd; i++) r1[i] = r2[i] = (i % 3) ? NAN : -INFINITY;
+                if (pi == 4) for (int64_t i = 0; i < hd; i++) r1[i] = r2[i] = (i & 1) ? -0.0f : 0.0f;
+                float m1 = sc->scale_max_f32(r1, hd, 0.125f), m2 = v->scale_max_f32(r2, hd, 0.125f);
+                CHECK(!memcmp(r1, r2, (size_t)hd * sizeof(float)), "%s scale_max n %lld: scaled row differs",
+                      v->name, (long long)hd);
+                CHECK(m1 == m2 || (isnan(m1) && isnan(m2)), "%s scale_max n %lld: max %g, scalar %g", v->name,
+                      (long long)hd, m2, m1);
+                CHECK(!isnan(m2), "%s scale_max n %lld: a NaN maximum", v->name, (long long)hd);
+                if (pi == 3) CHECK(m2 == -INFINITY, "%s scale_max: %g over NaN and -inf", v->name, m2);
+            }
             if (bt_kernels_force(v->name) != BT_OK) continue;
             bt_dot_rows_f32(vv + 1, LD, q, hd, np, o1);
             for (int64_t p = 0; p < np; p++) {

@@ -212,6 +212,17 @@ static void wsum_f32(float *acc, const float *wts, float scale, const float *v, 
     }
 }
 
+static float scale_max_f32(float *x, int64_t n, float scale)
+{
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        float s = x[i] * scale;
+        x[i] = s;
+        if (s > m) m = s;
+    }
+    return m;
+}
+
 void bt_kv_scalar_fill(bt_kvariant *kv)
 {
     memset(kv, 0, sizeof(*kv));
@@ -234,6 +245,7 @@ void bt_kv_scalar_fill(bt_kvariant *kv)
     kv->dot4x2_f32 = dot4x2_f32;
     kv->sweep_f32 = bt_sweep_f32_scalar;
     kv->wsum_f32 = wsum_f32;
+    kv->scale_max_f32 = scale_max_f32;
 }
 
 static bool cpu_has_avx2(void)
@@ -387,6 +399,11 @@ void bt_dot_rows_multi_f32(const float *k, int64_t ldk, const float *q, int64_t 
         }
     for (; j < nq; j++)
         bt_dot_rows_f32(k, ldk, q + j * ldq, n, np, out + j * ldo);
+}
+
+float bt_scale_max_f32(float *x, int64_t n, float scale)
+{
+    return n > 0 ? bt_kernels_active()->scale_max_f32(x, n, scale) : -INFINITY;
 }
 
 void bt_wsum_f32(float *acc, const float *wts, float scale, const float *v, int64_t ldv, int64_t np, int64_t n)

@@ -21,6 +21,7 @@
 
 #include <float.h>
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "util.h"
@@ -751,6 +752,32 @@ TGT static void dq_q4_1(const void *src, float *dst, int64_t n)
     }
 }
 
+/* ---- softmax's scale and max (kernels.h: bt_scale_max_f32), as the
+ * AVX-512 one: max(s, m) keeps m when s is NaN. ---- */
+TGT static float scale_max_f32(float *x, int64_t n, float scale)
+{
+    __m256 sc = _mm256_set1_ps(scale), m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 a = _mm256_mul_ps(_mm256_loadu_ps(x + i), sc), b = _mm256_mul_ps(_mm256_loadu_ps(x + i + 8), sc);
+        _mm256_storeu_ps(x + i, a);
+        _mm256_storeu_ps(x + i + 8, b);
+        m0 = _mm256_max_ps(a, m0);
+        m1 = _mm256_max_ps(b, m1);
+    }
+    float l[8];
+    _mm256_storeu_ps(l, _mm256_max_ps(m1, m0));
+    float m = -INFINITY;
+    for (int j = 0; j < 8; j++)
+        if (l[j] > m) m = l[j];
+    for (; i < n; i++) {
+        float s = x[i] * scale;
+        x[i] = s;
+        if (s > m) m = s;
+    }
+    return m;
+}
+
 /* ---- attention's weighted sum (kernels.h: bt_wsum_f32): the plain
  * loop's roundings lane by lane (mul, then add, never fused), 32 floats of
  * the head in four registers across all positions, a scalar tail. ---- */
@@ -888,6 +915,7 @@ bool bt_kv_avx2_fill(bt_kvariant *kv)
     kv->dot4q[BT_DT_Q6_K] = dot4q_q6_k;
     kv->sweep_f32 = bt_sweep_f32_avx2;
     kv->wsum_f32 = wsum_f32;
+    kv->scale_max_f32 = scale_max_f32;
     return true;
 }
 

@@ -25,6 +25,7 @@
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "util.h"
@@ -861,6 +862,35 @@ TGT static void dq_q4_1(const void *src, float *dst, int64_t n)
     }
 }
 
+/* ---- softmax's scale and max (kernels.h: bt_scale_max_f32): max(s, m)
+ * returns m when s is NaN, as the plain loop skips it; the lanes are
+ * reduced the same way. Products are single roundings, so x is the plain
+ * loop's bits; the maximum is too, up to the sign of a zero. ---- */
+TGT static float scale_max_f32(float *x, int64_t n, float scale)
+{
+    __m512 sc = _mm512_set1_ps(scale), m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 a = _mm512_mul_ps(_mm512_loadu_ps(x + i), sc), b = _mm512_mul_ps(_mm512_loadu_ps(x + i + 16), sc);
+        _mm512_storeu_ps(x + i, a);
+        _mm512_storeu_ps(x + i + 16, b);
+        m0 = _mm512_max_ps(a, m0);
+        m1 = _mm512_max_ps(b, m1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : tail_mask(n - i);
+        __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), sc);
+        _mm512_mask_storeu_ps(x + i, k, a);
+        m0 = _mm512_mask_max_ps(m0, k, a, m0);
+    }
+    float l[16];
+    _mm512_storeu_ps(l, _mm512_max_ps(m1, m0));
+    float m = -INFINITY;
+    for (int j = 0; j < 16; j++)
+        if (l[j] > m) m = l[j];
+    return m;
+}
+
 /* ---- attention's weighted sum (kernels.h: bt_wsum_f32): the plain
  * loop's roundings lane by lane (mul, then add; BT_NOFUSE_V keeps GCC from
  * contracting them), a 64-float head held in four registers across all
@@ -947,6 +977,7 @@ bool bt_kv_avx512_fill(bt_kvariant *kv)
     kv->dot4q[BT_DT_Q6_K] = dot4q_q6_k;
     kv->sweep_f32 = bt_sweep_f32_avx2;
     kv->wsum_f32 = wsum_f32;
+    kv->scale_max_f32 = scale_max_f32;
     kv->dot8x3_f32 = dot8x3_f32;
     return true;
 }

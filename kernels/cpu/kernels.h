@@ -85,6 +85,11 @@ void bt_dot_rows_f32(const float *k, int64_t ldk, const float *q, int64_t n, int
 void bt_dot_rows_multi_f32(const float *k, int64_t ldk, const float *q, int64_t ldq, int nq, int64_t n, int64_t np,
                            float *out, int64_t ldo);
 void bt_wsum_f32(float *acc, const float *wts, float scale, const float *v, int64_t ldv, int64_t np, int64_t n);
+/* Softmax's first pass: x[i] = x[i] * scale for i < n, and the largest
+ * result that is not NaN (-INFINITY when there is none), i.e. the bits of
+ * the plain loop `s = x[i] * scale; x[i] = s; if (s > m) m = s;` up to the
+ * sign of a zero maximum, which no exp(x - m) can see. */
+float bt_scale_max_f32(float *x, int64_t n, float scale);
 
 /* A small fixed pthread pool. bt_pool_run calls fn(arg, ith, nth) on nth
  * threads (the caller is thread 0) and returns when all are done. */

@@ -65,6 +65,7 @@ typedef struct bt_kvariant {
     int64_t (*sweep_f32)(const float *x, int64_t n, bt_sweep *acc);   /* bt_sweep_f32 */
     void (*wsum_f32)(float *acc, const float *wts, float scale, const float *v, int64_t ldv,
                      int64_t np, int64_t n);                           /* bt_wsum_f32 */
+    float (*scale_max_f32)(float *x, int64_t n, float scale);         /* bt_scale_max_f32 */
 } bt_kvariant;
 
 /* The reference sweep (dot.c); SIMD sweeps run their last short chunk

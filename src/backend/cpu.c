@@ -197,35 +197,107 @@ static int cpu_kv_store(bt_backend *be, bt_buf *kc, bt_buf *vc, size_t off, bt_b
 typedef struct attn_job {
     const bt_attn_args *a;
     float *att;
-    size_t att_stride;
+    size_t att_stride;            /* floats of scratch per thread */
+    size_t ctx;                   /* floats of one score row */
+    int tq;                       /* query positions per prefill work item */
 } attn_job;
 
-/* One query head at position pos: softmax over the scores in att (raw
- * dots, scaled here), then the weighted sum of value rows into out. */
+/* Softmax of nr score rows of n scores each, ld floats apart, in place:
+ * raw dots in, scaled here, then exp(s - max); inv[r] = 1/sum of row r.
+ * Each row's sum runs in key order (one float chain per row, as the plain
+ * loop); rows of the same length go four at a time so their chains
+ * overlap instead of waiting on each other's additions. */
+static void attn_softmax_rows(float *att, size_t ld, int nr, int n, float scale, float *inv)
+{
+    for (int r = 0; r < nr; r++) {
+        float *x = att + (size_t)r * ld;
+        float mx = bt_scale_max_f32(x, n, scale);
+        for (int p = 0; p < n; p++) x[p] = expf(x[p] - mx);
+    }
+    int r = 0;
+    for (; r + 4 <= nr; r += 4) {
+        const float *x0 = att + (size_t)r * ld, *x1 = x0 + ld, *x2 = x1 + ld, *x3 = x2 + ld;
+        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (int p = 0; p < n; p++) { s0 += x0[p]; s1 += x1[p]; s2 += x2[p]; s3 += x3[p]; }
+        inv[r] = 1.0f / s0; inv[r + 1] = 1.0f / s1; inv[r + 2] = 1.0f / s2; inv[r + 3] = 1.0f / s3;
+    }
+    for (; r + 2 <= nr; r += 2) {
+        const float *x0 = att + (size_t)r * ld, *x1 = x0 + ld;
+        float s0 = 0, s1 = 0;
+        for (int p = 0; p < n; p++) { s0 += x0[p]; s1 += x1[p]; }
+        inv[r] = 1.0f / s0; inv[r + 1] = 1.0f / s1;
+    }
+    if (r < nr) {
+        const float *x0 = att + (size_t)r * ld;
+        float s0 = 0;
+        for (int p = 0; p < n; p++) s0 += x0[p];
+        inv[r] = 1.0f / s0;
+    }
+}
+
+/* One query head at position pos: softmax over the scores in att, then the
+ * weighted sum of value rows into out (bt_wsum_f32: the plain loop's bits,
+ * the head in registers across positions). */
 static void attn_head(float *att, int pos, float scale, const float *vc, int kv_dim, int hd, float *out)
 {
-    float mx = -INFINITY;
-    for (int p = 0; p <= pos; p++) {
-        float s = att[p] * scale;
-        att[p] = s;
-        if (s > mx) mx = s;
-    }
-    float sum = 0;
-    for (int p = 0; p <= pos; p++) { att[p] = expf(att[p] - mx); sum += att[p]; }
-    float inv = 1.0f / sum;
-    /* The weighted sum of value rows, with the head in registers across
-     * positions (bt_wsum_f32: the plain loop's bits; built for the baseline
-     * ISA this loop stayed scalar and was most of attention at depth). */
+    float inv;
+    attn_softmax_rows(att, 0, 1, pos + 1, scale, &inv);
     float acc[BT_CPU_MAX_HEAD_DIM];
     memset(acc, 0, hd * sizeof(float));
     bt_wsum_f32(acc, att, inv, vc, kv_dim, pos + 1, hd);
     memcpy(out, acc, hd * sizeof(float));
 }
 
+/* Keys per block of the prefill tile: 64 keys of a 64-wide head are 16 KB
+ * of K (then of V), which stay in L1 while every query of the tile uses
+ * them. */
+#define ATTN_KB 64
+
+/* A prefill work item: query positions t0 .. t0+nt-1 and the `group` query
+ * heads of KV head kvh, blocked over keys so each block of K and V is read
+ * from memory once per tile instead of once per query (at a 4k context
+ * the unblocked loop streamed 2 MB of cache per query and KV head). Every
+ * score is still the bits of one bt_vec_dot, each row runs attn_softmax,
+ * and the weighted sum keeps each lane's additions in key order (the
+ * accumulator only goes through memory between blocks, which is exact),
+ * so a head's output is the bits of attn_head's: blocking changes the
+ * order of the loops, never of the arithmetic. */
+static void attn_tile(const bt_attn_args *a, float *att, size_t ctx, int t0, int nt, int kvh)
+{
+    int hd = a->head_dim, kv_dim = a->n_kv_heads * hd, q_dim = a->n_heads * hd;
+    int group = a->n_heads / a->n_kv_heads;
+    const float *kc = F(a->k_cache) + a->cache_off + (size_t)kvh * hd;
+    const float *vc = F(a->v_cache) + a->cache_off + (size_t)kvh * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    int last = a->pos0 + t0 + nt - 1;    /* the tile's longest row */
+    for (int p0 = 0; p0 <= last; p0 += ATTN_KB)
+        for (int t = 0; t < nt; t++) {
+            int pos = a->pos0 + t0 + t, np = BT_MIN(ATTN_KB, pos + 1 - p0);
+            if (np <= 0) continue;
+            const float *q = F(a->q) + (size_t)(t0 + t) * q_dim + (size_t)kvh * group * hd;
+            bt_dot_rows_multi_f32(kc + (size_t)p0 * kv_dim, kv_dim, q, hd, group, hd, np,
+                                  att + (size_t)t * group * ctx + p0, (int64_t)ctx);
+        }
+    float inv[64 * 8];   /* nt * group <= tq * group, bounded by the caller */
+    for (int t = 0; t < nt; t++) {
+        attn_softmax_rows(att + (size_t)t * group * ctx, ctx, group, a->pos0 + t0 + t + 1, scale, inv + t * group);
+        for (int g = 0; g < group; g++)
+            memset(F(a->out) + (size_t)(t0 + t) * q_dim + (size_t)(kvh * group + g) * hd, 0, hd * sizeof(float));
+    }
+    for (int p0 = 0; p0 <= last; p0 += ATTN_KB)
+        for (int t = 0; t < nt; t++) {
+            int pos = a->pos0 + t0 + t, np = BT_MIN(ATTN_KB, pos + 1 - p0);
+            if (np <= 0) continue;
+            for (int g = 0; g < group; g++)
+                bt_wsum_f32(F(a->out) + (size_t)(t0 + t) * q_dim + (size_t)(kvh * group + g) * hd,
+                            att + (size_t)(t * group + g) * ctx + p0, inv[t * group + g],
+                            vc + (size_t)p0 * kv_dim, kv_dim, np, hd);
+        }
+}
+
 /* Work items: one (position, head) pair each for a single position (decode:
- * a few heads over the threads), one (position, KV head) each for a batch,
- * whose query heads then share the key loads of the score dots
- * (bt_dot_rows_multi_f32). Either way every score is the bits of one
+ * a few heads over the threads), one (tile of positions, KV head) each for
+ * a batch (attn_tile). Either way every score is the bits of one
  * bt_vec_dot and each head runs the same softmax and sum, so a head's
  * output does not depend on the batch. */
 static void attn_worker(void *arg, int ith, int nth)
@@ -233,27 +305,26 @@ static void attn_worker(void *arg, int ith, int nth)
     const attn_job *j = arg;
     const bt_attn_args *a = j->a;
     int hd = a->head_dim, kv_dim = a->n_kv_heads * hd, q_dim = a->n_heads * hd;
-    int group = a->n_heads / a->n_kv_heads;
     const float *kc = F(a->k_cache) + a->cache_off;
     const float *vc = F(a->v_cache) + a->cache_off;
     float *att = j->att + (size_t)ith * j->att_stride;
     float scale = 1.0f / sqrtf((float)hd);
-    bool grouped = a->T > 1;
-    int per = grouped ? group : 1;
-    int items = a->T * (grouped ? a->n_kv_heads : a->n_heads);
-    size_t ctx = j->att_stride / (size_t)group;   /* scores of one head */
-    for (int it = ith; it < items; it += nth) {
-        int t = it / (a->n_heads / per), h0 = (it % (a->n_heads / per)) * per, pos = a->pos0 + t;
-        const float *q = F(a->q) + (size_t)t * q_dim + h0 * hd;
-        int kvh = h0 / group;
-        /* SIMD score dots (the same bits as one bt_vec_dot each): the score
-         * loop was a quarter of decode time */
-        if (per == 1) bt_dot_rows_f32(kc + kvh * hd, kv_dim, q, hd, pos + 1, att);
-        else bt_dot_rows_multi_f32(kc + kvh * hd, kv_dim, q, hd, per, hd, pos + 1, att, (int64_t)ctx);
-        for (int g = 0; g < per; g++)
-            attn_head(att + (size_t)g * ctx, pos, scale, vc + kvh * hd, kv_dim, hd,
-                      F(a->out) + (size_t)t * q_dim + (size_t)(h0 + g) * hd);
+    if (a->T > 1) {
+        int tiles = (a->T + j->tq - 1) / j->tq, items = tiles * a->n_kv_heads;
+        for (int it = ith; it < items; it += nth) {
+            int tile = it / a->n_kv_heads, kvh = it % a->n_kv_heads, t0 = tile * j->tq;
+            attn_tile(a, att, j->ctx, t0, BT_MIN(j->tq, a->T - t0), kvh);
+        }
+        return;
     }
+    int group = a->n_heads / a->n_kv_heads;
+    for (int h = ith; h < a->n_heads; h += nth) {
+        int pos = a->pos0, kvh = h / group;
+        /* SIMD score dots (the same bits as one bt_vec_dot each) */
+        bt_dot_rows_f32(kc + kvh * hd, kv_dim, F(a->q) + (size_t)h * hd, hd, pos + 1, att);
+        attn_head(att, pos, scale, vc + kvh * hd, kv_dim, hd, F(a->out) + (size_t)h * hd);
+    }
+    (void)q_dim;
 }
 
 static int cpu_attention(bt_backend *be, const bt_attn_args *a)
@@ -261,17 +332,28 @@ static int cpu_attention(bt_backend *be, const bt_attn_args *a)
     cpu_ctx *c = CTX(be);
     if (a->head_dim > BT_CPU_MAX_HEAD_DIM)
         return bt_error(BT_EUNSUPPORTED, "cpu: head dimension %d is above the supported %d", a->head_dim, BT_CPU_MAX_HEAD_DIM);
-    /* a score row per query head of a KV group, per thread */
     size_t group = (size_t)BT_MAX(1, a->n_heads / BT_MAX(1, a->n_kv_heads));
-    size_t need = (size_t)BT_MAX(a->ctx_len, a->pos0 + a->T) * group;
+    if (group > 64)
+        return bt_error(BT_EUNSUPPORTED, "cpu: %zu query heads per KV head is above the supported 64", group);
+    size_t ctx = (size_t)BT_MAX(a->ctx_len, a->pos0 + a->T);
+    /* Score rows per thread: a tile of positions times the group's heads
+     * for a batch, one row for decode. The tile shrinks so the scratch
+     * stays near 1 MB per thread at long contexts (it only trades cache
+     * reuse, never results). */
+    int tq = 1;
+    if (a->T > 1) {
+        tq = (int)BT_MIN((size_t)8, BT_MAX((size_t)1, ((size_t)1 << 18) / (ctx * group)));
+        tq = BT_MIN(tq, a->T);
+    }
+    size_t need = (size_t)tq * group * ctx;
     if (need > c->att_cap) {
         /* grows to the largest context of the engines sharing this backend */
         float *na = realloc(c->att, (size_t)c->n_threads * need * sizeof(float));
-        if (!na) return bt_error(BT_ENOMEM, "out of memory for attention scores (context %zu)", need / group);
+        if (!na) return bt_error(BT_ENOMEM, "out of memory for attention scores (context %zu)", ctx);
         c->att = na;
         c->att_cap = need;
     }
-    attn_job job = { .a = a, .att = c->att, .att_stride = c->att_cap };
+    attn_job job = { .a = a, .att = c->att, .att_stride = c->att_cap, .ctx = ctx, .tq = tq };
     bt_pool_run(c->pool, attn_worker, &job);
     return BT_OK;
 }
