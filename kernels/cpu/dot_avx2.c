@@ -509,51 +509,68 @@ struct kscales {
     float m[16];
 };
 
+/* 8 bytes (unsigned or signed) -> 8 floats times d: the dequantizer's
+ * d * (float)code, one rounding, so exact. */
+TGT static inline void scale8_u8(float *dst, __m128i v, float d)
+{
+    _mm256_storeu_ps(dst, _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))));
+}
+
+TGT static inline void scale8_i8(float *dst, __m128i v, float d)
+{
+    _mm256_storeu_ps(dst, _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))));
+}
+
+/* q4_K/q5_K scales and mins unpacked four at a time in 32-bit words (as
+ * the AVX-512 file does), then converted eight at a time. */
 TGT static inline void prep_k4(const uint8_t *b, struct kscales *ks)
 {
-    float d = ld_f16(b), dmin = ld_f16(b + 2);
-    const uint8_t *q = b + 4;
-    for (int j = 0; j < 8; j++) {
-        int sc, m;
-        if (j < 4) {
-            sc = q[j] & 63;
-            m = q[j + 4] & 63;
-        } else {
-            sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-            m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-        }
-        ks->d[j] = d * (float)sc;
-        ks->m[j] = dmin * (float)m;
-    }
+    uint32_t a, m, c;
+    memcpy(&a, b + 4, 4);
+    memcpy(&m, b + 8, 4);
+    memcpy(&c, b + 12, 4);
+    __m128i v = _mm_setr_epi32((int)(a & 0x3F3F3F3Fu), (int)((c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u)),
+                               (int)(m & 0x3F3F3F3Fu), (int)(((c >> 4) & 0x0F0F0F0Fu) | ((m >> 2) & 0x30303030u)));
+    scale8_u8(ks->d, v, ld_f16(b));
+    scale8_u8(ks->m, _mm_srli_si128(v, 8), ld_f16(b + 2));
 }
 #define prep_q4_k prep_k4
 #define prep_q5_k prep_k4
 
 TGT static inline void prep_q6_k(const uint8_t *b, struct kscales *ks)
 {
+    __m128i v = _mm_loadu_si128((const __m128i *)(b + 192));
     float d = ld_f16(b + 208);
-    for (int k = 0; k < 16; k++)
-        ks->d[k] = d * (float)(int8_t)b[192 + k];
+    scale8_i8(ks->d, v, d);
+    scale8_i8(ks->d + 8, _mm_srli_si128(v, 8), d);
 }
 
+/* q3_K: low nibbles from bytes 0..7, bits 4-5 from byte 8 + k%4 shifted
+ * by 2*(k/4), then d * (float)(sc - 32) (exact: sc - 32 as a signed byte). */
 TGT static inline void prep_q3_k(const uint8_t *b, struct kscales *ks)
 {
     const uint8_t *s = b + 96;
+    const __m128i m4 = _mm_set1_epi8(0x0F), m2 = _mm_set1_epi8(3);
+    __m128i v = _mm_loadl_epi64((const __m128i *)s);
+    __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+    uint32_t h;
+    memcpy(&h, s + 8, 4);
+    __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)h), _mm_setr_epi32(0, 2, 4, 6)), m2);
+    __m128i sc = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
     float d = ld_f16(b + 108);
-    for (int k = 0; k < 16; k++) {
-        int lo = k < 8 ? s[k] & 0xF : s[k - 8] >> 4;
-        int hi = (s[8 + k % 4] >> (2 * (k / 4))) & 3;
-        ks->d[k] = d * (float)((lo | hi << 4) - 32);
-    }
+    scale8_i8(ks->d, sc, d);
+    scale8_i8(ks->d + 8, _mm_srli_si128(sc, 8), d);
 }
 
 TGT static inline void prep_q2_k(const uint8_t *b, struct kscales *ks)
 {
+    __m128i v = _mm_loadu_si128((const __m128i *)b), m4 = _mm_set1_epi8(0x0F);
+    __m128i sc = _mm_and_si128(v, m4), mn = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
     float d = ld_f16(b + 80), dmin = ld_f16(b + 82);
-    for (int k = 0; k < 16; k++) {
-        ks->d[k] = d * (float)(b[k] & 0xF);
-        ks->m[k] = dmin * (float)(b[k] >> 4);
-    }
+    scale8_u8(ks->d, sc, d);
+    scale8_u8(ks->d + 8, _mm_srli_si128(sc, 8), d);
+    scale8_u8(ks->m, mn, dmin);
+    scale8_u8(ks->m + 8, _mm_srli_si128(mn, 8), dmin);
 }
 
 /* Sub-block runs of 32 elements, j = 0..7, in element order. */
