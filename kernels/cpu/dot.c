@@ -234,6 +234,7 @@ void bt_kv_scalar_fill(bt_kvariant *kv)
     kv->dot4x2_f32 = dot4x2_f32;
     kv->sweep_f32 = bt_sweep_f32_scalar;
     kv->wsum_f32 = wsum_f32;
+    kv->exp_sub_f32 = bt_exp_sub_f32_scalar;
 }
 
 static bool cpu_has_avx2(void)

@@ -888,6 +888,7 @@ bool bt_kv_avx2_fill(bt_kvariant *kv)
     kv->dot4q[BT_DT_Q6_K] = dot4q_q6_k;
     kv->sweep_f32 = bt_sweep_f32_avx2;
     kv->wsum_f32 = wsum_f32;
+    kv->exp_sub_f32 = bt_exp_sub_f32_avx2;
     return true;
 }
 

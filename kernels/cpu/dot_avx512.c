@@ -948,6 +948,7 @@ bool bt_kv_avx512_fill(bt_kvariant *kv)
     kv->sweep_f32 = bt_sweep_f32_avx2;
     kv->wsum_f32 = wsum_f32;
     kv->dot8x3_f32 = dot8x3_f32;
+    kv->exp_sub_f32 = bt_exp_sub_f32_avx512;
     return true;
 }
 

@@ -85,6 +85,12 @@ void bt_dot_rows_f32(const float *k, int64_t ldk, const float *q, int64_t n, int
 void bt_dot_rows_multi_f32(const float *k, int64_t ldk, const float *q, int64_t ldq, int nq, int64_t n, int64_t np,
                            float *out, int64_t ldo);
 void bt_wsum_f32(float *acc, const float *wts, float scale, const float *v, int64_t ldv, int64_t np, int64_t n);
+/* Softmax's exponentials: x[i] = expf(x[i] - m) for i < n (nothing for
+ * n <= 0), x[i] - m rounded in float, each result the bits this machine's
+ * C library expf returns (NaN, +-Inf, overflow and underflow included; errno
+ * is not set) whichever variant runs: the SIMD ones replicate glibc 2.36's
+ * expf (exp.c), and tests/test_expf.c checks them against the libm linked. */
+void bt_exp_sub_f32(float *x, int64_t n, float m);
 
 /* A small fixed pthread pool. bt_pool_run calls fn(arg, ith, nth) on nth
  * threads (the caller is thread 0) and returns when all are done. */
