@@ -37,16 +37,56 @@
  *     (Decimal(j)/32))))[0])) for j in range(32)]"
  * (60 digits, float(Decimal) rounds correctly; 2^(j/32) is irrational for
  * j > 0, so no value is a tie). tests/test_expf.c checks every SIMD result
- * against the running libm, and BT_EXPF_EXHAUSTIVE=1 all 2^32 inputs. */
+ * against the running libm, and BT_EXPF_EXHAUSTIVE=1 all 2^32 inputs.
+ * bt_kernels_init() installs a SIMD version only where it reproduces the
+ * linked libm on a probe set (bt_exp_sub_f32_matches_libm), so with another
+ * C library the SIMD variants most likely fall back to the expf loop
+ * (slower, same bits); only test_expf run there proves it. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels_impl.h"
+#include "util.h"
 
 /* x[i] - m rounds once in float, in every variant. */
 void bt_exp_sub_f32_scalar(float *x, int64_t n, float m)
 {
     for (int64_t i = 0; i < n; i++)
         x[i] = expf(x[i] - m);
+}
+
+/* A guard, not a proof (that is tests/test_expf.c): a libm other than the
+ * one the SIMD code replicates (another C library, a glibc that changed its
+ * expf) is very likely to differ on some of 8192 inputs spread over the
+ * range where expf is neither 0, 1 nor Inf (mostly negative: softmax
+ * exponents are <= 0) and the special values. About 50 us, once. */
+bool bt_exp_sub_f32_matches_libm(void (*fn)(float *x, int64_t n, float m))
+{
+    enum { NP = 8192, NNEG = 6144 };
+    static const uint32_t special[] = { 0x7f800000, 0xff800000, 0x7fc00001, 0xffa00001, 0x42b17218, 0xc2cff1b5,
+                                        0xc2ce8ecf, 0xc2ce8ed0, 0x80000001, 0x00000000 };
+    float *x = malloc(2 * NP * sizeof(float));
+    if (!x)
+        return false;
+    float *want = x + NP;
+    int n = 0;
+    for (uint32_t i = 0; i < NNEG; i++) {           /* -0 .. about -104.9 */
+        uint32_t u = 0x80000000u + i * 182003u;
+        memcpy(&x[n++], &u, 4);
+    }
+    for (uint32_t i = 0; n < NP - (int)BT_ARRAY_SIZE(special); i++) {   /* +0 .. about 89.3 */
+        uint32_t u = i * 546001u;
+        memcpy(&x[n++], &u, 4);
+    }
+    for (size_t i = 0; i < BT_ARRAY_SIZE(special); i++)
+        memcpy(&x[n++], &special[i], 4);
+    for (int i = 0; i < NP; i++)
+        want[i] = expf(x[i]);
+    fn(x, NP, 0.0f);
+    bool same = memcmp(x, want, NP * sizeof(float)) == 0;
+    free(x);
+    return same;
 }
 
 void bt_exp_sub_f32(float *x, int64_t n, float m)

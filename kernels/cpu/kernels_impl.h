@@ -82,6 +82,9 @@ int64_t bt_sweep_f32_avx2(const float *x, int64_t n, bt_sweep *acc);
 void bt_exp_sub_f32_scalar(float *x, int64_t n, float m);
 void bt_exp_sub_f32_avx2(float *x, int64_t n, float m);
 void bt_exp_sub_f32_avx512(float *x, int64_t n, float m);
+/* Whether fn gives the linked libm's expf bits on a probe set (exp.c);
+ * bt_kernels_init() keeps the scalar loop in a variant where it does not. */
+bool bt_exp_sub_f32_matches_libm(void (*fn)(float *x, int64_t n, float m));
 
 /* The table named `name` if this build has it and this CPU can run it, else
  * NULL. Calls bt_kernels_init() first. */
