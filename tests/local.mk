@@ -36,6 +36,11 @@ tests_test_kernels_LDADD = $(CORE_LIBS)
 tests_dequant_tool_SOURCES = tests/dequant_tool.c
 tests_dequant_tool_LDADD = $(CORE_LIBS)
 EXTRA_DIST += tests/dequant_check.py
+# softmax's expf: every variant gives libm's bits (BT_EXPF_EXHAUSTIVE=1: all 2^32)
+check_PROGRAMS += tests/test_expf
+TESTS += tests/test_expf
+tests_test_expf_SOURCES = tests/test_expf.c
+tests_test_expf_LDADD = $(CORE_LIBS)
 # mixture of experts: routing by hand-worked values, the scatter_add op;
 # routes in the trace, expert injection and bisect naming the expert
 check_PROGRAMS += tests/test_moe

@@ -246,6 +246,7 @@ void bt_kv_scalar_fill(bt_kvariant *kv)
     kv->sweep_f32 = bt_sweep_f32_scalar;
     kv->wsum_f32 = wsum_f32;
     kv->scale_max_f32 = scale_max_f32;
+    kv->exp_sub_f32 = bt_exp_sub_f32_scalar;
 }
 
 static bool cpu_has_avx2(void)
@@ -285,6 +286,13 @@ static void init(void)
     avx512 = scalar;
     have_avx2 = cpu_has_avx2() && bt_kv_avx2_fill(&avx2);
     have_avx512 = cpu_has_avx512() && bt_kv_avx512_fill(&avx512);
+    /* The SIMD exp replicates one libm's expf; elsewhere it must not run. */
+    bt_kvariant *simd[2] = { have_avx2 ? &avx2 : NULL, have_avx512 ? &avx512 : NULL };
+    for (int i = 0; i < 2; i++)
+        if (simd[i] && !bt_exp_sub_f32_matches_libm(simd[i]->exp_sub_f32)) {
+            bt_debug("kernels: %s expf differs from this C library's; using the expf loop", simd[i]->name);
+            simd[i]->exp_sub_f32 = bt_exp_sub_f32_scalar;
+        }
     active = have_avx512 ? &avx512 : have_avx2 ? &avx2 : &scalar;
 
     const char *want = getenv("BT_SIMD");

@@ -933,6 +933,7 @@ bool bt_kv_avx2_fill(bt_kvariant *kv)
     kv->sweep_f32 = bt_sweep_f32_avx2;
     kv->wsum_f32 = wsum_f32;
     kv->scale_max_f32 = scale_max_f32;
+    kv->exp_sub_f32 = bt_exp_sub_f32_avx2;
     return true;
 }
 

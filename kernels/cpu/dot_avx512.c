@@ -987,6 +987,7 @@ bool bt_kv_avx512_fill(bt_kvariant *kv)
     kv->wsum_f32 = wsum_f32;
     kv->scale_max_f32 = scale_max_f32;
     kv->dot8x3_f32 = dot8x3_f32;
+    kv->exp_sub_f32 = bt_exp_sub_f32_avx512;
     return true;
 }
 

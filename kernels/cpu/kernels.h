@@ -90,6 +90,12 @@ void bt_wsum_f32(float *acc, const float *wts, float scale, const float *v, int6
  * the plain loop `s = x[i] * scale; x[i] = s; if (s > m) m = s;` up to the
  * sign of a zero maximum, which no exp(x - m) can see. */
 float bt_scale_max_f32(float *x, int64_t n, float scale);
+/* Softmax's exponentials: x[i] = expf(x[i] - m) for i < n (nothing for
+ * n <= 0), x[i] - m rounded in float, each result the bits this machine's
+ * C library expf returns (NaN, +-Inf, overflow and underflow included; errno
+ * is not set) whichever variant runs: the SIMD ones replicate glibc 2.36's
+ * expf (exp.c), and tests/test_expf.c checks them against the libm linked. */
+void bt_exp_sub_f32(float *x, int64_t n, float m);
 
 /* A small fixed pthread pool. bt_pool_run calls fn(arg, ith, nth) on nth
  * threads (the caller is thread 0) and returns when all are done. */

@@ -66,6 +66,9 @@ typedef struct bt_kvariant {
     void (*wsum_f32)(float *acc, const float *wts, float scale, const float *v, int64_t ldv,
                      int64_t np, int64_t n);                           /* bt_wsum_f32 */
     float (*scale_max_f32)(float *x, int64_t n, float scale);         /* bt_scale_max_f32 */
+    /* bt_exp_sub_f32: x[i] = expf(x[i] - m), the subtraction rounded in
+     * float; every variant returns the C library's expf bits (exp.c). */
+    void (*exp_sub_f32)(float *x, int64_t n, float m);
 } bt_kvariant;
 
 /* The reference sweep (dot.c); SIMD sweeps run their last short chunk
@@ -74,6 +77,15 @@ int64_t bt_sweep_f32_scalar(const float *x, int64_t n, bt_sweep *acc);
 /* The AVX2 sweep (dot_avx2.c), also the avx512 table's: 8 lanes is the
  * sweep's defined order, so 16-lane code could not give the same bits. */
 int64_t bt_sweep_f32_avx2(const float *x, int64_t n, bt_sweep *acc);
+/* exp.c: the expf loop (the reference) and its bit-exact SIMD replicas;
+ * the SIMD ones exist only in x86 GCC/clang builds (the fill functions
+ * below install them). */
+void bt_exp_sub_f32_scalar(float *x, int64_t n, float m);
+void bt_exp_sub_f32_avx2(float *x, int64_t n, float m);
+void bt_exp_sub_f32_avx512(float *x, int64_t n, float m);
+/* Whether fn gives the linked libm's expf bits on a probe set (exp.c);
+ * bt_kernels_init() keeps the scalar loop in a variant where it does not. */
+bool bt_exp_sub_f32_matches_libm(void (*fn)(float *x, int64_t n, float m));
 
 /* The table named `name` if this build has it and this CPU can run it, else
  * NULL. Calls bt_kernels_init() first. */

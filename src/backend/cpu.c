@@ -211,8 +211,7 @@ static void attn_softmax_rows(float *att, size_t ld, int nr, int n, float scale,
 {
     for (int r = 0; r < nr; r++) {
         float *x = att + (size_t)r * ld;
-        float mx = bt_scale_max_f32(x, n, scale);
-        for (int p = 0; p < n; p++) x[p] = expf(x[p] - mx);
+        bt_exp_sub_f32(x, n, bt_scale_max_f32(x, n, scale));   /* libm expf's bits */
     }
     int r = 0;
     for (; r + 4 <= nr; r += 4) {
