@@ -362,7 +362,17 @@ static int cpu_swiglu(bt_backend *be, bt_buf *out, bt_buf *gate, bt_buf *up, siz
     (void)be;
     float *o = F(out);
     const float *g = F(gate), *u = F(up);
-    for (size_t i = 0; i < n; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    /* expf(-g) through bt_exp_sub_f32 (libm's bits; -g - 0 is -g, a NaN
+     * only quieted as expf would), 256 at a time: the scalar call was
+     * most of this loop. Reads g[i] before writing o[i], so out may be
+     * gate. */
+    float e[256];
+    for (size_t i = 0; i < n; i += 256) {
+        size_t k = BT_MIN((size_t)256, n - i);
+        for (size_t j = 0; j < k; j++) e[j] = -g[i + j];
+        bt_exp_sub_f32(e, (int64_t)k, 0.0f);
+        for (size_t j = 0; j < k; j++) o[i + j] = g[i + j] / (1.0f + e[j]) * u[i + j];
+    }
     return BT_OK;
 }
 
