@@ -228,11 +228,66 @@ static void test_summary_argmax(void)
     }
 }
 
+/* The rest of the summary against plain reference loops: counts, the
+ * finite maximum, top-k (values descending, first index on ties) and the
+ * entropy of the softmax computed in double with double exp (the summary
+ * uses f32 exponentials: agreement to 1e-6 relative), on rows with -inf
+ * masks, signed zeros as the maximum, and a single finite value. */
+static void test_summary_fields(void)
+{
+    enum { N = 5000, K = 20 };
+    static float row[N];
+    unsigned seed = 4242;
+    for (int trial = 0; trial < 60; trial++) {
+        int mode = trial % 5, n = trial % 2 ? N : 4093;
+        for (int i = 0; i < n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            float u = (float)((seed >> 8) & 0xffffff) / 16777216.0f;
+            row[i] = 30.0f * u - 10.0f;
+            if (mode == 1 && (seed >> 3) % 5 == 0) row[i] = -INFINITY;
+            if (mode == 2) row[i] = (seed >> 5) % 3 ? -1.0f - u : ((seed >> 7) & 1 ? 0.0f : -0.0f);
+            if (mode == 3) row[i] = i == n / 3 ? 2.5f : -INFINITY;
+            if (mode == 4) row[i] = 1e-3f * u - 80.0f;   /* exponentials near the f32 range */
+        }
+        bt_logit_summary ls;
+        bt_logit_summarize(row, n, K, 1024, &ls);
+        int64_t ninf = 0;
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            if (row[i] == -INFINITY) ninf++;
+            else if (row[i] > mx) mx = row[i];
+        }
+        CHECK(ls.nan == 0 && ls.pinf == 0 && ls.ninf == ninf);
+        CHECK(ls.max == mx);
+        double z = 0, ez = 0;
+        for (int i = 0; i < n; i++)
+            if (isfinite(row[i])) { double e = exp((double)row[i] - mx); z += e; ez += e * ((double)row[i] - mx); }
+        double want = log(z) - ez / z;
+        CHECK(fabs(ls.entropy - want) <= 1e-6 * fmax(1.0, fabs(want)));
+        /* top-k: the k largest finite values, descending, lower index first on ties */
+        int taken[K], m = 0;
+        for (; m < K; m++) {
+            int best = -1;
+            for (int i = 0; i < n; i++) {
+                if (!isfinite(row[i])) continue;
+                bool used = false;
+                for (int j = 0; j < m; j++) used |= taken[j] == i;
+                if (!used && (best < 0 || row[i] > row[best])) best = i;
+            }
+            if (best < 0) break;
+            taken[m] = best;
+        }
+        CHECK(ls.k == m);
+        for (int j = 0; j < m && j < ls.k; j++) CHECK(ls.topk_vals[j] == row[taken[j]]);
+    }
+}
+
 int main(void)
 {
     test_exact();
     test_random();
     test_summary_argmax();
+    test_summary_fields();
     if (failures) { fprintf(stderr, "%d failure(s)\n", failures); return 1; }
     printf("stats: all fields agree (exact cases, 200 random shapes)\n");
     return 0;

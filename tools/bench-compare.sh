@@ -1,8 +1,8 @@
 #!/bin/sh
 # tools/bench-compare.sh - `make bench-compare`: bangtrace against llama.cpp
 # (llama-bench from the pinned build, tools/llama-cpp) on the same GGUF and
-# threads, every weight type of issue 15, at several context depths. One run
-# each; figures, never assertions.
+# threads, every weight type of issue 15, at several context depths.
+# Figures, never assertions.
 #
 # Models: SmolLM2-135M. F32 from the cached Q4_1 with tools/requant.py; F16,
 # BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the mixes Q4_K_M, Q5_K_M with
@@ -27,6 +27,9 @@
 #   BENCH_P, BENCH_N  prompt and decode tokens (default 128 and 64)
 #   THREADS       threads for both tools (default: nproc)
 #   BENCH_ADAPTER 0: skip the run --engine llama.cpp rows
+#   BENCH_ROUNDS  rounds per type and depth (default 3): each round runs
+#                 bangtrace bench then llama-bench once; the table gives
+#                 each figure's median over the rounds
 # llama.cpp runs without its extra buffer types (AMX, repacked weights) in
 # both, as run --engine llama.cpp does (BT_LLAMA_EXTRA_BUFTS=1 turns them on).
 set -eu
@@ -38,6 +41,7 @@ N=${BENCH_N:-64}
 types=${BENCH_TYPES:-F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K Q4_K_M Q5_K_M}
 depths=${BENCH_DEPTHS:-0 1024 2048 4096}
 adapter=${BENCH_ADAPTER:-1}
+rounds=${BENCH_ROUNDS:-3}
 cache=${BT_CACHE:-$HOME/.cache/bangtrace}/models
 lc=$("$here/llama-cpp") || { echo "bench-compare: no llama.cpp build (tools/llama-cpp failed)" >&2; exit 1; }
 want=$(grep -v '^#' "$here/llama-cpp.sha256" | awk '{print $2; exit}')
@@ -88,18 +92,30 @@ for _ in range(4):
     t=time.perf_counter(); np.multiply(c,3.0,out=a); np.add(a,b,out=a); dt=time.perf_counter()-t
     best=max(best, 4*8*n/dt/1e9)   # multiply: read c, write a; add: read a, b, write a
 print("%.1f" % best)' 2>/dev/null || echo n/a)
-echo "bench-compare: $threads threads, prompt $P, decode $N, depths $depths; llama.cpp $got"
+echo "bench-compare: $threads threads, prompt $P, decode $N, depths $depths, median of $rounds alternating rounds; llama.cpp $got"
 echo "memory bandwidth: triad (numpy, 1 thread) $triad GB/s; bangtrace read probe, $threads threads: see 'read bw' per type"
 printf '%-7s %5s %-12s %9s %9s %9s   %s\n' type depth engine "prompt/s" "decode/s" "taps/s" "read bw"
+# median of the numbers given (n/a ignored); "n/a" when there are none
+med() { python3 -c 'import sys
+v=sorted(float(a) for a in sys.argv[1:] if a not in ("n/a","nan"))
+print("%.1f" % v[len(v)//2] if v else "n/a")' "$@"; }
 for t in $types; do
     m=$(model_for "$t") || continue
     for d in $depths; do
-        "$B" bench --model "$m" --threads "$threads" -p "$P" -n "$N" -d "$d" --reps 1 --taps all --json >"$tmp/bt.json" 2>"$tmp/bt.err" ||
-            echo "bench-compare: $t depth $d: bangtrace bench failed: $(tail -1 "$tmp/bt.err")" >&2
-        set -- $(lbench "$m" "$d")
-        lpp=$1 ltg=$2
-        npp=$(jget "$tmp/bt.json" prompt_tokens_per_s) ntg=$(jget "$tmp/bt.json" decode_tokens_per_s)
-        ntap=$(jget "$tmp/bt.json" decode_tokens_per_s_taps) bw=$(jget "$tmp/bt.json" measured_bandwidth_gbs)
+        # rounds alternate the two tools, so a slow spell of the machine
+        # (shared hosts vary by tens of percent over seconds) falls on both
+        npp= ntg= ntap= lpp= ltg= bw=
+        r=0
+        while [ "$r" -lt "$rounds" ]; do
+            r=$((r + 1))
+            "$B" bench --model "$m" --threads "$threads" -p "$P" -n "$N" -d "$d" --reps 1 --taps all --json >"$tmp/bt.json" 2>"$tmp/bt.err" ||
+                echo "bench-compare: $t depth $d: bangtrace bench failed: $(tail -1 "$tmp/bt.err")" >&2
+            set -- $(lbench "$m" "$d")
+            lpp="$lpp $1" ltg="$ltg $2"
+            npp="$npp $(jget "$tmp/bt.json" prompt_tokens_per_s)" ntg="$ntg $(jget "$tmp/bt.json" decode_tokens_per_s)"
+            ntap="$ntap $(jget "$tmp/bt.json" decode_tokens_per_s_taps)" bw="$bw $(jget "$tmp/bt.json" measured_bandwidth_gbs)"
+        done
+        npp=$(med $npp) ntg=$(med $ntg) ntap=$(med $ntap) bw=$(med $bw) lpp=$(med $lpp) ltg=$(med $ltg)
         printf '%-7s %5s %-12s %9s %9s %9s   %s GB/s\n' "$t" "$d" native "$npp" "$ntg" "$ntap" "$bw"
         printf '%-7s %5s %-12s %9s %9s %9s\n' "" "" llama-bench "$lpp" "$ltg" -
         if [ "$adapter" != 0 ] && [ "$d" = 0 ]; then

@@ -2,7 +2,10 @@
  *
  * Decode calls bt_pool_run about 200 times per token, so dispatch must cost
  * microseconds: a run bumps a generation counter that idle workers spin on
- * for a short while (~200 us) before sleeping on a futex; completion is a
+ * for a short while (1 ms: a traced decode step spends some 0.7 ms on the
+ * caller recording between forwards, and a worker that slept there costs
+ * a futex wake-up per token, slow on a virtual machine) before sleeping on
+ * a futex; completion is a
  * countdown the caller spins on the same way. Sleepers are counted so the
  * fast path makes no system call. The caller is thread 0 and works too.
  *
@@ -26,7 +29,7 @@
 #include <sys/syscall.h>
 #endif
 
-#define SPIN_NS 200000L
+#define SPIN_NS 1000000L
 #define MAX_THREADS 256
 
 struct bt_pool {

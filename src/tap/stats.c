@@ -78,16 +78,34 @@ void bt_logit_summarize(const float *row, int n, int k, int triton_block, bt_log
     if (k > 64) k = 64;
     if (k > n) k = n;
     float mx = -INFINITY;
-    for (int i = 0; i < n; i++) {
-        float v = row[i];
-        if (isnan(v)) out->nan++;
-        else if (isinf(v)) { if (v > 0) out->pinf++; else out->ninf++; }
-        else if (v > mx) mx = v;
+    /* A finite row (every healthy step) in one vector pass: the sweep's
+     * lane maxima give the row's maximum exactly; a row with a NaN or an
+     * Inf is counted element by element. */
+    bt_sweep acc;
+    bt_sweep_init(&acc);
+    bool finite = n > 0 && bt_sweep_f32(row, n, &acc) == n;
+    if (finite) {
+        for (int l = 0; l < 8; l++)
+            if (acc.mx[l] > mx) mx = acc.mx[l];
+    } else {
+        for (int i = 0; i < n; i++) {
+            float v = row[i];
+            if (isnan(v)) out->nan++;
+            else if (isinf(v)) { if (v > 0) out->pinf++; else out->ninf++; }
+            else if (v > mx) mx = v;
+        }
     }
     int64_t bad = out->nan + out->pinf + out->ninf;
     out->max = bad == n ? NAN : mx;
     bt_argmax_rule r = { .kind = BT_ARGMAX_FIRST };
-    out->argmax_first = bt_argmax(&r, row, n);
+    if (finite) {
+        /* the first rule's answer on a finite row: the first index holding
+         * the maximum (== also matches a zero of the other sign, as > does) */
+        int i = 0;
+        while (row[i] != mx) i++;
+        out->argmax_first = i;
+    } else
+        out->argmax_first = bt_argmax(&r, row, n);
     if (out->nan == 0) {
         /* The rules differ only in how they meet a NaN: without one, each
          * gives the first index of the maximum (0 for an all -inf row), so
@@ -102,9 +120,26 @@ void bt_logit_summarize(const float *row, int n, int k, int triton_block, bt_log
     /* entropy of softmax, only meaningful for a finite row (-inf entries are
      * masked tokens with probability 0) */
     if (out->nan == 0 && out->pinf == 0 && bad < n) {
-        double z = 0, ez = 0;
-        for (int i = 0; i < n; i++) if (isfinite(row[i])) { double e = exp((double)row[i] - mx); z += e; ez += e * ((double)row[i] - mx); }
-        out->entropy = log(z) - ez / z;
+        /* p_i = exp(x_i - max) / z. The exponentials are f32 (libm's expf
+         * bits through bt_exp_sub_f32, 256 at a time: a double exp per
+         * logit was most of a decode step's recording cost); the sums and
+         * the logarithm are double. A -inf logit gives exp 0 and adds
+         * nothing, as a masked token should. */
+        double z[4] = { 0 }, ez[4] = { 0 };   /* four chains, fixed order */
+        float e[256];
+        for (int i = 0; i < n; i += 256) {
+            int k = BT_MIN(256, n - i);
+            memcpy(e, row + i, (size_t)k * sizeof(float));
+            bt_exp_sub_f32(e, k, mx);
+            for (int j = 0; j < k; j++) {
+                double d = (double)row[i + j] - mx;
+                if (out->ninf && e[j] == 0) continue;   /* a masked -inf: 0 * -inf would be NaN */
+                z[j & 3] += e[j];
+                ez[j & 3] += e[j] * d;
+            }
+        }
+        double zs = (z[0] + z[1]) + (z[2] + z[3]), es = (ez[0] + ez[1]) + (ez[2] + ez[3]);
+        out->entropy = log(zs) - es / zs;
     } else out->entropy = NAN;
     /* top-k by insertion into a small sorted array (k <= 64) */
     int m = 0;
