@@ -37,6 +37,37 @@ typedef struct cpu_ctx {
 #define CTX(be) ((cpu_ctx *)(be)->ctx)
 #define F(b) ((float *)(b)->p)
 
+/* Elementwise and per-row ops of a prefill over the pool: [0, n) cut into
+ * one contiguous range per thread (rows for the per-row ops, so no row is
+ * split). Each element or row runs the same code as serially, so the
+ * results are the same bits; below `work` elements the dispatch would cost
+ * more than it saves (decode) and the caller's thread does it all. */
+typedef struct split_job {
+    void (*fn)(void *ctx, size_t lo, size_t hi);
+    void *ctx;
+    size_t n;
+} split_job;
+
+static void split_worker(void *arg, int ith, int nth)
+{
+    const split_job *j = arg;
+    size_t lo = j->n * (size_t)ith / (size_t)nth, hi = j->n * (size_t)(ith + 1) / (size_t)nth;
+    if (lo < hi) j->fn(j->ctx, lo, hi);
+}
+
+#define SPLIT_MIN_WORK 32768
+
+static void run_split(bt_backend *be, size_t n, size_t work, void (*fn)(void *, size_t, size_t), void *ctx)
+{
+    cpu_ctx *c = CTX(be);
+    if (work < SPLIT_MIN_WORK || c->n_threads < 2 || n < 2) {
+        if (n) fn(ctx, 0, n);
+        return;
+    }
+    split_job j = { .fn = fn, .ctx = ctx, .n = n };
+    bt_pool_run(c->pool, split_worker, &j);
+}
+
 static const char *cpu_name(bt_backend *be) { (void)be; return "cpu"; }
 
 static int cpu_threads(bt_backend *be) { return CTX(be)->n_threads; }
@@ -118,18 +149,31 @@ static int cpu_get_rows(bt_backend *be, int type, bt_buf *table, int64_t width, 
     return BT_OK;
 }
 
-static int cpu_rmsnorm(bt_backend *be, bt_buf *out, bt_buf *x, bt_buf *w, size_t w_off, int T, int n, float eps)
+typedef struct rms_ctx {
+    float *out;
+    const float *x, *w;
+    int n;
+    float eps;
+} rms_ctx;
+
+static void rms_rows(void *v, size_t lo, size_t hi)
 {
-    (void)be;
-    const float *wp = F(w) + w_off;
-    for (int t = 0; t < T; t++) {
-        const float *xr = F(x) + (size_t)t * n;
-        float *o = F(out) + (size_t)t * n;
+    const rms_ctx *r = v;
+    int n = r->n;
+    for (size_t t = lo; t < hi; t++) {
+        const float *xr = r->x + t * (size_t)n;
+        float *o = r->out + t * (size_t)n;
         double ss = 0;
         for (int i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
-        float scale = (float)(1.0 / sqrt(ss / n + eps));
-        for (int i = 0; i < n; i++) o[i] = xr[i] * scale * wp[i];
+        float scale = (float)(1.0 / sqrt(ss / n + r->eps));
+        for (int i = 0; i < n; i++) o[i] = xr[i] * scale * r->w[i];
     }
+}
+
+static int cpu_rmsnorm(bt_backend *be, bt_buf *out, bt_buf *x, bt_buf *w, size_t w_off, int T, int n, float eps)
+{
+    rms_ctx r = { .out = F(out), .x = F(x), .w = F(w) + w_off, .n = n, .eps = eps };
+    run_split(be, (size_t)T, (size_t)T * (size_t)n, rms_rows, &r);
     return BT_OK;
 }
 
@@ -142,14 +186,21 @@ static int cpu_matmul(bt_backend *be, int type, bt_buf *W, int64_t rows, int64_t
 
 /* Rotate pairs of each head by cos/sin[pos][i]: interleaved (2i, 2i + 1)
  * for Llama, or NEOX (i, i + half), ggml's rope mode 2 (qwen2, qwen3). */
-static void rope_pairs(bt_buf *x, int T, int n_heads, int head_dim, int pos0, bt_buf *cos_, bt_buf *sin_, bool neox)
+typedef struct rope_ctx {
+    bt_buf *x, *cos_, *sin_;
+    int n_heads, head_dim, pos0;
+    bool neox;
+} rope_ctx;
+
+static void rope_rows(void *v, size_t lo, size_t hi)
 {
-    int half = head_dim / 2, width = n_heads * head_dim;
-    int step = neox ? 1 : 2, off = neox ? half : 1;
-    for (int t = 0; t < T; t++) {
-        const float *cs = F(cos_) + (size_t)(pos0 + t) * half, *sn = F(sin_) + (size_t)(pos0 + t) * half;
-        for (int h = 0; h < n_heads; h++) {
-            float *p = F(x) + (size_t)t * width + h * head_dim;
+    const rope_ctx *r = v;
+    int half = r->head_dim / 2, width = r->n_heads * r->head_dim;
+    int step = r->neox ? 1 : 2, off = r->neox ? half : 1;
+    for (size_t t = lo; t < hi; t++) {
+        const float *cs = F(r->cos_) + (size_t)(r->pos0 + (int)t) * half, *sn = F(r->sin_) + (size_t)(r->pos0 + (int)t) * half;
+        for (int h = 0; h < r->n_heads; h++) {
+            float *p = F(r->x) + t * width + h * r->head_dim;
             for (int i = 0; i < half; i++) {
                 float *pa = p + i * step, *pb = pa + off;
                 float a = *pa, b = *pb;
@@ -160,18 +211,23 @@ static void rope_pairs(bt_buf *x, int T, int n_heads, int head_dim, int pos0, bt
     }
 }
 
+static void rope_pairs(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, int pos0, bt_buf *cos_, bt_buf *sin_,
+                       bool neox)
+{
+    rope_ctx r = { .x = x, .cos_ = cos_, .sin_ = sin_, .n_heads = n_heads, .head_dim = head_dim, .pos0 = pos0, .neox = neox };
+    run_split(be, (size_t)T, (size_t)T * n_heads * head_dim, rope_rows, &r);
+}
+
 static int cpu_rope(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, int pos0, bt_buf *cos_, bt_buf *sin_)
 {
-    (void)be;
-    rope_pairs(x, T, n_heads, head_dim, pos0, cos_, sin_, false);
+    rope_pairs(be, x, T, n_heads, head_dim, pos0, cos_, sin_, false);
     return BT_OK;
 }
 
 static int cpu_rope_neox(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, int pos0, bt_buf *cos_,
                          bt_buf *sin_)
 {
-    (void)be;
-    rope_pairs(x, T, n_heads, head_dim, pos0, cos_, sin_, true);
+    rope_pairs(be, x, T, n_heads, head_dim, pos0, cos_, sin_, true);
     return BT_OK;
 }
 
@@ -357,31 +413,45 @@ static int cpu_attention(bt_backend *be, const bt_attn_args *a)
     return BT_OK;
 }
 
-static int cpu_swiglu(bt_backend *be, bt_buf *out, bt_buf *gate, bt_buf *up, size_t n)
+typedef struct ew_ctx {
+    float *o;
+    const float *a, *b;
+} ew_ctx;
+
+/* expf(-g) through bt_exp_sub_f32 (libm's bits; -g - 0 is -g, a NaN only
+ * quieted as expf would), 256 at a time: the scalar call was most of this
+ * loop. Reads g[i] before writing o[i], so out may be gate. */
+static void swiglu_range(void *v, size_t lo, size_t hi)
 {
-    (void)be;
-    float *o = F(out);
-    const float *g = F(gate), *u = F(up);
-    /* expf(-g) through bt_exp_sub_f32 (libm's bits; -g - 0 is -g, a NaN
-     * only quieted as expf would), 256 at a time: the scalar call was
-     * most of this loop. Reads g[i] before writing o[i], so out may be
-     * gate. */
+    const ew_ctx *c = v;
+    float *o = c->o;
+    const float *g = c->a, *u = c->b;
     float e[256];
-    for (size_t i = 0; i < n; i += 256) {
-        size_t k = BT_MIN((size_t)256, n - i);
+    for (size_t i = lo; i < hi; i += 256) {
+        size_t k = BT_MIN((size_t)256, hi - i);
         for (size_t j = 0; j < k; j++) e[j] = -g[i + j];
         bt_exp_sub_f32(e, (int64_t)k, 0.0f);
         for (size_t j = 0; j < k; j++) o[i + j] = g[i + j] / (1.0f + e[j]) * u[i + j];
     }
+}
+
+static int cpu_swiglu(bt_backend *be, bt_buf *out, bt_buf *gate, bt_buf *up, size_t n)
+{
+    ew_ctx c = { .o = F(out), .a = F(gate), .b = F(up) };
+    run_split(be, n, n, swiglu_range, &c);
     return BT_OK;
+}
+
+static void add_range(void *v, size_t lo, size_t hi)
+{
+    const ew_ctx *c = v;
+    for (size_t i = lo; i < hi; i++) c->o[i] += c->b[i];
 }
 
 static int cpu_add(bt_backend *be, bt_buf *x, bt_buf *y, size_t n)
 {
-    (void)be;
-    float *xp = F(x);
-    const float *yp = F(y);
-    for (size_t i = 0; i < n; i++) xp[i] += yp[i];
+    ew_ctx c = { .o = F(x), .b = F(y) };
+    run_split(be, n, n, add_range, &c);
     return BT_OK;
 }
 
