@@ -23,6 +23,7 @@
 #include "kernels_impl.h"
 #include "util.h"
 #include "check.h"
+#include "rng.h"
 
 #define CHUNK 4096
 
@@ -121,16 +122,6 @@ static void check_specials(void)
         check_batch(in + i, 1, 0.0f, "special (n = 1)");
 }
 
-/* xorshift64*: reproducible across runs and machines. */
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint32_t rnd(void)
-{
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return (uint32_t)((rng * 0x2545F4914F6CDD1Dull) >> 32);
-}
-static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() >> 8) / 16777216.0f; }
 
 /* Scores as attention sees them, minus a finite max; some -Inf, +Inf, NaN,
  * random bit patterns. */

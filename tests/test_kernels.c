@@ -15,21 +15,13 @@
 #include "kernels_impl.h"
 #include "util.h"
 #include "check.h"
+#define TEST_RNG_SEED 0x2545F4914F6CDD1Dull
+#include "rng.h"
 
 
 
 static const char *const simd_names[] = { "avx2", "avx512" };
 
-/* xorshift64*: reproducible across runs and machines. */
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static uint32_t rnd(void)
-{
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return (uint32_t)((rng * 0x2545F4914F6CDD1Dull) >> 32);
-}
-static float rndf(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() >> 8) / 16777216.0f; }
 
 static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
 
