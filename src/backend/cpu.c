@@ -359,11 +359,7 @@ static void attn_worker(void *arg, int ith, int nth)
 {
     const attn_job *j = arg;
     const bt_attn_args *a = j->a;
-    int hd = a->head_dim, kv_dim = a->n_kv_heads * hd, q_dim = a->n_heads * hd;
-    const float *kc = F(a->k_cache) + a->cache_off;
-    const float *vc = F(a->v_cache) + a->cache_off;
     float *att = j->att + (size_t)ith * j->att_stride;
-    float scale = 1.0f / sqrtf((float)hd);
     if (a->T > 1) {
         int tiles = (a->T + j->tq - 1) / j->tq, items = tiles * a->n_kv_heads;
         for (int it = ith; it < items; it += nth) {
@@ -372,14 +368,15 @@ static void attn_worker(void *arg, int ith, int nth)
         }
         return;
     }
-    int group = a->n_heads / a->n_kv_heads;
+    int hd = a->head_dim, kv_dim = a->n_kv_heads * hd, group = a->n_heads / a->n_kv_heads;
+    const float *kc = F(a->k_cache) + a->cache_off, *vc = F(a->v_cache) + a->cache_off;
+    float scale = 1.0f / sqrtf((float)hd);
     for (int h = ith; h < a->n_heads; h += nth) {
         int pos = a->pos0, kvh = h / group;
         /* SIMD score dots (the same bits as one bt_vec_dot each) */
         bt_dot_rows_f32(kc + kvh * hd, kv_dim, F(a->q) + (size_t)h * hd, hd, pos + 1, att);
         attn_head(att, pos, scale, vc + kvh * hd, kv_dim, hd, F(a->out) + (size_t)h * hd);
     }
-    (void)q_dim;
 }
 
 static int cpu_attention(bt_backend *be, const bt_attn_args *a)
