@@ -640,7 +640,7 @@ static void test_attn_loops(const bt_kvariant *v)
     const bt_kvariant *sc = bt_kernels_variant("scalar");
     const char *was = bt_kernels_simd();
     static const int64_t hds[] = { 1, 7, 8, 16, 24, 33, 64, 80, 128, 200 };
-    static const int64_t nps[] = { 1, 3, 4, 5, 9, 17, 64 };
+    static const int64_t nps[] = { 1, 3, 4, 5, 9, 16, 17, 33, 64 };
     enum { LD = 256 + 8, MAXP = 64 };
     static float vv[MAXP * LD], wts[MAXP], a1[256], a2[256], q[256], o1[MAXP];
     for (size_t hi = 0; hi < BT_ARRAY_SIZE(hds); hi++)
@@ -650,6 +650,15 @@ static void test_attn_loops(const bt_kvariant *v)
             for (int64_t p = 0; p < np; p++) wts[p] = rndf(0, 1);
             for (int64_t i = 0; i < hd; i++) a1[i] = a2[i] = rndf(-1, 1), q[i] = rndf(-2, 2);
             if (pi == 2) { vv[LD + hd / 2] = NAN; vv[hd - 1] = INFINITY; wts[0] = 1e-40f; }
+            if (pi == 5)   /* the 16-key score tile: signed zeros, subnormals, Inf - Inf in one key */
+                for (int64_t p = 0; p < np; p++)
+                    for (int64_t i = 0; i < hd; i++) {
+                        float *e = &vv[p * LD + i + 1];
+                        if (p % 4 == 1) *e = (i & 1) ? -0.0f : 0.0f;
+                        if (p % 4 == 2) *e = ((i + p) % 3 ? 1 : -1) * 1e-39f;
+                        if (p == 7) *e = i % 2 ? -INFINITY : INFINITY;
+                        if (p == 11 && i == hd - 1) *e = NAN;
+                    }
             v->wsum_f32(a2, wts, 0.37f, vv + 3, LD, np, hd);
             sc->wsum_f32(a1, wts, 0.37f, vv + 3, LD, np, hd);
             CHECK(!memcmp(a1, a2, (size_t)hd * sizeof(float)), "%s wsum hd %lld np %lld differs from scalar",

@@ -382,6 +382,9 @@ void bt_dot_rows_f32(const float *k, int64_t ldk, const float *q, int64_t n, int
 {
     const bt_kvariant *v = bt_kernels_active();
     int64_t p = 0;
+    if (v->dot16_f32)
+        for (; p + 16 <= np; p += 16)
+            v->dot16_f32(k + p * ldk, ldk, q, n, 1, n, out + p, 16);
     for (; p + 4 <= np; p += 4)
         v->dot4_f32(k + p * ldk, ldk, q, n, out + p);
     for (; p < np; p++)
@@ -393,6 +396,18 @@ void bt_dot_rows_multi_f32(const float *k, int64_t ldk, const float *q, int64_t 
 {
     const bt_kvariant *v = bt_kernels_active();
     int j = 0;
+    if (v->dot16_f32 && np >= 16) {
+        /* 16 keys by up to 3 queries, the last keys through the path below */
+        int64_t p16 = np & ~(int64_t)15;
+        for (int j0 = 0; j0 < nq; j0 += 3)
+            for (int64_t p = 0; p < p16; p += 16)
+                v->dot16_f32(k + p * ldk, ldk, q + j0 * ldq, ldq, BT_MIN(3, nq - j0), n, out + j0 * ldo + p, ldo);
+        if (p16 == np)
+            return;
+        k += p16 * ldk;
+        out += p16;
+        np -= p16;
+    }
     if (v->dot8x3_f32)
         for (; j + 3 <= nq; j += 3) {
             float o[24];

@@ -347,6 +347,92 @@ TGT static void dot8x3_f32(const float *w, int64_t ldw, const float *x, int64_t 
                     out + t * 8 + r);
 }
 
+/* ---- attention scores, 16 keys at a time (kernels_impl.h: dot16_f32).
+ * Each (key, query) pair accumulates exactly as dot_f32 does (chunk c
+ * into accumulator c % 2, the last chunk zero-padded), then v = acc0 +
+ * acc1 is kept per pair and the canonical reduction of the 16 vs runs
+ * as a butterfly: each stage adds two shuffled vectors, so one add does
+ * the same step for several keys at once. Stage by stage the adds are
+ * the tree's own (fold v_j + v_{j+8}, then (v0+v1), (v2+v3), then their
+ * sum, then the halves), each with the same left operand as hsum8, so
+ * every score is dot_f32's bits; at a 64-wide head it needs about 8
+ * vector operations per score instead of 10. ---- */
+
+TGT static inline __attribute__((always_inline)) void keys16_v(const float *k, int64_t ldk, const float *q,
+                                                                int64_t ldq, int nq, int64_t n, __m512 v[3][16])
+{
+    /* named accumulators and nq a constant after inlining, so all of them
+     * stay in registers */
+    for (int p = 0; p < 16; p++) {
+        const float *kp = k + p * ldk;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, b0 = a0, b1 = a0, b2 = a0;
+#pragma GCC unroll 8
+        for (int64_t i = 0; i < n; i += 32) {
+            __m512 w = ld16(kp + i, n - i);
+            a0 = _mm512_fmadd_ps(w, ld16(q + i, n - i), a0);
+            if (nq > 1) a1 = _mm512_fmadd_ps(w, ld16(q + ldq + i, n - i), a1);
+            if (nq > 2) a2 = _mm512_fmadd_ps(w, ld16(q + 2 * ldq + i, n - i), a2);
+            if (i + 16 < n) {
+                w = ld16(kp + i + 16, n - i - 16);
+                b0 = _mm512_fmadd_ps(w, ld16(q + i + 16, n - i - 16), b0);
+                if (nq > 1) b1 = _mm512_fmadd_ps(w, ld16(q + ldq + i + 16, n - i - 16), b1);
+                if (nq > 2) b2 = _mm512_fmadd_ps(w, ld16(q + 2 * ldq + i + 16, n - i - 16), b2);
+            }
+        }
+        v[0][p] = _mm512_add_ps(a0, b0);
+        if (nq > 1) v[1][p] = _mm512_add_ps(a1, b1);
+        if (nq > 2) v[2][p] = _mm512_add_ps(a2, b2);
+    }
+}
+
+/* The 16 reduced scores of v[0..15], in key order. */
+TGT static inline __m512 keys16_reduce(const __m512 v[16])
+{
+    __m512 t[8], u[4], x[2];
+    for (int m = 0; m < 8; m++)   /* keys 2m, 2m+1: lanes 0-7, 8-15 hold v_j + v_{j+8} */
+        t[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE));
+    for (int m = 0; m < 4; m++)   /* pairwise: (w0+w1), (w2+w3), ... */
+        u[m] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * m], t[2 * m + 1], 0x88),
+                             _mm512_shuffle_ps(t[2 * m], t[2 * m + 1], 0xDD));
+    for (int m = 0; m < 2; m++)   /* (w0+w1)+(w2+w3) and (w4+w5)+(w6+w7) */
+        x[m] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0x88),
+                             _mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0xDD));
+    __m512 r = _mm512_add_ps(_mm512_shuffle_f32x4(x[0], x[1], 0x88), _mm512_shuffle_f32x4(x[0], x[1], 0xDD));
+    /* r holds keys 0 2 4 6 | 1 3 5 7 | 8 10 12 14 | 9 11 13 15 */
+    const __m512i order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+    return _mm512_permutexvar_ps(order, r);
+}
+
+TGT static inline __attribute__((always_inline)) void dot16_n(const float *k, int64_t ldk, const float *q,
+                                                               int64_t ldq, int nq, int64_t n, float *out,
+                                                               int64_t ldo)
+{
+    __m512 v[3][16];
+    keys16_v(k, ldk, q, ldq, nq, n, v);
+    for (int j = 0; j < nq; j++) _mm512_storeu_ps(out + j * ldo, keys16_reduce(v[j]));
+}
+
+/* out[j*ldo + p] = dot(k + p*ldk, q + j*ldq) for p < 16, j < nq <= 3. */
+TGT static void dot16_f32(const float *k, int64_t ldk, const float *q, int64_t ldq, int nq, int64_t n, float *out,
+                          int64_t ldo)
+{
+    /* the common head sizes with constant trip counts (the queries stay
+     * in registers across the 16 keys) */
+    if (n == 64 && nq == 3) dot16_n(k, ldk, q, ldq, 3, 64, out, ldo);
+    else if (n == 64 && nq == 1) dot16_n(k, ldk, q, ldq, 1, 64, out, ldo);
+    else if (n == 128 && nq == 2) dot16_n(k, ldk, q, ldq, 2, 128, out, ldo);
+    else if (n == 128 && nq == 1) dot16_n(k, ldk, q, ldq, 1, 128, out, ldo);
+    else
+        for (int j = 0; j < nq;) {
+            int m = BT_MIN(nq - j, 3);
+            if (m == 3) dot16_n(k, ldk, q + j * ldq, ldq, 3, n, out + j * ldo, ldo);
+            else if (m == 2) dot16_n(k, ldk, q + j * ldq, ldq, 2, n, out + j * ldo, ldo);
+            else dot16_n(k, ldk, q + j * ldq, ldq, 1, n, out + j * ldo, ldo);
+            j += m;
+        }
+}
+
 /* ---- 32-element blocks: each block's weights are built in registers
  * exactly as the dequantizers below build them (lo = elements 0..15 into
  * accumulator 0, hi = 16..31 into accumulator 1), then the f32 order. ---- */
@@ -987,6 +1073,7 @@ bool bt_kv_avx512_fill(bt_kvariant *kv)
     kv->wsum_f32 = wsum_f32;
     kv->scale_max_f32 = scale_max_f32;
     kv->dot8x3_f32 = dot8x3_f32;
+    kv->dot16_f32 = dot16_f32;
     kv->exp_sub_f32 = bt_exp_sub_f32_avx512;
     return true;
 }

@@ -62,6 +62,11 @@ typedef struct bt_kvariant {
     /* Optional bigger prefill tile: out[t*8 + r] = dot(w + r*ldw, x +
      * t*ldx) for r < 8, t < 3, in the canonical order (NULL: 4x2 only). */
     void (*dot8x3_f32)(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float out[24]);
+    /* Optional attention score tile: out[j*ldo + p] = dot(k + p*ldk, q +
+     * j*ldq) for p < 16 keys, j < nq <= 3 queries, each the bits of the
+     * variant's one-row dot (NULL: the 8x3 tile). */
+    void (*dot16_f32)(const float *k, int64_t ldk, const float *q, int64_t ldq, int nq, int64_t n, float *out,
+                      int64_t ldo);
     int64_t (*sweep_f32)(const float *x, int64_t n, bt_sweep *acc);   /* bt_sweep_f32 */
     void (*wsum_f32)(float *acc, const float *wts, float scale, const float *v, int64_t ldv,
                      int64_t np, int64_t n);                           /* bt_wsum_f32 */

@@ -14,6 +14,7 @@
 #include "util.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,8 @@
 #define BT_CPU_MAX_HEAD_DIM 512   /* attention accumulates a head in a stack row */
 
 struct bt_buf {
-    void *p;
+    void *p;                      /* 64-byte aligned */
+    void *base;                   /* what calloc returned, when owned */
     size_t bytes;
     bool owned;                   /* false: a weight inside the model's mapping */
 };
@@ -90,14 +92,18 @@ static int cpu_buf_alloc(bt_backend *be, size_t bytes, bt_buf **out)
     *out = NULL;
     bt_buf *b = calloc(1, sizeof(*b));
     /* calloc, not aligned_alloc + memset: a KV cache is large and mostly
-     * untouched, and fresh pages come zeroed for free. bt_matmul aligns
-     * its input itself when it has to. */
-    void *p = b ? calloc(1, BT_MAX(bytes, 1)) : NULL;
-    if (!p) {
+     * untouched, and fresh pages come zeroed for free. 64 bytes more, so
+     * the data can start on a cache line: bt_matmul would otherwise copy
+     * every activation to an aligned buffer first (a serial memcpy, and
+     * page faults, while the other threads wait). */
+    void *base = b && bytes <= SIZE_MAX - 64 ? calloc(1, bytes + 64) : NULL;
+    if (!base) {
         free(b);
         return bt_error(BT_ENOMEM, "out of memory for a %zu-byte buffer", bytes);
     }
-    b->p = p; b->bytes = bytes; b->owned = true;
+    b->base = base;
+    b->p = (void *)(((uintptr_t)base + 63) & ~(uintptr_t)63);
+    b->bytes = bytes; b->owned = true;
     *out = b;
     return BT_OK;
 }
@@ -117,7 +123,7 @@ static void cpu_buf_free(bt_backend *be, bt_buf *b)
 {
     (void)be;
     if (!b) return;
-    if (b->owned) free(b->p);
+    if (b->owned) free(b->base);
     free(b);
 }
 
@@ -256,6 +262,7 @@ typedef struct attn_job {
     size_t att_stride;            /* floats of scratch per thread */
     size_t ctx;                   /* floats of one score row */
     int tq;                       /* query positions per prefill work item */
+    _Atomic int next;             /* the next prefill work item to take */
 } attn_job;
 
 /* Softmax of nr score rows of n scores each, ld floats apart, in place:
@@ -357,13 +364,16 @@ static void attn_tile(const bt_attn_args *a, float *att, size_t ctx, int t0, int
  * output does not depend on the batch. */
 static void attn_worker(void *arg, int ith, int nth)
 {
-    const attn_job *j = arg;
+    attn_job *j = arg;
     const bt_attn_args *a = j->a;
     float *att = j->att + (size_t)ith * j->att_stride;
     if (a->T > 1) {
+        /* Items taken in turn from a counter, the last tiles (the longest
+         * rows) first, so the threads finish together however the host
+         * slows one of them down. */
         int tiles = (a->T + j->tq - 1) / j->tq, items = tiles * a->n_kv_heads;
-        for (int it = ith; it < items; it += nth) {
-            int tile = it / a->n_kv_heads, kvh = it % a->n_kv_heads, t0 = tile * j->tq;
+        for (int it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < items;) {
+            int tile = tiles - 1 - it / a->n_kv_heads, kvh = it % a->n_kv_heads, t0 = tile * j->tq;
             attn_tile(a, att, j->ctx, t0, BT_MIN(j->tq, a->T - t0), kvh);
         }
         return;
@@ -406,6 +416,7 @@ static int cpu_attention(bt_backend *be, const bt_attn_args *a)
         c->att_cap = need;
     }
     attn_job job = { .a = a, .att = c->att, .att_stride = c->att_cap, .ctx = ctx, .tq = tq };
+    atomic_init(&job.next, 0);
     bt_pool_run(c->pool, attn_worker, &job);
     return BT_OK;
 }
