@@ -1,7 +1,7 @@
 /* matmul.c - threaded matrix products and the memory bandwidth probe.
  *
  * Decode (T == 1) is a matrix-vector product bound by memory bandwidth:
- * each work item streams a contiguous band of rows through the quantized dot,
+ * each thread streams a contiguous band of rows through the quantized dot,
  * four rows per call where the variant has a dot4q kernel.
  * Prefill (T > 1) dequantizes four rows at a time (eight where the variant
  * has the 8x3 tile) into a small per-thread buffer (it stays in L1/L2) and
@@ -34,7 +34,16 @@ struct mm_job {
     _Atomic int64_t next;       /* the next work item to take */
 };
 
-/* Work items of `chunk` rows, about eight per thread, taken in turn from
+/* Decode: rows [r0, r1) of thread ith, bands a multiple of 4 rows. */
+static void band(int64_t rows, int ith, int nth, int64_t *r0, int64_t *r1)
+{
+    int64_t chunk = (rows + nth - 1) / nth;
+    chunk = (chunk + 3) & ~(int64_t)3;
+    *r0 = BT_MIN(rows, chunk * ith);
+    *r1 = BT_MIN(rows, *r0 + chunk);
+}
+
+/* Prefill: work items of `chunk` rows, about eight per thread, taken in turn from
  * an atomic counter: a thread that the host slowed down (a timer tick, a
  * neighbour on the core) takes fewer items instead of making the others
  * wait at the end of the product, which with equal static bands cost
@@ -170,19 +179,21 @@ static void mm_prefill(const struct mm_job *j, int64_t r0, int64_t r1, float *bu
 static void mm_worker(void *arg, int ith, int nth)
 {
     struct mm_job *j = arg;
-    (void)ith; (void)nth;
-    float *buf = NULL;
-    if (j->T > 1)
-        buf = aligned_alloc(64, ((size_t)j->cols * mm_group(j) * sizeof(float) + 63) & ~(size_t)63);
+    if (j->T == 1) {
+        /* decode streams memory: one long band per thread keeps the
+         * prefetchers on it (items cost 5% of decode) */
+        int64_t r0, r1;
+        band(j->rows, ith, nth, &r0, &r1);
+        if (r0 < r1)
+            mm_decode(j, r0, r1);
+        return;
+    }
+    float *buf = aligned_alloc(64, ((size_t)j->cols * mm_group(j) * sizeof(float) + 63) & ~(size_t)63);
     for (;;) {
         int64_t r0 = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed) * j->chunk;
         if (r0 >= j->rows)
             break;
-        int64_t r1 = BT_MIN(j->rows, r0 + j->chunk);
-        if (j->T == 1)
-            mm_decode(j, r0, r1);
-        else
-            mm_prefill(j, r0, r1, buf);
+        mm_prefill(j, r0, BT_MIN(j->rows, r0 + j->chunk), buf);
     }
     free(buf);
 }
@@ -217,7 +228,7 @@ void bt_matmul(bt_pool *p, int type, const void *W, int64_t rows, int64_t cols,
     atomic_init(&j.next, 0);
     /* Tiny products are not worth waking workers for. */
     if (!p || (int64_t)rb * rows * T < 16384) {
-        j.chunk = rows;
+        j.chunk = BT_MAX((int64_t)8, rows);
         mm_worker(&j, 0, 1);
     } else {
         j.chunk = mm_chunk(rows, bt_pool_threads(p));
