@@ -265,36 +265,39 @@ typedef struct attn_job {
     _Atomic int next;             /* the next prefill work item to take */
 } attn_job;
 
-/* Softmax of nr score rows of n scores each, ld floats apart, in place:
- * raw dots in, scaled here, then exp(s - max); inv[r] = 1/sum of row r.
- * Each row's sum runs in key order (one float chain per row, as the plain
- * loop); rows of the same length go four at a time so their chains
- * overlap instead of waiting on each other's additions. */
-static void attn_softmax_rows(float *att, size_t ld, int nr, int n, float scale, float *inv)
+/* The sums of `cnt` (8, 4 or 1) rows ld floats apart, row k of len[k]
+ * values, each in key order (one float chain per row, as the plain loop):
+ * the chains run side by side up to the shortest row, so they overlap
+ * instead of waiting on each other's additions, then each row finishes
+ * its own chain. */
+static inline __attribute__((always_inline)) void attn_row_sums(const float *x, size_t ld, int cnt, const int *len,
+                                                                float *inv)
+{
+    float s[8] = { 0 };
+    int m = len[0];
+    for (int k = 1; k < cnt; k++) m = BT_MIN(m, len[k]);
+    for (int p = 0; p < m; p++)
+#pragma GCC unroll 8
+        for (int k = 0; k < cnt; k++) s[k] += x[(size_t)k * ld + p];
+    for (int k = 0; k < cnt; k++) {
+        for (int p = m; p < len[k]; p++) s[k] += x[(size_t)k * ld + p];
+        inv[k] = 1.0f / s[k];
+    }
+}
+
+/* Softmax of nr score rows, ld floats apart, row r of len[r] scores, in
+ * place: raw dots in, scaled here, then exp(s - max); inv[r] = 1/sum of
+ * row r in key order. */
+static void attn_softmax_rows(float *att, size_t ld, int nr, const int *len, float scale, float *inv)
 {
     for (int r = 0; r < nr; r++) {
         float *x = att + (size_t)r * ld;
-        bt_exp_sub_f32(x, n, bt_scale_max_f32(x, n, scale));   /* libm expf's bits */
+        bt_exp_sub_f32(x, len[r], bt_scale_max_f32(x, len[r], scale));   /* libm expf's bits */
     }
     int r = 0;
-    for (; r + 4 <= nr; r += 4) {
-        const float *x0 = att + (size_t)r * ld, *x1 = x0 + ld, *x2 = x1 + ld, *x3 = x2 + ld;
-        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        for (int p = 0; p < n; p++) { s0 += x0[p]; s1 += x1[p]; s2 += x2[p]; s3 += x3[p]; }
-        inv[r] = 1.0f / s0; inv[r + 1] = 1.0f / s1; inv[r + 2] = 1.0f / s2; inv[r + 3] = 1.0f / s3;
-    }
-    for (; r + 2 <= nr; r += 2) {
-        const float *x0 = att + (size_t)r * ld, *x1 = x0 + ld;
-        float s0 = 0, s1 = 0;
-        for (int p = 0; p < n; p++) { s0 += x0[p]; s1 += x1[p]; }
-        inv[r] = 1.0f / s0; inv[r + 1] = 1.0f / s1;
-    }
-    if (r < nr) {
-        const float *x0 = att + (size_t)r * ld;
-        float s0 = 0;
-        for (int p = 0; p < n; p++) s0 += x0[p];
-        inv[r] = 1.0f / s0;
-    }
+    for (; r + 8 <= nr; r += 8) attn_row_sums(att + (size_t)r * ld, ld, 8, len + r, inv + r);
+    for (; r + 4 <= nr; r += 4) attn_row_sums(att + (size_t)r * ld, ld, 4, len + r, inv + r);
+    for (; r < nr; r++) attn_row_sums(att + (size_t)r * ld, ld, 1, len + r, inv + r);
 }
 
 /* One query head at position pos: softmax over the scores in att, then the
@@ -303,7 +306,8 @@ static void attn_softmax_rows(float *att, size_t ld, int nr, int n, float scale,
 static void attn_head(float *att, int pos, float scale, const float *vc, int kv_dim, int hd, float *out)
 {
     float inv;
-    attn_softmax_rows(att, 0, 1, pos + 1, scale, &inv);
+    int n = pos + 1;
+    attn_softmax_rows(att, 0, 1, &n, scale, &inv);
     float acc[BT_CPU_MAX_HEAD_DIM];
     memset(acc, 0, hd * sizeof(float));
     bt_wsum_f32(acc, att, inv, vc, kv_dim, pos + 1, hd);
@@ -341,11 +345,13 @@ static void attn_tile(const bt_attn_args *a, float *att, size_t ctx, int t0, int
                                   att + (size_t)t * group * ctx + p0, (int64_t)ctx);
         }
     float inv[64 * 8];   /* nt * group <= tq * group, bounded by the caller */
-    for (int t = 0; t < nt; t++) {
-        attn_softmax_rows(att + (size_t)t * group * ctx, ctx, group, a->pos0 + t0 + t + 1, scale, inv + t * group);
-        for (int g = 0; g < group; g++)
+    int len[64 * 8] = { 0 };
+    for (int t = 0; t < nt; t++)
+        for (int g = 0; g < group; g++) {
+            len[t * group + g] = a->pos0 + t0 + t + 1;
             memset(F(a->out) + (size_t)(t0 + t) * q_dim + (size_t)(kvh * group + g) * hd, 0, hd * sizeof(float));
-    }
+        }
+    attn_softmax_rows(att, ctx, nt * group, len, scale, inv);
     for (int p0 = 0; p0 <= last; p0 += ATTN_KB)
         for (int t = 0; t < nt; t++) {
             int pos = a->pos0 + t0 + t, np = BT_MIN(ATTN_KB, pos + 1 - p0);
