@@ -417,20 +417,19 @@ TGT static inline __attribute__((always_inline)) void dot16_n(const float *k, in
 TGT static void dot16_f32(const float *k, int64_t ldk, const float *q, int64_t ldq, int nq, int64_t n, float *out,
                           int64_t ldo)
 {
-    /* the common head sizes with constant trip counts (the queries stay
-     * in registers across the 16 keys) */
-    if (n == 64 && nq == 3) dot16_n(k, ldk, q, ldq, 3, 64, out, ldo);
-    else if (n == 64 && nq == 1) dot16_n(k, ldk, q, ldq, 1, 64, out, ldo);
-    else if (n == 128 && nq == 2) dot16_n(k, ldk, q, ldq, 2, 128, out, ldo);
-    else if (n == 128 && nq == 1) dot16_n(k, ldk, q, ldq, 1, 128, out, ldo);
-    else
-        for (int j = 0; j < nq;) {
-            int m = BT_MIN(nq - j, 3);
-            if (m == 3) dot16_n(k, ldk, q + j * ldq, ldq, 3, n, out + j * ldo, ldo);
-            else if (m == 2) dot16_n(k, ldk, q + j * ldq, ldq, 2, n, out + j * ldo, ldo);
-            else dot16_n(k, ldk, q + j * ldq, ldq, 1, n, out + j * ldo, ldo);
-            j += m;
-        }
+    /* nq and the common head sizes as constants: the queries stay in
+     * registers across the 16 keys */
+    if (nq == 3) {
+        if (n == 64) dot16_n(k, ldk, q, ldq, 3, 64, out, ldo);
+        else dot16_n(k, ldk, q, ldq, 3, n, out, ldo);
+    } else if (nq == 2) {
+        if (n == 128) dot16_n(k, ldk, q, ldq, 2, 128, out, ldo);
+        else dot16_n(k, ldk, q, ldq, 2, n, out, ldo);
+    } else {
+        if (n == 64) dot16_n(k, ldk, q, ldq, 1, 64, out, ldo);
+        else if (n == 128) dot16_n(k, ldk, q, ldq, 1, 128, out, ldo);
+        else dot16_n(k, ldk, q, ldq, 1, n, out, ldo);
+    }
 }
 
 /* ---- 32-element blocks: each block's weights are built in registers

@@ -212,8 +212,9 @@ void bt_matmul(bt_pool *p, int type, const void *W, int64_t rows, int64_t cols,
         return;
     }
     /* 64-byte vector loads that straddle two cache lines cost twice as
-     * much; malloc'd activations are only 16-byte aligned, so work on an
-     * aligned copy (cols*T floats, small next to the weights). */
+     * much, so an input that does not start on a line (the CPU backend's
+     * buffers do; malloc'd ones are only 16-byte aligned) is copied to an
+     * aligned buffer (cols*T floats, small next to the weights). */
     float *xa = NULL;
     if ((uintptr_t)x % 64) {
         size_t xbytes = (size_t)cols * T * sizeof(float);
