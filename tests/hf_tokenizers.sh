@@ -11,7 +11,7 @@
 need_shared
 PY=${PYTHON3:-python3}
 PYTHONPATH=${BT_CACHE:-$HOME/.cache/bangtrace}/py${PYTHONPATH:+:$PYTHONPATH}; export PYTHONPATH
-"$PY" -c 'import tokenizers' 2>/dev/null || skip "the tokenizers Python package is not installed (pip install --target ~/.cache/bangtrace/py tokenizers)"
+"$PY" -c 'import tokenizers' 2>/dev/null || skip "the tokenizers Python package is not importable (./quickstart check installs it into ~/.cache/bangtrace/python)"
 "$PY" -c 'import gguf, numpy' 2>/dev/null || skip "python3 cannot import gguf and numpy"
 built_with UTF8PROC || skip "built without utf8proc: the Qwen2 tokenizer's NFC normalizer is refused"
 CONV="$BT_SRCDIR/tools/gguf-to-hf.py"
