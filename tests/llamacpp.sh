@@ -34,6 +34,21 @@ a, b = (json.load(open(p)) for p in sys.argv[1:3])
 assert a["prompt_ids"] == b["prompt_ids"], (a["prompt_ids"], b["prompt_ids"])
 assert a["completion_ids"] == b["completion_ids"], (a["completion_ids"], b["completion_ids"])
 PY
+# 1b. llama.cpp's CPU threads live for the whole run (a persistent pool, as
+# llama-cli and llama-server attach one), not one pool per graph split: with
+# --taps all every tapped node ends a split, and a pool made per split
+# created and joined thousands of threads for 4 tokens (2 threads ran ~100x
+# slower than 1). Counted as the clone calls the process makes.
+if command -v strace >/dev/null 2>&1; then
+    strace -f -qq -e trace=clone,clone3 -o "$TMP/clones" \
+        "$B" run --engine llama.cpp --model "$S" --prompt "Once upon a time" -n 4 --threads 2 \
+        --trace "$TMP/pool.db" >/dev/null 2>"$TMP/err"
+    n=$(grep -c clone "$TMP/clones")
+    [ "$n" -ge 1 ] && [ "$n" -le 2 ] && ok "llama.cpp with 2 threads and --taps all starts its worker once ($n thread(s))" ||
+        fail "llama.cpp with 2 threads and --taps all created $n threads for 4 tokens (a pool per graph split?)"
+else
+    echo "note: strace not installed: the thread-pool check did not run"
+fi
 # the same greedy request on the llama2.c checkpoint (native) and on its GGUF
 # (llama.cpp): this prompt ends its story with BOS, where llama2.c stops, so
 # both report the same ids (the stopping id left out), text and finish reason

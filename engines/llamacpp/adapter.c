@@ -72,6 +72,7 @@ typedef struct lc_impl {
     float *scratch;
     size_t scratch_cap;
     char backend[32];
+    struct ggml_threadpool *pool;   /* the persistent CPU threadpool (see lc_attach_pool) */
 } lc_impl;
 
 static char last_log[512];
@@ -332,12 +333,30 @@ static int lc_forward(void *impl, bt_engine *e, const int32_t *tokens, int T, in
     return rc;
 }
 
+/* A persistent CPU threadpool attached to the context, as llama.cpp's own
+ * programs do (common_init_from_params: llama-cli, llama-server,
+ * llama-bench), with their default polling level (50). Without one,
+ * ggml-cpu makes a disposable pool per graph_compute call, i.e. creates and
+ * joins its worker threads once per graph split, and every tapped node ends
+ * a split: with 2 threads and --taps all that was 100x slower than 1 thread
+ * (doc/llama-cpp.md, "The cost of taps on llama.cpp"). */
+static int lc_attach_pool(lc_impl *L, int n_threads)
+{
+    struct ggml_threadpool_params tpp = ggml_threadpool_params_default(n_threads);
+    tpp.poll = 50;
+    L->pool = ggml_threadpool_new(&tpp);
+    if (!L->pool) return bt_error(BT_ENOMEM, "llama.cpp: cannot create a threadpool of %d threads", n_threads);
+    llama_attach_threadpool(L->ctx, L->pool, L->pool);
+    return BT_OK;
+}
+
 static void lc_free(void *impl)
 {
     lc_impl *L = impl;
     if (!L) return;
     if (L->batch.token) llama_batch_free(L->batch);
     if (L->ctx) llama_free(L->ctx);
+    if (L->pool) ggml_threadpool_free(L->pool);
     if (L->model) llama_model_free(L->model);
     free(L->nodes);
     free(L->entries);
@@ -427,6 +446,7 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
                       last_log[0] ? ": " : "", last_log);
         goto fail;
     }
+    if ((rc = lc_attach_pool(L, (int)cp.n_threads))) goto fail;
     L->max_batch = (int)cp.n_batch;
     L->batch = llama_batch_init(L->max_batch, 0, 1);
     snprintf(L->backend, sizeof(L->backend), "%s", cuda ? "CUDA" : "CPU");
