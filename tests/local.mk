@@ -106,7 +106,7 @@ EXTRA_DIST += tests/diff.sh tests/diff_spec.sh
 # bisect / report / export on speculative traces (synthetic contract traces + real run --spec-k runs)
 TESTS += tests/bisect_spec.sh
 EXTRA_DIST += tests/bisect_spec.sh tests/data-gen/make_spec_trace.py
-# the incident gallery (examples/incidents/): every case is a test; 6 and 7 SKIP until run --numerics / probe exist
+# the incident gallery (examples/incidents/): every case is a test
 TESTS += examples/incidents/1-wall-of-bang/run.sh examples/incidents/2-out-of-range-token/run.sh \
 	examples/incidents/3-drafter-not-guilty/run.sh examples/incidents/4-long-prompts/run.sh \
 	examples/incidents/5-flipped-bit/run.sh examples/incidents/6-half-precision/run.sh \
@@ -174,3 +174,6 @@ check_PROGRAMS += tests/test_foreign
 TESTS += tests/test_foreign
 tests_test_foreign_SOURCES = tests/test_foreign.c
 tests_test_foreign_LDADD = $(LLAMA_ENGINE_LIBS) $(TRACE_LIBS) $(LLAMA_CPP_LIBS)
+# docs: the README layout table, usage examples and the gallery match the tree
+TESTS += tests/docs.sh
+EXTRA_DIST += tests/docs.sh
