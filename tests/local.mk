@@ -174,3 +174,8 @@ check_PROGRAMS += tests/test_foreign
 TESTS += tests/test_foreign
 tests_test_foreign_SOURCES = tests/test_foreign.c
 tests_test_foreign_LDADD = $(LLAMA_ENGINE_LIBS) $(TRACE_LIBS) $(LLAMA_CPP_LIBS)
+
+# issue 22, the generation path of serve / probe / ctxwalk: chunked prefill,
+# ctxwalk errors and context, serve's detector events, sampling through serve
+TESTS += tests/serve_gen.sh
+EXTRA_DIST += tests/serve_gen.sh

@@ -130,6 +130,7 @@ static int event(bt_recorder *r, int step, int pos, const char *kind, int layer,
 {
     r->n_events++;
     bt_log("bangtrace: event %s at step %d: %s", kind, step, detail);
+    if (r->cfg.on_event) r->cfg.on_event(r->cfg.event_user, step, pos, kind, detail);
     if (!r->cfg.trace) return BT_OK;
     return bt_trace_event(r->cfg.trace, step, pos, kind, layer, op, tensor, detail, id);
 }
