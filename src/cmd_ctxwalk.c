@@ -290,6 +290,11 @@ int cmd_ctxwalk(int argc, char **argv)
                          bad == &rr ? "the clean reference run got " : "", bad->error[0] ? bad->error : why);
                 bt_reply_clear(&r);
                 bt_reply_clear(&rr);
+                /* what the walk found before it, on stdout with the table */
+                if (first_fail) printf("first failing length: %ld tokens; then an error at %ld stopped the walk\n", first_fail, L);
+                else if (li > 0) printf("no failure up to %ld tokens; then an error at %ld stopped the walk\n", w.lengths[li - 1], L);
+                else printf("an error at %ld tokens stopped the walk\n", L);
+                fflush(stdout);
                 goto fail;
             }
             bool failed = c != BT_ANS_OK;

@@ -106,6 +106,13 @@ code=$(post /v1/completions @"$TMP/req.json" "$TMP/clean.json")
     && [ "$(field "$TMP/clean.json" 'len(j["bangtrace"]["events"])')" = 0 ] && [ "$(ls "$TMP/clean" | grep -c '\.db$')" = 0 ] \
     && ok "a clean answer: no events, no flagged trace" || fail "clean answer: $(cat "$TMP/clean.json"; ls "$TMP/clean")"
 
+# a server refusing a length past its context (512): an error, after the table
+expect_exit 2 "ctxwalk --url: a refused length is an error" "$BANGTRACE" ctxwalk --url "$url" --completions --lengths 128,1024 \
+    --depths 0.5 --max-tokens 8
+grep -q "first failing length: 128 tokens; then an error at 1024 stopped the walk" "$TMP/out" && grep -q "HTTP 400" "$TMP/err" \
+    && [ "$(wc -l < "$TMP/err")" -eq 1 ] && ok "ctxwalk: what the walk found, then the HTTP 400 as the error" \
+    || fail "ctxwalk refused length: $(cat "$TMP/out" "$TMP/err")"
+
 # --- 4. sampling settings reach the decoder through serve --------------------
 s7='{"prompt":"Once upon a time","max_tokens":32,"temperature":1.0,"seed":7}'
 text() { field "$1" 'repr(j["choices"][0]["text"])'; }
