@@ -35,7 +35,7 @@ int bt_gen_new(const bt_gen_cfg *cfg, bt_gen **out)
     g->cfg = *cfg;
     bt_kernels_init();
     /* activations for BT_GEN_BATCH positions: a longer prompt is prefilled
-     * in chunks of it (decode.c), as run's own decoder would */
+     * in chunks of it by the decoder (src/decode.c) that run shares */
     int batch = BT_MIN(cfg->ctx, BT_GEN_BATCH);
     int rc = bt_engine_new(cfg->model, cfg->ctx, batch, cfg->threads, &g->e);
     if (rc) { free(g); return rc; }
