@@ -16,6 +16,10 @@
  * So a `longctx@pos>=P` injection is found at the first walked length
  * whose context reaches position P.
  *
+ * A request that gets no answer (transport error, timeout, an HTTP error,
+ * a request the engine refuses) is an error, never a failing length: the
+ * walk stops with exit 2 and a line naming the length, depth and reason.
+ *
  * Exit 0: no length failed; 1: a failing length was found; 2: error. */
 #include "cmd.h"
 #include "prod/classify.h"
@@ -34,7 +38,8 @@ void cmd_ctxwalk_help(FILE *out)
     fputs(
         "usage: bangtrace ctxwalk (--url URL [--completions] | --model M [--tokenizer T] [--inject SPEC]...)\n"
         "                         [--lengths 256..32768 | --lengths 64,128,256] [--depths 0.1,0.5,0.9]\n"
-        "                         [--needle TEXT --expect REGEX] [--max-tokens N] [--timeout S] [--threads N]\n\n"
+        "                         [--needle TEXT --expect REGEX] [--max-tokens N] [--timeout S] [--threads N]\n"
+        "                         [--ctx N]\n\n"
         "Plant a needle at each depth of filler text of each length, ask for it back,\n"
         "and report the shortest length at which retrieval fails or the answer\n"
         "degenerates (the classes of `bangtrace probe`).\n\n"
@@ -54,7 +59,11 @@ void cmd_ctxwalk_help(FILE *out)
         "  --expect REGEX     what a retrieved answer matches (default 4821)\n"
         "  --max-tokens N     answer tokens (default 16)\n"
         "  --timeout S        seconds per HTTP request (default 600)\n"
-        "  --threads N        compute threads (native; default 1)\n\n"
+        "  --threads N        compute threads (native; default 1)\n"
+        "  --ctx N            with --model: the engine's context (default: the model's\n"
+        "                     trained context, at most 4096); the header names both\n\n"
+        "A request that gets no answer (transport error, timeout, HTTP error, a request\n"
+        "the engine refuses) is an error, not a failing length: exit 2.\n"
         "Exit status: 0 no length failed; 1 a failing length was found; 2 error.\n", out);
 }
 
@@ -76,7 +85,7 @@ typedef struct walk {
     int n_len;
     double depths[MAX_DEPTH];
     int n_depth;
-    long max_tokens, threads;
+    long max_tokens, threads, ctx;
     bool completions;               /* --url: /v1/completions instead of chat */
     double timeout;
 } walk;
@@ -181,6 +190,16 @@ static int size_prompt(bt_target *t, const walk *w, long budget, double depth, c
     return count_tokens(t, w, *body, *len, chars, ntok);
 }
 
+/* The context a native walk runs in, naming the model's trained context
+ * too when they differ (inspect prints the trained one). */
+static void describe_ctx(int ctx, int trained, bool asked, char *buf, size_t cap)
+{
+    if (ctx == trained) snprintf(buf, cap, "context of %d tokens (the model's trained context)", ctx);
+    else if (asked) snprintf(buf, cap, "context of %d tokens (--ctx; the model's trained context is %d)", ctx, trained);
+    else snprintf(buf, cap, "context of %d tokens (the model's trained context is %d, capped at %d by default: --ctx N)",
+                  ctx, trained, ctx);
+}
+
 int cmd_ctxwalk(int argc, char **argv)
 {
     walk w;
@@ -210,6 +229,7 @@ int cmd_ctxwalk(int argc, char **argv)
         else if (!strcmp(a, "--expect")) { VAL(); w.expect_re = v; }
         else if (!strcmp(a, "--max-tokens")) { VAL(); if (bt_parse_int(a, v, 1, 4096, &w.max_tokens)) goto fail; }
         else if (!strcmp(a, "--threads")) { VAL(); if (bt_parse_int(a, v, 1, 256, &w.threads)) goto fail; }
+        else if (!strcmp(a, "--ctx")) { VAL(); if (bt_parse_int(a, v, 16, 1 << 20, &w.ctx)) goto fail; }
         else if (!strcmp(a, "--timeout")) { VAL(); if (bt_parse_float(a, v, 0.001, 86400, &w.timeout)) goto fail; }
         else { bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help ctxwalk)", a); goto fail; }
 #undef VAL
@@ -217,6 +237,7 @@ int cmd_ctxwalk(int argc, char **argv)
     if (!w.url == !w.model) { bt_error(BT_EINVAL, "give one of --url URL or --model M (see bangtrace help ctxwalk)"); goto fail; }
     if (w.completions && !w.url) { bt_error(BT_EINVAL, "--completions applies to --url (--model always completes a prompt)"); goto fail; }
     if (w.n_inject && !w.model) { bt_error(BT_EINVAL, "--inject applies to the native engine: use it with --model"); goto fail; }
+    if (w.ctx && !w.model) { bt_error(BT_EINVAL, "--ctx applies to the native engine (--model): a server has its own"); goto fail; }
     if (needle_set && !w.expect_re) { bt_error(BT_EINVAL, "--needle needs --expect REGEX (what a retrieved answer matches)"); goto fail; }
     if (parse_lengths(lengths, &w) || parse_depths(depths, &w)) goto fail;
     if (bt_expect_new(w.expect_re ? w.expect_re : "4821", &ex)) goto fail;
@@ -225,18 +246,24 @@ int cmd_ctxwalk(int argc, char **argv)
         goto fail;
     }
     bt_target_cfg tc = { .url = w.url, .model = w.model, .tokenizer = w.tokenizer, .inject = w.inject,
-                         .n_inject = w.n_inject, .slots = 1, .threads = (int)w.threads, .timeout_s = w.timeout };
+                         .n_inject = w.n_inject, .slots = 1, .threads = (int)w.threads, .ctx = (int)w.ctx,
+                         .timeout_s = w.timeout };
     if (bt_target_open(&tc, &t)) goto fail;
     if (w.n_inject) {
         tc.inject = NULL; tc.n_inject = 0;
         if (bt_target_open(&tc, &ref)) goto fail;
     }
-    if (w.model && w.lengths[w.n_len - 1] > bt_target_ctx(t)) {
-        bt_error(BT_EINVAL, "--lengths: %ld tokens exceed the model's context of %d", w.lengths[w.n_len - 1], bt_target_ctx(t));
-        goto fail;
+    char ctxs[200] = "";
+    if (w.model) {
+        describe_ctx(bt_target_ctx(t), bt_target_trained_ctx(t), w.ctx > 0, ctxs, sizeof ctxs);
+        if (w.lengths[w.n_len - 1] > bt_target_ctx(t)) {
+            bt_error(BT_EINVAL, "--lengths: %ld tokens exceed the %s", w.lengths[w.n_len - 1], ctxs);
+            goto fail;
+        }
     }
     bt_text_printf(stdout, "ctxwalk %s: needle \"%s\" at depths", w.url ? w.url : w.model, w.needle);
     for (int d = 0; d < w.n_depth; d++) printf(" %g", w.depths[d]);
+    if (w.model) printf("; %s", ctxs);
     printf("; judged %s\n", ref ? "against a clean run of each prompt (no injection)" : "by retrieval of the needle");
     printf("%8s %8s %6s  %s\n", "length", "prompt", "depth", "result");
     long first_fail = 0;
@@ -256,7 +283,20 @@ int cmd_ctxwalk(int argc, char **argv)
             char why[600] = "";
             bt_answer ans = bt_reply_answer(&r, NULL, 0);
             int c = bt_answer_classify(&ans, ref ? NULL : ex, why, sizeof why);
-            if (c == BT_ANS_HTTP_ERROR && r.error[0]) snprintf(why, sizeof why, "%s", r.error);
+            /* no answer says nothing about the model at this length */
+            if (c == BT_ANS_HTTP_ERROR || (ref && rr.http_status != 200)) {
+                const bt_reply *bad = c == BT_ANS_HTTP_ERROR ? &r : &rr;
+                bt_error(BT_EIO, "length %ld, depth %g: %sno answer, not a model failure: %s", L, w.depths[di],
+                         bad == &rr ? "the clean reference run got " : "", bad->error[0] ? bad->error : why);
+                bt_reply_clear(&r);
+                bt_reply_clear(&rr);
+                /* what the walk found before it, on stdout with the table */
+                if (first_fail) printf("first failing length: %ld tokens; then an error at %ld stopped the walk\n", first_fail, L);
+                else if (li > 0) printf("no failure up to %ld tokens; then an error at %ld stopped the walk\n", w.lengths[li - 1], L);
+                else printf("an error at %ld tokens stopped the walk\n", L);
+                fflush(stdout);
+                goto fail;
+            }
             bool failed = c != BT_ANS_OK;
             if (ref) {
                 bt_answer ra = bt_reply_answer(&rr, NULL, 0);

@@ -254,7 +254,7 @@ static int job_generate(job *jb, bt_gen_opts *o)
     if (rc == BT_OK && s->trace_dir && s->trace_mode == TR_FLAGGED) {
         bt_answer a = { .http_status = 200, .text = jb->res.text, .text_len = jb->res.text_len, .ids = jb->res.ids,
                         .n_ids = jb->res.n_ids, .n_vocab = s->m->cfg.n_vocab, .finish_reason = jb->res.finish,
-                        .stop = jb->req.stop, .n_stop = jb->req.n_stop };
+                        .stop = jb->req.stop, .n_stop = jb->req.n_stop, .n_nonfinite = jb->res.n_nonfinite };
         if (bt_answer_classify(&a, NULL, NULL, 0) != BT_ANS_OK) {
             /* replay it with the trace on: same prompt, seed and draw, so the
              * same tokens; the first answer is the one the client gets */
@@ -283,6 +283,18 @@ static json_t *ext_json(const job *jb, bool ids)
         for (int i = 0; i < jb->res.n_ids; i++) json_array_append_new(a, json_integer(jb->res.ids[i]));
         json_object_set_new(e, "completion_ids", a);
     }
+    /* the request's own detector events: a NaN that ends the answer early
+     * with finish_reason "stop" (SmolLM2's id 0 is <|endoftext|>) is marked
+     * here, where probe and canary look */
+    json_t *evs = json_array();
+    for (int i = 0; i < jb->res.n_events; i++) {
+        const bt_gen_event *ev = &jb->res.events[i];
+        json_array_append_new(evs, json_pack("{s:s,s:i,s:i,s:s}", "kind", ev->kind, "step", ev->step, "pos", ev->pos,
+                                             "detail", ev->detail));
+    }
+    json_object_set_new(e, "events", evs);
+    json_object_set_new(e, "events_total", json_integer(jb->res.n_events_total));
+    json_object_set_new(e, "nonfinite", json_boolean(jb->res.n_nonfinite > 0));
     json_t *tr = NULL;
     if (jb->s->trace_dir && access(jb->trace_path, F_OK) == 0) tr = json_string(jb->trace_path);
     json_object_set_new(e, "trace", tr ? tr : json_null());

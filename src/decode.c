@@ -131,9 +131,20 @@ static int plain_step(bt_decoder *d, int32_t *out, float *lps, int *n)
     const int32_t *in = prefill ? d->ctx : &d->ctx[d->n_ctx - 1];
     int n_in = prefill ? d->n_ctx : 1, pos = prefill ? 0 : d->n_ctx - 1;
     double ms;
+    int rc;
     bt_engine_set_logits_all(d->c.target, false);
     double t0 = bt_now();
-    int rc = forward(d, d->c.target, rec, prefill ? "prefill" : "decode", in, n_in, pos, &ms);
+    /* A prompt longer than the engine's batch is prefilled in chunks of the
+     * batch, each its own recorded prefill step (as bench fills its depth);
+     * the kernels are batch-invariant, so the last chunk's logits are the
+     * ones one forward of the whole prompt computes. */
+    int chunk = prefill ? BT_MAX(bt_engine_max_batch(d->c.target), 1) : n_in;
+    while (n_in > chunk) {
+        if ((rc = forward(d, d->c.target, rec, "prefill", in, chunk, pos, &ms))) return rc;
+        if ((rc = end_step(rec, ms))) return rc;
+        in += chunk; pos += chunk; n_in -= chunk;
+    }
+    rc = forward(d, d->c.target, rec, prefill ? "prefill" : "decode", in, n_in, pos, &ms);
     if (rc) return rc;
     if (prefill) d->st.prefill_s = bt_now() - t0;
     d->started = true;

@@ -177,3 +177,8 @@ tests_test_foreign_LDADD = $(LLAMA_ENGINE_LIBS) $(TRACE_LIBS) $(LLAMA_CPP_LIBS)
 # docs: the README layout table, usage examples and the gallery match the tree
 TESTS += tests/docs.sh
 EXTRA_DIST += tests/docs.sh
+
+# issue 22, the generation path of serve / probe / ctxwalk: chunked prefill,
+# ctxwalk errors and context, serve's detector events, sampling through serve
+TESTS += tests/serve_gen.sh
+EXTRA_DIST += tests/serve_gen.sh

@@ -52,6 +52,21 @@ int main(void)
     CHECK(cls("The capital of France is Paris.", "stop", NULL, 0, ex) == BT_ANS_OK);
     CHECK(cls("The capital of France is Lyon.", "stop", NULL, 0, ex) == BT_ANS_EXPECT_FAILED);
     CHECK(cls("!!!!!!!!!!!!!!!!", "length", NULL, 0, ex) == BT_ANS_TOKEN_WALL, "degeneracy wins over the expectation");
+    /* the server's own detectors saw non-finite values: a normal-looking
+     * answer (SmolLM2's id 0 is <|endoftext|>: all-NaN logits just stop it) */
+    bt_answer nf = { .http_status = 200, .text = "The capital of France is", .text_len = 24, .finish_reason = "stop",
+                     .n_nonfinite = 2, .nonfinite_detail = "nonfinite_logits at step 5: ..." };
+    char why[300];
+    CHECK(bt_answer_classify(&nf, NULL, why, sizeof why) == BT_ANS_NONFINITE, "non-finite events fail the answer without --expect");
+    CHECK(strstr(why, "nonfinite_logits at step 5") != NULL, "the reason quotes the event");
+    CHECK(bt_answer_classify(&nf, ex, NULL, 0) == BT_ANS_NONFINITE, "non-finite wins over the expectation");
+    nf.n_nonfinite = 0;
+    CHECK(bt_answer_classify(&nf, NULL, NULL, 0) == BT_ANS_OK, "without events the same answer is ok");
+    nf.n_nonfinite = 1; nf.text = "!!!!!!!!!!!!!!!!"; nf.text_len = 16; nf.finish_reason = "length";
+    CHECK(bt_answer_classify(&nf, NULL, NULL, 0) == BT_ANS_TOKEN_WALL, "a visible symptom keeps its class");
+    CHECK(bt_event_is_nonfinite("nonfinite_logits") && bt_event_is_nonfinite("first_nonfinite") &&
+          bt_event_is_nonfinite("argmax_fallthrough") && !bt_event_is_nonfinite("token_wall") && !bt_event_is_nonfinite(NULL));
+    CHECK(!strcmp(bt_answer_class_name(BT_ANS_NONFINITE), "nonfinite"));
     bt_expect_free(ex);
     bt_expect *bad = NULL;
     CHECK(bt_expect_new("(unclosed", &bad) == BT_EINVAL && !bad);

@@ -943,6 +943,7 @@ void bt_engine_set_step(bt_engine *e, int step) { e->step = step; }
 void bt_engine_set_logits_all(bt_engine *e, bool all) { e->logits_all = all; }
 int bt_engine_n_layers(const bt_engine *e) { return e->c.n_layers; }
 int bt_engine_ctx_len(const bt_engine *e) { return e->ctx_len; }
+int bt_engine_max_batch(const bt_engine *e) { return e->max_batch; }
 int bt_engine_kv_dim(const bt_engine *e) { return e->c.n_kv_heads * e->c.head_dim; }
 bt_backend *bt_engine_backend(const bt_engine *e) { return e->be; }
 

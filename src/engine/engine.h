@@ -184,9 +184,10 @@ void bt_engine_set_eval_cb(bt_engine *e, const bt_eval_cb *cb);
 struct bt_numerics;
 int bt_engine_set_numerics(bt_engine *e, const struct bt_numerics *n);
 
-/* Run tokens[0..T-1] at positions pos0..pos0+T-1 (T <= max_batch, chunked
- * internally if larger). Returns BT_OK, BT_ERANGE (position past ctx_len,
- * token id out of range) or BT_EINVAL (cancelled by a callback). */
+/* Run tokens[0..T-1] at positions pos0..pos0+T-1 (1 <= T <= max_batch:
+ * a longer prompt is the caller's to split, as the decoder's prefill does).
+ * Returns BT_OK, BT_ERANGE (position past ctx_len, token id out of range) or
+ * BT_EINVAL (T past the batch, or cancelled by a callback). */
 int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0);
 /* Logits of the last position of the last forward ([n_vocab]), or of row i. */
 float *bt_engine_logits(bt_engine *e);
@@ -202,6 +203,8 @@ float *bt_engine_kv(bt_engine *e, int layer, int pos, int which);
 int bt_engine_kv_fill(bt_engine *e, int layer, int pos, int which, float value);
 int bt_engine_kv_dim(const bt_engine *e);
 int bt_engine_ctx_len(const bt_engine *e);
+/* Positions one forward may compute (bt_engine_new's max_batch). */
+int bt_engine_max_batch(const bt_engine *e);
 const bt_model *bt_engine_model(const bt_engine *e);
 /* The backend the engine runs on (borrowed). */
 bt_backend *bt_engine_backend(const bt_engine *e);

@@ -24,6 +24,7 @@ static const char *const class_names[BT_ANS_COUNT] = {
     [BT_ANS_LOOP] = "repetition_loop",
     [BT_ANS_PAST_STOP] = "past_stop",
     [BT_ANS_DEGENERATE_TAIL] = "degenerate_tail",
+    [BT_ANS_NONFINITE] = "nonfinite",
     [BT_ANS_EXPECT_FAILED] = "expect_failed",
 };
 
@@ -37,6 +38,11 @@ int bt_answer_class_from_name(const char *name)
     for (int i = 0; i < BT_ANS_COUNT; i++)
         if (name && !strcmp(name, class_names[i])) return i;
     return -1;
+}
+
+bool bt_event_is_nonfinite(const char *kind)
+{
+    return kind && (!strcmp(kind, "nonfinite_logits") || !strcmp(kind, "first_nonfinite") || !strcmp(kind, "argmax_fallthrough"));
 }
 
 struct bt_expect { pcre2_code *re; };
@@ -217,6 +223,11 @@ int bt_answer_classify(const bt_answer *a, const bt_expect *expect, char *why, s
             snprintf(why, cap, "cut at max_tokens; the tail repeats a %zu-byte period", p);
             return BT_ANS_DEGENERATE_TAIL;
         }
+    }
+    if (a->n_nonfinite > 0) {
+        snprintf(why, cap, "the server's detectors saw non-finite values (%d event%s)%s%s", a->n_nonfinite,
+                 a->n_nonfinite == 1 ? "" : "s", a->nonfinite_detail ? ": " : "", a->nonfinite_detail ? a->nonfinite_detail : "");
+        return BT_ANS_NONFINITE;
     }
     if (expect && !bt_expect_match(expect, t, n)) { snprintf(why, cap, "--expect did not match"); return BT_ANS_EXPECT_FAILED; }
     return BT_ANS_OK;

@@ -22,6 +22,12 @@
  *                   degenerate tail: the last 64 bytes hold at most 3
  *                   distinct bytes, or the tail repeats with a period of
  *                   8..256 bytes at least twice
+ *   nonfinite       the server's own detectors (bangtrace serve's answer
+ *                   object, or the native engine) saw non-finite values
+ *                   (nonfinite_logits, first_nonfinite, argmax_fallthrough)
+ *                   though the text looks normal: on a model whose id 0 is
+ *                   end-of-text, all-NaN logits end the answer early with
+ *                   finish_reason "stop"
  *   expect_failed   --expect REGEX did not match
  *   ok
  */
@@ -41,6 +47,7 @@ enum bt_answer_class {
     BT_ANS_LOOP,
     BT_ANS_PAST_STOP,
     BT_ANS_DEGENERATE_TAIL,
+    BT_ANS_NONFINITE,
     BT_ANS_EXPECT_FAILED,
     BT_ANS_COUNT
 };
@@ -55,7 +62,12 @@ typedef struct bt_answer {
     const char *finish_reason;  /* "stop", "length", "invalid_token", ... (may be NULL) */
     char *const *stop;          /* the request's stop strings */
     int n_stop;
+    int n_nonfinite;            /* non-finite events the server's detectors reported (0: none or unknown) */
+    const char *nonfinite_detail; /* the first one's "kind: detail" (may be NULL) */
 } bt_answer;
+
+/* An event kind that says a non-finite value was computed. */
+bool bt_event_is_nonfinite(const char *kind);
 
 typedef struct bt_expect bt_expect;    /* a compiled --expect REGEX */
 /* Compile REGEX (PCRE2, UTF). BT_EINVAL naming the flag and the offset. */

@@ -8,6 +8,7 @@
  * a slot and is reused, injection specs are parsed per request (their
  * run state and the p= draw are per request), and text goes to a callback. */
 #include "prod/gen.h"
+#include "prod/classify.h"
 #include "decode.h"
 #include "engine/engine.h"
 #include "tap/inject.h"
@@ -33,7 +34,9 @@ int bt_gen_new(const bt_gen_cfg *cfg, bt_gen **out)
     if (!g) return bt_error(BT_ENOMEM, "out of memory");
     g->cfg = *cfg;
     bt_kernels_init();
-    int batch = BT_MIN(cfg->ctx, 512);
+    /* activations for BT_GEN_BATCH positions: a longer prompt is prefilled
+     * in chunks of it by the decoder (src/decode.c) that run shares */
+    int batch = BT_MIN(cfg->ctx, BT_GEN_BATCH);
     int rc = bt_engine_new(cfg->model, cfg->ctx, batch, cfg->threads, &g->e);
     if (rc) { free(g); return rc; }
     *out = g;
@@ -51,7 +54,28 @@ void bt_gen_result_clear(bt_gen_result *r)
 {
     free(r->text);
     free(r->ids);
+    free(r->events);
     memset(r, 0, sizeof *r);
+    r->first_nonfinite = -1;
+}
+
+/* The recorder's events into the result (the answer's bangtrace object,
+ * serve's --trace flagged decision, probe's classes). */
+static void on_event(void *user, int step, int pos, const char *kind, const char *detail)
+{
+    bt_gen_result *res = user;
+    res->n_events_total++;
+    bool nf = bt_event_is_nonfinite(kind);
+    if (nf) res->n_nonfinite++;
+    if (res->n_events >= BT_GEN_MAX_EVENTS) return;
+    if (!res->events && !(res->events = calloc(BT_GEN_MAX_EVENTS, sizeof *res->events))) return;
+    bt_gen_event *e = &res->events[res->n_events];
+    e->step = step;
+    e->pos = pos;
+    snprintf(e->kind, sizeof e->kind, "%s", kind ? kind : "");
+    snprintf(e->detail, sizeof e->detail, "%s", detail ? detail : "");
+    if (nf && res->first_nonfinite < 0) res->first_nonfinite = res->n_events;
+    res->n_events++;
 }
 
 /* The request's prompt ids: run's own rendering and tokenizing
@@ -158,6 +182,7 @@ int bt_gen_request(bt_gen *g, const bt_request *req, const bt_gen_opts *o, bt_ge
     const bt_gen_cfg *c = &g->cfg;
     const bt_model *m = c->model;
     memset(res, 0, sizeof *res);
+    res->first_nonfinite = -1;
     int32_t *prompt = NULL, burst[2];
     float lp[2];
     size_t n_prompt = 0, cap = 0, printed = 0;
@@ -193,12 +218,13 @@ int bt_gen_request(bt_gen *g, const bt_request *req, const bt_gen_opts *o, bt_ge
         if ((rc = bt_trace_create(o->trace_path, &trace))) goto out;
         if ((rc = write_meta(trace, c, req, &sc, inj, o->request_id))) goto out;
     }
-    if (trace || inj) {
-        bt_recorder_cfg rcfg = { .trace = trace, .inj = inj, .model = m, .tok = c->tok, .taps = trace ? BT_TAPS_ALL : BT_TAPS_NONE,
-                                 .layer_lo = -1, .layer_hi = -1, .topk = 20, .rule = sc.rule, .model_role = "target" };
-        if ((rc = bt_recorder_new(&rcfg, g->e, &rec))) goto out;
-        if ((rc = bt_recorder_prompt(rec, prompt, (int)n_prompt))) goto out;
-    }
+    /* always a recorder: without a trace it still runs the detectors
+     * (non-finite logits, walls, loops) whose events the answer carries */
+    bt_recorder_cfg rcfg = { .trace = trace, .inj = inj, .model = m, .tok = c->tok, .taps = trace ? BT_TAPS_ALL : BT_TAPS_NONE,
+                             .layer_lo = -1, .layer_hi = -1, .topk = 20, .rule = sc.rule, .model_role = "target",
+                             .on_event = on_event, .event_user = res };
+    if ((rc = bt_recorder_new(&rcfg, g->e, &rec))) goto out;
+    if ((rc = bt_recorder_prompt(rec, prompt, (int)n_prompt))) goto out;
     bt_decoder_cfg dc = { .target = g->e, .target_rec = rec, .smp = smp, .greedy = sc.temperature <= 0, .rule = sc.rule,
                           .tok = c->tok, .inj = inj };
     if ((rc = bt_decoder_new(&dc, prompt, (int)n_prompt, (int)n_max, &dec))) goto out;

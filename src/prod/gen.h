@@ -36,6 +36,8 @@ typedef struct bt_gen_cfg {
 
 typedef struct bt_gen bt_gen;
 
+#define BT_GEN_BATCH 512            /* positions per forward of a slot's engine */
+
 int bt_gen_new(const bt_gen_cfg *cfg, bt_gen **out);
 void bt_gen_free(bt_gen *g);
 
@@ -50,6 +52,16 @@ typedef struct bt_gen_opts {
     void *user;
 } bt_gen_opts;
 
+/* An event the request's own detectors recorded (src/tap/recorder.c:
+ * nonfinite_logits, first_nonfinite, argmax_fallthrough, token_wall, ...),
+ * with or without a trace. */
+typedef struct bt_gen_event {
+    int step, pos;
+    char kind[32];
+    char detail[256];
+} bt_gen_event;
+#define BT_GEN_MAX_EVENTS 16        /* events kept per request (all are counted) */
+
 typedef struct bt_gen_result {
     char *text;                     /* malloc'd, stop string cut off */
     size_t text_len;
@@ -58,10 +70,15 @@ typedef struct bt_gen_result {
     int n_prompt;
     const char *finish;             /* "stop" | "length" | "invalid_token" | "cancelled" */
     bool injected;                  /* an injection spec was active for this request */
+    bt_gen_event *events;           /* malloc'd: the first BT_GEN_MAX_EVENTS, in order */
+    int n_events;                   /* kept */
+    int n_events_total;             /* recorded */
+    int n_nonfinite;                /* of those, events saying a non-finite value was computed */
+    int first_nonfinite;            /* index into events of the first of them, -1 if none */
     double ms;
 } bt_gen_result;
 
-/* Run one request. Errors: BT_EINVAL / BT_ERANGE for a request this model
+/* Run one request (its detectors always run: res->events). Errors: BT_EINVAL / BT_ERANGE for a request this model
  * cannot serve (no messages template, prompt longer than the context,
  * max_tokens past it) with a message for the client; BT_EIO etc. for a
  * trace that cannot be written; engine errors. */

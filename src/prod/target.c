@@ -124,6 +124,11 @@ int bt_target_ctx(const bt_target *t)
     return t->m ? native_cfg(t).ctx : 0;
 }
 
+int bt_target_trained_ctx(const bt_target *t)
+{
+    return t->m ? t->m->cfg.ctx_len : 0;
+}
+
 void bt_reply_clear(bt_reply *r)
 {
     free(r->text);
@@ -135,7 +140,8 @@ bt_answer bt_reply_answer(const bt_reply *r, char *const *stop, int n_stop)
 {
     bt_answer a = { .http_status = r->http_status, .text = r->text, .text_len = r->text_len, .ids = r->ids,
                     .n_ids = r->n_ids, .n_vocab = r->n_vocab, .finish_reason = r->finish[0] ? r->finish : NULL,
-                    .stop = stop, .n_stop = n_stop };
+                    .stop = stop, .n_stop = n_stop, .n_nonfinite = r->n_nonfinite,
+                    .nonfinite_detail = r->nonfinite[0] ? r->nonfinite : NULL };
     return a;
 }
 
@@ -170,6 +176,22 @@ static void parse_body(const char *body, size_t len, bt_reply *r)
         for (size_t i = 0; i < json_array_size(ids); i++) r->ids[i] = (int32_t)json_integer_value(json_array_get(ids, i));
         r->n_ids = (int)json_array_size(ids);
         r->n_vocab = (int)json_integer_value(json_object_get(bt, "n_vocab"));
+    }
+    /* our server's own detector events: non-finite ones fail the answer */
+    json_t *evs = json_object_get(bt, "events"), *ev;
+    size_t i;
+    json_array_foreach(evs, i, ev) {
+        const char *kind = json_string_value(json_object_get(ev, "kind"));
+        if (!bt_event_is_nonfinite(kind)) continue;
+        if (!r->n_nonfinite++) {
+            const char *d = json_string_value(json_object_get(ev, "detail"));
+            snprintf(r->nonfinite, sizeof r->nonfinite, "%s at step %d: %s", kind, (int)json_integer_value(json_object_get(ev, "step")),
+                     d ? d : "");
+        }
+    }
+    if (!r->n_nonfinite && json_is_true(json_object_get(bt, "nonfinite"))) {
+        r->n_nonfinite = 1;
+        snprintf(r->nonfinite, sizeof r->nonfinite, "the answer is marked nonfinite");
     }
     json_decref(j);
 }
@@ -279,6 +301,11 @@ static int ask_native(bt_target *t, int slot, const char *body, size_t len, bt_r
         r->ids = res.ids; r->n_ids = res.n_ids;
         r->n_vocab = t->m->cfg.n_vocab;
         snprintf(r->finish, sizeof r->finish, "%s", res.finish);
+        r->n_nonfinite = res.n_nonfinite;
+        if (res.first_nonfinite >= 0) {
+            const bt_gen_event *e = &res.events[res.first_nonfinite];
+            snprintf(r->nonfinite, sizeof r->nonfinite, "%s at step %d: %s", e->kind, e->step, e->detail);
+        }
         res.text = NULL; res.ids = NULL;
     }
     bt_gen_result_clear(&res);

@@ -35,6 +35,9 @@ typedef struct bt_reply {
     char finish[32];
     char request_id[96];            /* x-request-id of our server, if any */
     char error[512];                /* transport error or the server's error message */
+    int n_nonfinite;                /* non-finite events the server's detectors reported (the
+                                     * "bangtrace" object's events; the native engine's own) */
+    char nonfinite[300];            /* the first one, "kind at step S: detail" */
     double ms;
 } bt_reply;
 
@@ -51,6 +54,9 @@ void bt_reply_clear(bt_reply *r);
  * URL target. */
 int bt_target_prompt_tokens(bt_target *t, const char *body, size_t len, int *n);
 int bt_target_ctx(const bt_target *t);
+/* Native engine only: the model's trained context (inspect's ctx_len),
+ * which bt_target_ctx caps at BT_ENGINE_CTX_CAP unless cfg.ctx says. */
+int bt_target_trained_ctx(const bt_target *t);
 /* The reply as classifier input (borrows r and stop). */
 bt_answer bt_reply_answer(const bt_reply *r, char *const *stop, int n_stop);
 

@@ -16,6 +16,7 @@
 #include "sys/crash.h"
 #include "text.h"
 #include "util.h"
+#include "kernels.h"
 
 #include <math.h>
 #include <signal.h>
@@ -130,6 +131,7 @@ static int event(bt_recorder *r, int step, int pos, const char *kind, int layer,
 {
     r->n_events++;
     bt_log("bangtrace: event %s at step %d: %s", kind, step, detail);
+    if (r->cfg.on_event) r->cfg.on_event(r->cfg.event_user, step, pos, kind, detail);
     if (!r->cfg.trace) return BT_OK;
     return bt_trace_event(r->cfg.trace, step, pos, kind, layer, op, tensor, detail, id);
 }
@@ -465,6 +467,13 @@ int bt_recorder_snapshot(bt_recorder *r, const float *row, int row_pos, int32_t 
 {
     int rc = BT_OK;
     int step = r->step;
+    if (!r->cfg.trace) {
+        /* no trace (serve's untraced requests): only the non-finite
+         * detector needs the row, and a finite row gives it nothing */
+        bt_sweep acc;
+        bt_sweep_init(&acc);
+        if (bt_sweep_f32(row, r->n_vocab, &acc) == r->n_vocab) return BT_OK;
+    }
     bt_logit_summary ls;
     bt_logit_summarize(row, r->n_vocab, r->cfg.topk, r->cfg.rule.kind == BT_ARGMAX_TRITON ? r->cfg.rule.block : 1024, &ls);
     char rule[48], piece[96], detail[256];

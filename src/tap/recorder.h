@@ -36,6 +36,10 @@ typedef struct bt_recorder_cfg {
                                    * or the step's start, so it needs every op tapped */
     bool kernels;                 /* run --cupti: after each forward, drain the backend's
                                    * device activity records into the kernels table */
+    /* Told every event the recorder records (trace or not): serve puts
+     * them in its answer. May be NULL. */
+    void (*on_event)(void *user, int step, int pos, const char *kind, const char *detail);
+    void *event_user;
 } bt_recorder_cfg;
 
 typedef struct bt_recorder bt_recorder;
