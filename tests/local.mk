@@ -174,3 +174,8 @@ check_PROGRAMS += tests/test_foreign
 TESTS += tests/test_foreign
 tests_test_foreign_SOURCES = tests/test_foreign.c
 tests_test_foreign_LDADD = $(LLAMA_ENGINE_LIBS) $(TRACE_LIBS) $(LLAMA_CPP_LIBS)
+
+# serve robustness (issue 22, serve part): model names, /health, slow
+# clients, a full trace disk, the queue before tokenizing, SIGTERM under load
+TESTS += tests/serve_robust.sh
+EXTRA_DIST += tests/serve_robust.sh
