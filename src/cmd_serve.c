@@ -39,59 +39,6 @@ void cmd_serve_help(FILE *out)
                  "This bangtrace was built without libmicrohttpd: serve is unavailable\n"
                  "(install libmicrohttpd-dev and reconfigure).\n");
 }
-/* Every connection is a thread and a descriptor: raise the soft open-file
- * limit toward what --max-connections needs (plus room for the model and
- * traces), and lower the connection limit to what it allows. */
-static void connection_budget(server *s)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl)) return;
-    rlim_t want = (rlim_t)s->max_conns + 128;
-    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
-        struct rlimit nl = rl;
-        nl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
-        if (setrlimit(RLIMIT_NOFILE, &nl) == 0) rl = nl;
-    }
-    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
-        long fit = rl.rlim_cur > 160 ? (long)rl.rlim_cur - 128 : 32;
-        bt_warn("serve: the open-file limit (%llu) allows %ld connections, not --max-connections %ld",
-                (unsigned long long)rl.rlim_cur, fit, s->max_conns);
-        s->max_conns = fit;
-    }
-}
-
-/* Graceful stop: no new connections; queued requests wake to 503; each
- * in-flight generation stops between steps and its answer ("cancelled") is
- * sent; then the daemon stops. DRAIN_S bounds the wait. 0: every answer
- * went out; 1: some connections were still open and were closed. */
-static int drain(server *s, struct MHD_Daemon *d, int sig)
-{
-    pthread_mutex_lock(&s->lock);
-    s->cancel = 1;
-    stopping = 1;
-    long busy = 0;
-    for (int i = 0; i < s->parallel; i++) busy += s->busy[i];
-    long waiting = s->waiting;
-    pthread_cond_broadcast(&s->freed);
-    pthread_mutex_unlock(&s->lock);
-    MHD_socket ls = MHD_quiesce_daemon(d);
-    if (ls != MHD_INVALID_SOCKET) close(ls);
-    fprintf(stderr, "bangtrace: serve: %s: no new connections; cancelling %ld in-flight request%s (their traces closed as "
-            "interrupted), 503 to %ld queued\n", bt_signal_name(sig), busy, busy == 1 ? "" : "s", waiting);
-    fflush(stderr);
-    struct timespec end;
-    clock_gettime(CLOCK_REALTIME, &end);
-    end.tv_sec += DRAIN_S;
-    pthread_mutex_lock(&s->lock);
-    while (s->inflight > 0 && pthread_cond_timedwait(&s->drained, &s->lock, &end) != ETIMEDOUT) {}
-    long left = s->inflight;
-    pthread_mutex_unlock(&s->lock);
-    if (left) bt_warn("serve: %ld request%s still unanswered after %d s: closing", left, left == 1 ? "" : "s", DRAIN_S);
-    MHD_stop_daemon(d);
-    fprintf(stderr, "bangtrace: serve: stopped\n");
-    return left ? 1 : 0;
-}
-
 int cmd_serve(int argc, char **argv)
 {
     (void)argc; (void)argv;

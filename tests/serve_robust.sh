@@ -245,6 +245,7 @@ c1=$!
 curl -s -m 60 -o "$TMP/t.json" -w '%{http_code}' -X POST "$url/v1/completions" -d "$long}" > "$TMP/t.code" 2>&1 &
 c2=$!
 wait_health busy 2 || fail "two requests never generated at once: $(curl -s "$url/health")"
+rm -f "$TMP/q.json"
 curl -s -m 60 -o "$TMP/q.json" -w '%{http_code}' -X POST "$url/v1/completions" -d "$long}" > "$TMP/q.code" 2>&1 &
 c3=$!
 wait_health waiting 1 || fail "the third request never queued: $(curl -s "$url/health")"
