@@ -161,7 +161,7 @@ stop_server
 tdir=$TMP/full/traces
 mkdir -p "$TMP/full"
 if mount -t tmpfs -o size=200k tmpfs "$TMP/full" 2>/dev/null; then mnt=$TMP/full; how="a full 200 KiB tmpfs"
-else mnt=""; how="a 64 KiB file size limit"; fi
+else mnt=""; how="a file size limit (ulimit -f 128)"; fi
 if [ -n "$mnt" ]; then start_server full --trace-dir "$tdir" || finish
 else
     port=$(free_port)
