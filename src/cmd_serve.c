@@ -35,7 +35,7 @@ void cmd_serve_help(FILE *out)
                  "                       [--queue N] [--threads N] [--ctx N] [--trace-dir DIR]\n"
                  "                       [--trace all|sample:N|flagged] [--inject SPEC]...\n"
                  "                       [--served-model-name NAME[,NAME...]]... [--timeout S]\n"
-                 "                       [--max-connections N]\n\n"
+                 "                       [--max-connections N] [--max-connections-per-ip N]\n\n"
                  "This bangtrace was built without libmicrohttpd: serve is unavailable\n"
                  "(install libmicrohttpd-dev and reconfigure).\n");
 }
@@ -83,7 +83,7 @@ void cmd_serve_help(FILE *out)
         "                       [--queue N] [--threads N] [--ctx N] [--trace-dir DIR]\n"
         "                       [--trace all|sample:N|flagged] [--inject SPEC]...\n"
         "                       [--served-model-name NAME[,NAME...]]... [--timeout S]\n"
-        "                       [--max-connections N]\n\n"
+        "                       [--max-connections N] [--max-connections-per-ip N]\n\n"
         "An OpenAI-compatible server on the native engine: POST /v1/completions and\n"
         "/v1/chat/completions (\"stream\": true answers as server-sent events), GET\n"
         "/v1/models and /health. Every answer carries an x-request-id header; with\n"
@@ -115,7 +115,10 @@ void cmd_serve_help(FILE *out)
         "                       trickles its headers or stops reading (default 10)\n"
         "  --max-connections N  open connections at most; beyond, new ones are closed at\n"
         "                       once (default 2048, lowered to what the open-file limit\n"
-        "                       allows)\n\n"
+        "                       allows)\n"
+        "  --max-connections-per-ip N\n"
+        "                       open connections from one client address at most (default:\n"
+        "                       no limit; behind a proxy every client is the proxy)\n\n"
         "Requests: prompt or messages, max_tokens (default 128), temperature (default 0:\n"
         "greedy), top_p, top_k, seed, stop, stream. Bad requests get OpenAI-style error JSON:\n"
         "400 (malformed JSON, wrong types, max_tokens past the context), 404 (unknown path, or\n"
@@ -142,7 +145,7 @@ typedef struct server {
     int n_inject;
     char *names[MAX_NAMES];        /* --served-model-name; none: any name */
     int n_names;
-    long timeout, max_conns;
+    long timeout, max_conns, max_per_ip;
     long inflight;                 /* requests begun and not yet completed (drain waits for 0) */
     pthread_cond_t drained;
     unsigned long trace_failures;  /* traces that could not be written */
@@ -223,6 +226,7 @@ static int parse_args(int argc, char **argv, server *s)
             if (add_names(s, v)) return BT_EINVAL;
         } else if (!strcmp(a, "--timeout")) { VAL(); if (bt_parse_int(a, v, 1, 86400, &s->timeout)) return BT_EINVAL; }
         else if (!strcmp(a, "--max-connections")) { VAL(); if (bt_parse_int(a, v, 1, 1000000, &s->max_conns)) return BT_EINVAL; }
+        else if (!strcmp(a, "--max-connections-per-ip")) { VAL(); if (bt_parse_int(a, v, 1, 1000000, &s->max_per_ip)) return BT_EINVAL; }
         else return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help serve)", a);
 #undef VAL
     }
@@ -899,7 +903,7 @@ int cmd_serve(int argc, char **argv)
                          MHD_USE_ERROR_LOG, (uint16_t)s.port,
                          NULL, NULL, handler, &s, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_NOTIFY_COMPLETED, completed, &s,
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s.timeout, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s.max_conns,
-                         MHD_OPTION_END);
+                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s.max_per_ip, MHD_OPTION_END);
     if (!d) { bt_error(BT_EIO, "cannot listen on %s:%ld (in use?)", s.host, s.port); goto fail; }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     fprintf(stderr, "bangtrace: serve: %s on http://%s:%u (%ld engine%s, %ld threads each, context %d)%s%s\n", s.name, s.host,

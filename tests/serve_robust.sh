@@ -74,6 +74,16 @@ expect_exit 2 "--served-model-name with an empty name" "$BANGTRACE" serve --mode
 grep -q "empty name" "$TMP/err" || fail "empty-name message: $(cat "$TMP/err")"
 expect_exit 2 "--timeout 0" "$BANGTRACE" serve --model "$STORIES" --tokenizer "$TOK512" --timeout 0
 expect_exit 2 "--max-connections x" "$BANGTRACE" serve --model "$STORIES" --tokenizer "$TOK512" --max-connections x
+expect_exit 2 "--max-connections-per-ip 0" "$BANGTRACE" serve --model "$STORIES" --tokenizer "$TOK512" --max-connections-per-ip 0
+
+# a --trace-dir removed under the running server: answered untraced, /health says so
+start_server gone --trace-dir "$TMP/gone" || finish
+url=http://127.0.0.1:$port
+rm -rf "$TMP/gone"
+c=$(post /v1/completions '{"prompt":"Once upon a time","max_tokens":8}')
+[ "$c" = 200 ] && grep -q '"text":", there was' "$TMP/b.json" && ok "--trace-dir removed: the request is answered untraced" || fail "--trace-dir removed: $c $(head -c 300 "$TMP/b.json")"
+curl -s "$url/health" | grep -q '"status":"degraded"' && ok "--trace-dir removed: /health says degraded" || fail "--trace-dir removed: /health $(curl -s "$url/health")"
+stop_server
 
 # --- slow clients --------------------------------------------------------------
 # 1,100 sockets that send half a request line and stop: past select()'s
@@ -153,6 +163,30 @@ print("answered after the timeout")
 PY
 grep -q "over the limit: closed" "$TMP/limit.out" && ok "--max-connections 8: the 9th connection is closed" || fail "connection limit: $(tail -3 "$TMP/limit.out")"
 grep -q "answered after the timeout" "$TMP/limit.out" && ok "--max-connections: answered again once idle connections time out" || fail "after the limit: $(tail -3 "$TMP/limit.out")"
+stop_server
+
+start_server perip --max-connections-per-ip 3 --timeout 5 || finish
+"$py" - "$port" > "$TMP/perip.out" 2>&1 <<'PY'
+import socket, sys, time
+port = int(sys.argv[1])
+socks = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(3)]
+for s in socks: s.sendall(b"GET /health HTTP/1.1\r\n")
+time.sleep(0.3)
+extra = socket.create_connection(("127.0.0.1", port), timeout=5)
+extra.settimeout(1.5)
+try:
+    extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = extra.recv(4096)
+except OSError:
+    data = b""
+assert data == b"", "the 4th connection from one address was answered: %r" % data[:80]
+socks[0].close()
+time.sleep(0.3)
+import urllib.request
+assert urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=5).status == 200
+print("per-ip limit ok")
+PY
+grep -q "per-ip limit ok" "$TMP/perip.out" && ok "--max-connections-per-ip 3: the 4th from one address is closed, a freed one is reused" || fail "per-ip limit: $(tail -3 "$TMP/perip.out")"
 stop_server
 
 # --- a trace disk that fills up -------------------------------------------------
