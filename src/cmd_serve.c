@@ -132,7 +132,8 @@ void cmd_serve_help(FILE *out)
         "its final chunk and [DONE]), their traces closed as interrupted; then the server\n"
         "exits. A second signal kills it at once.\n"
         "Exit status: 0 after a signal once every answer was sent; 1 when answers were still\n"
-        "unsent after 5 s and their connections were closed; 2 on a start-up error.\n");
+        "unsent after 5 s and their connections were closed (after 10 s the process exits\n"
+        "regardless); 2 on a start-up error.\n");
 }
 
 enum trace_mode { TR_ALL, TR_SAMPLE, TR_FLAGGED };
@@ -815,6 +816,16 @@ static void connection_budget(server *s)
     }
 }
 
+static void *drain_watchdog(void *u)
+{
+    (void)u;
+    struct timespec ts = { DRAIN_S, 0 };
+    while (nanosleep(&ts, &ts) && errno == EINTR) {}
+    static const char msg[] = "bangtrace: serve: the connection threads did not stop: exiting\n";
+    if (write(2, msg, sizeof msg - 1) < 0) {}
+    _exit(1);
+}
+
 /* Graceful stop: no new connections; queued requests wake to 503; each
  * in-flight generation stops between steps and its answer ("cancelled") is
  * sent; then the daemon stops. DRAIN_S bounds the wait. 0: every answer
@@ -841,7 +852,14 @@ static int drain(server *s, struct MHD_Daemon *d, int sig)
     while (s->inflight > 0 && pthread_cond_timedwait(&s->drained, &s->lock, &end) != ETIMEDOUT) {}
     long left = s->inflight;
     pthread_mutex_unlock(&s->lock);
-    if (left) bt_warn("serve: %ld request%s still unanswered after %d s: closing", left, left == 1 ? "" : "s", DRAIN_S);
+    if (left) {
+        bt_warn("serve: %ld request%s still unanswered after %d s: closing", left, left == 1 ? "" : "s", DRAIN_S);
+        /* stopping the daemon joins the connection threads, and a handler
+         * inside a step (a long prefill) has not seen the cancel yet: the
+         * watchdog bounds that too */
+        pthread_t wd;
+        if (pthread_create(&wd, NULL, drain_watchdog, NULL) == 0) pthread_detach(wd);
+    }
     MHD_stop_daemon(d);
     fprintf(stderr, "bangtrace: serve: stopped\n");
     return left ? 1 : 0;

@@ -189,6 +189,28 @@ PY
 grep -q "per-ip limit ok" "$TMP/perip.out" && ok "--max-connections-per-ip 3: the 4th from one address is closed, a freed one is reused" || fail "per-ip limit: $(tail -3 "$TMP/perip.out")"
 stop_server
 
+# SIGTERM with a client stalled mid-body: its request cannot be answered;
+# the drain waits 5 s for it, closes it and exits 1 (not 0, not hanging)
+start_server stall || finish
+"$py" -c '
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"prompt\":")
+open(sys.argv[2], "w").close()
+time.sleep(30)' "$port" "$TMP/stall.sent" 2>/dev/null &
+stallc=$!
+i=0
+while [ $i -lt 100 ] && [ ! -f "$TMP/stall.sent" ]; do sleep 0.1; i=$((i + 1)); done
+sleep 0.5
+kill -TERM "$last_pid"
+i=0
+while [ $i -lt 120 ] && kill -0 "$last_pid" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+if kill -0 "$last_pid" 2>/dev/null; then fail "SIGTERM with a stalled upload: still running after 12 s"; kill -9 "$last_pid"; fi
+wait "$last_pid"; st=$?; pids=""
+kill "$stallc" 2>/dev/null; wait "$stallc" 2>/dev/null
+[ "$st" = 1 ] && grep -q "still unanswered after 5 s" "$TMP/stall.err" && ok "SIGTERM with a stalled upload: closed after 5 s, exit 1" \
+    || fail "SIGTERM with a stalled upload: exit $st: $(tail -3 "$TMP/stall.err")"
+
 # --- a trace disk that fills up -------------------------------------------------
 # A 200 KiB tmpfs (needs root and mount); otherwise a file size limit
 # (writes fail with EFBIG; SIGXFSZ must not kill the server).
