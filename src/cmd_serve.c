@@ -3,10 +3,22 @@
  *
  * Concurrency: --parallel N slots, each its own engine (KV cache and
  * activations) over the one mmap'd model; a request waits for a free slot,
- * and beyond --queue waiting requests the server answers 503. libmicrohttpd
- * runs a thread per connection, so a waiting request costs a thread, not a
- * poll loop. Streaming runs the generation in a producer thread that feeds
- * the connection's content reader through a small buffer.
+ * and beyond --queue waiting requests the server answers 503 (before the
+ * prompt is tokenized). libmicrohttpd runs a thread per connection, each
+ * on poll() (no FD_SETSIZE ceiling), at most --max-connections of them, and
+ * drops a connection idle for --timeout seconds, so slow clients cannot
+ * lock others out. Streaming runs the generation in a producer thread that
+ * feeds the connection's content reader through a small buffer.
+ *
+ * Shutdown (SIGTERM/SIGINT/SIGHUP): no new connections, queued requests get
+ * 503, in-flight ones finish as "cancelled" and their answers are sent; then
+ * the daemon stops (exit 0), or after DRAIN_S seconds regardless (exit 1). A
+ * second signal kills at once.
+ *
+ * Traces: a trace that cannot be written (full disk, a --trace-dir gone or
+ * read-only, a file size limit) costs the client nothing: the request is
+ * answered untraced, the partial trace and its -wal/-shm are removed, stderr
+ * says why, /health says "degraded", and tracing pauses for TRACE_PAUSE_S.
  *
  * Generation is bt_gen_request() (src/prod/gen.c), the per-request half of
  * the session module that run and bench are moving to. */
@@ -21,7 +33,9 @@ void cmd_serve_help(FILE *out)
 {
     fprintf(out, "usage: bangtrace serve --model M [--tokenizer T] [--host ADDR] [--port N] [--parallel N]\n"
                  "                       [--queue N] [--threads N] [--ctx N] [--trace-dir DIR]\n"
-                 "                       [--trace all|sample:N|flagged] [--inject SPEC]...\n\n"
+                 "                       [--trace all|sample:N|flagged] [--inject SPEC]...\n"
+                 "                       [--served-model-name NAME[,NAME...]]... [--timeout S]\n"
+                 "                       [--max-connections N] [--max-connections-per-ip N]\n\n"
                  "This bangtrace was built without libmicrohttpd: serve is unavailable\n"
                  "(install libmicrohttpd-dev and reconfigure).\n");
 }
@@ -49,6 +63,8 @@ int cmd_serve(int argc, char **argv)
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -56,13 +72,18 @@ int cmd_serve(int argc, char **argv)
 #include <unistd.h>
 
 #define BODY_LIMIT (1u << 20)    /* a request body over 1 MiB is refused (413) */
+#define MAX_NAMES 16             /* --served-model-name names */
+#define DRAIN_S 5                /* shutdown: seconds in-flight answers get to be sent */
+#define TRACE_PAUSE_S 30         /* after a trace write failed: seconds without tracing */
 
 void cmd_serve_help(FILE *out)
 {
     fprintf(out,
         "usage: bangtrace serve --model M [--tokenizer T] [--host ADDR] [--port N] [--parallel N]\n"
         "                       [--queue N] [--threads N] [--ctx N] [--trace-dir DIR]\n"
-        "                       [--trace all|sample:N|flagged] [--inject SPEC]...\n\n"
+        "                       [--trace all|sample:N|flagged] [--inject SPEC]...\n"
+        "                       [--served-model-name NAME[,NAME...]]... [--timeout S]\n"
+        "                       [--max-connections N] [--max-connections-per-ip N]\n\n"
         "An OpenAI-compatible server on the native engine: POST /v1/completions and\n"
         "/v1/chat/completions (\"stream\": true answers as server-sent events), GET\n"
         "/v1/models and /health. Every answer carries an x-request-id header; with\n"
@@ -84,14 +105,35 @@ void cmd_serve_help(FILE *out)
         "                       generated again, deterministically, with the trace on)\n"
         "  --inject SPEC        fault injection for every request, repeatable (doc/inject.md);\n"
         "                       p=P makes a spec fire on a fraction P of requests, drawn from\n"
-        "                       the request's number\n\n"
+        "                       the request's number\n"
+        "  --served-model-name NAME[,NAME...]\n"
+        "                       the model names requests may ask for, repeatable; others\n"
+        "                       get 404 and /v1/models lists these (default: any name is\n"
+        "                       accepted, as llama-server does; /v1/models lists the\n"
+        "                       model's file name)\n"
+        "  --timeout S          drop a connection idle for S seconds, e.g. a client that\n"
+        "                       trickles its headers or stops reading (default 10)\n"
+        "  --max-connections N  open connections at most; beyond, new ones are closed at\n"
+        "                       once (default 2048, lowered to what the open-file limit\n"
+        "                       allows)\n"
+        "  --max-connections-per-ip N\n"
+        "                       open connections from one client address at most (default:\n"
+        "                       no limit; behind a proxy every client is the proxy)\n\n"
         "Requests: prompt or messages, max_tokens (default 128), temperature (default 0:\n"
         "greedy), top_p, top_k, seed, stop, stream. Bad requests get OpenAI-style error JSON:\n"
-        "400 (malformed JSON, wrong types, max_tokens past the context), 404 (unknown model\n"
-        "or path), 405, 413 (body over 1 MiB), 503 (queue full or shutting down).\n"
-        "SIGINT/SIGTERM: in-flight requests are cancelled between steps (finish_reason\n"
-        "\"cancelled\"), their traces closed as interrupted; then the server exits.\n"
-        "Exit status: 2 on a start-up error; killed by the signal after a clean shutdown.\n");
+        "400 (malformed JSON, wrong types, max_tokens past the context), 404 (unknown path, or\n"
+        "a model outside --served-model-name), 405, 413 (body over 1 MiB), 503 (queue full,\n"
+        "checked before the prompt is tokenized, or shutting down).\n"
+        "GET/HEAD /health: 200 {\"status\":\"ok\"}, or 200 {\"status\":\"degraded\",\"trace\":...}\n"
+        "while traces cannot be written (requests are still answered, untraced), 503\n"
+        "{\"status\":\"shutting_down\"}; other methods 405.\n"
+        "SIGINT/SIGTERM/SIGHUP: no new connections; queued requests get 503; in-flight ones\n"
+        "are cancelled between steps and answered (finish_reason \"cancelled\"; a stream gets\n"
+        "its final chunk and [DONE]), their traces closed as interrupted; then the server\n"
+        "exits. A second signal kills it at once.\n"
+        "Exit status: 0 after a signal once every answer was sent; 1 when answers were still\n"
+        "unsent after 5 s and their connections were closed (after 10 s the process exits\n"
+        "regardless); 2 on a start-up error.\n");
 }
 
 enum trace_mode { TR_ALL, TR_SAMPLE, TR_FLAGGED };
@@ -102,6 +144,14 @@ typedef struct server {
     int trace_mode;
     const char *inject[32];
     int n_inject;
+    char *names[MAX_NAMES];        /* --served-model-name; none: any name */
+    int n_names;
+    long timeout, max_conns, max_per_ip;
+    long inflight;                 /* requests begun and not yet completed (drain waits for 0) */
+    pthread_cond_t drained;
+    unsigned long trace_failures;  /* traces that could not be written */
+    time_t trace_fail_at;          /* the last one; tracing pauses TRACE_PAUSE_S after it */
+    bool trace_bad;                /* the last trace attempt failed */
     bt_model *m;
     bt_tokenizer *tok;
     bt_gen_cfg gc;
@@ -123,9 +173,32 @@ typedef struct conn {
     bool too_big;
 } conn;
 
+/* --served-model-name A,B: each name non-empty, copied (freed at exit). */
+static int add_names(server *s, const char *v)
+{
+    for (const char *p = v;;) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        if (!n) return bt_error(BT_EINVAL, "--served-model-name: an empty name in '%s'", v);
+        if (s->n_names == MAX_NAMES) return bt_error(BT_EINVAL, "--served-model-name: at most %d names", MAX_NAMES);
+        if (!(s->names[s->n_names] = strndup(p, n))) return bt_error(BT_ENOMEM, "out of memory");
+        s->n_names++;
+        if (!comma) return BT_OK;
+        p = comma + 1;
+    }
+}
+
+/* The request's "model": any name unless --served-model-name gave a list. */
+static bool model_served(const server *s, const char *name)
+{
+    if (!s->n_names) return true;
+    for (int i = 0; i < s->n_names; i++) if (!strcmp(s->names[i], name)) return true;
+    return false;
+}
+
 static int parse_args(int argc, char **argv, server *s)
 {
-    s->host = "127.0.0.1"; s->port = 8080; s->parallel = 1; s->queue = 16;
+    s->host = "127.0.0.1"; s->port = 8080; s->parallel = 1; s->queue = 16; s->timeout = 10; s->max_conns = 2048;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define VAL() do { if (!v) return bt_error(BT_EINVAL, "%s needs a value", a); i++; } while (0)
@@ -149,7 +222,13 @@ static int parse_args(int argc, char **argv, server *s)
         } else if (!strcmp(a, "--inject")) {
             VAL(); if (s->n_inject == 32) return bt_error(BT_EINVAL, "at most 32 --inject specs");
             s->inject[s->n_inject++] = v;
-        } else return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help serve)", a);
+        } else if (!strcmp(a, "--served-model-name")) {
+            VAL();
+            if (add_names(s, v)) return BT_EINVAL;
+        } else if (!strcmp(a, "--timeout")) { VAL(); if (bt_parse_int(a, v, 1, 86400, &s->timeout)) return BT_EINVAL; }
+        else if (!strcmp(a, "--max-connections")) { VAL(); if (bt_parse_int(a, v, 1, 1000000, &s->max_conns)) return BT_EINVAL; }
+        else if (!strcmp(a, "--max-connections-per-ip")) { VAL(); if (bt_parse_int(a, v, 1, 1000000, &s->max_per_ip)) return BT_EINVAL; }
+        else return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help serve)", a);
 #undef VAL
     }
     if (!s->model_path) return bt_error(BT_EINVAL, "--model is required (see bangtrace help serve)");
@@ -164,11 +243,15 @@ static struct MHD_Response *json_response(json_t *j)
     return MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
 }
 
+/* Set once shutdown begins: answers then close their connections. */
+static volatile int stopping;
+
 static enum MHD_Result send_json(struct MHD_Connection *c, unsigned code, struct MHD_Response *r, const char *rid)
 {
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", "application/json");
     if (rid) MHD_add_response_header(r, "x-request-id", rid);
+    if (stopping) MHD_add_response_header(r, "Connection", "close");
     enum MHD_Result ret = MHD_queue_response(c, code, r);
     MHD_destroy_response(r);
     return ret;
@@ -179,6 +262,18 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned code, const
 {
     json_t *j = json_pack("{s:{s:s,s:s,s:n,s:s*}}", "error", "message", msg, "type", type, "param", "code", code_s);
     return send_json(c, code, json_response(j), rid);
+}
+
+/* 405 with the Allow header the method needs. */
+static enum MHD_Result send_405(struct MHD_Connection *c, const char *allow, const char *rid)
+{
+    char msg[64];
+    snprintf(msg, sizeof msg, "use %s", allow);
+    json_t *j = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", msg, "type", "invalid_request_error", "param",
+                          "code", "method_not_allowed");
+    struct MHD_Response *r = json_response(j);
+    if (r) MHD_add_response_header(r, "Allow", allow);
+    return send_json(c, 405, r, rid);
 }
 
 /* Take a free slot, waiting behind at most --queue others. -1: queue full
@@ -236,10 +331,105 @@ typedef struct job {
     time_t created;
 } job;
 
-static bool want_trace(const server *s, unsigned long long number)
+/* Trace trouble: while it lasts, /health says "degraded"; for TRACE_PAUSE_S
+ * after a failure no request is traced (each would fail again and cost a
+ * second generation). */
+static bool trace_paused(server *s)
 {
-    if (!s->trace_dir) return false;
+    pthread_mutex_lock(&s->lock);
+    bool p = s->trace_failures && time(NULL) - s->trace_fail_at < TRACE_PAUSE_S;
+    pthread_mutex_unlock(&s->lock);
+    return p;
+}
+
+static void trace_state(server *s, bool failed)
+{
+    pthread_mutex_lock(&s->lock);
+    s->trace_bad = failed;
+    if (failed) { s->trace_failures++; s->trace_fail_at = time(NULL); }
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Remove a partial trace this server created, with its WAL companions. */
+static void trace_remove(const char *path)
+{
+    char side[4096 + 8];
+    unlink(path);
+    snprintf(side, sizeof side, "%s-wal", path);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", path);
+    unlink(side);
+}
+
+/* Streamed text across a retry: the bytes the client already has are not
+ * sent again (the retry is deterministic, so they are the same bytes). */
+typedef struct text_relay {
+    int (*fn)(void *user, const char *s, size_t n);
+    void *user;
+    size_t sent, skip;
+} text_relay;
+
+static int relay_text(void *u, const char *t, size_t n)
+{
+    text_relay *k = u;
+    size_t d = BT_MIN(k->skip, n);
+    k->skip -= d;
+    if (d == n) return 0;
+    k->sent += n - d;
+    return k->fn(k->user, t + d, n - d);
+}
+
+/* bt_gen_request() with o->trace_path, where the trace may fail to be
+ * written: the run is then repeated untraced (retry) and, when that
+ * succeeds, the partial trace removed, the failure logged and /health set
+ * degraded. A path that exists already is never traced into nor removed. */
+static int gen_traced(server *s, bt_gen *g, const char *rid, const bt_request *req, const bt_gen_opts *o,
+                      bt_gen_result *res, bool retry)
+{
+    if (!o->trace_path) return bt_gen_request(g, req, o, res);
+    bt_gen_opts o1 = *o;
+    text_relay k = { .fn = o->on_text, .user = o->user };
+    if (o->on_text) { o1.on_text = relay_text; o1.user = &k; }
+    struct stat st;
+    int e = lstat(o->trace_path, &st) == 0 ? 0 : errno;
+    if (e != ENOENT) {
+        if (e) trace_state(s, true);
+        bt_warn("serve: %s: %s: %s; answering without a trace", rid, o->trace_path, e ? strerror(e) : "exists");
+        o1.trace_path = NULL;
+        return bt_gen_request(g, req, &o1, res);
+    }
+    int rc = bt_gen_request(g, req, &o1, res);
+    if (rc == BT_OK) { trace_state(s, false); return rc; }
+    if (rc == BT_EINVAL || rc == BT_ERANGE || (retry && o->cancel && *o->cancel)) return rc;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", bt_errmsg());
+    if (retry) {
+        bt_gen_result_clear(res);
+        o1.trace_path = NULL;
+        k.skip = k.sent;
+        if ((rc = bt_gen_request(g, req, &o1, res))) return rc;   /* not (only) the trace: keep it as it is */
+    }
+    trace_remove(o->trace_path);
+    trace_state(s, true);
+    bt_warn("serve: %s: the trace could not be written (%s); removed it%s; no traces for %d s", rid, why,
+            retry ? " and answered without it" : "", TRACE_PAUSE_S);
+    return rc;
+}
+
+static bool want_trace(server *s, unsigned long long number)
+{
+    if (!s->trace_dir || trace_paused(s)) return false;
     return s->trace_mode == TR_ALL || (s->trace_mode == TR_SAMPLE && number % (unsigned long long)s->sample_n == 0);
+}
+
+/* What the client is told about a failed generation: the request's own
+ * fault in full; anything else (engine, memory) only by request id, the
+ * details (paths, SQL) going to the server's stderr. */
+static void client_error(job *jb, int rc)
+{
+    if (rc == BT_EINVAL || rc == BT_ERANGE) { snprintf(jb->err, sizeof jb->err, "%s", bt_errmsg()); return; }
+    bt_warn("serve: %s: %s", jb->rid, bt_errmsg());
+    snprintf(jb->err, sizeof jb->err, "internal error (request %s); the server's log has the details", jb->rid);
 }
 
 /* The generation of one request on its slot: traced as --trace says. */
@@ -250,8 +440,8 @@ static int job_generate(job *jb, bt_gen_opts *o)
     o->draw_seed = jb->number;
     o->trace_path = want_trace(s, jb->number) ? jb->trace_path : NULL;
     volatile int *cancel = o->cancel;
-    int rc = bt_gen_request(s->slots[jb->slot], &jb->req, o, &jb->res);
-    if (rc == BT_OK && s->trace_dir && s->trace_mode == TR_FLAGGED) {
+    int rc = gen_traced(s, s->slots[jb->slot], jb->rid, &jb->req, o, &jb->res, true);
+    if (rc == BT_OK && s->trace_dir && s->trace_mode == TR_FLAGGED && !trace_paused(s)) {
         bt_answer a = { .http_status = 200, .text = jb->res.text, .text_len = jb->res.text_len, .ids = jb->res.ids,
                         .n_ids = jb->res.n_ids, .n_vocab = s->m->cfg.n_vocab, .finish_reason = jb->res.finish,
                         .stop = jb->req.stop, .n_stop = jb->req.n_stop, .n_nonfinite = jb->res.n_nonfinite };
@@ -260,12 +450,12 @@ static int job_generate(job *jb, bt_gen_opts *o)
              * same tokens; the first answer is the one the client gets */
             bt_gen_result again;
             bt_gen_opts o2 = { .request_id = jb->rid, .draw_seed = jb->number, .trace_path = jb->trace_path, .cancel = cancel };
-            if (bt_gen_request(s->slots[jb->slot], &jb->req, &o2, &again) != BT_OK)
+            if (gen_traced(s, s->slots[jb->slot], jb->rid, &jb->req, &o2, &again, false) != BT_OK)
                 bt_warn("serve: %s: the flagged replay failed: %s", jb->rid, bt_errmsg());
             bt_gen_result_clear(&again);
         }
     }
-    if (rc) snprintf(jb->err, sizeof jb->err, "%s", bt_errmsg());
+    if (rc) client_error(jb, rc);
     return rc;
 }
 
@@ -345,7 +535,7 @@ static int on_text(void *user, const char *t, size_t n)
     job *jb = user;
     if (jb->gone) return 1;
     push_event(jb, chunk_json(jb, t, n, NULL), NULL);
-    return 0;
+    return jb->s->cancel ? 1 : 0;   /* shutting down: this stream ends "cancelled" */
 }
 
 static void *producer(void *u)
@@ -429,9 +619,10 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *c, co
     }
     json_t *mv = json_object_get(j, "model"), *sv = json_object_get(j, "stream");
     if (mv && !json_is_string(mv)) { json_decref(j); return send_error(c, 400, "invalid_request_error", "invalid_type", "\"model\" must be a string", rid); }
-    if (mv && strcmp(json_string_value(mv), s->name)) {
+    if (mv && !model_served(s, json_string_value(mv))) {
         char msg[512];
-        snprintf(msg, sizeof msg, "The model '%.200s' does not exist; this server serves '%.150s'", json_string_value(mv), s->name);
+        snprintf(msg, sizeof msg, "The model '%.200s' does not exist; this server serves '%.150s'%s", json_string_value(mv), s->name,
+                 s->n_names > 1 ? " (and the other names /v1/models lists)" : "");
         json_decref(j);
         return send_error(c, 404, "invalid_request_error", "model_not_found", msg, rid);
     }
@@ -453,19 +644,21 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *c, co
     int rc = bt_request_parse(clean, strlen(clean), "request", &jb->req);
     free(clean);
     if (rc) { enum MHD_Result r = send_error(c, 400, "invalid_request_error", NULL, bt_errmsg(), rid); job_free(jb); return r; }
+    /* the queue first: a full queue costs no tokenizing */
+    if ((jb->slot = slot_take(s)) < 0) {
+        enum MHD_Result r = send_error(c, 503, "server_error", "overloaded", s->cancel ? "the server is shutting down" : "the request queue is full; retry later", rid);
+        job_free(jb);
+        return r;
+    }
     int n_prompt = 0;
     rc = bt_gen_prompt_tokens(&s->gc, &jb->req, &n_prompt);
     long mt = jb->req.has_max_tokens ? jb->req.max_tokens : 128;
     if (rc || n_prompt + mt > s->gc.ctx || mt < 0) {
+        slot_give(s, jb->slot);
         char msg[300];
         if (rc) snprintf(msg, sizeof msg, "%s", bt_errmsg());
         else snprintf(msg, sizeof msg, "max_tokens %ld + %d prompt tokens exceed the context of %d", mt, n_prompt, s->gc.ctx);
         enum MHD_Result r = send_error(c, 400, "invalid_request_error", rc ? NULL : "context_length_exceeded", msg, rid);
-        job_free(jb);
-        return r;
-    }
-    if ((jb->slot = slot_take(s)) < 0) {
-        enum MHD_Result r = send_error(c, 503, "server_error", "overloaded", s->cancel ? "the server is shutting down" : "the request queue is full; retry later", rid);
         job_free(jb);
         return r;
     }
@@ -481,6 +674,7 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *c, co
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         MHD_add_response_header(r, "x-request-id", rid);
+        if (stopping) MHD_add_response_header(r, "Connection", "close");
         enum MHD_Result ret = MHD_queue_response(c, 200, r);
         MHD_destroy_response(r);
         return ret;
@@ -508,17 +702,50 @@ static enum MHD_Result handle_completion(server *s, struct MHD_Connection *c, co
     return ret;
 }
 
+/* GET/HEAD /health: 200 "ok"; 200 "degraded" while traces cannot be
+ * written (answers still come: a load balancer should keep the server);
+ * 503 "shutting_down". The trace line names no path and no SQL: the
+ * details are in the server's log. */
+static enum MHD_Result handle_health(server *s, struct MHD_Connection *c, const char *method)
+{
+    if (strcmp(method, "GET") && strcmp(method, "HEAD")) return send_405(c, "GET, HEAD", NULL);
+    pthread_mutex_lock(&s->lock);
+    long busy = 0;
+    for (int i = 0; i < s->parallel; i++) busy += s->busy[i];
+    bool degraded = s->trace_bad || (s->trace_failures && time(NULL) - s->trace_fail_at < TRACE_PAUSE_S);
+    json_t *j = json_pack("{s:s,s:I,s:I,s:I}", "status", s->cancel ? "shutting_down" : degraded ? "degraded" : "ok",
+                          "slots", (json_int_t)s->parallel, "busy", (json_int_t)busy, "waiting", (json_int_t)s->waiting);
+    if (s->trace_failures) {
+        char when[32], msg[256];
+        struct tm tm;
+        gmtime_r(&s->trace_fail_at, &tm);
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        if (degraded)
+            snprintf(msg, sizeof msg, "traces cannot be written (%lu failed, the last at %s): requests are answered "
+                     "untraced; see the server's log", s->trace_failures, when);
+        else snprintf(msg, sizeof msg, "traces are written again (%lu failed, the last at %s)", s->trace_failures, when);
+        json_object_set_new(j, "trace", json_string(msg));
+        json_object_set_new(j, "trace_failures", json_integer((json_int_t)s->trace_failures));
+    }
+    pthread_mutex_unlock(&s->lock);
+    return send_json(c, s->cancel ? 503 : 200, json_response(j), NULL);
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *data, size_t *size, void **con_cls)
 {
     server *s = cls;
     (void)version;
     bool post = !strcmp(method, "POST");
-    if (post && !*con_cls) {
+    if (!*con_cls) {
+        /* a request begins: counted until completed() (shutdown waits) */
         conn *cn = calloc(1, sizeof *cn);
         if (!cn) return MHD_NO;
         *con_cls = cn;
-        return MHD_YES;
+        pthread_mutex_lock(&s->lock);
+        s->inflight++;
+        pthread_mutex_unlock(&s->lock);
+        if (post) return MHD_YES;
     }
     if (post && *size) {
         conn *cn = *con_cls;
@@ -538,21 +765,16 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     bool comp = !strcmp(url, "/v1/completions"), chat = !strcmp(url, "/v1/chat/completions");
     if (comp || chat) {
-        if (!post) return send_error(c, 405, "invalid_request_error", "method_not_allowed", "use POST", NULL);
+        if (!post) return send_405(c, "POST", NULL);
         return handle_completion(s, c, *con_cls, chat);
     }
-    if (!strcmp(url, "/health")) {
-        pthread_mutex_lock(&s->lock);
-        long busy = 0;
-        for (int i = 0; i < s->parallel; i++) busy += s->busy[i];
-        json_t *j = json_pack("{s:s,s:I,s:I,s:I}", "status", s->cancel ? "shutting_down" : "ok", "slots", (json_int_t)s->parallel,
-                              "busy", (json_int_t)busy, "waiting", (json_int_t)s->waiting);
-        pthread_mutex_unlock(&s->lock);
-        return send_json(c, s->cancel ? 503 : 200, json_response(j), NULL);
-    }
+    if (!strcmp(url, "/health")) return handle_health(s, c, method);
     if (!strcmp(url, "/v1/models")) {
-        json_t *j = json_pack("{s:s,s:[{s:s,s:s,s:i,s:s}]}", "object", "list", "data", "id", s->name, "object", "model",
-                              "created", 0, "owned_by", "bangtrace");
+        json_t *data = json_array();
+        for (int i = 0; i < (s->n_names ? s->n_names : 1); i++)
+            json_array_append_new(data, json_pack("{s:s,s:s,s:i,s:s}", "id", s->n_names ? s->names[i] : s->name, "object", "model",
+                                                  "created", 0, "owned_by", "bangtrace"));
+        json_t *j = json_pack("{s:s,s:o}", "object", "list", "data", data);
         return send_json(c, 200, json_response(j), NULL);
     }
     return send_error(c, 404, "invalid_request_error", "not_found", "no such endpoint", NULL);
@@ -560,9 +782,16 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
+    server *s = cls;
     conn *cn = *con_cls;
-    (void)cls; (void)c; (void)toe;
-    if (cn) { free(cn->body); free(cn); *con_cls = NULL; }
+    (void)c; (void)toe;
+    if (!cn) return;
+    free(cn->body);
+    free(cn);
+    *con_cls = NULL;
+    pthread_mutex_lock(&s->lock);
+    if (--s->inflight == 0) pthread_cond_broadcast(&s->drained);
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* The trace directory: created 0700, or an existing directory (not a link). */
@@ -578,12 +807,83 @@ static int trace_dir_ready(const char *dir)
     return BT_OK;
 }
 
+/* Every connection is a thread and a descriptor: raise the soft open-file
+ * limit toward what --max-connections needs (plus room for the model and
+ * traces), and lower the connection limit to what it allows. */
+static void connection_budget(server *s)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return;
+    rlim_t want = (rlim_t)s->max_conns + 128;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        struct rlimit nl = rl;
+        nl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &nl) == 0) rl = nl;
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        long fit = rl.rlim_cur > 160 ? (long)rl.rlim_cur - 128 : 32;
+        bt_warn("serve: the open-file limit (%llu) allows %ld connections, not --max-connections %ld",
+                (unsigned long long)rl.rlim_cur, fit, s->max_conns);
+        s->max_conns = fit;
+    }
+}
+
+static void *drain_watchdog(void *u)
+{
+    (void)u;
+    struct timespec ts = { DRAIN_S, 0 };
+    while (nanosleep(&ts, &ts) && errno == EINTR) {}
+    static const char msg[] = "bangtrace: serve: the connection threads did not stop: exiting\n";
+    if (write(2, msg, sizeof msg - 1) < 0) {}
+    _exit(1);
+}
+
+/* Graceful stop: no new connections; queued requests wake to 503; each
+ * in-flight generation stops between steps and its answer ("cancelled") is
+ * sent; then the daemon stops. DRAIN_S bounds the wait. 0: every answer
+ * went out; 1: some connections were still open and were closed. */
+static int drain(server *s, struct MHD_Daemon *d, int sig)
+{
+    pthread_mutex_lock(&s->lock);
+    s->cancel = 1;
+    stopping = 1;
+    long busy = 0;
+    for (int i = 0; i < s->parallel; i++) busy += s->busy[i];
+    long waiting = s->waiting;
+    pthread_cond_broadcast(&s->freed);
+    pthread_mutex_unlock(&s->lock);
+    MHD_socket ls = MHD_quiesce_daemon(d);
+    if (ls != MHD_INVALID_SOCKET) close(ls);
+    fprintf(stderr, "bangtrace: serve: %s: no new connections; cancelling %ld in-flight request%s (their traces closed as "
+            "interrupted), 503 to %ld queued\n", bt_signal_name(sig), busy, busy == 1 ? "" : "s", waiting);
+    fflush(stderr);
+    struct timespec end;
+    clock_gettime(CLOCK_REALTIME, &end);
+    end.tv_sec += DRAIN_S;
+    pthread_mutex_lock(&s->lock);
+    while (s->inflight > 0 && pthread_cond_timedwait(&s->drained, &s->lock, &end) != ETIMEDOUT) {}
+    long left = s->inflight;
+    pthread_mutex_unlock(&s->lock);
+    if (left) {
+        bt_warn("serve: %ld request%s still unanswered after %d s: closing", left, left == 1 ? "" : "s", DRAIN_S);
+        /* stopping the daemon joins the connection threads, and a handler
+         * inside a step (a long prefill) has not seen the cancel yet: the
+         * watchdog bounds that too */
+        pthread_t wd;
+        if (pthread_create(&wd, NULL, drain_watchdog, NULL) == 0) pthread_detach(wd);
+    }
+    MHD_stop_daemon(d);
+    fprintf(stderr, "bangtrace: serve: stopped\n");
+    return left ? 1 : 0;
+}
+
 int cmd_serve(int argc, char **argv)
 {
     server s;
     memset(&s, 0, sizeof s);
     pthread_mutex_init(&s.lock, NULL);
     pthread_cond_init(&s.freed, NULL);
+    pthread_cond_init(&s.drained, NULL);
     struct MHD_Daemon *d = NULL;
     int status = 2;
     char sha[65] = "";
@@ -603,7 +903,7 @@ int cmd_serve(int argc, char **argv)
         if (rc) goto fail;
     }
     const char *base = strrchr(s.model_path, '/');
-    snprintf(s.name, sizeof s.name, "%s", base ? base + 1 : s.model_path);
+    snprintf(s.name, sizeof s.name, "%s", s.n_names ? s.names[0] : base ? base + 1 : s.model_path);
     json_t *av = json_array();
     json_array_append_new(av, json_string("bangtrace"));
     for (int i = 0; i < argc; i++) json_array_append_new(av, json_string(argv[i]));
@@ -621,10 +921,19 @@ int cmd_serve(int argc, char **argv)
     for (int i = 0; i < s.parallel; i++) if (bt_gen_new(&s.gc, &s.slots[i])) goto fail;
     struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)s.port) };
     if (inet_pton(AF_INET, s.host, &sa.sin_addr) != 1) { bt_error(BT_EINVAL, "--host '%s' is not an IPv4 address", s.host); goto fail; }
+    if (!MHD_is_feature_supported(MHD_FEATURE_POLL)) { bt_error(BT_EINVAL, "this libmicrohttpd has no poll() support"); goto fail; }
+    connection_budget(&s);
+    /* A write to a gone reader (stderr into a dead pipe) must fail with
+     * EPIPE, not stop the server; a trace past a file size limit must fail
+     * with EFBIG (and be handled like a full disk), not kill it. */
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN);
     if (bt_interrupt_install()) goto fail;
-    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)s.port,
-                         NULL, NULL, handler, &s, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
-                         MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
+    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
+                         MHD_USE_ERROR_LOG, (uint16_t)s.port,
+                         NULL, NULL, handler, &s, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_NOTIFY_COMPLETED, completed, &s,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s.timeout, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s.max_conns,
+                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s.max_per_ip, MHD_OPTION_END);
     if (!d) { bt_error(BT_EIO, "cannot listen on %s:%ld (in use?)", s.host, s.port); goto fail; }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     fprintf(stderr, "bangtrace: serve: %s on http://%s:%u (%ld engine%s, %ld threads each, context %d)%s%s\n", s.name, s.host,
@@ -633,13 +942,8 @@ int cmd_serve(int argc, char **argv)
     fflush(stderr);
     int sig;
     while (!(sig = bt_interrupt_pending())) usleep(50000);
-    /* finish: every generation stops between steps and closes its trace;
-     * stopping the daemon waits for the connection threads */
-    s.cancel = 1;
-    fprintf(stderr, "bangtrace: serve: %s: cancelling in-flight requests and closing their traces\n", bt_signal_name(sig));
-    MHD_stop_daemon(d);
+    status = drain(&s, d, sig);
     d = NULL;
-    status = 128 + sig;
     goto out;
 fail:
     status = bt_cmd_fail("serve");
@@ -652,8 +956,10 @@ out:
     free(s.argv_json);
     bt_tokenizer_free(s.tok);
     bt_model_free(s.m);
+    for (int i = 0; i < s.n_names; i++) free(s.names[i]);
     pthread_mutex_destroy(&s.lock);
     pthread_cond_destroy(&s.freed);
+    pthread_cond_destroy(&s.drained);
     return status;
 }
 #endif

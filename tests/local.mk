@@ -182,3 +182,8 @@ EXTRA_DIST += tests/docs.sh
 # ctxwalk errors and context, serve's detector events, sampling through serve
 TESTS += tests/serve_gen.sh
 EXTRA_DIST += tests/serve_gen.sh
+
+# serve robustness (issue 22, serve part): model names, /health, slow
+# clients, a full trace disk, the queue before tokenizing, SIGTERM under load
+TESTS += tests/serve_robust.sh
+EXTRA_DIST += tests/serve_robust.sh

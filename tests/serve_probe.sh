@@ -16,7 +16,8 @@ trap 'for p in $pids; do kill "$p" 2>/dev/null; done; wait; rm -rf "$TMP"' EXIT
 echo '{"prompt":"Once upon a time","max_tokens":24}' > "$TMP/req.json"
 
 # --- clean server with per-request traces ---------------------------------
-start_server clean --parallel 2 --trace-dir "$TMP/traces" || finish
+# strict names: other models get 404 (by default any name is served: serve_robust.sh)
+start_server clean --parallel 2 --trace-dir "$TMP/traces" --served-model-name stories260K.bin || finish
 url=http://127.0.0.1:$port
 code=$(curl -s -o "$TMP/c.json" -D "$TMP/c.hdr" -w '%{http_code}' -X POST "$url/v1/completions" -d @"$TMP/req.json")
 [ "$code" = 200 ] && grep -q '"text":", there was' "$TMP/c.json" && ok "completion answers" || fail "completion: $code $(cat "$TMP/c.json")"
