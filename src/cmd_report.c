@@ -184,6 +184,7 @@ static void section_picture(FILE *o, const bt_picture *p, const char *png, const
     md_cell(o, p->caption);
     fprintf(o, ". Image %dx%d.", p->width, p->height);
     if (p->tokens_redacted) fputs(" Token text of redacted tokens is not drawn.", o);
+    if (!p->tokens_drawn && p->n_steps) fprintf(o, " No token row (%d steps per column).", p->steps_per_col);
     fputs("\n\n", o);
 }
 

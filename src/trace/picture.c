@@ -243,12 +243,12 @@ static uint32_t cell_colour(const cell *c)
 
 /* ---- the model: steps, rows, cells ---- */
 
-typedef struct step_list { int *v; int n, cap; } step_list;
+typedef struct step_list { int *v; int n, cap, other; } step_list;
 
 static int collect_target(void *user, const bt_trace_step_row *s)
 {
     step_list *l = user;
-    if (strcmp(s->model, "target")) return 0;
+    if (strcmp(s->model, "target")) { l->other++; return 0; }
     return BT_VEC_PUSH(l->v, l->n, l->cap, s->step);
 }
 
@@ -483,11 +483,15 @@ int bt_picture_render(bt_trace_reader *r, bt_picture *out)
     else
         snprintf(out->caption, sizeof out->caption, "%d steps (%d-%d), one column per step; rows: %slayers 0-%d%s", n,
                  out->first_step, out->last_step, in_row ? "in, " : "", n_layers - 1, out_row ? ", out" : "");
+    if (sl.other) {
+        size_t cl = strlen(out->caption);
+        snprintf(out->caption + cl, sizeof out->caption - cl, "; target passes only (%d draft passes not drawn)", sl.other);
+    }
     text(&cv, M, M + LINE_H, width - M, DIM_C, out->caption);
 
     /* step numbers: a label every k columns, k a 1-2-5 step that fits */
     int digits = (int)strlen((snprintf(lab, sizeof lab, "%d", out->last_step), lab));
-    int need = digits * ADV + 4;
+    int need = digits * ADV + 6;
     int k = 1;
     static const int nice[] = { 1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000 };
     for (size_t i = 0; i < BT_ARRAY_SIZE(nice); i++) { k = nice[i]; if (k * cw >= need) break; }
