@@ -4,7 +4,8 @@
 # collapse: 59 steps, 5 layers) the PNG has the expected size and grid
 # (its bangtrace-grid tEXt chunk), a non-finite cell is magenta at its
 # computed position, the first bad cell has the green ring, a clean cell is
-# on the blue ramp, the token row holds text; the markdown links the file;
+# on the blue ramp, the token row holds text (control bytes as escapes);
+# the markdown links the file;
 # an existing picture is never replaced without --force (nor a link); a
 # redacted export's picture has no token text; a 3000-step, 100-layer trace
 # gives a bounded, downsampled picture whose caption says so. Pixels are
@@ -69,6 +70,12 @@ px=$($PNGPX "$P" px $((x0 + 9 * cw)) $((y0 + 5 * ch + ch / 2)))
 tok_y0=$((y0 + rows * ch + 4)); tok_y1=$((tok_y0 + 72))
 n_text=$($PNGPX "$P" count 202020 "$x0" "$tok_y0" $((x0 + cols * cw)) "$tok_y1")
 [ "$n_text" -gt 200 ] && ok "token row drawn ($n_text text pixels)" || fail "token row has $n_text text pixels"
+
+# model text is drawn as printable ASCII only: the clean trace's ESC and BEL
+# pieces come out as escapes, in the escape colour
+"$PY" "$GEN" clean "$TMP/clean.db" 2>/dev/null && "$BANGTRACE" report "$TMP/clean.db" --png="$TMP/clean.png" >/dev/null 2>&1 &&
+    n_esc=$($PNGPX "$TMP/clean.png" count b03000 0 "$tok_y0" 2000 "$tok_y1") && [ "$n_esc" -gt 30 ] &&
+    ok "escapes for control bytes in token pieces ($n_esc pixels)" || fail "no escapes drawn for the clean trace's \\x1b / \\x07 pieces"
 
 # never replaced without --force; never through a link
 cp "$P" "$TMP/keep.png"
