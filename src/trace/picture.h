@@ -12,7 +12,9 @@
  * y0 + w*ch .. y0 + (w+1)*ch - 1. Rows top to bottom: "in" (taps outside
  * the layers before layer 0, when there are any), layers 0..n-1, "out"
  * (taps after the layers). The PNG carries the same numbers in a tEXt chunk
- * keyed "bangtrace-grid".
+ * keyed "bangtrace-grid". Every cell keeps its colour inside: the path's
+ * outline is its own outermost pixel, the first bad cell's green ring (2
+ * pixels, 3 for cells under 8) lies just outside it, over its neighbours.
  *
  * The image is bounded: at most BT_PICTURE_MAX_COLS columns (longer runs
  * are downsampled: each column shows the worst of its steps, and the
