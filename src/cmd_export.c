@@ -4,6 +4,7 @@
 #include "cmd.h"
 #include "trace/export.h"
 #include "trace/perfetto.h"
+#include "trace/picture.h"
 #include "trace/reader.h"
 #include "sys/outfile.h"
 #include "util.h"
@@ -18,7 +19,7 @@
 void cmd_export_help(FILE *out)
 {
     fprintf(out,
-        "usage: bangtrace export TRACE -o OUT [--redact[=prompt|all]] [--window K | --all-steps] [--force]\n"
+        "usage: bangtrace export TRACE -o OUT [--redact[=prompt|all]] [--window K | --all-steps] [--png[=PNG]] [--force]\n"
         "       bangtrace export TRACE --perfetto OUT.json [--force]\n\n"
         "Write a copy of a trace for sharing (an upstream issue, a colleague).\n\n"
         "  --perfetto OUT.json  instead, write the run's timeline as Chrome trace-event\n"
@@ -52,6 +53,12 @@ void cmd_export_help(FILE *out)
         "                    spec_steps and spec_trail follow the window of their verify\n"
         "                    step.\n"
         "  --all-steps       keep every step\n"
+        "  --png[=PNG]       also write the picture of the copy (as report --png draws\n"
+        "                    it: layers x steps by f16 headroom, the first non-finite\n"
+        "                    cell and the walk-back path outlined, token text only\n"
+        "                    where the copy keeps it) to PNG, default OUT with .png for\n"
+        "                    .db (OUT.png otherwise). Refuses an existing file unless\n"
+        "                    --force; needs a build with libpng (else exit 2)\n"
         "  --force           replace OUT if it is an idle bangtrace trace (nothing else)\n\n"
         "The copy is rebuilt row by row from the known tables into a schema of this\n"
         "version (no SQL from TRACE is ever run; unknown tables are left out) and\n"
@@ -63,9 +70,11 @@ void cmd_export_help(FILE *out)
         "trace, OUT exists, ...).\n");
 }
 
-static int parse_args(int argc, char **argv, bt_export_opts *o, const char **perfetto)
+static int parse_args(int argc, char **argv, bt_export_opts *o, const char **perfetto, bool *png, const char **png_arg)
 {
     *perfetto = NULL;
+    *png = false;
+    *png_arg = NULL;
     memset(o, 0, sizeof(*o));
     o->window = 16;
     for (int i = 1; i < argc; i++) {
@@ -90,6 +99,12 @@ static int parse_args(int argc, char **argv, bt_export_opts *o, const char **per
             return bt_error(BT_EINVAL, "--redact: unknown level '%s' (prompt or all)", a + 9);
         else if (!strcmp(a, "--force")) o->force = true;
         else if (!strcmp(a, "--all-steps")) o->all_steps = true;
+        else if (!strcmp(a, "--png")) *png = true;
+        else if (!strncmp(a, "--png=", 6)) {
+            if (!a[6]) return bt_error(BT_EINVAL, "--png=PNG needs a file name");
+            *png = true;
+            *png_arg = a + 6;
+        }
         else if (a[0] == '-' && a[1]) return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help export)", a);
         else if (!o->in) o->in = a;
         else return bt_error(BT_EINVAL, "unexpected argument '%s' (one TRACE only; see bangtrace help export)", a);
@@ -98,6 +113,9 @@ static int parse_args(int argc, char **argv, bt_export_opts *o, const char **per
     if (*perfetto && (o->out || o->redact || o->all_steps))
         return bt_error(BT_EINVAL, "--perfetto writes a timeline, not a trace: it takes no -o, --redact, --window or --all-steps");
     if (!o->out && !*perfetto) return bt_error(BT_EINVAL, "-o OUT is required (see bangtrace help export)");
+    if (*perfetto && *png) return bt_error(BT_EINVAL, "--png draws the exported trace: it goes with -o OUT, not --perfetto");
+    if (*png && !bt_picture_available())
+        return bt_error(BT_EUNSUPPORTED, "--png: this bangtrace was built without libpng (install libpng-dev and reconfigure)");
     return BT_OK;
 }
 
@@ -137,11 +155,48 @@ done:
     return rc;
 }
 
+/* export --png: the picture of the copy just written (so it shows only
+ * what the copy keeps: a redacted copy's blanked token text is not drawn). */
+static int export_png(const char *in_path, const char *out, const char *png, bool force)
+{
+    const bt_out_input in[] = { { "TRACE", in_path }, { "-o", out } };
+    bt_trace_reader *r = NULL;
+    bt_picture pic;
+    memset(&pic, 0, sizeof pic);
+    int rc;
+    if (!(rc = bt_trace_open(out, &r)) && !(rc = bt_picture_render(r, &pic)))
+        rc = bt_picture_save(&pic, png, force, in, 2);
+    bt_picture_free(&pic);
+    bt_trace_reader_close(r);
+    if (rc) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", bt_errmsg());
+        return bt_error(rc, "%s (the trace %s was written; the picture was not)", msg, out);
+    }
+    bt_log("bangtrace: export: wrote the picture of %s to %s", out, png);
+    return BT_OK;
+}
+
 int cmd_export(int argc, char **argv)
 {
     bt_export_opts o;
-    const char *perfetto;
-    if (parse_args(argc, argv, &o, &perfetto)) return bt_cmd_fail("export");
-    if (perfetto ? export_perfetto(o.in, perfetto, o.force) : bt_trace_export(&o)) return bt_cmd_fail("export");
-    return 0;
+    const char *perfetto, *png_arg;
+    bool png;
+    if (parse_args(argc, argv, &o, &perfetto, &png, &png_arg)) return bt_cmd_fail("export");
+    char *png_path = png ? (png_arg ? strdup(png_arg) : bt_picture_path_beside(o.out)) : NULL;
+    if (png && !png_path) { bt_error(BT_ENOMEM, "out of memory"); return bt_cmd_fail("export"); }
+    if (png_path) {
+        /* refused before the copy is made: never half the outputs */
+        const bt_out_input in[] = { { "TRACE", o.in }, { "-o", o.out } };
+        if (!strcmp(png_path, o.out)) {
+            bt_error(BT_EINVAL, "--png=%s: the picture and the copy (-o) must be different files", png_path);
+            free(png_path);
+            return bt_cmd_fail("export");
+        }
+        if (bt_outfile_check(png_path, BT_OUT_TEXT, o.force, in, 2, NULL)) { free(png_path); return bt_cmd_fail("export"); }
+    }
+    if (perfetto ? export_perfetto(o.in, perfetto, o.force) : bt_trace_export(&o)) { free(png_path); return bt_cmd_fail("export"); }
+    int rc = png_path ? export_png(o.in, o.out, png_path, o.force) : BT_OK;
+    free(png_path);
+    return rc ? bt_cmd_fail("export") : 0;
 }

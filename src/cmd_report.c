@@ -8,6 +8,7 @@
 #include "cmd.h"
 #include "trace/analyze.h"
 #include "trace/headroom.h"
+#include "trace/picture.h"
 #include "trace/reader.h"
 #include "text.h"
 #include "trace/runstate.h"
@@ -26,7 +27,7 @@
 void cmd_report_help(FILE *out)
 {
     fprintf(out,
-        "usage: bangtrace report TRACE [-o FILE [--force]]\n\n"
+        "usage: bangtrace report TRACE [-o FILE] [--png[=PNG]] [--force]\n\n"
         "Write a markdown report of a trace (bangtrace run --trace) for an upstream\n"
         "issue: environment (host, CPU, tool version, backend, threads), model and\n"
         "SHA-256, configuration (sampling, argmax rule, injections), the first\n"
@@ -44,11 +45,24 @@ void cmd_report_help(FILE *out)
         "                      written whole or not at all; it must not be the trace, a\n"
         "                      link, a device or an SQLite file; an existing non-empty\n"
         "                      FILE is replaced only with --force\n"
-        "  --force             replace an existing FILE\n\n"
+        "  --png[=PNG]         also write a picture: layers x steps, each cell coloured by\n"
+        "                      the layer's largest absmax against the f16 maximum,\n"
+        "                      non-finite cells magenta, the first non-finite cell\n"
+        "                      (green) and the walk-back path (black) outlined, the\n"
+        "                      token each step produced under it (printable ASCII;\n"
+        "                      other bytes escaped; redacted text left out). Written\n"
+        "                      to PNG, or beside FILE (issue.md -> issue.png) with -o;\n"
+        "                      the report links it (![...](issue.png)). More than %d\n"
+        "                      steps are downsampled (the caption says so). Same rules\n"
+        "                      as FILE: never a link, a device or the trace; an\n"
+        "                      existing file only with --force. Needs a build with\n"
+        "                      libpng (else exit 2)\n"
+        "  --force             replace an existing FILE (and PNG)\n\n"
         "A trace whose run did not finish (killed: status still running and no process\n"
         "writing it; crashed; interrupted; a write error) is reported as such, with the\n"
         "last committed step.\n\n"
-        "Exit status: 0 report written, 2 error (missing, corrupt or non-trace file).\n");
+        "Exit status: 0 report written, 2 error (missing, corrupt or non-trace file).\n",
+        BT_PICTURE_MAX_COLS);
 }
 
 /* Text for a markdown table cell or inline code: escaped (text.h), no
@@ -147,6 +161,31 @@ static void section_summary(FILE *o, const bt_analysis *x)
     if (x->explanation[0]) { fputs("- **Why this output:** ", o); md_cell(o, x->explanation); fputs(".\n", o); }
     if (x->has_crash) fputs("- **The run crashed** (see the events and the backtrace below).\n", o);
     fputs("\n", o);
+}
+
+/* The picture (report --png): linked by a path relative to the report when
+ * both sit in one directory, else by the path as given. */
+static void section_picture(FILE *o, const bt_picture *p, const char *png, const char *md)
+{
+    const char *link = png;
+    if (md) {
+        const char *ps = strrchr(png, '/'), *ms = strrchr(md, '/');
+        size_t pd = ps ? (size_t)(ps - png) : 0, mdl = ms ? (size_t)(ms - md) : 0;
+        if (pd == mdl && !strncmp(png, md, pd)) link = ps ? ps + 1 : png;
+    }
+    fputs("## Picture\n\n![layers x steps, coloured by absmax against the f16 maximum; non-finite cells magenta, "
+          "the first non-finite cell outlined in green, the walk-back path in black](", o);
+    /* a link target: no spaces or parentheses unescaped */
+    for (const char *c = link; *c; c++) {
+        if (*c == ' ' || *c == '(' || *c == ')' || *c == '<' || *c == '>') fprintf(o, "%%%02X", (unsigned char)*c);
+        else fputc(*c, o);
+    }
+    fputs(")\n\n", o);
+    md_cell(o, p->caption);
+    fprintf(o, ". Image %dx%d.", p->width, p->height);
+    if (p->tokens_redacted) fputs(" Token text of redacted tokens is not drawn.", o);
+    if (!p->tokens_drawn && p->n_steps) fprintf(o, " No token row (%d steps per column).", p->steps_per_col);
+    fputs("\n\n", o);
 }
 
 static void section_environment(FILE *o, bt_trace_reader *r, const char *path)
@@ -640,26 +679,52 @@ static void section_reproduce(FILE *o, bt_trace_reader *r, const char *path)
 
 int cmd_report(int argc, char **argv)
 {
-    const char *trace = NULL, *out_path = NULL;
-    bool force = false;
+    const char *trace = NULL, *out_path = NULL, *png_arg = NULL;
+    bool force = false, png = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (i + 1 >= argc) { bt_error(BT_EINVAL, "%s needs a value", a); return bt_cmd_fail("report"); }
             out_path = argv[++i];
         } else if (!strcmp(a, "--force")) force = true;
-        else if (a[0] == '-' && a[1]) { bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help report)", a); return bt_cmd_fail("report"); }
+        else if (!strcmp(a, "--png")) png = true;
+        else if (!strncmp(a, "--png=", 6)) {
+            if (!a[6]) { bt_error(BT_EINVAL, "--png=PNG needs a file name"); return bt_cmd_fail("report"); }
+            png = true;
+            png_arg = a + 6;
+        } else if (a[0] == '-' && a[1]) { bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help report)", a); return bt_cmd_fail("report"); }
         else if (!trace) trace = a;
         else { bt_error(BT_EINVAL, "unexpected argument '%s' (one trace at a time)", a); return bt_cmd_fail("report"); }
     }
     if (!trace) { bt_error(BT_EINVAL, "give a trace file (see bangtrace help report)"); return bt_cmd_fail("report"); }
-    if (force && !out_path) { bt_error(BT_EINVAL, "--force replaces an existing -o FILE: give -o FILE"); return bt_cmd_fail("report"); }
-    const bt_out_input in[] = { { "TRACE", trace } };
-    if (out_path && bt_outfile_check(out_path, BT_OUT_TEXT, force, in, 1, NULL)) return bt_cmd_fail("report");
+    if (force && !out_path && !png_arg) { bt_error(BT_EINVAL, "--force replaces an existing -o FILE: give -o FILE"); return bt_cmd_fail("report"); }
+    if (png && !bt_picture_available()) {
+        bt_error(BT_EUNSUPPORTED, "--png: this bangtrace was built without libpng (install libpng-dev and reconfigure)");
+        return bt_cmd_fail("report");
+    }
+    if (png && !png_arg && !out_path) {
+        bt_error(BT_EINVAL, "--png writes the picture beside -o FILE: give -o FILE or --png=PNG");
+        return bt_cmd_fail("report");
+    }
+    char *png_path = png ? (png_arg ? strdup(png_arg) : bt_picture_path_beside(out_path)) : NULL;
+    if (png && !png_path) { bt_error(BT_ENOMEM, "out of memory"); return bt_cmd_fail("report"); }
+    if (png_path && out_path && !strcmp(png_path, out_path)) {
+        bt_error(BT_EINVAL, "--png=%s: the picture and the report (-o) must be different files", png_path);
+        free(png_path);
+        return bt_cmd_fail("report");
+    }
+    const bt_out_input in[] = { { "TRACE", trace }, { "-o", out_path } };
+    if (out_path && bt_outfile_check(out_path, BT_OUT_TEXT, force, in, 1, NULL)) { free(png_path); return bt_cmd_fail("report"); }
+    if (png_path && bt_outfile_check(png_path, BT_OUT_TEXT, force, in, out_path ? 2 : 1, NULL)) {
+        free(png_path);
+        return bt_cmd_fail("report");
+    }
 
     bt_trace_reader *r = NULL;
     bt_analysis x;
     memset(&x, 0, sizeof(x));
+    bt_picture pic;
+    memset(&pic, 0, sizeof(pic));
     FILE *o = NULL;
     char *tmp = NULL;
     int status = 2, rc;
@@ -687,6 +752,10 @@ int cmd_report(int argc, char **argv)
     fputs("\n\n", o);
     if (rs.line[0]) fprintf(o, "**%s%s**\n\n", rs.line[0] == 'u' ? "U" : "L", rs.line + 1);
     section_summary(o, &x);
+    if (png_path) {
+        if ((rc = bt_picture_render(r, &pic))) goto fail;
+        section_picture(o, &pic, png_path, out_path);
+    }
     section_environment(o, r, trace);
     section_model(o, r);
     if ((rc = section_config(o, r))) goto fail;
@@ -703,6 +772,8 @@ int cmd_report(int argc, char **argv)
     fclose(o);
     o = NULL;
     if (mem_err) { bt_error(BT_ENOMEM, "out of memory composing the report"); goto fail; }
+    /* the picture first: a report never links a picture that is not there */
+    if (png_path && bt_picture_save(&pic, png_path, force, in, out_path ? 2 : 1)) goto fail;
     if (out_path) {
         /* A new temporary file beside FILE (created exclusively, never
          * through a link) + rename: FILE is either the whole report or
@@ -735,6 +806,8 @@ out:
     if (status && tmp) remove(tmp);
     free(tmp);
     free(buf);
+    free(png_path);
+    bt_picture_free(&pic);
     bt_analysis_clear(&x);
     bt_trace_reader_close(r);
     return status;

@@ -71,6 +71,41 @@ screen >"$TMP/s1"
 grep -q "step 9" "$TMP/s1" && grep -q "layer 3" "$TMP/s1" && grep -q "ffn_gate" "$TMP/s1" &&
     ok "w shows the injected step 9, layer 3, ffn_gate: $(grep 'First non-finite' "$TMP/s1")" ||
     fail "walk-back screen lacks step 9 / layer 3 / ffn_gate: $(cat "$TMP/s1")"
+# 80x24: every view's tab fits the header (full titles need 88 columns)
+head -1 "$TMP/s0" | grep -qE ' 1 Tok.* 2 Step.* 3 Walk.* 4 Run.* 5 [A-Z][a-z]+.* 6 Spec.* 7 Kern' &&
+    ok "80x24: all 7 tabs in the header: $(head -1 "$TMP/s0")" || fail "80x24 tab bar cut: $(head -1 "$TMP/s0")"
+# 80x24: each walk-back link keeps its whole note beside the grid (was "origin; 4 ba")
+links=$(grep -cE '^(step )?[0-9]+ +(L[0-9]+ [a-z_]+|[a-z_]+) ' "$TMP/s1")
+cut=$(grep -E '^(step )?[0-9]+ +(L[0-9]+ [a-z_]+|[a-z_]+) ' "$TMP/s1" |
+      grep -vcE '(origin|next layer|after layers|via KV cache|recurs)(; [0-9]+ bad( in layer)?)?( |$)')
+[ "$links" -gt 2 ] && [ "$cut" -eq 0 ] && ok "80x24: $links walk-back links, none cut" ||
+    fail "80x24: $cut of $links walk-back lines cut: $(grep -E '^(step )?[0-9]+ ' "$TMP/s1")"
+if [ "$real" = yes ]; then
+    # the argmax sentence wraps instead of losing its end
+    grep -qF "rule first -> id 0" "$TMP/s1" && grep -qF "('<unk>')" "$TMP/s1" &&
+        ok "80x24: the argmax note is whole (wrapped)" || fail "80x24: argmax note cut: $(grep -A1 'rule first' "$TMP/s1")"
+fi
+# H colours the grid by f16 headroom: the all-NaN cells of layer 4 are
+# non-finite (!), never safe (was '.'); H again goes back
+$T send-keys -t bt H
+sleep 0.3
+screen >"$TMP/s1h"
+grep -q "f16 headroom" "$TMP/s1h" && ok "H switches the grid to f16 headroom" || fail "H: $(tail -2 "$TMP/s1h")"
+row4=$(grep -oE 'L04( [.!~ ])+' "$TMP/s1h" | head -1)
+case "$row4" in *'!'*) case "$row4" in *.*) fail "headroom: layer 4 mixes safe and non-finite: $row4" ;;
+                                    *) ok "headroom: all-NaN layer 4 shows non-finite: $row4" ;; esac ;;
+                *) fail "headroom: all-NaN layer 4 shows as safe: '$row4' in $(cat "$TMP/s1h")" ;; esac
+$T send-keys -t bt H
+sleep 0.2
+# the Speculation view's footer lists the real view keys (was 1-6)
+$T send-keys -t bt 6
+sleep 0.3
+screen | tail -1 | grep -qF "Tab/1-7:views" && ok "Speculation footer: Tab/1-7" || fail "Speculation footer: $(screen | tail -1)"
+$T send-keys -t bt 3
+sleep 0.2
+# the docs name the headroom key the key map binds (H; h is Left)
+grep -qF 'headroom (key `H`' "$BT_SRCDIR/doc/numerics.md" && ! grep -rqF 'key `h`' "$BT_SRCDIR/doc" "$BT_SRCDIR/README.md" "$BT_SRCDIR/tui" &&
+    ok "docs say H for the headroom colouring" || fail "docs disagree with the key (H): $(grep -rnF 'key `h`' "$BT_SRCDIR/doc" "$BT_SRCDIR/README.md")"
 
 # resize: the layout follows, stays within the window, keeps its content
 check_size() {   # check_size COLS ROWS WHAT

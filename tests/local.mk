@@ -187,3 +187,7 @@ EXTRA_DIST += tests/serve_gen.sh
 # clients, a full trace disk, the queue before tokenizing, SIGTERM under load
 TESTS += tests/serve_robust.sh
 EXTRA_DIST += tests/serve_robust.sh
+
+# issue 22, report/export --png (picture) and browser fixes (h5-png)
+TESTS += tests/report_png.sh
+EXTRA_DIST += tests/report_png.sh tests/png_pixels.py

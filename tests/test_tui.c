@@ -89,6 +89,55 @@ static void test_layout(void)
     CHECK(tui_nav_clamp(3, 4, 0) == 0);
 }
 
+/* At 80 columns (and down to the 40-column minimum) every view's tab
+ * fits the header, full titles where there is room; the walk-back list and
+ * the argmax note fit their width, elided with "..." rather than cut. */
+static void test_fit(void)
+{
+    char tab[64];
+    CHECK(tui_tabs_level(200, 11, 0) == 0);
+    CHECK(tui_tabs_level(80, 11, 0) == 1);        /* full titles need 88 */
+    for (int w = 40; w <= 200; w++)
+        for (int cur = 0; cur < tui_n_views; cur++) {
+            int level = tui_tabs_level(w, 11, cur);
+            int total = tui_tabs_width(level, cur) + (level < 2 || 11 + tui_tabs_width(2, cur) <= w ? 11 : 0);
+            CHECK(total <= w);
+            if (total > w) { printf("  tabs at width %d, view %d: %d columns\n", w, cur, total); return; }
+        }
+    tui_tab_label(2, 1, 0, tab, sizeof tab);
+    CHECK_STR(tab, " 3 Walk ");
+    tui_tab_label(2, 2, 0, tab, sizeof tab);
+    CHECK_STR(tab, " 3 ");
+    tui_tab_label(2, 2, 2, tab, sizeof tab);      /* the current view keeps its name */
+    CHECK_STR(tab, " 3 Walk ");
+    tui_tab_label(5, 0, 0, tab, sizeof tab);
+    CHECK_STR(tab, " 6 Speculation ");
+
+    char line[256];
+    tui_walk_line(line, sizeof line, 200, false, 5, "L18 attn_norm", "576 NaN", "next layer; 13 bad in layer");
+    CHECK_STR(line, "step 5    L18 attn_norm   576 NaN   next layer; 13 bad in layer");
+    tui_walk_line(line, sizeof line, 48, true, 5, "L18 attn_norm", "576 NaN", "next layer; 13 bad in layer");
+    CHECK_STR(line, "5    L18 attn_norm 576 NaN next layer; 13 bad");
+    CHECK((int)strlen(line) <= 48);
+    tui_walk_line(line, sizeof line, 30, true, 5, "L18 attn_norm", "576 NaN", "next layer; 13 bad in layer");
+    CHECK_STR(line, "5    L18 attn_norm 576 NaN...");
+    CHECK((int)strlen(line) <= 30);
+
+    char buf[320];
+    const char *wl[2];
+    const char *note = "step 9: all-non-finite logits (512 of 512 non-finite); rule first -> id 0 ('<unk>')";
+    int n = tui_wrap(note, 78, 2, buf, sizeof buf, wl);
+    CHECK(n == 2);
+    CHECK_STR(wl[0], "step 9: all-non-finite logits (512 of 512 non-finite); rule first -> id 0");
+    CHECK_STR(wl[1], "('<unk>')");
+    n = tui_wrap(note, 40, 2, buf, sizeof buf, wl);
+    CHECK(n == 2 && strlen(wl[0]) <= 40 && strlen(wl[1]) <= 40);
+    CHECK(n == 2 && !strcmp(wl[1] + strlen(wl[1]) - 3, "..."));
+    n = tui_wrap("short", 40, 2, buf, sizeof buf, wl);
+    CHECK(n == 1);
+    CHECK_STR(wl[0], "short");
+}
+
 static void test_flow(void)
 {
     /* width 10: "aaa bbbbb" | "cc dddddddd" does not fit -> own line */
@@ -359,11 +408,27 @@ static void test_keys(void)
     CHECK(tui_key_action('H', NULL) == TUI_A_HEADROOM);
     CHECK(!strcmp(tui_action_name(TUI_A_HEADROOM), "headroom"));
     /* headroom colouring: the f16 maximum and half of it */
-    CHECK(tui_headroom_health(true, 0, 0, 100.0f) == TUI_H_CLEAN);
-    CHECK(tui_headroom_health(true, 0, 0, 40000.0f) == TUI_H_WARN);
-    CHECK(tui_headroom_health(true, 0, 0, 67584.0f) == TUI_H_BAD);
-    CHECK(tui_headroom_health(true, 1, 0, 1.0f) == TUI_H_BAD);
-    CHECK(tui_headroom_health(false, 0, 0, 1e9f) == TUI_H_NONE);
+    CHECK(tui_headroom_health(true, 0, 0, 0, 100.0f) == TUI_H_CLEAN);
+    CHECK(tui_headroom_health(true, 0, 0, 0, 40000.0f) == TUI_H_WARN);
+    CHECK(tui_headroom_health(true, 0, 0, 0, 67584.0f) == TUI_H_BAD);
+    CHECK(tui_headroom_health(true, 0, 1, 0, 1.0f) == TUI_H_BAD);
+    CHECK(tui_headroom_health(false, 0, 0, 0, 1e9f) == TUI_H_NONE);
+    /* an all-NaN tap has no finite absmax: non-finite, never "safe" (was
+     * green '.'); a tap with some NaN is non-finite too */
+    CHECK(tui_headroom_health(true, 576, 0, 0, NAN) == TUI_H_BAD);
+    CHECK(tui_headroom_health(true, 3, 0, 0, 12.0f) == TUI_H_BAD);
+    CHECK(tui_headroom_health(true, 0, 0, 0, NAN) == TUI_H_BAD);
+    /* the key is H ('h' is Left, vim-style), and the help names H */
+    CHECK(tui_key_action('h', NULL) == TUI_A_LEFT);
+    {
+        bool named = false, legend = false, nan_named = false;
+        for (const char *const *l = tui_key_help(); *l; l++) {
+            if (!strncmp(*l, "H ", 2) && strstr(*l, "headroom")) named = true;
+            if (strstr(*l, "Headroom colours (H)")) legend = true;
+            if (strstr(*l, "NaN (non-finite)")) nan_named = true;
+        }
+        CHECK(named && legend && nan_named);
+    }
     CHECK(tui_key_action('n', NULL) == TUI_A_NEXT);
     CHECK(tui_key_action('p', NULL) == TUI_A_PREV);
     CHECK(tui_key_action(KEY_RESIZE, NULL) == TUI_A_RESIZE);
@@ -884,6 +949,7 @@ int main(void)
 {
     test_layout();
     test_flow();
+    test_fit();
     test_collapse();
     test_health();
     test_sanitize();

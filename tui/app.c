@@ -15,18 +15,18 @@
 /* A build without ncursesw (configure --without-ncursesw) has no view_*.c:
  * the registry keeps the dumps only, and `browse` without --dump says so. */
 #ifdef HAVE_NCURSESW
-#define VIEW(name, title, key, draw, handle, dump, status) { name, title, key, draw, handle, dump, status }
+#define VIEW(name, title, short_title, key, draw, handle, dump, status) { name, title, short_title, key, draw, handle, dump, status }
 #else
-#define VIEW(name, title, key, draw, handle, dump, status) { name, title, key, NULL, NULL, dump, NULL }
+#define VIEW(name, title, short_title, key, draw, handle, dump, status) { name, title, short_title, key, NULL, NULL, dump, NULL }
 #endif
 const tui_view tui_views[] = {
-    VIEW("tokens", "Tokens", '1', tui_tokens_draw, tui_tokens_handle, tui_dump_tokens, NULL),
-    VIEW("step", "Step", '2', tui_step_draw, tui_step_handle, tui_dump_step, NULL),
-    VIEW("walkback", "Walk-back", '3', tui_walk_draw, tui_walk_handle, tui_dump_walk, NULL),
-    VIEW("run", "Run", '4', tui_run_draw, tui_run_handle, tui_dump_run, NULL),
-    VIEW("backtrace", "Backtrace", '5', tui_bt_draw, tui_bt_handle, tui_dump_backtrace, NULL),
-    VIEW("spec", "Speculation", '6', tui_spec_draw, tui_spec_handle, tui_dump_spec, tui_spec_status),
-    VIEW("kernels", "Kernels", '7', tui_kernels_draw, tui_kernels_handle, tui_dump_kernels, NULL),
+    VIEW("tokens", "Tokens", "Tokens", '1', tui_tokens_draw, tui_tokens_handle, tui_dump_tokens, NULL),
+    VIEW("step", "Step", "Step", '2', tui_step_draw, tui_step_handle, tui_dump_step, NULL),
+    VIEW("walkback", "Walk-back", "Walk", '3', tui_walk_draw, tui_walk_handle, tui_dump_walk, NULL),
+    VIEW("run", "Run", "Run", '4', tui_run_draw, tui_run_handle, tui_dump_run, NULL),
+    VIEW("backtrace", "Backtrace", "Stack", '5', tui_bt_draw, tui_bt_handle, tui_dump_backtrace, NULL),
+    VIEW("spec", "Speculation", "Spec", '6', tui_spec_draw, tui_spec_handle, tui_dump_spec, tui_spec_status),
+    VIEW("kernels", "Kernels", "Kern", '7', tui_kernels_draw, tui_kernels_handle, tui_dump_kernels, NULL),
 };
 const int tui_n_views = (int)BT_ARRAY_SIZE(tui_views);
 

@@ -58,10 +58,14 @@ static void draw_header(tui_app *a, const tui_rect *r)
     int attr = a->color ? COLOR_PAIR(TUI_P_HEADER) : A_REVERSE;
     attrset(attr);
     mvhline(r->y, 0, ' ', r->w);
-    int x = tui_put(r->y, 0, r->w, attr | A_BOLD, " bangtrace ");
+    /* every view's tab fits: full titles, else short ones, else the keys
+     * (and the brand goes when even those need its room) */
+    int level = tui_tabs_level(r->w, 11, a->view);
+    int x = 0;
+    if (level < 2 || 11 + tui_tabs_width(2, a->view) <= r->w) x = tui_put(r->y, 0, r->w, attr | A_BOLD, " bangtrace ");
     for (int i = 0; i < tui_n_views && x < r->w; i++) {
-        char tab[40];
-        snprintf(tab, sizeof tab, " %c %s ", tui_views[i].key, tui_views[i].title);
+        char tab[48];
+        tui_tab_label(i, level, a->view, tab, sizeof tab);
         int ta = i == a->view ? (a->color ? A_REVERSE | A_BOLD : A_NORMAL | A_BOLD) : attr;
         x += tui_put(r->y, x, r->w - x, ta, tab);
     }

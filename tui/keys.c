@@ -150,8 +150,9 @@ const char *const *tui_key_help(void)
     LINE("%s", "Colours: red = non-finite, yellow = degenerate output or |x| far");
     LINE("%s", "above the tensor's median over the trace, green = clean. Without");
     LINE("%s", "colour (NO_COLOR) the markers are  !  ~  .");
-    LINE("%s", "Headroom colours (H): red = absmax past the f16 maximum 65504 or");
-    LINE("%s", "+-Inf, yellow = past half of it (under 2x headroom), green = below.");
+    LINE("%s", "Headroom colours (H): red = absmax past the f16 maximum 65504,");
+    LINE("%s", "+-Inf or NaN (non-finite), yellow = past half of it (under 2x");
+    LINE("%s", "headroom), green = below.");
 #undef LINE
     lines[n] = NULL;
     return lines;

@@ -13,10 +13,10 @@
 
 /* ---- colouring ---- */
 
-int tui_headroom_health(bool present, int64_t pinf, int64_t ninf, float absmax)
+int tui_headroom_health(bool present, int64_t nan, int64_t pinf, int64_t ninf, float absmax)
 {
     if (!present) return TUI_H_NONE;
-    if (pinf || ninf) return TUI_H_BAD;
+    if (nan || pinf || ninf || isnan(absmax) || isinf(absmax)) return TUI_H_BAD;
     static const int by_level[3] = { TUI_H_CLEAN, TUI_H_WARN, TUI_H_BAD };
     return by_level[bt_headroom_level(absmax, BT_F16_MAX)];
 }
@@ -439,4 +439,100 @@ void tui_layout_spec(const tui_rect *body, int k, tui_spec_layout *l)
     if (detail_h < 3) detail_h = 0;
     l->list = (tui_rect){ y + 1 + spark_h, body->x, rest - detail_h > 0 ? rest - detail_h : 0, body->w };
     l->detail = (tui_rect){ l->list.y + l->list.h, body->x, detail_h, body->w };
+}
+
+/* ---- fitting text: the tab bar, the walk-back list, wrapped notes ---- */
+
+/* Columns of the first n bytes of s (UTF-8 continuation bytes take none). */
+static int cols_of(const char *s, size_t n)
+{
+    int c = 0;
+    for (size_t i = 0; i < n && s[i]; i++) if (((unsigned char)s[i] & 0xc0) != 0x80) c++;
+    return c;
+}
+
+/* Bytes of s that fill at most width columns (never mid-character). */
+static size_t bytes_for(const char *s, int width)
+{
+    size_t i = 0;
+    int c = 0;
+    while (s[i]) {
+        if (((unsigned char)s[i] & 0xc0) != 0x80) { if (c == width) break; c++; }
+        i++;
+    }
+    return i;
+}
+
+int tui_wrap(const char *s, int width, int max_lines, char *buf, size_t cap, const char **out)
+{
+    int n = 0;
+    size_t o = 0;
+    if (width < 4 || max_lines < 1 || cap < 2) { if (cap) buf[0] = 0; if (max_lines > 0) out[0] = buf; return cap ? 1 : 0; }
+    while (*s == ' ') s++;
+    while (*s && n < max_lines) {
+        size_t len = strlen(s), take;
+        bool last = n == max_lines - 1;
+        if (cols_of(s, len) <= width) take = len;
+        else if (last) take = bytes_for(s, width - 3);
+        else {
+            take = bytes_for(s, width);
+            size_t sp = take;
+            while (sp > 0 && s[sp] != ' ') sp--;
+            if (sp > 0) take = sp;
+        }
+        bool cut = take < len && last;
+        if (o + take + 4 > cap) break;
+        out[n++] = buf + o;
+        memcpy(buf + o, s, take);
+        o += take;
+        while (cut && o > 0 && buf[o - 1] == ' ') o--;
+        if (cut) { memcpy(buf + o, "...", 3); o += 3; }
+        buf[o++] = 0;
+        s += take;
+        while (*s == ' ') s++;
+        if (cut) break;
+    }
+    if (!n) { buf[0] = 0; out[0] = buf; n = 1; }
+    return n;
+}
+
+void tui_walk_line(char *buf, size_t cap, int width, bool compact, int step, const char *where, const char *counts,
+                   const char *note)
+{
+    if (!compact) snprintf(buf, cap, "step %-4d %-15s %-9s %s", step, where, counts, note);
+    else {
+        /* narrower columns, and "; 13 bad in layer" says "; 13 bad" */
+        char n[96];
+        snprintf(n, sizeof n, "%s", note);
+        size_t nl = strlen(n), sl = strlen(" in layer");
+        if (nl > sl && !strcmp(n + nl - sl, " in layer")) n[nl - sl] = 0;
+        snprintf(buf, cap, "%-4d %-13s %-7s %s", step, where, counts, n);
+    }
+    if (width < 4 || cols_of(buf, strlen(buf)) <= width) return;
+    size_t keep = bytes_for(buf, width - 3);
+    while (keep > 0 && buf[keep - 1] == ' ') keep--;
+    if (keep + 4 <= cap) memcpy(buf + keep, "...", 4);
+}
+
+void tui_tab_label(int i, int level, int current, char *buf, size_t cap)
+{
+    const tui_view *v = &tui_views[i];
+    if (level == 0) snprintf(buf, cap, " %c %s ", v->key, v->title);
+    else if (level == 1 || i == current) snprintf(buf, cap, " %c %s ", v->key, v->short_title ? v->short_title : v->title);
+    else snprintf(buf, cap, " %c ", v->key);
+}
+
+int tui_tabs_width(int level, int current)
+{
+    int w = 0;
+    char tab[48];
+    for (int i = 0; i < tui_n_views; i++) { tui_tab_label(i, level, current, tab, sizeof tab); w += (int)strlen(tab); }
+    return w;
+}
+
+int tui_tabs_level(int width, int brand_w, int current)
+{
+    for (int level = 0; level < 2; level++)
+        if (brand_w + tui_tabs_width(level, current) <= width) return level;
+    return 2;
 }

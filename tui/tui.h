@@ -57,6 +57,24 @@ int tui_sanitize(const char *src, size_t len, char *dst, size_t cap, int max_col
 int tui_text_width(const char *s);
 /* Copy at most max_cols columns of a sanitized string into dst. */
 int tui_text_fit(const char *s, char *dst, size_t cap, int max_cols);
+/* s (sanitized) in at most max_lines lines of at most width columns, broken
+ * at spaces where there is one (else mid-word); when text is left over the
+ * last line ends in "...". out[i] point into buf. Returns the line count. */
+int tui_wrap(const char *s, int width, int max_lines, char *buf, size_t cap, const char **out);
+/* One link of the walk-back list: "step 9    L03 ffn_gate    1 NaN     origin;
+ * 4 bad in layer"; compact (the list beside a grid on a narrow screen):
+ * "9    L03 ffn_gate  1 NaN   origin; 4 bad" under a "step tensor bad how"
+ * heading. Either is cut with "..." to width columns. */
+void tui_walk_line(char *buf, size_t cap, int width, bool compact, int step, const char *where, const char *counts,
+                   const char *note);
+/* The tab bar in width columns: 0 when every view's full title fits after
+ * the brand (brand_w columns), 1 when only the short titles do, 2 when only
+ * the keys do (the current view keeps its short title). */
+int tui_tabs_level(int width, int brand_w, int current);
+/* Columns of every tab at a level (no brand). */
+int tui_tabs_width(int level, int current);
+/* The label of view i's tab at a level (" 3 Walk-back ", " 3 Walk ", " 3 ") into buf. */
+void tui_tab_label(int i, int level, int current, char *buf, size_t cap);
 /* "1 NaN", "3 NaN, 2 +Inf", "0 non-finite" into buf. */
 void tui_fmt_bad_counts(char *buf, size_t cap, int64_t nan, int64_t pinf, int64_t ninf);
 
@@ -218,9 +236,11 @@ typedef struct tui_tap {
 } tui_tap;
 /* The colouring decision for a tap. */
 int tui_tap_health(bool present, int64_t nan, int64_t pinf, int64_t ninf, float absmax, float median);
-/* The same cell coloured by f16 headroom (key H): bad past 65504 or +-Inf,
- * warn past half of it, clean below (trace/headroom.h's levels). */
-int tui_headroom_health(bool present, int64_t pinf, int64_t ninf, float absmax);
+/* The same cell coloured by f16 headroom (key H): bad past 65504, or when
+ * it holds +-Inf or NaN (an all-NaN tap has no finite absmax: it is
+ * non-finite, never safe), warn past half of it, clean below
+ * (trace/headroom.h's levels). */
+int tui_headroom_health(bool present, int64_t nan, int64_t pinf, int64_t ninf, float absmax);
 
 typedef struct tui_logits {
     bool present;
@@ -517,6 +537,7 @@ void tui_app_free(tui_app *a);
 typedef struct tui_view {
     const char *name;           /* for --dump and the tab bar */
     const char *title;
+    const char *short_title;    /* the tab bar's when the titles do not fit */
     int key;                    /* number key that selects it */
     void (*draw)(tui_app *a, const tui_rect *body);        /* curses; NULL-safe */
     int (*handle)(tui_app *a, int action, const tui_rect *body);   /* TUI_R_* */

@@ -119,7 +119,7 @@ void tui_draw_grid(tui_app *a, const tui_step *st, const tui_rect *r, int cell_w
             int h = idx >= 0 && idx < st->n_taps ? st->taps[idx].health : TUI_H_NONE;
             if (a->headroom && idx >= 0 && idx < st->n_taps) {
                 const tui_tap *t = &st->taps[idx];
-                h = tui_headroom_health(t->present, t->pinf, t->ninf, t->absmax);
+                h = tui_headroom_health(t->present, t->nan, t->pinf, t->ninf, t->absmax);
             }
             char txt[8];
             int w = cell_w - 1;

@@ -219,7 +219,10 @@ void tui_spec_draw(tui_app *a, const tui_rect *body)
 
 void tui_spec_status(tui_app *a, char *buf, size_t cap)
 {
-    if (!a->spec_valid || !a->spec.present) { snprintf(buf, cap, "not a speculative trace  Tab/1-6:views ?:help q:quit"); return; }
+    if (!a->spec_valid || !a->spec.present) {
+        snprintf(buf, cap, "not a speculative trace  Tab/1-%d:views ?:help q:quit", tui_n_views);
+        return;
+    }
     snprintf(buf, cap, "verify step %d  up/down:verify step  left/right:draft  n/p:next/prev rejection  Enter:Step view  ?:help",
              a->spec_sel);
 }

@@ -33,33 +33,51 @@ void tui_walk_draw(tui_app *a, const tui_rect *body)
     tui_putf(y++, body->x, body->w, A_NORMAL, "  tensor %s, pos %d%s%s", o->tensor, o->first_bad_pos,
              w->extent[0] ? "; " : "", w->extent);
     if (w->argmax_note[0]) {
-        char tmp[300];
+        /* the argmax sentence is long: two lines, the rest elided */
+        char tmp[300], wrapped[320];
+        const char *wl[2];
         tui_sanitize(w->argmax_note, strlen(w->argmax_note), tmp, sizeof tmp, 0, a->san);
-        tui_putf(y++, body->x, body->w, A_NORMAL, "  %s", tmp);
+        int nl = tui_wrap(tmp, body->w - 2, 2, wrapped, sizeof wrapped, wl);
+        for (int i = 0; i < nl; i++) tui_putf(y++, body->x, body->w, A_NORMAL, "  %s", wl[i]);
     }
     y++;
-    /* chain on the left, the selected link's grid on the right if it fits */
+    /* The chain on the left, the selected link's grid on the right if it
+     * fits; a list too narrow for its whole lines beside the grid gets the
+     * compact columns (tui_walk_line), cut with "..." only past those. */
+    char line[256], counts[96], where[112];
+    int need = 0;
+    for (int i = 0; i < w->n; i++) {
+        const tui_link *l = &w->links[i];
+        tui_fmt_bad_counts(counts, sizeof counts, l->nan, l->pinf, l->ninf);
+        if (l->layer >= 0) snprintf(where, sizeof where, "L%02d %s", l->layer, l->op);
+        else snprintf(where, sizeof where, "%s", l->tensor);
+        tui_walk_line(line, sizeof line, 1 << 20, false, l->step, where, counts, l->note);
+        need = BT_MAX(need, tui_text_width(line));
+    }
     const tui_grid *g = a->st_valid ? tui_trace_grid(a->tr, a->st.model) : NULL;
-    int grid_w = g ? 4 + g->n_cols * 2 + 1 : 0;
+    int cell_w = 2, grid_w = g ? 4 + g->n_cols * 2 + 1 : 0;
     int list_w = body->w;
     if (g && body->w - grid_w >= 44) list_w = body->w - grid_w - 1;
     else grid_w = 0;
     int top = y, vis = body->y + body->h - top - 1;
-    tui_put(y, body->x, list_w, A_BOLD, "Propagation (n/p: walk, Enter: open step)");
+    bool compact = need > list_w;
+    if (compact) snprintf(line, sizeof line, "%-4s %-13s %-7s %s", "step", "tensor", "bad", "how (n/p: walk)");
+    else snprintf(line, sizeof line, "Propagation (n/p: walk, Enter: open step)");
+    tui_put(y, body->x, list_w, A_BOLD, line);
     int first = tui_scroll_follow(0, a->walk_sel, vis, w->n);
     for (int i = 0; i < vis && first + i < w->n; i++) {
         const tui_link *l = &w->links[first + i];
-        char counts[96], where[112];
         tui_fmt_bad_counts(counts, sizeof counts, l->nan, l->pinf, l->ninf);
         if (l->layer >= 0) snprintf(where, sizeof where, "L%02d %s", l->layer, l->op);
         else snprintf(where, sizeof where, "%s", l->tensor);
         int attr = (first + i == a->walk_sel ? A_REVERSE : A_NORMAL) | (first + i == 0 ? A_BOLD : 0);
-        tui_putf(top + 1 + i, body->x, list_w, attr, "step %-4d %-15s %-9s %s", l->step, where, counts, l->note);
+        tui_walk_line(line, sizeof line, list_w, compact, l->step, where, counts, l->note);
+        tui_put(top + 1 + i, body->x, list_w, attr, line);
     }
     if (grid_w && a->st_valid) {
         tui_rect gr = { top, body->x + list_w + 1, body->y + body->h - top, grid_w };
         int gtop = 0;
-        tui_draw_grid(a, &a->st, &gr, 2, &gtop, a->sel_idx);
+        tui_draw_grid(a, &a->st, &gr, cell_w, &gtop, a->sel_idx);
     }
 }
 

@@ -21,6 +21,8 @@ src/trace/schema.c: $(top_srcdir)/traces/schema.sql
 	  echo ';'; } > $@-t && mv -f $@-t $@
 # analysis shared by bisect, report and the browser; the two commands
 libbttrace_a_SOURCES += src/trace/analyze.h src/trace/analyze.c src/trace/headroom.h src/trace/headroom.c
+# the layers x steps PNG of report --png and export --png (libpng)
+libbttrace_a_SOURCES += src/trace/picture.h src/trace/picture.c
 libbtcmd_a_SOURCES += src/cmd_bisect.c src/cmd_report.c
 # the one tap comparator (bisect --reference and diff)
 libbttrace_a_SOURCES += src/trace/compare.h src/trace/compare.c

@@ -16,7 +16,9 @@ KIND:
             writes them.
   big       SmolLM2-135M-shaped (30 layers, 393 tapped tensors) with --steps N
             decode steps (default 300000, about 1 GB); NaN at step N-20000,
-            layer 17, ffn_down, then '!' to the end.
+            layer 17, ffn_down, then '!' to the end. --layers L (default 30,
+            at least 19) makes it L layers deep, --bad-step S
+            puts the NaN at step S.
   spec      speculative decoding as `run --spec-k 4 --draft-self 2` records it
             (greedy): step 0 target prefill, then per round 4 draft steps
             (model 'draft', its own tensors: blk.0..1 + embd/norm/logits) and
@@ -260,14 +262,15 @@ def small_trace(kind, out, schema):
     finish_db(db)
 
 
-def big_trace(out, schema, n_steps):
-    n_layers, dim, kv, ffn, vocab = 30, 576, 192, 1536, 49152
+def big_trace(out, schema, n_steps, n_layers=30, bad_step=None):
+    dim, kv, ffn, vocab = 576, 192, 1536, 49152
     tens = tensor_list(n_layers, dim, kv, ffn, vocab)
     idx_of = {t[0]: i for i, t in enumerate(tens)}
     db = open_db(out, schema)
     db.commit()
     db.isolation_level = None            # explicit BEGIN / COMMIT below
-    bad_step = max(1, n_steps - 20000)
+    if bad_step is None:
+        bad_step = max(1, n_steps - 20000)
     write_meta(db, {
         "tool_version": "0.1.0 (tests/data-gen/make_trace.py big)", "schema_version": "1", "status": "ok",
         "argv": "bangtrace run -n %d --inject nan@step=%d,layer=17,op=ffn_down --trace big.db" % (n_steps, bad_step),
@@ -536,6 +539,8 @@ def main(argv):
         return 2
     kind, out = argv[1], argv[2]
     steps = 300000
+    layers = 30
+    bad = None
     here = os.path.dirname(os.path.abspath(__file__))
     schema = os.path.join(here, "..", "..", "traces", "schema.sql")
     i = 3
@@ -544,12 +549,16 @@ def main(argv):
             steps = int(argv[i + 1]); i += 2
         elif argv[i] == "--schema":
             schema = argv[i + 1]; i += 2
+        elif argv[i] == "--bad-step":
+            bad = int(argv[i + 1]); i += 2
+        elif argv[i] == "--layers":
+            layers = int(argv[i + 1]); i += 2
         else:
             sys.stderr.write("make_trace.py: unknown argument %s\n" % argv[i]); return 2
     if kind in ("clean", "collapse"):
         small_trace(kind, out, schema)
     elif kind == "big":
-        big_trace(out, schema, steps)
+        big_trace(out, schema, steps, max(19, layers), bad)
     elif kind == "spec":
         spec_trace(out, schema, steps if steps != 300000 else 41)
     elif kind == "foreign":
