@@ -174,3 +174,11 @@ check_PROGRAMS += tests/test_foreign
 TESTS += tests/test_foreign
 tests_test_foreign_SOURCES = tests/test_foreign.c
 tests_test_foreign_LDADD = $(LLAMA_ENGINE_LIBS) $(TRACE_LIBS) $(LLAMA_CPP_LIBS)
+
+# numerics profiles behind the backend seam (issue 22): the engine's numerics
+# go through the backend's num_* ops (counted by a wrapper), the fallbacks of
+# a device stand-in give the CPU's bits, mm_acc=f16 is refused there
+check_PROGRAMS += tests/test_numerics_seam
+TESTS += tests/test_numerics_seam
+tests_test_numerics_seam_SOURCES = tests/test_numerics_seam.c
+tests_test_numerics_seam_LDADD = $(CORE_LIBS)
