@@ -238,7 +238,6 @@ int bt_backend_plugin_init(int abi_version, int device, bt_backend **out, char *
  * (bt_numerics_mm_plain: no copy at all); with f16 accumulation it returns
  * BT_EUNSUPPORTED naming num_matmul. bt_backend_num_check: the backend's
  * num_check, else that rule. */
-struct bt_numerics;
 int bt_backend_num_check(bt_backend *be, const struct bt_numerics *n);
 int bt_backend_num_round(bt_backend *be, bt_buf *b, size_t off, size_t rows, size_t width, int fmt);
 int bt_backend_num_matmul(bt_backend *be, const struct bt_numerics *n, int type, bt_buf *W, int64_t rows,
