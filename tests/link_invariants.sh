@@ -63,6 +63,18 @@ if [ -f "$B/bangtrace-cuda.so" ]; then
     else fail "the CUDA plugin exports: $(tr '\n' ' ' < "$TMP/plugin.d")"; fi
 fi
 
+# Numerics profiles go through the backend seam (issue 22): the engine hands
+# the profile to the backend's num_* ops and runs none of the numerics code
+# itself, nor borrows the CPU backend's pool or a buffer's host memory for it.
+if [ -f "$B/src/engine/engine.o" ]; then
+    if nm "$B/src/engine/engine.o" | awk '$1 == "U" { print $2 }' |
+        grep -E '^(bt_numerics_(store|kv|matmul|rmsnorm|attention|ctx_new|ctx_use)|bt_num_round|bt_matmul|bt_backend_cpu_pool)$' > "$TMP/bad"; then
+        fail "src/engine/engine.c computes numerics itself: $(tr '\n' ' ' < "$TMP/bad")"
+    else ok "the engine reaches numerics only through the backend seam"; fi
+    nm "$B/src/engine/engine.o" | awk '$1 == "U" { print $2 }' | grep -q '^bt_backend_num_matmul$' &&
+        ok "the engine calls bt_backend_num_matmul" || fail "engine.o does not call bt_backend_num_matmul (is nm reading it?)"
+else fail "$B/src/engine/engine.o not found"; fi
+
 # Sources of the core library include none of those headers.
 core_src="$S/src/model $S/src/tokenizer $S/src/engine $S/kernels $S/src/util.c $S/src/util.h $S/src/request.c
           $S/src/request.h $S/src/chat.c $S/src/tap/stats.c $S/src/tap/stats.h $S/src/tap/inject.c

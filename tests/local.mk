@@ -191,3 +191,11 @@ EXTRA_DIST += tests/serve_robust.sh
 # issue 22, report/export --png (picture) and browser fixes (h5-png)
 TESTS += tests/report_png.sh
 EXTRA_DIST += tests/report_png.sh tests/png_pixels.py
+
+# numerics profiles behind the backend seam (issue 22): the engine's numerics
+# go through the backend's num_* ops (counted by a wrapper), the fallbacks of
+# a device stand-in give the CPU's bits, mm_acc=f16 is refused there
+check_PROGRAMS += tests/test_numerics_seam
+TESTS += tests/test_numerics_seam
+tests_test_numerics_seam_SOURCES = tests/test_numerics_seam.c
+tests_test_numerics_seam_LDADD = $(CORE_LIBS)

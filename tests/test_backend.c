@@ -10,8 +10,10 @@
  *
  * Non-finite values must match class for class (NaN, +Inf, -Inf) at the same
  * indexes; finite values by NMSE = sum (got - want)^2 / sum want^2. Taps
- * (stats), mutations (inject), read/set and kernel names are checked too. */
+ * (stats), mutations (inject), read/set, kernel names and the numerics ops
+ * (num_round bit for bit on every backend) are checked too. */
 #include "backend/backend_impl.h"
+#include "engine/numerics.h"
 #include "kernels_impl.h"
 #include "check.h"
 
@@ -419,6 +421,122 @@ static void test_attention(int n_heads, int n_kv, int hd, int T, int pos0, bool 
     free(q); free(k); free(v); free(kc); free(vc); free(cs); free(sn); free(wq); free(wkc); free(wctx); free(wvc);
 }
 
+/* The numerics ops (ABI 3) through bt_backend_num_* (the backend's own op,
+ * else the generic fallback). num_round is held bit for bit to
+ * bt_num_round on every backend (storage rounding has one right answer, a
+ * device's included), and touches nothing outside its rows; num_matmul,
+ * num_rmsnorm and num_attention to the host numerics code run here: bit for
+ * bit on the CPU, by normalized error on a device (its own product under the
+ * converted input). mm_acc=f16 without a num_matmul is refused naming it. */
+static void test_numerics_ops(void)
+{
+    static const int fmts[] = { BT_NUM_F16, BT_NUM_BF16, BT_NUM_Q8_0, BT_NUM_Q8_1 };
+    static const int widths[] = { 7, 64, 100 };
+    for (size_t fi = 0; fi < BT_ARRAY_SIZE(fmts); fi++)
+        for (size_t wi = 0; wi < BT_ARRAY_SIZE(widths); wi++) {
+            int rows = 3, W = widths[wi];
+            size_t n = (size_t)rows * W, all = n + 12;
+            float *x = malloc(all * sizeof(float)), *h = malloc(all * sizeof(float));
+            fill(x, all, -3, 3);
+            x[9] = 7e4f; x[10] = -65519.0f; x[11] = 1e-7f; x[12] = 3e-39f;   /* f16 overflow, subnormals */
+            poison(x + 8, n, 23);
+            memcpy(h, x, all * sizeof(float));
+            for (int r = 0; r < rows; r++) bt_num_round(fmts[fi], h + 8 + (size_t)r * W, (size_t)W);
+            bt_buf *b = up(be, x, all);
+            CHECK_OK(bt_backend_num_round(be, b, 8, (size_t)rows, (size_t)W, fmts[fi]));
+            float *g = down(be, b, 0, all);
+            CHECK(memcmp(g, h, all * sizeof(float)) == 0, "num_round fmt %d width %d on %s: different bits", fmts[fi], W, dev);
+            free(g); free(x); free(h);
+            be->iface->buf_free(be, b);
+        }
+
+    bt_numerics_ctx *hc = NULL;
+    char what[96];
+    /* num_matmul: f16 inputs on f32 weights, q8_0 activations on q4_0, f16 accumulation on f16 */
+    static const struct { const char *spec; int type; } mms[] = {
+        { "mm_in=f16", BT_DT_F32 }, { "act_q=q8_0", BT_DT_Q4_0 }, { "llama.cpp-cpu", BT_DT_Q4_1 },
+        { "mm_acc=f16,mm_in=f16", BT_DT_F16 },
+    };
+    for (size_t k = 0; k < BT_ARRAY_SIZE(mms); k++) {
+        bt_numerics n;
+        CHECK_OK(bt_numerics_parse(mms[k].spec, &n));
+        int64_t rows = 37, cols = 96;
+        int T = 3;
+        uint8_t *Wt = rand_weights(mms[k].type, rows * cols);
+        size_t wbytes = bt_dtype_row_size(mms[k].type, cols) * rows;
+        float *x = malloc((size_t)(T * cols + 5) * sizeof(float)), *ref = malloc((size_t)(T * rows) * sizeof(float));
+        fill(x, (size_t)(T * cols + 5), -1, 1);
+        CHECK_OK(bt_numerics_ctx_use(&hc, &n, NULL));
+        bt_numerics_matmul(hc, NULL, mms[k].type, Wt, rows, cols, x + 5, T, ref);
+        bt_buf *wb = NULL, *xb = up(be, x, (size_t)(T * cols + 5)), *ob = NULL;
+        CHECK_OK(be->iface->buf_upload(be, Wt, wbytes, &wb));
+        CHECK_OK(be->iface->buf_alloc(be, (size_t)(T * rows) * sizeof(float), &ob));
+        int rc = bt_backend_num_matmul(be, &n, mms[k].type, wb, rows, cols, xb, 5, T, ob);
+        snprintf(what, sizeof what, "num_matmul %s on %s weights", mms[k].spec, bt_dtype(mms[k].type)->name);
+        if (rc == BT_EUNSUPPORTED && n.mm_acc == BT_NUM_F16 && !be->iface->num_matmul) {
+            CHECK(strstr(bt_errmsg(), "num_matmul") != NULL, "%s: the refusal names num_matmul: %s", what, bt_errmsg());
+        } else {
+            CHECK_OK(rc);
+            float *g = down(be, ob, 0, (size_t)(T * rows));
+            double *want = malloc((size_t)(T * rows) * sizeof(double));
+            for (int64_t i = 0; i < T * rows; i++) want[i] = ref[i];
+            if (!cpu) CHECK(memcmp(g, ref, (size_t)(T * rows) * sizeof(float)) == 0, "%s on cpu: different bits", what);
+            else expect_close(what, g, want, (size_t)(T * rows), 1e-9);
+            free(g); free(want);
+        }
+        be->iface->buf_free(be, wb); be->iface->buf_free(be, xb); be->iface->buf_free(be, ob);
+        free(Wt); free(x); free(ref);
+    }
+
+    /* num_rmsnorm (norm=ggml, weights at an offset of 3) and num_attention
+     * (llama.cpp-cpu: q and the V sums in f16; -nofa: the mul_mat path) */
+    bt_numerics n;
+    CHECK_OK(bt_numerics_parse("llama.cpp-cpu", &n));
+    CHECK_OK(bt_numerics_ctx_use(&hc, &n, NULL));
+    {
+        int T = 3, W = 64;
+        size_t cnt = (size_t)T * W;
+        float *x = malloc(cnt * sizeof(float)), *w = malloc((W + 3) * sizeof(float)), *ref = malloc(cnt * sizeof(float));
+        fill(x, cnt, -3, 3); fill(w, (size_t)W + 3, 0.5f, 1.5f);
+        bt_numerics_rmsnorm(hc, ref, x, w + 3, T, W, 1e-5f);
+        bt_buf *xb = up(be, x, cnt), *wb = up(be, w, (size_t)W + 3), *ob = up(be, x, cnt);
+        CHECK_OK(bt_backend_num_rmsnorm(be, &n, ob, xb, wb, 3, T, W, 1e-5f));
+        float *g = down(be, ob, 0, cnt);
+        double *want = malloc(cnt * sizeof(double));
+        for (size_t i = 0; i < cnt; i++) want[i] = ref[i];
+        if (!cpu) CHECK(memcmp(g, ref, cnt * sizeof(float)) == 0, "num_rmsnorm norm=ggml on cpu: different bits");
+        else expect_close("num_rmsnorm norm=ggml", g, want, cnt, 1e-12);
+        free(g); free(want); free(x); free(w); free(ref);
+        be->iface->buf_free(be, xb); be->iface->buf_free(be, wb); be->iface->buf_free(be, ob);
+    }
+    for (int variant = 0; variant < 2; variant++) {
+        CHECK_OK(bt_numerics_parse(variant ? "llama.cpp-cpu-nofa" : "llama.cpp-cpu", &n));
+        CHECK_OK(bt_numerics_ctx_use(&hc, &n, NULL));
+        int n_heads = 4, n_kv = 2, hd = 32, T = 5, pos0 = 6, ctx = pos0 + T + 2;
+        int q_dim = n_heads * hd, kv_dim = n_kv * hd;
+        size_t nq = (size_t)T * q_dim, nc = (size_t)ctx * kv_dim;
+        float *q = malloc(nq * 4), *kc = malloc(nc * 4), *vc = malloc(nc * 4), *ref = malloc(nq * 4);
+        fill(q, nq, -1, 1); fill(kc, nc, -1, 1); fill(vc, nc, -1, 1);
+        bt_num_round(BT_NUM_F16, kc, nc);   /* an f16 cache, as kv=f16 leaves it */
+        bt_num_round(BT_NUM_F16, vc, nc);
+        bt_numerics_attention(hc, &(bt_numerics_attn){ .q = q, .kc = kc, .vc = vc, .ctx = ref, .T = T, .pos0 = pos0,
+                                                       .n_heads = n_heads, .n_kv_heads = n_kv, .hd = hd });
+        bt_buf *qb = up(be, q, nq), *kcb = up(be, kc, nc), *vcb = up(be, vc, nc), *ob = up(be, q, nq);
+        bt_attn_args a = { .q = qb, .k_cache = kcb, .v_cache = vcb, .cache_off = 0, .out = ob, .T = T, .pos0 = pos0,
+                           .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd, .ctx_len = ctx };
+        CHECK_OK(bt_backend_num_attention(be, &n, &a));
+        float *g = down(be, ob, 0, nq);
+        double *want = malloc(nq * sizeof(double));
+        for (size_t i = 0; i < nq; i++) want[i] = ref[i];
+        snprintf(what, sizeof what, "num_attention %s", variant ? "llama.cpp-cpu-nofa" : "llama.cpp-cpu");
+        if (!cpu) CHECK(memcmp(g, ref, nq * sizeof(float)) == 0, "%s on cpu: different bits", what);
+        else expect_close(what, g, want, nq, 1e-9);
+        free(g); free(want); free(q); free(kc); free(vc); free(ref);
+        be->iface->buf_free(be, qb); be->iface->buf_free(be, kcb); be->iface->buf_free(be, vcb); be->iface->buf_free(be, ob);
+    }
+    bt_numerics_ctx_free(hc);
+}
+
 /* stats and inject against their host references; read/set round trips. */
 static void test_observation(void)
 {
@@ -580,6 +698,7 @@ int main(int argc, char **argv)
         test_attention_batch(14, 2, 128, 11, 200, false);
     }
     test_observation();
+    test_numerics_ops();
     bt_backend_free(be);
     bt_backend_free(cpu);
     printf("%s: %d checks, %d failures\n", dev, checks, failures);

@@ -12,7 +12,9 @@
  *   - rmsnorm and softmax by normalized error, rope bit for bit (same
  *     roundings as src/engine/engine.c, whose static functions are repeated
  *     here as the reference);
- *   - injected values (scale, noise) bit for bit with bt_injector_apply.
+ *   - injected values (scale, noise) bit for bit with bt_injector_apply;
+ *   - the numerics storage formats of num_round (f16, bf16, q8) bit for bit
+ *     with bt_num_round.
  * Needs no GPU: never skips. */
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +26,7 @@
 #include "tap/stats.h"
 #include "tap/inject.h"
 #include "engine/engine.h"
+#include "engine/numerics.h"
 #include "../kernels/cuda/math.cuh"
 
 static uint64_t rng_state = 0x12345678abcdefull;
@@ -273,6 +276,58 @@ static void test_inject(void)
     }
 }
 
+/* num_round's storage formats (math.cuh) against src/engine/numerics.c:
+ * every exponent with edge mantissas and random bit patterns through f16
+ * and bf16, and q8 rows (random, with NaN / Inf, all zero, a partial last
+ * block), all bit for bit. */
+static void test_num_round(void)
+{
+    CHECK((int)BT_CU_NUM_F32 == (int)BT_NUM_F32 && (int)BT_CU_NUM_F16 == (int)BT_NUM_F16 &&
+          (int)BT_CU_NUM_BF16 == (int)BT_NUM_BF16 && (int)BT_CU_NUM_Q8_0 == (int)BT_NUM_Q8_0 &&
+          (int)BT_CU_NUM_Q8_1 == (int)BT_NUM_Q8_1, "format ids agree with enum bt_num_fmt");
+    int bad16 = 0, badbf = 0;
+    for (int i = 0; i < 300000; i++) {
+        uint32_t u;
+        if (i < 256 * 64) {
+            uint32_t e = (uint32_t)i / 64, m = (uint32_t)i % 64;
+            u = e << 23 | (m < 32 ? m : 0x7fffffu - (m - 32)) | (i & 1u) << 31;
+        } else u = rnd() << 16 ^ rnd();
+        if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffff)) u |= 0x400000u;   /* quiet NaNs only */
+        float x;
+        memcpy(&x, &u, 4);
+        if (bt_cu_f32_to_f16(x) != bt_num_f32_to_f16(x)) bad16++;
+        if (bt_cu_f32_to_bf16(x) != bt_num_f32_to_bf16(x)) badbf++;
+        float a = x, b = x;
+        bt_cu_num_round_row(BT_CU_NUM_F16, &a, 1);
+        bt_num_round(BT_NUM_F16, &b, 1);
+        if (bits(a) != bits(b)) bad16++;
+        a = b = x;
+        bt_cu_num_round_row(BT_CU_NUM_BF16, &a, 1);
+        bt_num_round(BT_NUM_BF16, &b, 1);
+        if (bits(a) != bits(b)) badbf++;
+    }
+    CHECK(bad16 == 0, "%d f16 conversions differ from bt_num_f32_to_f16", bad16);
+    CHECK(badbf == 0, "%d bf16 conversions differ from bt_num_f32_to_bf16", badbf);
+    int badq = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        float x[100], a[100], b[100];
+        float scale = trial % 4 == 0 ? 1e-6f : trial % 4 == 1 ? 1.0f : trial % 4 == 2 ? 300.0f : 7e4f;
+        for (int i = 0; i < 100; i++) x[i] = frand() * scale;
+        if (trial % 7 == 1) x[trial % 100] = NAN;
+        if (trial % 7 == 2) x[trial % 100] = -INFINITY;
+        if (trial % 7 == 3) for (int i = 32; i < 64; i++) x[i] = 0.0f;
+        if (trial % 7 == 4) x[5] = x[9] = 127.5f, x[6] = -63.5f;   /* ties at the scale 1 */
+        for (int fmt = BT_NUM_Q8_0; fmt <= BT_NUM_Q8_1; fmt++) {
+            memcpy(a, x, sizeof(x));
+            memcpy(b, x, sizeof(x));
+            bt_cu_num_round_row(fmt, a, 100);
+            bt_num_round(fmt, b, 100);
+            if (memcmp(a, b, sizeof(a))) badq++;
+        }
+    }
+    CHECK(badq == 0, "%d q8 rows differ from bt_num_round", badq);
+}
+
 int main(void)
 {
     bt_kernels_init();
@@ -283,6 +338,7 @@ int main(void)
     test_stats();
     test_rmsnorm_rope_softmax();
     test_inject();
+    test_num_round();
     printf("%d checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
 }

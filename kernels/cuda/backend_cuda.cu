@@ -728,6 +728,21 @@ static int cu_mem_info(bt_backend *be, bt_backend_mem *out)
     return BT_OK;
 }
 
+/* ---- ABI 3: numerics profiles ----
+ * Only the storage rounding runs here (act= and kv=, math.cuh's
+ * conversions); the other numerics ops take the host's generic fallbacks
+ * (src/backend/backend.c), and mm_acc=f16 is refused, naming num_matmul. */
+static int cu_num_round(bt_backend *be, bt_buf *b, size_t off, size_t rows, size_t width, int fmt)
+{
+    cuda_be *c = CB(be);
+    if (fmt != BT_CU_NUM_F16 && fmt != BT_CU_NUM_BF16 && fmt != BT_CU_NUM_Q8_0 && fmt != BT_CU_NUM_Q8_1) return BT_OK;
+    if ((off + rows * width) * sizeof(float) > b->bytes) return bt_error(BT_ERANGE, "CUDA: rounding past the end of a buffer");
+    int rc = seg_begin(c);
+    if (rc) return rc;
+    CU(bt_cu_num_round(c->stream, F(b, off), rows, width, fmt));
+    return BT_OK;
+}
+
 static const struct bt_backend_i cuda_iface = {
     .name = cu_name,
     .describe = cu_describe,
@@ -758,6 +773,11 @@ static const struct bt_backend_i cuda_iface = {
     .mark = cu_mark,
     .activity = cu_activity,
     .mem_info = cu_mem_info,
+    .num_check = NULL,            /* the fallbacks' rule: mm_acc=f16 is refused */
+    .num_round = cu_num_round,
+    .num_matmul = NULL,           /* generic fallback: the input converted on the host, cu_matmul on a copy */
+    .num_rmsnorm = NULL,          /* generic fallback on host copies */
+    .num_attention = NULL,        /* generic fallback on host copies */
 };
 
 /* The plugin's one export. A one-line reason in err for every refusal. */

@@ -24,6 +24,9 @@ cudaError_t bt_cu_rope_neox(cudaStream_t s, float *x, int T, int n_heads, int he
 cudaError_t bt_cu_add_row(cudaStream_t s, float *x, int T, int width, const float *b);
 cudaError_t bt_cu_attention(cudaStream_t s, const float *q, const float *kc, const float *vc, float *out,
                             float *scratch, int T, int pos0, int n_heads, int n_kv_heads, int head_dim, int ctx_len);
+/* Round rows x width values in place to a numerics storage format
+ * (BT_CU_NUM_*: bt_cu_num_round_row on each row). */
+cudaError_t bt_cu_num_round(cudaStream_t s, float *x, size_t rows, size_t width, int fmt);
 cudaError_t bt_cu_swiglu(cudaStream_t s, float *out, const float *gate, const float *up, size_t n);
 cudaError_t bt_cu_add(cudaStream_t s, float *x, const float *y, size_t n);
 cudaError_t bt_cu_stats_launch(cudaStream_t s, const float *x, int64_t n, bt_cu_stats *slots, int slot);

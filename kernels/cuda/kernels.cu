@@ -186,6 +186,19 @@ __global__ void bt_k_add(float *x, const float *y, size_t n)
         x[i] = bt_add(x[i], y[i]);
 }
 
+/* num_round: f16 / bf16 one thread per value; q8 one thread per block of
+ * 32 (blocks run along each row of width; a partial last block is left). */
+__global__ void bt_k_num_round(float *x, size_t rows, size_t width, int fmt)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x, i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (fmt == BT_CU_NUM_Q8_0 || fmt == BT_CU_NUM_Q8_1) {
+        size_t nb = width / 32;
+        for (size_t u = i0; u < rows * nb; u += stride) bt_cu_num_round_q8(x + (u / nb) * width + (u % nb) * 32);
+        return;
+    }
+    for (size_t i = i0; i < rows * width; i += stride) x[i] = bt_cu_num_round1(fmt, x[i]);
+}
+
 /* One block reduces one tensor into slots[slot] (the per-step array). */
 __global__ void bt_k_stats(const float *x, int64_t n, bt_cu_stats *slots, int slot)
 {
@@ -269,6 +282,14 @@ cudaError_t bt_cu_add_row(cudaStream_t s, float *x, int T, int width, const floa
 {
     size_t n = (size_t)T * (size_t)width;
     bt_k_add_row<<<grid_for(n, BT_CU_NT), BT_CU_NT, 0, s>>>(x, b, width, n);
+    return cudaGetLastError();
+}
+
+cudaError_t bt_cu_num_round(cudaStream_t s, float *x, size_t rows, size_t width, int fmt)
+{
+    size_t n = fmt == BT_CU_NUM_Q8_0 || fmt == BT_CU_NUM_Q8_1 ? rows * (width / 32) : rows * width;
+    if (!n) return cudaSuccess;
+    bt_k_num_round<<<grid_for(n, BT_CU_NT), BT_CU_NT, 0, s>>>(x, rows, width, fmt);
     return cudaGetLastError();
 }
 

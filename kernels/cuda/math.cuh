@@ -441,4 +441,76 @@ BT_HD float bt_cu_inject_value(int kind, float old, float v, int step, int layer
     }
 }
 
+/* ---- numerics profiles: the storage formats of num_round ----
+ * src/engine/numerics.c's conversions, bit for bit (tests/test_cuda_math.c
+ * checks them against bt_num_round on edge cases and random patterns):
+ * f32 -> f16 and bf16 round to nearest even with the same NaN quieting,
+ * and llama.cpp's q8 block (d = amax/127 stored as f16, q = round half to
+ * even of x * 127/amax, dequantized d * q). Format ids as enum bt_num_fmt. */
+enum { BT_CU_NUM_F32 = 0, BT_CU_NUM_F16 = 1, BT_CU_NUM_BF16 = 2, BT_CU_NUM_Q8_0 = 3, BT_CU_NUM_Q8_1 = 4 };
+
+/* src/util.c's bt_f32_to_f16, the same bit manipulation. */
+BT_HD uint16_t bt_cu_f32_to_f16(float f)
+{
+    uint32_t x = bt_cu_f32_bits(f), sign = (x >> 16) & 0x8000;
+    int32_t ex = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+    uint32_t man = x & 0x7fffff;
+    if (((x >> 23) & 0xff) == 0xff) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 | (man >> 13) : 0));
+    if (ex >= 31) return (uint16_t)(sign | 0x7c00);
+    if (ex <= 0) {
+        if (ex < -10) return (uint16_t)sign;
+        man |= 0x800000;
+        uint32_t shift = (uint32_t)(14 - ex);
+        uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = sign | (uint32_t)ex << 10 | (man >> 13);
+    uint32_t rem = man & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++;
+    return (uint16_t)half;
+}
+
+BT_HD uint16_t bt_cu_f32_to_bf16(float f)
+{
+    uint32_t u = bt_cu_f32_bits(f);
+    if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40);   /* quiet NaN */
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+/* One value stored as f16 or bf16 (any other format: unchanged). */
+BT_HD float bt_cu_num_round1(int fmt, float x)
+{
+    if (fmt == BT_CU_NUM_F16) return bt_cu_f16(bt_cu_f32_to_f16(x));
+    if (fmt == BT_CU_NUM_BF16) return bt_cu_bf16(bt_cu_f32_to_bf16(x));
+    return x;
+}
+
+/* One block of 32 quantized to q8 and back, in place. The products are
+ * exact (an f16 scale times an integer of 8 bits); a NaN quotient becomes
+ * 0, as the host's float -> int8 conversion leaves it. */
+BT_HD void bt_cu_num_round_q8(float *x)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+    float d = bt_cu_f16(bt_cu_f32_to_f16(amax / 127.f));
+    float id = amax != 0.0f ? 127.f / amax : 0.0f;
+    for (int i = 0; i < 32; i++) {
+        float r = nearbyintf(x[i] * id);
+        int q = r != r ? 0 : (int)r;
+        x[i] = d * (float)q;
+    }
+}
+
+/* A row of n values as bt_num_round stores it: whole blocks of 32 for q8
+ * (a partial last block left alone), every value for f16 / bf16. */
+BT_HD void bt_cu_num_round_row(int fmt, float *x, int64_t n)
+{
+    if (fmt == BT_CU_NUM_Q8_0 || fmt == BT_CU_NUM_Q8_1) {
+        for (int64_t b = 0; b + 32 <= n; b += 32) bt_cu_num_round_q8(x + b);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) x[i] = bt_cu_num_round1(fmt, x[i]);
+}
+
 #endif

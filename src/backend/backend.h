@@ -28,9 +28,9 @@ typedef struct bt_buf bt_buf;
 int bt_backend_open(const char *device, int n_threads, bt_backend **out);
 /* The built-in CPU backend (kernels/cpu) with its own pool of n_threads. */
 int bt_backend_cpu_new(int n_threads, bt_backend **out);
-/* The CPU backend's thread pool (engine-side CPU-only paths: numerics
- * profiles); NULL for any other backend. Host-side only, not in the plugin
- * ABI. */
+/* The CPU backend's thread pool; NULL for any other backend. Host-side
+ * only, not in the plugin ABI (numerics profiles no longer borrow it: they
+ * are the backend's num_* ops). */
 struct bt_pool;
 struct bt_pool *bt_backend_cpu_pool(const bt_backend *be);
 void bt_backend_free(bt_backend *be);                 /* NULL is a no-op */

@@ -34,6 +34,8 @@
 #include "tap/stats.h"
 #include "tap/kernel_rows.h"
 
+struct bt_numerics;   /* engine/numerics.h: a numerics profile, plain data */
+
 /* Kernel families, for kernel_name (events name the kernel that wrote a
  * tensor: "matmul q4_1/avx512"). */
 enum bt_kop {
@@ -166,6 +168,42 @@ struct bt_backend_i {
     int (*activity)(bt_backend *be, bt_act_fn fn, void *user);
     /* optional: memory and upload time (bt_backend_mem). */
     int (*mem_info)(bt_backend *be, bt_backend_mem *out);
+
+    /* ---- ABI 3: numerics profiles (--numerics, doc/numerics.md) ----
+     * The engine hands a profile (struct bt_numerics, engine/numerics.h:
+     * plain ints, part of this ABI) to these ops and never touches a buffer
+     * itself. Each is optional: NULL takes the generic fallback below
+     * (bt_backend_num_*), which reads the operands to the host, runs the CPU
+     * backend's code on them (bit for bit what the CPU computes) and writes
+     * the result back; only mm_acc=f16 has no fallback and is refused at
+     * bt_engine_set_numerics, naming num_matmul. The CPU backend is the
+     * reference: a backend's own op matches it as its plain op does. */
+    /* optional: can this backend's numerics ops run profile n? BT_OK, or
+     * BT_EUNSUPPORTED with a one-line reason starting "--numerics: " naming
+     * the part or op it cannot run. NULL: the fallbacks' rule (above). */
+    int (*num_check)(bt_backend *be, const struct bt_numerics *n);
+    /* optional: round rows x width floats at off, in place, to the storage
+     * format fmt (enum bt_num_fmt: f32 no-op, f16, bf16 round to nearest
+     * even; q8_0 / q8_1 quantize and dequantize each whole block of 32 along
+     * a row, a partial last block left alone): bt_num_round of each row.
+     * The engine rounds every op's output (fmt n->act, one row of all the
+     * op's values) and the rows it appends to the KV cache (n->kv, rows of
+     * kv_dim). */
+    int (*num_round)(bt_backend *be, bt_buf *b, size_t off, size_t rows, size_t width, int fmt);
+    /* optional: matmul (as above) under profile n: the input converted as
+     * bt_numerics_mm_input says (n->mm_in, n->act_q) and, for mm_acc=f16 on
+     * an unquantized weight, every running sum rounded to f16
+     * (bt_numerics_matmul). */
+    int (*num_matmul)(bt_backend *be, const struct bt_numerics *n, int type, bt_buf *W, int64_t rows,
+                      int64_t cols, bt_buf *x, size_t x_off, int T, bt_buf *out);
+    /* optional: rmsnorm (as above) with n->norm's accumulation
+     * (bt_numerics_rmsnorm); called only when bt_numerics_norm_custom_n. */
+    int (*num_rmsnorm)(bt_backend *be, const struct bt_numerics *n, bt_buf *out, bt_buf *x, bt_buf *w,
+                       size_t w_off, int T, int width, float eps);
+    /* optional: attention (as above) as n->attn, n->softmax and n->kv say
+     * (bt_numerics_attention); called only when bt_numerics_attn_custom_n,
+     * for heads of up to BT_NUMERICS_MAX_HEAD_DIM values. */
+    int (*num_attention)(bt_backend *be, const struct bt_numerics *n, const bt_attn_args *a);
 };
 
 /* Every backend handle starts with its vtable; the rest is the backend's. */
@@ -182,12 +220,31 @@ struct bt_backend {
  * reason in err ("no CUDA driver", "device 3 of 2"), and must refuse an ABI
  * version it was not built for. The ABI version changes whenever
  * struct bt_backend_i, bt_attn_args, bt_mutation, bt_tap_stats, bt_act or
- * bt_backend_mem change layout (2: rope_neox, add_row, scatter_add, enable,
- * mark, activity, mem_info); hooks are only ever added at the end. */
-#define BT_BACKEND_ABI_VERSION 2
+ * bt_backend_mem or bt_numerics change layout (2: rope_neox, add_row,
+ * scatter_add, enable, mark, activity, mem_info; 3: num_check, num_round,
+ * num_matmul, num_rmsnorm, num_attention); hooks are only ever added at the
+ * end. */
+#define BT_BACKEND_ABI_VERSION 3
 #define BT_BACKEND_PLUGIN_ENTRY "bt_backend_plugin_init"
 typedef int (*bt_backend_plugin_init_fn)(int abi_version, int device, bt_backend **out, char *err, size_t errcap);
 int bt_backend_plugin_init(int abi_version, int device, bt_backend **out, char *err, size_t errcap);
+
+/* ---- numerics ops with their fallbacks (src/backend/backend.c) ----
+ * The backend's hook when it has one, else the generic fallback: operands
+ * read to the host, the CPU backend's numerics code run there (one thread,
+ * the same bits: every value it computes is independent of the thread
+ * count), the result written back with `set`. The matmul fallback converts
+ * the input on the host and runs the backend's own matmul on a scratch copy
+ * (bt_numerics_mm_plain: no copy at all); with f16 accumulation it returns
+ * BT_EUNSUPPORTED naming num_matmul. bt_backend_num_check: the backend's
+ * num_check, else that rule. */
+int bt_backend_num_check(bt_backend *be, const struct bt_numerics *n);
+int bt_backend_num_round(bt_backend *be, bt_buf *b, size_t off, size_t rows, size_t width, int fmt);
+int bt_backend_num_matmul(bt_backend *be, const struct bt_numerics *n, int type, bt_buf *W, int64_t rows,
+                          int64_t cols, bt_buf *x, size_t x_off, int T, bt_buf *out);
+int bt_backend_num_rmsnorm(bt_backend *be, const struct bt_numerics *n, bt_buf *out, bt_buf *x, bt_buf *w,
+                           size_t w_off, int T, int width, float eps);
+int bt_backend_num_attention(bt_backend *be, const struct bt_numerics *n, const bt_attn_args *a);
 
 /* Kernel family names ("matmul"), for backends' kernel_name. */
 const char *bt_kop_name(int kop);

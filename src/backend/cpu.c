@@ -10,6 +10,7 @@
  * (rmsnorm, rope, softmax, silu, residual adds) are the ones the engine
  * used to run inline, operation for operation, so results are unchanged. */
 #include "backend/backend_impl.h"
+#include "engine/numerics.h"
 #include "kernels.h"
 #include "util.h"
 
@@ -33,6 +34,7 @@ typedef struct cpu_ctx {
     int n_threads;
     float *att;                   /* (n_threads, att_cap) attention scores scratch */
     size_t att_cap;
+    bt_numerics_ctx *num;         /* the numerics ops' scratch, with the last profile handed in */
     char name[8];
 } cpu_ctx;
 
@@ -81,6 +83,7 @@ static void cpu_free(bt_backend *be)
     if (c) {
         bt_pool_free(c->pool);
         free(c->att);
+        bt_numerics_ctx_free(c->num);
         free(c);
     }
     free(be);
@@ -517,6 +520,65 @@ static void cpu_kernel_name(bt_backend *be, int kop, int wtype, char *buf, size_
     }
 }
 
+/* ---- numerics ops (--numerics): engine/numerics.c on the host buffers,
+ * with this backend's pool ---- */
+
+/* The ops below compute on host memory: a vtable that borrows them without
+ * host buffers (no buf_host, as a device's) cannot run a profile with them. */
+static int cpu_num_check(bt_backend *be, const bt_numerics *n)
+{
+    (void)n;
+    if (!be->iface->buf_host)
+        return bt_error(BT_EUNSUPPORTED, "--numerics: %s has no host buffers for the CPU's numerics ops; "
+                        "a numerics profile runs there on the CPU only", bt_backend_name(be));
+    return BT_OK;
+}
+
+static bt_numerics_ctx *cpu_num_ctx(bt_backend *be, const bt_numerics *n)
+{
+    cpu_ctx *c = CTX(be);
+    return bt_numerics_ctx_use(&c->num, n, c->pool) == BT_OK ? c->num : NULL;
+}
+
+static int cpu_num_round(bt_backend *be, bt_buf *b, size_t off, size_t rows, size_t width, int fmt)
+{
+    (void)be;
+    if ((off + rows * width) * sizeof(float) > b->bytes) return bt_error(BT_ERANGE, "cpu: rounding past the end of a buffer");
+    for (size_t r = 0; r < rows; r++) bt_num_round(fmt, F(b) + off + r * width, width);
+    return BT_OK;
+}
+
+static int cpu_num_matmul(bt_backend *be, const bt_numerics *n, int type, bt_buf *W, int64_t rows, int64_t cols,
+                          bt_buf *x, size_t x_off, int T, bt_buf *out)
+{
+    bt_numerics_ctx *nc = cpu_num_ctx(be, n);
+    if (!nc) return BT_ENOMEM;
+    bt_numerics_matmul(nc, CTX(be)->pool, type, W->p, rows, cols, F(x) + x_off, T, F(out));
+    return BT_OK;
+}
+
+static int cpu_num_rmsnorm(bt_backend *be, const bt_numerics *n, bt_buf *out, bt_buf *x, bt_buf *w, size_t w_off,
+                           int T, int width, float eps)
+{
+    bt_numerics_ctx *nc = cpu_num_ctx(be, n);
+    if (!nc) return BT_ENOMEM;
+    bt_numerics_rmsnorm(nc, F(out), F(x), F(w) + w_off, T, width, eps);
+    return BT_OK;
+}
+
+static int cpu_num_attention(bt_backend *be, const bt_numerics *n, const bt_attn_args *a)
+{
+    if (a->head_dim > BT_NUMERICS_MAX_HEAD_DIM)
+        return bt_error(BT_EUNSUPPORTED, "--numerics: attention heads of %d values are above the supported %d",
+                        a->head_dim, BT_NUMERICS_MAX_HEAD_DIM);
+    bt_numerics_ctx *nc = cpu_num_ctx(be, n);
+    if (!nc) return BT_ENOMEM;
+    bt_numerics_attention(nc, &(bt_numerics_attn){ .q = F(a->q), .ctx = F(a->out), .T = a->T, .pos0 = a->pos0,
+        .n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads, .hd = a->head_dim,
+        .kc = F(a->k_cache) + a->cache_off, .vc = F(a->v_cache) + a->cache_off });
+    return BT_OK;
+}
+
 static const struct bt_backend_i cpu_iface = {
     .name = cpu_name,
     .describe = NULL,
@@ -543,6 +605,11 @@ static const struct bt_backend_i cpu_iface = {
     .rope_neox = cpu_rope_neox,
     .add_row = cpu_add_row,
     .scatter_add = cpu_scatter_add,
+    .num_check = cpu_num_check,
+    .num_round = cpu_num_round,
+    .num_matmul = cpu_num_matmul,
+    .num_rmsnorm = cpu_num_rmsnorm,
+    .num_attention = cpu_num_attention,
 };
 
 struct bt_pool *bt_backend_cpu_pool(const bt_backend *be)

@@ -166,12 +166,13 @@ struct bt_engine {
     bt_eval_cb cb;
     bool has_cb;
     bool *want;        /* (BT_OP_COUNT, n_layers + 1); layer -1 maps to column 0 */
-    /* numerics profile; NULL = exact f32 (every hook skipped). Only on the
-     * CPU backend: the hooks round host memory in place, with its pool. */
-    bt_numerics_ctx *num;
+    /* numerics profile (num_on false: exact f32, every numerics op
+     * skipped), handed to the backend's numerics ops: the engine never
+     * computes it nor touches a buffer for it */
+    bt_numerics num;
+    bool num_on;
     bool rope_ggml;    /* rope_cos/sin hold ggml's f32 tables (the rope=ggml part) */
     float *rope_ff;    /* rope frequency divisors (rope_freqs.weight, else 1), head_dim/2 */
-    bt_pool *pool;     /* the CPU backend's pool, NULL on a device */
     /* a foreign engine (bt_engine_new_ext): no run state above but logits */
     bt_engine_ext ext;
     bool foreign;
@@ -196,7 +197,6 @@ static bool *want_at(bt_engine *e, int op, int layer) { return &e->want[op * (e-
 void bt_engine_free(bt_engine *e)
 {
     if (!e) return;
-    bt_numerics_ctx_free(e->num);
     if (e->be) {
         bt_buf *bufs[] = { e->w_embd, e->w_out, e->x, e->xb, e->q, e->k, e->v, e->ctx, e->attn_out, e->gate,
                            e->up, e->act, e->down, e->logits_b, e->key_cache, e->val_cache, e->rope_cos,
@@ -363,7 +363,6 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
     else e->own_be = true;
     e->bi = e->be->iface;
     e->n_threads = bt_backend_threads(e->be);
-    e->pool = bt_backend_cpu_pool(e->be);
     size_t B = (size_t)max_batch, q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     size_t half = (size_t)c->head_dim / 2, nrm = ((size_t)2 * c->n_layers + 1) * c->dim;
     /* the FFN's hidden buffers serve the dense FFN, one expert or the shared expert */
@@ -602,41 +601,42 @@ static bool tap_expert(bt_engine *e, int op, int layer, int expert, const int *p
     return e->cb.observe(e->cb.user, &t);
 }
 
-/* The host address of a CPU buffer, for the numerics hooks (e->num is only
- * ever set on the CPU backend, whose buffers are host memory). */
-static float *host_f32(bt_engine *e, bt_buf *b) { return e->bi->buf_host(e->be, b); }
-
-/* A matmul: through the numerics profile when there is one (on the host,
- * reading the weights in place: wdata is what the CPU backend's buffer W
- * points at), else the backend's. */
-static int mm(bt_engine *e, int type, bt_buf *W, const void *wdata, int64_t rows, int64_t cols, bt_buf *x,
-              size_t x_off, int T, bt_buf *out)
+/* An op's output of n values stored as the profile's activation format
+ * (act=f16 | bf16), right before its tap: the backend's num_round. */
+static int num_store(bt_engine *e, bt_buf *buf, size_t n)
 {
-    if (!e->num) return e->bi->matmul(e->be, type, W, rows, cols, x, x_off, T, out);
-    bt_numerics_matmul(e->num, e->pool, type, wdata, rows, cols, host_f32(e, x) + x_off, T, host_f32(e, out));
-    return BT_OK;
+    if (!e->num_on || e->num.act == BT_NUM_F32) return BT_OK;
+    return bt_backend_num_round(e->be, buf, 0, 1, n, e->num.act);
+}
+
+/* A matmul: the backend's num_matmul under the profile when there is one,
+ * else its matmul. */
+static int mm(bt_engine *e, int type, bt_buf *W, int64_t rows, int64_t cols, bt_buf *x, size_t x_off, int T,
+              bt_buf *out)
+{
+    if (!e->num_on) return e->bi->matmul(e->be, type, W, rows, cols, x, x_off, T, out);
+    return bt_backend_num_matmul(e->be, &e->num, type, W, rows, cols, x, x_off, T, out);
 }
 
 #define TAPX(op, layer, x, pos, buf, n, width) do { \
-        if (e->num) bt_numerics_store(e->num, op, host_f32(e, buf), (size_t)(n) * (width)); \
+        if ((rc = num_store(e, buf, (size_t)(n) * (width)))) return rc; \
         if (e->has_cb && !tap_expert(e, op, layer, x, pos, buf, n, width)) return BT_EINVAL; } while (0)
 /* The launches that follow compute (layer, op): the backend's device
  * activity records join that op (one predictable branch when off). */
 #define MARK(op, layer) do { if (e->marking) OP(bi->mark(be, e->step, layer, op)); } while (0)
-/* rmsnorm of x into xb with the norm weights at w_off: the profile's
- * accumulation when it changes it (host buffers: the CPU backend). */
+/* rmsnorm of x into xb with the norm weights at w_off: the backend's
+ * num_rmsnorm when the profile changes the accumulation. */
 static int norm(bt_engine *e, size_t w_off, int T)
 {
     const bt_config *c = &e->c;
-    if (!bt_numerics_norm_custom(e->num))
+    if (!e->num_on || !bt_numerics_norm_custom_n(&e->num))
         return e->bi->rmsnorm(e->be, e->xb, e->x, e->norm_w, w_off, T, c->dim, c->norm_eps);
-    bt_numerics_rmsnorm(e->num, host_f32(e, e->xb), host_f32(e, e->x), host_f32(e, e->norm_w) + w_off, T, c->dim, c->norm_eps);
-    return BT_OK;
+    return bt_backend_num_rmsnorm(e->be, &e->num, e->xb, e->x, e->norm_w, w_off, T, c->dim, c->norm_eps);
 }
 
 #define TAP(op, layer, buf, width) do { \
         MARK(op, layer); \
-        if (e->num) bt_numerics_store(e->num, op, host_f32(e, buf), (size_t)T * (width)); \
+        OP(num_store(e, buf, (size_t)T * (width))); \
         if (e->has_cb && !tap(e, op, layer, buf, T, pos0, width)) { e->step++; return BT_EINVAL; } } while (0)
 /* An op; a backend error ends the forward (the step still counts). */
 #define OP(call) do { int rc_ = (call); if (rc_) { e->step++; return rc_; } } while (0)
@@ -645,18 +645,18 @@ static int norm(bt_engine *e, size_t w_off, int T)
  * e->down, tapping its four tensors as expert x's (x < 0: the shared
  * expert, not tapped on its own: it is part of ffn_moe_out). */
 static int expert_ffn(bt_engine *e, int l, int x, const int *pos, bt_buf *wg, bt_buf *wu, bt_buf *wd, int wtype_g,
-                      int wtype_u, int wtype_d, const void *dg, const void *du, const void *dd, int hid, bt_buf *in, int n)
+                      int wtype_u, int wtype_d, int hid, bt_buf *in, int n)
 {
     const struct bt_backend_i *bi = e->bi;
     int dim = e->c.dim;
     int rc;
-    if ((rc = mm(e, wtype_g, wg, dg, hid, dim, in, 0, n, e->gate))) return rc;
+    if ((rc = mm(e, wtype_g, wg, hid, dim, in, 0, n, e->gate))) return rc;
     if (x >= 0) TAPX(BT_OP_FFN_GATE, l, x, pos, e->gate, n, hid);
-    if ((rc = mm(e, wtype_u, wu, du, hid, dim, in, 0, n, e->up))) return rc;
+    if ((rc = mm(e, wtype_u, wu, hid, dim, in, 0, n, e->up))) return rc;
     if (x >= 0) TAPX(BT_OP_FFN_UP, l, x, pos, e->up, n, hid);
     if ((rc = bi->swiglu(e->be, e->act, e->gate, e->up, (size_t)n * hid))) return rc;
     if (x >= 0) TAPX(BT_OP_FFN_ACT, l, x, pos, e->act, n, hid);
-    if ((rc = mm(e, wtype_d, wd, dd, dim, hid, e->act, 0, n, e->down))) return rc;
+    if ((rc = mm(e, wtype_d, wd, dim, hid, e->act, 0, n, e->down))) return rc;
     if (x >= 0) TAPX(BT_OP_FFN_DOWN, l, x, pos, e->down, n, dim);
     return BT_OK;
 }
@@ -677,9 +677,9 @@ static int moe_ffn(bt_engine *e, int l, int T, int pos0)
     int dim = c->dim, E = c->n_expert, k = c->n_expert_used, eh = c->expert_ff_len;
     int rc;
     if (e->marking && (rc = bi->mark(be, e->step, l, BT_OP_FFN_GATE_INP))) return rc;
-    if ((rc = mm(e, L->ffn_gate_inp.type, W->w_gate_inp, L->ffn_gate_inp.data, E, dim, e->xb, 0, T, e->router)))
+    if ((rc = mm(e, L->ffn_gate_inp.type, W->w_gate_inp, E, dim, e->xb, 0, T, e->router)))
         return rc;
-    if (e->num) bt_numerics_store(e->num, BT_OP_FFN_GATE_INP, host_f32(e, e->router), (size_t)T * E);
+    if ((rc = num_store(e, e->router, (size_t)T * E))) return rc;
     if (e->has_cb && !tap(e, BT_OP_FFN_GATE_INP, l, e->router, T, pos0, E)) return BT_EINVAL;
     /* the choice is made from what the tap left (an injected router routes) */
     if ((rc = bi->read(be, e->router, 0, (size_t)T * E, e->h_router))) return rc;
@@ -703,28 +703,25 @@ static int moe_ffn(bt_engine *e, int l, int T, int pos0)
         if ((rc = bi->get_rows(be, BT_DT_F32, e->xb, dim, e->h_ids, n, e->xe))) return rc;
         bt_weight g = bt_moe_expert_view(&L->ffn_gate_exps, x), u = bt_moe_expert_view(&L->ffn_up_exps, x),
                   d = bt_moe_expert_view(&L->ffn_down_exps, x);
-        if ((rc = expert_ffn(e, l, x, pos, W->e_gate[x], W->e_up[x], W->e_down[x], g.type, u.type, d.type, g.data,
-                             u.data, d.data, eh, e->xe, n)))
+        if ((rc = expert_ffn(e, l, x, pos, W->e_gate[x], W->e_up[x], W->e_down[x], g.type, u.type, d.type, eh, e->xe, n)))
             return rc;
         if ((rc = bi->scatter_add(be, e->moe_out, e->down, e->h_ids, e->h_ew, n, dim))) return rc;
     }
     if (W->sh_gate) {
         int sh = c->shared_ff_len;
         if ((rc = expert_ffn(e, l, -1, NULL, W->sh_gate, W->sh_up, W->sh_down, L->ffn_gate_shexp.type,
-                             L->ffn_up_shexp.type, L->ffn_down_shexp.type, L->ffn_gate_shexp.data,
-                             L->ffn_up_shexp.data, L->ffn_down_shexp.data, sh, e->xb, T)))
+                             L->ffn_up_shexp.type, L->ffn_down_shexp.type, sh, e->xb, T)))
             return rc;
         for (int t = 0; t < T; t++) { e->h_ids[t] = t; e->h_ew[t] = 1.0f; }
         if (W->sh_gate_inp) {   /* qwen2moe: the shared expert scaled by sigmoid(x . w) */
-            if ((rc = mm(e, L->ffn_gate_inp_shexp.type, W->sh_gate_inp, L->ffn_gate_inp_shexp.data, 1, dim, e->xb, 0,
-                         T, e->router)))
+            if ((rc = mm(e, L->ffn_gate_inp_shexp.type, W->sh_gate_inp, 1, dim, e->xb, 0, T, e->router)))
                 return rc;
             if ((rc = bi->read(be, e->router, 0, (size_t)T, e->h_router))) return rc;
             for (int t = 0; t < T; t++) e->h_ew[t] = 1.0f / (1.0f + expf(-e->h_router[t]));
         }
         if ((rc = bi->scatter_add(be, e->moe_out, e->down, e->h_ids, e->h_ew, T, dim))) return rc;
     }
-    if (e->num) bt_numerics_store(e->num, BT_OP_FFN_MOE_OUT, host_f32(e, e->moe_out), (size_t)T * dim);
+    if ((rc = num_store(e, e->moe_out, (size_t)T * dim))) return rc;
     if (e->has_cb && !tap(e, BT_OP_FFN_MOE_OUT, l, e->moe_out, T, pos0, dim)) return BT_EINVAL;
     return BT_OK;
 }
@@ -782,13 +779,13 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         TAP(BT_OP_ATTN_NORM, l, e->xb, dim);
 
         MARK(BT_OP_ATTN_Q, l);
-        OP(mm(e, L->wq.type, W->wq, L->wq.data, q_dim, dim, e->xb, 0, T, e->q));
+        OP(mm(e, L->wq.type, W->wq, q_dim, dim, e->xb, 0, T, e->q));
         if (W->bq != NO_VEC) OP(bi->add_row(be, e->q, T, q_dim, e->vec_w, W->bq));
         MARK(BT_OP_ATTN_K, l);
-        OP(mm(e, L->wk.type, W->wk, L->wk.data, kv_dim, dim, e->xb, 0, T, e->k));
+        OP(mm(e, L->wk.type, W->wk, kv_dim, dim, e->xb, 0, T, e->k));
         if (W->bk != NO_VEC) OP(bi->add_row(be, e->k, T, kv_dim, e->vec_w, W->bk));
         MARK(BT_OP_ATTN_V, l);
-        OP(mm(e, L->wv.type, W->wv, L->wv.data, kv_dim, dim, e->xb, 0, T, e->v));
+        OP(mm(e, L->wv.type, W->wv, kv_dim, dim, e->xb, 0, T, e->v));
         if (W->bv != NO_VEC) OP(bi->add_row(be, e->v, T, kv_dim, e->vec_w, W->bv));
         if (W->q_norm != NO_VEC) {   /* qwen3: rmsnorm of each head before RoPE */
             MARK(BT_OP_ATTN_Q_NORM, l);
@@ -817,25 +814,20 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         size_t slab = (size_t)l * e->ctx_len * kv_dim;
         MARK(BT_OP_ATTN_CTX, l);   /* the cache append is attention's input */
         OP(bi->kv_store(be, e->key_cache, e->val_cache, slab + (size_t)pos0 * kv_dim, e->k, e->v, (size_t)T * kv_dim));
-        if (e->num) {   /* the cache as the profile stores it (host memory: the CPU backend) */
-            bt_numerics_kv(e->num, host_f32(e, e->key_cache) + slab + (size_t)pos0 * kv_dim, T, kv_dim);
-            bt_numerics_kv(e->num, host_f32(e, e->val_cache) + slab + (size_t)pos0 * kv_dim, T, kv_dim);
+        if (e->num_on && e->num.kv != BT_NUM_F32) {   /* the cache as the profile stores it */
+            OP(bt_backend_num_round(be, e->key_cache, slab + (size_t)pos0 * kv_dim, (size_t)T, (size_t)kv_dim, e->num.kv));
+            OP(bt_backend_num_round(be, e->val_cache, slab + (size_t)pos0 * kv_dim, (size_t)T, (size_t)kv_dim, e->num.kv));
         }
 
-        if (bt_numerics_attn_custom(e->num)) {
-            bt_numerics_attention(e->num, &(bt_numerics_attn){ .q = host_f32(e, e->q), .ctx = host_f32(e, e->ctx),
-                .T = T, .pos0 = pos0, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .hd = hd,
-                .kc = host_f32(e, e->key_cache) + slab, .vc = host_f32(e, e->val_cache) + slab });
-        } else {
-            bt_attn_args aa = { .q = e->q, .k_cache = e->key_cache, .v_cache = e->val_cache, .cache_off = slab,
-                                .out = e->ctx, .T = T, .pos0 = pos0, .n_heads = c->n_heads,
-                                .n_kv_heads = c->n_kv_heads, .head_dim = hd, .ctx_len = e->ctx_len };
-            OP(bi->attention(be, &aa));
-        }
+        bt_attn_args aa = { .q = e->q, .k_cache = e->key_cache, .v_cache = e->val_cache, .cache_off = slab,
+                            .out = e->ctx, .T = T, .pos0 = pos0, .n_heads = c->n_heads,
+                            .n_kv_heads = c->n_kv_heads, .head_dim = hd, .ctx_len = e->ctx_len };
+        if (e->num_on && bt_numerics_attn_custom_n(&e->num)) OP(bt_backend_num_attention(be, &e->num, &aa));
+        else OP(bi->attention(be, &aa));
         TAP(BT_OP_ATTN_CTX, l, e->ctx, q_dim);
 
         MARK(BT_OP_ATTN_OUTPUT, l);
-        OP(mm(e, L->wo.type, W->wo, L->wo.data, dim, q_dim, e->ctx, 0, T, e->attn_out));
+        OP(mm(e, L->wo.type, W->wo, dim, q_dim, e->ctx, 0, T, e->attn_out));
         if (W->bo != NO_VEC) OP(bi->add_row(be, e->attn_out, T, dim, e->vec_w, W->bo));
         TAP(BT_OP_ATTN_OUTPUT, l, e->attn_out, dim);
         MARK(BT_OP_ATTN_RESID, l);
@@ -852,16 +844,16 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
             continue;
         }
         MARK(BT_OP_FFN_GATE, l);
-        OP(mm(e, L->w_gate.type, W->w_gate, L->w_gate.data, hidden, dim, e->xb, 0, T, e->gate));
+        OP(mm(e, L->w_gate.type, W->w_gate, hidden, dim, e->xb, 0, T, e->gate));
         TAP(BT_OP_FFN_GATE, l, e->gate, hidden);
         MARK(BT_OP_FFN_UP, l);
-        OP(mm(e, L->w_up.type, W->w_up, L->w_up.data, hidden, dim, e->xb, 0, T, e->up));
+        OP(mm(e, L->w_up.type, W->w_up, hidden, dim, e->xb, 0, T, e->up));
         TAP(BT_OP_FFN_UP, l, e->up, hidden);
         MARK(BT_OP_FFN_ACT, l);
         OP(bi->swiglu(be, e->act, e->gate, e->up, (size_t)T * hidden));
         TAP(BT_OP_FFN_ACT, l, e->act, hidden);
         MARK(BT_OP_FFN_DOWN, l);
-        OP(mm(e, L->w_down.type, W->w_down, L->w_down.data, dim, hidden, e->act, 0, T, e->down));
+        OP(mm(e, L->w_down.type, W->w_down, dim, hidden, e->act, 0, T, e->down));
         TAP(BT_OP_FFN_DOWN, l, e->down, dim);
         MARK(BT_OP_FFN_RESID, l);
         OP(bi->add(be, e->x, e->down, (size_t)T * dim));
@@ -878,9 +870,9 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
     OP(logits_reserve(e, rows));
     size_t src = all ? 0 : (size_t)(T - 1) * dim;
     MARK(BT_OP_LOGITS, -1);
-    OP(mm(e, m->output.type, e->w_out, m->output.data, c->n_vocab, dim, e->xb, src, rows, e->logits_b));
+    OP(mm(e, m->output.type, e->w_out, c->n_vocab, dim, e->xb, src, rows, e->logits_b));
     e->logit_rows = rows;
-    if (e->num) bt_numerics_store(e->num, BT_OP_LOGITS, host_f32(e, e->logits_b), (size_t)rows * c->n_vocab);
+    OP(num_store(e, e->logits_b, (size_t)rows * c->n_vocab));
     if (e->has_cb && *want_at(e, BT_OP_LOGITS, -1)) TAP(BT_OP_LOGITS, -1, e->logits_b, c->n_vocab);
     /* The sampler reads the host copy; on a device this read is also the
      * step's synchronisation point. */
@@ -902,30 +894,36 @@ float *bt_engine_logits_row(bt_engine *e, int i)
 
 int bt_engine_set_numerics(bt_engine *e, const bt_numerics *n)
 {
-    bt_numerics_ctx *c;
-    /* The hooks round host buffers in place and run the CPU kernels: a
-     * profile on a device backend is future work (doc/numerics.md). */
-    if (n && !bt_numerics_is_exact(n) && e->foreign)
+    /* The profile is the backend's to apply (its numerics ops, or the
+     * generic fallbacks of src/backend/backend.c); the backend says here
+     * what it cannot run. */
+    bool on = n && !bt_numerics_is_exact(n);
+    if (on && e->foreign)
         return bt_error(BT_EUNSUPPORTED, "--numerics: a numerics profile runs on the native engine only, not on llama.cpp");
-    if (n && !bt_numerics_is_exact(n) && (!e->pool || !e->bi->buf_host))
-        return bt_error(BT_EUNSUPPORTED, "--numerics: a numerics profile runs on the CPU only, not on %s",
-                        bt_backend_name(e->be));
+    int rc;
+    if (on && (rc = bt_backend_num_check(e->be, n))) return rc;
     if (n && (n->attn || n->softmax) && e->c.head_dim > BT_NUMERICS_MAX_HEAD_DIM)
         return bt_error(BT_EUNSUPPORTED, "--numerics: attn= and softmax= handle heads of up to %d values, this model's have %d",
                         BT_NUMERICS_MAX_HEAD_DIM, e->c.head_dim);
-    int rc = bt_numerics_ctx_new(n, e->pool, &c);
-    if (rc) return rc;
-    bt_numerics_ctx_free(e->num);
-    e->num = c;
     /* The rope part changes the tables, made once per engine: remake them
-     * when it differs from what they hold (host memory: the CPU backend). */
+     * on the host when it differs from what they hold, and upload them as
+     * bt_engine_new_opts does. */
     bool rope_ggml = n && n->rope == BT_NUM_ROPE_GGML;
     if (rope_ggml != e->rope_ggml && !e->foreign) {
-        float *cs = host_f32(e, e->rope_cos), *sn = host_f32(e, e->rope_sin);
-        if (!cs || !sn) return bt_error(BT_EUNSUPPORTED, "--numerics: rope=ggml runs on the CPU only");
-        bt_numerics_rope_table(n, e->c.rope_base, e->c.head_dim, e->c.rope_freq_scale, e->rope_ff, e->ctx_len, cs, sn);
+        size_t cells = (size_t)e->ctx_len * (size_t)(e->c.head_dim / 2);
+        float *tab = malloc((cells ? 2 * cells : 1) * sizeof(float));
+        if (!tab) return bt_error(BT_ENOMEM, "out of memory for the rope tables");
+        bt_numerics_rope_table(n, e->c.rope_base, e->c.head_dim, e->c.rope_freq_scale, e->rope_ff, e->ctx_len, tab,
+                               tab + cells);
+        rc = e->bi->set(e->be, e->rope_cos, 0, tab, cells);
+        if (rc == BT_OK) rc = e->bi->set(e->be, e->rope_sin, 0, tab + cells, cells);
+        free(tab);
+        if (rc) return rc;
         e->rope_ggml = rope_ggml;
     }
+    e->num_on = on;
+    if (on) e->num = *n;
+    else memset(&e->num, 0, sizeof(e->num));
     return BT_OK;
 }
 

@@ -234,6 +234,14 @@ int bt_numerics_ctx_new(const bt_numerics *n, bt_pool *pool, bt_numerics_ctx **o
     return BT_OK;
 }
 
+int bt_numerics_ctx_use(bt_numerics_ctx **c, const bt_numerics *n, bt_pool *pool)
+{
+    if (!*c && !(*c = calloc(1, sizeof(**c)))) return bt_error(BT_ENOMEM, "out of memory");
+    (*c)->n = *n;
+    (*c)->pool = pool;
+    return BT_OK;
+}
+
 void bt_numerics_ctx_free(bt_numerics_ctx *c)
 {
     if (!c) return;
@@ -307,13 +315,26 @@ static void acc16_worker(void *arg, int ith, int nth)
     }
 }
 
+bool bt_numerics_mm_acc16(const bt_numerics *n, int type) { return n->mm_acc == BT_NUM_F16 && !is_quant(type); }
+
+bool bt_numerics_mm_plain(const bt_numerics *n, int type)
+{
+    return input_fmt(n, type) == BT_NUM_F32 && !bt_numerics_mm_acc16(n, type);
+}
+
+void bt_numerics_mm_input(const bt_numerics *n, int type, int64_t cols, float *x, size_t count)
+{
+    int fmt = input_fmt(n, type);
+    if (fmt == BT_NUM_Q8_0 || fmt == BT_NUM_Q8_1) {
+        if (cols % 32 == 0) bt_num_round(fmt, x, count);
+    } else bt_num_round(fmt, x, count);
+}
+
 void bt_numerics_matmul(bt_numerics_ctx *c, bt_pool *p, int type, const void *W, int64_t rows, int64_t cols,
                         const float *x, int T, float *out)
 {
-    if (!c) { bt_matmul(p, type, W, rows, cols, x, T, out); return; }
-    int fmt = input_fmt(&c->n, type);
-    bool acc16 = c->n.mm_acc == BT_NUM_F16 && !is_quant(type);
-    if (fmt == BT_NUM_F32 && !acc16) { bt_matmul(p, type, W, rows, cols, x, T, out); return; }
+    if (!c || bt_numerics_mm_plain(&c->n, type)) { bt_matmul(p, type, W, rows, cols, x, T, out); return; }
+    bool acc16 = bt_numerics_mm_acc16(&c->n, type);
     size_t n = (size_t)T * cols;
     if (n > c->xcap) {
         float *nb = realloc(c->xbuf, n * sizeof(float));
@@ -322,9 +343,7 @@ void bt_numerics_matmul(bt_numerics_ctx *c, bt_pool *p, int type, const void *W,
         c->xcap = n;
     }
     memcpy(c->xbuf, x, n * sizeof(float));
-    if (fmt == BT_NUM_Q8_0 || fmt == BT_NUM_Q8_1) {
-        if (cols % 32 == 0) bt_num_round(fmt, c->xbuf, n);
-    } else bt_num_round(fmt, c->xbuf, n);
+    bt_numerics_mm_input(&c->n, type, cols, c->xbuf, n);
     if (!acc16) { bt_matmul(p, type, W, rows, cols, c->xbuf, T, out); return; }
     int nth = p ? bt_pool_threads(p) : 1;
     size_t need = (size_t)nth * cols;
@@ -340,6 +359,7 @@ void bt_numerics_matmul(bt_numerics_ctx *c, bt_pool *p, int type, const void *W,
 }
 
 bool bt_numerics_norm_custom(const bt_numerics_ctx *c) { return c && c->n.norm != BT_NUM_NORM_F64; }
+bool bt_numerics_norm_custom_n(const bt_numerics *n) { return n && n->norm != BT_NUM_NORM_F64; }
 
 /* f32: the squares summed in f32, in order; scale 1/sqrtf(mean + eps) in
  * f32. ggml: ggml-cpu's ggml_compute_forward_rms_norm_f32: each square
@@ -396,10 +416,8 @@ void bt_numerics_rope_table(const bt_numerics *n, float base, int head_dim, floa
     }
 }
 
-bool bt_numerics_attn_custom(const bt_numerics_ctx *c)
-{
-    return c && (c->n.attn != BT_NUM_F32 || c->n.softmax != BT_NUM_F32);
-}
+bool bt_numerics_attn_custom(const bt_numerics_ctx *c) { return c && bt_numerics_attn_custom_n(&c->n); }
+bool bt_numerics_attn_custom_n(const bt_numerics *n) { return n && (n->attn != BT_NUM_F32 || n->softmax != BT_NUM_F32); }
 
 typedef struct attn_job {
     bt_numerics_ctx *c;

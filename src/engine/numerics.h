@@ -3,11 +3,15 @@
  * Q8 activations) on top of the exact f32 engine, so an overflow or a
  * divergence that only half precision causes can be reproduced and traced.
  *
- * A profile is plain data (bt_numerics); the engine calls four hooks:
- * bt_numerics_store on every op's output right before its tap, _kv on the
- * rows it appends to the KV cache, _matmul instead of bt_matmul, and
- * _attention instead of its own attention when bt_numerics_attn_custom says
- * so. Storage is emulated in place: an f32 buffer holding only values the
+ * A profile is plain data (bt_numerics). The engine never runs these
+ * functions itself: it hands the profile to the backend's numerics ops
+ * (backend_impl.h, ABI 3: num_round on every op's output right before its
+ * tap and on the rows it appends to the KV cache, num_matmul, num_rmsnorm,
+ * num_attention), and the CPU backend implements them with the hooks below
+ * (bt_numerics_store / _kv are bt_num_round of the act / kv format). A
+ * backend without an op gets the generic fallback of src/backend/backend.c,
+ * which runs these same functions on host copies (read, compute, set).
+ * Storage is emulated in place: an f32 buffer holding only values the
  * narrower type can represent (rounded exactly as the hardware conversion
  * does), so the engine's layout never changes. The exact profile (every part
  * f32) makes every hook a no-op: bit-identical to running without one.
@@ -76,6 +80,10 @@ typedef struct bt_numerics_ctx bt_numerics_ctx;
 /* NULL *out for the exact profile (the engine then skips every hook). */
 int bt_numerics_ctx_new(const bt_numerics *n, bt_pool *pool, bt_numerics_ctx **out);
 void bt_numerics_ctx_free(bt_numerics_ctx *c);
+/* A context for profile n (even the exact one) with pool: *c is made when
+ * NULL, else its profile and pool replaced and its scratch kept (a backend
+ * keeps one for every profile its engines hand it). */
+int bt_numerics_ctx_use(bt_numerics_ctx **c, const bt_numerics *n, bt_pool *pool);
 /* Store op's output (n values) as the profile's activation dtype. */
 void bt_numerics_store(bt_numerics_ctx *c, int op, float *x, size_t n);
 /* Store T appended KV-cache rows of width kv_dim as the cache dtype. */
@@ -84,9 +92,19 @@ void bt_numerics_kv(bt_numerics_ctx *c, float *rows, int T, int kv_dim);
  * (and f16 accumulation). c NULL: bt_matmul. */
 void bt_numerics_matmul(bt_numerics_ctx *c, bt_pool *p, int type, const void *W, int64_t rows, int64_t cols,
                         const float *x, int T, float *out);
+/* The parts of bt_numerics_matmul, for a backend that runs its own product:
+ * _plain: the profile leaves a product with a weight of `type` alone (a
+ * plain bt_matmul on the unconverted input); _acc16: it accumulates in f16
+ * (not a conversion of the input: it needs its own kernel); _input: convert
+ * count values of input (rows of cols) in place as bt_numerics_matmul does
+ * before the product. */
+bool bt_numerics_mm_plain(const bt_numerics *n, int type);
+bool bt_numerics_mm_acc16(const bt_numerics *n, int type);
+void bt_numerics_mm_input(const bt_numerics *n, int type, int64_t cols, float *x, size_t count);
 /* rmsnorm of T rows of width n (out = x / rms(x) * w) with the profile's
  * accumulation, when bt_numerics_norm_custom says the profile changes it. */
 bool bt_numerics_norm_custom(const bt_numerics_ctx *c);
+bool bt_numerics_norm_custom_n(const bt_numerics *n);   /* the same of a profile (NULL: false) */
 void bt_numerics_rmsnorm(const bt_numerics_ctx *c, float *out, const float *x, const float *w, int T, int n, float eps);
 /* The rope cos/sin tables, (ctx_len, head_dim/2) each, as the profile n
  * computes them (n NULL or rope=f64: in double, the engine's own): angle
@@ -98,6 +116,7 @@ void bt_numerics_rope_table(const bt_numerics *n, float base, int head_dim, floa
  * (heads of up to BT_NUMERICS_MAX_HEAD_DIM values; the engine refuses more). */
 #define BT_NUMERICS_MAX_HEAD_DIM 512
 bool bt_numerics_attn_custom(const bt_numerics_ctx *c);
+bool bt_numerics_attn_custom_n(const bt_numerics *n);   /* the same of a profile (NULL: false) */
 typedef struct bt_numerics_attn {
     const float *q;          /* (T, n_heads*hd) */
     const float *kc, *vc;    /* this layer's cache: (ctx_len, kv_dim) */

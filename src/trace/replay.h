@@ -38,7 +38,7 @@ typedef struct bt_replay_cfg {
     const char *tokenizer;      /* llama2.c tokenizer (not needed: ids only) */
     double tol;                 /* bt_tap_compare's relative tolerance */
     int threads;                /* 0: the trace's, at most the online CPUs */
-    const char *device;         /* backend: "cpu" (NULL), "cuda", "cuda:N" (numerics need the CPU) */
+    const char *device;         /* backend: "cpu" (NULL), "cuda", "cuda:N" (numerics: the backend's ops) */
     /* Compare across devices: the trace ran on one backend (meta backend),
      * the replay runs on `device`; tol is ignored and the tolerance derived
      * from the dtypes involved (bt_tap_tol_devices) is used instead. */
