@@ -174,3 +174,10 @@ check_PROGRAMS += tests/test_foreign
 TESTS += tests/test_foreign
 tests_test_foreign_SOURCES = tests/test_foreign.c
 tests_test_foreign_LDADD = $(LLAMA_ENGINE_LIBS) $(TRACE_LIBS) $(LLAMA_CPP_LIBS)
+
+# issue 22, fuzzing (h5-fuzz): what a server answers probe/canary/ctxwalk
+# (bt_reply_header, bt_reply_parse; found by tests/fuzz/fuzz_reply)
+check_PROGRAMS += tests/test_reply
+TESTS += tests/test_reply
+tests_test_reply_SOURCES = tests/test_reply.c
+tests_test_reply_LDADD = $(CMD_LIBS)
