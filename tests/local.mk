@@ -181,3 +181,7 @@ check_PROGRAMS += tests/test_reply
 TESTS += tests/test_reply
 tests_test_reply_SOURCES = tests/test_reply.c
 tests_test_reply_LDADD = $(CMD_LIBS)
+# issue 22, mutation witnesses (h5-fuzz): the +Inf/-Inf split and the
+# all-NaN argmax rules end to end
+TESTS += tests/nonfinite_e2e.sh
+EXTRA_DIST += tests/nonfinite_e2e.sh
