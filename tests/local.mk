@@ -185,3 +185,5 @@ tests_test_reply_LDADD = $(CMD_LIBS)
 # all-NaN argmax rules end to end
 TESTS += tests/nonfinite_e2e.sh
 EXTRA_DIST += tests/nonfinite_e2e.sh
+# plain ChatML for chat_templates.sh (h5-fuzz)
+EXTRA_DIST += tests/data/chat/chatml.jinja
