@@ -187,3 +187,6 @@ TESTS += tests/nonfinite_e2e.sh
 EXTRA_DIST += tests/nonfinite_e2e.sh
 # plain ChatML for chat_templates.sh (h5-fuzz)
 EXTRA_DIST += tests/data/chat/chatml.jinja
+# NEOX vs norm rope on real llama GGUFs against the numpy oracle (h5-fuzz)
+TESTS += tests/oracle/test_rope_llama_gguf.py
+EXTRA_DIST += tests/oracle/test_rope_llama_gguf.py
