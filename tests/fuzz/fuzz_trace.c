@@ -24,6 +24,9 @@
 
 static char dir[512], in[600], out[600];
 
+static void rm_db(const char *p);
+static void cleanup(void) { rm_db(in); rm_db(out); rmdir(dir); }
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc; (void)argv;
@@ -36,6 +39,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (!mkdtemp(dir)) { perror("mkdtemp"); exit(1); }
     snprintf(in, sizeof in, "%s/in.db", dir);
     snprintf(out, sizeof out, "%s/out.db", dir);
+    atexit(cleanup);
     return 0;
 }
 
