@@ -4,4 +4,4 @@ libbtcore_a_SOURCES += src/util.c src/util.h src/text.c src/text.h src/request.c
 libbttrace_a_SOURCES += src/decode.c src/decode.h
 # model, tokenizer, engines, injector, trace and recorders from one config
 libbttrace_a_SOURCES += src/session.c src/session.h
-libbtcmd_a_SOURCES += src/cmd_run.c src/cmd_inspect.c src/cmd_tokenize.c src/cmd_bench.c src/cmd_forward.c
+libbtcmd_a_SOURCES += src/cmd_common.c src/cmd_run.c src/cmd_inspect.c src/cmd_tokenize.c src/cmd_bench.c src/cmd_forward.c

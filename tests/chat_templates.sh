@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # chat_templates.sh - bangtrace renders the published chat templates of
-# Qwen2.5, Qwen3, Llama 3 (3.1, 3.2) and Mistral (tests/data/chat/*.jinja) byte for
+# Qwen2.5, Qwen3, Llama 3 (3.1, 3.2), Mistral and plain ChatML
+# (tests/data/chat/*.jinja; SmolLM2's own, ChatML with a default system
+# turn, from the GGUF when the model is cached) byte for
 # byte as jinja2 renders their own text (with transformers' settings:
 # trim_blocks, lstrip_blocks, raise_exception), through
 # `tokenize --chat BODY --chat-template FILE.jinja --render`: system, user
@@ -44,6 +46,7 @@ bad_alt = [U("a"), U("b")]
 qwen2, qwen3 = "qwen2.5-instruct.jinja", "qwen3.jinja"
 llama3, mistral, mistral0 = "llama3-instruct.jinja", "mistral-v1.jinja", "mistral-v0.jinja"
 llama31, llama32 = "llama3.1-instruct.jinja", "llama3.2-instruct.jinja"
+chatml = "chatml.jinja"   # plain ChatML: no default system turn, every role as given
 # Python's strip() takes Unicode whitespace too (llama3's | trim)
 spaces = [{"role": "system", "content": "\u00a0\u2003 sys \x1f\n"}, U("\u3000hi\u2028"), A("\u00a0\u00e9t\u00e9\u00a0")]
 cases = []
@@ -52,6 +55,8 @@ for t in (qwen2, qwen3, llama3, llama31, llama32, mistral):
 for t in (qwen2, qwen3, llama3, llama31, llama32):
     cases += [(t, conv, {"add_generation_prompt": False}), (t, sys_late, {})]
 cases += [(llama3, spaces, {}), (llama31, spaces, {})]
+cases += [(chatml, conv, {}), (chatml, nosys, {}), (chatml, one, {}), (chatml, conv, {"add_generation_prompt": False}),
+          (chatml, sys_late, {}), (chatml, spaces, {}), (chatml, tools, {}), (chatml, think_hist, {})]
 # bangtrace refuses what it does not render (the template's tojson of tool results): one line, exit 2
 refused = [(llama31, tools, {})]
 cases += [(mistral0, nosys, {}), (mistral0, one, {}), (mistral0, conv, {}), (mistral, bad_alt, {}), (mistral, [S, A("x")], {}),
@@ -95,7 +100,7 @@ for body in "$TMP"/case*.json; do
     if cmp -s "$TMP/out" "$c.expected"; then ok "bytes equal jinja2: $desc"; n=$((n + 1))
     else fail "$desc: jinja2 and bangtrace differ:$(diff <(od -c "$c.expected") <(od -c "$TMP/out") | head -8)"; fi
 done
-[ "$n" -ge 35 ] && ok "$n renderings equal jinja2's" || fail "only $n renderings compared equal"
+[ "$n" -ge 43 ] && ok "$n renderings equal jinja2's" || fail "only $n renderings compared equal"
 
 # the names render what the files do (the Qwen2.5 default system turn comes from the template text)
 for pair in qwen3:qwen3.jinja llama3:llama3-instruct.jinja llama3.1:llama3.1-instruct.jinja mistral:mistral-v1.jinja \
@@ -115,6 +120,32 @@ expect_exit 2 "an unrecognised template file is refused" "$BANGTRACE" tokenize -
 expect_exit 2 "an unknown template name" "$BANGTRACE" tokenize --model "$STORIES" --tokenizer "$TOK512" --chat "$TMP/case0.json" \
     --chat-template qwen9 --render
 expect_exit 2 "a bad enable_thinking" "$BANGTRACE" tokenize --model "$STORIES" --tokenizer "$TOK512" --chat <(echo '{"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"enable_thinking":"no"}}') --render --chat-template qwen3
+# SmolLM2's own template (ChatML with a default system turn), read from the
+# GGUF, rendered by jinja2 and by bangtrace without --chat-template
+if [ -f "$SMOL" ] && "$BANGTRACE" inspect "$SMOL" --json --no-scan >"$TMP/smol.json" 2>/dev/null; then
+    ${PYTHON3:-python3} - "$TMP" <<'PY' || fail "could not render SmolLM2's template with jinja2"
+import json, sys
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+tmp = sys.argv[1]
+t = json.load(open(tmp + "/smol.json"))["metadata"]["tokenizer.chat_template"]
+env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+S = {"role": "system", "content": "Be brief."}
+U = lambda c: {"role": "user", "content": c}
+A = lambda c: {"role": "assistant", "content": c}
+for i, (msgs, gen) in enumerate([([U("Hi")], True), ([S, U("Hi"), A("Hello"), U("Bye")], True), ([U("a"), A("b")], False)]):
+    body = {"messages": msgs}
+    if not gen: body["add_generation_prompt"] = False
+    json.dump(body, open(f"{tmp}/smol{i}.json", "w"))
+    open(f"{tmp}/smol{i}.expected", "wb").write(env.from_string(t).render(messages=msgs, add_generation_prompt=gen).encode())
+PY
+    for i in 0 1 2; do
+        expect_exit 0 "render SmolLM2's own template, case $i" "$BANGTRACE" tokenize --model "$SMOL" --chat "$TMP/smol$i.json" --render || continue
+        cmp -s "$TMP/out" "$TMP/smol$i.expected" && ok "SmolLM2's template: bytes equal jinja2 (case $i)" \
+            || fail "SmolLM2's template, case $i: jinja2 and bangtrace differ:$(diff <(od -c "$TMP/smol$i.expected") <(od -c "$TMP/out") | head -8)"
+    done
+else
+    echo "SmolLM2 not cached: its own template is not rendered"
+fi
 # --chat without --render: the ids of the rendered text (the model's BOS added as an id)
 if [ -f "$SMOL" ]; then
     expect_exit 0 "render for SmolLM2" "$BANGTRACE" tokenize --model "$SMOL" --chat "$TMP/case0.json" --chat-template "$DATA/qwen3.jinja" --render &&

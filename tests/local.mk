@@ -199,3 +199,19 @@ check_PROGRAMS += tests/test_numerics_seam
 TESTS += tests/test_numerics_seam
 tests_test_numerics_seam_SOURCES = tests/test_numerics_seam.c
 tests_test_numerics_seam_LDADD = $(CORE_LIBS)
+
+# issue 22, fuzzing (h5-fuzz): what a server answers probe/canary/ctxwalk
+# (bt_reply_header, bt_reply_parse; found by tests/fuzz/fuzz_reply)
+check_PROGRAMS += tests/test_reply
+TESTS += tests/test_reply
+tests_test_reply_SOURCES = tests/test_reply.c
+tests_test_reply_LDADD = $(CMD_LIBS)
+# issue 22, mutation witnesses (h5-fuzz): the +Inf/-Inf split and the
+# all-NaN argmax rules end to end
+TESTS += tests/nonfinite_e2e.sh
+EXTRA_DIST += tests/nonfinite_e2e.sh
+# plain ChatML for chat_templates.sh (h5-fuzz)
+EXTRA_DIST += tests/data/chat/chatml.jinja
+# NEOX vs norm rope on real llama GGUFs against the numpy oracle (h5-fuzz)
+TESTS += tests/oracle/test_rope_llama_gguf.py
+EXTRA_DIST += tests/oracle/test_rope_llama_gguf.py

@@ -101,6 +101,15 @@ static void test_q8(void)
     float z[32] = { 0 };
     bt_num_quantize_q8_block(z, &d, q);
     CHECK(d == 0 && q[5] == 0, "an all-zero block");
+    /* non-finite values (fuzz_numerics: the cast of NaN to int8 was
+     * undefined): NaN and Inf * 0 convert as cvtps_epi32 + packs do, to -128 */
+    for (int i = 0; i < 32; i++) x[i] = (float)(i - 16);
+    x[4] = NAN;
+    bt_num_quantize_q8_block(x, &d, q);
+    CHECK(q[4] == -128 && q[0] == -127 && q[31] == 119, "a NaN lane is -128, the others as without it: %d %d %d", q[4], q[0], q[31]);
+    x[4] = INFINITY;
+    bt_num_quantize_q8_block(x, &d, q);
+    CHECK(q[4] == -128 && q[0] == 0 && q[20] == 0 && d == 0x7c00, "an Inf: amax Inf, id 0, Inf * 0 = NaN gives -128, the rest 0: %d %d %d", q[4], q[0], q[20]);
     /* round trip error of a q8 block: d/2 per value, plus 127 times the f16 rounding of d */
     float y[32], r[32];
     for (int i = 0; i < 32; i++) y[i] = r[i] = sinf((float)i) * 3.7f;

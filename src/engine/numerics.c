@@ -28,17 +28,29 @@ uint16_t bt_num_f32_to_bf16(float x)
 
 float bt_num_round_bf16(float x) { return bt_bf16_to_f32(bt_num_f32_to_bf16(x)); }
 
+/* One lane of _mm256_cvtps_epi32 then the saturating packs to int8: a NaN
+ * or a value out of int32's range converts to INT32_MIN, which saturates
+ * to -128 (a C cast of those would be undefined behaviour). */
+static int8_t q8_lane(float v)
+{
+    v = nearbyintf(v);
+    if (!(v >= -2147483648.0f && v < 2147483648.0f)) return -128;
+    return (int8_t)(v > 127.0f ? 127 : v < -128.0f ? -128 : (int)v);
+}
+
 /* llama.cpp's x86 quantize_row_q8_0 / q8_1 (AVX2 and AVX-512 paths, the
  * ones a CPU build runs): d = amax/127 stored as f16, q = round-to-nearest-
  * even(x * 127/amax). (The scalar _ref code uses 1/d and roundf, which can
- * differ by one step on ties; the SIMD path is what runs.) */
+ * differ by one step on ties; the SIMD path is what runs.) A non-finite
+ * value: amax ignores NaN; an Inf makes amax Inf and 127/amax 0, so Inf * 0
+ * is NaN; a NaN lane converts as q8_lane says (-128). */
 void bt_num_quantize_q8_block(const float *x, uint16_t *d, int8_t q[32])
 {
     float amax = 0;
     for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
     *d = bt_f32_to_f16(amax / 127.f);
     float id = amax != 0.0f ? 127.f / amax : 0.0f;
-    for (int i = 0; i < 32; i++) q[i] = (int8_t)nearbyintf(x[i] * id);
+    for (int i = 0; i < 32; i++) q[i] = q8_lane(x[i] * id);
 }
 
 void bt_num_round(int fmt, float *x, size_t n)

@@ -147,7 +147,7 @@ bt_answer bt_reply_answer(const bt_reply *r, char *const *stop, int n_stop)
 
 /* An answer body: an HTTP 200 whose body is not a completion is a failed
  * answer (status kept, error says why). */
-static void parse_body(const char *body, size_t len, bt_reply *r)
+void bt_reply_parse(bt_reply *r, const char *body, size_t len)
 {
     json_error_t je;
     json_t *j = json_loadb(body, len, 0, &je);
@@ -215,17 +215,23 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *u)
     return n;
 }
 
-static size_t on_header(char *p, size_t sz, size_t nm, void *u)
+void bt_reply_header(bt_reply *r, const char *p, size_t n)
 {
-    bt_reply *r = u;
-    size_t n = sz * nm;
     if (n > 14 && !strncasecmp(p, "x-request-id:", 13)) {
+        /* curl's header line is n bytes, not NUL-terminated: a value of
+         * nothing but spaces must not walk past it */
         const char *v = p + 13;
-        while (*v == ' ') v++;
+        while (v < p + n && *v == ' ') v++;
         size_t l = (size_t)(p + n - v);
         while (l && (v[l - 1] == '\r' || v[l - 1] == '\n')) l--;
         snprintf(r->request_id, sizeof r->request_id, "%.*s", (int)l, v);
     }
+}
+
+static size_t on_header(char *p, size_t sz, size_t nm, void *u)
+{
+    size_t n = sz * nm;
+    bt_reply_header(u, p, n);
     return n;
 }
 
@@ -268,7 +274,7 @@ static int ask_url(bt_target *t, const char *body, size_t len, bool chat, bt_rep
         long code = 0;
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
         r->http_status = (int)code;
-        parse_body(b.d ? b.d : "", b.n, r);
+        bt_reply_parse(r, b.d ? b.d : "", b.n);
     }
     free(b.d);
     curl_slist_free_all(h);

@@ -57,6 +57,12 @@ int bt_target_ctx(const bt_target *t);
 /* Native engine only: the model's trained context (inspect's ctx_len),
  * which bt_target_ctx caps at BT_ENGINE_CTX_CAP unless cfg.ctx says. */
 int bt_target_trained_ctx(const bt_target *t);
+/* What a server sent, as bt_target_ask reads it (exported for
+ * tests/fuzz/fuzz_reply.c): one header line (x-request-id is kept), and
+ * the body, with r->http_status already set: a completion's text, finish
+ * reason and (our server's) ids, or the error message. */
+void bt_reply_header(bt_reply *r, const char *line, size_t n);
+void bt_reply_parse(bt_reply *r, const char *body, size_t len);
 /* The reply as classifier input (borrows r and stop). */
 bt_answer bt_reply_answer(const bt_reply *r, char *const *stop, int n_stop);
 

@@ -262,6 +262,39 @@ def main():
         subprocess.run([sys.executable, 'tests/data-gen/make_spec_trace.py', p, '--k', '2', '--tokens', '3',
                         '--inject', 'target:3:1:ffn_gate', '--schema', 'traces/schema.sql'], check=True, stdout=subprocess.DEVNULL)
         shrink(p, os.path.join(d, 'spec-synthetic.db'))
+    reply_seeds(top)
+    numerics_seeds(top)
+
+
+def reply_seeds(top):
+    """fuzz_reply: status byte, header lines, NUL, body (what a server sends probe/canary/ctxwalk)."""
+    d = os.path.join(top, 'reply')
+    hdr = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nx-request-id: req-0001\r\n\r\n'
+    bodies = {
+        'completion': (0, b'{"choices":[{"text":"The capital of France is Paris.","finish_reason":"stop"}]}'),
+        'chat': (0, b'{"choices":[{"message":{"role":"assistant","content":"four"},"finish_reason":"stop"}]}'),
+        'ids-wall': (0, b'{"choices":[{"text":"!!!!!!!!!!!!","finish_reason":"length"}],'
+                        b'"bangtrace":{"completion_ids":[0,0,0,0,0,0,0,0,0,0,0,0],"n_vocab":512}}'),
+        'ids-oov': (0, b'{"choices":[{"text":"a","finish_reason":"invalid_token"}],"bangtrace":{"completion_ids":[3,600],"n_vocab":512}}'),
+        'loop': (0, b'{"choices":[{"text":"the cat sat. the cat sat. the cat sat. the cat sat. the cat sat.","finish_reason":"length"}]}'),
+        'past-stop': (0, b'{"choices":[{"text":"yes\\nUser: and then","finish_reason":"stop"}]}'),
+        'error': (242, b'{"error":{"message":"model not found","type":"invalid_request_error"}}'),
+        'not-completion': (0, b'{"object":"list","data":[]}'),
+    }
+    for name, (st, body) in bodies.items():
+        write(d, name, bytes([st]) + hdr + b'\0' + body)
+    write(d, 'no-headers', bytes([0]) + b'{"choices":[{"text":"   ","finish_reason":"stop"}]}')
+
+
+def numerics_seeds(top):
+    """fuzz_numerics: SPEC, NUL, f32 values."""
+    d = os.path.join(top, 'numerics')
+    vals = struct.pack('<40f', *([1.0, 10000.0, 65504.0, 65520.0, -1e-8, 3.14159, -2.5, 1e38, float('inf'), float('nan')] * 4))
+    for i, spec in enumerate(['f32', 'f16', 'bf16', 'llama.cpp-cpu', 'llama.cpp-cpu-nofa', 'llama.cpp-cuda-f16',
+                              'vllm-bf16', 'act=f16,kv=q8_0', 'llama.cpp-cpu,kv=bf16,softmax=f16', 'norm=ggml,rope=ggml',
+                              'kv=f16,attn=ggml-mm']):
+        write(d, '%02d' % i, spec.encode() + b'\0' + vals)
+    write(d, 'bad', b'act=f16,,kv=f8\0')
 
 
 if __name__ == '__main__':

@@ -13,7 +13,7 @@ src=${BT_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 bld=${BT_BUILDDIR:-$(pwd)}
 shared=${BT_SHARED:-$src/../shared}
 jobs=${BT_FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
-targets=${*:-"gguf llama2c llama2c_tok request inject tokenizer trace safetensors hf"}
+targets=${*:-"gguf llama2c llama2c_tok request inject tokenizer trace safetensors hf reply numerics"}
 work=$bld/fuzz
 mkdir -p "$work/logs" "$work/artifacts"
 
@@ -29,12 +29,26 @@ run_one() {   # run_one TARGET
     opts="-max_len=65536"
     case $t in
         trace) opts="-max_len=262144 -close_fd_mask=3" ;;
-        tokenizer|request|inject) opts="-max_len=4096" ;;
+        tokenizer|request|inject|reply|numerics) opts="-max_len=4096" ;;
     esac
+    seeds=$src/tests/fuzz/corpus/$t
+    if [ "$t" = trace ]; then
+        # an input is a selector byte (which command) + a trace file: the
+        # committed seeds are plain traces, given here under every selector
+        seeds=$work/seeds/trace
+        mkdir -p "$seeds"
+        for f in "$src/tests/fuzz/corpus/trace/"*; do
+            s=0
+            while [ $s -lt 13 ]; do
+                { printf "\\$(printf %03o $s)"; cat "$f"; } >"$seeds/$(basename "$f").$s"
+                s=$((s + 1))
+            done
+        done
+    fi
     BT_SHARED=$shared ASAN_OPTIONS=${ASAN_OPTIONS_FUZZ:-detect_leaks=1:abort_on_error=1} \
         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         "$bin" $opts -max_total_time="$secs" -timeout=25 -rss_limit_mb=3072 -print_final_stats=1 \
-        -artifact_prefix="$work/artifacts/$t-" "$work/corpus/$t" "$src/tests/fuzz/corpus/$t" >"$log" 2>&1
+        -artifact_prefix="$work/artifacts/$t-" "$work/corpus/$t" "$seeds" >"$log" 2>&1
     echo $? >"$log.status"
 }
 
