@@ -176,5 +176,5 @@ tests_test_foreign_SOURCES = tests/test_foreign.c
 tests_test_foreign_LDADD = $(LLAMA_ENGINE_LIBS) $(TRACE_LIBS) $(LLAMA_CPP_LIBS)
 
 # h5-redact (issue 22): export --redact checked by an adversary; report for an upstream issue
-TESTS += tests/redact_adversary.sh
-EXTRA_DIST += tests/redact_adversary.sh tests/redact_attack.py
+TESTS += tests/redact_adversary.sh tests/report_public.sh
+EXTRA_DIST += tests/redact_adversary.sh tests/redact_attack.py tests/report_public.sh
