@@ -7,8 +7,8 @@
 # single-position steps matched against every row of the model's embedding
 # table. On SmolLM2 answering examples/chat.json ("The capital of France
 # is", echoing the prompt) with the sample trace's NaN: nothing is
-# recovered from --redact=prompt or --redact=all exports, nor from the
-# shipped traces/wall-of-bang.db; the same attacks on an unredacted copy
+# recovered from --redact=prompt or --redact=all exports (of a speculative
+# self-draft run too), nor from the shipped traces/wall-of-bang.db; the same attacks on an unredacted copy
 # recover the echoed ids (the control); the structure of what went wrong
 # (non-finite counts, the first bad op, bisect) survives.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
@@ -68,6 +68,18 @@ $ADV "$TMP/o.db" "$TMP/plain.db" "$SMOL" --trail "$TMP/w-prompt.db" --expect-lea
     grep -q '^ids: logits.chosen = 3575 ' "$TMP/control.adv" && grep -q '^text: ' "$TMP/control.adv" &&
     ok "control: on an unredacted copy the adversary recovers ' capital' (embedding, logits) and the prompt's words" ||
     fail "control: the adversary found too little: $(tail -n 1 "$TMP/control.adv")"
+
+# a speculative run (self-draft: the drafter's passes read the same
+# embedding): the echo is in the corrections, among rejected drafts
+if "$BANGTRACE" help run 2>&1 | grep -q -- '--spec-k'; then
+    expect_exit 0 "run --spec-k 4 --draft-self 2 --trace" "$BANGTRACE" run --model "$SMOL" --request "$REQ" -n 24 --spec-k 4 --draft-self 2 \
+        --trace "$TMP/sp.db" --threads 2
+    for lvl in prompt all; do
+        expect_exit 0 "speculative: export --redact=$lvl" "$BANGTRACE" export "$TMP/sp.db" -o "$TMP/sp-$lvl.db" --redact=$lvl --all-steps
+        $ADV "$TMP/sp.db" "$TMP/sp-$lvl.db" "$SMOL" > "$TMP/sp-$lvl.adv" 2>&1 && ok "speculative $lvl: $(tail -n 1 "$TMP/sp-$lvl.adv")" ||
+            fail "speculative $lvl: $(head -n 5 "$TMP/sp-$lvl.adv" | tr '\n' ';') $(tail -n 1 "$TMP/sp-$lvl.adv")"
+    done
+fi
 
 # the shipped sample: made with SmolLM2 relabelled so that ids 0 and '!' swap
 bang=$("$BANGTRACE" tokenize --model "$SMOL" '!')

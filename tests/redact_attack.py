@@ -10,7 +10,8 @@ every column of every table, to recover what was redacted:
 
   ids      every integer of a row (and every integer inside a text column:
            JSON top-k lists, event sentences; in columns that hold no ids,
-           values up to 16 are counts and indexes, not evidence) equal to the id of a redacted
+           values up to 16 are counts and indexes, not evidence; a
+           speculative bonus token lands after the accepted drafts) equal to the id of a redacted
            token at the row's position (a logit snapshot at pos names the
            token at pos + 1); and every id-carrying column (token, chosen,
            argmax, top-k) naming a redacted token's id at all, unless a token
@@ -21,14 +22,16 @@ every column of every table, to recover what was redacted:
   rows     every full logit row: its argmax against the redacted token it
            predicts, and any finite value at all (a finite row ranks the
            vocabulary, the prompt's words among the likeliest);
-  embed    each single-position step's token_embd and blk.0.attn_norm tap
+  embed    each single-position step's (a self-drafter's too) token_embd and blk.0.attn_norm tap
            statistics (bf16 min, max, mean, rms) against the same statistics
            of every row of the model's embedding table (and of the rmsnorm
            of every row): a unique match is the input token.
 
 Which tokens were redacted is read from the redacted trace's own trail (id
 -1 where the original has an id); every prompt token must be among them
-(prompt mode) and every token (meta redacted = all).
+(prompt mode) and every output token inside a run of three or more that the
+prompt holds (the output is the last token at each position), and every
+token with meta redacted = all.
 
 --trail T: read which tokens were redacted (and the level) from the trace
 T instead of REDACTED: with REDACTED an unredacted copy and --expect-leak,
@@ -151,7 +154,7 @@ def decode_row(dtype, encoding, n, data):
 
 ID_COLUMN = re.compile(r"token|chosen|argmax|topk_ids")
 WORD = re.compile(r"[A-Za-z]{4,}")
-INT = re.compile(r"-?\d+")
+NUM = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
 # how the detectors name ids in a sentence: "token 7", "tokens 7 8", "-> id 7"
 ID_IN_TEXT = re.compile(r"(?:token id|tokens?|-> id) ((?:-?\d+ ?)+)")
 # a count or an index of that size is no evidence of an id (they are
@@ -204,6 +207,22 @@ def main():
         else:
             kept.setdefault(pos, set()).add(tid)
             kept_text.append(piece or "")
+    # what prompt mode must redact besides the prompt: the output (the last
+    # token at each position; a speculative trail holds replaced drafts too)
+    # inside a run of 3+ that the prompt holds consecutively
+    if level == "prompt" and not trail:
+        pids = [tid for _, (pos, tid, piece, role) in sorted(omap.items()) if role == "prompt"]
+        tris = set(zip(pids, pids[1:], pids[2:]))
+        last = {}
+        for seq, (pos, tid, piece, role) in sorted(omap.items()):
+            if role != "prompt":
+                last[pos] = (seq, tid)
+        outp = sorted(last.items())
+        for i in range(len(outp) - 2):
+            if (outp[i][1][1], outp[i + 1][1][1], outp[i + 2][1][1]) in tris:
+                for pos, (seq, tid) in outp[i:i + 3]:
+                    if red_tok.get(seq, -1) != -1:
+                        failures.append("tokens: seq %d at position %d (id %d) echoes the prompt and was kept" % (seq, pos, tid))
     prompt = (rows(o, "SELECT value FROM meta WHERE key = 'prompt_text'") or [("",)])[0][0] or ""
     red_words.update(w.lower() for w in WORD.findall(prompt))
     kept_words = set(w.lower() for w in WORD.findall("".join(kept_text)))
@@ -219,8 +238,8 @@ def main():
         if isinstance(value, int):
             ints = [value] if is_id or value > SMALL else []
         elif isinstance(value, str):
-            ints = [int(v) for v in INT.findall(value) if is_id or int(v) > SMALL]
-            ints += [int(v) for m in ID_IN_TEXT.findall(value) for v in INT.findall(m)]
+            ints = [int(v) for v in NUM.findall(value) if re.fullmatch(r"-?\d+", v) and (is_id or int(v) > SMALL)]
+            ints += [int(v) for m in ID_IN_TEXT.findall(value) for v in m.split()]
         else:
             ints = []
         for v in ints:
@@ -235,8 +254,13 @@ def main():
     tables = [n for (n,) in rows(d, "SELECT name FROM sqlite_master WHERE type = 'table'")]
     for tab in tables:
         cols = [c[1] for c in rows(d, 'SELECT * FROM pragma_table_info(?)', (tab,))]
+        first_draft = dict(rows(d, "SELECT step, min(draft_pos) FROM spec_trail GROUP BY step")) if tab == "spec_steps" else {}
         for r in rows(d, 'SELECT * FROM "%s"' % tab.replace('"', '""')):
             rec = dict(zip(cols, r))
+            if tab == "spec_steps" and first_draft.get(rec.get("step")) is not None:
+                rec_pos = first_draft[rec["step"]] + rec["accepted"]     # where the target's token lands
+            else:
+                rec_pos = None
             positions = []
             for pc in ("pos", "draft_pos", "first_bad_pos"):
                 if isinstance(rec.get(pc), int):
@@ -252,7 +276,11 @@ def main():
                     pred = [rec["draft_pos"]]
                 elif isinstance(rec.get("pos"), int):
                     pred = [rec["pos"]]
-                if isinstance(v, (int, str)) and positions:
+                elif rec_pos is not None:
+                    pred = [rec_pos]
+                if rec_pos is not None and isinstance(v, int) and is_id:
+                    id_hits(tab, c, v, pred, pred, is_id)
+                elif isinstance(v, (int, str)) and positions:
                     id_hits(tab, c, v, positions if tab != "logits" else pred, pred if is_id else None, is_id)
                 elif is_id and isinstance(v, (int, str)) and tab != "meta":
                     id_hits(tab, c, v, [], [], is_id)
@@ -282,16 +310,18 @@ def main():
                     found("rows: step %d pos %d: %d finite logits rank the vocabulary" % (step, pos, int(fin.sum())))
 
     # the embedding attack
-    tens = {op: idx for idx, op in rows(d, "SELECT idx, op FROM tensors WHERE model = 'target' AND "
-                                            "(op = 'token_embd' OR (layer = 0 AND op = 'attn_norm'))")}
+    # (a self-drafter's passes share the target's embedding: its steps are attacked too)
+    tens = {}
+    for model_, idx, op in rows(d, "SELECT model, idx, op FROM tensors WHERE op = 'token_embd' OR (layer = 0 AND op = 'attn_norm')"):
+        tens.setdefault(model_, {})[op] = idx
     tables_m = None
     matched = 0
-    for step, pos0, n_pos, blob in rows(d, "SELECT s.step, s.pos0, s.n_pos, b.stats FROM steps s JOIN tap_blobs b "
-                                           "ON b.step = s.step WHERE s.model = 'target' AND s.n_pos = 1"):
+    for step, model_, pos0, n_pos, blob in rows(d, "SELECT s.step, s.model, s.pos0, s.n_pos, b.stats FROM steps s JOIN tap_blobs b "
+                                                   "ON b.step = s.step WHERE s.n_pos = 1"):
         if not redacted.get(pos0) and not expect_leak:
             continue
         truth = redacted.get(pos0) or kept.get(pos0) or set()
-        for op, idx in tens.items():
+        for op, idx in tens.get(model_, {}).items():
             b = blob[idx * 8: idx * 8 + 8]
             if len(b) < 8:
                 continue

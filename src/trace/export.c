@@ -750,17 +750,29 @@ static int note_unknown(exporter *x)
 
 /* ---- generated tokens that repeat the prompt ----
  * A model that echoes its prompt writes the prompt into the generated
- * trail, which --redact=prompt otherwise keeps. Every generated token
- * inside a run of three or more that also occurs consecutively in the
- * prompt is redacted like a prompt token; its seq goes to temp.echo (the
- * temp database never reaches OUT). */
+ * trail, which --redact=prompt otherwise keeps. The output is the last
+ * token of the trail at each position (a speculative trail also holds
+ * drafts that a correction replaced). Every output token inside a run of
+ * three or more that also occurs consecutively in the prompt is redacted
+ * like a prompt token, and so is every other token of the trail at its
+ * position with its id (the accepted draft it was); their seqs go to
+ * temp.echo (the temp database never reaches OUT). */
 
 typedef struct tri { int32_t a, b, c; } tri;
+typedef struct gen_tok { int64_t seq; int pos; int32_t id; } gen_tok;
 typedef struct echo_scan {
     int32_t *pid; int np; size_t cap_p;      /* prompt ids, trail order */
     int32_t *gid; int64_t *gseq; int ng; size_t cap_g, cap_s;
+    int *gpos; size_t cap_pos;
     bool oom;
 } echo_scan;
+
+static int gen_cmp(const void *a, const void *b)
+{
+    const gen_tok *x = a, *y = b;
+    if (x->pos != y->pos) return x->pos < y->pos ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
 
 static int echo_cb(void *user, const bt_trace_token_row *t)
 {
@@ -769,11 +781,13 @@ static int echo_cb(void *user, const bt_trace_token_row *t)
     if (prompt) {
         if (BT_VEC_PUSH(e->pid, e->np, e->cap_p, t->id)) { e->oom = true; return 1; }
     } else {
-        if (BT_VEC_RESERVE(e->gid, e->cap_g, (size_t)e->ng + 1) || BT_VEC_RESERVE(e->gseq, e->cap_s, (size_t)e->ng + 1)) {
+        if (BT_VEC_RESERVE(e->gid, e->cap_g, (size_t)e->ng + 1) || BT_VEC_RESERVE(e->gseq, e->cap_s, (size_t)e->ng + 1) ||
+            BT_VEC_RESERVE(e->gpos, e->cap_pos, (size_t)e->ng + 1)) {
             e->oom = true;
             return 1;
         }
         e->gid[e->ng] = t->id;
+        e->gpos[e->ng] = t->pos;
         e->gseq[e->ng++] = t->seq;
     }
     return 0;
@@ -791,6 +805,8 @@ static int find_echo(exporter *x, bt_trace_reader *r)
 {
     echo_scan e = { 0 };
     tri *t = NULL;
+    gen_tok *g = NULL;
+    int *out_i = NULL;
     sqlite3_stmt *ins = NULL;
     int rc = exec(x, "CREATE TEMP TABLE echo (seq INTEGER PRIMARY KEY)");
     if (rc) return rc;
@@ -806,18 +822,34 @@ static int find_echo(exporter *x, bt_trace_reader *r)
         rc = db_err(x, "marking echoed tokens");
         goto out;
     }
-    for (int i = 0; i + 2 < e.ng && !rc; i++) {
-        tri k = { e.gid[i], e.gid[i + 1], e.gid[i + 2] };
+    /* the output: the last token (largest seq) at each position, in position order */
+    if (!(g = malloc((size_t)e.ng * sizeof(*g))) || !(out_i = malloc((size_t)e.ng * sizeof(*out_i)))) {
+        rc = bt_error(BT_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < e.ng; i++) g[i] = (gen_tok){ e.gseq[i], e.gpos[i], e.gid[i] };
+    qsort(g, (size_t)e.ng, sizeof(*g), gen_cmp);
+    int no = 0;
+    for (int i = 0; i < e.ng; i++) if (i + 1 == e.ng || g[i + 1].pos != g[i].pos) out_i[no++] = i;
+    for (int i = 0; i + 2 < no && !rc; i++) {
+        tri k = { g[out_i[i]].id, g[out_i[i + 1]].id, g[out_i[i + 2]].id };
         if (!bsearch(&k, t, (size_t)nt, sizeof(*t), tri_cmp)) continue;
         for (int j = i; j < i + 3 && !rc; j++) {
-            if (BT_VEC_PUSH(x->rd.echo, x->rd.n_echo, x->rd.cap_echo, e.gseq[j])) { rc = bt_error(BT_ENOMEM, "out of memory"); break; }
-            sqlite3_bind_int64(ins, 1, e.gseq[j]);
-            if (sqlite3_step(ins) != SQLITE_DONE) rc = db_err(x, "marking echoed tokens");
-            sqlite3_reset(ins);
+            const gen_tok *o = &g[out_i[j]];
+            for (int m = out_i[j]; m >= 0 && g[m].pos == o->pos && !rc; m--) {
+                if (g[m].id != o->id) continue;
+                if (BT_VEC_PUSH(x->rd.echo, x->rd.n_echo, x->rd.cap_echo, g[m].seq)) { rc = bt_error(BT_ENOMEM, "out of memory"); break; }
+                sqlite3_bind_int64(ins, 1, g[m].seq);
+                if (sqlite3_step(ins) != SQLITE_DONE) rc = db_err(x, "marking echoed tokens");
+                sqlite3_reset(ins);
+            }
         }
     }
 out:
     sqlite3_finalize(ins);
+    free(g);
+    free(out_i);
+    free(e.gpos);
     free(t);
     free(e.pid);
     free(e.gid);
