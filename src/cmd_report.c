@@ -661,11 +661,45 @@ static int section_logits(FILE *o, bt_trace_reader *r, const bt_analysis *x)
 
 typedef struct bt_first { FILE *o; bool done; } bt_first;
 
+/* Does a frame line ("#N 0xPC symbol+0xOFF (module)") belong to the
+ * recorder or to the engine's hand-over of a tensor to it? Traces recorded
+ * before the recorder took the stack where the op runs start with those. */
+static bool recorder_frame(const char *line, size_t n)
+{
+    static const char *const own[] = { "observe_taps", "cb_observe", "record_tap", "cb_flush", "own_backtrace",
+                                       "tap", "tap_expert", "bt_engine_tap_deliver" };
+    const char *sym = line[0] == '#' ? memchr(line, ' ', n) : NULL;
+    sym = sym ? memchr(sym + 1, ' ', n - (size_t)(sym + 1 - line)) : NULL;
+    if (!sym) return false;
+    sym++;
+    size_t left = (size_t)(line + n - sym);
+    for (size_t i = 0; i < BT_ARRAY_SIZE(own); i++) {
+        size_t l = strlen(own[i]);
+        if (left > l && !strncmp(sym, own[i], l) && (sym[l] == '+' || sym[l] == '.')) return true;
+    }
+    return false;
+}
+
 static int backtrace_cb(void *user, const bt_trace_backtrace_row *b)
 {
     bt_first *f = user;
-    fprintf(f->o, "## Host backtrace (%s, step %d)\n\n```\n%s%s```\n\n", b->kind ? b->kind : "?", b->step,
-            b->frames ? b->frames : "", b->frames && b->frames[0] && b->frames[strlen(b->frames) - 1] == '\n' ? "" : "\n");
+    const char *frames = b->frames ? b->frames : "";
+    int skipped = 0;
+    if (b->kind && !strcmp(b->kind, "first_nonfinite")) {
+        const char *p = frames;
+        while (*p) {
+            const char *e = strchr(p, '\n');
+            size_t n = e ? (size_t)(e - p) : strlen(p);
+            if (!recorder_frame(p, n)) break;
+            p += n + (e ? 1 : 0);
+            skipped++;
+        }
+        if (*p) frames = p; else skipped = 0;      /* nothing but the recorder's: shown whole */
+    }
+    fprintf(f->o, "## Host backtrace (%s, step %d)\n\n", b->kind ? b->kind : "?", b->step);
+    if (skipped)
+        fprintf(f->o, "(%d frame%s of bangtrace's recorder above the op left out)\n\n", skipped, skipped == 1 ? "" : "s");
+    fprintf(f->o, "```\n%s%s```\n\n", frames, frames[0] && frames[strlen(frames) - 1] == '\n' ? "" : "\n");
     f->done = true;
     return 1;
 }

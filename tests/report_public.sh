@@ -71,6 +71,26 @@ else
     echo "note: no first_nonfinite backtrace in this build (no libunwind)"
 fi
 
+# first_frame REPORT: the first frame line of its first_nonfinite backtrace
+first_frame() { sed -n '/^## Host backtrace (first_nonfinite/,/^## /p' "$1" | grep '^#[0-9]* ' | head -n 1; }
+recorder_sym() { case "$(echo "$1" | awk '{print $3}')" in record_tap*|cb_flush*|cb_observe*|observe_taps*|tap+*|tap.*) return 0 ;; esac; return 1; }
+# a trace recorded before this version (its stack taken in the recorder): the report leaves those frames out
+if command -v sqlite3 > /dev/null 2>&1 && grep -q '^## Host backtrace (first_nonfinite' "$TMP/r.md"; then
+    cp "$H/work/t.db" "$TMP/oldbt.db"
+    sqlite3 "$TMP/oldbt.db" "UPDATE backtraces SET frames = '#0 0x0000555555555461 record_tap+0x301 (bangtrace)' || char(10) ||
+        '#1 0x0000555555555971 cb_flush+0x4b1 (bangtrace)' || char(10) || frames WHERE kind = 'first_nonfinite'"
+    expect_exit 0 "report on a trace whose backtrace starts in the recorder" "$BANGTRACE" report "$TMP/oldbt.db"
+    f=$(first_frame "$TMP/out")
+    if [ -n "$f" ] && ! recorder_sym "$f" && grep -q '^(2 frames of bangtrace.s recorder above the op left out)' "$TMP/out"; then
+        ok "an older trace's recorder frames are left out: $f"
+    else fail "older trace: first frame '$f'"; fi
+fi
+# the shipped sample trace was recorded by this version
+expect_exit 0 "report on traces/wall-of-bang.db" "$BANGTRACE" report "${BT_SRCDIR:-.}/traces/wall-of-bang.db"
+f=$(first_frame "$TMP/out")
+[ -n "$f" ] && ! recorder_sym "$f" && ! grep -q 'recorder above the op left out' "$TMP/out" &&
+    ok "the sample trace's backtrace starts at the op: $f" || fail "sample trace backtrace: '$f'"
+
 # a redacted export's report
 expect_exit 0 "export --redact" "$BANGTRACE" export "$H/work/t.db" -o "$TMP/share.db" --redact
 expect_exit 0 "report on the redacted export" "$BANGTRACE" report "$TMP/share.db"
