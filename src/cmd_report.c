@@ -120,6 +120,8 @@ static const char *base_name(const char *p)
  * replaced. The report is for a public issue: it names the model by its
  * base name and SHA-256, never where a file lives or whose machine it was.
  * Returns a malloc'd buffer (*len bytes), NULL when out of memory. */
+static bool word_char(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'; }
+
 static char *strip_local(const char *s, size_t n, const char *host, size_t *len)
 {
     static const char *const before = " \t\n\"'=(:,[<`|";
@@ -156,8 +158,11 @@ static char *strip_local(const char *s, size_t n, const char *host, size_t *len)
         for (const char *p = out; *p;) {
             const char *hit = strstr(p, nm);
             if (!hit) { bt_sbuf_putn(&b, p, strlen(p)); break; }
+            /* a whole name only ("vm" in "avx512vmx" is no host name) */
+            bool whole = (hit == out || !word_char(hit[-1])) && !word_char(hit[nl]);
             bt_sbuf_putn(&b, p, (size_t)(hit - p));
-            bt_sbuf_putn(&b, with[k], strlen(with[k]));
+            if (whole) bt_sbuf_putn(&b, with[k], strlen(with[k]));
+            else bt_sbuf_putn(&b, hit, nl);
             p = hit + nl;
         }
         free(out);
