@@ -11,14 +11,35 @@
 # self-draft run too), nor from the shipped traces/wall-of-bang.db; the same attacks on an unredacted copy
 # recover the echoed ids (the control); the structure of what went wrong
 # (non-finite counts, the first bad op, bisect) survives.
+# Without SmolLM2, stories260K (a llama2.c checkpoint, no echo) alone is
+# attacked: ids, text and the embedding statistics.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
-need_smol
+[ -f "$SMOL" ] || [ -f "$STORIES" ] || skip "neither SmolLM2 ($SMOL) nor stories260K ($STORIES) is here"
 PY=${PYTHON3:-python3}
-"$PY" -c 'import numpy, gguf, sqlite3' 2>/dev/null || skip "$PY with numpy and the gguf package is needed"
+"$PY" -c 'import numpy, sqlite3' 2>/dev/null || skip "$PY with numpy is needed"
 command -v sqlite3 > /dev/null 2>&1 || skip "the sqlite3 shell is needed"
 ADV="$PY ${BT_SRCDIR:-.}/tests/redact_attack.py"
 REQ=${BT_SRCDIR:-.}/examples/chat.json
 FAULT=nan@step=5,layer=17,op=ffn_down,count=3
+
+if [ -f "$STORIES" ]; then
+    expect_exit 0 "stories260K: run --trace" "$BANGTRACE" -q run --model "$STORIES" --tokenizer "$TOK512" \
+        --prompt "Once upon a time there was a little girl" -n 24 --inject nan@layer=0,op=ffn_down,step=6 --trace "$TMP/st.db" --threads 1
+    for lvl in prompt all; do
+        expect_exit 0 "stories260K: export --redact=$lvl" "$BANGTRACE" export "$TMP/st.db" -o "$TMP/st-$lvl.db" --redact=$lvl --all-steps
+        $ADV "$TMP/st.db" "$TMP/st-$lvl.db" "$STORIES" > "$TMP/st-$lvl.adv" 2>&1 && ok "stories260K $lvl: $(tail -n 1 "$TMP/st-$lvl.adv")" ||
+            fail "stories260K $lvl: $(head -n 5 "$TMP/st-$lvl.adv" | tr '\n' ';') $(tail -n 1 "$TMP/st-$lvl.adv")"
+    done
+    expect_exit 0 "stories260K: export (no redaction)" "$BANGTRACE" export "$TMP/st.db" -o "$TMP/st-plain.db" --all-steps
+    $ADV "$TMP/st.db" "$TMP/st-plain.db" "$STORIES" --trail "$TMP/st-all.db" --expect-leak > "$TMP/st-control.adv" 2>&1 &&
+        [ "$(grep -c '^embed: ' "$TMP/st-control.adv")" -ge 5 ] &&
+        ok "stories260K control: the embedding attack names the tokens of an unredacted copy ($(grep -c '^embed: ' "$TMP/st-control.adv") matches)" ||
+        fail "stories260K control: $(tail -n 1 "$TMP/st-control.adv")"
+fi
+if [ ! -f "$SMOL" ] || ! "$PY" -c 'import gguf' 2>/dev/null; then
+    echo "note: SmolLM2 or the gguf package missing: the echo, speculative and sample-trace parts did not run"
+    finish
+fi
 
 expect_exit 0 "run --trace (SmolLM2, the sample trace's request and fault)" \
     "$BANGTRACE" run --model "$SMOL" --request "$REQ" -n 24 --inject "$FAULT" --trace "$TMP/o.db" --threads 2

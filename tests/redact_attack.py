@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """redact_attack.py - try to undo `bangtrace export --redact`.
 
-usage: redact_attack.py ORIGINAL REDACTED MODEL.gguf [--swap A:B] [--trail T] [--expect-leak]
+usage: redact_attack.py ORIGINAL REDACTED MODEL [--swap A:B] [--trail T] [--expect-leak]
+
+MODEL is a GGUF file (read with the gguf package) or a llama2.c checkpoint.
 
 The adversary knows everything an attacker with the model could know, plus
 (to score itself) the original trace: the token trail with every id and
@@ -84,7 +86,22 @@ def stat_table(m):
     return np.stack([bf16_bits(m.min(axis=1)), bf16_bits(m.max(axis=1)), bf16_bits(mean), bf16_bits(rms)], axis=1)
 
 
+def llama2c_tables(path, eps=1e-5):
+    """A llama2.c checkpoint: 7 int32 (dim, hidden_dim, n_layers, n_heads,
+    n_kv_heads, vocab_size, seq_len), then the f32 embedding table and the
+    attention rmsnorm weights of every layer."""
+    with open(path, "rb") as f:
+        hdr = np.frombuffer(f.read(28), dtype="<i4")
+        dim, n_layers, vocab = int(hdr[0]), int(hdr[2]), abs(int(hdr[5]))
+        emb = np.frombuffer(f.read(vocab * dim * 4), dtype="<f4").reshape(vocab, dim)
+        norm = np.frombuffer(f.read(dim * 4), dtype="<f4")
+    return emb, norm, eps
+
+
 def load_model_tables(path, eps_default=1e-5):
+    if not path.endswith(".gguf"):
+        emb, norm, eps = llama2c_tables(path, eps_default)
+        return tables_of(emb, norm, eps)
     try:
         from gguf import GGUFReader
         from gguf.quants import dequantize
@@ -104,6 +121,10 @@ def load_model_tables(path, eps_default=1e-5):
             norm = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(-1)
     if emb is None:
         die(path + ": no token_embd.weight")
+    return tables_of(emb, norm, eps)
+
+
+def tables_of(emb, norm, eps):
     tables = {"token_embd": stat_table(emb)}
     if norm is not None:
         e64 = emb.astype(np.float64)
