@@ -29,7 +29,7 @@ void cmd_report_help(FILE *out)
     fprintf(out,
         "usage: bangtrace report TRACE [-o FILE] [--png[=PNG]] [--force]\n\n"
         "Write a markdown report of a trace (bangtrace run --trace) for an upstream\n"
-        "issue: environment (host, CPU, tool version, backend, threads), model and\n"
+        "issue: environment (CPU, tool version, backend, threads), model file and\n"
         "SHA-256, configuration (sampling, argmax rule, injections), the first\n"
         "non-finite (step, layer, op) with its counts, the propagation table, the\n"
         "collapse summary (detector events), the logit snapshot at the first bad step,\n"
@@ -61,6 +61,11 @@ void cmd_report_help(FILE *out)
         "A trace whose run did not finish (killed: status still running and no process\n"
         "writing it; crashed; interrupted; a write error) is reported as such, with the\n"
         "last committed step.\n\n"
+        "The report is for a public issue: it names no host, and every absolute path\n"
+        "in it (the trace, the model, argv, events, backtraces) is shown by its base\n"
+        "name ($HOME never appears). FILE is created mode 0600, like the trace: a\n"
+        "report of an unredacted trace quotes the generated text. The first\n"
+        "non-finite's backtrace starts at the engine frame that computed the op.\n\n"
         "Exit status: 0 report written, 2 error (missing, corrupt or non-trace file).\n",
         BT_PICTURE_MAX_COLS);
 }
@@ -112,6 +117,74 @@ static void shell_quote(FILE *o, const char *s)
     fputc('\'', o);
 }
 
+/* A path's last component ("/home/ann/m/x.gguf" -> "x.gguf"); NULL stays NULL. */
+static const char *base_name(const char *p)
+{
+    if (!p) return NULL;
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') n--;     /* trailing slashes: the name before them */
+    const char *b = p + n;
+    while (b > p && b[-1] != '/') b--;
+    return *b ? b : p;
+}
+
+/* The whole report on its way out: every absolute path becomes its base name
+ * (a path starts with '/' at the start or after a separator, so "a/b" and
+ * " / " in a sentence stay), then any $HOME left, and the host's names, are
+ * replaced. The report is for a public issue: it names the model by its
+ * base name and SHA-256, never where a file lives or whose machine it was.
+ * Returns a malloc'd buffer (*len bytes), NULL when out of memory. */
+static bool word_char(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'; }
+
+static char *strip_local(const char *s, size_t n, const char *host, size_t *len)
+{
+    static const char *const before = " \t\n\"'=(:,[<`|";
+    static const char *const stop = " \t\n\"')],;<>`|";
+    bt_sbuf a = { 0 };
+    for (size_t i = 0; i < n;) {
+        if (s[i] == '/' && (i == 0 || strchr(before, s[i - 1])) && i + 1 < n && s[i + 1] && !strchr(stop, s[i + 1])) {
+            size_t e = i;
+            while (e < n && s[e] && !strchr(stop, s[e])) e++;
+            size_t b = e;
+            while (b > i + 1 && s[b - 1] == '/') b--;
+            size_t last = b;
+            while (last > i && s[last - 1] != '/') last--;
+            bt_sbuf_putn(&a, s + last, b - last);
+            i = e;
+            continue;
+        }
+        bt_sbuf_putn(&a, s + i, 1);
+        i++;
+    }
+    char *out = bt_sbuf_take(&a);
+    if (!out) return NULL;
+    char hn[256] = "";
+    if (gethostname(hn, sizeof hn) != 0) hn[0] = 0;
+    hn[sizeof hn - 1] = 0;
+    const char *names[] = { getenv("HOME"), host, hn };
+    const char *with[] = { "~", "[host]", "[host]" };
+    for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+        const char *nm = names[k];
+        size_t nl = nm ? strlen(nm) : 0;
+        /* "/" as HOME, or a two-letter host name, would blank ordinary text */
+        if (nl < 3 || !strcmp(nm, "[redacted]") || !strstr(out, nm)) continue;
+        bt_sbuf b = { 0 };
+        for (const char *p = out; *p;) {
+            const char *hit = strstr(p, nm);
+            if (!hit) { bt_sbuf_putn(&b, p, strlen(p)); break; }
+            /* a whole name only ("vm" in "avx512vmx" is no host name) */
+            bool whole = (hit == out || !word_char(hit[-1])) && !word_char(hit[nl]);
+            bt_sbuf_putn(&b, p, (size_t)(hit - p));
+            if (whole) bt_sbuf_putn(&b, with[k], strlen(with[k]));
+            else bt_sbuf_putn(&b, hit, nl);
+            p = hit + nl;
+        }
+        free(out);
+        if (!(out = bt_sbuf_take(&b))) return NULL;
+    }
+    *len = strlen(out);
+    return out;
+}
 
 typedef struct ev_list { FILE *o; int shown, total; } ev_list;
 
@@ -191,7 +264,7 @@ static void section_picture(FILE *o, const bt_picture *p, const char *png, const
 static void section_environment(FILE *o, bt_trace_reader *r, const char *path)
 {
     fputs("## Environment\n\n| | |\n|---|---|\n", o);
-    row(o, "host", bt_trace_meta_get(r, "host"));
+    /* no host name: the report is written to be pasted in public */
     row(o, "CPU", bt_trace_meta_get(r, "cpu"));
     row(o, "backend", bt_trace_meta_get(r, "backend"));
     /* a trace of --engine llama.cpp says which llama.cpp computed it */
@@ -208,7 +281,7 @@ static void section_environment(FILE *o, bt_trace_reader *r, const char *path)
     row(o, "started", bt_trace_meta_get(r, "started_at"));
     row(o, "finished", bt_trace_meta_get(r, "finished_at"));
     row(o, "run status", bt_trace_meta_get(r, "status"));
-    row_code(o, "trace file", path);
+    row_code(o, "trace file", base_name(path));
     fputs("\n", o);
 }
 
@@ -237,13 +310,13 @@ static void section_model(FILE *o, bt_trace_reader *r)
 {
     fputs("## Model\n\n| | |\n|---|---|\n", o);
     row(o, "name", bt_trace_meta_get(r, "model_name"));
-    row_code(o, "path", bt_trace_meta_get(r, "model_path"));
+    row_code(o, "file", base_name(bt_trace_meta_get(r, "model_path")));
     row_code(o, "SHA-256", bt_trace_meta_get(r, "model_sha256"));
     row(o, "format", bt_trace_meta_get(r, "model_format"));
     row(o, "architecture", bt_trace_meta_get(r, "arch"));
     row_code(o, "hyperparameters", bt_trace_meta_get(r, "hparams"));
     row_code(o, "tokenizer", bt_trace_meta_get(r, "tokenizer"));
-    if (bt_trace_meta_get(r, "tokenizer_path")) row_code(o, "tokenizer file", bt_trace_meta_get(r, "tokenizer_path"));
+    if (bt_trace_meta_get(r, "tokenizer_path")) row_code(o, "tokenizer file", base_name(bt_trace_meta_get(r, "tokenizer_path")));
     fputs("\n", o);
 }
 
@@ -632,11 +705,45 @@ static int section_logits(FILE *o, bt_trace_reader *r, const bt_analysis *x)
 
 typedef struct bt_first { FILE *o; bool done; } bt_first;
 
+/* Does a frame line ("#N 0xPC symbol+0xOFF (module)") belong to the
+ * recorder or to the engine's hand-over of a tensor to it? Traces recorded
+ * before the recorder took the stack where the op runs start with those. */
+static bool recorder_frame(const char *line, size_t n)
+{
+    static const char *const own[] = { "observe_taps", "cb_observe", "record_tap", "cb_flush", "own_backtrace",
+                                       "tap", "tap_expert", "bt_engine_tap_deliver" };
+    const char *sym = line[0] == '#' ? memchr(line, ' ', n) : NULL;
+    sym = sym ? memchr(sym + 1, ' ', n - (size_t)(sym + 1 - line)) : NULL;
+    if (!sym) return false;
+    sym++;
+    size_t left = (size_t)(line + n - sym);
+    for (size_t i = 0; i < BT_ARRAY_SIZE(own); i++) {
+        size_t l = strlen(own[i]);
+        if (left > l && !strncmp(sym, own[i], l) && (sym[l] == '+' || sym[l] == '.')) return true;
+    }
+    return false;
+}
+
 static int backtrace_cb(void *user, const bt_trace_backtrace_row *b)
 {
     bt_first *f = user;
-    fprintf(f->o, "## Host backtrace (%s, step %d)\n\n```\n%s%s```\n\n", b->kind ? b->kind : "?", b->step,
-            b->frames ? b->frames : "", b->frames && b->frames[0] && b->frames[strlen(b->frames) - 1] == '\n' ? "" : "\n");
+    const char *frames = b->frames ? b->frames : "";
+    int skipped = 0;
+    if (b->kind && !strcmp(b->kind, "first_nonfinite")) {
+        const char *p = frames;
+        while (*p) {
+            const char *e = strchr(p, '\n');
+            size_t n = e ? (size_t)(e - p) : strlen(p);
+            if (!recorder_frame(p, n)) break;
+            p += n + (e ? 1 : 0);
+            skipped++;
+        }
+        if (*p) frames = p; else skipped = 0;      /* nothing but the recorder's: shown whole */
+    }
+    fprintf(f->o, "## Host backtrace (%s, step %d)\n\n", b->kind ? b->kind : "?", b->step);
+    if (skipped)
+        fprintf(f->o, "(%d frame%s of bangtrace's recorder above the op left out)\n\n", skipped, skipped == 1 ? "" : "s");
+    fprintf(f->o, "```\n%s%s```\n\n", frames, frames[0] && frames[strlen(frames) - 1] == '\n' ? "" : "\n");
     f->done = true;
     return 1;
 }
@@ -651,7 +758,8 @@ static void section_reproduce(FILE *o, bt_trace_reader *r, const char *path)
         fputs("The trace does not record its command line (meta `argv`).\n\n", o);
         json_decref(a);
     } else {
-        fputs("The command that recorded this trace (paths are relative to where it ran):\n\n```sh\n", o);
+        fputs("The command that recorded this trace (relative paths are as it ran; absolute paths are shown\n"
+              "by their base names):\n\n```sh\n", o);
         for (size_t i = 0; i < json_array_size(a); i++) {
             const char *s = json_string_value(json_array_get(a, i));
             if (i) fputc(' ', o);
@@ -660,14 +768,22 @@ static void section_reproduce(FILE *o, bt_trace_reader *r, const char *path)
         fputs("\n```\n\n", o);
         json_decref(a);
     }
-    if (bt_trace_meta_get(r, "request_json")) fputs("The request body is stored in the trace (meta `request_json`).\n\n", o);
-    const char *model = bt_trace_meta_get(r, "model_path");
+    /* an export (bangtrace export --redact) says what it removed in meta redacted */
+    const char *red = bt_trace_meta_get(r, "redacted"), *req = bt_trace_meta_get(r, "request_json");
+    bool redacted = (red && strcmp(red, "no")) || (req && !strcmp(req, "[redacted]"));
+    if (redacted)
+        fprintf(o, "This trace was exported with `--redact=%s`: the request body and prompt are not in it, and the token\n"
+                "ids `bisect --reference` replays are gone.\n\n", red && !strcmp(red, "all") ? "all" : "prompt");
+    else if (req) fputs("The request body is stored in the trace (meta `request_json`).\n\n", o);
+    const char *model = base_name(bt_trace_meta_get(r, "model_path"));
     fputs("Analyse it again:\n\n```sh\nbangtrace bisect ", o);
-    shell_quote(o, path);
-    fputs("\nbangtrace bisect ", o);
-    shell_quote(o, path);
-    fputs(" --reference", o);
-    if (model) { fputs(" --model ", o); shell_quote(o, model); }
+    shell_quote(o, base_name(path));
+    if (!redacted) {
+        fputs("\nbangtrace bisect ", o);
+        shell_quote(o, base_name(path));
+        fputs(" --reference", o);
+        if (model) { fputs(" --model ", o); shell_quote(o, model); }
+    }
     fputs("\n```\n", o);
 }
 
@@ -772,6 +888,14 @@ int cmd_report(int argc, char **argv)
     fclose(o);
     o = NULL;
     if (mem_err) { bt_error(BT_ENOMEM, "out of memory composing the report"); goto fail; }
+    {
+        size_t n = 0;
+        char *clean = strip_local(buf, buf_len, bt_trace_meta_get(r, "host"), &n);
+        if (!clean) { bt_error(BT_ENOMEM, "out of memory composing the report"); goto fail; }
+        free(buf);
+        buf = clean;
+        buf_len = n;
+    }
     /* the picture first: a report never links a picture that is not there */
     if (png_path && bt_picture_save(&pic, png_path, force, in, out_path ? 2 : 1)) goto fail;
     if (out_path) {
@@ -783,9 +907,8 @@ int cmd_report(int argc, char **argv)
         snprintf(tmp, len, "%s.XXXXXX", out_path);
         int fd = mkstemp(tmp);
         if (fd < 0) { bt_error(BT_EIO, "%s: %s", out_path, strerror(errno)); free(tmp); tmp = NULL; goto fail; }
-        mode_t um = umask(0);
-        umask(um);
-        fchmod(fd, 0666 & ~um);   /* an ordinary file, as fopen would make it */
+        /* 0600 (mkstemp's), like the trace it comes from: a report of an
+         * unredacted trace quotes the generated text */
         FILE *f = fdopen(fd, "w");
         if (!f) { close(fd); bt_error(BT_EIO, "%s: %s", tmp, strerror(errno)); goto fail; }
         bool bad = bt_text_fput(buf, buf_len, REPORT_TEXT, f) != 0;

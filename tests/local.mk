@@ -215,3 +215,7 @@ EXTRA_DIST += tests/data/chat/chatml.jinja
 # NEOX vs norm rope on real llama GGUFs against the numpy oracle (h5-fuzz)
 TESTS += tests/oracle/test_rope_llama_gguf.py
 EXTRA_DIST += tests/oracle/test_rope_llama_gguf.py
+
+# h5-redact (issue 22): export --redact checked by an adversary; report for an upstream issue
+TESTS += tests/redact_adversary.sh tests/report_public.sh
+EXTRA_DIST += tests/redact_adversary.sh tests/redact_attack.py tests/report_public.sh

@@ -45,13 +45,15 @@ case "$cmd" in
 esac
 case "$cmd" in *"'It'\\''s a sunny day'"*) ok "the prompt is shell-quoted" ;; *) fail "prompt not quoted as expected in: $cmd" ;; esac
 mv "$TMP/nan.db" "$TMP/orig.db"
-expect_exit 0 "the reproduce command runs" env BT="$BANGTRACE" sh -c "bangtrace() { \"\$BT\" \"\$@\"; }; $cmd"
-if [ -f "$TMP/nan.db" ]; then
+# absolute paths are shown by their base names: a maintainer runs it beside the model files
+mkdir "$TMP/repro" && ln -s "$STORIES" "$TOK512" "$TMP/repro/"
+expect_exit 0 "the reproduce command runs (beside the model files)" env BT="$BANGTRACE" sh -c "cd '$TMP/repro' && bangtrace() { \"\$BT\" \"\$@\"; }; $cmd"
+if [ -f "$TMP/repro/nan.db" ]; then
     "$BANGTRACE" bisect "$TMP/orig.db" --json > "$TMP/a.json"
-    "$BANGTRACE" bisect "$TMP/nan.db" --json > "$TMP/b.json"
+    "$BANGTRACE" bisect "$TMP/repro/nan.db" --json > "$TMP/b.json"
     same=$("$PY" -c "import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:3]); print(a['first_nonfinite'] == b['first_nonfinite'] and a['explanation'] == b['explanation'])" "$TMP/a.json" "$TMP/b.json")
     [ "$same" = True ] && ok "the reproduced trace has the same first non-finite and explanation" || fail "reproduced trace differs: $(head -c 300 "$TMP/b.json")"
-else fail "the reproduce command did not write $TMP/nan.db"; fi
+else fail "the reproduce command did not write $TMP/repro/nan.db"; fi
 
 # -o writes the same report, atomically
 expect_exit 0 "report -o FILE" "$BANGTRACE" report "$TMP/orig.db" -o "$TMP/r.md"

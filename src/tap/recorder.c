@@ -56,6 +56,8 @@ struct bt_recorder {
     int inj_step;
     char inj_tensor[64];
     char bt_buf[8192];
+    bool bt_have;               /* bt_buf holds the stack where step bt_step's first bad tensor was tapped */
+    int bt_step;
     int64_t t_last;             /* --timing: CLOCK_MONOTONIC ns when the previous op ended */
     /* statistics asked for during the current forward, in observe order */
     struct pending {
@@ -152,6 +154,54 @@ static int64_t now_ns(void)
 
 static bool observe_taps(void *user, const bt_tensor_view *t);
 
+/* The recorder's own functions, and the engine's hand-over of a tensor to
+ * the tap (engine.c tap, tap_expert, bt_engine_tap_deliver): a backtrace the
+ * recorder stores starts below them, at the engine frame that computed the
+ * op. A compiler's clone (name.constprop.0, name.isra.0) counts as name. */
+static bool own_frame(const char *line, size_t n)
+{
+    static const char *const own[] = { "observe_taps", "cb_observe", "record_tap", "cb_flush", "own_backtrace",
+                                       "tap", "tap_expert", "bt_engine_tap_deliver" };
+    const char *sym = memchr(line, ' ', n);                 /* "#N 0xPC symbol+0xOFF (module)" */
+    sym = sym ? memchr(sym + 1, ' ', n - (size_t)(sym + 1 - line)) : NULL;
+    if (!sym) return false;
+    sym++;
+    size_t left = (size_t)(line + n - sym);
+    for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++) {
+        size_t l = strlen(own[i]);
+        if (left > l && !strncmp(sym, own[i], l) && (sym[l] == '+' || sym[l] == '.')) return true;
+    }
+    return false;
+}
+
+/* The calling stack without the recorder's leading frames, renumbered
+ * from #0. */
+__attribute__((noinline)) static void own_backtrace(char *buf, size_t cap)
+{
+    char raw[sizeof(((bt_recorder *)0)->bt_buf)];
+    bt_backtrace(raw, sizeof(raw), 0);
+    const char *p = raw;
+    while (*p) {
+        const char *e = strchr(p, '\n');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (!own_frame(p, n)) break;
+        p += n + (e ? 1 : 0);
+    }
+    if (!*p) p = raw;         /* nothing but ours (or no frames): keep it whole */
+    size_t o = 0;
+    buf[0] = 0;
+    for (int k = 0; *p && o + 1 < cap; k++) {
+        const char *e = strchr(p, '\n');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        const char *rest = p[0] == '#' ? memchr(p, ' ', n) : NULL;   /* after "#N" */
+        int w = rest ? snprintf(buf + o, cap - o, "#%d%.*s\n", k, (int)(n - (size_t)(rest - p)), rest)
+                     : snprintf(buf + o, cap - o, "%.*s\n", (int)n, p);
+        if (w < 0 || (size_t)w >= cap - o) { buf[o] = 0; break; }   /* a line that does not fit whole: dropped */
+        o += (size_t)w;
+        p += n + (e ? 1 : 0);
+    }
+}
+
 /* --timing wraps the tap: an op's duration is the time from the end of the
  * previous observation (or the step's start) to this one, so the recorder's
  * own work (statistics, SQLite) is not counted, and the engine's work
@@ -208,6 +258,13 @@ static bool observe_taps(void *user, const bt_tensor_view *t)
     memcpy(p->inj_tensor, r->inj_tensor, sizeof(p->inj_tensor));
     int rc = bt_tensor_stats(t, &p->s);
     if (rc && r->status == BT_OK) r->status = rc;
+    /* the stack now is the op's (the engine handing its tensor over), not
+     * the flush's: kept for the first_nonfinite backtrace */
+    if (r->cfg.trace && !r->seen_bad && (!r->bt_have || r->bt_step != t->step) && bt_stats_bad(&p->s)) {
+        own_backtrace(r->bt_buf, sizeof(r->bt_buf));
+        r->bt_have = true;
+        r->bt_step = t->step;
+    }
     return true;
 }
 
@@ -239,7 +296,9 @@ static void record_tap(bt_recorder *r, const struct pending *p)
     int rc = event(r, p->step, s->first_bad_pos, "first_nonfinite", p->layer, x ? x->op : bt_op_name(p->op), name,
                    detail, &id);
     if (rc == BT_OK && r->cfg.trace) {
-        bt_backtrace(r->bt_buf, sizeof(r->bt_buf), 0);
+        /* taken where the op handed the tensor over (observe_taps); else here */
+        if (!r->bt_have || r->bt_step != p->step) own_backtrace(r->bt_buf, sizeof(r->bt_buf));
+        r->bt_have = false;
         rc = bt_trace_backtrace(r->cfg.trace, id, p->step, "first_nonfinite", r->bt_buf);
     }
     if (rc && r->status == BT_OK) r->status = rc;

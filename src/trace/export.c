@@ -21,21 +21,26 @@
  * still writing, or killed) exports with every committed step.
  *
  * Redaction leaves nothing from which the prompt can be rebuilt, and keeps
- * what a maintainer needs (counts, positions, taps, events, model hash,
- * settings). --redact=prompt (the default level): the prompt tokens' ids
- * become -1 and their pieces NULL; logit snapshots at positions before the
- * last prompt position (whose top-k, argmax and chosen ids name the next
- * prompt token) lose those ids and their full rows; meta request_json,
+ * what a maintainer needs (counts, positions, later taps, events, model hash,
+ * settings); doc/trace-format.md has the table. --redact=prompt (the default
+ * level) redacts the prompt tokens and the generated tokens inside a run of
+ * three or more that repeats the prompt (a model echoing it): their ids
+ * become -1 and their pieces NULL; no logit snapshot names a redacted
+ * token (the one predicting it loses its ids; elsewhere a redacted token's
+ * id is -1 in top-k, NULL as argmax, unless a token that stays holds it at
+ * the predicted position); full logit rows with a finite value go; at steps
+ * over a redacted token the statistics of the taps that see the input token
+ * alone (token_embd, layer 0 before attn_ctx: they match one embedding row)
+ * become "none", their non-finite counts staying; meta request_json,
  * prompt_text, prompt, messages, request, system and host become
  * "[redacted]"; meta argv keeps its flags, with text-carrying values (and
  * any argument with white space, the prompt, or no flag before it)
  * "[redacted]"; absolute paths everywhere in meta, event details and
  * backtraces become base names; host and user names become "[redacted]";
- * quoted token text in event details becomes an ellipsis. Generated tokens
- * stay, except those inside a run of three or more that repeats the prompt
- * (a model echoing it), redacted like prompt tokens. --redact=all also removes them: every token id -1, every piece
- * NULL, every logit snapshot's ids, every full logit row, and the ids of
- * spec_steps / spec_trail. */
+ * quoted token text and redacted ids in event details become an ellipsis.
+ * --redact=all redacts every token the same way (every id, piece, snapshot
+ * id, full row, input-token statistic, event id, and the ids of
+ * spec_steps / spec_trail). tests/redact_adversary.sh attacks the result. */
 #include "trace/export.h"
 #include "trace/guard.h"
 #include "trace/reader.h"
@@ -47,6 +52,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <pwd.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -68,6 +74,13 @@ typedef struct redactor {
     size_t prompt_len;
     char *names[MAX_NAMES];      /* host and user names found: replaced wherever they appear */
     int n_names;
+    /* Token identities that go (filled by collect_redacted): */
+    int32_t *red_ids; int n_red_ids; size_t cap_red_ids;     /* ids of redacted tokens, sorted */
+    int32_t *red_pos; int n_red_pos; size_t cap_red_pos;     /* positions holding a redacted token, sorted */
+    int64_t *kept; int n_kept; size_t cap_kept;              /* (pos << 32 | id) of tokens that stay, sorted */
+    int64_t *echo; int n_echo; size_t cap_echo;              /* seqs of generated tokens that echo the prompt */
+    int cut_target, cut_draft;   /* per model: tensors.idx below this see the input token alone */
+    struct bt_trace_reader *src; /* the source, for full logit rows */
 } redactor;
 
 static bool has_prompt(const redactor *rd, const char *s, size_t min_len)
@@ -120,6 +133,166 @@ static void redactor_free(redactor *rd)
 {
     for (int i = 0; i < rd->n_names; i++) free(rd->names[i]);
     rd->n_names = 0;
+    free(rd->red_ids); free(rd->red_pos); free(rd->kept); free(rd->echo);
+    rd->red_ids = NULL; rd->red_pos = NULL; rd->kept = NULL; rd->echo = NULL;
+}
+
+/* ---- token identities ----
+ * A token's identity is its id, its piece, and anything computed from the
+ * input token alone (the embedding row and layer 0 before attention mixes
+ * positions: token_embd, attn_norm, attn_q/k/v, whose statistics match one
+ * vocabulary row). A logit snapshot at position p predicts the token at
+ * p + 1: its chosen, argmax and top-k ids name that token. */
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int uniq_i32(int32_t *v, int n)
+{
+    if (n == 0) return 0;
+    qsort(v, (size_t)n, sizeof(*v), cmp_i32);
+    int k = 1;
+    for (int i = 1; i < n; i++) if (v[i] != v[k - 1]) v[k++] = v[i];
+    return k;
+}
+
+static int uniq_i64(int64_t *v, int n)
+{
+    if (n == 0) return 0;
+    qsort(v, (size_t)n, sizeof(*v), cmp_i64);
+    int k = 1;
+    for (int i = 1; i < n; i++) if (v[i] != v[k - 1]) v[k++] = v[i];
+    return k;
+}
+
+static int64_t pos_id_key(int64_t pos, int32_t id) { return (int64_t)((uint64_t)pos << 32 | (uint32_t)id); }
+
+static bool has_i32(const int32_t *v, int n, int32_t x) { return n && bsearch(&x, v, (size_t)n, sizeof(x), cmp_i32); }
+static bool has_i64(const int64_t *v, int n, int64_t x) { return n && bsearch(&x, v, (size_t)n, sizeof(x), cmp_i64); }
+
+/* Any redacted token at a position in [lo, hi)? */
+static bool red_in(const redactor *rd, int64_t lo, int64_t hi)
+{
+    if (rd->level == BT_EXPORT_REDACT_ALL) return true;
+    int a = 0, b = rd->n_red_pos;          /* first red_pos >= lo */
+    while (a < b) { int m = (a + b) / 2; if (rd->red_pos[m] < lo) a = m + 1; else b = m; }
+    return a < rd->n_red_pos && rd->red_pos[a] < hi;
+}
+
+/* May id stay as the identity of a token at pos? Not at a redacted
+ * position, and never an id of a redacted token unless a token that stays
+ * holds it there (then the trail shows it anyway). */
+static bool id_ok(const redactor *rd, int64_t id, int64_t pos)
+{
+    if (rd->level == BT_EXPORT_REDACT_ALL) return false;
+    if (red_in(rd, pos, pos + 1)) return false;
+    if (id < INT32_MIN || id > INT32_MAX) return true;
+    return !has_i32(rd->red_ids, rd->n_red_ids, (int32_t)id) || has_i64(rd->kept, rd->n_kept, pos_id_key(pos, (int32_t)id));
+}
+
+/* bt_tok(id, pos[, replacement]): id when it may stay at pos, else the
+ * replacement (NULL by default). */
+static void sql_tok(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    const redactor *rd = sqlite3_user_data(ctx);
+    if (sqlite3_value_type(argv[0]) == SQLITE_NULL) { sqlite3_result_null(ctx); return; }
+    bool ok = sqlite3_value_type(argv[1]) != SQLITE_NULL &&
+              id_ok(rd, sqlite3_value_int64(argv[0]), sqlite3_value_int64(argv[1]));
+    if (ok) sqlite3_result_value(ctx, argv[0]);
+    else if (argc > 2) sqlite3_result_value(ctx, argv[2]);
+    else sqlite3_result_null(ctx);
+}
+
+/* bt_topk(topk_ids, pos): the list of a snapshot at pos (predicting pos + 1):
+ * NULL when the predicted token is redacted; otherwise every id of a
+ * redacted token (not the one that stays at pos + 1) becomes -1, so ranks
+ * and values stay aligned. */
+static void sql_topk(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    const redactor *rd = sqlite3_user_data(ctx);
+    const char *s = (const char *)sqlite3_value_text(argv[0]);
+    if (!s || sqlite3_value_type(argv[1]) == SQLITE_NULL || rd->level == BT_EXPORT_REDACT_ALL) { sqlite3_result_null(ctx); return; }
+    int64_t next = sqlite3_value_int64(argv[1]) + 1;
+    if (red_in(rd, next, next + 1)) { sqlite3_result_null(ctx); return; }
+    json_t *a = json_loads(s, 0, NULL);
+    if (!json_is_array(a)) { json_decref(a); sqlite3_result_null(ctx); return; }   /* not a list: nothing to keep */
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *v = json_array_get(a, i);
+        if (!json_is_integer(v) || !id_ok(rd, json_integer_value(v), next)) json_array_set_new(a, i, json_integer(-1));
+    }
+    char *out = json_dumps(a, JSON_COMPACT);
+    json_decref(a);
+    if (!out) { sqlite3_result_error_nomem(ctx); return; }
+    sqlite3_result_text(ctx, out, -1, free);
+}
+
+static int model_cut(const redactor *rd, const char *model)
+{
+    return model && !strcmp(model, "draft") ? rd->cut_draft : rd->cut_target;
+}
+
+/* bt_tap_red(model, idx, pos0, n_pos): 1 when the tensor idx of a step over
+ * positions pos0 .. pos0 + n_pos - 1 sees a redacted input token alone. An
+ * unknown step counts as redacted. */
+static void sql_tap_red(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    const redactor *rd = sqlite3_user_data(ctx);
+    int idx = sqlite3_value_int(argv[1]);
+    bool known = sqlite3_value_type(argv[2]) != SQLITE_NULL && sqlite3_value_type(argv[3]) != SQLITE_NULL;
+    int64_t p0 = sqlite3_value_int64(argv[2]), n = sqlite3_value_int64(argv[3]);
+    bool red = idx < model_cut(rd, (const char *)sqlite3_value_text(argv[0])) && (!known || red_in(rd, p0, p0 + n));
+    sqlite3_result_int(ctx, red);
+}
+
+/* bt_blank_taps(stats, model, pos0, n_pos): the step's packed statistics
+ * with the slots of tensors that see a redacted input token alone set to
+ * "none" (bf16 0x7fc0). */
+static void sql_blank_taps(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    const redactor *rd = sqlite3_user_data(ctx);
+    if (sqlite3_value_type(argv[0]) == SQLITE_NULL) { sqlite3_result_null(ctx); return; }
+    const unsigned char *b = sqlite3_value_blob(argv[0]);
+    int n = sqlite3_value_bytes(argv[0]);
+    bool known = sqlite3_value_type(argv[2]) != SQLITE_NULL && sqlite3_value_type(argv[3]) != SQLITE_NULL;
+    int64_t p0 = sqlite3_value_int64(argv[2]), np = sqlite3_value_int64(argv[3]);
+    if (known && !red_in(rd, p0, p0 + np)) { sqlite3_result_value(ctx, argv[0]); return; }
+    unsigned char *c = malloc((size_t)n + 1);
+    if (!c) { sqlite3_result_error_nomem(ctx); return; }
+    if (n) memcpy(c, b, (size_t)n);
+    int cut = model_cut(rd, (const char *)sqlite3_value_text(argv[1]));
+    for (int64_t i = 0; i < n; i++)
+        if (i / 8 < cut) c[i] = i % 2 ? 0x7f : 0xc0;
+    sqlite3_result_blob(ctx, c, n, free);
+}
+
+/* bt_row_dark(step, pos): 1 when the stored full row holds no finite value
+ * (it ranks no id: only the pattern of what went wrong). */
+static void sql_row_dark(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    const redactor *rd = sqlite3_user_data(ctx);
+    float *row = NULL;
+    int n = 0;
+    if (bt_trace_logit_row_get(rd->src, sqlite3_value_int(argv[0]), sqlite3_value_int(argv[1]), &row, &n, NULL) != BT_OK) {
+        sqlite3_result_int(ctx, 0);     /* does not decode: left out */
+        return;
+    }
+    bool dark = true;
+    for (int i = 0; i < n && dark; i++) dark = !isfinite(row[i]);
+    free(row);
+    sqlite3_result_int(ctx, dark);
 }
 
 
@@ -187,6 +360,33 @@ static char *redact_detail(const redactor *rd, const char *s)
         if (!strncmp(s + i, "('", 2) && (end = strstr(s + i + 2, "')"))) {
             o += sprintf(o, "('\xe2\x80\xa6')");
             i = end - s + 2;
+            continue;
+        }
+        /* token ids as the detectors write them: "token 7", "token id 7",
+         * "control token 7", "tokens 7 8 9", "-> id 7" */
+        static const char *const id_heads[] = { "token id ", "tokens ", "token ", "-> id " };
+        size_t hl = 0;
+        for (size_t h = 0; !hl && h < BT_ARRAY_SIZE(id_heads); h++) {
+            size_t l = strlen(id_heads[h]);
+            if (!strncmp(s + i, id_heads[h], l) && (s[i + l] == '-' || (s[i + l] >= '0' && s[i + l] <= '9'))) hl = l;
+        }
+        if (hl) {
+            memcpy(o, s + i, hl);
+            o += hl;
+            i += hl;
+            for (bool more = true; more;) {
+                char *e;
+                errno = 0;
+                long long id = strtoll(s + i, &e, 10);
+                if (e == s + i) break;
+                bool go = rd->level == BT_EXPORT_REDACT_ALL || errno ||
+                          (id >= INT32_MIN && id <= INT32_MAX && has_i32(rd->red_ids, rd->n_red_ids, (int32_t)id));
+                if (go) o += sprintf(o, "\xe2\x80\xa6");
+                else { memcpy(o, s + i, (size_t)(e - (s + i))); o += e - (s + i); }
+                i = (size_t)(e - s);
+                more = hl == strlen("tokens ") && s[i] == ' ' && ((s[i + 1] >= '0' && s[i + 1] <= '9') || s[i + 1] == '-');
+                if (more) *o++ = s[i++];
+            }
             continue;
         }
         char q = s[i];
@@ -290,7 +490,6 @@ typedef struct exporter {
     bt_trace_guard guard;        /* bounds every statement over the source */
     int lo, hi;                  /* the step window when windowed */
     bool windowed;
-    int prompt_end;              /* logits at pos < prompt_end predict a prompt token */
 } exporter;
 
 static int db_err(exporter *x, const char *what)
@@ -393,25 +592,43 @@ typedef struct col_rule {
     const char *expr;
 } col_rule;
 
-#define PROMPT_POS(c) "CASE WHEN pos < :prompt_end THEN NULL ELSE " c " END"
+/* the step a row of a stepped table belongs to: its positions */
+#define STEP_OF(t, c) "(SELECT " c " FROM src.steps s WHERE s.step = " t ".step)"
+#define STEP_POS(t) STEP_OF(t, "s.model") ", " STEP_OF(t, "s.pos0") ", " STEP_OF(t, "s.n_pos")
+#define TAP_RED "bt_tap_red(model, idx, " STEP_OF("tap_bad", "s.pos0") ", " STEP_OF("tap_bad", "s.n_pos") ")"
+#define TAP_STAT(c) "CASE WHEN " TAP_RED " THEN NULL ELSE " c " END"
+/* where a speculative verify step's target token lands */
+#define BONUS_POS "(SELECT min(t.draft_pos) FROM src.spec_trail t WHERE t.step = spec_steps.step) + accepted"
 static const col_rule col_rules[] = {
-    /* the prompt: its ids and text; logits at prompt positions name the
-     * next prompt token in their top-k, argmax and chosen ids */
+    /* the prompt (and generated tokens echoing it): ids and text */
     { "tokens", "token_id", BT_EXPORT_REDACT_PROMPT, "CASE WHEN role = 'prompt' OR seq IN temp.echo THEN -1 ELSE token_id END" },
     { "tokens", "token_id", BT_EXPORT_REDACT_ALL, "-1" },
     { "tokens", "piece", BT_EXPORT_REDACT_PROMPT, "CASE WHEN role = 'prompt' OR seq IN temp.echo THEN NULL ELSE piece END" },
     { "tokens", "piece", BT_EXPORT_REDACT_ALL, "NULL" },
-    { "logits", "argmax_first", BT_EXPORT_REDACT_PROMPT, PROMPT_POS("argmax_first") }, { "logits", "argmax_first", BT_EXPORT_REDACT_ALL, "NULL" },
-    { "logits", "argmax_torch", BT_EXPORT_REDACT_PROMPT, PROMPT_POS("argmax_torch") }, { "logits", "argmax_torch", BT_EXPORT_REDACT_ALL, "NULL" },
-    { "logits", "argmax_triton", BT_EXPORT_REDACT_PROMPT, PROMPT_POS("argmax_triton") }, { "logits", "argmax_triton", BT_EXPORT_REDACT_ALL, "NULL" },
-    { "logits", "chosen", BT_EXPORT_REDACT_PROMPT, PROMPT_POS("chosen") }, { "logits", "chosen", BT_EXPORT_REDACT_ALL, "NULL" },
-    { "logits", "topk_ids", BT_EXPORT_REDACT_PROMPT, PROMPT_POS("topk_ids") }, { "logits", "topk_ids", BT_EXPORT_REDACT_ALL, "NULL" },
-    /* text that may quote tokens, paths, host or user names */
+    /* a snapshot at pos names the token at pos + 1 in its chosen, argmax and
+     * top-k ids; no snapshot names a redacted token's id anywhere */
+    { "logits", "argmax_first", BT_EXPORT_REDACT_PROMPT, "bt_tok(argmax_first, pos + 1)" }, { "logits", "argmax_first", BT_EXPORT_REDACT_ALL, "NULL" },
+    { "logits", "argmax_torch", BT_EXPORT_REDACT_PROMPT, "bt_tok(argmax_torch, pos + 1)" }, { "logits", "argmax_torch", BT_EXPORT_REDACT_ALL, "NULL" },
+    { "logits", "argmax_triton", BT_EXPORT_REDACT_PROMPT, "bt_tok(argmax_triton, pos + 1)" }, { "logits", "argmax_triton", BT_EXPORT_REDACT_ALL, "NULL" },
+    { "logits", "chosen", BT_EXPORT_REDACT_PROMPT, "bt_tok(chosen, pos + 1)" }, { "logits", "chosen", BT_EXPORT_REDACT_ALL, "NULL" },
+    { "logits", "topk_ids", BT_EXPORT_REDACT_PROMPT, "bt_topk(topk_ids, pos)" }, { "logits", "topk_ids", BT_EXPORT_REDACT_ALL, "NULL" },
+    /* statistics of what sees the input token alone (they match one
+     * vocabulary row), at steps over a redacted token: "none"; the
+     * non-finite counts and where the first one sits stay */
+    { "tap_blobs", "stats", BT_EXPORT_REDACT_PROMPT, "bt_blank_taps(stats, " STEP_POS("tap_blobs") ")" },
+    { "tap_bad", "min", BT_EXPORT_REDACT_PROMPT, TAP_STAT("min") },
+    { "tap_bad", "max", BT_EXPORT_REDACT_PROMPT, TAP_STAT("max") },
+    { "tap_bad", "mean", BT_EXPORT_REDACT_PROMPT, TAP_STAT("mean") },
+    { "tap_bad", "rms", BT_EXPORT_REDACT_PROMPT, TAP_STAT("rms") },
+    /* text that may quote tokens or name their ids, paths, host or user names */
     { "events", "detail", BT_EXPORT_REDACT_PROMPT, "bt_redact_detail(detail)" },
     { "backtraces", "frames", BT_EXPORT_REDACT_PROMPT, "bt_scrub(frames)" },
-    /* generated ids of a speculative run */
+    /* ids of a speculative run: drafted and target tokens at their positions */
+    { "spec_steps", "bonus_token", BT_EXPORT_REDACT_PROMPT, "bt_tok(bonus_token, " BONUS_POS ")" },
     { "spec_steps", "bonus_token", BT_EXPORT_REDACT_ALL, "NULL" },
+    { "spec_trail", "draft_token", BT_EXPORT_REDACT_PROMPT, "bt_tok(draft_token, draft_pos, -1)" },
     { "spec_trail", "draft_token", BT_EXPORT_REDACT_ALL, "-1" },
+    { "spec_trail", "target_token", BT_EXPORT_REDACT_PROMPT, "bt_tok(target_token, draft_pos)" },
     { "spec_trail", "target_token", BT_EXPORT_REDACT_ALL, "NULL" },
 };
 
@@ -486,7 +703,9 @@ static int copy_table(exporter *x, const table_plan *t)
     const char *where = "1";
     bool rows_of_prompt = !strcmp(t->name, "logit_rows");
     if (rows_of_prompt && x->rd.level == BT_EXPORT_REDACT_ALL) goto out;   /* a full row names every id by its argmax */
-    if (rows_of_prompt && x->rd.level == BT_EXPORT_REDACT_PROMPT) where = "pos >= :prompt_end";
+    /* a row with a finite value ranks the whole vocabulary (the prompt's
+     * words among the likeliest): only rows with none stay */
+    if (rows_of_prompt && x->rd.level == BT_EXPORT_REDACT_PROMPT) where = "bt_row_dark(step, pos)";
     sql = sqlite3_mprintf("INSERT INTO main.\"%w\"(%s) SELECT %s FROM src.\"%w\" WHERE %s%s", t->name, into.p, sel.p, t->name,
                           where, t->stepped && x->windowed ? " AND step BETWEEN :lo AND :hi" : "");
     if (!sql) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
@@ -494,7 +713,6 @@ static int copy_table(exporter *x, const table_plan *t)
     int i;
     if ((i = sqlite3_bind_parameter_index(ins, ":lo"))) sqlite3_bind_int(ins, i, x->lo);
     if ((i = sqlite3_bind_parameter_index(ins, ":hi"))) sqlite3_bind_int(ins, i, x->hi);
-    if ((i = sqlite3_bind_parameter_index(ins, ":prompt_end"))) sqlite3_bind_int(ins, i, x->prompt_end);
     if (sqlite3_step(ins) != SQLITE_DONE) {
         char what[64];
         snprintf(what, sizeof what, "copying %s", t->name);
@@ -532,17 +750,29 @@ static int note_unknown(exporter *x)
 
 /* ---- generated tokens that repeat the prompt ----
  * A model that echoes its prompt writes the prompt into the generated
- * trail, which --redact=prompt otherwise keeps. Every generated token
- * inside a run of three or more that also occurs consecutively in the
- * prompt is redacted like a prompt token; its seq goes to temp.echo (the
- * temp database never reaches OUT). */
+ * trail, which --redact=prompt otherwise keeps. The output is the last
+ * token of the trail at each position (a speculative trail also holds
+ * drafts that a correction replaced). Every output token inside a run of
+ * three or more that also occurs consecutively in the prompt is redacted
+ * like a prompt token, and so is every other token of the trail at its
+ * position with its id (the accepted draft it was); their seqs go to
+ * temp.echo (the temp database never reaches OUT). */
 
 typedef struct tri { int32_t a, b, c; } tri;
+typedef struct gen_tok { int64_t seq; int pos; int32_t id; } gen_tok;
 typedef struct echo_scan {
     int32_t *pid; int np; size_t cap_p;      /* prompt ids, trail order */
     int32_t *gid; int64_t *gseq; int ng; size_t cap_g, cap_s;
+    int *gpos; size_t cap_pos;
     bool oom;
 } echo_scan;
+
+static int gen_cmp(const void *a, const void *b)
+{
+    const gen_tok *x = a, *y = b;
+    if (x->pos != y->pos) return x->pos < y->pos ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
 
 static int echo_cb(void *user, const bt_trace_token_row *t)
 {
@@ -551,11 +781,13 @@ static int echo_cb(void *user, const bt_trace_token_row *t)
     if (prompt) {
         if (BT_VEC_PUSH(e->pid, e->np, e->cap_p, t->id)) { e->oom = true; return 1; }
     } else {
-        if (BT_VEC_RESERVE(e->gid, e->cap_g, (size_t)e->ng + 1) || BT_VEC_RESERVE(e->gseq, e->cap_s, (size_t)e->ng + 1)) {
+        if (BT_VEC_RESERVE(e->gid, e->cap_g, (size_t)e->ng + 1) || BT_VEC_RESERVE(e->gseq, e->cap_s, (size_t)e->ng + 1) ||
+            BT_VEC_RESERVE(e->gpos, e->cap_pos, (size_t)e->ng + 1)) {
             e->oom = true;
             return 1;
         }
         e->gid[e->ng] = t->id;
+        e->gpos[e->ng] = t->pos;
         e->gseq[e->ng++] = t->seq;
     }
     return 0;
@@ -573,6 +805,8 @@ static int find_echo(exporter *x, bt_trace_reader *r)
 {
     echo_scan e = { 0 };
     tri *t = NULL;
+    gen_tok *g = NULL;
+    int *out_i = NULL;
     sqlite3_stmt *ins = NULL;
     int rc = exec(x, "CREATE TEMP TABLE echo (seq INTEGER PRIMARY KEY)");
     if (rc) return rc;
@@ -588,17 +822,34 @@ static int find_echo(exporter *x, bt_trace_reader *r)
         rc = db_err(x, "marking echoed tokens");
         goto out;
     }
-    for (int i = 0; i + 2 < e.ng && !rc; i++) {
-        tri k = { e.gid[i], e.gid[i + 1], e.gid[i + 2] };
+    /* the output: the last token (largest seq) at each position, in position order */
+    if (!(g = malloc((size_t)e.ng * sizeof(*g))) || !(out_i = malloc((size_t)e.ng * sizeof(*out_i)))) {
+        rc = bt_error(BT_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < e.ng; i++) g[i] = (gen_tok){ e.gseq[i], e.gpos[i], e.gid[i] };
+    qsort(g, (size_t)e.ng, sizeof(*g), gen_cmp);
+    int no = 0;
+    for (int i = 0; i < e.ng; i++) if (i + 1 == e.ng || g[i + 1].pos != g[i].pos) out_i[no++] = i;
+    for (int i = 0; i + 2 < no && !rc; i++) {
+        tri k = { g[out_i[i]].id, g[out_i[i + 1]].id, g[out_i[i + 2]].id };
         if (!bsearch(&k, t, (size_t)nt, sizeof(*t), tri_cmp)) continue;
         for (int j = i; j < i + 3 && !rc; j++) {
-            sqlite3_bind_int64(ins, 1, e.gseq[j]);
-            if (sqlite3_step(ins) != SQLITE_DONE) rc = db_err(x, "marking echoed tokens");
-            sqlite3_reset(ins);
+            const gen_tok *o = &g[out_i[j]];
+            for (int m = out_i[j]; m >= 0 && g[m].pos == o->pos && !rc; m--) {
+                if (g[m].id != o->id) continue;
+                if (BT_VEC_PUSH(x->rd.echo, x->rd.n_echo, x->rd.cap_echo, g[m].seq)) { rc = bt_error(BT_ENOMEM, "out of memory"); break; }
+                sqlite3_bind_int64(ins, 1, g[m].seq);
+                if (sqlite3_step(ins) != SQLITE_DONE) rc = db_err(x, "marking echoed tokens");
+                sqlite3_reset(ins);
+            }
         }
     }
 out:
     sqlite3_finalize(ins);
+    free(g);
+    free(out_i);
+    free(e.gpos);
     free(t);
     free(e.pid);
     free(e.gid);
@@ -606,13 +857,51 @@ out:
     return rc;
 }
 
-/* The largest position of a prompt token (0 when none): a logit snapshot at
- * a smaller position predicts the next prompt token. */
-static int prompt_end_cb(void *user, const bt_trace_token_row *t)
+/* Which tokens go: their ids, their positions, and the (position, id) of
+ * those that stay. */
+static int collect_cb(void *user, const bt_trace_token_row *t)
 {
-    int *end = user;
-    if (t->role && !strcmp(t->role, "prompt") && t->pos > *end) *end = t->pos;
-    return 0;
+    redactor *rd = user;
+    bool red = rd->level == BT_EXPORT_REDACT_ALL || (t->role && !strcmp(t->role, "prompt")) ||
+               has_i64(rd->echo, rd->n_echo, t->seq);
+    int e = red ? BT_VEC_PUSH(rd->red_ids, rd->n_red_ids, rd->cap_red_ids, t->id) ||
+                  BT_VEC_PUSH(rd->red_pos, rd->n_red_pos, rd->cap_red_pos, t->pos)
+                : BT_VEC_PUSH(rd->kept, rd->n_kept, rd->cap_kept, pos_id_key(t->pos, t->id));
+    return e ? BT_ENOMEM : 0;
+}
+
+static int collect_redacted(exporter *x, bt_trace_reader *r)
+{
+    redactor *rd = &x->rd;
+    rd->n_echo = uniq_i64(rd->echo, rd->n_echo);
+    int rc = bt_trace_tokens_each(r, 0, 0, collect_cb, rd);
+    if (rc == BT_ENOMEM) return bt_error(BT_ENOMEM, "out of memory");
+    if (rc < 0) return rc;
+    rd->n_red_ids = uniq_i32(rd->red_ids, rd->n_red_ids);
+    rd->n_red_pos = uniq_i32(rd->red_pos, rd->n_red_pos);
+    rd->n_kept = uniq_i64(rd->kept, rd->n_kept);
+    return BT_OK;
+}
+
+/* Per model, the first tensor that no longer sees the input token alone:
+ * layer 0's attention context (it mixes positions), or anything of a later
+ * layer or after the layers. Tensors are numbered in forward order; a
+ * model without such a tensor has every slot cut. */
+static int find_cuts(exporter *x)
+{
+    sqlite3_stmt *s;
+    x->rd.cut_target = x->rd.cut_draft = INT_MAX;
+    if (sqlite3_prepare_v2(x->db, "SELECT model, min(idx) FROM src.tensors WHERE layer > 0 OR (layer = 0 AND op = 'attn_ctx')"
+                           " OR (layer IS NULL AND op <> 'token_embd') GROUP BY model", -1, &s, NULL) != SQLITE_OK)
+        return db_err(x, "reading the tensors");
+    int e;
+    while ((e = sqlite3_step(s)) == SQLITE_ROW) {
+        const char *m = (const char *)sqlite3_column_text(s, 0);
+        if (m && !strcmp(m, "draft")) x->rd.cut_draft = sqlite3_column_int(s, 1);
+        else if (m && !strcmp(m, "target")) x->rd.cut_target = sqlite3_column_int(s, 1);
+    }
+    sqlite3_finalize(s);
+    return e == SQLITE_DONE ? BT_OK : db_err(x, "reading the tensors");
 }
 
 /* The first bad step: earliest non-finite tap, non-finite logits or event. */
@@ -670,10 +959,9 @@ int bt_trace_export(const bt_export_opts *o)
         x.hi = bad + (int)o->window;
         snprintf(window, sizeof window, "%d-%d (first bad step %d, K=%ld)", x.lo, x.hi, bad, o->window);
     }
-    if ((rc = bt_trace_tokens_each(r, 0, 0, prompt_end_cb, &x.prompt_end)) < 0) goto done;
-    rc = BT_OK;
     const char *prompt = bt_trace_meta_get(r, "prompt_text");
     x.rd.level = o->redact;
+    x.rd.src = r;
     x.rd.prompt = prompt;             /* borrowed from r, open until the end */
     x.rd.prompt_len = prompt ? strlen(prompt) : 0;
     if (o->redact) {
@@ -697,11 +985,17 @@ int bt_trace_export(const bt_export_opts *o)
     sqlite3_create_function(x.db, "bt_redact_detail", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, &x.rd, sql_redact_detail,
                             NULL, NULL);
     sqlite3_create_function(x.db, "bt_scrub", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, &x.rd, sql_scrub, NULL, NULL);
+    sqlite3_create_function(x.db, "bt_tok", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, &x.rd, sql_tok, NULL, NULL);
+    sqlite3_create_function(x.db, "bt_tok", 3, SQLITE_UTF8 | SQLITE_DETERMINISTIC, &x.rd, sql_tok, NULL, NULL);
+    sqlite3_create_function(x.db, "bt_topk", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, &x.rd, sql_topk, NULL, NULL);
+    sqlite3_create_function(x.db, "bt_tap_red", 4, SQLITE_UTF8 | SQLITE_DETERMINISTIC, &x.rd, sql_tap_red, NULL, NULL);
+    sqlite3_create_function(x.db, "bt_blank_taps", 4, SQLITE_UTF8 | SQLITE_DETERMINISTIC, &x.rd, sql_blank_taps, NULL, NULL);
+    sqlite3_create_function(x.db, "bt_row_dark", 2, SQLITE_UTF8, &x.rd, sql_row_dark, NULL, NULL);
     char sql[256];
     snprintf(sql, sizeof sql, "PRAGMA page_size = 16384; PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;"
              " PRAGMA application_id = %lld; PRAGMA user_version = %d;", (long long)BT_TRACE_APPLICATION_ID,
              BT_TRACE_SCHEMA_VERSION);
-    if ((rc = exec(&x, sql)) || (rc = exec(&x, "PRAGMA temp_store = MEMORY")) || (rc = find_echo(&x, r)) ||
+    if ((rc = exec(&x, sql)) || (rc = exec(&x, "PRAGMA temp_store = MEMORY")) || (rc = find_echo(&x, r)) || (o->redact && (rc = collect_redacted(&x, r))) ||
         (rc = exec(&x, "BEGIN")) || (rc = exec(&x, bt_trace_schema_sql)))
         goto done;
     uri = ro_uri(o->in);
@@ -714,7 +1008,7 @@ int bt_trace_export(const bt_export_opts *o)
     if (e != SQLITE_DONE) { rc = bt_error(BT_EIO, "%s: cannot open read-only: %s", o->in, sqlite3_errmsg(x.db)); goto done; }
     sqlite3_busy_timeout(x.db, 5000);      /* a run may be writing the source */
     bt_trace_guard_install(x.db, &x.guard, bt_trace_guard_bytes(o->in));
-    if ((rc = bt_trace_guard_schema(x.db, "src", o->in)) || (rc = note_unknown(&x)) || (rc = copy_meta(&x, r, window)) ||
+    if ((rc = bt_trace_guard_schema(x.db, "src", o->in)) || (rc = note_unknown(&x)) || (o->redact && (rc = find_cuts(&x))) || (rc = copy_meta(&x, r, window)) ||
         (rc = copy_rows(&x)) || (rc = exec(&x, "COMMIT")) || (rc = exec(&x, "DETACH src")) || (rc = exec(&x, "VACUUM")))
         goto done;
     if (sqlite3_close(x.db) != SQLITE_OK) { rc = db_err(&x, "closing"); goto done; }

@@ -666,9 +666,8 @@ int bt_picture_save(const bt_picture *p, const char *path, bool force, const bt_
     snprintf(tmp, len, "%s.XXXXXX", path);
     int fd = mkstemp(tmp);
     if (fd < 0) { rc = bt_error(BT_EIO, "%s: cannot create a temporary file beside it: %s", path, strerror(errno)); free(tmp); return rc; }
-    mode_t um = umask(0);
-    umask(um);
-    fchmod(fd, 0666 & ~um);
+    /* 0600 (mkstemp's), like the report beside it and the trace: the
+     * token row of an unredacted trace is generated text */
     FILE *f = fdopen(fd, "wb");
     if (!f) { close(fd); rc = bt_error(BT_EIO, "%s: %s", tmp, strerror(errno)); goto fail; }
     rc = write_png(p, f, path);
