@@ -20,11 +20,19 @@
 
 typedef struct flag_set {
     char **name;
-    bool *value;     /* takes a value */
+    unsigned char *value;   /* FROM_USAGE | FROM_OPTION | OPTION_LINE */
     size_t n, cap;
     char alias[32][2][48];   /* "-n, --max-tokens": the same flag */
     int n_alias;
 } flag_set;
+
+enum { FROM_USAGE = 1, FROM_OPTION = 2, OPTION_LINE = 4 };
+
+/* An option line ("  --flag  description") decides; else the usage lines. */
+static bool takes_value(unsigned char m)
+{
+    return (m & OPTION_LINE) ? (m & FROM_OPTION) != 0 : (m & FROM_USAGE) != 0;
+}
 
 static int flag_find(const flag_set *s, const char *name, size_t len)
 {
@@ -33,7 +41,7 @@ static int flag_find(const flag_set *s, const char *name, size_t len)
     return -1;
 }
 
-static void flag_add(flag_set *s, const char *name, size_t len, bool value)
+static void flag_add(flag_set *s, const char *name, size_t len, unsigned value)
 {
     int i = flag_find(s, name, len);
     if (i >= 0) { s->value[i] |= value; return; }
@@ -42,7 +50,7 @@ static void flag_add(flag_set *s, const char *name, size_t len, bool value)
         char **nn = realloc(s->name, cap * sizeof(*nn));
         if (!nn) return;
         s->name = nn;
-        bool *nv = realloc(s->value, cap * sizeof(*nv));
+        unsigned char *nv = realloc(s->value, cap * sizeof(*nv));
         if (!nv) return;
         s->value = nv;
         s->cap = cap;
@@ -96,12 +104,12 @@ static void parse_help(const char *text, flag_set *s)
         if (blank) usage = false;
         /* every flag named: known */
         for (char *p = buf; *p; p++)
-            if (flag_start(p, buf)) { size_t l = flag_len(p); flag_add(s, p, l, false); p += l - 1; }
+            if (flag_start(p, buf)) { size_t l = flag_len(p); flag_add(s, p, l, 0); p += l - 1; }
         if (usage) {
             for (char *p = buf; *p; p++)
                 if (flag_start(p, buf)) {
                     size_t l = flag_len(p);
-                    if (value_follows(p + l)) flag_add(s, p, l, true);
+                    if (value_follows(p + l)) flag_add(s, p, l, FROM_USAGE);
                     p += l - 1;
                 }
         } else {
@@ -114,9 +122,9 @@ static void parse_help(const char *text, flag_set *s)
                 const char *last = NULL;
                 size_t last_len = 0;
                 bool ok = true, had_value = false;
-                const char *marks[16];
-                size_t mark_len[16];
-                int n_marks = 0;
+                const char *marks[16], *flags[16];
+                size_t mark_len[16], flags_len[16];
+                int n_marks = 0, n_flags = 0;
                 for (char *t = strtok(p, " "); t; t = strtok(NULL, " ")) {
                     if (t[0] == '-' && t[1] && last && last[last_len] == ',' && !had_value && s->n_alias < 32) {
                         snprintf(s->alias[s->n_alias][0], 48, "%.*s", (int)last_len, last);
@@ -127,13 +135,16 @@ static void parse_help(const char *text, flag_set *s)
                         last = t;
                         last_len = flag_len(t);
                         had_value = false;
+                        if (n_flags < 16) { flags[n_flags] = t; flags_len[n_flags++] = last_len; }
                     } else if (last && !had_value && (isalnum((unsigned char)t[0]) || t[0] == '"' || t[0] == '<')) {
                         if (n_marks < 16) { marks[n_marks] = last; mark_len[n_marks++] = last_len; }
                         had_value = true;
                     } else if (strcmp(t, "|")) { ok = false; break; }
                 }
-                if (ok)
-                    for (int i = 0; i < n_marks; i++) flag_add(s, marks[i], mark_len[i], true);
+                if (ok) {
+                    for (int i = 0; i < n_flags; i++) flag_add(s, flags[i], flags_len[i], OPTION_LINE);
+                    for (int i = 0; i < n_marks; i++) flag_add(s, marks[i], mark_len[i], FROM_OPTION);
+                }
             }
         }
         if (!eol) break;
@@ -142,7 +153,7 @@ static void parse_help(const char *text, flag_set *s)
     for (int i = 0; i < s->n_alias; i++) {
         int a = flag_find(s, s->alias[i][0], strlen(s->alias[i][0]));
         int b = flag_find(s, s->alias[i][1], strlen(s->alias[i][1]));
-        if (a >= 0 && b >= 0) s->value[a] = s->value[b] = s->value[a] || s->value[b];
+        if (a >= 0 && b >= 0) s->value[a] = s->value[b] = s->value[a] | s->value[b];
     }
 }
 
@@ -163,7 +174,7 @@ int bt_cli_check_values(const char *cmd, void (*help)(FILE *), int argc, char **
         if (!strcmp(a, "--")) break;
         if (a[0] != '-' || strchr(a, '=')) continue;
         int f = flag_find(&s, a, strlen(a));
-        if (f < 0 || !s.value[f]) continue;
+        if (f < 0 || !takes_value(s.value[f])) continue;
         if (j + 1 >= argc) break;          /* the command says "needs a value" */
         const char *v = argv[j + 1];
         size_t vl = strcspn(v, "=");
