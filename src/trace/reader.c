@@ -199,12 +199,18 @@ static int load_tensors(bt_trace_reader *r)
         t->model = strdup(model ? model : "target");
         t->idx = sqlite3_column_int(s, 1);
         t->name = strdup(name ? name : "?");
-        t->layer = bt_col_int(s, 3);
+        int64_t layer = sqlite3_column_type(s, 3) == SQLITE_NULL ? -1 : sqlite3_column_int64(s, 3);
+        t->layer = layer >= -1 && layer < BT_TRACE_MAX_LAYERS ? (int)layer : -1;
         t->op = strdup(op ? op : "?");
         t->width = sqlite3_column_int(s, 5);
         if (t->idx < 0 || t->idx > 1 << 20) {
             sqlite3_finalize(s);
             return bt_error(BT_EFORMAT, "%s: corrupt trace (tensor %s has slot %d)", r->path, t->name, t->idx);
+        }
+        if (layer < -1 || layer >= BT_TRACE_MAX_LAYERS) {
+            sqlite3_finalize(s);
+            return bt_error(BT_EFORMAT, "%s: corrupt trace (tensor %s has layer %lld; a trace holds layers 0..%d)",
+                            r->path, t->name, (long long)layer, BT_TRACE_MAX_LAYERS - 1);
         }
     }
     if (rc != SQLITE_DONE) { int e = db_fail(r, rc, "reading tensors"); sqlite3_finalize(s); return e; }
