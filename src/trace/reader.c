@@ -127,8 +127,8 @@ static int check_header(const char *path)
     struct stat st;
     if (stat(path, &st) != 0) return bt_error(BT_EIO, "%s: cannot open trace: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) return bt_error(BT_EIO, "%s: cannot open trace: is a directory", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return bt_error(BT_EIO, "%s: cannot open trace: %s", path, strerror(errno));
+    FILE *f = bt_fopen_input(path);     /* a fifo is refused, never waited on */
+    if (!f) return BT_EIO;
     unsigned char h[100];
     size_t n = fread(h, 1, sizeof h, f);
     fclose(f);
