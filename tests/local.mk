@@ -176,5 +176,5 @@ tests_test_foreign_SOURCES = tests/test_foreign.c
 tests_test_foreign_LDADD = $(LLAMA_ENGINE_LIBS) $(TRACE_LIBS) $(LLAMA_CPP_LIBS)
 
 # issue 22, CLI hygiene and the fault audit's reader/file items
-TESTS += tests/cli_hygiene.sh tests/fifo_inputs.sh
-EXTRA_DIST += tests/cli_hygiene.sh tests/fifo_inputs.sh
+TESTS += tests/cli_hygiene.sh tests/fifo_inputs.sh tests/trace_readonly.sh
+EXTRA_DIST += tests/cli_hygiene.sh tests/fifo_inputs.sh tests/trace_readonly.sh

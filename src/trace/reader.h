@@ -40,6 +40,10 @@
 typedef struct bt_trace_reader bt_trace_reader;
 
 int bt_trace_open(const char *path, bt_trace_reader **out);
+/* The file SQLite should open for the trace at path: path itself, or the
+ * private copy an open reader of path reads (a killed run's trace on
+ * read-only media, its -wal without the -shm: see reader.c). */
+const char *bt_trace_db_path(const char *path);
 void bt_trace_reader_close(bt_trace_reader *r);   /* NULL is a no-op */
 const char *bt_trace_reader_path(const bt_trace_reader *r);
 
