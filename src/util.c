@@ -147,8 +147,8 @@ int bt_read_file(const char *path, char **out, size_t *len)
     /* standard input ("-" mapped by the caller) may be a pipe; any other
      * input must be a regular file (a fifo would block forever) */
     FILE *f;
-    if (!strcmp(path, "/dev/stdin")) {
-        f = fopen(path, "rb");
+    if (!strcmp(path, "/dev/stdin") || !strcmp(path, "-")) {
+        f = fopen("/dev/stdin", "rb");
         if (!f) return bt_error(BT_EIO, "%s: %s", path, strerror(errno));
     } else if (!(f = bt_fopen_input(path))) return BT_EIO;
     size_t cap = 4096, n = 0;

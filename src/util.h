@@ -59,7 +59,7 @@ int bt_open_input(const char *path);
 FILE *bt_fopen_input(const char *path);
 
 /* Read a whole file into a NUL-terminated malloc'd buffer: a regular file,
- * or /dev/stdin (which may be a pipe). Returns BT_OK or BT_EIO (message
+ * or standard input ("-" or /dev/stdin, which may be a pipe). Returns BT_OK or BT_EIO (message
  * names the path). */
 int bt_read_file(const char *path, char **out, size_t *len);
 
