@@ -165,7 +165,8 @@ int bt_cli_check_values(const char *cmd, void (*help)(FILE *), int argc, char **
     if (!m) return BT_OK;        /* cannot check; the command still parses its own flags */
     help(m);
     fclose(m);
-    static flag_set s;
+    flag_set s;
+    memset(&s, 0, sizeof s);
     parse_help(text ? text : "", &s);
     free(text);
     int rc = BT_OK;
