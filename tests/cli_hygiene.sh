@@ -83,6 +83,17 @@ expect_exit 0 "forward --dump --force over an earlier dump" "$BANGTRACE" forward
 [ "$(cat "$TMP/dump/logits.f32")" != mine ] && ok "--force replaced the dump" || fail "--force did not replace logits.f32"
 
 # --- 2c. a full disk during run --trace ---------------------------------------
+# A file-size limit first (any user; bangtrace ignores SIGXFSZ, so the write fails with EFBIG)
+( ulimit -f 3000; exec "$BANGTRACE" run $L2C --prompt "Once upon a time" -n 300 --ignore-eos --trace "$TMP/ul.db" ) \
+    > /dev/null 2> "$TMP/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "ul.db" "$TMP/err" && ok "run under a file-size limit: exit 2 naming the trace" ||
+    fail "run under a file-size limit: exit $rc: $(cat "$TMP/err")"
+"$BANGTRACE" bisect "$TMP/ul.db" > "$TMP/b.out" 2> "$TMP/b.err"
+grep -q "incomplete: a trace write failed" "$TMP/b.out" && ! grep -q "killed?" "$TMP/b.out" &&
+    ok "bisect: the trace is incomplete, a write failed (file-size limit)" ||
+    fail "bisect after a file-size limit: $(head -2 "$TMP/b.out") $(cat "$TMP/b.err")"
+
 # A tiny tmpfs (root only): the WAL fills it while the run writes.
 MNT=$TMP/full
 mkdir "$MNT"
