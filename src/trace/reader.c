@@ -19,6 +19,7 @@
 #include "trace/guard.h"
 #include "trace/trace.h"
 #include "util.h"
+#include "text.h"
 
 #include <errno.h>
 #include <math.h>
@@ -213,7 +214,7 @@ static int load_tensors(bt_trace_reader *r)
         if (layer < -1 || layer >= BT_TRACE_MAX_LAYERS) {
             sqlite3_finalize(s);
             return bt_error(BT_EFORMAT, "%s: corrupt trace (tensor %s has layer %lld; a trace holds layers 0..%d)",
-                            r->path, t->name, (long long)layer, BT_TRACE_MAX_LAYERS - 1);
+                            r->path, bt_text_esc(t->name), (long long)layer, BT_TRACE_MAX_LAYERS - 1);
         }
     }
     if (rc != SQLITE_DONE) { int e = db_fail(r, rc, "reading tensors"); sqlite3_finalize(s); return e; }
