@@ -66,6 +66,11 @@ expect_exit 2 "diff --tolerance --json" "$BANGTRACE" diff "$TMP/t.db" "$TMP/t.db
 expect_exit 2 "tokenize --file --render" "$BANGTRACE" tokenize $L2C --file --render && one_line_err "\-\-file needs a value"
 expect_exit 2 "serve --port --threads" "$BANGTRACE" serve $L2C --port --threads 1 && one_line_err "\-\-port needs a value"
 expect_exit 2 "probe --request --json" "$BANGTRACE" probe $L2C --request --json && one_line_err "\-\-request needs a value"
+expect_exit 2 "inspect --tokenizer --json" "$BANGTRACE" inspect "$STORIES" --tokenizer --json && one_line_err "\-\-tokenizer needs a value"
+expect_exit 2 "bench --model --json" "$BANGTRACE" bench --model --json && one_line_err "\-\-model needs a value"
+expect_exit 2 "canary --url --builtin" "$BANGTRACE" canary --url --builtin --count 1 && one_line_err "\-\-url needs a value"
+expect_exit 2 "ctxwalk --url --completions" "$BANGTRACE" ctxwalk --url --completions && one_line_err "\-\-url needs a value"
+expect_exit 2 "export --window --all-steps" "$BANGTRACE" export "$TMP/t.db" -o "$TMP/w.db" --window --all-steps && one_line_err "\-\-window needs a value"
 # boolean flags in a row, and a value that merely starts with '-', still work
 expect_exit 0 "run --json --ignore-eos" "$BANGTRACE" run $L2C --prompt "Once" -n 2 --json --ignore-eos
 expect_exit 0 "run --prompt '-- not a flag'" "$BANGTRACE" run $L2C --prompt "-- not a flag" -n 2
