@@ -10,6 +10,7 @@
 #include "sys/outfile.h"
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -21,15 +22,16 @@ void cmd_forward_help(FILE *out)
 {
     fprintf(out,
         "usage: bangtrace forward --model M [--tokenizer T] --tokens \"ID ID ...\" --dump DIR [--threads N]\n"
-        "                        [--device DEV] [--engine native|llama.cpp]\n\n"
+        "                        [--device DEV] [--engine native|llama.cpp] [--force]\n\n"
         "Run one forward pass (a prefill at positions 0..T-1) and write every named\n"
         "tensor (token_embd, blk.L.attn_norm ... blk.L.ffn_resid, output_norm, logits)\n"
         "to DIR/<name>.f32 (T rows x width, float32) with DIR/meta.json describing them.\n"
         "In a mixture-of-experts layer each expert's ffn_gate/up/act/down is written as\n"
         "blk.L.<op>.expert[E].f32, one row per token routed to it (positions in meta.json).\n"
-        "Used by the reference oracle tests; handy for diffing two builds. Files already\n"
-        "in DIR with those names are rewritten, unless one is a link, a device or the\n"
-        "model itself (exit 2). --device DEV runs the ops on cpu (default), cuda or\n"
+        "Used by the reference oracle tests; handy for diffing two builds. A DIR that\n"
+        "already holds a dump (meta.json or .f32 files) is refused (exit 2, nothing\n"
+        "written) unless --force is given; even then a link, a device or the model\n"
+        "itself is never replaced (exit 2). --device DEV runs the ops on cpu (default), cuda or\n"
         "cuda:N (the CUDA plugin; exit 2 when it cannot run here). --engine llama.cpp\n"
         "runs llama.cpp instead (a GGUF model; an f32 KV cache, so an f32 model is\n"
         "computed in f32 throughout) and writes the tensors it maps to bangtrace's\n"
@@ -38,11 +40,29 @@ void cmd_forward_help(FILE *out)
 
 typedef struct dump_ctx {
     const char *dir;
+    bool force;               /* --force: replace an earlier dump's files */
     bt_out_input in[2];       /* --model, --tokenizer: never overwritten by a dump file */
     json_t *tensors;
     json_t *positions;        /* expert tensors: the position of each row */
     int err;
 } dump_ctx;
+
+/* An earlier dump in dir (meta.json or a .f32 file): refused without
+ * --force before anything runs, so nothing is half-replaced. */
+static bool dump_present(const char *dir)
+{
+    DIR *dd = opendir(dir);
+    if (!dd) { bt_error(BT_EIO, "%s: %s", dir, strerror(errno)); return true; }
+    struct dirent *de;
+    const char *hit = NULL;
+    while (!hit && (de = readdir(dd))) {
+        size_t l = strlen(de->d_name);
+        if (!strcmp(de->d_name, "meta.json") || (l > 4 && !strcmp(de->d_name + l - 4, ".f32"))) hit = de->d_name;
+    }
+    if (hit) bt_error(BT_EINVAL, "%s: already holds a dump (%s): use --force to replace its files", dir, hit);
+    closedir(dd);
+    return hit != NULL;
+}
 
 static bool dump_observe(void *user, const bt_tensor_view *t)
 {
@@ -51,7 +71,7 @@ static bool dump_observe(void *user, const bt_tensor_view *t)
     if (t->moe) bt_expert_tensor_name(t->op, t->layer, t->moe->expert, name, sizeof(name));
     else bt_tensor_name(t->op, t->layer, name, sizeof(name));
     snprintf(path, sizeof(path), "%s/%s.f32", d->dir, name);
-    FILE *f = bt_outfile_fopen(path, BT_OUT_DUMP, false, d->in, 2);
+    FILE *f = bt_outfile_fopen(path, BT_OUT_DUMP, d->force, d->in, 2);
     if (!f) { d->err = BT_EIO; return false; }
     size_t n = (size_t)t->rows * t->width;
     /* a device tensor is copied to the host first (dumps are for tests) */
@@ -89,6 +109,7 @@ static bool dump_ask(void *user, int op, int layer)
 int cmd_forward(int argc, char **argv)
 {
     const char *model = NULL, *tokenizer = NULL, *tokens = NULL, *dir = NULL;
+    bool force = false;
     long threads = 1;
     const char *device = NULL;
     bool llamacpp = false;
@@ -99,6 +120,7 @@ int cmd_forward(int argc, char **argv)
     int status = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--force")) { force = true; continue; }
         if (!v && strncmp(a, "--", 2) == 0) { bt_error(BT_EINVAL, "%s needs a value", a); goto fail; }
         if (!strcmp(a, "--model")) model = argv[++i];
         else if (!strcmp(a, "--tokenizer")) tokenizer = argv[++i];
@@ -129,6 +151,7 @@ int cmd_forward(int argc, char **argv)
     }
     if (n == 0) { bt_error(BT_EINVAL, "--tokens has no ids"); goto fail; }
     if (mkdir(dir, 0777) < 0 && errno != EEXIST) { bt_error(BT_EIO, "%s: %s", dir, strerror(errno)); goto fail; }
+    if (!force && dump_present(dir)) goto fail;
     if (bt_model_load(model, tokenizer, &m)) goto fail;
     if (llamacpp) {
         bt_llamacpp_opts lo = { .model_path = model, .ctx_len = BT_MAX((int)n, 8), .max_batch = (int)n,
@@ -138,7 +161,7 @@ int cmd_forward(int argc, char **argv)
         bt_engine_opts eo = { .ctx_len = BT_MAX((int)n, 1), .max_batch = (int)n, .n_threads = (int)threads, .device = device };
         if (bt_engine_new_opts(m, &eo, &e)) goto fail;
     }
-    dump_ctx d = { .dir = dir, .tensors = json_object(), .positions = json_object(), .in = { { "--model", model }, { "--tokenizer", tokenizer } } };
+    dump_ctx d = { .dir = dir, .force = force, .tensors = json_object(), .positions = json_object(), .in = { { "--model", model }, { "--tokenizer", tokenizer } } };
     bt_eval_cb cb = { .ask = dump_ask, .observe = dump_observe, .user = &d };
     bt_engine_set_eval_cb(e, &cb);
     int rc = bt_engine_forward(e, ids, (int)n, 0);
@@ -151,7 +174,7 @@ int cmd_forward(int argc, char **argv)
     json_object_set_new(meta, "expert_positions", d.positions);
     char path[4096];
     snprintf(path, sizeof(path), "%s/meta.json", dir);
-    FILE *mf = bt_outfile_fopen(path, BT_OUT_DUMP, false, d.in, 2);
+    FILE *mf = bt_outfile_fopen(path, BT_OUT_DUMP, d.force, d.in, 2);
     if (!mf) goto fail;
     int bad = json_dumpf(meta, mf, JSON_INDENT(1) | JSON_SORT_KEYS);
     if (fclose(mf) != 0 || bad) { bt_error(BT_EIO, "%s: write failed", path); goto fail; }

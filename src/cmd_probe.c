@@ -58,10 +58,12 @@ void cmd_probe_help(FILE *out)
         "                       the difference is reported but never called fixed, with how\n"
         "                       many requests per arm would be needed\n"
         "  --json               one JSON object on stdout instead of the report\n\n"
-        "Exit status: 0 the failure rate's upper bound is under --max-fail (with --compare:\n"
-        "the arms differ significantly under the replicate rule, or neither fails); 1 failures\n"
-        "were seen, or too few requests to bound the rate (the report says how many more);\n"
-        "2 error.\n", out);
+        "Exit status: 0 the failure rate's upper bound is under --max-fail; 1 failures were\n"
+        "seen, or too few requests to bound the rate (the report says how many more);\n"
+        "2 error. With --compare: 0 the arms agree (failures seen, at least 40 requests\n"
+        "per arm, no significant difference); 1 the arms differ significantly; 2 error;\n"
+        "3 neither arm failed; 4 not called (failures seen, fewer than 40 requests per\n"
+        "arm). --json's \"outcome\" says the same: agree, differ, neither_failed, not_called.\n", out);
 }
 
 #define MAX_ARMS 2
@@ -306,10 +308,15 @@ int cmd_probe(int argc, char **argv)
         const char *verdict = !A->fails && !B->fails ? "neither arm failed"
                               : !enough ? "not called: fewer than 40 requests per arm"
                               : differ ? "the arms differ" : "no significant difference";
-        status = (!A->fails && !B->fails) || (enough && differ) ? 0 : 1;
+        /* distinct codes, so a CI gate can tell "the fix changed the rate"
+         * (1) from "no difference" (0), "nothing failed" (3) and "too few
+         * requests to say" (4) */
+        const char *outcome = !A->fails && !B->fails ? "neither_failed" : !enough ? "not_called" : differ ? "differ" : "agree";
+        status = !A->fails && !B->fails ? 3 : !enough ? 4 : differ ? 1 : 0;
         if (p.json) {
-            out = json_pack("{s:o,s:o,s:f,s:b,s:s,s:I}", "a", arm_json(A), "b", arm_json(B), "fisher_p", pv,
-                            "significant", enough && differ, "verdict", verdict, "requests_needed_per_arm", (json_int_t)need);
+            out = json_pack("{s:o,s:o,s:f,s:b,s:s,s:s,s:I}", "a", arm_json(A), "b", arm_json(B), "fisher_p", pv,
+                            "significant", enough && differ, "verdict", verdict, "outcome", outcome,
+                            "requests_needed_per_arm", (json_int_t)need);
         } else {
             arm_print(&p, A, "A ");
             arm_print(&p, B, "B ");

@@ -5,3 +5,4 @@ libbttrace_a_SOURCES += src/decode.c src/decode.h
 # model, tokenizer, engines, injector, trace and recorders from one config
 libbttrace_a_SOURCES += src/session.c src/session.h
 libbtcmd_a_SOURCES += src/cmd_common.c src/cmd_run.c src/cmd_inspect.c src/cmd_tokenize.c src/cmd_bench.c src/cmd_forward.c
+libbtcmd_a_SOURCES += src/cli_check.c src/cli_check.h

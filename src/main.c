@@ -2,6 +2,7 @@
  * flags (the helpers commands share are in cmd_common.c). Exit status: 0 ok, 1 "found something" (the
  * command's help says when), 2 error. Never 0 after a fatal error. */
 #include "cmd.h"
+#include "cli_check.h"
 #include "sys/crash.h"
 #include "util.h"
 #include "config.h"
@@ -46,7 +47,7 @@ static const bt_cmd *find(const char *name)
     return NULL;
 }
 
-int main(int argc, char **argv)
+static int dispatch(int argc, char **argv)
 {
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
@@ -80,6 +81,8 @@ int main(int argc, char **argv)
     /* A file-size limit (ulimit -f) must end in a write error that names
      * the file, with the trace closed, not in a silent SIGXFSZ core dump. */
     signal(SIGXFSZ, SIG_IGN);
+    /* `run --trace --force` must not name a trace "--force" */
+    if (bt_cli_check_values(name, c->help, argc - i, argv + i)) return 2;
     int status = c->run(argc - i, argv + i);
     /* A command that stopped for SIGINT/SIGTERM returns 128+sig after
      * closing its files; dying by the signal tells a calling shell the truth
@@ -91,4 +94,12 @@ int main(int argc, char **argv)
         bt_signal_die(sig);
     }
     return status;
+}
+
+int main(int argc, char **argv)
+{
+    /* Every command's stdout (help and --version included) must have been
+     * written: a full disk behind it is exit 2, never a silent 0. */
+    bt_cli_stdout_begin();
+    return bt_cli_check_stdout(dispatch(argc, argv));
 }

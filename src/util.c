@@ -4,12 +4,15 @@
 #include "text.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 int bt_log_level = 1;
 static _Thread_local char errbuf[1024];
@@ -98,10 +101,56 @@ const char *bt_rate_fmt(double n, double seconds, char *buf, size_t cap)
     return buf;
 }
 
+static const char *file_kind(mode_t m)
+{
+    return S_ISFIFO(m) ? "a fifo" : S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device"
+         : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a plain file";
+}
+
+int bt_open_input(const char *path)
+{
+    /* O_NONBLOCK: opening a fifo with no writer returns at once instead of
+     * waiting forever; the fstat then refuses it. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return bt_error(errno == ENOENT ? BT_ENOTFOUND : BT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return bt_error(BT_EIO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return bt_error(BT_EIO, "%s is not a regular file (%s)", path, file_kind(st.st_mode));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        int e = errno;
+        close(fd);
+        return bt_error(BT_EIO, "%s: %s", path, strerror(e));
+    }
+    return fd;
+}
+
+FILE *bt_fopen_input(const char *path)
+{
+    int fd = bt_open_input(path);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) { bt_error(BT_EIO, "%s: %s", path, strerror(errno)); close(fd); }
+    return f;
+}
+
 int bt_read_file(const char *path, char **out, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return bt_error(BT_EIO, "%s: %s", path, strerror(errno));
+    /* standard input ("-" mapped by the caller) may be a pipe; any other
+     * input must be a regular file (a fifo would block forever) */
+    FILE *f;
+    if (!strcmp(path, "/dev/stdin") || !strcmp(path, "-")) {
+        f = fopen("/dev/stdin", "rb");
+        if (!f) return bt_error(BT_EIO, "%s: %s", path, strerror(errno));
+    } else if (!(f = bt_fopen_input(path))) return BT_EIO;
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap + 1);
     if (!buf) { fclose(f); return bt_error(BT_ENOMEM, "%s: out of memory", path); }

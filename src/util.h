@@ -49,8 +49,18 @@ double bt_now(void);
 double bt_rate(double n, double seconds);
 const char *bt_rate_fmt(double n, double seconds, char *buf, size_t cap);
 
-/* Read a whole file into a NUL-terminated malloc'd buffer. Returns BT_OK or
- * BT_EIO (message names the path). */
+/* Open an input file (a model, tokenizer, request, trace, HF folder file)
+ * read-only: a fifo, device, socket or directory is refused at once ("PATH is
+ * not a regular file (a fifo)") instead of blocking in open. Returns the
+ * descriptor (blocking, close-on-exec), or a negative BT_E* code with the
+ * message set. bt_fopen_input: the same as a FILE ("rb"), NULL on error. */
+#include <stdio.h>
+int bt_open_input(const char *path);
+FILE *bt_fopen_input(const char *path);
+
+/* Read a whole file into a NUL-terminated malloc'd buffer: a regular file,
+ * or standard input ("-" or /dev/stdin, which may be a pipe). Returns BT_OK or BT_EIO (message
+ * names the path). */
 int bt_read_file(const char *path, char **out, size_t *len);
 
 /* SHA-256 of a buffer, as 64 lowercase hex chars plus NUL in hex[65]. */

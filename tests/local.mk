@@ -219,3 +219,7 @@ EXTRA_DIST += tests/oracle/test_rope_llama_gguf.py
 # h5-redact (issue 22): export --redact checked by an adversary; report for an upstream issue
 TESTS += tests/redact_adversary.sh tests/report_public.sh
 EXTRA_DIST += tests/redact_adversary.sh tests/redact_attack.py tests/report_public.sh
+
+# issue 22, CLI hygiene and the fault audit's reader/file items
+TESTS += tests/cli_hygiene.sh tests/fifo_inputs.sh tests/trace_readonly.sh
+EXTRA_DIST += tests/cli_hygiene.sh tests/fifo_inputs.sh tests/trace_readonly.sh

@@ -142,12 +142,24 @@ nt=$(ls "$TMP/sampled" 2>/dev/null | grep -c '\.db$')
 kill "$last_pid"; wait "$last_pid" 2>/dev/null; pids=""
 
 # --- A/B: replicate rule, native arms --------------------------------------
-expect_exit 1 "compare with 10 per arm is not called" "$BANGTRACE" probe --compare --model "$STORIES" --model "$STORIES" \
+expect_exit 4 "compare with 10 per arm is not called (exit 4)" "$BANGTRACE" probe --compare --model "$STORIES" --model "$STORIES" \
     --inject 'nan@step=3,op=token_embd' --tokenizer "$TOK512" --request "$TMP/req.json" -n 10
 grep -q "NOT CALLED.*per arm" "$TMP/out" || fail "replicate rule wording: $(cat "$TMP/out")"
-expect_exit 0 "compare with 40 per arm: different" "$BANGTRACE" probe --compare --model "$STORIES" --model "$STORIES" \
+expect_exit 1 "compare with 40 per arm: different (exit 1)" "$BANGTRACE" probe --compare --model "$STORIES" --model "$STORIES" \
     --inject 'nan@step=3,op=token_embd' --tokenizer "$TOK512" --request "$TMP/req.json" -n 40
 grep -q "DIFFERENT" "$TMP/out" || fail "compare: $(cat "$TMP/out")"
+# neither arm fails: exit 3, told apart from "the arms differ" (1) and "they agree" (0)
+expect_exit 3 "compare where neither arm fails (exit 3)" "$BANGTRACE" probe --compare --model "$STORIES" --model "$STORIES" \
+    --tokenizer "$TOK512" --request "$TMP/req.json" -n 4
+grep -q "neither arm failed" "$TMP/out" || fail "compare, neither fails: $(cat "$TMP/out")"
+expect_exit 3 "compare --json where neither arm fails" "$BANGTRACE" probe --compare --model "$STORIES" --model "$STORIES" \
+    --tokenizer "$TOK512" --request "$TMP/req.json" -n 4 --json
+grep -q '"outcome": *"neither_failed"' "$TMP/out" || fail "compare --json outcome: $(cat "$TMP/out")"
+# both arms fail alike, 40 per arm: the arms agree, exit 0
+expect_exit 0 "compare where both arms fail alike (exit 0)" "$BANGTRACE" probe --compare --model "$STORIES" \
+    --inject 'nan@step=3,op=token_embd' --model "$STORIES" --inject 'nan@step=3,op=token_embd' \
+    --tokenizer "$TOK512" --request "$TMP/req.json" -n 40 --json
+grep -q '"outcome": *"agree"' "$TMP/out" || fail "compare --json outcome: $(cat "$TMP/out")"
 expect_exit 2 "probe without a target" "$BANGTRACE" probe --request "$TMP/req.json"
 expect_exit 2 "probe with a bad --expect" "$BANGTRACE" probe --url "http://127.0.0.1:1" --request "$TMP/req.json" --expect '('
 finish

@@ -111,4 +111,49 @@ expect_exit 2 "an index of a known name on the wrong table" timeout 30 "$BANGTRA
 # 4. the reader refuses the same files (the browser and every command share it)
 expect_exit 2 "reader: recursive view" "$TOOL" check "$TMP/recview.db" && grep -q "steps is a view" "$TMP/err" ||
     fail "reader message: $(cat "$TMP/err")"
+# 5. a layer number no model has (tensors.layer): every command refuses the
+#    trace at once. bisect once sized an array from the largest layer + 1
+#    (2000000000: ~16 GB and growing; INT_MAX: a signed overflow), so each
+#    run is bounded in time and in memory: a regression fails, never eats
+#    the machine.
+# (no memory limit under AddressSanitizer: its shadow needs the address space)
+vlimit=4000000
+grep -q __asan_init "$BANGTRACE" 2> /dev/null && vlimit=unlimited
+for layer in 2000000000 100000000 2147483647 -7 9223372036854775807 512; do
+    "$py" - "$TMP/good.db" "$TMP/layer.db" "$layer" <<'PY' || { fail "crafting layer.db ($layer)"; continue; }
+import shutil, sqlite3, sys
+shutil.copy(sys.argv[1], sys.argv[2])
+d = sqlite3.connect(sys.argv[2])
+d.execute("UPDATE tensors SET layer = ? WHERE idx = (SELECT max(idx) FROM tensors WHERE layer >= 0)", (int(sys.argv[3]),))
+d.commit()
+PY
+    for sub in bisect report export diff browse replay; do
+        case $sub in
+            export) set -- export "$TMP/layer.db" -o "$TMP/layer_out.db" ;;
+            diff) set -- diff "$TMP/good.db" "$TMP/layer.db" ;;
+            browse) set -- browse "$TMP/layer.db" --dump tokens ;;
+            replay) [ -f "$STORIES" ] || continue
+                    set -- bisect "$TMP/layer.db" --reference --model "$STORIES" --tokenizer "$TOK512" ;;
+            *) set -- "$sub" "$TMP/layer.db" ;;
+        esac
+        start=$(date +%s)
+        ( ulimit -v $vlimit; exec timeout 20 "$BANGTRACE" "$@" ) > "$TMP/out" 2> "$TMP/err"
+        got=$?
+        secs=$(( $(date +%s) - start ))
+        if [ $got -eq 2 ] && [ $secs -le 10 ] && grep -q "layer" "$TMP/err"; then ok "$sub on a trace with layer $layer: exit 2 in ${secs}s"
+        else fail "$sub on a trace with layer $layer: exit $got after ${secs}s (124 = hung, 134/139 = died): $(head -c 300 "$TMP/err")"; fi
+        one_line_err "layer.db"
+    done
+    [ -e "$TMP/layer_out.db" ] && { fail "a refused export ($layer) left its output"; rm -f "$TMP/layer_out.db"; }
+done
+# the bound is the reader's: layer 511 is still a trace
+"$py" - "$TMP/good.db" "$TMP/layer511.db" <<'PY' || fail "crafting layer511.db"
+import shutil, sqlite3, sys
+shutil.copy(sys.argv[1], sys.argv[2])
+d = sqlite3.connect(sys.argv[2])
+d.execute("UPDATE tensors SET layer = 511 WHERE idx = (SELECT max(idx) FROM tensors WHERE layer >= 0)")
+d.commit()
+PY
+( ulimit -v $vlimit; exec timeout 20 "$BANGTRACE" report "$TMP/layer511.db" ) > "$TMP/out" 2> "$TMP/err"
+[ $? -eq 0 ] && ok "report on a trace with layer 511 (the largest allowed)" || fail "report with layer 511: $(head -c 300 "$TMP/err")"
 finish

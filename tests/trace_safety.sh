@@ -79,10 +79,10 @@ expect_exit 0 "report -o existing file --force" "$BANGTRACE" report "$TMP/t.db" 
 expect_exit 2 "export -o a text file --force" "$BANGTRACE" export "$TMP/t.db" -o "$TMP/notes.txt" --force
 cmp -s "$TMP/notes.txt" "$TMP/notes.orig" && ok "export left the text file alone" || fail "export replaced a text file"
 
-# --- forward --dump: its own files are rewritten, never a link or the model ---
+# --- forward --dump: its own files are rewritten only with --force, never a link or the model ---
 mkdir "$TMP/dump"
 ln -s "$TMP/notes.txt" "$TMP/dump/token_embd.f32"
-expect_exit 2 "forward --dump through a link" "$BANGTRACE" forward --model "$STORIES" --tokens "1 2" --dump "$TMP/dump" \
+expect_exit 2 "forward --dump --force through a link" "$BANGTRACE" forward --model "$STORIES" --tokens "1 2" --dump "$TMP/dump" --force \
     && one_line "symbolic link"
 cmp -s "$TMP/notes.txt" "$TMP/notes.orig" && ok "forward left the link's target alone" || fail "forward wrote through a link"
 

@@ -24,13 +24,14 @@
 #include <stdio.h>
 
 #include "tap/detect.h"
+#include "trace/reader.h"
 #define TUI_TOK_WINDOW 2048             /* token rows per window */
 #define TUI_RUN_MIN 2                   /* repeats that collapse into one cell */
 #define TUI_WALL_MIN BT_DETECT_WALL_MIN /* run length the token_wall detector flags */
 #define TUI_MEDIAN_SAMPLES 200          /* blobs sampled for per-tensor medians */
 #define TUI_HOT_FACTOR 8.0f             /* absmax this far above the median is "hot" */
 #define TUI_CHAIN_STEPS 12              /* steps after the first bad one in the chain */
-#define TUI_MAX_LAYERS 512
+#define TUI_MAX_LAYERS BT_TRACE_MAX_LAYERS   /* the reader refuses more (trace/reader.h) */
 
 /* ---- health: the colouring decisions ---- */
 enum tui_health {

@@ -504,9 +504,9 @@ int bt_gguf_open(const char *path, bt_gguf **out)
     if (!g->path) { free(g); return bt_error(BT_ENOMEM, "%s: out of memory", path); }
 
     int rc;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = bt_open_input(path);     /* a fifo is refused, never waited on */
     if (fd < 0) {
-        rc = bt_error(errno == ENOENT ? BT_ENOTFOUND : BT_EIO, "%s: cannot open: %s", path, strerror(errno));
+        rc = fd;
         goto fail;
     }
     struct stat st;

@@ -86,7 +86,13 @@ static int load_json(const char *dir, const char *name, bool required, json_t **
         return bt_error(BT_ENOTFOUND, "%s: is a directory, but not a Hugging Face model folder (%s is missing)", dir, name);
     }
     json_error_t je;
-    *out = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    /* through bt_read_file: a fifo is refused, never waited on */
+    char *text = NULL;
+    size_t text_len = 0;
+    int rrc = bt_read_file(path, &text, &text_len);
+    if (rrc) return rrc;
+    *out = json_loadb(text, text_len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
     if (!*out)
         return bt_error(BT_EFORMAT, "%s: bad JSON at line %d: %s", path, je.line, je.text);
     if (!json_is_object(*out)) {

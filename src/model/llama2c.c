@@ -132,8 +132,8 @@ int bt_llama2c_load(const char *path, const char *tokenizer_path, bt_model *m)
 {
     l2c_priv *p = l2c_priv_new(m);
     if (!p) return BT_ENOMEM;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return bt_error(BT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    int fd = bt_open_input(path);     /* a fifo is refused, never waited on */
+    if (fd < 0) return fd;
     struct stat st;
     if (fstat(fd, &st) < 0) { close(fd); return bt_error(BT_EIO, "%s: %s", path, strerror(errno)); }
     size_t size = (size_t)st.st_size;

@@ -468,8 +468,8 @@ int bt_model_load(const char *path, const char *tokenizer_path, bt_model **out)
         return BT_OK;
     }
 
-    FILE *f = fopen(path, "rb");
-    if (!f) { bt_error(BT_EIO, "%s: cannot open: %s", path, strerror(errno)); bt_model_free(m); return BT_EIO; }
+    FILE *f = bt_fopen_input(path);     /* a fifo is refused, never waited on */
+    if (!f) { bt_model_free(m); return BT_EIO; }
     char magic[4] = {0};
     size_t got = fread(magic, 1, 4, f);
     fclose(f);

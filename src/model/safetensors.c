@@ -235,9 +235,9 @@ int bt_safetensors_open(const char *path, bt_safetensors **out)
     bt_safetensors *st = calloc(1, sizeof(*st));
     if (!st || !(st->path = strdup(path))) { free(st); return bt_error(BT_ENOMEM, "%s: out of memory", path); }
     int rc;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = bt_open_input(path);     /* a fifo is refused, never waited on */
     if (fd < 0) {
-        rc = bt_error(errno == ENOENT ? BT_ENOTFOUND : BT_EIO, "%s: cannot open: %s", path, strerror(errno));
+        rc = fd;
         goto fail;
     }
     struct stat sb;

@@ -146,6 +146,8 @@ int bt_outfile_check(const char *path, bt_out_kind kind, bool force, const bt_ou
         if (n >= 16 && !memcmp(hdr, sqlite_magic, 16))
             return bt_error(BT_EINVAL, "%s: is an SQLite database (a trace?): refusing to replace it with text", path);
         if (!force) return bt_error(BT_EINVAL, "%s: exists and is not empty: use --force to replace it", path);
+    } else if (kind == BT_OUT_DUMP) {
+        if (!force) return bt_error(BT_EINVAL, "%s: exists: use --force to replace it", path);
     }
     if (exists) *exists = true;
     return BT_OK;

@@ -12,7 +12,7 @@
  *   trace that no live process is writing, and only with --force; a text
  *   output (a report) replaces an empty file, or a non-empty regular file
  *   with --force, but never an SQLite database; a dump file replaces a
- *   regular file.
+ *   regular file only with --force.
  *
  * The live-writer lock: a trace writer holds flock(LOCK_EX) on the trace for
  * as long as it writes it (see src/trace/writer.c for why flock and not
@@ -27,7 +27,7 @@ typedef enum bt_out_kind {
     BT_OUT_TRACE,   /* a bangtrace trace (run --trace, export -o) */
     BT_OUT_TEXT,    /* a text file (report -o) */
     BT_OUT_DUMP,    /* a file inside a dump directory the command fills (forward --dump):
-                       rewriting its own regular files there is the contract */
+                       its own regular files there are rewritten only with --force */
 } bt_out_kind;
 
 /* One input of the command: the flag that named it ("--model") and its

@@ -998,7 +998,7 @@ int bt_trace_export(const bt_export_opts *o)
     if ((rc = exec(&x, sql)) || (rc = exec(&x, "PRAGMA temp_store = MEMORY")) || (rc = find_echo(&x, r)) || (o->redact && (rc = collect_redacted(&x, r))) ||
         (rc = exec(&x, "BEGIN")) || (rc = exec(&x, bt_trace_schema_sql)))
         goto done;
-    uri = ro_uri(o->in);
+    uri = ro_uri(bt_trace_db_path(o->in));   /* a read-only medium's private copy */
     if (!uri) { rc = bt_error(BT_ENOMEM, "out of memory"); goto done; }
     sqlite3_stmt *att = NULL;
     if (sqlite3_prepare_v2(x.db, "ATTACH ?1 AS src", -1, &att, NULL) != SQLITE_OK) { rc = db_err(&x, "attaching"); goto done; }

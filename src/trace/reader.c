@@ -19,6 +19,7 @@
 #include "trace/guard.h"
 #include "trace/trace.h"
 #include "util.h"
+#include "text.h"
 
 #include <errno.h>
 #include <math.h>
@@ -26,7 +27,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zstd.h>
 
 enum {
@@ -64,6 +67,7 @@ static const char *const q_sql[Q_COUNT] = {
 struct bt_trace_reader {
     sqlite3 *db;
     char *path;
+    char *copy_dir, *copy_db;        /* a private copy (read-only media: see ro_copy) */
     sqlite3_stmt *q[Q_COUNT];
     char **meta_keys, **meta_vals;
     int n_meta;
@@ -127,8 +131,8 @@ static int check_header(const char *path)
     struct stat st;
     if (stat(path, &st) != 0) return bt_error(BT_EIO, "%s: cannot open trace: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) return bt_error(BT_EIO, "%s: cannot open trace: is a directory", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return bt_error(BT_EIO, "%s: cannot open trace: %s", path, strerror(errno));
+    FILE *f = bt_fopen_input(path);     /* a fifo is refused, never waited on */
+    if (!f) return BT_EIO;
     unsigned char h[100];
     size_t n = fread(h, 1, sizeof h, f);
     fclose(f);
@@ -199,12 +203,18 @@ static int load_tensors(bt_trace_reader *r)
         t->model = strdup(model ? model : "target");
         t->idx = sqlite3_column_int(s, 1);
         t->name = strdup(name ? name : "?");
-        t->layer = bt_col_int(s, 3);
+        int64_t layer = sqlite3_column_type(s, 3) == SQLITE_NULL ? -1 : sqlite3_column_int64(s, 3);
+        t->layer = layer >= -1 && layer < BT_TRACE_MAX_LAYERS ? (int)layer : -1;
         t->op = strdup(op ? op : "?");
         t->width = sqlite3_column_int(s, 5);
         if (t->idx < 0 || t->idx > 1 << 20) {
             sqlite3_finalize(s);
             return bt_error(BT_EFORMAT, "%s: corrupt trace (tensor %s has slot %d)", r->path, t->name, t->idx);
+        }
+        if (layer < -1 || layer >= BT_TRACE_MAX_LAYERS) {
+            sqlite3_finalize(s);
+            return bt_error(BT_EFORMAT, "%s: corrupt trace (tensor %s has layer %lld; a trace holds layers 0..%d)",
+                            r->path, bt_text_esc(t->name), (long long)layer, BT_TRACE_MAX_LAYERS - 1);
         }
     }
     if (rc != SQLITE_DONE) { int e = db_fail(r, rc, "reading tensors"); sqlite3_finalize(s); return e; }
@@ -214,6 +224,128 @@ static int load_tensors(bt_trace_reader *r)
 
 static int spec_detect(bt_trace_reader *r);   /* speculative section, at the end */
 
+/* ---- read-only media ----
+ * A killed run leaves its trace in WAL mode: the -wal holds the committed
+ * steps, and SQLite reads it only through a -shm index it must be able to
+ * create. On read-only media (a CD, a read-only mount of a colleague's
+ * disk) with the -shm lost, SQLite says only "unable to open database
+ * file"; opening it immutable would silently drop every step in the -wal.
+ * So the reader copies the trace and its -wal into a private directory
+ * under $TMPDIR and reads the copy (every step; the original is untouched),
+ * or, when that fails, says in one line what is wrong and how to recover. */
+
+static bool path_exists(const char *p)
+{
+    struct stat st;
+    return lstat(p, &st) == 0;
+}
+
+/* SQLite would need to create path-shm and cannot: a -wal with content, no
+ * -shm, and a directory we cannot write. */
+static bool needs_ro_copy(const char *path)
+{
+    char shm[4096 + 8];
+    snprintf(shm, sizeof shm, "%s-shm", path);
+    if (!has_wal(path) || path_exists(shm)) return false;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) strcpy(dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    return access(dir, W_OK) != 0;
+}
+
+static int copy_file(const char *src, const char *dst)
+{
+    int in = bt_open_input(src);
+    if (in < 0) return in;
+    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (out < 0) { int e = errno; close(in); return bt_error(BT_EIO, "%s: %s", dst, strerror(e)); }
+    char buf[1 << 16];
+    int rc = BT_OK;
+    for (;;) {
+        ssize_t n = read(in, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) { rc = bt_error(BT_EIO, "%s: %s", src, strerror(errno)); break; }
+        if (n == 0) break;
+        for (ssize_t off = 0; off < n;) {
+            ssize_t w = write(out, buf + off, (size_t)(n - off));
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) { rc = bt_error(BT_EIO, "%s: %s", dst, strerror(w < 0 ? errno : EIO)); break; }
+            off += w;
+        }
+        if (rc) break;
+    }
+    close(in);
+    if (close(out) != 0 && !rc) rc = bt_error(BT_EIO, "%s: %s", dst, strerror(errno));
+    return rc;
+}
+
+static void ro_copy_remove(bt_trace_reader *r)
+{
+    if (!r->copy_dir) return;
+    if (r->copy_db) {
+        size_t n = strlen(r->copy_db);
+        char *p = malloc(n + 8);
+        if (p) {
+            const char *sfx[] = { "-wal", "-shm", "-journal" };
+            for (int i = 0; i < 3; i++) { snprintf(p, n + 8, "%s%s", r->copy_db, sfx[i]); unlink(p); }
+            free(p);
+        }
+        unlink(r->copy_db);
+    }
+    rmdir(r->copy_dir);
+    free(r->copy_dir);
+    free(r->copy_db);
+    r->copy_dir = r->copy_db = NULL;
+}
+
+static int ro_copy(bt_trace_reader *r, const char *path)
+{
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp) tmp = "/tmp";
+    size_t n = strlen(tmp) + 32;
+    char *dir = malloc(n);
+    if (!dir) return bt_error(BT_ENOMEM, "out of memory");
+    snprintf(dir, n, "%s/bangtrace-ro.XXXXXX", tmp);
+    int rc = BT_OK;
+    if (!mkdtemp(dir)) { rc = bt_error(BT_EIO, "%s: %s", dir, strerror(errno)); free(dir); }
+    else {
+        r->copy_dir = dir;
+        r->copy_db = malloc(strlen(dir) + 16);
+        if (!r->copy_db) rc = bt_error(BT_ENOMEM, "out of memory");
+        else {
+            sprintf(r->copy_db, "%s/trace.db", dir);
+            char src[4096 + 8], dst[4096 + 8];
+            snprintf(src, sizeof src, "%s-wal", path);
+            snprintf(dst, sizeof dst, "%s-wal", r->copy_db);
+            rc = copy_file(path, r->copy_db);
+            if (!rc) rc = copy_file(src, dst);
+        }
+    }
+    if (rc) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", bt_errmsg());
+        ro_copy_remove(r);
+        return bt_error(BT_EIO, "%s: the trace has an unapplied write-ahead log (%s-wal, no -shm) on read-only media, "
+                        "and a private copy failed (%s): copy %s and %s-wal to writable storage and open the copy",
+                        path, path, why, path, path);
+    }
+    bt_warn("%s: read-only media, a write-ahead log without its -shm: reading a private copy of the trace", path);
+    return BT_OK;
+}
+
+/* Open readers with a private copy, for bt_trace_db_path. */
+static bt_trace_reader *ro_readers[8];
+
+const char *bt_trace_db_path(const char *path)
+{
+    for (size_t i = 0; i < BT_ARRAY_SIZE(ro_readers); i++)
+        if (ro_readers[i] && !strcmp(ro_readers[i]->path, path)) return ro_readers[i]->copy_db;
+    return path;
+}
+
 int bt_trace_open(const char *path, bt_trace_reader **out)
 {
     *out = NULL;
@@ -221,7 +353,14 @@ int bt_trace_open(const char *path, bt_trace_reader **out)
     if (rc) return rc;
     bt_trace_reader *r = calloc(1, sizeof(*r));
     if (!r || !(r->path = strdup(path))) { free(r); return bt_error(BT_ENOMEM, "%s: out of memory", path); }
-    int src = sqlite3_open_v2(path, &r->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+    const char *db_path = path;
+    if (needs_ro_copy(path)) {
+        if ((rc = ro_copy(r, path))) goto fail;
+        db_path = r->copy_db;
+        for (size_t i = 0; i < BT_ARRAY_SIZE(ro_readers); i++)
+            if (!ro_readers[i]) { ro_readers[i] = r; break; }
+    }
+    int src = sqlite3_open_v2(db_path, &r->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
     if (src != SQLITE_OK) {
         rc = bt_error(BT_EIO, "%s: cannot open trace: %s", path, r->db ? sqlite3_errmsg(r->db) : sqlite3_errstr(src));
         goto fail;
@@ -229,7 +368,7 @@ int bt_trace_open(const char *path, bt_trace_reader **out)
     sqlite3_extended_result_codes(r->db, 1);
     /* a run may be writing it: wait out its short commit locks */
     sqlite3_busy_timeout(r->db, 5000);
-    r->wal = has_wal(path);
+    r->wal = has_wal(db_path);
     bt_trace_guard_install(r->db, &r->guard, bt_trace_guard_bytes(path));
     int64_t app = 0, ver = 0;
     if ((rc = pragma_int(r, "PRAGMA application_id", &app))) goto fail;
@@ -277,6 +416,9 @@ void bt_trace_reader_close(bt_trace_reader *r)
     for (size_t i = 0; i < BT_ARRAY_SIZE(r->sq); i++) sqlite3_finalize(r->sq[i]);
     for (size_t i = 0; i < BT_ARRAY_SIZE(r->bq); i++) sqlite3_finalize(r->bq[i]);
     if (r->db) sqlite3_close_v2(r->db);
+    for (size_t i = 0; i < BT_ARRAY_SIZE(ro_readers); i++)
+        if (ro_readers[i] == r) ro_readers[i] = NULL;
+    ro_copy_remove(r);
     for (int i = 0; i < r->n_meta; i++) { free(r->meta_keys[i]); free(r->meta_vals[i]); }
     free(r->meta_keys);
     free(r->meta_vals);
@@ -1008,7 +1150,7 @@ int bt_analyze_verify(const char *path)
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
     int rc = BT_OK;
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK ||
+    if (sqlite3_open_v2(bt_trace_db_path(path), &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &st, NULL) != SQLITE_OK) {
         rc = bt_error(BT_EFORMAT, "%s: corrupt trace (integrity check: %s)", path, db ? sqlite3_errmsg(db) : "out of memory");
         goto out;

@@ -31,10 +31,19 @@
 
 /* The bangtrace SQLite application_id ('BTRC'), written by the writer. */
 #define BT_TRACE_APPLICATION_ID 0x42545243
+/* The largest layer index + 1 a trace may name (tensors.layer is -1 or NULL
+ * for a tensor outside the layers, else 0..BT_TRACE_MAX_LAYERS-1).
+ * bt_trace_open refuses anything else, so no command sizes an array from a
+ * hostile layer number (2000000000 once made bisect allocate 16 GB). */
+#define BT_TRACE_MAX_LAYERS 512
 
 typedef struct bt_trace_reader bt_trace_reader;
 
 int bt_trace_open(const char *path, bt_trace_reader **out);
+/* The file SQLite should open for the trace at path: path itself, or the
+ * private copy an open reader of path reads (a killed run's trace on
+ * read-only media, its -wal without the -shm: see reader.c). */
+const char *bt_trace_db_path(const char *path);
 void bt_trace_reader_close(bt_trace_reader *r);   /* NULL is a no-op */
 const char *bt_trace_reader_path(const bt_trace_reader *r);
 

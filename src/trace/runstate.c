@@ -36,6 +36,16 @@ int bt_run_state_get(bt_trace_reader *r, const char *path, bt_run_state *out)
     else if (!strcmp(st, BT_TRACE_STATUS_ERROR)) why = "the run stopped on an error";
     if (!why) return BT_OK;
     out->unfinished = true;
-    snprintf(out->line, sizeof out->line, "unfinished run: %s; %s", why, last);
+    const char *we = bt_trace_meta_get(r, "write_error");
+    if (we && *we && !strcmp(st, BT_TRACE_STATUS_IO_ERROR)) {
+        /* the writer's message, as data: printable ASCII only */
+        char msg[140];
+        size_t n = 0;
+        for (; we[n] && n + 1 < sizeof msg; n++) msg[n] = we[n] >= 0x20 && we[n] < 0x7f ? we[n] : '?';
+        msg[n] = 0;
+        snprintf(out->line, sizeof out->line, "unfinished run: the trace is incomplete: a trace write failed (%s); %s", msg, last);
+    }
+    else
+        snprintf(out->line, sizeof out->line, "unfinished run: %s; %s", why, last);
     return BT_OK;
 }

@@ -29,10 +29,17 @@
  *   the main file and leaves WAL mode, so a closed trace is one
  *   self-contained file with its final meta.status. Only a kill -9, or a
  *   crash inside SQLite, or a disk too full to checkpoint, leaves a -wal.
+ * - A full disk must still let the writer say so: at creation it holds a
+ *   small unnamed reserve (O_TMPFILE, fallocate'd, in the trace's
+ *   directory; gone with the process, even after kill -9). After the first
+ *   failed write it gives the reserve back and records status io_error and
+ *   the failure (meta write_error) in one transaction, so the trace says
+ *   "the disk filled" rather than "still running, killed?".
  * - in_sqlite is set around every sqlite3 call sequence, so the fatal-signal
  *   path (bt_trace_crash_close) knows whether SQLite's state is consistent
  *   enough to commit, and leaves it alone otherwise.
  * Single-threaded: one thread drives a writer. */
+#define _GNU_SOURCE 1   /* O_TMPFILE */
 #include "trace/trace.h"
 #include "trace/reader.h"
 #include "sys/outfile.h"
@@ -95,6 +102,8 @@ struct bt_trace {
     sqlite3 *db;
     char *path;
     int lock_fd;                       /* holds flock(LOCK_EX) while we write; -1 none */
+    int reserve_fd;                    /* the disk-full reserve (see the top); -1 none */
+    char fail_msg[256];                /* the first failed write, for meta write_error */
     bool failed;                       /* an SQLite write failed (disk full, I/O error) */
     sqlite3_stmt *st[ST_COUNT];
     volatile sig_atomic_t in_sqlite;   /* inside an sqlite3 call sequence */
@@ -120,12 +129,42 @@ struct bt_trace {
  * is signal-handler context). After bt_trace_crash_close, too. */
 #define REENTRY_GUARD(t) do { if ((t)->in_sqlite || (t)->crash_closed) return BT_EINTERNAL; } while (0)
 
-static int sql_fail(bt_trace *t, const char *what)
+static void note_failure(bt_trace *t, const char *msg)
 {
     t->failed = true;
+    if (!t->fail_msg[0]) snprintf(t->fail_msg, sizeof t->fail_msg, "%s", msg);
+}
+
+static int sql_fail(bt_trace *t, const char *what)
+{
     int e = sqlite3_system_errno(t->db);
-    if (e) return bt_error(BT_EIO, "%s: %s: %s (%s)", t->path, what, sqlite3_errmsg(t->db), strerror(e));
-    return bt_error(BT_EIO, "%s: %s: %s", t->path, what, sqlite3_errmsg(t->db));
+    char msg[sizeof t->fail_msg];
+    if (e) snprintf(msg, sizeof msg, "%s: %s (%s)", what, sqlite3_errmsg(t->db), strerror(e));
+    else snprintf(msg, sizeof msg, "%s: %s", what, sqlite3_errmsg(t->db));
+    note_failure(t, msg);
+    return bt_error(BT_EIO, "%s: %s", t->path, msg);
+}
+
+/* The disk-full reserve: best effort (no O_TMPFILE, no fallocate, a
+ * file-size limit: none, and a full disk then may leave status running). */
+#define RESERVE_BYTES (512 << 10)
+static int reserve_open(const char *path)
+{
+#ifdef O_TMPFILE
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) strcpy(dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) return -1;
+    if (posix_fallocate(fd, 0, RESERVE_BYTES) != 0) { close(fd); return -1; }
+    return fd;
+#else
+    (void)path;
+    return -1;
+#endif
 }
 
 /* Run one prepared statement to completion and reset it. */
@@ -147,7 +186,9 @@ static int exec(bt_trace *t, const char *sql)
     int rc = sqlite3_exec(t->db, sql, NULL, NULL, &err);
     t->in_sqlite = 0;
     if (rc != SQLITE_OK) {
-        t->failed = true;
+        char msg[sizeof t->fail_msg];
+        snprintf(msg, sizeof msg, "%.60s: %s", sql, err ? err : sqlite3_errstr(rc));
+        note_failure(t, msg);
         int r = bt_error(BT_EIO, "%s: %s: %s", t->path, sql, err ? err : sqlite3_errstr(rc));
         sqlite3_free(err);
         return r;
@@ -207,6 +248,7 @@ static void free_trace(bt_trace *t)
 {
     for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(t->st[i]);
     if (t->db) sqlite3_close_v2(t->db);
+    if (t->reserve_fd >= 0) close(t->reserve_fd);
     if (t->lock_fd >= 0) close(t->lock_fd);   /* last: the lock outlives SQLite's descriptors */
     free(t->blob);
     free(t->raw);
@@ -257,6 +299,7 @@ int bt_trace_create_opts(const char *path, unsigned flags, bt_trace **out)
     bt_trace *t = calloc(1, sizeof(*t));
     if (!t || !(t->path = strdup(path))) { free(t); return bt_error(BT_ENOMEM, "%s: out of memory", path); }
     t->lock_fd = -1;
+    t->reserve_fd = -1;
     int rc;
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EEXIST) {
@@ -294,6 +337,7 @@ int bt_trace_create_opts(const char *path, unsigned flags, bt_trace **out)
         return r;
     }
     sqlite3_extended_result_codes(t->db, 1);
+    t->reserve_fd = reserve_open(path);
     /* Someone may open the new file while it is still in rollback mode (a
      * watcher polling for steps, `sqlite3 trace.db`): their shared lock
      * must delay switching to WAL, not fail the run with "database is
@@ -657,9 +701,21 @@ int bt_trace_close(bt_trace *t, const char *status)
     char finished[32];
     iso_now(finished);
     if (!status) status = BT_TRACE_STATUS_OK;
-    bool put = (r = meta_put(t, "status", status)) == BT_OK;
-    if (r && !rc) rc = r;
-    if ((r = meta_put(t, "finished_at", finished)) && !rc) rc = r;
+    bool put;
+    if (t->failed) {
+        /* A write failed (a full disk, most likely): give the reserve back
+         * so the verdict fits, and write it in one transaction. */
+        if (t->reserve_fd >= 0) { close(t->reserve_fd); t->reserve_fd = -1; }
+        if (!sqlite3_get_autocommit(t->db)) sqlite3_exec(t->db, "ROLLBACK", NULL, NULL, NULL);
+        put = sqlite3_exec(t->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK &&
+              meta_put(t, "status", status) == BT_OK && meta_put(t, "write_error", t->fail_msg) == BT_OK &&
+              meta_put(t, "finished_at", finished) == BT_OK && sqlite3_exec(t->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK;
+        if (!put && !sqlite3_get_autocommit(t->db)) sqlite3_exec(t->db, "ROLLBACK", NULL, NULL, NULL);
+    } else {
+        put = (r = meta_put(t, "status", status)) == BT_OK;
+        if (r && !rc) rc = r;
+        if ((r = meta_put(t, "finished_at", finished)) && !rc) rc = r;
+    }
     /* A browser watching the run may hold a read transaction for a moment:
      * wait a little for it rather than leave a -wal behind. */
     sqlite3_busy_timeout(t->db, 500);
@@ -667,7 +723,10 @@ int bt_trace_close(bt_trace *t, const char *status)
     /* A full disk or a file-size limit usually fails in the WAL, which the
      * checkpoint has just emptied into the main file: the status may fit
      * now (rewritten in place under a rollback journal). */
-    if (!put && meta_put(t, "status", status) == BT_OK) meta_put(t, "finished_at", finished);
+    if (!put && meta_put(t, "status", status) == BT_OK) {
+        if (t->failed) meta_put(t, "write_error", t->fail_msg);
+        meta_put(t, "finished_at", finished);
+    }
     for (int i = 0; i < ST_COUNT; i++) { sqlite3_finalize(t->st[i]); t->st[i] = NULL; }
     if (sqlite3_close(t->db) != SQLITE_OK && !rc) rc = sql_fail(t, "closing");
     t->db = NULL;
