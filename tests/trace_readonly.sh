@@ -20,6 +20,7 @@ touch "$MNT/probe" 2> /dev/null && { umount "$MNT"; skip "the read-only bind mou
 umount "$MNT"
 
 # a killed run: the writer prints each committed step; kill -9 it after 30
+: > "$TMP/steps"   # exists before the loop reads it (the child's redirection races it)
 "$TOOL" write "$SRC/k.db" --steps 1000000 --delay-ms 2 --layers 4 > "$TMP/steps" 2> "$TMP/werr" &
 pid=$!
 i=0

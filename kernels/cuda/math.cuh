@@ -487,8 +487,9 @@ BT_HD float bt_cu_num_round1(int fmt, float x)
 }
 
 /* One block of 32 quantized to q8 and back, in place. The products are
- * exact (an f16 scale times an integer of 8 bits); a NaN quotient becomes
- * 0, as the host's float -> int8 conversion leaves it. */
+ * exact (an f16 scale times an integer of 8 bits); a NaN quotient (or one
+ * past int32's range) becomes -128, as numerics.c's q8_lane (the x86
+ * convert-then-saturating-pack that llama.cpp runs) gives it. */
 BT_HD void bt_cu_num_round_q8(float *x)
 {
     float amax = 0.0f;
@@ -497,7 +498,7 @@ BT_HD void bt_cu_num_round_q8(float *x)
     float id = amax != 0.0f ? 127.f / amax : 0.0f;
     for (int i = 0; i < 32; i++) {
         float r = nearbyintf(x[i] * id);
-        int q = r != r ? 0 : (int)r;
+        int q = !(r >= -2147483648.0f && r < 2147483648.0f) ? -128 : r > 127.0f ? 127 : r < -128.0f ? -128 : (int)r;
         x[i] = d * (float)q;
     }
 }
