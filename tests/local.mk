@@ -174,3 +174,8 @@ check_PROGRAMS += tests/test_foreign
 TESTS += tests/test_foreign
 tests_test_foreign_SOURCES = tests/test_foreign.c
 tests_test_foreign_LDADD = $(LLAMA_ENGINE_LIBS) $(TRACE_LIBS) $(LLAMA_CPP_LIBS)
+
+# h5-tok: SentencePiece-converted tokenizer.json (BPE byte_fallback), the
+# PCRE2 match limit for tokenizer.json Split regexes
+TESTS += tests/hf_regex_limit.sh
+EXTRA_DIST += tests/hf_regex_limit.sh
