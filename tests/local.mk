@@ -177,5 +177,5 @@ tests_test_foreign_LDADD = $(LLAMA_ENGINE_LIBS) $(TRACE_LIBS) $(LLAMA_CPP_LIBS)
 
 # h5-tok: SentencePiece-converted tokenizer.json (BPE byte_fallback), the
 # PCRE2 match limit for tokenizer.json Split regexes
-TESTS += tests/hf_regex_limit.sh
-EXTRA_DIST += tests/hf_regex_limit.sh
+TESTS += tests/hf_tokenizer_bad.sh tests/hf_spm.sh
+EXTRA_DIST += tests/hf_tokenizer_bad.sh tests/hf_spm.sh tests/hf_make_spm.py tests/data/hf_spm_extra.inp
