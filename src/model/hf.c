@@ -810,7 +810,7 @@ static int32_t find_token(const vocab_build *vb, const char *s)
  * SentencePiece model becomes the GGUF "llama" vocabulary, as llama.cpp's
  * converter writes it (pieces, scores, types, add_space_prefix from
  * add_dummy_prefix). The file's bytes are kept in hs (the pieces point in). */
-static int spm_vocab(hf_state *hs, const char *file, bt_gguf_builder *b, bt_spm_model *sm, vocab_build *vb)
+static int spm_vocab(hf_state *hs, const char *file, json_t *cfg, bt_gguf_builder *b, bt_spm_model *sm, vocab_build *vb)
 {
     struct stat st;
     if (stat(file, &st) != 0) return bt_error(BT_EIO, "%s: %s", file, strerror(errno));
@@ -833,21 +833,38 @@ static int spm_vocab(hf_state *hs, const char *file, bt_gguf_builder *b, bt_spm_
         return bt_error(BT_EUNSUPPORTED, "%s: SentencePiece normalizer '%s'%s is not supported (identity, "
                         "remove_extra_whitespaces false)", file, bt_text_esc(sm->normalizer),
                         sm->remove_extra_whitespaces ? " with remove_extra_whitespaces" : "");
-    vb->n = sm->n_pieces;
+    /* config.json's vocab_size beyond the pieces: [PADn] unused tokens, as
+     * the converter pads (score -1000) */
+    int64_t cfg_vs = 0;
+    (void)j_int("config.json", cfg, "vocab_size", false, &cfg_vs);
+    vb->n = BT_MAX((int64_t)sm->n_pieces, cfg_vs > 0 && cfg_vs < (1 << 24) ? cfg_vs : 0);
+    float *score = hs_alloc(hs, (size_t)vb->n * sizeof(float));
+    if (!score) return bt_error(BT_ENOMEM, "out of memory");
     vb->text = calloc((size_t)vb->n, sizeof(*vb->text));
     vb->len = calloc((size_t)vb->n, sizeof(*vb->len));
     vb->type = calloc((size_t)vb->n, sizeof(*vb->type));
     vb->owned = calloc((size_t)vb->n, sizeof(*vb->owned));
     if (!vb->text || !vb->len || !vb->type || !vb->owned) return bt_error(BT_ENOMEM, "out of memory");
     for (int64_t i = 0; i < vb->n; i++) {
-        vb->text[i] = sm->text[i];
-        vb->len[i] = sm->len[i];
-        vb->type[i] = sm->type[i];
+        if (i < sm->n_pieces) {
+            vb->text[i] = sm->text[i];
+            vb->len[i] = sm->len[i];
+            vb->type[i] = sm->type[i];
+            score[i] = sm->score[i];
+            continue;
+        }
+        char pad[32];
+        snprintf(pad, sizeof pad, "[PAD%" PRId64 "]", i);
+        if (!(vb->owned[i] = strdup(pad))) return bt_error(BT_ENOMEM, "out of memory");
+        vb->text[i] = vb->owned[i];
+        vb->len[i] = (uint32_t)strlen(pad);
+        vb->type[i] = BT_TOK_UNUSED;
+        score[i] = -1000.0f;
     }
     bt_gguf_builder_str(b, "tokenizer.ggml.model", "llama", 5);
     bt_gguf_builder_str(b, "tokenizer.ggml.pre", "default", 7);
     bt_gguf_builder_arr_str(b, "tokenizer.ggml.tokens", vb->text, vb->len, (uint64_t)vb->n);
-    bt_gguf_builder_arr(b, "tokenizer.ggml.scores", BT_GGUF_FLOAT32, sm->score, (uint64_t)vb->n);
+    bt_gguf_builder_arr(b, "tokenizer.ggml.scores", BT_GGUF_FLOAT32, score, (uint64_t)vb->n);
     bt_gguf_builder_arr(b, "tokenizer.ggml.token_type", BT_GGUF_INT32, vb->type, (uint64_t)vb->n);
     bt_gguf_builder_bool(b, "tokenizer.ggml.add_space_prefix", sm->add_dummy_prefix);
     return BT_OK;
@@ -880,7 +897,7 @@ static int tokenizer_keys(hf_state *hs, const char *dir, json_t *cfg, bt_gguf_bu
     if ((rc = load_json(dir, "tokenizer_config.json", false, &tc))) goto done;
     if ((rc = load_json(dir, "generation_config.json", false, &gc))) goto done;
     if (!tj) {
-        if ((rc = spm_vocab(hs, mfile, b, &sm, &vb))) goto done;
+        if ((rc = spm_vocab(hs, mfile, cfg, b, &sm, &vb))) goto done;
         from_spm = true;
         dflt[0] = sm.bos_id; dflt[1] = sm.eos_id; dflt[2] = sm.unk_id;
         goto specials;
@@ -1024,7 +1041,7 @@ static int tokenizer_keys(hf_state *hs, const char *dir, json_t *cfg, bt_gguf_bu
     bt_gguf_builder_arr(b, "tokenizer.ggml.token_type", BT_GGUF_INT32, vb.type, (uint64_t)vb.n);
     bt_gguf_builder_arr_str(b, "tokenizer.ggml.merges", merges, mlen, n_merges);
 
-specials:
+specials:;
     /* special ids: tokenizer_config names them; generation_config and
      * config.json give numeric fallbacks (the first eos of a list is EOS,
      * another one is end-of-turn) */
