@@ -16,6 +16,8 @@ STYLE:
   metaspace       no normalizer; pre_tokenizer Metaspace prepend_scheme "first",
                   split false (transformers' legacy=False form)
   metaspace-split pre_tokenizer Metaspace prepend_scheme "always", split true
+  digits          legacy, plus a pre_tokenizer Sequence of Digits
+                  (individual) and a Split on a Regex (punctuation runs)
   model           no tokenizer.json: OUTDIR/tokenizer.model, a SentencePiece
                   ModelProto written by hand (pieces, scores, types;
                   add_dummy_prefix true)
@@ -106,11 +108,16 @@ def main():
         {"type": "Replace", "pattern": {"String": SP}, "content": " "},
         {"type": "ByteFallback"}, {"type": "Fuse"},
         {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
-    if style == "legacy":
+    if style in ("legacy", "digits"):
         norm = {"type": "Sequence", "normalizers": [
             {"type": "Prepend", "prepend": SP},
             {"type": "Replace", "pattern": {"String": " "}, "content": SP}]}
         pre = None
+        if style == "digits":
+            pre = {"type": "Sequence", "pretokenizers": [
+                {"type": "Digits", "individual_digits": True},
+                {"type": "Split", "pattern": {"Regex": "[^\\s\\p{L}\\p{N}\u2581]+"}, "behavior": "Isolated",
+                 "invert": False}]}
     elif style in ("metaspace", "metaspace-split"):
         norm = None
         pre = {"type": "Metaspace", "replacement": SP,

@@ -7,7 +7,8 @@
 # For each form, every llama.cpp vocab-test case and the cases of
 # tests/data/hf_spm_extra.inp (spaces, newlines, characters with no piece ->
 # <0xNN>, emoji, specials, the empty string) must encode to the ids Hugging
-# Face's `tokenizers` gives, and decode (Replace, ByteFallback, Fuse, Strip)
+# Face's `tokenizers` gives (a fourth form adds Digits and a Split regex
+# after the legacy normalizer), and decode (Replace, ByteFallback, Fuse, Strip)
 # to the text it gives. The legacy form must also give, id for id, what
 # bangtrace gives for the same vocabulary in GGUF (SPM) form: on these
 # inputs the two references agree (the HF BPE merge order follows the SPM
@@ -29,7 +30,7 @@ G=$MODELS/gguf-vocab/ggml-vocab-llama-spm.gguf
 [ -f "$G" ] || skip "$G not found"
 EXTRA=$BT_SRCDIR/tests/data/hf_spm_extra.inp
 
-for style in legacy metaspace metaspace-split; do
+for style in legacy metaspace metaspace-split digits; do
     "$PY" "$BT_SRCDIR/tests/hf_make_spm.py" "$G" "$TMP/$style" "$style" > "$TMP/gen.log" 2>&1 ||
         { fail "$style: hf_make_spm.py: $(tail -1 "$TMP/gen.log")"; continue; }
     "$PY" "$BT_SRCDIR/tests/hf_tokenizers_ref.py" --decode "$BANGTRACE" "$TMP/$style" "$G.inp" "$EXTRA" > "$TMP/agree.log" 2>&1

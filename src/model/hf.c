@@ -929,9 +929,9 @@ static int tokenizer_keys(hf_state *hs, const char *dir, json_t *cfg, bt_gguf_bu
     if ((rc = normalizer(hs, file, json_object_get(tj, "normalizer")))) goto done;
     json_t *pt = json_object_get(tj, "pre_tokenizer");
     if (pt && !json_is_null(pt) && (rc = pre_tokenizer(hs, file, pt, true))) goto done;
-    if (fallback && (hs->byte_level || hs->n_pats)) {
-        rc = bt_error(BT_EUNSUPPORTED, "%s: BPE byte_fallback with a ByteLevel, Split or Digits pre_tokenizer is "
-                      "not supported (Metaspace or none)", file);
+    if (fallback && hs->byte_level) {
+        rc = bt_error(BT_EUNSUPPORTED, "%s: BPE byte_fallback with a ByteLevel pre_tokenizer is not supported "
+                      "(Metaspace, Split, Digits or none)", file);
         goto done;
     }
     if (!fallback && !hs->byte_level) {

@@ -264,6 +264,8 @@ int bt_tokenizer_new(const bt_vocab *v, bt_tokenizer **out)
 
     if (v->kind == BT_VOCAB_BPE && v->bpe_byte_fallback) {
         t->ignore_merges = v->pre_ignore_merges;
+        /* Split / Digits steps after Metaspace (none: the run is one word) */
+        if (v->n_pre_pats > 0 && (rc = bt_pretok_new_custom(v->pre_pats, v->n_pre_pats, false, &t->pre))) goto fail;
         for (int i = 0; i < v->n_norm; i++) {
             const bt_norm_op *op = &v->norm[i];
             if (op->kind == BT_NORM_NFC && !bt_tokenizer_has_nfc()) {
@@ -736,6 +738,17 @@ static int prepend(char **s, size_t *n, const char *a, size_t alen)
     return BT_OK;
 }
 
+/* One Metaspace word through the Split / Digits steps, if any. */
+static int bfb_split(const bt_tokenizer *t, scratch *sc, const char *w, size_t wl, idvec *out)
+{
+    if (!t->pre) return bfb_word(t, sc, w, wl, out);
+    size_t *words = NULL, nw = 0;
+    int rc = bt_pretok_words(t->pre, w, wl, &words, &nw);
+    for (size_t i = 0; i < nw && !rc; i++) rc = bfb_word(t, sc, w + words[2 * i], words[2 * i + 1], out);
+    free(words);
+    return rc;
+}
+
 /* at_start: this text run begins at offset 0 of the input (Metaspace "first"). */
 static int bfb_encode(const bt_tokenizer *t, scratch *sc, const char *text, size_t len, bool at_start, idvec *out)
 {
@@ -762,9 +775,9 @@ static int bfb_encode(const bt_tokenizer *t, scratch *sc, const char *text, size
         /* a word starts at every U+2581 (MergedWithNext) */
         size_t w0 = 0;
         for (size_t i = 1; i + 3 <= n && !rc; i++)
-            if (!memcmp(s + i, SPM_SPACE, 3)) { rc = bfb_word(t, sc, s + w0, i - w0, out); w0 = i; i += 2; }
-        if (!rc) rc = bfb_word(t, sc, s + w0, n - w0, out);
-    } else if (!rc) rc = bfb_word(t, sc, s, n, out);
+            if (!memcmp(s + i, SPM_SPACE, 3)) { rc = bfb_split(t, sc, s + w0, i - w0, out); w0 = i; i += 2; }
+        if (!rc) rc = bfb_split(t, sc, s + w0, n - w0, out);
+    } else if (!rc) rc = bfb_split(t, sc, s, n, out);
     free(s);
     return rc;
 }
