@@ -14,6 +14,7 @@
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "model/spm_model.h"
 #include "tokenizer/pretok.h"
 #include "kernels.h"
 #include "text.h"
@@ -26,8 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <errno.h>
 
-enum { MAX_PATS = 16 };
+enum { MAX_PATS = 16, MAX_NORM = 16 };
 
 typedef struct hf_state {
     bt_safetensors **shards;
@@ -39,6 +41,17 @@ typedef struct hf_state {
     char *regex[MAX_PATS];
     int n_pats;
     bool ignore_merges, nfc, prefix_space, byte_level;
+    /* byte_fallback BPE (SentencePiece-converted): normalizer steps in
+     * order, the Metaspace pre-tokenizer and the decoder's steps */
+    bt_norm_op norm[MAX_NORM];
+    char *norm_str[2 * MAX_NORM];
+    int n_norm;
+    bool text_norm;             /* a Prepend or Replace step */
+    bool byte_fallback, fuse_unk;
+    int metaspace;
+    bool metaspace_split;
+    bool dec_spaces, dec_bytes, dec_meta_first, dec_fused;
+    int dec_strip;
 } hf_state;
 
 static void hf_release(void *arg)
@@ -50,6 +63,7 @@ static void hf_release(void *arg)
     for (int i = 0; i < hs->n_copies; i++) free(hs->copies[i]);
     free(hs->copies);
     for (int i = 0; i < hs->n_pats; i++) free(hs->regex[i]);
+    for (int i = 0; i < 2 * MAX_NORM; i++) free(hs->norm_str[i]);
     free(hs);
 }
 
@@ -603,6 +617,26 @@ static int pre_tokenizer(hf_state *hs, const char *file, json_t *p, bool first)
         hs->byte_level = true;
         return use_regex ? add_pat(hs, file, BYTELEVEL_RE, strlen(BYTELEVEL_RE), false, BT_SPLIT_ISOLATED, false) : BT_OK;
     }
+    if (!strcmp(type, "Metaspace")) {
+        json_t *r = json_object_get(p, "replacement"), *ps = json_object_get(p, "prepend_scheme");
+        if (r && !(json_is_string(r) && !strcmp(json_string_value(r), "\xE2\x96\x81")))
+            return bt_error(BT_EUNSUPPORTED, "%s: Metaspace replacement other than U+2581 is not supported", file);
+        if (!first || hs->metaspace)
+            return bt_error(BT_EUNSUPPORTED, "%s: Metaspace after another pre_tokenizer is not supported", file);
+        hs->metaspace = BT_METASPACE_ALWAYS;            /* tokenizers' default */
+        bool legacy = true;
+        if (json_is_string(ps)) {
+            const char *v = json_string_value(ps);
+            hs->metaspace = !strcmp(v, "always") ? BT_METASPACE_ALWAYS : !strcmp(v, "first") ? BT_METASPACE_FIRST
+                          : !strcmp(v, "never") ? BT_METASPACE_NEVER : 0;
+            if (!hs->metaspace)
+                return bt_error(BT_EUNSUPPORTED, "%s: Metaspace prepend_scheme '%s' is not supported", file, bt_text_esc(v));
+        } else if (ps && !json_is_null(ps)) return bt_error(BT_EFORMAT, "%s: Metaspace prepend_scheme must be a string", file);
+        else if ((rc = j_bool(file, p, "add_prefix_space", &legacy))) return rc;
+        else if (!legacy) hs->metaspace = BT_METASPACE_NEVER;
+        hs->metaspace_split = true;
+        return j_bool(file, p, "split", &hs->metaspace_split);
+    }
     if (!strcmp(type, "Digits")) {
         bool individual = false;
         if ((rc = j_bool(file, p, "individual_digits", &individual))) return rc;
@@ -626,7 +660,7 @@ static int pre_tokenizer(hf_state *hs, const char *file, json_t *p, bool first)
         json_t *s = json_is_string(re) ? re : lit;
         return add_pat(hs, file, json_string_value(s), json_string_length(s), !json_is_string(re), behavior, invert);
     }
-    return bt_error(BT_EUNSUPPORTED, "%s: pre_tokenizer '%s' is not supported (Split, ByteLevel, Digits, Sequence)",
+    return bt_error(BT_EUNSUPPORTED, "%s: pre_tokenizer '%s' is not supported (Split, ByteLevel, Digits, Metaspace, Sequence)",
                     file, bt_text_esc(type));
 }
 
@@ -634,7 +668,28 @@ static int normalizer(hf_state *hs, const char *file, json_t *n)
 {
     if (!n || json_is_null(n)) return BT_OK;
     const char *type = jtype(n);
-    if (!strcmp(type, "NFC")) { hs->nfc = true; return BT_OK; }
+    if (hs->n_norm == MAX_NORM) return bt_error(BT_EUNSUPPORTED, "%s: more than %d normalizer steps", file, MAX_NORM);
+    bt_norm_op *op = &hs->norm[hs->n_norm];
+    if (!strcmp(type, "NFC")) { hs->nfc = true; op->kind = BT_NORM_NFC; hs->n_norm++; return BT_OK; }
+    if (!strcmp(type, "Prepend") || !strcmp(type, "Replace")) {
+        bool pre = !strcmp(type, "Prepend");
+        json_t *a = pre ? json_object_get(n, "prepend") : json_object_get(json_object_get(n, "pattern"), "String");
+        json_t *b = pre ? NULL : json_object_get(n, "content");
+        if (!pre && !a && json_object_get(json_object_get(n, "pattern"), "Regex"))
+            return bt_error(BT_EUNSUPPORTED, "%s: normalizer Replace with a Regex pattern is not supported (String only)", file);
+        if (!json_is_string(a) || (!pre && (!json_is_string(b) || !json_string_length(a))))
+            return bt_error(BT_EFORMAT, "%s: normalizer %s needs %s", file, type,
+                            pre ? "a 'prepend' string" : "a non-empty pattern {\"String\": ...} and a 'content' string");
+        char **sa = &hs->norm_str[2 * hs->n_norm], **sb = &hs->norm_str[2 * hs->n_norm + 1];
+        if (!(*sa = strndup(json_string_value(a), json_string_length(a))) ||
+            !(*sb = strndup(b ? json_string_value(b) : "", b ? json_string_length(b) : 0)))
+            return bt_error(BT_ENOMEM, "out of memory");
+        *op = (bt_norm_op){ .kind = pre ? BT_NORM_PREPEND : BT_NORM_REPLACE, .a = *sa, .alen = json_string_length(a),
+                            .b = *sb, .blen = b ? json_string_length(b) : 0 };
+        hs->n_norm++;
+        hs->text_norm = true;
+        return BT_OK;
+    }
     if (!strcmp(type, "Sequence")) {
         json_t *arr = json_object_get(n, "normalizers");
         if (!json_is_array(arr)) return bt_error(BT_EFORMAT, "%s: normalizer Sequence has no 'normalizers' list", file);
@@ -644,24 +699,62 @@ static int normalizer(hf_state *hs, const char *file, json_t *n)
         }
         return BT_OK;
     }
-    return bt_error(BT_EUNSUPPORTED, "%s: normalizer '%s' is not supported (NFC, Sequence)", file, bt_text_esc(type));
+    return bt_error(BT_EUNSUPPORTED, "%s: normalizer '%s' is not supported (NFC, Prepend, Replace, Sequence)", file, bt_text_esc(type));
 }
 
-static int decoder(const char *file, json_t *d)
+/* Byte-level BPE decodes with ByteLevel; byte_fallback BPE with the
+ * SentencePiece steps (Replace U+2581 -> ' ', ByteFallback, Fuse, Strip, or
+ * Metaspace). */
+static int decoder(hf_state *hs, const char *file, json_t *d)
 {
     const char *type = d && !json_is_null(d) ? jtype(d) : "(none)";
-    if (!strcmp(type, "ByteLevel")) return BT_OK;
     if (!strcmp(type, "Sequence")) {
         json_t *arr = json_object_get(d, "decoders");
         if (!json_is_array(arr) || !json_array_size(arr)) return bt_error(BT_EFORMAT, "%s: decoder Sequence is empty", file);
         for (size_t i = 0; i < json_array_size(arr); i++) {
-            int rc = decoder(file, json_array_get(arr, i));
+            int rc = decoder(hs, file, json_array_get(arr, i));
             if (rc) return rc;
         }
         return BT_OK;
     }
-    return bt_error(BT_EUNSUPPORTED, "%s: decoder '%s' is not supported (byte-level BPE needs ByteLevel)",
-                    file, bt_text_esc(type));
+    if (!hs->byte_fallback) {
+        if (!strcmp(type, "ByteLevel")) return BT_OK;
+        return bt_error(BT_EUNSUPPORTED, "%s: decoder '%s' is not supported (byte-level BPE needs ByteLevel)",
+                        file, bt_text_esc(type));
+    }
+    if (!strcmp(type, "ByteFallback")) { hs->dec_bytes = true; return BT_OK; }
+    if (!strcmp(type, "Fuse")) { hs->dec_fused = true; return BT_OK; }
+    if (!strcmp(type, "Replace")) {
+        json_t *a = json_object_get(json_object_get(d, "pattern"), "String"), *b = json_object_get(d, "content");
+        if (json_is_string(a) && json_is_string(b) && !strcmp(json_string_value(a), "\xE2\x96\x81") &&
+            !strcmp(json_string_value(b), " ")) { hs->dec_spaces = true; return BT_OK; }
+        return bt_error(BT_EUNSUPPORTED, "%s: decoder Replace other than U+2581 -> ' ' is not supported", file);
+    }
+    if (!strcmp(type, "Strip")) {
+        json_t *c = json_object_get(d, "content");
+        int64_t start = 0, stop = 0;
+        int rc;
+        if ((rc = j_int(file, d, "start", false, &start)) || (rc = j_int(file, d, "stop", false, &stop))) return rc;
+        if (!json_is_string(c) || strcmp(json_string_value(c), " ") || stop != 0 || start < 0 || start > 64 || !hs->dec_fused)
+            return bt_error(BT_EUNSUPPORTED, "%s: decoder Strip is supported only after Fuse, stripping "
+                            "leading spaces (content ' ', stop 0)", file);
+        hs->dec_strip = (int)start;
+        return BT_OK;
+    }
+    if (!strcmp(type, "Metaspace")) {
+        json_t *r = json_object_get(d, "replacement"), *ps = json_object_get(d, "prepend_scheme");
+        if (r && !(json_is_string(r) && !strcmp(json_string_value(r), "\xE2\x96\x81")))
+            return bt_error(BT_EUNSUPPORTED, "%s: decoder Metaspace replacement other than U+2581 is not supported", file);
+        bool prefix = true;
+        int rc;
+        if (json_is_string(ps)) prefix = strcmp(json_string_value(ps), "never") != 0;
+        else if ((rc = j_bool(file, d, "add_prefix_space", &prefix))) return rc;
+        hs->dec_spaces = true;
+        hs->dec_meta_first = prefix;
+        return BT_OK;
+    }
+    return bt_error(BT_EUNSUPPORTED, "%s: decoder '%s' is not supported with byte_fallback (Replace, ByteFallback, "
+                    "Fuse, Strip, Metaspace, Sequence)", file, bt_text_esc(type));
 }
 
 /* TemplateProcessing that starts with a special token means "add BOS". */
@@ -719,26 +812,108 @@ static int32_t find_token(const vocab_build *vb, const char *s)
     return -1;
 }
 
+/* tokenizer.model (read when there is no tokenizer.json): a BPE
+ * SentencePiece model becomes the GGUF "llama" vocabulary, as llama.cpp's
+ * converter writes it (pieces, scores, types, add_space_prefix from
+ * add_dummy_prefix). The file's bytes are kept in hs (the pieces point in). */
+static int spm_vocab(hf_state *hs, const char *file, json_t *cfg, bt_gguf_builder *b, bt_spm_model *sm, vocab_build *vb)
+{
+    struct stat st;
+    if (stat(file, &st) != 0) return bt_error(BT_EIO, "%s: %s", file, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return bt_error(BT_EFORMAT, "%s: not a regular file", file);
+    if (st.st_size > (off_t)1 << 30) return bt_error(BT_EFORMAT, "%s: %lld bytes is too large for a tokenizer.model",
+                                                      file, (long long)st.st_size);
+    uint8_t *buf = hs_alloc(hs, (size_t)st.st_size);
+    if (!buf) return bt_error(BT_ENOMEM, "out of memory");
+    FILE *f = fopen(file, "rb");
+    if (!f) return bt_error(BT_EIO, "%s: %s", file, strerror(errno));
+    size_t got = fread(buf, 1, (size_t)st.st_size, f);
+    fclose(f);
+    if (got != (size_t)st.st_size) return bt_error(BT_EIO, "%s: short read", file);
+    int rc = bt_spm_model_parse(buf, got, file, sm);
+    if (rc) return rc;
+    if (sm->model_type != 2)
+        return bt_error(BT_EUNSUPPORTED, "%s: SentencePiece model type %d is not supported (BPE only, as Llama 2 "
+                        "and Mistral ship; a unigram model needs Viterbi segmentation)", file, (int)sm->model_type);
+    if ((sm->normalizer[0] && strcmp(sm->normalizer, "identity")) || sm->remove_extra_whitespaces)
+        return bt_error(BT_EUNSUPPORTED, "%s: SentencePiece normalizer '%s'%s is not supported (identity, "
+                        "remove_extra_whitespaces false)", file, bt_text_esc(sm->normalizer),
+                        sm->remove_extra_whitespaces ? " with remove_extra_whitespaces" : "");
+    /* config.json's vocab_size beyond the pieces: [PADn] unused tokens, as
+     * the converter pads (score -1000) */
+    int64_t cfg_vs = 0;
+    (void)j_int("config.json", cfg, "vocab_size", false, &cfg_vs);
+    vb->n = BT_MAX((int64_t)sm->n_pieces, cfg_vs > 0 && cfg_vs < (1 << 24) ? cfg_vs : 0);
+    float *score = hs_alloc(hs, (size_t)vb->n * sizeof(float));
+    if (!score) return bt_error(BT_ENOMEM, "out of memory");
+    vb->text = calloc((size_t)vb->n, sizeof(*vb->text));
+    vb->len = calloc((size_t)vb->n, sizeof(*vb->len));
+    vb->type = calloc((size_t)vb->n, sizeof(*vb->type));
+    vb->owned = calloc((size_t)vb->n, sizeof(*vb->owned));
+    if (!vb->text || !vb->len || !vb->type || !vb->owned) return bt_error(BT_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < vb->n; i++) {
+        if (i < sm->n_pieces) {
+            vb->text[i] = sm->text[i];
+            vb->len[i] = sm->len[i];
+            vb->type[i] = sm->type[i];
+            score[i] = sm->score[i];
+            continue;
+        }
+        char pad[32];
+        snprintf(pad, sizeof pad, "[PAD%" PRId64 "]", i);
+        if (!(vb->owned[i] = strdup(pad))) return bt_error(BT_ENOMEM, "out of memory");
+        vb->text[i] = vb->owned[i];
+        vb->len[i] = (uint32_t)strlen(pad);
+        vb->type[i] = BT_TOK_UNUSED;
+        score[i] = -1000.0f;
+    }
+    bt_gguf_builder_str(b, "tokenizer.ggml.model", "llama", 5);
+    bt_gguf_builder_str(b, "tokenizer.ggml.pre", "default", 7);
+    bt_gguf_builder_arr_str(b, "tokenizer.ggml.tokens", vb->text, vb->len, (uint64_t)vb->n);
+    bt_gguf_builder_arr(b, "tokenizer.ggml.scores", BT_GGUF_FLOAT32, score, (uint64_t)vb->n);
+    bt_gguf_builder_arr(b, "tokenizer.ggml.token_type", BT_GGUF_INT32, vb->type, (uint64_t)vb->n);
+    bt_gguf_builder_bool(b, "tokenizer.ggml.add_space_prefix", sm->add_dummy_prefix);
+    return BT_OK;
+}
+
 static int tokenizer_keys(hf_state *hs, const char *dir, json_t *cfg, bt_gguf_builder *b)
 {
     char file[4096];
     snprintf(file, sizeof file, "%s/tokenizer.json", dir);
-    json_t *tj = NULL, *tc = NULL, *gc = NULL;
+    json_t *tj = NULL, *tc = NULL, *gc = NULL, *model = NULL;
     vocab_build vb = { 0 };
+    bt_spm_model sm = { 0 };
+    const char *tmpl_bos = NULL;
+    int32_t dflt[3] = { -1, -1, -1 };      /* tokenizer.model's bos, eos, unk */
+    bool from_spm = false;
+    char mfile[4096];
+    snprintf(mfile, sizeof mfile, "%s/tokenizer.model", dir);
     const char **merges = NULL;
     uint32_t *mlen = NULL;
     char **mown = NULL;
     size_t n_merges = 0;
+    struct stat st;
+    /* a FIFO or device would block the reader (or never end) */
+    if (stat(file, &st) == 0 && !S_ISREG(st.st_mode))
+        return bt_error(BT_EFORMAT, "%s: not a regular file", file);
     int rc = load_json(dir, "tokenizer.json", false, &tj);
-    if (rc || !tj) return rc;       /* no tokenizer: an id-only model, as a GGUF without one */
+    if (rc) return rc;
+    /* no tokenizer.json: tokenizer.model, else an id-only model, as a GGUF without one */
+    if (!tj && stat(mfile, &st) != 0) return BT_OK;
     if ((rc = load_json(dir, "tokenizer_config.json", false, &tc))) goto done;
     if ((rc = load_json(dir, "generation_config.json", false, &gc))) goto done;
+    if (!tj) {
+        if ((rc = spm_vocab(hs, mfile, cfg, b, &sm, &vb))) goto done;
+        from_spm = true;
+        dflt[0] = sm.bos_id; dflt[1] = sm.eos_id; dflt[2] = sm.unk_id;
+        goto specials;
+    }
 
-    json_t *model = json_object_get(tj, "model");
+    model = json_object_get(tj, "model");
     if (!json_is_object(model)) { rc = bt_error(BT_EFORMAT, "%s: 'model' is missing", file); goto done; }
     const char *mtype = jtype(model);
     if (strcmp(mtype, "BPE") && !(json_object_get(model, "merges") && !json_object_get(model, "type"))) {
-        rc = bt_error(BT_EUNSUPPORTED, "%s: model '%s' is not supported (byte-level BPE only)", file, bt_text_esc(mtype));
+        rc = bt_error(BT_EUNSUPPORTED, "%s: model '%s' is not supported (BPE only)", file, bt_text_esc(mtype));
         goto done;
     }
     json_t *x;
@@ -747,7 +922,8 @@ static int tokenizer_keys(hf_state *hs, const char *dir, json_t *cfg, bt_gguf_bu
     }
     bool fallback = false;
     if ((rc = j_bool(file, model, "byte_fallback", &fallback))) goto done;
-    if (fallback) { rc = bt_error(BT_EUNSUPPORTED, "%s: BPE byte_fallback is not supported (byte-level BPE only)", file); goto done; }
+    hs->byte_fallback = fallback;
+    if ((rc = j_bool(file, model, "fuse_unk", &hs->fuse_unk))) goto done;
     static const char *const affixes[] = { "continuing_subword_prefix", "end_of_word_suffix" };
     for (size_t i = 0; i < 2; i++)
         if ((x = json_object_get(model, affixes[i])) && !json_is_null(x) && !(json_is_string(x) && !json_string_length(x))) {
@@ -759,12 +935,22 @@ static int tokenizer_keys(hf_state *hs, const char *dir, json_t *cfg, bt_gguf_bu
     if ((rc = normalizer(hs, file, json_object_get(tj, "normalizer")))) goto done;
     json_t *pt = json_object_get(tj, "pre_tokenizer");
     if (pt && !json_is_null(pt) && (rc = pre_tokenizer(hs, file, pt, true))) goto done;
-    if (!hs->byte_level) {
-        rc = bt_error(BT_EUNSUPPORTED, "%s: pre_tokenizer has no ByteLevel step (byte-level BPE only)", file);
+    if (fallback && hs->byte_level) {
+        rc = bt_error(BT_EUNSUPPORTED, "%s: BPE byte_fallback with a ByteLevel pre_tokenizer is not supported "
+                      "(Metaspace, Split, Digits or none)", file);
         goto done;
     }
-    if ((rc = decoder(file, json_object_get(tj, "decoder")))) goto done;
-    const char *tmpl_bos = NULL;
+    if (!fallback && !hs->byte_level) {
+        rc = bt_error(BT_EUNSUPPORTED, "%s: pre_tokenizer has no ByteLevel step (byte-level BPE needs one; "
+                      "a BPE without it must have byte_fallback)", file);
+        goto done;
+    }
+    if (!fallback && (hs->metaspace || hs->text_norm)) {
+        rc = bt_error(BT_EUNSUPPORTED, "%s: normalizer Prepend/Replace and pre_tokenizer Metaspace are supported "
+                      "with byte_fallback BPE only", file);
+        goto done;
+    }
+    if ((rc = decoder(hs, file, json_object_get(tj, "decoder")))) goto done;
     if ((rc = post_processor(file, json_object_get(tj, "post_processor"), &tmpl_bos))) goto done;
 
     /* ids: the vocabulary, then added tokens; holes and the config's
@@ -804,6 +990,10 @@ static int tokenizer_keys(hf_state *hs, const char *dir, json_t *cfg, bt_gguf_bu
         vb.text[id] = key;
         vb.len[id] = (uint32_t)strlen(key);
         vb.type[id] = BT_TOK_NORMAL;
+        /* <0xNN> pieces are the byte fallback's (tokenizers writes them so) */
+        if (fallback && vb.len[id] == 6 && !strncmp(key, "<0x", 3) && key[5] == '>' &&
+            strspn(key + 3, "0123456789ABCDEF") >= 2)
+            vb.type[id] = BT_TOK_BYTE;
     }
     for (size_t i = 0; added && i < json_array_size(added); i++) {
         json_t *a = json_array_get(added, i);
@@ -857,6 +1047,7 @@ static int tokenizer_keys(hf_state *hs, const char *dir, json_t *cfg, bt_gguf_bu
     bt_gguf_builder_arr(b, "tokenizer.ggml.token_type", BT_GGUF_INT32, vb.type, (uint64_t)vb.n);
     bt_gguf_builder_arr_str(b, "tokenizer.ggml.merges", merges, mlen, n_merges);
 
+specials:;
     /* special ids: tokenizer_config names them; generation_config and
      * config.json give numeric fallbacks (the first eos of a list is EOS,
      * another one is end-of-turn) */
@@ -867,7 +1058,10 @@ static int tokenizer_keys(hf_state *hs, const char *dir, json_t *cfg, bt_gguf_bu
         unk = find_token(&vb, token_text(json_object_get(tc, "unk_token")));
         pad = find_token(&vb, token_text(json_object_get(tc, "pad_token")));
     }
-    if (unk < 0) unk = find_token(&vb, token_text(json_object_get(model, "unk_token")));
+    if (unk < 0 && model) unk = find_token(&vb, token_text(json_object_get(model, "unk_token")));
+    if (bos < 0) bos = dflt[0];
+    if (eos < 0) eos = dflt[1];
+    if (unk < 0) unk = dflt[2];
     if (tmpl_bos && bos < 0) bos = find_token(&vb, tmpl_bos);
     json_t *srcs[2] = { gc, cfg };
     for (int s = 0; s < 2; s++) {
@@ -889,13 +1083,16 @@ static int tokenizer_keys(hf_state *hs, const char *dir, json_t *cfg, bt_gguf_bu
     if (unk >= 0) bt_gguf_builder_u32(b, "tokenizer.ggml.unknown_token_id", (uint32_t)unk);
     if (pad >= 0) bt_gguf_builder_u32(b, "tokenizer.ggml.padding_token_id", (uint32_t)pad);
     if (eot >= 0) bt_gguf_builder_u32(b, "tokenizer.ggml.eot_token_id", (uint32_t)eot);
-    bool add_bos = tmpl_bos != NULL, add_eos = false;
+    bool add_bos = tmpl_bos != NULL || from_spm, add_eos = false;   /* LlamaTokenizer adds BOS by default */
     char tcfile[4096];
     snprintf(tcfile, sizeof tcfile, "%s/tokenizer_config.json", dir);
     if (tc && ((rc = j_bool(tcfile, tc, "add_bos_token", &add_bos)) || (rc = j_bool(tcfile, tc, "add_eos_token", &add_eos))))
         goto done;
     bt_gguf_builder_bool(b, "tokenizer.ggml.add_bos_token", add_bos);
     bt_gguf_builder_bool(b, "tokenizer.ggml.add_eos_token", add_eos);
+    /* the decoder drops the space the normalizer put in front (streamed
+     * output after BOS follows it, as for a GGUF SPM vocabulary) */
+    if (fallback) bt_gguf_builder_bool(b, "tokenizer.ggml.add_space_prefix", hs->dec_strip > 0 || hs->dec_meta_first);
     json_t *ct = tc ? json_object_get(tc, "chat_template") : NULL;
     if (json_is_array(ct)) {            /* [{"name": "default", "template": ...}, ...] */
         json_t *pick = NULL;
@@ -914,6 +1111,7 @@ done:
     for (size_t i = 0; mown && i < n_merges; i++) free(mown[i]);
     free(vb.owned); free(vb.text); free(vb.len); free(vb.type);
     free(mown); free(merges); free(mlen);
+    bt_spm_model_free(&sm);
     json_decref(tj);
     json_decref(tc);
     json_decref(gc);
@@ -938,7 +1136,9 @@ int bt_hf_open(const char *dir, bt_gguf **out)
     struct stat st;
     char tpath[4096];
     snprintf(tpath, sizeof tpath, "%s/tokenizer.json", dir);
-    if (stat(file, &st) != 0 && stat(tpath, &st) == 0) {
+    char mpath[4096];
+    snprintf(mpath, sizeof mpath, "%s/tokenizer.model", dir);
+    if (stat(file, &st) != 0 && (stat(tpath, &st) == 0 || stat(mpath, &st) == 0)) {
         /* tokenizer files only: a vocab-only model, as a GGUF with 0 tensors */
         bt_gguf_builder_str(b, "general.architecture", "none", 4);
         if (!(cfg = json_object())) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
@@ -977,6 +1177,16 @@ int bt_hf_attach(bt_model *m)
         m->vocab.pre_ignore_merges = hs->ignore_merges;
         m->vocab.nfc = hs->nfc;
         m->vocab.bytelevel_prefix_space = hs->prefix_space;
+        m->vocab.bpe_byte_fallback = hs->byte_fallback;
+        m->vocab.bpe_fuse_unk = hs->fuse_unk;
+        m->vocab.norm = hs->norm;
+        m->vocab.n_norm = hs->byte_fallback ? hs->n_norm : 0;
+        m->vocab.metaspace = hs->metaspace;
+        m->vocab.metaspace_split = hs->metaspace_split;
+        m->vocab.dec_spaces = hs->dec_spaces;
+        m->vocab.dec_bytes = hs->dec_bytes;
+        m->vocab.dec_meta_first = hs->dec_meta_first;
+        m->vocab.dec_strip = hs->dec_strip;
     }
     return BT_OK;
 }

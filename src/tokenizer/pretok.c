@@ -15,6 +15,8 @@
 #include "tokenizer/pretok.h"
 
 #include <pcre2.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,6 +85,7 @@ struct bt_pretok {
     pcre2_code *code[MAX_CODES];
     int behavior[MAX_CODES];
     bool invert[MAX_CODES];
+    char what[MAX_CODES][64]; /* the pattern's head, for a match-limit error */
 };
 
 void bt_pretok_free(bt_pretok *p)
@@ -123,6 +126,7 @@ int bt_pretok_new(const char *pre, bt_pretok **out)
         }
         /* JIT is an optimization only: the interpreter gives the same matches. */
         if (have_jit) pcre2_jit_compile(c, PCRE2_JIT_COMPLETE);
+        snprintf(p->what[p->n_code], sizeof p->what[0], "%s", set->pats[i]);
         p->code[p->n_code++] = c;
     }
     *out = p;
@@ -155,6 +159,7 @@ int bt_pretok_new_custom(const bt_pretok_pat *pats, int n, bool ignore_merges, b
         }
         if (have_jit) pcre2_jit_compile(c, PCRE2_JIT_COMPLETE);
         p->code[p->n_code] = c;
+        snprintf(p->what[p->n_code], sizeof p->what[0], "%s", pats[i].regex);
         p->behavior[p->n_code] = pats[i].behavior;
         p->invert[p->n_code] = pats[i].invert;
         p->removes |= pats[i].behavior == BT_SPLIT_REMOVED;
@@ -186,9 +191,24 @@ static int split_fragment(const bt_pretok *p, int ci, pcre2_match_data *md, pcre
 #define PIECE(o, l, m) do { if ((rc = BT_VEC_PUSH(pieces->v, pieces->n, pieces->cap, (o))) || \
     (rc = BT_VEC_PUSH(pieces->v, pieces->n, pieces->cap, (l))) || \
     (rc = BT_VEC_PUSH(pieces->v, pieces->n, pieces->cap, (size_t)((m) != p->invert[ci])))) return rc; } while (0)
+    /* PCRE2 counts its match limit per start position; the default (10
+     * million) lets a backtracking pattern spend milliseconds at every
+     * character. Well-behaved patterns need a few steps per byte of the
+     * fragment (\s+(?!\S) backtracks over a run of spaces), so the limit
+     * scales with the fragment and a pattern past it is an error. */
+    uint32_t limit = (uint32_t)BT_MIN(BT_MAX((uint64_t)flen * BT_PRETOK_STEPS_PER_BYTE,
+                                             (uint64_t)BT_PRETOK_MIN_STEPS), (uint64_t)BT_PRETOK_MAX_STEPS);
+    pcre2_set_match_limit(mc, limit);
+    pcre2_set_depth_limit(mc, limit);
     while (pos < flen) {
         rc = pcre2_match(p->code[ci], (PCRE2_SPTR)frag, flen, pos, PCRE2_NO_UTF_CHECK, md, mc);
         if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT ||
+            rc == PCRE2_ERROR_JIT_STACKLIMIT)
+            return bt_error(BT_EINVAL, "pre-tokenizer regex '%s%s' exceeded its match limit (%" PRIu32
+                            " steps at byte %zu of a %zu-byte fragment): it backtracks catastrophically "
+                            "on this text", p->what[ci], strlen(p->what[ci]) >= sizeof p->what[0] - 1 ? "..." : "",
+                            limit, pos, flen);
         if (rc < 0) {
             PCRE2_UCHAR msg[160];
             pcre2_get_error_message(rc, msg, sizeof(msg));

@@ -42,9 +42,20 @@ int bt_pretok_new_custom(const bt_pretok_pat *pats, int n, bool ignore_merges, b
 /* Llama-3 style: a word that is already a vocabulary piece skips merging. */
 bool bt_pretok_ignore_merges(const bt_pretok *p);
 
+/* PCRE2 match limit, per start position of a match (PCRE2's own unit):
+ * STEPS_PER_BYTE x the fragment's length, at least MIN_STEPS, at most
+ * MAX_STEPS (PCRE2's default). The shipped patterns stay far below it; a
+ * tokenizer.json Split regex that backtracks catastrophically (nested
+ * quantifiers such as (\p{L}+)+) exceeds it and bt_pretok_words fails with
+ * BT_EINVAL naming the pattern, instead of spending seconds per character. */
+#define BT_PRETOK_STEPS_PER_BYTE 16
+#define BT_PRETOK_MIN_STEPS 100000
+#define BT_PRETOK_MAX_STEPS 10000000
+
 /* Split len bytes of valid UTF-8 into consecutive words; *lens (malloc'd,
  * caller frees) receives each word's length in bytes, their sum is len.
- * Returns BT_OK, BT_ENOMEM, or BT_EINTERNAL if PCRE2 fails to match; a set
+ * Returns BT_OK, BT_ENOMEM, BT_EINVAL past the match limit, or BT_EINTERNAL
+ * if PCRE2 fails otherwise; a set
  * with a REMOVED split is BT_EINVAL here (use bt_pretok_words). */
 int bt_pretok_split(const bt_pretok *p, const char *text, size_t len,
                     size_t **lens, size_t *n);

@@ -6,6 +6,9 @@
  *    <0xXX> byte fallback);
  *  - BPE: llama.cpp's llm_tokenizer_bpe (regex pre-tokenization, GPT-2
  *    byte<->unicode mapping, merges applied lowest rank first);
+ *  - BPE with byte_fallback (tokenizer.json from a SentencePiece model):
+ *    tokenizers' BPE model (normalizer steps, Metaspace, characters as
+ *    symbols, <0xNN> for a character with no piece, merges by rank);
  *  - llama2.c: run.c's encode() (dummy prefix " ", per-code-point lookup
  *    with byte fallback id = byte + 3, merge the best-scoring pair).
  * Every "best pair" loop is a heap over a linked list of symbols; ties go
@@ -192,14 +195,14 @@ static size_t decode_piece(const bt_tokenizer *t, int32_t id, char *o)
     uint8_t a = t->attr[id];
     if (a & (A_CONTROL | A_USER | A_UNKNOWN)) { memcpy(o, s, n); return n; }
     if (a & A_BYTE) { o[0] = (char)parse_byte_piece(s, n); return 1; }
-    if (v->kind == BT_VOCAB_SPM) {
+    if (v->kind == BT_VOCAB_SPM || (v->kind == BT_VOCAB_BPE && v->bpe_byte_fallback && v->dec_spaces)) {
         for (size_t i = 0; i < n;) {
             if (i + 3 <= n && !memcmp(s + i, SPM_SPACE, 3)) { o[k++] = ' '; i += 3; }
             else o[k++] = s[i++];
         }
         return k;
     }
-    if (v->kind == BT_VOCAB_BPE) {
+    if (v->kind == BT_VOCAB_BPE && !v->bpe_byte_fallback) {
         for (size_t i = 0; i < n;) {
             unsigned char c = (unsigned char)s[i];
             uint32_t cp = c;
@@ -259,7 +262,24 @@ int bt_tokenizer_new(const bt_vocab *v, bt_tokenizer **out)
     int rc;
     size_t n = (size_t)v->n_tokens;
 
-    if (v->kind == BT_VOCAB_BPE) {
+    if (v->kind == BT_VOCAB_BPE && v->bpe_byte_fallback) {
+        t->ignore_merges = v->pre_ignore_merges;
+        /* Split / Digits steps after Metaspace (none: the run is one word) */
+        if (v->n_pre_pats > 0 && (rc = bt_pretok_new_custom(v->pre_pats, v->n_pre_pats, false, &t->pre))) goto fail;
+        for (int i = 0; i < v->n_norm; i++) {
+            const bt_norm_op *op = &v->norm[i];
+            if (op->kind == BT_NORM_NFC && !bt_tokenizer_has_nfc()) {
+                rc = bt_error(BT_EUNSUPPORTED, "the tokenizer asks for NFC normalization, but this bangtrace was "
+                              "built without utf8proc (install libutf8proc-dev and re-run configure)");
+                goto fail;
+            }
+            if (op->kind == BT_NORM_REPLACE && op->alen == 0) {
+                rc = bt_error(BT_EFORMAT, "normalizer Replace has an empty pattern");
+                goto fail;
+            }
+        }
+    }
+    if (v->kind == BT_VOCAB_BPE && !v->bpe_byte_fallback) {
         if (v->n_pre_pats > 0 || v->pre_pats) {
             if ((rc = bt_pretok_new_custom(v->pre_pats, v->n_pre_pats, v->pre_ignore_merges, &t->pre))) goto fail;
         } else if ((rc = bt_pretok_new(v->pre, &t->pre))) goto fail;
@@ -272,6 +292,8 @@ int bt_tokenizer_new(const bt_vocab *v, bt_tokenizer **out)
         t->byte_dec = malloc(BYTE_DEC_N * sizeof(*t->byte_dec));
         if (!t->byte_dec) { rc = bt_error(BT_ENOMEM, "out of memory for tokenizer"); goto fail; }
         build_byte_table(t);
+    }
+    if (v->kind == BT_VOCAB_BPE) {
         if ((rc = smap_init(&t->merges, (size_t)v->n_merges))) goto fail;
         for (int64_t i = 0; i < v->n_merges; i++) {
             const char *m = v->merges[i];
@@ -311,8 +333,8 @@ int bt_tokenizer_new(const bt_vocab *v, bt_tokenizer **out)
         if (ty == BT_TOK_CONTROL) a |= A_CONTROL;
         else if (ty == BT_TOK_USER_DEFINED) a |= A_USER;
         else if (ty == BT_TOK_UNKNOWN) a |= A_UNKNOWN;
-        else if (v->kind != BT_VOCAB_BPE && parse_byte_piece(v->text[i], v->len[i]) >= 0 &&
-                 (ty == BT_TOK_BYTE || !v->type))
+        else if ((v->kind != BT_VOCAB_BPE || (v->bpe_byte_fallback && v->dec_bytes)) &&
+                 parse_byte_piece(v->text[i], v->len[i]) >= 0 && (ty == BT_TOK_BYTE || !v->type))
             a |= A_BYTE;
         if (a & A_CONTROL)
             for (size_t k = 0; k < BT_ARRAY_SIZE(EOG_TEXTS); k++)
@@ -338,7 +360,7 @@ int bt_tokenizer_new(const bt_vocab *v, bt_tokenizer **out)
         char buf[8];
         snprintf(buf, sizeof(buf), "<0x%02X>", b);
         int32_t id = smap_get(&t->tok, buf, 6);
-        if (id < 0) { buf[0] = (char)b; id = smap_get(&t->tok, buf, 1); }
+        if (id < 0 && !v->bpe_byte_fallback) { buf[0] = (char)b; id = smap_get(&t->tok, buf, 1); }
         t->byte_id[b] = id;
     }
     *out = t;
@@ -608,6 +630,158 @@ static int bpe_encode(const bt_tokenizer *t, scratch *sc, const char *text, size
     return rc;
 }
 
+/* ---- BPE with byte fallback (tokenizers' BPE model over characters) ---- */
+
+/* One word: symbols are characters; a character with no piece becomes its
+ * <0xNN> pieces when all 256 exist for its bytes, else unk (fused with an
+ * unk before it when fuse_unk), else it is dropped, as tokenizers'
+ * merge_word. Those symbols are frozen (id >= 0) and never merge. The
+ * symbols' text is copied back to back into sc->buf so that two mergeable
+ * neighbours are always contiguous. */
+static int bfb_word(const bt_tokenizer *t, scratch *sc, const char *w, size_t wl, idvec *out)
+{
+    int rc;
+    if (wl == 0) return BT_OK;
+    if (t->ignore_merges) {
+        int32_t id = smap_get(&t->tok, w, wl);
+        if (id >= 0) return idvec_push(out, id);
+    }
+    if ((rc = sym_reserve(sc, wl + 1)) || (rc = buf_reserve(sc, wl + 1))) return rc;
+    char *e = sc->buf;
+    size_t ns = 0, el = 0;
+    bool prev_unk = false;
+    for (size_t off = 0; off < wl;) {
+        size_t cl = BT_MIN(bt_utf8_len((unsigned char)w[off]), wl - off);
+        int32_t id = smap_get(&t->tok, w + off, cl);
+        bool bytes = id < 0;
+        for (size_t j = 0; bytes && j < cl; j++) bytes = t->byte_id[(unsigned char)w[off + j]] >= 0;
+        if (id >= 0) {
+            sc->s[ns++] = (sym){ .text = e + el, .n = (uint32_t)cl, .id = -1 };
+            prev_unk = false;
+        } else if (bytes) {
+            for (size_t j = 0; j < cl; j++)
+                sc->s[ns++] = (sym){ .text = e + el + j, .n = 1, .id = t->byte_id[(unsigned char)w[off + j]] };
+            prev_unk = false;
+        } else if (t->v.unk >= 0) {
+            if (!(prev_unk && t->v.bpe_fuse_unk)) sc->s[ns++] = (sym){ .text = e + el, .n = (uint32_t)cl, .id = t->v.unk };
+            prev_unk = true;
+        } else {
+            off += cl;              /* no piece, no byte pieces, no unk: dropped */
+            continue;
+        }
+        memcpy(e + el, w + off, cl);
+        el += cl;
+        off += cl;
+    }
+    for (size_t i = 0; i < ns; i++) {
+        sc->s[i].prev = (int)i - 1;
+        sc->s[i].next = i + 1 < ns ? (int)i + 1 : -1;
+    }
+    char *key = NULL;
+    size_t keycap = 0;
+    sc->h.n = 0;
+    rc = BT_OK;
+    for (size_t i = 1; i < ns && !rc; i++)
+        if (sc->s[i - 1].id < 0 && sc->s[i].id < 0) rc = bpe_add_bigram(t, sc, &key, &keycap, (int)i - 1, (int)i);
+    while (sc->h.n && !rc) {
+        bigram b = heap_pop(&sc->h);
+        sym *l = &sc->s[b.left], *r = &sc->s[b.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;   /* stale */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) sc->s[r->next].prev = b.left;
+        if (l->prev >= 0 && sc->s[l->prev].id < 0) rc = bpe_add_bigram(t, sc, &key, &keycap, l->prev, b.left);
+        if (!rc && l->next >= 0 && sc->s[l->next].id < 0) rc = bpe_add_bigram(t, sc, &key, &keycap, b.left, l->next);
+    }
+    free(key);
+    if (rc) return rc;
+    for (int i = ns ? 0 : -1; i != -1; i = sc->s[i].next) {
+        sym *s = &sc->s[i];
+        int32_t id = s->id >= 0 ? s->id : smap_get(&t->tok, s->text, s->n);
+        if (id < 0) id = t->v.unk;   /* a merge whose result is no piece: tokenizers refuses such a file */
+        if (id >= 0 && (rc = idvec_push(out, id))) return rc;
+    }
+    return BT_OK;
+}
+
+/* Replace every occurrence of a (non-empty) by b; *s is malloc'd and replaced. */
+static int replace_all(char **s, size_t *n, const char *a, size_t alen, const char *b, size_t blen)
+{
+    size_t hits = 0;
+    for (const char *p = *s, *end = *s + *n; (p = memmem(p, (size_t)(end - p), a, alen)); p += alen) hits++;
+    if (!hits) return BT_OK;
+    size_t nl = *n - hits * alen + hits * blen;
+    char *o = malloc(nl + 1);
+    if (!o) return bt_error(BT_ENOMEM, "out of memory normalizing");
+    size_t k = 0;
+    const char *p = *s, *end = *s + *n;
+    for (const char *h; (h = memmem(p, (size_t)(end - p), a, alen)); p = h + alen) {
+        memcpy(o + k, p, (size_t)(h - p)); k += (size_t)(h - p);
+        memcpy(o + k, b, blen); k += blen;
+    }
+    memcpy(o + k, p, (size_t)(end - p)); k += (size_t)(end - p);
+    o[k] = 0;
+    free(*s);
+    *s = o; *n = k;
+    return BT_OK;
+}
+
+static int prepend(char **s, size_t *n, const char *a, size_t alen)
+{
+    char *o = malloc(*n + alen + 1);
+    if (!o) return bt_error(BT_ENOMEM, "out of memory normalizing");
+    memcpy(o, a, alen);
+    memcpy(o + alen, *s, *n + 1);
+    free(*s);
+    *s = o; *n += alen;
+    return BT_OK;
+}
+
+/* One Metaspace word through the Split / Digits steps, if any. */
+static int bfb_split(const bt_tokenizer *t, scratch *sc, const char *w, size_t wl, idvec *out)
+{
+    if (!t->pre) return bfb_word(t, sc, w, wl, out);
+    size_t *words = NULL, nw = 0;
+    int rc = bt_pretok_words(t->pre, w, wl, &words, &nw);
+    for (size_t i = 0; i < nw && !rc; i++) rc = bfb_word(t, sc, w + words[2 * i], words[2 * i + 1], out);
+    free(words);
+    return rc;
+}
+
+/* at_start: this text run begins at offset 0 of the input (Metaspace "first"). */
+static int bfb_encode(const bt_tokenizer *t, scratch *sc, const char *text, size_t len, bool at_start, idvec *out)
+{
+    const bt_vocab *v = &t->v;
+    char *s = NULL;
+    size_t n = 0;
+    int rc = bt_utf8_sanitize(text, len, &s, &n);
+    for (int i = 0; i < v->n_norm && !rc; i++) {
+        const bt_norm_op *op = &v->norm[i];
+        if (op->kind == BT_NORM_NFC) {
+            char *c2 = NULL;
+            size_t l2 = 0;
+            if (!(rc = nfc(s, n, &c2, &l2))) { free(s); s = c2; n = l2; }
+        } else if (op->kind == BT_NORM_PREPEND) {
+            if (n > 0) rc = prepend(&s, &n, op->a, op->alen);   /* an empty text stays empty */
+        } else rc = replace_all(&s, &n, op->a, op->alen, op->b, op->blen);
+    }
+    if (!rc && v->metaspace) {
+        rc = replace_all(&s, &n, " ", 1, SPM_SPACE, 3);
+        bool want = v->metaspace == BT_METASPACE_ALWAYS || (v->metaspace == BT_METASPACE_FIRST && at_start);
+        if (!rc && want && n > 0 && !(n >= 3 && !memcmp(s, SPM_SPACE, 3))) rc = prepend(&s, &n, SPM_SPACE, 3);
+    }
+    if (!rc && v->metaspace && v->metaspace_split) {
+        /* a word starts at every U+2581 (MergedWithNext) */
+        size_t w0 = 0;
+        for (size_t i = 1; i + 3 <= n && !rc; i++)
+            if (!memcmp(s + i, SPM_SPACE, 3)) { rc = bfb_split(t, sc, s + w0, i - w0, out); w0 = i; i += 2; }
+        if (!rc) rc = bfb_split(t, sc, s + w0, n - w0, out);
+    } else if (!rc) rc = bfb_split(t, sc, s, n, out);
+    free(s);
+    return rc;
+}
+
 /* ---- llama2.c ---- */
 
 static int l2c_add_bigram(const bt_tokenizer *t, scratch *sc, int l, int r)
@@ -751,7 +925,10 @@ int bt_tokenize(const bt_tokenizer *t, const char *text, size_t len,
         bool prefix = v->add_space_prefix && prev_special;
         switch (v->kind) {
         case BT_VOCAB_SPM: rc = spm_encode(t, &sc, text + fr.off, fr.len, prefix, &out); break;
-        case BT_VOCAB_BPE: rc = bpe_encode(t, &sc, text + fr.off, fr.len, &out); break;
+        case BT_VOCAB_BPE:
+            rc = v->bpe_byte_fallback ? bfb_encode(t, &sc, text + fr.off, fr.len, fr.off == 0, &out)
+                                      : bpe_encode(t, &sc, text + fr.off, fr.len, &out);
+            break;
         default: rc = l2c_encode(t, &sc, text + fr.off, fr.len, prefix, &out); break;
         }
         prev_special = false;
@@ -795,15 +972,27 @@ int bt_detokenize(const bt_tokenizer *t, const int32_t *ids, size_t n, char **ou
     char *s = malloc(total + 1);
     if (!s) return bt_error(BT_ENOMEM, "out of memory decoding %zu tokens", n);
     bool strip = t->v.kind != BT_VOCAB_BPE && t->v.add_space_prefix;
+    bool bfb = t->v.kind == BT_VOCAB_BPE && t->v.bpe_byte_fallback;
     size_t k = 0;
     for (size_t i = start; i < n; i++) {
         const char *p = t->pieces + t->piece_off[ids[i]];
         size_t pl = t->piece_len[ids[i]];
+        if (bfb && i == start && t->v.dec_meta_first && !(t->attr[ids[i]] & (A_BYTE | A_CONTROL | A_USER | A_UNKNOWN))) {
+            /* tokenizers' Metaspace decoder: the first token's U+2581s vanish */
+            for (size_t j = 0; j < pl; j++) if (p[j] != ' ') s[k++] = p[j];
+            continue;
+        }
         /* the encoder added this space; a byte token's space is real text */
         if (strip && pl > 0 && p[0] == ' ' && !(t->attr[ids[i]] & A_BYTE)) { p++; pl--; }
         strip = false;
         memcpy(s + k, p, pl);
         k += pl;
+    }
+    if (bfb && t->v.dec_strip > 0) {      /* Strip after Fuse: the decoded text's leading spaces */
+        size_t cut = 0;
+        while (cut < k && cut < (size_t)t->v.dec_strip && s[cut] == ' ') cut++;
+        memmove(s, s + cut, k - cut);
+        k -= cut;
     }
     s[k] = 0;
     *out = s;

@@ -1,5 +1,6 @@
-/* tokenizer.h - SentencePiece-style (SPM), byte-level BPE and llama2.c
- * tokenizers over a plain-data vocabulary.
+/* tokenizer.h - SentencePiece-style (SPM), byte-level BPE, character BPE
+ * with byte fallback (tokenizer.json) and llama2.c tokenizers over a
+ * plain-data vocabulary.
  *
  * Model loaders fill a bt_vocab (borrowed pointers into their mapping); the
  * tokenizer builds its lookup tables from it and never touches files. BPE
@@ -46,7 +47,37 @@ typedef struct bt_vocab {
     bool pre_ignore_merges;   /* BPE model's ignore_merges */
     bool nfc;                 /* normalizer NFC: each text run is composed first */
     bool bytelevel_prefix_space;  /* ByteLevel add_prefix_space: a run not starting with ' ' gets one */
+    /* tokenizer.json BPE with byte_fallback (the SentencePiece-converted
+     * kind: Llama 2, Mistral, Gemma, ...): symbols are UTF-8 characters, not
+     * GPT-2 byte stand-ins; a character with no piece becomes its <0xNN>
+     * pieces (or unk, consecutive unks fused when fuse_unk). Encoding is
+     * Hugging Face's: normalizer steps in order, then the Metaspace
+     * pre-tokenizer, then merges by rank per word. */
+    bool bpe_byte_fallback;
+    bool bpe_fuse_unk;
+    const struct bt_norm_op *norm;    /* normalizer steps (byte_fallback only), borrowed */
+    int n_norm;
+    int metaspace;            /* bt_metaspace: the pre-tokenizer, 0 when absent */
+    bool metaspace_split;     /* Metaspace split: a word starts at every U+2581 */
+    /* decoder (byte_fallback only) */
+    bool dec_spaces;          /* Replace U+2581 -> ' ' (or Metaspace) */
+    bool dec_bytes;           /* ByteFallback: <0xNN> -> that byte */
+    bool dec_meta_first;      /* Metaspace: the first token's U+2581s decode to nothing */
+    int dec_strip;            /* Strip after Fuse: leading spaces removed from the text */
 } bt_vocab;
+
+/* Hugging Face normalizer steps (tokenizer.json, byte_fallback BPE). */
+enum bt_norm_kind { BT_NORM_NFC = 1, BT_NORM_PREPEND, BT_NORM_REPLACE };
+typedef struct bt_norm_op {
+    int kind;                 /* bt_norm_kind */
+    const char *a, *b;        /* PREPEND: a; REPLACE: every a (non-empty) -> b */
+    size_t alen, blen;
+} bt_norm_op;
+
+/* Metaspace prepend_scheme: when a text run gets a leading U+2581 (never
+ * when it already starts with one): always, only the run at offset 0 of the
+ * input (first), or never. */
+enum bt_metaspace { BT_METASPACE_ALWAYS = 1, BT_METASPACE_FIRST, BT_METASPACE_NEVER };
 
 /* True when this build can normalize to NFC (utf8proc). */
 bool bt_tokenizer_has_nfc(void);

@@ -4,7 +4,7 @@
 # budget (BT_FUZZ_SECONDS, default 20).
 FUZZ_TARGETS = tests/fuzz/fuzz_gguf tests/fuzz/fuzz_llama2c tests/fuzz/fuzz_llama2c_tok \
 	tests/fuzz/fuzz_request tests/fuzz/fuzz_inject tests/fuzz/fuzz_tokenizer tests/fuzz/fuzz_trace \
-	tests/fuzz/fuzz_safetensors tests/fuzz/fuzz_hf tests/fuzz/fuzz_reply tests/fuzz/fuzz_numerics
+	tests/fuzz/fuzz_safetensors tests/fuzz/fuzz_hf tests/fuzz/fuzz_reply tests/fuzz/fuzz_numerics tests/fuzz/fuzz_spm_model
 FUZZ_CPPFLAGS = $(AM_CPPFLAGS) -DBT_SHARED_DEFAULT='"$(abs_top_srcdir)/../shared"'
 EXTRA_DIST += tests/fuzz/README.md tests/fuzz/fuzz.h tests/fuzz/run.sh tests/fuzz/fuzz.sh \
 	tests/fuzz/make_corpus.py tests/fuzz/corpus
@@ -34,6 +34,10 @@ tests_fuzz_fuzz_numerics_SOURCES = tests/fuzz/fuzz_numerics.c tests/fuzz/fuzz.h
 tests_fuzz_fuzz_numerics_CPPFLAGS = $(FUZZ_CPPFLAGS)
 tests_fuzz_fuzz_numerics_LDADD = $(BT_LIBS)
 tests_fuzz_fuzz_numerics_LDFLAGS = -fsanitize=fuzzer
+tests_fuzz_fuzz_spm_model_SOURCES = tests/fuzz/fuzz_spm_model.c tests/fuzz/fuzz.h
+tests_fuzz_fuzz_spm_model_CPPFLAGS = $(FUZZ_CPPFLAGS)
+tests_fuzz_fuzz_spm_model_LDADD = $(CORE_LIBS)
+tests_fuzz_fuzz_spm_model_LDFLAGS = -fsanitize=fuzzer
 tests_fuzz_fuzz_gguf_CPPFLAGS = $(FUZZ_CPPFLAGS)
 tests_fuzz_fuzz_llama2c_CPPFLAGS = $(FUZZ_CPPFLAGS)
 tests_fuzz_fuzz_llama2c_tok_CPPFLAGS = $(FUZZ_CPPFLAGS)

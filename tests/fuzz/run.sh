@@ -13,7 +13,7 @@ src=${BT_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 bld=${BT_BUILDDIR:-$(pwd)}
 shared=${BT_SHARED:-$src/../shared}
 jobs=${BT_FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
-targets=${*:-"gguf llama2c llama2c_tok request inject tokenizer trace safetensors hf reply numerics"}
+targets=${*:-"gguf llama2c llama2c_tok request inject tokenizer trace safetensors hf reply numerics spm_model"}
 work=$bld/fuzz
 mkdir -p "$work/logs" "$work/artifacts"
 
