@@ -66,7 +66,7 @@ mkdir -p "$F"
 if mkfifo "$F/tokenizer.json" 2>/dev/null; then
     timeout 10 "$BANGTRACE" tokenize --model "$F" hi > "$TMP/out" 2> "$TMP/err"
     rc=$?
-    if [ $rc -eq 2 ] && [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -q "tokenizer.json: not a regular file" "$TMP/err"; then
+    if [ $rc -eq 2 ] && [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -q "tokenizer.json is not a regular file" "$TMP/err"; then
         ok "FIFO tokenizer.json: $(cat "$TMP/err")"
     else fail "FIFO tokenizer.json: exit $rc, $(head -c 300 "$TMP/err")"; fi
 fi
@@ -77,7 +77,7 @@ mkdir -p "$M"
 if mkfifo "$M/tokenizer.model" 2>/dev/null; then
     timeout 10 "$BANGTRACE" tokenize --model "$M" hi > "$TMP/out" 2> "$TMP/err"
     rc=$?
-    if [ $rc -eq 2 ] && [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -q "tokenizer.model: not a regular file" "$TMP/err"; then
+    if [ $rc -eq 2 ] && [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -q "tokenizer.model is not a regular file" "$TMP/err"; then
         ok "FIFO tokenizer.model: $(cat "$TMP/err")"
     else fail "FIFO tokenizer.model: exit $rc, $(head -c 300 "$TMP/err")"; fi
     rm -f "$M/tokenizer.model"

@@ -818,15 +818,17 @@ static int32_t find_token(const vocab_build *vb, const char *s)
  * add_dummy_prefix). The file's bytes are kept in hs (the pieces point in). */
 static int spm_vocab(hf_state *hs, const char *file, json_t *cfg, bt_gguf_builder *b, bt_spm_model *sm, vocab_build *vb)
 {
+    /* bt_fopen_input: a FIFO or device is refused, never blocked on */
+    FILE *f = bt_fopen_input(file);
+    if (!f) return BT_EIO;
     struct stat st;
-    if (stat(file, &st) != 0) return bt_error(BT_EIO, "%s: %s", file, strerror(errno));
-    if (!S_ISREG(st.st_mode)) return bt_error(BT_EFORMAT, "%s: not a regular file", file);
-    if (st.st_size > (off_t)1 << 30) return bt_error(BT_EFORMAT, "%s: %lld bytes is too large for a tokenizer.model",
-                                                      file, (long long)st.st_size);
+    if (fstat(fileno(f), &st) != 0) { fclose(f); return bt_error(BT_EIO, "%s: %s", file, strerror(errno)); }
+    if (st.st_size > (off_t)1 << 30) {
+        fclose(f);
+        return bt_error(BT_EFORMAT, "%s: %lld bytes is too large for a tokenizer.model", file, (long long)st.st_size);
+    }
     uint8_t *buf = hs_alloc(hs, (size_t)st.st_size);
-    if (!buf) return bt_error(BT_ENOMEM, "out of memory");
-    FILE *f = fopen(file, "rb");
-    if (!f) return bt_error(BT_EIO, "%s: %s", file, strerror(errno));
+    if (!buf) { fclose(f); return bt_error(BT_ENOMEM, "out of memory"); }
     size_t got = fread(buf, 1, (size_t)st.st_size, f);
     fclose(f);
     if (got != (size_t)st.st_size) return bt_error(BT_EIO, "%s: short read", file);
@@ -893,9 +895,6 @@ static int tokenizer_keys(hf_state *hs, const char *dir, json_t *cfg, bt_gguf_bu
     char **mown = NULL;
     size_t n_merges = 0;
     struct stat st;
-    /* a FIFO or device would block the reader (or never end) */
-    if (stat(file, &st) == 0 && !S_ISREG(st.st_mode))
-        return bt_error(BT_EFORMAT, "%s: not a regular file", file);
     int rc = load_json(dir, "tokenizer.json", false, &tj);
     if (rc) return rc;
     /* no tokenizer.json: tokenizer.model, else an id-only model, as a GGUF without one */
