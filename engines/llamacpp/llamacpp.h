@@ -12,12 +12,18 @@
 #include "engine/engine.h"
 #include "model/model.h"
 
+typedef struct bt_llama_settings bt_llama_settings;   /* session.h */
+
 typedef struct bt_llamacpp_opts {
     const char *model_path;     /* the GGUF bangtrace loaded as m (same file, same ids) */
     int ctx_len, max_batch, n_threads;
     const char *device;         /* "cpu" (default) or "cuda" */
     bool kv_f32;                /* an f32 KV cache (llama.cpp's default is f16): what
-                                 * an f32 reference comparison needs */
+                                 * an f32 reference comparison needs (a type
+                                 * the settings name wins) */
+    const bt_llama_settings *llama; /* llama.cpp's path; NULL: its own defaults.
+                                 * The caller applies the environment aliases
+                                 * (bt_llama_settings_env) */
 } bt_llamacpp_opts;
 
 /* Load the model in llama.cpp, check it against m (vocabulary size, layers),
@@ -28,6 +34,11 @@ typedef struct bt_llamacpp_opts {
 int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engine **out);
 
 bool bt_llamacpp_available(void);
+/* The path the last engine made took, resolved ("flash attention on (auto:
+ * FLASH_ATTN_EXT); weights: 90 of 211 matmul weights repacked in CPU_REPACK
+ * (q4_K as q4_K_8x8); KV cache f16; AMX: not in this build"), for the trace's
+ * meta, the run banner and report; "" before any. */
+const char *bt_llamacpp_last_path(void);
 /* "0.3.36" (the llama-cpp-python sdist pinned in tools/llama-cpp.sha256),
  * or NULL when built without llama.cpp. */
 const char *bt_llamacpp_version(void);
@@ -53,5 +64,9 @@ int bt_llamacpp_map_name(const char *base);
 /* The kernel llama.cpp's CPU backend runs for op with weights of type
  * wtype ("q4_1"; "" for ops without weights), for the cross-engine verdict. */
 void bt_llamacpp_kernel_guess(int op, const char *wtype, char *buf, size_t cap);
+/* The same for a trace whose meta llama_cpp_path (bt_llamacpp_last_path) is
+ * path: flash attention names FLASH_ATTN_EXT, repacked weights their
+ * CPU_REPACK layout, the cache its type. NULL path: the guess above. */
+void bt_llamacpp_kernel_guess_path(int op, const char *wtype, const char *path, char *buf, size_t cap);
 
 #endif
