@@ -182,3 +182,8 @@ EXTRA_DIST += tests/docs.sh
 # ctxwalk errors and context, serve's detector events, sampling through serve
 TESTS += tests/serve_gen.sh
 EXTRA_DIST += tests/serve_gen.sh
+
+# issue 24, run --engine llama.cpp takes llama.cpp's own default path
+# (flash attention auto, repacked weights, f16 KV; --llama-* flags)
+TESTS += tests/llama_defaults.sh
+EXTRA_DIST += tests/llama_defaults.sh
