@@ -25,6 +25,12 @@ grep -q "unknown key 'n_ubatch'" "$TMP/err" || fail "names the key: $(cat "$TMP/
 expect_exit 2 "--llama-opt without '='" "$B" run --engine llama.cpp --model "$SMOL" --prompt x -n 1 --llama-opt repack
 expect_exit 2 "--llama-kv-type q4" "$B" run --engine llama.cpp --model "$SMOL" --prompt x -n 1 --llama-kv-type q4
 expect_exit 2 "--llama-repack without --engine llama.cpp" "$B" run --model "$SMOL" --prompt x -n 1 --llama-repack off
+# forward and bench --against take the same flags (session.h bt_llama_flag)
+expect_exit 2 "forward --llama-kv-type q4" "$B" forward --engine llama.cpp --model "$SMOL" --tokens "1 2" --dump "$TMP/fw" --llama-kv-type q4
+grep -q -- "--llama-kv-type 'q4'" "$TMP/err" || fail "forward names the flag: $(cat "$TMP/err")"
+expect_exit 2 "forward --llama-repack without --engine llama.cpp" "$B" forward --model "$SMOL" --tokens "1 2" --dump "$TMP/fw" --llama-repack off
+expect_exit 2 "bench --llama-opt without --against llama.cpp" "$B" bench --model "$SMOL" --llama-opt amx=off
+expect_exit 2 "bench --against llama.cpp --llama-opt amx=maybe" "$B" bench --against llama.cpp --model "$SMOL" --llama-opt amx=maybe
 BT_LLAMA_EXTRA_BUFTS=2 expect_exit 2 "BT_LLAMA_EXTRA_BUFTS=2 is refused" "$B" run --engine llama.cpp --model "$SMOL" --prompt x -n 1
 grep -q "BT_LLAMA_EXTRA_BUFTS='2'" "$TMP/err" || fail "names the variable: $(cat "$TMP/err")"
 

@@ -50,13 +50,15 @@ const char *bt_llamacpp_build_flags(void);
  * directory (configure's, or $BT_LLAMA_CPP_DIR), a check that its
  * build-info.txt names the pinned version and has bin/llama-bench (its path
  * into bench), and one run of -d depth -p np -n nd -r reps on model with threads
- * threads (extra CPU buffer types off, as in the adapter). Rates are NAN
+ * threads on the path ls names (NULL: llama.cpp's defaults; -fa, -ctk, -ctv,
+ * --repack as the adapter takes them). Rates are NAN
  * when llama-bench did not report them. BT_EINVAL with one line on a version
  * mismatch, a missing llama-bench or its failure; BT_EUNSUPPORTED without
  * llama.cpp. */
 const char *bt_llamacpp_dir(void);
 int bt_llamacpp_bench_check(char *bench, size_t cap);
-int bt_llamacpp_bench_run(const char *model, int threads, int depth, int np, int nd, int reps, double *prompt_tps, double *decode_tps);
+int bt_llamacpp_bench_run(const char *model, int threads, int depth, int np, int nd, int reps, const bt_llama_settings *ls,
+                          double *prompt_tps, double *decode_tps);
 
 /* The name table (doc/llama-cpp.md): llama.cpp's graph name (without its
  * "-L" layer suffix) -> bt_op, or -1 when it has no counterpart. */

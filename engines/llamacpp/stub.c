@@ -26,9 +26,10 @@ int bt_llamacpp_bench_check(char *bench, size_t cap)
                     "(run tools/llama-cpp, then configure --with-llama-cpp)");
 }
 
-int bt_llamacpp_bench_run(const char *model, int threads, int depth, int np, int nd, int reps, double *prompt_tps, double *decode_tps)
+int bt_llamacpp_bench_run(const char *model, int threads, int depth, int np, int nd, int reps, const bt_llama_settings *ls,
+                          double *prompt_tps, double *decode_tps)
 {
-    (void)model; (void)threads; (void)depth; (void)np; (void)nd; (void)reps;
+    (void)model; (void)threads; (void)depth; (void)np; (void)nd; (void)reps; (void)ls;
     *prompt_tps = *decode_tps = 0;
     char b[1];
     return bt_llamacpp_bench_check(b, sizeof(b));
