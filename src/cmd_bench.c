@@ -31,7 +31,8 @@ void cmd_bench_help(FILE *out)
     fprintf(out,
         "usage: bangtrace bench --model M [--tokenizer T] [--threads N] [-p N] [-n N] [-d N]\n"
         "                       [--reps R] [--taps MODE] [--numerics PROFILE] [--device DEV]\n"
-        "                       [--cuda-graphs] [--cupti] [--against llama.cpp [--llama-* ...]] [--json]\n\n"
+        "                       [--cuda-graphs] [--cupti] [--against llama.cpp] [--json]\n"
+        "                       [--llama-flash-attn M] [--llama-repack on|off] [--llama-kv-type T] [--llama-opt K=V]\n\n"
         "Measure prefill of -p tokens (default 128) and greedy decode of -n tokens\n"
         "(default 64) on fixed token ids after one untimed warm-up prefill and decode\n"
         "step (as llama-bench), the median of R repetitions (default 3), and\n"

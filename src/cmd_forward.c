@@ -22,7 +22,8 @@ void cmd_forward_help(FILE *out)
 {
     fprintf(out,
         "usage: bangtrace forward --model M [--tokenizer T] --tokens \"ID ID ...\" --dump DIR [--threads N]\n"
-        "                        [--device DEV] [--engine native|llama.cpp [--llama-* ...]]\n\n"
+        "                        [--device DEV] [--engine native|llama.cpp]\n"
+        "                        [--llama-flash-attn M] [--llama-repack on|off] [--llama-kv-type T] [--llama-opt K=V]\n\n"
         "Run one forward pass (a prefill at positions 0..T-1) and write every named\n"
         "tensor (token_embd, blk.L.attn_norm ... blk.L.ffn_resid, output_norm, logits)\n"
         "to DIR/<name>.f32 (T rows x width, float32) with DIR/meta.json describing them.\n"
