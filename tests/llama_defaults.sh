@@ -103,6 +103,14 @@ if grep -q "^verdict: llama.cpp first departs at blk.*\(attn_[qkvo]\|attn_output
     grep -q "repacked as q4_0_\|repacked (CPU_REPACK\|q6_K with" "$TMP/out" || fail "the verdict at a matmul names the repacked kernel: $(grep verdict "$TMP/out")"
 fi
 grep '^verdict' "$TMP/out"
+# a fault in a repacked matmul names the repacked kernel
+"$B" run --engine llama.cpp --model "$m" --prompt "The capital" -n 3 --threads 1 --inject "nan@layer=1,op=ffn_up,step=1" \
+    --trace "$TMP/k.db" >/dev/null 2>&1
+"$B" report "$TMP/k.db" >"$TMP/out" 2>&1
+grep -q "computed by MUL_MAT q4_0 repacked as q4_0_8x8 (CPU_REPACK gemm/gemv, activations as q8_0) on CPU \[llama.cpp\]" "$TMP/out" ||
+    grep -q "computed by MUL_MAT q4_0 repacked.* (CPU_REPACK gemm/gemv" "$TMP/out" &&
+    ok "first_nonfinite in a repacked matmul names the CPU_REPACK kernel" ||
+    fail "kernel of a repacked matmul: $(grep first_nonfinite "$TMP/out")"
 # every deviation is a flag and shows: flash attention off, no repacking
 expect_exit 0 "the same with --llama-flash-attn off --llama-repack off" \
     "$B" run --engine llama.cpp --model "$m" --prompt "The capital of France is" -n 4 --threads 1 --trace "$TMP/off.db" \
