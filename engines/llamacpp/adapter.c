@@ -547,8 +547,11 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
      * (doc/llama-cpp.md, "Which llama.cpp path"): the extra CPU buffer types
      * on (weights repacked into interleaved layouts, AMX tiles), flash
      * attention auto, an f16 cache. */
-    static const bt_llama_settings defaults = { 0 };
-    const bt_llama_settings *ls = o->llama ? o->llama : &defaults;
+    /* a caller that passes no settings (one without the --llama-* flags)
+     * still gets the environment aliases over llama.cpp's defaults */
+    bt_llama_settings env_only = { 0 };
+    if (!o->llama && (rc = bt_llama_settings_env(&env_only))) { lc_free(L); return rc; }
+    const bt_llama_settings *ls = o->llama ? o->llama : &env_only;
     bool repack = !ls->repack || strcmp(ls->repack, "off");
     mp.use_extra_bufts = repack;
     const char *amx = cuda ? "n/a (CUDA)" : "unused (repack off)";

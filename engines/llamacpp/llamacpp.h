@@ -21,9 +21,9 @@ typedef struct bt_llamacpp_opts {
     bool kv_f32;                /* an f32 KV cache (llama.cpp's default is f16): what
                                  * an f32 reference comparison needs (a type
                                  * the settings name wins) */
-    const bt_llama_settings *llama; /* llama.cpp's path; NULL: its own defaults.
-                                 * The caller applies the environment aliases
-                                 * (bt_llama_settings_env) */
+    const bt_llama_settings *llama; /* llama.cpp's path, the environment aliases
+                                 * applied by the caller (bt_llama_settings_env);
+                                 * NULL: its own defaults and the aliases */
 } bt_llamacpp_opts;
 
 /* Load the model in llama.cpp, check it against m (vocabulary size, layers),
