@@ -31,7 +31,8 @@ void cmd_bench_help(FILE *out)
     fprintf(out,
         "usage: bangtrace bench --model M [--tokenizer T] [--threads N] [-p N] [-n N] [-d N]\n"
         "                       [--reps R] [--taps MODE] [--numerics PROFILE] [--device DEV]\n"
-        "                       [--cuda-graphs] [--cupti] [--against llama.cpp] [--json]\n\n"
+        "                       [--cuda-graphs] [--cupti] [--against llama.cpp] [--json]\n"
+        "                       [--llama-flash-attn M] [--llama-repack on|off] [--llama-kv-type T] [--llama-opt K=V]\n\n"
         "Measure prefill of -p tokens (default 128) and greedy decode of -n tokens\n"
         "(default 64) on fixed token ids after one untimed warm-up prefill and decode\n"
         "step (as llama-bench), the median of R repetitions (default 3), and\n"
@@ -53,7 +54,10 @@ void cmd_bench_help(FILE *out)
         "                llama-bench from the pinned build (tools/llama-cpp) and run\n"
         "                --engine llama.cpp's engine taps off and on (--taps, default all);\n"
         "                prints both engines' prompt and decode tokens/s and the ratios\n"
-        "                (doc/llama-cpp.md; CPU, exact numerics only)\n"
+        "                (doc/llama-cpp.md; CPU, exact numerics only); both take\n"
+        "                llama.cpp's default path unless --llama-flash-attn,\n"
+        "                --llama-repack, --llama-kv-type or --llama-opt KEY=VAL (as\n"
+        "                for run) say otherwise\n"
         "  --taps MODE   also decode with taps recorded into a temporary trace\n"
         "                (all, layers, logits) and report taps-on / taps-off\n"
         "  --spec-k K --draft-self N | --draft-ngram N\n"
@@ -242,9 +246,12 @@ static int bench_traced(const bt_session *ses, const bt_session_cfg *cfg, const 
     return rc;
 }
 
+typedef struct lc_user { const char *model; const bt_llama_settings *llama; } lc_user;
+
 static int llamacpp_engine(void *user, const bt_model *m, int ctx, int max_batch, int threads, bt_engine **out)
 {
-    bt_llamacpp_opts lo = { .model_path = user, .ctx_len = ctx, .max_batch = max_batch, .n_threads = threads };
+    const lc_user *u = user;
+    bt_llamacpp_opts lo = { .model_path = u->model, .ctx_len = ctx, .max_batch = max_batch, .n_threads = threads, .llama = u->llama };
     return bt_llamacpp_engine_new(m, &lo, out);
 }
 
@@ -267,8 +274,12 @@ int cmd_bench(int argc, char **argv)
     int status = 2;
     bt_numerics prof;
     memset(&prof, 0, sizeof(prof));
+    bt_llama_settings llama = { 0 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool taken;
+        if (bt_llama_flag(&llama, a, v, &taken)) goto fail;
+        if (taken) { i++; continue; }
         bool takes = strcmp(a, "--json") && strcmp(a, "--cuda-graphs") && strcmp(a, "--cupti");
         if (takes && !v) { bt_error(BT_EINVAL, "%s needs a value", a); goto fail; }
         if (!strcmp(a, "--model") || !strcmp(a, "-m")) model = argv[++i];
@@ -309,6 +320,9 @@ int cmd_bench(int argc, char **argv)
         bt_error(BT_EINVAL, "--spec-k K goes with one of --draft-self N or --draft-ngram N");
         goto fail;
     }
+    if (llama.set && !against) { bt_error(BT_EINVAL, "the --llama-* flags choose llama.cpp's path: give --against llama.cpp"); goto fail; }
+    if (against && bt_llama_settings_env(&llama)) goto fail;
+    lc_user lcu = { model, &llama };
     if (against) {
         /* llama.cpp runs its own kernels on the CPU, exactly as built: a
          * native side under other conditions would not be a comparison */
@@ -360,7 +374,7 @@ int cmd_bench(int argc, char **argv)
                       depth, np, nd, reps);
     if (against) {
         if (!json) bt_log("bench: llama-bench (%s)", bt_llamacpp_dir());
-        if (bt_llamacpp_bench_run(model, (int)threads, (int)depth, (int)np, (int)nd, (int)reps, &lb_p, &lb_d)) goto fail;
+        if (bt_llamacpp_bench_run(model, (int)threads, (int)depth, (int)np, (int)nd, (int)reps, &llama, &lb_p, &lb_d)) goto fail;
     }
     /* One untimed prefill and decode step first, as llama-bench warms up:
      * the first touch of the weights' mapping and of the KV cache would
@@ -377,14 +391,14 @@ int cmd_bench(int argc, char **argv)
         /* llama.cpp's engine behind bangtrace (run --engine llama.cpp), taps off then on */
         bt_session *ls = NULL;
         bt_session_cfg lcfg = { .share = ses, .ctx = cfg.ctx, .max_batch = cfg.max_batch, .threads = cfg.threads,
-                                .engine_new = llamacpp_engine, .engine_user = (void *)model };
+                                .engine_new = llamacpp_engine, .engine_user = &lcu, .llama = llama };
         int rc = bt_session_new(&lcfg, &ls);
         if (rc == BT_OK) rc = bench_reps(bt_session_engine(ls), NULL, toks + depth, toks, depth, np, nd, reps, json,
                                          "llama.cpp taps off", &lc_p, &lc_d);
         bt_session_close(ls, NULL);
         if (rc) goto fail;
         if (taps != BT_TAPS_NONE &&
-            bench_traced(ses, &cfg, NULL, llamacpp_engine, (void *)model, false, taps, toks, depth, np, nd, reps, json, &lc_taps)) goto fail;
+            bench_traced(ses, &cfg, NULL, llamacpp_engine, &lcu, false, taps, toks, depth, np, nd, reps, json, &lc_taps)) goto fail;
     }
     double sp_plain = 0, sp_spec = 0, sp_accept = 0;
     if (spec_k && bench_spec(m, bt_session_tokenizer(ses), e, spec_k, draft_self, draft_ngram, nd, reps, json, &sp_plain, &sp_spec, &sp_accept)) goto fail;

@@ -531,7 +531,7 @@ static void show_progress(void *user, int i, int n)
  * tapped tensor up to where llama.cpp departs (beyond the tolerance, the
  * one bt_tap_compare rule), a one-line verdict naming its kernel, and the
  * teacher-forced top-1 agreement. doc/llama-cpp.md. */
-static void print_cross(const bt_replay_result *res, const bt_trace_tensor_row *tens, int n_tens, double tol)
+static void print_cross(const bt_replay_result *res, const bt_trace_tensor_row *tens, int n_tens, double tol, const char *path)
 {
     bt_text_printf(stdout, "cross-engine: llama.cpp trace replayed on the native f32 engine (the same GGUF, the same ids)\n");
     bt_text_printf(stdout, "relative error per op and layer, up to the departure (max over steps; '.' not compared):\n");
@@ -566,7 +566,7 @@ static void print_cross(const bt_replay_result *res, const bt_trace_tensor_row *
         const bt_trace_tensor_row *t = &tens[res->first.slot];
         int op = bt_op_from_name(t->op);
         char kern[160];
-        bt_llamacpp_kernel_guess(op, res->wtype, kern, sizeof(kern));
+        bt_llamacpp_kernel_guess_path(op, res->wtype, path, kern, sizeof(kern));
         bt_text_printf(stdout, "verdict: llama.cpp first departs at %s, step %d (rel. err %.1e vs <= %.1e before; tolerance %g): %s\n",
                        t->name, res->first.step, res->slot_rel[res->first.slot] > 0 ? res->slot_rel[res->first.slot] : INFINITY,
                        res->before_rel, tol, kern);
@@ -679,7 +679,7 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
                 for (int i = 0; i < res.n_all; i++) print_divergence(&res.all[i], tens, n_tens, "  ");
             } else if (!res.cross) bt_text_printf(stdout, "(stopped at the first divergence after %d steps; --all lists every divergent step)\n", res.steps_compared);
         }
-        if (res.cross) print_cross(&res, tens, n_tens, res.tol);
+        if (res.cross) print_cross(&res, tens, n_tens, res.tol, bt_trace_meta_get(r, "llama_cpp_path"));
         else if (!res.found) {
             bt_text_printf(stdout, "no divergence: %d steps x %d tensors match the reference within %g", res.steps_compared, n_tens, res.tol);
             if (res.max_rel > 0) bt_text_printf(stdout, " (largest relative difference %.3g at step %d, %s)", res.max_rel, res.max_rel_step, tens[res.max_rel_slot].name);

@@ -7,6 +7,7 @@
 #include "engine/engine.h"
 #include "llamacpp/llamacpp.h"
 #include "model/model.h"
+#include "session.h"           /* bt_llama_settings */
 #include "sys/outfile.h"
 #include "util.h"
 
@@ -22,7 +23,8 @@ void cmd_forward_help(FILE *out)
 {
     fprintf(out,
         "usage: bangtrace forward --model M [--tokenizer T] --tokens \"ID ID ...\" --dump DIR [--threads N]\n"
-        "                        [--device DEV] [--engine native|llama.cpp] [--force]\n\n"
+        "                        [--device DEV] [--engine native|llama.cpp]\n"
+        "                        [--llama-flash-attn M] [--llama-repack on|off] [--llama-kv-type T] [--llama-opt K=V] [--force]\n\n"
         "Run one forward pass (a prefill at positions 0..T-1) and write every named\n"
         "tensor (token_embd, blk.L.attn_norm ... blk.L.ffn_resid, output_norm, logits)\n"
         "to DIR/<name>.f32 (T rows x width, float32) with DIR/meta.json describing them.\n"
@@ -33,9 +35,12 @@ void cmd_forward_help(FILE *out)
         "written) unless --force is given; even then a link, a device or the model\n"
         "itself is never replaced (exit 2). --device DEV runs the ops on cpu (default), cuda or\n"
         "cuda:N (the CUDA plugin; exit 2 when it cannot run here). --engine llama.cpp\n"
-        "runs llama.cpp instead (a GGUF model; an f32 KV cache, so an f32 model is\n"
-        "computed in f32 throughout) and writes the tensors it maps to bangtrace's\n"
-        "names (doc/llama-cpp.md), logits included.\n");
+        "runs llama.cpp instead (a GGUF model; an f32 KV cache and flash attention\n"
+        "off, so an f32 model is computed in f32 throughout; otherwise llama.cpp's\n"
+        "defaults: repacked weights) and writes the\n"
+        "tensors it maps to bangtrace's names (doc/llama-cpp.md), logits included;\n"
+        "--llama-flash-attn, --llama-repack, --llama-kv-type and --llama-opt KEY=VAL\n"
+        "choose its path as for run (bangtrace help run).\n");
 }
 
 typedef struct dump_ctx {
@@ -113,6 +118,7 @@ int cmd_forward(int argc, char **argv)
     long threads = 1;
     const char *device = NULL;
     bool llamacpp = false;
+    bt_llama_settings llama = { 0 };
     bt_model *m = NULL;
     bt_engine *e = NULL;
     int32_t *ids = NULL;
@@ -122,6 +128,9 @@ int cmd_forward(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--force")) { force = true; continue; }
         if (!v && strncmp(a, "--", 2) == 0) { bt_error(BT_EINVAL, "%s needs a value", a); goto fail; }
+        bool taken;
+        if (bt_llama_flag(&llama, a, v, &taken)) goto fail;
+        if (taken) { i++; continue; }
         if (!strcmp(a, "--model")) model = argv[++i];
         else if (!strcmp(a, "--tokenizer")) tokenizer = argv[++i];
         else if (!strcmp(a, "--tokens")) tokens = argv[++i];
@@ -139,6 +148,12 @@ int cmd_forward(int argc, char **argv)
         else { bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help forward)", a); goto fail; }
     }
     if (!model || !tokens || !dir) { bt_error(BT_EINVAL, "--model, --tokens and --dump are required"); goto fail; }
+    if (llama.set && !llamacpp) { bt_error(BT_EINVAL, "the --llama-* flags choose llama.cpp's path: give --engine llama.cpp"); goto fail; }
+    if (llamacpp && bt_llama_settings_env(&llama)) goto fail;
+    /* forward's llama.cpp is the f32 reference: f32 cache (kv_f32) and no
+     * flash attention (whose fused kernel departs ~1e-2 in the logits
+     * even then), unless a flag or alias says otherwise */
+    if (!llama.flash_attn) llama.flash_attn = "off";
     size_t n = 0, cap = 0;
     for (const char *p = tokens; *p;) {
         char *end;
@@ -155,7 +170,7 @@ int cmd_forward(int argc, char **argv)
     if (bt_model_load(model, tokenizer, &m)) goto fail;
     if (llamacpp) {
         bt_llamacpp_opts lo = { .model_path = model, .ctx_len = BT_MAX((int)n, 8), .max_batch = (int)n,
-                                .n_threads = (int)threads, .device = device, .kv_f32 = true };
+                                .n_threads = (int)threads, .device = device, .kv_f32 = true, .llama = &llama };
         if (bt_llamacpp_engine_new(m, &lo, &e)) goto fail;
     } else {
         bt_engine_opts eo = { .ctx_len = BT_MAX((int)n, 1), .max_batch = (int)n, .n_threads = (int)threads, .device = device };

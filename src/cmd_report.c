@@ -274,6 +274,11 @@ static void section_environment(FILE *o, bt_trace_reader *r, const char *path)
         row(o, "llama.cpp (llama-cpp-python sdist)", bt_trace_meta_get(r, "llama_cpp_version"));
         row(o, "llama.cpp version", bt_trace_meta_get(r, "llama_cpp_lib_version"));
         row_code(o, "llama.cpp build", bt_trace_meta_get(r, "llama_cpp_build"));
+        /* which llama.cpp path it recorded (traces before these keys: the old
+         * adapter's, flash attention off and no repacking) */
+        const char *ls = bt_trace_meta_get(r, "llama_cpp_settings"), *lp = bt_trace_meta_get(r, "llama_cpp_path");
+        row(o, "llama.cpp settings", ls ? ls : "not recorded (an older trace: flash_attn=off repack=off kv=f16)");
+        if (lp) row(o, "llama.cpp path", lp);
     }
     row(o, "threads", bt_trace_meta_get(r, "threads"));
     row(o, "bangtrace", bt_trace_meta_get(r, "tool_version"));

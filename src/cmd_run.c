@@ -38,6 +38,7 @@ void cmd_run_help(FILE *out)
         "                     [--threads N] [--ctx N] [--argmax RULE] [--chat-template NAME] [--json]\n"
         "                     [--numerics PROFILE]\n"
         "                     [--engine native|llama.cpp [--device cpu|cuda]]\n"
+        "                     [--llama-flash-attn M] [--llama-repack on|off] [--llama-kv-type T] [--llama-opt K=V]\n"
         "                     [--trace OUT.db [--force] [--taps MODE] ...]\n\n"
         "Generate a completion. stdout gets only the completion text; progress and\n"
         "timings go to stderr.\n\n"
@@ -70,6 +71,19 @@ void cmd_run_help(FILE *out)
         "                       trace, --inject activation faults and sampling; GGUF models only;\n"
         "                       no speculative decoding, kvcorrupt, bitflip or --numerics;\n"
         "                       doc/llama-cpp.md)\n"
+        "  --llama-flash-attn M with --engine llama.cpp: flash attention auto (default, as\n"
+        "                       llama.cpp: on for the CPU), on or off (kq and kq_soft_max\n"
+        "                       as tensors); alias BT_LLAMA_FLASH_ATTN\n"
+        "  --llama-repack on|off  llama.cpp's extra CPU buffer types: on (default, as\n"
+        "                       llama.cpp: Q4_0/Q4_K/IQ4_NL/... weights repacked into\n"
+        "                       interleaved layouts, AMX where its tiles are usable) or off;\n"
+        "                       alias BT_LLAMA_EXTRA_BUFTS=1|0\n"
+        "  --llama-kv-type T    llama.cpp's KV cache type: f16 (default), f32, bf16, q8_0;\n"
+        "                       alias BT_LLAMA_KV_TYPE\n"
+        "  --llama-opt KEY=VAL  one llama.cpp setting: flash_attn, repack, kv_type, type_k,\n"
+        "                       type_v or amx (auto|off); repeatable. The trace's meta\n"
+        "                       (llama_cpp_settings, llama_cpp_path), the run banner and\n"
+        "                       report say which path ran\n"
         "  --ctx N              context length (default: the model's, at most 4096)\n"
         "  --numerics PROFILE   emulate another engine's number formats (doc/numerics.md): a\n"
         "                       preset (f32 = exact, the default; f16, bf16, llama.cpp-cpu,\n"
@@ -139,6 +153,7 @@ typedef struct run_opts {
     const char *numerics_spec;
     bt_numerics numerics;
     bool llamacpp;            /* --engine llama.cpp */
+    bt_llama_settings llama;  /* its path: --llama-* (session.h) */
     const char *device;
 } run_opts;
 
@@ -153,6 +168,9 @@ static int parse_args(int argc, char **argv, run_opts *o)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define VAL() do { if (!v) return bt_error(BT_EINVAL, "%s needs a value", a); i++; } while (0)
         long l; double d;
+        bool taken;
+        if (bt_llama_flag(&o->llama, a, v, &taken)) return BT_EINVAL;
+        if (taken) { i++; continue; }
         if (!strcmp(a, "--model") || !strcmp(a, "-m")) { VAL(); o->model = v; }
         else if (!strcmp(a, "--tokenizer")) { VAL(); o->tokenizer = v; }
         else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) { VAL(); o->prompt = v; }
@@ -243,6 +261,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
         return bt_error(BT_EINVAL, "--engine llama.cpp runs no speculative decoding: drop --spec-k/--draft*");
     if (o->llamacpp && o->tokenizer)
         return bt_error(BT_EINVAL, "--engine llama.cpp needs a GGUF model (with its vocabulary); --tokenizer is for llama2.c checkpoints");
+    if (o->llama.set && !o->llamacpp) return bt_error(BT_EINVAL, "the --llama-* flags choose llama.cpp's path: give --engine llama.cpp");
+    if (o->llamacpp && bt_llama_settings_env(&o->llama)) return BT_EINVAL;
     return BT_OK;
 }
 
@@ -282,7 +302,7 @@ static int llamacpp_engine(void *user, const bt_model *m, int ctx, int max_batch
 {
     const run_opts *o = user;
     bt_llamacpp_opts lo = { .model_path = o->model, .ctx_len = ctx, .max_batch = max_batch, .n_threads = threads,
-                            .device = o->device };
+                            .device = o->device, .llama = &o->llama };
     return bt_llamacpp_engine_new(m, &lo, out);
 }
 
@@ -366,6 +386,9 @@ static int write_meta(void *user, bt_trace *t, const bt_session *s)
         META("llama_cpp_version", bt_llamacpp_version());
         META("llama_cpp_lib_version", bt_llamacpp_lib_version());
         META("llama_cpp_build", bt_llamacpp_build_flags());
+        bt_llama_settings_describe(&o->llama, buf, sizeof(buf));
+        META("llama_cpp_settings", buf);                /* as asked: every deviation from llama.cpp's defaults */
+        META("llama_cpp_path", bt_llamacpp_last_path()); /* as resolved by llama.cpp */
     }
 #undef META
 #undef META_JSON
@@ -463,7 +486,7 @@ int cmd_run(int argc, char **argv)
     cfg.max_tokens = n_max;
     cfg.prompt = prompt;
     cfg.n_prompt = (int)n_prompt;
-    if (o.llamacpp) { cfg.engine_new = llamacpp_engine; cfg.engine_user = &o; }
+    if (o.llamacpp) { cfg.engine_new = llamacpp_engine; cfg.engine_user = &o; cfg.llama = o.llama; }
     if (o.trace)
         bt_debug("trace %s: taps %s, logits %s, top-k %ld%s", o.trace, bt_taps_mode_name(o.taps),
                  o.logits_full ? "full" : "flagged", o.topk, o.n_inject ? ", with fault injection" : "");
@@ -482,6 +505,7 @@ int cmd_run(int argc, char **argv)
     bt_log("bangtrace: %s (%s, %d layers, dim %d, vocab %d) loaded in %.0f ms; %zu prompt tokens, "
            "%d threads, %s, argmax %s", m->cfg.name, m->format, m->cfg.n_layers, m->cfg.dim, m->cfg.n_vocab,
            t_load * 1e3, n_prompt, (int)o.threads, sc.temperature > 0 ? "sampling" : "greedy", rule);
+    if (o.llamacpp) bt_log("bangtrace: llama.cpp path: %s", bt_llamacpp_last_path());
 
     bt_decoder_cfg dc = { .smp = smp, .greedy = sc.temperature <= 0, .rule = sc.rule, .tok = tok, .ignore_eos = o.ignore_eos };
     bt_session_decoder_cfg(ses, &dc);

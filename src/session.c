@@ -281,3 +281,112 @@ void bt_session_decoder_cfg(const bt_session *s, bt_decoder_cfg *dc)
     dc->draft = s->de;
     dc->draft_rec = s->drec;
 }
+
+/* ---- llama.cpp's path (bt_llama_settings) ---- */
+
+enum { LK_FA, LK_REPACK, LK_TYPE_K, LK_TYPE_V, LK_AMX, LK_KV };
+
+static const char *llama_value(int key, const char *v)
+{
+    static const char *const fa[] = { "auto", "on", "off", NULL }, *const onoff[] = { "on", "off", NULL },
+                             *const kv[] = { "f16", "f32", "bf16", "q8_0", NULL }, *const amx[] = { "auto", "off", NULL };
+    const char *const *ok = key == LK_FA ? fa : key == LK_REPACK ? onoff : key == LK_AMX ? amx : kv;
+    for (int i = 0; ok[i]; i++) if (!strcmp(v, ok[i])) return ok[i];
+    /* 1/0 as the environment variable BT_LLAMA_EXTRA_BUFTS always took */
+    if (key == LK_REPACK && (!strcmp(v, "1") || !strcmp(v, "0"))) return v[0] == '1' ? "on" : "off";
+    return NULL;
+}
+
+static const char *llama_choices(int key)
+{
+    return key == LK_FA ? "auto, on or off" : key == LK_REPACK ? "on or off" : key == LK_AMX ? "auto or off"
+                                                                                             : "f16, f32, bf16 or q8_0";
+}
+
+/* from: the flag or variable, for the message; flag: a flag (it wins over the environment) */
+static int llama_set(bt_llama_settings *s, int key, const char *v, const char *from, bool flag)
+{
+    const char *c = llama_value(key, v);
+    if (!c) return bt_error(BT_EINVAL, "%s '%s': use %s", from, v, llama_choices(key));
+    int k0 = key == LK_KV ? LK_TYPE_K : key, k1 = key == LK_KV ? LK_TYPE_V : key;
+    for (int k = k0; k <= k1; k++) {
+        if (!flag && (s->set & (1u << k))) continue;
+        const char **f = k == LK_FA ? &s->flash_attn : k == LK_REPACK ? &s->repack : k == LK_TYPE_K ? &s->type_k
+                       : k == LK_TYPE_V ? &s->type_v : &s->amx;
+        *f = c;
+        if (flag) s->set |= 1u << k;
+    }
+    return BT_OK;
+}
+
+int bt_llama_flag(bt_llama_settings *s, const char *flag, const char *val, bool *taken)
+{
+    static const struct { const char *flag; int key; } flags[] = {
+        { "--llama-flash-attn", LK_FA }, { "--llama-repack", LK_REPACK }, { "--llama-kv-type", LK_KV },
+    };
+    *taken = false;
+    for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+        if (!strcmp(flag, flags[i].flag)) {
+            *taken = true;
+            if (!val) return bt_error(BT_EINVAL, "%s needs a value (%s)", flag, llama_choices(flags[i].key));
+            return llama_set(s, flags[i].key, val, flag, true);
+        }
+    if (strcmp(flag, "--llama-opt")) return BT_OK;
+    *taken = true;
+    if (!val) return bt_error(BT_EINVAL, "--llama-opt needs key=value (flash_attn, repack, kv_type, type_k, type_v, amx)");
+    const char *eq = strchr(val, '=');
+    char key[16];
+    size_t n = eq ? (size_t)(eq - val) : 0;
+    if (!eq || n == 0 || n >= sizeof(key))
+        return bt_error(BT_EINVAL, "--llama-opt '%s': expected key=value (flash_attn, repack, kv_type, type_k, type_v, amx)", val);
+    for (size_t i = 0; i < n; i++) key[i] = val[i] == '-' ? '_' : val[i];
+    key[n] = 0;
+    static const struct { const char *name; int key; } keys[] = {
+        { "flash_attn", LK_FA }, { "repack", LK_REPACK }, { "kv_type", LK_KV }, { "type_k", LK_TYPE_K },
+        { "type_v", LK_TYPE_V }, { "amx", LK_AMX },
+    };
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (!strcmp(key, keys[i].name)) {
+            char from[40];
+            snprintf(from, sizeof(from), "--llama-opt %s", keys[i].name);
+            return llama_set(s, keys[i].key, eq + 1, from, true);
+        }
+    return bt_error(BT_EINVAL, "--llama-opt: unknown key '%s' (flash_attn, repack, kv_type, type_k, type_v, amx)", key);
+}
+
+int bt_llama_settings_env(bt_llama_settings *s)
+{
+    static const struct { const char *var; int key; } env[] = {
+        { "BT_LLAMA_FLASH_ATTN", LK_FA }, { "BT_LLAMA_EXTRA_BUFTS", LK_REPACK }, { "BT_LLAMA_KV_TYPE", LK_KV },
+    };
+    for (size_t i = 0; i < sizeof(env) / sizeof(env[0]); i++) {
+        const char *v = getenv(env[i].var);
+        if (v && *v) {
+            char from[40];
+            snprintf(from, sizeof(from), "%s=", env[i].var);
+            int rc = llama_set(s, env[i].key, v, from, false);
+            if (rc) return bt_error(BT_EINVAL, "%s='%s': use %s", env[i].var, v, llama_choices(env[i].key));
+        }
+    }
+    return BT_OK;
+}
+
+void bt_llama_settings_describe(const bt_llama_settings *s, char *buf, size_t cap)
+{
+    const char *k = s->type_k ? s->type_k : "f16", *v = s->type_v ? s->type_v : "f16";
+    if (!strcmp(k, v))
+        snprintf(buf, cap, "flash_attn=%s repack=%s kv=%s amx=%s", s->flash_attn ? s->flash_attn : "auto",
+                 s->repack ? s->repack : "on", k, s->amx ? s->amx : "auto");
+    else
+        snprintf(buf, cap, "flash_attn=%s repack=%s type_k=%s type_v=%s amx=%s", s->flash_attn ? s->flash_attn : "auto",
+                 s->repack ? s->repack : "on", k, v, s->amx ? s->amx : "auto");
+}
+
+bool bt_llama_settings_is_default(const bt_llama_settings *s)
+{
+    char a[128], b[128];
+    bt_llama_settings d = { 0 };
+    bt_llama_settings_describe(s, a, sizeof(a));
+    bt_llama_settings_describe(&d, b, sizeof(b));
+    return !strcmp(a, b);
+}

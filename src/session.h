@@ -36,6 +36,35 @@
 
 typedef struct bt_session bt_session;
 
+/* The llama.cpp path of --engine llama.cpp (run, forward, bench --against):
+ * all zero is llama.cpp's own defaults (flash attention auto, the extra CPU
+ * buffer types on: repacked weights, AMX where usable; an f16 KV cache).
+ * Every deviation is a flag (--llama-flash-attn, --llama-repack,
+ * --llama-kv-type, --llama-opt key=value) or one of the environment
+ * aliases BT_LLAMA_FLASH_ATTN, BT_LLAMA_EXTRA_BUFTS, BT_LLAMA_KV_TYPE (a
+ * flag wins). The strings are static or the caller's (argv). */
+typedef struct bt_llama_settings {
+    const char *flash_attn;         /* "auto" (NULL), "on", "off" */
+    const char *repack;             /* "on" (NULL): extra buffer types; "off" */
+    const char *type_k, *type_v;    /* "f16" (NULL), "f32", "bf16", "q8_0" */
+    const char *amx;                /* "auto" (NULL): AMX where its tiles are usable; "off" */
+    unsigned set;                   /* keys given by a flag (internal: the env aliases fill the rest) */
+} bt_llama_settings;
+
+/* The flags every command with --engine llama.cpp takes: when flag is one of
+ * them, *taken is set and val parsed into s (BT_EINVAL with one line naming
+ * the flag on a bad value); otherwise *taken is false and nothing happens.
+ * --llama-opt takes key=value with key flash_attn, repack, kv_type (both
+ * caches), type_k, type_v or amx ('-' and '_' alike). */
+int bt_llama_flag(bt_llama_settings *s, const char *flag, const char *val, bool *taken);
+/* The environment aliases, for the keys no flag gave (BT_EINVAL naming the
+ * variable on a bad value). Idempotent. */
+int bt_llama_settings_env(bt_llama_settings *s);
+/* "flash_attn=auto repack=on kv=f16 amx=auto" (type_k/type_v apart when
+ * they differ); every deviation from llama.cpp's defaults is in it. */
+void bt_llama_settings_describe(const bt_llama_settings *s, char *buf, size_t cap);
+bool bt_llama_settings_is_default(const bt_llama_settings *s);
+
 typedef struct bt_session_cfg {
     /* models (bt_session_open) */
     const char *model;              /* path; ignored with share */
@@ -62,6 +91,7 @@ typedef struct bt_session_cfg {
      * Kept as a hook so that this library never links the foreign one. */
     int (*engine_new)(void *user, const bt_model *m, int ctx, int max_batch, int threads, bt_engine **out);
     void *engine_user;
+    bt_llama_settings llama;        /* engine_new's llama.cpp path (the hook reads it through user) */
 
     /* fault injection: the specs, and the run's extent to refuse a spec
      * that can never match (bt_injector_check) */

@@ -5,12 +5,14 @@
 # header names llama.cpp's settings and the preset that must reproduce them):
 #   llama.cpp-stories260K.txt       llama.cpp's default (flash attention on,
 #                                   f16 cache) under --numerics llama.cpp-cpu
-#   llama.cpp-stories260K-nofa.txt  flash attention off (the adapter's path)
-#                                   under --numerics llama.cpp-cpu-nofa
+#   llama.cpp-stories260K-nofa.txt  flash attention off (run --engine llama.cpp
+#                                   --llama-flash-attn off) under --numerics
+#                                   llama.cpp-cpu-nofa
 # Each file must also tell the presets from exact f32: the f32 engine has to
 # miss at least one of its lines, or the reference proves nothing. Where
 # bangtrace is built with llama.cpp, `run --engine llama.cpp` (flash
-# attention as the file says: BT_LLAMA_FLASH_ATTN) must give the same ids.
+# attention as the file says: --llama-flash-attn; nothing for auto, its
+# default) must give the same ids.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
 need_shared
 GGUF=
@@ -40,7 +42,8 @@ for GOLD in "${BT_SRCDIR:-.}"/tests/golden/llama.cpp-stories260K.txt "${BT_SRCDI
             > "$TMP/f32.json" 2>/dev/null || { fail "f32 run: $prompt"; continue; }
         [ "$(ids_of "$TMP/f32.json")" = "$ids" ] || f32_misses=$((f32_misses + 1))
         if [ -n "$GGUF" ]; then
-            BT_LLAMA_FLASH_ATTN=$fa "$BANGTRACE" run --engine llama.cpp --model "$GGUF" --prompt "$prompt" -n "$n" --threads 1 --json \
+            fl=(); [ "$fa" = auto ] || fl=(--llama-flash-attn "$fa")
+            "$BANGTRACE" run --engine llama.cpp "${fl[@]}" --model "$GGUF" --prompt "$prompt" -n "$n" --threads 1 --json \
                 > "$TMP/ll.json" 2>"$TMP/ll.err" || { fail "run --engine llama.cpp: $prompt: $(cat "$TMP/ll.err")"; continue; }
             got=$(ids_of "$TMP/ll.json")
             [ "${got:0:${#ids}}" = "$ids" ] && ok "run --engine llama.cpp (flash attention $fa) gives the reference: $prompt" \

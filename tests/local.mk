@@ -228,3 +228,7 @@ EXTRA_DIST += tests/cli_hygiene.sh tests/fifo_inputs.sh tests/trace_readonly.sh
 # PCRE2 match limit for tokenizer.json Split regexes
 TESTS += tests/hf_tokenizer_bad.sh tests/hf_spm.sh
 EXTRA_DIST += tests/hf_tokenizer_bad.sh tests/hf_spm.sh tests/hf_make_spm.py tests/data/hf_spm_extra.inp
+# issue 24, run --engine llama.cpp takes llama.cpp's own default path
+# (flash attention auto, repacked weights, f16 KV; --llama-* flags)
+TESTS += tests/llama_defaults.sh
+EXTRA_DIST += tests/llama_defaults.sh

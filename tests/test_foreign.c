@@ -74,6 +74,17 @@ static void names(void)
     CHECK(strstr(k, "q4_1") && strstr(k, "q8_1"), "%s", k);
     bt_llamacpp_kernel_guess(BT_OP_ATTN_NORM, "", k, sizeof(k));
     CHECK(strstr(k, "RMS_NORM"), "%s", k);
+    /* a trace of llama.cpp's default path: flash attention, Q4_K repacked */
+    const char *path = "flash attention on (auto: FLASH_ATTN_EXT); repack on: 16 of 211 matmul weights in extra buffer "
+                       "types (16 q4_K in CPU_REPACK as q4_K_8x8); KV cache f16; AMX not in this build";
+    bt_llamacpp_kernel_guess_path(BT_OP_ATTN_CTX, "", path, k, sizeof(k));
+    CHECK(strstr(k, "FLASH_ATTN_EXT") && strstr(k, "f16"), "%s", k);
+    bt_llamacpp_kernel_guess_path(BT_OP_FFN_DOWN, "q4_K", path, k, sizeof(k));
+    CHECK(strstr(k, "repacked as q4_K_8x8") && strstr(k, "CPU_REPACK") && strstr(k, "q8_K"), "%s", k);
+    bt_llamacpp_kernel_guess_path(BT_OP_FFN_DOWN, "q6_K", path, k, sizeof(k));
+    CHECK(!strstr(k, "repacked") && strstr(k, "q6_K with q8_K"), "%s", k);
+    bt_llamacpp_kernel_guess_path(BT_OP_ATTN_CTX, "", "flash attention off (off: kq, kq_soft_max); KV cache q8_0; AMX on", k, sizeof(k));
+    CHECK(strstr(k, "SOFT_MAX") && strstr(k, "q8_0"), "%s", k);
 }
 
 int main(void)

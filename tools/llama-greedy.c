@@ -4,20 +4,22 @@
  * it (tools/llama-golden builds and runs it against the pinned llama.cpp in
  * ~/.cache/bangtrace/llama.cpp/<version>).
  *
- *   llama-greedy MODEL N FA KV THREADS  < ids
+ *   llama-greedy [--text] MODEL N FA KV THREADS [REPACK]  < prompts
  *     FA: auto (llama.cpp's default) | on | off;  KV: f16 (default) | f32 | bf16 | q8_0
- *     stdin: one prompt per line, its ids separated by spaces (BOS included)
+ *     REPACK: on (default: llama.cpp's extra CPU buffer types, weights
+ *             repacked into interleaved layouts, AMX where usable) | off
+ *     stdin: one prompt per line, its ids separated by spaces (BOS included);
+ *            with --text, one text prompt per line, tokenized by llama.cpp
+ *            (llama_tokenize, special tokens added as the vocabulary asks)
  *     stdout: one line per prompt, the N greedy ids (argmax, lowest id on a
  *             tie) that follow, stopping early at an end-of-generation id
  *             (which is not printed: bangtrace's completion ids leave the
- *             stopping token out)
+ *             stopping token out); with --text, "PROMPT_IDS<TAB>IDS"
  *
- * Prompts are given as ids, not text, so both engines start from the same
- * ids whatever their tokenizers do. Weights stay in the model's buffer type
- * (no repacking: use_extra_bufts off, AMX raises SIGILL on some VMs), as the
- * adapter in engines/llamacpp loads them. Each prompt runs in a fresh
- * context, prompt in one batch, then one token per decode, as llama.cpp's
- * simple example and llama-cli do. */
+ * With auto f16 on, everything is llama.cpp's own default (llama_model_default_params,
+ * llama_context_default_params; only the context, batch and threads are
+ * set). Each prompt runs in a fresh context, prompt in one batch, then one
+ * token per decode, as llama.cpp's simple example and llama-cli do. */
 #include <llama.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,8 +33,10 @@ static void quiet(enum ggml_log_level level, const char *text, void *ud)
 
 int main(int argc, char **argv)
 {
-    if (argc != 6) {
-        fprintf(stderr, "usage: llama-greedy MODEL N auto|on|off f16|f32|bf16|q8_0 THREADS < ids\n");
+    bool text = argc > 1 && !strcmp(argv[1], "--text");
+    if (text) { argv++; argc--; }
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: llama-greedy [--text] MODEL N auto|on|off f16|f32|bf16|q8_0 THREADS [on|off] < prompts\n");
         return 2;
     }
     int n_gen = atoi(argv[2]), threads = atoi(argv[5]);
@@ -44,7 +48,7 @@ int main(int argc, char **argv)
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
-    mp.use_extra_bufts = false;
+    if (argc == 7 && !strcmp(argv[6], "off")) mp.use_extra_bufts = false;   /* else llama.cpp's default (on) */
     struct llama_model *model = llama_model_load_from_file(argv[1], mp);
     if (!model) { fprintf(stderr, "llama-greedy: cannot load %s\n", argv[1]); return 2; }
     const struct llama_vocab *vocab = llama_model_get_vocab(model);
@@ -53,7 +57,14 @@ int main(int argc, char **argv)
     llama_token ids[4096];
     while (fgets(line, sizeof(line), stdin)) {
         int n = 0;
-        for (char *s = strtok(line, " \t\n"); s && n < 4096; s = strtok(NULL, " \t\n")) ids[n++] = atoi(s);
+        if (text) {
+            line[strcspn(line, "\n")] = 0;
+            n = llama_tokenize(vocab, line, (int32_t)strlen(line), ids, 4096, true, false);
+            if (n < 0) { fprintf(stderr, "llama-greedy: cannot tokenize a prompt\n"); return 2; }
+            for (int i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
+            putchar('\t');
+        } else
+            for (char *s = strtok(line, " \t\n"); s && n < 4096; s = strtok(NULL, " \t\n")) ids[n++] = atoi(s);
         if (n == 0) { putchar('\n'); continue; }
         struct llama_context_params cp = llama_context_default_params();
         cp.n_ctx = (uint32_t)llama_model_n_ctx_train(model);

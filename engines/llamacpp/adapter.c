@@ -22,6 +22,7 @@
  * rows are the forward's positions. */
 #include "config.h"            /* BT_LLAMA_CPP_VERSION, BT_LLAMA_CPP_FLAGS */
 #include "llamacpp.h"
+#include "session.h"           /* bt_llama_settings */
 #include "util.h"
 
 #include <llama.h>
@@ -32,6 +33,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #ifndef BT_LLAMA_CPP_VERSION
 #error "configure defines BT_LLAMA_CPP_VERSION with HAVE_LLAMA_CPP"
@@ -72,6 +77,10 @@ typedef struct lc_impl {
     float *scratch;
     size_t scratch_cap;
     char backend[32];
+    bool fa_used;               /* the probe saw FLASH_ATTN_EXT nodes */
+    /* the probe's matmul weights by buffer type: "CPU", "CPU_REPACK", "AMX" */
+    struct { char buft[16]; enum ggml_type type; int n; } wb[16];
+    int n_wb, n_weights;
     struct ggml_threadpool *pool;   /* the persistent CPU threadpool (see lc_attach_pool) */
 } lc_impl;
 
@@ -115,8 +124,8 @@ static void insert(lc_impl *L, int i)
 }
 
 /* A node that computes something we can read as floats: not a view, a
- * name cb() gave it ("Qcur-3", not "Qcur-3 (reshaped)"), contiguous, f32 or f16. */
-static bool usable(const struct ggml_tensor *t)
+ * name cb() (or node_name) gave it ("Qcur-3", not "Qcur-3 (reshaped)"), contiguous, f32 or f16. */
+static bool usable(const struct ggml_tensor *t, const char *name)
 {
     switch (t->op) {
     case GGML_OP_NONE: case GGML_OP_RESHAPE: case GGML_OP_VIEW: case GGML_OP_PERMUTE: case GGML_OP_TRANSPOSE:
@@ -124,7 +133,7 @@ static bool usable(const struct ggml_tensor *t)
         return false;
     default: break;
     }
-    if (!t->name[0] || strpbrk(t->name, " ()") || !strncmp(t->name, "node_", 5)) return false;   /* ggml's own names */
+    if (!name[0] || strpbrk(name, " ()") || !strncmp(name, "node_", 5)) return false;   /* ggml's own names */
     if (t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16) return false;
     return ggml_is_contiguous(t);
 }
@@ -142,13 +151,62 @@ static int split_name(const char *name, char *base, size_t cap)
     return (int)l;
 }
 
+/* The name a node is looked up by: its own, except for the fused attention
+ * (FLASH_ATTN_EXT, which llama.cpp leaves unnamed): "fattn-L", L from its
+ * query ("Qcur-L (permuted)"). Its output is the heads merged, the values
+ * kqv_out has without flash attention (names.c maps both to attn_ctx). */
+static const char *node_name(const struct ggml_tensor *t, char *buf, size_t cap)
+{
+    if (t->op != GGML_OP_FLASH_ATTN_EXT) return t->name;
+    const struct ggml_tensor *q = t->src[0];
+    for (int hop = 0; q && hop < 8 && !strchr(q->name, '-'); hop++) q = q->view_src ? q->view_src : q->src[0];
+    if (!q) return t->name;
+    char full[64], base[64];
+    snprintf(full, sizeof(full), "%.*s", (int)strcspn(q->name, " "), q->name);
+    int layer = split_name(full, base, sizeof(base));
+    if (layer < 0) return t->name;
+    snprintf(buf, cap, "fattn-%d", layer);
+    return buf;
+}
+
+/* The interleaved layout ggml-cpu's repack buffer type gives a weight of
+ * this type on this CPU (ggml_repack_get_optimal_repack_type in the pinned
+ * ggml-cpu/repack.cpp, x86 and Arm), NULL when this table does not know. */
+static const char *repack_layout(enum ggml_type t, int64_t rows)
+{
+    bool avx2 = ggml_cpu_has_avx2(), i8mm = ggml_cpu_has_neon() && ggml_cpu_has_matmul_int8(),
+         dot = ggml_cpu_has_neon() && ggml_cpu_has_dotprod();
+    switch (t) {
+    case GGML_TYPE_Q4_0: return avx2 && rows % 8 == 0 ? "q4_0_8x8" : i8mm && rows % 4 == 0 ? "q4_0_4x8" : dot && rows % 4 == 0 ? "q4_0_4x4" : NULL;
+    case GGML_TYPE_Q4_K: return (avx2 || i8mm) && rows % 8 == 0 ? "q4_K_8x8" : dot && rows % 8 == 0 ? "q4_K_8x4" : NULL;
+    case GGML_TYPE_Q2_K: return ggml_cpu_has_avx512() && rows % 8 == 0 ? "q2_K_8x8" : NULL;
+    case GGML_TYPE_Q5_K: return i8mm && rows % 8 == 0 ? "q5_K_8x8" : dot && rows % 8 == 0 ? "q5_K_8x4" : NULL;
+    case GGML_TYPE_Q6_K: return i8mm && rows % 8 == 0 ? "q6_K_8x8" : dot && rows % 8 == 0 ? "q6_K_8x4" : NULL;
+    case GGML_TYPE_IQ4_NL: return avx2 && rows % 8 == 0 ? "iq4_nl_8x8" : dot && rows % 4 == 0 ? "iq4_nl_4x4" : NULL;
+    case GGML_TYPE_MXFP4: return avx2 && rows % 8 == 0 ? "mxfp4_8x8" : dot && rows % 4 == 0 ? "mxfp4_4x4" : NULL;
+    case GGML_TYPE_Q8_0: return i8mm && rows % 4 == 0 ? "q8_0_4x8" : dot && rows % 4 == 0 ? "q8_0_4x4" : NULL;
+    default: return NULL;
+    }
+}
+
 /* What computed t, for the first_nonfinite event: "MUL_MAT q4_1 (activations
  * as q8_1) on CPU". */
 static void kernel_of(const struct ggml_tensor *t, char *buf, size_t cap)
 {
     const char *be = t->buffer ? ggml_backend_buffer_name(t->buffer) : "?";
     const struct ggml_tensor *w = t->src[0];
-    if ((t->op == GGML_OP_MUL_MAT || t->op == GGML_OP_GET_ROWS) && w) {
+    const char *wb = w && w->buffer ? ggml_backend_buffer_name(w->buffer) : "";
+    if (t->op == GGML_OP_MUL_MAT && w && (!strcmp(wb, "CPU_REPACK") || !strcmp(wb, "AMX"))) {
+        /* weights in an extra buffer type: that type's own kernel, not vec_dot */
+        const struct ggml_type_traits_cpu *tc = ggml_get_type_traits_cpu(w->type);
+        const char *lay = !strcmp(wb, "AMX") ? NULL : repack_layout(w->type, w->ne[1]);
+        snprintf(buf, cap, "MUL_MAT %s %s%s (%s %s, activations as %s) on %s [llama.cpp]", ggml_type_name(w->type),
+                 lay ? "repacked as " : !strcmp(wb, "AMX") ? "in AMX tiles" : "repacked", lay ? lay : "", wb,
+                 !strcmp(wb, "AMX") ? "tinygemm" : "gemm/gemv", tc ? ggml_type_name(tc->vec_dot_type) : "?", be);
+    } else if (t->op == GGML_OP_FLASH_ATTN_EXT && t->src[1] && t->src[2]) {
+        snprintf(buf, cap, "FLASH_ATTN_EXT (fused kq, softmax, kqv; K %s, V %s) on %s [llama.cpp]", ggml_type_name(t->src[1]->type),
+                 ggml_type_name(t->src[2]->type), be);
+    } else if ((t->op == GGML_OP_MUL_MAT || t->op == GGML_OP_GET_ROWS) && w) {
         const struct ggml_type_traits_cpu *tc = ggml_get_type_traits_cpu(w->type);
         if (t->op == GGML_OP_MUL_MAT && tc && tc->vec_dot_type != GGML_TYPE_F32 && !strncmp(be, "CPU", 3))
             snprintf(buf, cap, "%s %s (activations as %s) on %s [llama.cpp]", ggml_op_desc(t), ggml_type_name(w->type),
@@ -216,13 +274,29 @@ static bool cb_eval(struct ggml_tensor *t, bool ask, void *user)
             L->cap_nodes = nc;
         }
         probe_node *p = &L->nodes[L->n_nodes++];
-        snprintf(p->name, sizeof(p->name), "%s", t->name);
+        char nb[64];
+        snprintf(p->name, sizeof(p->name), "%s", node_name(t, nb, sizeof(nb)));
+        if (t->op == GGML_OP_FLASH_ATTN_EXT) L->fa_used = true;
+        const struct ggml_tensor *w = t->src[0];
+        if (t->op == GGML_OP_MUL_MAT && w && w->buffer && w->op == GGML_OP_NONE) {
+            const char *bn = ggml_backend_buffer_name(w->buffer);
+            int k = 0;
+            while (k < L->n_wb && (strcmp(L->wb[k].buft, bn) || L->wb[k].type != w->type)) k++;
+            if (k == L->n_wb && k < 16) {
+                snprintf(L->wb[k].buft, sizeof(L->wb[k].buft), "%s", bn);
+                L->wb[k].type = w->type;
+                L->n_wb++;
+            }
+            if (k < 16) L->wb[k].n++;
+            L->n_weights++;
+        }
         p->gop = t->op;
-        p->usable = usable(t);
+        p->usable = usable(t, p->name);
         p->nel = ggml_nelements(t);
         return false;
     }
-    entry *x = lookup(L, t->name, t->op);
+    char nb[64];
+    entry *x = lookup(L, node_name(t, nb, sizeof(nb)), t->op);
     /* a name and op computed twice in one graph (norm-3: RMS_NORM before
      * attn_norm and before ffn_norm) is recorded at its first node */
     if (!x || x->seen == L->forward_no) return false;
@@ -365,6 +439,84 @@ static void lc_free(void *impl)
     free(L);
 }
 
+static char last_path[512];
+
+static enum ggml_type kv_type(const char *s)
+{
+    return !strcmp(s, "f32") ? GGML_TYPE_F32 : !strcmp(s, "bf16") ? GGML_TYPE_BF16 : !strcmp(s, "q8_0") ? GGML_TYPE_Q8_0
+                                                                                                      : GGML_TYPE_F16;
+}
+
+/* Whether this process may use AMX tiles: the kernel's permission request
+ * for the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA),
+ * then a read-back of the granted features. A CPU that reports AMX under a
+ * hypervisor or kernel that does not enable the tiles fails here, where
+ * an AMX instruction would raise SIGILL. */
+static bool amx_tiles_usable(void)
+{
+#if defined(__linux__) && defined(__x86_64__) && defined(SYS_arch_prctl)
+    enum { ARCH_GET_XCOMP_PERM_ = 0x1022, ARCH_REQ_XCOMP_PERM_ = 0x1023, XFEATURE_XTILEDATA_ = 18 };
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM_, XFEATURE_XTILEDATA_)) return false;
+    unsigned long granted = 0;
+    if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM_, &granted)) return false;
+    return (granted >> XFEATURE_XTILEDATA_) & 1;
+#else
+    return false;
+#endif
+}
+
+/* With repacking on, the CPU's extra buffer types are AMX (in a build for
+ * a CPU with AMX) and CPU_REPACK. When the tiles are not usable here, or
+ * the settings say amx=off, drop only AMX from ggml-cpu's list (the array
+ * ggml_backend_dev_get_extra_bufts returns, which llama.cpp walks at model
+ * load), saying so once; the repacked layouts stay. Returns how AMX stands,
+ * for the path. */
+static const char *amx_check(bool off)
+{
+    static bool said;
+    ggml_backend_reg_t reg = ggml_backend_cpu_reg();
+    ggml_backend_dev_t dev = reg ? ggml_backend_reg_dev_get(reg, 0) : NULL;
+    typedef ggml_backend_buffer_type_t *(*extra_fn)(ggml_backend_dev_t);
+    extra_fn f = dev ? (extra_fn)ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts") : NULL;
+    ggml_backend_buffer_type_t *b = f ? f(dev) : NULL;
+    int at = -1, n = 0;
+    for (; b && b[n]; n++) if (!strcmp(ggml_backend_buft_name(b[n]), "AMX")) at = n;
+    if (!ggml_cpu_has_amx_int8() && at < 0) return "not in this build";
+    bool usable = amx_tiles_usable();
+    if (usable && !off) return at >= 0 ? "on" : "not offered by ggml-cpu";
+    if (at >= 0) memmove(b + at, b + at + 1, (size_t)(n - at) * sizeof(*b));   /* the NULL end moves too */
+    if (!usable && !said) {
+        fprintf(stderr, "bangtrace: note: this CPU reports AMX but its tiles are not usable here (arch_prctl "
+                        "ARCH_REQ_XCOMP_PERM refused): llama.cpp's AMX buffer type is dropped, the other repacked layouts stay\n");
+        said = true;
+    }
+    return usable ? "off (amx=off)" : "dropped (tiles not usable)";
+}
+
+static void describe_path(const lc_impl *L, const char *fa, bool repack, const char *amx, enum ggml_type tk, enum ggml_type tv)
+{
+    char w[320];
+    size_t u = 0;
+    int n_extra = 0;
+    for (int k = 0; k < L->n_wb; k++)
+        if (strcmp(L->wb[k].buft, "CPU") && strcmp(L->wb[k].buft, "CPU_Mapped")) n_extra += L->wb[k].n;
+    u += (size_t)snprintf(w, sizeof(w), "%d of %d matmul weights in extra buffer types", n_extra, L->n_weights);
+    bool first = true;
+    for (int k = 0; k < L->n_wb && u < sizeof(w); k++) {
+        if (!strcmp(L->wb[k].buft, "CPU") || !strcmp(L->wb[k].buft, "CPU_Mapped")) continue;
+        const char *lay = !strcmp(L->wb[k].buft, "CPU_REPACK") ? repack_layout(L->wb[k].type, 8) : NULL;
+        u += (size_t)snprintf(w + u, sizeof(w) - u, "%s%d %s in %s%s%s", first ? " (" : ", ", L->wb[k].n,
+                              ggml_type_name(L->wb[k].type), L->wb[k].buft, lay ? " as " : "", lay ? lay : "");
+        first = false;
+    }
+    if (!first && u < sizeof(w) - 1) { w[u++] = ')'; w[u] = 0; }
+    snprintf(last_path, sizeof(last_path), "flash attention %s (%s%s); repack %s: %s; KV cache %s%s%s; AMX %s",
+             L->fa_used ? "on" : "off", fa, L->fa_used ? ": FLASH_ATTN_EXT" : ": kq, kq_soft_max", repack ? "on" : "off", w,
+             ggml_type_name(tk), tk == tv ? "" : "/", tk == tv ? "" : ggml_type_name(tv), amx);
+}
+
+const char *bt_llamacpp_last_path(void) { return last_path; }
+
 int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engine **out)
 {
     *out = NULL;
@@ -391,13 +543,19 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
     int rc = BT_OK;
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = cuda ? 9999 : 0;     /* all layers and the output on the GPU */
-    /* No extra CPU buffer types (AMX, repacked weights) unless asked with
-     * BT_LLAMA_EXTRA_BUFTS=1: a -march=native build detects AMX where a VM
-     * may not enable the tiles (SIGILL in tinygemm_kernel_amx here), and the
-     * plain path is the one whose kernel the trace can name (vec_dot with
-     * quantized activations). doc/llama-cpp.md. */
-    const char *xb = getenv("BT_LLAMA_EXTRA_BUFTS");
-    mp.use_extra_bufts = xb && !strcmp(xb, "1");
+    /* llama.cpp's own defaults unless the settings say otherwise
+     * (doc/llama-cpp.md, "Which llama.cpp path"): the extra CPU buffer types
+     * on (weights repacked into interleaved layouts, AMX tiles), flash
+     * attention auto, an f16 cache. */
+    /* a caller that passes no settings (one without the --llama-* flags)
+     * still gets the environment aliases over llama.cpp's defaults */
+    bt_llama_settings env_only = { 0 };
+    if (!o->llama && (rc = bt_llama_settings_env(&env_only))) { lc_free(L); return rc; }
+    const bt_llama_settings *ls = o->llama ? o->llama : &env_only;
+    bool repack = !ls->repack || strcmp(ls->repack, "off");
+    mp.use_extra_bufts = repack;
+    const char *amx = cuda ? "n/a (CUDA)" : "unused (repack off)";
+    if (repack && !cuda) amx = amx_check(ls->amx && !strcmp(ls->amx, "off"));
     last_log[0] = 0;
     L->model = llama_model_load_from_file(o->model_path, mp);
     if (!L->model) {
@@ -416,27 +574,15 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
     cp.n_batch = cp.n_ubatch = (uint32_t)(L->max_batch < 8 ? 8 : L->max_batch);
     cp.n_seq_max = 1;
     cp.n_threads = cp.n_threads_batch = o->n_threads > 0 ? o->n_threads : 1;
-    /* No flash attention: kq and its softmax stay visible as tensors.
-     * BT_LLAMA_FLASH_ATTN=auto|on (llama.cpp's default is auto, which is on
-     * for the CPU) and BT_LLAMA_KV_TYPE=f32|bf16|q8_0 (default f16) run
-     * llama.cpp's other paths (doc/llama-cpp.md, doc/numerics.md). */
-    const char *fa = getenv("BT_LLAMA_FLASH_ATTN"), *kvt = getenv("BT_LLAMA_KV_TYPE");
-    cp.flash_attn_type = fa && !strcmp(fa, "auto") ? LLAMA_FLASH_ATTN_TYPE_AUTO
-                       : fa && !strcmp(fa, "on") ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    if (fa && *fa && strcmp(fa, "auto") && strcmp(fa, "on") && strcmp(fa, "off")) {
-        rc = bt_error(BT_EINVAL, "BT_LLAMA_FLASH_ATTN='%s': use auto, on or off", fa);
-        goto fail;
-    }
+    /* Flash attention auto (llama.cpp's default: on for the CPU) fuses kq,
+     * its softmax and kqv into one FLASH_ATTN_EXT node, tapped as attn_ctx
+     * (node_name); off keeps kq and kq_soft_max as tensors. */
+    const char *fa = ls->flash_attn ? ls->flash_attn : "auto";
+    cp.flash_attn_type = !strcmp(fa, "on") ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+                       : !strcmp(fa, "off") ? LLAMA_FLASH_ATTN_TYPE_DISABLED : LLAMA_FLASH_ATTN_TYPE_AUTO;
     if (o->kv_f32) cp.type_k = cp.type_v = GGML_TYPE_F32;   /* forward --engine llama.cpp */
-    if (kvt && *kvt) {
-        enum ggml_type t = !strcmp(kvt, "f16") ? GGML_TYPE_F16 : !strcmp(kvt, "f32") ? GGML_TYPE_F32
-                         : !strcmp(kvt, "bf16") ? GGML_TYPE_BF16 : !strcmp(kvt, "q8_0") ? GGML_TYPE_Q8_0 : GGML_TYPE_COUNT;
-        if (t == GGML_TYPE_COUNT) {
-            rc = bt_error(BT_EINVAL, "BT_LLAMA_KV_TYPE='%s': use f16, f32, bf16 or q8_0", kvt);
-            goto fail;
-        }
-        cp.type_k = cp.type_v = t;
-    }
+    if (ls->type_k) cp.type_k = kv_type(ls->type_k);
+    if (ls->type_v) cp.type_v = kv_type(ls->type_v);
     cp.cb_eval = cb_eval;
     cp.cb_eval_user_data = L;
     cp.no_perf = true;
@@ -463,6 +609,7 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
         if (rc) goto fail;
         if ((rc = build_table(L))) goto fail;
     }
+    describe_path(L, fa, repack, amx, cp.type_k, cp.type_v);
     bt_engine_ext ext = { .forward = lc_forward, .free = lc_free, .impl = L, .extra = L->extra, .n_extra = L->n_extra };
     return bt_engine_new_ext(m, (int)cp.n_ctx, L->max_batch, &ext, out);
 fail:

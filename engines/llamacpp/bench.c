@@ -8,6 +8,7 @@
  * kernels). Extra CPU buffer types stay off (--repack 0), as in the adapter. */
 #include "config.h"
 #include "llamacpp.h"
+#include "session.h"           /* bt_llama_settings */
 #include "util.h"
 
 #include <errno.h>
@@ -71,7 +72,8 @@ static double rate_of(json_t *rows, bool prompt)
     return NAN;
 }
 
-int bt_llamacpp_bench_run(const char *model, int threads, int depth, int np, int nd, int reps, double *prompt_tps, double *decode_tps)
+int bt_llamacpp_bench_run(const char *model, int threads, int depth, int np, int nd, int reps, const bt_llama_settings *ls,
+                          double *prompt_tps, double *decode_tps)
 {
     char bench[4200];
     *prompt_tps = *decode_tps = NAN;
@@ -83,9 +85,12 @@ int bt_llamacpp_bench_run(const char *model, int threads, int depth, int np, int
     snprintf(p_s, sizeof(p_s), "%d", np);
     snprintf(n_s, sizeof(n_s), "%d", nd);
     snprintf(r_s, sizeof(r_s), "%d", reps);
-    const char *xb = getenv("BT_LLAMA_EXTRA_BUFTS");
+    /* the adapter's path (bt_llama_settings; NULL fields: llama.cpp's defaults) */
+    char *fa = (char *)(ls && ls->flash_attn ? ls->flash_attn : "auto"), *ctk = (char *)(ls && ls->type_k ? ls->type_k : "f16"),
+         *ctv = (char *)(ls && ls->type_v ? ls->type_v : "f16");
+    char *repack = ls && ls->repack && !strcmp(ls->repack, "off") ? "0" : "1";
     char *argv[] = { bench, "-m", (char *)model, "-t", t_s, "-d", d_s, "-p", p_s, "-n", n_s, "-r", r_s,
-                     "--repack", xb && !strcmp(xb, "1") ? "1" : "0", "-o", "json", NULL };
+                     "--repack", repack, "-fa", fa, "-ctk", ctk, "-ctv", ctv, "-o", "json", NULL };
     int out[2];
     if (pipe(out)) return bt_error(BT_EIO, "pipe: %s", strerror(errno));
     fflush(NULL);

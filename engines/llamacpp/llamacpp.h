@@ -12,12 +12,18 @@
 #include "engine/engine.h"
 #include "model/model.h"
 
+typedef struct bt_llama_settings bt_llama_settings;   /* session.h */
+
 typedef struct bt_llamacpp_opts {
     const char *model_path;     /* the GGUF bangtrace loaded as m (same file, same ids) */
     int ctx_len, max_batch, n_threads;
     const char *device;         /* "cpu" (default) or "cuda" */
     bool kv_f32;                /* an f32 KV cache (llama.cpp's default is f16): what
-                                 * an f32 reference comparison needs */
+                                 * an f32 reference comparison needs (a type
+                                 * the settings name wins) */
+    const bt_llama_settings *llama; /* llama.cpp's path, the environment aliases
+                                 * applied by the caller (bt_llama_settings_env);
+                                 * NULL: its own defaults and the aliases */
 } bt_llamacpp_opts;
 
 /* Load the model in llama.cpp, check it against m (vocabulary size, layers),
@@ -28,6 +34,11 @@ typedef struct bt_llamacpp_opts {
 int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engine **out);
 
 bool bt_llamacpp_available(void);
+/* The path the last engine made took, resolved ("flash attention on (auto:
+ * FLASH_ATTN_EXT); weights: 90 of 211 matmul weights repacked in CPU_REPACK
+ * (q4_K as q4_K_8x8); KV cache f16; AMX: not in this build"), for the trace's
+ * meta, the run banner and report; "" before any. */
+const char *bt_llamacpp_last_path(void);
 /* "0.3.36" (the llama-cpp-python sdist pinned in tools/llama-cpp.sha256),
  * or NULL when built without llama.cpp. */
 const char *bt_llamacpp_version(void);
@@ -39,13 +50,15 @@ const char *bt_llamacpp_build_flags(void);
  * directory (configure's, or $BT_LLAMA_CPP_DIR), a check that its
  * build-info.txt names the pinned version and has bin/llama-bench (its path
  * into bench), and one run of -d depth -p np -n nd -r reps on model with threads
- * threads (extra CPU buffer types off, as in the adapter). Rates are NAN
+ * threads on the path ls names (NULL: llama.cpp's defaults; -fa, -ctk, -ctv,
+ * --repack as the adapter takes them). Rates are NAN
  * when llama-bench did not report them. BT_EINVAL with one line on a version
  * mismatch, a missing llama-bench or its failure; BT_EUNSUPPORTED without
  * llama.cpp. */
 const char *bt_llamacpp_dir(void);
 int bt_llamacpp_bench_check(char *bench, size_t cap);
-int bt_llamacpp_bench_run(const char *model, int threads, int depth, int np, int nd, int reps, double *prompt_tps, double *decode_tps);
+int bt_llamacpp_bench_run(const char *model, int threads, int depth, int np, int nd, int reps, const bt_llama_settings *ls,
+                          double *prompt_tps, double *decode_tps);
 
 /* The name table (doc/llama-cpp.md): llama.cpp's graph name (without its
  * "-L" layer suffix) -> bt_op, or -1 when it has no counterpart. */
@@ -53,5 +66,9 @@ int bt_llamacpp_map_name(const char *base);
 /* The kernel llama.cpp's CPU backend runs for op with weights of type
  * wtype ("q4_1"; "" for ops without weights), for the cross-engine verdict. */
 void bt_llamacpp_kernel_guess(int op, const char *wtype, char *buf, size_t cap);
+/* The same for a trace whose meta llama_cpp_path (bt_llamacpp_last_path) is
+ * path: flash attention names FLASH_ATTN_EXT, repacked weights their
+ * CPU_REPACK layout, the cache its type. NULL path: the guess above. */
+void bt_llamacpp_kernel_guess_path(int op, const char *wtype, const char *path, char *buf, size_t cap);
 
 #endif

@@ -18,6 +18,9 @@ static const struct { const char *llama; int op; } name_map[] = {
     { "Kcur", BT_OP_ATTN_K },           /* after RoPE, before the cache */
     { "Vcur", BT_OP_ATTN_V },
     { "kqv_out", BT_OP_ATTN_CTX },      /* heads merged, before wo */
+    { "fattn", BT_OP_ATTN_CTX },        /* the same values from the fused FLASH_ATTN_EXT node (flash
+                                         * attention on), which llama.cpp leaves unnamed: the
+                                         * adapter names it fattn-L */
     { "attn_out", BT_OP_ATTN_OUTPUT },  /* wo */
     { "ffn_inp", BT_OP_ATTN_RESID },
     { "ffn_norm", BT_OP_FFN_NORM },
@@ -43,6 +46,31 @@ int bt_llamacpp_map_name(const char *base)
  * ggml-cpu quantizes matmul activations to the weight type's vec_dot type. */
 void bt_llamacpp_kernel_guess(int op, const char *wtype, char *buf, size_t cap)
 {
+    bt_llamacpp_kernel_guess_path(op, wtype, NULL, buf, cap);
+}
+
+/* In a trace's llama_cpp_path ("...(16 q4_K in CPU_REPACK as q4_K_8x8)..."):
+ * the layout weights of type wtype were repacked into, "" when repacked
+ * with no known layout, NULL when they were not repacked. */
+static const char *repacked_as(const char *path, const char *wtype, char *lay, size_t cap)
+{
+    char pat[32];
+    snprintf(pat, sizeof(pat), " %s in CPU_REPACK", wtype);
+    const char *p = path ? strstr(path, pat) : NULL;
+    if (!p) return NULL;
+    p += strlen(pat);
+    if (strncmp(p, " as ", 4)) { lay[0] = 0; return lay; }
+    p += 4;
+    size_t n = strcspn(p, ",); ");
+    snprintf(lay, cap, "%.*s", (int)n, p);
+    return lay;
+}
+
+void bt_llamacpp_kernel_guess_path(int op, const char *wtype, const char *path, char *buf, size_t cap)
+{
+    char kv[16] = "f16";
+    const char *k = path ? strstr(path, "KV cache ") : NULL;
+    if (k) snprintf(kv, sizeof(kv), "%.*s", (int)strcspn(k + 9, ";"), k + 9);
     static const struct { const char *w, *act; } vd[] = {
         { "q4_0", "q8_0" }, { "q4_1", "q8_1" }, { "q5_0", "q8_0" }, { "q5_1", "q8_1" }, { "q8_0", "q8_0" },
         { "q2_K", "q8_K" }, { "q3_K", "q8_K" }, { "q4_K", "q8_K" }, { "q5_K", "q8_K" }, { "q6_K", "q8_K" },
@@ -51,14 +79,23 @@ void bt_llamacpp_kernel_guess(int op, const char *wtype, char *buf, size_t cap)
     if (wtype && *wtype) {
         const char *act = NULL;
         for (size_t i = 0; i < sizeof(vd) / sizeof(vd[0]); i++) if (!strcmp(vd[i].w, wtype)) act = vd[i].act;
-        if (act && strcmp(act, "f32"))
+        char lay[32];
+        const char *rp = repacked_as(path, wtype, lay, sizeof(lay));
+        if (rp)
+            snprintf(buf, cap, "MUL_MAT %s repacked%s%s (CPU_REPACK gemm/gemv) with %s-quantized activations (ggml-cpu)", wtype,
+                     rp[0] ? " as " : "", rp, act ? act : "?");
+        else if (act && strcmp(act, "f32"))
             snprintf(buf, cap, "MUL_MAT %s with %s-quantized activations (ggml-cpu)", wtype, act);
         else snprintf(buf, cap, "MUL_MAT %s (ggml-cpu)", wtype);
         return;
     }
     switch (op) {
     case BT_OP_ATTN_NORM: case BT_OP_FFN_NORM: case BT_OP_OUTPUT_NORM: snprintf(buf, cap, "RMS_NORM + MUL (ggml-cpu)"); break;
-    case BT_OP_ATTN_CTX: snprintf(buf, cap, "attention: MUL_MAT with the f16 KV cache, SOFT_MAX (ggml-cpu)"); break;
+    case BT_OP_ATTN_CTX:
+        if (path && strstr(path, "FLASH_ATTN_EXT"))
+            snprintf(buf, cap, "attention: FLASH_ATTN_EXT (kq, softmax and kqv fused) with the %s KV cache (ggml-cpu)", kv);
+        else snprintf(buf, cap, "attention: MUL_MAT with the %s KV cache, SOFT_MAX (ggml-cpu)", kv);
+        break;
     case BT_OP_ATTN_Q: case BT_OP_ATTN_K: snprintf(buf, cap, "ROPE (ggml-cpu)"); break;
     case BT_OP_FFN_ACT: snprintf(buf, cap, "GLU swiglu (ggml-cpu)"); break;
     case BT_OP_ATTN_RESID: case BT_OP_FFN_RESID: snprintf(buf, cap, "ADD (ggml-cpu)"); break;

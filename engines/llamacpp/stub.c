@@ -12,6 +12,7 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
 }
 
 bool bt_llamacpp_available(void) { return false; }
+const char *bt_llamacpp_last_path(void) { return ""; }
 const char *bt_llamacpp_version(void) { return NULL; }
 const char *bt_llamacpp_lib_version(void) { return NULL; }
 const char *bt_llamacpp_build_flags(void) { return NULL; }
@@ -25,9 +26,10 @@ int bt_llamacpp_bench_check(char *bench, size_t cap)
                     "(run tools/llama-cpp, then configure --with-llama-cpp)");
 }
 
-int bt_llamacpp_bench_run(const char *model, int threads, int depth, int np, int nd, int reps, double *prompt_tps, double *decode_tps)
+int bt_llamacpp_bench_run(const char *model, int threads, int depth, int np, int nd, int reps, const bt_llama_settings *ls,
+                          double *prompt_tps, double *decode_tps)
 {
-    (void)model; (void)threads; (void)depth; (void)np; (void)nd; (void)reps;
+    (void)model; (void)threads; (void)depth; (void)np; (void)nd; (void)reps; (void)ls;
     *prompt_tps = *decode_tps = 0;
     char b[1];
     return bt_llamacpp_bench_check(b, sizeof(b));
