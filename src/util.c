@@ -107,6 +107,15 @@ static const char *file_kind(mode_t m)
          : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a plain file";
 }
 
+void bt_dir_of(const char *path, char *dir, size_t cap)
+{
+    snprintf(dir, cap, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, cap, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+}
+
 int bt_open_input(const char *path)
 {
     /* O_NONBLOCK: opening a fifo with no writer returns at once instead of

@@ -55,6 +55,9 @@ const char *bt_rate_fmt(double n, double seconds, char *buf, size_t cap);
  * descriptor (blocking, close-on-exec), or a negative BT_E* code with the
  * message set. bt_fopen_input: the same as a FILE ("rb"), NULL on error. */
 #include <stdio.h>
+/* The folder of path into dir (cap bytes): "." for a bare name, "/" for a
+ * file in the root. */
+void bt_dir_of(const char *path, char *dir, size_t cap);
 int bt_open_input(const char *path);
 FILE *bt_fopen_input(const char *path);
 

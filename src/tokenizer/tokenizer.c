@@ -533,6 +533,34 @@ static int bpe_add_bigram(const bt_tokenizer *t, scratch *sc, char **key, size_t
                                        .size = a->n + b->n });
 }
 
+/* Merges by rank over the linked symbols sc->s[0..ns): the lowest-ranked
+ * adjacent pair first, until no pair is a merge. fixed_ids: a symbol that
+ * already has its id (a byte-fallback <0xNN> piece, unk) never merges. */
+static int bpe_merge(const bt_tokenizer *t, scratch *sc, size_t ns, bool fixed_ids)
+{
+#define MERGEABLE(i) ((i) >= 0 && (!fixed_ids || sc->s[i].id < 0))
+    char *key = NULL;
+    size_t keycap = 0;
+    int rc = BT_OK;
+    sc->h.n = 0;
+    for (size_t i = 1; i < ns && !rc; i++)
+        if (MERGEABLE((int)i - 1) && MERGEABLE((int)i)) rc = bpe_add_bigram(t, sc, &key, &keycap, (int)i - 1, (int)i);
+    while (sc->h.n && !rc) {
+        bigram b = heap_pop(&sc->h);
+        sym *l = &sc->s[b.left], *r = &sc->s[b.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;   /* stale */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) sc->s[r->next].prev = b.left;
+        if (MERGEABLE(l->prev)) rc = bpe_add_bigram(t, sc, &key, &keycap, l->prev, b.left);
+        if (!rc && MERGEABLE(l->next)) rc = bpe_add_bigram(t, sc, &key, &keycap, b.left, l->next);
+    }
+#undef MERGEABLE
+    free(key);
+    return rc;
+}
+
 static int bpe_word(const bt_tokenizer *t, scratch *sc, const char *w, size_t wl, idvec *out)
 {
     int rc;
@@ -551,23 +579,7 @@ static int bpe_word(const bt_tokenizer *t, scratch *sc, const char *w, size_t wl
     }
     size_t ns;
     if ((rc = make_symbols(sc, e, el, &ns))) return rc;
-    char *key = NULL;
-    size_t keycap = 0;
-    sc->h.n = 0;
-    for (size_t i = 1; i < ns && !rc; i++) rc = bpe_add_bigram(t, sc, &key, &keycap, (int)i - 1, (int)i);
-    while (sc->h.n && !rc) {
-        bigram b = heap_pop(&sc->h);
-        sym *l = &sc->s[b.left], *r = &sc->s[b.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;   /* stale */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) sc->s[r->next].prev = b.left;
-        rc = bpe_add_bigram(t, sc, &key, &keycap, l->prev, b.left);
-        if (!rc) rc = bpe_add_bigram(t, sc, &key, &keycap, b.left, l->next);
-    }
-    free(key);
-    if (rc) return rc;
+    if ((rc = bpe_merge(t, sc, ns, false))) return rc;
     for (int i = ns ? 0 : -1; i != -1; i = sc->s[i].next) {
         sym *s = &sc->s[i];
         int32_t id = smap_get(&t->tok, s->text, s->n);
@@ -677,25 +689,7 @@ static int bfb_word(const bt_tokenizer *t, scratch *sc, const char *w, size_t wl
         sc->s[i].prev = (int)i - 1;
         sc->s[i].next = i + 1 < ns ? (int)i + 1 : -1;
     }
-    char *key = NULL;
-    size_t keycap = 0;
-    sc->h.n = 0;
-    rc = BT_OK;
-    for (size_t i = 1; i < ns && !rc; i++)
-        if (sc->s[i - 1].id < 0 && sc->s[i].id < 0) rc = bpe_add_bigram(t, sc, &key, &keycap, (int)i - 1, (int)i);
-    while (sc->h.n && !rc) {
-        bigram b = heap_pop(&sc->h);
-        sym *l = &sc->s[b.left], *r = &sc->s[b.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;   /* stale */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) sc->s[r->next].prev = b.left;
-        if (l->prev >= 0 && sc->s[l->prev].id < 0) rc = bpe_add_bigram(t, sc, &key, &keycap, l->prev, b.left);
-        if (!rc && l->next >= 0 && sc->s[l->next].id < 0) rc = bpe_add_bigram(t, sc, &key, &keycap, b.left, l->next);
-    }
-    free(key);
-    if (rc) return rc;
+    if ((rc = bpe_merge(t, sc, ns, true))) return rc;
     for (int i = ns ? 0 : -1; i != -1; i = sc->s[i].next) {
         sym *s = &sc->s[i];
         int32_t id = s->id >= 0 ? s->id : smap_get(&t->tok, s->text, s->n);

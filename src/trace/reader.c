@@ -248,11 +248,7 @@ static bool needs_ro_copy(const char *path)
     snprintf(shm, sizeof shm, "%s-shm", path);
     if (!has_wal(path) || path_exists(shm)) return false;
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) strcpy(dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
+    bt_dir_of(path, dir, sizeof dir);
     return access(dir, W_OK) != 0;
 }
 

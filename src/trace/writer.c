@@ -152,11 +152,7 @@ static int reserve_open(const char *path)
 {
 #ifdef O_TMPFILE
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) strcpy(dir, ".");
-    else if (slash == dir) dir[1] = 0;
-    else *slash = 0;
+    bt_dir_of(path, dir, sizeof dir);
     int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) return -1;
     if (posix_fallocate(fd, 0, RESERVE_BYTES) != 0) { close(fd); return -1; }
