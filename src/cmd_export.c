@@ -26,8 +26,9 @@ void cmd_export_help(FILE *out)
         "                    JSON (open it in ui.perfetto.dev or chrome://tracing): steps,\n"
         "                    op timings (run --timing) and detector events on host tracks,\n"
         "                    CUDA kernels and copies on device tracks when the trace has\n"
-        "                    them. Refuses an existing OUT.json unless --force (never a\n"
-        "                    link, a device or the trace itself)\n"
+        "                    them. OUT.json - writes it to standard output. Refuses an\n"
+        "                    existing OUT.json unless --force (never a link, a device\n"
+        "                    or the trace itself)\n"
         "  -o, --output OUT  the new trace file (refuses to replace an existing file\n"
         "                    unless --force)\n"
         "  --redact[=prompt] remove everything the prompt can be rebuilt from: the ids\n"
@@ -136,6 +137,11 @@ static int export_perfetto(const char *in_path, const char *out, bool force)
     char tmp[PATH_MAX + 16] = "";
     FILE *f = NULL;
     int rc;
+    if (!strcmp(out, "-")) {          /* standard output: main checks its write errors */
+        if ((rc = bt_trace_open(in_path, &r))) goto done;
+        rc = bt_perfetto_write(r, stdout);
+        goto done;
+    }
     if ((rc = bt_outfile_check(out, BT_OUT_TEXT, force, in, 1, NULL))) goto done;
     if (strlen(out) > PATH_MAX) { rc = bt_error(BT_EINVAL, "%s: path too long", out); goto done; }
     if ((rc = bt_trace_open(in_path, &r))) goto done;

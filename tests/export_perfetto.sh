@@ -65,6 +65,11 @@ PY
 [ "$(check_json "$TMP/k.json" 1 1 2>&1)" = ok ] && ok "kernel timeline: valid trace-event JSON with host, op, device tracks and the event" ||
     fail "kernel timeline: $(check_json "$TMP/k.json" 1 1 2>&1 | tail -3)"
 
+# --perfetto - : the same JSON on standard output, no file named '-'
+(cd "$TMP" && "$BANGTRACE" export "$TMP/k.db" --perfetto - > "$TMP/k-stdout.json" 2> "$TMP/err") &&
+    cmp -s "$TMP/k.json" "$TMP/k-stdout.json" && [ ! -e "$TMP/-" ] && ok "--perfetto - writes the same JSON to stdout" ||
+    fail "--perfetto -: $(cat "$TMP/err")"
+expect_exit 2 "--perfetto - with stdout on a full disk is exit 2" sh -c '"$0" export "$1" --perfetto - > /dev/full' "$BANGTRACE" "$TMP/k.db"
 expect_exit 2 "an existing OUT.json is refused without --force" "$BANGTRACE" export "$TMP/k.db" --perfetto "$TMP/k.json"
 expect_exit 0 "--force replaces it" "$BANGTRACE" export "$TMP/k.db" --perfetto "$TMP/k.json" --force
 expect_exit 2 "the trace itself is never the output" "$BANGTRACE" export "$TMP/k.db" --perfetto "$TMP/k.db" --force
