@@ -30,8 +30,9 @@
 #   BENCH_ROUNDS  rounds per type and depth (default 3): each round runs
 #                 bangtrace bench then llama-bench once; the table gives
 #                 each figure's median over the rounds
-# llama.cpp runs without its extra buffer types (AMX, repacked weights) in
-# both, as run --engine llama.cpp does (BT_LLAMA_EXTRA_BUFTS=1 turns them on).
+# llama-bench runs with its own defaults (repacked weights, flash attention
+# auto), as run --engine llama.cpp now does; LLAMA_REPACK=0 runs it with
+# --repack 0 instead (label such figures: a peer without its fast path).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 B=${BANGTRACE:-./bangtrace}
@@ -57,7 +58,7 @@ except Exception: d=None
 for k in sys.argv[2:]: d=d.get(k) if isinstance(d,dict) else None
 print("%.1f" % d if isinstance(d,(int,float)) else "n/a")' "$@"; }
 lbench() {  # model depth -> "pp tg"
-    "$lc/bin/llama-bench" -m "$1" -t "$threads" -p "$P" -n "$N" -d "$2" -r 1 --repack "${BT_LLAMA_EXTRA_BUFTS:-0}" -o json >"$tmp/lb.json" 2>/dev/null || { echo "n/a n/a"; return; }
+    "$lc/bin/llama-bench" -m "$1" -t "$threads" -p "$P" -n "$N" -d "$2" -r 1 ${LLAMA_REPACK:+--repack "$LLAMA_REPACK"} -o json >"$tmp/lb.json" 2>/dev/null || { echo "n/a n/a"; return; }
     python3 -c 'import json,sys
 rows=json.load(open(sys.argv[1]))
 pp=[r["avg_ts"] for r in rows if r.get("n_prompt",0)>0 and r.get("n_gen",0)==0]

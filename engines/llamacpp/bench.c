@@ -5,7 +5,9 @@
  * The build directory is configure's (BT_LLAMA_CPP_DIR), or the
  * BT_LLAMA_CPP_DIR environment variable; its build-info.txt must name the
  * pinned version (a llama-bench of another llama.cpp would compare other
- * kernels). Extra CPU buffer types stay off (--repack 0), as in the adapter. */
+ * kernels). It runs with llama.cpp's defaults (repacked weights, flash
+ * attention auto, f16 KV), as the adapter does, unless the --llama-* settings
+ * choose another path; those are passed on as llama-bench's own flags. */
 #include "config.h"
 #include "llamacpp.h"
 #include "session.h"           /* bt_llama_settings */
