@@ -11,7 +11,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "util.h"
+#include "base/util.h"
 
 static int failures, checks;
 

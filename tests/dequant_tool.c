@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels_impl.h"
-#include "util.h"
+#include "kernels/cpu/kernels_impl.h"
+#include "base/util.h"
 
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int fail(const char *fmt, ...)

@@ -8,7 +8,7 @@ src=${BT_SRCDIR:-.}
 readme=$src/README.md
 layout=$(sed -n '/^## Layout/,/^See `doc\/architecture.md`/p' "$readme")
 [ -n "$layout" ] || { fail "README.md has no Layout table"; finish; }
-for d in "$src"/src/*/ "$src"/kernels/*/ "$src"/engines/*/ "$src"/tui/ "$src"/traces/ "$src"/tools/ "$src"/examples/ "$src"/tests/ "$src"/doc/; do
+for d in "$src"/src/*/ "$src"/src/engines/*/ "$src"/kernels/*/ "$src"/tui/ "$src"/traces/ "$src"/tools/ "$src"/examples/ "$src"/tests/ "$src"/doc/; do
     [ -d "$d" ] || continue
     rel=${d#"$src"/}
     printf '%s\n' "$layout" | grep -qF "| \`$rel\` |" && ok "Layout names $rel" || fail "README's Layout table does not name $rel"

@@ -7,8 +7,8 @@
  * folder does not load. Used by tests/hf_arch.sh. */
 #include "model/gguf.h"
 #include "model/hf.h"
-#include "kernels.h"
-#include "util.h"
+#include "kernels/cpu/kernels.h"
+#include "base/util.h"
 
 #include <jansson.h>
 #include <math.h>

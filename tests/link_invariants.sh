@@ -39,11 +39,11 @@ else ok "trace library depends on nothing in the TUI"; fi
 
 # One door into the trace: the decoder writes speculative rows through the
 # recorder (bt_recorder_spec_*), never with bt_trace_* calls of its own.
-if [ -f "$B/src/decode.o" ]; then
-    if nm "$B/src/decode.o" | awk '$1 == "U" { print $2 }' | grep '^bt_trace_' > "$TMP/bad"; then
-        fail "src/decode.c calls the trace writer directly: $(tr '\n' ' ' < "$TMP/bad")"
+if [ -f "$B/src/gen/decode.o" ]; then
+    if nm "$B/src/gen/decode.o" | awk '$1 == "U" { print $2 }' | grep '^bt_trace_' > "$TMP/bad"; then
+        fail "src/gen/decode.c calls the trace writer directly: $(tr '\n' ' ' < "$TMP/bad")"
     else ok "the decoder reaches the trace only through the recorder"; fi
-else fail "$B/src/decode.o not found"; fi
+else fail "$B/src/gen/decode.o not found"; fi
 
 # bangtrace runs on machines without CUDA: it never links the CUDA runtime
 # or CUPTI (the plugin bangtrace-cuda.so does, and is opened with dlopen).
@@ -76,17 +76,18 @@ if [ -f "$B/src/engine/engine.o" ]; then
 else fail "$B/src/engine/engine.o not found"; fi
 
 # Sources of the core library include none of those headers.
-core_src="$S/src/model $S/src/tokenizer $S/src/engine $S/kernels $S/src/util.c $S/src/util.h $S/src/request.c
-          $S/src/request.h $S/src/chat.c $S/src/tap/stats.c $S/src/tap/stats.h $S/src/tap/inject.c
-          $S/src/tap/inject.h $S/src/tap/detect.c $S/src/tap/detect.h"
+core_src="$S/src/base $S/src/model $S/src/tokenizer $S/src/engine $S/src/backend $S/kernels $S/src/tap
+          $S/src/gen/request.c $S/src/gen/request.h $S/src/gen/chat.c"
 # shellcheck disable=SC2086
 if grep -rlE '#[[:space:]]*include[[:space:]]*[<"](sqlite3|n?curses|ncursesw/curses|term|libunwind)\.h' $core_src > "$TMP/bad"; then
     fail "core sources include SQLite/curses/libunwind headers: $(tr '\n' ' ' < "$TMP/bad")"
 else ok "no core source includes sqlite3.h, curses.h or libunwind.h"; fi
 
-# Only the trace store sees SQLite: commands and the browser go through
-# src/trace/ (reader, analyze, replay, export).
-if grep -rlE '#[[:space:]]*include[[:space:]]*[<"]sqlite3\.h' "$S/src" "$S/tui" | grep -v "^$S/src/trace/" > "$TMP/bad"; then
-    fail "sqlite3.h included outside src/trace/: $(tr '\n' ' ' < "$TMP/bad")"
-else ok "only src/trace/ includes sqlite3.h"; fi
+# Only the trace store sees SQLite (and the canary's own log, a database of
+# its own): commands and the browser go through src/trace/ (reader, analyze,
+# export).
+if grep -rlE '#[[:space:]]*include[[:space:]]*[<"]sqlite3\.h' "$S/src" "$S/tui" | grep -v "^$S/src/trace/" |
+    grep -vx "$S/src/prod/canary_log.c" > "$TMP/bad"; then
+    fail "sqlite3.h included outside src/trace/ and src/prod/canary_log.c: $(tr '\n' ' ' < "$TMP/bad")"
+else ok "only src/trace/ (and the canary log) include sqlite3.h"; fi
 finish

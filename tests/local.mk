@@ -169,7 +169,7 @@ EXTRA_DIST += tests/backend_cuda.sh
 TESTS += tests/canary_ctxwalk.sh
 EXTRA_DIST += tests/canary_ctxwalk.sh
 
-# a foreign engine (engines/llamacpp's shape) behind bt_engine, recorded
+# a foreign engine (src/engines/llamacpp's shape) behind bt_engine, recorded
 check_PROGRAMS += tests/test_foreign
 TESTS += tests/test_foreign
 tests_test_foreign_SOURCES = tests/test_foreign.c

@@ -15,10 +15,10 @@
  *   - on the plain CPU backend, and without a trace, the feature is a
  *     one-line refusal naming the flag (--cupti, --cuda-graphs). */
 #include "check.h"
-#include "decode.h"
-#include "session.h"
+#include "gen/decode.h"
+#include "run/session.h"
 #include "backend/backend_impl.h"
-#include "tap/kernel_rows.h"
+#include "base/kernel_rows.h"
 #include "trace/reader.h"
 
 #include <sqlite3.h>

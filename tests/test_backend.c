@@ -14,7 +14,7 @@
  * (num_round bit for bit on every backend) are checked too. */
 #include "backend/backend_impl.h"
 #include "engine/numerics.h"
-#include "kernels_impl.h"
+#include "kernels/cpu/kernels_impl.h"
 #include "check.h"
 
 #include <math.h>

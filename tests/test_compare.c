@@ -5,7 +5,7 @@
  * value", the count fields first, and the tolerance edge against the
  * tensor's spread. */
 #include "trace/compare.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
  * itself faults must not hang or loop: the child still dies. */
 #include "sys/backtrace.h"
 #include "sys/crash.h"
-#include "util.h"
+#include "base/util.h"
 #include "check.h"
 #include "config.h"
 

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "kernels.h"
+#include "kernels/cpu/kernels.h"
 #include "tap/stats.h"
 #include "tap/inject.h"
 #include "engine/engine.h"

@@ -5,7 +5,7 @@
 #include "model/model.h"
 #include "tap/detect.h"
 #include "tokenizer/tokenizer.h"
-#include "util.h"
+#include "base/util.h"
 #include "check.h"
 
 #include <stdio.h>

@@ -20,8 +20,8 @@
 #include <gnu/libc-version.h>
 #endif
 
-#include "kernels_impl.h"
-#include "util.h"
+#include "kernels/cpu/kernels_impl.h"
+#include "base/util.h"
 #include "check.h"
 #include "rng.h"
 

@@ -8,10 +8,10 @@
  * table. Needs stories260K (BT_SHARED) for its config; SKIP without. */
 #include "check.h"
 #include "engine/engine.h"
-#include "llamacpp/llamacpp.h"
+#include "engines/llamacpp/llamacpp.h"
 #include "model/model.h"
 #include "tap/inject.h"
-#include "tap/recorder.h"
+#include "run/recorder.h"
 #include "trace/reader.h"
 #include "trace/trace.h"
 

@@ -7,8 +7,8 @@
  * reader cannot hide behind a matching bug in a shared helper. */
 #include "model/gguf.h"
 #include "model/model.h"
-#include "util.h"
-#include "kernels.h"
+#include "base/util.h"
+#include "kernels/cpu/kernels.h"
 #include "check.h"
 
 #include <inttypes.h>

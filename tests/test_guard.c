@@ -5,7 +5,7 @@
  * virtual table for a table, an index on another table, a generated
  * column) and ignores unknown extras. */
 #include "trace/guard.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -8,7 +8,7 @@
 #include "engine/engine.h"
 #include "model/model.h"
 #include "tap/inject.h"
-#include "util.h"
+#include "base/util.h"
 #include "check.h"
 
 #include <math.h>

@@ -17,7 +17,7 @@
 
 #include "check.h"
 #include "engine/engine.h"
-#include "tap/kernel_rows.h"
+#include "base/kernel_rows.h"
 #include "trace/trace.h"
 #include "trace/reader.h"
 

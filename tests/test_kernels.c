@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels_impl.h"
-#include "util.h"
+#include "kernels/cpu/kernels_impl.h"
+#include "base/util.h"
 #include "check.h"
 #define TEST_RNG_SEED 0x2545F4914F6CDD1Dull
 #include "rng.h"

@@ -1,8 +1,8 @@
 /* test_request.c - OpenAI request bodies (fields, types, ranges, warnings,
  * JSON errors with positions) and the native chat templates, compared byte
  * for byte with what jinja2 renders from the reference templates below. */
-#include "request.h"
-#include "util.h"
+#include "gen/request.h"
+#include "base/util.h"
 #include "check.h"
 
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * (NaN, +-Inf, ties, padding), and sampling: determinism, top-k / top-p
  * limits, and frequencies against the softmax. */
 #include "engine/sampler.h"
-#include "util.h"
+#include "base/util.h"
 #include "check.h"
 
 #include <math.h>

@@ -5,10 +5,10 @@
  * the model, no vocabulary), and the replay of the trace: an unchanged run
  * compares exactly equal, a finite injected fault diverges at its step. */
 #include "check.h"
-#include "decode.h"
-#include "session.h"
+#include "gen/decode.h"
+#include "run/session.h"
 #include "trace/reader.h"
-#include "trace/replay.h"
+#include "run/replay.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -17,10 +17,10 @@
  * is < 5e-5, so the test asserts D < B + 0.025. A sampler that accepted
  * drafts without the p/q test would produce the draft's distribution
  * instead; the test prints that distance too, to show the bound can tell. */
-#include "decode.h"
+#include "gen/decode.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdio.h>

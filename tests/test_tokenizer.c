@@ -21,7 +21,7 @@
 #include "model/model.h"
 #include "tokenizer/pretok.h"
 #include "tokenizer/tokenizer.h"
-#include "util.h"
+#include "base/util.h"
 #include "check.h"
 
 #include <stdio.h>

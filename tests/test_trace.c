@@ -7,7 +7,7 @@
 #include "sys/outfile.h"
 #include "trace/reader.h"
 #include "trace/trace.h"
-#include "util.h"
+#include "base/util.h"
 #include "check.h"
 
 #include <math.h>

@@ -10,9 +10,9 @@
 #include <curses.h>
 #endif
 
-#include "../tui/tui.h"
+#include "tui/tui.h"
 #include "engine/engine.h"
-#include "util.h"
+#include "base/util.h"
 #include "check.h"
 
 #include <math.h>

@@ -20,7 +20,7 @@
  *       ten steps) and prints them in ms: the "1 GB opens in < 1 s" check. */
 #include "trace/reader.h"
 #include "trace/trace.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  * of tui_views[]: a later view (speculation, kernels) is one more row, not
  * another case in a switch. */
 #include "tui.h"
-#include "util.h"
+#include "base/util.h"
 #include "config.h"
 
 #include <stdlib.h>

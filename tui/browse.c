@@ -8,7 +8,7 @@
  * ncurses' own SIGWINCH handling; the next draw recomputes every layout from
  * the new size. */
 #include "view.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <langinfo.h>
 #include <signal.h>

@@ -3,7 +3,7 @@
  * sequences (token text is sanitized exactly as on screen; health is a
  * marker: '!' non-finite, '~' degenerate / far above median, '.' clean). */
 #include "tui.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
 
 #include "tui.h"
 #include "engine/engine.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -5,7 +5,7 @@
 #include "tui.h"
 #include "trace/headroom.h"
 #include "engine/engine.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
 # The model layer and the dumps need no terminal; the views, the key table
 # and the interactive loop are curses and built only with ncursesw.
 libbttui_a_SOURCES += tui/tui.h tui/model_impl.h tui/view.h \
-	tui/text.c tui/layout.c tui/app.c \
+	tui/sanitize.c tui/layout.c tui/app.c \
 	tui/model_trace.c tui/model_tokens.c tui/model_step.c tui/model_walk.c tui/model_run.c tui/model_spec.c \
 	tui/model_kernels.c tui/dump.c
 if HAVE_NCURSESW
@@ -10,5 +10,4 @@ libbttui_a_SOURCES += tui/keys.c \
 	tui/view_common.c tui/view_tokens.c tui/view_step.c tui/view_walk.c tui/view_run.c tui/view_spec.c tui/view_kernels.c \
 	tui/browse.c tui/term_check.c
 endif
-libbtcmd_a_SOURCES += tui/cmd_browse.c
 EXTRA_DIST += tui/README.md

@@ -13,7 +13,7 @@
 #include "model_impl.h"
 #include "trace/analyze.h"
 #include "engine/engine.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * are shown in a fixed, useful order first (what ran, on what, how), then
  * the rest alphabetically. */
 #include "model_impl.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

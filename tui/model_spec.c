@@ -17,7 +17,7 @@
  * A trace written before the speculative tables existed (or one without
  * verify steps) is "not a speculative trace": present = false, no error. */
 #include "model_impl.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -6,7 +6,7 @@
  * precision and non-finite counts where a tensor went bad), one logits row
  * and the token the step produced - all primary-key or index lookups. */
 #include "model_impl.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdlib.h>

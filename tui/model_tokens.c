@@ -17,7 +17,7 @@
  * token wall event, else clean. Prompt tokens are always clean: they are
  * input, not output. */
 #include "model_impl.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

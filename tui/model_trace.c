@@ -8,7 +8,7 @@
  * opens the file read-only and nothing here writes. Nothing scans a whole
  * table. */
 #include "model_impl.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <math.h>

@@ -14,7 +14,7 @@
  * first_nonfinite / nonfinite_logits events. */
 #include "model_impl.h"
 #include "trace/analyze.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,8 +2,8 @@
  * when there are none), clipped text, the layer x op grid and a tap's
  * statistics. */
 #include "view.h"
-#include "text.h"
-#include "util.h"
+#include "base/text.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdarg.h>

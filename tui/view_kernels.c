@@ -6,7 +6,7 @@
  * the first bad step. The lines are the model's (model_kernels.c), the
  * same text `browse --dump kernels` prints. */
 #include "view.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <string.h>
 

@@ -3,7 +3,7 @@
  * Meta values and event details are written by the run and may quote the
  * prompt, so they are sanitized like token text. */
 #include "view.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -10,7 +10,7 @@
  * opens the verify step in the Step view with the logit row that judged the
  * selected draft (by default the rejection, else the bonus row). */
 #include "view.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * the first/last step, PgUp/PgDn scroll the grid, Enter opens the step's
  * tokens. */
 #include "view.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <string.h>

@@ -9,7 +9,7 @@
  * target seq (tui_app_goto_seq), so scrolling through 300,000 tokens never
  * holds more than TUI_TOK_WINDOW rows. */
 #include "view.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

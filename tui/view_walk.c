@@ -3,7 +3,7 @@
  * step and tensor become the Step view's selection) and, where there is
  * room, that step's grid with the link's cell selected. */
 #include "view.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <string.h>
 

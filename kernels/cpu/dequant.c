@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "kernels_impl.h"
-#include "util.h"
+#include "base/util.h"
 
 
 static void dq_f32(const void *src, float *dst, int64_t n)

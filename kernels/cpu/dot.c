@@ -14,7 +14,7 @@
 #endif
 
 #include "kernels_impl.h"
-#include "util.h"
+#include "base/util.h"
 
 
 /* The scalar canonical order (see kernels_impl.h): element i goes into

@@ -24,7 +24,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define QK 32

@@ -28,7 +28,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define QK 32

@@ -47,7 +47,7 @@
 #include <string.h>
 
 #include "kernels_impl.h"
-#include "util.h"
+#include "base/util.h"
 
 /* x[i] - m rounds once in float, in every variant. */
 void bt_exp_sub_f32_scalar(float *x, int64_t n, float m)

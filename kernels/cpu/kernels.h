@@ -1,4 +1,4 @@
-/* kernels.h - CPU compute kernels: weight types, dequantization, dot
+/* kernels.h - CPU compute kernels: dequantization, dot
  * products, threaded matrix products.
  *
  * Weights stay in their file layout (ggml blocks) and are read in place.
@@ -15,34 +15,14 @@
 #include <stdint.h>
 #include <stdbool.h>
 
-/* ggml type ids, same numbering as ggml/GGUF. */
-enum bt_dtype {
-    BT_DT_F32 = 0, BT_DT_F16 = 1, BT_DT_Q4_0 = 2, BT_DT_Q4_1 = 3,
-    BT_DT_Q5_0 = 6, BT_DT_Q5_1 = 7, BT_DT_Q8_0 = 8, BT_DT_Q8_1 = 9,
-    BT_DT_Q2_K = 10, BT_DT_Q3_K = 11, BT_DT_Q4_K = 12, BT_DT_Q5_K = 13,
-    BT_DT_Q6_K = 14, BT_DT_Q8_K = 15,
-    BT_DT_I8 = 24, BT_DT_I16 = 25, BT_DT_I32 = 26, BT_DT_I64 = 27, BT_DT_F64 = 28,
-    BT_DT_BF16 = 30,
-    BT_DT_COUNT = 40
-};
+#include "base/dtype.h"     /* the weight types the kernels compute with */
+#include "base/records.h"   /* bt_tap_stats */
 
-typedef struct bt_dtype_info {
-    const char *name;   /* "q4_1"; NULL for ids we do not know at all */
-    int blck;           /* elements per block */
-    size_t type_size;   /* bytes per block */
-    bool compute;       /* dequant + dot implemented (usable as a weight) */
-} bt_dtype_info;
-
-/* Info for a type id; name == NULL if the id is unknown. Never NULL. */
-const bt_dtype_info *bt_dtype(int type);
-/* Bytes of a row of n elements; 0 if n is not a multiple of the block size
- * or the type is unknown. */
-size_t bt_dtype_row_size(int type, int64_t n);
-
-/* Byte offsets of the f16 scale (and min) fields inside one block of a
- * quantized type; returns how many (0: none). A flipped exponent bit there
- * poisons a whole block, so inspect scans them. */
-int bt_dtype_scale_offsets(int type, int off[2]);
+/* One-pass statistics of a (rows x width) f32 tensor (kernels/cpu/stats.c):
+ * a single sweep over data that was just written (still in cache) counts
+ * NaN / +Inf / -Inf, accumulates min, max, sum and sum of squares over the
+ * finite values and remembers the first non-finite element. */
+void bt_stats_compute(const float *x, int rows, int width, int pos0, bt_tap_stats *out);
 
 /* Pick SIMD variants for this CPU. BT_SIMD=scalar|avx2|avx512 in the
  * environment forces one (falls back to scalar if the CPU lacks it).

@@ -35,7 +35,7 @@
 #define BT_KERNELS_IMPL_H
 
 #include "kernels.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <string.h>
 

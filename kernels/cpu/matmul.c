@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "kernels_impl.h"
-#include "util.h"
+#include "base/util.h"
 
 struct mm_job {
     const bt_kvariant *kv;

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "kernels.h"
-#include "util.h"
+#include "base/util.h"
 
 #ifdef __linux__
 #include <linux/futex.h>

@@ -47,9 +47,9 @@
 #include <time.h>
 
 extern "C" {
-#include "util.h"
+#include "base/util.h"
 #include "backend/backend_impl.h"
-#include "tap/kernel_rows.h"
+#include "base/kernel_rows.h"
 }
 
 #include "math.cuh"

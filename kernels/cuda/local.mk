@@ -8,7 +8,7 @@
 # Only bt_backend_plugin_init is exported (-fvisibility=hidden).
 CUDA_PLUGIN_SRCS = kernels/cuda/backend_cuda.cu kernels/cuda/kernels.cu
 CUDA_PLUGIN_HDRS = kernels/cuda/math.cuh kernels/cuda/cuda_impl.h src/backend/backend.h \
-	src/backend/backend_impl.h src/tap/stats.h src/tap/kernel_rows.h src/util.h
+	src/backend/backend_impl.h src/base/records.h src/base/kernel_rows.h src/base/util.h
 EXTRA_DIST += $(CUDA_PLUGIN_SRCS) $(CUDA_PLUGIN_HDRS) kernels/cuda/local.mk
 NVCCFLAGS = -std=c++17 -O2 $(CUDA_GENCODE) -Xcompiler -fPIC,-fvisibility=hidden \
 	-I$(top_srcdir)/src -I$(top_builddir)

@@ -3,7 +3,7 @@
  * generic fallbacks of the numerics ops (--numerics). */
 #include "backend/backend_impl.h"
 #include "engine/numerics.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <stdbool.h>
 
+#include "base/records.h"   /* bt_mutation */
+
 typedef struct bt_backend bt_backend;
 /* A buffer on a backend: f32 activations, or a weight's raw GGUF blocks. */
 typedef struct bt_buf bt_buf;
@@ -87,15 +89,7 @@ int bt_backend_mem_info(bt_backend *be, bt_backend_mem *out);
  * element replaced by `value` (SET), multiplied by it (SCALE) or moved by
  * value * bt_noise_unit(step, layer, op, pos0 + row, col) (NOISE). An element
  * counts as changed when its bits differ afterwards. */
-enum bt_mut_kind { BT_MUT_SET = 0, BT_MUT_SCALE = 1, BT_MUT_NOISE = 2 };
-
-typedef struct bt_mutation {
-    int kind;                  /* enum bt_mut_kind */
-    float value;               /* value set, scale factor or noise amplitude */
-    int row0, row1;            /* rows, 0 <= row0 <= row1 <= rows */
-    long col0, col1;           /* columns, 0 <= col0 <= col1 <= width */
-    int step, layer, op, pos0; /* the tensor's identity (noise hashes it) */
-} bt_mutation;
+/* enum bt_mut_kind and bt_mutation: src/base/records.h */
 
 /* Deterministic noise in [-1, 1) for one element: a splitmix64 hash of its
  * identity, so reruns, replays with different chunking and every backend

@@ -31,8 +31,8 @@
 #define BT_BACKEND_IMPL_H
 
 #include "backend/backend.h"
-#include "tap/stats.h"
-#include "tap/kernel_rows.h"
+#include "base/records.h"
+#include "base/kernel_rows.h"
 
 struct bt_numerics;   /* engine/numerics.h: a numerics profile, plain data */
 

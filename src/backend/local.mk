@@ -1,5 +1,5 @@
-# src/backend/local.mk - the backend seam: the vtable, the CPU backend and
-# the registry that dlopens device plugins (core library: no SQLite, no
-# curses; the CUDA plugin is built separately, see kernels/cuda).
+# src/backend/local.mk - the backend seam: the vtable and the registry that
+# opens the built-in CPU backend (kernels/cpu/) or dlopens a device plugin
+# (kernels/cuda/) (core library: no SQLite, no curses).
 libbtcore_a_SOURCES += src/backend/backend.h src/backend/backend_impl.h src/backend/backend.c \
-	src/backend/cpu.c src/backend/registry.c
+	src/backend/registry.c

@@ -6,7 +6,7 @@
  * running executable (a build tree), then in the install's pkglibdir. It
  * exports one symbol, BT_BACKEND_PLUGIN_ENTRY (backend_impl.h). */
 #include "backend/backend_impl.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <dlfcn.h>
 #include <errno.h>

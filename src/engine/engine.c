@@ -12,8 +12,8 @@
 #include "engine/numerics.h"
 #include "engine/moe.h"
 #include "backend/backend_impl.h"
-#include "kernels.h"
-#include "util.h"
+#include "kernels/cpu/kernels.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -30,7 +30,7 @@
 #include <stdbool.h>
 #include "model/model.h"
 #include "backend/backend.h"
-#include "tap/stats.h"
+#include "base/records.h"
 
 /* Every tensor the forward pass computes, in the order it computes them.
  * Which of them a model has depends on its architecture (bt_op_exists):

@@ -6,7 +6,7 @@
  * for it and the engine skips the hooks altogether. */
 #include "engine/numerics.h"
 #include "engine/engine.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdio.h>

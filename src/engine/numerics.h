@@ -24,7 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "kernels.h"
+#include "kernels/cpu/kernels.h"
 
 enum bt_num_fmt { BT_NUM_F32 = 0, BT_NUM_F16, BT_NUM_BF16, BT_NUM_Q8_0, BT_NUM_Q8_1, BT_NUM_GGML, BT_NUM_F64, BT_NUM_GGML_MM };
 

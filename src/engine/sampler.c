@@ -16,7 +16,7 @@
  * sorted probabilities, one uniform draw from a splitmix64 stream, so the
  * same seed gives the same ids on every platform. */
 #include "sampler.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <math.h>

@@ -6,7 +6,7 @@
  * loader refuses it as unused. */
 #include "model/arch.h"
 #include "model/model.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -12,9 +12,9 @@
  * general.alignment, tensor data. A string is {u64 len, bytes}; an array is
  * {u32 elem_type, u64 n, elements}. v1 used 32-bit counts and is refused. */
 #include "model/gguf.h"
-#include "util.h"
-#include "text.h"
-#include "kernels.h"
+#include "base/util.h"
+#include "base/text.h"
+#include "kernels/cpu/kernels.h"
 
 #include <errno.h>
 #include <fcntl.h>

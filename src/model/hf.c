@@ -16,9 +16,9 @@
 #include "model/safetensors.h"
 #include "model/spm_model.h"
 #include "tokenizer/pretok.h"
-#include "kernels.h"
-#include "text.h"
-#include "util.h"
+#include "kernels/cpu/kernels.h"
+#include "base/text.h"
+#include "base/util.h"
 
 #include <inttypes.h>
 #include <jansson.h>

@@ -7,8 +7,8 @@
 #include "model/model.h"
 #include "model/gguf.h"
 #include "model/hf.h"
-#include "kernels.h"
-#include "util.h"
+#include "kernels/cpu/kernels.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
  *                  42 eos_id, 43 pad_id
  *   NormalizerSpec 1 name, 3 add_dummy_prefix, 4 remove_extra_whitespaces */
 #include "model/spm_model.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -7,7 +7,7 @@
  * the middle stays ok. */
 #include "prod/classify.h"
 #include "tap/detect.h"
-#include "util.h"
+#include "base/util.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

@@ -4,14 +4,14 @@
  * our own server, the generated ids (the "bangtrace" object), so the
  * classifier can judge ids where a server gives them. */
 #include "prod/target.h"
-#include "prod/gen.h"
+#include "gen/generate.h"
 #include "engine/engine.h"
 #include "model/model.h"
-#include "request.h"
+#include "gen/request.h"
 #include "tap/inject.h"
 #include "sys/crash.h"
 #include "tokenizer/tokenizer.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <curl/curl.h>
 #include <jansson.h>

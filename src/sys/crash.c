@@ -29,7 +29,7 @@
 
 #include "sys/backtrace.h"
 #include "sys/crash.h"
-#include "util.h"
+#include "base/util.h"
 
 static const int fatal_sigs[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT };
 #define N_SIGS ((int)(sizeof(fatal_sigs) / sizeof(fatal_sigs[0])))

@@ -5,8 +5,8 @@
  * so the check is advice for a clear message and the exclusive create is
  * what actually keeps a file from being lost. */
 #include "sys/outfile.h"
-#include "trace/reader.h"
-#include "util.h"
+#include "base/records.h"   /* BT_TRACE_APPLICATION_ID */
+#include "base/util.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -10,8 +10,8 @@
  * reaches 8, a loop when it first reaches four repeats; the episode ends
  * when the run (or the periodic match) breaks. Memory is O(1). */
 #include "tap/detect.h"
-#include "util.h"
-#include "text.h"
+#include "base/util.h"
+#include "base/text.h"
 
 #include <stdio.h>
 #include <stdlib.h>

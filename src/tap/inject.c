@@ -10,8 +10,8 @@
  * written and poisoned, which bit flips were done) lives in the spec records;
  * the const in the public API means "the configuration does not change". */
 #include "tap/inject.h"
-#include "kernels.h"
-#include "util.h"
+#include "kernels/cpu/kernels.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <stddef.h>

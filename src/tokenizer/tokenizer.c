@@ -32,7 +32,7 @@
 #ifdef HAVE_UTF8PROC
 #include <utf8proc.h>
 #endif
-#include "util.h"
+#include "base/util.h"
 
 /* ---- byte-string hash map (open addressing, power-of-two size) ---- */
 

@@ -8,8 +8,8 @@
  * (tap/detect.h), recomputed here so walls and loops are dated from their
  * first token and traces recorded without detectors are still judged. */
 #include "trace/analyze.h"
-#include "text.h"
-#include "util.h"
+#include "base/text.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdint.h>

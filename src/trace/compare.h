@@ -23,7 +23,7 @@
 #define BT_TRACE_COMPARE_H
 
 #include <stdbool.h>
-#include "tap/stats.h"
+#include "base/records.h"
 #include "trace/reader.h"
 
 #define BT_TAP_SCALE_FLOOR 1e-6   /* smallest scale a relative tolerance is taken of */

@@ -46,8 +46,8 @@
 #include "trace/reader.h"
 #include "sys/outfile.h"
 #include "trace/trace.h"
-#include "text.h"
-#include "util.h"
+#include "base/text.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <jansson.h>

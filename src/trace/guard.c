@@ -1,6 +1,6 @@
 /* guard.c - schema check and statement budget for untrusted traces (see guard.h). */
 #include "trace/guard.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * maximum; see headroom.h. Walks the steps in order and each step's taps in
  * slot (forward) order, so "first" means the first tap the run computed. */
 #include "trace/headroom.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <stdio.h>

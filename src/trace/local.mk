@@ -8,7 +8,6 @@ libbttrace_a_SOURCES += src/trace/trace.h src/trace/writer.c src/trace/reader.h 
 	src/trace/guard.h src/trace/guard.c src/trace/perfetto.h src/trace/perfetto.c
 # `bangtrace export`: the copy (export.c) and the flags (cmd_export.c)
 libbttrace_a_SOURCES += src/trace/export.h src/trace/export.c
-libbtcmd_a_SOURCES += src/cmd_export.c
 nodist_libbttrace_a_SOURCES += src/trace/schema.c
 BUILT_SOURCES += src/trace/schema.c
 CLEANFILES += src/trace/schema.c
@@ -23,12 +22,8 @@ src/trace/schema.c: $(top_srcdir)/traces/schema.sql
 libbttrace_a_SOURCES += src/trace/analyze.h src/trace/analyze.c src/trace/headroom.h src/trace/headroom.c
 # the layers x steps PNG of report --png and export --png (libpng)
 libbttrace_a_SOURCES += src/trace/picture.h src/trace/picture.c
-libbtcmd_a_SOURCES += src/cmd_bisect.c src/cmd_report.c
 # the one tap comparator (bisect --reference and diff)
 libbttrace_a_SOURCES += src/trace/compare.h src/trace/compare.c
 # teacher-forced replay of a trace against a clean session (bisect --reference)
-libbttrace_a_SOURCES += src/trace/replay.h src/trace/replay.c
 # `bangtrace diff`: two traces compared (tokens, taps, settings)
-libbtcmd_a_SOURCES += src/cmd_diff.c
 # the log of `bangtrace canary` (SQLite stays in src/trace/)
-libbttrace_a_SOURCES += src/trace/canary_log.h src/trace/canary_log.c

@@ -24,7 +24,7 @@
 
 #include "trace/perfetto.h"
 #include "trace/reader.h"
-#include "util.h"
+#include "base/util.h"
 
 static void jstr(FILE *f, const char *s)
 {

@@ -8,7 +8,7 @@
 #include "trace/picture.h"
 #include "trace/analyze.h"
 #include "trace/headroom.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <math.h>

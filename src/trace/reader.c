@@ -18,8 +18,8 @@
 #include "trace/reader_impl.h"
 #include "trace/guard.h"
 #include "trace/trace.h"
-#include "util.h"
-#include "text.h"
+#include "base/util.h"
+#include "base/text.h"
 
 #include <errno.h>
 #include <math.h>

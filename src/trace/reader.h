@@ -27,10 +27,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
-#include "tap/kernel_rows.h"
+#include "base/kernel_rows.h"
+#include "base/records.h"   /* BT_TRACE_APPLICATION_ID */
 
 /* The bangtrace SQLite application_id ('BTRC'), written by the writer. */
-#define BT_TRACE_APPLICATION_ID 0x42545243
+/* BT_TRACE_APPLICATION_ID: src/base/records.h */
 /* The largest layer index + 1 a trace may name (tensors.layer is -1 or NULL
  * for a tensor outside the layers, else 0..BT_TRACE_MAX_LAYERS-1).
  * bt_trace_open refuses anything else, so no command sizes an array from a

@@ -7,7 +7,7 @@
  * slots; the speculative ones only exist when the file has spec tables (an
  * older trace simply is not speculative). */
 #include "trace/reader_impl.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdint.h>
 #include <string.h>

@@ -3,7 +3,7 @@
 #include "trace/reader.h"
 #include "trace/trace.h"
 #include "sys/outfile.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -16,8 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
-#include "tap/stats.h"
-#include "tap/kernel_rows.h"
+#include "base/records.h"
+#include "base/kernel_rows.h"
 
 #define BT_TRACE_SCHEMA_VERSION 1
 

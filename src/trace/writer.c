@@ -44,7 +44,7 @@
 #include "trace/reader.h"
 #include "sys/outfile.h"
 #include "sys/backtrace.h"
-#include "util.h"
+#include "base/util.h"
 #include "config.h"
 
 #include <errno.h>

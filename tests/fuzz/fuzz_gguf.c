@@ -5,7 +5,7 @@
 #include "model/gguf.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
-#include "util.h"
+#include "base/util.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) { bt_log_level = 0; return 0; }
 

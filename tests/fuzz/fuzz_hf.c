@@ -10,7 +10,7 @@
 #include "fuzz.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

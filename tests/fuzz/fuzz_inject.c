@@ -4,7 +4,7 @@
 #include "fuzz.h"
 #include "engine/engine.h"
 #include "tap/inject.h"
-#include "util.h"
+#include "base/util.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) { bt_log_level = 0; return 0; }
 

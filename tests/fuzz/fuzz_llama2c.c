@@ -3,7 +3,7 @@
  * with the GGUF magic belong to fuzz_gguf and are skipped. */
 #include "fuzz.h"
 #include "model/model.h"
-#include "util.h"
+#include "base/util.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) { bt_log_level = 0; return 0; }
 

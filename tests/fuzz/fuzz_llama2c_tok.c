@@ -5,7 +5,7 @@
 #include "fuzz.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
-#include "util.h"
+#include "base/util.h"
 
 /* The smallest plausible checkpoint (dim 2, one layer, one head, vocab 1,
  * seq 1): only there to own the tokenizer's storage. */

@@ -11,7 +11,7 @@
  * the rope tables, and attention over a tiny cache built from the values. */
 #include "fuzz.h"
 #include "engine/numerics.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <math.h>
 

@@ -13,7 +13,7 @@
 #include "fuzz.h"
 #include "prod/classify.h"
 #include "prod/target.h"
-#include "util.h"
+#include "base/util.h"
 
 static bt_expect *expect;
 

@@ -3,8 +3,8 @@
  * Input: a JSON body, optionally followed by a NUL byte and a Jinja chat
  * template; with no template part the body is also tried as a template. */
 #include "fuzz.h"
-#include "request.h"
-#include "util.h"
+#include "gen/request.h"
+#include "base/util.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) { bt_log_level = 0; return 0; }
 

@@ -4,7 +4,7 @@
  * findable; otherwise an error with a message and no handle. */
 #include "fuzz.h"
 #include "model/safetensors.h"
-#include "util.h"
+#include "base/util.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) { (void)argc; (void)argv; bt_log_level = 0; return 0; }
 

@@ -5,7 +5,7 @@
 #include "fuzz.h"
 #include "model/spm_model.h"
 #include "tokenizer/tokenizer.h"
-#include "util.h"
+#include "base/util.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {

@@ -13,7 +13,7 @@
 #include "fuzz.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
-#include "util.h"
+#include "base/util.h"
 
 #include <stdbool.h>
 

@@ -16,8 +16,8 @@
  * byte: `tail -c +2 ARTIFACT > t.db` (the first byte mod 13 is the row of
  * CMDS below). */
 #include "fuzz.h"
-#include "cmd.h"
-#include "util.h"
+#include "cli/cmd.h"
+#include "base/util.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,0 +1,636 @@
+/* cpu.c - the CPU backend: kernels/cpu behind the vtable, and the
+ * reference every other backend is tested against.
+ *
+ * Buffers are host memory, so buf_host hands taps a float * for free and
+ * stats / inject / read run on the tensor that was just written (still in
+ * cache). Weights are not copied: a weight buffer points into the model's
+ * mapping. Matrix products, dequantization and the attention score dots go
+ * through bt_matmul / bt_dequant_row / bt_vec_dot, so whatever SIMD variant
+ * kernels/cpu picks at run time is what this backend runs; the loops here
+ * (rmsnorm, rope, softmax, silu, residual adds) are the ones the engine
+ * used to run inline, operation for operation, so results are unchanged. */
+#include "backend/backend_impl.h"
+#include "engine/numerics.h"
+#include "kernels.h"
+#include "base/util.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BT_CPU_MAX_HEAD_DIM 512   /* attention accumulates a head in a stack row */
+
+struct bt_buf {
+    void *p;                      /* 64-byte aligned */
+    void *base;                   /* what calloc returned, when owned */
+    size_t bytes;
+    bool owned;                   /* false: a weight inside the model's mapping */
+};
+
+typedef struct cpu_ctx {
+    bt_pool *pool;
+    int n_threads;
+    float *att;                   /* (n_threads, att_cap) attention scores scratch */
+    size_t att_cap;
+    bt_numerics_ctx *num;         /* the numerics ops' scratch, with the last profile handed in */
+    char name[8];
+} cpu_ctx;
+
+#define CTX(be) ((cpu_ctx *)(be)->ctx)
+#define F(b) ((float *)(b)->p)
+
+/* Elementwise and per-row ops of a prefill over the pool: [0, n) cut into
+ * one contiguous range per thread (rows for the per-row ops, so no row is
+ * split). Each element or row runs the same code as serially, so the
+ * results are the same bits; below `work` elements the dispatch would cost
+ * more than it saves (decode) and the caller's thread does it all. */
+typedef struct split_job {
+    void (*fn)(void *ctx, size_t lo, size_t hi);
+    void *ctx;
+    size_t n;
+} split_job;
+
+static void split_worker(void *arg, int ith, int nth)
+{
+    const split_job *j = arg;
+    size_t lo = j->n * (size_t)ith / (size_t)nth, hi = j->n * (size_t)(ith + 1) / (size_t)nth;
+    if (lo < hi) j->fn(j->ctx, lo, hi);
+}
+
+#define SPLIT_MIN_WORK 32768
+
+static void run_split(bt_backend *be, size_t n, size_t work, void (*fn)(void *, size_t, size_t), void *ctx)
+{
+    cpu_ctx *c = CTX(be);
+    if (work < SPLIT_MIN_WORK || c->n_threads < 2 || n < 2) {
+        if (n) fn(ctx, 0, n);
+        return;
+    }
+    split_job j = { .fn = fn, .ctx = ctx, .n = n };
+    bt_pool_run(c->pool, split_worker, &j);
+}
+
+static const char *cpu_name(bt_backend *be) { (void)be; return "cpu"; }
+
+static int cpu_threads(bt_backend *be) { return CTX(be)->n_threads; }
+
+static void cpu_free(bt_backend *be)
+{
+    if (!be) return;
+    cpu_ctx *c = CTX(be);
+    if (c) {
+        bt_pool_free(c->pool);
+        free(c->att);
+        bt_numerics_ctx_free(c->num);
+        free(c);
+    }
+    free(be);
+}
+
+static int cpu_buf_alloc(bt_backend *be, size_t bytes, bt_buf **out)
+{
+    (void)be;
+    *out = NULL;
+    bt_buf *b = calloc(1, sizeof(*b));
+    /* calloc, not aligned_alloc + memset: a KV cache is large and mostly
+     * untouched, and fresh pages come zeroed for free. 64 bytes more, so
+     * the data can start on a cache line: bt_matmul would otherwise copy
+     * every activation to an aligned buffer first (a serial memcpy, and
+     * page faults, while the other threads wait). */
+    void *base = b && bytes <= SIZE_MAX - 64 ? calloc(1, bytes + 64) : NULL;
+    if (!base) {
+        free(b);
+        return bt_error(BT_ENOMEM, "out of memory for a %zu-byte buffer", bytes);
+    }
+    b->base = base;
+    b->p = (void *)(((uintptr_t)base + 63) & ~(uintptr_t)63);
+    b->bytes = bytes; b->owned = true;
+    *out = b;
+    return BT_OK;
+}
+
+static int cpu_buf_upload(bt_backend *be, const void *data, size_t bytes, bt_buf **out)
+{
+    (void)be;
+    *out = NULL;
+    bt_buf *b = calloc(1, sizeof(*b));
+    if (!b) return bt_error(BT_ENOMEM, "out of memory");
+    b->p = (void *)data; b->bytes = bytes; b->owned = false;
+    *out = b;
+    return BT_OK;
+}
+
+static void cpu_buf_free(bt_backend *be, bt_buf *b)
+{
+    (void)be;
+    if (!b) return;
+    if (b->owned) free(b->base);
+    free(b);
+}
+
+static void *cpu_buf_host(bt_backend *be, bt_buf *b) { (void)be; return b ? b->p : NULL; }
+
+static int cpu_set(bt_backend *be, bt_buf *b, size_t off, const float *src, size_t n)
+{
+    (void)be;
+    if ((off + n) * sizeof(float) > b->bytes) return bt_error(BT_ERANGE, "cpu: write past the end of a buffer");
+    memcpy(F(b) + off, src, n * sizeof(float));
+    return BT_OK;
+}
+
+static int cpu_read(bt_backend *be, bt_buf *b, size_t off, size_t n, float *dst)
+{
+    (void)be;
+    if ((off + n) * sizeof(float) > b->bytes) return bt_error(BT_ERANGE, "cpu: read past the end of a buffer");
+    memcpy(dst, F(b) + off, n * sizeof(float));
+    return BT_OK;
+}
+
+static int cpu_get_rows(bt_backend *be, int type, bt_buf *table, int64_t width, const int32_t *ids, int n,
+                        bt_buf *out)
+{
+    (void)be;
+    size_t rb = bt_dtype_row_size(type, width);
+    for (int t = 0; t < n; t++)
+        bt_dequant_row(type, (const char *)table->p + (size_t)ids[t] * rb, F(out) + (size_t)t * width, width);
+    return BT_OK;
+}
+
+typedef struct rms_ctx {
+    float *out;
+    const float *x, *w;
+    int n;
+    float eps;
+} rms_ctx;
+
+static void rms_rows(void *v, size_t lo, size_t hi)
+{
+    const rms_ctx *r = v;
+    int n = r->n;
+    for (size_t t = lo; t < hi; t++) {
+        const float *xr = r->x + t * (size_t)n;
+        float *o = r->out + t * (size_t)n;
+        double ss = 0;
+        for (int i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+        float scale = (float)(1.0 / sqrt(ss / n + r->eps));
+        for (int i = 0; i < n; i++) o[i] = xr[i] * scale * r->w[i];
+    }
+}
+
+static int cpu_rmsnorm(bt_backend *be, bt_buf *out, bt_buf *x, bt_buf *w, size_t w_off, int T, int n, float eps)
+{
+    rms_ctx r = { .out = F(out), .x = F(x), .w = F(w) + w_off, .n = n, .eps = eps };
+    run_split(be, (size_t)T, (size_t)T * (size_t)n, rms_rows, &r);
+    return BT_OK;
+}
+
+static int cpu_matmul(bt_backend *be, int type, bt_buf *W, int64_t rows, int64_t cols, bt_buf *x, size_t x_off,
+                      int T, bt_buf *out)
+{
+    bt_matmul(CTX(be)->pool, type, W->p, rows, cols, F(x) + x_off, T, F(out));
+    return BT_OK;
+}
+
+/* Rotate pairs of each head by cos/sin[pos][i]: interleaved (2i, 2i + 1)
+ * for Llama, or NEOX (i, i + half), ggml's rope mode 2 (qwen2, qwen3). */
+typedef struct rope_ctx {
+    bt_buf *x, *cos_, *sin_;
+    int n_heads, head_dim, pos0;
+    bool neox;
+} rope_ctx;
+
+static void rope_rows(void *v, size_t lo, size_t hi)
+{
+    const rope_ctx *r = v;
+    int half = r->head_dim / 2, width = r->n_heads * r->head_dim;
+    int step = r->neox ? 1 : 2, off = r->neox ? half : 1;
+    for (size_t t = lo; t < hi; t++) {
+        const float *cs = F(r->cos_) + (size_t)(r->pos0 + (int)t) * half, *sn = F(r->sin_) + (size_t)(r->pos0 + (int)t) * half;
+        for (int h = 0; h < r->n_heads; h++) {
+            float *p = F(r->x) + t * width + h * r->head_dim;
+            for (int i = 0; i < half; i++) {
+                float *pa = p + i * step, *pb = pa + off;
+                float a = *pa, b = *pb;
+                *pa = a * cs[i] - b * sn[i];
+                *pb = a * sn[i] + b * cs[i];
+            }
+        }
+    }
+}
+
+static void rope_pairs(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, int pos0, bt_buf *cos_, bt_buf *sin_,
+                       bool neox)
+{
+    rope_ctx r = { .x = x, .cos_ = cos_, .sin_ = sin_, .n_heads = n_heads, .head_dim = head_dim, .pos0 = pos0, .neox = neox };
+    run_split(be, (size_t)T, (size_t)T * n_heads * head_dim, rope_rows, &r);
+}
+
+static int cpu_rope(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, int pos0, bt_buf *cos_, bt_buf *sin_)
+{
+    rope_pairs(be, x, T, n_heads, head_dim, pos0, cos_, sin_, false);
+    return BT_OK;
+}
+
+static int cpu_rope_neox(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, int pos0, bt_buf *cos_,
+                         bt_buf *sin_)
+{
+    rope_pairs(be, x, T, n_heads, head_dim, pos0, cos_, sin_, true);
+    return BT_OK;
+}
+
+static int cpu_add_row(bt_backend *be, bt_buf *x, int T, int width, bt_buf *b, size_t b_off)
+{
+    (void)be;
+    const float *bp = F(b) + b_off;
+    for (int t = 0; t < T; t++) {
+        float *xr = F(x) + (size_t)t * width;
+        for (int i = 0; i < width; i++) xr[i] += bp[i];
+    }
+    return BT_OK;
+}
+
+static int cpu_kv_store(bt_backend *be, bt_buf *kc, bt_buf *vc, size_t off, bt_buf *k, bt_buf *v, size_t n)
+{
+    (void)be;
+    memcpy(F(kc) + off, k->p, n * sizeof(float));
+    memcpy(F(vc) + off, v->p, n * sizeof(float));
+    return BT_OK;
+}
+
+typedef struct attn_job {
+    const bt_attn_args *a;
+    float *att;
+    size_t att_stride;            /* floats of scratch per thread */
+    size_t ctx;                   /* floats of one score row */
+    int tq;                       /* query positions per prefill work item */
+    _Atomic int next;             /* the next prefill work item to take */
+} attn_job;
+
+/* The sums of `cnt` (8, 4 or 1) rows ld floats apart, row k of len[k]
+ * values, each in key order (one float chain per row, as the plain loop):
+ * the chains run side by side up to the shortest row, so they overlap
+ * instead of waiting on each other's additions, then each row finishes
+ * its own chain. */
+static inline __attribute__((always_inline)) void attn_row_sums(const float *x, size_t ld, int cnt, const int *len,
+                                                                float *inv)
+{
+    float s[8] = { 0 };
+    int m = len[0];
+    for (int k = 1; k < cnt; k++) m = BT_MIN(m, len[k]);
+    for (int p = 0; p < m; p++)
+#pragma GCC unroll 8
+        for (int k = 0; k < cnt; k++) s[k] += x[(size_t)k * ld + p];
+    for (int k = 0; k < cnt; k++) {
+        for (int p = m; p < len[k]; p++) s[k] += x[(size_t)k * ld + p];
+        inv[k] = 1.0f / s[k];
+    }
+}
+
+/* Softmax of nr score rows, ld floats apart, row r of len[r] scores, in
+ * place: raw dots in, scaled here, then exp(s - max); inv[r] = 1/sum of
+ * row r in key order. */
+static void attn_softmax_rows(float *att, size_t ld, int nr, const int *len, float scale, float *inv)
+{
+    for (int r = 0; r < nr; r++) {
+        float *x = att + (size_t)r * ld;
+        bt_exp_sub_f32(x, len[r], bt_scale_max_f32(x, len[r], scale));   /* libm expf's bits */
+    }
+    int r = 0;
+    for (; r + 8 <= nr; r += 8) attn_row_sums(att + (size_t)r * ld, ld, 8, len + r, inv + r);
+    for (; r + 4 <= nr; r += 4) attn_row_sums(att + (size_t)r * ld, ld, 4, len + r, inv + r);
+    for (; r < nr; r++) attn_row_sums(att + (size_t)r * ld, ld, 1, len + r, inv + r);
+}
+
+/* One query head at position pos: softmax over the scores in att, then the
+ * weighted sum of value rows into out (bt_wsum_f32: the plain loop's bits,
+ * the head in registers across positions). */
+static void attn_head(float *att, int pos, float scale, const float *vc, int kv_dim, int hd, float *out)
+{
+    float inv;
+    int n = pos + 1;
+    attn_softmax_rows(att, 0, 1, &n, scale, &inv);
+    float acc[BT_CPU_MAX_HEAD_DIM];
+    memset(acc, 0, hd * sizeof(float));
+    bt_wsum_f32(acc, att, inv, vc, kv_dim, pos + 1, hd);
+    memcpy(out, acc, hd * sizeof(float));
+}
+
+/* Keys per block of the prefill tile: 64 keys of a 64-wide head are 16 KB
+ * of K (then of V), which stay in L1 while every query of the tile uses
+ * them. */
+#define ATTN_KB 64
+
+/* A prefill work item: query positions t0 .. t0+nt-1 and the `group` query
+ * heads of KV head kvh, blocked over keys so each block of K and V is read
+ * from memory once per tile instead of once per query (at a 4k context
+ * the unblocked loop streamed 2 MB of cache per query and KV head). Every
+ * score is still the bits of one bt_vec_dot, each row runs attn_softmax,
+ * and the weighted sum keeps each lane's additions in key order (the
+ * accumulator only goes through memory between blocks, which is exact),
+ * so a head's output is the bits of attn_head's: blocking changes the
+ * order of the loops, never of the arithmetic. */
+static void attn_tile(const bt_attn_args *a, float *att, size_t ctx, int t0, int nt, int kvh)
+{
+    int hd = a->head_dim, kv_dim = a->n_kv_heads * hd, q_dim = a->n_heads * hd;
+    int group = a->n_heads / a->n_kv_heads;
+    const float *kc = F(a->k_cache) + a->cache_off + (size_t)kvh * hd;
+    const float *vc = F(a->v_cache) + a->cache_off + (size_t)kvh * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    int last = a->pos0 + t0 + nt - 1;    /* the tile's longest row */
+    for (int p0 = 0; p0 <= last; p0 += ATTN_KB)
+        for (int t = 0; t < nt; t++) {
+            int pos = a->pos0 + t0 + t, np = BT_MIN(ATTN_KB, pos + 1 - p0);
+            if (np <= 0) continue;
+            const float *q = F(a->q) + (size_t)(t0 + t) * q_dim + (size_t)kvh * group * hd;
+            bt_dot_rows_multi_f32(kc + (size_t)p0 * kv_dim, kv_dim, q, hd, group, hd, np,
+                                  att + (size_t)t * group * ctx + p0, (int64_t)ctx);
+        }
+    float inv[64 * 8];   /* nt * group <= tq * group, bounded by the caller */
+    int len[64 * 8] = { 0 };
+    for (int t = 0; t < nt; t++)
+        for (int g = 0; g < group; g++) {
+            len[t * group + g] = a->pos0 + t0 + t + 1;
+            memset(F(a->out) + (size_t)(t0 + t) * q_dim + (size_t)(kvh * group + g) * hd, 0, hd * sizeof(float));
+        }
+    attn_softmax_rows(att, ctx, nt * group, len, scale, inv);
+    for (int p0 = 0; p0 <= last; p0 += ATTN_KB)
+        for (int t = 0; t < nt; t++) {
+            int pos = a->pos0 + t0 + t, np = BT_MIN(ATTN_KB, pos + 1 - p0);
+            if (np <= 0) continue;
+            for (int g = 0; g < group; g++)
+                bt_wsum_f32(F(a->out) + (size_t)(t0 + t) * q_dim + (size_t)(kvh * group + g) * hd,
+                            att + (size_t)(t * group + g) * ctx + p0, inv[t * group + g],
+                            vc + (size_t)p0 * kv_dim, kv_dim, np, hd);
+        }
+}
+
+/* Work items: one (position, head) pair each for a single position (decode:
+ * a few heads over the threads), one (tile of positions, KV head) each for
+ * a batch (attn_tile). Either way every score is the bits of one
+ * bt_vec_dot and each head runs the same softmax and sum, so a head's
+ * output does not depend on the batch. */
+static void attn_worker(void *arg, int ith, int nth)
+{
+    attn_job *j = arg;
+    const bt_attn_args *a = j->a;
+    float *att = j->att + (size_t)ith * j->att_stride;
+    if (a->T > 1) {
+        /* Items taken in turn from a counter, the last tiles (the longest
+         * rows) first, so the threads finish together however the host
+         * slows one of them down. */
+        int tiles = (a->T + j->tq - 1) / j->tq, items = tiles * a->n_kv_heads;
+        for (int it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < items;) {
+            int tile = tiles - 1 - it / a->n_kv_heads, kvh = it % a->n_kv_heads, t0 = tile * j->tq;
+            attn_tile(a, att, j->ctx, t0, BT_MIN(j->tq, a->T - t0), kvh);
+        }
+        return;
+    }
+    int hd = a->head_dim, kv_dim = a->n_kv_heads * hd, group = a->n_heads / a->n_kv_heads;
+    const float *kc = F(a->k_cache) + a->cache_off, *vc = F(a->v_cache) + a->cache_off;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int h = ith; h < a->n_heads; h += nth) {
+        int pos = a->pos0, kvh = h / group;
+        /* SIMD score dots (the same bits as one bt_vec_dot each) */
+        bt_dot_rows_f32(kc + kvh * hd, kv_dim, F(a->q) + (size_t)h * hd, hd, pos + 1, att);
+        attn_head(att, pos, scale, vc + kvh * hd, kv_dim, hd, F(a->out) + (size_t)h * hd);
+    }
+}
+
+static int cpu_attention(bt_backend *be, const bt_attn_args *a)
+{
+    cpu_ctx *c = CTX(be);
+    if (a->head_dim > BT_CPU_MAX_HEAD_DIM)
+        return bt_error(BT_EUNSUPPORTED, "cpu: head dimension %d is above the supported %d", a->head_dim, BT_CPU_MAX_HEAD_DIM);
+    size_t group = (size_t)BT_MAX(1, a->n_heads / BT_MAX(1, a->n_kv_heads));
+    if (group > 64)
+        return bt_error(BT_EUNSUPPORTED, "cpu: %zu query heads per KV head is above the supported 64", group);
+    size_t ctx = (size_t)BT_MAX(a->ctx_len, a->pos0 + a->T);
+    /* Score rows per thread: a tile of positions times the group's heads
+     * for a batch, one row for decode. The tile shrinks so the scratch
+     * stays near 1 MB per thread at long contexts (it only trades cache
+     * reuse, never results). */
+    int tq = 1;
+    if (a->T > 1) {
+        tq = (int)BT_MIN((size_t)8, BT_MAX((size_t)1, ((size_t)1 << 18) / (ctx * group)));
+        tq = BT_MIN(tq, a->T);
+    }
+    size_t need = (size_t)tq * group * ctx;
+    if (need > c->att_cap) {
+        /* grows to the largest context of the engines sharing this backend */
+        float *na = realloc(c->att, (size_t)c->n_threads * need * sizeof(float));
+        if (!na) return bt_error(BT_ENOMEM, "out of memory for attention scores (context %zu)", ctx);
+        c->att = na;
+        c->att_cap = need;
+    }
+    attn_job job = { .a = a, .att = c->att, .att_stride = c->att_cap, .ctx = ctx, .tq = tq };
+    atomic_init(&job.next, 0);
+    bt_pool_run(c->pool, attn_worker, &job);
+    return BT_OK;
+}
+
+typedef struct ew_ctx {
+    float *o;
+    const float *a, *b;
+} ew_ctx;
+
+/* expf(-g) through bt_exp_sub_f32 (libm's bits; -g - 0 is -g, a NaN only
+ * quieted as expf would), 256 at a time: the scalar call was most of this
+ * loop. Reads g[i] before writing o[i], so out may be gate. */
+static void swiglu_range(void *v, size_t lo, size_t hi)
+{
+    const ew_ctx *c = v;
+    float *o = c->o;
+    const float *g = c->a, *u = c->b;
+    float e[256];
+    for (size_t i = lo; i < hi; i += 256) {
+        size_t k = BT_MIN((size_t)256, hi - i);
+        for (size_t j = 0; j < k; j++) e[j] = -g[i + j];
+        bt_exp_sub_f32(e, (int64_t)k, 0.0f);
+        for (size_t j = 0; j < k; j++) o[i + j] = g[i + j] / (1.0f + e[j]) * u[i + j];
+    }
+}
+
+static int cpu_swiglu(bt_backend *be, bt_buf *out, bt_buf *gate, bt_buf *up, size_t n)
+{
+    ew_ctx c = { .o = F(out), .a = F(gate), .b = F(up) };
+    run_split(be, n, n, swiglu_range, &c);
+    return BT_OK;
+}
+
+static void add_range(void *v, size_t lo, size_t hi)
+{
+    const ew_ctx *c = v;
+    for (size_t i = lo; i < hi; i++) c->o[i] += c->b[i];
+}
+
+static int cpu_add(bt_backend *be, bt_buf *x, bt_buf *y, size_t n)
+{
+    ew_ctx c = { .o = F(x), .b = F(y) };
+    run_split(be, n, n, add_range, &c);
+    return BT_OK;
+}
+
+static int cpu_scatter_add(bt_backend *be, bt_buf *dst, bt_buf *src, const int32_t *rows, const float *w, int n,
+                           int width)
+{
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        float *d = F(dst) + (size_t)rows[i] * width;
+        const float *s = F(src) + (size_t)i * width;
+        float wi = w[i];
+        for (int j = 0; j < width; j++) d[j] += wi * s[j];
+    }
+    return BT_OK;
+}
+
+static int cpu_stats(bt_backend *be, bt_buf *b, size_t off, int rows, int width, int pos0, bt_tap_stats *out)
+{
+    (void)be;
+    bt_stats_compute(F(b) + off, rows, width, pos0, out);
+    return BT_OK;
+}
+
+static int cpu_inject(bt_backend *be, bt_buf *b, size_t off, int width, const bt_mutation *m, long *changed)
+{
+    (void)be;
+    *changed = bt_mutation_apply_host(F(b) + off, width, m);
+    return BT_OK;
+}
+
+static void cpu_kernel_name(bt_backend *be, int kop, int wtype, char *buf, size_t cap)
+{
+    (void)be;
+    const char *simd = bt_kernels_simd();
+    const char *tn = bt_dtype(wtype)->name;
+    switch (kop) {
+    case BT_KOP_GET_ROWS: snprintf(buf, cap, "dequant row %s/%s", tn ? tn : "?", simd); break;
+    case BT_KOP_MATMUL: snprintf(buf, cap, "matmul %s/%s", tn ? tn : "?", simd); break;
+    case BT_KOP_RMSNORM: snprintf(buf, cap, "rmsnorm (f32, scalar)"); break;
+    case BT_KOP_ROPE: snprintf(buf, cap, "rope (f32, scalar)"); break;
+    case BT_KOP_KV_STORE: snprintf(buf, cap, "kv store (memcpy)"); break;
+    case BT_KOP_ATTENTION: snprintf(buf, cap, "attention (f32 dot %s, softmax)", simd); break;
+    case BT_KOP_SWIGLU: snprintf(buf, cap, "silu(gate)*up (f32, scalar)"); break;
+    case BT_KOP_ADD: snprintf(buf, cap, "residual add (f32, scalar)"); break;
+    case BT_KOP_ROPE_NEOX: snprintf(buf, cap, "rope neox (f32, scalar)"); break;
+    case BT_KOP_ADD_ROW: snprintf(buf, cap, "bias add (f32, scalar)"); break;
+    case BT_KOP_SCATTER_ADD: snprintf(buf, cap, "expert weighted sum (f32, scalar)"); break;
+    default: snprintf(buf, cap, "?"); break;
+    }
+}
+
+/* ---- numerics ops (--numerics): engine/numerics.c on the host buffers,
+ * with this backend's pool ---- */
+
+/* The ops below compute on host memory: a vtable that borrows them without
+ * host buffers (no buf_host, as a device's) cannot run a profile with them. */
+static int cpu_num_check(bt_backend *be, const bt_numerics *n)
+{
+    (void)n;
+    if (!be->iface->buf_host)
+        return bt_error(BT_EUNSUPPORTED, "--numerics: %s has no host buffers for the CPU's numerics ops; "
+                        "a numerics profile runs there on the CPU only", bt_backend_name(be));
+    return BT_OK;
+}
+
+static bt_numerics_ctx *cpu_num_ctx(bt_backend *be, const bt_numerics *n)
+{
+    cpu_ctx *c = CTX(be);
+    return bt_numerics_ctx_use(&c->num, n, c->pool) == BT_OK ? c->num : NULL;
+}
+
+static int cpu_num_round(bt_backend *be, bt_buf *b, size_t off, size_t rows, size_t width, int fmt)
+{
+    (void)be;
+    if ((off + rows * width) * sizeof(float) > b->bytes) return bt_error(BT_ERANGE, "cpu: rounding past the end of a buffer");
+    for (size_t r = 0; r < rows; r++) bt_num_round(fmt, F(b) + off + r * width, width);
+    return BT_OK;
+}
+
+static int cpu_num_matmul(bt_backend *be, const bt_numerics *n, int type, bt_buf *W, int64_t rows, int64_t cols,
+                          bt_buf *x, size_t x_off, int T, bt_buf *out)
+{
+    bt_numerics_ctx *nc = cpu_num_ctx(be, n);
+    if (!nc) return BT_ENOMEM;
+    bt_numerics_matmul(nc, CTX(be)->pool, type, W->p, rows, cols, F(x) + x_off, T, F(out));
+    return BT_OK;
+}
+
+static int cpu_num_rmsnorm(bt_backend *be, const bt_numerics *n, bt_buf *out, bt_buf *x, bt_buf *w, size_t w_off,
+                           int T, int width, float eps)
+{
+    bt_numerics_ctx *nc = cpu_num_ctx(be, n);
+    if (!nc) return BT_ENOMEM;
+    bt_numerics_rmsnorm(nc, F(out), F(x), F(w) + w_off, T, width, eps);
+    return BT_OK;
+}
+
+static int cpu_num_attention(bt_backend *be, const bt_numerics *n, const bt_attn_args *a)
+{
+    if (a->head_dim > BT_NUMERICS_MAX_HEAD_DIM)
+        return bt_error(BT_EUNSUPPORTED, "--numerics: attention heads of %d values are above the supported %d",
+                        a->head_dim, BT_NUMERICS_MAX_HEAD_DIM);
+    bt_numerics_ctx *nc = cpu_num_ctx(be, n);
+    if (!nc) return BT_ENOMEM;
+    bt_numerics_attention(nc, &(bt_numerics_attn){ .q = F(a->q), .ctx = F(a->out), .T = a->T, .pos0 = a->pos0,
+        .n_heads = a->n_heads, .n_kv_heads = a->n_kv_heads, .hd = a->head_dim,
+        .kc = F(a->k_cache) + a->cache_off, .vc = F(a->v_cache) + a->cache_off });
+    return BT_OK;
+}
+
+static const struct bt_backend_i cpu_iface = {
+    .name = cpu_name,
+    .describe = NULL,
+    .free = cpu_free,
+    .threads = cpu_threads,
+    .buf_alloc = cpu_buf_alloc,
+    .buf_upload = cpu_buf_upload,
+    .buf_free = cpu_buf_free,
+    .buf_host = cpu_buf_host,
+    .set = cpu_set,
+    .read = cpu_read,
+    .sync = NULL,                 /* every op has finished when it returns */
+    .get_rows = cpu_get_rows,
+    .rmsnorm = cpu_rmsnorm,
+    .matmul = cpu_matmul,
+    .rope = cpu_rope,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+    .stats = cpu_stats,
+    .inject = cpu_inject,
+    .kernel_name = cpu_kernel_name,
+    .rope_neox = cpu_rope_neox,
+    .add_row = cpu_add_row,
+    .scatter_add = cpu_scatter_add,
+    .num_check = cpu_num_check,
+    .num_round = cpu_num_round,
+    .num_matmul = cpu_num_matmul,
+    .num_rmsnorm = cpu_num_rmsnorm,
+    .num_attention = cpu_num_attention,
+};
+
+struct bt_pool *bt_backend_cpu_pool(const bt_backend *be)
+{
+    return be && be->iface == &cpu_iface ? CTX(be)->pool : NULL;
+}
+
+int bt_backend_cpu_new(int n_threads, bt_backend **out)
+{
+    *out = NULL;
+    if (n_threads <= 0) n_threads = bt_pool_default_threads();
+    bt_kernels_init();
+    bt_backend *be = calloc(1, sizeof(*be));
+    cpu_ctx *c = calloc(1, sizeof(*c));
+    if (!be || !c) { free(be); free(c); return bt_error(BT_ENOMEM, "out of memory"); }
+    be->iface = &cpu_iface;
+    be->ctx = c;
+    c->n_threads = n_threads;
+    c->pool = bt_pool_new(n_threads);
+    if (!c->pool) { cpu_free(be); return bt_error(BT_ENOMEM, "cannot start %d threads", n_threads); }
+    c->n_threads = bt_pool_threads(c->pool);
+    *out = be;
+    return BT_OK;
+}

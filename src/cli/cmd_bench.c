@@ -1,0 +1,481 @@
+/* cmd_bench.c - `bangtrace bench`: prompt (prefill) and decode tokens/s,
+ * median of several repetitions, and the effective weight bandwidth
+ * (bytes of weights read per decoded token x tokens/s) against a read
+ * bandwidth this command measures on the same threads. Timing lives here,
+ * never in tests. */
+#include "cmd.h"
+#include "engine/engine.h"
+#include "engine/numerics.h"
+#include "engine/sampler.h"
+#include "kernels/cpu/kernels.h"
+#include "model/model.h"
+#include "gen/decode.h"
+#include "run/recorder.h"
+#include "tokenizer/tokenizer.h"
+#include "trace/trace.h"
+#include "run/session.h"
+#include "engines/llamacpp/llamacpp.h"
+#include "base/text.h"
+#include "base/util.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void cmd_bench_help(FILE *out)
+{
+    fprintf(out,
+        "usage: bangtrace bench --model M [--tokenizer T] [--threads N] [-p N] [-n N] [-d N]\n"
+        "                       [--reps R] [--taps MODE] [--numerics PROFILE] [--device DEV]\n"
+        "                       [--cuda-graphs] [--cupti] [--against llama.cpp] [--json]\n"
+        "                       [--llama-flash-attn M] [--llama-repack on|off] [--llama-kv-type T] [--llama-opt K=V]\n\n"
+        "Measure prefill of -p tokens (default 128) and greedy decode of -n tokens\n"
+        "(default 64) on fixed token ids after one untimed warm-up prefill and decode\n"
+        "step (as llama-bench), the median of R repetitions (default 3), and\n"
+        "report tokens/s, the weight bytes read per decoded token, the effective weight\n"
+        "bandwidth and the machine's measured read bandwidth.\n\n"
+        "  -d, --depth N fill N positions of context first (untimed, -p tokens per\n"
+        "                forward), so prefill runs at positions N.. and decode after\n"
+        "                N + p, as llama-bench -d (default 0)\n"
+        "  --numerics PROFILE\n"
+        "                run every measurement under a numerics profile (run --numerics,\n"
+        "                doc/numerics.md; on a device, parts the backend lacks run on the host);\n"
+        "                compare with a run without it for its cost\n"
+        "  --device DEV  run the ops on cpu (default), cuda or cuda:N (the CUDA plugin)\n"
+        "  --cuda-graphs with --device cuda: every measurement replays CUDA graphs\n"
+        "  --cupti       with --device cuda and --taps: the taps-on decode also records\n"
+        "                CUPTI device activity (its cost: compare with a run without)\n"
+        "  --against llama.cpp\n"
+        "                the same GGUF, threads, -p, -n and reps on llama.cpp too: its own\n"
+        "                llama-bench from the pinned build (tools/llama-cpp) and run\n"
+        "                --engine llama.cpp's engine taps off and on (--taps, default all);\n"
+        "                prints both engines' prompt and decode tokens/s and the ratios\n"
+        "                (doc/llama-cpp.md; CPU, exact numerics only); both take\n"
+        "                llama.cpp's default path unless --llama-flash-attn,\n"
+        "                --llama-repack, --llama-kv-type or --llama-opt KEY=VAL (as\n"
+        "                for run) say otherwise\n"
+        "  --taps MODE   also decode with taps recorded into a temporary trace\n"
+        "                (all, layers, logits) and report taps-on / taps-off\n"
+        "  --spec-k K --draft-self N | --draft-ngram N\n"
+        "                also decode a natural-text prompt greedily with speculative\n"
+        "                decoding and report tokens/s with and without it and the\n"
+        "                acceptance rate\n");
+}
+
+static size_t weight_bytes(const bt_weight *w) { return w->data ? bt_dtype_row_size(w->type, w->cols) * (size_t)w->rows : 0; }
+
+/* NAN (a rate too short to time, bt_rate) sorts first, so a median is
+ * NAN only when most repetitions were. */
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    if (isnan(x) || isnan(y)) return !isnan(x) - !isnan(y);
+    return (x > y) - (x < y);
+}
+
+static const char *rate_s(double r, const char *unit, char *buf, size_t cap)
+{
+    if (isnan(r)) snprintf(buf, cap, "n/a (interval under %g ms)", BT_RATE_MIN_S * 1e3);
+    else snprintf(buf, cap, "%.1f %s", r, unit);
+    return buf;
+}
+
+static json_t *rate_json(double r) { return isnan(r) ? json_null() : json_real(r); }
+
+/* A table cell: the rate, or n/a when too short to time. */
+static const char *cell(double r, char *buf, size_t cap)
+{
+    if (isnan(r)) snprintf(buf, cap, "n/a");
+    else snprintf(buf, cap, "%.1f", r);
+    return buf;
+}
+
+/* One recorded (or plain) forward of n tokens at pos, greedy pick into *id. */
+static int bench_step(bt_engine *e, bt_recorder *rec, const char *kind, const int32_t *in, int n, int pos, int32_t *id)
+{
+    const bt_argmax_rule first = { .kind = BT_ARGMAX_FIRST };   /* greedy, as `run` decodes by default */
+    int rc = rec ? bt_recorder_step_begin(rec, kind, pos, n) : BT_OK;
+    if (rc == BT_OK) rc = bt_engine_forward(e, in, n, pos);
+    if (rc) return rc;
+    const float *lg = bt_engine_logits(e);
+    *id = bt_argmax(&first, lg, bt_engine_model(e)->cfg.n_vocab);
+    if (rec && (rc = bt_recorder_step_sampled(rec, lg, pos + n - 1, *id, 0)) == BT_OK)
+        rc = bt_recorder_step_end(rec, 0);
+    return rc;
+}
+
+/* Prefill np tokens then greedily decode nd, reps times; medians out. With
+ * depth > 0 each repetition first fills that many positions of context
+ * (untimed, np tokens per forward), so both timings run at depth, as
+ * llama-bench -d does. With a recorder each forward is a recorded step, as
+ * in `run --trace`. */
+static int bench_reps(bt_engine *e, bt_recorder *rec, const int32_t *toks, const int32_t *dtoks, long depth, long np,
+                      long nd, long reps, bool quiet, const char *label, double *p_med, double *d_med)
+{
+    double *pp = calloc((size_t)reps, sizeof(double)), *dd = calloc((size_t)reps, sizeof(double));
+    if (!pp || !dd) { free(pp); free(dd); return bt_error(BT_ENOMEM, "out of memory"); }
+    int rc = BT_OK;
+    for (long r = 0; r < reps && rc == BT_OK; r++) {
+        int32_t id = toks[np - 1];
+        for (long pos = 0; pos < depth && rc == BT_OK; pos += np)
+            rc = bench_step(e, rec, "prefill", dtoks + pos, (int)BT_MIN(np, depth - pos), (int)pos, &id);
+        double t0 = bt_now(), t1 = t0;
+        for (long i = -1; i < nd && rc == BT_OK; i++) {
+            const int32_t *in = i < 0 ? toks : &id;
+            int n = i < 0 ? (int)np : 1, pos = (int)depth + (i < 0 ? 0 : (int)(np + i));
+            if ((rc = bench_step(e, rec, i < 0 ? "prefill" : "decode", in, n, pos, &id))) break;
+            if (i < 0) t1 = bt_now();
+        }
+        double t2 = bt_now();
+        pp[r] = bt_rate((double)np, t1 - t0);
+        dd[r] = bt_rate((double)nd, t2 - t1);
+        char ps[32], ds[32];
+        if (!quiet && rc == BT_OK) bt_log("  %s rep %ld: prompt %s, decode %s", label, r + 1,
+                                          bt_rate_fmt((double)np, t1 - t0, ps, sizeof(ps)), bt_rate_fmt((double)nd, t2 - t1, ds, sizeof(ds)));
+    }
+    qsort(pp, (size_t)reps, sizeof(double), cmp_double);
+    qsort(dd, (size_t)reps, sizeof(double), cmp_double);
+    *p_med = pp[reps / 2];
+    *d_med = dd[reps / 2];
+    free(pp); free(dd);
+    return rc;
+}
+
+/* Greedy decode of a natural-text prompt, plain and speculative: random
+ * token ids (bench_reps) would give a drafter nothing to predict. */
+static const char bench_text[] =
+    "Once upon a time, in a small village at the edge of a forest, there lived a girl who loved "
+    "to read. Every morning she walked to the library, picked a new book and read it under the "
+    "old oak tree until the sun went down.";
+
+static int bench_spec(const bt_model *m, const bt_tokenizer *tok, bt_engine *e, long k, long self, long ngram, long nd, long reps,
+                      bool quiet, double *plain, double *spec, double *accept)
+{
+    if (!m->has_vocab) return bt_error(BT_EINVAL, "speculative bench needs the model's tokenizer (--tokenizer for llama2.c)");
+    bt_engine *de = NULL;
+    bt_sampler *smp = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = bt_tokenize(tok, bench_text, sizeof(bench_text) - 1, true, false, &ids, &n);
+    bt_sampler_cfg sc = { .top_p = 1, .rule = { .kind = BT_ARGMAX_FIRST } };
+    if (!rc) rc = bt_sampler_new(&sc, m->cfg.n_vocab, &smp);
+    int ctx = (int)(n + nd + k + 2);
+    if (!rc && ctx > bt_engine_ctx_len(e)) {
+        /* the main bench engine is sized for -p + -n; make room */
+        rc = bt_error(BT_EINVAL, "speculative bench needs -p >= %d", (int)(n + k + 2));
+    }
+    if (!rc && self) {
+        bt_engine_opts eo = { .ctx_len = bt_engine_ctx_len(e), .max_batch = (int)n + (int)k + 1, .n_layers = (int)self, .share_pool = e };
+        rc = bt_engine_new_opts(m, &eo, &de);
+    }
+    char name[32];
+    snprintf(name, sizeof(name), "%s:%ld", self ? "self" : "ngram", self ? self : ngram);
+    double *tp = calloc((size_t)reps, sizeof(double)), *ts = calloc((size_t)reps, sizeof(double));
+    if (!tp || !ts) rc = bt_error(BT_ENOMEM, "out of memory");
+    int drafted = 0, acc = 0;
+    for (long r = 0; r < reps && !rc; r++) {
+        for (int spec_on = 0; spec_on < 2 && !rc; spec_on++) {
+            bt_decoder_cfg dc = { .target = e, .smp = smp, .greedy = true, .rule = sc.rule, .tok = tok, .ignore_eos = true,
+                                  .drafter = !spec_on ? BT_DRAFT_NONE : self ? BT_DRAFT_SELF : BT_DRAFT_NGRAM,
+                                  .k = (int)k, .ngram = (int)ngram, .drafter_name = name, .draft = de };
+            bt_decoder *d = NULL;
+            if ((rc = bt_decoder_new(&dc, ids, (int)n, (int)nd + (int)k + 1, &d))) break;
+            int32_t out[80];
+            int got = 0, m_out = 0;
+            double t0 = 0;
+            while (!rc && got < nd + 1) {
+                rc = bt_decoder_next(d, out, NULL, &m_out);
+                if (got == 0) t0 = bt_now();      /* after the prefill's token */
+                got += m_out;
+            }
+            double dt = bt_now() - t0;
+            const bt_decoder_stats *st = bt_decoder_stats_get(d);
+            if (spec_on) { drafted += st->drafted; acc += st->accepted; }
+            (spec_on ? ts : tp)[r] = bt_rate(got - 1, dt);
+            bt_decoder_free(d);
+        }
+        char a[32], b[32];
+        if (!rc && !quiet) bt_log("  text rep %ld: plain %s, speculative %s", r + 1, rate_s(tp[r], "t/s", a, sizeof(a)),
+                                  rate_s(ts[r], "t/s", b, sizeof(b)));
+    }
+    if (!rc) {
+        qsort(tp, (size_t)reps, sizeof(double), cmp_double);
+        qsort(ts, (size_t)reps, sizeof(double), cmp_double);
+        *plain = tp[reps / 2];
+        *spec = ts[reps / 2];
+        *accept = drafted ? (double)acc / drafted : 0;
+    }
+    free(tp); free(ts); free(ids);
+    bt_sampler_free(smp);
+    bt_engine_free(de);
+    return rc;
+}
+
+/* Decode with taps recorded into a temporary trace, in a second session on
+ * the same model (its own engine: the native one, or engine_new's). */
+static int bench_traced(const bt_session *ses, const bt_session_cfg *cfg, const bt_numerics *prof,
+                        int (*engine_new)(void *, const bt_model *, int, int, int, bt_engine **), void *engine_user,
+                        bool cupti, int taps, const int32_t *toks, long depth, long np, long nd, long reps, bool quiet,
+                        double *d_taps)
+{
+    /* A private directory, so the trace is created exclusively (as every
+     * trace is) in a place nobody else can name. */
+    char dir[] = "/tmp/bangtrace-bench-XXXXXX", path[sizeof dir + 16];
+    if (!mkdtemp(dir)) return bt_error(BT_EIO, "cannot create a temporary directory in /tmp: %s", strerror(errno));
+    snprintf(path, sizeof path, "%s/bench.db", dir);
+    bt_session *ts = NULL;
+    bt_session_cfg tcfg = { .share = ses, .ctx = cfg->ctx, .max_batch = cfg->max_batch, .threads = cfg->threads,
+                            .device = engine_new ? NULL : cfg->device, .cuda_graphs = engine_new ? false : cfg->cuda_graphs,
+                            .cupti = cupti,
+                            .trace = path, .taps = taps, .layer_lo = -1, .layer_hi = -1, .numerics = prof,
+                            .rule = { .kind = BT_ARGMAX_FIRST }, .engine_new = engine_new, .engine_user = engine_user };
+    double pt;
+    int rc = bt_session_new(&tcfg, &ts);
+    if (rc == BT_OK) rc = bench_reps(bt_session_engine(ts), bt_session_recorder(ts), toks + depth, toks, depth, np, nd, reps, quiet,
+                                     engine_new ? "llama.cpp taps on" : "taps on", &pt, d_taps);
+    bt_session_close(ts, BT_TRACE_STATUS_OK);
+    unlink(path);
+    char side[sizeof path + 8];
+    snprintf(side, sizeof(side), "%s-wal", path); unlink(side);
+    snprintf(side, sizeof(side), "%s-shm", path); unlink(side);
+    rmdir(dir);
+    return rc;
+}
+
+typedef struct lc_user { const char *model; const bt_llama_settings *llama; } lc_user;
+
+static int llamacpp_engine(void *user, const bt_model *m, int ctx, int max_batch, int threads, bt_engine **out)
+{
+    const lc_user *u = user;
+    bt_llamacpp_opts lo = { .model_path = u->model, .ctx_len = ctx, .max_batch = max_batch, .n_threads = threads, .llama = u->llama };
+    return bt_llamacpp_engine_new(m, &lo, out);
+}
+
+static double ratio(double a, double b) { return a > 0 && b > 0 ? a / b : NAN; }
+
+int cmd_bench(int argc, char **argv)
+{
+    const char *model = NULL, *tokenizer = NULL;
+    int taps = BT_TAPS_NONE;
+    long spec_k = 0, draft_self = 0, draft_ngram = 0;
+    long threads = bt_pool_default_threads(), np = 128, nd = 64, reps = 3, depth = 0;
+    const char *device = NULL;
+    bool json = false, graphs = false, cupti = false, against = false, taps_given = false;
+    double lb_p = NAN, lb_d = NAN, lc_p = NAN, lc_d = NAN, lc_taps = NAN;
+    bt_session *ses = NULL;
+    const bt_model *m = NULL;
+    bt_engine *e = NULL;
+    bt_pool *pool = NULL;
+    int32_t *toks = NULL;
+    int status = 2;
+    bt_numerics prof;
+    memset(&prof, 0, sizeof(prof));
+    bt_llama_settings llama = { 0 };
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool taken;
+        if (bt_llama_flag(&llama, a, v, &taken)) goto fail;
+        if (taken) { i++; continue; }
+        bool takes = strcmp(a, "--json") && strcmp(a, "--cuda-graphs") && strcmp(a, "--cupti");
+        if (takes && !v) { bt_error(BT_EINVAL, "%s needs a value", a); goto fail; }
+        if (!strcmp(a, "--model") || !strcmp(a, "-m")) model = argv[++i];
+        else if (!strcmp(a, "--tokenizer")) tokenizer = argv[++i];
+        else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { if (bt_parse_int(a, argv[++i], 1, 256, &threads)) goto fail; }
+        else if (!strcmp(a, "--device")) {
+            device = argv[++i];
+            if (!bt_backend_device_valid(device)) { bt_error(BT_EINVAL, "--device expects cpu, cuda or cuda:N, got '%s'", device); goto fail; }
+        }
+        else if (!strcmp(a, "-p")) { if (bt_parse_int(a, argv[++i], 1, 8192, &np)) goto fail; }
+        else if (!strcmp(a, "-n")) { if (bt_parse_int(a, argv[++i], 1, 8192, &nd)) goto fail; }
+        else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) { if (bt_parse_int(a, argv[++i], 0, 131072, &depth)) goto fail; }
+        else if (!strcmp(a, "--reps")) { if (bt_parse_int(a, argv[++i], 1, 100, &reps)) goto fail; }
+        else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--cuda-graphs")) graphs = true;
+        else if (!strcmp(a, "--cupti")) cupti = true;
+        else if (!strcmp(a, "--spec-k")) { if (bt_parse_int(a, argv[++i], 1, 64, &spec_k)) goto fail; }
+        else if (!strcmp(a, "--draft-self")) { if (bt_parse_int(a, argv[++i], 1, 100000, &draft_self)) goto fail; }
+        else if (!strcmp(a, "--draft-ngram")) { if (bt_parse_int(a, argv[++i], 1, 64, &draft_ngram)) goto fail; }
+        else if (!strcmp(a, "--numerics")) { if (bt_numerics_parse(argv[++i], &prof)) goto fail; }
+        else if (!strcmp(a, "--against")) {
+            if (strcmp(argv[++i], "llama.cpp")) { bt_error(BT_EINVAL, "--against expects llama.cpp, got '%s'", argv[i]); goto fail; }
+            against = true;
+        }
+        else if (!strcmp(a, "--taps")) {
+            taps_given = true;
+            if ((taps = bt_taps_mode_parse(argv[++i])) < 0) { bt_error(BT_EINVAL, "--taps expects all, layers, logits or none, got '%s'", argv[i]); goto fail; }
+        }
+        else { bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help bench)", a); goto fail; }
+    }
+    if (!model) { bt_error(BT_EINVAL, "--model is required"); goto fail; }
+    if ((graphs || cupti) && (!device || strncmp(device, "cuda", 4))) {
+        bt_error(BT_EINVAL, "%s needs --device cuda", graphs ? "--cuda-graphs" : "--cupti");
+        goto fail;
+    }
+    if (cupti && taps == BT_TAPS_NONE) { bt_error(BT_EINVAL, "--cupti records into the taps-on trace: give --taps MODE"); goto fail; }
+    if (!spec_k != !(draft_self || draft_ngram) || (draft_self && draft_ngram)) {
+        bt_error(BT_EINVAL, "--spec-k K goes with one of --draft-self N or --draft-ngram N");
+        goto fail;
+    }
+    if (llama.set && !against) { bt_error(BT_EINVAL, "the --llama-* flags choose llama.cpp's path: give --against llama.cpp"); goto fail; }
+    if (against && bt_llama_settings_env(&llama)) goto fail;
+    lc_user lcu = { model, &llama };
+    if (against) {
+        /* llama.cpp runs its own kernels on the CPU, exactly as built: a
+         * native side under other conditions would not be a comparison */
+        if (device && strcmp(device, "cpu")) { bt_error(BT_EINVAL, "--against llama.cpp compares CPU engines: --device %s cannot apply", device); goto fail; }
+        if (!bt_numerics_is_exact(&prof)) { bt_error(BT_EINVAL, "--against llama.cpp runs each engine's own numerics: --numerics cannot apply"); goto fail; }
+        if (spec_k) { bt_error(BT_EINVAL, "--against llama.cpp: speculative decoding (--spec-k) cannot apply"); goto fail; }
+        if (graphs || cupti) { bt_error(BT_EINVAL, "--against llama.cpp compares CPU engines: %s cannot apply", graphs ? "--cuda-graphs" : "--cupti"); goto fail; }
+        if (tokenizer) { bt_error(BT_EINVAL, "--against llama.cpp needs a GGUF model (--tokenizer is for llama2.c checkpoints)"); goto fail; }
+        if (!taps_given) taps = BT_TAPS_ALL;
+        char lb[4200];
+        if (bt_llamacpp_bench_check(lb, sizeof(lb))) goto fail;   /* before any measuring */
+    }
+    bt_session_cfg cfg = { .model = model, .tokenizer = tokenizer, .ctx = (int)(depth + np + nd), .max_batch = (int)np,
+                           .threads = (int)threads, .device = device, .cuda_graphs = graphs };
+    if (bt_session_open(&cfg, &ses)) goto fail;
+    m = bt_session_model(ses);
+    if (against && strcmp(m->format, "gguf")) { bt_error(BT_EINVAL, "--against llama.cpp: %s is not a GGUF file", model); goto fail; }
+    if (draft_self >= m->cfg.n_layers) { bt_error(BT_EINVAL, "--draft-self %ld must be below the model's %d layers", draft_self, m->cfg.n_layers); goto fail; }
+    const bt_config *c = &m->cfg;
+    if (depth + np + nd > c->ctx_len) {
+        bt_error(BT_EINVAL, "-d %ld + -p %ld + -n %ld positions exceed the model's context of %d", depth, np, nd, c->ctx_len);
+        goto fail;
+    }
+    cfg.numerics = &prof;
+    if (bt_session_start(ses, &cfg)) goto fail;
+    e = bt_session_engine(ses);
+    char prof_s[256];
+    bt_numerics_format(&prof, prof_s, sizeof(prof_s));
+    if (!json && !bt_numerics_is_exact(&prof)) bt_log("bench: numerics %s", prof_s);
+    /* the context filler (depth) first, then the timed prompt */
+    toks = malloc((size_t)(depth + np) * sizeof(int32_t));
+    if (!toks) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (long i = 0; i < depth + np; i++) { s ^= s << 13; s ^= s >> 7; s ^= s << 17; toks[i] = (int32_t)(s % (uint64_t)c->n_vocab); }
+
+    size_t bytes = weight_bytes(&m->output);
+    /* Bytes one decode token reads: every tensor of the architecture's layer
+     * table; of an expert tensor only the slabs of the experts a token uses. */
+    const bt_arch *arch = c->desc ? c->desc : bt_arch_find("llama");
+    for (int l = 0; l < c->n_layers; l++)
+        for (int k = 0; k < arch->n_layer; k++) {
+            const bt_weight *w = (const bt_weight *)((const char *)&m->layers[l] + arch->layer[k].field);
+            size_t b = weight_bytes(w);
+            if (w->n_slab > 1) b = b / (size_t)w->n_slab * (size_t)BT_MAX(c->n_expert_used, 1);
+            bytes += b;
+        }
+    double p_med, d_med, d_taps = 0;
+    if (!json) bt_log("bench: %s, %d threads (%s), depth %ld, prefill %ld, decode %ld, %ld reps", c->name, (int)threads, bt_kernels_simd(),
+                      depth, np, nd, reps);
+    if (against) {
+        if (!json) bt_log("bench: llama-bench (%s)", bt_llamacpp_dir());
+        if (bt_llamacpp_bench_run(model, (int)threads, (int)depth, (int)np, (int)nd, (int)reps, &llama, &lb_p, &lb_d)) goto fail;
+    }
+    /* One untimed prefill and decode step first, as llama-bench warms up:
+     * the first touch of the weights' mapping and of the KV cache would
+     * otherwise be timed as prefill (a quarter of an f32 prompt). */
+    {
+        int32_t wid = toks[depth];
+        if (bench_step(e, NULL, "prefill", toks + depth, (int)np, 0, &wid) ||
+            bench_step(e, NULL, "decode", &wid, 1, (int)np, &wid)) goto fail;
+    }
+    if (bench_reps(e, NULL, toks + depth, toks, depth, np, nd, reps, json, "taps off", &p_med, &d_med)) goto fail;
+    if (taps != BT_TAPS_NONE &&
+        bench_traced(ses, &cfg, &prof, NULL, NULL, cupti, taps, toks, depth, np, nd, reps, json, &d_taps)) goto fail;
+    if (against) {
+        /* llama.cpp's engine behind bangtrace (run --engine llama.cpp), taps off then on */
+        bt_session *ls = NULL;
+        bt_session_cfg lcfg = { .share = ses, .ctx = cfg.ctx, .max_batch = cfg.max_batch, .threads = cfg.threads,
+                                .engine_new = llamacpp_engine, .engine_user = &lcu, .llama = llama };
+        int rc = bt_session_new(&lcfg, &ls);
+        if (rc == BT_OK) rc = bench_reps(bt_session_engine(ls), NULL, toks + depth, toks, depth, np, nd, reps, json,
+                                         "llama.cpp taps off", &lc_p, &lc_d);
+        bt_session_close(ls, NULL);
+        if (rc) goto fail;
+        if (taps != BT_TAPS_NONE &&
+            bench_traced(ses, &cfg, NULL, llamacpp_engine, &lcu, false, taps, toks, depth, np, nd, reps, json, &lc_taps)) goto fail;
+    }
+    double sp_plain = 0, sp_spec = 0, sp_accept = 0;
+    if (spec_k && bench_spec(m, bt_session_tokenizer(ses), e, spec_k, draft_self, draft_ngram, nd, reps, json, &sp_plain, &sp_spec, &sp_accept)) goto fail;
+    pool = bt_pool_new((int)threads);
+    double bw = pool ? bt_measure_bandwidth(pool) : 0;
+    double eff = bytes * d_med / 1e9;
+    if (json) {
+        /* rates are null when too short to time (json_real refuses NAN) */
+        json_t *j = json_pack("{s:s, s:i, s:s, s:i, s:i, s:i, s:o, s:o, s:I, s:o, s:f, s:s, s:o, s:i, s:o, s:o, s:f}",
+                              "model", c->name, "threads", (int)threads, "simd", bt_kernels_simd(),
+                              "depth", (int)depth, "prompt_tokens", (int)np, "decode_tokens", (int)nd,
+                              "prompt_tokens_per_s", rate_json(p_med), "decode_tokens_per_s", rate_json(d_med),
+                              "weight_bytes_per_token", (json_int_t)bytes,
+                              "effective_bandwidth_gbs", rate_json(eff), "measured_bandwidth_gbs", bw,
+                              "taps", bt_taps_mode_name(taps), "decode_tokens_per_s_taps", rate_json(d_taps),
+                              "spec_k", (int)spec_k, "text_decode_tokens_per_s", rate_json(sp_plain),
+                              "text_decode_tokens_per_s_spec", rate_json(sp_spec), "spec_acceptance", sp_accept);
+        if (j) json_object_set_new(j, "numerics", json_string(prof_s));
+        if (j) json_object_set_new(j, "device", json_string(bt_backend_name(bt_engine_backend(e))));
+        if (j) json_object_set_new(j, "cuda_graphs", json_boolean(graphs));
+        if (j) json_object_set_new(j, "cupti", json_boolean(cupti));
+        if (j && against) {
+            json_t *a = json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "engine", "llama.cpp",
+                                  "version", bt_llamacpp_version(),
+                                  "llama_bench_prompt_tokens_per_s", rate_json(lb_p), "llama_bench_decode_tokens_per_s", rate_json(lb_d),
+                                  "engine_prompt_tokens_per_s", rate_json(lc_p), "engine_decode_tokens_per_s", rate_json(lc_d),
+                                  "engine_decode_tokens_per_s_taps", rate_json(lc_taps),
+                                  "ratio_prompt", rate_json(ratio(p_med, lb_p)), "ratio_decode", rate_json(ratio(d_med, lb_d)));
+            json_object_set_new(j, "against", a ? a : json_null());
+        }
+        char *str = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+        puts(str ? str : "{}");
+        free(str);
+        json_decref(j);
+    } else {
+        printf("model             %s (%s)\n", bt_text_esc(c->name), m->format);
+        printf("threads           %d (%s)\n", (int)threads, bt_kernels_simd());
+        printf("numerics          %s\n", prof_s);
+        char r1[48], r2[48];
+        if (depth) printf("depth             %ld positions of context before each measurement\n", depth);
+        printf("prompt            %s (%ld tokens, median of %ld)\n", rate_s(p_med, "tokens/s", r1, sizeof(r1)), np, reps);
+        printf("decode            %s (%ld tokens, median of %ld)\n", rate_s(d_med, "tokens/s", r1, sizeof(r1)), nd, reps);
+        printf("weights/token     %.1f MB\n", bytes / 1e6);
+        if (isnan(eff)) printf("effective bw      n/a (measured %.2f GB/s)\n", bw);
+        else printf("effective bw      %.2f GB/s (%.0f%% of measured %.2f GB/s)\n", eff, bw > 0 ? 100 * eff / bw : 0, bw);
+        if (taps != BT_TAPS_NONE)
+            printf("decode, taps %-4s %s (%.2fx of taps off)\n", bt_taps_mode_name(taps), rate_s(d_taps, "tokens/s", r1, sizeof(r1)),
+                   d_med > 0 ? d_taps / d_med : NAN);
+        if (spec_k)
+            printf("text decode       %s plain, %s with speculation (k=%ld, %s %ld): %.2fx, acceptance %.0f%%\n",
+                   rate_s(sp_plain, "tokens/s", r1, sizeof(r1)), rate_s(sp_spec, "tokens/s", r2, sizeof(r2)), spec_k,
+                   draft_self ? "self" : "ngram", draft_self ? draft_self : draft_ngram,
+                   sp_plain > 0 ? sp_spec / sp_plain : NAN, 100 * sp_accept);
+        if (against) {
+            char c1[48], c2[48], c3[48];
+            printf("\nagainst llama.cpp %s (same GGUF, %d threads, depth %ld, -p %ld, -n %ld, median of %ld; taps %s)\n",
+                   bt_llamacpp_version(), (int)threads, depth, np, nd, reps, bt_taps_mode_name(taps));
+            printf("%-26s %14s %14s %14s\n", "engine", "prompt t/s", "decode t/s", "decode, taps");
+            printf("%-26s %14s %14s %14s\n", "bangtrace (native)", cell(p_med, c1, sizeof(c1)),
+                   cell(d_med, c2, sizeof(c2)), taps != BT_TAPS_NONE ? cell(d_taps, c3, sizeof(c3)) : "-");
+            printf("%-26s %14s %14s %14s\n", "llama.cpp (llama-bench)", cell(lb_p, c1, sizeof(c1)),
+                   cell(lb_d, c2, sizeof(c2)), "-");
+            printf("%-26s %14s %14s %14s\n", "llama.cpp (in bangtrace)", cell(lc_p, c1, sizeof(c1)),
+                   cell(lc_d, c2, sizeof(c2)), taps != BT_TAPS_NONE ? cell(lc_taps, c3, sizeof(c3)) : "-");
+            double rp = ratio(p_med, lb_p), rd = ratio(d_med, lb_d);
+            snprintf(c1, sizeof(c1), isnan(rp) ? "n/a" : "%.2fx", rp);
+            snprintf(c2, sizeof(c2), isnan(rd) ? "n/a" : "%.2fx", rd);
+            printf("%-26s %14s %14s %14s\n", "native / llama-bench", c1, c2, "-");
+        }
+    }
+    status = 0;
+    goto out;
+fail:
+    status = bt_cmd_fail("bench");
+out:
+    free(toks);
+    bt_pool_free(pool);
+    bt_session_close(ses, NULL);
+    return status;
+}

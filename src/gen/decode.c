@@ -1,0 +1,366 @@
+/* decode.c - prefill, plain and speculative decoding, recorded step by step.
+ *
+ * Invariants between calls (n_ctx = prompt + emitted tokens):
+ *   - the target has valid KV entries for positions [0, n_ctx - 1): the last
+ *     emitted token is the input of the next target forward;
+ *   - the draft engine has valid entries for [0, dpos), dpos <= n_ctx; its
+ *     next forward first catches up on ctx[dpos .. n_ctx).
+ * Rolling back after a rejection is only moving these bounds: later
+ * forwards overwrite the rejected positions. */
+#include "decode.h"
+#include "tap/detect.h"
+#include "base/util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+struct bt_decoder {
+    bt_decoder_cfg c;
+    int n_vocab, max_ctx;
+    int32_t *ctx;                /* (max_ctx) prompt + emitted */
+    int n_ctx, n_prompt;
+    int dpos;
+    int step;                    /* the next global step number */
+    bool started;
+    /* the current draft */
+    int32_t *draft;              /* (k) */
+    int *draft_step;             /* (k) -1 for n-gram */
+    bool *draft_finite;          /* (k) */
+    bool *draft_det;             /* (k) deterministic proposal: q is one-hot */
+    float *q;                    /* (k, n_vocab) draft distributions */
+    float *p;                    /* (n_vocab) target distribution scratch */
+    int32_t *vin;                /* (k + 1) verify input */
+    /* acceptance-rate window */
+    double win[BT_SPEC_WINDOW];
+    int win_n;
+    bool was_high, collapse_reported;
+    bt_decoder_stats st;
+};
+
+void bt_decoder_free(bt_decoder *d)
+{
+    if (!d) return;
+    free(d->ctx); free(d->draft); free(d->draft_step); free(d->draft_finite); free(d->draft_det);
+    free(d->q); free(d->p); free(d->vin);
+    free(d);
+}
+
+int bt_decoder_new(const bt_decoder_cfg *cfg, const int32_t *prompt, int n_prompt, int max_tokens, bt_decoder **out)
+{
+    *out = NULL;
+    if (n_prompt <= 0) return bt_error(BT_EINVAL, "the decoder needs at least one prompt token");
+    bt_decoder *d = calloc(1, sizeof(*d));
+    if (!d) return bt_error(BT_ENOMEM, "out of memory");
+    d->c = *cfg;
+    if (d->c.drafter == BT_DRAFT_NONE) d->c.k = 0;
+    if (d->c.k < 0) d->c.k = 0;
+    int k = d->c.k;
+    d->n_vocab = bt_engine_model(cfg->target)->cfg.n_vocab;
+    d->max_ctx = BT_MIN(bt_engine_ctx_len(cfg->target), n_prompt + BT_MAX(max_tokens, 0) + k + 2);
+    d->ctx = malloc((size_t)(d->max_ctx + k + 2) * sizeof(int32_t));
+    d->draft = malloc((size_t)(k + 1) * sizeof(int32_t));
+    d->draft_step = malloc((size_t)(k + 1) * sizeof(int));
+    d->draft_finite = malloc((size_t)(k + 1) * sizeof(bool));
+    d->draft_det = malloc((size_t)(k + 1) * sizeof(bool));
+    d->q = malloc((size_t)(k + 1) * d->n_vocab * sizeof(float));
+    d->p = malloc((size_t)d->n_vocab * sizeof(float));
+    d->vin = malloc((size_t)(k + 2) * sizeof(int32_t));
+    if (!d->ctx || !d->draft || !d->draft_step || !d->draft_finite || !d->draft_det || !d->q || !d->p || !d->vin) {
+        bt_decoder_free(d);
+        return bt_error(BT_ENOMEM, "out of memory for the decoder");
+    }
+    memcpy(d->ctx, prompt, (size_t)n_prompt * sizeof(int32_t));
+    d->n_ctx = d->n_prompt = n_prompt;
+    *out = d;
+    return BT_OK;
+}
+
+const bt_decoder_stats *bt_decoder_stats_get(const bt_decoder *d) { return &d->st; }
+
+static bool row_finite(const float *x, int n)
+{
+    for (int i = 0; i < n; i++) if (!isfinite(x[i])) return false;
+    return true;
+}
+
+/* log softmax(row)[id] at temperature 1; NAN when undefined. */
+static float logprob_of(const float *x, int n, int32_t id)
+{
+    if (id < 0 || id >= n) return NAN;
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) { if (isnan(x[i]) || x[i] == INFINITY) return NAN; if (x[i] > mx) mx = x[i]; }
+    if (mx == -INFINITY) return NAN;
+    double s = 0;
+    for (int i = 0; i < n; i++) s += exp((double)x[i] - mx);
+    return (float)(((double)x[id] - mx) - log(s));
+}
+
+/* One recorded forward: number the step, open it, run, inject. */
+static int forward(bt_decoder *d, bt_engine *e, bt_recorder *rec, const char *kind,
+                   const int32_t *toks, int n, int pos, double *ms)
+{
+    bt_engine_set_step(e, d->step);
+    int rc = rec ? bt_recorder_step_begin(rec, kind, pos, n) : BT_OK;
+    if (rc) return rc;
+    double t0 = bt_now();
+    rc = bt_engine_forward(e, toks, n, pos);
+    *ms = (bt_now() - t0) * 1e3;
+    d->step++;
+    d->st.steps++;
+    if (rc) return rc;
+    if (e == d->c.target) {
+        d->st.target_forwards++;
+        d->st.target_positions += n;
+        if (d->c.inj) bt_injector_after_forward(d->c.inj, e);
+    } else {
+        d->st.draft_forwards++;
+    }
+    return BT_OK;
+}
+
+static int end_step(bt_recorder *rec, double ms) { return rec ? bt_recorder_step_end(rec, ms) : BT_OK; }
+
+/* A target forward of the last token (or the prompt) and one sampled token. */
+static int plain_step(bt_decoder *d, int32_t *out, float *lps, int *n)
+{
+    bt_recorder *rec = d->c.target_rec;
+    bool prefill = !d->started;
+    const int32_t *in = prefill ? d->ctx : &d->ctx[d->n_ctx - 1];
+    int n_in = prefill ? d->n_ctx : 1, pos = prefill ? 0 : d->n_ctx - 1;
+    double ms;
+    int rc;
+    bt_engine_set_logits_all(d->c.target, false);
+    double t0 = bt_now();
+    /* A prompt longer than the engine's batch is prefilled in chunks of the
+     * batch, each its own recorded prefill step (as bench fills its depth);
+     * the kernels are batch-invariant, so the last chunk's logits are the
+     * ones one forward of the whole prompt computes. */
+    int chunk = prefill ? BT_MAX(bt_engine_max_batch(d->c.target), 1) : n_in;
+    while (n_in > chunk) {
+        if ((rc = forward(d, d->c.target, rec, "prefill", in, chunk, pos, &ms))) return rc;
+        if ((rc = end_step(rec, ms))) return rc;
+        in += chunk; pos += chunk; n_in -= chunk;
+    }
+    rc = forward(d, d->c.target, rec, prefill ? "prefill" : "decode", in, n_in, pos, &ms);
+    if (rc) return rc;
+    if (prefill) d->st.prefill_s = bt_now() - t0;
+    d->started = true;
+    const float *row = bt_engine_logits(d->c.target);
+    float lp;
+    int32_t id = bt_sampler_sample(d->c.smp, row, d->n_vocab, &lp);
+    if (rec) {
+        if ((rc = bt_recorder_snapshot(rec, row, d->n_ctx - 1, id))) return rc;
+        if ((rc = bt_recorder_token(rec, d->n_ctx, id, "gen", lp))) return rc;
+    }
+    if ((rc = end_step(rec, ms))) return rc;
+    d->ctx[d->n_ctx++] = id;
+    out[0] = id;
+    if (lps) lps[0] = lp;
+    *n = 1;
+    d->st.emitted++;
+    return BT_OK;
+}
+
+static bool is_eog(const bt_decoder *d, int32_t id)
+{
+    return !d->c.ignore_eos && d->c.tok && id >= 0 && id < d->n_vocab && bt_tokenizer_is_eog(d->c.tok, id);
+}
+
+/* Prompt lookup: the tokens that followed the latest earlier occurrence of
+ * the last N tokens. */
+static int draft_ngram(bt_decoder *d, int k)
+{
+    int N = d->c.ngram;
+    if (N <= 0 || d->n_ctx < N + 1) return 0;
+    const int32_t *tail = d->ctx + d->n_ctx - N;
+    for (int j = d->n_ctx - N - 1; j >= 0; j--) {
+        if (memcmp(d->ctx + j, tail, (size_t)N * sizeof(int32_t))) continue;
+        int m = BT_MIN(k, d->n_ctx - (j + N));
+        for (int i = 0; i < m; i++) {
+            d->draft[i] = d->ctx[j + N + i];
+            d->draft_step[i] = -1;
+            d->draft_finite[i] = true;
+            d->draft_det[i] = true;
+        }
+        return m;
+    }
+    return 0;
+}
+
+/* Draft k tokens with the draft engine (catching it up first). */
+static int draft_model(bt_decoder *d, int k, int *nd)
+{
+    bt_recorder *rec = d->c.draft_rec;
+    *nd = 0;
+    for (int j = 0; j < k; j++) {
+        const int32_t *in;
+        int n_in, pos;
+        if (j == 0) { in = &d->ctx[d->dpos]; n_in = d->n_ctx - d->dpos; pos = d->dpos; }
+        else { in = &d->draft[j - 1]; n_in = 1; pos = d->n_ctx + j - 1; }
+        double ms;
+        int rc = forward(d, d->c.draft, rec, "draft", in, n_in, pos, &ms);
+        if (rc) return rc;
+        d->dpos = pos + n_in;
+        const float *row = bt_engine_logits(d->c.draft);
+        float *q = d->q + (size_t)j * d->n_vocab;
+        int32_t tok;
+        bool det = d->c.greedy || !bt_sampler_probs(d->c.smp, row, d->n_vocab, q);
+        tok = det ? bt_argmax(&d->c.rule, row, d->n_vocab) : bt_sampler_draw(d->c.smp, q, d->n_vocab);
+        d->draft[j] = tok;
+        d->draft_step[j] = d->step - 1;
+        d->draft_finite[j] = row_finite(row, d->n_vocab);
+        d->draft_det[j] = det;
+        if (rec) {
+            if ((rc = bt_recorder_snapshot(rec, row, pos + n_in - 1, tok))) return rc;
+            if ((rc = bt_recorder_token(rec, pos + n_in, tok, "draft", det ? NAN : logf(q[tok])))) return rc;
+        }
+        if ((rc = end_step(rec, ms))) return rc;
+        /* an id outside the vocabulary cannot be verified: the draft ends */
+        if (tok < 0 || tok >= d->n_vocab) break;
+        (*nd)++;
+    }
+    return BT_OK;
+}
+
+static int record_trail(bt_decoder *d, int step, int i, int pos, int32_t target_tok, double target_prob,
+                        int accepted, const char *reason)
+{
+    if (!d->c.target_rec) return BT_OK;
+    double qd = d->draft_det[i] ? 1.0 : d->q[(size_t)i * d->n_vocab + d->draft[i]];
+    bt_spec_row r = { .step = step, .draft_idx = i, .draft_pos = pos, .draft_step = d->draft_step[i],
+                      .draft_token = d->draft[i], .draft_prob = qd, .draft_finite = d->draft_finite[i],
+                      .target_token = target_tok, .target_prob = target_prob, .accepted = accepted,
+                      .reason = reason };
+    return bt_recorder_spec_trail(d->c.target_rec, &r);
+}
+
+static int note_acceptance(bt_decoder *d, int step, int pos, double rate)
+{
+    memmove(d->win, d->win + 1, (BT_SPEC_WINDOW - 1) * sizeof(double));
+    d->win[BT_SPEC_WINDOW - 1] = rate;
+    if (d->win_n < BT_SPEC_WINDOW) d->win_n++;
+    if (d->win_n < BT_SPEC_WINDOW || d->collapse_reported) return BT_OK;
+    double avg = 0;
+    for (int i = 0; i < BT_SPEC_WINDOW; i++) avg += d->win[i];
+    avg /= BT_SPEC_WINDOW;
+    if (avg >= BT_ACCEPT_COLLAPSE_HIGH) d->was_high = true;
+    if (d->was_high && avg < BT_ACCEPT_COLLAPSE_LOW && d->c.target_rec) {
+        d->collapse_reported = true;
+        char detail[200];
+        snprintf(detail, sizeof(detail), "step %d: acceptance over the last %d verify steps fell to %.2f after having been >= 0.6",
+                 step, BT_SPEC_WINDOW, avg);
+        return bt_recorder_event(d->c.target_rec, step, pos, "accept_collapse", detail);
+    }
+    return BT_OK;
+}
+
+int bt_decoder_next(bt_decoder *d, int32_t *out, float *lps, int *n)
+{
+    *n = 0;
+    if (!d->started || d->c.drafter == BT_DRAFT_NONE) return plain_step(d, out, lps, n);
+    int k = BT_MIN(d->c.k, bt_engine_ctx_len(d->c.target) - d->n_ctx);
+    int nd = 0, rc;
+    if (k > 0) {
+        if (d->c.drafter == BT_DRAFT_NGRAM) nd = draft_ngram(d, k);
+        else if ((rc = draft_model(d, k, &nd))) return rc;
+    }
+    if (nd == 0) return plain_step(d, out, lps, n);
+
+    /* Verify: the target over [last token, d_0 .. d_{nd-1}] in one forward. */
+    bt_recorder *rec = d->c.target_rec;
+    int base = d->n_ctx - 1;                 /* position of the last emitted token */
+    d->vin[0] = d->ctx[base];
+    memcpy(d->vin + 1, d->draft, (size_t)nd * sizeof(int32_t));
+    double ms;
+    bt_engine_set_logits_all(d->c.target, true);
+    if ((rc = forward(d, d->c.target, rec, "verify", d->vin, nd + 1, base, &ms))) return rc;
+    int step = d->step - 1;
+    int a = 0;
+    bool stopped = false, rejected = false;
+    int32_t fix = -1;
+    const char *fix_kind = "none";
+    for (int i = 0; i < nd; i++) {
+        const float *row = bt_engine_logits_row(d->c.target, i);
+        int32_t di = d->draft[i], ti;
+        double pd;
+        bool accept;
+        bool sampled = !d->c.greedy && bt_sampler_probs(d->c.smp, row, d->n_vocab, d->p);
+        const char *reason;
+        if (!sampled) {
+            ti = bt_argmax(&d->c.rule, row, d->n_vocab);
+            pd = exp(logprob_of(row, d->n_vocab, di));
+            accept = ti == di;
+            reason = accept ? "match" : "mismatch";
+        } else {
+            pd = d->p[di];
+            double qd = d->draft_det[i] ? 1.0 : d->q[(size_t)i * d->n_vocab + di];
+            accept = bt_sampler_uniform(d->c.smp) * qd < pd;
+            reason = accept ? "accept p/q" : "reject p/q";
+            ti = di;
+            if (!accept) {
+                /* residual max(0, p - q), renormalised by the draw */
+                if (d->draft_det[i]) d->p[di] = 0;
+                else {
+                    const float *q = d->q + (size_t)i * d->n_vocab;
+                    for (int v = 0; v < d->n_vocab; v++) d->p[v] = d->p[v] > q[v] ? d->p[v] - q[v] : 0;
+                }
+                ti = bt_sampler_draw(d->c.smp, d->p, d->n_vocab);
+                if (ti < 0) { bt_sampler_probs(d->c.smp, row, d->n_vocab, d->p); ti = bt_sampler_draw(d->c.smp, d->p, d->n_vocab); }
+            }
+        }
+        if ((rc = record_trail(d, step, i, base + 1 + i, ti, pd, accept, reason))) return rc;
+        if (rec && (rc = bt_recorder_snapshot(rec, row, base + i, accept ? di : ti))) return rc;
+        if (accept) {
+            out[(*n)++] = di;
+            a++;
+            if (is_eog(d, di)) { stopped = true; break; }
+        } else {
+            fix = ti;
+            fix_kind = "correction";
+            out[(*n)++] = ti;
+            rejected = true;
+            break;
+        }
+    }
+    int last = a + (rejected ? 1 : 0);      /* drafts consumed by the decision */
+    for (int i = last; i < nd; i++)
+        if ((rc = record_trail(d, step, i, base + 1 + i, -1, NAN, 0, stopped ? "after_stop" : "after_reject"))) return rc;
+    if (!stopped && !rejected) {
+        /* all accepted: the bonus token from the last row */
+        const float *row = bt_engine_logits_row(d->c.target, nd);
+        float lp;
+        fix = bt_sampler_sample(d->c.smp, row, d->n_vocab, &lp);
+        fix_kind = "bonus";
+        out[(*n)++] = fix;
+        if (rec && (rc = bt_recorder_snapshot(rec, row, base + nd, fix))) return rc;
+    }
+    if (stopped && nd - a > 0 && rec) {
+        char detail[240];
+        snprintf(detail, sizeof(detail), "step %d: the drafter proposed %d token(s) after the accepted end-of-generation "
+                 "token at position %d; none reached the output", step, nd - a, base + a);
+        if ((rc = bt_recorder_event(rec, step, base + a, "post_stop_draft", detail))) return rc;
+    }
+    for (int i = 0; i < *n; i++) {
+        const float *row = bt_engine_logits_row(d->c.target, i);
+        float lp = logprob_of(row, d->n_vocab, out[i]);
+        if (lps) lps[i] = lp;
+        /* out[0..a) are accepted drafts; out[a], when present, is the
+         * target's correction or bonus */
+        if (rec && (rc = bt_recorder_token(rec, base + 1 + i, out[i], i == a ? "bonus" : "gen", lp))) return rc;
+    }
+    if (rec && (rc = bt_recorder_spec_step(rec, step, d->c.drafter_name, nd, a, stopped ? -1 : fix, fix_kind))) return rc;
+    if ((rc = note_acceptance(d, step, base, (double)a / nd))) return rc;
+    if ((rc = end_step(rec, ms))) return rc;
+    d->st.verify_steps++;
+    d->st.drafted += nd;
+    d->st.accepted += a;
+    d->st.emitted += *n;
+    memcpy(d->ctx + d->n_ctx, out, (size_t)*n * sizeof(int32_t));
+    int old = d->n_ctx;
+    d->n_ctx += *n;
+    if (d->dpos > old + a) d->dpos = old + a;
+    return BT_OK;
+}

@@ -1,0 +1,7 @@
+# src/run/local.mk - a recorded run (trace library): the session (model,
+# tokenizer, engines, injector, trace and recorders from one config), the
+# recorder (the engine's eval callback into the trace writer) and the
+# teacher-forced replay of a recorded trace.
+libbttrace_a_SOURCES += src/run/session.c src/run/session.h
+libbttrace_a_SOURCES += src/run/recorder.c src/run/recorder.h
+libbttrace_a_SOURCES += src/run/replay.h src/run/replay.c
