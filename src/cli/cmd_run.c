@@ -222,6 +222,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         else return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help run)", a);
 #undef VAL
     }
+    /* the groups' values under the names the rest of run (and its meta) reads */
     o->model = g.model; o->tokenizer = g.tokenizer; o->threads = g.threads; o->ctx = g.ctx; o->device = g.device;
     o->numerics_spec = g.numerics_spec; o->numerics = g.numerics; o->llamacpp = g.llamacpp;
     if (bt_args_need_model(&g, "run")) return BT_EINVAL;
