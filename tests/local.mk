@@ -241,3 +241,4 @@ TESTS += tests/test_args tests/args_groups.sh
 tests_test_args_SOURCES = tests/test_args.c
 tests_test_args_LDADD = $(CMD_LIBS)
 EXTRA_DIST += tests/args_groups.sh
+ASAN_TESTS += tests/test_args tests/args_groups.sh
