@@ -232,3 +232,13 @@ EXTRA_DIST += tests/hf_tokenizer_bad.sh tests/hf_spm.sh tests/hf_make_spm.py tes
 # (flash attention auto, repacked weights, f16 KV; --llama-* flags)
 TESTS += tests/llama_defaults.sh
 EXTRA_DIST += tests/llama_defaults.sh
+
+# h6-args (issue 23): the shared flag groups (src/cli/args.c) and the one
+# device table (src/backend/registry.c); the same mistake gives the same line
+# in every command
+check_PROGRAMS += tests/test_args
+TESTS += tests/test_args tests/args_groups.sh
+tests_test_args_SOURCES = tests/test_args.c
+tests_test_args_LDADD = $(CMD_LIBS)
+EXTRA_DIST += tests/args_groups.sh
+ASAN_TESTS += tests/test_args tests/args_groups.sh

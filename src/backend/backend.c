@@ -46,9 +46,10 @@ const char *bt_backend_feature_flag(int feature)
 
 int bt_backend_enable(bt_backend *be, int feature)
 {
+    const bt_device *d = bt_device_with(feature);
     if (!be->iface->enable)
-        return bt_error(BT_EUNSUPPORTED, "%s needs --device cuda (the %s backend has no such feature)",
-                        bt_backend_feature_flag(feature), bt_backend_name(be));
+        return bt_error(BT_EUNSUPPORTED, "%s needs --device %s (the %s backend has no such feature)",
+                        bt_backend_feature_flag(feature), d ? d->name : "?", bt_backend_name(be));
     return be->iface->enable(be, feature);
 }
 

@@ -21,8 +21,40 @@ typedef struct bt_backend bt_backend;
 /* A buffer on a backend: f32 activations, or a weight's raw GGUF blocks. */
 typedef struct bt_buf bt_buf;
 
-/* Open the backend named by `device`: "cpu" (NULL and "" mean "cpu") or
- * "cuda" / "cuda:N". n_threads is the CPU backend's thread pool size (0:
+/* ---- the device table (registry.c) ----
+ *
+ * One row per device a backend runs on; every --device flag, its error
+ * text, each device check of a command and the trace's meta backend read
+ * it. A device name is a row's name, or name:N (an ordinal, 0..1024) where
+ * the row takes one; NULL and "" are the first row, the CPU. */
+typedef struct bt_device {
+    const char *name;               /* "cpu", "cuda" */
+    bool ordinal;                   /* also name:N ("cuda:1") */
+    /* the built-in constructor (kernels/cpu), or NULL for a plugin */
+    int (*builtin)(int n_threads, bt_backend **out);
+    const char *plugin;             /* the plugin's file name (bangtrace-cuda.so), or NULL */
+    const char *title;              /* for messages: "CUDA" ("no CUDA plugin ...") */
+    unsigned features;              /* the bt_backend_feature bits it can offer */
+    const char *description;        /* one line, for -v and the docs */
+} bt_device;
+
+/* The rows, and how many (*n). Row 0 is the CPU, the default. */
+const bt_device *bt_device_table(int *n);
+/* Parse a device name: BT_OK with *row and *ordinal (0 when none given),
+ * or BT_EINVAL with "--device expects cpu, cuda or cuda:N, got 'X'" (the
+ * list built from the table). row and ordinal may be NULL. */
+int bt_device_parse(const char *device, const bt_device **row, int *ordinal);
+/* Does `device` parse? For flag checks before anything is loaded. */
+bool bt_backend_device_valid(const char *device);
+/* Is `device` the built-in CPU (NULL, "", "cpu")? */
+bool bt_device_is_cpu(const char *device);
+/* Can the device named offer the feature (bt_backend_feature)? false for a
+ * bad name. The row that can (for "needs --device cuda"): bt_device_with. */
+bool bt_device_offers(const char *device, int feature);
+const bt_device *bt_device_with(int feature);
+
+/* Open the backend named by `device` (its row's constructor or plugin).
+ * n_threads is the CPU backend's thread pool size (0:
  * bt_pool_default_threads()); a device backend may use a few host threads
  * too. Returns BT_OK, BT_EINVAL for a device name we do not know, or
  * BT_EUNSUPPORTED with a one-line message when the device cannot run here
@@ -39,11 +71,12 @@ void bt_backend_free(bt_backend *be);                 /* NULL is a no-op */
 /* "cpu" or "cuda:0"; a longer description ("cuda:0 NVIDIA H200, sm_90"). */
 const char *bt_backend_name(const bt_backend *be);
 const char *bt_backend_describe(const bt_backend *be);
+/* What a trace records as meta backend for an opened backend: the built-in
+ * CPU with its kernels' instruction set ("cpu-avx2"), a plugin's device by
+ * its name ("cuda:0"). */
+void bt_backend_trace_name(const bt_backend *be, char *buf, size_t cap);
 /* Threads of the CPU backend's pool (1 for a device backend). */
 int bt_backend_threads(const bt_backend *be);
-/* Does `device` parse ("cpu", "cuda", "cuda:N")? For flag checks before
- * anything is loaded. */
-bool bt_backend_device_valid(const char *device);
 
 /* Features a backend may offer (bt_backend_enable), switched on before the
  * first op. */

@@ -4,6 +4,8 @@
  * bandwidth this command measures on the same threads. Timing lives here,
  * never in tests. */
 #include "cmd.h"
+#include "args.h"
+#include "backend/backend.h"
 #include "engine/engine.h"
 #include "engine/numerics.h"
 #include "engine/sampler.h"
@@ -257,14 +259,73 @@ static int llamacpp_engine(void *user, const bt_model *m, int ctx, int max_batch
 
 static double ratio(double a, double b) { return a > 0 && b > 0 ? a / b : NAN; }
 
+typedef struct bench_opts {
+    bt_args g;                /* --model, --tokenizer, --threads, --device, --numerics, --llama-* */
+    int taps;                 /* bt_taps_mode; BT_TAPS_NONE: no taps-on decode */
+    long spec_k, draft_self, draft_ngram, np, nd, reps, depth;
+    bool json, graphs, cupti, against;
+} bench_opts;
+
+static int parse_args(int argc, char **argv, bench_opts *o)
+{
+    *o = (bench_opts){ .g = { .take = BT_ARGS_MODEL | BT_ARGS_M | BT_ARGS_TOKENIZER | BT_ARGS_THREADS | BT_ARGS_T |
+                                      BT_ARGS_DEVICE | BT_ARGS_NUMERICS | BT_ARGS_LLAMA,
+                              .threads = bt_pool_default_threads() },
+                       .taps = BT_TAPS_NONE, .np = 128, .nd = 64, .reps = 3 };
+    bool taps_given = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool taken;
+        if (bt_args_take(&o->g, argc, argv, &i, &taken)) return BT_EINVAL;
+        if (taken) continue;
+        bool takes = strcmp(a, "--json") && strcmp(a, "--cuda-graphs") && strcmp(a, "--cupti");
+        if (takes && !v) return bt_error(BT_EINVAL, "%s needs a value", a);
+        if (!strcmp(a, "-p")) { if (bt_parse_int(a, argv[++i], 1, 8192, &o->np)) return BT_EINVAL; }
+        else if (!strcmp(a, "-n")) { if (bt_parse_int(a, argv[++i], 1, 8192, &o->nd)) return BT_EINVAL; }
+        else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) { if (bt_parse_int(a, argv[++i], 0, 131072, &o->depth)) return BT_EINVAL; }
+        else if (!strcmp(a, "--reps")) { if (bt_parse_int(a, argv[++i], 1, 100, &o->reps)) return BT_EINVAL; }
+        else if (!strcmp(a, "--json")) o->json = true;
+        else if (!strcmp(a, "--cuda-graphs")) o->graphs = true;
+        else if (!strcmp(a, "--cupti")) o->cupti = true;
+        else if (!strcmp(a, "--spec-k")) { if (bt_parse_int(a, argv[++i], 1, 64, &o->spec_k)) return BT_EINVAL; }
+        else if (!strcmp(a, "--draft-self")) { if (bt_parse_int(a, argv[++i], 1, 100000, &o->draft_self)) return BT_EINVAL; }
+        else if (!strcmp(a, "--draft-ngram")) { if (bt_parse_int(a, argv[++i], 1, 64, &o->draft_ngram)) return BT_EINVAL; }
+        else if (!strcmp(a, "--against")) {
+            if (strcmp(argv[++i], "llama.cpp")) return bt_error(BT_EINVAL, "--against expects llama.cpp, got '%s'", argv[i]);
+            o->against = true;
+        }
+        else if (!strcmp(a, "--taps")) {
+            taps_given = true;
+            if ((o->taps = bt_taps_mode_parse(argv[++i])) < 0)
+                return bt_error(BT_EINVAL, "--taps expects all, layers, logits or none, got '%s'", argv[i]);
+        }
+        else return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help bench)", a);
+    }
+    if (bt_args_need_model(&o->g, "bench")) return BT_EINVAL;
+    if (o->graphs && bt_args_need_feature(&o->g, BT_BACKEND_GRAPHS)) return BT_EINVAL;
+    if (o->cupti && bt_args_need_feature(&o->g, BT_BACKEND_ACTIVITY)) return BT_EINVAL;
+    if (o->cupti && o->taps == BT_TAPS_NONE) return bt_error(BT_EINVAL, "--cupti records into the taps-on trace: give --taps MODE");
+    if (!o->spec_k != !(o->draft_self || o->draft_ngram) || (o->draft_self && o->draft_ngram))
+        return bt_error(BT_EINVAL, "--spec-k K goes with one of --draft-self N or --draft-ngram N");
+    if (bt_args_llama_finish(&o->g, o->against, "--against llama.cpp")) return BT_EINVAL;
+    if (!o->against) return BT_OK;
+    /* llama.cpp runs its own kernels on the CPU, exactly as built: a
+     * native side under other conditions would not be a comparison */
+    if (!bt_device_is_cpu(o->g.device))
+        return bt_error(BT_EINVAL, "--against llama.cpp compares CPU engines: --device %s cannot apply", o->g.device);
+    if (!bt_numerics_is_exact(&o->g.numerics))
+        return bt_error(BT_EINVAL, "--against llama.cpp runs each engine's own numerics: --numerics cannot apply");
+    if (o->spec_k) return bt_error(BT_EINVAL, "--against llama.cpp: speculative decoding (--spec-k) cannot apply");
+    if (o->graphs || o->cupti)
+        return bt_error(BT_EINVAL, "--against llama.cpp compares CPU engines: %s cannot apply", o->graphs ? "--cuda-graphs" : "--cupti");
+    if (o->g.tokenizer)
+        return bt_error(BT_EINVAL, "--against llama.cpp needs a GGUF model (--tokenizer is for llama2.c checkpoints)");
+    if (!taps_given) o->taps = BT_TAPS_ALL;
+    return BT_OK;
+}
+
 int cmd_bench(int argc, char **argv)
 {
-    const char *model = NULL, *tokenizer = NULL;
-    int taps = BT_TAPS_NONE;
-    long spec_k = 0, draft_self = 0, draft_ngram = 0;
-    long threads = bt_pool_default_threads(), np = 128, nd = 64, reps = 3, depth = 0;
-    const char *device = NULL;
-    bool json = false, graphs = false, cupti = false, against = false, taps_given = false;
     double lb_p = NAN, lb_d = NAN, lc_p = NAN, lc_d = NAN, lc_taps = NAN;
     bt_session *ses = NULL;
     const bt_model *m = NULL;
@@ -272,91 +333,36 @@ int cmd_bench(int argc, char **argv)
     bt_pool *pool = NULL;
     int32_t *toks = NULL;
     int status = 2;
-    bt_numerics prof;
-    memset(&prof, 0, sizeof(prof));
-    bt_llama_settings llama = { 0 };
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool taken;
-        if (bt_llama_flag(&llama, a, v, &taken)) goto fail;
-        if (taken) { i++; continue; }
-        bool takes = strcmp(a, "--json") && strcmp(a, "--cuda-graphs") && strcmp(a, "--cupti");
-        if (takes && !v) { bt_error(BT_EINVAL, "%s needs a value", a); goto fail; }
-        if (!strcmp(a, "--model") || !strcmp(a, "-m")) model = argv[++i];
-        else if (!strcmp(a, "--tokenizer")) tokenizer = argv[++i];
-        else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { if (bt_parse_int(a, argv[++i], 1, 256, &threads)) goto fail; }
-        else if (!strcmp(a, "--device")) {
-            device = argv[++i];
-            if (!bt_backend_device_valid(device)) { bt_error(BT_EINVAL, "--device expects cpu, cuda or cuda:N, got '%s'", device); goto fail; }
-        }
-        else if (!strcmp(a, "-p")) { if (bt_parse_int(a, argv[++i], 1, 8192, &np)) goto fail; }
-        else if (!strcmp(a, "-n")) { if (bt_parse_int(a, argv[++i], 1, 8192, &nd)) goto fail; }
-        else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) { if (bt_parse_int(a, argv[++i], 0, 131072, &depth)) goto fail; }
-        else if (!strcmp(a, "--reps")) { if (bt_parse_int(a, argv[++i], 1, 100, &reps)) goto fail; }
-        else if (!strcmp(a, "--json")) json = true;
-        else if (!strcmp(a, "--cuda-graphs")) graphs = true;
-        else if (!strcmp(a, "--cupti")) cupti = true;
-        else if (!strcmp(a, "--spec-k")) { if (bt_parse_int(a, argv[++i], 1, 64, &spec_k)) goto fail; }
-        else if (!strcmp(a, "--draft-self")) { if (bt_parse_int(a, argv[++i], 1, 100000, &draft_self)) goto fail; }
-        else if (!strcmp(a, "--draft-ngram")) { if (bt_parse_int(a, argv[++i], 1, 64, &draft_ngram)) goto fail; }
-        else if (!strcmp(a, "--numerics")) { if (bt_numerics_parse(argv[++i], &prof)) goto fail; }
-        else if (!strcmp(a, "--against")) {
-            if (strcmp(argv[++i], "llama.cpp")) { bt_error(BT_EINVAL, "--against expects llama.cpp, got '%s'", argv[i]); goto fail; }
-            against = true;
-        }
-        else if (!strcmp(a, "--taps")) {
-            taps_given = true;
-            if ((taps = bt_taps_mode_parse(argv[++i])) < 0) { bt_error(BT_EINVAL, "--taps expects all, layers, logits or none, got '%s'", argv[i]); goto fail; }
-        }
-        else { bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help bench)", a); goto fail; }
-    }
-    if (!model) { bt_error(BT_EINVAL, "--model is required"); goto fail; }
-    if ((graphs || cupti) && (!device || strncmp(device, "cuda", 4))) {
-        bt_error(BT_EINVAL, "%s needs --device cuda", graphs ? "--cuda-graphs" : "--cupti");
-        goto fail;
-    }
-    if (cupti && taps == BT_TAPS_NONE) { bt_error(BT_EINVAL, "--cupti records into the taps-on trace: give --taps MODE"); goto fail; }
-    if (!spec_k != !(draft_self || draft_ngram) || (draft_self && draft_ngram)) {
-        bt_error(BT_EINVAL, "--spec-k K goes with one of --draft-self N or --draft-ngram N");
-        goto fail;
-    }
-    if (llama.set && !against) { bt_error(BT_EINVAL, "the --llama-* flags choose llama.cpp's path: give --against llama.cpp"); goto fail; }
-    if (against && bt_llama_settings_env(&llama)) goto fail;
-    lc_user lcu = { model, &llama };
-    if (against) {
-        /* llama.cpp runs its own kernels on the CPU, exactly as built: a
-         * native side under other conditions would not be a comparison */
-        if (device && strcmp(device, "cpu")) { bt_error(BT_EINVAL, "--against llama.cpp compares CPU engines: --device %s cannot apply", device); goto fail; }
-        if (!bt_numerics_is_exact(&prof)) { bt_error(BT_EINVAL, "--against llama.cpp runs each engine's own numerics: --numerics cannot apply"); goto fail; }
-        if (spec_k) { bt_error(BT_EINVAL, "--against llama.cpp: speculative decoding (--spec-k) cannot apply"); goto fail; }
-        if (graphs || cupti) { bt_error(BT_EINVAL, "--against llama.cpp compares CPU engines: %s cannot apply", graphs ? "--cuda-graphs" : "--cupti"); goto fail; }
-        if (tokenizer) { bt_error(BT_EINVAL, "--against llama.cpp needs a GGUF model (--tokenizer is for llama2.c checkpoints)"); goto fail; }
-        if (!taps_given) taps = BT_TAPS_ALL;
+    bench_opts o;
+    if (parse_args(argc, argv, &o)) goto fail;
+    const bt_numerics *prof = &o.g.numerics;
+    lc_user lcu = { o.g.model, &o.g.llama };
+    if (o.against) {
         char lb[4200];
         if (bt_llamacpp_bench_check(lb, sizeof(lb))) goto fail;   /* before any measuring */
     }
-    bt_session_cfg cfg = { .model = model, .tokenizer = tokenizer, .ctx = (int)(depth + np + nd), .max_batch = (int)np,
-                           .threads = (int)threads, .device = device, .cuda_graphs = graphs };
+    bt_session_cfg cfg = { .max_batch = (int)o.np, .cuda_graphs = o.graphs };
+    bt_args_session(&o.g, &cfg);
+    cfg.ctx = (int)(o.depth + o.np + o.nd);
     if (bt_session_open(&cfg, &ses)) goto fail;
     m = bt_session_model(ses);
-    if (against && strcmp(m->format, "gguf")) { bt_error(BT_EINVAL, "--against llama.cpp: %s is not a GGUF file", model); goto fail; }
-    if (draft_self >= m->cfg.n_layers) { bt_error(BT_EINVAL, "--draft-self %ld must be below the model's %d layers", draft_self, m->cfg.n_layers); goto fail; }
+    if (o.against && strcmp(m->format, "gguf")) { bt_error(BT_EINVAL, "--against llama.cpp: %s is not a GGUF file", o.g.model); goto fail; }
+    if (o.draft_self >= m->cfg.n_layers) { bt_error(BT_EINVAL, "--draft-self %ld must be below the model's %d layers", o.draft_self, m->cfg.n_layers); goto fail; }
     const bt_config *c = &m->cfg;
-    if (depth + np + nd > c->ctx_len) {
-        bt_error(BT_EINVAL, "-d %ld + -p %ld + -n %ld positions exceed the model's context of %d", depth, np, nd, c->ctx_len);
+    if (o.depth + o.np + o.nd > c->ctx_len) {
+        bt_error(BT_EINVAL, "-d %ld + -p %ld + -n %ld positions exceed the model's context of %d", o.depth, o.np, o.nd, c->ctx_len);
         goto fail;
     }
-    cfg.numerics = &prof;
     if (bt_session_start(ses, &cfg)) goto fail;
     e = bt_session_engine(ses);
     char prof_s[256];
-    bt_numerics_format(&prof, prof_s, sizeof(prof_s));
-    if (!json && !bt_numerics_is_exact(&prof)) bt_log("bench: numerics %s", prof_s);
+    bt_numerics_format(prof, prof_s, sizeof(prof_s));
+    if (!o.json && !bt_numerics_is_exact(prof)) bt_log("bench: numerics %s", prof_s);
     /* the context filler (depth) first, then the timed prompt */
-    toks = malloc((size_t)(depth + np) * sizeof(int32_t));
+    toks = malloc((size_t)(o.depth + o.np) * sizeof(int32_t));
     if (!toks) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
     uint64_t s = 0x9e3779b97f4a7c15ull;
-    for (long i = 0; i < depth + np; i++) { s ^= s << 13; s ^= s >> 7; s ^= s << 17; toks[i] = (int32_t)(s % (uint64_t)c->n_vocab); }
+    for (long i = 0; i < o.depth + o.np; i++) { s ^= s << 13; s ^= s >> 7; s ^= s << 17; toks[i] = (int32_t)(s % (uint64_t)c->n_vocab); }
 
     size_t bytes = weight_bytes(&m->output);
     /* Bytes one decode token reads: every tensor of the architecture's layer
@@ -370,57 +376,57 @@ int cmd_bench(int argc, char **argv)
             bytes += b;
         }
     double p_med, d_med, d_taps = 0;
-    if (!json) bt_log("bench: %s, %d threads (%s), depth %ld, prefill %ld, decode %ld, %ld reps", c->name, (int)threads, bt_kernels_simd(),
-                      depth, np, nd, reps);
-    if (against) {
-        if (!json) bt_log("bench: llama-bench (%s)", bt_llamacpp_dir());
-        if (bt_llamacpp_bench_run(model, (int)threads, (int)depth, (int)np, (int)nd, (int)reps, &llama, &lb_p, &lb_d)) goto fail;
+    if (!o.json) bt_log("bench: %s, %d threads (%s), depth %ld, prefill %ld, decode %ld, %ld reps", c->name, (int)o.g.threads, bt_kernels_simd(),
+                      o.depth, o.np, o.nd, o.reps);
+    if (o.against) {
+        if (!o.json) bt_log("bench: llama-bench (%s)", bt_llamacpp_dir());
+        if (bt_llamacpp_bench_run(o.g.model, (int)o.g.threads, (int)o.depth, (int)o.np, (int)o.nd, (int)o.reps, &o.g.llama, &lb_p, &lb_d)) goto fail;
     }
     /* One untimed prefill and decode step first, as llama-bench warms up:
      * the first touch of the weights' mapping and of the KV cache would
      * otherwise be timed as prefill (a quarter of an f32 prompt). */
     {
-        int32_t wid = toks[depth];
-        if (bench_step(e, NULL, "prefill", toks + depth, (int)np, 0, &wid) ||
-            bench_step(e, NULL, "decode", &wid, 1, (int)np, &wid)) goto fail;
+        int32_t wid = toks[o.depth];
+        if (bench_step(e, NULL, "prefill", toks + o.depth, (int)o.np, 0, &wid) ||
+            bench_step(e, NULL, "decode", &wid, 1, (int)o.np, &wid)) goto fail;
     }
-    if (bench_reps(e, NULL, toks + depth, toks, depth, np, nd, reps, json, "taps off", &p_med, &d_med)) goto fail;
-    if (taps != BT_TAPS_NONE &&
-        bench_traced(ses, &cfg, &prof, NULL, NULL, cupti, taps, toks, depth, np, nd, reps, json, &d_taps)) goto fail;
-    if (against) {
+    if (bench_reps(e, NULL, toks + o.depth, toks, o.depth, o.np, o.nd, o.reps, o.json, "taps off", &p_med, &d_med)) goto fail;
+    if (o.taps != BT_TAPS_NONE &&
+        bench_traced(ses, &cfg, prof, NULL, NULL, o.cupti, o.taps, toks, o.depth, o.np, o.nd, o.reps, o.json, &d_taps)) goto fail;
+    if (o.against) {
         /* llama.cpp's engine behind bangtrace (run --engine llama.cpp), taps off then on */
         bt_session *ls = NULL;
         bt_session_cfg lcfg = { .share = ses, .ctx = cfg.ctx, .max_batch = cfg.max_batch, .threads = cfg.threads,
-                                .engine_new = llamacpp_engine, .engine_user = &lcu, .llama = llama };
+                                .engine_new = llamacpp_engine, .engine_user = &lcu, .llama = o.g.llama };
         int rc = bt_session_new(&lcfg, &ls);
-        if (rc == BT_OK) rc = bench_reps(bt_session_engine(ls), NULL, toks + depth, toks, depth, np, nd, reps, json,
+        if (rc == BT_OK) rc = bench_reps(bt_session_engine(ls), NULL, toks + o.depth, toks, o.depth, o.np, o.nd, o.reps, o.json,
                                          "llama.cpp taps off", &lc_p, &lc_d);
         bt_session_close(ls, NULL);
         if (rc) goto fail;
-        if (taps != BT_TAPS_NONE &&
-            bench_traced(ses, &cfg, NULL, llamacpp_engine, &lcu, false, taps, toks, depth, np, nd, reps, json, &lc_taps)) goto fail;
+        if (o.taps != BT_TAPS_NONE &&
+            bench_traced(ses, &cfg, NULL, llamacpp_engine, &lcu, false, o.taps, toks, o.depth, o.np, o.nd, o.reps, o.json, &lc_taps)) goto fail;
     }
     double sp_plain = 0, sp_spec = 0, sp_accept = 0;
-    if (spec_k && bench_spec(m, bt_session_tokenizer(ses), e, spec_k, draft_self, draft_ngram, nd, reps, json, &sp_plain, &sp_spec, &sp_accept)) goto fail;
-    pool = bt_pool_new((int)threads);
+    if (o.spec_k && bench_spec(m, bt_session_tokenizer(ses), e, o.spec_k, o.draft_self, o.draft_ngram, o.nd, o.reps, o.json, &sp_plain, &sp_spec, &sp_accept)) goto fail;
+    pool = bt_pool_new((int)o.g.threads);
     double bw = pool ? bt_measure_bandwidth(pool) : 0;
     double eff = bytes * d_med / 1e9;
-    if (json) {
+    if (o.json) {
         /* rates are null when too short to time (json_real refuses NAN) */
         json_t *j = json_pack("{s:s, s:i, s:s, s:i, s:i, s:i, s:o, s:o, s:I, s:o, s:f, s:s, s:o, s:i, s:o, s:o, s:f}",
-                              "model", c->name, "threads", (int)threads, "simd", bt_kernels_simd(),
-                              "depth", (int)depth, "prompt_tokens", (int)np, "decode_tokens", (int)nd,
+                              "model", c->name, "threads", (int)o.g.threads, "simd", bt_kernels_simd(),
+                              "depth", (int)o.depth, "prompt_tokens", (int)o.np, "decode_tokens", (int)o.nd,
                               "prompt_tokens_per_s", rate_json(p_med), "decode_tokens_per_s", rate_json(d_med),
                               "weight_bytes_per_token", (json_int_t)bytes,
                               "effective_bandwidth_gbs", rate_json(eff), "measured_bandwidth_gbs", bw,
-                              "taps", bt_taps_mode_name(taps), "decode_tokens_per_s_taps", rate_json(d_taps),
-                              "spec_k", (int)spec_k, "text_decode_tokens_per_s", rate_json(sp_plain),
+                              "taps", bt_taps_mode_name(o.taps), "decode_tokens_per_s_taps", rate_json(d_taps),
+                              "spec_k", (int)o.spec_k, "text_decode_tokens_per_s", rate_json(sp_plain),
                               "text_decode_tokens_per_s_spec", rate_json(sp_spec), "spec_acceptance", sp_accept);
         if (j) json_object_set_new(j, "numerics", json_string(prof_s));
         if (j) json_object_set_new(j, "device", json_string(bt_backend_name(bt_engine_backend(e))));
-        if (j) json_object_set_new(j, "cuda_graphs", json_boolean(graphs));
-        if (j) json_object_set_new(j, "cupti", json_boolean(cupti));
-        if (j && against) {
+        if (j) json_object_set_new(j, "cuda_graphs", json_boolean(o.graphs));
+        if (j) json_object_set_new(j, "cupti", json_boolean(o.cupti));
+        if (j && o.against) {
             json_t *a = json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "engine", "llama.cpp",
                                   "version", bt_llamacpp_version(),
                                   "llama_bench_prompt_tokens_per_s", rate_json(lb_p), "llama_bench_decode_tokens_per_s", rate_json(lb_d),
@@ -435,34 +441,34 @@ int cmd_bench(int argc, char **argv)
         json_decref(j);
     } else {
         printf("model             %s (%s)\n", bt_text_esc(c->name), m->format);
-        printf("threads           %d (%s)\n", (int)threads, bt_kernels_simd());
+        printf("threads           %d (%s)\n", (int)o.g.threads, bt_kernels_simd());
         printf("numerics          %s\n", prof_s);
         char r1[48], r2[48];
-        if (depth) printf("depth             %ld positions of context before each measurement\n", depth);
-        printf("prompt            %s (%ld tokens, median of %ld)\n", rate_s(p_med, "tokens/s", r1, sizeof(r1)), np, reps);
-        printf("decode            %s (%ld tokens, median of %ld)\n", rate_s(d_med, "tokens/s", r1, sizeof(r1)), nd, reps);
+        if (o.depth) printf("depth             %ld positions of context before each measurement\n", o.depth);
+        printf("prompt            %s (%ld tokens, median of %ld)\n", rate_s(p_med, "tokens/s", r1, sizeof(r1)), o.np, o.reps);
+        printf("decode            %s (%ld tokens, median of %ld)\n", rate_s(d_med, "tokens/s", r1, sizeof(r1)), o.nd, o.reps);
         printf("weights/token     %.1f MB\n", bytes / 1e6);
         if (isnan(eff)) printf("effective bw      n/a (measured %.2f GB/s)\n", bw);
         else printf("effective bw      %.2f GB/s (%.0f%% of measured %.2f GB/s)\n", eff, bw > 0 ? 100 * eff / bw : 0, bw);
-        if (taps != BT_TAPS_NONE)
-            printf("decode, taps %-4s %s (%.2fx of taps off)\n", bt_taps_mode_name(taps), rate_s(d_taps, "tokens/s", r1, sizeof(r1)),
+        if (o.taps != BT_TAPS_NONE)
+            printf("decode, taps %-4s %s (%.2fx of taps off)\n", bt_taps_mode_name(o.taps), rate_s(d_taps, "tokens/s", r1, sizeof(r1)),
                    d_med > 0 ? d_taps / d_med : NAN);
-        if (spec_k)
+        if (o.spec_k)
             printf("text decode       %s plain, %s with speculation (k=%ld, %s %ld): %.2fx, acceptance %.0f%%\n",
-                   rate_s(sp_plain, "tokens/s", r1, sizeof(r1)), rate_s(sp_spec, "tokens/s", r2, sizeof(r2)), spec_k,
-                   draft_self ? "self" : "ngram", draft_self ? draft_self : draft_ngram,
+                   rate_s(sp_plain, "tokens/s", r1, sizeof(r1)), rate_s(sp_spec, "tokens/s", r2, sizeof(r2)), o.spec_k,
+                   o.draft_self ? "self" : "ngram", o.draft_self ? o.draft_self : o.draft_ngram,
                    sp_plain > 0 ? sp_spec / sp_plain : NAN, 100 * sp_accept);
-        if (against) {
+        if (o.against) {
             char c1[48], c2[48], c3[48];
             printf("\nagainst llama.cpp %s (same GGUF, %d threads, depth %ld, -p %ld, -n %ld, median of %ld; taps %s)\n",
-                   bt_llamacpp_version(), (int)threads, depth, np, nd, reps, bt_taps_mode_name(taps));
+                   bt_llamacpp_version(), (int)o.g.threads, o.depth, o.np, o.nd, o.reps, bt_taps_mode_name(o.taps));
             printf("%-26s %14s %14s %14s\n", "engine", "prompt t/s", "decode t/s", "decode, taps");
             printf("%-26s %14s %14s %14s\n", "bangtrace (native)", cell(p_med, c1, sizeof(c1)),
-                   cell(d_med, c2, sizeof(c2)), taps != BT_TAPS_NONE ? cell(d_taps, c3, sizeof(c3)) : "-");
+                   cell(d_med, c2, sizeof(c2)), o.taps != BT_TAPS_NONE ? cell(d_taps, c3, sizeof(c3)) : "-");
             printf("%-26s %14s %14s %14s\n", "llama.cpp (llama-bench)", cell(lb_p, c1, sizeof(c1)),
                    cell(lb_d, c2, sizeof(c2)), "-");
             printf("%-26s %14s %14s %14s\n", "llama.cpp (in bangtrace)", cell(lc_p, c1, sizeof(c1)),
-                   cell(lc_d, c2, sizeof(c2)), taps != BT_TAPS_NONE ? cell(lc_taps, c3, sizeof(c3)) : "-");
+                   cell(lc_d, c2, sizeof(c2)), o.taps != BT_TAPS_NONE ? cell(lc_taps, c3, sizeof(c3)) : "-");
             double rp = ratio(p_med, lb_p), rd = ratio(d_med, lb_d);
             snprintf(c1, sizeof(c1), isnan(rp) ? "n/a" : "%.2fx", rp);
             snprintf(c2, sizeof(c2), isnan(rd) ? "n/a" : "%.2fx", rd);

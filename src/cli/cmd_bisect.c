@@ -8,6 +8,8 @@
  * bt_tap_compare), which finds finite corruption that never turns into
  * NaN. This file parses flags and formats what those modules found. */
 #include "cmd.h"
+#include "args.h"
+#include "backend/backend.h"
 #include "engine/engine.h"
 #include "engine/numerics.h"
 #include "kernels/cpu/kernels.h"
@@ -94,40 +96,35 @@ void cmd_bisect_help(FILE *out)
 }
 
 typedef struct bisect_opts {
-    const char *trace, *model, *tokenizer;
+    const char *trace;
+    bt_args g;                  /* --model, --tokenizer, --threads, --device, --numerics A */
     bool json, reference, all;
     bool unfinished;            /* the run did not finish: "clean" would claim too much */
     double tol;
     bool tol_given;
     double limit;               /* headroom limit; 0 = the f16 maximum */
-    const char *num_a, *num_b;  /* --numerics A, --against B (specs as given) */
-    bt_numerics prof_a, prof_b;
-    long threads;
-    const char *device;         /* --reference replays on this backend */
+    const char *num_b;          /* --against B (the spec as given) */
+    bt_numerics prof_b;
 } bisect_opts;
 
 static int parse_args(int argc, char **argv, bisect_opts *o)
 {
     memset(o, 0, sizeof(*o));
+    o->g.take = BT_ARGS_MODEL | BT_ARGS_M | BT_ARGS_TOKENIZER | BT_ARGS_THREADS | BT_ARGS_T | BT_ARGS_DEVICE | BT_ARGS_NUMERICS;
     o->tol = 0.02;
     for (int i = 1; i < argc; i++) {
+        bool taken;
+        if (bt_args_take(&o->g, argc, argv, &i, &taken)) return BT_EINVAL;
+        if (taken) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define VAL() do { if (!v) return bt_error(BT_EINVAL, "%s needs a value", a); i++; } while (0)
         if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--reference")) o->reference = true;
         else if (!strcmp(a, "--all")) o->all = true;
-        else if (!strcmp(a, "--model") || !strcmp(a, "-m")) { VAL(); o->model = v; }
-        else if (!strcmp(a, "--tokenizer")) { VAL(); o->tokenizer = v; }
-        else if (!strcmp(a, "--numerics")) { VAL(); if (bt_numerics_parse(v, &o->prof_a)) return BT_EINVAL; o->num_a = v; }
         else if (!strcmp(a, "--against")) { VAL(); if (bt_numerics_parse(v, &o->prof_b)) return BT_EINVAL; o->num_b = v; }
         else if (!strcmp(a, "--limit")) { VAL(); if (bt_parse_float(a, v, 1e-30, 1e38, &o->limit)) return BT_EINVAL; }
         else if (!strcmp(a, "--tolerance")) { VAL(); if (bt_parse_float(a, v, 0, 1e6, &o->tol)) return BT_EINVAL; o->tol_given = true; }
-        else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { VAL(); if (bt_parse_int(a, v, 1, 256, &o->threads)) return BT_EINVAL; }
-        else if (!strcmp(a, "--device")) {
-            VAL(); if (!bt_backend_device_valid(v)) return bt_error(BT_EINVAL, "--device expects cpu, cuda or cuda:N, got '%s'", v);
-            o->device = v;
-        }
         else if (a[0] == '-' && a[1]) return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help bisect)", a);
         else if (!o->trace) o->trace = a;
         else return bt_error(BT_EINVAL, "unexpected argument '%s' (one trace at a time)", a);
@@ -135,9 +132,9 @@ static int parse_args(int argc, char **argv, bisect_opts *o)
     }
     if (!o->trace) return bt_error(BT_EINVAL, "give a trace file (see bangtrace help bisect)");
     if (o->limit > 0 && o->reference) return bt_error(BT_EINVAL, "--limit applies without --reference (the headroom of the trace)");
-    if ((o->num_a || o->num_b) && !o->reference) return bt_error(BT_EINVAL, "--numerics and --against apply with --reference");
-    if (o->num_b && !o->num_a) return bt_error(BT_EINVAL, "--against B needs --numerics A (the other side)");
-    if ((o->model || o->tokenizer || o->all || o->threads || o->device) && !o->reference)
+    if ((o->g.numerics_spec || o->num_b) && !o->reference) return bt_error(BT_EINVAL, "--numerics and --against apply with --reference");
+    if (o->num_b && !o->g.numerics_spec) return bt_error(BT_EINVAL, "--against B needs --numerics A (the other side)");
+    if ((o->g.model || o->g.tokenizer || o->all || o->g.threads || o->g.device) && !o->reference)
         return bt_error(BT_EINVAL, "--model, --tokenizer, --threads, --device and --all only apply with --reference");
     return BT_OK;
 }
@@ -585,9 +582,9 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
     bt_replay_result res;
     double t0 = bt_now();
     progress pg = { .last = t0, .tty = isatty(2) };
-    bt_replay_cfg cfg = { .name = o->trace, .who = "bisect", .model = o->model, .tokenizer = o->tokenizer, .tol = o->tol,
-                          .threads = (int)o->threads, .device = o->device, .device_tol = o->device && !o->tol_given, .all = o->all, .progress = show_progress, .user = &pg,
-                          .numerics = o->num_a ? &o->prof_a : NULL, .against = o->num_b ? &o->prof_b : NULL };
+    bt_replay_cfg cfg = { .name = o->trace, .who = "bisect", .model = o->g.model, .tokenizer = o->g.tokenizer, .tol = o->tol,
+                          .threads = (int)o->g.threads, .device = o->g.device, .device_tol = o->g.device && !o->tol_given, .all = o->all, .progress = show_progress, .user = &pg,
+                          .numerics = o->g.numerics_spec ? &o->g.numerics : NULL, .against = o->num_b ? &o->prof_b : NULL };
     int rc = bt_replay_run(r, &cfg, &res);
     if (pg.shown && pg.tty) fprintf(stderr, "\r%60s\r", "");
     if (rc) goto out;
@@ -623,7 +620,7 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
         json_object_set_new(rj, "max_rel_diff", json_real(res.max_rel));
         json_object_set_new(rj, "divergence", res.found ? divergence_json(&res.first, tens) : json_null());
         char nb[256];
-        bt_numerics_format(&o->prof_a, nb, sizeof(nb));
+        bt_numerics_format(&o->g.numerics, nb, sizeof(nb));
         json_object_set_new(rj, "numerics", json_string(nb));
         if (o->num_b) {
             bt_numerics_format(&o->prof_b, nb, sizeof(nb));
@@ -648,12 +645,12 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
     } else {
         bt_text_printf(stdout, "trace: %s (%d steps, %d tapped tensors)\n", o->trace, res.steps_total, n_tens);
         char na[256], nb[256];
-        bt_numerics_format(&o->prof_a, na, sizeof(na));
+        bt_numerics_format(&o->g.numerics, na, sizeof(na));
         bt_numerics_format(&o->prof_b, nb, sizeof(nb));
-        bool cpu = !o->device || !strcmp(o->device, "cpu");
+        bool cpu = bt_device_is_cpu(o->g.device);
         bt_text_printf(stdout, "reference: %s (%s), %s %s, %d threads, no injection, tolerance %g\n", res.model_path,
-               res.sha_checked ? "SHA-256 matches the trace" : "SHA-256 not verified", o->num_a ? na : "f32",
-               cpu ? "CPU" : o->device, res.threads, res.tol);
+               res.sha_checked ? "SHA-256 matches the trace" : "SHA-256 not verified", o->g.numerics_spec ? na : "f32",
+               cpu ? "CPU" : o->g.device, res.threads, res.tol);
         if (res.tol_derived)
             bt_text_printf(stdout, "across devices: the trace ran on %s, the replay on %s; tolerance %g derived from the dtypes "
                            "(%d-bit mantissa, K = %ld, %d layers; doc/cuda.md)\n", res.trace_backend[0] ? res.trace_backend : "?",

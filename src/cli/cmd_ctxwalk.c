@@ -22,6 +22,7 @@
  *
  * Exit 0: no length failed; 1: a failing length was found; 2: error. */
 #include "cmd.h"
+#include "args.h"
 #include "prod/classify.h"
 #include "prod/target.h"
 #include "base/text.h"
@@ -205,18 +206,20 @@ int cmd_ctxwalk(int argc, char **argv)
     walk w;
     memset(&w, 0, sizeof w);
     w.needle = "The secret code is 4821.";
-    w.max_tokens = 16; w.threads = 1; w.timeout = 600;
+    w.max_tokens = 16; w.timeout = 600;
     const char *lengths = "256..32768", *depths = "0.1,0.5,0.9";
     bool needle_set = false;
     int status = 2;
     bt_target *t = NULL, *ref = NULL;
     bt_expect *ex = NULL;
+    bt_args g = { .take = BT_ARGS_MODEL | BT_ARGS_TOKENIZER | BT_ARGS_THREADS | BT_ARGS_CTX, .ctx_min = 16, .threads = 1 };
     for (int i = 1; i < argc; i++) {
+        bool taken;
+        if (bt_args_take(&g, argc, argv, &i, &taken)) goto fail;
+        if (taken) continue;
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define VAL() do { if (!v) { bt_error(BT_EINVAL, "%s needs a value", a); goto fail; } i++; } while (0)
         if (!strcmp(a, "--url")) { VAL(); w.url = v; }
-        else if (!strcmp(a, "--model")) { VAL(); w.model = v; }
-        else if (!strcmp(a, "--tokenizer")) { VAL(); w.tokenizer = v; }
         else if (!strcmp(a, "--inject")) {
             VAL();
             if (w.n_inject == 16) { bt_error(BT_EINVAL, "at most 16 --inject specs"); goto fail; }
@@ -228,12 +231,11 @@ int cmd_ctxwalk(int argc, char **argv)
         else if (!strcmp(a, "--needle")) { VAL(); w.needle = v; needle_set = true; }
         else if (!strcmp(a, "--expect")) { VAL(); w.expect_re = v; }
         else if (!strcmp(a, "--max-tokens")) { VAL(); if (bt_parse_int(a, v, 1, 4096, &w.max_tokens)) goto fail; }
-        else if (!strcmp(a, "--threads")) { VAL(); if (bt_parse_int(a, v, 1, 256, &w.threads)) goto fail; }
-        else if (!strcmp(a, "--ctx")) { VAL(); if (bt_parse_int(a, v, 16, 1 << 20, &w.ctx)) goto fail; }
         else if (!strcmp(a, "--timeout")) { VAL(); if (bt_parse_float(a, v, 0.001, 86400, &w.timeout)) goto fail; }
         else { bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help ctxwalk)", a); goto fail; }
 #undef VAL
     }
+    w.model = g.model; w.tokenizer = g.tokenizer; w.threads = g.threads; w.ctx = g.ctx;
     if (!w.url == !w.model) { bt_error(BT_EINVAL, "give one of --url URL or --model M (see bangtrace help ctxwalk)"); goto fail; }
     if (w.completions && !w.url) { bt_error(BT_EINVAL, "--completions applies to --url (--model always completes a prompt)"); goto fail; }
     if (w.n_inject && !w.model) { bt_error(BT_EINVAL, "--inject applies to the native engine: use it with --model"); goto fail; }

@@ -4,6 +4,7 @@
  *   DIR/<tensor>.f32  T rows x width, little-endian float32
  *   DIR/meta.json     {"tokens": [...], "tensors": {"<tensor>": [T, width], ...}} */
 #include "cmd.h"
+#include "args.h"
 #include "engine/engine.h"
 #include "engines/llamacpp/llamacpp.h"
 #include "model/model.h"
@@ -113,12 +114,10 @@ static bool dump_ask(void *user, int op, int layer)
 
 int cmd_forward(int argc, char **argv)
 {
-    const char *model = NULL, *tokenizer = NULL, *tokens = NULL, *dir = NULL;
+    const char *tokens = NULL, *dir = NULL;
     bool force = false;
-    long threads = 1;
-    const char *device = NULL;
-    bool llamacpp = false;
-    bt_llama_settings llama = { 0 };
+    bt_args g = { .take = BT_ARGS_MODEL | BT_ARGS_TOKENIZER | BT_ARGS_THREADS | BT_ARGS_DEVICE | BT_ARGS_ENGINE | BT_ARGS_LLAMA,
+                  .threads = 1 };
     bt_model *m = NULL;
     bt_engine *e = NULL;
     int32_t *ids = NULL;
@@ -129,31 +128,20 @@ int cmd_forward(int argc, char **argv)
         if (!strcmp(a, "--force")) { force = true; continue; }
         if (!v && strncmp(a, "--", 2) == 0) { bt_error(BT_EINVAL, "%s needs a value", a); goto fail; }
         bool taken;
-        if (bt_llama_flag(&llama, a, v, &taken)) goto fail;
-        if (taken) { i++; continue; }
-        if (!strcmp(a, "--model")) model = argv[++i];
-        else if (!strcmp(a, "--tokenizer")) tokenizer = argv[++i];
-        else if (!strcmp(a, "--tokens")) tokens = argv[++i];
+        if (bt_args_take(&g, argc, argv, &i, &taken)) goto fail;
+        if (taken) continue;
+        if (!strcmp(a, "--tokens")) tokens = argv[++i];
         else if (!strcmp(a, "--dump")) dir = argv[++i];
-        else if (!strcmp(a, "--threads")) { if (bt_parse_int(a, argv[++i], 1, 256, &threads)) goto fail; }
-        else if (!strcmp(a, "--device")) {
-            device = argv[++i];
-            if (!bt_backend_device_valid(device)) { bt_error(BT_EINVAL, "--device expects cpu, cuda or cuda:N, got '%s'", device); goto fail; }
-        }
-        else if (!strcmp(a, "--engine")) {
-            const char *v2 = argv[++i];
-            if (!strcmp(v2, "llama.cpp")) llamacpp = true;
-            else if (strcmp(v2, "native")) { bt_error(BT_EINVAL, "--engine expects native or llama.cpp, got '%s'", v2); goto fail; }
-        }
         else { bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help forward)", a); goto fail; }
     }
+    const char *model = g.model, *tokenizer = g.tokenizer, *device = g.device;
+    bt_llama_settings *llama = &g.llama;
     if (!model || !tokens || !dir) { bt_error(BT_EINVAL, "--model, --tokens and --dump are required"); goto fail; }
-    if (llama.set && !llamacpp) { bt_error(BT_EINVAL, "the --llama-* flags choose llama.cpp's path: give --engine llama.cpp"); goto fail; }
-    if (llamacpp && bt_llama_settings_env(&llama)) goto fail;
+    if (bt_args_llama_finish(&g, g.llamacpp, "--engine llama.cpp")) goto fail;
     /* forward's llama.cpp is the f32 reference: f32 cache (kv_f32) and no
      * flash attention (whose fused kernel departs ~1e-2 in the logits
      * even then), unless a flag or alias says otherwise */
-    if (!llama.flash_attn) llama.flash_attn = "off";
+    if (!llama->flash_attn) llama->flash_attn = "off";
     size_t n = 0, cap = 0;
     for (const char *p = tokens; *p;) {
         char *end;
@@ -168,12 +156,12 @@ int cmd_forward(int argc, char **argv)
     if (mkdir(dir, 0777) < 0 && errno != EEXIST) { bt_error(BT_EIO, "%s: %s", dir, strerror(errno)); goto fail; }
     if (!force && dump_present(dir)) goto fail;
     if (bt_model_load(model, tokenizer, &m)) goto fail;
-    if (llamacpp) {
+    if (g.llamacpp) {
         bt_llamacpp_opts lo = { .model_path = model, .ctx_len = BT_MAX((int)n, 8), .max_batch = (int)n,
-                                .n_threads = (int)threads, .device = device, .kv_f32 = true, .llama = &llama };
+                                .n_threads = (int)g.threads, .device = device, .kv_f32 = true, .llama = llama };
         if (bt_llamacpp_engine_new(m, &lo, &e)) goto fail;
     } else {
-        bt_engine_opts eo = { .ctx_len = BT_MAX((int)n, 1), .max_batch = (int)n, .n_threads = (int)threads, .device = device };
+        bt_engine_opts eo = { .ctx_len = BT_MAX((int)n, 1), .max_batch = (int)n, .n_threads = (int)g.threads, .device = device };
         if (bt_engine_new_opts(m, &eo, &e)) goto fail;
     }
     dump_ctx d = { .dir = dir, .force = force, .tensors = json_object(), .positions = json_object(), .in = { { "--model", model }, { "--tokenizer", tokenizer } } };

@@ -9,6 +9,7 @@
  * quants happen to be zero. Exit status: 0 clean, 1 non-finite weights
  * found, 2 error. */
 #include "cmd.h"
+#include "args.h"
 #include "kernels/cpu/kernels.h"
 #include "model/gguf.h"
 #include "model/hf.h"
@@ -71,21 +72,21 @@ typedef struct inspect_opts {
 static int parse_args(int argc, char **argv, inspect_opts *o)
 {
     memset(o, 0, sizeof(*o));
+    /* the model is --model M, -m M or the one argument that is not a flag */
+    bt_args g = { .take = BT_ARGS_MODEL | BT_ARGS_M | BT_ARGS_ONE_MODEL | BT_ARGS_TOKENIZER | BT_ARGS_Z };
     for (int i = 1; i < argc; i++) {
+        bool taken;
+        if (bt_args_take(&g, argc, argv, &i, &taken)) return BT_EINVAL;
+        if (taken) continue;
         const char *a = argv[i];
-        if (!strcmp(a, "--tokenizer") || !strcmp(a, "-z")) {
-            if (i + 1 >= argc) return bt_error(BT_EINVAL, "%s needs a value", a);
-            o->tokenizer = argv[++i];
-        } else if (!strcmp(a, "--json")) o->json = true;
+        if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--no-scan")) o->no_scan = true;
-        else if (!strcmp(a, "--model") || !strcmp(a, "-m")) {
-            if (i + 1 >= argc) return bt_error(BT_EINVAL, "%s needs a value", a);
-            if (o->model) return bt_error(BT_EINVAL, "more than one model given ('%s' and '%s')", o->model, argv[i + 1]);
-            o->model = argv[++i];
-        } else if (a[0] == '-' && a[1]) return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help inspect)", a);
-        else if (o->model) return bt_error(BT_EINVAL, "more than one model given ('%s' and '%s')", o->model, a);
-        else o->model = a;
+        else if (a[0] == '-' && a[1]) return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help inspect)", a);
+        else if (g.model) return bt_error(BT_EINVAL, "more than one model given ('%s' and '%s')", g.model, a);
+        else g.model = a;
     }
+    o->model = g.model;
+    o->tokenizer = g.tokenizer;
     if (!o->model) return bt_error(BT_EINVAL, "no model given (usage: bangtrace inspect MODEL)");
     return BT_OK;
 }

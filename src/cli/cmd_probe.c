@@ -8,6 +8,7 @@
  * --max-fail; 1: failures shown, or too few requests to bound the rate;
  * 2: error. */
 #include "cmd.h"
+#include "args.h"
 #include "prod/classify.h"
 #include "prod/stats.h"
 #include "prod/target.h"
@@ -100,27 +101,34 @@ typedef struct probe {
 
 static int parse_args(int argc, char **argv, probe *p)
 {
-    p->n = 40; p->conc = 1; p->threads = 1; p->max_fail = 0.01; p->timeout = 60;
+    p->n = 40; p->conc = 1; p->max_fail = 0.01; p->timeout = 60;
+    /* --model names a target (an arm), like --url: taken from the group
+     * as it comes */
+    bt_args g = { .take = BT_ARGS_MODEL | BT_ARGS_TOKENIZER | BT_ARGS_THREADS, .threads = 1 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define VAL() do { if (!v) return bt_error(BT_EINVAL, "%s needs a value", a); i++; } while (0)
-        if (!strcmp(a, "--url") || !strcmp(a, "--model")) {
-            VAL();
+        bool taken;
+        g.model = NULL;
+        if (bt_args_take(&g, argc, argv, &i, &taken)) return BT_EINVAL;
+        if (taken && !g.model) continue;            /* --tokenizer, --threads */
+        const char *url = NULL;
+        if (!taken && !strcmp(a, "--url")) { VAL(); url = v; }
+        if (g.model || url) {                       /* a target: --model M or --url URL */
             if (p->n_arms == MAX_ARMS) return bt_error(BT_EINVAL, "at most two targets (--url / --model)");
             arm *r = &p->arms[p->n_arms++];
-            if (a[2] == 'u') r->url = v; else r->model = v;
+            r->model = g.model;
+            r->url = url;
         } else if (!strcmp(a, "--inject")) {
             VAL();
             arm *r = p->n_arms ? &p->arms[p->n_arms - 1] : NULL;
             if (!r || !r->model) return bt_error(BT_EINVAL, "--inject applies to the native engine: give it after --model M");
             if (r->n_inject == 16) return bt_error(BT_EINVAL, "at most 16 --inject specs per arm");
             r->inject[r->n_inject++] = v;
-        } else if (!strcmp(a, "--tokenizer")) { VAL(); p->tokenizer = v; }
-        else if (!strcmp(a, "--request")) { VAL(); p->request = v; }
+        } else if (!strcmp(a, "--request")) { VAL(); p->request = v; }
         else if (!strcmp(a, "--expect")) { VAL(); p->expect_re = v; }
         else if (!strcmp(a, "-n")) { VAL(); if (bt_parse_int(a, v, 1, 10000000, &p->n)) return BT_EINVAL; }
         else if (!strcmp(a, "--concurrency")) { VAL(); if (bt_parse_int(a, v, 1, 256, &p->conc)) return BT_EINVAL; }
-        else if (!strcmp(a, "--threads")) { VAL(); if (bt_parse_int(a, v, 1, 256, &p->threads)) return BT_EINVAL; }
         else if (!strcmp(a, "--max-fail")) { VAL(); if (bt_parse_float(a, v, 1e-9, 1, &p->max_fail)) return BT_EINVAL; }
         else if (!strcmp(a, "--timeout")) { VAL(); if (bt_parse_float(a, v, 0.001, 86400, &p->timeout)) return BT_EINVAL; }
         else if (!strcmp(a, "--seed-sweep")) p->seed_sweep = true;
@@ -129,6 +137,7 @@ static int parse_args(int argc, char **argv, probe *p)
         else return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help probe)", a);
 #undef VAL
     }
+    p->tokenizer = g.tokenizer; p->threads = g.threads;
     if (!p->n_arms) return bt_error(BT_EINVAL, "give --url URL or --model M (see bangtrace help probe)");
     if (p->compare && p->n_arms != 2) return bt_error(BT_EINVAL, "--compare needs two targets: two of --url / --model");
     if (!p->compare && p->n_arms != 1) return bt_error(BT_EINVAL, "two targets need --compare");

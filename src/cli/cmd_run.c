@@ -5,6 +5,8 @@
  * object); progress and timings go to stderr. Text is streamed, except the
  * tail that could still turn out to be the start of a stop string. */
 #include "cmd.h"
+#include "args.h"
+#include "backend/backend.h"
 #include "gen/decode.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
@@ -160,31 +162,23 @@ typedef struct run_opts {
 static int parse_args(int argc, char **argv, run_opts *o)
 {
     memset(o, 0, sizeof(*o));
-    o->threads = bt_pool_default_threads();
+    bt_args g = { .take = BT_ARGS_MODEL | BT_ARGS_M | BT_ARGS_TOKENIZER | BT_ARGS_COMPUTE | BT_ARGS_T | BT_ARGS_NUMERICS |
+                          BT_ARGS_ENGINE | BT_ARGS_LLAMA,
+                  .threads = bt_pool_default_threads() };
     o->layer_lo = o->layer_hi = -1;
     o->topk = 20;
     for (int i = 1; i < argc; i++) {
+        bool taken;
+        if (bt_args_take(&g, argc, argv, &i, &taken)) return BT_EINVAL;
+        if (taken) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define VAL() do { if (!v) return bt_error(BT_EINVAL, "%s needs a value", a); i++; } while (0)
         long l; double d;
-        bool taken;
-        if (bt_llama_flag(&o->llama, a, v, &taken)) return BT_EINVAL;
-        if (taken) { i++; continue; }
-        if (!strcmp(a, "--model") || !strcmp(a, "-m")) { VAL(); o->model = v; }
-        else if (!strcmp(a, "--tokenizer")) { VAL(); o->tokenizer = v; }
-        else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) { VAL(); o->prompt = v; }
+        if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) { VAL(); o->prompt = v; }
         else if (!strcmp(a, "--request")) { VAL(); o->request = v; }
-        else if (!strcmp(a, "--engine")) {
-            VAL(); if (!strcmp(v, "llama.cpp")) o->llamacpp = true;
-            else if (strcmp(v, "native")) return bt_error(BT_EINVAL, "--engine expects native or llama.cpp, got '%s'", v);
-        }
         else if (!strcmp(a, "--chat-template")) { VAL(); o->chat_template = v; }
         else if (!strcmp(a, "--argmax")) { VAL(); o->argmax = v; }
-        else if (!strcmp(a, "--device")) {
-            VAL(); if (!bt_backend_device_valid(v)) return bt_error(BT_EINVAL, "--device expects cpu, cuda or cuda:N, got '%s'", v);
-            o->device = v;
-        }
         else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
             VAL(); if (bt_parse_int(a, v, 0, 1 << 20, &l)) return BT_EINVAL; o->n = l; o->has_n = true;
         } else if (!strcmp(a, "--temp") || !strcmp(a, "--temperature")) {
@@ -196,10 +190,6 @@ static int parse_args(int argc, char **argv, run_opts *o)
         } else if (!strcmp(a, "--seed")) {
             VAL(); if (bt_parse_u64(a, v, &o->seed)) return BT_EINVAL;
             o->has_seed = true;
-        } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            VAL(); if (bt_parse_int(a, v, 1, 256, &o->threads)) return BT_EINVAL;
-        } else if (!strcmp(a, "--ctx")) {
-            VAL(); if (bt_parse_int(a, v, 1, 1 << 20, &o->ctx)) return BT_EINVAL;
         } else if (!strcmp(a, "--trace")) { VAL(); o->trace = v; }
         else if (!strcmp(a, "--taps")) {
             VAL(); if ((o->taps = bt_taps_mode_parse(v)) < 0) return bt_error(BT_EINVAL, "--taps expects all, layers, logits or none, got '%s'", v);
@@ -223,9 +213,6 @@ static int parse_args(int argc, char **argv, run_opts *o)
             VAL(); if (bt_parse_int(a, v, 1, 100000, &o->draft_self)) return BT_EINVAL;
         } else if (!strcmp(a, "--draft-ngram")) {
             VAL(); if (bt_parse_int(a, v, 1, 64, &o->draft_ngram)) return BT_EINVAL;
-        } else if (!strcmp(a, "--numerics")) {
-            VAL(); if (bt_numerics_parse(v, &o->numerics)) return BT_EINVAL;
-            o->numerics_spec = v;
         } else if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else if (!strcmp(a, "--force")) o->force = true;
@@ -235,17 +222,20 @@ static int parse_args(int argc, char **argv, run_opts *o)
         else return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help run)", a);
 #undef VAL
     }
-    if (!o->model) return bt_error(BT_EINVAL, "--model is required (see bangtrace help run)");
+    /* the groups' values under the names the rest of run (and its meta) reads */
+    o->model = g.model; o->tokenizer = g.tokenizer; o->threads = g.threads; o->ctx = g.ctx; o->device = g.device;
+    o->numerics_spec = g.numerics_spec; o->numerics = g.numerics; o->llamacpp = g.llamacpp;
+    if (bt_args_need_model(&g, "run")) return BT_EINVAL;
     if (o->force && !o->trace) return bt_error(BT_EINVAL, "--force replaces an existing --trace file: give --trace OUT.db");
     if (o->timing && !o->trace) return bt_error(BT_EINVAL, "--timing records op durations into the trace: give --trace OUT.db");
     if (o->timing && (o->taps != BT_TAPS_ALL || o->layer_lo >= 0))
         return bt_error(BT_EINVAL, "--timing needs every op tapped (--taps all, no --tap-layers): an op's duration is the time since the previous tapped op");
     for (int f = 0; f < 2; f++) {
-        const char *flag = f ? "--cupti" : "--cuda-graphs";
+        int feature = f ? BT_BACKEND_ACTIVITY : BT_BACKEND_GRAPHS;
         if (!(f ? o->cupti : o->cuda_graphs)) continue;
-        if (o->llamacpp) return bt_error(BT_EINVAL, "%s is for the native engine's CUDA backend, not --engine llama.cpp", flag);
-        if (!o->device || strncmp(o->device, "cuda", 4))
-            return bt_error(BT_EINVAL, "%s needs --device cuda (the CPU backend has no CUDA %s)", flag, f ? "activity" : "graphs");
+        if (o->llamacpp)
+            return bt_error(BT_EINVAL, "%s is for the native engine's CUDA backend, not --engine llama.cpp", bt_backend_feature_flag(feature));
+        if (bt_args_need_feature(&g, feature)) return BT_EINVAL;
     }
     if (o->cupti && !o->trace) return bt_error(BT_EINVAL, "--cupti records device activity into the trace: give --trace OUT.db");
     if (!o->prompt == !o->request) return bt_error(BT_EINVAL, "give exactly one of --prompt or --request");
@@ -253,16 +243,15 @@ static int parse_args(int argc, char **argv, run_opts *o)
     if (drafters > 1) return bt_error(BT_EINVAL, "give one drafter: --draft, --draft-self or --draft-ngram");
     if (drafters && !o->spec_k) return bt_error(BT_EINVAL, "a drafter needs --spec-k K (tokens drafted per verify)");
     if (o->spec_k && !drafters) return bt_error(BT_EINVAL, "--spec-k needs a drafter: --draft MODEL, --draft-self N or --draft-ngram N");
-    if (o->llamacpp && o->device && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
-        return bt_error(BT_EINVAL, "--device with --engine llama.cpp expects cpu or cuda, got '%s'", o->device);
+    if (o->llamacpp && bt_llamacpp_device(o->device, NULL)) return BT_EINVAL;
     if (o->llamacpp && o->numerics_spec)
         return bt_error(BT_EINVAL, "--numerics emulates numerics on the native engine; it cannot apply to --engine llama.cpp");
     if (o->llamacpp && (o->spec_k || drafters))
         return bt_error(BT_EINVAL, "--engine llama.cpp runs no speculative decoding: drop --spec-k/--draft*");
     if (o->llamacpp && o->tokenizer)
         return bt_error(BT_EINVAL, "--engine llama.cpp needs a GGUF model (with its vocabulary); --tokenizer is for llama2.c checkpoints");
-    if (o->llama.set && !o->llamacpp) return bt_error(BT_EINVAL, "the --llama-* flags choose llama.cpp's path: give --engine llama.cpp");
-    if (o->llamacpp && bt_llama_settings_env(&o->llama)) return BT_EINVAL;
+    if (bt_args_llama_finish(&g, o->llamacpp, "--engine llama.cpp")) return BT_EINVAL;
+    o->llama = g.llama;
     return BT_OK;
 }
 
@@ -337,8 +326,7 @@ static int write_meta(void *user, bt_trace *t, const bt_session *s)
     /* cpu-<simd> on the CPU; the device's name on another backend;
      * llama.cpp-<dev> for llama.cpp's own backends */
     if (o->llamacpp) snprintf(buf, sizeof(buf), "llama.cpp-%s", o->device ? o->device : "cpu");
-    else if (!o->device || !strcmp(o->device, "cpu")) snprintf(buf, sizeof(buf), "cpu-%s", bt_kernels_simd());
-    else snprintf(buf, sizeof(buf), "%s", o->device);
+    else bt_backend_trace_name(bt_engine_backend(bt_session_engine(s)), buf, sizeof(buf));
     META("backend", buf);
     snprintf(buf, sizeof(buf), "%ld", o->threads);
     META("threads", buf);

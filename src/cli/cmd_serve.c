@@ -23,6 +23,7 @@
  * Generation is bt_gen_request() (src/prod/gen.c), the per-request half of
  * the session module that run and bench are moving to. */
 #include "cmd.h"
+#include "args.h"
 #include "config.h"
 #include "base/util.h"
 
@@ -199,17 +200,17 @@ static bool model_served(const server *s, const char *name)
 static int parse_args(int argc, char **argv, server *s)
 {
     s->host = "127.0.0.1"; s->port = 8080; s->parallel = 1; s->queue = 16; s->timeout = 10; s->max_conns = 2048;
+    bt_args g = { .take = BT_ARGS_MODEL | BT_ARGS_M | BT_ARGS_TOKENIZER | BT_ARGS_THREADS | BT_ARGS_CTX, .ctx_min = 16 };
     for (int i = 1; i < argc; i++) {
+        bool taken;
+        if (bt_args_take(&g, argc, argv, &i, &taken)) return BT_EINVAL;
+        if (taken) continue;
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define VAL() do { if (!v) return bt_error(BT_EINVAL, "%s needs a value", a); i++; } while (0)
-        if (!strcmp(a, "--model") || !strcmp(a, "-m")) { VAL(); s->model_path = v; }
-        else if (!strcmp(a, "--tokenizer")) { VAL(); s->tokenizer = v; }
-        else if (!strcmp(a, "--host")) { VAL(); s->host = v; }
+        if (!strcmp(a, "--host")) { VAL(); s->host = v; }
         else if (!strcmp(a, "--port")) { VAL(); if (bt_parse_int(a, v, 0, 65535, &s->port)) return BT_EINVAL; }
         else if (!strcmp(a, "--parallel")) { VAL(); if (bt_parse_int(a, v, 1, 256, &s->parallel)) return BT_EINVAL; }
         else if (!strcmp(a, "--queue")) { VAL(); if (bt_parse_int(a, v, 0, 100000, &s->queue)) return BT_EINVAL; }
-        else if (!strcmp(a, "--threads")) { VAL(); if (bt_parse_int(a, v, 1, 256, &s->threads)) return BT_EINVAL; }
-        else if (!strcmp(a, "--ctx")) { VAL(); if (bt_parse_int(a, v, 16, 1 << 20, &s->ctx)) return BT_EINVAL; }
         else if (!strcmp(a, "--trace-dir")) { VAL(); s->trace_dir = v; }
         else if (!strcmp(a, "--trace")) {
             VAL();
@@ -231,8 +232,8 @@ static int parse_args(int argc, char **argv, server *s)
         else return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help serve)", a);
 #undef VAL
     }
-    if (!s->model_path) return bt_error(BT_EINVAL, "--model is required (see bangtrace help serve)");
-    return BT_OK;
+    s->model_path = g.model; s->tokenizer = g.tokenizer; s->threads = g.threads; s->ctx = g.ctx;
+    return bt_args_need_model(&g, "serve");
 }
 
 static struct MHD_Response *json_response(json_t *j)

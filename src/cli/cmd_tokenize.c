@@ -6,6 +6,7 @@
  * a .out line. Ids print space-separated on one line; --decode prints the
  * decoded bytes followed by one newline. */
 #include "cmd.h"
+#include "args.h"
 #include "model/model.h"
 #include "gen/request.h"
 #include "tokenizer/tokenizer.h"
@@ -88,14 +89,16 @@ static int parse_ids(const char *s, int32_t **out, size_t *n)
 
 int cmd_tokenize(int argc, char **argv)
 {
-    const char *model = NULL, *tok = NULL, *file = NULL, *decode = NULL, *text = NULL, *chat = NULL, *tmpl = NULL;
+    const char *file = NULL, *decode = NULL, *text = NULL, *chat = NULL, *tmpl = NULL;
     bool add_special = false, parse_special = false, flags_done = false, render = false;
+    bt_args g = { .take = BT_ARGS_MODEL | BT_ARGS_M | BT_ARGS_TOKENIZER };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!flags_done && a[0] == '-' && a[1]) {
-            const char **dst = !strcmp(a, "--model") || !strcmp(a, "-m") ? &model
-                             : !strcmp(a, "--tokenizer") ? &tok
-                             : !strcmp(a, "--file") || !strcmp(a, "-f") ? &file
+            bool taken;
+            if (bt_args_take(&g, argc, argv, &i, &taken)) return usage_error("%s", bt_errmsg());
+            if (taken) continue;
+            const char **dst = !strcmp(a, "--file") || !strcmp(a, "-f") ? &file
                              : !strcmp(a, "--decode") ? &decode
                              : !strcmp(a, "--chat") ? &chat
                              : !strcmp(a, "--chat-template") ? &tmpl : NULL;
@@ -114,6 +117,7 @@ int cmd_tokenize(int argc, char **argv)
             return usage_error("unexpected argument '%s': quote the text as one argument", a);
         }
     }
+    const char *model = g.model, *tok = g.tokenizer;
     if (!model) return usage_error("%s", "--model is required");
     int inputs = (text != NULL) + (file != NULL) + (decode != NULL) + (chat != NULL);
     if (inputs == 0) return usage_error("%s", "give TEXT, --file F, --decode IDS or --chat FILE.json");

@@ -520,15 +520,16 @@ const char *bt_llamacpp_last_path(void) { return last_path; }
 int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engine **out)
 {
     *out = NULL;
-    const char *dev = o->device ? o->device : "cpu";
+    const char *ggml;        /* the device table's row as llama.cpp names its backend */
+    if (bt_llamacpp_device(o->device, &ggml)) return BT_EINVAL;
     last_log[0] = 0;
     llama_log_set(lc_log, NULL);
     llama_backend_init();
-    bool cuda = !strcmp(dev, "cuda");
+    bool cuda = !strcmp(ggml, "CUDA");
     if (cuda) {
         /* two different fixes: a CPU build needs rebuilding; a CUDA build
          * with no device needs a driver or a visible GPU */
-        ggml_backend_reg_t reg = ggml_backend_reg_by_name("CUDA");
+        ggml_backend_reg_t reg = ggml_backend_reg_by_name(ggml);
         if (!reg)
             return bt_error(BT_EUNSUPPORTED, "--device cuda: the linked llama.cpp (%s) has no CUDA backend; build it with "
                             "tools/llama-cpp --cuda and configure --with-llama-cpp-cuda", BT_LLAMA_CPP_VERSION);
@@ -595,7 +596,7 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
     if ((rc = lc_attach_pool(L, (int)cp.n_threads))) goto fail;
     L->max_batch = (int)cp.n_batch;
     L->batch = llama_batch_init(L->max_batch, 0, 1);
-    snprintf(L->backend, sizeof(L->backend), "%s", cuda ? "CUDA" : "CPU");
+    snprintf(L->backend, sizeof(L->backend), "%s", ggml);
     /* The probe: one forward of one token, every node asked and none
      * wanted; it tells us the names (and the backend) before any trace
      * tensor is registered. The cache is cleared after. */

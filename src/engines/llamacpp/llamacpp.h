@@ -17,7 +17,7 @@ typedef struct bt_llama_settings bt_llama_settings;   /* session.h */
 typedef struct bt_llamacpp_opts {
     const char *model_path;     /* the GGUF bangtrace loaded as m (same file, same ids) */
     int ctx_len, max_batch, n_threads;
-    const char *device;         /* "cpu" (default) or "cuda" */
+    const char *device;         /* "cpu" (default) or "cuda" (bt_llamacpp_device) */
     bool kv_f32;                /* an f32 KV cache (llama.cpp's default is f16): what
                                  * an f32 reference comparison needs (a type
                                  * the settings name wins) */
@@ -25,6 +25,12 @@ typedef struct bt_llamacpp_opts {
                                  * applied by the caller (bt_llama_settings_env);
                                  * NULL: its own defaults and the aliases */
 } bt_llamacpp_opts;
+
+/* The devices llama.cpp's own backends run on: the device table's names
+ * without an ordinal (cpu, cuda). BT_OK with *ggml (may be NULL) the name
+ * of its ggml backend ("CPU", "CUDA"; NULL device: the CPU), or BT_EINVAL
+ * with "--device with --engine llama.cpp expects cpu or cuda, got 'X'". */
+int bt_llamacpp_device(const char *device, const char **ggml);
 
 /* Load the model in llama.cpp, check it against m (vocabulary size, layers),
  * probe its graph once for the tensor names, and wrap it as an engine.

@@ -4,6 +4,8 @@
  * cb() calls; a name seen more than once (Qcur after the matmul and after
  * RoPE) maps at its last computing node, as bangtrace taps attn_q after RoPE. */
 #include "llamacpp.h"
+#include "backend/backend.h"
+#include "base/util.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -101,4 +103,28 @@ void bt_llamacpp_kernel_guess_path(int op, const char *wtype, const char *path, 
     case BT_OP_ATTN_RESID: case BT_OP_FFN_RESID: snprintf(buf, cap, "ADD (ggml-cpu)"); break;
     default: snprintf(buf, cap, "GET_ROWS (ggml-cpu)"); break;
     }
+}
+
+/* The device table's rows that llama.cpp has a backend for, by the name
+ * of that ggml backend. */
+static const struct { const char *device, *ggml; } llama_devices[] = {
+    { "cpu", "CPU" },
+    { "cuda", "CUDA" },
+};
+
+int bt_llamacpp_device(const char *device, const char **ggml)
+{
+    const bt_device *row;
+    int ordinal;
+    if (bt_device_parse(device, &row, &ordinal) == BT_OK && (!device || !*device || !strcmp(device, row->name)))
+        for (size_t i = 0; i < BT_ARRAY_SIZE(llama_devices); i++)
+            if (!strcmp(row->name, llama_devices[i].device)) {
+                if (ggml) *ggml = llama_devices[i].ggml;
+                return BT_OK;
+            }
+    char list[64] = "";
+    size_t u = 0, n = BT_ARRAY_SIZE(llama_devices);
+    for (size_t i = 0; i < n && u < sizeof(list); i++)
+        u += (size_t)snprintf(list + u, sizeof(list) - u, "%s%s", i == 0 ? "" : i == n - 1 ? " or " : ", ", llama_devices[i].device);
+    return bt_error(BT_EINVAL, "--device with --engine llama.cpp expects %s, got '%s'", list, device ? device : "");
 }
