@@ -232,3 +232,8 @@ EXTRA_DIST += tests/hf_tokenizer_bad.sh tests/hf_spm.sh tests/hf_make_spm.py tes
 # (flash attention auto, repacked weights, f16 KV; --llama-* flags)
 TESTS += tests/llama_defaults.sh
 EXTRA_DIST += tests/llama_defaults.sh
+
+# issue 24, llama.cpp's server path (h6-llserve): serve --engine llama.cpp
+# --parallel N against the real llama-server of the pinned build
+TESTS += tests/llamacpp_serve.sh
+EXTRA_DIST += tests/llamacpp_serve.sh

@@ -48,10 +48,12 @@ int cmd_serve(int argc, char **argv)
 #else
 
 #include "engine/engine.h"
+#include "engines/llamacpp/llamacpp.h"
 #include "model/model.h"
 #include "prod/classify.h"
 #include "gen/generate.h"
 #include "gen/request.h"
+#include "run/session.h"           /* bt_llama_settings */
 #include "sys/crash.h"
 #include "tap/inject.h"
 #include "tokenizer/tokenizer.h"
@@ -165,6 +167,10 @@ typedef struct server {
     unsigned long long counter;
     volatile int cancel;           /* set on SIGTERM: every generation stops */
     char salt[16];
+    bool llamacpp;                 /* --engine llama.cpp: one context, --parallel sequences */
+    bt_llama_settings llama;       /* its path (--llama-*) */
+    char (*slot_meta)[8][512];     /* per slot: the trace meta the llama.cpp engine adds */
+    const char *(*slot_kv)[20];
 } server;
 
 typedef struct conn {
@@ -202,7 +208,14 @@ static int parse_args(int argc, char **argv, server *s)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define VAL() do { if (!v) return bt_error(BT_EINVAL, "%s needs a value", a); i++; } while (0)
+        bool taken;
+        if (bt_llama_flag(&s->llama, a, v, &taken)) return BT_EINVAL;
+        if (taken) { i++; continue; }
         if (!strcmp(a, "--model") || !strcmp(a, "-m")) { VAL(); s->model_path = v; }
+        else if (!strcmp(a, "--engine")) {
+            VAL(); if (!strcmp(v, "llama.cpp")) s->llamacpp = true;
+            else if (strcmp(v, "native")) return bt_error(BT_EINVAL, "--engine expects native or llama.cpp, got '%s'", v);
+        }
         else if (!strcmp(a, "--tokenizer")) { VAL(); s->tokenizer = v; }
         else if (!strcmp(a, "--host")) { VAL(); s->host = v; }
         else if (!strcmp(a, "--port")) { VAL(); if (bt_parse_int(a, v, 0, 65535, &s->port)) return BT_EINVAL; }
@@ -232,6 +245,10 @@ static int parse_args(int argc, char **argv, server *s)
 #undef VAL
     }
     if (!s->model_path) return bt_error(BT_EINVAL, "--model is required (see bangtrace help serve)");
+    if (s->llama.set && !s->llamacpp) return bt_error(BT_EINVAL, "the --llama-* flags choose llama.cpp's path: give --engine llama.cpp");
+    if (s->llamacpp && s->tokenizer)
+        return bt_error(BT_EINVAL, "--engine llama.cpp needs a GGUF model (with its vocabulary); --tokenizer is for llama2.c checkpoints");
+    if (s->llamacpp && bt_llama_settings_env(&s->llama)) return BT_EINVAL;
     return BT_OK;
 }
 
@@ -877,6 +894,47 @@ static int drain(server *s, struct MHD_Daemon *d, int sig)
     return left ? 1 : 0;
 }
 
+/* --engine llama.cpp: llama-server's slots. One llama.cpp context with
+ * --parallel sequences, slot i on sequence i (bt_llamacpp_engines_new), each
+ * slot's traces saying which engine, path and sequence recorded them. */
+static int llama_slots(server *s)
+{
+    int n = (int)s->parallel;
+    bt_engine **es = calloc((size_t)n, sizeof *es);
+    s->slot_meta = calloc((size_t)n, sizeof *s->slot_meta);
+    s->slot_kv = calloc((size_t)n, sizeof *s->slot_kv);
+    if (!es || !s->slot_meta || !s->slot_kv) { free(es); return bt_error(BT_ENOMEM, "out of memory"); }
+    bt_llamacpp_opts lo = { .model_path = s->model_path, .ctx_len = s->gc.ctx, .max_batch = BT_MIN(s->gc.ctx, BT_GEN_BATCH),
+                            .n_threads = s->gc.threads, .llama = &s->llama };
+    int rc = bt_llamacpp_engines_new(s->m, &lo, n, es);
+    static const char *const keys[] = { "llama_cpp_version", "llama_cpp_lib_version", "llama_cpp_build", "llama_cpp_settings",
+                                        "llama_cpp_path", "llama_cpp_seq", "llama_cpp_n_seq" };
+    for (int i = 0; i < n && rc == BT_OK; i++) {
+        char (*v)[512] = s->slot_meta[i];
+        const char **kv = s->slot_kv[i];
+        snprintf(v[0], 512, "%s", bt_llamacpp_version());
+        snprintf(v[1], 512, "%s", bt_llamacpp_lib_version());
+        snprintf(v[2], 512, "%s", bt_llamacpp_build_flags());
+        bt_llama_settings_describe(&s->llama, v[3], 512);
+        snprintf(v[4], 512, "%s", bt_llamacpp_last_path());
+        snprintf(v[5], 512, "%d", i);
+        snprintf(v[6], 512, "%d", n);
+        int k = 0;
+        kv[k++] = "engine"; kv[k++] = "llama.cpp";
+        kv[k++] = "backend"; kv[k++] = "llama.cpp-cpu";
+        for (int j = 0; j < 7; j++) { kv[k++] = keys[j]; kv[k++] = v[j]; }
+        kv[k] = NULL;
+        bt_gen_cfg gc = s->gc;
+        gc.engine = es[i];
+        gc.meta = kv;
+        es[i] = NULL;                      /* the slot owns it now, also on error */
+        rc = bt_gen_new(&gc, &s->slots[i]);
+    }
+    for (int i = 0; i < n; i++) bt_engine_free(es[i]);
+    free(es);
+    return rc;
+}
+
 int cmd_serve(int argc, char **argv)
 {
     server s;
@@ -898,6 +956,10 @@ int cmd_serve(int argc, char **argv)
         bt_injector *inj = bt_injector_new();
         int rc = inj ? BT_OK : bt_error(BT_ENOMEM, "out of memory");
         for (int i = 0; i < s.n_inject && rc == BT_OK; i++) rc = bt_injector_add(inj, s.inject[i]);
+        const char *native_only = rc == BT_OK && s.llamacpp ? bt_injector_needs_native(inj) : NULL;
+        if (native_only)
+            rc = bt_error(BT_EINVAL, "--inject '%s' writes the native engine's own memory; it cannot apply to --engine llama.cpp",
+                          native_only);
         if (rc == BT_OK) rc = bt_injector_apply_weights(inj, s.m);
         bt_injector_free(inj);
         if (rc) goto fail;
@@ -911,14 +973,16 @@ int cmd_serve(int argc, char **argv)
     json_decref(av);
     snprintf(s.salt, sizeof s.salt, "%08x", (unsigned)(((unsigned)getpid() * 2654435761u) ^ (unsigned)time(NULL)));
     int ctx = s.ctx ? (int)s.ctx : BT_MIN(s.m->cfg.ctx_len, BT_ENGINE_CTX_CAP);
-    long threads = s.threads ? s.threads : BT_MAX(1L, bt_pool_default_threads() / s.parallel);
+    /* llama.cpp: one context whose decodes take turns, so all the threads */
+    long threads = s.threads ? s.threads : s.llamacpp ? bt_pool_default_threads() : BT_MAX(1L, bt_pool_default_threads() / s.parallel);
     s.gc = (bt_gen_cfg){ .model = s.m, .tok = s.tok, .model_path = s.model_path, .model_sha256 = sha, .ctx = ctx,
                          .threads = (int)threads, .inject = s.inject, .n_inject = s.n_inject, .argv_json = s.argv_json };
     if (bt_argmax_parse("first", &s.gc.rule)) goto fail;
     s.slots = calloc((size_t)s.parallel, sizeof *s.slots);
     s.busy = calloc((size_t)s.parallel, sizeof *s.busy);
     if (!s.slots || !s.busy) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
-    for (int i = 0; i < s.parallel; i++) if (bt_gen_new(&s.gc, &s.slots[i])) goto fail;
+    if (s.llamacpp) { if (llama_slots(&s)) goto fail; }
+    else for (int i = 0; i < s.parallel; i++) if (bt_gen_new(&s.gc, &s.slots[i])) goto fail;
     struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)s.port) };
     if (inet_pton(AF_INET, s.host, &sa.sin_addr) != 1) { bt_error(BT_EINVAL, "--host '%s' is not an IPv4 address", s.host); goto fail; }
     if (!MHD_is_feature_supported(MHD_FEATURE_POLL)) { bt_error(BT_EINVAL, "this libmicrohttpd has no poll() support"); goto fail; }
@@ -936,9 +1000,15 @@ int cmd_serve(int argc, char **argv)
                          MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s.max_per_ip, MHD_OPTION_END);
     if (!d) { bt_error(BT_EIO, "cannot listen on %s:%ld (in use?)", s.host, s.port); goto fail; }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "bangtrace: serve: %s on http://%s:%u (%ld engine%s, %ld threads each, context %d)%s%s\n", s.name, s.host,
-            di ? di->port : (unsigned)s.port, s.parallel, s.parallel > 1 ? "s" : "", threads, ctx,
-            s.trace_dir ? ", traces in " : "", s.trace_dir ? s.trace_dir : "");
+    if (s.llamacpp)
+        fprintf(stderr, "bangtrace: serve: %s on http://%s:%u (llama.cpp %s: one context, %ld sequence%s, %ld threads, context %d "
+                "each; %s)%s%s\n", s.name, s.host, di ? di->port : (unsigned)s.port, bt_llamacpp_version(), s.parallel,
+                s.parallel > 1 ? "s" : "", threads, ctx, bt_llamacpp_last_path(), s.trace_dir ? ", traces in " : "",
+                s.trace_dir ? s.trace_dir : "");
+    else
+        fprintf(stderr, "bangtrace: serve: %s on http://%s:%u (%ld engine%s, %ld threads each, context %d)%s%s\n", s.name, s.host,
+                di ? di->port : (unsigned)s.port, s.parallel, s.parallel > 1 ? "s" : "", threads, ctx,
+                s.trace_dir ? ", traces in " : "", s.trace_dir ? s.trace_dir : "");
     fflush(stderr);
     int sig;
     while (!(sig = bt_interrupt_pending())) usleep(50000);
@@ -953,6 +1023,8 @@ out:
     for (int i = 0; s.slots && i < s.parallel; i++) bt_gen_free(s.slots[i]);
     free(s.slots);
     free(s.busy);
+    free(s.slot_meta);
+    free(s.slot_kv);
     free(s.argv_json);
     bt_tokenizer_free(s.tok);
     bt_model_free(s.m);
