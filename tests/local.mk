@@ -242,3 +242,7 @@ tests_test_args_SOURCES = tests/test_args.c
 tests_test_args_LDADD = $(CMD_LIBS)
 EXTRA_DIST += tests/args_groups.sh
 ASAN_TESTS += tests/test_args tests/args_groups.sh
+# issue 24, llama.cpp's server path (h6-llserve): serve --engine llama.cpp
+# --parallel N against the real llama-server of the pinned build
+TESTS += tests/llamacpp_serve.sh
+EXTRA_DIST += tests/llamacpp_serve.sh

@@ -36,7 +36,9 @@ void cmd_serve_help(FILE *out)
                  "                       [--queue N] [--threads N] [--ctx N] [--trace-dir DIR]\n"
                  "                       [--trace all|sample:N|flagged] [--inject SPEC]...\n"
                  "                       [--served-model-name NAME[,NAME...]]... [--timeout S]\n"
-                 "                       [--max-connections N] [--max-connections-per-ip N]\n\n"
+                 "                       [--max-connections N] [--max-connections-per-ip N]\n"
+                 "                       [--engine native|llama.cpp] [--llama-flash-attn M] [--llama-repack on|off]\n"
+                 "                       [--llama-kv-type T] [--llama-opt K=V]\n\n"
                  "This bangtrace was built without libmicrohttpd: serve is unavailable\n"
                  "(install libmicrohttpd-dev and reconfigure).\n");
 }
@@ -49,10 +51,12 @@ int cmd_serve(int argc, char **argv)
 #else
 
 #include "engine/engine.h"
+#include "engines/llamacpp/llamacpp.h"
 #include "model/model.h"
 #include "prod/classify.h"
 #include "gen/generate.h"
 #include "gen/request.h"
+#include "run/session.h"           /* bt_llama_settings */
 #include "sys/crash.h"
 #include "tap/inject.h"
 #include "tokenizer/tokenizer.h"
@@ -84,21 +88,40 @@ void cmd_serve_help(FILE *out)
         "                       [--queue N] [--threads N] [--ctx N] [--trace-dir DIR]\n"
         "                       [--trace all|sample:N|flagged] [--inject SPEC]...\n"
         "                       [--served-model-name NAME[,NAME...]]... [--timeout S]\n"
-        "                       [--max-connections N] [--max-connections-per-ip N]\n\n"
-        "An OpenAI-compatible server on the native engine: POST /v1/completions and\n"
-        "/v1/chat/completions (\"stream\": true answers as server-sent events), GET\n"
-        "/v1/models and /health. Every answer carries an x-request-id header; with\n"
-        "--trace-dir the request is recorded into DIR/<request id>.db.\n\n"
+        "                       [--max-connections N] [--max-connections-per-ip N]\n"
+        "                       [--engine native|llama.cpp] [--llama-flash-attn M] [--llama-repack on|off]\n"
+        "                       [--llama-kv-type T] [--llama-opt K=V]\n\n"
+        "An OpenAI-compatible server on the native engine or llama.cpp: POST\n"
+        "/v1/completions and /v1/chat/completions (\"stream\": true answers as\n"
+        "server-sent events), GET /v1/models and /health. Every answer carries an\n"
+        "x-request-id header; with --trace-dir the request is recorded into\n"
+        "DIR/<request id>.db.\n\n"
         "  --model M            GGUF model, Hugging Face model folder (DIR), or llama2.c\n"
         "                       checkpoint (.bin)\n"
         "  --tokenizer T        llama2.c tokenizer.bin (llama2.c checkpoints only)\n"
         "  --host ADDR          IPv4 address to bind (default 127.0.0.1)\n"
         "  --port N             TCP port (default 8080; 0 picks a free one, printed on stderr)\n"
         "  --parallel N         requests generated at once: N engines sharing the mmap'd\n"
-        "                       weights (default 1)\n"
+        "                       weights (default 1); with --engine llama.cpp, N sequences\n"
+        "                       of one llama.cpp context\n"
         "  --queue N            requests allowed to wait for an engine; beyond, 503 (default 16)\n"
-        "  --threads N          compute threads per engine (default: online CPUs / N)\n"
-        "  --ctx N              context length per engine (default: the model's, at most 4096)\n"
+        "  --threads N          compute threads per engine (default: online CPUs / N; with\n"
+        "                       --engine llama.cpp the context's, default online CPUs)\n"
+        "  --ctx N              context length per engine, or per llama.cpp sequence (default:\n"
+        "                       the model's, at most 4096)\n"
+        "  --engine NAME        native (default) or llama.cpp: llama-server's slots, one\n"
+        "                       context of the pinned llama.cpp with --parallel sequences\n"
+        "                       (a KV cache of --ctx cells each, as llama-server --parallel N),\n"
+        "                       slot i on sequence i, cleared when a request takes it;\n"
+        "                       decodes take turns, one sequence each, so a request's\n"
+        "                       trace holds its own taps; GGUF models only; no kvcorrupt\n"
+        "                       or bitflip --inject (doc/llama-cpp.md)\n"
+        "  --llama-flash-attn M with --engine llama.cpp: auto (default), on or off\n"
+        "  --llama-repack on|off  with --engine llama.cpp: repacked weights on (default) or off\n"
+        "  --llama-kv-type T    with --engine llama.cpp: f16 (default), f32, bf16 or q8_0\n"
+        "  --llama-opt KEY=VAL  one llama.cpp setting, as run takes it (bangtrace help run);\n"
+        "                       each trace's meta records the path (llama_cpp_settings,\n"
+        "                       llama_cpp_path) and its sequence (llama_cpp_seq)\n"
         "  --trace-dir DIR      record requests into DIR/<request id>.db (DIR is created,\n"
         "                       mode 0700; a trace is never overwritten)\n"
         "  --trace MODE         which requests: all (default), sample:N (every Nth), flagged\n"
@@ -166,6 +189,10 @@ typedef struct server {
     unsigned long long counter;
     volatile int cancel;           /* set on SIGTERM: every generation stops */
     char salt[16];
+    bool llamacpp;                 /* --engine llama.cpp: one context, --parallel sequences */
+    bt_llama_settings llama;       /* its path (--llama-*) */
+    char (*slot_meta)[8][512];     /* per slot: the trace meta the llama.cpp engine adds */
+    const char *(*slot_kv)[20];
 } server;
 
 typedef struct conn {
@@ -200,7 +227,8 @@ static bool model_served(const server *s, const char *name)
 static int parse_args(int argc, char **argv, server *s)
 {
     s->host = "127.0.0.1"; s->port = 8080; s->parallel = 1; s->queue = 16; s->timeout = 10; s->max_conns = 2048;
-    bt_args g = { .take = BT_ARGS_MODEL | BT_ARGS_M | BT_ARGS_TOKENIZER | BT_ARGS_THREADS | BT_ARGS_CTX, .ctx_min = 16 };
+    bt_args g = { .take = BT_ARGS_MODEL | BT_ARGS_M | BT_ARGS_TOKENIZER | BT_ARGS_THREADS | BT_ARGS_CTX | BT_ARGS_ENGINE | BT_ARGS_LLAMA,
+                   .ctx_min = 16 };
     for (int i = 1; i < argc; i++) {
         bool taken;
         if (bt_args_take(&g, argc, argv, &i, &taken)) return BT_EINVAL;
@@ -233,7 +261,11 @@ static int parse_args(int argc, char **argv, server *s)
 #undef VAL
     }
     s->model_path = g.model; s->tokenizer = g.tokenizer; s->threads = g.threads; s->ctx = g.ctx;
-    return bt_args_need_model(&g, "serve");
+    s->llamacpp = g.llamacpp; s->llama = g.llama;
+    if (bt_args_need_model(&g, "serve")) return BT_EINVAL;
+    if (s->llamacpp && s->tokenizer)
+        return bt_error(BT_EINVAL, "--engine llama.cpp needs a GGUF model (with its vocabulary); --tokenizer is for llama2.c checkpoints");
+    return bt_args_llama_finish(&g, s->llamacpp, "--engine llama.cpp");
 }
 
 static struct MHD_Response *json_response(json_t *j)
@@ -878,6 +910,47 @@ static int drain(server *s, struct MHD_Daemon *d, int sig)
     return left ? 1 : 0;
 }
 
+/* --engine llama.cpp: llama-server's slots. One llama.cpp context with
+ * --parallel sequences, slot i on sequence i (bt_llamacpp_engines_new), each
+ * slot's traces saying which engine, path and sequence recorded them. */
+static int llama_slots(server *s)
+{
+    int n = (int)s->parallel;
+    bt_engine **es = calloc((size_t)n, sizeof *es);
+    s->slot_meta = calloc((size_t)n, sizeof *s->slot_meta);
+    s->slot_kv = calloc((size_t)n, sizeof *s->slot_kv);
+    if (!es || !s->slot_meta || !s->slot_kv) { free(es); return bt_error(BT_ENOMEM, "out of memory"); }
+    bt_llamacpp_opts lo = { .model_path = s->model_path, .ctx_len = s->gc.ctx, .max_batch = BT_MIN(s->gc.ctx, BT_GEN_BATCH),
+                            .n_threads = s->gc.threads, .llama = &s->llama };
+    int rc = bt_llamacpp_engines_new(s->m, &lo, n, es);
+    static const char *const keys[] = { "llama_cpp_version", "llama_cpp_lib_version", "llama_cpp_build", "llama_cpp_settings",
+                                        "llama_cpp_path", "llama_cpp_seq", "llama_cpp_n_seq" };
+    for (int i = 0; i < n && rc == BT_OK; i++) {
+        char (*v)[512] = s->slot_meta[i];
+        const char **kv = s->slot_kv[i];
+        snprintf(v[0], 512, "%s", bt_llamacpp_version());
+        snprintf(v[1], 512, "%s", bt_llamacpp_lib_version());
+        snprintf(v[2], 512, "%s", bt_llamacpp_build_flags());
+        bt_llama_settings_describe(&s->llama, v[3], 512);
+        snprintf(v[4], 512, "%s", bt_llamacpp_last_path());
+        snprintf(v[5], 512, "%d", i);
+        snprintf(v[6], 512, "%d", n);
+        int k = 0;
+        kv[k++] = "engine"; kv[k++] = "llama.cpp";
+        kv[k++] = "backend"; kv[k++] = "llama.cpp-cpu";
+        for (int j = 0; j < 7; j++) { kv[k++] = keys[j]; kv[k++] = v[j]; }
+        kv[k] = NULL;
+        bt_gen_cfg gc = s->gc;
+        gc.engine = es[i];
+        gc.meta = kv;
+        es[i] = NULL;                      /* the slot owns it now, also on error */
+        rc = bt_gen_new(&gc, &s->slots[i]);
+    }
+    for (int i = 0; i < n; i++) bt_engine_free(es[i]);
+    free(es);
+    return rc;
+}
+
 int cmd_serve(int argc, char **argv)
 {
     server s;
@@ -899,6 +972,10 @@ int cmd_serve(int argc, char **argv)
         bt_injector *inj = bt_injector_new();
         int rc = inj ? BT_OK : bt_error(BT_ENOMEM, "out of memory");
         for (int i = 0; i < s.n_inject && rc == BT_OK; i++) rc = bt_injector_add(inj, s.inject[i]);
+        const char *native_only = rc == BT_OK && s.llamacpp ? bt_injector_needs_native(inj) : NULL;
+        if (native_only)
+            rc = bt_error(BT_EINVAL, "--inject '%s' writes the native engine's own memory; it cannot apply to --engine llama.cpp",
+                          native_only);
         if (rc == BT_OK) rc = bt_injector_apply_weights(inj, s.m);
         bt_injector_free(inj);
         if (rc) goto fail;
@@ -912,14 +989,16 @@ int cmd_serve(int argc, char **argv)
     json_decref(av);
     snprintf(s.salt, sizeof s.salt, "%08x", (unsigned)(((unsigned)getpid() * 2654435761u) ^ (unsigned)time(NULL)));
     int ctx = s.ctx ? (int)s.ctx : BT_MIN(s.m->cfg.ctx_len, BT_ENGINE_CTX_CAP);
-    long threads = s.threads ? s.threads : BT_MAX(1L, bt_pool_default_threads() / s.parallel);
+    /* llama.cpp: one context whose decodes take turns, so all the threads */
+    long threads = s.threads ? s.threads : s.llamacpp ? bt_pool_default_threads() : BT_MAX(1L, bt_pool_default_threads() / s.parallel);
     s.gc = (bt_gen_cfg){ .model = s.m, .tok = s.tok, .model_path = s.model_path, .model_sha256 = sha, .ctx = ctx,
                          .threads = (int)threads, .inject = s.inject, .n_inject = s.n_inject, .argv_json = s.argv_json };
     if (bt_argmax_parse("first", &s.gc.rule)) goto fail;
     s.slots = calloc((size_t)s.parallel, sizeof *s.slots);
     s.busy = calloc((size_t)s.parallel, sizeof *s.busy);
     if (!s.slots || !s.busy) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
-    for (int i = 0; i < s.parallel; i++) if (bt_gen_new(&s.gc, &s.slots[i])) goto fail;
+    if (s.llamacpp) { if (llama_slots(&s)) goto fail; }
+    else for (int i = 0; i < s.parallel; i++) if (bt_gen_new(&s.gc, &s.slots[i])) goto fail;
     struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)s.port) };
     if (inet_pton(AF_INET, s.host, &sa.sin_addr) != 1) { bt_error(BT_EINVAL, "--host '%s' is not an IPv4 address", s.host); goto fail; }
     if (!MHD_is_feature_supported(MHD_FEATURE_POLL)) { bt_error(BT_EINVAL, "this libmicrohttpd has no poll() support"); goto fail; }
@@ -937,9 +1016,15 @@ int cmd_serve(int argc, char **argv)
                          MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s.max_per_ip, MHD_OPTION_END);
     if (!d) { bt_error(BT_EIO, "cannot listen on %s:%ld (in use?)", s.host, s.port); goto fail; }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "bangtrace: serve: %s on http://%s:%u (%ld engine%s, %ld threads each, context %d)%s%s\n", s.name, s.host,
-            di ? di->port : (unsigned)s.port, s.parallel, s.parallel > 1 ? "s" : "", threads, ctx,
-            s.trace_dir ? ", traces in " : "", s.trace_dir ? s.trace_dir : "");
+    if (s.llamacpp)
+        fprintf(stderr, "bangtrace: serve: %s on http://%s:%u (llama.cpp %s: one context, %ld sequence%s, %ld threads, context %d "
+                "each; %s)%s%s\n", s.name, s.host, di ? di->port : (unsigned)s.port, bt_llamacpp_version(), s.parallel,
+                s.parallel > 1 ? "s" : "", threads, ctx, bt_llamacpp_last_path(), s.trace_dir ? ", traces in " : "",
+                s.trace_dir ? s.trace_dir : "");
+    else
+        fprintf(stderr, "bangtrace: serve: %s on http://%s:%u (%ld engine%s, %ld threads each, context %d)%s%s\n", s.name, s.host,
+                di ? di->port : (unsigned)s.port, s.parallel, s.parallel > 1 ? "s" : "", threads, ctx,
+                s.trace_dir ? ", traces in " : "", s.trace_dir ? s.trace_dir : "");
     fflush(stderr);
     int sig;
     while (!(sig = bt_interrupt_pending())) usleep(50000);
@@ -954,6 +1039,8 @@ out:
     for (int i = 0; s.slots && i < s.parallel; i++) bt_gen_free(s.slots[i]);
     free(s.slots);
     free(s.busy);
+    free(s.slot_meta);
+    free(s.slot_kv);
     free(s.argv_json);
     bt_tokenizer_free(s.tok);
     bt_model_free(s.m);

@@ -31,8 +31,10 @@ struct bt_gen {
 int bt_gen_new(const bt_gen_cfg *cfg, bt_gen **out)
 {
     bt_gen *g = calloc(1, sizeof *g);
-    if (!g) return bt_error(BT_ENOMEM, "out of memory");
+    if (!g) { bt_engine_free(cfg->engine); return bt_error(BT_ENOMEM, "out of memory"); }
     g->cfg = *cfg;
+    g->cfg.engine = NULL;
+    if (cfg->engine) { g->e = cfg->engine; *out = g; return BT_OK; }
     bt_kernels_init();
     /* activations for BT_GEN_BATCH positions: a longer prompt is prefilled
      * in chunks of it by the decoder (src/decode.c) that run shares */
@@ -173,6 +175,7 @@ static int write_meta(bt_trace *t, const bt_gen_cfg *c, const bt_request *req, c
     META("prompt_text", req->prompt);
     META("taps", "all");
     META("logits", "flagged");
+    for (const char *const *kv = c->meta; kv && kv[0] && kv[1]; kv += 2) META(kv[0], kv[1]);
 #undef META
     return rc;
 }

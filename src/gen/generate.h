@@ -32,6 +32,13 @@ typedef struct bt_gen_cfg {
     int n_inject;
     bt_argmax_rule rule;
     const char *argv_json;          /* the server's argv as a JSON array (trace meta) */
+    /* serve --engine llama.cpp: the slot's engine (one of
+     * bt_llamacpp_engines_new's), owned by the bt_gen from bt_gen_new on,
+     * also when it fails; NULL: bt_gen_new makes a native engine */
+    struct bt_engine *engine;
+    /* more trace meta, key and value pairs ending in NULL, written after the
+     * standard keys (so they replace one: "backend"); NULL: none */
+    const char *const *meta;
 } bt_gen_cfg;
 
 typedef struct bt_gen bt_gen;

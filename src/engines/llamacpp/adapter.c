@@ -19,7 +19,18 @@
  * Invariants: only tensors a tap (or an --inject spec) asks for are copied;
  * an injected value is written back before llama.cpp uses the tensor; one
  * llama_batch per forward, one ubatch (n_ubatch >= max batch), so a view's
- * rows are the forward's positions. */
+ * rows are the forward's positions.
+ *
+ * Shared context (serve --engine llama.cpp --parallel N, llama-server's
+ * slots): one lc_impl (model, context with n_seq_max = N, one KV cache per
+ * sequence, threadpool, name table) behind N engines, each an lc_seq bound
+ * to one seq_id. A forward holds the context's mutex from its first
+ * llama_decode to its last logits copy, and each llama_decode holds only
+ * that sequence's tokens, so every node cb_eval sees belongs to the engine
+ * in L->e: its taps, its recorder, its trace. A forward from a position
+ * below what the sequence holds (a new request on the slot starts at 0)
+ * first removes those cells of that sequence only (llama_memory_seq_rm).
+ * The context is freed with its last engine. */
 #include "config.h"            /* BT_LLAMA_CPP_VERSION, BT_LLAMA_CPP_FLAGS */
 #include "llamacpp.h"
 #include "run/session.h"           /* bt_llama_settings */
@@ -30,6 +41,7 @@
 #include <ggml-backend.h>
 #include <ggml-cpu.h>
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,8 +71,11 @@ typedef struct lc_impl {
     struct llama_context *ctx;
     struct llama_batch batch;
     const bt_model *m;
-    bt_engine *e;               /* during a forward */
-    int n_vocab, max_batch, n_past;
+    bt_engine *e;               /* during a forward (under mu) */
+    int n_vocab, max_batch;
+    int n_seq;                  /* sequences in the context (engines made on it) */
+    pthread_mutex_t mu;         /* one forward at a time on the context */
+    int refs;                   /* engines (lc_seq) alive, plus the maker's while making */
     int T, pos0;                /* the forward in progress */
     int forward_no;             /* numbers decode calls, for entry.seen */
     bool cancelled;
@@ -83,6 +98,13 @@ typedef struct lc_impl {
     int n_wb, n_weights;
     struct ggml_threadpool *pool;   /* the persistent CPU threadpool (see lc_attach_pool) */
 } lc_impl;
+
+/* One engine's view of the context: its sequence and what it holds. */
+typedef struct lc_seq {
+    lc_impl *L;
+    int seq;                    /* llama.cpp seq_id */
+    int n_past;                 /* positions the sequence holds */
+} lc_seq;
 
 static char last_log[512];
 
@@ -363,16 +385,19 @@ static int build_table(lc_impl *L)
     return BT_OK;
 }
 
-static int decode(lc_impl *L, const int32_t *tokens, int T, int pos0)
+/* One llama_decode of S's tokens only (the caller holds L->mu). */
+static int decode(lc_impl *L, lc_seq *S, const int32_t *tokens, int T, int pos0)
 {
     llama_memory_t mem = llama_get_memory(L->ctx);
-    if (pos0 < L->n_past) llama_memory_seq_rm(mem, 0, pos0, -1);
+    if (pos0 < S->n_past && !llama_memory_seq_rm(mem, S->seq, pos0, -1))
+        return bt_error(BT_EINTERNAL, "llama.cpp: cannot remove positions %d.. of sequence %d", pos0, S->seq);
+    if (pos0 < S->n_past) S->n_past = pos0;
     L->batch.n_tokens = T;
     for (int i = 0; i < T; i++) {
         L->batch.token[i] = tokens[i];
         L->batch.pos[i] = pos0 + i;
         L->batch.n_seq_id[i] = 1;
-        L->batch.seq_id[i][0] = 0;
+        L->batch.seq_id[i][0] = S->seq;
         L->batch.logits[i] = 1;
     }
     L->T = T;
@@ -382,28 +407,32 @@ static int decode(lc_impl *L, const int32_t *tokens, int T, int pos0)
     last_log[0] = 0;
     int32_t r = llama_decode(L->ctx, L->batch);
     if (L->cancelled) return BT_EINVAL;     /* the callback set the message */
+    /* the engine's failure, not the request's (serve answers 500, not 400) */
     if (r != 0)
-        return bt_error(BT_EINVAL, "llama.cpp: llama_decode of %d tokens at position %d failed (%d)%s%s", T, pos0, (int)r,
+        return bt_error(BT_EINTERNAL, "llama.cpp: llama_decode of %d tokens at position %d failed (%d)%s%s", T, pos0, (int)r,
                         last_log[0] ? ": " : "", last_log);
-    L->n_past = pos0 + T;
+    S->n_past = pos0 + T;
     return BT_OK;
 }
 
 static int lc_forward(void *impl, bt_engine *e, const int32_t *tokens, int T, int pos0, float *logits)
 {
-    lc_impl *L = impl;
+    lc_seq *S = impl;
+    lc_impl *L = S->L;
+    pthread_mutex_lock(&L->mu);
     L->e = e;
     int rc = BT_OK;
     for (int done = 0; done < T && rc == BT_OK; done += L->max_batch) {
         int n = T - done < L->max_batch ? T - done : L->max_batch;
-        if ((rc = decode(L, tokens + done, n, pos0 + done))) break;
-        for (int i = 0; i < n; i++) {
+        if ((rc = decode(L, S, tokens + done, n, pos0 + done))) break;
+        for (int i = 0; i < n && rc == BT_OK; i++) {
             const float *row = llama_get_logits_ith(L->ctx, i);
-            if (!row) return bt_error(BT_EINVAL, "llama.cpp returned no logits for row %d", i);
-            memcpy(logits + (size_t)(done + i) * L->n_vocab, row, (size_t)L->n_vocab * sizeof(float));
+            if (!row) rc = bt_error(BT_EINTERNAL, "llama.cpp returned no logits for row %d", i);
+            else memcpy(logits + (size_t)(done + i) * L->n_vocab, row, (size_t)L->n_vocab * sizeof(float));
         }
     }
     L->e = NULL;
+    pthread_mutex_unlock(&L->mu);
     return rc;
 }
 
@@ -424,9 +453,8 @@ static int lc_attach_pool(lc_impl *L, int n_threads)
     return BT_OK;
 }
 
-static void lc_free(void *impl)
+static void lc_destroy(lc_impl *L)
 {
-    lc_impl *L = impl;
     if (!L) return;
     if (L->batch.token) llama_batch_free(L->batch);
     if (L->ctx) llama_free(L->ctx);
@@ -436,7 +464,26 @@ static void lc_free(void *impl)
     free(L->entries);
     free(L->extra);
     free(L->scratch);
+    pthread_mutex_destroy(&L->mu);
     free(L);
+}
+
+/* Drop one reference to the context; the last frees it. */
+static void lc_unref(lc_impl *L)
+{
+    pthread_mutex_lock(&L->mu);
+    bool last = --L->refs == 0;
+    pthread_mutex_unlock(&L->mu);
+    if (last) lc_destroy(L);
+}
+
+static void lc_free(void *impl)
+{
+    lc_seq *S = impl;
+    if (!S) return;
+    lc_impl *L = S->L;
+    free(S);
+    lc_unref(L);
 }
 
 static char last_path[512];
@@ -517,9 +564,13 @@ static void describe_path(const lc_impl *L, const char *fa, bool repack, const c
 
 const char *bt_llamacpp_last_path(void) { return last_path; }
 
-int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engine **out)
+/* The context and its n engines (bt_llamacpp_engines_new). */
+static int lc_make(const bt_model *m, const bt_llamacpp_opts *o, int n_seq, bt_engine **out)
 {
-    *out = NULL;
+    for (int i = 0; i < n_seq; i++) out[i] = NULL;
+    enum { MAX_SEQ = 256 };     /* llama.cpp's LLAMA_MAX_SEQ (src/llama-cparams.h, not in llama.h) */
+    if (n_seq < 1 || n_seq > MAX_SEQ)
+        return bt_error(BT_EINVAL, "llama.cpp: %d sequences in one context (1 to %d)", n_seq, (int)MAX_SEQ);
     const char *ggml;        /* the device table's row as llama.cpp names its backend */
     if (bt_llamacpp_device(o->device, &ggml)) return BT_EINVAL;
     last_log[0] = 0;
@@ -539,6 +590,9 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
     }
     lc_impl *L = calloc(1, sizeof(*L));
     if (!L) return bt_error(BT_ENOMEM, "out of memory");
+    pthread_mutex_init(&L->mu, NULL);
+    L->refs = 1;                /* the maker's, dropped at the end */
+    L->n_seq = n_seq;
     L->m = m;
     L->max_batch = o->max_batch > 0 ? o->max_batch : 1;
     int rc = BT_OK;
@@ -551,7 +605,7 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
     /* a caller that passes no settings (one without the --llama-* flags)
      * still gets the environment aliases over llama.cpp's defaults */
     bt_llama_settings env_only = { 0 };
-    if (!o->llama && (rc = bt_llama_settings_env(&env_only))) { lc_free(L); return rc; }
+    if (!o->llama && (rc = bt_llama_settings_env(&env_only))) { lc_unref(L); return rc; }
     const bt_llama_settings *ls = o->llama ? o->llama : &env_only;
     bool repack = !ls->repack || strcmp(ls->repack, "off");
     mp.use_extra_bufts = repack;
@@ -571,9 +625,14 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
         goto fail;
     }
     struct llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = (uint32_t)(o->ctx_len > 0 ? o->ctx_len : 4096);
+    /* ctx_len per sequence; with several, a KV cache per sequence, as
+     * llama-server --parallel N has it (kv_unified is its default only for
+     * the automatic slot count) */
+    uint32_t ctx_seq = (uint32_t)(o->ctx_len > 0 ? o->ctx_len : 4096);
+    cp.n_ctx = ctx_seq * (uint32_t)n_seq;
     cp.n_batch = cp.n_ubatch = (uint32_t)(L->max_batch < 8 ? 8 : L->max_batch);
-    cp.n_seq_max = 1;
+    cp.n_seq_max = (uint32_t)n_seq;
+    cp.kv_unified = false;
     cp.n_threads = cp.n_threads_batch = o->n_threads > 0 ? o->n_threads : 1;
     /* Flash attention auto (llama.cpp's default: on for the CPU) fuses kq,
      * its softmax and kqv into one FLASH_ATTN_EXT node, tapped as attn_ctx
@@ -589,8 +648,8 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
     cp.no_perf = true;
     L->ctx = llama_init_from_model(L->model, cp);
     if (!L->ctx) {
-        rc = bt_error(BT_EINVAL, "llama.cpp cannot create a context for %s (context %u)%s%s", o->model_path, cp.n_ctx,
-                      last_log[0] ? ": " : "", last_log);
+        rc = bt_error(BT_EINVAL, "llama.cpp cannot create a context for %s (context %u, %d sequence%s)%s%s", o->model_path,
+                      cp.n_ctx, n_seq, n_seq == 1 ? "" : "s", last_log[0] ? ": " : "", last_log);
         goto fail;
     }
     if ((rc = lc_attach_pool(L, (int)cp.n_threads))) goto fail;
@@ -602,20 +661,46 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
      * tensor is registered. The cache is cleared after. */
     {
         int32_t tok0 = 0;
+        lc_seq probe = { .L = L, .seq = 0 };
         L->probing = true;
-        rc = decode(L, &tok0, 1, 0);
+        rc = decode(L, &probe, &tok0, 1, 0);
         L->probing = false;
         llama_memory_clear(llama_get_memory(L->ctx), true);
-        L->n_past = 0;
         if (rc) goto fail;
         if ((rc = build_table(L))) goto fail;
     }
     describe_path(L, fa, repack, amx, cp.type_k, cp.type_v);
-    bt_engine_ext ext = { .forward = lc_forward, .free = lc_free, .impl = L, .extra = L->extra, .n_extra = L->n_extra };
-    return bt_engine_new_ext(m, (int)cp.n_ctx, L->max_batch, &ext, out);
-fail:
-    lc_free(L);
+    /* the context llama.cpp made per sequence (it pads to 256 cells) */
+    int n_ctx_seq = (int)(llama_n_ctx(L->ctx) / (uint32_t)n_seq);
+    for (int i = 0; i < n_seq && rc == BT_OK; i++) {
+        lc_seq *S = calloc(1, sizeof(*S));
+        if (!S) { rc = bt_error(BT_ENOMEM, "out of memory"); break; }
+        S->L = L;
+        S->seq = i;
+        pthread_mutex_lock(&L->mu);
+        L->refs++;
+        pthread_mutex_unlock(&L->mu);
+        bt_engine_ext ext = { .forward = lc_forward, .free = lc_free, .impl = S, .extra = L->extra, .n_extra = L->n_extra };
+        rc = bt_engine_new_ext(m, n_ctx_seq < (int)ctx_seq ? n_ctx_seq : (int)ctx_seq, L->max_batch, &ext, &out[i]);
+    }
+    if (rc) {
+        for (int i = 0; i < n_seq; i++) { bt_engine_free(out[i]); out[i] = NULL; }
+    }
+    lc_unref(L);
     return rc;
+fail:
+    lc_unref(L);
+    return rc;
+}
+
+int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engine **out)
+{
+    return lc_make(m, o, 1, out);
+}
+
+int bt_llamacpp_engines_new(const bt_model *m, const bt_llamacpp_opts *o, int n, bt_engine **out)
+{
+    return lc_make(m, o, n, out);
 }
 
 bool bt_llamacpp_available(void) { return true; }

@@ -39,6 +39,20 @@ int bt_llamacpp_device(const char *device, const char **ggml);
  * with bangtrace's view of it) with a one-line message. */
 int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engine **out);
 
+/* llama-server's slots (serve --engine llama.cpp --parallel n): one model
+ * and one context with n sequences (n_seq_max = n, a KV cache of
+ * o->ctx_len cells per sequence, llama-server --parallel's kv_unified =
+ * false), as n engines in out[0..n), engine i bound to seq_id i. Engines may
+ * forward from different threads: their llama_decode calls are serialised,
+ * one sequence per call, so each engine's taps (its recorder, its trace)
+ * hold only its own sequence's tensors. A forward from a position the
+ * sequence already holds (a new request on the slot starts at 0) first
+ * removes the sequence's cells from there (llama_memory_seq_rm); other
+ * sequences are untouched. Each engine is freed with bt_engine_free; the
+ * context goes with the last. Errors as bt_llamacpp_engine_new (out all
+ * NULL). n = 1 is bt_llamacpp_engine_new. */
+int bt_llamacpp_engines_new(const bt_model *m, const bt_llamacpp_opts *o, int n, bt_engine **out);
+
 bool bt_llamacpp_available(void);
 /* The path the last engine made took, resolved ("flash attention on (auto:
  * FLASH_ATTN_EXT); weights: 90 of 211 matmul weights repacked in CPU_REPACK
