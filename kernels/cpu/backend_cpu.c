@@ -612,11 +612,6 @@ static const struct bt_backend_i cpu_iface = {
     .num_attention = cpu_num_attention,
 };
 
-struct bt_pool *bt_backend_cpu_pool(const bt_backend *be)
-{
-    return be && be->iface == &cpu_iface ? CTX(be)->pool : NULL;
-}
-
 int bt_backend_cpu_new(int n_threads, bt_backend **out)
 {
     *out = NULL;

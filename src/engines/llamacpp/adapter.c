@@ -617,7 +617,6 @@ fail:
     return rc;
 }
 
-bool bt_llamacpp_available(void) { return true; }
 const char *bt_llamacpp_version(void) { return BT_LLAMA_CPP_VERSION; }
 const char *bt_llamacpp_lib_version(void) { return llama_version(); }
 const char *bt_llamacpp_build_flags(void) { return BT_LLAMA_CPP_FLAGS; }

@@ -11,7 +11,6 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
                     "(run tools/llama-cpp, then configure --with-llama-cpp)");
 }
 
-bool bt_llamacpp_available(void) { return false; }
 const char *bt_llamacpp_last_path(void) { return ""; }
 const char *bt_llamacpp_version(void) { return NULL; }
 const char *bt_llamacpp_lib_version(void) { return NULL; }
