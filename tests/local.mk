@@ -232,3 +232,8 @@ EXTRA_DIST += tests/hf_tokenizer_bad.sh tests/hf_spm.sh tests/hf_make_spm.py tes
 # (flash attention auto, repacked weights, f16 KV; --llama-* flags)
 TESTS += tests/llama_defaults.sh
 EXTRA_DIST += tests/llama_defaults.sh
+
+# h6-clean (issue 23, layout): the CUDA plugin's tap statistics are the
+# math.cuh code test_cuda_math checks, not a copy
+TESTS += tests/cuda_shared_math.sh
+EXTRA_DIST += tests/cuda_shared_math.sh

@@ -26,6 +26,8 @@
 #include <stdint.h>
 #include <math.h>
 
+#include "base/records.h"   /* bt_tap_stats */
+
 #ifdef __CUDACC__
 #define BT_HD static __host__ __device__ __forceinline__
 #else
@@ -342,19 +344,52 @@ BT_HD void bt_cu_stats_merge(bt_cu_stats *a, const bt_cu_stats *b)
     a->sumsq += b->sumsq;
 }
 
-/* Host emulation of the device reduction over n elements with nt threads
- * (nt a power of two, at most 1024): the same partition and tree. */
+/* The reduction kernel (kernels.cu, bt_k_stats) is one block of
+ * BT_CU_STATS_THREADS threads; thread tid of nt accumulates elements tid,
+ * tid + nt, ... of x[0..n) ... */
 #define BT_CU_STATS_THREADS 256
+BT_HD void bt_cu_stats_thread(const float *x, int64_t n, int tid, int nt, bt_cu_stats *a)
+{
+    bt_cu_stats_init(a);
+    for (int64_t i = tid; i < n; i += nt) bt_cu_stats_add(a, x[i], i);
+}
+
+/* ... then the accumulators fold by a tree, level k = nt/2, ..., 1: thread
+ * tid < k merges acc[tid + k] into acc[tid] (the device waits for the
+ * whole level before the next), leaving the result in acc[0]. */
+BT_HD void bt_cu_stats_fold(bt_cu_stats *acc, int tid, int k)
+{
+    if (tid < k) bt_cu_stats_merge(&acc[tid], &acc[tid + k]);
+}
+
+/* Host emulation of the device reduction over n elements with nt threads
+ * (nt a power of two, at most 1024): the kernel's two steps, threads in
+ * turn. */
 BT_HD void bt_cu_stats_emulate(const float *x, int64_t n, int nt, bt_cu_stats *out)
 {
     bt_cu_stats acc[1024];
-    for (int t = 0; t < nt; t++) {
-        bt_cu_stats_init(&acc[t]);
-        for (int64_t i = t; i < n; i += nt) bt_cu_stats_add(&acc[t], x[i], i);
-    }
+    for (int t = 0; t < nt; t++) bt_cu_stats_thread(x, n, t, nt, &acc[t]);
     for (int k = nt / 2; k > 0; k /= 2)
-        for (int t = 0; t < k; t++) bt_cu_stats_merge(&acc[t], &acc[t + k]);
+        for (int t = 0; t < k; t++) bt_cu_stats_fold(acc, t, k);
     *out = acc[0];
+}
+
+/* The tap statistics (base/records.h) of a reduced accumulator over rows
+ * of `width` values starting at position pos0: what the plugin hands the
+ * taps (backend_cuda.cu, finish_step), checked against kernels/cpu/stats.c
+ * (bt_stats_compute) by tests/test_cuda_math.c. */
+BT_HD void bt_cu_stats_finish(const bt_cu_stats *a, int width, int pos0, bt_tap_stats *s)
+{
+    s->n = a->n; s->nan = a->nan; s->pinf = a->pinf; s->ninf = a->ninf;
+    s->n_finite = a->n - a->nan - a->pinf - a->ninf;
+    if (s->n_finite > 0) {
+        s->min = a->min; s->max = a->max;
+        s->absmax = fabsf(a->min) > fabsf(a->max) ? fabsf(a->min) : fabsf(a->max);
+        s->mean = (float)(a->sum / s->n_finite);
+        s->rms = (float)sqrt(a->sumsq / s->n_finite);
+    } else s->min = s->max = s->absmax = s->mean = s->rms = bt_cu_bits_f32(0x7fc00000u);
+    s->first_bad_index = a->first_bad < 0 ? -1 : (int)(a->first_bad % width);
+    s->first_bad_pos = a->first_bad < 0 ? -1 : pos0 + (int)(a->first_bad / width);
 }
 
 /* ---- rmsnorm, rope, softmax ---- */
