@@ -10,7 +10,6 @@
 #include "cmd.h"
 #include "engine/engine.h"
 #include "engine/numerics.h"
-#include "kernels/cpu/kernels.h"
 #include "model/model.h"
 #include "tap/stats.h"
 #include "trace/analyze.h"

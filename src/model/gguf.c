@@ -14,7 +14,7 @@
 #include "model/gguf.h"
 #include "base/util.h"
 #include "base/text.h"
-#include "kernels/cpu/kernels.h"
+#include "base/dtype.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -16,7 +16,7 @@
 #include "model/safetensors.h"
 #include "model/spm_model.h"
 #include "tokenizer/pretok.h"
-#include "kernels/cpu/kernels.h"
+#include "base/dtype.h"
 #include "base/text.h"
 #include "base/util.h"
 

@@ -7,7 +7,7 @@
  * file size matches the header exactly (shared or separate classifier), so
  * a truncated or padded file is refused rather than read out of bounds. */
 #include "model/model.h"
-#include "kernels/cpu/kernels.h"
+#include "base/dtype.h"
 #include "base/util.h"
 
 #include <errno.h>
