@@ -1,4 +1,4 @@
-/* cpu.c - the CPU backend: kernels/cpu behind the vtable, and the
+/* backend_cpu.c - the CPU backend: kernels/cpu behind the vtable, and the
  * reference every other backend is tested against.
  *
  * Buffers are host memory, so buf_host hands taps a float * for free and

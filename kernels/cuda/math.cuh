@@ -34,7 +34,7 @@
 #define BT_HD static inline
 #endif
 
-/* ggml type ids (kernels/cpu/kernels.h: enum bt_dtype); repeated here so the
+/* ggml type ids (src/base/dtype.h: enum bt_dtype); repeated here so the
  * plugin does not need the CPU headers. tests/test_cuda_math.c checks that
  * the numbers agree. */
 enum {
@@ -99,7 +99,7 @@ BT_HD uint32_t bt_cu_f32_bits(float f)
 #endif
 }
 
-/* f16 bits -> f32, exact, the same bit manipulation as src/util.c
+/* f16 bits -> f32, exact, the same bit manipulation as src/base/util.c
  * (bt_f16_to_f32) so a NaN keeps its payload on both sides. */
 BT_HD float bt_cu_f16(uint16_t h)
 {
@@ -297,7 +297,7 @@ BT_HD float bt_cu_dot_emulate(int type, const uint8_t *row, const float *x, int6
 
 /* ---- tap statistics ----
  * One accumulator per thread over elements tid, tid + NT, ...; accumulators
- * merge by a shared-memory tree. Sums are double like src/tap/stats.c;
+ * merge by a shared-memory tree. Sums are double like kernels/cpu/stats.c;
  * counts, min, max and the first bad index do not depend on the order, so
  * they equal the CPU's exactly. */
 typedef struct bt_cu_stats {
@@ -484,7 +484,7 @@ BT_HD float bt_cu_inject_value(int kind, float old, float v, int step, int layer
  * even of x * 127/amax, dequantized d * q). Format ids as enum bt_num_fmt. */
 enum { BT_CU_NUM_F32 = 0, BT_CU_NUM_F16 = 1, BT_CU_NUM_BF16 = 2, BT_CU_NUM_Q8_0 = 3, BT_CU_NUM_Q8_1 = 4 };
 
-/* src/util.c's bt_f32_to_f16, the same bit manipulation. */
+/* src/base/util.c's bt_f32_to_f16, the same bit manipulation. */
 BT_HD uint16_t bt_cu_f32_to_f16(float f)
 {
     uint32_t x = bt_cu_f32_bits(f), sign = (x >> 16) & 0x8000;

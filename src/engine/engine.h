@@ -198,7 +198,7 @@ bt_backend *bt_engine_backend(const bt_engine *e);
  * "rmsnorm (f32, scalar)". */
 void bt_engine_kernel_name(const bt_engine *e, int op, int layer, char *buf, size_t cap);
 
-/* A foreign engine (llama.cpp through its C API, engines/llamacpp/) behind
+/* A foreign engine (llama.cpp through its C API, src/engines/llamacpp/) behind
  * the same handle, so the decoder, the recorder and everything downstream
  * see one kind of engine. The engine keeps the step counter, the logits and
  * the tap wishes; `forward` computes tokens[0..T) at pos0 (discarding any

@@ -73,7 +73,7 @@ typedef struct bt_gguf_tensor {
     bt_gguf_str name;
     uint32_t n_dims;
     int64_t ne[4];          /* unused dims are 1 */
-    int type;               /* ggml type id (see kernels/cpu/kernels.h bt_dtype) */
+    int type;               /* ggml type id (see base/dtype.h bt_dtype) */
     uint64_t offset;        /* relative to bt_gguf_data_offset() */
     uint64_t nbytes;
     const void *data;       /* into the mapping */

@@ -1,4 +1,4 @@
-/* llama2.c.c - karpathy/llama2.c checkpoints (legacy version-0 layout) and
+/* llama2c.c - karpathy/llama2.c checkpoints (legacy version-0 layout) and
  * their tokenizer.bin.
  *
  * Checkpoint: 7 x int32 header (dim, hidden_dim, n_layers, n_heads,
