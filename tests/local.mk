@@ -237,3 +237,6 @@ EXTRA_DIST += tests/llama_defaults.sh
 # math.cuh code test_cuda_math checks, not a copy
 TESTS += tests/cuda_shared_math.sh
 EXTRA_DIST += tests/cuda_shared_math.sh
+# h6-clean: no exported function without a caller in another object
+TESTS += tests/dead_exports.sh
+EXTRA_DIST += tests/dead_exports.sh
