@@ -1,5 +1,5 @@
 #!/bin/sh
-# llamacpp.sh - `run --engine llama.cpp` (engines/llamacpp/, doc/llama-cpp.md)
+# llamacpp.sh - `run --engine llama.cpp` (src/engines/llamacpp/, doc/llama-cpp.md)
 # on stories260K (converted to GGUF by tools/llama2c-to-gguf.py) and SmolLM2
 # Q4_1: a clean llama.cpp trace has no events; injected NaN/Inf land at the
 # same (step, layer, op, index) as on the native engine; the cross-engine

@@ -246,3 +246,10 @@ ASAN_TESTS += tests/test_args tests/args_groups.sh
 # --parallel N against the real llama-server of the pinned build
 TESTS += tests/llamacpp_serve.sh
 EXTRA_DIST += tests/llamacpp_serve.sh
+# h6-clean (issue 23, layout): the CUDA plugin's tap statistics are the
+# math.cuh code test_cuda_math checks, not a copy
+TESTS += tests/cuda_shared_math.sh
+EXTRA_DIST += tests/cuda_shared_math.sh
+# h6-clean: no exported function without a caller in another object
+TESTS += tests/dead_exports.sh
+EXTRA_DIST += tests/dead_exports.sh

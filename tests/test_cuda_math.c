@@ -7,8 +7,11 @@
  *     (random blocks, including random f16 scales that are Inf or NaN);
  *   - the warp-order dot product: by normalized error against bt_vec_dot
  *     (another summation order), plus one exact case;
- *   - the tap statistics reduction: counts, min, max, absmax and the first
- *     bad index/position exactly, mean and rms by relative error;
+ *   - the tap statistics: the reduction kernel's per-thread accumulation
+ *     and tree fold (bt_cu_stats_thread, bt_cu_stats_fold), then the
+ *     plugin's bt_cu_stats_finish, against bt_stats_compute
+ *     (kernels/cpu/stats.c): counts, min, max, absmax and the first bad
+ *     index/position exactly, mean and rms by relative error;
  *   - rmsnorm and softmax by normalized error, rope bit for bit (same
  *     roundings as src/engine/engine.c, whose static functions are repeated
  *     here as the reference);
@@ -71,10 +74,10 @@ static const int types[] = { BT_DT_F32, BT_DT_F16, BT_DT_BF16, BT_DT_Q4_0, BT_DT
 
 static void test_type_table(void)
 {
-    CHECK(BT_CU_F32 == BT_DT_F32 && BT_CU_F16 == BT_DT_F16 && BT_CU_BF16 == BT_DT_BF16);
-    CHECK(BT_CU_Q4_0 == BT_DT_Q4_0 && BT_CU_Q4_1 == BT_DT_Q4_1 && BT_CU_Q5_0 == BT_DT_Q5_0);
-    CHECK(BT_CU_Q5_1 == BT_DT_Q5_1 && BT_CU_Q8_0 == BT_DT_Q8_0 && BT_CU_Q2_K == BT_DT_Q2_K);
-    CHECK(BT_CU_Q3_K == BT_DT_Q3_K && BT_CU_Q4_K == BT_DT_Q4_K && BT_CU_Q5_K == BT_DT_Q5_K && BT_CU_Q6_K == BT_DT_Q6_K);
+    CHECK((int)BT_CU_F32 == (int)BT_DT_F32 && (int)BT_CU_F16 == (int)BT_DT_F16 && (int)BT_CU_BF16 == (int)BT_DT_BF16);
+    CHECK((int)BT_CU_Q4_0 == (int)BT_DT_Q4_0 && (int)BT_CU_Q4_1 == (int)BT_DT_Q4_1 && (int)BT_CU_Q5_0 == (int)BT_DT_Q5_0);
+    CHECK((int)BT_CU_Q5_1 == (int)BT_DT_Q5_1 && (int)BT_CU_Q8_0 == (int)BT_DT_Q8_0 && (int)BT_CU_Q2_K == (int)BT_DT_Q2_K);
+    CHECK((int)BT_CU_Q3_K == (int)BT_DT_Q3_K && (int)BT_CU_Q4_K == (int)BT_DT_Q4_K && (int)BT_CU_Q5_K == (int)BT_DT_Q5_K && (int)BT_CU_Q6_K == (int)BT_DT_Q6_K);
     for (size_t t = 0; t < BT_ARRAY_SIZE(types); t++) {
         const bt_dtype_info *ti = bt_dtype(types[t]);
         CHECK(ti->compute, "%s is not a compute type on the CPU", ti->name);
@@ -149,22 +152,6 @@ static void test_dot(void)
     CHECK(isnan(bt_cu_dot_emulate(BT_DT_F32, (const uint8_t *)ones, x, 512)));
 }
 
-/* What the plugin does with a reduced accumulator (kernels/cuda/plugin.cu
- * repeats it): the tap statistics of src/tap/stats.h. */
-static void finish_stats(const bt_cu_stats *a, int width, int pos0, bt_tap_stats *s)
-{
-    s->n = a->n; s->nan = a->nan; s->pinf = a->pinf; s->ninf = a->ninf;
-    s->n_finite = a->n - a->nan - a->pinf - a->ninf;
-    if (s->n_finite > 0) {
-        s->min = a->min; s->max = a->max;
-        s->absmax = fabsf(a->min) > fabsf(a->max) ? fabsf(a->min) : fabsf(a->max);
-        s->mean = (float)(a->sum / s->n_finite);
-        s->rms = (float)sqrt(a->sumsq / s->n_finite);
-    } else s->min = s->max = s->absmax = s->mean = s->rms = NAN;
-    s->first_bad_index = a->first_bad < 0 ? -1 : (int)(a->first_bad % width);
-    s->first_bad_pos = a->first_bad < 0 ? -1 : pos0 + (int)(a->first_bad / width);
-}
-
 static bool same_f(float a, float b) { return bits(a) == bits(b) || (isnan(a) && isnan(b)); }
 static bool close_f(float a, float b) { return (isnan(a) && isnan(b)) || fabsf(a - b) <= 1e-6f * fmaxf(1.0f, fabsf(b)); }
 
@@ -183,7 +170,7 @@ static void test_stats(void)
             bt_cu_stats acc;
             bt_tap_stats got, want;
             bt_cu_stats_emulate(x, (int64_t)rows * width, nts[k], &acc);
-            finish_stats(&acc, width, pos0, &got);
+            bt_cu_stats_finish(&acc, width, pos0, &got);
             bt_stats_compute(x, rows, width, pos0, &want);
             CHECK(got.n == want.n && got.nan == want.nan && got.pinf == want.pinf && got.ninf == want.ninf &&
                   got.n_finite == want.n_finite, "scenario %d threads %d: counts", scenario, nts[k]);

@@ -1,5 +1,5 @@
 /* test_foreign.c - a foreign engine behind bt_engine (bt_engine_new_ext),
- * the way engines/llamacpp drives it, without llama.cpp: a fake forward
+ * the way src/engines/llamacpp drives it, without llama.cpp: a fake forward
  * that delivers a mapped tensor (blk.1.ffn_gate), an extra tensor under its
  * own name (kq-1) and the logits. Checks the engine's side (ask answers,
  * step numbering, logits rows, no KV access) and the recorder's (extra

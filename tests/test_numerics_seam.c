@@ -138,7 +138,7 @@ static void test_model(const char *path, const char *tok, int threads)
     ci.attention = c_plain_attention; ci.rmsnorm = c_plain_rmsnorm;
     bt_backend counting = { .iface = &ci, .ctx = cpu->ctx };
     /* the device stand-in: no numerics ops, no host memory, not the CPU's
-     * vtable (so bt_backend_cpu_pool gives the engine no pool) */
+     * vtable (so the engine finds no CPU pool behind it) */
     struct bt_backend_i fi = *cpu_i;
     fi.name = fake_name; fi.free = no_free; fi.buf_host = NULL;
     fi.num_check = NULL; fi.num_round = NULL; fi.num_matmul = NULL; fi.num_rmsnorm = NULL; fi.num_attention = NULL;

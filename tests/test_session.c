@@ -1,5 +1,5 @@
-/* test_session.c - the session module (src/session.c) and the replay
- * (src/trace/replay.c) on stories260K: a traced greedy run built from one
+/* test_session.c - the session module (src/run/session.c) and the replay
+ * (src/run/replay.c) on stories260K: a traced greedy run built from one
  * config, a second session sharing its model (one load, own engine, same
  * tokens), the refusals (injection on a borrowed model, --draft-self past
  * the model, no vocabulary), and the replay of the trace: an unchanged run

@@ -7,6 +7,7 @@
  * infinite). The NaN / +Inf / -Inf split is checked separately: counting one
  * kind as another must fail here, not pass the suite. */
 #include "tap/stats.h"
+#include "kernels/cpu/kernels.h"   /* bt_stats_compute */
 #include "engine/sampler.h"
 
 #include <math.h>

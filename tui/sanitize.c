@@ -1,10 +1,10 @@
-/* text.c - making untrusted token text safe to show, and small formatters.
+/* sanitize.c - making untrusted token text safe to show, and small formatters.
  *
  * Token pieces come from a model that may be producing garbage: they can hold
  * ESC sequences, BEL, CR, C1 controls, bidi overrides or broken UTF-8. Any of
  * those written raw would let the model drive the terminal (recolour it, move
  * the cursor, reorder text). Everything goes through tui_sanitize first, which
- * only ever emits printable characters and visible escapes (src/text.c). */
+ * only ever emits printable characters and visible escapes (src/base/text.c). */
 #include "tui.h"
 #include "base/text.h"
 
@@ -32,7 +32,7 @@ const char *tui_health_name(int health)
     }
 }
 
-/* The escaping itself is src/text.c's, shared with every command-line
+/* The escaping itself is src/base/text.c's, shared with every command-line
  * printer; the TUI flags are the same bits. */
 _Static_assert((int)TUI_SAN_UTF8 == (int)BT_TEXT_UTF8 && (int)TUI_SAN_SHOWSPACE == (int)BT_TEXT_SHOWSPACE, "TUI flags are text.h's");
 

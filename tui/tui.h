@@ -5,7 +5,7 @@
  * draw those structs with curses; keys.c maps key codes to actions and the
  * views answer actions with reaction flags. Layout arithmetic, run
  * collapsing, colouring decisions, sanitization and navigation are pure
- * functions (layout.c, text.c) so tests/test_tui.c checks them without a
+ * functions (layout.c, sanitize.c) so tests/test_tui.c checks them without a
  * terminal.
  *
  * Invariant: no screen ever reads a whole table. Tokens are read in windows

@@ -1,4 +1,4 @@
-/* cpu.c - the CPU backend: kernels/cpu behind the vtable, and the
+/* backend_cpu.c - the CPU backend: kernels/cpu behind the vtable, and the
  * reference every other backend is tested against.
  *
  * Buffers are host memory, so buf_host hands taps a float * for free and
@@ -611,11 +611,6 @@ static const struct bt_backend_i cpu_iface = {
     .num_rmsnorm = cpu_num_rmsnorm,
     .num_attention = cpu_num_attention,
 };
-
-struct bt_pool *bt_backend_cpu_pool(const bt_backend *be)
-{
-    return be && be->iface == &cpu_iface ? CTX(be)->pool : NULL;
-}
 
 int bt_backend_cpu_new(int n_threads, bt_backend **out)
 {

@@ -223,7 +223,7 @@ static float scale_max_f32(float *x, int64_t n, float scale)
     return m;
 }
 
-void bt_kv_scalar_fill(bt_kvariant *kv)
+static void bt_kv_scalar_fill(bt_kvariant *kv)
 {
     memset(kv, 0, sizeof(*kv));
     kv->name = "scalar";

@@ -35,7 +35,7 @@ void bt_dequant_row(int type, const void *src, float *dst, int64_t n);
 /* dot(W row, x) over n elements, W row of `type`, x f32. */
 float bt_vec_dot(int type, const void *w_row, const float *x, int64_t n);
 
-/* The finite sweep behind the tap statistics (src/tap/stats.c): float
+/* The finite sweep behind the tap statistics (stats.c): float
  * partial sums in 8 lanes per 64-element chunk, each chunk's lanes then
  * added into the matching double lane; min and max per lane. Starts with
  * sum = sumsq = 0, mn = +inf, mx = -inf in every lane (bt_sweep_init). */

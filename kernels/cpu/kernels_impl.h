@@ -108,8 +108,7 @@ int bt_kernels_force(const char *name);
  * convert + broadcast would compete with the dequantization shuffles. */
 extern float bt_f16_table[65536];
 
-/* Scalar reference kernels (dequant.c, dot.c); SIMD files fall back to them. */
-void bt_kv_scalar_fill(bt_kvariant *kv);
+/* Scalar reference kernels (dequant.c); SIMD files fall back to them. */
 void bt_kv_dequant_scalar_fill(bt_kvariant *kv);   /* dequant.c */
 /* Fill SIMD tables over a copy of the scalar one. Return false when this
  * build has no such code (non-x86 compiler); CPU support is checked by the

@@ -374,20 +374,8 @@ static int finish_step(cuda_be *c)
     int rc = seg_end(c);
     if (rc) return rc;
     CU(cudaStreamSynchronize(c->stream));
-    for (int k = 0; k < c->n_slots; k++) {
-        const bt_cu_stats *a = &c->h_slots[k];
-        bt_tap_stats *s = c->req[k].out;
-        s->n = a->n; s->nan = a->nan; s->pinf = a->pinf; s->ninf = a->ninf;
-        s->n_finite = a->n - a->nan - a->pinf - a->ninf;
-        if (s->n_finite > 0) {
-            s->min = a->min; s->max = a->max;
-            s->absmax = fabsf(a->min) > fabsf(a->max) ? fabsf(a->min) : fabsf(a->max);
-            s->mean = (float)(a->sum / s->n_finite);
-            s->rms = (float)sqrt(a->sumsq / s->n_finite);
-        } else s->min = s->max = s->absmax = s->mean = s->rms = NAN;
-        s->first_bad_index = a->first_bad < 0 ? -1 : (int)(a->first_bad % c->req[k].width);
-        s->first_bad_pos = a->first_bad < 0 ? -1 : c->req[k].pos0 + (int)(a->first_bad / c->req[k].width);
-    }
+    for (int k = 0; k < c->n_slots; k++)
+        bt_cu_stats_finish(&c->h_slots[k], c->req[k].width, c->req[k].pos0, c->req[k].out);
     c->n_slots = 0;
     c->n_ids = 0;
     return BT_OK;

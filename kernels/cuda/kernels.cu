@@ -205,12 +205,11 @@ __global__ void bt_k_stats(const float *x, int64_t n, bt_cu_stats *slots, int sl
     __shared__ bt_cu_stats acc[BT_CU_STATS_THREADS];
     int tid = threadIdx.x;
     bt_cu_stats a;
-    bt_cu_stats_init(&a);
-    for (int64_t i = tid; i < n; i += BT_CU_STATS_THREADS) bt_cu_stats_add(&a, x[i], i);
+    bt_cu_stats_thread(x, n, tid, BT_CU_STATS_THREADS, &a);
     acc[tid] = a;
     __syncthreads();
     for (int k = BT_CU_STATS_THREADS / 2; k > 0; k /= 2) {
-        if (tid < k) bt_cu_stats_merge(&acc[tid], &acc[tid + k]);
+        bt_cu_stats_fold(acc, tid, k);
         __syncthreads();
     }
     if (tid == 0) slots[slot] = acc[0];

@@ -26,13 +26,15 @@
 #include <stdint.h>
 #include <math.h>
 
+#include "base/records.h"   /* bt_tap_stats */
+
 #ifdef __CUDACC__
 #define BT_HD static __host__ __device__ __forceinline__
 #else
 #define BT_HD static inline
 #endif
 
-/* ggml type ids (kernels/cpu/kernels.h: enum bt_dtype); repeated here so the
+/* ggml type ids (src/base/dtype.h: enum bt_dtype); repeated here so the
  * plugin does not need the CPU headers. tests/test_cuda_math.c checks that
  * the numbers agree. */
 enum {
@@ -97,7 +99,7 @@ BT_HD uint32_t bt_cu_f32_bits(float f)
 #endif
 }
 
-/* f16 bits -> f32, exact, the same bit manipulation as src/util.c
+/* f16 bits -> f32, exact, the same bit manipulation as src/base/util.c
  * (bt_f16_to_f32) so a NaN keeps its payload on both sides. */
 BT_HD float bt_cu_f16(uint16_t h)
 {
@@ -295,7 +297,7 @@ BT_HD float bt_cu_dot_emulate(int type, const uint8_t *row, const float *x, int6
 
 /* ---- tap statistics ----
  * One accumulator per thread over elements tid, tid + NT, ...; accumulators
- * merge by a shared-memory tree. Sums are double like src/tap/stats.c;
+ * merge by a shared-memory tree. Sums are double like kernels/cpu/stats.c;
  * counts, min, max and the first bad index do not depend on the order, so
  * they equal the CPU's exactly. */
 typedef struct bt_cu_stats {
@@ -342,19 +344,52 @@ BT_HD void bt_cu_stats_merge(bt_cu_stats *a, const bt_cu_stats *b)
     a->sumsq += b->sumsq;
 }
 
-/* Host emulation of the device reduction over n elements with nt threads
- * (nt a power of two, at most 1024): the same partition and tree. */
+/* The reduction kernel (kernels.cu, bt_k_stats) is one block of
+ * BT_CU_STATS_THREADS threads; thread tid of nt accumulates elements tid,
+ * tid + nt, ... of x[0..n) ... */
 #define BT_CU_STATS_THREADS 256
+BT_HD void bt_cu_stats_thread(const float *x, int64_t n, int tid, int nt, bt_cu_stats *a)
+{
+    bt_cu_stats_init(a);
+    for (int64_t i = tid; i < n; i += nt) bt_cu_stats_add(a, x[i], i);
+}
+
+/* ... then the accumulators fold by a tree, level k = nt/2, ..., 1: thread
+ * tid < k merges acc[tid + k] into acc[tid] (the device waits for the
+ * whole level before the next), leaving the result in acc[0]. */
+BT_HD void bt_cu_stats_fold(bt_cu_stats *acc, int tid, int k)
+{
+    if (tid < k) bt_cu_stats_merge(&acc[tid], &acc[tid + k]);
+}
+
+/* Host emulation of the device reduction over n elements with nt threads
+ * (nt a power of two, at most 1024): the kernel's two steps, threads in
+ * turn. */
 BT_HD void bt_cu_stats_emulate(const float *x, int64_t n, int nt, bt_cu_stats *out)
 {
     bt_cu_stats acc[1024];
-    for (int t = 0; t < nt; t++) {
-        bt_cu_stats_init(&acc[t]);
-        for (int64_t i = t; i < n; i += nt) bt_cu_stats_add(&acc[t], x[i], i);
-    }
+    for (int t = 0; t < nt; t++) bt_cu_stats_thread(x, n, t, nt, &acc[t]);
     for (int k = nt / 2; k > 0; k /= 2)
-        for (int t = 0; t < k; t++) bt_cu_stats_merge(&acc[t], &acc[t + k]);
+        for (int t = 0; t < k; t++) bt_cu_stats_fold(acc, t, k);
     *out = acc[0];
+}
+
+/* The tap statistics (base/records.h) of a reduced accumulator over rows
+ * of `width` values starting at position pos0: what the plugin hands the
+ * taps (backend_cuda.cu, finish_step), checked against kernels/cpu/stats.c
+ * (bt_stats_compute) by tests/test_cuda_math.c. */
+BT_HD void bt_cu_stats_finish(const bt_cu_stats *a, int width, int pos0, bt_tap_stats *s)
+{
+    s->n = a->n; s->nan = a->nan; s->pinf = a->pinf; s->ninf = a->ninf;
+    s->n_finite = a->n - a->nan - a->pinf - a->ninf;
+    if (s->n_finite > 0) {
+        s->min = a->min; s->max = a->max;
+        s->absmax = fabsf(a->min) > fabsf(a->max) ? fabsf(a->min) : fabsf(a->max);
+        s->mean = (float)(a->sum / s->n_finite);
+        s->rms = (float)sqrt(a->sumsq / s->n_finite);
+    } else s->min = s->max = s->absmax = s->mean = s->rms = bt_cu_bits_f32(0x7fc00000u);
+    s->first_bad_index = a->first_bad < 0 ? -1 : (int)(a->first_bad % width);
+    s->first_bad_pos = a->first_bad < 0 ? -1 : pos0 + (int)(a->first_bad / width);
 }
 
 /* ---- rmsnorm, rope, softmax ---- */
@@ -449,7 +484,7 @@ BT_HD float bt_cu_inject_value(int kind, float old, float v, int step, int layer
  * even of x * 127/amax, dequantized d * q). Format ids as enum bt_num_fmt. */
 enum { BT_CU_NUM_F32 = 0, BT_CU_NUM_F16 = 1, BT_CU_NUM_BF16 = 2, BT_CU_NUM_Q8_0 = 3, BT_CU_NUM_Q8_1 = 4 };
 
-/* src/util.c's bt_f32_to_f16, the same bit manipulation. */
+/* src/base/util.c's bt_f32_to_f16, the same bit manipulation. */
 BT_HD uint16_t bt_cu_f32_to_f16(float f)
 {
     uint32_t x = bt_cu_f32_bits(f), sign = (x >> 16) & 0x8000;

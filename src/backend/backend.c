@@ -58,11 +58,6 @@ int bt_backend_activity(bt_backend *be, bt_act_fn fn, void *user)
     return be->iface->activity ? be->iface->activity(be, fn, user) : BT_OK;
 }
 
-int bt_backend_mark(bt_backend *be, int step, int layer, int op)
-{
-    return be->iface->mark ? be->iface->mark(be, step, layer, op) : BT_OK;
-}
-
 int bt_backend_mem_info(bt_backend *be, bt_backend_mem *out)
 {
     out->weight_bytes = out->upload_ns = out->device_used = out->device_total = -1;

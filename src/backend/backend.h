@@ -62,11 +62,6 @@ const bt_device *bt_device_with(int feature);
 int bt_backend_open(const char *device, int n_threads, bt_backend **out);
 /* The built-in CPU backend (kernels/cpu) with its own pool of n_threads. */
 int bt_backend_cpu_new(int n_threads, bt_backend **out);
-/* The CPU backend's thread pool; NULL for any other backend. Host-side
- * only, not in the plugin ABI (numerics profiles no longer borrow it: they
- * are the backend's num_* ops). */
-struct bt_pool;
-struct bt_pool *bt_backend_cpu_pool(const bt_backend *be);
 void bt_backend_free(bt_backend *be);                 /* NULL is a no-op */
 /* "cpu" or "cuda:0"; a longer description ("cuda:0 NVIDIA H200, sm_90"). */
 const char *bt_backend_name(const bt_backend *be);
@@ -99,8 +94,6 @@ typedef int (*bt_act_fn)(void *user, const struct bt_act *a, uint64_t ext_id);
  * on; a backend without it hands none). Returns fn's status or a drain
  * error. */
 int bt_backend_activity(bt_backend *be, bt_act_fn fn, void *user);
-/* Announce the op whose launches follow (see backend_impl.h, mark). */
-int bt_backend_mark(bt_backend *be, int step, int layer, int op);
 
 /* What a backend holds in memory: weights uploaded and how long it took,
  * device memory in use / total (-1 when unknown: the CPU). */

@@ -1,7 +1,7 @@
 /* backend_impl.h - the backend vtable (ggml-backend's shape): what a backend
  * implements, and the one symbol a backend plugin exports.
  *
- * Included by the engine, the registry and the backends (src/backend/cpu.c,
+ * Included by the engine, the registry and the backends (kernels/cpu/backend_cpu.c,
  * the CUDA plugin in kernels/cuda); nowhere else. A backend fills a static
  * `const struct bt_backend_i` with designated initializers; hooks marked
  * optional may be NULL and the caller (src/backend/backend.c) supplies the

@@ -1,8 +1,8 @@
 /* records.h - the plain records every layer shares: a tensor's tap
- * statistics and a logit row's summary (computed in src/tap/stats.c, stored
- * by src/trace/, shown by tui/), a mutation (an --inject spec applied to one
- * tensor, by the engine or a backend) and the trace file's identity. Data
- * only: no function is declared here. */
+ * statistics and a logit row's summary (computed by kernels/cpu/stats.c and
+ * src/tap/stats.c, stored by src/trace/, shown by tui/), a mutation (an
+ * --inject spec applied to one tensor, by the engine or a backend) and the
+ * trace file's identity. Data only: no function is declared here. */
 #ifndef BT_RECORDS_H
 #define BT_RECORDS_H
 

@@ -133,18 +133,12 @@ int bt_text_escape(const char *src, size_t len, char *dst, size_t cap, int max_c
     return cols + 3;
 }
 
-static _Thread_local char esc_buf[2][1024];
+static _Thread_local char esc_buf[1024];
 
 const char *bt_text_esc(const char *s)
 {
-    bt_text_escape(s, s ? strlen(s) : 0, esc_buf[0], sizeof esc_buf[0], 0, BT_TEXT_UTF8 | BT_TEXT_ELLIPSIS);
-    return esc_buf[0];
-}
-
-const char *bt_text_esc2(const char *s)
-{
-    bt_text_escape(s, s ? strlen(s) : 0, esc_buf[1], sizeof esc_buf[1], 0, BT_TEXT_UTF8 | BT_TEXT_ELLIPSIS);
-    return esc_buf[1];
+    bt_text_escape(s, s ? strlen(s) : 0, esc_buf, sizeof esc_buf, 0, BT_TEXT_UTF8 | BT_TEXT_ELLIPSIS);
+    return esc_buf;
 }
 
 char *bt_text_escape_dup(const char *src, size_t len, unsigned flags)

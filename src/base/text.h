@@ -41,9 +41,8 @@ int bt_text_escape(const char *src, size_t len, char *dst, size_t cap, int max_c
 
 /* bt_text_escape of a NUL-terminated string into a static thread-local
  * buffer of 1 KiB (longer text ends in "..."): for one argument of one
- * printf. Two calls in one printf need bt_text_esc2. NULL prints "". */
+ * printf (a second call overwrites the first's text). NULL prints "". */
 const char *bt_text_esc(const char *s);
-const char *bt_text_esc2(const char *s);
 
 /* bt_text_escape of all of src[0..len) into a malloc'd string (NULL when out
  * of memory; src NULL gives ""). */

@@ -3,7 +3,7 @@
  * Plain mode reads the trace only (src/trace/analyze.c): the first
  * non-finite tensor, how it spread, the first degenerate output step and
  * why the argmax chose what it chose. --reference hands the trace to the
- * teacher-forced replay (src/trace/replay.c: the recorded tokens through a
+ * teacher-forced replay (src/run/replay.c: the recorded tokens through a
  * clean engine on the same model file, every tap compared with
  * bt_tap_compare), which finds finite corruption that never turns into
  * NaN. This file parses flags and formats what those modules found. */
@@ -12,7 +12,6 @@
 #include "backend/backend.h"
 #include "engine/engine.h"
 #include "engine/numerics.h"
-#include "kernels/cpu/kernels.h"
 #include "model/model.h"
 #include "tap/stats.h"
 #include "trace/analyze.h"
@@ -462,7 +461,7 @@ static int print_json(json_t *j)
     return BT_OK;
 }
 
-/* ---- teacher-forced reference replay (src/trace/replay.c) ---- */
+/* ---- teacher-forced reference replay (src/run/replay.c) ---- */
 
 static void position_str(const bt_replay_divergence *d, char *buf, size_t cap)
 {

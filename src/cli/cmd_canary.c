@@ -3,7 +3,7 @@
  * built-in set, or the user's --prompts file) goes to the server; the
  * answer is judged by its expectation and by the degeneracy classes of
  * src/prod/classify.h; the check is appended to an SQLite log
- * (src/trace/canary_log.c); after --fail-after K consecutive failures the
+ * (src/prod/canary_log.c); after --fail-after K consecutive failures the
  * --on-fail command runs once (again only after a passing check ends the
  * streak). `canary --report LOG` summarises a log.
  *

@@ -20,7 +20,7 @@
  * answered untraced, the partial trace and its -wal/-shm are removed, stderr
  * says why, /health says "degraded", and tracing pauses for TRACE_PAUSE_S.
  *
- * Generation is bt_gen_request() (src/prod/gen.c), the per-request half of
+ * Generation is bt_gen_request() (src/gen/generate.c), the per-request half of
  * the session module that run and bench are moving to. */
 #include "cmd.h"
 #include "args.h"

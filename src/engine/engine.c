@@ -20,6 +20,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Per-op facts: everybody who lays out ops (recorder, injector, inspect,
+ * bench, browser, bisect) reads them through the bt_op_* functions. */
+typedef struct bt_op_info {
+    const char *name;     /* "ffn_down"; per-layer ops: the suffix after "blk.L." */
+    const char *label;    /* two letters, unique: module letter, op letter ("fd") */
+    const char *abbrev;   /* four letters at most ("down") */
+    int width;            /* bt_dim of one row (model/arch.h) */
+    int kop;              /* kernel family that computes it (backend_impl.h bt_kop) */
+    size_t weight;        /* offsetof(bt_layer_weights, W) + 1 of its matmul weight;
+                           * 0: none (token_embd and logits: see bt_op_weight) */
+    unsigned need;        /* bt_arch_flag bits a model must have for the op to exist */
+    unsigned absent;      /* bt_arch_flag bits it must not have */
+} bt_op_info;
+
 #define LW(f) (offsetof(bt_layer_weights, f) + 1)
 /* The op table: name, labels, row width, kernel family, weight, presence. */
 static const bt_op_info op_info[] = {
@@ -49,7 +63,8 @@ static const bt_op_info op_info[] = {
 _Static_assert(BT_ARRAY_SIZE(op_info) == BT_OP_COUNT, "op table out of date");
 #undef LW
 
-const bt_op_info *bt_op_info_of(int op) { return op >= 0 && op < BT_OP_COUNT ? &op_info[op] : NULL; }
+/* NULL for an unknown op. */
+static const bt_op_info *bt_op_info_of(int op) { return op >= 0 && op < BT_OP_COUNT ? &op_info[op] : NULL; }
 const char *bt_op_label(int op) { return op >= 0 && op < BT_OP_COUNT ? op_info[op].label : "?"; }
 const char *bt_op_abbrev(int op) { return op >= 0 && op < BT_OP_COUNT ? op_info[op].abbrev : "????"; }
 const char *bt_op_name(int op) { return op >= 0 && op < BT_OP_COUNT ? op_info[op].name : "?"; }

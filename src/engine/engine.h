@@ -52,21 +52,6 @@ enum bt_op {
     BT_OP_COUNT
 };
 
-/* Per-op facts, beside the name table (engine.c): everybody who lays out
- * ops (recorder, injector, inspect, bench, browser, bisect) reads these. */
-typedef struct bt_op_info {
-    const char *name;     /* "ffn_down"; per-layer ops: the suffix after "blk.L." */
-    const char *label;    /* two letters, unique: module letter, op letter ("fd") */
-    const char *abbrev;   /* four letters at most ("down") */
-    int width;            /* bt_dim of one row (model/arch.h) */
-    int kop;              /* kernel family that computes it (backend_impl.h bt_kop) */
-    size_t weight;        /* offsetof(bt_layer_weights, W) + 1 of its matmul weight;
-                           * 0: none (token_embd and logits: see bt_op_weight) */
-    unsigned need;        /* bt_arch_flag bits a model must have for the op to exist */
-    unsigned absent;      /* bt_arch_flag bits it must not have */
-} bt_op_info;
-/* NULL for an unknown op. */
-const bt_op_info *bt_op_info_of(int op);
 /* Does a model of config c compute op (in every layer, for a layer op)? */
 bool bt_op_exists(const bt_config *c, int op);
 /* The weight an op's matmul (or embedding lookup) reads, or NULL. */
@@ -167,9 +152,9 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
 int bt_engine_n_layers(const bt_engine *e);
 /* Switch a backend feature on (bt_backend_enable: BT_BACKEND_GRAPHS,
  * BT_BACKEND_ACTIVITY) before the first forward; with ACTIVITY the forward
- * announces every op to the backend (bt_backend_mark) so its device records
- * join (step, layer, op). BT_EUNSUPPORTED on the CPU backend or a foreign
- * engine, with a one-line message naming the flag. */
+ * announces every op to the backend (its mark hook, backend_impl.h) so its
+ * device records join (step, layer, op). BT_EUNSUPPORTED on the CPU backend
+ * or a foreign engine, with a one-line message naming the flag. */
 int bt_engine_enable(bt_engine *e, int feature);
 /* Number the next forward call (trace steps are global across a target and
  * a draft engine); the counter then increments per forward as usual. */
@@ -213,7 +198,7 @@ bt_backend *bt_engine_backend(const bt_engine *e);
  * "rmsnorm (f32, scalar)". */
 void bt_engine_kernel_name(const bt_engine *e, int op, int layer, char *buf, size_t cap);
 
-/* A foreign engine (llama.cpp through its C API, engines/llamacpp/) behind
+/* A foreign engine (llama.cpp through its C API, src/engines/llamacpp/) behind
  * the same handle, so the decoder, the recorder and everything downstream
  * see one kind of engine. The engine keeps the step counter, the logits and
  * the tap wishes; `forward` computes tokens[0..T) at pos0 (discarding any

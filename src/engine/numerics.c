@@ -100,7 +100,8 @@ static const preset presets[] = {
 };
 #undef P
 
-const char *bt_numerics_presets(void)
+/* The preset names, for errors. */
+static const char *bt_numerics_presets(void)
 {
     return "f32, f16, bf16, llama.cpp-cpu, llama.cpp-cpu-nofa, llama.cpp-cuda-f16, vllm-bf16, vllm-f16";
 }

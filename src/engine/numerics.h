@@ -54,8 +54,6 @@ int bt_numerics_parse(const char *spec, bt_numerics *out);
  * ("llama.cpp-cpu: act=f32,mm_in=f32,..."). */
 void bt_numerics_format(const bt_numerics *n, char *buf, size_t cap);
 bool bt_numerics_is_exact(const bt_numerics *n);
-/* The preset names and one line each, for --help and errors. */
-const char *bt_numerics_presets(void);
 
 /* ---- pure conversions (bit-exact; tests/test_numerics.c) ---- */
 /* f32 -> f16 round-to-nearest-even, overflow to +-Inf, subnormals kept,

@@ -1,6 +1,6 @@
-/* gen.c - one request through the native engine (see gen.h).
+/* generate.c - one request through the native engine (see generate.h).
  *
- * Mirrors run's generation loop (src/cmd_run.c): the same prompt rendering
+ * Mirrors run's generation loop (src/cli/cmd_run.c): the same prompt rendering
  * (chat template detected from the model, BOS not spelled twice), the same
  * decoder, the same stop-string handling and the same leading-space rule
  * after BOS, so that a request served here produces the text `run
@@ -37,7 +37,7 @@ int bt_gen_new(const bt_gen_cfg *cfg, bt_gen **out)
     if (cfg->engine) { g->e = cfg->engine; *out = g; return BT_OK; }
     bt_kernels_init();
     /* activations for BT_GEN_BATCH positions: a longer prompt is prefilled
-     * in chunks of it by the decoder (src/decode.c) that run shares */
+     * in chunks of it by the decoder (src/gen/decode.c) that run shares */
     int batch = BT_MIN(cfg->ctx, BT_GEN_BATCH);
     int rc = bt_engine_new(cfg->model, cfg->ctx, batch, cfg->threads, &g->e);
     if (rc) { free(g); return rc; }

@@ -1,4 +1,4 @@
-/* gen.h - one request through the native engine, for serve, probe --model
+/* generate.h - one request through the native engine, for serve, probe --model
  * and ctxwalk --model: request body -> prompt (chat template) -> decoder ->
  * text, stop strings applied, optionally recorded into its own trace.
  *
@@ -59,7 +59,7 @@ typedef struct bt_gen_opts {
     void *user;
 } bt_gen_opts;
 
-/* An event the request's own detectors recorded (src/tap/recorder.c:
+/* An event the request's own detectors recorded (src/run/recorder.c:
  * nonfinite_logits, first_nonfinite, argmax_fallthrough, token_wall, ...),
  * with or without a trace. */
 typedef struct bt_gen_event {

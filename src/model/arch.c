@@ -91,12 +91,6 @@ const bt_arch *bt_arch_find(const char *name)
     return NULL;
 }
 
-const bt_arch *bt_arch_all(int *n)
-{
-    *n = (int)BT_ARRAY_SIZE(archs);
-    return archs;
-}
-
 const char *bt_arch_names(void)
 {
     static char buf[256];

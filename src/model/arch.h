@@ -84,8 +84,6 @@ typedef struct bt_arch {
 
 /* The descriptor of general.architecture `name`, or NULL if unknown. */
 const bt_arch *bt_arch_find(const char *name);
-/* All descriptors (for messages and tests): *n gets the count. */
-const bt_arch *bt_arch_all(int *n);
 /* "llama, mistral, qwen2, qwen3": the accepted names, for error messages. */
 const char *bt_arch_names(void);
 const char *bt_rope_kind_name(int kind);   /* "norm", "neox" */

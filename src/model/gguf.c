@@ -14,7 +14,7 @@
 #include "model/gguf.h"
 #include "base/util.h"
 #include "base/text.h"
-#include "kernels/cpu/kernels.h"
+#include "base/dtype.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -922,7 +922,6 @@ void bt_gguf_builder_str(bt_gguf_builder *b, const char *key, const char *s, siz
     bput_str(b, s, len);
 }
 void bt_gguf_builder_u32(bt_gguf_builder *b, const char *key, uint32_t v) { bkey(b, key, BT_GGUF_UINT32); bput_u32(b, v); }
-void bt_gguf_builder_i32(bt_gguf_builder *b, const char *key, int32_t v) { bkey(b, key, BT_GGUF_INT32); bput(b, &v, 4); }
 void bt_gguf_builder_f32(bt_gguf_builder *b, const char *key, float v) { bkey(b, key, BT_GGUF_FLOAT32); bput(b, &v, 4); }
 void bt_gguf_builder_bool(bt_gguf_builder *b, const char *key, bool v)
 {

@@ -73,7 +73,7 @@ typedef struct bt_gguf_tensor {
     bt_gguf_str name;
     uint32_t n_dims;
     int64_t ne[4];          /* unused dims are 1 */
-    int type;               /* ggml type id (see kernels/cpu/kernels.h bt_dtype) */
+    int type;               /* ggml type id (see base/dtype.h bt_dtype) */
     uint64_t offset;        /* relative to bt_gguf_data_offset() */
     uint64_t nbytes;
     const void *data;       /* into the mapping */
@@ -96,7 +96,6 @@ int bt_gguf_builder_new(bt_gguf_builder **out);
 void bt_gguf_builder_free(bt_gguf_builder *b);       /* NULL is a no-op */
 void bt_gguf_builder_str(bt_gguf_builder *b, const char *key, const char *s, size_t len);
 void bt_gguf_builder_u32(bt_gguf_builder *b, const char *key, uint32_t v);
-void bt_gguf_builder_i32(bt_gguf_builder *b, const char *key, int32_t v);
 void bt_gguf_builder_f32(bt_gguf_builder *b, const char *key, float v);
 void bt_gguf_builder_bool(bt_gguf_builder *b, const char *key, bool v);
 /* Numeric array of n elements of elem_type, packed little-endian. */

@@ -16,7 +16,7 @@
 #include "model/safetensors.h"
 #include "model/spm_model.h"
 #include "tokenizer/pretok.h"
-#include "kernels/cpu/kernels.h"
+#include "base/dtype.h"
 #include "base/text.h"
 #include "base/util.h"
 
@@ -878,200 +878,197 @@ static int spm_vocab(hf_state *hs, const char *file, json_t *cfg, bt_gguf_builde
     return BT_OK;
 }
 
-static int tokenizer_keys(hf_state *hs, const char *dir, json_t *cfg, bt_gguf_builder *b)
+/* The BPE model's own options (tokenizer.json "model"): BPE only, no
+ * dropout, no affixes; byte_fallback, fuse_unk and ignore_merges into hs. */
+static int bpe_options(hf_state *hs, const char *file, json_t *model)
 {
-    char file[4096];
-    snprintf(file, sizeof file, "%s/tokenizer.json", dir);
-    json_t *tj = NULL, *tc = NULL, *gc = NULL, *model = NULL;
-    vocab_build vb = { 0 };
-    bt_spm_model sm = { 0 };
-    const char *tmpl_bos = NULL;
-    int32_t dflt[3] = { -1, -1, -1 };      /* tokenizer.model's bos, eos, unk */
-    bool from_spm = false;
-    char mfile[4096];
-    snprintf(mfile, sizeof mfile, "%s/tokenizer.model", dir);
-    const char **merges = NULL;
-    uint32_t *mlen = NULL;
-    char **mown = NULL;
-    size_t n_merges = 0;
-    struct stat st;
-    int rc = load_json(dir, "tokenizer.json", false, &tj);
-    if (rc) return rc;
-    /* no tokenizer.json: tokenizer.model, else an id-only model, as a GGUF without one */
-    if (!tj && stat(mfile, &st) != 0) return BT_OK;
-    if ((rc = load_json(dir, "tokenizer_config.json", false, &tc))) goto done;
-    if ((rc = load_json(dir, "generation_config.json", false, &gc))) goto done;
-    if (!tj) {
-        if ((rc = spm_vocab(hs, mfile, cfg, b, &sm, &vb))) goto done;
-        from_spm = true;
-        dflt[0] = sm.bos_id; dflt[1] = sm.eos_id; dflt[2] = sm.unk_id;
-        goto specials;
-    }
-
-    model = json_object_get(tj, "model");
-    if (!json_is_object(model)) { rc = bt_error(BT_EFORMAT, "%s: 'model' is missing", file); goto done; }
     const char *mtype = jtype(model);
-    if (strcmp(mtype, "BPE") && !(json_object_get(model, "merges") && !json_object_get(model, "type"))) {
-        rc = bt_error(BT_EUNSUPPORTED, "%s: model '%s' is not supported (BPE only)", file, bt_text_esc(mtype));
-        goto done;
-    }
+    if (strcmp(mtype, "BPE") && !(json_object_get(model, "merges") && !json_object_get(model, "type")))
+        return bt_error(BT_EUNSUPPORTED, "%s: model '%s' is not supported (BPE only)", file, bt_text_esc(mtype));
     json_t *x;
-    if ((x = json_object_get(model, "dropout")) && !json_is_null(x)) {
-        rc = bt_error(BT_EUNSUPPORTED, "%s: BPE dropout is not supported", file); goto done;
-    }
+    if ((x = json_object_get(model, "dropout")) && !json_is_null(x))
+        return bt_error(BT_EUNSUPPORTED, "%s: BPE dropout is not supported", file);
+    int rc;
     bool fallback = false;
-    if ((rc = j_bool(file, model, "byte_fallback", &fallback))) goto done;
+    if ((rc = j_bool(file, model, "byte_fallback", &fallback))) return rc;
     hs->byte_fallback = fallback;
-    if ((rc = j_bool(file, model, "fuse_unk", &hs->fuse_unk))) goto done;
+    if ((rc = j_bool(file, model, "fuse_unk", &hs->fuse_unk))) return rc;
     static const char *const affixes[] = { "continuing_subword_prefix", "end_of_word_suffix" };
     for (size_t i = 0; i < 2; i++)
-        if ((x = json_object_get(model, affixes[i])) && !json_is_null(x) && !(json_is_string(x) && !json_string_length(x))) {
-            rc = bt_error(BT_EUNSUPPORTED, "%s: BPE %s is not supported", file, affixes[i]);
-            goto done;
-        }
-    if ((rc = j_bool(file, model, "ignore_merges", &hs->ignore_merges))) goto done;
+        if ((x = json_object_get(model, affixes[i])) && !json_is_null(x) && !(json_is_string(x) && !json_string_length(x)))
+            return bt_error(BT_EUNSUPPORTED, "%s: BPE %s is not supported", file, affixes[i]);
+    return j_bool(file, model, "ignore_merges", &hs->ignore_merges);
+}
 
-    if ((rc = normalizer(hs, file, json_object_get(tj, "normalizer")))) goto done;
+/* The pipeline around the model: normalizer, pre-tokenizer, decoder and
+ * post-processor (its BOS into *tmpl_bos), and the combinations of them
+ * this tokenizer supports. */
+static int bpe_pipeline(hf_state *hs, const char *file, json_t *tj, const char **tmpl_bos)
+{
+    bool fallback = hs->byte_fallback;
+    int rc;
+    if ((rc = normalizer(hs, file, json_object_get(tj, "normalizer")))) return rc;
     json_t *pt = json_object_get(tj, "pre_tokenizer");
-    if (pt && !json_is_null(pt) && (rc = pre_tokenizer(hs, file, pt, true))) goto done;
-    if (fallback && hs->byte_level) {
-        rc = bt_error(BT_EUNSUPPORTED, "%s: BPE byte_fallback with a ByteLevel pre_tokenizer is not supported "
-                      "(Metaspace, Split, Digits or none)", file);
-        goto done;
-    }
-    if (!fallback && !hs->byte_level) {
-        rc = bt_error(BT_EUNSUPPORTED, "%s: pre_tokenizer has no ByteLevel step (byte-level BPE needs one; "
-                      "a BPE without it must have byte_fallback)", file);
-        goto done;
-    }
-    if (!fallback && (hs->metaspace || hs->text_norm)) {
-        rc = bt_error(BT_EUNSUPPORTED, "%s: normalizer Prepend/Replace and pre_tokenizer Metaspace are supported "
-                      "with byte_fallback BPE only", file);
-        goto done;
-    }
-    if ((rc = decoder(hs, file, json_object_get(tj, "decoder")))) goto done;
-    if ((rc = post_processor(file, json_object_get(tj, "post_processor"), &tmpl_bos))) goto done;
+    if (pt && !json_is_null(pt) && (rc = pre_tokenizer(hs, file, pt, true))) return rc;
+    if (fallback && hs->byte_level)
+        return bt_error(BT_EUNSUPPORTED, "%s: BPE byte_fallback with a ByteLevel pre_tokenizer is not supported "
+                        "(Metaspace, Split, Digits or none)", file);
+    if (!fallback && !hs->byte_level)
+        return bt_error(BT_EUNSUPPORTED, "%s: pre_tokenizer has no ByteLevel step (byte-level BPE needs one; "
+                        "a BPE without it must have byte_fallback)", file);
+    if (!fallback && (hs->metaspace || hs->text_norm))
+        return bt_error(BT_EUNSUPPORTED, "%s: normalizer Prepend/Replace and pre_tokenizer Metaspace are supported "
+                        "with byte_fallback BPE only", file);
+    if ((rc = decoder(hs, file, json_object_get(tj, "decoder")))) return rc;
+    return post_processor(file, json_object_get(tj, "post_processor"), tmpl_bos);
+}
 
-    /* ids: the vocabulary, then added tokens; holes and the config's
-     * vocab_size padding become [PADn] (UNUSED), as the converter writes */
+/* ids: the vocabulary, then added tokens; holes and the config's
+ * vocab_size padding become [PADn] (UNUSED), as the converter writes. The
+ * texts point into tj. */
+static int bpe_vocab(const char *file, json_t *tj, json_t *model, json_t *cfg, bool fallback, vocab_build *vb)
+{
     json_t *vocab = json_object_get(model, "vocab"), *added = json_object_get(tj, "added_tokens");
-    if (!json_is_object(vocab) || !json_object_size(vocab)) { rc = bt_error(BT_EFORMAT, "%s: model.vocab is missing or empty", file); goto done; }
+    if (!json_is_object(vocab) || !json_object_size(vocab)) return bt_error(BT_EFORMAT, "%s: model.vocab is missing or empty", file);
     int64_t max_id = -1, cfg_vs = 0;
     const char *key;
     json_t *val;
     json_object_foreach(vocab, key, val) {
-        if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) >= (1 << 24)) {
-            rc = bt_error(BT_EFORMAT, "%s: vocab entry '%s' has an invalid id", file, bt_text_esc(key));
-            goto done;
-        }
+        if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) >= (1 << 24))
+            return bt_error(BT_EFORMAT, "%s: vocab entry '%s' has an invalid id", file, bt_text_esc(key));
         max_id = BT_MAX(max_id, (int64_t)json_integer_value(val));
     }
-    if (added && !json_is_array(added)) { rc = bt_error(BT_EFORMAT, "%s: added_tokens is not a list", file); goto done; }
+    if (added && !json_is_array(added)) return bt_error(BT_EFORMAT, "%s: added_tokens is not a list", file);
     for (size_t i = 0; added && i < json_array_size(added); i++) {
         json_t *a = json_array_get(added, i), *id = json_object_get(a, "id");
         if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= (1 << 24) ||
-            !json_is_string(json_object_get(a, "content"))) {
-            rc = bt_error(BT_EFORMAT, "%s: added_tokens[%zu] needs an id and a content string", file, i);
-            goto done;
-        }
+            !json_is_string(json_object_get(a, "content")))
+            return bt_error(BT_EFORMAT, "%s: added_tokens[%zu] needs an id and a content string", file, i);
         max_id = BT_MAX(max_id, (int64_t)json_integer_value(id));
     }
     (void)j_int("config.json", cfg, "vocab_size", false, &cfg_vs);
-    vb.n = BT_MAX(max_id + 1, cfg_vs > 0 && cfg_vs < (1 << 24) ? cfg_vs : 0);
-    vb.text = calloc((size_t)vb.n, sizeof(*vb.text));
-    vb.len = calloc((size_t)vb.n, sizeof(*vb.len));
-    vb.type = calloc((size_t)vb.n, sizeof(*vb.type));
-    vb.owned = calloc((size_t)vb.n, sizeof(*vb.owned));
-    if (!vb.text || !vb.len || !vb.type || !vb.owned) { rc = bt_error(BT_ENOMEM, "out of memory"); goto done; }
+    vb->n = BT_MAX(max_id + 1, cfg_vs > 0 && cfg_vs < (1 << 24) ? cfg_vs : 0);
+    vb->text = calloc((size_t)vb->n, sizeof(*vb->text));
+    vb->len = calloc((size_t)vb->n, sizeof(*vb->len));
+    vb->type = calloc((size_t)vb->n, sizeof(*vb->type));
+    vb->owned = calloc((size_t)vb->n, sizeof(*vb->owned));
+    if (!vb->text || !vb->len || !vb->type || !vb->owned) return bt_error(BT_ENOMEM, "out of memory");
     json_object_foreach(vocab, key, val) {
         int64_t id = json_integer_value(val);
-        if (vb.text[id]) { rc = bt_error(BT_EFORMAT, "%s: vocab ids collide at %" PRId64, file, id); goto done; }
-        vb.text[id] = key;
-        vb.len[id] = (uint32_t)strlen(key);
-        vb.type[id] = BT_TOK_NORMAL;
+        if (vb->text[id]) return bt_error(BT_EFORMAT, "%s: vocab ids collide at %" PRId64, file, id);
+        vb->text[id] = key;
+        vb->len[id] = (uint32_t)strlen(key);
+        vb->type[id] = BT_TOK_NORMAL;
         /* <0xNN> pieces are the byte fallback's (tokenizers writes them so) */
-        if (fallback && vb.len[id] == 6 && !strncmp(key, "<0x", 3) && key[5] == '>' &&
+        if (fallback && vb->len[id] == 6 && !strncmp(key, "<0x", 3) && key[5] == '>' &&
             strspn(key + 3, "0123456789ABCDEF") >= 2)
-            vb.type[id] = BT_TOK_BYTE;
+            vb->type[id] = BT_TOK_BYTE;
     }
     for (size_t i = 0; added && i < json_array_size(added); i++) {
         json_t *a = json_array_get(added, i);
         int64_t id = json_integer_value(json_object_get(a, "id"));
         json_t *c = json_object_get(a, "content");
-        vb.text[id] = json_string_value(c);
-        vb.len[id] = (uint32_t)json_string_length(c);
-        vb.type[id] = json_is_true(json_object_get(a, "special")) ? BT_TOK_CONTROL : BT_TOK_USER_DEFINED;
+        vb->text[id] = json_string_value(c);
+        vb->len[id] = (uint32_t)json_string_length(c);
+        vb->type[id] = json_is_true(json_object_get(a, "special")) ? BT_TOK_CONTROL : BT_TOK_USER_DEFINED;
     }
-    for (int64_t i = 0; i < vb.n; i++) {
-        if (vb.text[i]) continue;
+    for (int64_t i = 0; i < vb->n; i++) {
+        if (vb->text[i]) continue;
         char pad[32];
         snprintf(pad, sizeof pad, "[PAD%" PRId64 "]", i);
-        if (!(vb.owned[i] = strdup(pad))) { rc = bt_error(BT_ENOMEM, "out of memory"); goto done; }
-        vb.text[i] = vb.owned[i];
-        vb.len[i] = (uint32_t)strlen(pad);
-        vb.type[i] = BT_TOK_UNUSED;
+        if (!(vb->owned[i] = strdup(pad))) return bt_error(BT_ENOMEM, "out of memory");
+        vb->text[i] = vb->owned[i];
+        vb->len[i] = (uint32_t)strlen(pad);
+        vb->type[i] = BT_TOK_UNUSED;
     }
+    return BT_OK;
+}
 
+/* model.merges, each "a b" or ["a", "b"], as "a b" strings (into tj, or
+ * owned for the pair form). */
+typedef struct merge_list {
+    const char **text;
+    uint32_t *len;
+    char **own;
+    size_t n;
+} merge_list;
+
+static int bpe_merges(const char *file, json_t *model, merge_list *ml)
+{
     json_t *mj = json_object_get(model, "merges");
-    if (!json_is_array(mj) || !json_array_size(mj)) { rc = bt_error(BT_EFORMAT, "%s: model.merges is missing or empty", file); goto done; }
-    n_merges = json_array_size(mj);
-    merges = calloc(n_merges, sizeof(*merges));
-    mlen = calloc(n_merges, sizeof(*mlen));
-    mown = calloc(n_merges, sizeof(*mown));
-    if (!merges || !mlen || !mown) { rc = bt_error(BT_ENOMEM, "out of memory"); goto done; }
-    for (size_t i = 0; i < n_merges; i++) {
+    if (!json_is_array(mj) || !json_array_size(mj)) return bt_error(BT_EFORMAT, "%s: model.merges is missing or empty", file);
+    ml->n = json_array_size(mj);
+    ml->text = calloc(ml->n, sizeof(*ml->text));
+    ml->len = calloc(ml->n, sizeof(*ml->len));
+    ml->own = calloc(ml->n, sizeof(*ml->own));
+    if (!ml->text || !ml->len || !ml->own) return bt_error(BT_ENOMEM, "out of memory");
+    for (size_t i = 0; i < ml->n; i++) {
         json_t *m = json_array_get(mj, i);
         if (json_is_string(m)) {
-            merges[i] = json_string_value(m);
-            mlen[i] = (uint32_t)json_string_length(m);
+            ml->text[i] = json_string_value(m);
+            ml->len[i] = (uint32_t)json_string_length(m);
         } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
                    json_is_string(json_array_get(m, 1))) {
             json_t *l = json_array_get(m, 0), *r = json_array_get(m, 1);
             size_t ll = json_string_length(l), rl = json_string_length(r);
-            if (!(mown[i] = malloc(ll + rl + 2))) { rc = bt_error(BT_ENOMEM, "out of memory"); goto done; }
-            memcpy(mown[i], json_string_value(l), ll);
-            mown[i][ll] = ' ';
-            memcpy(mown[i] + ll + 1, json_string_value(r), rl + 1);
-            merges[i] = mown[i];
-            mlen[i] = (uint32_t)(ll + rl + 1);
-        } else {
-            rc = bt_error(BT_EFORMAT, "%s: model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]", file, i);
-            goto done;
-        }
+            if (!(ml->own[i] = malloc(ll + rl + 2))) return bt_error(BT_ENOMEM, "out of memory");
+            memcpy(ml->own[i], json_string_value(l), ll);
+            ml->own[i][ll] = ' ';
+            memcpy(ml->own[i] + ll + 1, json_string_value(r), rl + 1);
+            ml->text[i] = ml->own[i];
+            ml->len[i] = (uint32_t)(ll + rl + 1);
+        } else return bt_error(BT_EFORMAT, "%s: model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]", file, i);
     }
+    return BT_OK;
+}
 
+/* tokenizer.json's BPE: its options, pipeline, vocabulary and merges, then
+ * the GGUF keys of a gpt2-style vocabulary. */
+static int bpe_keys(hf_state *hs, const char *file, json_t *tj, json_t *model, json_t *cfg, bt_gguf_builder *b,
+                    vocab_build *vb, merge_list *ml, const char **tmpl_bos)
+{
+    int rc;
+    if ((rc = bpe_options(hs, file, model))) return rc;
+    if ((rc = bpe_pipeline(hs, file, tj, tmpl_bos))) return rc;
+    if ((rc = bpe_vocab(file, tj, model, cfg, hs->byte_fallback, vb))) return rc;
+    if ((rc = bpe_merges(file, model, ml))) return rc;
     bt_gguf_builder_str(b, "tokenizer.ggml.model", "gpt2", 4);
     bt_gguf_builder_str(b, "tokenizer.ggml.pre", "tokenizer.json", 14);
-    bt_gguf_builder_arr_str(b, "tokenizer.ggml.tokens", vb.text, vb.len, (uint64_t)vb.n);
-    bt_gguf_builder_arr(b, "tokenizer.ggml.token_type", BT_GGUF_INT32, vb.type, (uint64_t)vb.n);
-    bt_gguf_builder_arr_str(b, "tokenizer.ggml.merges", merges, mlen, n_merges);
+    bt_gguf_builder_arr_str(b, "tokenizer.ggml.tokens", vb->text, vb->len, (uint64_t)vb->n);
+    bt_gguf_builder_arr(b, "tokenizer.ggml.token_type", BT_GGUF_INT32, vb->type, (uint64_t)vb->n);
+    bt_gguf_builder_arr_str(b, "tokenizer.ggml.merges", ml->text, ml->len, ml->n);
+    return BT_OK;
+}
 
-specials:;
-    /* special ids: tokenizer_config names them; generation_config and
-     * config.json give numeric fallbacks (the first eos of a list is EOS,
-     * another one is end-of-turn) */
+/* Special ids: tokenizer_config names them; the defaults (tokenizer.model's
+ * bos, eos, unk) and the post-processor's BOS come next; generation_config
+ * and config.json give numeric fallbacks (the first eos of a list is EOS,
+ * another one is end-of-turn). model: tokenizer.json's, or NULL. */
+static void special_ids(const vocab_build *vb, json_t *tc, json_t *gc, json_t *cfg, json_t *model, const char *tmpl_bos,
+                        const int32_t dflt[3], bt_gguf_builder *b)
+{
     int32_t bos = -1, eos = -1, unk = -1, pad = -1, eot = -1;
     if (tc) {
-        bos = find_token(&vb, token_text(json_object_get(tc, "bos_token")));
-        eos = find_token(&vb, token_text(json_object_get(tc, "eos_token")));
-        unk = find_token(&vb, token_text(json_object_get(tc, "unk_token")));
-        pad = find_token(&vb, token_text(json_object_get(tc, "pad_token")));
+        bos = find_token(vb, token_text(json_object_get(tc, "bos_token")));
+        eos = find_token(vb, token_text(json_object_get(tc, "eos_token")));
+        unk = find_token(vb, token_text(json_object_get(tc, "unk_token")));
+        pad = find_token(vb, token_text(json_object_get(tc, "pad_token")));
     }
-    if (unk < 0 && model) unk = find_token(&vb, token_text(json_object_get(model, "unk_token")));
+    if (unk < 0 && model) unk = find_token(vb, token_text(json_object_get(model, "unk_token")));
     if (bos < 0) bos = dflt[0];
     if (eos < 0) eos = dflt[1];
     if (unk < 0) unk = dflt[2];
-    if (tmpl_bos && bos < 0) bos = find_token(&vb, tmpl_bos);
+    if (tmpl_bos && bos < 0) bos = find_token(vb, tmpl_bos);
     json_t *srcs[2] = { gc, cfg };
     for (int s = 0; s < 2; s++) {
         if (!srcs[s]) continue;
         json_t *e = json_object_get(srcs[s], "eos_token_id"), *bo = json_object_get(srcs[s], "bos_token_id");
-        if (bos < 0 && json_is_integer(bo) && json_integer_value(bo) >= 0 && json_integer_value(bo) < vb.n)
+        if (bos < 0 && json_is_integer(bo) && json_integer_value(bo) >= 0 && json_integer_value(bo) < vb->n)
             bos = (int32_t)json_integer_value(bo);
         size_t ne = json_is_array(e) ? json_array_size(e) : json_is_integer(e) ? 1 : 0;
         for (size_t i = 0; i < ne; i++) {
             json_t *ei = json_is_array(e) ? json_array_get(e, i) : e;
-            if (!json_is_integer(ei) || json_integer_value(ei) < 0 || json_integer_value(ei) >= vb.n) continue;
+            if (!json_is_integer(ei) || json_integer_value(ei) < 0 || json_integer_value(ei) >= vb->n) continue;
             int32_t id = (int32_t)json_integer_value(ei);
             if (eos < 0) eos = id;
             else if (id != eos && eot < 0) eot = id;
@@ -1082,16 +1079,24 @@ specials:;
     if (unk >= 0) bt_gguf_builder_u32(b, "tokenizer.ggml.unknown_token_id", (uint32_t)unk);
     if (pad >= 0) bt_gguf_builder_u32(b, "tokenizer.ggml.padding_token_id", (uint32_t)pad);
     if (eot >= 0) bt_gguf_builder_u32(b, "tokenizer.ggml.eot_token_id", (uint32_t)eot);
-    bool add_bos = tmpl_bos != NULL || from_spm, add_eos = false;   /* LlamaTokenizer adds BOS by default */
+}
+
+/* add_bos / add_eos (tokenizer_config; add_bos defaults to add_bos_dflt),
+ * the leading space of byte_fallback BPE, and the chat template. */
+static int tokenizer_flags(hf_state *hs, const char *dir, json_t *tc, bool add_bos_dflt, bt_gguf_builder *b)
+{
+    int rc;
+    bool add_bos = add_bos_dflt, add_eos = false;
     char tcfile[4096];
     snprintf(tcfile, sizeof tcfile, "%s/tokenizer_config.json", dir);
     if (tc && ((rc = j_bool(tcfile, tc, "add_bos_token", &add_bos)) || (rc = j_bool(tcfile, tc, "add_eos_token", &add_eos))))
-        goto done;
+        return rc;
     bt_gguf_builder_bool(b, "tokenizer.ggml.add_bos_token", add_bos);
     bt_gguf_builder_bool(b, "tokenizer.ggml.add_eos_token", add_eos);
     /* the decoder drops the space the normalizer put in front (streamed
      * output after BOS follows it, as for a GGUF SPM vocabulary) */
-    if (fallback) bt_gguf_builder_bool(b, "tokenizer.ggml.add_space_prefix", hs->dec_strip > 0 || hs->dec_meta_first);
+    if (hs->byte_fallback)
+        bt_gguf_builder_bool(b, "tokenizer.ggml.add_space_prefix", hs->dec_strip > 0 || hs->dec_meta_first);
     json_t *ct = tc ? json_object_get(tc, "chat_template") : NULL;
     if (json_is_array(ct)) {            /* [{"name": "default", "template": ...}, ...] */
         json_t *pick = NULL;
@@ -1102,14 +1107,49 @@ specials:;
         ct = pick;
     }
     if (ct && !json_is_null(ct)) {
-        if (!json_is_string(ct)) { rc = bt_error(BT_EFORMAT, "%s: chat_template must be a string", tcfile); goto done; }
+        if (!json_is_string(ct)) return bt_error(BT_EFORMAT, "%s: chat_template must be a string", tcfile);
         bt_gguf_builder_str(b, "tokenizer.chat_template", json_string_value(ct), json_string_length(ct));
     }
+    return BT_OK;
+}
+
+/* The tokenizer's GGUF keys from tokenizer.json (else tokenizer.model; with
+ * neither, none: an id-only model), tokenizer_config.json and
+ * generation_config.json. */
+static int tokenizer_keys(hf_state *hs, const char *dir, json_t *cfg, bt_gguf_builder *b)
+{
+    char file[4096], mfile[4096];
+    snprintf(file, sizeof file, "%s/tokenizer.json", dir);
+    snprintf(mfile, sizeof mfile, "%s/tokenizer.model", dir);
+    json_t *tj = NULL, *tc = NULL, *gc = NULL, *model = NULL;
+    vocab_build vb = { 0 };
+    bt_spm_model sm = { 0 };
+    merge_list ml = { 0 };
+    const char *tmpl_bos = NULL;
+    int32_t dflt[3] = { -1, -1, -1 };      /* tokenizer.model's bos, eos, unk */
+    struct stat st;
+    int rc = load_json(dir, "tokenizer.json", false, &tj);
+    if (rc) return rc;
+    /* no tokenizer.json: tokenizer.model, else an id-only model, as a GGUF without one */
+    if (!tj && stat(mfile, &st) != 0) return BT_OK;
+    if ((rc = load_json(dir, "tokenizer_config.json", false, &tc))) goto done;
+    if ((rc = load_json(dir, "generation_config.json", false, &gc))) goto done;
+    if (!tj) {
+        if ((rc = spm_vocab(hs, mfile, cfg, b, &sm, &vb))) goto done;
+        dflt[0] = sm.bos_id; dflt[1] = sm.eos_id; dflt[2] = sm.unk_id;
+    } else {
+        model = json_object_get(tj, "model");
+        if (!json_is_object(model)) { rc = bt_error(BT_EFORMAT, "%s: 'model' is missing", file); goto done; }
+        if ((rc = bpe_keys(hs, file, tj, model, cfg, b, &vb, &ml, &tmpl_bos))) goto done;
+    }
+    special_ids(&vb, tc, gc, cfg, model, tmpl_bos, dflt, b);
+    /* LlamaTokenizer (tokenizer.model) adds BOS by default */
+    rc = tokenizer_flags(hs, dir, tc, tmpl_bos != NULL || !tj, b);
 done:
     for (int64_t i = 0; vb.owned && i < vb.n; i++) free(vb.owned[i]);
-    for (size_t i = 0; mown && i < n_merges; i++) free(mown[i]);
+    for (size_t i = 0; ml.own && i < ml.n; i++) free(ml.own[i]);
     free(vb.owned); free(vb.text); free(vb.len); free(vb.type);
-    free(mown); free(merges); free(mlen);
+    free(ml.own); free(ml.text); free(ml.len);
     bt_spm_model_free(&sm);
     json_decref(tj);
     json_decref(tc);

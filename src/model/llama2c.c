@@ -1,4 +1,4 @@
-/* llama2.c.c - karpathy/llama2.c checkpoints (legacy version-0 layout) and
+/* llama2c.c - karpathy/llama2.c checkpoints (legacy version-0 layout) and
  * their tokenizer.bin.
  *
  * Checkpoint: 7 x int32 header (dim, hidden_dim, n_layers, n_heads,
@@ -7,7 +7,7 @@
  * file size matches the header exactly (shared or separate classifier), so
  * a truncated or padded file is refused rather than read out of bounds. */
 #include "model/model.h"
-#include "kernels/cpu/kernels.h"
+#include "base/dtype.h"
 #include "base/util.h"
 
 #include <errno.h>
@@ -128,6 +128,8 @@ static l2c_priv *l2c_priv_new(bt_model *m)
     return p;
 }
 
+static int bt_llama2c_tokenizer_load(const char *path, int n_vocab, bt_model *m);
+
 int bt_llama2c_load(const char *path, const char *tokenizer_path, bt_model *m)
 {
     l2c_priv *p = l2c_priv_new(m);
@@ -213,7 +215,7 @@ static int tok_parse(char *buf, size_t size, const char *path, int n_vocab, bt_m
     return BT_OK;
 }
 
-int bt_llama2c_tokenizer_load(const char *path, int n_vocab, bt_model *m)
+static int bt_llama2c_tokenizer_load(const char *path, int n_vocab, bt_model *m)
 {
     char *buf;
     size_t size;

@@ -7,7 +7,7 @@
 #include "model/model.h"
 #include "model/gguf.h"
 #include "model/hf.h"
-#include "kernels/cpu/kernels.h"
+#include "base/dtype.h"
 #include "base/util.h"
 
 #include <errno.h>

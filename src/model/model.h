@@ -129,7 +129,6 @@ bt_weight bt_moe_expert_view(const bt_weight *w, int e);
 
 /* llama2.c loaders (used by bt_model_load). */
 int bt_llama2c_load(const char *path, const char *tokenizer_path, bt_model *m);
-int bt_llama2c_tokenizer_load(const char *path, int n_vocab, bt_model *m);
 int bt_llama2c_load_buffer(const void *data, size_t size, const char *name, bt_model *m);
 /* data is copied; the model owns the copy. */
 int bt_llama2c_tokenizer_load_buffer(const void *data, size_t size, const char *name, int n_vocab, bt_model *m);

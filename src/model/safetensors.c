@@ -7,7 +7,7 @@
  * offset the ranges tile the data section from 0 to its end. Names and
  * dtype strings are copied out of the JSON once; the JSON is then freed. */
 #include "model/safetensors.h"
-#include "kernels/cpu/kernels.h"
+#include "base/dtype.h"
 #include "base/text.h"
 #include "base/util.h"
 

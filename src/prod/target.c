@@ -94,11 +94,6 @@ void bt_target_close(bt_target *t)
     free(t);
 }
 
-const char *bt_target_name(const bt_target *t)
-{
-    return t->cfg.url ? t->cfg.url : t->cfg.model;
-}
-
 static bt_gen_cfg native_cfg(const bt_target *t)
 {
     bt_gen_cfg gc = { .model = t->m, .tok = t->tok, .model_path = t->cfg.model, .model_sha256 = "",

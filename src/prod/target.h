@@ -43,7 +43,6 @@ typedef struct bt_reply {
 
 int bt_target_open(const bt_target_cfg *cfg, bt_target **out);
 void bt_target_close(bt_target *t);
-const char *bt_target_name(const bt_target *t);
 /* Send one request body (a /v1/completions or /v1/chat/completions JSON;
  * messages pick the chat endpoint). An HTTP failure is a reply, not an
  * error: only a bad body or an allocation failure return an error. */

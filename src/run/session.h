@@ -87,7 +87,7 @@ typedef struct bt_session_cfg {
     bool cupti;                     /* record device activity (CUPTI) into the trace's kernels
                                      * table (run --cupti; cuda only, needs a trace) */
     /* Build the target engine another way (a foreign engine: run --engine
-     * llama.cpp, engines/llamacpp/); NULL: the native engine on `device`.
+     * llama.cpp, src/engines/llamacpp/); NULL: the native engine on `device`.
      * Kept as a hook so that this library never links the foreign one. */
     int (*engine_new)(void *user, const bt_model *m, int ctx, int max_batch, int threads, bt_engine **out);
     void *engine_user;

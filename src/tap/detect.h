@@ -15,7 +15,7 @@
 #define BT_DETECT_WALL_MIN 8          /* same token this many times in a row: a token wall */
 #define BT_DETECT_LOOP_MAX_PERIOD 16  /* longest repetition-loop period (shortest: 2) */
 #define BT_DETECT_LOOP_MIN_REPEATS 4  /* periods in a row that make a loop */
-/* Speculative decoding's accept_collapse detector (decode.c): the mean
+/* Speculative decoding's accept_collapse detector (src/gen/decode.c): the mean
  * acceptance rate over BT_SPEC_WINDOW verify steps fell below
  * BT_ACCEPT_COLLAPSE_LOW after having been at least BT_ACCEPT_COLLAPSE_HIGH.
  * analyze.c reports acceptance over the same windows. */

@@ -10,7 +10,7 @@
  * written and poisoned, which bit flips were done) lives in the spec records;
  * the const in the public API means "the configuration does not change". */
 #include "tap/inject.h"
-#include "kernels/cpu/kernels.h"
+#include "base/dtype.h"
 #include "base/util.h"
 
 #include <errno.h>

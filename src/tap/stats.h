@@ -8,7 +8,6 @@
 #include <stdbool.h>
 
 #include "base/records.h"   /* bt_tap_stats, bt_logit_summary */
-#include "kernels/cpu/kernels.h"   /* bt_stats_compute */
 
 /* triton_block: the N of the run's rule if it is triton-block, else 1024. */
 void bt_logit_summarize(const float *row, int n, int k, int triton_block, bt_logit_summary *out);

@@ -34,6 +34,16 @@
 #endif
 #include "base/util.h"
 
+/* True when this build can normalize to NFC (utf8proc). */
+static bool bt_tokenizer_has_nfc(void)
+{
+#ifdef HAVE_UTF8PROC
+    return true;
+#else
+    return false;
+#endif
+}
+
 /* ---- byte-string hash map (open addressing, power-of-two size) ---- */
 
 typedef struct smap_ent {
@@ -610,14 +620,6 @@ static int nfc(const char *s, size_t n, char **out, size_t *out_len)
 #endif
 }
 
-bool bt_tokenizer_has_nfc(void)
-{
-#ifdef HAVE_UTF8PROC
-    return true;
-#else
-    return false;
-#endif
-}
 
 static int bpe_encode(const bt_tokenizer *t, scratch *sc, const char *text, size_t len, idvec *out)
 {

@@ -79,9 +79,6 @@ typedef struct bt_norm_op {
  * input (first), or never. */
 enum bt_metaspace { BT_METASPACE_ALWAYS = 1, BT_METASPACE_FIRST, BT_METASPACE_NEVER };
 
-/* True when this build can normalize to NFC (utf8proc). */
-bool bt_tokenizer_has_nfc(void);
-
 typedef struct bt_tokenizer bt_tokenizer;
 
 /* Build lookup tables. Errors (BT_EUNSUPPORTED for an unknown pre-tokenizer

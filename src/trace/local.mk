@@ -6,7 +6,7 @@ libbttrace_a_SOURCES += src/trace/trace.h src/trace/writer.c src/trace/reader.h 
 	src/trace/reader_impl.h src/trace/reader_browse.c \
 	src/trace/runstate.h src/trace/runstate.c \
 	src/trace/guard.h src/trace/guard.c src/trace/perfetto.h src/trace/perfetto.c
-# `bangtrace export`: the copy (export.c) and the flags (cmd_export.c)
+# `bangtrace export`: the copy (export.c) and the flags (src/cli/cmd_export.c)
 libbttrace_a_SOURCES += src/trace/export.h src/trace/export.c
 nodist_libbttrace_a_SOURCES += src/trace/schema.c
 BUILT_SOURCES += src/trace/schema.c
@@ -18,12 +18,9 @@ src/trace/schema.c: $(top_srcdir)/traces/schema.sql
 	  echo 'const char bt_trace_schema_sql[] ='; \
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $(top_srcdir)/traces/schema.sql; \
 	  echo ';'; } > $@-t && mv -f $@-t $@
-# analysis shared by bisect, report and the browser; the two commands
+# analysis shared by bisect, report and the browser
 libbttrace_a_SOURCES += src/trace/analyze.h src/trace/analyze.c src/trace/headroom.h src/trace/headroom.c
 # the layers x steps PNG of report --png and export --png (libpng)
 libbttrace_a_SOURCES += src/trace/picture.h src/trace/picture.c
 # the one tap comparator (bisect --reference and diff)
 libbttrace_a_SOURCES += src/trace/compare.h src/trace/compare.c
-# teacher-forced replay of a trace against a clean session (bisect --reference)
-# `bangtrace diff`: two traces compared (tokens, taps, settings)
-# the log of `bangtrace canary` (SQLite stays in src/trace/)

@@ -346,21 +346,36 @@ void bt_picture_free(bt_picture *p)
     memset(p, 0, sizeof(*p));
 }
 
-int bt_picture_render(bt_trace_reader *r, bt_picture *out)
-{
-    memset(out, 0, sizeof(*out));
-    out->first_step = out->last_step = -1;
-    step_list sl = { 0 };
-    cell *cells = NULL;
-    int *slot_row = NULL;
-    char **piece = NULL;
-    size_t *plen = NULL;
-    bool *pred = NULL;
-    bt_trace_tap_row *taps = NULL;
-    bt_prop_link *links = NULL;
-    int n_links = 0, rc;
+/* What bt_picture_render builds, step by step: the target steps, the rows
+ * the tensors map to, the cells, the walk-back links and the token pieces,
+ * then the geometry and the canvas they are drawn on. */
+typedef struct render {
+    bt_picture *out;
+    step_list sl;
+    int n;                  /* target steps (sl.n) */
+    int spc, cols, rows;    /* steps per column, grid size */
+    int n_layers;
+    bool in_row, out_row;
+    int *slot_row;          /* tensor slot -> row, -1: not drawn */
+    int max_idx;            /* slots in slot_row */
+    cell *cells;            /* rows x cols */
+    bt_prop_link *links;
+    int n_links;
+    bool tokens;            /* the token row is drawn */
+    char **piece;           /* per column: the step's token text */
+    size_t *plen;
+    bool *pred;             /* per column: the text was redacted */
+    int x0, y0, cw, ch, grid_w, grid_h, tok_h, width;
+    char title[160];
+    canvas cv;
+} render;
 
-    if ((rc = bt_trace_steps_each(r, INT32_MIN, INT32_MAX, collect_target, &sl)) < 0) goto done;
+#define MARGIN 8
+
+/* Rows: layers 0..n-1 of the target's tensors, plus "in" for the layerless
+ * tensors before the first layer slot and "out" for those after it. */
+static int map_rows(render *d, bt_trace_reader *r)
+{
     const bt_trace_tensor_row *tens;
     int n_tens = 0;
     bt_trace_tensors(r, "target", &tens, &n_tens);
@@ -371,89 +386,111 @@ int bt_picture_render(bt_trace_reader *r, bt_picture *out)
     }
     int max_idx = 0;
     for (int i = 0; i < n_tens; i++) max_idx = BT_MAX(max_idx, tens[i].idx + 1);
-    if (!(slot_row = malloc((size_t)(max_idx ? max_idx : 1) * sizeof(int)))) { rc = bt_error(BT_ENOMEM, "out of memory"); goto done; }
+    if (!(d->slot_row = malloc((size_t)(max_idx ? max_idx : 1) * sizeof(int)))) return bt_error(BT_ENOMEM, "out of memory");
     bool in_row = false, out_row = false;
     for (int i = 0; i < n_tens; i++) {
         if (tens[i].layer >= 0) continue;
         if (first_layer_slot >= 0 && tens[i].idx < first_layer_slot) in_row = true; else out_row = true;
     }
-    int rows = n_layers + in_row + out_row;
-    for (int i = 0; i < max_idx; i++) slot_row[i] = -1;
+    for (int i = 0; i < max_idx; i++) d->slot_row[i] = -1;
     for (int i = 0; i < n_tens; i++) {
         const bt_trace_tensor_row *t = &tens[i];
         if (t->idx < 0) continue;
-        if (t->layer >= 0) slot_row[t->idx] = in_row + t->layer;
-        else if (first_layer_slot >= 0 && t->idx < first_layer_slot) slot_row[t->idx] = 0;
-        else slot_row[t->idx] = in_row + n_layers;
+        if (t->layer >= 0) d->slot_row[t->idx] = in_row + t->layer;
+        else if (first_layer_slot >= 0 && t->idx < first_layer_slot) d->slot_row[t->idx] = 0;
+        else d->slot_row[t->idx] = in_row + n_layers;
     }
+    d->max_idx = max_idx;
+    d->n_layers = n_layers;
+    d->in_row = in_row;
+    d->out_row = out_row;
+    d->rows = n_layers + in_row + out_row;
+    return BT_OK;
+}
 
-    int n = sl.n;
-    /* steps per column: 1, or the smallest 1-2-5 number that keeps the
-     * columns within BT_PICTURE_MAX_COLS (so the step labels are round) */
-    int spc = 1;
+/* Steps per column: 1, or the smallest 1-2-5 number that keeps the columns
+ * within BT_PICTURE_MAX_COLS (so the step labels are round). */
+static void choose_columns(render *d)
+{
+    int n = d->n, spc = 1;
     while ((n + spc - 1) / spc > BT_PICTURE_MAX_COLS) {
-        int d = spc;
-        while (d >= 10) d /= 10;
-        spc = d == 2 ? spc / 2 * 5 : spc * 2;
+        int k = spc;
+        while (k >= 10) k /= 10;
+        spc = k == 2 ? spc / 2 * 5 : spc * 2;
     }
-    int cols = n ? (n + spc - 1) / spc : 0;
+    d->spc = spc;
+    d->cols = n ? (n + spc - 1) / spc : 0;
+    bt_picture *out = d->out;
     out->n_steps = n;
     out->steps_per_col = spc;
-    out->cols = cols;
-    out->rows = rows;
-    out->n_layers = n_layers;
-    out->in_row = in_row;
-    out->out_row = out_row;
-    if (n) { out->first_step = sl.v[0]; out->last_step = sl.v[n - 1]; }
+    out->cols = d->cols;
+    out->rows = d->rows;
+    out->n_layers = d->n_layers;
+    out->in_row = d->in_row;
+    out->out_row = d->out_row;
+    if (n) { out->first_step = d->sl.v[0]; out->last_step = d->sl.v[n - 1]; }
+}
 
-    if (!(cells = calloc((size_t)(cols ? cols : 1) * (rows ? rows : 1), sizeof(cell)))) { rc = bt_error(BT_ENOMEM, "out of memory"); goto done; }
-    for (int i = 0; i < cols * rows; i++) cells[i].absmax = NAN;
-    for (int s = 0; s < n; s++) {
+/* Each cell: recorded at all, non-finite anywhere, else the largest finite
+ * absmax of its layer's taps over its steps. */
+static int fill_cells(render *d, bt_trace_reader *r)
+{
+    int cols = d->cols, rows = d->rows, rc = BT_OK;
+    if (!(d->cells = calloc((size_t)(cols ? cols : 1) * (rows ? rows : 1), sizeof(cell)))) return bt_error(BT_ENOMEM, "out of memory");
+    for (int i = 0; i < cols * rows; i++) d->cells[i].absmax = NAN;
+    bt_trace_tap_row *taps = NULL;
+    for (int s = 0; s < d->n && rc == BT_OK; s++) {
         int n_taps = 0;
         free(taps);
         taps = NULL;
-        if ((rc = bt_trace_step_taps(r, sl.v[s], &taps, &n_taps))) goto done;
-        int c = s / spc;
+        if ((rc = bt_trace_step_taps(r, d->sl.v[s], &taps, &n_taps))) break;
+        int c = s / d->spc;
         for (int j = 0; j < n_taps; j++) {
             const bt_trace_tap_row *t = &taps[j];
-            if (!t->recorded || t->idx < 0 || t->idx >= max_idx || slot_row[t->idx] < 0) continue;
-            cell *x = &cells[slot_row[t->idx] * cols + c];
+            if (!t->recorded || t->idx < 0 || t->idx >= d->max_idx || d->slot_row[t->idx] < 0) continue;
+            cell *x = &d->cells[d->slot_row[t->idx] * cols + c];
             x->recorded = true;
             if (bt_trace_tap_bad(t)) x->nonfinite = true;
             else if (!isnan(t->absmax) && !(t->absmax <= x->absmax)) x->absmax = t->absmax;
         }
     }
+    free(taps);
+    return rc;
+}
 
-    /* the walk-back path (target pass only: the grid is the target's) */
-    if ((rc = bt_analyze_walk(r, 16, &links, &n_links))) goto done;
+/* The token text of each column, when one column is one step. */
+static int collect_tokens(render *d, bt_trace_reader *r)
+{
+    d->tokens = d->spc == 1 && d->n > 0;
+    if (!d->tokens) return BT_OK;
+    int cols = d->cols, rc;
+    d->piece = calloc((size_t)cols, sizeof(char *));
+    d->plen = calloc((size_t)cols, sizeof(size_t));
+    d->pred = calloc((size_t)cols, sizeof(bool));
+    if (!d->piece || !d->plen || !d->pred) return bt_error(BT_ENOMEM, "out of memory");
+    tok_cb k = { &d->sl, d->piece, d->plen, d->pred };
+    if ((rc = bt_trace_tokens_each(r, 0, 0, token_cb, &k)) < 0) return rc;
+    for (int c = 0; c < cols; c++) if (d->pred[c]) d->out->tokens_redacted = true;
+    return BT_OK;
+}
 
-    /* token text: one step per column only */
-    bool tokens = spc == 1 && n > 0;
-    if (tokens) {
-        piece = calloc((size_t)cols, sizeof(char *));
-        plen = calloc((size_t)cols, sizeof(size_t));
-        pred = calloc((size_t)cols, sizeof(bool));
-        if (!piece || !plen || !pred) { rc = bt_error(BT_ENOMEM, "out of memory"); goto done; }
-        tok_cb k = { &sl, piece, plen, pred };
-        if ((rc = bt_trace_tokens_each(r, 0, 0, token_cb, &k)) < 0) goto done;
-        rc = BT_OK;
-        for (int c = 0; c < cols; c++) if (pred[c]) out->tokens_redacted = true;
-    }
-
-    /* ---- geometry ---- */
-    int cw = cols ? 960 / cols : 16;
-    cw = BT_MAX(tokens ? 7 : 4, BT_MIN(24, cw));
-    int ch = rows ? 480 / rows : 12;
+/* Cell size, the grid's place, the title and the image size; allocates
+ * the image, white. */
+static int lay_out(render *d, bt_trace_reader *r)
+{
+    bt_picture *out = d->out;
+    int cw = d->cols ? 960 / d->cols : 16;
+    cw = BT_MAX(d->tokens ? 7 : 4, BT_MIN(24, cw));
+    int ch = d->rows ? 480 / d->rows : 12;
     ch = BT_MAX(4, BT_MIN(12, ch));
     char lab[16];
-    snprintf(lab, sizeof lab, "%d", n_layers > 0 ? n_layers - 1 : 0);
+    snprintf(lab, sizeof lab, "%d", d->n_layers > 0 ? d->n_layers - 1 : 0);
     int label_w = BT_MAX(text_width("step"), text_width(lab)) + 6;
-    const int M = 8;
-    int x0 = M + label_w;
-    int y0 = M + 2 * LINE_H + 2 + LINE_H + 3;      /* title, caption, step numbers, ticks */
-    int grid_w = cols * cw, grid_h = rows * ch;
-    int tok_h = tokens ? 4 + TOK_GLYPHS * VADV : 0;
-    char title[160];
+    int x0 = MARGIN + label_w;
+    int y0 = MARGIN + 2 * LINE_H + 2 + LINE_H + 3;      /* title, caption, step numbers, ticks */
+    d->grid_w = d->cols * cw;
+    d->grid_h = d->rows * ch;
+    d->tok_h = d->tokens ? 4 + TOK_GLYPHS * VADV : 0;
     const char *model = bt_trace_meta_get(r, "model_name");
     char safe_model[64] = "";
     if (model) {
@@ -462,142 +499,198 @@ int bt_picture_render(bt_trace_reader *r, bt_picture *out)
             safe_model[o++] = (unsigned char)*p >= 32 && (unsigned char)*p < 127 ? *p : '?';
         safe_model[o] = 0;
     }
-    snprintf(title, sizeof title, "bangtrace: largest |x| per layer and step vs the f16 max 65504%s%s", model ? " - " : "", safe_model);
-    int width = BT_MAX(x0 + grid_w + M, M + legend_width() + M);
-    width = BT_MAX(width, M + text_width(title) + M);
-    int height = y0 + grid_h + tok_h + 6 + LINE_H + 4 + 2 * LINE_H + M;
+    snprintf(d->title, sizeof d->title, "bangtrace: largest |x| per layer and step vs the f16 max 65504%s%s",
+             model ? " - " : "", safe_model);
+    int width = BT_MAX(x0 + d->grid_w + MARGIN, MARGIN + legend_width() + MARGIN);
+    width = BT_MAX(width, MARGIN + text_width(d->title) + MARGIN);
+    int height = y0 + d->grid_h + d->tok_h + 6 + LINE_H + 4 + 2 * LINE_H + MARGIN;
+    d->x0 = x0; d->y0 = y0; d->cw = cw; d->ch = ch; d->width = width;
     out->x0 = x0; out->y0 = y0; out->cw = cw; out->ch = ch;
     out->width = width; out->height = height;
-    out->tokens_drawn = tokens;
-    if (!(out->rgb = malloc((size_t)width * height * 3))) { rc = bt_error(BT_ENOMEM, "out of memory"); goto done; }
-    canvas cv = { width, height, out->rgb };
-    fill(&cv, 0, 0, width, height, BG_C);
+    out->tokens_drawn = d->tokens;
+    if (!(out->rgb = malloc((size_t)width * height * 3))) return bt_error(BT_ENOMEM, "out of memory");
+    d->cv = (canvas){ width, height, out->rgb };
+    fill(&d->cv, 0, 0, width, height, BG_C);
+    return BT_OK;
+}
 
-    /* title and caption */
-    char line[512];
-    text(&cv, M, M, width - M, TEXT_C, title);
+/* The title, and the caption (also kept in out->caption for the markdown). */
+static void draw_title(render *d)
+{
+    bt_picture *out = d->out;
+    int n = d->n;
+    text(&d->cv, MARGIN, MARGIN, d->width - MARGIN, TEXT_C, d->title);
     if (!n) snprintf(out->caption, sizeof out->caption, "no target steps in the trace");
-    else if (spc > 1)
+    else if (d->spc > 1)
         snprintf(out->caption, sizeof out->caption, "%d steps (%d-%d) downsampled to %d columns of %d steps: each cell is the worst of its steps",
-                 n, out->first_step, out->last_step, cols, spc);
+                 n, out->first_step, out->last_step, d->cols, d->spc);
     else
         snprintf(out->caption, sizeof out->caption, "%d steps (%d-%d), one column per step; rows: %slayers 0-%d%s", n,
-                 out->first_step, out->last_step, in_row ? "in, " : "", n_layers - 1, out_row ? ", out" : "");
-    if (sl.other) {
+                 out->first_step, out->last_step, d->in_row ? "in, " : "", d->n_layers - 1, d->out_row ? ", out" : "");
+    if (d->sl.other) {
         size_t cl = strlen(out->caption);
-        snprintf(out->caption + cl, sizeof out->caption - cl, "; target passes only (%d draft passes not drawn)", sl.other);
+        snprintf(out->caption + cl, sizeof out->caption - cl, "; target passes only (%d draft passes not drawn)", d->sl.other);
     }
-    text(&cv, M, M + LINE_H, width - M, DIM_C, out->caption);
+    text(&d->cv, MARGIN, MARGIN + LINE_H, d->width - MARGIN, DIM_C, out->caption);
+}
 
-    /* step numbers: a label every k columns, k a 1-2-5 step that fits */
-    int digits = (int)strlen((snprintf(lab, sizeof lab, "%d", out->last_step), lab));
+/* Step numbers over the grid (a label every k columns, k a 1-2-5 step that
+ * fits) and layer labels beside it (every row when they fit, else every
+ * 5th or 10th layer). */
+static void draw_axes(render *d)
+{
+    canvas *cv = &d->cv;
+    int x0 = d->x0, y0 = d->y0, cw = d->cw, ch = d->ch, width = d->width;
+    char lab[16];
+    int digits = (int)strlen((snprintf(lab, sizeof lab, "%d", d->out->last_step), lab));
     int need = digits * ADV + 6;
     int k = 1;
     static const int nice[] = { 1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000 };
     for (size_t i = 0; i < BT_ARRAY_SIZE(nice); i++) { k = nice[i]; if (k * cw >= need) break; }
     int ty = y0 - LINE_H - 3;
-    for (int c = 0; c < cols; c += k) {
-        snprintf(lab, sizeof lab, "%d", sl.v[c * spc]);
+    for (int c = 0; c < d->cols; c += k) {
+        snprintf(lab, sizeof lab, "%d", d->sl.v[c * d->spc]);
         int x = x0 + c * cw;
         if (x + text_width(lab) > width - 2) break;
-        text(&cv, x, ty, width, TEXT_C, lab);
-        fill(&cv, x, y0 - 3, 1, 2, TEXT_C);
+        text(cv, x, ty, width, TEXT_C, lab);
+        fill(cv, x, y0 - 3, 1, 2, TEXT_C);
     }
-    text(&cv, x0 - 4 - text_width("step"), ty, x0, DIM_C, "step");
+    text(cv, x0 - 4 - text_width("step"), ty, x0, DIM_C, "step");
 
-    /* row labels: every row when they fit, else every 5th or 10th layer */
+    int rows = d->rows;
     int every = ch >= 8 ? 1 : ch >= 4 ? (ch * 5 >= 10 ? 5 : 10) : 10;
     for (int w = 0; w < rows; w++) {
         const char *l;
-        if (in_row && w == 0) l = "in";
-        else if (out_row && w == rows - 1) l = "out";
+        if (d->in_row && w == 0) l = "in";
+        else if (d->out_row && w == rows - 1) l = "out";
         else {
-            int layer = w - in_row;
+            int layer = w - d->in_row;
             if (layer % every) continue;
             snprintf(lab, sizeof lab, "%d", layer);
             l = lab;
         }
         int ly = y0 + w * ch + ch / 2 - FH / 2;
-        if (ch < FH + 1 && ((in_row && w == 0) || (out_row && w == rows - 1))) continue;  /* no room beside layer 0 */
-        text(&cv, x0 - 4 - text_width(l), ly, x0, TEXT_C, l);
+        if (ch < FH + 1 && ((d->in_row && w == 0) || (d->out_row && w == rows - 1))) continue;  /* no room beside layer 0 */
+        text(cv, x0 - 4 - text_width(l), ly, x0, TEXT_C, l);
     }
+}
 
-    /* cells */
-    for (int w = 0; w < rows; w++)
-        for (int c = 0; c < cols; c++)
-            fill(&cv, x0 + c * cw, y0 + w * ch, cw, ch, cell_colour(&cells[w * cols + c]));
-    outline(&cv, x0 - 1, y0 - 1, grid_w + 2, grid_h + 2, 1, DIM_C);
+/* The cells, the walk-back path over them, then the first bad cell. */
+static void draw_grid(render *d)
+{
+    canvas *cv = &d->cv;
+    bt_picture *out = d->out;
+    int x0 = d->x0, y0 = d->y0, cw = d->cw, ch = d->ch;
+    for (int w = 0; w < d->rows; w++)
+        for (int c = 0; c < d->cols; c++)
+            fill(cv, x0 + c * cw, y0 + w * ch, cw, ch, cell_colour(&d->cells[w * d->cols + c]));
+    outline(cv, x0 - 1, y0 - 1, d->grid_w + 2, d->grid_h + 2, 1, DIM_C);
 
-    /* walk-back path, then the first bad cell over it */
     int path_n = 0;
     bool have_first = false;
-    for (int i = n_links - 1; i >= 0; i--) {
-        const bt_bad_tensor *t = &links[i].t;
-        if (strcmp(t->model, "target") || t->idx < 0 || t->idx >= max_idx || slot_row[t->idx] < 0) continue;
-        int c = col_of_step(&sl, spc, t->step), w = slot_row[t->idx];
+    for (int i = d->n_links - 1; i >= 0; i--) {
+        const bt_bad_tensor *t = &d->links[i].t;
+        if (strcmp(t->model, "target") || t->idx < 0 || t->idx >= d->max_idx || d->slot_row[t->idx] < 0) continue;
+        int c = col_of_step(&d->sl, d->spc, t->step), w = d->slot_row[t->idx];
         if (c < 0) continue;
         path_n++;
-        if (i == 0 && links[i].kind == BT_PROP_ORIGIN) {
+        if (i == 0 && d->links[i].kind == BT_PROP_ORIGIN) {
             /* a ring just outside the cell, so the cell keeps its colour
              * and a cell of a few pixels still stands out */
             int t = BT_MIN(cw, ch) < 8 ? 3 : 2;
-            outline(&cv, x0 + c * cw - t, y0 + w * ch - t, cw + 2 * t, ch + 2 * t, t, BT_PIC_FIRST);
+            outline(cv, x0 + c * cw - t, y0 + w * ch - t, cw + 2 * t, ch + 2 * t, t, BT_PIC_FIRST);
             have_first = true;
             out->first_col = c;
             out->first_row = w;
-        } else outline(&cv, x0 + c * cw, y0 + w * ch, cw, ch, 1, BT_PIC_PATH);
+        } else outline(cv, x0 + c * cw, y0 + w * ch, cw, ch, 1, BT_PIC_PATH);
     }
     out->has_first = have_first;
     out->n_path = path_n;
+}
 
-    /* the token row */
-    int y = y0 + grid_h + 4;
-    if (tokens) {
-        text(&cv, x0 - 4 - text_width("tok"), y, x0, DIM_C, "tok");
-        for (int c = 0; c < cols; c++) {
-            if (pred[c] && !piece[c]) { fill(&cv, x0 + c * cw + cw / 2 - 1, y + 2, 3, 3, DIM_C); continue; }  /* redacted */
+/* The token row under the grid (when drawn); returns the y below it. */
+static int draw_tokens(render *d)
+{
+    canvas *cv = &d->cv;
+    int x0 = d->x0, cw = d->cw;
+    int y = d->y0 + d->grid_h + 4;
+    if (d->tokens) {
+        text(cv, x0 - 4 - text_width("tok"), y, x0, DIM_C, "tok");
+        for (int c = 0; c < d->cols; c++) {
+            if (d->pred[c] && !d->piece[c]) { fill(cv, x0 + c * cw + cw / 2 - 1, y + 2, 3, 3, DIM_C); continue; }  /* redacted */
             tglyph g[TOK_GLYPHS + 8];
-            int ng = piece[c] ? piece_glyphs(piece[c], plen[c], g, TOK_GLYPHS + 1) : 0;
+            int ng = d->piece[c] ? piece_glyphs(d->piece[c], d->plen[c], g, TOK_GLYPHS + 1) : 0;
             if (ng > TOK_GLYPHS) { ng = TOK_GLYPHS; g[TOK_GLYPHS - 1] = (tglyph){ GLYPH_ELLIPSIS, DIM_C }; }
             int gx = x0 + c * cw + (cw - FW) / 2;
-            for (int i = 0; i < ng; i++) glyph(&cv, gx, y + i * VADV, g[i].ch, g[i].rgb);
+            for (int i = 0; i < ng; i++) glyph(cv, gx, y + i * VADV, g[i].ch, g[i].rgb);
         }
-        y += tok_h - 4;
+        y += d->tok_h - 4;
     }
-    y += 6;
+    return y + 6;
+}
 
-    /* legend */
-    int lx = M;
-    draw_legend_item(&cv, &lx, y, BT_PIC_NONFINITE, 0, 0, "non-finite");
-    draw_legend_item(&cv, &lx, y, BT_PIC_OVER, 0, 0, "> f16 max");
-    draw_legend_item(&cv, &lx, y, BT_PIC_HALF, 0, 0, "> half");
-    fill(&cv, lx, y, 9, 9, ramp(1e-6)); lx += 9;
-    fill(&cv, lx, y, 9, 9, ramp(1e-3)); lx += 9;
-    draw_legend_item(&cv, &lx, y, ramp(0.5), 0, 0, "< half (log)");
-    draw_legend_item(&cv, &lx, y, BT_PIC_UNTAPPED, 0, 0, "not tapped");
-    draw_legend_item(&cv, &lx, y, BG_C, BT_PIC_FIRST, 2, "first bad");
-    draw_legend_item(&cv, &lx, y, BG_C, BT_PIC_PATH, 1, "walk-back");
-    y += LINE_H + 4;
+/* The legend at y; returns the y below it. */
+static int draw_legend(canvas *cv, int y)
+{
+    int lx = MARGIN;
+    draw_legend_item(cv, &lx, y, BT_PIC_NONFINITE, 0, 0, "non-finite");
+    draw_legend_item(cv, &lx, y, BT_PIC_OVER, 0, 0, "> f16 max");
+    draw_legend_item(cv, &lx, y, BT_PIC_HALF, 0, 0, "> half");
+    fill(cv, lx, y, 9, 9, ramp(1e-6)); lx += 9;
+    fill(cv, lx, y, 9, 9, ramp(1e-3)); lx += 9;
+    draw_legend_item(cv, &lx, y, ramp(0.5), 0, 0, "< half (log)");
+    draw_legend_item(cv, &lx, y, BT_PIC_UNTAPPED, 0, 0, "not tapped");
+    draw_legend_item(cv, &lx, y, BG_C, BT_PIC_FIRST, 2, "first bad");
+    draw_legend_item(cv, &lx, y, BG_C, BT_PIC_PATH, 1, "walk-back");
+    return y + LINE_H + 4;
+}
 
-    /* the finding in words */
-    if (n_links > 0) {
-        const bt_bad_tensor *f = &links[0].t;
+/* The finding in words, and what the token row shows. */
+static void draw_finding(render *d, int y)
+{
+    bt_picture *out = d->out;
+    char line[512];
+    if (d->n_links > 0) {
+        const bt_bad_tensor *f = &d->links[0].t;
         char l[16];
         snprintf(line, sizeof line, "first non-finite: step %d, layer %s, %s%s", f->step, bt_layer_label(f->layer, l, sizeof l),
-                 f->tensor, strcmp(f->model, "target") ? " (draft pass, not drawn)" : have_first ? " (green outline)" : "");
+                 f->tensor, strcmp(f->model, "target") ? " (draft pass, not drawn)" : out->has_first ? " (green outline)" : "");
     } else snprintf(line, sizeof line, "no non-finite tap in the trace");
-    text(&cv, M, y, width - M, TEXT_C, line);
+    text(&d->cv, MARGIN, y, d->width - MARGIN, TEXT_C, line);
     y += LINE_H;
-    if (!tokens && n) snprintf(line, sizeof line, "token row left out: %d steps per column", spc);
+    if (!d->tokens && d->n) snprintf(line, sizeof line, "token row left out: %d steps per column", d->spc);
     else if (out->tokens_redacted) snprintf(line, sizeof line, "token row: the token each step produced; a grey dot: text redacted, not drawn");
-    else if (tokens) snprintf(line, sizeof line, "token row: the token each step produced (escapes in brown)");
+    else if (d->tokens) snprintf(line, sizeof line, "token row: the token each step produced (escapes in brown)");
     else line[0] = 0;
-    text(&cv, M, y, width - M, DIM_C, line);
+    text(&d->cv, MARGIN, y, d->width - MARGIN, DIM_C, line);
+}
+
+int bt_picture_render(bt_trace_reader *r, bt_picture *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->first_step = out->last_step = -1;
+    render d = { .out = out };
+    int rc;
+    if ((rc = bt_trace_steps_each(r, INT32_MIN, INT32_MAX, collect_target, &d.sl)) < 0) goto done;
+    d.n = d.sl.n;
+    if ((rc = map_rows(&d, r))) goto done;
+    choose_columns(&d);
+    if ((rc = fill_cells(&d, r))) goto done;
+    /* the walk-back path (target pass only: the grid is the target's) */
+    if ((rc = bt_analyze_walk(r, 16, &d.links, &d.n_links))) goto done;
+    if ((rc = collect_tokens(&d, r))) goto done;
+    if ((rc = lay_out(&d, r))) goto done;
+    draw_title(&d);
+    draw_axes(&d);
+    draw_grid(&d);
+    int y = draw_tokens(&d);
+    y = draw_legend(&d.cv, y);
+    draw_finding(&d, y);
     rc = BT_OK;
 done:
-    if (piece) for (int c = 0; c < out->cols; c++) free(piece[c]);
-    free(piece); free(plen); free(pred);
-    free(taps); free(links); free(cells); free(slot_row); free(sl.v);
+    if (d.piece) for (int c = 0; c < d.cols; c++) free(d.piece[c]);
+    free(d.piece); free(d.plen); free(d.pred);
+    free(d.links); free(d.cells); free(d.slot_row); free(d.sl.v);
     if (rc) bt_picture_free(out);
     return rc;
 }

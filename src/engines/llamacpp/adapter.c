@@ -703,7 +703,6 @@ int bt_llamacpp_engines_new(const bt_model *m, const bt_llamacpp_opts *o, int n,
     return lc_make(m, o, n, out);
 }
 
-bool bt_llamacpp_available(void) { return true; }
 const char *bt_llamacpp_version(void) { return BT_LLAMA_CPP_VERSION; }
 const char *bt_llamacpp_lib_version(void) { return llama_version(); }
 const char *bt_llamacpp_build_flags(void) { return BT_LLAMA_CPP_FLAGS; }

@@ -52,8 +52,6 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
  * context goes with the last. Errors as bt_llamacpp_engine_new (out all
  * NULL). n = 1 is bt_llamacpp_engine_new. */
 int bt_llamacpp_engines_new(const bt_model *m, const bt_llamacpp_opts *o, int n, bt_engine **out);
-
-bool bt_llamacpp_available(void);
 /* The path the last engine made took, resolved ("flash attention on (auto:
  * FLASH_ATTN_EXT); weights: 90 of 211 matmul weights repacked in CPU_REPACK
  * (q4_K as q4_K_8x8); KV cache f16; AMX: not in this build"), for the trace's
