@@ -232,3 +232,12 @@ EXTRA_DIST += tests/hf_tokenizer_bad.sh tests/hf_spm.sh tests/hf_make_spm.py tes
 # (flash attention auto, repacked weights, f16 KV; --llama-* flags)
 TESTS += tests/llama_defaults.sh
 EXTRA_DIST += tests/llama_defaults.sh
+# issue 23, the browser's views as a registry: each view's state is its
+# own (tests/test_tui_views.c: made once, per view, freed with the app;
+# tests/browse_views.sh: --step opens the Speculation view there, its
+# cursor survives switching views, unknown view names list the registry)
+check_PROGRAMS += tests/test_tui_views
+TESTS += tests/test_tui_views tests/browse_views.sh
+tests_test_tui_views_SOURCES = tests/test_tui_views.c
+tests_test_tui_views_LDADD = $(BT_LIBS)
+EXTRA_DIST += tests/browse_views.sh
