@@ -14,8 +14,7 @@ B=${BT_BUILDDIR:-.}
 command -v nm >/dev/null 2>&1 || skip "nm (binutils) is not installed"
 LIBS="libbtcore.a libbttrace.a libbttui.a libbtllama.a libbtcmd.a"
 for l in $LIBS; do [ -f "$B/$l" ] || skip "$B/$l not built"; done
-KNOWN="bt_backend_describe bt_llama_settings_is_default bt_session_draft_model bt_session_threads
-       tui_attr_bg tui_health_name tui_run_meta tui_trace_tensors"
+KNOWN="bt_llama_settings_is_default bt_session_draft_model bt_session_threads tui_run_meta"
 
 (cd "$B" && nm --defined-only $LIBS 2>/dev/null) | awk '$2 == "T" { print $3 }' | sort -u > "$TMP/defs"
 [ -s "$TMP/defs" ] || { fail "nm lists no function in $LIBS"; finish; }

@@ -253,3 +253,12 @@ EXTRA_DIST += tests/cuda_shared_math.sh
 # h6-clean: no exported function without a caller in another object
 TESTS += tests/dead_exports.sh
 EXTRA_DIST += tests/dead_exports.sh
+# issue 23, the browser's views as a registry: each view's state is its
+# own (tests/test_tui_views.c: made once, per view, freed with the app;
+# tests/browse_views.sh: --step opens the Speculation view there, its
+# cursor survives switching views, unknown view names list the registry)
+check_PROGRAMS += tests/test_tui_views
+TESTS += tests/test_tui_views tests/browse_views.sh
+tests_test_tui_views_SOURCES = tests/test_tui_views.c
+tests_test_tui_views_LDADD = $(BT_LIBS)
+EXTRA_DIST += tests/browse_views.sh

@@ -1,10 +1,11 @@
-/* app.c - the browser's state and the view registry.
+/* app.c - the browser's shared state and the view registry.
  *
- * The app holds one loaded item per view (a token window, one step, the
+ * The app holds what several views share (a token window, one step, the
  * walk-back chain, the run metadata) and loads each lazily the first time a
- * view needs it, so opening a trace costs one token window. Views are rows
- * of tui_views[]: a later view (speculation, kernels) is one more row, not
- * another case in a switch. */
+ * view needs it, so opening a trace costs one token window. Everything else
+ * belongs to a view: its state is made on first use from its class and
+ * freed with the app. Views are rows of tui_views[]: a later view
+ * (speculation, kernels) is one more row, not another case in a switch. */
 #include "tui.h"
 #include "base/util.h"
 #include "config.h"
@@ -12,23 +13,63 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A build without ncursesw (configure --without-ncursesw) has no view_*.c:
- * the registry keeps the dumps only, and `browse` without --dump says so. */
+/* The registry: one row per view, in tab order. A row names the view's
+ * id (its callbacks are tui_<id>_draw and tui_<id>_handle in its view file,
+ * tui_dump_<id> and its class tui_<id>_class), its --dump name, titles and
+ * key. A build without ncursesw (configure --without-ncursesw) has no
+ * view_*.c: the rows keep their dumps only, and `browse` without --dump
+ * says so. */
+#define TUI_VIEW_ROWS(X) \
+    X(tokens, "tokens", "Tokens", "Tokens", '1') \
+    X(step, "step", "Step", "Step", '2') \
+    X(walk, "walkback", "Walk-back", "Walk", '3') \
+    X(run, "run", "Run", "Run", '4') \
+    X(bt, "backtrace", "Backtrace", "Stack", '5') \
+    X(spec, "spec", "Speculation", "Spec", '6') \
+    X(kernels, "kernels", "Kernels", "Kern", '7')
+
+#define DECLARE(id, name, title, short_title, key) \
+    void tui_##id##_draw(tui_app *a, void *state, const tui_rect *body); \
+    int tui_##id##_handle(tui_app *a, void *state, int action, const tui_rect *body); \
+    int tui_dump_##id(tui_app *a, FILE *out, int step); \
+    extern const tui_view_class tui_##id##_class;
+TUI_VIEW_ROWS(DECLARE)
+#undef DECLARE
+
 #ifdef HAVE_NCURSESW
-#define VIEW(name, title, short_title, key, draw, handle, dump, status) { name, title, short_title, key, draw, handle, dump, status }
+#define ROW(id, name, title, short_title, key) \
+    { name, title, short_title, key, tui_##id##_draw, tui_##id##_handle, tui_dump_##id, &tui_##id##_class },
 #else
-#define VIEW(name, title, short_title, key, draw, handle, dump, status) { name, title, short_title, key, NULL, NULL, dump, NULL }
+#define ROW(id, name, title, short_title, key) { name, title, short_title, key, NULL, NULL, tui_dump_##id, NULL },
 #endif
-const tui_view tui_views[] = {
-    VIEW("tokens", "Tokens", "Tokens", '1', tui_tokens_draw, tui_tokens_handle, tui_dump_tokens, NULL),
-    VIEW("step", "Step", "Step", '2', tui_step_draw, tui_step_handle, tui_dump_step, NULL),
-    VIEW("walkback", "Walk-back", "Walk", '3', tui_walk_draw, tui_walk_handle, tui_dump_walk, NULL),
-    VIEW("run", "Run", "Run", '4', tui_run_draw, tui_run_handle, tui_dump_run, NULL),
-    VIEW("backtrace", "Backtrace", "Stack", '5', tui_bt_draw, tui_bt_handle, tui_dump_backtrace, NULL),
-    VIEW("spec", "Speculation", "Spec", '6', tui_spec_draw, tui_spec_handle, tui_dump_spec, tui_spec_status),
-    VIEW("kernels", "Kernels", "Kern", '7', tui_kernels_draw, tui_kernels_handle, tui_dump_kernels, NULL),
-};
+const tui_view tui_views[] = { TUI_VIEW_ROWS(ROW) };
+#undef ROW
 const int tui_n_views = (int)BT_ARRAY_SIZE(tui_views);
+_Static_assert(BT_ARRAY_SIZE(tui_views) <= TUI_MAX_VIEWS, "more views than tui_app.view_state holds");
+
+const char *tui_view_names(void)
+{
+    static char names[TUI_MAX_VIEWS * 24];
+    if (names[0]) return names;
+    size_t o = 0;
+    for (int i = 0; i < tui_n_views && o < sizeof names; i++)
+        o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? ", " : "", tui_views[i].name);
+    return names;
+}
+
+void *tui_app_view_state(tui_app *a, int view)
+{
+    if (view < 0 || view >= tui_n_views) return NULL;
+    const tui_view_class *c = tui_views[view].cls;
+    if (!c || !c->state_size) return NULL;
+    if (!a->view_state[view]) {
+        void *st = calloc(1, c->state_size);
+        if (!st) { bt_error(BT_ENOMEM, "out of memory"); return NULL; }
+        if (c->init) c->init(a, st);
+        a->view_state[view] = st;
+    }
+    return a->view_state[view];
+}
 
 int tui_view_find(const char *name)
 {
@@ -47,7 +88,6 @@ int tui_app_init(tui_app *a, tui_trace *tr, unsigned san, bool color)
     a->san = san;
     a->color = color;
     a->sel_idx = -1;
-    a->spec_sel = a->spec_col = -1;
     a->dump_width = 80;
     a->tk.min_seq = a->tk.max_seq = -1;
     int min_step;
@@ -66,7 +106,12 @@ void tui_app_free(tui_app *a)
     tui_step_free(&a->st);
     tui_walk_free(&a->walk);
     tui_run_free(&a->run);
-    tui_kernels_free(&a->ks);
+    for (int i = 0; i < tui_n_views; i++) {
+        if (!a->view_state[i]) continue;
+        if (tui_views[i].cls && tui_views[i].cls->free) tui_views[i].cls->free(a->view_state[i]);
+        free(a->view_state[i]);
+        a->view_state[i] = NULL;
+    }
 }
 
 int tui_app_step(tui_app *a, int step)
@@ -96,37 +141,12 @@ int tui_app_walk(tui_app *a)
     return BT_OK;
 }
 
-int tui_app_kernels(tui_app *a, int step)
-{
-    int rc = tui_app_walk(a);
-    if (rc) return rc;
-    const tui_link *bad = a->walk.found && a->walk.n ? &a->walk.links[0] : NULL;
-    if (step < 0) step = bad ? bad->step : a->step;
-    if (a->ks_valid && a->ks.step == step) return BT_OK;
-    a->ks_valid = false;
-    a->ks_top = 0;
-    rc = tui_kernels_load(a->tr, step, bad ? bad->layer : -1, bad && bad->step == step ? bad->op : NULL, &a->ks);
-    if (rc) return rc;
-    a->ks_valid = true;
-    return BT_OK;
-}
-
 int tui_app_run(tui_app *a)
 {
     if (a->run_valid) return BT_OK;
     int rc = tui_run_load(a->tr, &a->run);
     if (rc) return rc;
     a->run_valid = true;
-    return BT_OK;
-}
-
-int tui_app_spec(tui_app *a)
-{
-    if (a->spec_valid) return BT_OK;
-    int rc = tui_spec_info_load(a->tr, &a->spec);
-    if (rc) return rc;
-    a->spec_valid = true;
-    if (a->spec.present && a->spec_sel < 0) a->spec_sel = a->spec_top = a->spec.min_step;
     return BT_OK;
 }
 

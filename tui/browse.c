@@ -83,23 +83,21 @@ static void draw_header(tui_app *a, const tui_rect *r)
 static void status_text(tui_app *a, char *buf, size_t cap)
 {
     if (a->status[0]) { snprintf(buf, cap, "%s", a->status); return; }
-    if (tui_views[a->view].status) { tui_views[a->view].status(a, buf, cap); return; }
-    const char *name = tui_views[a->view].name;
-    if (!strcmp(name, "tokens") && a->tk.n) {
-        const tui_cell *c = &a->tk.cells[tui_tokens_find(&a->tk, a->tok_seq)];
-        char steps[48] = "";
-        if (c->count > 1) snprintf(steps, sizeof steps, " x%lld (steps %d..%d)", (long long)c->count, c->step0, c->step1);
-        snprintf(buf, cap, "seq %lld step %d pos %d id %d %s %s%s  Enter:step w:walk-back /:search ?:help q:quit",
-                 (long long)c->seq0, c->step0, c->pos0, c->id,
-                 c->role == 'p' ? "prompt" : c->role == 'b' ? "bonus" : "gen",
-                 c->health == TUI_H_BAD ? "NON-FINITE" : c->health == TUI_H_WARN ? "degenerate" : "clean", steps);
-    } else if (!strcmp(name, "step")) {
-        snprintf(buf, cap, "arrows:cell n/p:step g/G:first/last Enter:tokens w:walk-back ?:help q:quit");
-    } else if (!strcmp(name, "walkback")) {
-        snprintf(buf, cap, "n/p:walk the chain Enter:open step Tab:views ?:help q:quit");
-    } else {
-        snprintf(buf, cap, "Tab/1-%d:views w:walk-back Enter:open ?:help q:quit", tui_n_views);
-    }
+    const tui_view_class *c = tui_views[a->view].cls;
+    void *st = c ? tui_app_view_state(a, a->view) : NULL;
+    if (c && c->status && (st || !c->state_size)) { c->status(a, st, buf, cap); return; }
+    snprintf(buf, cap, "Tab/1-%d:views w:walk-back Enter:open ?:help q:quit", tui_n_views);
+}
+
+/* The current view's state for its callbacks; false (with the reason on
+ * the status line) when it keeps one and it could not be made. */
+static bool view_state(tui_app *a, void **st)
+{
+    const tui_view_class *c = tui_views[a->view].cls;
+    *st = tui_app_view_state(a, a->view);
+    if (*st || !c || !c->state_size) return true;
+    snprintf(a->status, sizeof a->status, "%s", bt_errmsg());
+    return false;
 }
 
 static void draw_help(tui_app *a)
@@ -136,7 +134,8 @@ static void draw(tui_app *a)
     }
     draw_header(a, &s.header);
     const tui_view *v = &tui_views[a->view];
-    if (v->draw) v->draw(a, &s.body);
+    void *vs;
+    if (v->draw && view_state(a, &vs)) v->draw(a, vs, &s.body);
     char st[512];
     status_text(a, st, sizeof st);
     attrset(a->color ? COLOR_PAIR(TUI_P_HEADER) : A_REVERSE);
@@ -186,6 +185,7 @@ static int handle_key(tui_app *a, int ch)
     a->status[0] = 0;
     tui_screen s;
     tui_layout_screen(a->rows, a->cols, &s);
+    void *vs;
     int rc;
     switch (action) {
     case TUI_A_QUIT: return TUI_R_QUIT;
@@ -208,11 +208,14 @@ static int handle_key(tui_app *a, int ch)
         if (!prompt(a, "search token text: ", q, sizeof q)) return TUI_R_REDRAW;
         snprintf(a->search, sizeof a->search, "%s", q);
         tui_app_switch(a, tui_view_find("tokens"));
-        return tui_views[a->view].handle(a, TUI_A_NEXT, &s.body);
+        if (!view_state(a, &vs)) return TUI_R_REDRAW;
+        return tui_views[a->view].handle(a, vs, TUI_A_NEXT, &s.body);
     }
     default:
         if (action == TUI_A_NONE) return TUI_R_NONE;
-        return tui_views[a->view].handle ? tui_views[a->view].handle(a, action, &s.body) : TUI_R_NONE;
+        if (!tui_views[a->view].handle) return TUI_R_NONE;
+        if (!view_state(a, &vs)) return TUI_R_REDRAW;
+        return tui_views[a->view].handle(a, vs, action, &s.body);
     }
 }
 

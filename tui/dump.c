@@ -208,25 +208,7 @@ int tui_dump_run(tui_app *a, FILE *out, int step)
     return BT_OK;
 }
 
-/* ---- kernels ---- */
-
-int tui_dump_kernels(tui_app *a, FILE *out, int step)
-{
-    int lo, hi;
-    tui_trace_bounds(a->tr, &lo, &hi, NULL, NULL);
-    if (step >= 0 && (hi < 0 || step < lo || step > hi))
-        return bt_error(BT_ENOTFOUND, "%s: no step %d in this trace", tui_trace_path(a->tr), step);
-    int rc = tui_app_kernels(a, step);
-    if (rc) return rc;
-    for (int i = 0; i < a->ks.n_kl; i++) {
-        char line[512];
-        tui_sanitize(a->ks.kl[i].text, strlen(a->ks.kl[i].text), line, sizeof line, 0, a->san);
-        fprintf(out, "%s\n", line);
-    }
-    return BT_OK;
-}
-
-int tui_dump_backtrace(tui_app *a, FILE *out, int step)
+int tui_dump_bt(tui_app *a, FILE *out, int step)
 {
     int rc = tui_app_run(a);
     if (rc) return rc;
@@ -321,11 +303,21 @@ static void dump_spec_detail(tui_app *a, const tui_spec_row *r, FILE *out)
     if (r->n < r->k) fprintf(out, "  (%d more drafts not shown)\n", r->k - r->n);
 }
 
+static int dump_spec_info(tui_app *a, const tui_spec_info *si, FILE *out, int step);
+
 int tui_dump_spec(tui_app *a, FILE *out, int step)
 {
-    int rc = tui_app_spec(a);
-    if (rc) return rc;
-    const tui_spec_info *si = &a->spec;
+    tui_spec_info *si = malloc(sizeof *si);
+    if (!si) return bt_error(BT_ENOMEM, "out of memory");
+    int rc = tui_spec_info_load(a->tr, si);
+    if (!rc) rc = dump_spec_info(a, si, out, step);
+    free(si);
+    return rc;
+}
+
+static int dump_spec_info(tui_app *a, const tui_spec_info *si, FILE *out, int step)
+{
+    int rc;
     if (!si->present) { fprintf(out, "not a speculative trace: no verify steps were recorded\n"); return BT_OK; }
     double rate = si->tot_drafted ? (double)si->tot_acc / (double)si->tot_drafted : NAN;
     char b[64];

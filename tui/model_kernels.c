@@ -11,6 +11,7 @@
  * marked, and so is the kernel that wrote it: the last kernel of the op
  * that is not the tap's reduction (bt_kernel_is_tap, as bisect says). */
 #include "model_impl.h"
+#include "model_kernels.h"
 #include "trace/analyze.h"
 #include "engine/engine.h"
 #include "base/util.h"
@@ -172,7 +173,9 @@ static int build_lines(tui_kstep *k)
     return rc;
 }
 
-int tui_kernels_load(tui_trace *tr, int step, int bad_layer, const char *bad_op, tui_kstep *out)
+/* Load step `step`; mark (bad_layer, bad_op) as the first bad op when it is
+ * in this step (bad_op NULL: none). */
+static int tui_kernels_load(tui_trace *tr, int step, int bad_layer, const char *bad_op, tui_kstep *out)
 {
     tui_kernels_free(out);
     out->step = step;
@@ -205,4 +208,31 @@ void tui_kernels_free(tui_kstep *k)
     free(k->kl);
     memset(k, 0, sizeof(*k));
     k->step = -1;
+}
+
+int tui_kernels_open(tui_app *a, int step, tui_kstep *out)
+{
+    int rc = tui_app_walk(a);
+    if (rc) return rc;
+    const tui_link *bad = a->walk.found && a->walk.n ? &a->walk.links[0] : NULL;
+    if (step < 0) step = bad ? bad->step : a->step;
+    return tui_kernels_load(a->tr, step, bad ? bad->layer : -1, bad && bad->step == step ? bad->op : NULL, out);
+}
+
+int tui_dump_kernels(tui_app *a, FILE *out, int step)
+{
+    int lo, hi;
+    tui_trace_bounds(a->tr, &lo, &hi, NULL, NULL);
+    if (step >= 0 && (hi < 0 || step < lo || step > hi))
+        return bt_error(BT_ENOTFOUND, "%s: no step %d in this trace", tui_trace_path(a->tr), step);
+    tui_kstep ks;
+    memset(&ks, 0, sizeof ks);
+    int rc = tui_kernels_open(a, step, &ks);
+    for (int i = 0; !rc && i < ks.n_kl; i++) {
+        char line[512];
+        tui_sanitize(ks.kl[i].text, strlen(ks.kl[i].text), line, sizeof line, 0, a->san);
+        fprintf(out, "%s\n", line);
+    }
+    tui_kernels_free(&ks);
+    return rc;
 }

@@ -113,13 +113,6 @@ void tui_trace_close(tui_trace *tr)
     free(tr);
 }
 
-const tui_tensor *tui_trace_tensors(tui_trace *tr, const char *model, int *n)
-{
-    tui_model_tab *m = tui_model_tab_get(tr, model);
-    *n = m ? m->n : 0;
-    return m ? m->t : NULL;
-}
-
 const tui_grid *tui_trace_grid(tui_trace *tr, const char *model)
 {
     tui_model_tab *m = tui_model_tab_get(tr, model);

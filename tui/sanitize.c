@@ -22,16 +22,6 @@ char tui_health_marker(int health)
     }
 }
 
-const char *tui_health_name(int health)
-{
-    switch (health) {
-    case TUI_H_BAD: return "nonfinite";
-    case TUI_H_WARN: return "degenerate";
-    case TUI_H_CLEAN: return "clean";
-    default: return "none";
-    }
-}
-
 /* The escaping itself is src/base/text.c's, shared with every command-line
  * printer; the TUI flags are the same bits. */
 _Static_assert((int)TUI_SAN_UTF8 == (int)BT_TEXT_UTF8 && (int)TUI_SAN_SHOWSPACE == (int)BT_TEXT_SHOWSPACE, "TUI flags are text.h's");

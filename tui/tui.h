@@ -41,7 +41,6 @@ enum tui_health {
     TUI_H_BAD,          /* red / '!': non-finite */
 };
 char tui_health_marker(int health);
-const char *tui_health_name(int health);   /* "clean", "degenerate", ... for dumps */
 
 /* ---- text: sanitization and display width ---- */
 enum {
@@ -208,7 +207,6 @@ void tui_trace_close(tui_trace *tr);
 const char *tui_trace_path(const tui_trace *tr);
 void tui_trace_bounds(const tui_trace *tr, int *min_step, int *max_step, int64_t *min_seq, int64_t *max_seq);
 /* The tensor table and grid of a model ("target", "draft"); NULL if none. */
-const tui_tensor *tui_trace_tensors(tui_trace *tr, const char *model, int *n);
 const tui_grid *tui_trace_grid(tui_trace *tr, const char *model);
 /* Median absmax per tensor slot over up to TUI_MEDIAN_SAMPLES evenly spaced
  * steps (computed once, cached); NAN where unknown. */
@@ -435,42 +433,8 @@ const char *const *tui_key_help(void);
 /* Reaction flags returned by actions. */
 enum { TUI_R_NONE = 0, TUI_R_REDRAW = 1, TUI_R_QUIT = 2, TUI_R_SWITCH = 4 };
 
-/* ---- kernels: one step's ops with their device activity and durations
- * (model_kernels.c) ---- */
-typedef struct tui_kernel {
-    char name[128], kind[8], op[32];
-    int layer, op_i;            /* op_i: index in tui_kstep.ops */
-    int64_t dur_ns;
-    int grid[3], block[3];
-    bool tap;                   /* the tap's own reduction, not the op's work */
-} tui_kernel;
-typedef struct tui_kop {
-    int layer;                  /* -1 outside layers */
-    char op[32], tensor[64];
-    int64_t op_ns;              /* host duration (op_timings), -1 none */
-    int64_t kern_ns;            /* sum of its device rows' durations */
-    int k0, nk;                 /* its rows in tui_kstep.k */
-} tui_kop;
-enum { TUI_KL_HEAD, TUI_KL_NOTE, TUI_KL_OP, TUI_KL_KERNEL, TUI_KL_BAD, TUI_KL_BADK };
-typedef struct tui_kline { int kind; char text[240]; } tui_kline;
-typedef struct tui_kstep {
-    int step;
-    tui_kop *ops;
-    int n_ops, cap_ops;
-    tui_kernel *k;              /* grouped by op, in start order within an op */
-    int n_k, cap_k;
-    int n_outside, n_api;       /* rows outside any op; API and sync rows of ops */
-    bool has_kernels, has_timings;
-    int bad_op, bad_kernel;     /* the first non-finite op and the kernel that wrote it, -1 */
-    tui_kline *kl;              /* the lines the view draws and --dump prints */
-    int n_kl, cap_kl;
-} tui_kstep;
-/* Load step `step`; mark (bad_layer, bad_op) as the first bad op when it is
- * in this step (bad_op NULL: none). */
-int tui_kernels_load(tui_trace *tr, int step, int bad_layer, const char *bad_op, tui_kstep *out);
-void tui_kernels_free(tui_kstep *k);
-
 /* ---- the application state shared by views ---- */
+#define TUI_MAX_VIEWS 16            /* rows of tui_views[] at most (app.c checks) */
 typedef struct tui_app {
     tui_trace *tr;
     unsigned san;               /* sanitize flags for this terminal */
@@ -481,38 +445,24 @@ typedef struct tui_app {
     bool headroom;              /* grid coloured by f16 headroom instead of health */
     char status[512];
     char search[128];
-    /* tokens */
+    /* What several views share: the tokens cursor (Tokens, Enter from Step
+     * and Walk-back, the walk-back jump), the selected step and tensor
+     * (Step, Walk-back, Kernels, Speculation's Enter), the walk-back chain
+     * and its selected link (Walk-back, Kernels, the jump), the run's
+     * metadata (Run, Backtrace). A view's own state (scroll positions, its
+     * private model) is in view_state[], owned by the view. */
     tui_tokens tk;
     int64_t tok_seq;            /* cursor: seq0 of the selected cell */
-    int tok_top;                /* first visible line */
-    int tok_page;               /* body lines of the last draw */
-    /* step */
     int step;                   /* selected step */
     int sel_idx;                /* selected tensor slot, -1 none */
     tui_step st;                /* loaded for st.step */
     bool st_valid;
-    int grid_top;
-    /* walk-back */
     tui_walk walk;
     bool walk_valid;
     int walk_sel;
-    /* run / backtrace */
     tui_run run;
     bool run_valid;
-    int run_sel, run_top;
-    int run_hscroll;            /* columns the selected Run line's value is scrolled by */
-    int bt_top;
-    /* speculation */
-    tui_spec_info spec;
-    bool spec_valid;
-    int spec_sel;               /* selected verify step, -1 until the view opens */
-    int spec_top;               /* first verify step on screen */
-    int spec_col;               /* selected draft in the row, -1: none */
-    int spec_page;              /* list rows of the last draw */
-    /* kernels */
-    tui_kstep ks;
-    bool ks_valid;
-    int ks_top;                 /* first line on screen */
+    void *view_state[TUI_MAX_VIEWS];    /* tui_app_view_state(); freed by tui_app_free */
     /* --dump */
     bool dump_all;              /* tokens: every token, not one window */
     int dump_width;             /* columns for wrapped dump text */
@@ -522,10 +472,6 @@ typedef struct tui_app {
 int tui_app_step(tui_app *a, int step);
 int tui_app_walk(tui_app *a);
 int tui_app_run(tui_app *a);
-int tui_app_spec(tui_app *a);
-/* The Kernels view's step (step < 0: the first non-finite step, else the
- * selected one), with the first bad op marked. */
-int tui_app_kernels(tui_app *a, int step);
 /* Move the tokens cursor to seq (reloading the window when needed). */
 int tui_app_goto_seq(tui_app *a, int64_t seq);
 /* Select tensor (layer, op) of the current step's model; false if absent. */
@@ -534,49 +480,47 @@ bool tui_app_select_tensor(tui_app *a, int layer, const char *op);
 int tui_app_init(tui_app *a, tui_trace *tr, unsigned san, bool color);
 void tui_app_free(tui_app *a);
 
-/* ---- the view registry ---- */
+/* ---- the view registry ----
+ * A view is a row of tui_views[] (app.c): its name, titles and key, three
+ * callbacks (draw and handle in its view_*.c, curses; dump, plain text) and
+ * its class, the private half. The app keeps nothing of a view's own: the
+ * class says how big its state is and how to start, free and describe it,
+ * and the app hands that state to every callback (htop's meters: a struct
+ * of callbacks plus a private this). Adding a view is a model file, a view
+ * file and a row; none of app.c, keys.c, layout.c, dump.c, browse.c or this
+ * header changes. */
+typedef struct tui_view_class {
+    size_t state_size;          /* calloc'd on first use; 0: the view keeps no state */
+    void (*init)(tui_app *a, void *state);             /* NULL: zeroes are the start */
+    void (*free)(void *state);                         /* what the state owns (not the state) */
+    void (*status)(tui_app *a, void *state, char *buf, size_t cap);   /* status line hint; NULL: generic */
+    void (*start)(tui_app *a, void *state, int step);  /* `browse --step S` (interactive); NULL: nothing */
+} tui_view_class;
 typedef struct tui_view {
     const char *name;           /* for --dump and the tab bar */
     const char *title;
     const char *short_title;    /* the tab bar's when the titles do not fit */
     int key;                    /* number key that selects it */
-    void (*draw)(tui_app *a, const tui_rect *body);        /* curses; NULL-safe */
-    int (*handle)(tui_app *a, int action, const tui_rect *body);   /* TUI_R_* */
-    int (*dump)(tui_app *a, FILE *out, int step);          /* plain text; BT_OK or error */
-    void (*status)(tui_app *a, char *buf, size_t cap);     /* status line hint; NULL: generic */
+    void (*draw)(tui_app *a, void *state, const tui_rect *body);            /* curses; NULL without ncursesw */
+    int (*handle)(tui_app *a, void *state, int action, const tui_rect *body);   /* TUI_R_*; NULL likewise */
+    int (*dump)(tui_app *a, FILE *out, int step);      /* plain text; BT_OK or error */
+    const tui_view_class *cls;  /* NULL without ncursesw */
 } tui_view;
 extern const tui_view tui_views[];
 extern const int tui_n_views;
 int tui_view_find(const char *name);        /* index, -1 if none */
+/* "tokens, step, ..., kernels": every view's name, for error messages. */
+const char *tui_view_names(void);
+/* View `view`'s own state, made (and initialized) on first use; NULL when
+ * the view keeps none, or out of memory (bt_errmsg says so). */
+void *tui_app_view_state(tui_app *a, int view);
 /* Select a view, remembering the current one for Back. */
 void tui_app_switch(tui_app *a, int view);
 /* The walk-back jump: first non-finite (step, layer, op) selected. */
 int tui_app_walk_jump(tui_app *a);
-
-/* Registry entries are defined in the view files (view_*.c draw and
- * handle, dump.c dumps). */
-void tui_tokens_draw(tui_app *a, const tui_rect *body);
-int tui_tokens_handle(tui_app *a, int action, const tui_rect *body);
-void tui_step_draw(tui_app *a, const tui_rect *body);
-int tui_step_handle(tui_app *a, int action, const tui_rect *body);
-void tui_walk_draw(tui_app *a, const tui_rect *body);
-int tui_walk_handle(tui_app *a, int action, const tui_rect *body);
-void tui_run_draw(tui_app *a, const tui_rect *body);
-int tui_run_handle(tui_app *a, int action, const tui_rect *body);
-void tui_bt_draw(tui_app *a, const tui_rect *body);
-int tui_bt_handle(tui_app *a, int action, const tui_rect *body);
-int tui_dump_tokens(tui_app *a, FILE *out, int step);
-int tui_dump_step(tui_app *a, FILE *out, int step);
-int tui_dump_walk(tui_app *a, FILE *out, int step);
-int tui_dump_run(tui_app *a, FILE *out, int step);
-int tui_dump_backtrace(tui_app *a, FILE *out, int step);
-void tui_spec_draw(tui_app *a, const tui_rect *body);
-int tui_spec_handle(tui_app *a, int action, const tui_rect *body);
-void tui_spec_status(tui_app *a, char *buf, size_t cap);
+/* The Speculation view's dump (dump.c), named here for tests/test_tui.c;
+ * every other callback is declared by its row in app.c. */
 int tui_dump_spec(tui_app *a, FILE *out, int step);
-void tui_kernels_draw(tui_app *a, const tui_rect *body);
-int tui_kernels_handle(tui_app *a, int action, const tui_rect *body);
-int tui_dump_kernels(tui_app *a, FILE *out, int step);
 
 /* The interactive loop (browse.c): curses up, loop, curses down. Returns the
  * exit status. */

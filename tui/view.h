@@ -19,7 +19,6 @@ enum {
 void tui_colors_init(void);
 /* Attribute for text of a given health (fg) or a grid cell (bg). */
 int tui_attr_fg(const tui_app *a, int health);
-int tui_attr_bg(const tui_app *a, int health);
 /* Draw s at (y, x), at most w columns; returns columns drawn. */
 int tui_put(int y, int x, int w, int attr, const char *s);
 int tui_putf(int y, int x, int w, int attr, const char *fmt, ...) __attribute__((format(printf, 5, 6)));

@@ -36,7 +36,7 @@ int tui_attr_fg(const tui_app *a, int health)
     }
 }
 
-int tui_attr_bg(const tui_app *a, int health)
+static int tui_attr_bg(const tui_app *a, int health)
 {
     if (!a->color) return A_NORMAL;
     switch (health) {

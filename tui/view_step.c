@@ -68,8 +68,14 @@ static void draw_logits(tui_app *a, const tui_rect *r)
     }
 }
 
-void tui_step_draw(tui_app *a, const tui_rect *body)
+/* The view's own state: the grid's scroll position. */
+typedef struct step_view {
+    int grid_top;               /* first layer row on screen */
+} step_view;
+
+void tui_step_draw(tui_app *a, void *state, const tui_rect *body)
 {
+    step_view *v = state;
     if (tui_app_step(a, a->step) != BT_OK) { tui_put(body->y, body->x, body->w, A_BOLD, bt_errmsg()); return; }
     const tui_grid *g = tui_trace_grid(a->tr, a->st.model);
     tui_step_layout l;
@@ -81,7 +87,7 @@ void tui_step_draw(tui_app *a, const tui_rect *body)
             if (g->cell[i] >= 0) a->sel_idx = g->cell[i];
     }
     draw_logits(a, &l.logits);
-    tui_draw_grid(a, &a->st, &l.grid, l.cell_w, &a->grid_top, a->sel_idx);
+    tui_draw_grid(a, &a->st, &l.grid, l.cell_w, &v->grid_top, a->sel_idx);
     const tui_tap *t = a->sel_idx >= 0 && a->sel_idx < a->st.n_taps ? &a->st.taps[a->sel_idx] : NULL;
     if (l.detail.h > 0) {
         mvhline(l.detail.y, l.detail.x, ACS_HLINE, l.detail.w);
@@ -118,8 +124,10 @@ static int goto_step(tui_app *a, int step)
     return TUI_R_REDRAW;
 }
 
-int tui_step_handle(tui_app *a, int action, const tui_rect *body)
+int tui_step_handle(tui_app *a, void *state, int action, const tui_rect *body)
 {
+    (void)state;
+    (void)body;
     int lo, hi;
     tui_trace_bounds(a->tr, &lo, &hi, NULL, NULL);
     switch (action) {
@@ -140,3 +148,12 @@ int tui_step_handle(tui_app *a, int action, const tui_rect *body)
     default: return TUI_R_NONE;
     }
 }
+
+static void step_status(tui_app *a, void *state, char *buf, size_t cap)
+{
+    (void)a;
+    (void)state;
+    snprintf(buf, cap, "arrows:cell n/p:step g/G:first/last Enter:tokens w:walk-back ?:help q:quit");
+}
+
+const tui_view_class tui_step_class = { .state_size = sizeof(step_view), .status = step_status };

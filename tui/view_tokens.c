@@ -18,6 +18,12 @@ typedef struct flow {
     int *line, *col, n_lines, n;
 } flow;
 
+/* The view's own state: where the flow is scrolled to. */
+typedef struct tokens_view {
+    int top;                    /* first visible line */
+    int page;                   /* body lines of the last draw */
+} tokens_view;
+
 static void flow_free(flow *f) { free(f->line); free(f->col); memset(f, 0, sizeof(*f)); }
 
 /* Marker columns: without colour each cell starts with its health marker. */
@@ -38,16 +44,17 @@ static bool flow_make(tui_app *a, int width, flow *f)
     return true;
 }
 
-void tui_tokens_draw(tui_app *a, const tui_rect *body)
+void tui_tokens_draw(tui_app *a, void *state, const tui_rect *body)
 {
+    tokens_view *v = state;
     tui_tokens *tk = &a->tk;
     if (tk->max_seq < 0) { tui_put(body->y, body->x, body->w, A_NORMAL, "no tokens in this trace"); return; }
     flow f;
     if (!flow_make(a, body->w, &f)) { tui_put(body->y, body->x, body->w, A_BOLD, "out of memory"); return; }
     int cur = tui_tokens_find(tk, a->tok_seq);
     int vis = body->h - 1;
-    a->tok_page = vis > 1 ? vis : 1;
-    a->tok_top = tui_scroll_follow(a->tok_top, f.n ? f.line[cur] : 0, vis, f.n_lines);
+    v->page = vis > 1 ? vis : 1;
+    v->top = tui_scroll_follow(v->top, f.n ? f.line[cur] : 0, vis, f.n_lines);
     bool spec = tui_trace_is_spec(a->tr);
     tui_putf(body->y, body->x, body->w, A_BOLD, "Tokens %lld..%lld of %lld..%lld   %s%s",
              (long long)tk->lo, (long long)tk->hi, (long long)tk->min_seq, (long long)tk->max_seq,
@@ -55,7 +62,7 @@ void tui_tokens_draw(tui_app *a, const tui_rect *body)
                       : "! non-finite logits  ~ degenerate  . clean",
              spec ? "  | speculative: underlined = bonus/correction (target), drafts in view 6" : "");
     for (int i = 0; i < f.n; i++) {
-        int ln = f.line[i] - a->tok_top;
+        int ln = f.line[i] - v->top;
         if (ln < 0) continue;
         if (ln >= vis) break;
         const tui_cell *c = &tk->cells[i];
@@ -114,8 +121,9 @@ static int search(tui_app *a, int dir)
     return TUI_R_REDRAW;
 }
 
-int tui_tokens_handle(tui_app *a, int action, const tui_rect *body)
+int tui_tokens_handle(tui_app *a, void *state, int action, const tui_rect *body)
 {
+    const tokens_view *v = state;
     tui_tokens *tk = &a->tk;
     switch (action) {
     case TUI_A_LEFT: return move_cell(a, -1);
@@ -124,7 +132,7 @@ int tui_tokens_handle(tui_app *a, int action, const tui_rect *body)
     case TUI_A_DOWN: return move_vertical(a, body, +1);
     case TUI_A_PGUP:
     case TUI_A_PGDN:
-        for (int i = 0; i < (a->tok_page > 1 ? a->tok_page - 1 : 1); i++)
+        for (int i = 0; i < (v->page > 1 ? v->page - 1 : 1); i++)
             move_vertical(a, body, action == TUI_A_PGUP ? -1 : +1);
         return TUI_R_REDRAW;
     case TUI_A_FIRST: tui_app_goto_seq(a, tk->min_seq); return TUI_R_REDRAW;
@@ -149,3 +157,21 @@ int tui_tokens_handle(tui_app *a, int action, const tui_rect *body)
     default: return TUI_R_NONE;
     }
 }
+
+static void tokens_status(tui_app *a, void *state, char *buf, size_t cap)
+{
+    (void)state;
+    if (!a->tk.n) {
+        snprintf(buf, cap, "Tab/1-%d:views w:walk-back Enter:open ?:help q:quit", tui_n_views);
+        return;
+    }
+    const tui_cell *c = &a->tk.cells[tui_tokens_find(&a->tk, a->tok_seq)];
+    char steps[48] = "";
+    if (c->count > 1) snprintf(steps, sizeof steps, " x%lld (steps %d..%d)", (long long)c->count, c->step0, c->step1);
+    snprintf(buf, cap, "seq %lld step %d pos %d id %d %s %s%s  Enter:step w:walk-back /:search ?:help q:quit",
+             (long long)c->seq0, c->step0, c->pos0, c->id,
+             c->role == 'p' ? "prompt" : c->role == 'b' ? "bonus" : "gen",
+             c->health == TUI_H_BAD ? "NON-FINITE" : c->health == TUI_H_WARN ? "degenerate" : "clean", steps);
+}
+
+const tui_view_class tui_tokens_class = { .state_size = sizeof(tokens_view), .status = tokens_status };

@@ -16,8 +16,9 @@ static void select_link(tui_app *a)
     else tui_app_select_tensor(a, l->layer, l->op);
 }
 
-void tui_walk_draw(tui_app *a, const tui_rect *body)
+void tui_walk_draw(tui_app *a, void *state, const tui_rect *body)
 {
+    (void)state;
     if (tui_app_walk(a) != BT_OK) { tui_put(body->y, body->x, body->w, A_BOLD, bt_errmsg()); return; }
     const tui_walk *w = &a->walk;
     int y = body->y;
@@ -81,8 +82,10 @@ void tui_walk_draw(tui_app *a, const tui_rect *body)
     }
 }
 
-int tui_walk_handle(tui_app *a, int action, const tui_rect *body)
+int tui_walk_handle(tui_app *a, void *state, int action, const tui_rect *body)
 {
+    (void)state;
+    (void)body;
     if (tui_app_walk(a) != BT_OK || !a->walk.n) return TUI_R_NONE;
     int n = a->walk.n, old = a->walk_sel;
     switch (action) {
@@ -101,3 +104,14 @@ int tui_walk_handle(tui_app *a, int action, const tui_rect *body)
     if (a->walk_sel != old) select_link(a);
     return TUI_R_REDRAW;
 }
+
+static void walk_status(tui_app *a, void *state, char *buf, size_t cap)
+{
+    (void)a;
+    (void)state;
+    snprintf(buf, cap, "n/p:walk the chain Enter:open step Tab:views ?:help q:quit");
+}
+
+/* No state of its own: the chain and its selected link are shared (the
+ * walk-back jump, `w` from any view, selects the origin). */
+const tui_view_class tui_walk_class = { .status = walk_status };

@@ -112,11 +112,11 @@ int cmd_browse(int argc, char **argv)
     if (!path) { bt_error(BT_EINVAL, "no trace given (usage: bangtrace browse TRACE)"); return bt_cmd_fail("browse"); }
     int dump_view = -1, start_view = 0;
     if (dump && (dump_view = tui_view_find(dump)) < 0) {
-        bt_error(BT_EINVAL, "--dump: no view '%s' (tokens, step, walkback, run, backtrace, spec, kernels)", dump);
+        bt_error(BT_EINVAL, "--dump: no view '%s' (%s)", dump, tui_view_names());
         return bt_cmd_fail("browse");
     }
     if (view && (start_view = tui_view_find(view)) < 0) {
-        bt_error(BT_EINVAL, "--view: no view '%s' (tokens, step, walkback, run, backtrace, spec, kernels)", view);
+        bt_error(BT_EINVAL, "--view: no view '%s' (%s)", view, tui_view_names());
         return bt_cmd_fail("browse");
     }
     if (timing) return time_open(path);
@@ -152,9 +152,10 @@ int cmd_browse(int argc, char **argv)
         fflush(stdout);
     } else {
         if (step >= 0 && tui_app_step(&a, (int)step) == BT_OK && a.st.seq >= 0) tui_app_goto_seq(&a, a.st.seq);
-        if (step >= 0 && tui_app_spec(&a) == BT_OK && a.spec.present) {     /* the Speculation view: that verify step */
-            int v = tui_spec_neighbor(tr, (int)step - 1, +1, false);
-            if (v >= 0) a.spec_sel = a.spec_top = v;
+        for (int v = 0; step >= 0 && v < tui_n_views; v++) {    /* each view opens there (Speculation: that verify step) */
+            const tui_view_class *c = tui_views[v].cls;
+            void *vs = c && c->start ? tui_app_view_state(&a, v) : NULL;
+            if (vs || (c && c->start && !c->state_size)) c->start(&a, vs, (int)step);
         }
         a.view = start_view;
         if (tui_views[start_view].name[0] == 'w' && tui_app_walk_jump(&a)) { status = bt_cmd_fail("browse"); }
