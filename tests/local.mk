@@ -232,3 +232,16 @@ EXTRA_DIST += tests/hf_tokenizer_bad.sh tests/hf_spm.sh tests/hf_make_spm.py tes
 # (flash attention auto, repacked weights, f16 KV; --llama-* flags)
 TESTS += tests/llama_defaults.sh
 EXTRA_DIST += tests/llama_defaults.sh
+
+# issue 25 (h6-oracle): tiny random-weight hybrid models (tools/make-tiny-hybrid.py)
+# and the float64 gated-delta-net oracle (tests/oracle/ref_hybrid.py), checked
+# against llama.cpp through its API (tests/oracle/llama_logits)
+if HAVE_LLAMA_CPP
+check_PROGRAMS += tests/oracle/llama_logits
+tests_oracle_llama_logits_SOURCES = tests/oracle/llama_logits.c
+tests_oracle_llama_logits_CPPFLAGS = $(AM_CPPFLAGS) $(LLAMA_CPP_CFLAGS)
+tests_oracle_llama_logits_LDADD = $(LLAMA_CPP_LIBS)
+endif
+TESTS += tests/oracle/test_hybrid_llamacpp.py
+EXTRA_DIST += tools/make-tiny-hybrid.py tests/oracle/ref_hybrid.py tests/oracle/hybrid_common.py \
+	tests/oracle/llama_logits.c tests/oracle/test_hybrid_llamacpp.py
