@@ -242,6 +242,7 @@ tests_oracle_llama_logits_SOURCES = tests/oracle/llama_logits.c
 tests_oracle_llama_logits_CPPFLAGS = $(AM_CPPFLAGS) $(LLAMA_CPP_CFLAGS)
 tests_oracle_llama_logits_LDADD = $(LLAMA_CPP_LIBS)
 endif
-TESTS += tests/oracle/test_hybrid_llamacpp.py
+TESTS += tests/oracle/test_hybrid_llamacpp.py tests/oracle/test_hybrid_self.py tests/oracle/test_hybrid_forward.py
 EXTRA_DIST += tools/make-tiny-hybrid.py tests/oracle/ref_hybrid.py tests/oracle/hybrid_common.py \
-	tests/oracle/llama_logits.c tests/oracle/test_hybrid_llamacpp.py
+	tests/oracle/llama_logits.c tests/oracle/test_hybrid_llamacpp.py tests/oracle/test_hybrid_self.py \
+	tests/oracle/test_hybrid_forward.py tests/oracle/fake_bangtrace_hybrid.py

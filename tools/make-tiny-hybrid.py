@@ -226,7 +226,13 @@ def gguf_tensors(cfg, w):
 
 # ------------------------------------------------------------------ output
 
+_VOCABS = {}
+
+
 def read_vocab(gguf, path):
+    """(reader, tokenizer.* fields, n_vocab); parsed once per process."""
+    if path in _VOCABS:
+        return _VOCABS[path]
     try:
         r = gguf.GGUFReader(path, "r")
     except Exception as e:
@@ -235,7 +241,8 @@ def read_vocab(gguf, path):
     toks = r.fields.get("tokenizer.ggml.tokens")
     if toks is None:
         die("%s: no tokenizer.ggml.tokens" % path)
-    return r, fields, len(toks.data)
+    _VOCABS[path] = (r, fields, len(toks.data))
+    return _VOCABS[path]
 
 
 def write_gguf(gguf, path, cfg, tensors, vocab_fields, seed):

@@ -229,20 +229,23 @@ def load_hf(d):
     perm = lambda hdim: np.arange(nv * hdim).reshape(nk, per, hdim).transpose(1, 0, 2).reshape(-1)  # noqa: E731
     rv, r1 = perm(dv), perm(1)
     qk = 2 * nk * dk
-    W = {"token_embd": st["embed_tokens.weight"], "output_norm": 1.0 + st["norm.weight"].astype(np.float64)}
+    # the converter's arithmetic is float32 (torch on the f32 checkpoint)
+    f32 = np.float32
+    plus1 = lambda a: (a.astype(f32) + f32(1.0)).astype(f32)  # noqa: E731
+    W = {"token_embd": st["embed_tokens.weight"], "output_norm": plus1(st["norm.weight"])}
     W["output"] = st.get("lm_head.weight", st["embed_tokens.weight"])
 
     def block(hp, g):
-        W[g + "attn_norm"] = 1.0 + st[hp + "input_layernorm.weight"].astype(np.float64)
-        W[g + "post_attention_norm"] = 1.0 + st[hp + "post_attention_layernorm.weight"].astype(np.float64)
+        W[g + "attn_norm"] = plus1(st[hp + "input_layernorm.weight"])
+        W[g + "post_attention_norm"] = plus1(st[hp + "post_attention_layernorm.weight"])
         for hn, gn in (("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"), ("mlp.down_proj", "ffn_down")):
             W[g + gn] = st[hp + hn + ".weight"]
         if hp + "self_attn.q_proj.weight" in st:
             for hn, gn in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"),
                            ("o_proj", "attn_output")):
                 W[g + gn] = st[hp + "self_attn." + hn + ".weight"]
-            W[g + "attn_q_norm"] = 1.0 + st[hp + "self_attn.q_norm.weight"].astype(np.float64)
-            W[g + "attn_k_norm"] = 1.0 + st[hp + "self_attn.k_norm.weight"].astype(np.float64)
+            W[g + "attn_q_norm"] = plus1(st[hp + "self_attn.q_norm.weight"])
+            W[g + "attn_k_norm"] = plus1(st[hp + "self_attn.k_norm.weight"])
             return
         a = hp + "linear_attn."
         qkv = st[a + "in_proj_qkv.weight"]
@@ -251,7 +254,7 @@ def load_hf(d):
         conv = st[a + "conv1d.weight"].reshape(qkv.shape[0], -1)
         W[g + "ssm_conv1d"] = np.concatenate([conv[:qk], conv[qk:][rv]])
         W[g + "ssm_dt.bias"] = st[a + "dt_bias"][r1]
-        W[g + "ssm_a"] = -np.exp(st[a + "A_log"].astype(np.float64))[r1]
+        W[g + "ssm_a"] = (-np.exp(st[a + "A_log"].astype(np.float64))).astype(f32)[r1]
         W[g + "ssm_beta"] = st[a + "in_proj_b.weight"][r1]
         W[g + "ssm_alpha"] = st[a + "in_proj_a.weight"][r1]
         W[g + "ssm_norm"] = st[a + "norm.weight"]
@@ -263,9 +266,9 @@ def load_hf(d):
         g = "blk.%d." % n_layers
         block("mtp.layers.0.", g)
         W[g + "nextn.eh_proj"] = st["mtp.fc.weight"]
-        W[g + "nextn.enorm"] = 1.0 + st["mtp.pre_fc_norm_embedding.weight"].astype(np.float64)
-        W[g + "nextn.hnorm"] = 1.0 + st["mtp.pre_fc_norm_hidden.weight"].astype(np.float64)
-        W[g + "nextn.shared_head_norm"] = 1.0 + st["mtp.norm.weight"].astype(np.float64)
+        W[g + "nextn.enorm"] = plus1(st["mtp.pre_fc_norm_embedding.weight"])
+        W[g + "nextn.hnorm"] = plus1(st["mtp.pre_fc_norm_hidden.weight"])
+        W[g + "nextn.shared_head_norm"] = plus1(st["mtp.norm.weight"])
 
     def getter(name):
         if name not in W:
