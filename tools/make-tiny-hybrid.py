@@ -4,14 +4,14 @@ gated full attention) model, deterministic from --seed, as a GGUF file that
 llama.cpp loads and runs unchanged, or as a Hugging Face folder holding the
 same weights.
 
-    tools/make-tiny-hybrid.py OUT [--format gguf|hf] [--arch qwen35] [--seed N]
+    tools/make-tiny-hybrid.py OUT [--format gguf|hf] [--arch qwen35|qwen35moe] [--seed N]
                               [--vocab FILE.gguf] [--layers N] [--interval N]
                               [--mtp N] [--rope-base B] [--force]
 
 --format gguf (the default) writes OUT as one f32 GGUF of architecture
-qwen35; --format hf writes OUT as a folder with config.json
-(Qwen3_5ForCausalLM), model.safetensors (Hugging Face tensor names) and the
-tokenizer files. The same --seed gives the same weights in both forms.
+qwen35 (or qwen35moe); --format hf writes OUT as a folder with config.json
+(Qwen3_5ForCausalLM or Qwen3_5MoeForCausalLM), model.safetensors (Hugging
+Face tensor names) and the tokenizer files. The same --seed gives the same weights in both forms.
 
 The weights are drawn in the Hugging Face layout and conventions (A_log,
 dt_bias, RMSNorm weights stored as an offset from 1, value heads grouped by
@@ -22,7 +22,11 @@ the pinned sdist): ssm_a = -exp(A_log), dt_bias -> ssm_dt.bias, the conv1d
 kernel squeezed to [channels, kernel], +1 on every RMSNorm weight except the
 gated norm of the linear attention, value heads reordered from grouped to
 tiled order (v head j of the GGUF uses key head j % n_k_heads), mtp.* renamed
-to the extra nextn block after the trunk.
+to the extra nextn block after the trunk. --arch qwen35moe replaces every
+FFN (the MTP block's too) by 4 routed experts of 32 (2 per token, softmax
+router, weights renormalised) plus a sigmoid-gated shared expert of 64; the
+HF form stores the experts fused (mlp.experts.gate_up_proj [E, 2*ff, dim],
+mlp.experts.down_proj), the GGUF splits them into ffn_gate_exps/ffn_up_exps.
 
 Shapes (the contract with the engine, notes/gdn-names.md): n_embd 64, n_layer
 4 with full attention every --interval (2: layers 1 and 3 full, 0 and 2 GDN),
@@ -70,7 +74,7 @@ def import_gguf():
     return gguf
 
 
-ARCHS = ("qwen35",)
+ARCHS = ("qwen35", "qwen35moe")
 
 
 def default_config(arch="qwen35", layers=4, interval=2, mtp=1, rope_base=10000.0):
@@ -78,10 +82,14 @@ def default_config(arch="qwen35", layers=4, interval=2, mtp=1, rope_base=10000.0
         die("architecture %s is not supported (%s)" % (arch, ", ".join(ARCHS)))
     if layers < 1 or interval < 1 or mtp < 0 or mtp > 1:
         die("--layers and --interval must be positive, --mtp 0 or 1")
-    return dict(arch=arch, n_embd=64, n_layer=layers, full_attention_interval=interval, n_head=4,
-                n_head_kv=2, head_dim=16, partial_rotary_factor=0.5, rope_sections=[2, 1, 1, 0],
-                rope_base=float(rope_base), n_k_heads=2, n_v_heads=4, head_k_dim=16, head_v_dim=16,
-                conv_kernel=4, n_ff=128, n_mtp=mtp, norm_eps=1e-6, ctx_len=2048)
+    cfg = dict(arch=arch, n_embd=64, n_layer=layers, full_attention_interval=interval, n_head=4,
+               n_head_kv=2, head_dim=16, partial_rotary_factor=0.5, rope_sections=[2, 1, 1, 0],
+               rope_base=float(rope_base), n_k_heads=2, n_v_heads=4, head_k_dim=16, head_v_dim=16,
+               conv_kernel=4, n_ff=128, n_mtp=mtp, norm_eps=1e-6, ctx_len=2048, n_expert=0)
+    if arch == "qwen35moe":
+        # 4 routed experts of 32, 2 per token, plus a gated shared expert of 64
+        cfg.update(n_expert=4, n_expert_used=2, n_ff_exp=32, n_ff_shexp=64, n_ff=32)
+    return cfg
 
 
 def recurrent(cfg, L):
@@ -126,9 +134,22 @@ def hf_weights(cfg, n_vocab, seed):
     def ffn_block(p):
         normw(p + "input_layernorm.weight", E)
         normw(p + "post_attention_layernorm.weight", E)
-        mat(p + "mlp.gate_proj.weight", F, E)
-        mat(p + "mlp.up_proj.weight", F, E)
-        mat(p + "mlp.down_proj.weight", E, F)
+        if not cfg["n_expert"]:
+            mat(p + "mlp.gate_proj.weight", F, E)
+            mat(p + "mlp.up_proj.weight", F, E)
+            mat(p + "mlp.down_proj.weight", E, F)
+            return
+        # Qwen3.5-MoE checkpoints: the router, fused experts, a gated shared expert
+        X, FE, FS = cfg["n_expert"], cfg["n_ff_exp"], cfg["n_ff_shexp"]
+        mat(p + "mlp.gate.weight", X, E, gain=2.0)
+        w[p + "mlp.experts.gate_up_proj"] = (rng(p + "gate_up").standard_normal((X, 2 * FE, E)) / np.sqrt(E)
+                                             ).astype(np.float32)
+        w[p + "mlp.experts.down_proj"] = (rng(p + "down").standard_normal((X, E, FE)) / np.sqrt(FE)
+                                          ).astype(np.float32)
+        mat(p + "mlp.shared_expert.gate_proj.weight", FS, E)
+        mat(p + "mlp.shared_expert.up_proj.weight", FS, E)
+        mat(p + "mlp.shared_expert.down_proj.weight", E, FS)
+        mat(p + "mlp.shared_expert_gate.weight", 1, E)
 
     for L in range(cfg["n_layer"]):
         p = "model.layers.%d." % L
@@ -206,9 +227,21 @@ def gguf_tensors(cfg, w):
             out.append((g + "ssm_alpha.weight", w[a + "in_proj_a.weight"][r1]))
             out.append((g + "ssm_norm.weight", w[a + "norm.weight"]))
             out.append((g + "ssm_out.weight", np.ascontiguousarray(w[a + "out_proj.weight"][:, rv])))
-        out.append((g + "ffn_gate.weight", w[hp + "mlp.gate_proj.weight"]))
-        out.append((g + "ffn_up.weight", w[hp + "mlp.up_proj.weight"]))
-        out.append((g + "ffn_down.weight", w[hp + "mlp.down_proj.weight"]))
+        if not cfg["n_expert"]:
+            out.append((g + "ffn_gate.weight", w[hp + "mlp.gate_proj.weight"]))
+            out.append((g + "ffn_up.weight", w[hp + "mlp.up_proj.weight"]))
+            out.append((g + "ffn_down.weight", w[hp + "mlp.down_proj.weight"]))
+            return
+        FE = cfg["n_ff_exp"]
+        gu = w[hp + "mlp.experts.gate_up_proj"]
+        out.append((g + "ffn_gate_inp.weight", w[hp + "mlp.gate.weight"]))
+        out.append((g + "ffn_gate_exps.weight", np.ascontiguousarray(gu[:, :FE])))
+        out.append((g + "ffn_up_exps.weight", np.ascontiguousarray(gu[:, FE:])))
+        out.append((g + "ffn_down_exps.weight", w[hp + "mlp.experts.down_proj"]))
+        out.append((g + "ffn_gate_inp_shexp.weight", w[hp + "mlp.shared_expert_gate.weight"].reshape(-1)))
+        out.append((g + "ffn_gate_shexp.weight", w[hp + "mlp.shared_expert.gate_proj.weight"]))
+        out.append((g + "ffn_up_shexp.weight", w[hp + "mlp.shared_expert.up_proj.weight"]))
+        out.append((g + "ffn_down_shexp.weight", w[hp + "mlp.shared_expert.down_proj.weight"]))
 
     for L in range(cfg["n_layer"]):
         block("model.layers.%d." % L, "blk.%d." % L)
@@ -270,6 +303,11 @@ def write_gguf(gguf, path, cfg, tensors, vocab_fields, seed):
     wr.add_full_attention_interval(cfg["full_attention_interval"])
     if cfg["n_mtp"]:
         wr.add_nextn_predict_layers(cfg["n_mtp"])
+    if cfg["n_expert"]:
+        wr.add_expert_count(cfg["n_expert"])
+        wr.add_expert_used_count(cfg["n_expert_used"])
+        wr.add_expert_feed_forward_length(cfg["n_ff_exp"])
+        wr.add_expert_shared_feed_forward_length(cfg["n_ff_shexp"])
     for k, f in vocab_fields:
         v = f.contents()
         sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
@@ -284,7 +322,13 @@ def write_gguf(gguf, path, cfg, tensors, vocab_fields, seed):
 
 def hf_config(cfg, n_vocab, bos, eos):
     n = cfg["n_layer"]
-    return {"architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text",
+    moe = {}
+    if cfg["n_expert"]:
+        moe = {"num_experts": cfg["n_expert"], "num_experts_per_tok": cfg["n_expert_used"],
+               "moe_intermediate_size": cfg["n_ff_exp"], "shared_expert_intermediate_size": cfg["n_ff_shexp"],
+               "norm_topk_prob": True}
+    return dict(moe, **{"architectures": ["Qwen3_5MoeForCausalLM" if moe else "Qwen3_5ForCausalLM"],
+            "model_type": "qwen3_5_moe_text" if moe else "qwen3_5_text",
             "hidden_size": cfg["n_embd"], "intermediate_size": cfg["n_ff"], "num_hidden_layers": n,
             "num_attention_heads": cfg["n_head"], "num_key_value_heads": cfg["n_head_kv"],
             "head_dim": cfg["head_dim"], "rms_norm_eps": cfg["norm_eps"], "vocab_size": n_vocab,
@@ -297,7 +341,7 @@ def hf_config(cfg, n_vocab, bos, eos):
             "rope_parameters": {"rope_type": "default", "rope_theta": cfg["rope_base"],
                                 "partial_rotary_factor": cfg["partial_rotary_factor"],
                                 "mrope_section": cfg["rope_sections"][:3], "mrope_interleaved": True},
-            "torch_dtype": "float32", "bos_token_id": bos, "eos_token_id": eos}
+            "torch_dtype": "float32", "bos_token_id": bos, "eos_token_id": eos})
 
 
 def load_gguf_to_hf():

@@ -55,8 +55,8 @@ def skip_reason():
     return None
 
 
-def make(path, fmt="gguf", seed=0, **kw):
-    return tool().make(path, fmt, "qwen35", seed, vocab(), **kw)
+def make(path, fmt="gguf", seed=0, arch="qwen35", **kw):
+    return tool().make(path, fmt, arch, seed, vocab(), **kw)
 
 
 def llama_logits():

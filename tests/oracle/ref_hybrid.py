@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """ref_hybrid.py - an independent float64 numpy reference of the hybrid
-gated-delta-net architecture qwen35 (Qwen3.5 dense): gated delta net (GDN)
-linear-attention layers with a gated full-attention layer every
-full_attention_interval layers, and the MTP (nextn) block.
+gated-delta-net architectures qwen35 (Qwen3.5 dense) and qwen35moe: gated
+delta net (GDN) linear-attention layers with a gated full-attention layer
+every full_attention_interval layers, the MTP (nextn) block, and for
+qwen35moe routed experts plus a sigmoid-gated shared expert in every FFN.
 
 Like ref.py it shares nothing with the C engine: weights come from the GGUF
 through the `gguf` package (or from a Hugging Face folder, converted here the
@@ -26,6 +27,10 @@ array [rows, width]:
     before gating), attn_gated (attn_ctx * sigmoid(attn_gate)), attn_output;
   every layer: attn_resid, ffn_norm (the post-attention RMSNorm), ffn_gate,
     ffn_up, ffn_act, ffn_down, ffn_resid; then output_norm and logits.
+  qwen35moe FFN instead: ffn_gate_inp (router logits), ffn_<op>.expert[E]
+    (each expert's rows, positions in LAST_POSITIONS), ffn_moe_out (routed
+    sum), ffn_gate_shexp, ffn_up_shexp, ffn_act_shexp, ffn_down_shexp,
+    ffn_shexp_gate (sigmoid, [T, 1]), ffn_shexp_out, ffn_resid.
   MTP block (layer N = n_layer, by mtp()): blk.N.mtp_enorm, blk.N.mtp_hnorm,
     blk.N.mtp_eh_proj, then the full-attention names above for blk.N, and
     mtp_output_norm, mtp_logits.
@@ -61,7 +66,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import ref  # noqa: E402
 
-ARCHS = ("qwen35",)
+ARCHS = ("qwen35", "qwen35moe")
+# the positions of the rows of each expert tensor of the last forward()
+LAST_POSITIONS = {}
 SDIST_GGUF = os.path.expanduser(
     "~/.cache/bangtrace/llama.cpp/0.3.36/llama_cpp_python-0.3.36/vendor/llama.cpp/gguf-py")
 
@@ -70,6 +77,11 @@ GDN_OPS = ("attn_norm", "ssm_qkv", "ssm_z", "ssm_beta", "ssm_decay", "ssm_conv",
 ATTN_OPS = ("attn_norm", "attn_q_norm", "attn_k_norm", "attn_q", "attn_k", "attn_v", "attn_gate",
             "attn_ctx", "attn_gated", "attn_output")
 FFN_OPS = ("attn_resid", "ffn_norm", "ffn_gate", "ffn_up", "ffn_act", "ffn_down", "ffn_resid")
+# qwen35moe: the router logits, the routed experts' weighted sum, the shared
+# expert (its SwiGLU, sigmoid(gate) [T, 1], the gated output); the per-expert
+# tensors blk.L.ffn_<op>.expert[E] hold only their tokens' rows (not listed)
+MOE_OPS = ("attn_resid", "ffn_norm", "ffn_gate_inp", "ffn_moe_out", "ffn_gate_shexp", "ffn_up_shexp",
+           "ffn_act_shexp", "ffn_down_shexp", "ffn_shexp_gate", "ffn_shexp_out", "ffn_resid")
 # tensors whose rows are not the forward's tokens
 STATE_OPS = ("ssm_state", "ssm_conv_state")
 
@@ -86,7 +98,7 @@ def tensor_names(cfg):
     """Every name forward() returns, in the order it computes them."""
     names = ["token_embd"]
     for L in range(cfg["n_layers"]):
-        ops = (GDN_OPS if is_recurrent(cfg, L) else ATTN_OPS) + FFN_OPS
+        ops = (GDN_OPS if is_recurrent(cfg, L) else ATTN_OPS) + (MOE_OPS if cfg.get("n_expert") else FFN_OPS)
         names += ["blk.%d.%s" % (L, op) for op in ops]
     return names + ["output_norm", "logits"]
 
@@ -140,7 +152,8 @@ def load_gguf(path):
                head_k_dim=int(f(a + "ssm.state_size", req=True)),
                n_k_heads=int(f(a + "ssm.group_count", req=True)),
                n_v_heads=int(f(a + "ssm.time_step_rank", req=True)),
-               n_vocab=int(tensors["token_embd.weight"].shape[1]))
+               n_vocab=int(tensors["token_embd.weight"].shape[1]),
+               n_expert=int(f(a + "expert_count", 0)), n_expert_used=int(f(a + "expert_used_count", 0)))
     inner = int(f(a + "ssm.inner_size", req=True))
     cfg["head_v_dim"] = inner // cfg["n_v_heads"]
     if cfg["n_v_heads"] % cfg["n_k_heads"] or cfg["head_v_dim"] * cfg["n_v_heads"] != inner:
@@ -224,7 +237,8 @@ def load_hf(d):
                rope_base=float(rp.get("rope_theta", c.get("rope_theta", 10000.0))),
                rope_dim=int(hd * float(rp.get("partial_rotary_factor", c.get("partial_rotary_factor", 0.25)))),
                conv_kernel=int(c["linear_conv_kernel_dim"]), head_k_dim=dk, n_k_heads=nk, n_v_heads=nv,
-               head_v_dim=dv, n_vocab=int(st["embed_tokens.weight"].shape[0]))
+               head_v_dim=dv, n_vocab=int(st["embed_tokens.weight"].shape[0]),
+               n_expert=int(c.get("num_experts", 0)), n_expert_used=int(c.get("num_experts_per_tok", 0)))
     per = nv // nk
     perm = lambda hdim: np.arange(nv * hdim).reshape(nk, per, hdim).transpose(1, 0, 2).reshape(-1)  # noqa: E731
     rv, r1 = perm(dv), perm(1)
@@ -238,8 +252,19 @@ def load_hf(d):
     def block(hp, g):
         W[g + "attn_norm"] = plus1(st[hp + "input_layernorm.weight"])
         W[g + "post_attention_norm"] = plus1(st[hp + "post_attention_layernorm.weight"])
-        for hn, gn in (("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"), ("mlp.down_proj", "ffn_down")):
-            W[g + gn] = st[hp + hn + ".weight"]
+        if cfg["n_expert"]:
+            gu = st[hp + "mlp.experts.gate_up_proj"]
+            W[g + "ffn_gate_inp"] = st[hp + "mlp.gate.weight"]
+            W[g + "ffn_gate_exps"], W[g + "ffn_up_exps"] = gu[:, :gu.shape[1] // 2], gu[:, gu.shape[1] // 2:]
+            W[g + "ffn_down_exps"] = st[hp + "mlp.experts.down_proj"]
+            W[g + "ffn_gate_inp_shexp"] = st[hp + "mlp.shared_expert_gate.weight"].reshape(-1)
+            for hn, gn in (("gate_proj", "ffn_gate_shexp"), ("up_proj", "ffn_up_shexp"),
+                           ("down_proj", "ffn_down_shexp")):
+                W[g + gn] = st[hp + "mlp.shared_expert." + hn + ".weight"]
+        else:
+            for hn, gn in (("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
+                           ("mlp.down_proj", "ffn_down")):
+                W[g + gn] = st[hp + hn + ".weight"]
         if hp + "self_attn.q_proj.weight" in st:
             for hn, gn in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"),
                            ("o_proj", "attn_output")):
@@ -418,12 +443,55 @@ def attn_layer(m, p, h, L, pos, st, keep):
     return out
 
 
-def ffn_part(m, p, x, keep):
+def moe_part(m, p, h, pos, keep):
+    """llama.cpp's qwen35moe FFN: softmax router, top-k renormalised
+    (ref.moe_route), the routed experts' SwiGLU on their tokens, plus the
+    shared expert's SwiGLU times sigmoid(ffn_gate_inp_shexp . h)."""
+    c = m.cfg
+    get = lambda n: m.get(n, np.float64)  # noqa: E731
+    router = h @ get(p + "ffn_gate_inp").T
+    keep(p + "ffn_gate_inp", router)
+    sel, wts = ref.moe_route(router, c["n_expert_used"])
+    gw, uw, dw = get(p + "ffn_gate_exps"), get(p + "ffn_up_exps"), get(p + "ffn_down_exps")
+    moe = np.zeros_like(h)
+    for e in range(c["n_expert"]):
+        rows = [t for t in range(h.shape[0]) if e in sel[t]]
+        if not rows:
+            continue
+        g = h[rows] @ gw[e].T
+        u = h[rows] @ uw[e].T
+        a = silu(g) * u
+        d = a @ dw[e].T
+        for op, val in (("ffn_gate", g), ("ffn_up", u), ("ffn_act", a), ("ffn_down", d)):
+            keep("%s%s.expert[%d]" % (p, op, e), val)
+            keep.positions["%s%s.expert[%d]" % (p, op, e)] = [int(pos[t]) for t in rows]
+        for i, t in enumerate(rows):
+            moe[t] += wts[t][list(sel[t]).index(e)] * d[i]
+    keep(p + "ffn_moe_out", moe)
+    g = h @ get(p + "ffn_gate_shexp").T
+    u = h @ get(p + "ffn_up_shexp").T
+    keep(p + "ffn_gate_shexp", g)
+    keep(p + "ffn_up_shexp", u)
+    a = silu(g) * u
+    keep(p + "ffn_act_shexp", a)
+    d = a @ get(p + "ffn_down_shexp").T
+    keep(p + "ffn_down_shexp", d)
+    sg = sigmoid(h @ get(p + "ffn_gate_inp_shexp").reshape(-1))[:, None]
+    keep(p + "ffn_shexp_gate", sg)
+    keep(p + "ffn_shexp_out", d * sg)
+    return moe + d * sg
+
+
+def ffn_part(m, p, x, keep, pos=None):
     c = m.cfg
     get = lambda n: m.get(n, np.float64)  # noqa: E731
     keep(p + "attn_resid", x)
     h2 = ref.rmsnorm(x, get(p + "post_attention_norm").reshape(-1), c["norm_eps"])
     keep(p + "ffn_norm", h2)
+    if c.get("n_expert"):
+        x = x + moe_part(m, p, h2, pos, keep)
+        keep(p + "ffn_resid", x)
+        return x
     gt = h2 @ get(p + "ffn_gate").T
     up = h2 @ get(p + "ffn_up").T
     keep(p + "ffn_gate", gt)
@@ -441,6 +509,7 @@ def _keeper(out, want):
     def keep(name, val):
         if want is None or name in want or name.endswith("logits"):
             out[name] = np.array(val, dtype=np.float64, copy=True)
+    keep.positions = {}         # expert tensors: the position of each row
     return keep
 
 
@@ -458,6 +527,8 @@ def forward(m, tokens, st=None, want=None):
     pos = np.arange(st.n, st.n + T)
     out = {}
     keep = _keeper(out, want)
+    global LAST_POSITIONS
+    LAST_POSITIONS = keep.positions
     x = m.get("token_embd", np.float64)[tokens].copy()
     keep("token_embd", x)
     for L in range(c["n_layers"]):
@@ -468,7 +539,7 @@ def forward(m, tokens, st=None, want=None):
             a = gdn_layer(m, p, h, L, st, keep)
         else:
             a = attn_layer(m, p, h, L, pos, st, keep)
-        x = ffn_part(m, p, x + a, keep)
+        x = ffn_part(m, p, x + a, keep, pos)
     on = ref.rmsnorm(x, m.get("output_norm", np.float64).reshape(-1), c["norm_eps"])
     keep("output_norm", on)
     keep("logits", on @ m.get("output", np.float64).T)
@@ -507,7 +578,7 @@ def mtp(m, h, ids, st=None, pos0=None, want=None):
     keep(p + "mtp_eh_proj", x)
     a = ref.rmsnorm(x, get(p + "attn_norm").reshape(-1), c["norm_eps"])
     keep(p + "attn_norm", a)
-    x = ffn_part(m, p, x + attn_layer(m, p, a, L, pos, st, keep), keep)
+    x = ffn_part(m, p, x + attn_layer(m, p, a, L, pos, st, keep), keep, pos)
     nw = p + "nextn.shared_head_norm" if m.has(p + "nextn.shared_head_norm") else "output_norm"
     on = ref.rmsnorm(x, get(nw).reshape(-1), c["norm_eps"])
     keep("mtp_output_norm", on)

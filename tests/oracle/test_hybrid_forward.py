@@ -4,8 +4,9 @@ architecture, tensor by tensor, against the float64 oracle (ref_hybrid.py,
 itself checked against llama.cpp by test_hybrid_llamacpp.py).
 
 Tiny random-weight qwen35 GGUFs from tools/make-tiny-hybrid.py (f32; 4
-layers GDN/attention alternating with an MTP layer, and 6 layers with full
-attention every 3rd) through `$BANGTRACE forward --dump` on two prompts:
+layers GDN/attention alternating with an MTP layer, 6 layers with full
+attention every 3rd, and qwen35moe: until bangtrace runs qwen35moe that one
+is only noted) through `$BANGTRACE forward --dump` on two prompts:
 every tensor the oracle names (notes/gdn-names.md: the GDN ops blk.L.ssm_*
 including ssm_state and ssm_conv_state after the forward, the gated
 attention ops, the FFN, output_norm, logits) must be in the dump with the
@@ -36,8 +37,9 @@ sys.path.insert(0, HERE)
 
 import hybrid_common as hc  # noqa: E402
 
-MODELS = [("qwen35 seed 1", dict(seed=1), 2), ("qwen35 6 layers interval 3 seed 3",
-                                              dict(seed=3, layers=6, interval=3), None)]
+MODELS = [("qwen35 seed 1", dict(seed=1), 2),
+          ("qwen35 6 layers interval 3 seed 3", dict(seed=3, layers=6, interval=3), None),
+          ("qwen35moe seed 4", dict(seed=4, arch="qwen35moe"), None)]
 N_GREEDY = 24
 REFUSED = ("not supported", "unknown architecture", "unsupported architecture")
 
@@ -107,9 +109,12 @@ def main():
             for pi, ids in enumerate((hc.PROMPTS[0],) if quick else (hc.PROMPTS[0], hc.PROMPTS[3])):
                 d = os.path.join(tmp, "d%d-%d" % (mi, pi))
                 rc, err = forward(bangtrace, path, ids, d, threads)
-                if rc != 0 and refused(err):
+                if rc != 0 and refused(err) and mi == 0:
                     print("SKIP: bangtrace does not run qwen35 yet (%s)" % err.splitlines()[-1][:200])
                     return 77
+                if rc != 0 and refused(err) and "qwen35moe" in err:
+                    hc.say("note: bangtrace does not run qwen35moe yet (%s)" % err.splitlines()[-1][:200])
+                    break
                 if rc != 0:
                     hc.say("FAIL %s prompt %d: bangtrace forward exit %d: %s" % (label, pi, rc, err[-600:]))
                     ok = False

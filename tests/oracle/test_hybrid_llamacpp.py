@@ -5,8 +5,9 @@ that shows the oracle computes what llama.cpp computes (gated delta net,
 conv state, grouped key heads, gated attention, IMROPE) and so can judge the
 engine tensor by tensor.
 
-Tiny random-weight qwen35 GGUFs from tools/make-tiny-hybrid.py (f32 weights,
-two seeds, and a 6-layer variant with full attention every 3rd layer) run
+Tiny random-weight GGUFs from tools/make-tiny-hybrid.py (f32 weights: qwen35
+with two seeds, a 6-layer qwen35 with full attention every 3rd layer, and
+qwen35moe: 4 routed experts, 2 per token, and a gated shared expert) run
 through tests/oracle/llama_logits (llama.cpp's API: f32 K/V, flash attention
 off, one thread) on several prompts, each twice: the whole prompt in one
 llama_decode (llama.cpp's chunked GDN path), and the first 5 ids in one call
@@ -32,7 +33,8 @@ import hybrid_common as hc  # noqa: E402
 
 TOL = 2e-3
 MODELS = [("qwen35 seed 1", dict(seed=1)), ("qwen35 seed 2", dict(seed=2)),
-          ("qwen35 6 layers interval 3 seed 3", dict(seed=3, layers=6, interval=3))]
+          ("qwen35 6 layers interval 3 seed 3", dict(seed=3, layers=6, interval=3)),
+          ("qwen35moe seed 4", dict(seed=4, arch="qwen35moe"))]
 
 
 def judge(label, got, want):

@@ -10,7 +10,8 @@ on their own (no bangtrace, no llama.cpp needed):
      full_attention_interval, ssm.*, rope.dimension_sections,
      nextn_predict_layers);
   2. the HF folder of the same seed, read by the oracle through its own
-     conversion, gives the GGUF's tensors (every named tensor within 1e-6);
+     conversion, gives the GGUF's tensors (every named tensor within 1e-6),
+     for qwen35 and qwen35moe;
   3. the recurrence carries state: the prompt in one forward equals 5 ids
      then one id per forward, row for row, on every named tensor (1e-9),
      and the final ssm_state / ssm_conv_state agree; the oracle's MTP block
@@ -103,6 +104,14 @@ def check_hf(tmp, path):
     worst = max((maxdiff(g[n], h[n]), n) for n in g)
     expect(set(g) == set(h) and worst[0] <= 1e-6,
            "HF folder = GGUF through the oracle: %d tensors, worst %.2e (%s)" % (len(g), worst[0], worst[1]))
+    moe, moehf = os.path.join(tmp, "moe.gguf"), os.path.join(tmp, "moehf")
+    hc.make(moe, seed=4, arch="qwen35moe")
+    hc.make(moehf, "hf", seed=4, arch="qwen35moe")
+    g, h = rh.forward(rh.load(moe), ids), rh.forward(rh.load(moehf), ids)
+    worst = max((maxdiff(g[n], h[n]), n) for n in g)
+    expect(set(g) == set(h) and worst[0] <= 1e-6 and "blk.0.ffn_shexp_out" in g,
+           "qwen35moe HF folder (fused experts) = GGUF through the oracle: %d tensors, worst %.2e (%s)"
+           % (len(g), worst[0], worst[1]))
 
 
 def check_state(path):
