@@ -13,7 +13,10 @@ off, one thread) on several prompts, each twice: the whole prompt in one
 llama_decode (llama.cpp's chunked GDN path), and the first 5 ids in one call
 then one id per call (its autoregressive path, the recurrent and conv state
 carried between calls). For every position: the argmax must be the oracle's
-and max |logit - oracle| <= 2e-3. When `bangtrace forward --engine llama.cpp`
+and max |logit - oracle| <= 2e-3. The MTP block is held to the same bound in
+llama.cpp's MTP context (llama_logits --mtp: ids 1..T-1 at positions 1..T-1,
+each with the oracle's output-normed hidden state of the position before, as
+llama.cpp's draft-mtp pairs them) against ref_hybrid.mtp(). When `bangtrace forward --engine llama.cpp`
 accepts the model (once bangtrace loads qwen35), its logits dump is held to
 the same bound.
 
@@ -72,7 +75,23 @@ def main():
             hc.make(path, **kw)
             m = rh.load(path)
             for pi, ids in enumerate(hc.PROMPTS):
-                want = rh.forward(m, ids, want=set())["logits"]
+                full = rh.forward(m, ids, want={"output_norm"})
+                want = full["logits"]
+                if len(ids) > 2 and pi in (0, 3):
+                    hp, out = os.path.join(tmp, "h.f32"), os.path.join(tmp, "mtp.f32")
+                    h = full["output_norm"][:-1].astype("<f4")
+                    h.tofile(hp)
+                    p = subprocess.run([ll, "--mtp", path, out, hp, "1"], input=" ".join(map(str, ids[1:])).encode(),
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+                    label = "%s prompt %d MTP block (%d rows)" % (mlabel, pi, len(ids) - 1)
+                    if p.returncode != 0:
+                        hc.say("FAIL %s: llama_logits --mtp exit %d: %s" % (label, p.returncode,
+                                                                           p.stderr.decode(errors="replace")[-400:]))
+                        ok = False
+                    else:
+                        mw = rh.mtp(m, h.astype(np.float64), ids[1:], pos0=1, want=set())["mtp_logits"]
+                        got = np.fromfile(out, dtype="<f4").astype(np.float64).reshape(len(ids) - 1, -1)
+                        ok &= judge("llama.cpp " + label, got, mw)
                 for first in (0, 5):
                     if first and first >= len(ids):
                         continue
