@@ -4,13 +4,14 @@ gated full attention) model, deterministic from --seed, as a GGUF file that
 llama.cpp loads and runs unchanged, or as a Hugging Face folder holding the
 same weights.
 
-    tools/make-tiny-hybrid.py OUT [--format gguf|hf] [--arch qwen35|qwen35moe] [--seed N]
+    tools/make-tiny-hybrid.py OUT [--format gguf|hf] [--arch qwen35|qwen35moe|qwen3next]
+                              [--seed N]
                               [--vocab FILE.gguf] [--layers N] [--interval N]
                               [--mtp N] [--rope-base B] [--force]
 
 --format gguf (the default) writes OUT as one f32 GGUF of architecture
-qwen35 (or qwen35moe); --format hf writes OUT as a folder with config.json
-(Qwen3_5ForCausalLM or Qwen3_5MoeForCausalLM), model.safetensors (Hugging
+qwen35 (or qwen35moe, qwen3next); --format hf writes OUT as a folder with
+config.json (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM), model.safetensors (Hugging
 Face tensor names) and the tokenizer files. The same --seed gives the same weights in both forms.
 
 The weights are drawn in the Hugging Face layout and conventions (A_log,
@@ -27,6 +28,12 @@ FFN (the MTP block's too) by 4 routed experts of 32 (2 per token, softmax
 router, weights renormalised) plus a sigmoid-gated shared expert of 64; the
 HF form stores the experts fused (mlp.experts.gate_up_proj [E, 2*ff, dim],
 mlp.experts.down_proj), the GGUF splits them into ffn_gate_exps/ffn_up_exps.
+--arch qwen3next is Qwen3-Next: the qwen35moe FFN (experts one module each
+in the HF form, stacked by the converter), NEOX rope (no sections), the
+fused in_proj_qkvz (per key head [q, k, v, z], split by the converter into
+attn_qkv and attn_gate) and in_proj_ba (per key head [b, a], kept as
+ssm_ba), and the value heads left grouped (llama.cpp repeats the key heads
+interleaved for it: v head j uses key head j // (n_v/n_k)).
 
 Shapes (the contract with the engine, notes/gdn-names.md): n_embd 64, n_layer
 4 with full attention every --interval (2: layers 1 and 3 full, 0 and 2 GDN),
@@ -74,7 +81,7 @@ def import_gguf():
     return gguf
 
 
-ARCHS = ("qwen35", "qwen35moe")
+ARCHS = ("qwen35", "qwen35moe", "qwen3next")
 
 
 def default_config(arch="qwen35", layers=4, interval=2, mtp=1, rope_base=10000.0):
@@ -86,7 +93,7 @@ def default_config(arch="qwen35", layers=4, interval=2, mtp=1, rope_base=10000.0
                n_head_kv=2, head_dim=16, partial_rotary_factor=0.5, rope_sections=[2, 1, 1, 0],
                rope_base=float(rope_base), n_k_heads=2, n_v_heads=4, head_k_dim=16, head_v_dim=16,
                conv_kernel=4, n_ff=128, n_mtp=mtp, norm_eps=1e-6, ctx_len=2048, n_expert=0)
-    if arch == "qwen35moe":
+    if arch in ("qwen35moe", "qwen3next"):
         # 4 routed experts of 32, 2 per token, plus a gated shared expert of 64
         cfg.update(n_expert=4, n_expert_used=2, n_ff_exp=32, n_ff_shexp=64, n_ff=32)
     return cfg
@@ -142,10 +149,16 @@ def hf_weights(cfg, n_vocab, seed):
         # Qwen3.5-MoE checkpoints: the router, fused experts, a gated shared expert
         X, FE, FS = cfg["n_expert"], cfg["n_ff_exp"], cfg["n_ff_shexp"]
         mat(p + "mlp.gate.weight", X, E, gain=2.0)
-        w[p + "mlp.experts.gate_up_proj"] = (rng(p + "gate_up").standard_normal((X, 2 * FE, E)) / np.sqrt(E)
-                                             ).astype(np.float32)
-        w[p + "mlp.experts.down_proj"] = (rng(p + "down").standard_normal((X, E, FE)) / np.sqrt(FE)
-                                          ).astype(np.float32)
+        if cfg["arch"] == "qwen3next":      # one module per expert
+            for e in range(X):
+                mat(p + "mlp.experts.%d.gate_proj.weight" % e, FE, E)
+                mat(p + "mlp.experts.%d.up_proj.weight" % e, FE, E)
+                mat(p + "mlp.experts.%d.down_proj.weight" % e, E, FE)
+        else:
+            w[p + "mlp.experts.gate_up_proj"] = (rng(p + "gate_up").standard_normal((X, 2 * FE, E))
+                                                 / np.sqrt(E)).astype(np.float32)
+            w[p + "mlp.experts.down_proj"] = (rng(p + "down").standard_normal((X, E, FE))
+                                              / np.sqrt(FE)).astype(np.float32)
         mat(p + "mlp.shared_expert.gate_proj.weight", FS, E)
         mat(p + "mlp.shared_expert.up_proj.weight", FS, E)
         mat(p + "mlp.shared_expert.down_proj.weight", E, FS)
@@ -158,10 +171,15 @@ def hf_weights(cfg, n_vocab, seed):
             attn_block(p)
             continue
         a = p + "linear_attn."
-        mat(a + "in_proj_qkv.weight", conv_dim, E)
-        mat(a + "in_proj_z.weight", nv * dv, E)
-        mat(a + "in_proj_b.weight", nv, E)
-        mat(a + "in_proj_a.weight", nv, E)
+        if cfg["arch"] == "qwen3next":
+            # per key head: [q(dk), k(dk), v(per*dv), z(per*dv)] and [b(per), a(per)]
+            mat(a + "in_proj_qkvz.weight", 2 * conv_dim - 2 * nk * dk, E)
+            mat(a + "in_proj_ba.weight", 2 * nv, E)
+        else:
+            mat(a + "in_proj_qkv.weight", conv_dim, E)
+            mat(a + "in_proj_z.weight", nv * dv, E)
+            mat(a + "in_proj_b.weight", nv, E)
+            mat(a + "in_proj_a.weight", nv, E)
         w[a + "conv1d.weight"] = (rng(a + "conv1d").standard_normal((conv_dim, 1, K)) / np.sqrt(K)
                                   ).astype(np.float32)
         # A in [1, 8]; dt_bias puts softplus(alpha + dt_bias) near 0.05..0.3,
@@ -197,6 +215,9 @@ def gguf_tensors(cfg, w):
     nk, nv, dk, dv = cfg["n_k_heads"], cfg["n_v_heads"], cfg["head_k_dim"], cfg["head_v_dim"]
     per = nv // nk
     rv, r1 = tiled(nk, per, dv), tiled(nk, per, 1)
+    if cfg["arch"] == "qwen3next":
+        # Qwen3-Next keeps the grouped order: llama.cpp repeats its key heads interleaved
+        rv, r1 = np.arange(nv * dv), np.arange(nv)
     qk = 2 * nk * dk
     out = [("token_embd.weight", w["model.embed_tokens.weight"])]
 
@@ -216,15 +237,26 @@ def gguf_tensors(cfg, w):
             out.append((g + "attn_k_norm.weight", plus1(w[s + "k_norm.weight"])))
         else:
             a = hp + "linear_attn."
-            qkv = w[a + "in_proj_qkv.weight"]
-            out.append((g + "attn_qkv.weight", np.concatenate([qkv[:qk], qkv[qk:][rv]])))
-            out.append((g + "attn_gate.weight", w[a + "in_proj_z.weight"][rv]))
+            if a + "in_proj_qkvz.weight" in w:
+                # the converter: per key head [q, k, v, z] -> [q all, k all, v all] and z
+                qkvz = w[a + "in_proj_qkvz.weight"].reshape(nk, 2 * dk + 2 * per * dv, -1)
+                q, k = qkvz[:, :dk], qkvz[:, dk:2 * dk]
+                v, z = qkvz[:, 2 * dk:2 * dk + per * dv], qkvz[:, 2 * dk + per * dv:]
+                E = qkvz.shape[-1]
+                out.append((g + "attn_qkv.weight", np.concatenate([q.reshape(-1, E), k.reshape(-1, E),
+                                                                   v.reshape(-1, E)])))
+                out.append((g + "attn_gate.weight", np.ascontiguousarray(z.reshape(-1, E))))
+                out.append((g + "ssm_ba.weight", w[a + "in_proj_ba.weight"]))
+            else:
+                qkv = w[a + "in_proj_qkv.weight"]
+                out.append((g + "attn_qkv.weight", np.concatenate([qkv[:qk], qkv[qk:][rv]])))
+                out.append((g + "attn_gate.weight", w[a + "in_proj_z.weight"][rv]))
+                out.append((g + "ssm_beta.weight", w[a + "in_proj_b.weight"][r1]))
+                out.append((g + "ssm_alpha.weight", w[a + "in_proj_a.weight"][r1]))
             conv = w[a + "conv1d.weight"][:, 0, :]
             out.append((g + "ssm_conv1d.weight", np.ascontiguousarray(np.concatenate([conv[:qk], conv[qk:][rv]]))))
             out.append((g + "ssm_dt.bias", w[a + "dt_bias"][r1]))
             out.append((g + "ssm_a", (-np.exp(w[a + "A_log"].astype(np.float64))).astype(np.float32)[r1]))
-            out.append((g + "ssm_beta.weight", w[a + "in_proj_b.weight"][r1]))
-            out.append((g + "ssm_alpha.weight", w[a + "in_proj_a.weight"][r1]))
             out.append((g + "ssm_norm.weight", w[a + "norm.weight"]))
             out.append((g + "ssm_out.weight", np.ascontiguousarray(w[a + "out_proj.weight"][:, rv])))
         if not cfg["n_expert"]:
@@ -233,11 +265,16 @@ def gguf_tensors(cfg, w):
             out.append((g + "ffn_down.weight", w[hp + "mlp.down_proj.weight"]))
             return
         FE = cfg["n_ff_exp"]
-        gu = w[hp + "mlp.experts.gate_up_proj"]
         out.append((g + "ffn_gate_inp.weight", w[hp + "mlp.gate.weight"]))
-        out.append((g + "ffn_gate_exps.weight", np.ascontiguousarray(gu[:, :FE])))
-        out.append((g + "ffn_up_exps.weight", np.ascontiguousarray(gu[:, FE:])))
-        out.append((g + "ffn_down_exps.weight", w[hp + "mlp.experts.down_proj"]))
+        if hp + "mlp.experts.gate_up_proj" in w:
+            gu = w[hp + "mlp.experts.gate_up_proj"]
+            out.append((g + "ffn_gate_exps.weight", np.ascontiguousarray(gu[:, :FE])))
+            out.append((g + "ffn_up_exps.weight", np.ascontiguousarray(gu[:, FE:])))
+            out.append((g + "ffn_down_exps.weight", w[hp + "mlp.experts.down_proj"]))
+        else:       # the converter stacks the per-expert modules
+            for op in ("gate", "up", "down"):
+                out.append((g + "ffn_%s_exps.weight" % op, np.stack(
+                    [w[hp + "mlp.experts.%d.%s_proj.weight" % (e, op)] for e in range(cfg["n_expert"])])))
         out.append((g + "ffn_gate_inp_shexp.weight", w[hp + "mlp.shared_expert_gate.weight"].reshape(-1)))
         out.append((g + "ffn_gate_shexp.weight", w[hp + "mlp.shared_expert.gate_proj.weight"]))
         out.append((g + "ffn_up_shexp.weight", w[hp + "mlp.shared_expert.up_proj.weight"]))
@@ -294,7 +331,8 @@ def write_gguf(gguf, path, cfg, tensors, vocab_fields, seed):
     wr.add_layer_norm_rms_eps(cfg["norm_eps"])
     wr.add_rope_freq_base(cfg["rope_base"])
     wr.add_rope_dimension_count(int(cfg["head_dim"] * cfg["partial_rotary_factor"]))
-    wr.add_rope_dimension_sections(cfg["rope_sections"])
+    if arch != "qwen3next":        # Qwen3.5's IMROPE sections; Qwen3-Next is NEOX
+        wr.add_rope_dimension_sections(cfg["rope_sections"])
     wr.add_ssm_conv_kernel(cfg["conv_kernel"])
     wr.add_ssm_state_size(cfg["head_k_dim"])
     wr.add_ssm_group_count(cfg["n_k_heads"])
@@ -327,8 +365,11 @@ def hf_config(cfg, n_vocab, bos, eos):
         moe = {"num_experts": cfg["n_expert"], "num_experts_per_tok": cfg["n_expert_used"],
                "moe_intermediate_size": cfg["n_ff_exp"], "shared_expert_intermediate_size": cfg["n_ff_shexp"],
                "norm_topk_prob": True}
-    return dict(moe, **{"architectures": ["Qwen3_5MoeForCausalLM" if moe else "Qwen3_5ForCausalLM"],
-            "model_type": "qwen3_5_moe_text" if moe else "qwen3_5_text",
+    cls, mt = ("Qwen3_5MoeForCausalLM", "qwen3_5_moe_text") if moe else ("Qwen3_5ForCausalLM", "qwen3_5_text")
+    if cfg["arch"] == "qwen3next":
+        cls, mt = "Qwen3NextForCausalLM", "qwen3_next"
+        moe.update(decoder_sparse_step=1, mlp_only_layers=[])
+    return dict(moe, **{"architectures": [cls], "model_type": mt,
             "hidden_size": cfg["n_embd"], "intermediate_size": cfg["n_ff"], "num_hidden_layers": n,
             "num_attention_heads": cfg["n_head"], "num_key_value_heads": cfg["n_head_kv"],
             "head_dim": cfg["head_dim"], "rms_norm_eps": cfg["norm_eps"], "vocab_size": n_vocab,
@@ -338,9 +379,11 @@ def hf_config(cfg, n_vocab, bos, eos):
             "linear_conv_kernel_dim": cfg["conv_kernel"], "linear_key_head_dim": cfg["head_k_dim"],
             "linear_value_head_dim": cfg["head_v_dim"], "linear_num_key_heads": cfg["n_k_heads"],
             "linear_num_value_heads": cfg["n_v_heads"], "mtp_num_hidden_layers": cfg["n_mtp"],
-            "rope_parameters": {"rope_type": "default", "rope_theta": cfg["rope_base"],
-                                "partial_rotary_factor": cfg["partial_rotary_factor"],
-                                "mrope_section": cfg["rope_sections"][:3], "mrope_interleaved": True},
+            "rope_parameters": dict({"rope_type": "default", "rope_theta": cfg["rope_base"],
+                                     "partial_rotary_factor": cfg["partial_rotary_factor"]},
+                                    **({} if cfg["arch"] == "qwen3next" else
+                                       {"mrope_section": cfg["rope_sections"][:3], "mrope_interleaved": True})),
+            "rope_theta": cfg["rope_base"], "partial_rotary_factor": cfg["partial_rotary_factor"],
             "torch_dtype": "float32", "bos_token_id": bos, "eos_token_id": eos})
 
 

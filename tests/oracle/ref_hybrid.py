@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """ref_hybrid.py - an independent float64 numpy reference of the hybrid
-gated-delta-net architectures qwen35 (Qwen3.5 dense) and qwen35moe: gated
+gated-delta-net architectures qwen35 (Qwen3.5 dense), qwen35moe and
+qwen3next (Qwen3-Next): gated
 delta net (GDN) linear-attention layers with a gated full-attention layer
 every full_attention_interval layers, the MTP (nextn) block, and for
 qwen35moe routed experts plus a sigmoid-gated shared expert in every FFN.
@@ -38,7 +39,9 @@ array [rows, width]:
 Conventions (read from llama.cpp's src/models/qwen35.cpp and
 delta-net-base.cpp, ggml's gated_delta_net and ssm_conv, and its converter):
 value head j of the GGUF uses key head j % n_k_heads (the converter reorders
-the HF grouped heads to this tiled order); the recurrence per value head is
+the HF grouped heads to this tiled order; qwen3next keeps them grouped and
+llama.cpp repeats its key heads interleaved: j // (n_v/n_k)); qwen3next's
+fused ssm_ba holds per key head [beta logits, alpha] of its value heads; the recurrence per value head is
 S <- S * exp(g); d = beta * (v - S^T k); S <- S + k d^T; o = S^T q / sqrt(dk);
 the L2 norm is x / max(|x|, eps) with eps the RMS eps; RoPE is IMROPE, which
 for text (all position channels equal) is NEOX on rope.dimension_count dims;
@@ -66,7 +69,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import ref  # noqa: E402
 
-ARCHS = ("qwen35", "qwen35moe")
+ARCHS = ("qwen35", "qwen35moe", "qwen3next")
 # the positions of the rows of each expert tensor of the last forward()
 LAST_POSITIONS = {}
 SDIST_GGUF = os.path.expanduser(
@@ -153,7 +156,8 @@ def load_gguf(path):
                n_k_heads=int(f(a + "ssm.group_count", req=True)),
                n_v_heads=int(f(a + "ssm.time_step_rank", req=True)),
                n_vocab=int(tensors["token_embd.weight"].shape[1]),
-               n_expert=int(f(a + "expert_count", 0)), n_expert_used=int(f(a + "expert_used_count", 0)))
+               n_expert=int(f(a + "expert_count", 0)), n_expert_used=int(f(a + "expert_used_count", 0)),
+               grouped_heads=arch == "qwen3next")
     inner = int(f(a + "ssm.inner_size", req=True))
     cfg["head_v_dim"] = inner // cfg["n_v_heads"]
     if cfg["n_v_heads"] % cfg["n_k_heads"] or cfg["head_v_dim"] * cfg["n_v_heads"] != inner:
@@ -229,7 +233,9 @@ def load_hf(d):
     hd = int(c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"])
     nk, nv = int(c["linear_num_key_heads"]), int(c["linear_num_value_heads"])
     dk, dv = int(c["linear_key_head_dim"]), int(c["linear_value_head_dim"])
-    cfg = dict(arch="qwen35", dim=int(c["hidden_size"]), n_layers=n_layers,
+    arch = {"Qwen3NextForCausalLM": "qwen3next"}.get((c.get("architectures") or [""])[0],
+                                                     "qwen35moe" if c.get("num_experts") else "qwen35")
+    cfg = dict(arch=arch, grouped_heads=arch == "qwen3next", dim=int(c["hidden_size"]), n_layers=n_layers,
                n_mtp=int(c.get("mtp_num_hidden_layers", 0)) if any(k.startswith("mtp.") for k in st) else 0,
                recurrent=recurrent, hidden_dim=int(c["intermediate_size"]),
                n_heads=int(c["num_attention_heads"]), n_kv_heads=int(c["num_key_value_heads"]), head_dim=hd,
@@ -241,6 +247,8 @@ def load_hf(d):
                n_expert=int(c.get("num_experts", 0)), n_expert_used=int(c.get("num_experts_per_tok", 0)))
     per = nv // nk
     perm = lambda hdim: np.arange(nv * hdim).reshape(nk, per, hdim).transpose(1, 0, 2).reshape(-1)  # noqa: E731
+    if arch == "qwen3next":         # grouped value heads stay grouped
+        perm = lambda hdim: np.arange(nv * hdim)  # noqa: E731
     rv, r1 = perm(dv), perm(1)
     qk = 2 * nk * dk
     # the converter's arithmetic is float32 (torch on the f32 checkpoint)
@@ -253,10 +261,15 @@ def load_hf(d):
         W[g + "attn_norm"] = plus1(st[hp + "input_layernorm.weight"])
         W[g + "post_attention_norm"] = plus1(st[hp + "post_attention_layernorm.weight"])
         if cfg["n_expert"]:
-            gu = st[hp + "mlp.experts.gate_up_proj"]
             W[g + "ffn_gate_inp"] = st[hp + "mlp.gate.weight"]
-            W[g + "ffn_gate_exps"], W[g + "ffn_up_exps"] = gu[:, :gu.shape[1] // 2], gu[:, gu.shape[1] // 2:]
-            W[g + "ffn_down_exps"] = st[hp + "mlp.experts.down_proj"]
+            if hp + "mlp.experts.gate_up_proj" in st:
+                gu = st[hp + "mlp.experts.gate_up_proj"]
+                W[g + "ffn_gate_exps"], W[g + "ffn_up_exps"] = gu[:, :gu.shape[1] // 2], gu[:, gu.shape[1] // 2:]
+                W[g + "ffn_down_exps"] = st[hp + "mlp.experts.down_proj"]
+            else:
+                for op in ("gate", "up", "down"):
+                    W[g + "ffn_%s_exps" % op] = np.stack([st[hp + "mlp.experts.%d.%s_proj.weight" % (e, op)]
+                                                          for e in range(cfg["n_expert"])])
             W[g + "ffn_gate_inp_shexp"] = st[hp + "mlp.shared_expert_gate.weight"].reshape(-1)
             for hn, gn in (("gate_proj", "ffn_gate_shexp"), ("up_proj", "ffn_up_shexp"),
                            ("down_proj", "ffn_down_shexp")):
@@ -273,15 +286,24 @@ def load_hf(d):
             W[g + "attn_k_norm"] = plus1(st[hp + "self_attn.k_norm.weight"])
             return
         a = hp + "linear_attn."
-        qkv = st[a + "in_proj_qkv.weight"]
-        W[g + "attn_qkv"] = np.concatenate([qkv[:qk], qkv[qk:][rv]])
-        W[g + "attn_gate"] = st[a + "in_proj_z.weight"][rv]
-        conv = st[a + "conv1d.weight"].reshape(qkv.shape[0], -1)
+        if a + "in_proj_qkvz.weight" in st:
+            x = st[a + "in_proj_qkvz.weight"]
+            E = x.shape[1]
+            x = x.reshape(nk, -1, E)
+            W[g + "attn_qkv"] = np.concatenate([x[:, :dk].reshape(-1, E), x[:, dk:2 * dk].reshape(-1, E),
+                                                x[:, 2 * dk:2 * dk + per * dv].reshape(-1, E)])
+            W[g + "attn_gate"] = x[:, 2 * dk + per * dv:].reshape(-1, E)
+            W[g + "ssm_ba"] = st[a + "in_proj_ba.weight"]
+        else:
+            qkv = st[a + "in_proj_qkv.weight"]
+            W[g + "attn_qkv"] = np.concatenate([qkv[:qk], qkv[qk:][rv]])
+            W[g + "attn_gate"] = st[a + "in_proj_z.weight"][rv]
+            W[g + "ssm_beta"] = st[a + "in_proj_b.weight"][r1]
+            W[g + "ssm_alpha"] = st[a + "in_proj_a.weight"][r1]
+        conv = st[a + "conv1d.weight"].reshape(W[g + "attn_qkv"].shape[0], -1)
         W[g + "ssm_conv1d"] = np.concatenate([conv[:qk], conv[qk:][rv]])
         W[g + "ssm_dt.bias"] = st[a + "dt_bias"][r1]
         W[g + "ssm_a"] = (-np.exp(st[a + "A_log"].astype(np.float64))).astype(f32)[r1]
-        W[g + "ssm_beta"] = st[a + "in_proj_b.weight"][r1]
-        W[g + "ssm_alpha"] = st[a + "in_proj_a.weight"][r1]
         W[g + "ssm_norm"] = st[a + "norm.weight"]
         W[g + "ssm_out"] = st[a + "out_proj.weight"][:, rv]
 
@@ -357,9 +379,14 @@ def gdn_layer(m, p, h, L, st, keep):
     keep(p + "ssm_qkv", qkv)
     z = h @ get(p + "attn_gate").T                                    # [T, nv*dv]
     keep(p + "ssm_z", z)
-    beta = sigmoid(h @ get(p + "ssm_beta").T)                         # [T, nv]
+    if m.has(p + "ssm_ba"):
+        # qwen3next: per key head [b(nv/nk), a(nv/nk)]
+        ba = (h @ get(p + "ssm_ba").T).reshape(T, nk, 2, nv // nk)
+        b, alpha = ba[:, :, 0].reshape(T, nv), ba[:, :, 1].reshape(T, nv)
+    else:
+        b, alpha = h @ get(p + "ssm_beta").T, h @ get(p + "ssm_alpha").T
+    beta = sigmoid(b)                                                 # [T, nv]
     keep(p + "ssm_beta", beta)
-    alpha = h @ get(p + "ssm_alpha").T
     g = get(p + "ssm_a").reshape(-1) * softplus(alpha + get(p + "ssm_dt.bias").reshape(-1))
     keep(p + "ssm_decay", g)
     w = get(p + "ssm_conv1d")                                         # [conv_dim, K]
@@ -380,7 +407,10 @@ def gdn_layer(m, p, h, L, st, keep):
     scale = 1.0 / np.sqrt(dk)
     S = st.ssm[L].copy()                                              # [nv, dk, dv]
     o = np.zeros((T, nv, dv))
-    kh = np.arange(nv) % nk                                           # tiled: v head j -> k head j % nk
+    if c.get("grouped_heads"):
+        kh = np.arange(nv) // (nv // nk)                              # qwen3next: grouped
+    else:
+        kh = np.arange(nv) % nk                                       # tiled: v head j -> k head j % nk
     for t in range(T):
         S *= np.exp(g[t])[:, None, None]
         kt, qt = k[t][kh], q[t][kh]                                   # [nv, dk]

@@ -7,7 +7,8 @@ engine tensor by tensor.
 
 Tiny random-weight GGUFs from tools/make-tiny-hybrid.py (f32 weights: qwen35
 with two seeds, a 6-layer qwen35 with full attention every 3rd layer, and
-qwen35moe: 4 routed experts, 2 per token, and a gated shared expert) run
+qwen35moe: 4 routed experts, 2 per token, and a gated shared expert; and
+qwen3next: that MoE, NEOX rope, fused ssm_ba, grouped key heads) run
 through tests/oracle/llama_logits (llama.cpp's API: f32 K/V, flash attention
 off, one thread) on several prompts, each twice: the whole prompt in one
 llama_decode (llama.cpp's chunked GDN path), and the first 5 ids in one call
@@ -37,7 +38,8 @@ import hybrid_common as hc  # noqa: E402
 TOL = 2e-3
 MODELS = [("qwen35 seed 1", dict(seed=1)), ("qwen35 seed 2", dict(seed=2)),
           ("qwen35 6 layers interval 3 seed 3", dict(seed=3, layers=6, interval=3)),
-          ("qwen35moe seed 4", dict(seed=4, arch="qwen35moe"))]
+          ("qwen35moe seed 4", dict(seed=4, arch="qwen35moe")),
+          ("qwen3next seed 5", dict(seed=5, arch="qwen3next"))]
 
 
 def judge(label, got, want):

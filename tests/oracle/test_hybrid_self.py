@@ -11,7 +11,7 @@ on their own (no bangtrace, no llama.cpp needed):
      nextn_predict_layers);
   2. the HF folder of the same seed, read by the oracle through its own
      conversion, gives the GGUF's tensors (every named tensor within 1e-6),
-     for qwen35 and qwen35moe;
+     for qwen35, qwen35moe and qwen3next;
   3. the recurrence carries state: the prompt in one forward equals 5 ids
      then one id per forward, row for row, on every named tensor (1e-9),
      and the final ssm_state / ssm_conv_state agree; the oracle's MTP block
@@ -104,14 +104,15 @@ def check_hf(tmp, path):
     worst = max((maxdiff(g[n], h[n]), n) for n in g)
     expect(set(g) == set(h) and worst[0] <= 1e-6,
            "HF folder = GGUF through the oracle: %d tensors, worst %.2e (%s)" % (len(g), worst[0], worst[1]))
-    moe, moehf = os.path.join(tmp, "moe.gguf"), os.path.join(tmp, "moehf")
-    hc.make(moe, seed=4, arch="qwen35moe")
-    hc.make(moehf, "hf", seed=4, arch="qwen35moe")
-    g, h = rh.forward(rh.load(moe), ids), rh.forward(rh.load(moehf), ids)
-    worst = max((maxdiff(g[n], h[n]), n) for n in g)
-    expect(set(g) == set(h) and worst[0] <= 1e-6 and "blk.0.ffn_shexp_out" in g,
-           "qwen35moe HF folder (fused experts) = GGUF through the oracle: %d tensors, worst %.2e (%s)"
-           % (len(g), worst[0], worst[1]))
+    for arch, what in (("qwen35moe", "fused experts"), ("qwen3next", "in_proj_qkvz, in_proj_ba, experts apart")):
+        gp, hp = os.path.join(tmp, arch + ".gguf"), os.path.join(tmp, arch + "-hf")
+        hc.make(gp, seed=4, arch=arch)
+        hc.make(hp, "hf", seed=4, arch=arch)
+        g, h = rh.forward(rh.load(gp), ids), rh.forward(rh.load(hp), ids)
+        worst = max((maxdiff(g[n], h[n]), n) for n in g)
+        expect(set(g) == set(h) and worst[0] <= 1e-6 and "blk.0.ffn_shexp_out" in g,
+               "%s HF folder (%s) = GGUF through the oracle: %d tensors, worst %.2e (%s)"
+               % (arch, what, len(g), worst[0], worst[1]))
 
 
 def check_state(path):
