@@ -22,12 +22,19 @@ PROMPTS = [
 ]
 
 
+_TOOL = []
+
+
 def tool():
-    """The tools/make-tiny-hybrid.py module."""
+    """The tools/make-tiny-hybrid.py module (loaded once: it keeps the parsed
+    vocabulary)."""
+    if _TOOL:
+        return _TOOL[0]
     path = os.path.join(SRC, "tools", "make-tiny-hybrid.py")
     spec = importlib.util.spec_from_file_location("make_tiny_hybrid", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    _TOOL.append(mod)
     return mod
 
 

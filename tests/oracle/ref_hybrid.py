@@ -116,7 +116,94 @@ def _import_gguf():
     return gguf
 
 
+class _Field:
+    def __init__(self, v):
+        self.v = v
+
+    def contents(self):
+        return self.v
+
+
+class _Tensor:
+    def __init__(self, name, shape, tensor_type, data):
+        self.name, self.shape, self.tensor_type, self.data = name, shape, tensor_type, data
+
+
+class _FastReader:
+    """A minimal GGUF v2/v3 reader for files whose tensors are all F32/F16:
+    the header, the key/values (arrays of strings are skipped, not decoded:
+    the vocabulary is most of the parse time of gguf.GGUFReader) and the
+    tensors as memory-mapped arrays. Anything else raises ValueError and
+    load_gguf falls back to gguf.GGUFReader."""
+
+    SCALAR = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8",
+              11: "<i8", 12: "<f8"}
+
+    def __init__(self, path):
+        raw = np.memmap(path, dtype=np.uint8, mode="r")
+        self.path, self.fields, self.tensors = path, {}, []
+        buf = raw
+        if bytes(buf[:4]) != b"GGUF" or struct.unpack_from("<I", buf, 4)[0] not in (2, 3):
+            raise ValueError("not GGUF v2/v3")
+        n_t, n_kv = struct.unpack_from("<QQ", buf, 8)
+        off = 24
+
+        def string(o):
+            n = struct.unpack_from("<Q", buf, o)[0]
+            return bytes(buf[o + 8:o + 8 + n]).decode("utf-8"), o + 8 + n
+
+        def value(t, o):
+            if t == 8:
+                return string(o)
+            if t == 9:
+                st, n = struct.unpack_from("<IQ", buf, o)
+                o += 12
+                if st == 8:
+                    for _ in range(n):
+                        o += 8 + struct.unpack_from("<Q", buf, o)[0]
+                    return None, o
+                if st not in self.SCALAR:
+                    raise ValueError("array of type %d" % st)
+                dt = np.dtype(self.SCALAR[st])
+                return np.frombuffer(buf, dt, n, o).tolist(), o + n * dt.itemsize
+            if t not in self.SCALAR:
+                raise ValueError("value type %d" % t)
+            dt = np.dtype(self.SCALAR[t])
+            v = np.frombuffer(buf, dt, 1, o)[0]
+            return (bool(v) if t == 7 else v.item()), o + dt.itemsize
+
+        for _ in range(n_kv):
+            k, off = string(off)
+            t = struct.unpack_from("<I", buf, off)[0]
+            v, off = value(t, off + 4)
+            if v is not None:
+                self.fields[k] = _Field(v)
+        infos = []
+        for _ in range(n_t):
+            name, off = string(off)
+            nd = struct.unpack_from("<I", buf, off)[0]
+            dims = struct.unpack_from("<%dQ" % nd, buf, off + 4)
+            ttype, toff = struct.unpack_from("<IQ", buf, off + 4 + 8 * nd)
+            off += 4 + 8 * nd + 12
+            if ttype not in (0, 1):
+                raise ValueError("tensor %s has type %d" % (name, ttype))
+            infos.append((name, dims, ttype, toff))
+        align = int(self.fields["general.alignment"].v) if "general.alignment" in self.fields else 32
+        base = off + (-off % align)
+        for name, dims, ttype, toff in infos:
+            n = int(np.prod(dims))
+            dt = np.dtype("<f4" if ttype == 0 else "<f2")
+            data = np.frombuffer(buf, dt, n, base + toff).reshape(tuple(reversed(dims)))
+            self.tensors.append(_Tensor(name, np.array(dims), ttype, data))
+
+
 def load_gguf(path):
+    try:
+        reader = _FastReader(path)
+    except (ValueError, struct.error, KeyError, IndexError, UnicodeDecodeError, OSError):
+        reader = None
+    if reader is not None:
+        return _from_reader(path, reader, None)
     try:
         gguf = _import_gguf()
     except ImportError as e:
@@ -125,6 +212,10 @@ def load_gguf(path):
         reader = gguf.GGUFReader(path, "r")
     except Exception as e:
         raise ref.RefError("%s: not a readable GGUF file: %s" % (path, e))
+    return _from_reader(path, reader, gguf)
+
+
+def _from_reader(path, reader, gguf):
     reader.path = path
     f = lambda k, d=None, req=False: ref._field(reader, k, d, req)  # noqa: E731
     arch = f("general.architecture", req=True)
@@ -172,7 +263,7 @@ def load_gguf(path):
         if t is None:
             raise ref.RefError("%s: missing tensor %s" % (path, full))
         shape = tuple(int(n) for n in reversed(list(t.shape)))
-        if t.tensor_type in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
+        if gguf is None or t.tensor_type in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
             w = np.asarray(t.data)
         else:
             w = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
