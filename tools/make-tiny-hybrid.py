@@ -396,6 +396,10 @@ def load_gguf_to_hf():
 
 def write_hf(out, cfg, w, vocab_reader):
     g2h = load_gguf_to_hf()
+    model = vocab_reader.fields.get("tokenizer.ggml.model")
+    if model is None or model.contents() != "gpt2" or "tokenizer.ggml.merges" not in vocab_reader.fields:
+        die("--format hf needs a byte-level BPE vocabulary (tokenizer.ggml.model gpt2 with merges) for "
+            "tokenizer.json")
     os.makedirs(out, exist_ok=True)
     n_vocab, bos, eos = g2h.tokenizer_files(vocab_reader, out, None, "string")
     with open(os.path.join(out, "config.json"), "w") as f:
@@ -432,7 +436,16 @@ def make(out, fmt="gguf", arch="qwen35", seed=0, vocab=None, layers=4, interval=
     reader, fields, n_vocab = read_vocab(gguf, vocab)
     w = hf_weights(cfg, n_vocab, seed)
     if fmt == "gguf":
-        write_gguf(gguf, out, cfg, gguf_tensors(cfg, w), fields, seed)
+        # written beside OUT and renamed: no half-written model under its name
+        tmp = "%s.tmp%d" % (out, os.getpid())
+        try:
+            write_gguf(gguf, tmp, cfg, gguf_tensors(cfg, w), fields, seed)
+            os.replace(tmp, out)
+        except OSError as e:
+            die("%s: cannot write: %s" % (out, e))
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
     else:
         write_hf(out, cfg, w, reader)
     return cfg, w
