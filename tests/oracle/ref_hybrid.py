@@ -54,6 +54,9 @@ Library:
     out = forward(m, [1, 2, 3], st)     # {name: [T, width]}, st advanced
     mo = mtp(m, out["output_norm"], next_ids, pos0=0)
 CLI: ref_hybrid.py --model M --tokens "1 2 3" [--dump DIR] [--greedy N]
+     ref_hybrid.py --model M --compare DIR   (DIR: a `bangtrace forward --dump`
+     of M; every named tensor against the oracle, the first one over
+     compare_forward.tol_exact_f32 named; exit 1 when one is)
 """
 
 import argparse
@@ -724,15 +727,28 @@ def main(argv=None):
     ap.add_argument("--tokens", default="1", help='space-separated ids, e.g. "1 2 3"')
     ap.add_argument("--dump", metavar="DIR", help="write every tensor as DIR/<name>.f32 + meta.json")
     ap.add_argument("--greedy", type=int, metavar="N", help="print tokens + N greedy ids")
+    ap.add_argument("--compare", metavar="DIR", help="judge an engine dump of the same model (its tokens)")
     a = ap.parse_args(argv)
     try:
         m = load(a.model)
         toks = [int(s) for s in a.tokens.split()]
+        if a.compare:
+            import compare_forward as cf
+            toks, dump = cf.load_dump(a.compare)
+            res = cf.compare(forward(m, toks), dump, cf.tol_exact_f32, tensor_names(m.cfg))
+            res.report(worst=12)
+            print("PASS" if res.ok else "FAIL")
+            return 0 if res.ok else 1
         if a.greedy is not None:
             print(" ".join(str(i) for i in greedy(m, toks, a.greedy)))
             return 0
         out = forward(m, toks)
     except (ref.RefError, ValueError, OSError, KeyError) as e:
+        print("ref_hybrid.py: %s" % e, file=sys.stderr)
+        return 2
+    except Exception as e:  # compare_forward.DumpError
+        if type(e).__name__ != "DumpError":
+            raise
         print("ref_hybrid.py: %s" % e, file=sys.stderr)
         return 2
     if a.dump:
