@@ -435,8 +435,15 @@ class State:
     [kernel-1, channels] and the recurrent state [nv, dk, dv] (zeros at the
     start, as llama.cpp clears a fresh sequence)."""
 
-    def __init__(self, m, n_layers=None):
+    def __init__(self, m, n_layers=None, state_dtype=None):
+        """state_dtype "bf16" or "f16": the recurrent and conv states are
+        stored in that type (rounded to nearest even after every token's
+        update, as an engine keeping its cache in it would), the arithmetic
+        stays float64; None keeps them float64."""
         c = m.cfg
+        if state_dtype not in (None, "f32", "bf16", "f16"):
+            raise ValueError("state_dtype %r: f32, bf16 or f16" % state_dtype)
+        self.state_dtype = state_dtype
         n = c["n_layers"] + c["n_mtp"] if n_layers is None else n_layers
         conv_dim = 2 * c["n_k_heads"] * c["head_k_dim"] + c["n_v_heads"] * c["head_v_dim"]
         self.k = [None] * n
@@ -444,6 +451,20 @@ class State:
         self.conv = [np.zeros((c["conv_kernel"] - 1, conv_dim)) for _ in range(n)]
         self.ssm = [np.zeros((c["n_v_heads"], c["head_k_dim"], c["head_v_dim"])) for _ in range(n)]
         self.n = 0
+
+
+def round_to(x, dtype):
+    """x rounded to float32, bfloat16 (nearest even) or float16, as float64."""
+    if dtype in (None, "f64"):
+        return x
+    if dtype == "f16":
+        return np.asarray(x, dtype=np.float16).astype(np.float64)
+    f = np.asarray(x, dtype=np.float32)
+    if dtype == "bf16":
+        u = f.view(np.uint32).astype(np.uint64)
+        u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+        f = u.astype(np.uint32).view(np.float32)
+    return f.astype(np.float64)
 
 
 def silu(x):
@@ -491,7 +512,7 @@ def gdn_layer(m, p, h, L, st, keep):
         conv += xp[j:j + T] * w[:, j]
     conv = silu(conv)
     keep(p + "ssm_conv", conv)
-    st.conv[L] = xp[T:].copy()
+    st.conv[L] = round_to(xp[T:], st.state_dtype)
     q = l2norm(conv[:, :nk * dk].reshape(T, nk, dk), eps)
     k = l2norm(conv[:, nk * dk:2 * nk * dk].reshape(T, nk, dk), eps)
     v = conv[:, 2 * nk * dk:].reshape(T, nv, dv)
@@ -511,6 +532,8 @@ def gdn_layer(m, p, h, L, st, keep):
         kv = np.einsum("hkv,hk->hv", S, kt)
         d = beta[t][:, None] * (v[t] - kv)                            # [nv, dv]
         S += kt[:, :, None] * d[:, None, :]
+        if st.state_dtype:
+            S = round_to(S, st.state_dtype)
         o[t] = np.einsum("hkv,hk->hv", S, qt) * scale
     st.ssm[L] = S
     keep(p + "ssm_core", o.reshape(T, nv * dv))

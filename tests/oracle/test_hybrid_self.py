@@ -14,7 +14,9 @@ on their own (no bangtrace, no llama.cpp needed):
      for qwen35, qwen35moe and qwen3next;
   3. the recurrence carries state: the prompt in one forward equals 5 ids
      then one id per forward, row for row, on every named tensor (1e-9),
-     and the final ssm_state / ssm_conv_state agree; the oracle's MTP block
+     and the final ssm_state / ssm_conv_state agree; a state stored in bf16
+     (f16, f32) moves blk.0.ssm_core by more than 1e-4 and less than 0.2
+     (f16 at least 4x less, f32 under 1e-5); the oracle's MTP block
      run over the rows at once equals the same rows one at a time (its own
      KV cache), and its logits are finite and not the trunk's;
   4. the delta rule: blk.0.ssm_core equals an independent evaluation of the
@@ -135,6 +137,15 @@ def check_state(path):
     expect(whole["blk.0.ssm_state"].shape == (4 * 16, 16) and whole["blk.0.ssm_conv_state"].shape == (3, 128),
            "ssm_state is [nv*dk, dv] = [64, 16], ssm_conv_state [kernel-1, channels] = [3, 128]")
     expect(float(np.abs(whole["blk.0.ssm_state"]).max()) > 0.1, "the state is not ~0 after the prompt")
+    # a state kept in bf16 / f16 (the numerics profiles' state=bf16|f16): it
+    # leaves the f64 computation by about its mantissa, f16 less than bf16
+    dev = {}
+    for sd in ("bf16", "f16", "f32"):
+        o = rh.forward(m, ids, rh.State(m, state_dtype=sd))
+        dev[sd] = maxdiff(o["blk.0.ssm_core"], whole["blk.0.ssm_core"])
+    expect(1e-4 < dev["bf16"] < 0.2 and dev["f16"] < dev["bf16"] / 4 and dev["f32"] < 1e-5,
+           "state kept in bf16 / f16 / f32: blk.0.ssm_core off by %.2e / %.2e / %.2e" % (dev["bf16"], dev["f16"],
+                                                                                       dev["f32"]))
     # the MTP block: all rows at once = one row at a time
     nxt = ids[1:] + [ids[0]]
     h = whole["output_norm"]
