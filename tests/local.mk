@@ -262,3 +262,16 @@ TESTS += tests/test_tui_views tests/browse_views.sh
 tests_test_tui_views_SOURCES = tests/test_tui_views.c
 tests_test_tui_views_LDADD = $(BT_LIBS)
 EXTRA_DIST += tests/browse_views.sh
+# issue 25 (h6-oracle): tiny random-weight hybrid models (tools/make-tiny-hybrid.py)
+# and the float64 gated-delta-net oracle (tests/oracle/ref_hybrid.py), checked
+# against llama.cpp through its API (tests/oracle/llama_logits)
+if HAVE_LLAMA_CPP
+check_PROGRAMS += tests/oracle/llama_logits
+tests_oracle_llama_logits_SOURCES = tests/oracle/llama_logits.c
+tests_oracle_llama_logits_CPPFLAGS = $(AM_CPPFLAGS) $(LLAMA_CPP_CFLAGS)
+tests_oracle_llama_logits_LDADD = $(LLAMA_CPP_LIBS)
+endif
+TESTS += tests/oracle/test_hybrid_llamacpp.py tests/oracle/test_hybrid_self.py tests/oracle/test_hybrid_forward.py
+EXTRA_DIST += tools/make-tiny-hybrid.py tests/oracle/ref_hybrid.py tests/oracle/hybrid_common.py \
+	tests/oracle/llama_logits.c tests/oracle/test_hybrid_llamacpp.py tests/oracle/test_hybrid_self.py \
+	tests/oracle/test_hybrid_forward.py tests/oracle/fake_bangtrace_hybrid.py
