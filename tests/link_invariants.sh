@@ -77,7 +77,7 @@ else fail "$B/src/engine/engine.o not found"; fi
 
 # Sources of the core library include none of those headers.
 core_src="$S/src/base $S/src/model $S/src/tokenizer $S/src/engine $S/src/backend $S/kernels $S/src/tap
-          $S/src/gen/request.c $S/src/gen/request.h $S/src/gen/chat.c"
+          $S/src/gen/request.c $S/src/gen/request.h $S/src/gen/chat.c $S/src/gen/chat.h"
 # shellcheck disable=SC2086
 if grep -rlE '#[[:space:]]*include[[:space:]]*[<"](sqlite3|n?curses|ncursesw/curses|term|libunwind)\.h' $core_src > "$TMP/bad"; then
     fail "core sources include SQLite/curses/libunwind headers: $(tr '\n' ' ' < "$TMP/bad")"

@@ -105,31 +105,6 @@ int bt_gen_prompt_tokens(const bt_gen_cfg *cfg, const bt_request *req, int *n)
     return rc;
 }
 
-static size_t stop_holdback(const char *text, size_t n, char **stop, int n_stop)
-{
-    size_t hold = 0;
-    for (int s = 0; s < n_stop; s++) {
-        size_t sl = strlen(stop[s]);
-        if (!sl) continue;
-        for (size_t k = BT_MIN(sl - 1, n); k > hold; k--)
-            if (!memcmp(text + n - k, stop[s], k)) { hold = k; break; }
-    }
-    return hold;
-}
-
-static const char *find_stop(const char *text, size_t n, size_t from, char **stop, int n_stop)
-{
-    const char *best = NULL;
-    for (int s = 0; s < n_stop; s++) {
-        size_t sl = strlen(stop[s]);
-        if (!sl) continue;
-        size_t start = from > sl ? from - sl : 0;
-        for (size_t i = start; i + sl <= n; i++)
-            if (!memcmp(text + i, stop[s], sl)) { if (!best || text + i < best) best = text + i; break; }
-    }
-    return best;
-}
-
 static int write_meta(bt_trace *t, const bt_gen_cfg *c, const bt_request *req, const bt_sampler_cfg *sc,
                       const bt_injector *inj, const char *request_id)
 {
@@ -264,12 +239,12 @@ int bt_gen_request(bt_gen *g, const bt_request *req, const bt_gen_opts *o, bt_ge
             size_t old = res->text_len;
             res->text_len += pl;
             res->text[res->text_len] = 0;
-            const char *hit = find_stop(res->text, res->text_len, old, req->stop, req->n_stop);
+            const char *hit = bt_stop_find(res->text, res->text_len, old, req->stop, req->n_stop);
             if (hit) { res->text_len = (size_t)(hit - res->text); res->text[res->text_len] = 0; finish = "stop"; done = true; }
             if (res->n_ids >= n_max) done = true;
         }
         if (o->on_text) {
-            size_t upto = res->text_len - (done ? 0 : stop_holdback(res->text, res->text_len, req->stop, req->n_stop));
+            size_t upto = res->text_len - (done ? 0 : bt_stop_holdback(res->text, res->text_len, req->stop, req->n_stop));
             if (upto > printed && !done) upto = printed + bt_text_utf8_complete(res->text + printed, upto - printed);
             if (upto > printed) {
                 if (o->on_text(o->user, res->text + printed, upto - printed)) { finish = "cancelled"; done = true; }
