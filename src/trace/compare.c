@@ -1,6 +1,7 @@
 /* compare.c - bt_tap_compare: the tolerance rule of compare.h, shared by
  * `bisect --reference` and `diff`. */
 #include "trace/compare.h"
+#include "base/util.h"
 
 #include <math.h>
 #include <string.h>
