@@ -5,7 +5,7 @@
  * object); progress and timings go to stderr. Text is streamed, except the
  * tail that could still turn out to be the start of a stop string. */
 #include "cmd.h"
-#include "gen/decode.h"
+#include "gen/generate.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "model/model.h"
@@ -395,6 +395,25 @@ static int write_meta(void *user, bt_trace *t, const bt_session *s)
     return rc;
 }
 
+/* The generation loop's callbacks: the completion streamed to stdout, and
+ * a pending SIGINT & co. stopping a traced run between steps. */
+typedef struct run_stream { bool trace; } run_stream;
+
+static int print_text(void *user, const char *s, size_t n)
+{
+    (void)user;
+    /* whole characters only: a terminal gets them escaped */
+    bt_text_fput_output(s, n, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+static int poll_interrupt(void *user)
+{
+    const run_stream *rs = user;
+    return rs->trace ? bt_interrupt_pending() : 0;
+}
+
 static void json_ids(json_t *obj, const char *key, const int32_t *ids, size_t n)
 {
     json_t *a = json_array();
@@ -414,14 +433,12 @@ int cmd_run(int argc, char **argv)
     bt_sampler *smp = NULL;
     int32_t *prompt = NULL, *gen = NULL;
     char *text = NULL;
-    size_t n_prompt = 0, n_gen = 0, text_len = 0, text_cap = 0, printed = 0;
+    size_t n_prompt = 0, n_gen = 0, text_len = 0, printed = 0;
+    bt_generate_out gout = { 0 };
     int status = 2;
     const char *finish = "length";
     bt_trace *trace = NULL;
     bt_recorder *rec = NULL;
-    bt_decoder *dec = NULL;
-    int32_t *burst = NULL;
-    float *burst_lp = NULL;
     const char *drafter_name = "";
 
     if (parse_args(argc, argv, &o)) goto fail;
@@ -496,9 +513,6 @@ int cmd_run(int argc, char **argv)
     rec = bt_session_recorder(ses);
     trace = bt_session_trace(ses);
     drafter_name = bt_session_drafter_name(ses);
-    gen = malloc((size_t)(n_max + o.spec_k + 2) * sizeof(int32_t));
-    if (!gen || BT_VEC_RESERVE(text, text_cap, 1)) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
-    text[0] = 0;
     double t_load = bt_now() - t0;
     char rule[48];
     bt_argmax_format(&sc.rule, rule, sizeof(rule));
@@ -507,55 +521,29 @@ int cmd_run(int argc, char **argv)
            t_load * 1e3, n_prompt, (int)o.threads, sc.temperature > 0 ? "sampling" : "greedy", rule);
     if (o.llamacpp) bt_log("bangtrace: llama.cpp path: %s", bt_llamacpp_last_path());
 
-    bt_decoder_cfg dc = { .smp = smp, .greedy = sc.temperature <= 0, .rule = sc.rule, .tok = tok, .ignore_eos = o.ignore_eos };
-    bt_session_decoder_cfg(ses, &dc);
-    if (bt_decoder_new(&dc, prompt, (int)n_prompt, (int)n_max, &dec)) goto fail;
-    burst = malloc((size_t)(o.spec_k + 2) * sizeof(int32_t));
-    burst_lp = malloc((size_t)(o.spec_k + 2) * sizeof(float));
-    if (!burst || !burst_lp) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
-    double t1 = bt_now(), t_prompt = 0;
-    int rc, intr = 0;
-    bool done = n_max <= 0;
-    while (!done) {
-        int nb = 0;
-        if (trace && (intr = bt_interrupt_pending())) break;
-        if ((rc = bt_decoder_next(dec, burst, burst_lp, &nb))) goto fail;
-        if (t_prompt == 0) t_prompt = bt_decoder_stats_get(dec)->prefill_s;
-        for (int b = 0; b < nb && !done; b++) {
-            int32_t id = burst[b];
-            gen[n_gen++] = id;
-            if (id < 0 || id >= m->cfg.n_vocab) {
-                finish = "invalid_token";
-                bt_error(BT_ERANGE, "the argmax rule %s produced id %d, outside the vocabulary (%d): "
-                         "the logits were not finite", rule, id, m->cfg.n_vocab);
-                fprintf(stderr, "bangtrace: run: %s\n", bt_errmsg());
-                status = 1;
-                done = true;
-            } else if (!o.ignore_eos && bt_tokenizer_is_eog(tok, id)) {
-                finish = "stop"; n_gen--; done = true;
-            } else {
-                size_t pl;
-                const char *piece = bt_token_piece(tok, id, &pl);
-                /* As SentencePiece and llama2.c decode: the piece right after BOS
-                 * loses its leading space (the dummy prefix). */
-                int32_t prev = n_gen > 1 ? gen[n_gen - 2] : prompt[n_prompt - 1];
-                if (prev == bt_tokenizer_bos(tok) && pl > 0 && piece[0] == ' ' && m->vocab.add_space_prefix) { piece++; pl--; }
-                if (BT_VEC_RESERVE(text, text_cap, text_len + pl + 1)) goto fail;
-                memcpy(text + text_len, piece, pl);
-                size_t old_len = text_len;
-                text_len += pl;
-                text[text_len] = 0;
-                const char *hit = bt_stop_find(text, text_len, old_len, req.stop, req.n_stop);
-                if (hit) { text_len = (size_t)(hit - text); text[text_len] = 0; finish = "stop"; done = true; }
-                else if (!o.json) {
-                    size_t upto = text_len - bt_stop_holdback(text, text_len, req.stop, req.n_stop);
-                    /* whole characters only: a terminal gets them escaped */
-                    if (upto > printed) upto = printed + bt_text_utf8_complete(text + printed, upto - printed);
-                    if (upto > printed) { bt_text_fput_output(text + printed, upto - printed, stdout); fflush(stdout); printed = upto; }
-                }
-            }
-            if ((long)n_gen >= n_max) done = true;
-        }
+    run_stream rs = { .trace = trace != NULL };
+    bt_generate_cfg gcfg = { .dec = { .smp = smp, .greedy = sc.temperature <= 0, .rule = sc.rule, .tok = tok,
+                                      .ignore_eos = o.ignore_eos },
+                             .model = m, .tok = tok, .prompt = prompt, .n_prompt = (int)n_prompt, .max_tokens = n_max,
+                             .ignore_eos = o.ignore_eos, .stop = req.stop, .n_stop = req.n_stop,
+                             .on_text = o.json ? NULL : print_text, .poll = poll_interrupt, .user = &rs };
+    bt_session_decoder_cfg(ses, &gcfg.dec);
+    double t1 = bt_now();
+    int rc = bt_generate(&gcfg, &gout);
+    double t_prompt = gout.stats.prefill_s;
+    gen = gout.ids;
+    n_gen = (size_t)gout.n_ids;
+    text = gout.text;
+    text_len = gout.text_len;
+    printed = gout.streamed;
+    finish = gout.finish;
+    int intr = gout.stopped;
+    if (rc) goto fail;
+    if (!strcmp(finish, "invalid_token")) {
+        bt_error(BT_ERANGE, "the argmax rule %s produced id %d, outside the vocabulary (%d): "
+                 "the logits were not finite", rule, gen[n_gen - 1], m->cfg.n_vocab);
+        fprintf(stderr, "bangtrace: run: %s\n", bt_errmsg());
+        status = 1;
     }
     if (intr) {
         /* Between steps: every step so far is committed; say where we
@@ -591,7 +579,7 @@ int cmd_run(int argc, char **argv)
                bt_recorder_n_events(rec));
     }
     double t_decode = t_end - t2;
-    const bt_decoder_stats *ds = bt_decoder_stats_get(dec);
+    const bt_decoder_stats *ds = &gout.stats;
     if (status == 2) status = 0;
     int decoded = (int)n_gen;
     /* the first token comes from the prefill: decode rate over the rest;
@@ -623,7 +611,6 @@ int cmd_run(int argc, char **argv)
         puts(s);
         free(s);
     } else {
-        if (text_len > printed) bt_text_fput_output(text + printed, text_len - printed, stdout);
         if (text_len && text[text_len - 1] != '\n') putchar('\n');
         fflush(stdout);
     }
@@ -648,10 +635,9 @@ fail:
         bt_trace_event(trace, e ? bt_engine_step(e) : -1, -1, "error", -1, NULL, NULL, msg, NULL);
     }
 out:
-    bt_decoder_free(dec);
     bt_session_close(ses, status != 2 ? BT_TRACE_STATUS_OK : NULL);
-    free(burst); free(burst_lp);
-    free(prompt); free(gen); free(text);
+    free(prompt);
+    bt_generate_out_clear(&gout);
     bt_sampler_free(smp);
     bt_request_clear(&req);
     return status;

@@ -26,6 +26,7 @@ struct bt_session {
     bt_injector *inj;
     bt_trace *trace;
     bt_recorder *rec, *drec;
+    bt_gen_observer obs, dobs;  /* rec and drec as the decoder's observers */
     bool hooks;
     int ctx, threads;
     int spec_k, draft_self, draft_ngram;
@@ -204,12 +205,14 @@ int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
                                    .topk = cfg->topk ? cfg->topk : 20, .rule = cfg->rule, .model_role = "target",
                                    .timing = cfg->timing, .kernels = cfg->cupti && s->trace };
         if ((rc = bt_recorder_new(&rc_cfg, s->e, &s->rec))) return rc;
+        bt_recorder_observer(s->rec, &s->obs);
         if (cfg->prompt && (rc = bt_recorder_prompt(s->rec, cfg->prompt, cfg->n_prompt))) return rc;
         if (s->de) {
             rc_cfg.model = s->draft_model ? s->draft_model : m;
             rc_cfg.model_role = "draft";
             rc_cfg.kernels = false;   /* the target's recorder drains the shared backend's records */
             if ((rc = bt_recorder_new(&rc_cfg, s->de, &s->drec))) return rc;
+            bt_recorder_observer(s->drec, &s->dobs);
         }
         if (s->trace && cfg->hooks) {
             static char note[600];
@@ -271,7 +274,7 @@ const char *bt_session_model_sha256(const bt_session *s) { return s->sha_hex; }
 void bt_session_decoder_cfg(const bt_session *s, bt_decoder_cfg *dc)
 {
     dc->target = s->e;
-    dc->target_rec = s->rec;
+    dc->target_obs = s->rec ? &s->obs : NULL;
     dc->inj = s->inj;
     dc->drafter = s->draft_model ? BT_DRAFT_MODEL : s->draft_self ? BT_DRAFT_SELF
                 : s->draft_ngram ? BT_DRAFT_NGRAM : BT_DRAFT_NONE;
@@ -279,7 +282,7 @@ void bt_session_decoder_cfg(const bt_session *s, bt_decoder_cfg *dc)
     dc->ngram = s->draft_ngram;
     dc->drafter_name = s->drafter_name;
     dc->draft = s->de;
-    dc->draft_rec = s->drec;
+    dc->draft_obs = s->drec ? &s->dobs : NULL;
 }
 
 /* ---- llama.cpp's path (bt_llama_settings) ---- */
