@@ -232,3 +232,10 @@ EXTRA_DIST += tests/hf_tokenizer_bad.sh tests/hf_spm.sh tests/hf_make_spm.py tes
 # (flash attention auto, repacked weights, f16 KV; --llama-* flags)
 TESTS += tests/llama_defaults.sh
 EXTRA_DIST += tests/llama_defaults.sh
+
+# h6-gen (issue 23, layout): the one generation loop, with the core library
+# alone (observer, stop strings, streaming, poll, requests stepped in turn)
+check_PROGRAMS += tests/test_generate
+TESTS += tests/test_generate
+tests_test_generate_SOURCES = tests/test_generate.c
+tests_test_generate_LDADD = $(CORE_LIBS)
