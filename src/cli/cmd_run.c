@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "gen/request.h"
 #include "engine/numerics.h"
+#include "run/run_meta.h"
 #include "run/session.h"
 #include "sys/crash.h"
 #include "sys/outfile.h"
@@ -271,22 +272,6 @@ static const char *prompt_text_of(const run_opts *o, const bt_request *req)
     return o->prompt ? o->prompt : req->prompt ? req->prompt : NULL;
 }
 
-static void read_cpu_name(char *buf, size_t cap)
-{
-    snprintf(buf, cap, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof(line), f)) {
-        if (!strncmp(line, "model name", 10)) {
-            char *c = strchr(line, ':');
-            if (c) { c++; while (*c == ' ') c++; c[strcspn(c, "\n")] = 0; snprintf(buf, cap, "%s", c); }
-            break;
-        }
-    }
-    fclose(f);
-}
-
 /* Everything `report` and `bisect --reference` need besides the model file. */
 typedef struct run_meta {
     int argc; char **argv;
@@ -309,90 +294,23 @@ static int llamacpp_engine(void *user, const bt_model *m, int ctx, int max_batch
 static int write_meta(void *user, bt_trace *t, const bt_session *s)
 {
     const run_meta *rm = user;
-    int argc = rm->argc;
-    char **argv = rm->argv;
     const run_opts *o = rm->o;
-    const bt_request *req = rm->req;
-    const bt_sampler_cfg *sc = rm->sc;
-    const bt_model *m = bt_session_model(s);
-    const bt_tokenizer *tok = bt_session_tokenizer(s);
-    const bt_injector *inj = bt_session_injector(s);
-    const char *prompt_text = rm->prompt_text;
-    const char *sha_hex = bt_session_model_sha256(s);
-    int rc = BT_OK;
-    char buf[512], *js;
-    const bt_config *c = &m->cfg;
-#define META(k, v) do { if (rc == BT_OK) rc = bt_trace_meta(t, k, v); } while (0)
-#define META_JSON(k, j) do { json_t *jj_ = (j); js = json_dumps(jj_, JSON_COMPACT | JSON_SORT_KEYS); json_decref(jj_); \
-        if (!js) return bt_error(BT_ENOMEM, "out of memory"); \
-        META(k, js); \
-        free(js); } while (0)
-    json_t *av = json_array();
-    json_array_append_new(av, json_string("bangtrace"));
-    for (int i = 0; i < argc; i++) json_array_append_new(av, json_string(argv[i]));
-    META_JSON("argv", av);
-    if (gethostname(buf, sizeof(buf)) == 0) { buf[sizeof(buf) - 1] = 0; META("host", buf); }
-    read_cpu_name(buf, sizeof(buf));
-    META("cpu", buf);
-    /* cpu-<simd> on the CPU; the device's name on another backend;
-     * llama.cpp-<dev> for llama.cpp's own backends */
-    if (o->llamacpp) snprintf(buf, sizeof(buf), "llama.cpp-%s", o->device ? o->device : "cpu");
-    else if (!o->device || !strcmp(o->device, "cpu")) snprintf(buf, sizeof(buf), "cpu-%s", bt_kernels_simd());
-    else snprintf(buf, sizeof(buf), "%s", o->device);
-    META("backend", buf);
-    snprintf(buf, sizeof(buf), "%ld", o->threads);
-    META("threads", buf);
-    bt_numerics_format(&o->numerics, buf, sizeof(buf));
-    META("numerics", buf);
-    char *abs = realpath(o->model, NULL);
-    META("model_path", abs ? abs : o->model);
-    free(abs);
-    if (o->tokenizer) { abs = realpath(o->tokenizer, NULL); META("tokenizer_path", abs ? abs : o->tokenizer); free(abs); }
-    META("model_sha256", sha_hex);
-    META("model_format", m->format);
-    META("model_name", c->name);
-    META("arch", c->arch);
-    META_JSON("hparams", json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:b}", "dim", c->dim, "hidden_dim", c->hidden_dim,
-                                   "n_layers", c->n_layers, "n_heads", c->n_heads, "n_kv_heads", c->n_kv_heads,
-                                   "head_dim", c->head_dim, "n_vocab", c->n_vocab, "ctx_len", c->ctx_len,
-                                   "norm_eps", (double)c->norm_eps, "rope_base", (double)c->rope_base, "tied_output", c->tied_output));
-    snprintf(buf, sizeof(buf), "%d", c->n_layers);
-    META("n_layers", buf);
-    snprintf(buf, sizeof(buf), "%d", c->n_vocab);
-    META("n_vocab", buf);
-    static const char *const kinds[] = { "?", "spm", "bpe", "llama2c" };
-    META_JSON("tokenizer", json_pack("{s:s,s:s,s:i,s:I,s:i,s:i}", "kind", kinds[m->vocab.kind & 3], "pre", m->vocab.pre,
-                                     "n_tokens", m->vocab.n_tokens, "n_merges", (json_int_t)m->vocab.n_merges,
-                                     "bos", bt_tokenizer_bos(tok), "eos", bt_tokenizer_eos(tok)));
-    char rule[48];
-    bt_argmax_format(&sc->rule, rule, sizeof(rule));
-    META("argmax_rule", rule);
-    snprintf(buf, sizeof(buf), "%llu", (unsigned long long)sc->seed);
-    META("seed", buf);
-    /* meta "seed" is the exact decimal; JSON integers are signed 64-bit, so
-     * sampling.seed holds its two's-complement reinterpretation (seeds from
-     * 2^63 up read negative there, and back exactly as uint64_t) */
-    META_JSON("sampling", json_pack("{s:f,s:i,s:f,s:I,s:s}", "temperature", (double)sc->temperature, "top_k", sc->top_k,
-                                    "top_p", (double)sc->top_p, "seed", (json_int_t)sc->seed, "argmax", rule));
-    if (inj) { js = bt_injector_json(inj); if (!js) return bt_error(BT_ENOMEM, "out of memory"); META("injections", js); free(js); }
-    else META("injections", "[]");
-    if (req->json) META("request_json", req->json);
-    if (prompt_text) META("prompt_text", prompt_text);
-    META("taps", bt_taps_mode_name(o->taps));
-    if (o->layer_lo >= 0) { snprintf(buf, sizeof(buf), "%d-%d", o->layer_lo, o->layer_hi); META("tap_layers", buf); }
-    META("logits", o->logits_full ? "full" : "flagged");
-    META("engine", o->llamacpp ? "llama.cpp" : "native");
+    char llama[512] = "";
+    if (o->llamacpp) bt_llama_settings_describe(&o->llama, llama, sizeof(llama));
+    bt_run_meta_src src = { .argc = rm->argc, .argv = rm->argv, .model = bt_session_model(s), .tok = bt_session_tokenizer(s),
+                            .model_path = o->model, .tokenizer_path = o->tokenizer,
+                            .model_sha256 = bt_session_model_sha256(s), .device = o->device, .llamacpp = o->llamacpp,
+                            .threads = (int)o->threads, .numerics = &o->numerics, .sc = rm->sc,
+                            .inj = bt_session_injector(s), .request_json = rm->req->json, .prompt_text = rm->prompt_text,
+                            .taps = o->taps, .layer_lo = o->layer_lo, .layer_hi = o->layer_hi, .logits_full = o->logits_full };
     if (o->llamacpp) {
-        META("llama_cpp_version", bt_llamacpp_version());
-        META("llama_cpp_lib_version", bt_llamacpp_lib_version());
-        META("llama_cpp_build", bt_llamacpp_build_flags());
-        bt_llama_settings_describe(&o->llama, buf, sizeof(buf));
-        META("llama_cpp_settings", buf);                /* as asked: every deviation from llama.cpp's defaults */
-        META("llama_cpp_path", bt_llamacpp_last_path()); /* as resolved by llama.cpp */
+        src.llama_version = bt_llamacpp_version();
+        src.llama_lib_version = bt_llamacpp_lib_version();
+        src.llama_build = bt_llamacpp_build_flags();
+        src.llama_settings = llama;
+        src.llama_path = bt_llamacpp_last_path();
     }
-#undef META
-#undef META_JSON
-    return rc;
+    return bt_run_meta_write(t, &src);
 }
 
 /* The generation loop's callbacks: the completion streamed to stdout, and
@@ -566,9 +484,7 @@ int cmd_run(int argc, char **argv)
     if (rec && (rc = bt_recorder_inject_unfired(rec, NULL))) goto fail;
     if (trace) {
         /* the count every reader prints (bt_analyze_generated) */
-        char ng[24];
-        snprintf(ng, sizeof(ng), "%zu", n_gen);
-        if ((rc = bt_trace_meta(trace, "generated", ng))) goto fail;
+        if ((rc = bt_run_meta_write_generated(trace, (long)n_gen))) goto fail;
     }
     if (rec && (rc = bt_recorder_finish(rec, finish))) goto fail;
     if (trace) {

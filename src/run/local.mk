@@ -8,3 +8,4 @@ libbttrace_a_SOURCES += src/run/replay.h src/run/replay.c
 # serve's, probe's and ctxwalk's per-request slot: the generation loop with
 # the request's own injector, recorder and trace
 libbttrace_a_SOURCES += src/run/slot.c src/run/slot.h
+libbttrace_a_SOURCES += src/run/run_meta.c src/run/run_meta.h

@@ -11,11 +11,11 @@
 #include "engine/engine.h"
 #include "tap/inject.h"
 #include "run/recorder.h"
+#include "run/run_meta.h"
 #include "trace/trace.h"
 #include "base/util.h"
 #include "kernels/cpu/kernels.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,48 +105,12 @@ int bt_gen_prompt_tokens(const bt_gen_cfg *cfg, const bt_request *req, int *n)
 static int write_meta(bt_trace *t, const bt_gen_cfg *c, const bt_request *req, const bt_sampler_cfg *sc,
                       const bt_injector *inj, const char *request_id)
 {
-    const bt_model *m = c->model;
-    char buf[64], rule[48];
-    int rc = BT_OK;
-#define META(k, v) do { const char *v_ = (v); if (rc == BT_OK && v_) rc = bt_trace_meta(t, k, v_); } while (0)
-    META("argv", c->argv_json ? c->argv_json : "[\"bangtrace\",\"serve\"]");
-    META("request_id", request_id);
-    char *abs = realpath(c->model_path, NULL);
-    META("model_path", abs ? abs : c->model_path);
-    free(abs);
-    META("model_sha256", c->model_sha256 ? c->model_sha256 : "");
-    META("model_format", m->format);
-    META("model_name", m->cfg.name);
-    META("arch", m->cfg.arch);
-    snprintf(buf, sizeof buf, "cpu-%s", bt_kernels_simd());
-    META("backend", buf);
-    snprintf(buf, sizeof buf, "%d", c->threads);
-    META("threads", buf);
-    snprintf(buf, sizeof buf, "%d", m->cfg.n_layers);
-    META("n_layers", buf);
-    snprintf(buf, sizeof buf, "%d", m->cfg.n_vocab);
-    META("n_vocab", buf);
-    bt_argmax_format(&sc->rule, rule, sizeof rule);
-    META("argmax_rule", rule);
-    snprintf(buf, sizeof buf, "%llu", (unsigned long long)sc->seed);
-    META("seed", buf);
-    json_t *sj = json_pack("{s:f,s:i,s:f,s:I,s:s}", "temperature", (double)sc->temperature, "top_k", sc->top_k,
-                           "top_p", (double)sc->top_p, "seed", (json_int_t)sc->seed, "argmax", rule);
-    char *js = sj ? json_dumps(sj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-    json_decref(sj);
-    if (!js) return bt_error(BT_ENOMEM, "out of memory");
-    META("sampling", js);
-    free(js);
-    js = inj ? bt_injector_json(inj) : NULL;
-    if (inj && !js) return bt_error(BT_ENOMEM, "out of memory");
-    META("injections", js ? js : "[]");
-    free(js);
-    META("request_json", req->json);
-    META("prompt_text", req->prompt);
-    META("taps", "all");
-    META("logits", "flagged");
-#undef META
-    return rc;
+    bt_run_meta_src src = { .slot = true, .argv_json = c->argv_json ? c->argv_json : "[\"bangtrace\",\"serve\"]",
+                            .request_id = request_id, .model = c->model, .tok = c->tok, .model_path = c->model_path,
+                            .model_sha256 = c->model_sha256, .threads = c->threads, .sc = sc, .inj = inj,
+                            .request_json = req->json, .prompt_text = req->prompt, .taps = BT_TAPS_ALL,
+                            .layer_lo = -1, .layer_hi = -1 };
+    return bt_run_meta_write(t, &src);
 }
 
 /* The loop's poll and text callbacks are the request's options'. */
@@ -225,9 +189,7 @@ int bt_gen_request(bt_gen *g, const bt_request *req, const bt_gen_opts *o, bt_ge
     finish = go.finish;
     if (rc) goto out;
     if (trace) {
-        char ng[24];
-        snprintf(ng, sizeof ng, "%d", res->n_ids);
-        if ((rc = bt_trace_meta(trace, "generated", ng))) goto out;
+        if ((rc = bt_run_meta_write_generated(trace, res->n_ids))) goto out;
     }
     if (rec && (rc = bt_recorder_finish(rec, finish))) goto out;
 out:
