@@ -12,6 +12,7 @@
 #include "kernels/cpu/kernels.h"
 #include "model/model.h"
 #include "session.h"
+#include "run/run_meta.h"
 #include "tap/stats.h"
 #include "trace/analyze.h"
 #include "trace/compare.h"
@@ -144,8 +145,9 @@ int bt_replay_run(bt_trace_reader *r, const bt_replay_cfg *cfg, bt_replay_result
     res->tens = tens;
     res->n_tens = n_tens;
 
-    const char *meta_path = bt_trace_meta_get(r, "model_path"), *meta_sha = bt_trace_meta_get(r, "model_sha256");
-    const char *meta_threads = bt_trace_meta_get(r, "threads");
+    bt_run_meta meta;
+    bt_run_meta_read(r, &meta);
+    const char *meta_path = meta.model_path, *meta_sha = meta.model_sha256;
     const char *path = cfg->model ? cfg->model : meta_path;
     if (!path) { rc = bt_error(BT_EINVAL, "%s: the trace does not name its model (meta model_path); pass --model", cfg->name); goto out; }
     snprintf(res->model_path, sizeof(res->model_path), "%s", path);
@@ -189,19 +191,18 @@ int bt_replay_run(bt_trace_reader *r, const bt_replay_cfg *cfg, bt_replay_result
     } else bt_warn("bangtrace: %s: %s records no model_sha256; cannot verify that %s is the traced model", cfg->who ? cfg->who : "replay", cfg->name, path);
 
     int n_layers = m->cfg.n_layers, max_batch = 1, ctx = 1;
-    const char *backend = bt_trace_meta_get(r, "backend");
+    const char *backend = meta.backend;
     snprintf(res->trace_backend, sizeof(res->trace_backend), "%s", backend ? backend : "");
     res->tol = cfg->tol;
     if (cfg->device_tol) {
         const bt_config *mc = &m->cfg;
-        res->tol_bits = bt_tap_tol_mant_bits(bt_trace_meta_get(r, "numerics"));
+        res->tol_bits = bt_tap_tol_mant_bits(meta.numerics);
         res->tol_k = BT_MAX(BT_MAX((long)mc->dim, (long)mc->hidden_dim), (long)mc->n_heads * mc->head_dim);
         res->tol_layers = n_layers;
         res->tol = bt_tap_tol_devices(res->tol_bits, res->tol_k, n_layers);
         res->tol_derived = true;
     }
-    const char *engine = bt_trace_meta_get(r, "engine");
-    res->cross = engine && !strcmp(engine, "llama.cpp");
+    res->cross = meta.llama_cpp;
     if (res->cross && !(res->slot_rel = calloc((size_t)n_tens, sizeof(double)))) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
     for (int i = 0; i < n_tens; i++) {
         int op = bt_op_from_name(tens[i].op);
@@ -262,7 +263,7 @@ int bt_replay_run(bt_trace_reader *r, const bt_replay_cfg *cfg, bt_replay_result
     }
     int threads = (int)cfg->threads;
     if (!threads) {
-        threads = meta_threads ? atoi(meta_threads) : 0;
+        threads = meta.n_threads;
         int online = bt_pool_default_threads();
         if (threads <= 0 || threads > online) threads = online;
     }
