@@ -239,3 +239,6 @@ check_PROGRAMS += tests/test_generate
 TESTS += tests/test_generate
 tests_test_generate_SOURCES = tests/test_generate.c
 tests_test_generate_LDADD = $(CORE_LIBS)
+# h6-gen: every meta key a run writes is run/run_meta.h's, read back by diff and report
+TESTS += tests/run_meta.sh
+EXTRA_DIST += tests/run_meta.sh

@@ -31,7 +31,7 @@
     X(device_weight_bytes) X(device_upload_ms) X(device_mem_used) X(device_mem_total) X(generated)
 /* The trace store's own rows, read back with the rest. */
 #define BT_TRACE_META_KEYS(X) \
-    X(tool_version) X(schema_version) X(started_at) X(finished_at) X(status) X(redacted)
+    X(tool_version) X(schema_version) X(started_at) X(finished_at) X(status) X(backtraces) X(write_error) X(redacted)
 
 /* What a run's meta rows are written from. Strings are borrowed. */
 typedef struct bt_run_meta_src {
