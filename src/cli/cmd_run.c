@@ -339,6 +339,79 @@ static void json_ids(json_t *obj, const char *key, const int32_t *ids, size_t n)
     json_object_set_new(obj, key, a);
 }
 
+/* SIGINT & co. stopped a traced run between steps: every step so far is
+ * committed; say where it stopped, close the trace as one file, let main
+ * die by the signal (the status returned). */
+static int run_interrupted(bt_session *ses, const bt_generate_out *g, const char *trace_path)
+{
+    bt_recorder *rec = bt_session_recorder(ses);
+    bt_trace *trace = bt_session_trace(ses);
+    int intr = g->stopped;
+    int step = rec ? bt_recorder_current_step(rec) : -1;
+    char detail[160];
+    snprintf(detail, sizeof(detail), "%s after %d generated tokens; last committed step %d",
+             bt_signal_name(intr), g->n_ids, step);
+    int tr = bt_trace_event(trace, step, -1, "interrupted", -1, NULL, NULL, detail, NULL);
+    int tc = bt_session_close_trace(ses, bt_trace_failed(trace) ? BT_TRACE_STATUS_IO_ERROR : BT_TRACE_STATUS_INTERRUPTED);
+    if (g->streamed) putchar('\n');
+    fflush(stdout);
+    if (tr || tc) fprintf(stderr, "bangtrace: run: %s\n", bt_errmsg());
+    fprintf(stderr, "bangtrace: run: interrupted by %s at step %d; trace closed: %s\n", bt_signal_name(intr), step, trace_path);
+    return 128 + intr;
+}
+
+typedef struct run_times { double load, prompt, decode; } run_times;
+
+/* The completion's end on stdout (--json: the one object) and the summary
+ * lines on stderr. BT_ENOMEM if the JSON cannot be built. */
+static int print_result(const run_opts *o, const bt_model *m, const int32_t *prompt, size_t n_prompt,
+                        const bt_generate_out *g, const char *drafter_name, const run_times *tm)
+{
+    const bt_decoder_stats *ds = &g->stats;
+    int decoded = g->n_ids;
+    /* the first token comes from the prefill: decode rate over the rest;
+     * NAN (JSON null, "n/a") when an interval is too short to time */
+    double pps = bt_rate((double)n_prompt, tm->prompt), dps = bt_rate(decoded - 1, tm->decode);
+    char pps_s[32], dps_s[32];
+    if (o->json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "model", json_string(m->cfg.name));
+        json_ids(j, "prompt_ids", prompt, n_prompt);
+        json_ids(j, "completion_ids", g->ids, (size_t)g->n_ids);
+        json_object_set_new(j, "text", json_stringn(g->text, g->text_len));
+        json_object_set_new(j, "finish_reason", json_string(g->finish));
+        json_t *t = json_object();
+        json_object_set_new(t, "load_ms", json_real(tm->load * 1e3));
+        json_object_set_new(t, "prompt_ms", json_real(tm->prompt * 1e3));
+        json_object_set_new(t, "decode_ms", json_real(tm->decode * 1e3));
+        json_object_set_new(t, "prompt_tokens_per_s", isnan(pps) ? json_null() : json_real(pps));
+        json_object_set_new(t, "decode_tokens_per_s", isnan(dps) ? json_null() : json_real(dps));
+        json_object_set_new(j, "timings", t);
+        if (o->spec_k)
+            json_object_set_new(j, "speculation", json_pack("{s:s,s:i,s:i,s:i,s:i,s:f,s:i}", "drafter", drafter_name,
+                                "k", (int)o->spec_k, "verify_steps", ds->verify_steps, "drafted", ds->drafted,
+                                "accepted", ds->accepted, "acceptance", ds->drafted ? (double)ds->accepted / ds->drafted : 0.0,
+                                "target_forwards", ds->target_forwards));
+        char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+        json_decref(j);
+        if (!s) return bt_error(BT_ENOMEM, "out of memory");
+        puts(s);
+        free(s);
+    } else {
+        /* the text itself was streamed by the generation loop */
+        if (g->text_len && g->text[g->text_len - 1] != '\n') putchar('\n');
+        fflush(stdout);
+    }
+    if (o->spec_k)
+        bt_log("bangtrace: speculation %s k=%ld: %d verify steps, %d of %d drafted tokens accepted (%.0f%%), %d target forwards",
+               drafter_name, o->spec_k, ds->verify_steps, ds->accepted, ds->drafted,
+               ds->drafted ? 100.0 * ds->accepted / ds->drafted : 0.0, ds->target_forwards);
+    bt_log("bangtrace: %zu prompt tokens in %.1f ms (%s), %d generated in %.1f ms (decode %s), finish_reason %s",
+           n_prompt, tm->prompt * 1e3, bt_rate_fmt((double)n_prompt, tm->prompt, pps_s, sizeof(pps_s)), decoded,
+           tm->decode * 1e3, bt_rate_fmt(decoded - 1, tm->decode, dps_s, sizeof(dps_s)), g->finish);
+    return BT_OK;
+}
+
 int cmd_run(int argc, char **argv)
 {
     run_opts o;
@@ -349,12 +422,10 @@ int cmd_run(int argc, char **argv)
     const bt_tokenizer *tok = NULL;
     bt_engine *e = NULL;
     bt_sampler *smp = NULL;
-    int32_t *prompt = NULL, *gen = NULL;
-    char *text = NULL;
-    size_t n_prompt = 0, n_gen = 0, text_len = 0, printed = 0;
+    int32_t *prompt = NULL;
+    size_t n_prompt = 0;
     bt_generate_out gout = { 0 };
     int status = 2;
-    const char *finish = "length";
     bt_trace *trace = NULL;
     bt_recorder *rec = NULL;
     const char *drafter_name = "";
@@ -449,44 +520,25 @@ int cmd_run(int argc, char **argv)
     double t1 = bt_now();
     int rc = bt_generate(&gcfg, &gout);
     double t_prompt = gout.stats.prefill_s;
-    gen = gout.ids;
-    n_gen = (size_t)gout.n_ids;
-    text = gout.text;
-    text_len = gout.text_len;
-    printed = gout.streamed;
-    finish = gout.finish;
-    int intr = gout.stopped;
     if (rc) goto fail;
-    if (!strcmp(finish, "invalid_token")) {
+    if (!strcmp(gout.finish, "invalid_token")) {
         bt_error(BT_ERANGE, "the argmax rule %s produced id %d, outside the vocabulary (%d): "
-                 "the logits were not finite", rule, gen[n_gen - 1], m->cfg.n_vocab);
+                 "the logits were not finite", rule, gout.ids[gout.n_ids - 1], m->cfg.n_vocab);
         fprintf(stderr, "bangtrace: run: %s\n", bt_errmsg());
         status = 1;
     }
-    if (intr) {
-        /* Between steps: every step so far is committed; say where we
-         * stopped, close the trace as one file, let main die by the signal. */
-        int step = rec ? bt_recorder_current_step(rec) : -1;
-        char detail[160];
-        snprintf(detail, sizeof(detail), "%s after %zu generated tokens; last committed step %d",
-                 bt_signal_name(intr), n_gen, step);
-        int tr = bt_trace_event(trace, step, -1, "interrupted", -1, NULL, NULL, detail, NULL);
-        int tc = bt_session_close_trace(ses, bt_trace_failed(trace) ? BT_TRACE_STATUS_IO_ERROR : BT_TRACE_STATUS_INTERRUPTED);
+    if (gout.stopped) {
+        status = run_interrupted(ses, &gout, o.trace);
         trace = NULL;
-        if (printed) putchar('\n');
-        fflush(stdout);
-        if (tr || tc) fprintf(stderr, "bangtrace: run: %s\n", bt_errmsg());
-        fprintf(stderr, "bangtrace: run: interrupted by %s at step %d; trace closed: %s\n", bt_signal_name(intr), step, o.trace);
-        status = 128 + intr;
         goto out;
     }
     double t2 = t1 + t_prompt, t_end = bt_now();
     if (rec && (rc = bt_recorder_inject_unfired(rec, NULL))) goto fail;
     if (trace) {
         /* the count every reader prints (bt_analyze_generated) */
-        if ((rc = bt_run_meta_write_generated(trace, (long)n_gen))) goto fail;
+        if ((rc = bt_run_meta_write_generated(trace, gout.n_ids))) goto fail;
     }
-    if (rec && (rc = bt_recorder_finish(rec, finish))) goto fail;
+    if (rec && (rc = bt_recorder_finish(rec, gout.finish))) goto fail;
     if (trace) {
         int tr = bt_session_close_trace(ses, BT_TRACE_STATUS_OK);
         trace = NULL;
@@ -494,49 +546,9 @@ int cmd_run(int argc, char **argv)
         bt_log("bangtrace: trace %s: %lld bytes, %d events", o.trace, (long long)bt_trace_size(o.trace),
                bt_recorder_n_events(rec));
     }
-    double t_decode = t_end - t2;
-    const bt_decoder_stats *ds = &gout.stats;
     if (status == 2) status = 0;
-    int decoded = (int)n_gen;
-    /* the first token comes from the prefill: decode rate over the rest;
-     * NAN (JSON null, "n/a") when an interval is too short to time */
-    double pps = bt_rate((double)n_prompt, t_prompt), dps = bt_rate(decoded - 1, t_decode);
-    char pps_s[32], dps_s[32];
-    if (o.json) {
-        json_t *j = json_object();
-        json_object_set_new(j, "model", json_string(m->cfg.name));
-        json_ids(j, "prompt_ids", prompt, n_prompt);
-        json_ids(j, "completion_ids", gen, n_gen);
-        json_object_set_new(j, "text", json_stringn(text, text_len));
-        json_object_set_new(j, "finish_reason", json_string(finish));
-        json_t *t = json_object();
-        json_object_set_new(t, "load_ms", json_real(t_load * 1e3));
-        json_object_set_new(t, "prompt_ms", json_real(t_prompt * 1e3));
-        json_object_set_new(t, "decode_ms", json_real(t_decode * 1e3));
-        json_object_set_new(t, "prompt_tokens_per_s", isnan(pps) ? json_null() : json_real(pps));
-        json_object_set_new(t, "decode_tokens_per_s", isnan(dps) ? json_null() : json_real(dps));
-        json_object_set_new(j, "timings", t);
-        if (o.spec_k)
-            json_object_set_new(j, "speculation", json_pack("{s:s,s:i,s:i,s:i,s:i,s:f,s:i}", "drafter", drafter_name,
-                                "k", (int)o.spec_k, "verify_steps", ds->verify_steps, "drafted", ds->drafted,
-                                "accepted", ds->accepted, "acceptance", ds->drafted ? (double)ds->accepted / ds->drafted : 0.0,
-                                "target_forwards", ds->target_forwards));
-        char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
-        json_decref(j);
-        if (!s) { bt_error(BT_ENOMEM, "out of memory"); status = 2; goto fail; }
-        puts(s);
-        free(s);
-    } else {
-        if (text_len && text[text_len - 1] != '\n') putchar('\n');
-        fflush(stdout);
-    }
-    if (o.spec_k)
-        bt_log("bangtrace: speculation %s k=%ld: %d verify steps, %d of %d drafted tokens accepted (%.0f%%), %d target forwards",
-               drafter_name, o.spec_k, ds->verify_steps, ds->accepted, ds->drafted,
-               ds->drafted ? 100.0 * ds->accepted / ds->drafted : 0.0, ds->target_forwards);
-    bt_log("bangtrace: %zu prompt tokens in %.1f ms (%s), %d generated in %.1f ms (decode %s), finish_reason %s",
-           n_prompt, t_prompt * 1e3, bt_rate_fmt((double)n_prompt, t_prompt, pps_s, sizeof(pps_s)), decoded,
-           t_decode * 1e3, bt_rate_fmt(decoded - 1, t_decode, dps_s, sizeof(dps_s)), finish);
+    run_times tm = { .load = t_load, .prompt = t_prompt, .decode = t_end - t2 };
+    if (print_result(&o, m, prompt, n_prompt, &gout, drafter_name, &tm)) { status = 2; goto fail; }
     goto out;
 fail:
     /* the session may have got part way: ask it, not the locals */
