@@ -43,4 +43,28 @@ grep -q 'tap_layers' "$TMP/diff.out" && grep -q 'injections' "$TMP/diff.out" && 
 "$BANGTRACE" report "$TMP/inj.db" > "$TMP/report.md" 2>"$TMP/err" || fail "report: $(cat "$TMP/err")"
 grep -q '1-2' "$TMP/report.md" && grep -q "$(v "$TMP/inj.db" model_sha256)" "$TMP/report.md" && ok "report reads the meta rows back" ||
     fail "report lacks the tapped layers or the SHA-256"
+
+# a served request's trace (run/slot.c): the keys that form has always had,
+# and nothing of run's own (host, cpu, numerics, hparams, tokenizer, engine)
+if built_with LIBMICROHTTPD && command -v curl >/dev/null 2>&1; then
+    pids=""
+    trap 'for p in $pids; do kill "$p" 2>/dev/null; done; wait; rm -rf "$TMP"' EXIT
+    mkdir -p "$TMP/served"
+    if start_server meta --trace-dir "$TMP/served"; then
+        curl -s -m 30 -o "$TMP/s.json" -X POST "http://127.0.0.1:$port/v1/completions" \
+            --data-binary '{"prompt":"Once upon a time","max_tokens":4,"seed":5}' >/dev/null
+        kill "$last_pid" 2>/dev/null; wait "$last_pid" 2>/dev/null; pids=""
+        db=$(ls "$TMP/served"/*.db 2>/dev/null | head -1)
+        if [ -n "$db" ]; then
+            sqlite3 "$db" "SELECT key FROM meta ORDER BY key" | tr '\n' ' ' > "$TMP/served.keys"
+            want="arch argmax_rule argv backend backtraces finished_at generated injections logits model_format model_name model_path model_sha256 n_layers n_vocab prompt_text request_id request_json sampling schema_version seed started_at status taps threads tool_version "
+            [ "$(cat "$TMP/served.keys")" = "$want" ] && ok "served request: the slot form's keys exactly" ||
+                fail "served request's meta keys: $(cat "$TMP/served.keys")"
+            [ "$(v "$db" argv)" = '["bangtrace","serve"]' ] || echo "$(v "$db" argv)" | grep -q '"serve"' &&
+                [ "$(v "$db" taps)" = all ] && [ "$(v "$db" seed)" = 5 ] && [ "$(v "$db" generated)" = 4 ] &&
+                [ "$(v "$db" prompt_text)" = "Once upon a time" ] && ok "served request: argv, taps, seed, generated, prompt_text" ||
+                fail "served request's meta: $(sqlite3 "$db" 'SELECT * FROM meta' | head -c 800)"
+        else fail "serve --trace-dir wrote no trace: $(cat "$TMP/meta.err")"; fi
+    fi
+fi
 finish
