@@ -275,3 +275,12 @@ TESTS += tests/oracle/test_hybrid_llamacpp.py tests/oracle/test_hybrid_self.py t
 EXTRA_DIST += tools/make-tiny-hybrid.py tests/oracle/ref_hybrid.py tests/oracle/hybrid_common.py \
 	tests/oracle/llama_logits.c tests/oracle/test_hybrid_llamacpp.py tests/oracle/test_hybrid_self.py \
 	tests/oracle/test_hybrid_forward.py tests/oracle/fake_bangtrace_hybrid.py
+# h6-gen (issue 23, layout): the one generation loop, with the core library
+# alone (observer, stop strings, streaming, poll, requests stepped in turn)
+check_PROGRAMS += tests/test_generate
+TESTS += tests/test_generate
+tests_test_generate_SOURCES = tests/test_generate.c
+tests_test_generate_LDADD = $(CORE_LIBS)
+# h6-gen: every meta key a run writes is run/run_meta.h's, read back by diff and report
+TESTS += tests/run_meta.sh
+EXTRA_DIST += tests/run_meta.sh

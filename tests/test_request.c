@@ -2,6 +2,7 @@
  * JSON errors with positions) and the native chat templates, compared byte
  * for byte with what jinja2 renders from the reference templates below. */
 #include "gen/request.h"
+#include "gen/chat.h"
 #include "base/util.h"
 #include "check.h"
 

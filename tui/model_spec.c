@@ -18,6 +18,7 @@
  * verify steps) is "not a speculative trace": present = false, no error. */
 #include "model_impl.h"
 #include "base/util.h"
+#include "run/run_meta.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -66,9 +67,10 @@ int tui_spec_info_load(tui_trace *tr, tui_spec_info *si)
     if (si->min_step < 0) return BT_OK;
     si->present = true;
 
-    const char *d = bt_trace_meta_get(tr->r, "drafter"), *k = bt_trace_meta_get(tr->r, "spec_k");
-    snprintf(si->drafter, sizeof si->drafter, "%s", d ? d : "");
-    si->spec_k = k ? atoi(k) : 0;
+    bt_run_meta meta;
+    bt_run_meta_read(tr->r, &meta);
+    snprintf(si->drafter, sizeof si->drafter, "%s", meta.drafter ? meta.drafter : "");
+    si->spec_k = meta.n_spec_k;
     tui_spec_row row;
     if (tui_spec_row_load(tr, si->min_step, &row) == BT_OK) {
         if (!si->drafter[0]) snprintf(si->drafter, sizeof si->drafter, "%s", row.drafter);

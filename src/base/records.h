@@ -1,7 +1,7 @@
 /* records.h - the plain records every layer shares: a tensor's tap
  * statistics and a logit row's summary (computed by kernels/cpu/stats.c and
- * src/tap/stats.c, stored by src/trace/, shown by tui/), a mutation (an
- * --inject spec applied to one tensor, by the engine or a backend) and the
+ * src/tap/stats.c, stored by src/trace/, shown by tui/), a mutation (an --inject spec applied to one
+ * tensor, by the engine or a backend), a speculative draft's fate and the
  * trace file's identity. Data only: no function is declared here. */
 #ifndef BT_RECORDS_H
 #define BT_RECORDS_H
@@ -49,5 +49,19 @@ typedef struct bt_mutation {
 
 /* PRAGMA application_id of a bangtrace trace ("BTRC"; set by src/trace/writer.c). */
 #define BT_TRACE_APPLICATION_ID 0x42545243
+
+/* Speculative decoding: one drafted token's fate in a verify step (the
+ * decoder reports it, the trace stores it as a spec_trail row). */
+typedef struct bt_spec_row {
+    int step, draft_idx, draft_pos;
+    int draft_step;            /* -1: none (n-gram drafter) */
+    int32_t draft_token;
+    double draft_prob;         /* NAN: unknown */
+    bool draft_finite;
+    int32_t target_token;      /* -1: none */
+    double target_prob;
+    int accepted;              /* 1 accepted, 0 rejected / not reached */
+    const char *reason;
+} bt_spec_row;
 
 #endif

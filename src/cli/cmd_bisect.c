@@ -10,6 +10,7 @@
 #include "cmd.h"
 #include "args.h"
 #include "backend/backend.h"
+#include "run/run_meta.h"
 #include "engine/engine.h"
 #include "engine/numerics.h"
 #include "model/model.h"
@@ -140,10 +141,18 @@ static int parse_args(int argc, char **argv, bisect_opts *o)
 
 /* The numerics profile the trace ran under (meta numerics; older traces and
  * default runs: exact f32). */
+static const char *llama_path_of(bt_trace_reader *r)
+{
+    bt_run_meta m;
+    bt_run_meta_read(r, &m);
+    return m.llama_cpp_path;
+}
+
 static const char *numerics_of(bt_trace_reader *r)
 {
-    const char *n = bt_trace_meta_get(r, "numerics");
-    return n && *n ? n : "f32";
+    bt_run_meta m;
+    bt_run_meta_read(r, &m);
+    return m.numerics && *m.numerics ? m.numerics : "f32";
 }
 
 /* "verify pass", "draft pass", ... for a step kind */
@@ -675,7 +684,7 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
                 for (int i = 0; i < res.n_all; i++) print_divergence(&res.all[i], tens, n_tens, "  ");
             } else if (!res.cross) bt_text_printf(stdout, "(stopped at the first divergence after %d steps; --all lists every divergent step)\n", res.steps_compared);
         }
-        if (res.cross) print_cross(&res, tens, n_tens, res.tol, bt_trace_meta_get(r, "llama_cpp_path"));
+        if (res.cross) print_cross(&res, tens, n_tens, res.tol, llama_path_of(r));
         else if (!res.found) {
             bt_text_printf(stdout, "no divergence: %d steps x %d tensors match the reference within %g", res.steps_compared, n_tens, res.tol);
             if (res.max_rel > 0) bt_text_printf(stdout, " (largest relative difference %.3g at step %d, %s)", res.max_rel, res.max_rel_step, tens[res.max_rel_slot].name);

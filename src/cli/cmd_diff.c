@@ -20,6 +20,7 @@
  * Everything is read before anything is printed, so an error halfway (a
  * damaged page) gives one line on stderr and no partial report. */
 #include "cmd.h"
+#include "run/run_meta.h"
 #include "trace/analyze.h"
 #include "trace/compare.h"
 #include "trace/reader.h"
@@ -83,6 +84,7 @@ typedef struct side {
     bool spec;                 /* speculative: spec_k in meta or draft/verify steps */
     int n_target;              /* target steps */
     int n_gen;                 /* generated tokens (bt_analyze_generated) */
+    bt_run_meta meta;          /* the trace's meta rows (run/run_meta.h) */
 } side;
 
 static int tok_cb(void *user, const bt_trace_token_row *t)
@@ -139,8 +141,8 @@ static int side_load(side *s, const char *path)
         s->n_steps += n;
         if (n < 1024) break;
     }
-    const char *k = bt_trace_meta_get(s->r, "spec_k");
-    s->spec = k && atoi(k) > 0;
+    bt_run_meta_read(s->r, &s->meta);
+    s->spec = s->meta.n_spec_k > 0;
     for (int i = 0; i < s->n_steps; i++) {
         const bt_trace_step_row *st = &s->steps[i];
         if (!strcmp(st->kind, "verify") || !strcmp(st->kind, "draft") || strcmp(st->model, "target")) s->spec = true;
@@ -314,7 +316,7 @@ static int diff_taps(side *A, side *B, double tol, tapcmp *c)
         return BT_OK;
     }
     c->mode = "position";
-    const char *da = bt_trace_meta_get(A->r, "drafter"), *db = bt_trace_meta_get(B->r, "drafter");
+    const char *da = A->meta.drafter, *db = B->meta.drafter;
     c->drafts = A->spec && B->spec && da && db && !strcmp(da, db);
     stepkey *ka = NULL, *kb = NULL;
     int na = 0, nb = 0;
@@ -353,7 +355,7 @@ static int diff_meta(side *A, side *B, metadiff *out)
 {
     int n = 0;
     for (size_t i = 0; i < BT_ARRAY_SIZE(meta_keys); i++) {
-        const char *a = bt_trace_meta_get(A->r, meta_keys[i]), *b = bt_trace_meta_get(B->r, meta_keys[i]);
+        const char *a = bt_run_meta_get(&A->meta, meta_keys[i]), *b = bt_run_meta_get(&B->meta, meta_keys[i]);
         if (!a && !b) continue;
         if (a && b && !strcmp(a, b)) continue;
         out[n++] = (metadiff){ meta_keys[i], a, b };
@@ -378,7 +380,7 @@ static void describe_side(const side *s, const char *label)
     bt_text_printf(stdout, "%s: %s (%d steps, %d prompt + %d output tokens, %d generated", label, s->path, s->n_steps,
                    s->n_prompt, s->n_out, s->n_gen);
     if (s->spec) {
-        const char *k = bt_trace_meta_get(s->r, "spec_k"), *d = bt_trace_meta_get(s->r, "drafter");
+        const char *k = s->meta.spec_k, *d = s->meta.drafter;
         bt_text_printf(stdout, ", speculative%s%s%s%s", k ? " k=" : "", k ? k : "", d ? " drafter " : "", d ? d : "");
     }
     bt_text_printf(stdout, ")\n");

@@ -6,6 +6,7 @@
  * analysis bisect prints, and the command line to reproduce from meta.argv,
  * shell-quoted so it can be pasted as is. */
 #include "cmd.h"
+#include "run/run_meta.h"
 #include "trace/analyze.h"
 #include "trace/headroom.h"
 #include "trace/picture.h"
@@ -265,27 +266,29 @@ static void section_environment(FILE *o, bt_trace_reader *r, const char *path)
 {
     fputs("## Environment\n\n| | |\n|---|---|\n", o);
     /* no host name: the report is written to be pasted in public */
-    row(o, "CPU", bt_trace_meta_get(r, "cpu"));
-    row(o, "backend", bt_trace_meta_get(r, "backend"));
+    bt_run_meta rm;
+    bt_run_meta_read(r, &rm);
+    row(o, "CPU", rm.cpu);
+    row(o, "backend", rm.backend);
     /* a trace of --engine llama.cpp says which llama.cpp computed it */
-    const char *engine = bt_trace_meta_get(r, "engine");
+    const char *engine = rm.engine;
     if (engine) row(o, "engine", engine);
-    if (bt_trace_meta_get(r, "llama_cpp_version")) {
-        row(o, "llama.cpp (llama-cpp-python sdist)", bt_trace_meta_get(r, "llama_cpp_version"));
-        row(o, "llama.cpp version", bt_trace_meta_get(r, "llama_cpp_lib_version"));
-        row_code(o, "llama.cpp build", bt_trace_meta_get(r, "llama_cpp_build"));
+    if (rm.llama_cpp_version) {
+        row(o, "llama.cpp (llama-cpp-python sdist)", rm.llama_cpp_version);
+        row(o, "llama.cpp version", rm.llama_cpp_lib_version);
+        row_code(o, "llama.cpp build", rm.llama_cpp_build);
         /* which llama.cpp path it recorded (traces before these keys: the old
          * adapter's, flash attention off and no repacking) */
-        const char *ls = bt_trace_meta_get(r, "llama_cpp_settings"), *lp = bt_trace_meta_get(r, "llama_cpp_path");
+        const char *ls = rm.llama_cpp_settings, *lp = rm.llama_cpp_path;
         row(o, "llama.cpp settings", ls ? ls : "not recorded (an older trace: flash_attn=off repack=off kv=f16)");
         if (lp) row(o, "llama.cpp path", lp);
     }
-    row(o, "threads", bt_trace_meta_get(r, "threads"));
-    row(o, "bangtrace", bt_trace_meta_get(r, "tool_version"));
-    row(o, "trace schema", bt_trace_meta_get(r, "schema_version"));
-    row(o, "started", bt_trace_meta_get(r, "started_at"));
-    row(o, "finished", bt_trace_meta_get(r, "finished_at"));
-    row(o, "run status", bt_trace_meta_get(r, "status"));
+    row(o, "threads", rm.threads);
+    row(o, "bangtrace", rm.tool_version);
+    row(o, "trace schema", rm.schema_version);
+    row(o, "started", rm.started_at);
+    row(o, "finished", rm.finished_at);
+    row(o, "run status", rm.status);
     row_code(o, "trace file", base_name(path));
     fputs("\n", o);
 }
@@ -296,7 +299,9 @@ static int section_numerics(FILE *o, bt_trace_reader *r)
     bt_headroom h;
     int rc = bt_headroom_analyze(r, 0, &h);
     if (rc) return rc;
-    const char *n = bt_trace_meta_get(r, "numerics");
+    bt_run_meta rm;
+    bt_run_meta_read(r, &rm);
+    const char *n = rm.numerics;
     fputs("## Numerics\n\n| | |\n|---|---|\n", o);
     row_code(o, "profile", n && *n ? n : "f32 (exact; the default)");
     char line[512];
@@ -314,14 +319,16 @@ static int section_numerics(FILE *o, bt_trace_reader *r)
 static void section_model(FILE *o, bt_trace_reader *r)
 {
     fputs("## Model\n\n| | |\n|---|---|\n", o);
-    row(o, "name", bt_trace_meta_get(r, "model_name"));
-    row_code(o, "file", base_name(bt_trace_meta_get(r, "model_path")));
-    row_code(o, "SHA-256", bt_trace_meta_get(r, "model_sha256"));
-    row(o, "format", bt_trace_meta_get(r, "model_format"));
-    row(o, "architecture", bt_trace_meta_get(r, "arch"));
-    row_code(o, "hyperparameters", bt_trace_meta_get(r, "hparams"));
-    row_code(o, "tokenizer", bt_trace_meta_get(r, "tokenizer"));
-    if (bt_trace_meta_get(r, "tokenizer_path")) row_code(o, "tokenizer file", base_name(bt_trace_meta_get(r, "tokenizer_path")));
+    bt_run_meta rm;
+    bt_run_meta_read(r, &rm);
+    row(o, "name", rm.model_name);
+    row_code(o, "file", base_name(rm.model_path));
+    row_code(o, "SHA-256", rm.model_sha256);
+    row(o, "format", rm.model_format);
+    row(o, "architecture", rm.arch);
+    row_code(o, "hyperparameters", rm.hparams);
+    row_code(o, "tokenizer", rm.tokenizer);
+    if (rm.tokenizer_path) row_code(o, "tokenizer file", base_name(rm.tokenizer_path));
     fputs("\n", o);
 }
 
@@ -338,10 +345,12 @@ static int unfired_cb(void *user, const bt_trace_event_row *ev)
 static int section_config(FILE *o, bt_trace_reader *r)
 {
     fputs("## Configuration\n\n| | |\n|---|---|\n", o);
-    row_code(o, "sampling", bt_trace_meta_get(r, "sampling"));
-    row(o, "argmax rule", bt_trace_meta_get(r, "argmax_rule"));
-    row(o, "seed", bt_trace_meta_get(r, "seed"));
-    const char *inj = bt_trace_meta_get(r, "injections");
+    bt_run_meta rm;
+    bt_run_meta_read(r, &rm);
+    row_code(o, "sampling", rm.sampling);
+    row(o, "argmax rule", rm.argmax_rule);
+    row(o, "seed", rm.seed);
+    const char *inj = rm.injections;
     bool requested = inj && strcmp(inj, "[]");
     row_code(o, "fault injections", requested ? inj : NULL);
     unfired u = { .specs = json_array() };
@@ -355,9 +364,9 @@ static int section_config(FILE *o, bt_trace_reader *r)
     json_decref(u.specs);
     if (n_unf && !unf) return bt_error(BT_ENOMEM, "out of memory");
     if (n_unf) row_code(o, "never fired", unf);
-    row(o, "taps", bt_trace_meta_get(r, "taps"));
-    if (bt_trace_meta_get(r, "tap_layers")) row(o, "tapped layers", bt_trace_meta_get(r, "tap_layers"));
-    row(o, "logit rows", bt_trace_meta_get(r, "logits"));
+    row(o, "taps", rm.taps);
+    if (rm.tap_layers) row(o, "tapped layers", rm.tap_layers);
+    row(o, "logit rows", rm.logits);
     fputs("\n", o);
     /* Claim an injection only when one changed something. */
     if (requested && n_unf >= n_req)
@@ -543,7 +552,9 @@ static int section_spec(FILE *o, bt_trace_reader *r, const bt_analysis *x)
     if (nl >= 0) snprintf(buf, sizeof(buf), "%s (the target's first %d layers, its output norm and head)", s->drafter, nl);
     else if (!strncmp(s->drafter, "ngram:", 6)) snprintf(buf, sizeof(buf), "%s (prompt lookup: no draft forward)", s->drafter);
     else if (!strcmp(s->drafter, "model")) {
-        const char *dp = bt_trace_meta_get(r, "draft_model_path");
+        bt_run_meta rm;
+        bt_run_meta_read(r, &rm);
+        const char *dp = rm.draft_model_path;
         snprintf(buf, sizeof(buf), "draft model %s", dp && *dp ? dp : "(path not recorded)");
     } else snprintf(buf, sizeof(buf), "%s", s->drafter[0] ? s->drafter : "unknown");
     row(o, "drafter", buf);
@@ -756,7 +767,9 @@ static int backtrace_cb(void *user, const bt_trace_backtrace_row *b)
 static void section_reproduce(FILE *o, bt_trace_reader *r, const char *path)
 {
     fputs("## Reproduce\n\n", o);
-    const char *argv_json = bt_trace_meta_get(r, "argv");
+    bt_run_meta rm;
+    bt_run_meta_read(r, &rm);
+    const char *argv_json = rm.argv;
     json_error_t err;
     json_t *a = argv_json ? json_loads(argv_json, 0, &err) : NULL;
     if (!json_is_array(a) || json_array_size(a) == 0) {
@@ -774,13 +787,13 @@ static void section_reproduce(FILE *o, bt_trace_reader *r, const char *path)
         json_decref(a);
     }
     /* an export (bangtrace export --redact) says what it removed in meta redacted */
-    const char *red = bt_trace_meta_get(r, "redacted"), *req = bt_trace_meta_get(r, "request_json");
+    const char *red = rm.redacted, *req = rm.request_json;
     bool redacted = (red && strcmp(red, "no")) || (req && !strcmp(req, "[redacted]"));
     if (redacted)
         fprintf(o, "This trace was exported with `--redact=%s`: the request body and prompt are not in it, and the token\n"
                 "ids `bisect --reference` replays are gone.\n\n", red && !strcmp(red, "all") ? "all" : "prompt");
     else if (req) fputs("The request body is stored in the trace (meta `request_json`).\n\n", o);
-    const char *model = base_name(bt_trace_meta_get(r, "model_path"));
+    const char *model = base_name(rm.model_path);
     fputs("Analyse it again:\n\n```sh\nbangtrace bisect ", o);
     shell_quote(o, base_name(path));
     if (!redacted) {
@@ -859,7 +872,9 @@ int cmd_report(int argc, char **argv)
     bt_run_state rs;
     if (bt_run_state_get(r, trace, &rs)) goto fail;
     /* The heading names the model: one line, escaped like a cell. */
-    const char *model = bt_trace_meta_get(r, "model_name");
+    bt_run_meta rm;
+    bt_run_meta_read(r, &rm);
+    const char *model = rm.model_name;
     if (x.has_nonfinite)
         fprintf(o, "# bangtrace report: non-finite %s at step %d, layer %d%s", bt_text_esc(x.first.tensor), x.first.step,
                 x.first.layer, x.spec.present && !strcmp(x.first.model, "draft") ? " (draft pass)" : "");
@@ -895,7 +910,7 @@ int cmd_report(int argc, char **argv)
     if (mem_err) { bt_error(BT_ENOMEM, "out of memory composing the report"); goto fail; }
     {
         size_t n = 0;
-        char *clean = strip_local(buf, buf_len, bt_trace_meta_get(r, "host"), &n);
+        char *clean = strip_local(buf, buf_len, rm.host, &n);
         if (!clean) { bt_error(BT_ENOMEM, "out of memory composing the report"); goto fail; }
         free(buf);
         buf = clean;

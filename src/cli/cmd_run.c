@@ -8,11 +8,13 @@
 #include "args.h"
 #include "backend/backend.h"
 #include "gen/decode.h"
+#include "gen/generate.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "gen/request.h"
 #include "engine/numerics.h"
+#include "run/run_meta.h"
 #include "run/session.h"
 #include "sys/crash.h"
 #include "sys/outfile.h"
@@ -260,22 +262,6 @@ static const char *prompt_text_of(const run_opts *o, const bt_request *req)
     return o->prompt ? o->prompt : req->prompt ? req->prompt : NULL;
 }
 
-static void read_cpu_name(char *buf, size_t cap)
-{
-    snprintf(buf, cap, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof(line), f)) {
-        if (!strncmp(line, "model name", 10)) {
-            char *c = strchr(line, ':');
-            if (c) { c++; while (*c == ' ') c++; c[strcspn(c, "\n")] = 0; snprintf(buf, cap, "%s", c); }
-            break;
-        }
-    }
-    fclose(f);
-}
-
 /* Everything `report` and `bisect --reference` need besides the model file. */
 typedef struct run_meta {
     int argc; char **argv;
@@ -298,89 +284,47 @@ static int llamacpp_engine(void *user, const bt_model *m, int ctx, int max_batch
 static int write_meta(void *user, bt_trace *t, const bt_session *s)
 {
     const run_meta *rm = user;
-    int argc = rm->argc;
-    char **argv = rm->argv;
     const run_opts *o = rm->o;
-    const bt_request *req = rm->req;
-    const bt_sampler_cfg *sc = rm->sc;
-    const bt_model *m = bt_session_model(s);
-    const bt_tokenizer *tok = bt_session_tokenizer(s);
-    const bt_injector *inj = bt_session_injector(s);
-    const char *prompt_text = rm->prompt_text;
-    const char *sha_hex = bt_session_model_sha256(s);
-    int rc = BT_OK;
-    char buf[512], *js;
-    const bt_config *c = &m->cfg;
-#define META(k, v) do { if (rc == BT_OK) rc = bt_trace_meta(t, k, v); } while (0)
-#define META_JSON(k, j) do { json_t *jj_ = (j); js = json_dumps(jj_, JSON_COMPACT | JSON_SORT_KEYS); json_decref(jj_); \
-        if (!js) return bt_error(BT_ENOMEM, "out of memory"); \
-        META(k, js); \
-        free(js); } while (0)
-    json_t *av = json_array();
-    json_array_append_new(av, json_string("bangtrace"));
-    for (int i = 0; i < argc; i++) json_array_append_new(av, json_string(argv[i]));
-    META_JSON("argv", av);
-    if (gethostname(buf, sizeof(buf)) == 0) { buf[sizeof(buf) - 1] = 0; META("host", buf); }
-    read_cpu_name(buf, sizeof(buf));
-    META("cpu", buf);
-    /* cpu-<simd> on the CPU; the device's name on another backend;
-     * llama.cpp-<dev> for llama.cpp's own backends */
-    if (o->llamacpp) snprintf(buf, sizeof(buf), "llama.cpp-%s", o->device ? o->device : "cpu");
-    else bt_backend_trace_name(bt_engine_backend(bt_session_engine(s)), buf, sizeof(buf));
-    META("backend", buf);
-    snprintf(buf, sizeof(buf), "%ld", o->threads);
-    META("threads", buf);
-    bt_numerics_format(&o->numerics, buf, sizeof(buf));
-    META("numerics", buf);
-    char *abs = realpath(o->model, NULL);
-    META("model_path", abs ? abs : o->model);
-    free(abs);
-    if (o->tokenizer) { abs = realpath(o->tokenizer, NULL); META("tokenizer_path", abs ? abs : o->tokenizer); free(abs); }
-    META("model_sha256", sha_hex);
-    META("model_format", m->format);
-    META("model_name", c->name);
-    META("arch", c->arch);
-    META_JSON("hparams", json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:b}", "dim", c->dim, "hidden_dim", c->hidden_dim,
-                                   "n_layers", c->n_layers, "n_heads", c->n_heads, "n_kv_heads", c->n_kv_heads,
-                                   "head_dim", c->head_dim, "n_vocab", c->n_vocab, "ctx_len", c->ctx_len,
-                                   "norm_eps", (double)c->norm_eps, "rope_base", (double)c->rope_base, "tied_output", c->tied_output));
-    snprintf(buf, sizeof(buf), "%d", c->n_layers);
-    META("n_layers", buf);
-    snprintf(buf, sizeof(buf), "%d", c->n_vocab);
-    META("n_vocab", buf);
-    static const char *const kinds[] = { "?", "spm", "bpe", "llama2c" };
-    META_JSON("tokenizer", json_pack("{s:s,s:s,s:i,s:I,s:i,s:i}", "kind", kinds[m->vocab.kind & 3], "pre", m->vocab.pre,
-                                     "n_tokens", m->vocab.n_tokens, "n_merges", (json_int_t)m->vocab.n_merges,
-                                     "bos", bt_tokenizer_bos(tok), "eos", bt_tokenizer_eos(tok)));
-    char rule[48];
-    bt_argmax_format(&sc->rule, rule, sizeof(rule));
-    META("argmax_rule", rule);
-    snprintf(buf, sizeof(buf), "%llu", (unsigned long long)sc->seed);
-    META("seed", buf);
-    /* meta "seed" is the exact decimal; JSON integers are signed 64-bit, so
-     * sampling.seed holds its two's-complement reinterpretation (seeds from
-     * 2^63 up read negative there, and back exactly as uint64_t) */
-    META_JSON("sampling", json_pack("{s:f,s:i,s:f,s:I,s:s}", "temperature", (double)sc->temperature, "top_k", sc->top_k,
-                                    "top_p", (double)sc->top_p, "seed", (json_int_t)sc->seed, "argmax", rule));
-    if (inj) { js = bt_injector_json(inj); if (!js) return bt_error(BT_ENOMEM, "out of memory"); META("injections", js); free(js); }
-    else META("injections", "[]");
-    if (req->json) META("request_json", req->json);
-    if (prompt_text) META("prompt_text", prompt_text);
-    META("taps", bt_taps_mode_name(o->taps));
-    if (o->layer_lo >= 0) { snprintf(buf, sizeof(buf), "%d-%d", o->layer_lo, o->layer_hi); META("tap_layers", buf); }
-    META("logits", o->logits_full ? "full" : "flagged");
-    META("engine", o->llamacpp ? "llama.cpp" : "native");
-    if (o->llamacpp) {
-        META("llama_cpp_version", bt_llamacpp_version());
-        META("llama_cpp_lib_version", bt_llamacpp_lib_version());
-        META("llama_cpp_build", bt_llamacpp_build_flags());
-        bt_llama_settings_describe(&o->llama, buf, sizeof(buf));
-        META("llama_cpp_settings", buf);                /* as asked: every deviation from llama.cpp's defaults */
-        META("llama_cpp_path", bt_llamacpp_last_path()); /* as resolved by llama.cpp */
+    char llama[512] = "";
+    if (o->llamacpp) bt_llama_settings_describe(&o->llama, llama, sizeof(llama));
+    bt_run_meta_src src = { .argc = rm->argc, .argv = rm->argv, .model = bt_session_model(s), .tok = bt_session_tokenizer(s),
+                            .model_path = o->model, .tokenizer_path = o->tokenizer,
+                            .model_sha256 = bt_session_model_sha256(s), .device = o->device, .llamacpp = o->llamacpp,
+                            .threads = (int)o->threads, .numerics = &o->numerics, .sc = rm->sc,
+                            .inj = bt_session_injector(s), .request_json = rm->req->json, .prompt_text = rm->prompt_text,
+                            .taps = o->taps, .layer_lo = o->layer_lo, .layer_hi = o->layer_hi, .logits_full = o->logits_full };
+    char backend[64];       /* as the opened backend names itself (the device table) */
+    if (!o->llamacpp) {
+        bt_backend_trace_name(bt_engine_backend(bt_session_engine(s)), backend, sizeof(backend));
+        src.backend = backend;
     }
-#undef META
-#undef META_JSON
-    return rc;
+    if (o->llamacpp) {
+        src.llama_version = bt_llamacpp_version();
+        src.llama_lib_version = bt_llamacpp_lib_version();
+        src.llama_build = bt_llamacpp_build_flags();
+        src.llama_settings = llama;
+        src.llama_path = bt_llamacpp_last_path();
+    }
+    return bt_run_meta_write(t, &src);
+}
+
+/* The generation loop's callbacks: the completion streamed to stdout, and
+ * a pending SIGINT & co. stopping a traced run between steps. */
+typedef struct run_stream { bool trace; } run_stream;
+
+static int print_text(void *user, const char *s, size_t n)
+{
+    (void)user;
+    /* whole characters only: a terminal gets them escaped */
+    bt_text_fput_output(s, n, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+static int poll_interrupt(void *user)
+{
+    const run_stream *rs = user;
+    return rs->trace ? bt_interrupt_pending() : 0;
 }
 
 static void json_ids(json_t *obj, const char *key, const int32_t *ids, size_t n)
@@ -388,6 +332,79 @@ static void json_ids(json_t *obj, const char *key, const int32_t *ids, size_t n)
     json_t *a = json_array();
     for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
     json_object_set_new(obj, key, a);
+}
+
+/* SIGINT & co. stopped a traced run between steps: every step so far is
+ * committed; say where it stopped, close the trace as one file, let main
+ * die by the signal (the status returned). */
+static int run_interrupted(bt_session *ses, const bt_generate_out *g, const char *trace_path)
+{
+    bt_recorder *rec = bt_session_recorder(ses);
+    bt_trace *trace = bt_session_trace(ses);
+    int intr = g->stopped;
+    int step = rec ? bt_recorder_current_step(rec) : -1;
+    char detail[160];
+    snprintf(detail, sizeof(detail), "%s after %d generated tokens; last committed step %d",
+             bt_signal_name(intr), g->n_ids, step);
+    int tr = bt_trace_event(trace, step, -1, "interrupted", -1, NULL, NULL, detail, NULL);
+    int tc = bt_session_close_trace(ses, bt_trace_failed(trace) ? BT_TRACE_STATUS_IO_ERROR : BT_TRACE_STATUS_INTERRUPTED);
+    if (g->streamed) putchar('\n');
+    fflush(stdout);
+    if (tr || tc) fprintf(stderr, "bangtrace: run: %s\n", bt_errmsg());
+    fprintf(stderr, "bangtrace: run: interrupted by %s at step %d; trace closed: %s\n", bt_signal_name(intr), step, trace_path);
+    return 128 + intr;
+}
+
+typedef struct run_times { double load, prompt, decode; } run_times;
+
+/* The completion's end on stdout (--json: the one object) and the summary
+ * lines on stderr. BT_ENOMEM if the JSON cannot be built. */
+static int print_result(const run_opts *o, const bt_model *m, const int32_t *prompt, size_t n_prompt,
+                        const bt_generate_out *g, const char *drafter_name, const run_times *tm)
+{
+    const bt_decoder_stats *ds = &g->stats;
+    int decoded = g->n_ids;
+    /* the first token comes from the prefill: decode rate over the rest;
+     * NAN (JSON null, "n/a") when an interval is too short to time */
+    double pps = bt_rate((double)n_prompt, tm->prompt), dps = bt_rate(decoded - 1, tm->decode);
+    char pps_s[32], dps_s[32];
+    if (o->json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "model", json_string(m->cfg.name));
+        json_ids(j, "prompt_ids", prompt, n_prompt);
+        json_ids(j, "completion_ids", g->ids, (size_t)g->n_ids);
+        json_object_set_new(j, "text", json_stringn(g->text, g->text_len));
+        json_object_set_new(j, "finish_reason", json_string(g->finish));
+        json_t *t = json_object();
+        json_object_set_new(t, "load_ms", json_real(tm->load * 1e3));
+        json_object_set_new(t, "prompt_ms", json_real(tm->prompt * 1e3));
+        json_object_set_new(t, "decode_ms", json_real(tm->decode * 1e3));
+        json_object_set_new(t, "prompt_tokens_per_s", isnan(pps) ? json_null() : json_real(pps));
+        json_object_set_new(t, "decode_tokens_per_s", isnan(dps) ? json_null() : json_real(dps));
+        json_object_set_new(j, "timings", t);
+        if (o->spec_k)
+            json_object_set_new(j, "speculation", json_pack("{s:s,s:i,s:i,s:i,s:i,s:f,s:i}", "drafter", drafter_name,
+                                "k", (int)o->spec_k, "verify_steps", ds->verify_steps, "drafted", ds->drafted,
+                                "accepted", ds->accepted, "acceptance", ds->drafted ? (double)ds->accepted / ds->drafted : 0.0,
+                                "target_forwards", ds->target_forwards));
+        char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+        json_decref(j);
+        if (!s) return bt_error(BT_ENOMEM, "out of memory");
+        puts(s);
+        free(s);
+    } else {
+        /* the text itself was streamed by the generation loop */
+        if (g->text_len && g->text[g->text_len - 1] != '\n') putchar('\n');
+        fflush(stdout);
+    }
+    if (o->spec_k)
+        bt_log("bangtrace: speculation %s k=%ld: %d verify steps, %d of %d drafted tokens accepted (%.0f%%), %d target forwards",
+               drafter_name, o->spec_k, ds->verify_steps, ds->accepted, ds->drafted,
+               ds->drafted ? 100.0 * ds->accepted / ds->drafted : 0.0, ds->target_forwards);
+    bt_log("bangtrace: %zu prompt tokens in %.1f ms (%s), %d generated in %.1f ms (decode %s), finish_reason %s",
+           n_prompt, tm->prompt * 1e3, bt_rate_fmt((double)n_prompt, tm->prompt, pps_s, sizeof(pps_s)), decoded,
+           tm->decode * 1e3, bt_rate_fmt(decoded - 1, tm->decode, dps_s, sizeof(dps_s)), g->finish);
+    return BT_OK;
 }
 
 int cmd_run(int argc, char **argv)
@@ -400,16 +417,12 @@ int cmd_run(int argc, char **argv)
     const bt_tokenizer *tok = NULL;
     bt_engine *e = NULL;
     bt_sampler *smp = NULL;
-    int32_t *prompt = NULL, *gen = NULL;
-    char *text = NULL;
-    size_t n_prompt = 0, n_gen = 0, text_len = 0, text_cap = 0, printed = 0;
+    int32_t *prompt = NULL;
+    size_t n_prompt = 0;
+    bt_generate_out gout = { 0 };
     int status = 2;
-    const char *finish = "length";
     bt_trace *trace = NULL;
     bt_recorder *rec = NULL;
-    bt_decoder *dec = NULL;
-    int32_t *burst = NULL;
-    float *burst_lp = NULL;
     const char *drafter_name = "";
 
     if (parse_args(argc, argv, &o)) goto fail;
@@ -484,9 +497,6 @@ int cmd_run(int argc, char **argv)
     rec = bt_session_recorder(ses);
     trace = bt_session_trace(ses);
     drafter_name = bt_session_drafter_name(ses);
-    gen = malloc((size_t)(n_max + o.spec_k + 2) * sizeof(int32_t));
-    if (!gen || BT_VEC_RESERVE(text, text_cap, 1)) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
-    text[0] = 0;
     double t_load = bt_now() - t0;
     char rule[48];
     bt_argmax_format(&sc.rule, rule, sizeof(rule));
@@ -495,82 +505,35 @@ int cmd_run(int argc, char **argv)
            t_load * 1e3, n_prompt, (int)o.threads, sc.temperature > 0 ? "sampling" : "greedy", rule);
     if (o.llamacpp) bt_log("bangtrace: llama.cpp path: %s", bt_llamacpp_last_path());
 
-    bt_decoder_cfg dc = { .smp = smp, .greedy = sc.temperature <= 0, .rule = sc.rule, .tok = tok, .ignore_eos = o.ignore_eos };
-    bt_session_decoder_cfg(ses, &dc);
-    if (bt_decoder_new(&dc, prompt, (int)n_prompt, (int)n_max, &dec)) goto fail;
-    burst = malloc((size_t)(o.spec_k + 2) * sizeof(int32_t));
-    burst_lp = malloc((size_t)(o.spec_k + 2) * sizeof(float));
-    if (!burst || !burst_lp) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
-    double t1 = bt_now(), t_prompt = 0;
-    int rc, intr = 0;
-    bool done = n_max <= 0;
-    while (!done) {
-        int nb = 0;
-        if (trace && (intr = bt_interrupt_pending())) break;
-        if ((rc = bt_decoder_next(dec, burst, burst_lp, &nb))) goto fail;
-        if (t_prompt == 0) t_prompt = bt_decoder_stats_get(dec)->prefill_s;
-        for (int b = 0; b < nb && !done; b++) {
-            int32_t id = burst[b];
-            gen[n_gen++] = id;
-            if (id < 0 || id >= m->cfg.n_vocab) {
-                finish = "invalid_token";
-                bt_error(BT_ERANGE, "the argmax rule %s produced id %d, outside the vocabulary (%d): "
-                         "the logits were not finite", rule, id, m->cfg.n_vocab);
-                fprintf(stderr, "bangtrace: run: %s\n", bt_errmsg());
-                status = 1;
-                done = true;
-            } else if (!o.ignore_eos && bt_tokenizer_is_eog(tok, id)) {
-                finish = "stop"; n_gen--; done = true;
-            } else {
-                size_t pl;
-                const char *piece = bt_token_piece(tok, id, &pl);
-                /* As SentencePiece and llama2.c decode: the piece right after BOS
-                 * loses its leading space (the dummy prefix). */
-                int32_t prev = n_gen > 1 ? gen[n_gen - 2] : prompt[n_prompt - 1];
-                if (prev == bt_tokenizer_bos(tok) && pl > 0 && piece[0] == ' ' && m->vocab.add_space_prefix) { piece++; pl--; }
-                if (BT_VEC_RESERVE(text, text_cap, text_len + pl + 1)) goto fail;
-                memcpy(text + text_len, piece, pl);
-                size_t old_len = text_len;
-                text_len += pl;
-                text[text_len] = 0;
-                const char *hit = bt_stop_find(text, text_len, old_len, req.stop, req.n_stop);
-                if (hit) { text_len = (size_t)(hit - text); text[text_len] = 0; finish = "stop"; done = true; }
-                else if (!o.json) {
-                    size_t upto = text_len - bt_stop_holdback(text, text_len, req.stop, req.n_stop);
-                    /* whole characters only: a terminal gets them escaped */
-                    if (upto > printed) upto = printed + bt_text_utf8_complete(text + printed, upto - printed);
-                    if (upto > printed) { bt_text_fput_output(text + printed, upto - printed, stdout); fflush(stdout); printed = upto; }
-                }
-            }
-            if ((long)n_gen >= n_max) done = true;
-        }
+    run_stream rs = { .trace = trace != NULL };
+    bt_generate_cfg gcfg = { .dec = { .smp = smp, .greedy = sc.temperature <= 0, .rule = sc.rule, .tok = tok,
+                                      .ignore_eos = o.ignore_eos },
+                             .model = m, .tok = tok, .prompt = prompt, .n_prompt = (int)n_prompt, .max_tokens = n_max,
+                             .ignore_eos = o.ignore_eos, .stop = req.stop, .n_stop = req.n_stop,
+                             .on_text = o.json ? NULL : print_text, .poll = poll_interrupt, .user = &rs };
+    bt_session_decoder_cfg(ses, &gcfg.dec);
+    double t1 = bt_now();
+    int rc = bt_generate(&gcfg, &gout);
+    double t_prompt = gout.stats.prefill_s;
+    if (rc) goto fail;
+    if (!strcmp(gout.finish, "invalid_token")) {
+        bt_error(BT_ERANGE, "the argmax rule %s produced id %d, outside the vocabulary (%d): "
+                 "the logits were not finite", rule, gout.ids[gout.n_ids - 1], m->cfg.n_vocab);
+        fprintf(stderr, "bangtrace: run: %s\n", bt_errmsg());
+        status = 1;
     }
-    if (intr) {
-        /* Between steps: every step so far is committed; say where we
-         * stopped, close the trace as one file, let main die by the signal. */
-        int step = rec ? bt_recorder_current_step(rec) : -1;
-        char detail[160];
-        snprintf(detail, sizeof(detail), "%s after %zu generated tokens; last committed step %d",
-                 bt_signal_name(intr), n_gen, step);
-        int tr = bt_trace_event(trace, step, -1, "interrupted", -1, NULL, NULL, detail, NULL);
-        int tc = bt_session_close_trace(ses, bt_trace_failed(trace) ? BT_TRACE_STATUS_IO_ERROR : BT_TRACE_STATUS_INTERRUPTED);
+    if (gout.stopped) {
+        status = run_interrupted(ses, &gout, o.trace);
         trace = NULL;
-        if (printed) putchar('\n');
-        fflush(stdout);
-        if (tr || tc) fprintf(stderr, "bangtrace: run: %s\n", bt_errmsg());
-        fprintf(stderr, "bangtrace: run: interrupted by %s at step %d; trace closed: %s\n", bt_signal_name(intr), step, o.trace);
-        status = 128 + intr;
         goto out;
     }
     double t2 = t1 + t_prompt, t_end = bt_now();
     if (rec && (rc = bt_recorder_inject_unfired(rec, NULL))) goto fail;
     if (trace) {
         /* the count every reader prints (bt_analyze_generated) */
-        char ng[24];
-        snprintf(ng, sizeof(ng), "%zu", n_gen);
-        if ((rc = bt_trace_meta(trace, "generated", ng))) goto fail;
+        if ((rc = bt_run_meta_write_generated(trace, gout.n_ids))) goto fail;
     }
-    if (rec && (rc = bt_recorder_finish(rec, finish))) goto fail;
+    if (rec && (rc = bt_recorder_finish(rec, gout.finish))) goto fail;
     if (trace) {
         int tr = bt_session_close_trace(ses, BT_TRACE_STATUS_OK);
         trace = NULL;
@@ -578,50 +541,9 @@ int cmd_run(int argc, char **argv)
         bt_log("bangtrace: trace %s: %lld bytes, %d events", o.trace, (long long)bt_trace_size(o.trace),
                bt_recorder_n_events(rec));
     }
-    double t_decode = t_end - t2;
-    const bt_decoder_stats *ds = bt_decoder_stats_get(dec);
     if (status == 2) status = 0;
-    int decoded = (int)n_gen;
-    /* the first token comes from the prefill: decode rate over the rest;
-     * NAN (JSON null, "n/a") when an interval is too short to time */
-    double pps = bt_rate((double)n_prompt, t_prompt), dps = bt_rate(decoded - 1, t_decode);
-    char pps_s[32], dps_s[32];
-    if (o.json) {
-        json_t *j = json_object();
-        json_object_set_new(j, "model", json_string(m->cfg.name));
-        json_ids(j, "prompt_ids", prompt, n_prompt);
-        json_ids(j, "completion_ids", gen, n_gen);
-        json_object_set_new(j, "text", json_stringn(text, text_len));
-        json_object_set_new(j, "finish_reason", json_string(finish));
-        json_t *t = json_object();
-        json_object_set_new(t, "load_ms", json_real(t_load * 1e3));
-        json_object_set_new(t, "prompt_ms", json_real(t_prompt * 1e3));
-        json_object_set_new(t, "decode_ms", json_real(t_decode * 1e3));
-        json_object_set_new(t, "prompt_tokens_per_s", isnan(pps) ? json_null() : json_real(pps));
-        json_object_set_new(t, "decode_tokens_per_s", isnan(dps) ? json_null() : json_real(dps));
-        json_object_set_new(j, "timings", t);
-        if (o.spec_k)
-            json_object_set_new(j, "speculation", json_pack("{s:s,s:i,s:i,s:i,s:i,s:f,s:i}", "drafter", drafter_name,
-                                "k", (int)o.spec_k, "verify_steps", ds->verify_steps, "drafted", ds->drafted,
-                                "accepted", ds->accepted, "acceptance", ds->drafted ? (double)ds->accepted / ds->drafted : 0.0,
-                                "target_forwards", ds->target_forwards));
-        char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
-        json_decref(j);
-        if (!s) { bt_error(BT_ENOMEM, "out of memory"); status = 2; goto fail; }
-        puts(s);
-        free(s);
-    } else {
-        if (text_len > printed) bt_text_fput_output(text + printed, text_len - printed, stdout);
-        if (text_len && text[text_len - 1] != '\n') putchar('\n');
-        fflush(stdout);
-    }
-    if (o.spec_k)
-        bt_log("bangtrace: speculation %s k=%ld: %d verify steps, %d of %d drafted tokens accepted (%.0f%%), %d target forwards",
-               drafter_name, o.spec_k, ds->verify_steps, ds->accepted, ds->drafted,
-               ds->drafted ? 100.0 * ds->accepted / ds->drafted : 0.0, ds->target_forwards);
-    bt_log("bangtrace: %zu prompt tokens in %.1f ms (%s), %d generated in %.1f ms (decode %s), finish_reason %s",
-           n_prompt, t_prompt * 1e3, bt_rate_fmt((double)n_prompt, t_prompt, pps_s, sizeof(pps_s)), decoded,
-           t_decode * 1e3, bt_rate_fmt(decoded - 1, t_decode, dps_s, sizeof(dps_s)), finish);
+    run_times tm = { .load = t_load, .prompt = t_prompt, .decode = t_end - t2 };
+    if (print_result(&o, m, prompt, n_prompt, &gout, drafter_name, &tm)) { status = 2; goto fail; }
     goto out;
 fail:
     /* the session may have got part way: ask it, not the locals */
@@ -636,10 +558,9 @@ fail:
         bt_trace_event(trace, e ? bt_engine_step(e) : -1, -1, "error", -1, NULL, NULL, msg, NULL);
     }
 out:
-    bt_decoder_free(dec);
     bt_session_close(ses, status != 2 ? BT_TRACE_STATUS_OK : NULL);
-    free(burst); free(burst_lp);
-    free(prompt); free(gen); free(text);
+    free(prompt);
+    bt_generate_out_clear(&gout);
     bt_sampler_free(smp);
     bt_request_clear(&req);
     return status;

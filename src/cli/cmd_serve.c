@@ -20,7 +20,7 @@
  * answered untraced, the partial trace and its -wal/-shm are removed, stderr
  * says why, /health says "degraded", and tracing pauses for TRACE_PAUSE_S.
  *
- * Generation is bt_gen_request() (src/gen/generate.c), the per-request half of
+ * Generation is bt_gen_request() (src/run/slot.c), the per-request half of
  * the session module that run and bench are moving to. */
 #include "cmd.h"
 #include "args.h"
@@ -54,7 +54,7 @@ int cmd_serve(int argc, char **argv)
 #include "engines/llamacpp/llamacpp.h"
 #include "model/model.h"
 #include "prod/classify.h"
-#include "gen/generate.h"
+#include "run/slot.h"
 #include "gen/request.h"
 #include "run/session.h"           /* bt_llama_settings */
 #include "sys/crash.h"

@@ -30,7 +30,7 @@
  * (tests/data/chat/) with jinja2 and compares bytes.
  * A model's template is recognised by its markers (bt_chat_tmpl_detect);
  * a template it does not recognise is BT_CHAT_NONE and the caller decides. */
-#include "request.h"
+#include "gen/chat.h"
 #include "base/util.h"
 
 #include <ctype.h>

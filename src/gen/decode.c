@@ -1,4 +1,5 @@
-/* decode.c - prefill, plain and speculative decoding, recorded step by step.
+/* decode.c - prefill, plain and speculative decoding, reported step by step
+ * to the observers (gen/observer.h).
  *
  * Invariants between calls (n_ctx = prompt + emitted tokens):
  *   - the target has valid KV entries for positions [0, n_ctx - 1): the last
@@ -98,12 +99,39 @@ static float logprob_of(const float *x, int n, int32_t id)
     return (float)(((double)x[id] - mx) - log(s));
 }
 
-/* One recorded forward: number the step, open it, run, inject. */
-static int forward(bt_decoder *d, bt_engine *e, bt_recorder *rec, const char *kind,
+/* The observer's callbacks; a NULL observer or callback does nothing. */
+static int obs_snapshot(const bt_gen_observer *o, const float *row, int row_pos, int32_t chosen)
+{
+    return o && o->snapshot ? o->snapshot(o->user, row, row_pos, chosen) : BT_OK;
+}
+
+static int obs_token(const bt_gen_observer *o, int pos, int32_t id, const char *role, float logprob)
+{
+    return o && o->token ? o->token(o->user, pos, id, role, logprob) : BT_OK;
+}
+
+static int obs_spec_step(const bt_gen_observer *o, int step, const char *drafter, int k, int accepted,
+                         int32_t bonus, const char *bonus_kind)
+{
+    return o && o->spec_step ? o->spec_step(o->user, step, drafter, k, accepted, bonus, bonus_kind) : BT_OK;
+}
+
+static int obs_spec_trail(const bt_gen_observer *o, const bt_spec_row *row)
+{
+    return o && o->spec_trail ? o->spec_trail(o->user, row) : BT_OK;
+}
+
+static int obs_event(const bt_gen_observer *o, int step, int pos, const char *kind, const char *detail)
+{
+    return o && o->event ? o->event(o->user, step, pos, kind, detail) : BT_OK;
+}
+
+/* One observed forward: number the step, open it, run, inject. */
+static int forward(bt_decoder *d, bt_engine *e, const bt_gen_observer *rec, const char *kind,
                    const int32_t *toks, int n, int pos, double *ms)
 {
     bt_engine_set_step(e, d->step);
-    int rc = rec ? bt_recorder_step_begin(rec, kind, pos, n) : BT_OK;
+    int rc = rec && rec->step_begin ? rec->step_begin(rec->user, kind, pos, n) : BT_OK;
     if (rc) return rc;
     double t0 = bt_now();
     rc = bt_engine_forward(e, toks, n, pos);
@@ -121,12 +149,12 @@ static int forward(bt_decoder *d, bt_engine *e, bt_recorder *rec, const char *ki
     return BT_OK;
 }
 
-static int end_step(bt_recorder *rec, double ms) { return rec ? bt_recorder_step_end(rec, ms) : BT_OK; }
+static int end_step(const bt_gen_observer *rec, double ms) { return rec && rec->step_end ? rec->step_end(rec->user, ms) : BT_OK; }
 
 /* A target forward of the last token (or the prompt) and one sampled token. */
 static int plain_step(bt_decoder *d, int32_t *out, float *lps, int *n)
 {
-    bt_recorder *rec = d->c.target_rec;
+    const bt_gen_observer *rec = d->c.target_obs;
     bool prefill = !d->started;
     const int32_t *in = prefill ? d->ctx : &d->ctx[d->n_ctx - 1];
     int n_in = prefill ? d->n_ctx : 1, pos = prefill ? 0 : d->n_ctx - 1;
@@ -152,8 +180,8 @@ static int plain_step(bt_decoder *d, int32_t *out, float *lps, int *n)
     float lp;
     int32_t id = bt_sampler_sample(d->c.smp, row, d->n_vocab, &lp);
     if (rec) {
-        if ((rc = bt_recorder_snapshot(rec, row, d->n_ctx - 1, id))) return rc;
-        if ((rc = bt_recorder_token(rec, d->n_ctx, id, "gen", lp))) return rc;
+        if ((rc = obs_snapshot(rec, row, d->n_ctx - 1, id))) return rc;
+        if ((rc = obs_token(rec, d->n_ctx, id, "gen", lp))) return rc;
     }
     if ((rc = end_step(rec, ms))) return rc;
     d->ctx[d->n_ctx++] = id;
@@ -193,7 +221,7 @@ static int draft_ngram(bt_decoder *d, int k)
 /* Draft k tokens with the draft engine (catching it up first). */
 static int draft_model(bt_decoder *d, int k, int *nd)
 {
-    bt_recorder *rec = d->c.draft_rec;
+    const bt_gen_observer *rec = d->c.draft_obs;
     *nd = 0;
     for (int j = 0; j < k; j++) {
         const int32_t *in;
@@ -214,8 +242,8 @@ static int draft_model(bt_decoder *d, int k, int *nd)
         d->draft_finite[j] = row_finite(row, d->n_vocab);
         d->draft_det[j] = det;
         if (rec) {
-            if ((rc = bt_recorder_snapshot(rec, row, pos + n_in - 1, tok))) return rc;
-            if ((rc = bt_recorder_token(rec, pos + n_in, tok, "draft", det ? NAN : logf(q[tok])))) return rc;
+            if ((rc = obs_snapshot(rec, row, pos + n_in - 1, tok))) return rc;
+            if ((rc = obs_token(rec, pos + n_in, tok, "draft", det ? NAN : logf(q[tok])))) return rc;
         }
         if ((rc = end_step(rec, ms))) return rc;
         /* an id outside the vocabulary cannot be verified: the draft ends */
@@ -228,13 +256,13 @@ static int draft_model(bt_decoder *d, int k, int *nd)
 static int record_trail(bt_decoder *d, int step, int i, int pos, int32_t target_tok, double target_prob,
                         int accepted, const char *reason)
 {
-    if (!d->c.target_rec) return BT_OK;
+    if (!d->c.target_obs) return BT_OK;
     double qd = d->draft_det[i] ? 1.0 : d->q[(size_t)i * d->n_vocab + d->draft[i]];
     bt_spec_row r = { .step = step, .draft_idx = i, .draft_pos = pos, .draft_step = d->draft_step[i],
                       .draft_token = d->draft[i], .draft_prob = qd, .draft_finite = d->draft_finite[i],
                       .target_token = target_tok, .target_prob = target_prob, .accepted = accepted,
                       .reason = reason };
-    return bt_recorder_spec_trail(d->c.target_rec, &r);
+    return obs_spec_trail(d->c.target_obs, &r);
 }
 
 static int note_acceptance(bt_decoder *d, int step, int pos, double rate)
@@ -247,12 +275,12 @@ static int note_acceptance(bt_decoder *d, int step, int pos, double rate)
     for (int i = 0; i < BT_SPEC_WINDOW; i++) avg += d->win[i];
     avg /= BT_SPEC_WINDOW;
     if (avg >= BT_ACCEPT_COLLAPSE_HIGH) d->was_high = true;
-    if (d->was_high && avg < BT_ACCEPT_COLLAPSE_LOW && d->c.target_rec) {
+    if (d->was_high && avg < BT_ACCEPT_COLLAPSE_LOW && d->c.target_obs) {
         d->collapse_reported = true;
         char detail[200];
         snprintf(detail, sizeof(detail), "step %d: acceptance over the last %d verify steps fell to %.2f after having been >= 0.6",
                  step, BT_SPEC_WINDOW, avg);
-        return bt_recorder_event(d->c.target_rec, step, pos, "accept_collapse", detail);
+        return obs_event(d->c.target_obs, step, pos, "accept_collapse", detail);
     }
     return BT_OK;
 }
@@ -270,7 +298,7 @@ int bt_decoder_next(bt_decoder *d, int32_t *out, float *lps, int *n)
     if (nd == 0) return plain_step(d, out, lps, n);
 
     /* Verify: the target over [last token, d_0 .. d_{nd-1}] in one forward. */
-    bt_recorder *rec = d->c.target_rec;
+    const bt_gen_observer *rec = d->c.target_obs;
     int base = d->n_ctx - 1;                 /* position of the last emitted token */
     d->vin[0] = d->ctx[base];
     memcpy(d->vin + 1, d->draft, (size_t)nd * sizeof(int32_t));
@@ -312,7 +340,7 @@ int bt_decoder_next(bt_decoder *d, int32_t *out, float *lps, int *n)
             }
         }
         if ((rc = record_trail(d, step, i, base + 1 + i, ti, pd, accept, reason))) return rc;
-        if (rec && (rc = bt_recorder_snapshot(rec, row, base + i, accept ? di : ti))) return rc;
+        if (rec && (rc = obs_snapshot(rec, row, base + i, accept ? di : ti))) return rc;
         if (accept) {
             out[(*n)++] = di;
             a++;
@@ -335,13 +363,13 @@ int bt_decoder_next(bt_decoder *d, int32_t *out, float *lps, int *n)
         fix = bt_sampler_sample(d->c.smp, row, d->n_vocab, &lp);
         fix_kind = "bonus";
         out[(*n)++] = fix;
-        if (rec && (rc = bt_recorder_snapshot(rec, row, base + nd, fix))) return rc;
+        if (rec && (rc = obs_snapshot(rec, row, base + nd, fix))) return rc;
     }
     if (stopped && nd - a > 0 && rec) {
         char detail[240];
         snprintf(detail, sizeof(detail), "step %d: the drafter proposed %d token(s) after the accepted end-of-generation "
                  "token at position %d; none reached the output", step, nd - a, base + a);
-        if ((rc = bt_recorder_event(rec, step, base + a, "post_stop_draft", detail))) return rc;
+        if ((rc = obs_event(rec, step, base + a, "post_stop_draft", detail))) return rc;
     }
     for (int i = 0; i < *n; i++) {
         const float *row = bt_engine_logits_row(d->c.target, i);
@@ -349,9 +377,9 @@ int bt_decoder_next(bt_decoder *d, int32_t *out, float *lps, int *n)
         if (lps) lps[i] = lp;
         /* out[0..a) are accepted drafts; out[a], when present, is the
          * target's correction or bonus */
-        if (rec && (rc = bt_recorder_token(rec, base + 1 + i, out[i], i == a ? "bonus" : "gen", lp))) return rc;
+        if (rec && (rc = obs_token(rec, base + 1 + i, out[i], i == a ? "bonus" : "gen", lp))) return rc;
     }
-    if (rec && (rc = bt_recorder_spec_step(rec, step, d->c.drafter_name, nd, a, stopped ? -1 : fix, fix_kind))) return rc;
+    if (rec && (rc = obs_spec_step(rec, step, d->c.drafter_name, nd, a, stopped ? -1 : fix, fix_kind))) return rc;
     if ((rc = note_acceptance(d, step, base, (double)a / nd))) return rc;
     if ((rc = end_step(rec, ms))) return rc;
     d->st.verify_steps++;

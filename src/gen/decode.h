@@ -1,6 +1,6 @@
 /* decode.h - the generation loop's engine side: prefill, plain decoding and
  * speculative decoding (a draft model, the target's own first layers, or
- * n-gram prompt lookup), with every step recorded.
+ * n-gram prompt lookup), every step reported to an observer (gen/observer.h).
  *
  * bt_decoder_next() emits the next 1..k+1 tokens. Greedy speculative
  * decoding accepts a drafted token while it equals the target's argmax under
@@ -19,14 +19,14 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "tap/inject.h"
-#include "run/recorder.h"
+#include "gen/observer.h"
 #include "tokenizer/tokenizer.h"
 
 enum bt_drafter { BT_DRAFT_NONE = 0, BT_DRAFT_MODEL, BT_DRAFT_SELF, BT_DRAFT_NGRAM };
 
 typedef struct bt_decoder_cfg {
     bt_engine *target;
-    bt_recorder *target_rec;     /* may be NULL */
+    const bt_gen_observer *target_obs; /* the target's steps; may be NULL */
     bt_sampler *smp;
     bool greedy;                 /* temperature 0 */
     bt_argmax_rule rule;
@@ -39,7 +39,7 @@ typedef struct bt_decoder_cfg {
     int ngram;                   /* n-gram size for BT_DRAFT_NGRAM */
     const char *drafter_name;    /* "model", "self:N", "ngram:N" */
     bt_engine *draft;            /* BT_DRAFT_MODEL / BT_DRAFT_SELF */
-    bt_recorder *draft_rec;      /* may be NULL */
+    const bt_gen_observer *draft_obs;  /* the drafter's steps; may be NULL */
 } bt_decoder_cfg;
 
 typedef struct bt_decoder_stats {

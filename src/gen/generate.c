@@ -1,305 +1,151 @@
-/* generate.c - one request through the native engine (see generate.h).
- *
- * Mirrors run's generation loop (src/cli/cmd_run.c): the same prompt rendering
- * (chat template detected from the model, BOS not spelled twice), the same
- * decoder, the same stop-string handling and the same leading-space rule
- * after BOS, so that a request served here produces the text `run
- * --request` prints for the same body. What differs: the engine belongs to
- * a slot and is reused, injection specs are parsed per request (their
- * run state and the p= draw are per request), and text goes to a callback. */
+/* generate.c - the generation loop (see generate.h). */
 #include "gen/generate.h"
-#include "prod/classify.h"
-#include "decode.h"
-#include "engine/engine.h"
-#include "tap/inject.h"
-#include "run/recorder.h"
 #include "base/text.h"
-#include "trace/trace.h"
 #include "base/util.h"
-#include "kernels/cpu/kernels.h"
+#include "gen/request.h"
 
-#include <jansson.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct bt_gen {
-    bt_gen_cfg cfg;
-    bt_engine *e;
+struct bt_generation {
+    bt_generate_cfg c;
+    bt_decoder *dec;
+    int32_t *burst;                 /* (k + 1) one decoder step's tokens */
+    float *burst_lp;
+    size_t text_cap;
+    bool done;
+    bt_generate_out o;
 };
 
-int bt_gen_new(const bt_gen_cfg *cfg, bt_gen **out)
+void bt_generate_out_clear(bt_generate_out *o)
 {
-    bt_gen *g = calloc(1, sizeof *g);
-    if (!g) { bt_engine_free(cfg->engine); return bt_error(BT_ENOMEM, "out of memory"); }
-    g->cfg = *cfg;
-    g->cfg.engine = NULL;
-    if (cfg->engine) { g->e = cfg->engine; *out = g; return BT_OK; }
-    bt_kernels_init();
-    /* activations for BT_GEN_BATCH positions: a longer prompt is prefilled
-     * in chunks of it by the decoder (src/gen/decode.c) that run shares */
-    int batch = BT_MIN(cfg->ctx, BT_GEN_BATCH);
-    int rc = bt_engine_new(cfg->model, cfg->ctx, batch, cfg->threads, &g->e);
-    if (rc) { free(g); return rc; }
+    free(o->ids);
+    free(o->text);
+    memset(o, 0, sizeof *o);
+}
+
+void bt_generation_free(bt_generation *g)
+{
+    if (!g) return;
+    bt_decoder_free(g->dec);
+    free(g->burst);
+    free(g->burst_lp);
+    bt_generate_out_clear(&g->o);
+    free(g);
+}
+
+int bt_generation_new(const bt_generate_cfg *cfg, bt_generation **out)
+{
+    *out = NULL;
+    bt_generation *g = calloc(1, sizeof *g);
+    if (!g) return bt_error(BT_ENOMEM, "out of memory");
+    g->c = *cfg;
+    g->o.finish = "length";
+    long n_max = BT_MAX(cfg->max_tokens, 0);
+    int k = cfg->dec.drafter == BT_DRAFT_NONE ? 0 : BT_MAX(cfg->dec.k, 0);
+    int rc = bt_decoder_new(&cfg->dec, cfg->prompt, cfg->n_prompt, (int)n_max, &g->dec);
+    if (rc) { bt_generation_free(g); return rc; }
+    g->burst = malloc((size_t)(k + 2) * sizeof(int32_t));
+    g->burst_lp = malloc((size_t)(k + 2) * sizeof(float));
+    g->o.ids = malloc((size_t)(n_max + 1) * sizeof(int32_t));
+    if (!g->burst || !g->burst_lp || !g->o.ids || BT_VEC_RESERVE(g->o.text, g->text_cap, 1)) {
+        bt_generation_free(g);
+        return bt_error(BT_ENOMEM, "out of memory");
+    }
+    g->o.text[0] = 0;
+    g->done = n_max <= 0;
     *out = g;
     return BT_OK;
 }
 
-void bt_gen_free(bt_gen *g)
+bool bt_generation_done(const bt_generation *g) { return g->done; }
+const bt_generate_out *bt_generation_out(const bt_generation *g) { return &g->o; }
+
+void bt_generation_take(bt_generation *g, bt_generate_out *out)
 {
-    if (!g) return;
-    bt_engine_free(g->e);
-    free(g);
+    g->o.stats = *bt_decoder_stats_get(g->dec);
+    *out = g->o;
+    memset(&g->o, 0, sizeof g->o);
+    g->text_cap = 0;
 }
 
-void bt_gen_result_clear(bt_gen_result *r)
+/* The text the caller may see now: all of it once done; before, not the
+ * tail that could still start a stop string, and whole characters only. */
+static void stream(bt_generation *g)
 {
-    free(r->text);
-    free(r->ids);
-    free(r->events);
-    memset(r, 0, sizeof *r);
-    r->first_nonfinite = -1;
+    bt_generate_out *o = &g->o;
+    if (!g->c.on_text) return;
+    size_t upto = o->text_len - (g->done ? 0 : bt_stop_holdback(o->text, o->text_len, g->c.stop, g->c.n_stop));
+    if (upto > o->streamed && !g->done) upto = o->streamed + bt_text_utf8_complete(o->text + o->streamed, upto - o->streamed);
+    if (upto <= o->streamed) return;
+    if (g->c.on_text(g->c.user, o->text + o->streamed, upto - o->streamed)) { o->finish = "cancelled"; g->done = true; }
+    o->streamed = upto;
 }
 
-/* The recorder's events into the result (the answer's bangtrace object,
- * serve's --trace flagged decision, probe's classes). */
-static void on_event(void *user, int step, int pos, const char *kind, const char *detail)
+/* One emitted token: its id, its text, the stop strings. */
+static int take_token(bt_generation *g, int32_t id)
 {
-    bt_gen_result *res = user;
-    res->n_events_total++;
-    bool nf = bt_event_is_nonfinite(kind);
-    if (nf) res->n_nonfinite++;
-    if (res->n_events >= BT_GEN_MAX_EVENTS) return;
-    if (!res->events && !(res->events = calloc(BT_GEN_MAX_EVENTS, sizeof *res->events))) return;
-    bt_gen_event *e = &res->events[res->n_events];
-    e->step = step;
-    e->pos = pos;
-    snprintf(e->kind, sizeof e->kind, "%s", kind ? kind : "");
-    snprintf(e->detail, sizeof e->detail, "%s", detail ? detail : "");
-    if (nf && res->first_nonfinite < 0) res->first_nonfinite = res->n_events;
-    res->n_events++;
+    const bt_generate_cfg *c = &g->c;
+    bt_generate_out *o = &g->o;
+    o->ids[o->n_ids++] = id;
+    if (id < 0 || id >= c->model->cfg.n_vocab) {
+        o->finish = "invalid_token";
+        g->done = true;
+        return BT_OK;
+    }
+    if (!c->ignore_eos && bt_tokenizer_is_eog(c->tok, id)) {
+        o->n_ids--;
+        o->finish = "stop";
+        g->done = true;
+        return BT_OK;
+    }
+    size_t pl;
+    const char *piece = bt_token_piece(c->tok, id, &pl);
+    /* As SentencePiece and llama2.c decode: the piece right after BOS loses
+     * its leading space (the dummy prefix). */
+    int32_t prev = o->n_ids > 1 ? o->ids[o->n_ids - 2] : c->prompt[c->n_prompt - 1];
+    if (prev == bt_tokenizer_bos(c->tok) && pl > 0 && piece[0] == ' ' && c->model->vocab.add_space_prefix) { piece++; pl--; }
+    if (BT_VEC_RESERVE(o->text, g->text_cap, o->text_len + pl + 1)) return bt_error(BT_ENOMEM, "out of memory");
+    memcpy(o->text + o->text_len, piece, pl);
+    size_t old = o->text_len;
+    o->text_len += pl;
+    o->text[o->text_len] = 0;
+    const char *hit = bt_stop_find(o->text, o->text_len, old, c->stop, c->n_stop);
+    if (hit) {
+        o->text_len = (size_t)(hit - o->text);
+        o->text[o->text_len] = 0;
+        o->finish = "stop";
+        g->done = true;
+    }
+    if (o->n_ids >= c->max_tokens) g->done = true;
+    return BT_OK;
 }
 
-/* The request's prompt ids: run's own rendering and tokenizing
- * (bt_request_prompt_ids), after the checks whose wording is for an API
- * client rather than a command line. */
-static int prompt_ids(const bt_gen_cfg *cfg, const bt_request *req, int32_t **ids, size_t *n)
+int bt_generation_step(bt_generation *g)
 {
-    const bt_model *m = cfg->model;
-    if (!req->prompt) {
-        if (cfg->chat_template) {
-            if (bt_chat_tmpl_from_name(cfg->chat_template) < 0)
-                return bt_error(BT_EINVAL, "unknown chat template '%s'", cfg->chat_template);
-        } else if (!m->chat_template || bt_chat_tmpl_detect(m->chat_template, strlen(m->chat_template)) == BT_CHAT_NONE) {
-            return bt_error(BT_EINVAL, "this model has no chat template bangtrace renders: use /v1/completions with a prompt");
-        }
+    if (g->done) return BT_OK;
+    if (g->c.poll && (g->o.stopped = g->c.poll(g->c.user))) {
+        g->o.finish = "cancelled";
+        g->done = true;
+        return BT_OK;
     }
-    return bt_request_prompt_ids(req, NULL, cfg->chat_template, m, cfg->tok, ids, n);
+    int nb = 0, rc = bt_decoder_next(g->dec, g->burst, g->burst_lp, &nb);
+    if (rc) return rc;
+    for (int b = 0; b < nb && !g->done; b++) {
+        if ((rc = take_token(g, g->burst[b]))) return rc;
+        stream(g);
+    }
+    return BT_OK;
 }
 
-int bt_gen_prompt_tokens(const bt_gen_cfg *cfg, const bt_request *req, int *n)
+int bt_generate(const bt_generate_cfg *cfg, bt_generate_out *out)
 {
-    int32_t *ids = NULL;
-    size_t nn = 0;
-    int rc = prompt_ids(cfg, req, &ids, &nn);
-    free(ids);
-    *n = (int)nn;
-    return rc;
-}
-
-static size_t stop_holdback(const char *text, size_t n, char **stop, int n_stop)
-{
-    size_t hold = 0;
-    for (int s = 0; s < n_stop; s++) {
-        size_t sl = strlen(stop[s]);
-        if (!sl) continue;
-        for (size_t k = BT_MIN(sl - 1, n); k > hold; k--)
-            if (!memcmp(text + n - k, stop[s], k)) { hold = k; break; }
-    }
-    return hold;
-}
-
-static const char *find_stop(const char *text, size_t n, size_t from, char **stop, int n_stop)
-{
-    const char *best = NULL;
-    for (int s = 0; s < n_stop; s++) {
-        size_t sl = strlen(stop[s]);
-        if (!sl) continue;
-        size_t start = from > sl ? from - sl : 0;
-        for (size_t i = start; i + sl <= n; i++)
-            if (!memcmp(text + i, stop[s], sl)) { if (!best || text + i < best) best = text + i; break; }
-    }
-    return best;
-}
-
-static int write_meta(bt_trace *t, const bt_gen_cfg *c, const bt_request *req, const bt_sampler_cfg *sc,
-                      const bt_injector *inj, const char *request_id)
-{
-    const bt_model *m = c->model;
-    char buf[64], rule[48];
-    int rc = BT_OK;
-#define META(k, v) do { const char *v_ = (v); if (rc == BT_OK && v_) rc = bt_trace_meta(t, k, v_); } while (0)
-    META("argv", c->argv_json ? c->argv_json : "[\"bangtrace\",\"serve\"]");
-    META("request_id", request_id);
-    char *abs = realpath(c->model_path, NULL);
-    META("model_path", abs ? abs : c->model_path);
-    free(abs);
-    META("model_sha256", c->model_sha256 ? c->model_sha256 : "");
-    META("model_format", m->format);
-    META("model_name", m->cfg.name);
-    META("arch", m->cfg.arch);
-    snprintf(buf, sizeof buf, "cpu-%s", bt_kernels_simd());
-    META("backend", buf);
-    snprintf(buf, sizeof buf, "%d", c->threads);
-    META("threads", buf);
-    snprintf(buf, sizeof buf, "%d", m->cfg.n_layers);
-    META("n_layers", buf);
-    snprintf(buf, sizeof buf, "%d", m->cfg.n_vocab);
-    META("n_vocab", buf);
-    bt_argmax_format(&sc->rule, rule, sizeof rule);
-    META("argmax_rule", rule);
-    snprintf(buf, sizeof buf, "%llu", (unsigned long long)sc->seed);
-    META("seed", buf);
-    json_t *sj = json_pack("{s:f,s:i,s:f,s:I,s:s}", "temperature", (double)sc->temperature, "top_k", sc->top_k,
-                           "top_p", (double)sc->top_p, "seed", (json_int_t)sc->seed, "argmax", rule);
-    char *js = sj ? json_dumps(sj, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-    json_decref(sj);
-    if (!js) return bt_error(BT_ENOMEM, "out of memory");
-    META("sampling", js);
-    free(js);
-    js = inj ? bt_injector_json(inj) : NULL;
-    if (inj && !js) return bt_error(BT_ENOMEM, "out of memory");
-    META("injections", js ? js : "[]");
-    free(js);
-    META("request_json", req->json);
-    META("prompt_text", req->prompt);
-    META("taps", "all");
-    META("logits", "flagged");
-    for (const char *const *kv = c->meta; kv && kv[0] && kv[1]; kv += 2) META(kv[0], kv[1]);
-#undef META
-    return rc;
-}
-
-int bt_gen_request(bt_gen *g, const bt_request *req, const bt_gen_opts *o, bt_gen_result *res)
-{
-    const bt_gen_cfg *c = &g->cfg;
-    const bt_model *m = c->model;
-    memset(res, 0, sizeof *res);
-    res->first_nonfinite = -1;
-    int32_t *prompt = NULL, burst[2];
-    float lp[2];
-    size_t n_prompt = 0, cap = 0, printed = 0;
-    bt_injector *inj = NULL;
-    bt_trace *trace = NULL;
-    bt_recorder *rec = NULL;
-    bt_sampler *smp = NULL;
-    bt_decoder *dec = NULL;
-    const char *finish = "length";
-    double t0 = bt_now();
-    int rc = prompt_ids(c, req, &prompt, &n_prompt);
-    if (rc) goto out;
-    int ctx = bt_engine_ctx_len(g->e);
-    if ((int)n_prompt >= ctx) {
-        rc = bt_error(BT_ERANGE, "the prompt has %zu tokens but the context is %d", n_prompt, ctx);
-        goto out;
-    }
-    long n_max = req->has_max_tokens ? req->max_tokens : 128;
-    if (n_prompt + n_max > (size_t)ctx) {
-        rc = bt_error(BT_ERANGE, "max_tokens %ld + %zu prompt tokens exceed the context of %d", n_max, n_prompt, ctx);
-        goto out;
-    }
-    bt_sampler_cfg sc = { .temperature = req->has_temperature ? req->temperature : 0, .top_k = req->has_top_k ? req->top_k : 0,
-                          .top_p = req->has_top_p ? req->top_p : 1, .seed = req->has_seed ? req->seed : 42, .rule = c->rule };
-    if ((rc = bt_sampler_new(&sc, m->cfg.n_vocab, &smp))) goto out;
-    if (c->n_inject) {
-        if (!(inj = bt_injector_new())) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
-        for (int i = 0; i < c->n_inject; i++) if ((rc = bt_injector_add(inj, c->inject[i]))) goto out;
-        bt_injector_set_draw(inj, o->draw_seed);
-        res->injected = bt_injector_active(inj);
-    }
-    if (o->trace_path) {
-        if ((rc = bt_trace_create(o->trace_path, &trace))) goto out;
-        if ((rc = write_meta(trace, c, req, &sc, inj, o->request_id))) goto out;
-    }
-    /* always a recorder: without a trace it still runs the detectors
-     * (non-finite logits, walls, loops) whose events the answer carries */
-    bt_recorder_cfg rcfg = { .trace = trace, .inj = inj, .model = m, .tok = c->tok, .taps = trace ? BT_TAPS_ALL : BT_TAPS_NONE,
-                             .layer_lo = -1, .layer_hi = -1, .topk = 20, .rule = sc.rule, .model_role = "target",
-                             .on_event = on_event, .event_user = res };
-    if ((rc = bt_recorder_new(&rcfg, g->e, &rec))) goto out;
-    if ((rc = bt_recorder_prompt(rec, prompt, (int)n_prompt))) goto out;
-    bt_decoder_cfg dc = { .target = g->e, .target_rec = rec, .smp = smp, .greedy = sc.temperature <= 0, .rule = sc.rule,
-                          .tok = c->tok, .inj = inj };
-    if ((rc = bt_decoder_new(&dc, prompt, (int)n_prompt, (int)n_max, &dec))) goto out;
-    res->n_prompt = (int)n_prompt;
-    if (!(res->text = malloc(1)) || !(res->ids = malloc((size_t)(n_max + 1) * sizeof(int32_t)))) {
-        rc = bt_error(BT_ENOMEM, "out of memory");
-        goto out;
-    }
-    res->text[0] = 0;
-    bool done = n_max <= 0;
-    while (!done) {
-        if (o->cancel && *o->cancel) { finish = "cancelled"; break; }
-        int nb = 0;
-        if ((rc = bt_decoder_next(dec, burst, lp, &nb))) goto out;
-        for (int b = 0; b < nb && !done; b++) {
-            int32_t id = burst[b];
-            if (id < 0 || id >= m->cfg.n_vocab) {
-                res->ids[res->n_ids++] = id;
-                finish = "invalid_token";
-                done = true;
-                break;
-            }
-            if (bt_tokenizer_is_eog(c->tok, id)) { finish = "stop"; done = true; break; }
-            res->ids[res->n_ids++] = id;
-            size_t pl;
-            const char *piece = bt_token_piece(c->tok, id, &pl);
-            int32_t prev = res->n_ids > 1 ? res->ids[res->n_ids - 2] : prompt[n_prompt - 1];
-            if (prev == bt_tokenizer_bos(c->tok) && pl > 0 && piece[0] == ' ' && m->vocab.add_space_prefix) { piece++; pl--; }
-            if (res->text_len + pl + 1 > cap) {
-                size_t nc = BT_MAX(cap * 2, res->text_len + pl + 64);
-                char *nt = realloc(res->text, nc);
-                if (!nt) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
-                res->text = nt;
-                cap = nc;
-            }
-            memcpy(res->text + res->text_len, piece, pl);
-            size_t old = res->text_len;
-            res->text_len += pl;
-            res->text[res->text_len] = 0;
-            const char *hit = find_stop(res->text, res->text_len, old, req->stop, req->n_stop);
-            if (hit) { res->text_len = (size_t)(hit - res->text); res->text[res->text_len] = 0; finish = "stop"; done = true; }
-            if (res->n_ids >= n_max) done = true;
-        }
-        if (o->on_text) {
-            size_t upto = res->text_len - (done ? 0 : stop_holdback(res->text, res->text_len, req->stop, req->n_stop));
-            if (upto > printed && !done) upto = printed + bt_text_utf8_complete(res->text + printed, upto - printed);
-            if (upto > printed) {
-                if (o->on_text(o->user, res->text + printed, upto - printed)) { finish = "cancelled"; done = true; }
-                printed = upto;
-            }
-        }
-    }
-    if (trace) {
-        char ng[24];
-        snprintf(ng, sizeof ng, "%d", res->n_ids);
-        if ((rc = bt_trace_meta(trace, "generated", ng))) goto out;
-    }
-    if (rec && (rc = bt_recorder_finish(rec, finish))) goto out;
-out:
-    if (rc == BT_OK && rec && bt_recorder_status(rec)) rc = bt_error(bt_recorder_status(rec), "trace write failed");
-    if (trace) {
-        const char *st = rc == BT_OK ? (!strcmp(finish, "cancelled") ? BT_TRACE_STATUS_INTERRUPTED : BT_TRACE_STATUS_OK)
-                         : bt_trace_failed(trace) ? BT_TRACE_STATUS_IO_ERROR : BT_TRACE_STATUS_ERROR;
-        int tc = bt_trace_close(trace, st);
-        if (rc == BT_OK) rc = tc;
-    }
-    res->finish = finish;
-    res->ms = (bt_now() - t0) * 1e3;
-    bt_decoder_free(dec);
-    bt_recorder_free(rec);
-    bt_injector_free(inj);
-    bt_sampler_free(smp);
-    free(prompt);
+    memset(out, 0, sizeof *out);
+    bt_generation *g;
+    int rc = bt_generation_new(cfg, &g);
+    if (rc) return rc;
+    while (!rc && !g->done) rc = bt_generation_step(g);
+    bt_generation_take(g, out);
+    bt_generation_free(g);
     return rc;
 }

@@ -1,97 +1,75 @@
-/* generate.h - one request through the native engine, for serve, probe --model
- * and ctxwalk --model: request body -> prompt (chat template) -> decoder ->
- * text, stop strings applied, optionally recorded into its own trace.
+/* generate.h - the generation loop: prompt ids -> decoder -> generated ids
+ * and text, with end-of-generation, stop strings, the context bound and the
+ * leading-space rule after BOS applied, text streamed in whole characters.
  *
- * A bt_gen is one slot: an engine (KV cache, activations) over a model and
- * tokenizer that several slots share (the weights are one read-only mmap).
- * One request at a time per slot; slots run in parallel.
+ * The one loop of `run`, of serve / probe --model / ctxwalk --model (through
+ * the per-request slot of run/slot.h) and of whatever drives several
+ * requests at once (a batched server): all of a request's state is in its
+ * bt_generation, nothing is global, and every step goes to the observers of
+ * cfg.dec (gen/observer.h), so the loop knows no trace.
  *
- * This is the per-request half of the "session" (one config -> model,
- * tokenizer, engines, trace, recorders) that run and bench are moving to;
- * bt_gen_request() is written to move there as it is. */
-#ifndef BT_PROD_GEN_H
-#define BT_PROD_GEN_H
+ * Either bt_generate() (the whole request), or bt_generation_new(), then
+ * bt_generation_step() until bt_generation_done(), bt_generation_take(),
+ * bt_generation_free() (one step of each request in turn). */
+#ifndef BT_GEN_GENERATE_H
+#define BT_GEN_GENERATE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "engine/sampler.h"
+#include "gen/decode.h"
 #include "model/model.h"
-#include "request.h"
 #include "tokenizer/tokenizer.h"
 
-typedef struct bt_gen_cfg {
-    const bt_model *model;          /* shared, borrowed */
-    const bt_tokenizer *tok;        /* shared, borrowed */
-    const char *model_path;         /* for trace metadata */
-    const char *model_sha256;       /* hex, for trace metadata ("" if unknown) */
-    int ctx;                        /* context length of each slot */
-    int threads;                    /* compute threads per slot */
-    const char *chat_template;      /* NULL: detect from the model */
-    const char *const *inject;      /* activation specs, parsed per request */
-    int n_inject;
-    bt_argmax_rule rule;
-    const char *argv_json;          /* the server's argv as a JSON array (trace meta) */
-    /* serve --engine llama.cpp: the slot's engine (one of
-     * bt_llamacpp_engines_new's), owned by the bt_gen from bt_gen_new on,
-     * also when it fails; NULL: bt_gen_new makes a native engine */
-    struct bt_engine *engine;
-    /* more trace meta, key and value pairs ending in NULL, written after the
-     * standard keys (so they replace one: "backend"); NULL: none */
-    const char *const *meta;
-} bt_gen_cfg;
-
-typedef struct bt_gen bt_gen;
-
-#define BT_GEN_BATCH 512            /* positions per forward of a slot's engine */
-
-int bt_gen_new(const bt_gen_cfg *cfg, bt_gen **out);
-void bt_gen_free(bt_gen *g);
-
-typedef struct bt_gen_opts {
-    const char *trace_path;         /* record into this new trace (NULL: none) */
-    const char *request_id;         /* trace meta */
-    unsigned long long draw_seed;   /* injection p= draw */
-    volatile int *cancel;           /* checked between steps (may be NULL) */
-    /* Streamed text, whole characters, never a byte that could still turn
-     * out to start a stop string. Nonzero return cancels (client gone). */
+typedef struct bt_generate_cfg {
+    bt_decoder_cfg dec;             /* engines, sampler, injector, drafter, observers */
+    const bt_model *model;          /* n_vocab and the vocabulary's add_space_prefix */
+    const bt_tokenizer *tok;
+    const int32_t *prompt;          /* borrowed until the generation is freed */
+    int n_prompt;                   /* >= 1 */
+    long max_tokens;                /* tokens to generate (the caller fits it in the context) */
+    bool ignore_eos;                /* end-of-generation ids are text like any other */
+    char *const *stop;              /* stop strings (borrowed), cut off the text */
+    int n_stop;
+    /* Streamed text: whole characters, never a byte that could still turn
+     * out to start a stop string; the rest once done. Nonzero return
+     * cancels (client gone). May be NULL. */
     int (*on_text)(void *user, const char *s, size_t n);
+    /* Asked before each step: nonzero stops the loop there (finish
+     * "cancelled", out.stopped = the value: run's signal). May be NULL. */
+    int (*poll)(void *user);
     void *user;
-} bt_gen_opts;
+} bt_generate_cfg;
 
-/* An event the request's own detectors recorded (src/run/recorder.c:
- * nonfinite_logits, first_nonfinite, argmax_fallthrough, token_wall, ...),
- * with or without a trace. */
-typedef struct bt_gen_event {
-    int step, pos;
-    char kind[32];
-    char detail[256];
-} bt_gen_event;
-#define BT_GEN_MAX_EVENTS 16        /* events kept per request (all are counted) */
-
-typedef struct bt_gen_result {
-    char *text;                     /* malloc'd, stop string cut off */
-    size_t text_len;
-    int32_t *ids;                   /* generated ids (end-of-generation excluded) */
+typedef struct bt_generate_out {
+    int32_t *ids;                   /* malloc'd: generated ids (end-of-generation excluded;
+                                     * an id outside the vocabulary, last) */
     int n_ids;
-    int n_prompt;
+    char *text;                     /* malloc'd, NUL-terminated, stop string cut off */
+    size_t text_len;
+    size_t streamed;                /* bytes of text given to on_text */
     const char *finish;             /* "stop" | "length" | "invalid_token" | "cancelled" */
-    bool injected;                  /* an injection spec was active for this request */
-    bt_gen_event *events;           /* malloc'd: the first BT_GEN_MAX_EVENTS, in order */
-    int n_events;                   /* kept */
-    int n_events_total;             /* recorded */
-    int n_nonfinite;                /* of those, events saying a non-finite value was computed */
-    int first_nonfinite;            /* index into events of the first of them, -1 if none */
-    double ms;
-} bt_gen_result;
+    int stopped;                    /* poll's value that stopped the loop, else 0 */
+    bt_decoder_stats stats;         /* the decoder's (prefill_s: the prompt's time) */
+} bt_generate_out;
 
-/* Run one request (its detectors always run: res->events). Errors: BT_EINVAL / BT_ERANGE for a request this model
- * cannot serve (no messages template, prompt longer than the context,
- * max_tokens past it) with a message for the client; BT_EIO etc. for a
- * trace that cannot be written; engine errors. */
-int bt_gen_request(bt_gen *g, const bt_request *req, const bt_gen_opts *o, bt_gen_result *res);
-void bt_gen_result_clear(bt_gen_result *r);
-/* Tokens of a request's prompt (for max_tokens checks before queueing). */
-int bt_gen_prompt_tokens(const bt_gen_cfg *cfg, const bt_request *req, int *n);
+typedef struct bt_generation bt_generation;
+
+/* The decoder over cfg's prompt (cfg is copied; what it points to is
+ * borrowed). */
+int bt_generation_new(const bt_generate_cfg *cfg, bt_generation **out);
+/* One decoder step (1..k+1 tokens) and their text; a no-op once done.
+ * Errors are the decoder's (engine, observer). */
+int bt_generation_step(bt_generation *g);
+bool bt_generation_done(const bt_generation *g);
+/* The results so far (valid until the next step or free). */
+const bt_generate_out *bt_generation_out(const bt_generation *g);
+/* Move the results into *out (the caller clears it with bt_generate_out_clear). */
+void bt_generation_take(bt_generation *g, bt_generate_out *out);
+void bt_generation_free(bt_generation *g);
+void bt_generate_out_clear(bt_generate_out *o);
+
+/* The whole request. On an error *out holds what was generated before it. */
+int bt_generate(const bt_generate_cfg *cfg, bt_generate_out *out);
 
 #endif

@@ -7,7 +7,8 @@
  * names the source and either the JSON position or the field. Fields we do
  * not use are never fatal: they draw one warning each, because a body copied
  * from another client should still run. */
-#include "request.h"
+#include "gen/request.h"
+#include "gen/chat.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "base/util.h"
@@ -383,6 +384,7 @@ size_t bt_stop_holdback(const char *text, size_t n, char *const *stop, int n_sto
     size_t hold = 0;
     for (int s = 0; s < n_stop; s++) {
         size_t sl = strlen(stop[s]);
+        if (!sl) continue;          /* bt_request_parse refuses them; never match one */
         for (size_t k = BT_MIN(sl - 1, n); k > hold; k--)
             if (!memcmp(text + n - k, stop[s], k)) { hold = k; break; }
     }
@@ -394,6 +396,7 @@ const char *bt_stop_find(const char *text, size_t n, size_t from, char *const *s
     const char *best = NULL;
     for (int s = 0; s < n_stop; s++) {
         size_t sl = strlen(stop[s]);
+        if (!sl) continue;
         size_t start = from > sl ? from - sl : 0;
         for (size_t i = start; i + sl <= n; i++)
             if (!memcmp(text + i, stop[s], sl)) { if (!best || text + i < best) best = text + i; break; }

@@ -4,7 +4,7 @@
  * our own server, the generated ids (the "bangtrace" object), so the
  * classifier can judge ids where a server gives them. */
 #include "prod/target.h"
-#include "gen/generate.h"
+#include "run/slot.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "gen/request.h"

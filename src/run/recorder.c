@@ -660,3 +660,23 @@ void bt_recorder_crash_hook(int sig, const char *frames, void *user)
         bt_trace_backtrace(r->cfg.trace, id, r->step, "crash", frames);
     bt_trace_crash_close(r->cfg.trace);
 }
+
+/* ---- the generation observer (gen/observer.h) ---- */
+
+static int ob_step_begin(void *u, const char *kind, int pos0, int n_pos) { return bt_recorder_step_begin(u, kind, pos0, n_pos); }
+static int ob_snapshot(void *u, const float *row, int row_pos, int32_t chosen) { return bt_recorder_snapshot(u, row, row_pos, chosen); }
+static int ob_token(void *u, int pos, int32_t id, const char *role, float lp) { return bt_recorder_token(u, pos, id, role, lp); }
+static int ob_spec_step(void *u, int step, const char *drafter, int k, int accepted, int32_t bonus, const char *bonus_kind)
+{
+    return bt_recorder_spec_step(u, step, drafter, k, accepted, bonus, bonus_kind);
+}
+static int ob_spec_trail(void *u, const bt_spec_row *row) { return bt_recorder_spec_trail(u, row); }
+static int ob_event(void *u, int step, int pos, const char *kind, const char *detail) { return bt_recorder_event(u, step, pos, kind, detail); }
+static int ob_step_end(void *u, double ms) { return bt_recorder_step_end(u, ms); }
+
+void bt_recorder_observer(bt_recorder *r, bt_gen_observer *o)
+{
+    *o = (bt_gen_observer){ .user = r, .step_begin = ob_step_begin, .snapshot = ob_snapshot, .token = ob_token,
+                            .spec_step = ob_spec_step, .spec_trail = ob_spec_trail, .event = ob_event,
+                            .step_end = ob_step_end };
+}

@@ -3,7 +3,8 @@
  * to a trace (or, without a trace, only injection and detection).
  *
  * Per step the caller does: step_begin -> bt_engine_forward (the callback
- * injects and taps) -> sample -> step_sampled -> step_end (commit). */
+ * injects and taps) -> sample -> step_sampled -> step_end (commit). The
+ * decoder (gen/decode.c) does it through bt_recorder_observer(). */
 #ifndef BT_RECORDER_H
 #define BT_RECORDER_H
 
@@ -11,6 +12,7 @@
 #include <stdint.h>
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "gen/observer.h"
 #include "tap/inject.h"
 #include "tokenizer/tokenizer.h"
 #include "trace/trace.h"
@@ -79,6 +81,9 @@ int bt_recorder_inject_unfired(bt_recorder *r, int *n);
 int bt_recorder_status(const bt_recorder *r);
 /* Events recorded so far (for the run summary). */
 int bt_recorder_n_events(const bt_recorder *r);
+/* The recorder as the decoder's and generation loop's observer (the
+ * callbacks above; o->user = r). */
+void bt_recorder_observer(bt_recorder *r, bt_gen_observer *o);
 /* The fatal-signal hook: records a crash event and closes the trace. */
 void bt_recorder_crash_hook(int sig, const char *frames, void *user);
 

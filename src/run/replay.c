@@ -12,6 +12,7 @@
 #include "kernels/cpu/kernels.h"
 #include "model/model.h"
 #include "session.h"
+#include "run/run_meta.h"
 #include "tap/stats.h"
 #include "trace/analyze.h"
 #include "trace/compare.h"
@@ -122,273 +123,357 @@ static int trail_cb(void *user, const bt_trace_spec_trail_row *t)
     return BT_VEC_PUSH(l->v, l->n, l->cap, row);
 }
 
-int bt_replay_run(bt_trace_reader *r, const bt_replay_cfg *cfg, bt_replay_result *res)
+/* One replay's state, phase by phase (bt_replay_run). Why this is not the
+ * generation loop in a forced mode: a replay samples nothing and decodes no
+ * text; it feeds each recorded target forward exactly as it ran (a chunked
+ * prefill's chunks, a verify step's rejected drafts included, draft passes
+ * skipped), under its own eval callback that taps only the trace's tensors,
+ * optionally in lockstep with a second engine, and compares after every
+ * forward. The decoder's invariants (emitted tokens, KV bounds, drafting)
+ * do not hold for that input, so the shared parts are the session (the
+ * engine, exactly as run builds it) and the comparator, not the loop. */
+typedef struct replay_run {
+    bt_trace_reader *r;
+    const bt_replay_cfg *cfg;
+    bt_replay_result *res;
+    bt_run_meta meta;
+    const char *path;           /* the model replayed */
+    bool spec;
+    trail_list tl;
+    bt_trace_step_row *steps;   /* the target's steps */
+    int n_steps;
+    int32_t *seq;               /* the token trail, prompt first */
+    int n_seq, n_prompt;
+    int32_t *in_tok;            /* every replayed step's input tokens, back to back */
+    int64_t *in_off;
+    int max_batch, ctx;
+    const bt_trace_tensor_row *tens;
+    int n_tens;
+    bt_session *ses;
+    bt_session_cfg sc;
+    const bt_model *m;
+    bt_engine *e, *e2;          /* the reference, and profile B (cfg->against) */
+    replay rp, rp2;
+    bt_eval_cb cb, cb2;
+    bt_trace_tap_row *tr;       /* the current step's taps in the trace */
+    int n_tr;
+    size_t all_cap;
+} replay_run;
+
+/* The trace's side: its tensors, model, target steps, drafts and tokens. */
+static int load_trace(replay_run *x)
 {
-    trail_list tl = { 0 };
-    int32_t *in_tok = NULL;     /* every replayed step's input tokens, back to back */
-    int64_t *in_off = NULL;
-    bool spec = bt_trace_has_spec(r);
-    bt_trace_step_row *steps = NULL;
-    bt_trace_tap_row *tr = NULL;
-    int32_t *seq = NULL;
-    int n_steps = 0, n_seq = 0, n_prompt = 0, n_tr = 0, rc;
-    bt_session *ses = NULL;
-    const bt_model *m = NULL;
-    bt_engine *e = NULL, *e2 = NULL;
-    replay rp = { 0 }, rp2 = { 0 };
-    const bt_trace_tensor_row *tens = NULL;
-    int n_tens = 0;
-
-    memset(res, 0, sizeof(*res));
-    bt_trace_tensors(r, "target", &tens, &n_tens);
-    res->tens = tens;
-    res->n_tens = n_tens;
-
-    const char *meta_path = bt_trace_meta_get(r, "model_path"), *meta_sha = bt_trace_meta_get(r, "model_sha256");
-    const char *meta_threads = bt_trace_meta_get(r, "threads");
-    const char *path = cfg->model ? cfg->model : meta_path;
-    if (!path) { rc = bt_error(BT_EINVAL, "%s: the trace does not name its model (meta model_path); pass --model", cfg->name); goto out; }
-    snprintf(res->model_path, sizeof(res->model_path), "%s", path);
-    if (n_tens == 0) { rc = bt_error(BT_EINVAL, "%s: the trace has no tap statistics to compare (recorded with --taps none)", cfg->name); goto out; }
+    const bt_replay_cfg *cfg = x->cfg;
+    bt_replay_result *res = x->res;
+    int rc;
+    bt_trace_tensors(x->r, "target", &x->tens, &x->n_tens);
+    res->tens = x->tens;
+    res->n_tens = x->n_tens;
+    bt_run_meta_read(x->r, &x->meta);
+    x->path = cfg->model ? cfg->model : x->meta.model_path;
+    if (!x->path) return bt_error(BT_EINVAL, "%s: the trace does not name its model (meta model_path); pass --model", cfg->name);
+    snprintf(res->model_path, sizeof(res->model_path), "%s", x->path);
+    if (x->n_tens == 0) return bt_error(BT_EINVAL, "%s: the trace has no tap statistics to compare (recorded with --taps none)", cfg->name);
     bt_trace_summary sum;
-    if ((rc = bt_trace_summary_get(r, &sum))) goto out;
-    steps = malloc((size_t)(sum.n_steps > 0 ? sum.n_steps : 1) * sizeof(*steps));
-    if (!steps) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
-    if ((rc = bt_trace_steps(r, 0, (int)sum.n_steps, steps, &n_steps))) goto out;
+    if ((rc = bt_trace_summary_get(x->r, &sum))) return rc;
+    x->steps = malloc((size_t)(sum.n_steps > 0 ? sum.n_steps : 1) * sizeof(*x->steps));
+    if (!x->steps) return bt_error(BT_ENOMEM, "out of memory");
+    int n_steps = 0;
+    if ((rc = bt_trace_steps(x->r, 0, (int)sum.n_steps, x->steps, &n_steps))) return rc;
     int k = 0;
-    for (int i = 0; i < n_steps; i++) if (!strcmp(steps[i].model, "target")) steps[k++] = steps[i];
+    for (int i = 0; i < n_steps; i++) if (!strcmp(x->steps[i].model, "target")) x->steps[k++] = x->steps[i];
     res->draft_steps_skipped = n_steps - k;
-    n_steps = k;
-    if (spec && (rc = bt_trace_spec_trail_each(r, INT32_MIN, INT32_MAX, trail_cb, &tl)) < 0) goto out;
-    if ((rc = bt_analyze_sequence(r, &seq, &n_seq, &n_prompt))) goto out;
-    for (int i = 0; i < n_seq; i++)
-        if (seq[i] < 0) {   /* export --redact replaced the ids with -1: nothing to replay */
-            rc = bt_error(BT_EINVAL, "%s: the trace's token ids were removed by export --redact; --reference needs the original trace", cfg->name);
-            goto out;
-        }
-    res->steps_total = n_steps;
-    if (n_steps == 0) { rc = bt_error(BT_EINVAL, "%s: the trace has no steps to replay", cfg->name); goto out; }
+    x->n_steps = k;
+    if (x->spec && (rc = bt_trace_spec_trail_each(x->r, INT32_MIN, INT32_MAX, trail_cb, &x->tl)) < 0) return rc;
+    if ((rc = bt_analyze_sequence(x->r, &x->seq, &x->n_seq, &x->n_prompt))) return rc;
+    for (int i = 0; i < x->n_seq; i++)
+        if (x->seq[i] < 0)   /* export --redact replaced the ids with -1: nothing to replay */
+            return bt_error(BT_EINVAL, "%s: the trace's token ids were removed by export --redact; --reference needs the original trace", cfg->name);
+    res->steps_total = x->n_steps;
+    if (x->n_steps == 0) return bt_error(BT_EINVAL, "%s: the trace has no steps to replay", cfg->name);
+    return BT_OK;
+}
 
-    if (access(path, R_OK) != 0) {
-        rc = bt_error(BT_EIO, "%s: cannot read the trace's model %s (pass --model)", cfg->name, path);
-        goto out;
-    }
+/* The model, verified against the trace's SHA-256. */
+static int open_model(replay_run *x)
+{
+    const bt_replay_cfg *cfg = x->cfg;
+    int rc;
+    if (access(x->path, R_OK) != 0)
+        return bt_error(BT_EIO, "%s: cannot read the trace's model %s (pass --model)", cfg->name, x->path);
     /* The replay feeds ids only: a llama2.c tokenizer that moved is no reason to fail. */
-    bt_session_cfg sc = { .model = path, .tokenizer = cfg->tokenizer, .need_weights = true };
-    if ((rc = bt_session_open(&sc, &ses))) goto out;
-    m = bt_session_model(ses);
+    x->sc = (bt_session_cfg){ .model = x->path, .tokenizer = cfg->tokenizer, .need_weights = true };
+    if ((rc = bt_session_open(&x->sc, &x->ses))) return rc;
+    x->m = bt_session_model(x->ses);
+    const char *meta_sha = x->meta.model_sha256;
     if (meta_sha && *meta_sha) {
         char hex[65];
-        bt_sha256_hex(m->file_data, m->file_size, hex);
-        if (strcmp(hex, meta_sha)) {
-            rc = bt_error(BT_EINVAL, "%s has SHA-256 %.16s..., but the trace was recorded with %.16s...: not the same model (pass --model)",
-                          path, hex, meta_sha);
-            goto out;
-        }
-        res->sha_checked = true;
-    } else bt_warn("bangtrace: %s: %s records no model_sha256; cannot verify that %s is the traced model", cfg->who ? cfg->who : "replay", cfg->name, path);
+        bt_sha256_hex(x->m->file_data, x->m->file_size, hex);
+        if (strcmp(hex, meta_sha))
+            return bt_error(BT_EINVAL, "%s has SHA-256 %.16s..., but the trace was recorded with %.16s...: not the same model (pass --model)",
+                            x->path, hex, meta_sha);
+        x->res->sha_checked = true;
+    } else bt_warn("bangtrace: %s: %s records no model_sha256; cannot verify that %s is the traced model", cfg->who ? cfg->who : "replay", cfg->name, x->path);
+    return BT_OK;
+}
 
-    int n_layers = m->cfg.n_layers, max_batch = 1, ctx = 1;
-    const char *backend = bt_trace_meta_get(r, "backend");
-    snprintf(res->trace_backend, sizeof(res->trace_backend), "%s", backend ? backend : "");
+/* The tolerance (given, or derived across devices), cross-engine traces,
+ * and every tensor of the trace one this model has. */
+static int check_tensors(replay_run *x)
+{
+    const bt_replay_cfg *cfg = x->cfg;
+    bt_replay_result *res = x->res;
+    int n_layers = x->m->cfg.n_layers;
+    snprintf(res->trace_backend, sizeof(res->trace_backend), "%s", x->meta.backend ? x->meta.backend : "");
     res->tol = cfg->tol;
     if (cfg->device_tol) {
-        const bt_config *mc = &m->cfg;
-        res->tol_bits = bt_tap_tol_mant_bits(bt_trace_meta_get(r, "numerics"));
+        const bt_config *mc = &x->m->cfg;
+        res->tol_bits = bt_tap_tol_mant_bits(x->meta.numerics);
         res->tol_k = BT_MAX(BT_MAX((long)mc->dim, (long)mc->hidden_dim), (long)mc->n_heads * mc->head_dim);
         res->tol_layers = n_layers;
         res->tol = bt_tap_tol_devices(res->tol_bits, res->tol_k, n_layers);
         res->tol_derived = true;
     }
-    const char *engine = bt_trace_meta_get(r, "engine");
-    res->cross = engine && !strcmp(engine, "llama.cpp");
-    if (res->cross && !(res->slot_rel = calloc((size_t)n_tens, sizeof(double)))) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
-    for (int i = 0; i < n_tens; i++) {
-        int op = bt_op_from_name(tens[i].op);
-        if (res->cross && op < 0 && tens[i].idx == i) continue;   /* llama.cpp's own tensor (kq-3): nothing to replay */
-        if (tens[i].idx != i || op < 0 || tens[i].layer >= n_layers || (bt_op_is_layer_op(op) != (tens[i].layer >= 0))) {
-            rc = bt_error(BT_EFORMAT, "%s: tensor '%s' (slot %d) does not exist in %s (%d layers)", cfg->name, tens[i].name,
-                          tens[i].idx, path, n_layers);
-            goto out;
-        }
+    res->cross = x->meta.llama_cpp;
+    if (res->cross && !(res->slot_rel = calloc((size_t)x->n_tens, sizeof(double)))) return bt_error(BT_ENOMEM, "out of memory");
+    for (int i = 0; i < x->n_tens; i++) {
+        const bt_trace_tensor_row *t = &x->tens[i];
+        int op = bt_op_from_name(t->op);
+        if (res->cross && op < 0 && t->idx == i) continue;   /* llama.cpp's own tensor (kq-3): nothing to replay */
+        if (t->idx != i || op < 0 || t->layer >= n_layers || (bt_op_is_layer_op(op) != (t->layer >= 0)))
+            return bt_error(BT_EFORMAT, "%s: tensor '%s' (slot %d) does not exist in %s (%d layers)", cfg->name, t->name,
+                            t->idx, x->path, n_layers);
     }
-    /* Each target forward's input tokens: the output sequence for prefill
-     * and decode steps; for a verify step the last accepted token and the
-     * drafts it verified (rejected ones included, as the run fed them). */
+    return BT_OK;
+}
+
+/* Each target forward's input tokens: the output sequence for prefill and
+ * decode steps; for a verify step the last accepted token and the drafts it
+ * verified (rejected ones included, as the run fed them). */
+static int build_inputs(replay_run *x)
+{
+    const bt_replay_cfg *cfg = x->cfg;
     int64_t total = 0;
-    for (int i = 0; i < n_steps; i++) total += steps[i].n_pos > 0 ? steps[i].n_pos : 0;
-    in_tok = malloc((size_t)(total > 0 ? total : 1) * sizeof(int32_t));
-    in_off = malloc((size_t)n_steps * sizeof(int64_t));
-    if (!in_tok || !in_off) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
-    int tj = 0;
+    for (int i = 0; i < x->n_steps; i++) total += x->steps[i].n_pos > 0 ? x->steps[i].n_pos : 0;
+    x->in_tok = malloc((size_t)(total > 0 ? total : 1) * sizeof(int32_t));
+    x->in_off = malloc((size_t)x->n_steps * sizeof(int64_t));
+    if (!x->in_tok || !x->in_off) return bt_error(BT_ENOMEM, "out of memory");
+    x->max_batch = x->ctx = 1;
+    int tj = 0, n_vocab = x->m->cfg.n_vocab;
     int64_t off = 0;
-    for (int i = 0; i < n_steps; i++) {
-        const bt_trace_step_row *s = &steps[i];
+    for (int i = 0; i < x->n_steps; i++) {
+        const bt_trace_step_row *s = &x->steps[i];
         bool verify = !strcmp(s->kind, "verify");
-        if (strcmp(s->kind, "prefill") && strcmp(s->kind, "decode") && !(spec && verify)) {
-            rc = bt_error(BT_EUNSUPPORTED, "%s: step %d is a %s step; --reference replays prefill, decode and verify steps only", cfg->name, s->step, s->kind);
-            goto out;
-        }
+        if (strcmp(s->kind, "prefill") && strcmp(s->kind, "decode") && !(x->spec && verify))
+            return bt_error(BT_EUNSUPPORTED, "%s: step %d is a %s step; --reference replays prefill, decode and verify steps only", cfg->name, s->step, s->kind);
         int need = verify ? 1 : s->n_pos;
-        if (s->n_pos < 1 || s->pos0 < 0 || s->pos0 + need > n_seq) {
-            rc = bt_error(BT_EFORMAT, "%s: step %d needs positions %d-%d but the token trail holds %d tokens",
-                          cfg->name, s->step, s->pos0, s->pos0 + need - 1, n_seq);
-            goto out;
-        }
-        in_off[i] = off;
-        memcpy(in_tok + off, seq + s->pos0, (size_t)need * sizeof(int32_t));
+        if (s->n_pos < 1 || s->pos0 < 0 || s->pos0 + need > x->n_seq)
+            return bt_error(BT_EFORMAT, "%s: step %d needs positions %d-%d but the token trail holds %d tokens",
+                            cfg->name, s->step, s->pos0, s->pos0 + need - 1, x->n_seq);
+        x->in_off[i] = off;
+        memcpy(x->in_tok + off, x->seq + s->pos0, (size_t)need * sizeof(int32_t));
         if (verify) {
-            while (tj < tl.n && tl.v[tj].step < s->step) tj++;
+            const trail_list *tl = &x->tl;
+            while (tj < tl->n && tl->v[tj].step < s->step) tj++;
             for (int d = 1; d < s->n_pos; d++, tj++) {
-                if (tj >= tl.n || tl.v[tj].step != s->step || tl.v[tj].draft_pos != s->pos0 + d) {
-                    rc = bt_error(BT_EFORMAT, "%s: verify step %d covers positions %d-%d but spec_trail has no drafted token for position %d",
-                                  cfg->name, s->step, s->pos0, s->pos0 + s->n_pos - 1, s->pos0 + d);
-                    goto out;
-                }
-                in_tok[off + d] = tl.v[tj].draft_token;
+                if (tj >= tl->n || tl->v[tj].step != s->step || tl->v[tj].draft_pos != s->pos0 + d)
+                    return bt_error(BT_EFORMAT, "%s: verify step %d covers positions %d-%d but spec_trail has no drafted token for position %d",
+                                    cfg->name, s->step, s->pos0, s->pos0 + s->n_pos - 1, s->pos0 + d);
+                x->in_tok[off + d] = tl->v[tj].draft_token;
             }
-            res->verify_steps++;
+            x->res->verify_steps++;
         }
         /* Only inputs matter: an out-of-vocabulary id that ended the run is never fed. */
         for (int d = 0; d < s->n_pos; d++)
-            if (in_tok[off + d] < 0 || in_tok[off + d] >= m->cfg.n_vocab) {
-                rc = bt_error(BT_EFORMAT, "%s: token %d at position %d (step %d) is outside the vocabulary (%d)", cfg->name,
-                              in_tok[off + d], s->pos0 + d, s->step, m->cfg.n_vocab);
-                goto out;
-            }
+            if (x->in_tok[off + d] < 0 || x->in_tok[off + d] >= n_vocab)
+                return bt_error(BT_EFORMAT, "%s: token %d at position %d (step %d) is outside the vocabulary (%d)", cfg->name,
+                                x->in_tok[off + d], s->pos0 + d, s->step, n_vocab);
         off += s->n_pos;
-        max_batch = BT_MAX(max_batch, s->n_pos);
-        ctx = BT_MAX(ctx, s->pos0 + s->n_pos);
+        x->max_batch = BT_MAX(x->max_batch, s->n_pos);
+        x->ctx = BT_MAX(x->ctx, s->pos0 + s->n_pos);
     }
+    return BT_OK;
+}
+
+/* The reference engine (and profile B's), each with an eval callback that
+ * taps exactly the trace's tensors. */
+static int start_engines(replay_run *x)
+{
+    const bt_replay_cfg *cfg = x->cfg;
+    int rc, n_layers = x->m->cfg.n_layers, n_tens = x->n_tens;
     int threads = (int)cfg->threads;
     if (!threads) {
-        threads = meta_threads ? atoi(meta_threads) : 0;
+        threads = x->meta.n_threads;
         int online = bt_pool_default_threads();
         if (threads <= 0 || threads > online) threads = online;
     }
-    res->threads = threads;
-    sc.ctx = ctx;
-    sc.max_batch = max_batch;
-    sc.threads = threads;
-    sc.device = cfg->device;
-    sc.numerics = cfg->numerics;
-    if ((rc = bt_session_start(ses, &sc))) goto out;
-    e = bt_session_engine(ses);
-    snprintf(res->replay_backend, sizeof(res->replay_backend), "%s", bt_backend_name(bt_engine_backend(e)));
+    x->res->threads = threads;
+    x->sc.ctx = x->ctx;
+    x->sc.max_batch = x->max_batch;
+    x->sc.threads = threads;
+    x->sc.device = cfg->device;
+    x->sc.numerics = cfg->numerics;
+    if ((rc = bt_session_start(x->ses, &x->sc))) return rc;
+    x->e = bt_session_engine(x->ses);
+    snprintf(x->res->replay_backend, sizeof(x->res->replay_backend), "%s", bt_backend_name(bt_engine_backend(x->e)));
     if (cfg->against) {
         /* profile B: a second engine on the same weights, in lockstep */
-        bt_engine_opts eo = { .ctx_len = ctx, .max_batch = max_batch, .n_threads = threads, .device = cfg->device };
-        if ((rc = bt_engine_new_opts(m, &eo, &e2))) goto out;
-        if ((rc = bt_engine_set_numerics(e2, cfg->against))) goto out;
+        bt_engine_opts eo = { .ctx_len = x->ctx, .max_batch = x->max_batch, .n_threads = threads, .device = cfg->device };
+        if ((rc = bt_engine_new_opts(x->m, &eo, &x->e2))) return rc;
+        if ((rc = bt_engine_set_numerics(x->e2, cfg->against))) return rc;
     }
-
-    rp.tens = tens; rp.n_tens = n_tens; rp.n_layers = n_layers;
-    rp.slot = malloc((size_t)BT_OP_COUNT * (n_layers + 1) * sizeof(int));
-    rp.ref = calloc((size_t)n_tens, sizeof(bt_tap_stats));
-    rp.seen = calloc((size_t)n_tens, sizeof(bool));
-    if (!rp.slot || !rp.ref || !rp.seen) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
-    for (int i = 0; i < BT_OP_COUNT * (n_layers + 1); i++) rp.slot[i] = -1;
+    replay *rp = &x->rp;
+    rp->tens = x->tens; rp->n_tens = n_tens; rp->n_layers = n_layers;
+    rp->slot = malloc((size_t)BT_OP_COUNT * (n_layers + 1) * sizeof(int));
+    rp->ref = calloc((size_t)n_tens, sizeof(bt_tap_stats));
+    rp->seen = calloc((size_t)n_tens, sizeof(bool));
+    if (!rp->slot || !rp->ref || !rp->seen) return bt_error(BT_ENOMEM, "out of memory");
+    for (int i = 0; i < BT_OP_COUNT * (n_layers + 1); i++) rp->slot[i] = -1;
     for (int i = 0; i < n_tens; i++)
-        if (bt_op_from_name(tens[i].op) >= 0) *slot_at(&rp, bt_op_from_name(tens[i].op), tens[i].layer) = i;
-    bt_eval_cb cb = { .ask = rp_ask, .observe = rp_observe, .user = &rp };
-    bt_engine_set_eval_cb(e, &cb);
-    bt_eval_cb cb2 = { .ask = rp_ask, .observe = rp_observe, .user = &rp2 };
-    if (e2) {
-        rp2 = rp;
-        rp2.ref = calloc((size_t)n_tens, sizeof(bt_tap_stats));
-        rp2.seen = calloc((size_t)n_tens, sizeof(bool));
-        if (!rp2.ref || !rp2.seen) { rc = bt_error(BT_ENOMEM, "out of memory"); goto out; }
-        bt_engine_set_eval_cb(e2, &cb2);
+        if (bt_op_from_name(x->tens[i].op) >= 0) *slot_at(rp, bt_op_from_name(x->tens[i].op), x->tens[i].layer) = i;
+    x->cb = (bt_eval_cb){ .ask = rp_ask, .observe = rp_observe, .user = rp };
+    bt_engine_set_eval_cb(x->e, &x->cb);
+    x->cb2 = (bt_eval_cb){ .ask = rp_ask, .observe = rp_observe, .user = &x->rp2 };
+    if (x->e2) {
+        x->rp2 = *rp;
+        x->rp2.ref = calloc((size_t)n_tens, sizeof(bt_tap_stats));
+        x->rp2.seen = calloc((size_t)n_tens, sizeof(bool));
+        if (!x->rp2.ref || !x->rp2.seen) return bt_error(BT_ENOMEM, "out of memory");
+        bt_engine_set_eval_cb(x->e2, &x->cb2);
     }
+    return BT_OK;
+}
 
-    size_t all_cap = 0;
-    for (int i = 0; i < n_steps; i++) {
-        const bt_trace_step_row *s = &steps[i];
-        memset(rp.seen, 0, (size_t)n_tens * sizeof(bool));
-        /* a verify computes the logits of every row, as the run did */
-        if (spec) bt_engine_set_logits_all(e, !strcmp(s->kind, "verify"));
-        if ((rc = bt_engine_forward(e, in_tok + in_off[i], s->n_pos, s->pos0))) {
-            if (rp.err[0]) rc = bt_error(BT_EFORMAT, "%s: %s", cfg->name, rp.err);
-            goto out;
-        }
-        if ((res->cross || cfg->device_tol) && s->pos0 + s->n_pos < n_seq) {
-            /* teacher-forced top-1: would the reference have picked the
-             * token the traced run chose (llama.cpp's, the other device's)? */
-            const float *lg = bt_engine_logits(e);
-            int best = 0;
-            for (int v = 1; v < m->cfg.n_vocab; v++) if (lg[v] > lg[best]) best = v;
-            res->top1_n++;
-            res->top1_agree += best == seq[s->pos0 + s->n_pos];
-            /* a full logit row in the trace (run --logits full): the
-             * largest absolute difference from the reference's */
-            float *row = NULL;
-            int nrow = 0;
-            char why[32];
-            if (cfg->device_tol && !strcmp(s->kind, "decode") &&
-                bt_trace_logit_row_get(r, s->step, s->pos0 + s->n_pos - 1, &row, &nrow, why) == BT_OK && row &&
-                nrow == m->cfg.n_vocab) {
-                for (int v = 0; v < nrow; v++) {
-                    double dlt = fabs((double)row[v] - (double)lg[v]);
-                    if (isfinite(dlt) && dlt > res->logits_max_abs) res->logits_max_abs = dlt;
-                }
-                res->logits_rows++;
-            }
-            free(row);
-        }
-        if (e2) {
-            memset(rp2.seen, 0, (size_t)n_tens * sizeof(bool));
-            if (spec) bt_engine_set_logits_all(e2, !strcmp(s->kind, "verify"));
-            if ((rc = bt_engine_forward(e2, in_tok + in_off[i], s->n_pos, s->pos0))) {
-                if (rp2.err[0]) rc = bt_error(BT_EFORMAT, "%s: %s", cfg->name, rp2.err);
-                goto out;
-            }
-        }
-        free(tr);
-        tr = NULL;
-        if ((rc = bt_trace_step_taps(r, s->step, &tr, &n_tr))) goto out;
-        if (n_tr == 0) continue;            /* a step without taps */
-        res->steps_compared++;
-        bt_replay_divergence d = { .step = s->step, .pos0 = s->pos0, .n_pos = s->n_pos, .slot = -1 };
-        snprintf(d.kind, sizeof(d.kind), "%s", s->kind);
-        if (e2) against_step(res->tol, rp.ref, rp.seen, rp2.ref, rp2.seen, n_tens, &d, res);
-        for (int j = 0; !e2 && j < n_tr && j < n_tens; j++) {
-            if (!rp.seen[j] || !tr[j].recorded) continue;
-            char field[16];
-            double tv = 0, rv = 0, rel;
-            bool differ = stats_differ(&tr[j], &rp.ref[j], res->tol, field, &tv, &rv, &rel);
-            if (rel > res->max_rel && isfinite(rel)) { res->max_rel = rel; res->max_rel_step = s->step; res->max_rel_slot = j; }
-            if (res->cross && !res->found && d.slot < 0) {
-                if (!differ && isfinite(rel) && rel > res->before_rel) res->before_rel = rel;
-                if (rel > res->slot_rel[j]) res->slot_rel[j] = rel;
-            }
-            if (!differ) continue;
-            if (d.slot < 0) { d.slot = j; snprintf(d.field, sizeof(d.field), "%s", field); d.tv = tv; d.rv = rv; }
-            d.n_div++;
-        }
-        if (d.slot >= 0) {
-            if (!res->found) { res->found = true; res->first = d; }
-            if (cfg->all) {
-                if ((rc = BT_VEC_PUSH(res->all, res->n_all, all_cap, d))) goto out;
-            } else if (res->cross) {
-                /* cross-engine: go on for the top-1 agreement */
-            } else if (!e2 || res->one_bad) break;   /* against: also look for a one-sided non-finite */
-        }
-        if (cfg->progress) cfg->progress(cfg->user, i + 1, n_steps);
+/* Step i's input through the reference (and B): the taps land in rp.ref. */
+static int forward_step(replay_run *x, int i)
+{
+    const bt_trace_step_row *s = &x->steps[i];
+    int rc;
+    memset(x->rp.seen, 0, (size_t)x->n_tens * sizeof(bool));
+    /* a verify computes the logits of every row, as the run did */
+    if (x->spec) bt_engine_set_logits_all(x->e, !strcmp(s->kind, "verify"));
+    if ((rc = bt_engine_forward(x->e, x->in_tok + x->in_off[i], s->n_pos, s->pos0))) {
+        if (x->rp.err[0]) rc = bt_error(BT_EFORMAT, "%s: %s", x->cfg->name, x->rp.err);
+        return rc;
     }
-    rc = BT_OK;
-out:
-    free(steps); free(seq); free(tr);
-    free(tl.v); free(in_tok); free(in_off);
-    free(rp.slot); free(rp.ref); free(rp.seen);
-    free(rp2.ref); free(rp2.seen);
-    if (res->found && res->cross && m) {
+    if (!x->e2) return BT_OK;
+    memset(x->rp2.seen, 0, (size_t)x->n_tens * sizeof(bool));
+    if (x->spec) bt_engine_set_logits_all(x->e2, !strcmp(s->kind, "verify"));
+    if ((rc = bt_engine_forward(x->e2, x->in_tok + x->in_off[i], s->n_pos, s->pos0))) {
+        if (x->rp2.err[0]) rc = bt_error(BT_EFORMAT, "%s: %s", x->cfg->name, x->rp2.err);
+        return rc;
+    }
+    return BT_OK;
+}
+
+/* Teacher-forced top-1: would the reference have picked the token the traced
+ * run chose (llama.cpp's, the other device's)? And with a full logit row in
+ * the trace (run --logits full), the largest difference from the reference's. */
+static void compare_logits(replay_run *x, const bt_trace_step_row *s)
+{
+    bt_replay_result *res = x->res;
+    if (!(res->cross || x->cfg->device_tol) || s->pos0 + s->n_pos >= x->n_seq) return;
+    int n_vocab = x->m->cfg.n_vocab;
+    const float *lg = bt_engine_logits(x->e);
+    int best = 0;
+    for (int v = 1; v < n_vocab; v++) if (lg[v] > lg[best]) best = v;
+    res->top1_n++;
+    res->top1_agree += best == x->seq[s->pos0 + s->n_pos];
+    float *row = NULL;
+    int nrow = 0;
+    char why[32];
+    if (x->cfg->device_tol && !strcmp(s->kind, "decode") &&
+        bt_trace_logit_row_get(x->r, s->step, s->pos0 + s->n_pos - 1, &row, &nrow, why) == BT_OK && row && nrow == n_vocab) {
+        for (int v = 0; v < nrow; v++) {
+            double dlt = fabs((double)row[v] - (double)lg[v]);
+            if (isfinite(dlt) && dlt > res->logits_max_abs) res->logits_max_abs = dlt;
+        }
+        res->logits_rows++;
+    }
+    free(row);
+}
+
+/* The trace's taps of step s against the reference's, slot by slot, into d. */
+static void compare_taps(replay_run *x, const bt_trace_step_row *s, bt_replay_divergence *d)
+{
+    bt_replay_result *res = x->res;
+    for (int j = 0; j < x->n_tr && j < x->n_tens; j++) {
+        if (!x->rp.seen[j] || !x->tr[j].recorded) continue;
+        char field[16];
+        double tv = 0, rv = 0, rel;
+        bool differ = stats_differ(&x->tr[j], &x->rp.ref[j], res->tol, field, &tv, &rv, &rel);
+        if (rel > res->max_rel && isfinite(rel)) { res->max_rel = rel; res->max_rel_step = s->step; res->max_rel_slot = j; }
+        if (res->cross && !res->found && d->slot < 0) {
+            if (!differ && isfinite(rel) && rel > res->before_rel) res->before_rel = rel;
+            if (rel > res->slot_rel[j]) res->slot_rel[j] = rel;
+        }
+        if (!differ) continue;
+        if (d->slot < 0) { d->slot = j; snprintf(d->field, sizeof(d->field), "%s", field); d->tv = tv; d->rv = rv; }
+        d->n_div++;
+    }
+}
+
+/* Replay step i and compare it. *next: STEP_DONE (count it as progress),
+ * STEP_UNTAPPED (the trace has no taps there: not counted), STEP_STOP (the
+ * replay has what it looks for). */
+enum { STEP_DONE, STEP_UNTAPPED, STEP_STOP };
+
+static int replay_step(replay_run *x, int i, int *next)
+{
+    const bt_trace_step_row *s = &x->steps[i];
+    bt_replay_result *res = x->res;
+    int rc;
+    *next = STEP_DONE;
+    if ((rc = forward_step(x, i))) return rc;
+    compare_logits(x, s);
+    free(x->tr);
+    x->tr = NULL;
+    if ((rc = bt_trace_step_taps(x->r, s->step, &x->tr, &x->n_tr))) return rc;
+    if (x->n_tr == 0) { *next = STEP_UNTAPPED; return BT_OK; }   /* a step without taps */
+    res->steps_compared++;
+    bt_replay_divergence d = { .step = s->step, .pos0 = s->pos0, .n_pos = s->n_pos, .slot = -1 };
+    snprintf(d.kind, sizeof(d.kind), "%s", s->kind);
+    if (x->e2) against_step(res->tol, x->rp.ref, x->rp.seen, x->rp2.ref, x->rp2.seen, x->n_tens, &d, res);
+    else compare_taps(x, s, &d);
+    if (d.slot >= 0) {
+        if (!res->found) { res->found = true; res->first = d; }
+        if (x->cfg->all) return BT_VEC_PUSH(res->all, res->n_all, x->all_cap, d);
+        if (res->cross) return BT_OK;           /* cross-engine: go on for the top-1 agreement */
+        if (!x->e2 || res->one_bad) *next = STEP_STOP;   /* against: also look for a one-sided non-finite */
+    }
+    return BT_OK;
+}
+
+static void replay_run_free(replay_run *x)
+{
+    bt_replay_result *res = x->res;
+    free(x->steps); free(x->seq); free(x->tr);
+    free(x->tl.v); free(x->in_tok); free(x->in_off);
+    free(x->rp.slot); free(x->rp.ref); free(x->rp.seen);
+    free(x->rp2.ref); free(x->rp2.seen);
+    if (res->found && res->cross && x->m) {
         /* the departing matmul's weight type, for the verdict's kernel guess */
-        int op = bt_op_from_name(tens[res->first.slot].op), l = tens[res->first.slot].layer;
-        const bt_weight *w = op == BT_OP_TOKEN_EMBD ? NULL : bt_op_weight(m, op, l);
+        int op = bt_op_from_name(x->tens[res->first.slot].op), l = x->tens[res->first.slot].layer;
+        const bt_weight *w = op == BT_OP_TOKEN_EMBD ? NULL : bt_op_weight(x->m, op, l);
         snprintf(res->wtype, sizeof(res->wtype), "%s", w && bt_dtype(w->type)->name ? bt_dtype(w->type)->name : "");
     }
-    bt_engine_free(e2);
-    bt_session_close(ses, NULL);
+    bt_engine_free(x->e2);
+    bt_session_close(x->ses, NULL);
+}
+
+int bt_replay_run(bt_trace_reader *r, const bt_replay_cfg *cfg, bt_replay_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    replay_run x = { .r = r, .cfg = cfg, .res = res, .spec = bt_trace_has_spec(r) };
+    int rc;
+    if (!(rc = load_trace(&x)) && !(rc = open_model(&x)) && !(rc = check_tensors(&x)) && !(rc = build_inputs(&x)))
+        rc = start_engines(&x);
+    for (int i = 0; !rc && i < x.n_steps; i++) {
+        int next;
+        if ((rc = replay_step(&x, i, &next)) || next == STEP_STOP) break;
+        if (next == STEP_DONE && cfg->progress) cfg->progress(cfg->user, i + 1, x.n_steps);
+    }
+    replay_run_free(&x);
     return rc;
 }
 

@@ -7,6 +7,7 @@
  * the trace is closed before the hooks go, so a signal between the two
  * finds either an open trace and its hook or neither. */
 #include "session.h"
+#include "run/run_meta.h"
 #include "kernels/cpu/kernels.h"
 #include "backend/backend.h"
 #include "sys/crash.h"
@@ -26,6 +27,7 @@ struct bt_session {
     bt_injector *inj;
     bt_trace *trace;
     bt_recorder *rec, *drec;
+    bt_gen_observer obs, dobs;  /* rec and drec as the decoder's observers */
     bool hooks;
     int ctx, threads;
     int spec_k, draft_self, draft_ngram;
@@ -80,39 +82,6 @@ int bt_session_open(const bt_session_cfg *cfg, bt_session **out)
     s->ctx = cfg->ctx ? cfg->ctx : BT_MIN(m->cfg.ctx_len, BT_ENGINE_CTX_CAP);
     s->threads = cfg->threads ? cfg->threads : bt_pool_default_threads();
     return BT_OK;
-}
-
-static int write_spec_meta(bt_trace *t, const bt_session_cfg *cfg, const bt_model *dm, const char *drafter)
-{
-    char buf[80], hex[65];
-    snprintf(buf, sizeof(buf), "%d", cfg->spec_k);
-    int rc = bt_trace_meta(t, "spec_k", buf);
-    if (!rc) rc = bt_trace_meta(t, "drafter", drafter);
-    if (!rc && dm) {
-        char *abs = realpath(cfg->draft_model, NULL);
-        rc = bt_trace_meta(t, "draft_model_path", abs ? abs : cfg->draft_model);
-        free(abs);
-        bt_sha256_hex(dm->file_data, dm->file_size, hex);
-        if (!rc) rc = bt_trace_meta(t, "draft_model_sha256", hex);
-    }
-    return rc;
-}
-
-/* The device's memory account (weights, upload time, memory in use after
- * loading) as meta rows device_weight_bytes, device_upload_ms,
- * device_mem_used, device_mem_total. */
-static int write_mem_meta(bt_trace *t, const bt_backend_mem *mem)
-{
-    char buf[32];
-    int rc;
-    snprintf(buf, sizeof(buf), "%lld", (long long)mem->weight_bytes);
-    if ((rc = bt_trace_meta(t, "device_weight_bytes", buf))) return rc;
-    snprintf(buf, sizeof(buf), "%.3f", mem->upload_ns / 1e6);
-    if ((rc = bt_trace_meta(t, "device_upload_ms", buf))) return rc;
-    snprintf(buf, sizeof(buf), "%lld", (long long)mem->device_used);
-    if ((rc = bt_trace_meta(t, "device_mem_used", buf))) return rc;
-    snprintf(buf, sizeof(buf), "%lld", (long long)mem->device_total);
-    return bt_trace_meta(t, "device_mem_total", buf);
 }
 
 int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
@@ -192,10 +161,12 @@ int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
         }
         if ((rc = bt_trace_create_opts(cfg->trace, cfg->force ? BT_TRACE_FORCE : 0, &s->trace))) return rc;
         if (cfg->meta && (rc = cfg->meta(cfg->meta_user, s->trace, s))) return rc;
-        if (cfg->spec_k && (rc = write_spec_meta(s->trace, cfg, s->draft_model, s->drafter_name))) return rc;
-        if (have_mem && (rc = write_mem_meta(s->trace, &mem))) return rc;
-        if (cfg->cuda_graphs && (rc = bt_trace_meta(s->trace, "cuda_graphs", "1"))) return rc;
-        if (cfg->cupti && (rc = bt_trace_meta(s->trace, "cupti", "1"))) return rc;
+        /* the session's own rows (run/run_meta.c owns every key) */
+        if (cfg->spec_k && (rc = bt_run_meta_write_spec(s->trace, cfg->spec_k, s->drafter_name, s->draft_model, cfg->draft_model)))
+            return rc;
+        if (have_mem && (rc = bt_run_meta_write_mem(s->trace, (long long)mem.weight_bytes, mem.upload_ns / 1e6,
+                                                    (long long)mem.device_used, (long long)mem.device_total))) return rc;
+        if ((rc = bt_run_meta_write_cuda(s->trace, cfg->cuda_graphs, cfg->cupti))) return rc;
     }
     if (cfg->trace || s->inj) {
         bt_recorder_cfg rc_cfg = { .trace = s->trace, .inj = s->inj, .model = m, .tok = s->tok,
@@ -204,12 +175,14 @@ int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
                                    .topk = cfg->topk ? cfg->topk : 20, .rule = cfg->rule, .model_role = "target",
                                    .timing = cfg->timing, .kernels = cfg->cupti && s->trace };
         if ((rc = bt_recorder_new(&rc_cfg, s->e, &s->rec))) return rc;
+        bt_recorder_observer(s->rec, &s->obs);
         if (cfg->prompt && (rc = bt_recorder_prompt(s->rec, cfg->prompt, cfg->n_prompt))) return rc;
         if (s->de) {
             rc_cfg.model = s->draft_model ? s->draft_model : m;
             rc_cfg.model_role = "draft";
             rc_cfg.kernels = false;   /* the target's recorder drains the shared backend's records */
             if ((rc = bt_recorder_new(&rc_cfg, s->de, &s->drec))) return rc;
+            bt_recorder_observer(s->drec, &s->dobs);
         }
         if (s->trace && cfg->hooks) {
             static char note[600];
@@ -271,7 +244,7 @@ const char *bt_session_model_sha256(const bt_session *s) { return s->sha_hex; }
 void bt_session_decoder_cfg(const bt_session *s, bt_decoder_cfg *dc)
 {
     dc->target = s->e;
-    dc->target_rec = s->rec;
+    dc->target_obs = s->rec ? &s->obs : NULL;
     dc->inj = s->inj;
     dc->drafter = s->draft_model ? BT_DRAFT_MODEL : s->draft_self ? BT_DRAFT_SELF
                 : s->draft_ngram ? BT_DRAFT_NGRAM : BT_DRAFT_NONE;
@@ -279,7 +252,7 @@ void bt_session_decoder_cfg(const bt_session *s, bt_decoder_cfg *dc)
     dc->ngram = s->draft_ngram;
     dc->drafter_name = s->drafter_name;
     dc->draft = s->de;
-    dc->draft_rec = s->drec;
+    dc->draft_obs = s->drec ? &s->dobs : NULL;
 }
 
 /* ---- llama.cpp's path (bt_llama_settings) ---- */

@@ -80,17 +80,7 @@ int bt_trace_event(bt_trace *t, int step, int pos, const char *kind, int layer, 
 int bt_trace_backtrace(bt_trace *t, int64_t event_id, int step, const char *kind, const char *frames);
 
 /* Speculative decoding (inside the verify step). */
-typedef struct bt_spec_row {
-    int step, draft_idx, draft_pos;
-    int draft_step;            /* -1: none (n-gram drafter) */
-    int32_t draft_token;
-    double draft_prob;         /* NAN: unknown */
-    bool draft_finite;
-    int32_t target_token;      /* -1: none */
-    double target_prob;
-    int accepted;              /* 1 accepted, 0 rejected / not reached */
-    const char *reason;
-} bt_spec_row;
+/* bt_spec_row: base/records.h */
 int bt_trace_spec_step(bt_trace *t, int step, const char *drafter, int k, int accepted,
                        int32_t bonus_token, const char *bonus_kind);
 int bt_trace_spec_trail(bt_trace *t, const bt_spec_row *r);

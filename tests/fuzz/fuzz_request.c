@@ -4,6 +4,7 @@
  * template; with no template part the body is also tried as a template. */
 #include "fuzz.h"
 #include "gen/request.h"
+#include "gen/chat.h"
 #include "base/util.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) { bt_log_level = 0; return 0; }
