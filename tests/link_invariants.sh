@@ -102,4 +102,50 @@ if grep -rlE '#[[:space:]]*include[[:space:]]*[<"]sqlite3\.h' "$S/src" "$S/tui" 
     grep -vx "$S/src/prod/canary_log.c" > "$TMP/bad"; then
     fail "sqlite3.h included outside src/trace/ and src/prod/canary_log.c: $(tr '\n' ' ' < "$TMP/bad")"
 else ok "only src/trace/ (and the canary log) include sqlite3.h"; fi
+
+# The floors (doc/architecture.md, "Floors"): a source file includes headers
+# only from its own floor or a lower one, so the folders read bottom-up the
+# way the code depends. The seam headers of src/backend/ stand below the
+# backends that implement them (kernels/cpu, kernels/cuda); its dispatcher
+# and registry (src/backend/*.c) stand above them.
+floor_of() {   # floor_of PATH (relative to the top): a number, or nothing when unplaced
+    case $1 in
+        src/base/*) echo 0 ;;
+        src/sys/*) echo 1 ;;
+        src/tokenizer/*) echo 2 ;;
+        src/model/*) echo 3 ;;
+        src/backend/*.h) echo 4 ;;
+        kernels/cpu/*|kernels/cuda/*) echo 5 ;;
+        src/backend/*) echo 6 ;;
+        src/engine/*) echo 7 ;;
+        src/tap/*) echo 8 ;;
+        src/gen/*) echo 9 ;;
+        src/trace/*) echo 10 ;;
+        src/run/*|src/prod/*) echo 11 ;;
+        tui/*|src/engines/*) echo 12 ;;
+        src/cli/*) echo 13 ;;
+    esac
+}
+: > "$TMP/floors.bad"
+n_inc=0
+for f in $(cd "$S" && find src kernels tui -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) | sort); do
+    ff=$(floor_of "$f")
+    [ -n "$ff" ] || { echo "$f: in no floor (add its folder to floor_of)" >> "$TMP/floors.bad"; continue; }
+    d=$(dirname "$f")
+    for inc in $(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$S/$f"); do
+        # resolved as the compiler does: beside the file, then -I src, then -I top
+        if [ -f "$S/$d/$inc" ]; then p=$d/$inc
+        elif [ -f "$S/src/$inc" ]; then p=src/$inc
+        elif [ -f "$S/$inc" ]; then p=$inc
+        else continue; fi   # config.h and generated headers
+        p=$(printf '%s\n' "$p" | sed -e 's|/\./|/|g' -e ':a' -e 's|[^/]*/\.\./||' -e 'ta')
+        n_inc=$((n_inc + 1))
+        fi_=$(floor_of "$p")
+        [ -n "$fi_" ] || continue
+        [ "$fi_" -le "$ff" ] || echo "$f (floor $ff) includes $p (floor $fi_)" >> "$TMP/floors.bad"
+    done
+done
+[ "$n_inc" -gt 200 ] || fail "the floor check resolved only $n_inc includes (is it reading the sources?)"
+if [ -s "$TMP/floors.bad" ]; then fail "includes that reach up a floor: $(tr '\n' ';' < "$TMP/floors.bad")"
+else ok "no source includes a header from a floor above its own ($n_inc includes checked)"; fi
 finish

@@ -13,7 +13,7 @@
  * (stats), mutations (inject), read/set, kernel names and the numerics ops
  * (num_round bit for bit on every backend) are checked too. */
 #include "backend/backend_impl.h"
-#include "engine/numerics.h"
+#include "kernels/cpu/numerics.h"
 #include "kernels/cpu/kernels_impl.h"
 #include "check.h"
 

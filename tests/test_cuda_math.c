@@ -29,7 +29,7 @@
 #include "tap/stats.h"
 #include "tap/inject.h"
 #include "engine/engine.h"
-#include "engine/numerics.h"
+#include "kernels/cpu/numerics.h"
 #include "../kernels/cuda/math.cuh"
 
 static uint64_t rng_state = 0x12345678abcdefull;
@@ -263,7 +263,7 @@ static void test_inject(void)
     }
 }
 
-/* num_round's storage formats (math.cuh) against src/engine/numerics.c:
+/* num_round's storage formats (math.cuh) against kernels/cpu/numerics.c:
  * every exponent with edge mantissas and random bit patterns through f16
  * and bf16, and q8 rows (random, with NaN / Inf, all zero, a partial last
  * block), all bit for bit. */

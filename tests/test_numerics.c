@@ -6,7 +6,7 @@
  * and its errors; and the exact profile leaving an engine bit-identical. */
 #include "check.h"
 #include "engine/engine.h"
-#include "engine/numerics.h"
+#include "kernels/cpu/numerics.h"
 #include "backend/backend_impl.h"
 #include "model/model.h"
 

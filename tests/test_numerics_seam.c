@@ -15,7 +15,7 @@
  * decode steps, at 1 and 2 threads. */
 #include "check.h"
 #include "engine/engine.h"
-#include "engine/numerics.h"
+#include "kernels/cpu/numerics.h"
 #include "backend/backend_impl.h"
 #include "model/model.h"
 

@@ -10,7 +10,7 @@
  * (rmsnorm, rope, softmax, silu, residual adds) are the ones the engine
  * used to run inline, operation for operation, so results are unchanged. */
 #include "backend/backend_impl.h"
-#include "engine/numerics.h"
+#include "kernels/cpu/numerics.h"
 #include "kernels.h"
 #include "base/util.h"
 
@@ -520,7 +520,7 @@ static void cpu_kernel_name(bt_backend *be, int kop, int wtype, char *buf, size_
     }
 }
 
-/* ---- numerics ops (--numerics): engine/numerics.c on the host buffers,
+/* ---- numerics ops (--numerics): kernels/cpu/numerics.c on the host buffers,
  * with this backend's pool ---- */
 
 /* The ops below compute on host memory: a vtable that borrows them without

@@ -477,7 +477,7 @@ BT_HD float bt_cu_inject_value(int kind, float old, float v, int step, int layer
 }
 
 /* ---- numerics profiles: the storage formats of num_round ----
- * src/engine/numerics.c's conversions, bit for bit (tests/test_cuda_math.c
+ * kernels/cpu/numerics.c's conversions, bit for bit (tests/test_cuda_math.c
  * checks them against bt_num_round on edge cases and random patterns):
  * f32 -> f16 and bf16 round to nearest even with the same NaN quieting,
  * and llama.cpp's q8 block (d = amax/127 stored as f16, q = round half to

@@ -2,7 +2,7 @@
  * family names, the host reference for mutations (--inject) and the
  * generic fallbacks of the numerics ops (--numerics). */
 #include "backend/backend_impl.h"
-#include "engine/numerics.h"
+#include "kernels/cpu/numerics.h"
 #include "base/util.h"
 
 #include <stdlib.h>

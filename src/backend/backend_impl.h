@@ -34,7 +34,7 @@
 #include "base/records.h"
 #include "base/kernel_rows.h"
 
-struct bt_numerics;   /* engine/numerics.h: a numerics profile, plain data */
+struct bt_numerics;   /* kernels/cpu/numerics.h: a numerics profile, plain data */
 
 /* Kernel families, for kernel_name (events name the kernel that wrote a
  * tensor: "matmul q4_1/avx512"). */
@@ -170,7 +170,7 @@ struct bt_backend_i {
     int (*mem_info)(bt_backend *be, bt_backend_mem *out);
 
     /* ---- ABI 3: numerics profiles (--numerics, doc/numerics.md) ----
-     * The engine hands a profile (struct bt_numerics, engine/numerics.h:
+     * The engine hands a profile (struct bt_numerics, kernels/cpu/numerics.h:
      * plain ints, part of this ABI) to these ops and never touches a buffer
      * itself. Each is optional: NULL takes the generic fallback below
      * (bt_backend_num_*), which reads the operands to the host, runs the CPU

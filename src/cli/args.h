@@ -14,7 +14,7 @@
 #define BT_ARGS_H
 
 #include <stdbool.h>
-#include "engine/numerics.h"
+#include "kernels/cpu/numerics.h"
 #include "run/session.h"          /* bt_llama_settings, bt_session_cfg */
 
 enum bt_args_group {

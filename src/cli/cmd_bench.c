@@ -7,7 +7,7 @@
 #include "args.h"
 #include "backend/backend.h"
 #include "engine/engine.h"
-#include "engine/numerics.h"
+#include "kernels/cpu/numerics.h"
 #include "engine/sampler.h"
 #include "kernels/cpu/kernels.h"
 #include "model/model.h"

@@ -12,7 +12,7 @@
 #include "backend/backend.h"
 #include "run/run_meta.h"
 #include "engine/engine.h"
-#include "engine/numerics.h"
+#include "kernels/cpu/numerics.h"
 #include "model/model.h"
 #include "tap/stats.h"
 #include "trace/analyze.h"

@@ -13,7 +13,7 @@
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "gen/request.h"
-#include "engine/numerics.h"
+#include "kernels/cpu/numerics.h"
 #include "run/run_meta.h"
 #include "run/session.h"
 #include "sys/crash.h"

@@ -9,7 +9,7 @@
  * activations are f32. The tap branch (`want[op][layer]`) is a cached bool
  * so an engine without taps pays one predictable branch per op. */
 #include "engine/engine.h"
-#include "engine/numerics.h"
+#include "kernels/cpu/numerics.h"
 #include "engine/moe.h"
 #include "backend/backend_impl.h"
 #include "kernels/cpu/kernels.h"

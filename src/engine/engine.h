@@ -164,7 +164,7 @@ void bt_engine_set_logits_all(bt_engine *e, bool all);
 void bt_engine_free(bt_engine *e);
 /* Install (or with NULL remove) the tap callback. */
 void bt_engine_set_eval_cb(bt_engine *e, const bt_eval_cb *cb);
-/* Run under a numerics profile (engine/numerics.h): NULL or the exact
+/* Run under a numerics profile (kernels/cpu/numerics.h): NULL or the exact
  * profile restores plain f32. BT_ENOMEM. */
 struct bt_numerics;
 int bt_engine_set_numerics(bt_engine *e, const struct bt_numerics *n);

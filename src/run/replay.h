@@ -17,7 +17,7 @@
 #define BT_TRACE_REPLAY_H
 
 #include <stdbool.h>
-#include "engine/numerics.h"
+#include "kernels/cpu/numerics.h"
 #include "trace/reader.h"
 
 /* One replayed step whose taps differ from the trace's. */

@@ -11,7 +11,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "engine/numerics.h"
+#include "kernels/cpu/numerics.h"
 #include "engine/sampler.h"
 #include "gen/request.h"
 #include "model/model.h"

@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include "gen/decode.h"
 #include "engine/engine.h"
-#include "engine/numerics.h"
+#include "kernels/cpu/numerics.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "tap/inject.h"

@@ -10,7 +10,7 @@
  * rows, the rounding of every format, rmsnorm when the profile changes it,
  * the rope tables, and attention over a tiny cache built from the values. */
 #include "fuzz.h"
-#include "engine/numerics.h"
+#include "kernels/cpu/numerics.h"
 #include "base/util.h"
 
 #include <math.h>

@@ -4,8 +4,7 @@
  * Invariant: a part at f32 (or none) never touches a value, so the exact
  * profile is bit-identical to no profile; bt_numerics_ctx_new returns NULL
  * for it and the engine skips the hooks altogether. */
-#include "engine/numerics.h"
-#include "engine/engine.h"
+#include "numerics.h"
 #include "base/util.h"
 
 #include <math.h>
