@@ -29,16 +29,21 @@
 
 #include <stdio.h>
 
+/* The usage lines, the same with or without libmicrohttpd (the man page
+ * and tests/manpage.sh read them). */
+#define SERVE_USAGE \
+    "usage: bangtrace serve --model M [--tokenizer T] [--host ADDR] [--port N] [--parallel N]\n" \
+    "                       [--queue N] [--threads N] [--ctx N] [--trace-dir DIR]\n" \
+    "                       [--trace all|sample:N|flagged] [--inject SPEC]...\n" \
+    "                       [--served-model-name NAME[,NAME...]]... [--timeout S]\n" \
+    "                       [--max-connections N] [--max-connections-per-ip N]\n" \
+    "                       [--engine native|llama.cpp] [--llama-flash-attn M] [--llama-repack on|off]\n" \
+    "                       [--llama-kv-type T] [--llama-opt K=V]\n\n"
+
 #ifndef HAVE_LIBMICROHTTPD
 void cmd_serve_help(FILE *out)
 {
-    fprintf(out, "usage: bangtrace serve --model M [--tokenizer T] [--host ADDR] [--port N] [--parallel N]\n"
-                 "                       [--queue N] [--threads N] [--ctx N] [--trace-dir DIR]\n"
-                 "                       [--trace all|sample:N|flagged] [--inject SPEC]...\n"
-                 "                       [--served-model-name NAME[,NAME...]]... [--timeout S]\n"
-                 "                       [--max-connections N] [--max-connections-per-ip N]\n"
-                 "                       [--engine native|llama.cpp] [--llama-flash-attn M] [--llama-repack on|off]\n"
-                 "                       [--llama-kv-type T] [--llama-opt K=V]\n\n"
+    fprintf(out, SERVE_USAGE
                  "This bangtrace was built without libmicrohttpd: serve is unavailable\n"
                  "(install libmicrohttpd-dev and reconfigure).\n");
 }
@@ -84,13 +89,7 @@ int cmd_serve(int argc, char **argv)
 void cmd_serve_help(FILE *out)
 {
     fprintf(out,
-        "usage: bangtrace serve --model M [--tokenizer T] [--host ADDR] [--port N] [--parallel N]\n"
-        "                       [--queue N] [--threads N] [--ctx N] [--trace-dir DIR]\n"
-        "                       [--trace all|sample:N|flagged] [--inject SPEC]...\n"
-        "                       [--served-model-name NAME[,NAME...]]... [--timeout S]\n"
-        "                       [--max-connections N] [--max-connections-per-ip N]\n"
-        "                       [--engine native|llama.cpp] [--llama-flash-attn M] [--llama-repack on|off]\n"
-        "                       [--llama-kv-type T] [--llama-opt K=V]\n\n"
+        SERVE_USAGE
         "An OpenAI-compatible server on the native engine or llama.cpp: POST\n"
         "/v1/completions and /v1/chat/completions (\"stream\": true answers as\n"
         "server-sent events), GET /v1/models and /health. Every answer carries an\n"
