@@ -232,3 +232,9 @@ EXTRA_DIST += tests/hf_tokenizer_bad.sh tests/hf_spm.sh tests/hf_make_spm.py tes
 # (flash attention auto, repacked weights, f16 KV; --llama-* flags)
 TESTS += tests/llama_defaults.sh
 EXTRA_DIST += tests/llama_defaults.sh
+
+# issue 27 (h6-contam): probe --contamination, the black-box cross-request
+# contamination probe: test servers that contaminate on purpose, a clean
+# one, our serve, and the real llama-server with parallel slots
+TESTS += tests/probe_contam.sh
+EXTRA_DIST += tests/probe_contam.sh tests/contam_server.py
