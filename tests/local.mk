@@ -236,5 +236,5 @@ EXTRA_DIST += tests/llama_defaults.sh
 # issue 27 (h6-contam): probe --contamination, the black-box cross-request
 # contamination probe: test servers that contaminate on purpose, a clean
 # one, our serve, and the real llama-server with parallel slots
-TESTS += tests/probe_contam.sh
-EXTRA_DIST += tests/probe_contam.sh tests/contam_server.py
+TESTS += tests/probe_contam.sh tests/probe_contam_llama.sh
+EXTRA_DIST += tests/probe_contam.sh tests/contam_server.py tests/probe_contam_llama.sh
