@@ -237,4 +237,8 @@ EXTRA_DIST += tests/llama_defaults.sh
 # contamination probe: test servers that contaminate on purpose, a clean
 # one, our serve, and the real llama-server with parallel slots
 TESTS += tests/probe_contam.sh tests/probe_contam_llama.sh
+check_PROGRAMS += tests/test_prod_contam
+TESTS += tests/test_prod_contam
+tests_test_prod_contam_SOURCES = tests/test_prod_contam.c
+tests_test_prod_contam_LDADD = $(CORE_LIBS)
 EXTRA_DIST += tests/probe_contam.sh tests/contam_server.py tests/probe_contam_llama.sh

@@ -35,7 +35,7 @@ static const char *const other_prefix[N_OTHER] = {
     "Here is one parcel code from the warehouse ledger, copied exactly as it was written.",
     "An exercise in careful copying: read the code below and write it down again without changing a single "
     "character.",
-    "The radio operator spelled the call sign twice, so that the station across the bay could not mistake it.",
+    "Over the radio the operator spelled the call sign twice, so that the station across the bay could not mistake it.",
 };
 
 static unsigned long long splitmix(unsigned long long *s)
