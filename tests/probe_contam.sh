@@ -55,6 +55,14 @@ for mode in leak order prefix concurrency drift; do
     stop_last
 done
 
+# an engine that has drifted already answers walls even alone: never clean
+start_contam --mode drift --drift-after 10 || true
+"$BANGTRACE" probe --contamination --url "$url" -n 2 >/dev/null 2>&1
+expect_exit 1 "a drifted server: exit 1" "$BANGTRACE" probe --contamination --url "$url" --nonce-seed 4
+grep -q "^INCONCLUSIVE: .*4 of 4 reference answers fail alone (token_wall)" "$TMP/out" &&
+    ok "a drifted server: inconclusive, its references fail alone" || fail "drifted: $(tail -2 "$TMP/out")"
+stop_last
+
 # --- the text report names the class; the replicate rule ------------------
 start_contam --mode concurrency
 expect_exit 1 "concurrency server, text report" "$BANGTRACE" probe --contamination --url "$url" --nonce-seed 3 --concurrency 2

@@ -232,6 +232,10 @@ int main(void)
     set_text(&a[0], "a cold start");
     CHECK_OK(bt_contam_analyze(&p, a, 0.01, &v));
     CHECK(v.outcome == 0 && v.warm.dev == 1, "modal reference: outcome %d, warm-up deviations %ld", v.outcome, v.warm.dev);
+    /* an engine failing alone (every answer a wall, the references too) is not clean */
+    for (long i = 0; i < p.n_reqs; i++) { set_text(&a[i], "!!!!!!!!!!!!"); a[i].cls = BT_ANS_TOKEN_WALL; }
+    CHECK_OK(bt_contam_analyze(&p, a, 0.01, &v));
+    CHECK(v.outcome == 2 && !n_found(&v) && v.ref_failed == 4 && v.ref_class == BT_ANS_TOKEN_WALL, "walls: outcome %d", v.outcome);
     free_answers(a, p.n_reqs);
 
     /* each dependence alone */

@@ -84,8 +84,9 @@ void cmd_probe_help(FILE *out)
         "3 neither arm failed; 4 not called (failures seen, fewer than 40 requests per\n"
         "arm). --json's \"outcome\" says the same: agree, differ, neither_failed, not_called.\n"
         "With --contamination: 0 clean (every comparison called, nothing found, the leak\n"
-        "rate's upper bound under --max-fail); 1 contamination found (the classes named), or\n"
-        "inconclusive (too few requests: the report says how many); 2 error. --json's\n"
+        "rate's upper bound under --max-fail, no reference answer degenerate alone);\n"
+        "1 contamination found (the classes named), or inconclusive (too few requests: the\n"
+        "report says how many; or the references fail alone); 2 error. --json's\n"
         "\"outcome\": clean, contaminated, inconclusive; \"found\" lists the classes.\n", out);
 }
 

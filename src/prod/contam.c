@@ -387,7 +387,13 @@ int bt_contam_analyze(const bt_contam_plan *p, const bt_contam_answer *ans, doub
     }
     bool any = false;
     for (int c = 0; c < BT_CONTAM_NCLASS; c++) any |= v->found[c];
-    v->outcome = any ? 1 : all_called && v->leak_hi < max_fail ? 0 : 2;
+    for (int k = 0; k < BT_CONTAM_CONTROLS; k++) {
+        int c = ans[ref[k]].cls;
+        if (c == BT_ANS_TOKEN_WALL || c == BT_ANS_EMPTY || c == BT_ANS_INVALID_TOKEN || c == BT_ANS_NONFINITE) {
+            if (!v->ref_failed++) v->ref_class = c;
+        }
+    }
+    v->outcome = any ? 1 : all_called && v->leak_hi < max_fail && !v->ref_failed ? 0 : 2;
     return BT_OK;
 }
 
@@ -482,6 +488,13 @@ void bt_contam_print(FILE *f, const char *target, const bt_contam_plan *p, const
                        "(upper 95%% bound %.2f%%)\n", 100 * v->max_fail, 100 * v->leak_hi);
     } else {
         bt_text_printf(f, "INCONCLUSIVE: nothing found, but");
+        if (v->ref_failed) {
+            bt_text_printf(f, " %d of %d reference answers fail alone (%s): the engine is degenerate before anything "
+                           "else runs (plain probe measures that; after a restart this probe can see it drift)",
+                           v->ref_failed, BT_CONTAM_CONTROLS, bt_answer_class_name(v->ref_class));
+            bt_text_printf(f, "\n");
+            return;
+        }
         bool called = true;
         for (int t = 0; t < v->n_tests; t++) called &= v->tests[t].called;
         if (!called) bt_text_printf(f, " a comparison has fewer than %d answers a side (-n %d or more calls them all)",
@@ -529,12 +542,12 @@ json_t *bt_contam_json(const char *target, const bt_contam_plan *p, const bt_con
                                             (json_int_t)x->lag, "beside", x->beside, "answer",
                                             ans[x->req].text ? ans[x->req].text : "", BT_MIN(ans[x->req].text_len, (size_t)300)));
     }
-    return json_pack("{s:s,s:s,s:s,s:o,s:I,s:I,s:I,s:I,s:o,s:{s:I,s:I,s:[f,f],s:I,s:I,s:o},s:o,s:{s:o,s:o},s:o,s:f}",
+    return json_pack("{s:s,s:s,s:s,s:o,s:I,s:I,s:I,s:I,s:o,s:{s:I,s:I,s:[f,f],s:I,s:I,s:o},s:i,s:o,s:{s:o,s:o},s:o,s:f}",
                      "mode", "contamination", "target", target, "outcome", bt_contam_outcome_name(v->outcome), "found", found,
                      "requests", (json_int_t)v->sent, "answered", (json_int_t)v->answered, "blocks", (json_int_t)p->n_blocks,
                      "seed", (json_int_t)p->seed, "concurrency", levels,
                      "leaks", "answers", (json_int_t)v->leaks, "of", (json_int_t)v->answered, "wilson95", v->leak_lo, v->leak_hi,
                      "first_after_requests", (json_int_t)v->leak_first, "answers_needed", (json_int_t)v->leak_needed,
-                     "examples", ex, "arms", arms, "drift", "first_third", counts_json(&v->early), "last_third",
+                     "examples", ex, "reference_failed", v->ref_failed, "arms", arms, "drift", "first_third", counts_json(&v->early), "last_third",
                      counts_json(&v->late), "tests", tests, "max_fail", v->max_fail);
 }

@@ -37,8 +37,11 @@
  * divided by the number of comparisons (Bonferroni), and is called only
  * with at least BT_STATS_MIN_PER_ARM answers on each side (the replicate
  * rule of probe --compare). Outcome: contaminated when any class is
- * found; clean when every comparison was called and the leak rate's
- * Wilson upper bound is under max_fail; inconclusive otherwise. */
+ * found; clean when every comparison was called, the leak rate's Wilson
+ * upper bound is under max_fail and no reference answer is a token wall,
+ * empty, an invalid token or non-finite (an engine that fails alone, such
+ * as one that has drifted already, is compared against its own failure:
+ * that is not clean); inconclusive otherwise. */
 #ifndef BT_PROD_CONTAM_H
 #define BT_PROD_CONTAM_H
 
@@ -152,6 +155,8 @@ typedef struct bt_contam_verdict {
     double leak_lo, leak_hi;        /* Wilson 95% of leaks / answered */
     long leak_first;                /* requests sent up to and including the first leaking answer (-1: none) */
     long leak_needed;               /* answers that would bound the leak rate under max_fail (-1: none would) */
+    int ref_failed;                 /* controls whose reference answer fails alone (see below) */
+    int ref_class;                  /* the first one's class */
     bt_contam_leak ex[4];
     int n_ex;
     bt_contam_counts warm;          /* the warm-up answers against the reference */
