@@ -2,7 +2,7 @@
 """contam_server.py - a small OpenAI-compatible server that contaminates on
 purpose, for tests/probe_contam.sh (probe --contamination).
 
-    contam_server.py --port P --mode MODE [--seed S] [--leak-p P] [--drift-after N]
+    contam_server.py --port P --mode MODE [--seed S] [--leak-p P] [--rate P] [--drift-after N]
 
 Answers are a deterministic function of the prompt (words drawn from its
 SHA-256), and a prompt ending in "the code is" / "was" gets its own code
@@ -11,10 +11,13 @@ echoed, as a model copying from its prompt would. MODE says how it departs:
   clean        nothing: the answer depends on the prompt alone
   leak         with probability --leak-p (default 0.15) the answer ends with
                the tail of the prompt served just before it (another user's)
-  order        the answer depends on the prompt served just before it
+  order        the answer depends on the prompt served just before it, when
+               that was another prompt
   prefix       the answer changes when the request served just before it
                shared its first 120 characters but was another prompt
                (a prefix cache handing out another request's blocks)
+               --rate P (default 1) makes order, prefix and concurrency depart
+               on that fraction of the answers they would change
   concurrency  the answer changes when another request was in flight while
                this one was served (graph reuse keyed on batch shape)
   drift        after --drift-after requests (default 150) an answer turns
@@ -68,17 +71,18 @@ def answer(state, prompt):
         state.served += 1
         n = state.served
         draw = state.rng.random()
+        hit = state.rng.random() < a.rate
     text = words_from(prompt)
     own = CODE.findall(prompt)
     if own and re.search(r"(code is|was)\s*$", prompt):
         text = " " + own[-1] + "." + text
     if a.mode == "leak" and prev and draw < a.leak_p:
         text += " " + prev[-80:]
-    elif a.mode == "order":
+    elif a.mode == "order" and hit and prev != prompt:
         text = words_from(prompt + "\0" + prev)
-    elif a.mode == "prefix" and prev and prev != prompt and prev[:120] == prompt[:120]:
+    elif a.mode == "prefix" and hit and prev and prev != prompt and prev[:120] == prompt[:120]:
         text = words_from(prompt + "\0cache")
-    elif a.mode == "concurrency" and peak > 1:
+    elif a.mode == "concurrency" and hit and peak > 1:
         text = words_from(prompt + "\0batch")
     elif a.mode == "drift" and n > a.drift_after and draw < (n - a.drift_after) / a.drift_after:
         text = " " + "!" * 24
@@ -133,6 +137,7 @@ def main():
     ap.add_argument("--mode", choices=("clean", "leak", "order", "prefix", "concurrency", "drift"), required=True)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--leak-p", type=float, default=0.15)
+    ap.add_argument("--rate", type=float, default=1.0)
     ap.add_argument("--drift-after", type=int, default=150)
     args = ap.parse_args()
     srv = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)

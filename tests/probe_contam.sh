@@ -49,11 +49,20 @@ for mode in leak order prefix concurrency drift; do
             jq_py 'all(e["token"] in e["answer"] and e["source"] != e["request"] for e in j["leaks"]["examples"]) and len(j["leaks"]["examples"]) > 0' |
                 grep -qx True && ok "leak examples name a foreign token their answers hold" || fail "leak examples: $(head -c 600 "$TMP/out")" ;;
         drift)
-            jq_py 'j["drift"]["first_third"]["differ"] == 0 and j["drift"]["last_third"]["differ"] > 40' | grep -qx True &&
-                ok "drift: the first third clean, the last third corrupted" || fail "drift thirds: $(head -c 600 "$TMP/out")" ;;
+            jq_py 'j["drift"]["first_third"]["differ"] <= 5 and j["drift"]["last_third"]["differ"] > 40' | grep -qx True &&
+                ok "drift: the first third (nearly) clean, the last third corrupted" || fail "drift thirds: $(head -c 600 "$TMP/out")" ;;
     esac
     stop_last
 done
+
+# a weak order dependence (15% of the answers after another prompt): never
+# clean; either found or inconclusive, the excess named
+start_contam --mode order --rate 0.15 || true
+expect_exit 1 "a weak order dependence: exit 1" "$BANGTRACE" probe --contamination --url "$url" --nonce-seed 6 --json
+[ "$(jq_py 'j["outcome"] in ("contaminated", "inconclusive") and set(j["found"]) <= {"order_dependence"} and j["tests"][0]["suspect_differs_more"]')" = True ] &&
+    ok "a weak order dependence: $(jq_py 'j["outcome"]'), after_other $(jq_py 'j["tests"][0]["suspect_differ"]')/40 vs repeat 0/40" ||
+    fail "weak order: $(head -c 800 "$TMP/out")"
+stop_last
 
 # an engine that has drifted already answers walls even alone: never clean
 start_contam --mode drift --drift-after 10 || true

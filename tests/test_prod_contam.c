@@ -248,9 +248,21 @@ int main(void)
     CHECK(v.tests[3].found && !v.tests[2].found, "beside_4 found, beside_2 not");
     verdict_with(&p, pick_late, &v);
     CHECK(v.outcome == 1 && v.found[BT_CONTAM_DRIFT] && n_found(&v) == 1, "drift: %d found", n_found(&v));
-    /* noise spread over every arm and the whole run: nothing */
+    /* noise spread over every arm and the whole run: nothing found; where
+     * a suspect side happens to differ more, not clean either */
     verdict_with(&p, pick_quarter, &v);
-    CHECK(n_found(&v) == 0 && v.outcome == 0, "uniform noise: %d found, outcome %d", n_found(&v), v.outcome);
+    int worse = 0;
+    for (int t = 0; t < v.n_tests; t++) worse += v.tests[t].worse;
+    CHECK(n_found(&v) == 0 && v.unresolved == worse && v.outcome == (worse ? 2 : 0), "uniform noise: %d found, outcome %d",
+          n_found(&v), v.outcome);
+    /* a small excess, too small to call: inconclusive, never clean */
+    a = echo_answers(&p);
+    for (long i = 0, k = 0; i < p.n_reqs && k < 3; i++)
+        if (p.reqs[i].arm == BT_CONTAM_ARM_AFTER_OTHER) { set_text(&a[i], "changed"); k++; }
+    CHECK_OK(bt_contam_analyze(&p, a, 0.01, &v));
+    CHECK(v.outcome == 2 && !n_found(&v) && v.tests[0].worse && !v.tests[0].found && v.tests[0].needed > 40,
+          "3 of 40: outcome %d, needed %ld", v.outcome, v.tests[0].needed);
+    free_answers(a, p.n_reqs);
     bt_contam_plan_clear(&p);
 
     /* the replicate rule: a clear difference with 10 a side is not called */

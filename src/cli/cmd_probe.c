@@ -83,11 +83,13 @@ void cmd_probe_help(FILE *out)
         "per arm, no significant difference); 1 the arms differ significantly; 2 error;\n"
         "3 neither arm failed; 4 not called (failures seen, fewer than 40 requests per\n"
         "arm). --json's \"outcome\" says the same: agree, differ, neither_failed, not_called.\n"
-        "With --contamination: 0 clean (every comparison called, nothing found, the leak\n"
-        "rate's upper bound under --max-fail, no reference answer degenerate alone);\n"
-        "1 contamination found (the classes named), or inconclusive (too few requests: the\n"
-        "report says how many; or the references fail alone); 2 error. --json's\n"
-        "\"outcome\": clean, contaminated, inconclusive; \"found\" lists the classes.\n", out);
+        "With --contamination: 0 clean (every comparison called, nothing found, no side\n"
+        "differing more often than its baseline, the leak rate's upper bound under\n"
+        "--max-fail, no reference answer degenerate alone); 1 contamination found (the\n"
+        "classes named), or inconclusive (too few requests, or a difference too small to\n"
+        "call: the report says how many would do; or the references fail alone); 2 error.\n"
+        "--json's"
+        " \"outcome\": clean, contaminated, inconclusive; \"found\" lists the classes.\n", out);
 }
 
 #define MAX_ARMS 2

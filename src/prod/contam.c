@@ -380,7 +380,9 @@ int bt_contam_analyze(const bt_contam_plan *p, const bt_contam_answer *ans, doub
         x->p = bt_stats_fisher(x->fa, x->na - x->fa, x->fb, x->nb - x->fb);
         x->called = x->na >= BT_STATS_MIN_PER_ARM && x->nb >= BT_STATS_MIN_PER_ARM;
         bool worse = x->na && x->nb && (double)x->fa / x->na > (double)x->fb / x->nb;
+        x->worse = worse;
         x->found = x->called && worse && x->p < x->alpha;
+        if (worse && !x->found) v->unresolved++;
         x->needed = worse ? bt_stats_ab_needed_alpha(x->fa, x->na, x->fb, x->nb, x->alpha) : -1;
         if (x->found) v->found[x->cls] = true;
         if (!x->called) all_called = false;
@@ -393,7 +395,7 @@ int bt_contam_analyze(const bt_contam_plan *p, const bt_contam_answer *ans, doub
             if (!v->ref_failed++) v->ref_class = c;
         }
     }
-    v->outcome = any ? 1 : all_called && v->leak_hi < max_fail && !v->ref_failed ? 0 : 2;
+    v->outcome = any ? 1 : all_called && !v->unresolved && v->leak_hi < max_fail && !v->ref_failed ? 0 : 2;
     return BT_OK;
 }
 
@@ -484,7 +486,8 @@ void bt_contam_print(FILE *f, const char *target, const bt_contam_plan *p, const
         for (int c = 0; c < BT_CONTAM_NCLASS; c++) if (v->found[c]) bt_text_printf(f, " %s", bt_contam_class_name(c));
         bt_text_printf(f, "\n");
     } else if (v->outcome == 0) {
-        bt_text_printf(f, "CLEAN: no contamination found; every comparison called, the leak rate below %g%% "
+        bt_text_printf(f, "CLEAN: no contamination found; every comparison called, no answer differs more often than "
+                       "its baseline, the leak rate below %g%% "
                        "(upper 95%% bound %.2f%%)\n", 100 * v->max_fail, 100 * v->leak_hi);
     } else {
         bt_text_printf(f, "INCONCLUSIVE: nothing found, but");
@@ -495,12 +498,23 @@ void bt_contam_print(FILE *f, const char *target, const bt_contam_plan *p, const
             bt_text_printf(f, "\n");
             return;
         }
-        bool called = true;
+        bool called = true, more = false;
         for (int t = 0; t < v->n_tests; t++) called &= v->tests[t].called;
         if (!called) bt_text_printf(f, " a comparison has fewer than %d answers a side (-n %d or more calls them all)",
                                     BT_STATS_MIN_PER_ARM, BT_STATS_MIN_PER_ARM);
+        else for (int t = 0; t < v->n_tests; t++) {
+            const bt_contam_test *x = &v->tests[t];
+            if (!x->worse) continue;
+            bt_text_printf(f, "%s %s differs more often than %s (%ld/%ld vs %ld/%ld), not significantly", more ? ";" : "",
+                           side_name(p, x->arm, true, b1, sizeof b1), side_name(p, x->base, false, b2, sizeof b2), x->fa, x->na,
+                           x->fb, x->nb);
+            /* per side: a comparison of arms has -n answers a side, the drift's thirds n/3 blocks of every arm */
+            long n = x->arm < 0 ? (3 * x->needed + p->n_arms - 1) / p->n_arms : x->needed;
+            if (x->needed > 0) bt_text_printf(f, " (at these rates -n %ld would call it)", n);
+            more = true;
+        }
         if (v->leak_hi >= v->max_fail) {
-            bt_text_printf(f, "%s 0 leaks in %ld answers bound the leak rate only below %.2f%%", called ? "" : ";", v->answered,
+            bt_text_printf(f, "%s 0 leaks in %ld answers bound the leak rate only below %.2f%%", called && !more ? "" : ";", v->answered,
                            100 * v->leak_hi);
             if (v->leak_needed > 0) bt_text_printf(f, " (%ld answers would bound it below %g%%)", v->leak_needed, 100 * v->max_fail);
         }
@@ -527,12 +541,12 @@ json_t *bt_contam_json(const char *target, const bt_contam_plan *p, const bt_con
     for (int a = 0; a < p->n_arms; a++) json_object_set_new(arms, bt_contam_arm_name(p, a, b1, sizeof b1), counts_json(&v->arms[a]));
     for (int t = 0; t < v->n_tests; t++) {
         const bt_contam_test *x = &v->tests[t];
-        json_array_append_new(tests, json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:f,s:f,s:b,s:b,s:I}", "class",
+        json_array_append_new(tests, json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:f,s:f,s:b,s:b,s:b,s:I}", "class",
                                                bt_contam_class_name(x->cls), "suspect", side_name(p, x->arm, true, b1, sizeof b1),
                                                "baseline", side_name(p, x->base, false, b2, sizeof b2), "suspect_differ",
                                                (json_int_t)x->fa, "suspect_answers", (json_int_t)x->na, "baseline_differ",
                                                (json_int_t)x->fb, "baseline_answers", (json_int_t)x->nb, "fisher_p", x->p,
-                                               "alpha", x->alpha, "called", x->called, "found", x->found,
+                                               "alpha", x->alpha, "called", x->called, "suspect_differs_more", x->worse, "found", x->found,
                                                "requests_needed_per_side", (json_int_t)x->needed));
     }
     for (int e = 0; e < v->n_ex; e++) {

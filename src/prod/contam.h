@@ -37,8 +37,10 @@
  * divided by the number of comparisons (Bonferroni), and is called only
  * with at least BT_STATS_MIN_PER_ARM answers on each side (the replicate
  * rule of probe --compare). Outcome: contaminated when any class is
- * found; clean when every comparison was called, the leak rate's Wilson
- * upper bound is under max_fail and no reference answer is a token wall,
+ * found; clean when every comparison was called, none saw its suspect
+ * side deviate more often than its baseline (a difference too small to
+ * call is not an absence), the leak rate's Wilson upper bound is under
+ * max_fail and no reference answer is a token wall,
  * empty, an invalid token or non-finite (an engine that fails alone, such
  * as one that has drifted already, is compared against its own failure:
  * that is not clean); inconclusive otherwise. */
@@ -138,7 +140,8 @@ typedef struct bt_contam_test {
     long fa, na, fb, nb;            /* deviations / answers: the suspect side, the baseline */
     double p, alpha;
     bool called;                    /* at least BT_STATS_MIN_PER_ARM on each side */
-    bool found;                     /* called, p < alpha, the suspect side deviates more */
+    bool worse;                     /* the suspect side deviates more often than the baseline */
+    bool found;                     /* called, worse, p < alpha */
     long needed;                    /* per side for p < alpha at these rates (-1: none would) */
 } bt_contam_test;
 
@@ -157,6 +160,7 @@ typedef struct bt_contam_verdict {
     long leak_needed;               /* answers that would bound the leak rate under max_fail (-1: none would) */
     int ref_failed;                 /* controls whose reference answer fails alone (see below) */
     int ref_class;                  /* the first one's class */
+    int unresolved;                 /* comparisons whose suspect side deviates more, not found */
     bt_contam_leak ex[4];
     int n_ex;
     bt_contam_counts warm;          /* the warm-up answers against the reference */
