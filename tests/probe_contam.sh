@@ -73,10 +73,10 @@ grep -q "^INCONCLUSIVE: .*4 of 4 reference answers fail alone (token_wall)" "$TM
 stop_last
 
 # --- the text report names the class; the replicate rule ------------------
-start_contam --mode concurrency
-expect_exit 1 "concurrency server, text report" "$BANGTRACE" probe --contamination --url "$url" --nonce-seed 3 --concurrency 2
-grep -q "^concurrency_dependence .*beside_2.*FOUND" "$TMP/out" && grep -q "^CONTAMINATED: concurrency_dependence$" "$TMP/out" &&
-    ok "text report: beside_2 FOUND, CONTAMINATED" || fail "text report: $(cat "$TMP/out")"
+start_contam --mode prefix
+expect_exit 1 "prefix server, text report" "$BANGTRACE" probe --contamination --url "$url" --nonce-seed 3 --concurrency 2
+grep -q "^prefix_dependence .*after_shared 40/40 vs after_other 0/40.*FOUND" "$TMP/out" && grep -q "^CONTAMINATED: prefix_dependence$" "$TMP/out" &&
+    grep -q "concurrency 2;" "$TMP/out" && ok "text report: after_shared 40/40 FOUND, CONTAMINATED" || fail "text report: $(cat "$TMP/out")"
 expect_exit 1 "10 answers per side: not called" "$BANGTRACE" probe --contamination --url "$url" --nonce-seed 3 -n 10 --json
 [ "$(jq_py 'j["outcome"] + " " + str(any(t["called"] for t in j["tests"]))')" = "inconclusive False" ] &&
     ok "fewer than 40 a side: inconclusive, no comparison called" || fail "replicate rule: $(head -c 600 "$TMP/out")"
