@@ -91,9 +91,10 @@ for s in 1 2 3; do
     [ $rc -eq 0 ] && [ "$(jq_py 'j["outcome"]')" = clean ] || { fp=$((fp + 1)); echo "clean run $s: exit $rc $(head -c 400 "$TMP/out") $(cat "$TMP/err")"; }
 done
 [ $fp -eq 0 ] && ok "clean server: 3 of 3 runs clean (exit 0)" || fail "clean server: $fp of 3 runs not clean"
-printf '{"model":"any","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"x"}],"max_tokens":12,"stream":true}' > "$TMP/chat.json"
+printf '{"model":"any","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"x"}],"max_tokens":12,"stream":true,"cache_prompt":false}' > "$TMP/chat.json"
 expect_exit 0 "clean server, chat shape from --request" "$BANGTRACE" probe --contamination --url "$url" --request "$TMP/chat.json" --concurrency 3
 grep -q "^CLEAN" "$TMP/out" && grep -q "concurrency 2, 3;" "$TMP/out" && ok "chat shape: CLEAN at concurrency 2 and 3" || fail "chat shape: $(cat "$TMP/out")"
+[ ! -s "$TMP/err" ] && ok "a server's own field (cache_prompt) is sent without an 'ignored' warning" || fail "stderr: $(cat "$TMP/err")"
 expect_exit 1 "clean server, --max-fail 0.001: the leak bound is not met" "$BANGTRACE" probe --contamination --url "$url" --max-fail 0.001
 grep -q "^INCONCLUSIVE.*answers would bound it below 0.1%" "$TMP/out" || fail "leak bound wording: $(tail -1 "$TMP/out")"
 

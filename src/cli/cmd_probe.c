@@ -17,6 +17,7 @@
 #include "base/text.h"
 #include "base/util.h"
 
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
@@ -322,7 +323,19 @@ static int probe_contamination(probe *p)
         if (p->request) bt_error(BT_EINVAL, "%s: %s", p->request, bt_errmsg());
         goto fail;
     }
-    if (bt_request_parse(body, len, p->request ? p->request : "the request", &req)) goto fail;
+    /* a field our parser does not know (llama-server's cache_prompt, ...) is
+     * the server's, sent as it is: the parser's "is ignored" warnings (it
+     * writes them to stderr, unconditionally) would be wrong here. Still
+     * one thread; errors come back in bt_errmsg, not on stderr. */
+    fflush(stderr);
+    int saved = dup(2), devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (saved >= 0 && devnull >= 0) dup2(devnull, 2);
+    int prc = bt_request_parse(body, len, p->request ? p->request : "the request", &req);
+    fflush(stderr);
+    if (saved >= 0 && devnull >= 0) dup2(saved, 2);
+    if (saved >= 0) close(saved);
+    if (devnull >= 0) close(devnull);
+    if (prc) goto fail;
     have_req = true;
     arm *r = &p->arms[0];
     bt_target_cfg tc = { .url = r->url, .model = r->model, .tokenizer = p->tokenizer, .inject = r->inject,

@@ -267,6 +267,7 @@ static void count(bt_contam_counts *c, const bt_contam_answer *a, bool dev)
 {
     c->n++;
     if (dev) c->dev++;
+    if (dev && a->answered && a->cls == BT_ANS_OK) c->dev_ok++;
     if (a->cls >= 0 && a->cls < BT_ANS_COUNT) c->classes[a->cls]++;
 }
 
@@ -281,6 +282,7 @@ static void set_test(bt_contam_test *t, int cls, int arm, int base, const bt_con
 int bt_contam_analyze(const bt_contam_plan *p, const bt_contam_answer *ans, double max_fail, bt_contam_verdict *v)
 {
     memset(v, 0, sizeof *v);
+    v->early.div_median = v->late.div_median = -1;
     v->max_fail = max_fail;
     v->leak_first = -1;
     /* the reference answer of each control: the warm-up's modal answer */
@@ -315,6 +317,23 @@ int bt_contam_analyze(const bt_contam_plan *p, const bt_contam_answer *ans, doub
         if (r->block >= p->n_blocks - w) count(&v->late, a, dev);
     }
     wilson(&v->warm); wilson(&v->early); wilson(&v->late);
+    /* where the differing answers depart from their reference */
+    long *pre = malloc((size_t)(p->n_blocks + BT_CONTAM_WARMUP * BT_CONTAM_CONTROLS) * sizeof *pre);
+    if (!pre) return bt_error(BT_ENOMEM, "out of memory");
+    for (int arm = BT_CONTAM_ARM_WARMUP; arm < p->n_arms; arm++) {
+        long n = 0;
+        for (long i = 0; i < p->n_reqs; i++) {
+            const bt_contam_answer *a = &ans[i], *r = &ans[ref[p->reqs[i].control < 0 ? 0 : p->reqs[i].control]];
+            if (p->reqs[i].arm != arm || !a->sent || !a->answered || same_text(a, r)) continue;
+            size_t k = 0;
+            while (k < a->text_len && k < r->text_len && a->text[k] == r->text[k]) k++;
+            long x = (long)k, j = n++;
+            while (j > 0 && pre[j - 1] > x) { pre[j] = pre[j - 1]; j--; }   /* insertion: n is small */
+            pre[j] = x;
+        }
+        (arm == BT_CONTAM_ARM_WARMUP ? &v->warm : &v->arms[arm])->div_median = n ? pre[(n - 1) / 2] : -1;
+    }
+    free(pre);
     for (int a = 0; a < p->n_arms; a++) wilson(&v->arms[a]);
 
     /* leaks: a token of the plan in an answer whose prompt does not hold it */
@@ -410,7 +429,10 @@ static void print_counts(FILE *f, const char *name, const bt_contam_counts *c)
         bt_text_printf(f, "%s%s %ld", first ? "   (" : ", ", bt_answer_class_name(k), c->classes[k]);
         first = false;
     }
-    bt_text_printf(f, "%s\n", first ? "" : ")");
+    bt_text_printf(f, "%s", first ? "" : ")");
+    if (c->dev && c->div_median >= 0)
+        bt_text_printf(f, "; %ld still ok, departing after %ld bytes (median)", c->dev_ok, c->div_median);
+    bt_text_printf(f, "\n");
 }
 
 static const char *side_name(const bt_contam_plan *p, int arm, bool late, char *buf, size_t cap)
@@ -527,8 +549,9 @@ static json_t *counts_json(const bt_contam_counts *c)
     json_t *cl = json_object();
     for (int k = 0; k < BT_ANS_COUNT; k++)
         if (c->classes[k]) json_object_set_new(cl, bt_answer_class_name(k), json_integer(c->classes[k]));
-    return json_pack("{s:I,s:I,s:[f,f],s:o}", "answers", (json_int_t)c->n, "differ", (json_int_t)c->dev, "wilson95", c->lo, c->hi,
-                     "classes", cl);
+    return json_pack("{s:I,s:I,s:[f,f],s:o,s:I,s:I}", "answers", (json_int_t)c->n, "differ", (json_int_t)c->dev, "wilson95", c->lo,
+                     c->hi, "classes", cl, "differ_still_ok", (json_int_t)c->dev_ok, "departs_after_bytes_median",
+                     (json_int_t)(c->dev ? c->div_median : -1));
 }
 
 json_t *bt_contam_json(const char *target, const bt_contam_plan *p, const bt_contam_answer *ans, const bt_contam_verdict *v)

@@ -132,6 +132,10 @@ typedef struct bt_contam_counts {
     long n, dev;                    /* measured answers, of them deviating */
     long classes[BT_ANS_COUNT];     /* the measured answers' classes */
     double lo, hi;                  /* Wilson 95% of dev / n */
+    long dev_ok;                    /* differing answers still of class ok (fluent: a changed greedy path) */
+    long div_median;                /* differing answers: median bytes in common with the reference before
+                                     * they depart (-1: none answered); a changed path departs late, a
+                                     * foreign or broken answer early */
 } bt_contam_counts;
 
 typedef struct bt_contam_test {
