@@ -46,9 +46,27 @@ static unsigned long long splitmix(unsigned long long *s)
     return z ^ (z >> 31);
 }
 
+static const char cons[] = "BCDFGHJKLMNPQRSTVWXZ";
+
+/* A token as a number (1 .. 20^4 * 10^4), or 0 when t[0..9) is not one. */
+static unsigned long long tok_key(const char *t)
+{
+    unsigned long long k = 0;
+    for (int i = 0; i < 4; i++) {
+        const char *c = t[i] ? strchr(cons, t[i]) : NULL;
+        if (!c) return 0;
+        k = k * 20 + (unsigned long long)(c - cons);
+    }
+    if (t[4] != '-') return 0;
+    for (int i = 5; i < 9; i++) {
+        if (t[i] < '0' || t[i] > '9') return 0;
+        k = k * 10 + (unsigned long long)(t[i] - '0');
+    }
+    return k + 1;
+}
+
 static void draw_token(unsigned long long *s, char *out)
 {
-    static const char cons[] = "BCDFGHJKLMNPQRSTVWXZ";
     unsigned long long r = splitmix(s);
     for (int i = 0; i < 4; i++) { out[i] = cons[r % 20]; r /= 20; }
     out[4] = '-';
@@ -93,8 +111,8 @@ typedef struct builder {
     bt_contam_plan *p;
     size_t rcap, ucap;
     unsigned long long rng;
-    char (*seen)[BT_CONTAM_TOKEN];  /* every token drawn so far */
-    size_t n_seen, seen_cap;
+    unsigned long long *seen;       /* every token drawn so far: an open-addressing set of tok_key */
+    size_t seen_mask;
     char marker[BT_CONTAM_CONTROLS][BT_CONTAM_TOKEN];
     int rc;
 } builder;
@@ -103,11 +121,11 @@ static void fresh_token(builder *b, char *out)
 {
     for (;;) {
         draw_token(&b->rng, out);
-        bool dup = false;
-        for (size_t i = 0; i < b->n_seen && !dup; i++) dup = !strcmp(b->seen[i], out);
-        if (dup) continue;
-        if (BT_VEC_RESERVE(b->seen, b->seen_cap, b->n_seen + 1)) { b->rc = BT_ENOMEM; return; }
-        memcpy(b->seen[b->n_seen++], out, BT_CONTAM_TOKEN);
+        unsigned long long k = tok_key(out);
+        size_t h = (size_t)(k * 0x9E3779B97F4A7C15ULL >> 20) & b->seen_mask;
+        while (b->seen[h] && b->seen[h] != k) h = (h + 1) & b->seen_mask;
+        if (b->seen[h]) continue;   /* drawn before: draw again */
+        b->seen[h] = k;
         return;
     }
 }
@@ -189,6 +207,12 @@ int bt_contam_plan_new(long n_blocks, int max_conc, unsigned long long seed, bt_
     out->n_blocks = n_blocks;
     out->seed = seed;
     builder b = { .p = out, .rng = seed };
+    /* the set holds every token of the plan at most half full */
+    size_t n_tok = BT_CONTAM_CONTROLS + (size_t)n_blocks * 2, cap = 64;
+    for (int l = 0; l < out->n_levels; l++) n_tok += (size_t)n_blocks * (size_t)(out->levels[l] - 1);
+    while (cap < 2 * n_tok) cap *= 2;
+    if (!(b.seen = calloc(cap, sizeof *b.seen))) return bt_error(BT_ENOMEM, "out of memory");
+    b.seen_mask = cap - 1;
     for (int k = 0; k < BT_CONTAM_CONTROLS; k++) fresh_token(&b, b.marker[k]);
     /* the warm-up: each control BT_CONTAM_WARMUP times in a row, one serial unit */
     for (int k = 0; k < BT_CONTAM_CONTROLS && !b.rc; k++) {
@@ -257,6 +281,20 @@ done:
 }
 
 /* ---- the verdict ------------------------------------------------------ */
+
+typedef struct tok_ref { unsigned long long key; long req; } tok_ref;
+
+static int cmp_tok(const void *x, const void *y)
+{
+    unsigned long long a = ((const tok_ref *)x)->key, b = ((const tok_ref *)y)->key;
+    return a < b ? -1 : a > b;
+}
+
+static int cmp_long(const void *x, const void *y)
+{
+    long a = *(const long *)x, b = *(const long *)y;
+    return a < b ? -1 : a > b;
+}
 
 static bool same_text(const bt_contam_answer *a, const bt_contam_answer *b)
 {
@@ -327,55 +365,61 @@ int bt_contam_analyze(const bt_contam_plan *p, const bt_contam_answer *ans, doub
             if (p->reqs[i].arm != arm || !a->sent || !a->answered || same_text(a, r)) continue;
             size_t k = 0;
             while (k < a->text_len && k < r->text_len && a->text[k] == r->text[k]) k++;
-            long x = (long)k, j = n++;
-            while (j > 0 && pre[j - 1] > x) { pre[j] = pre[j - 1]; j--; }   /* insertion: n is small */
-            pre[j] = x;
+            pre[n++] = (long)k;
         }
+        qsort(pre, (size_t)n, sizeof *pre, cmp_long);
         (arm == BT_CONTAM_ARM_WARMUP ? &v->warm : &v->arms[arm])->div_median = n ? pre[(n - 1) / 2] : -1;
     }
     free(pre);
     for (int a = 0; a < p->n_arms; a++) wilson(&v->arms[a]);
 
-    /* leaks: a token of the plan in an answer whose prompt does not hold it */
+    /* leaks: a token of the plan in an answer whose prompt does not hold
+     * it. The plan's tokens, sorted by key, each with a request holding it;
+     * an answer is scanned for anything shaped like a token. */
+    tok_ref *toks = malloc((size_t)p->n_reqs * sizeof *toks);
+    if (!toks) return bt_error(BT_ENOMEM, "out of memory");
+    long nt_ = 0;
+    for (long i = 0; i < p->n_reqs; i++) toks[nt_++] = (tok_ref){ tok_key(p->reqs[i].token), i };
+    qsort(toks, (size_t)nt_, sizeof *toks, cmp_tok);
     long first_order = -1;
     for (long i = 0; i < p->n_reqs; i++) {
         const bt_contam_answer *a = &ans[i];
-        if (!a->answered || !a->text_len) continue;
-        long src = -1;
-        const char *tok = NULL;
-        for (long j = 0; j < p->n_reqs && src < 0; j++) {
-            const char *t = p->reqs[j].token;
-            if (!strcmp(t, p->reqs[i].token)) continue;
-            /* a marker is shared by its control's requests: look it up once */
-            if (p->reqs[j].role == BT_CONTAM_CONTROL) {
-                bool first = true;
-                for (long q = 0; q < j && first; q++) first = strcmp(p->reqs[q].token, t) != 0;
-                if (!first) continue;
-            }
-            if (!memmem(a->text, a->text_len, t, strlen(t))) continue;
-            tok = t;
-            /* the source: of the requests holding it, the latest sent no
-             * later than this one, else the earliest sent after it */
+        if (!a->answered || a->text_len < 9) continue;
+        unsigned long long own = tok_key(p->reqs[i].token);
+        const tok_ref *hit = NULL;
+        for (size_t k = 0; k + 9 <= a->text_len && !hit; k++) {
+            if (a->text[k + 4] != '-') continue;
+            char t[BT_CONTAM_TOKEN];
+            memcpy(t, a->text + k, 9);
+            t[9] = 0;
+            unsigned long long key = tok_key(t);
+            if (!key || key == own) continue;
+            tok_ref want = { key, 0 };
+            hit = bsearch(&want, toks, (size_t)nt_, sizeof *toks, cmp_tok);
+        }
+        if (!hit) continue;
+        v->leaks++;
+        if (first_order < 0 || a->order < first_order) first_order = a->order;
+        if (v->n_ex < (int)BT_ARRAY_SIZE(v->ex)) {
+            /* the source: of the requests holding it (a marker: every
+             * request of its control), the latest sent no later than this
+             * one, else the earliest sent after it */
+            const char *t = p->reqs[hit->req].token;
             long before = -1, after = -1;
             for (long q = 0; q < p->n_reqs; q++) {
                 if (strcmp(p->reqs[q].token, t) || !ans[q].sent) continue;
                 if (ans[q].order <= a->order) { if (before < 0 || ans[q].order > ans[before].order) before = q; }
                 else if (after < 0 || ans[q].order < ans[after].order) after = q;
             }
-            src = before >= 0 ? before : after;
-            if (src < 0) src = j;
-        }
-        if (!tok) continue;
-        v->leaks++;
-        if (first_order < 0 || a->order < first_order) first_order = a->order;
-        if (v->n_ex < (int)BT_ARRAY_SIZE(v->ex)) {
+            long src = before >= 0 ? before : after >= 0 ? after : hit->req;
             bt_contam_leak *e = &v->ex[v->n_ex++];
             e->req = i; e->src = src;
             e->lag = a->order - ans[src].order;
             e->beside = ans[src].sent && ans[src].t0 < a->t1 && a->t0 < ans[src].t1;
-            memcpy(e->token, tok, BT_CONTAM_TOKEN);
+            memcpy(e->token, t, BT_CONTAM_TOKEN);
         }
     }
+    free(toks);
     v->leak_first = first_order >= 0 ? first_order + 1 : -1;
     bt_stats_wilson(v->leaks, v->answered, &v->leak_lo, &v->leak_hi);
     v->leak_needed = bt_stats_rate_needed(v->leaks, v->answered, max_fail);
