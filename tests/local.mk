@@ -283,3 +283,12 @@ tests_test_generate_LDADD = $(CORE_LIBS)
 # h6-gen: every meta key a run writes is run/run_meta.h's, read back by diff and report
 TESTS += tests/run_meta.sh
 EXTRA_DIST += tests/run_meta.sh
+# issue 27 (h6-contam): probe --contamination, the black-box cross-request
+# contamination probe: test servers that contaminate on purpose, a clean
+# one, our serve, and the real llama-server with parallel slots
+TESTS += tests/probe_contam.sh tests/probe_contam_llama.sh
+check_PROGRAMS += tests/test_prod_contam
+TESTS += tests/test_prod_contam
+tests_test_prod_contam_SOURCES = tests/test_prod_contam.c
+tests_test_prod_contam_LDADD = $(CORE_LIBS)
+EXTRA_DIST += tests/probe_contam.sh tests/contam_server.py tests/probe_contam_llama.sh

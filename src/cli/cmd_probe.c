@@ -10,12 +10,15 @@
 #include "cmd.h"
 #include "args.h"
 #include "prod/classify.h"
+#include "prod/contam.h"
+#include "prod/contam_run.h"
 #include "prod/stats.h"
 #include "prod/target.h"
 #include "gen/request.h"
 #include "base/text.h"
 #include "base/util.h"
 
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
@@ -30,7 +33,9 @@ void cmd_probe_help(FILE *out)
         "usage: bangtrace probe (--url URL | --model M [--tokenizer T] [--inject SPEC]...)\n"
         "                       --request R.json [-n N] [--concurrency C] [--seed-sweep]\n"
         "                       [--expect REGEX] [--max-fail P] [--timeout S] [--threads N] [--json]\n"
-        "       bangtrace probe --compare ARM ARM --request R.json [-n N] ...\n\n"
+        "       bangtrace probe --compare ARM ARM --request R.json [-n N] ...\n"
+        "       bangtrace probe --contamination (--url URL | --model M) [--request SHAPE.json] [-n N]\n"
+        "                       [--concurrency C] [--nonce-seed S] [--max-fail P] [--timeout S] [--json]\n\n"
         "Send one request N times and classify every answer: ok, http_error,\n"
         "invalid_token, empty, token_wall (the `!!!!` / token-0 signature),\n"
         "repetition_loop, past_stop, degenerate_tail (cut at max_tokens), nonfinite (the\n"
@@ -58,13 +63,35 @@ void cmd_probe_help(FILE *out)
         "                       and Fisher's exact test. With fewer than 40 requests per arm\n"
         "                       the difference is reported but never called fixed, with how\n"
         "                       many requests per arm would be needed\n"
+        "  --contamination      do requests influence each other? No request file needed:\n"
+        "                       4 greedy control prompts, each answered first alone (the\n"
+        "                       reference), then N times each: after itself, after an\n"
+        "                       unrelated request, after one sharing its prefix, and beside\n"
+        "                       C-1 others at concurrency 2, 4, ... C (default 4), shuffled;\n"
+        "                       every other request carries a unique nonce. Finds\n"
+        "                       nonce_leak (an answer holds another request's nonce),\n"
+        "                       order_dependence, prefix_dependence,\n"
+        "                       concurrency_dependence (answers differ from the reference\n"
+        "                       more there: Fisher's exact test, Bonferroni, at least 40 per\n"
+        "                       side) and drift (the last third of the run differs more\n"
+        "                       than the first). --request gives the shape only (chat or\n"
+        "                       completion, model, max_tokens: default 16); temperature is\n"
+        "                       set to 0. -n N: answers per comparison (default 40)\n"
+        "  --nonce-seed S       draw the nonces and the order from S (default: the clock)\n"
         "  --json               one JSON object on stdout instead of the report\n\n"
         "Exit status: 0 the failure rate's upper bound is under --max-fail; 1 failures were\n"
         "seen, or too few requests to bound the rate (the report says how many more);\n"
         "2 error. With --compare: 0 the arms agree (failures seen, at least 40 requests\n"
         "per arm, no significant difference); 1 the arms differ significantly; 2 error;\n"
         "3 neither arm failed; 4 not called (failures seen, fewer than 40 requests per\n"
-        "arm). --json's \"outcome\" says the same: agree, differ, neither_failed, not_called.\n", out);
+        "arm). --json's \"outcome\" says the same: agree, differ, neither_failed, not_called.\n"
+        "With --contamination: 0 clean (every comparison called, nothing found, no side\n"
+        "differing more often than its baseline, the leak rate's upper bound under\n"
+        "--max-fail, no reference answer degenerate alone); 1 contamination found (the\n"
+        "classes named), or inconclusive (too few requests, or a difference too small to\n"
+        "call: the report says how many would do; or the references fail alone); 2 error.\n"
+        "--json's"
+        " \"outcome\": clean, contaminated, inconclusive; \"found\" lists the classes.\n", out);
 }
 
 #define MAX_ARMS 2
@@ -87,6 +114,9 @@ typedef struct probe {
     long n, conc, threads;
     double max_fail, timeout;
     bool seed_sweep, json, compare;
+    /* --contamination (prod/contam.h) */
+    bool contam, conc_given, seed_given;
+    unsigned long long nonce_seed;
     char *body;
     size_t body_len;
     bt_request req;
@@ -128,17 +158,37 @@ static int parse_args(int argc, char **argv, probe *p)
         } else if (!strcmp(a, "--request")) { VAL(); p->request = v; }
         else if (!strcmp(a, "--expect")) { VAL(); p->expect_re = v; }
         else if (!strcmp(a, "-n")) { VAL(); if (bt_parse_int(a, v, 1, 10000000, &p->n)) return BT_EINVAL; }
-        else if (!strcmp(a, "--concurrency")) { VAL(); if (bt_parse_int(a, v, 1, 256, &p->conc)) return BT_EINVAL; }
+        else if (!strcmp(a, "--concurrency")) { VAL(); if (bt_parse_int(a, v, 1, 256, &p->conc)) return BT_EINVAL; p->conc_given = true; }
         else if (!strcmp(a, "--max-fail")) { VAL(); if (bt_parse_float(a, v, 1e-9, 1, &p->max_fail)) return BT_EINVAL; }
         else if (!strcmp(a, "--timeout")) { VAL(); if (bt_parse_float(a, v, 0.001, 86400, &p->timeout)) return BT_EINVAL; }
         else if (!strcmp(a, "--seed-sweep")) p->seed_sweep = true;
         else if (!strcmp(a, "--compare")) p->compare = true;
         else if (!strcmp(a, "--json")) p->json = true;
+        /* --contamination's own flags */
+        else if (!strcmp(a, "--contamination")) p->contam = true;
+        else if (!strcmp(a, "--nonce-seed")) {
+            VAL();
+            long s;
+            if (bt_parse_int(a, v, 0, 0x7fffffffffffffffL, &s)) return BT_EINVAL;
+            p->nonce_seed = (unsigned long long)s;
+            p->seed_given = true;
+        }
         else return bt_error(BT_EINVAL, "unknown flag '%s' (see bangtrace help probe)", a);
 #undef VAL
     }
     p->tokenizer = g.tokenizer; p->threads = g.threads;
     if (!p->n_arms) return bt_error(BT_EINVAL, "give --url URL or --model M (see bangtrace help probe)");
+    if (p->contam) {
+        if (p->compare || p->n_arms != 1) return bt_error(BT_EINVAL, "--contamination takes one target, not --compare");
+        if (p->seed_sweep || p->expect_re)
+            return bt_error(BT_EINVAL, "--contamination sends its own greedy prompts: %s does not apply",
+                            p->seed_sweep ? "--seed-sweep" : "--expect");
+        if (!p->conc_given) p->conc = 4;
+        if (p->conc < 2) return bt_error(BT_EINVAL, "--contamination needs --concurrency 2 or more");
+        if (p->n > 100000) return bt_error(BT_EINVAL, "--contamination: -n %ld is past 100000", p->n);
+        return BT_OK;
+    }
+    if (p->seed_given) return bt_error(BT_EINVAL, "--nonce-seed applies to --contamination");
     if (p->compare && p->n_arms != 2) return bt_error(BT_EINVAL, "--compare needs two targets: two of --url / --model");
     if (!p->compare && p->n_arms != 1) return bt_error(BT_EINVAL, "two targets need --compare");
     if (!p->request) return bt_error(BT_EINVAL, "--request R.json is required");
@@ -252,6 +302,83 @@ static void arm_print(const probe *p, const arm *r, const char *label)
     (void)p;
 }
 
+static void contam_bar(void *u, long done, long total)
+{
+    (void)u;
+    int w = 40, f = (int)(w * done / (total ? total : 1));
+    fprintf(stderr, "\r[%.*s%*s] %ld/%ld", f, "########################################", w - f, "", done, total);
+    if (done == total) fputc('\n', stderr);
+    fflush(stderr);
+}
+
+/* probe --contamination (prod/contam.h): the plan, sent to the one target,
+ * judged; exit 0 clean, 1 contaminated or inconclusive, 2 error. */
+static int probe_contamination(probe *p)
+{
+    int status = 2;
+    bt_contam_plan plan = { 0 };
+    bt_contam_answer *ans = NULL;
+    bt_target *t = NULL;
+    bt_request req = { 0 };
+    bool have_req = false;
+    char *body = NULL;
+    size_t len;
+    if (p->request && bt_read_file(p->request, &p->body, &p->body_len)) goto fail;
+    unsigned long long seed = p->seed_given ? p->nonce_seed
+                              : ((unsigned long long)(bt_now() * 1e6) ^ ((unsigned long long)getpid() << 32)) & 0x7fffffffffffffffULL;
+    if (bt_contam_plan_new(p->n, (int)p->conc, seed, &plan)) goto fail;
+    /* the shape must make a valid request: checked on the first body, before anything is sent */
+    if (bt_contam_body(p->body, p->body_len, plan.reqs[0].prompt, &body, &len)) {
+        if (p->request) bt_error(BT_EINVAL, "%s: %s", p->request, bt_errmsg());
+        goto fail;
+    }
+    /* a field our parser does not know (llama-server's cache_prompt, ...) is
+     * the server's, sent as it is: the parser's "is ignored" warnings (it
+     * writes them to stderr, unconditionally) would be wrong here. Still
+     * one thread; errors come back in bt_errmsg, not on stderr. */
+    fflush(stderr);
+    int saved = dup(2), devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (saved >= 0 && devnull >= 0) dup2(devnull, 2);
+    int prc = bt_request_parse(body, len, p->request ? p->request : "the request", &req);
+    fflush(stderr);
+    if (saved >= 0 && devnull >= 0) dup2(saved, 2);
+    if (saved >= 0) close(saved);
+    if (devnull >= 0) close(devnull);
+    if (prc) goto fail;
+    have_req = true;
+    arm *r = &p->arms[0];
+    bt_target_cfg tc = { .url = r->url, .model = r->model, .tokenizer = p->tokenizer, .inject = r->inject,
+                         .n_inject = r->n_inject, .slots = (int)p->conc, .threads = (int)p->threads, .timeout_s = p->timeout };
+    if (bt_target_open(&tc, &t)) goto fail;
+    if (!(ans = calloc((size_t)plan.n_reqs, sizeof *ans))) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+    bool bar = isatty(2) && bt_log_level > 0;
+    if (bt_contam_run(t, &plan, p->body, p->body_len, req.stop, req.n_stop, ans, bar ? contam_bar : NULL, NULL)) goto fail;
+    bt_contam_verdict v;
+    if (bt_contam_analyze(&plan, ans, p->max_fail, &v)) goto fail;
+    const char *name = r->url ? r->url : r->model;   /* what the verdict names */
+    if (p->json) {
+        json_t *j = bt_contam_json(name, &plan, ans, &v);
+        char *s = j ? json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+        json_decref(j);
+        if (!s) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+        puts(s);
+        free(s);
+    } else bt_contam_print(stdout, name, &plan, ans, &v);
+    fflush(stdout);
+    status = v.outcome == 0 ? 0 : 1;
+    goto done;
+fail:
+    status = bt_cmd_fail("probe");
+done:
+    free(body);
+    if (have_req) bt_request_clear(&req);
+    bt_contam_answers_free(ans, plan.n_reqs);
+    free(ans);
+    bt_target_close(t);
+    bt_contam_plan_clear(&plan);
+    return status;
+}
+
 int cmd_probe(int argc, char **argv)
 {
     probe p;
@@ -262,6 +389,7 @@ int cmd_probe(int argc, char **argv)
     void **args = NULL;
     json_t *out = NULL;
     if (parse_args(argc, argv, &p)) goto fail;
+    if (p.contam) { status = probe_contamination(&p); goto done; }
     if (bt_read_file(p.request, &p.body, &p.body_len)) goto fail;
     if (bt_request_parse(p.body, p.body_len, p.request, &p.req)) goto fail;
     if (p.expect_re && bt_expect_new(p.expect_re, &p.expect)) goto fail;

@@ -16,3 +16,7 @@ libbttrace_a_SOURCES += src/prod/canary_log.h src/prod/canary_log.c
 libbtcmd_a_SOURCES += src/prod/target.c src/prod/target.h
 TESTS += tests/serve_probe.sh
 EXTRA_DIST += tests/serve_probe.sh
+# the contamination probe (issue 27): the plan, bodies and verdict (core:
+# pure), and sending the plan to a target (binary only, beside target.c)
+libbtcore_a_SOURCES += src/prod/contam.c src/prod/contam.h
+libbtcmd_a_SOURCES += src/prod/contam_run.c src/prod/contam_run.h

@@ -56,6 +56,11 @@ double bt_stats_fisher(long a, long b, long c, long d)
 
 long bt_stats_ab_needed(long fa, long na, long fb, long nb)
 {
+    return bt_stats_ab_needed_alpha(fa, na, fb, nb, BT_STATS_ALPHA);
+}
+
+long bt_stats_ab_needed_alpha(long fa, long na, long fb, long nb, double alpha)
+{
     if (na <= 0 || nb <= 0 || fa < 0 || fb < 0 || fa > na || fb > nb) return -1;
     double ra = (double)fa / na, rb = (double)fb / nb;
     if (ra == rb) return -1;
@@ -63,7 +68,7 @@ long bt_stats_ab_needed(long fa, long na, long fb, long nb)
     if (start < BT_STATS_MIN_PER_ARM) start = BT_STATS_MIN_PER_ARM;
     for (long n = start; n <= 10000000; ) {
         long a = lround(ra * n), b = lround(rb * n);
-        if (bt_stats_fisher(a, n - a, b, n - b) < BT_STATS_ALPHA) return n;
+        if (bt_stats_fisher(a, n - a, b, n - b) < alpha) return n;
         /* exact steps while small; beyond, 1% strides (the answer is an
          * order of magnitude for a human, not a sample-size table) */
         n += n < 1000 ? 1 : n / 100;

@@ -29,6 +29,9 @@ double bt_stats_fisher(long a, long b, long c, long d);
  * would give a Fisher p-value below BT_STATS_ALPHA. -1 when the rates are
  * equal or no n up to 10^7 would do. */
 long bt_stats_ab_needed(long fa, long na, long fb, long nb);
+/* The same at another significance level (probe --contamination runs
+ * several tests and divides BT_STATS_ALPHA among them). */
+long bt_stats_ab_needed_alpha(long fa, long na, long fb, long nb, double alpha);
 
 /* One arm: the smallest n at which k failures would put the Wilson upper
  * bound under max_fail, keeping the observed rate (0 failures stay 0);
