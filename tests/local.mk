@@ -232,3 +232,7 @@ EXTRA_DIST += tests/hf_tokenizer_bad.sh tests/hf_spm.sh tests/hf_make_spm.py tes
 # (flash attention auto, repacked weights, f16 KV; --llama-* flags)
 TESTS += tests/llama_defaults.sh
 EXTRA_DIST += tests/llama_defaults.sh
+# h6-gdn (issue 25, first slice): qwen35 hybrid gated delta net models
+# against llama.cpp on a tiny model made by tools/make-tiny-hybrid.py
+TESTS += tests/hybrid_llamacpp.sh
+EXTRA_DIST += tests/hybrid_llamacpp.sh
