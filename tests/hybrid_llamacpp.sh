@@ -16,6 +16,8 @@
 #     equal on three prompts (decode: the one-token recurrence);
 #   - a file with an MTP (nextn) block after the trunk loads (the block is
 #     not computed) and gives the same logits;
+#   - a NaN injected into blk.2.ssm_state at step 3 is named by bisect and
+#     recurs in step 4's ssm_core;
 #   - --device cuda refuses the model naming the op the plugin lacks (when a
 #     CUDA plugin is built).
 . "${BT_SRCDIR:-.}/tests/lib.sh"
@@ -96,6 +98,15 @@ if [ -f "$TMP/mtp.gguf" ]; then
     cmp -s "$TMP/mtp/logits.f32" "$TMP/nat/logits.f32" && ok "an MTP block leaves the trunk's logits alone" ||
         fail "the MTP file's logits differ from the trunk-only file's"
 fi
+
+# a NaN put into a recurrent state is localized by bisect, and carried on
+"$B" run --model "$M" --prompt "Once upon a time" -n 8 --threads 1 --taps all --trace "$TMP/inj.bttrace" \
+    --inject 'nan@op=ssm_state,layer=2,step=3' >/dev/null 2>"$TMP/err" || fail "run --inject ssm_state: $(cat "$TMP/err")"
+"$B" bisect "$TMP/inj.bttrace" >"$TMP/bis" 2>&1
+grep -q "first non-finite: step 3, position 0, layer 2, op ssm_state (blk.2.ssm_state)" "$TMP/bis" &&
+    ok "bisect names step 3, layer 2, ssm_state" || fail "bisect after a NaN in blk.2.ssm_state: $(head -3 "$TMP/bis")"
+grep -E -q "^ +4 +2 +blk.2.ssm_core +recur" "$TMP/bis" && ok "the state carries the NaN to the next step's ssm_core" ||
+    fail "no recurrence into step 4's blk.2.ssm_core: $(cat "$TMP/bis")"
 
 # a backend without the gated delta net ops refuses, naming the op
 if [ -f "${BT_BUILDDIR:-.}/bangtrace-cuda.so" ]; then
