@@ -14,6 +14,8 @@
 #     recurrent layers only, and no ssm_* in the attention layers;
 #   - greedy continuations of run vs run --engine llama.cpp (its defaults)
 #     equal on three prompts (decode: the one-token recurrence);
+#   - qwen35moe (experts + sigmoid-gated shared expert): logits within 2e-3,
+#     top-1 on every position, greedy continuation equal;
 #   - a file with an MTP (nextn) block after the trunk loads (the block is
 #     not computed) and gives the same logits;
 #   - a NaN injected into blk.2.ssm_state at step 3 is named by bisect and
@@ -82,14 +84,37 @@ cat "$TMP/cmp.out"
 [ $rc -eq 0 ] || fail "forward against llama.cpp (above)"
 
 # greedy continuations, llama.cpp with its own defaults
+ids() { $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(map(str, d["prompt_ids"] + d["completion_ids"])))' "$1"; }
 for p in "Once upon a time" "The capital of France is" "1 2 3 4"; do
     "$B" run --model "$M" --prompt "$p" -n 24 --threads 1 --json >"$TMP/a.json" 2>"$TMP/err" || { fail "run '$p': $(cat "$TMP/err")"; continue; }
     "$B" run --engine llama.cpp --model "$M" --prompt "$p" -n 24 --threads 1 --json >"$TMP/b.json" 2>"$TMP/err" ||
         { fail "run --engine llama.cpp '$p': $(cat "$TMP/err")"; continue; }
-    ids() { $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(map(str, d["prompt_ids"] + d["completion_ids"])))' "$1"; }
     x=$(ids "$TMP/a.json"); y=$(ids "$TMP/b.json")
     [ -n "$x" ] && [ "$x" = "$y" ] && ok "greedy '$p': 24 tokens equal to llama.cpp's" || fail "greedy '$p': bangtrace [$x] llama.cpp [$y]"
 done
+
+# qwen35moe: the same layers with routed experts and the sigmoid-gated
+# shared expert: logits and top-1 against llama.cpp, greedy equal
+$PY "$TOOL" "$TMP/moe.gguf" --arch qwen35moe --mtp 0 --seed 5 >"$TMP/tool.log" 2>&1 || fail "make-tiny-hybrid.py --arch qwen35moe: $(tail -1 "$TMP/tool.log")"
+if [ -f "$TMP/moe.gguf" ]; then
+    "$B" forward --model "$TMP/moe.gguf" --tokens "$TOKS" --dump "$TMP/moe-nat" --threads 1 2>"$TMP/err" || fail "forward qwen35moe: $(cat "$TMP/err")"
+    "$B" forward --engine llama.cpp --llama-flash-attn off --llama-kv-type f32 --model "$TMP/moe.gguf" --tokens "$TOKS" \
+        --dump "$TMP/moe-ref" --threads 1 2>"$TMP/err" || fail "forward --engine llama.cpp qwen35moe: $(cat "$TMP/err")"
+    $PY - "$TMP/moe-nat/logits.f32" "$TMP/moe-ref/logits.f32" <<'PY' && ok "qwen35moe logits against llama.cpp" || fail "qwen35moe logits against llama.cpp"
+import sys
+import numpy as np
+a = np.fromfile(sys.argv[1], dtype=np.float32).reshape(-1, 50257)
+b = np.fromfile(sys.argv[2], dtype=np.float32).reshape(-1, 50257)
+d = float(np.abs(a - b).max()); same = int((a.argmax(1) == b.argmax(1)).sum())
+print("qwen35moe: max abs %.3g, top-1 %d of %d" % (d, same, a.shape[0]))
+sys.exit(0 if a.shape == b.shape == (40, 50257) and d <= 2e-3 and same == 40 else 1)
+PY
+    "$B" run --model "$TMP/moe.gguf" --prompt "Once upon a time" -n 24 --threads 1 --json >"$TMP/a.json" 2>"$TMP/err" || fail "run qwen35moe: $(cat "$TMP/err")"
+    "$B" run --engine llama.cpp --model "$TMP/moe.gguf" --prompt "Once upon a time" -n 24 --threads 1 --json >"$TMP/b.json" 2>"$TMP/err" ||
+        fail "run --engine llama.cpp qwen35moe: $(cat "$TMP/err")"
+    x=$(ids "$TMP/a.json"); y=$(ids "$TMP/b.json")
+    [ -n "$x" ] && [ "$x" = "$y" ] && ok "qwen35moe greedy: equal to llama.cpp's" || fail "qwen35moe greedy: bangtrace [$x] llama.cpp [$y]"
+fi
 
 # an MTP block after the trunk: loaded, not computed, same logits
 $PY "$TOOL" "$TMP/mtp.gguf" --mtp 1 --seed 3 >"$TMP/tool.log" 2>&1 || fail "make-tiny-hybrid.py --mtp 1: $(tail -1 "$TMP/tool.log")"

@@ -95,6 +95,41 @@ static const bt_arch_tensor qwen35_recr[] = {
     { "ffn_down.weight", W(w_down), { FF, E }, false },
 };
 
+/* qwen35moe: the same two layer kinds with qwen3moe's experts and the
+ * sigmoid-gated shared expert (ffn_gate_inp_shexp) in place of the FFN */
+#define QWEN35_MOE_FFN \
+    { "post_attention_norm.weight", W(ffn_norm), { E }, false }, \
+    { "ffn_gate_inp.weight", W(ffn_gate_inp), { E, NX }, false }, \
+    { "ffn_gate_exps.weight", W(ffn_gate_exps), { E, XF, NX }, false }, \
+    { "ffn_up_exps.weight", W(ffn_up_exps), { E, XF, NX }, false }, \
+    { "ffn_down_exps.weight", W(ffn_down_exps), { XF, E, NX }, false }, \
+    { "ffn_gate_inp_shexp.weight", W(ffn_gate_inp_shexp), { E }, true }, \
+    { "ffn_gate_shexp.weight", W(ffn_gate_shexp), { E, BT_DIM_SHARED_FF }, true }, \
+    { "ffn_up_shexp.weight", W(ffn_up_shexp), { E, BT_DIM_SHARED_FF }, true }, \
+    { "ffn_down_shexp.weight", W(ffn_down_shexp), { BT_DIM_SHARED_FF, E }, true }
+static const bt_arch_tensor qwen35moe_layer[] = {
+    { "attn_norm.weight", W(attn_norm), { E }, false },
+    { "attn_q.weight", W(wq), { E, BT_DIM_Q2 }, false },
+    { "attn_k.weight", W(wk), { E, KV }, false },
+    { "attn_v.weight", W(wv), { E, KV }, false },
+    { "attn_output.weight", W(wo), { Q, E }, false },
+    QK_NORM,
+    QWEN35_MOE_FFN,
+};
+static const bt_arch_tensor qwen35moe_recr[] = {
+    { "attn_norm.weight", W(attn_norm), { E }, false },
+    { "attn_qkv.weight", W(ssm_qkv), { E, BT_DIM_SSM_CONV }, false },
+    { "attn_gate.weight", W(ssm_z), { E, BT_DIM_SSM_V }, false },
+    { "ssm_conv1d.weight", W(ssm_conv1d), { BT_DIM_SSM_KERNEL, BT_DIM_SSM_CONV }, false },
+    { "ssm_dt.bias", W(ssm_dt), { BT_DIM_SSM_NV }, false },
+    { "ssm_a", W(ssm_a), { BT_DIM_SSM_NV }, false },
+    { "ssm_beta.weight", W(ssm_beta_w), { E, BT_DIM_SSM_NV }, false },
+    { "ssm_alpha.weight", W(ssm_alpha), { E, BT_DIM_SSM_NV }, false },
+    { "ssm_norm.weight", W(ssm_norm_w), { BT_DIM_SSM_HEAD }, false },
+    { "ssm_out.weight", W(ssm_out_w), { BT_DIM_SSM_V, E }, false },
+    QWEN35_MOE_FFN,
+};
+
 #define TABLE(t) t, (int)BT_ARRAY_SIZE(t)
 
 static const bt_arch archs[] = {
@@ -116,6 +151,9 @@ static const bt_arch archs[] = {
     { .name = "qwen35", .rope_kind = BT_ROPE_NEOX,
       .flags = BT_ARCH_TIED | BT_ARCH_QK_NORM | BT_ARCH_HYBRID | BT_ARCH_ATTN_GATE,
       .layer = TABLE(qwen35_layer), .recr = TABLE(qwen35_recr) },
+    { .name = "qwen35moe", .rope_kind = BT_ROPE_NEOX,
+      .flags = BT_ARCH_TIED | BT_ARCH_QK_NORM | BT_ARCH_HYBRID | BT_ARCH_ATTN_GATE | BT_ARCH_MOE | BT_ARCH_SHARED_EXP,
+      .norm_topk_prob = true, .layer = TABLE(qwen35moe_layer), .recr = TABLE(qwen35moe_recr) },
     { .name = "granite", .rope_kind = BT_ROPE_NORM, .flags = BT_ARCH_TIED | BT_ARCH_SCALES,
       .layer = TABLE(llama_layer),
       .refuse = "its embedding, residual, attention and logit scales are not applied yet, "
