@@ -14,7 +14,8 @@
 #     recurrent layers only, and no ssm_* in the attention layers;
 #   - greedy continuations of run vs run --engine llama.cpp (its defaults)
 #     equal on three prompts (decode: the one-token recurrence);
-#   - qwen35moe (experts + sigmoid-gated shared expert): logits within 2e-3,
+#   - qwen35moe (experts + sigmoid-gated shared expert) and qwen3next (also
+#     NEOX rope, fused ssm_ba, grouped value heads): logits within 2e-3,
 #     top-1 on every position, greedy continuation equal;
 #   - a file with an MTP (nextn) block after the trunk loads (the block is
 #     not computed) and gives the same logits;
@@ -93,28 +94,31 @@ for p in "Once upon a time" "The capital of France is" "1 2 3 4"; do
     [ -n "$x" ] && [ "$x" = "$y" ] && ok "greedy '$p': 24 tokens equal to llama.cpp's" || fail "greedy '$p': bangtrace [$x] llama.cpp [$y]"
 done
 
-# qwen35moe: the same layers with routed experts and the sigmoid-gated
-# shared expert: logits and top-1 against llama.cpp, greedy equal
-$PY "$TOOL" "$TMP/moe.gguf" --arch qwen35moe --mtp 0 --seed 5 >"$TMP/tool.log" 2>&1 || fail "make-tiny-hybrid.py --arch qwen35moe: $(tail -1 "$TMP/tool.log")"
-if [ -f "$TMP/moe.gguf" ]; then
-    "$B" forward --model "$TMP/moe.gguf" --tokens "$TOKS" --dump "$TMP/moe-nat" --threads 1 2>"$TMP/err" || fail "forward qwen35moe: $(cat "$TMP/err")"
-    "$B" forward --engine llama.cpp --llama-flash-attn off --llama-kv-type f32 --model "$TMP/moe.gguf" --tokens "$TOKS" \
-        --dump "$TMP/moe-ref" --threads 1 2>"$TMP/err" || fail "forward --engine llama.cpp qwen35moe: $(cat "$TMP/err")"
-    $PY - "$TMP/moe-nat/logits.f32" "$TMP/moe-ref/logits.f32" <<'PY' && ok "qwen35moe logits against llama.cpp" || fail "qwen35moe logits against llama.cpp"
+# $A (routed experts and the sigmoid-gated shared expert) and
+# qwen3next (the same FFN, NEOX rope, the fused ssm_ba projection, value
+# heads grouped by key head): logits and top-1 against llama.cpp, greedy equal
+for A in qwen35moe qwen3next; do
+$PY "$TOOL" "$TMP/$A.gguf" --arch $A --mtp 0 --seed 5 >"$TMP/tool.log" 2>&1 || fail "make-tiny-hybrid.py --arch $A: $(tail -1 "$TMP/tool.log")"
+if [ -f "$TMP/$A.gguf" ]; then
+    "$B" forward --model "$TMP/$A.gguf" --tokens "$TOKS" --dump "$TMP/$A-nat" --threads 1 2>"$TMP/err" || fail "forward $A: $(cat "$TMP/err")"
+    "$B" forward --engine llama.cpp --llama-flash-attn off --llama-kv-type f32 --model "$TMP/$A.gguf" --tokens "$TOKS" \
+        --dump "$TMP/$A-ref" --threads 1 2>"$TMP/err" || fail "forward --engine llama.cpp $A: $(cat "$TMP/err")"
+    $PY - "$TMP/$A-nat/logits.f32" "$TMP/$A-ref/logits.f32" "$A" <<'PY' && ok "$A logits against llama.cpp" || fail "$A logits against llama.cpp"
 import sys
 import numpy as np
 a = np.fromfile(sys.argv[1], dtype=np.float32).reshape(-1, 50257)
 b = np.fromfile(sys.argv[2], dtype=np.float32).reshape(-1, 50257)
 d = float(np.abs(a - b).max()); same = int((a.argmax(1) == b.argmax(1)).sum())
-print("qwen35moe: max abs %.3g, top-1 %d of %d" % (d, same, a.shape[0]))
+print(sys.argv[3] + ": max abs %.3g, top-1 %d of %d" % (d, same, a.shape[0]))
 sys.exit(0 if a.shape == b.shape == (40, 50257) and d <= 2e-3 and same == 40 else 1)
 PY
-    "$B" run --model "$TMP/moe.gguf" --prompt "Once upon a time" -n 24 --threads 1 --json >"$TMP/a.json" 2>"$TMP/err" || fail "run qwen35moe: $(cat "$TMP/err")"
-    "$B" run --engine llama.cpp --model "$TMP/moe.gguf" --prompt "Once upon a time" -n 24 --threads 1 --json >"$TMP/b.json" 2>"$TMP/err" ||
-        fail "run --engine llama.cpp qwen35moe: $(cat "$TMP/err")"
+    "$B" run --model "$TMP/$A.gguf" --prompt "Once upon a time" -n 24 --threads 1 --json >"$TMP/a.json" 2>"$TMP/err" || fail "run $A: $(cat "$TMP/err")"
+    "$B" run --engine llama.cpp --model "$TMP/$A.gguf" --prompt "Once upon a time" -n 24 --threads 1 --json >"$TMP/b.json" 2>"$TMP/err" ||
+        fail "run --engine llama.cpp $A: $(cat "$TMP/err")"
     x=$(ids "$TMP/a.json"); y=$(ids "$TMP/b.json")
-    [ -n "$x" ] && [ "$x" = "$y" ] && ok "qwen35moe greedy: equal to llama.cpp's" || fail "qwen35moe greedy: bangtrace [$x] llama.cpp [$y]"
+    [ -n "$x" ] && [ "$x" = "$y" ] && ok "$A greedy: equal to llama.cpp's" || fail "$A greedy: bangtrace [$x] llama.cpp [$y]"
 fi
+done
 
 # an MTP block after the trunk: loaded, not computed, same logits
 $PY "$TOOL" "$TMP/mtp.gguf" --mtp 1 --seed 3 >"$TMP/tool.log" 2>&1 || fail "make-tiny-hybrid.py --mtp 1: $(tail -1 "$TMP/tool.log")"

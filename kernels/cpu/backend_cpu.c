@@ -600,7 +600,7 @@ static int cpu_ssm_conv(bt_backend *be, bt_buf *out, bt_buf *x, bt_buf *state, s
 }
 
 static int cpu_gdn_recur(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_buf *v, bt_buf *g, bt_buf *beta,
-                         bt_buf *state, size_t state_off, int T, int nk, int nv, int dk, int dv)
+                         bt_buf *state, size_t state_off, int T, int nk, int nv, int dk, int dv, int grouped)
 {
     (void)be;
     float u[512], sk[512];
@@ -608,7 +608,7 @@ static int cpu_gdn_recur(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_b
     const float scale = 1.0f / sqrtf((float)dk);
     for (int t = 0; t < T; t++) {
         for (int h = 0; h < nv; h++) {
-            int hk = h % nk;
+            int hk = grouped ? h / (nv / nk) : h % nk;
             float *S = F(state) + state_off + (size_t)h * dk * dv;
             const float *qh = F(q) + (size_t)t * nk * dk + (size_t)hk * dk;
             const float *kh = F(k) + (size_t)t * nk * dk + (size_t)hk * dk;

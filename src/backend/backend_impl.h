@@ -231,13 +231,13 @@ struct bt_backend_i {
     int (*ssm_conv)(bt_backend *be, bt_buf *out, bt_buf *x, bt_buf *state, size_t state_off, bt_buf *vec,
                     size_t w_off, int T, int C, int K);
     /* The gated delta rule, token by token: per value head h (key head
-     * h % nk: the GGUF's tiled order), state S (dk rows x dv, at state_off,
+     * h % nk: qwen35's tiled order; grouped: h / (nv/nk), qwen3next), state S (dk rows x dv, at state_off,
      * rows h*dk + r):
      *   S *= exp(g[t,h]);  u = (v[t,h] - S^T k) * beta[t,h];  S += k u^T;
      *   out[t,h] = S^T (q[t,h] / sqrt(dk)).
      * q, k: (T, nk*dk); v, out: (T, nv*dv); g, beta: (T, nv). */
     int (*gdn_recur)(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_buf *v, bt_buf *g, bt_buf *beta,
-                     bt_buf *state, size_t state_off, int T, int nk, int nv, int dk, int dv);
+                     bt_buf *state, size_t state_off, int T, int nk, int nv, int dk, int dv, int grouped);
     /* NEOX rope on the first n_rot dims of each head (pairs (i, i + n_rot/2),
      * tables (ctx_len, n_rot/2)); dims from n_rot on are left alone. */
     int (*rope_neox_part)(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, int n_rot, int pos0,

@@ -403,7 +403,7 @@ static int hybrid_alloc(bt_engine *e)
         (rc = alloc_f32(e, B * V, &e->s_z)) || (rc = alloc_f32(e, B * nv, &e->s_beta)) ||
         (rc = alloc_f32(e, B * nv, &e->s_decay)) || (rc = alloc_f32(e, B * K, &e->s_q)) ||
         (rc = alloc_f32(e, B * K, &e->s_k)) || (rc = alloc_f32(e, B * V, &e->s_v)) ||
-        (rc = alloc_f32(e, B * V, &e->s_core)) || (rc = alloc_f32(e, B * V, &e->s_norm)) ||
+        (rc = alloc_f32(e, B * BT_MAX(V, 2 * nv), &e->s_core)) || (rc = alloc_f32(e, B * V, &e->s_norm)) ||
         (rc = alloc_f32(e, L * nv * c->ssm_head_k * c->ssm_head_v, &e->ssm_state)) ||
         (rc = alloc_f32(e, L * (size_t)(c->ssm_kernel - 1) * C, &e->conv_state)))
         return bt_error(rc, "out of memory for the gated delta net's run state (batch %zu)", B);
@@ -541,8 +541,9 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
         if (bt_layer_recurrent(c, l)) {
             int64_t C = bt_arch_dim(c, BT_DIM_SSM_CONV), V = bt_arch_dim(c, BT_DIM_SSM_V);
             if ((rc = upload(e, &L->ssm_qkv, C, c->dim, &B_->s_qkv)) || (rc = upload(e, &L->ssm_z, V, c->dim, &B_->s_z)) ||
-                (rc = upload(e, &L->ssm_beta_w, c->ssm_n_v, c->dim, &B_->s_beta)) ||
-                (rc = upload(e, &L->ssm_alpha, c->ssm_n_v, c->dim, &B_->s_alpha)) ||
+                (rc = upload(e, &L->ssm_beta_w, (c->flags & BT_ARCH_SSM_BA) ? 2 * c->ssm_n_v : c->ssm_n_v, c->dim,
+                             &B_->s_beta)) ||
+                (!(c->flags & BT_ARCH_SSM_BA) && (rc = upload(e, &L->ssm_alpha, c->ssm_n_v, c->dim, &B_->s_alpha))) ||
                 (rc = upload(e, &L->ssm_out_w, c->dim, V, &B_->s_out)))
                 goto fail;
         } else if ((rc = upload(e, &L->wq, (c->flags & BT_ARCH_ATTN_GATE) ? 2 * q_dim : q_dim, c->dim, &B_->wq)) ||
@@ -902,8 +903,16 @@ static int gdn_layer(bt_engine *e, int l, int T, int pos0)
     if ((rc = mm(e, L->ssm_z.type, W->s_z, V, dim, e->xb, 0, T, e->s_z))) return rc;
     GTAP(BT_OP_SSM_Z, e->s_z, V);
     GMARK(BT_OP_SSM_BETA);
-    if ((rc = mm(e, L->ssm_beta_w.type, W->s_beta, nv, dim, e->xb, 0, T, e->s_beta))) return rc;
-    if ((rc = mm(e, L->ssm_alpha.type, W->s_alpha, nv, dim, e->xb, 0, T, e->s_decay))) return rc;
+    bool ba = (c->flags & BT_ARCH_SSM_BA) != 0;
+    if (ba) {   /* qwen3next: per key head [b (nv/nk), a (nv/nk)] in one projection, via s_core */
+        int r = nv / nk;
+        if ((rc = mm(e, L->ssm_beta_w.type, W->s_beta, 2 * nv, dim, e->xb, 0, T, e->s_core))) return rc;
+        if ((rc = bi->copy_cols(be, e->s_beta, e->s_core, T, 2 * nv, 0, nk, r, 2 * r))) return rc;
+        if ((rc = bi->copy_cols(be, e->s_decay, e->s_core, T, 2 * nv, r, nk, r, 2 * r))) return rc;
+    } else {
+        if ((rc = mm(e, L->ssm_beta_w.type, W->s_beta, nv, dim, e->xb, 0, T, e->s_beta))) return rc;
+        if ((rc = mm(e, L->ssm_alpha.type, W->s_alpha, nv, dim, e->xb, 0, T, e->s_decay))) return rc;
+    }
     if ((rc = bi->gdn_gates(be, e->s_beta, e->s_decay, e->vec_w, W->s_a, W->s_dt, T, nv))) return rc;
     GTAP(BT_OP_SSM_BETA, e->s_beta, nv);
     GMARK(BT_OP_SSM_DECAY);
@@ -927,7 +936,7 @@ static int gdn_layer(bt_engine *e, int l, int T, int pos0)
     GTAP(BT_OP_SSM_V, e->s_v, V);
     GMARK(BT_OP_SSM_CORE);
     if ((rc = bi->gdn_recur(be, e->s_core, e->s_q, e->s_k, e->s_v, e->s_decay, e->s_beta, e->ssm_state, st_off, T, nk, nv,
-                            dk, dv)))
+                            dk, dv, ba)))
         return rc;
     GTAP(BT_OP_SSM_CORE, e->s_core, V);
     if (e->has_cb && !tap_at(e, BT_OP_SSM_STATE, l, e->ssm_state, st_off, nv * dk, 0, dv)) return BT_EINVAL;

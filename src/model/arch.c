@@ -130,6 +130,21 @@ static const bt_arch_tensor qwen35moe_recr[] = {
     QWEN35_MOE_FFN,
 };
 
+/* qwen3next (src/models/qwen3next.cpp): qwen35moe's layers with beta and
+ * alpha in one ssm_ba projection (bound to ssm_beta_w, 2*n_v rows) */
+static const bt_arch_tensor qwen3next_recr[] = {
+    { "attn_norm.weight", W(attn_norm), { E }, false },
+    { "attn_qkv.weight", W(ssm_qkv), { E, BT_DIM_SSM_CONV }, false },
+    { "attn_gate.weight", W(ssm_z), { E, BT_DIM_SSM_V }, false },
+    { "ssm_conv1d.weight", W(ssm_conv1d), { BT_DIM_SSM_KERNEL, BT_DIM_SSM_CONV }, false },
+    { "ssm_dt.bias", W(ssm_dt), { BT_DIM_SSM_NV }, false },
+    { "ssm_a", W(ssm_a), { BT_DIM_SSM_NV }, false },
+    { "ssm_ba.weight", W(ssm_beta_w), { E, BT_DIM_SSM_NV2 }, false },
+    { "ssm_norm.weight", W(ssm_norm_w), { BT_DIM_SSM_HEAD }, false },
+    { "ssm_out.weight", W(ssm_out_w), { BT_DIM_SSM_V, E }, false },
+    QWEN35_MOE_FFN,
+};
+
 #define TABLE(t) t, (int)BT_ARRAY_SIZE(t)
 
 static const bt_arch archs[] = {
@@ -154,6 +169,11 @@ static const bt_arch archs[] = {
     { .name = "qwen35moe", .rope_kind = BT_ROPE_NEOX,
       .flags = BT_ARCH_TIED | BT_ARCH_QK_NORM | BT_ARCH_HYBRID | BT_ARCH_ATTN_GATE | BT_ARCH_MOE | BT_ARCH_SHARED_EXP,
       .norm_topk_prob = true, .layer = TABLE(qwen35moe_layer), .recr = TABLE(qwen35moe_recr) },
+    /* NEOX rope over rope.dimension_count dims, no sections */
+    { .name = "qwen3next", .rope_kind = BT_ROPE_NEOX,
+      .flags = BT_ARCH_TIED | BT_ARCH_QK_NORM | BT_ARCH_HYBRID | BT_ARCH_ATTN_GATE | BT_ARCH_MOE | BT_ARCH_SHARED_EXP |
+               BT_ARCH_SSM_BA,
+      .norm_topk_prob = true, .layer = TABLE(qwen35moe_layer), .recr = TABLE(qwen3next_recr) },
     { .name = "granite", .rope_kind = BT_ROPE_NORM, .flags = BT_ARCH_TIED | BT_ARCH_SCALES,
       .layer = TABLE(llama_layer),
       .refuse = "its embedding, residual, attention and logit scales are not applied yet, "
@@ -208,6 +228,7 @@ int64_t bt_arch_dim(const bt_config *c, int dim)
     case BT_DIM_SSM_NV: return c->ssm_n_v;
     case BT_DIM_SSM_HEAD: return c->ssm_head_v;
     case BT_DIM_SSM_KERNEL: return c->ssm_kernel;
+    case BT_DIM_SSM_NV2: return (int64_t)2 * c->ssm_n_v;
     default: return 1;
     }
 }

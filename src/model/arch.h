@@ -44,6 +44,9 @@ enum bt_arch_flag {
     BT_ARCH_HYBRID     = 1u << 7,  /* gated delta net (linear attention) layers beside full
                                     * attention ones (qwen35): which layer is which comes from
                                     * the file (bt_layer_recurrent) */
+    BT_ARCH_SSM_BA     = 1u << 9,  /* qwen3next: beta and alpha from one fused ssm_ba
+                                    * projection (per key head [b, a]), and value heads grouped
+                                    * by key head (value head h reads key head h / (n_v/n_k)) */
     BT_ARCH_ATTN_GATE  = 1u << 8,  /* the q projection is doubled: per head the query, then an
                                     * output gate (attn_ctx * sigmoid(gate)) (qwen35) */
 };
@@ -69,6 +72,7 @@ enum bt_dim {
     BT_DIM_SSM_NV,     /* n_v_heads (ssm.time_step_rank) */
     BT_DIM_SSM_HEAD,   /* head_v: the state's width */
     BT_DIM_SSM_KERNEL, /* ssm.conv_kernel */
+    BT_DIM_SSM_NV2,    /* 2 * n_v_heads: the fused ssm_ba projection (qwen3next) */
     BT_DIM_COUNT
 };
 int64_t bt_arch_dim(const struct bt_config *c, int dim);
