@@ -21,6 +21,9 @@
 #     not computed) and gives the same logits;
 #   - a NaN injected into blk.2.ssm_state at step 3 is named by bisect and
 #     recurs in step 4's ssm_core;
+#   - bad input: a missing ssm.conv_kernel is one line, exit 2; without
+#     full_attention_interval the default (4) does not fit the file's
+#     tensors and the load is refused (layer kinds are the file's);
 #   - --device cuda refuses the model naming the op the plugin lacks (when a
 #     CUDA plugin is built).
 . "${BT_SRCDIR:-.}/tests/lib.sh"
@@ -136,6 +139,22 @@ grep -q "first non-finite: step 3, position 0, layer 2, op ssm_state (blk.2.ssm_
     ok "bisect names step 3, layer 2, ssm_state" || fail "bisect after a NaN in blk.2.ssm_state: $(head -3 "$TMP/bis")"
 grep -E -q "^ +4 +2 +blk.2.ssm_core +recur" "$TMP/bis" && ok "the state carries the NaN to the next step's ssm_core" ||
     fail "no recurrence into step 4's blk.2.ssm_core: $(cat "$TMP/bis")"
+
+# bad input: a hyperparameter missing is one line, exit 2; without the
+# file's full_attention_interval llama.cpp's default (4) says layers 0-2 are
+# recurrent, and the file's attention tensors in layer 1 do not fit: refused
+GP=$HOME/.cache/bangtrace/llama.cpp/0.3.36/llama_cpp_python-0.3.36/vendor/llama.cpp/gguf-py
+if [ -d "$GP" ]; then
+    $PY "$BT_SRCDIR/tests/gguf_drop_key.py" "$M" "$TMP/nokernel.gguf" qwen35.ssm.conv_kernel "$GP" >"$TMP/drop.log" 2>&1 &&
+    $PY "$BT_SRCDIR/tests/gguf_drop_key.py" "$M" "$TMP/nointerval.gguf" qwen35.full_attention_interval "$GP" >>"$TMP/drop.log" 2>&1 ||
+        fail "gguf_drop_key.py: $(tail -1 "$TMP/drop.log")"
+    expect_exit 2 "a qwen35 GGUF without ssm.conv_kernel" "$B" forward --model "$TMP/nokernel.gguf" --tokens "1 2" --dump "$TMP/bd1"
+    grep -q "qwen35.ssm.conv_kernel is missing" "$TMP/err" && [ "$(wc -l <"$TMP/err")" -eq 1 ] && [ ! -e "$TMP/bd1/meta.json" ] &&
+        ok "names the key, one line, nothing written" || fail "missing conv_kernel: $(cat "$TMP/err")"
+    expect_exit 2 "a qwen35 GGUF without full_attention_interval" "$B" forward --model "$TMP/nointerval.gguf" --tokens "1 2" --dump "$TMP/bd2"
+    grep -q "blk.1" "$TMP/err" && [ "$(wc -l <"$TMP/err")" -eq 1 ] && ok "layer kinds come from the file: $(cat "$TMP/err")" ||
+        fail "missing interval: $(cat "$TMP/err")"
+fi
 
 # a backend without the gated delta net ops refuses, naming the op
 if [ -f "${BT_BUILDDIR:-.}/bangtrace-cuda.so" ]; then

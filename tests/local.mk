@@ -235,4 +235,4 @@ EXTRA_DIST += tests/llama_defaults.sh
 # h6-gdn (issue 25, first slice): qwen35 hybrid gated delta net models
 # against llama.cpp on a tiny model made by tools/make-tiny-hybrid.py
 TESTS += tests/hybrid_llamacpp.sh
-EXTRA_DIST += tests/hybrid_llamacpp.sh
+EXTRA_DIST += tests/hybrid_llamacpp.sh tests/gguf_drop_key.py
