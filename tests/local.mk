@@ -292,3 +292,7 @@ TESTS += tests/test_prod_contam
 tests_test_prod_contam_SOURCES = tests/test_prod_contam.c
 tests_test_prod_contam_LDADD = $(CORE_LIBS)
 EXTRA_DIST += tests/probe_contam.sh tests/contam_server.py tests/probe_contam_llama.sh
+# h6-gdn (issue 25, first slice): qwen35 hybrid gated delta net models
+# against llama.cpp on a tiny model made by tools/make-tiny-hybrid.py
+TESTS += tests/hybrid_llamacpp.sh
+EXTRA_DIST += tests/hybrid_llamacpp.sh tests/gguf_drop_key.py

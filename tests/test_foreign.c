@@ -69,6 +69,20 @@ static void names(void)
     CHECK(bt_llamacpp_map_name("result_output") == BT_OP_LOGITS);
     CHECK(bt_llamacpp_map_name("inp_embd") == BT_OP_TOKEN_EMBD);
     CHECK(bt_llamacpp_map_name("kq_soft_max") == -1);
+    /* a hybrid (qwen35): names by layer kind, ops only where computed */
+    bt_config hc = { .n_layers = 4, .flags = BT_ARCH_HYBRID | BT_ARCH_ATTN_GATE | BT_ARCH_QK_NORM };
+    hc.recr[0] = 0x5;   /* layers 0 and 2 recurrent */
+    CHECK(bt_llamacpp_map_name_in(&hc, "attn_output", 0) == BT_OP_SSM_CORE);
+    CHECK(bt_llamacpp_map_name_in(&hc, "attn_output", 1) == BT_OP_ATTN_OUTPUT);
+    CHECK(bt_llamacpp_map_name_in(&hc, "gate", 2) == BT_OP_SSM_DECAY);
+    CHECK(bt_llamacpp_map_name_in(&hc, "gate_reshaped", 3) == BT_OP_ATTN_GATE);
+    CHECK(bt_llamacpp_map_name_in(&hc, "Qcur", 0) == -1);          /* no attention in a recurrent layer */
+    CHECK(bt_llamacpp_map_name_in(&hc, "Qcur", 1) == BT_OP_ATTN_Q);
+    CHECK(bt_llamacpp_map_name_in(&hc, "attn_post_norm", 0) == BT_OP_FFN_NORM);
+    CHECK(bt_llamacpp_map_name_in(&hc, "l_out", 2) == BT_OP_FFN_RESID);
+    CHECK(bt_op_in_layer(&hc, BT_OP_SSM_STATE, 0) && !bt_op_in_layer(&hc, BT_OP_SSM_STATE, 1));
+    CHECK(!bt_op_in_layer(&hc, BT_OP_ATTN_CTX, 2) && bt_op_in_layer(&hc, BT_OP_ATTN_CTX, 3));
+    CHECK(bt_op_from_name("ssm_conv_state") == BT_OP_SSM_CONV_STATE && bt_op_is_layer_op(BT_OP_SSM_STATE));
     char k[160];
     bt_llamacpp_kernel_guess(BT_OP_FFN_DOWN, "q4_1", k, sizeof(k));
     CHECK(strstr(k, "q4_1") && strstr(k, "q8_1"), "%s", k);

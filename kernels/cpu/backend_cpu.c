@@ -516,8 +516,139 @@ static void cpu_kernel_name(bt_backend *be, int kop, int wtype, char *buf, size_
     case BT_KOP_ROPE_NEOX: snprintf(buf, cap, "rope neox (f32, scalar)"); break;
     case BT_KOP_ADD_ROW: snprintf(buf, cap, "bias add (f32, scalar)"); break;
     case BT_KOP_SCATTER_ADD: snprintf(buf, cap, "expert weighted sum (f32, scalar)"); break;
+    case BT_KOP_COPY_COLS: snprintf(buf, cap, "column copy (f32)"); break;
+    case BT_KOP_MUL_SIGMOID: snprintf(buf, cap, "x*sigmoid(gate) (f32, scalar)"); break;
+    case BT_KOP_GDN_GATES: snprintf(buf, cap, "gdn beta/decay: sigmoid, softplus (f32, scalar)"); break;
+    case BT_KOP_SSM_CONV: snprintf(buf, cap, "causal depthwise conv1d + silu (f32, scalar)"); break;
+    case BT_KOP_GDN_RECUR: snprintf(buf, cap, "gated delta rule, token by token (f32, scalar)"); break;
+    case BT_KOP_ROPE_NEOX_PART: snprintf(buf, cap, "partial rope neox (f32, scalar)"); break;
     default: snprintf(buf, cap, "?"); break;
     }
+}
+
+/* ---- ABI 4: the gated delta net ops (hybrid models) ---- */
+
+static int cpu_copy_cols(bt_backend *be, bt_buf *dst, bt_buf *src, int T, int src_width, int col0, int n_seg,
+                         int seg_len, int seg_stride)
+{
+    (void)be;
+    for (int t = 0; t < T; t++) {
+        const float *s = F(src) + (size_t)t * src_width + col0;
+        float *d = F(dst) + (size_t)t * n_seg * seg_len;
+        for (int g = 0; g < n_seg; g++) memcpy(d + (size_t)g * seg_len, s + (size_t)g * seg_stride, (size_t)seg_len * sizeof(float));
+    }
+    return BT_OK;
+}
+
+static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float siluf_(float x) { return x / (1.0f + expf(-x)); }
+
+static int cpu_mul_sigmoid(bt_backend *be, bt_buf *x, bt_buf *g, size_t n)
+{
+    (void)be;
+    float *xp = F(x);
+    const float *gp = F(g);
+    for (size_t i = 0; i < n; i++) xp[i] *= sigmoidf_(gp[i]);
+    return BT_OK;
+}
+
+static int cpu_gdn_gates(bt_backend *be, bt_buf *beta, bt_buf *alpha, bt_buf *vec, size_t a_off, size_t dt_off, int T,
+                         int nv)
+{
+    (void)be;
+    const float *a = F(vec) + a_off, *dt = F(vec) + dt_off;
+    for (int t = 0; t < T; t++) {
+        float *b = F(beta) + (size_t)t * nv, *al = F(alpha) + (size_t)t * nv;
+        for (int h = 0; h < nv; h++) {
+            b[h] = sigmoidf_(b[h]);
+            float x = al[h] + dt[h];
+            float sp = x > 20.0f ? x : log1pf(expf(x));
+            al[h] = sp * a[h];
+        }
+    }
+    return BT_OK;
+}
+
+static int cpu_ssm_conv(bt_backend *be, bt_buf *out, bt_buf *x, bt_buf *state, size_t state_off, bt_buf *vec,
+                        size_t w_off, int T, int C, int K)
+{
+    (void)be;
+    float *st = F(state) + state_off;
+    const float *w = F(vec) + w_off, *xp = F(x);
+    float *o = F(out);
+    /* input row j of the window (j < K-1: the state; then x's rows) */
+    for (int t = 0; t < T; t++) {
+        for (int c = 0; c < C; c++) {
+            float acc = 0.0f;
+            for (int j = 0; j < K; j++) {
+                int r = t + j;   /* row in [state (K-1 rows), x (T rows)] */
+                float in = r < K - 1 ? st[(size_t)r * C + c] : xp[(size_t)(r - (K - 1)) * C + c];
+                acc += in * w[(size_t)c * K + j];
+            }
+            o[(size_t)t * C + c] = siluf_(acc);
+        }
+    }
+    /* the new state: the last K-1 rows of [state, x] */
+    int keep = K - 1;
+    if (T >= keep) {
+        memcpy(st, xp + (size_t)(T - keep) * C, (size_t)keep * C * sizeof(float));
+    } else {
+        memmove(st, st + (size_t)T * C, (size_t)(keep - T) * C * sizeof(float));
+        memcpy(st + (size_t)(keep - T) * C, xp, (size_t)T * C * sizeof(float));
+    }
+    return BT_OK;
+}
+
+static int cpu_gdn_recur(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_buf *v, bt_buf *g, bt_buf *beta,
+                         bt_buf *state, size_t state_off, int T, int nk, int nv, int dk, int dv, int grouped)
+{
+    (void)be;
+    float u[512], sk[512];
+    if (dv > 512) return bt_error(BT_EUNSUPPORTED, "gated delta net value heads of %d (at most 512)", dv);
+    const float scale = 1.0f / sqrtf((float)dk);
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < nv; h++) {
+            int hk = grouped ? h / (nv / nk) : h % nk;
+            float *S = F(state) + state_off + (size_t)h * dk * dv;
+            const float *qh = F(q) + (size_t)t * nk * dk + (size_t)hk * dk;
+            const float *kh = F(k) + (size_t)t * nk * dk + (size_t)hk * dk;
+            const float *vh = F(v) + (size_t)t * nv * dv + (size_t)h * dv;
+            float decay = expf(F(g)[(size_t)t * nv + h]), b = F(beta)[(size_t)t * nv + h];
+            for (int j = 0; j < dv; j++) sk[j] = 0.0f;
+            for (int i = 0; i < dk; i++) {
+                float *row = S + (size_t)i * dv;
+                for (int j = 0; j < dv; j++) { row[j] *= decay; sk[j] += row[j] * kh[i]; }
+            }
+            for (int j = 0; j < dv; j++) u[j] = (vh[j] - sk[j]) * b;
+            float *o = F(out) + (size_t)t * nv * dv + (size_t)h * dv;
+            for (int j = 0; j < dv; j++) o[j] = 0.0f;
+            for (int i = 0; i < dk; i++) {
+                float *row = S + (size_t)i * dv;
+                float qi = qh[i] * scale;
+                for (int j = 0; j < dv; j++) { row[j] += kh[i] * u[j]; o[j] += row[j] * qi; }
+            }
+        }
+    }
+    return BT_OK;
+}
+
+static int cpu_rope_neox_part(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, int n_rot, int pos0,
+                              bt_buf *cos_, bt_buf *sin_)
+{
+    (void)be;
+    int half = n_rot / 2, width = n_heads * head_dim;
+    for (int t = 0; t < T; t++) {
+        const float *cs = F(cos_) + (size_t)(pos0 + t) * half, *sn = F(sin_) + (size_t)(pos0 + t) * half;
+        for (int h = 0; h < n_heads; h++) {
+            float *p = F(x) + (size_t)t * width + (size_t)h * head_dim;
+            for (int i = 0; i < half; i++) {
+                float a = p[i], b = p[i + half];
+                p[i] = a * cs[i] - b * sn[i];
+                p[i + half] = a * sn[i] + b * cs[i];
+            }
+        }
+    }
+    return BT_OK;
 }
 
 /* ---- numerics ops (--numerics): kernels/cpu/numerics.c on the host buffers,
@@ -610,6 +741,12 @@ static const struct bt_backend_i cpu_iface = {
     .num_matmul = cpu_num_matmul,
     .num_rmsnorm = cpu_num_rmsnorm,
     .num_attention = cpu_num_attention,
+    .copy_cols = cpu_copy_cols,
+    .mul_sigmoid = cpu_mul_sigmoid,
+    .gdn_gates = cpu_gdn_gates,
+    .ssm_conv = cpu_ssm_conv,
+    .gdn_recur = cpu_gdn_recur,
+    .rope_neox_part = cpu_rope_neox_part,
 };
 
 int bt_backend_cpu_new(int n_threads, bt_backend **out)

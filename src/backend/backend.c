@@ -12,7 +12,9 @@ static const char *const kop_names[] = {
     [BT_KOP_GET_ROWS] = "get_rows", [BT_KOP_RMSNORM] = "rmsnorm", [BT_KOP_MATMUL] = "matmul",
     [BT_KOP_ROPE] = "rope", [BT_KOP_KV_STORE] = "kv_store", [BT_KOP_ATTENTION] = "attention",
     [BT_KOP_SWIGLU] = "swiglu", [BT_KOP_ADD] = "add", [BT_KOP_ROPE_NEOX] = "rope_neox", [BT_KOP_ADD_ROW] = "add_row",
-    [BT_KOP_SCATTER_ADD] = "scatter_add",
+    [BT_KOP_SCATTER_ADD] = "scatter_add", [BT_KOP_COPY_COLS] = "copy_cols", [BT_KOP_MUL_SIGMOID] = "mul_sigmoid",
+    [BT_KOP_GDN_GATES] = "gdn_gates", [BT_KOP_SSM_CONV] = "ssm_conv", [BT_KOP_GDN_RECUR] = "gdn_recur",
+    [BT_KOP_ROPE_NEOX_PART] = "rope_neox_part",
 };
 _Static_assert(BT_ARRAY_SIZE(kop_names) == BT_KOP_COUNT, "kernel family table out of date");
 

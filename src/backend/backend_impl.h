@@ -42,6 +42,9 @@ enum bt_kop {
     BT_KOP_GET_ROWS = 0, BT_KOP_RMSNORM, BT_KOP_MATMUL, BT_KOP_ROPE, BT_KOP_KV_STORE,
     BT_KOP_ATTENTION, BT_KOP_SWIGLU, BT_KOP_ADD, BT_KOP_ROPE_NEOX, BT_KOP_ADD_ROW,
     BT_KOP_SCATTER_ADD,
+    /* ABI 4: hybrid gated delta net models */
+    BT_KOP_COPY_COLS, BT_KOP_MUL_SIGMOID, BT_KOP_GDN_GATES, BT_KOP_SSM_CONV, BT_KOP_GDN_RECUR,
+    BT_KOP_ROPE_NEOX_PART,
     BT_KOP_COUNT
 };
 
@@ -204,6 +207,41 @@ struct bt_backend_i {
      * (bt_numerics_attention); called only when bt_numerics_attn_custom_n,
      * for heads of up to BT_NUMERICS_MAX_HEAD_DIM values. */
     int (*num_attention)(bt_backend *be, const struct bt_numerics *n, const bt_attn_args *a);
+
+    /* ---- ABI 4: hybrid gated delta net models (qwen35), engine/gdn.c ----
+     * Each optional: NULL and the engine refuses such a model on this backend
+     * with one line naming the op. All f32, T rows. */
+    /* dst row t (n_seg * seg_len floats) = for s < n_seg, the seg_len floats
+     * of src row t (src_width floats) at column col0 + s * seg_stride. */
+    int (*copy_cols)(bt_backend *be, bt_buf *dst, bt_buf *src, int T, int src_width, int col0, int n_seg,
+                     int seg_len, int seg_stride);
+    /* x[i] *= sigmoid(g[i]) for n elements (the gated attention output). */
+    int (*mul_sigmoid)(bt_backend *be, bt_buf *x, bt_buf *g, size_t n);
+    /* In place over T rows of nv: beta = sigmoid(beta); alpha = a[h] *
+     * softplus(alpha + dt[h]) (the log decay; a = -exp(A_log)); a and dt are
+     * nv f32 each at a_off / dt_off of vec. softplus(x) = log1p(exp(x)), x
+     * itself above 20 (ggml's threshold). */
+    int (*gdn_gates)(bt_backend *be, bt_buf *beta, bt_buf *alpha, bt_buf *vec, size_t a_off, size_t dt_off,
+                     int T, int nv);
+    /* Causal depthwise conv1d of T rows of C channels x with kernel K
+     * (w: C*K f32 at w_off of vec, channel c's taps w[c*K + j], j = 0 the
+     * oldest), over the K-1 rows of the carried conv state (state: (K-1, C),
+     * oldest row first) followed by x; out = silu(conv). The state is then
+     * the last K-1 input rows. */
+    int (*ssm_conv)(bt_backend *be, bt_buf *out, bt_buf *x, bt_buf *state, size_t state_off, bt_buf *vec,
+                    size_t w_off, int T, int C, int K);
+    /* The gated delta rule, token by token: per value head h (key head
+     * h % nk: qwen35's tiled order; grouped: h / (nv/nk), qwen3next), state S (dk rows x dv, at state_off,
+     * rows h*dk + r):
+     *   S *= exp(g[t,h]);  u = (v[t,h] - S^T k) * beta[t,h];  S += k u^T;
+     *   out[t,h] = S^T (q[t,h] / sqrt(dk)).
+     * q, k: (T, nk*dk); v, out: (T, nv*dv); g, beta: (T, nv). */
+    int (*gdn_recur)(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_buf *v, bt_buf *g, bt_buf *beta,
+                     bt_buf *state, size_t state_off, int T, int nk, int nv, int dk, int dv, int grouped);
+    /* NEOX rope on the first n_rot dims of each head (pairs (i, i + n_rot/2),
+     * tables (ctx_len, n_rot/2)); dims from n_rot on are left alone. */
+    int (*rope_neox_part)(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, int n_rot, int pos0,
+                          bt_buf *cos, bt_buf *sin);
 };
 
 /* Every backend handle starts with its vtable; the rest is the backend's. */
@@ -222,9 +260,10 @@ struct bt_backend {
  * struct bt_backend_i, bt_attn_args, bt_mutation, bt_tap_stats, bt_act or
  * bt_backend_mem or bt_numerics change layout (2: rope_neox, add_row,
  * scatter_add, enable, mark, activity, mem_info; 3: num_check, num_round,
- * num_matmul, num_rmsnorm, num_attention); hooks are only ever added at the
+ * num_matmul, num_rmsnorm, num_attention; 4: copy_cols, mul_sigmoid, gdn_gates,
+ * ssm_conv, gdn_recur, rope_neox_part); hooks are only ever added at the
  * end. */
-#define BT_BACKEND_ABI_VERSION 3
+#define BT_BACKEND_ABI_VERSION 4
 #define BT_BACKEND_PLUGIN_ENTRY "bt_backend_plugin_init"
 typedef int (*bt_backend_plugin_init_fn)(int abi_version, int device, bt_backend **out, char *err, size_t errcap);
 int bt_backend_plugin_init(int abi_version, int device, bt_backend **out, char *err, size_t errcap);

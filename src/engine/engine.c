@@ -39,6 +39,21 @@ typedef struct bt_op_info {
 static const bt_op_info op_info[] = {
     [BT_OP_TOKEN_EMBD] = { "token_embd", "em", "embd", BT_DIM_EMBD, BT_KOP_GET_ROWS, 0, 0, 0 },
     [BT_OP_ATTN_NORM] = { "attn_norm", "an", "anrm", BT_DIM_EMBD, BT_KOP_RMSNORM, 0, 0, 0 },
+    [BT_OP_SSM_QKV] = { "ssm_qkv", "sx", "sqkv", BT_DIM_SSM_CONV, BT_KOP_MATMUL, LW(ssm_qkv), BT_ARCH_HYBRID, 0 },
+    [BT_OP_SSM_Z] = { "ssm_z", "sz", "sz", BT_DIM_SSM_V, BT_KOP_MATMUL, LW(ssm_z), BT_ARCH_HYBRID, 0 },
+    [BT_OP_SSM_BETA] = { "ssm_beta", "sb", "sbet", BT_DIM_SSM_NV, BT_KOP_GDN_GATES, LW(ssm_beta_w), BT_ARCH_HYBRID, 0 },
+    [BT_OP_SSM_DECAY] = { "ssm_decay", "sd", "sdec", BT_DIM_SSM_NV, BT_KOP_GDN_GATES, LW(ssm_alpha), BT_ARCH_HYBRID, 0 },
+    [BT_OP_SSM_CONV] = { "ssm_conv", "sc", "scnv", BT_DIM_SSM_CONV, BT_KOP_SSM_CONV, 0, BT_ARCH_HYBRID, 0 },
+    [BT_OP_SSM_CONV_STATE] = { "ssm_conv_state", "sC", "scst", BT_DIM_SSM_CONV, BT_KOP_SSM_CONV, 0, BT_ARCH_HYBRID, 0 },
+    [BT_OP_SSM_Q] = { "ssm_q", "sq", "sq", BT_DIM_SSM_K, BT_KOP_RMSNORM, 0, BT_ARCH_HYBRID, 0 },
+    [BT_OP_SSM_K] = { "ssm_k", "sk", "sk", BT_DIM_SSM_K, BT_KOP_RMSNORM, 0, BT_ARCH_HYBRID, 0 },
+    [BT_OP_SSM_V] = { "ssm_v", "sv", "sv", BT_DIM_SSM_V, BT_KOP_COPY_COLS, 0, BT_ARCH_HYBRID, 0 },
+    [BT_OP_SSM_CORE] = { "ssm_core", "sr", "scor", BT_DIM_SSM_V, BT_KOP_GDN_RECUR, 0, BT_ARCH_HYBRID, 0 },
+    [BT_OP_SSM_STATE] = { "ssm_state", "sS", "sst", BT_DIM_SSM_HEAD, BT_KOP_GDN_RECUR, 0, BT_ARCH_HYBRID, 0 },
+    [BT_OP_SSM_NORM] = { "ssm_norm", "sn", "snrm", BT_DIM_SSM_V, BT_KOP_SWIGLU, 0, BT_ARCH_HYBRID, 0 },
+    [BT_OP_SSM_OUT] = { "ssm_out", "so", "sout", BT_DIM_EMBD, BT_KOP_MATMUL, LW(ssm_out_w), BT_ARCH_HYBRID, 0 },
+    [BT_OP_ATTN_GATE] = { "attn_gate", "ag", "agat", BT_DIM_Q, BT_KOP_MATMUL, LW(wq), BT_ARCH_ATTN_GATE, 0 },
+    [BT_OP_ATTN_GATED] = { "attn_gated", "aG", "agtd", BT_DIM_Q, BT_KOP_MUL_SIGMOID, 0, BT_ARCH_ATTN_GATE, 0 },
     [BT_OP_ATTN_Q_NORM] = { "attn_q_norm", "qn", "qnrm", BT_DIM_Q, BT_KOP_RMSNORM, 0, BT_ARCH_QK_NORM, 0 },
     [BT_OP_ATTN_K_NORM] = { "attn_k_norm", "kn", "knrm", BT_DIM_KV, BT_KOP_RMSNORM, 0, BT_ARCH_QK_NORM, 0 },
     [BT_OP_ATTN_Q] = { "attn_q", "aq", "q", BT_DIM_Q, BT_KOP_MATMUL, LW(wq), 0, 0 },
@@ -82,6 +97,22 @@ bool bt_op_exists(const bt_config *c, int op)
 {
     if (op < 0 || op >= BT_OP_COUNT) return false;
     return (c->flags & op_info[op].need) == op_info[op].need && !(c->flags & op_info[op].absent);
+}
+
+static bool op_is_ssm(int op) { return op >= BT_OP_SSM_QKV && op <= BT_OP_SSM_OUT; }
+static bool op_is_attn(int op)
+{
+    return (op >= BT_OP_ATTN_GATE && op <= BT_OP_ATTN_OUTPUT);
+}
+
+bool bt_op_in_layer(const bt_config *c, int op, int layer)
+{
+    if (!bt_op_exists(c, op)) return false;
+    if (!(c->flags & BT_ARCH_HYBRID) || !bt_op_is_layer_op(op)) return true;
+    bool recr = bt_layer_recurrent(c, layer);
+    if (op_is_ssm(op)) return recr;
+    if (op_is_attn(op)) return !recr;
+    return true;
 }
 
 int bt_op_width(const bt_config *c, int op)
@@ -138,6 +169,10 @@ typedef struct layer_bufs {
     bt_buf *w_gate_inp, **e_gate, **e_up, **e_down;   /* (n_expert) each */
     bt_buf *sh_gate, *sh_up, *sh_down, *sh_gate_inp;  /* shared expert, NULL when absent */
     size_t bq, bk, bv, bo, q_norm, k_norm;
+    /* gated delta net (recurrent layers): projections, and in vec_w the
+     * decay's a and dt, the gated norm's weight and the conv taps */
+    bt_buf *s_qkv, *s_z, *s_beta, *s_alpha, *s_out;
+    size_t s_a, s_dt, s_norm, s_conv;
 } layer_bufs;
 
 struct bt_engine {
@@ -205,6 +240,15 @@ struct bt_engine {
     int *h_pos;        /* (n_layers, B, k) positions of each expert's rows: the
                         * views point here until the forward's flush */
     float *h_zero;     /* (B, dim) zeros */
+    /* hybrid gated delta net models (BT_ARCH_HYBRID) */
+    bool hybrid;
+    bt_buf *qg;        /* (B, 2*q_dim) the doubled q projection (BT_ARCH_ATTN_GATE) */
+    bt_buf *agate;     /* (B, q_dim) its gate half */
+    bt_buf *s_qkv, *s_conv, *s_z, *s_beta, *s_decay, *s_q, *s_k, *s_v, *s_core, *s_norm;
+    bt_buf *ssm_state; /* (n_layers, n_v*head_k, head_v): each recurrent layer's state, f32 */
+    bt_buf *conv_state;/* (n_layers, kernel-1, conv_channels) */
+    size_t l2_w;       /* vec_w offset of head_k floats 1/sqrt(head_k): L2 norm as rmsnorm */
+    int rec_next;      /* the position the recurrent state expects next (0: reset) */
 };
 
 static bool *want_at(bt_engine *e, int op, int layer) { return &e->want[op * (e->c.n_layers + 1) + layer + 1]; }
@@ -215,13 +259,16 @@ void bt_engine_free(bt_engine *e)
     if (e->be) {
         bt_buf *bufs[] = { e->w_embd, e->w_out, e->x, e->xb, e->q, e->k, e->v, e->ctx, e->attn_out, e->gate,
                            e->up, e->act, e->down, e->logits_b, e->key_cache, e->val_cache, e->rope_cos,
-                           e->rope_sin, e->norm_w, e->vec_w };
+                           e->rope_sin, e->norm_w, e->vec_w, e->qg, e->agate, e->s_qkv, e->s_conv, e->s_z,
+                           e->s_beta, e->s_decay, e->s_q, e->s_k, e->s_v, e->s_core, e->s_norm, e->ssm_state,
+                           e->conv_state };
         for (size_t i = 0; i < BT_ARRAY_SIZE(bufs); i++) e->bi->buf_free(e->be, bufs[i]);
         if (e->lw)
             for (int l = 0; l < e->c.n_layers; l++) {
                 layer_bufs *L = &e->lw[l];
                 bt_buf *w[] = { L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down, L->w_gate_inp,
-                                L->sh_gate, L->sh_up, L->sh_down, L->sh_gate_inp };
+                                L->sh_gate, L->sh_up, L->sh_down, L->sh_gate_inp, L->s_qkv, L->s_z, L->s_beta,
+                                L->s_alpha, L->s_out };
                 for (size_t i = 0; i < BT_ARRAY_SIZE(w); i++) e->bi->buf_free(e->be, w[i]);
                 for (int x = 0; x < e->c.n_expert; x++) {
                     if (L->e_gate) e->bi->buf_free(e->be, L->e_gate[x]);
@@ -349,6 +396,55 @@ static int moe_alloc(bt_engine *e)
     return BT_OK;
 }
 
+/* The hybrid model's run state: the gated q projection's buffers, the
+ * gated delta net's activations and the recurrent states (zero: the
+ * state of an empty sequence). */
+static int hybrid_alloc(bt_engine *e)
+{
+    const bt_config *c = &e->c;
+    size_t B = (size_t)e->max_batch, q_dim = (size_t)c->n_heads * c->head_dim;
+    size_t C = (size_t)bt_arch_dim(c, BT_DIM_SSM_CONV), K = (size_t)bt_arch_dim(c, BT_DIM_SSM_K);
+    size_t V = (size_t)bt_arch_dim(c, BT_DIM_SSM_V), nv = (size_t)c->ssm_n_v, L = (size_t)c->n_layers;
+    int rc;
+    if ((rc = alloc_f32(e, B * 2 * q_dim, &e->qg)) || (rc = alloc_f32(e, B * q_dim, &e->agate)) ||
+        (rc = alloc_f32(e, B * C, &e->s_qkv)) || (rc = alloc_f32(e, B * C, &e->s_conv)) ||
+        (rc = alloc_f32(e, B * V, &e->s_z)) || (rc = alloc_f32(e, B * nv, &e->s_beta)) ||
+        (rc = alloc_f32(e, B * nv, &e->s_decay)) || (rc = alloc_f32(e, B * K, &e->s_q)) ||
+        (rc = alloc_f32(e, B * K, &e->s_k)) || (rc = alloc_f32(e, B * V, &e->s_v)) ||
+        (rc = alloc_f32(e, B * BT_MAX(V, 2 * nv), &e->s_core)) || (rc = alloc_f32(e, B * V, &e->s_norm)) ||
+        (rc = alloc_f32(e, L * nv * c->ssm_head_k * c->ssm_head_v, &e->ssm_state)) ||
+        (rc = alloc_f32(e, L * (size_t)(c->ssm_kernel - 1) * C, &e->conv_state)))
+        return bt_error(rc, "out of memory for the gated delta net's run state (batch %zu)", B);
+    return BT_OK;
+}
+
+/* qwen35's rope tables: imrope over rope_dim dims, (ctx_len, rope_dim/2).
+ * Pair i of sector i % (sum of sections) takes the text position for the
+ * t, h and w sections (interleaved as ggml's imrope: sector % 3) and the
+ * fourth position, 0 for text, elsewhere (cos 1, sin 0). Angle pos *
+ * freq_scale * base^(-2i/rope_dim), computed in double. No sections: every
+ * pair takes the position (plain NEOX). */
+static void hybrid_rope_table(const bt_config *c, int ctx_len, float *cos_, float *sin_)
+{
+    int half = c->rope_dim / 2;
+    const int *s = c->rope_sections;
+    int sect = s[0] + s[1] + s[2] + s[3];
+    for (int i = 0; i < half; i++) {
+        bool text = true;
+        if (sect > 0) {
+            int sector = i % sect;
+            text = (sector % 3 == 0 && sector < 3 * s[0]) || (sector % 3 == 1 && sector < 3 * s[1]) ||
+                   (sector % 3 == 2 && sector < 3 * s[2]);
+        }
+        double freq = pow((double)c->rope_base, -2.0 * i / c->rope_dim) * c->rope_freq_scale;
+        for (int p = 0; p < ctx_len; p++) {
+            double a = text ? p * freq : 0.0;
+            cos_[(size_t)p * half + i] = (float)cos(a);
+            sin_[(size_t)p * half + i] = (float)sin(a);
+        }
+    }
+}
+
 int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **out)
 {
     *out = NULL;
@@ -394,10 +490,27 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
         struct { const bt_weight *w; size_t *off; } v[] = {
             { &L->bq, &B_->bq }, { &L->bk, &B_->bk }, { &L->bv, &B_->bv }, { &L->bo, &B_->bo },
             { &L->attn_q_norm, &B_->q_norm }, { &L->attn_k_norm, &B_->k_norm },
+            { &L->ssm_a, &B_->s_a }, { &L->ssm_dt, &B_->s_dt }, { &L->ssm_norm_w, &B_->s_norm },
+            { &L->ssm_conv1d, &B_->s_conv },
         };
         for (size_t i = 0; i < BT_ARRAY_SIZE(v); i++) {
             *v[i].off = v[i].w->data ? n_vec : NO_VEC;
-            if (v[i].w->data) n_vec += (size_t)v[i].w->cols;
+            if (v[i].w->data) n_vec += (size_t)(v[i].w->cols * v[i].w->rows);
+        }
+    }
+    e->hybrid = (c->flags & BT_ARCH_HYBRID) != 0;
+    if (e->hybrid) {
+        e->l2_w = n_vec;
+        n_vec += (size_t)c->ssm_head_k;
+        /* the ops a hybrid model needs beyond the others, on this backend */
+        const char *lack = !e->bi->ssm_conv ? "ssm_conv (the causal conv1d)" : !e->bi->gdn_recur ? "gdn_recur (the delta rule)"
+                         : !e->bi->gdn_gates ? "gdn_gates (beta and the decay)" : !e->bi->copy_cols ? "copy_cols"
+                         : !e->bi->mul_sigmoid ? "mul_sigmoid (the attention output gate)"
+                         : !e->bi->rope_neox_part ? "rope_neox_part (partial rope)" : NULL;
+        if (lack) {
+            rc = bt_error(BT_EUNSUPPORTED, "%s: the gated delta net op %s (architecture %s) is not implemented by the %s "
+                          "backend; run it on the cpu", m->path, lack, c->arch, bt_backend_name(e->be));
+            goto fail;
         }
     }
     /* The ops this model needs beyond the Llama set, on this backend. */
@@ -433,7 +546,16 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
     for (int l = 0; l < c->n_layers; l++) {
         const bt_layer_weights *L = &m->layers[l];
         layer_bufs *B_ = &e->lw[l];
-        if ((rc = upload(e, &L->wq, q_dim, c->dim, &B_->wq)) || (rc = upload(e, &L->wk, kv_dim, c->dim, &B_->wk)) ||
+        if (bt_layer_recurrent(c, l)) {
+            int64_t C = bt_arch_dim(c, BT_DIM_SSM_CONV), V = bt_arch_dim(c, BT_DIM_SSM_V);
+            if ((rc = upload(e, &L->ssm_qkv, C, c->dim, &B_->s_qkv)) || (rc = upload(e, &L->ssm_z, V, c->dim, &B_->s_z)) ||
+                (rc = upload(e, &L->ssm_beta_w, (c->flags & BT_ARCH_SSM_BA) ? 2 * c->ssm_n_v : c->ssm_n_v, c->dim,
+                             &B_->s_beta)) ||
+                (!(c->flags & BT_ARCH_SSM_BA) && (rc = upload(e, &L->ssm_alpha, c->ssm_n_v, c->dim, &B_->s_alpha))) ||
+                (rc = upload(e, &L->ssm_out_w, c->dim, V, &B_->s_out)))
+                goto fail;
+        } else if ((rc = upload(e, &L->wq, (c->flags & BT_ARCH_ATTN_GATE) ? 2 * q_dim : q_dim, c->dim, &B_->wq)) ||
+            (rc = upload(e, &L->wk, kv_dim, c->dim, &B_->wk)) ||
             (rc = upload(e, &L->wv, kv_dim, c->dim, &B_->wv)) || (rc = upload(e, &L->wo, c->dim, q_dim, &B_->wo)))
             goto fail;
         if (c->n_expert > 0) {
@@ -444,6 +566,7 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
             goto fail;
     }
     if (c->n_expert > 0 && (rc = moe_alloc(e))) goto fail;
+    if (e->hybrid && (rc = hybrid_alloc(e))) goto fail;
     /* RoPE tables, angles computed in double: pos * freq_scale *
      * base^(-2i/rope_dim) / freq_factor[i] (ggml's rope_ext with
      * ext_factor 0: linear scaling and Llama 3's rope_freqs divisors). Both
@@ -457,6 +580,7 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
         bt_dequant_row(m->rope_freqs.type, m->rope_freqs.data, e->rope_ff, (int64_t)half);
     bt_numerics_rope_table(NULL, c->rope_base, c->head_dim, c->rope_freq_scale, e->rope_ff, ctx_len, host,
                            host + (size_t)ctx_len * half);
+    if (e->hybrid) hybrid_rope_table(c, ctx_len, host, host + (size_t)ctx_len * half);
     if ((rc = e->bi->set(e->be, e->rope_cos, 0, host, (size_t)ctx_len * half)) ||
         (rc = e->bi->set(e->be, e->rope_sin, 0, host + (size_t)ctx_len * half, (size_t)ctx_len * half)))
         goto fail;
@@ -467,10 +591,15 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
         struct { const bt_weight *w; size_t *off; } v[] = {
             { &L->bq, &B_->bq }, { &L->bk, &B_->bk }, { &L->bv, &B_->bv }, { &L->bo, &B_->bo },
             { &L->attn_q_norm, &B_->q_norm }, { &L->attn_k_norm, &B_->k_norm },
+            { &L->ssm_a, &B_->s_a }, { &L->ssm_dt, &B_->s_dt }, { &L->ssm_norm_w, &B_->s_norm },
+            { &L->ssm_conv1d, &B_->s_conv },
         };
         for (size_t i = 0; i < BT_ARRAY_SIZE(v); i++)
-            if (*v[i].off != NO_VEC) bt_dequant_row(v[i].w->type, v[i].w->data, host + *v[i].off, v[i].w->cols);
+            if (*v[i].off != NO_VEC)
+                bt_dequant_row(v[i].w->type, v[i].w->data, host + *v[i].off, v[i].w->cols * v[i].w->rows);
     }
+    if (e->hybrid)
+        for (int i = 0; i < c->ssm_head_k; i++) host[e->l2_w + i] = (float)(1.0 / sqrt((double)c->ssm_head_k));
     if (n_vec && (rc = e->bi->set(e->be, e->vec_w, 0, host, n_vec))) goto fail;
     for (int l = 0; l < c->n_layers; l++) {
         bt_dequant_row(m->layers[l].attn_norm.type, m->layers[l].attn_norm.data, host + (size_t)(2 * l) * c->dim, c->dim);
@@ -497,7 +626,8 @@ void bt_engine_set_eval_cb(bt_engine *e, const bt_eval_cb *cb)
     for (int op = 0; op < BT_OP_COUNT; op++) {
         if (!bt_op_exists(&e->c, op)) continue;   /* never computed: never asked about */
         if (bt_op_is_layer_op(op)) {
-            for (int l = 0; l < e->c.n_layers; l++) *want_at(e, op, l) = !cb->ask || cb->ask(cb->user, op, l);
+            for (int l = 0; l < e->c.n_layers; l++)
+                *want_at(e, op, l) = bt_op_in_layer(&e->c, op, l) && (!cb->ask || cb->ask(cb->user, op, l));
         } else {
             *want_at(e, op, -1) = !cb->ask || cb->ask(cb->user, op, -1);
         }
@@ -602,6 +732,18 @@ static bool tap(bt_engine *e, int op, int layer, bt_buf *buf, int T, int pos0, i
     bt_tensor h = { .be = e->be, .buf = buf, .off = 0 };
     bt_tensor_view t = { .op = op, .layer = layer, .step = e->step, .pos0 = pos0, .rows = T, .width = width,
                          .data = e->bi->buf_host ? e->bi->buf_host(e->be, buf) : NULL, .tensor = &h };
+    return e->cb.observe(e->cb.user, &t);
+}
+
+/* Hand rows x width floats at offset off of buf to the tap, row 0 at pos0
+ * (the recurrent states: pos0 0, a row per state row). */
+static bool tap_at(bt_engine *e, int op, int layer, bt_buf *buf, size_t off, int rows, int pos0, int width)
+{
+    if (!*want_at(e, op, layer)) return true;
+    bt_tensor h = { .be = e->be, .buf = buf, .off = off };
+    float *host = e->bi->buf_host ? e->bi->buf_host(e->be, buf) : NULL;
+    bt_tensor_view t = { .op = op, .layer = layer, .step = e->step, .pos0 = pos0, .rows = rows, .width = width,
+                         .data = host ? host + off : NULL, .tensor = &h };
     return e->cb.observe(e->cb.user, &t);
 }
 
@@ -741,6 +883,106 @@ static int moe_ffn(bt_engine *e, int l, int T, int pos0)
     return BT_OK;
 }
 
+/* One gated delta net layer over e->xb (T rows, the attn_norm output):
+ * leaves the layer's output projection in e->attn_out. Prefill runs the
+ * recurrence token by token (the same arithmetic as T decode steps, so a
+ * prefill and a decode give the same state); the conv and delta-rule
+ * states carry over between forwards. Returns BT_OK, a backend error or
+ * BT_EINVAL (a tap cancelled). */
+#define GTAP(op, buf, width) do { \
+        if ((rc = num_store(e, buf, (size_t)T * (width)))) return rc; \
+        if (e->has_cb && !tap(e, op, l, buf, T, pos0, width)) return BT_EINVAL; } while (0)
+static int gdn_layer(bt_engine *e, int l, int T, int pos0)
+{
+    const bt_config *c = &e->c;
+    const bt_layer_weights *L = &e->m->layers[l];
+    const layer_bufs *W = &e->lw[l];
+    bt_backend *be = e->be;
+    const struct bt_backend_i *bi = e->bi;
+    int dim = c->dim, nk = c->ssm_n_k, nv = c->ssm_n_v, dk = c->ssm_head_k, dv = c->ssm_head_v, K = c->ssm_kernel;
+    int C = (int)bt_arch_dim(c, BT_DIM_SSM_CONV), KD = nk * dk, V = nv * dv;
+    size_t st_off = (size_t)l * nv * dk * dv, cs_off = (size_t)l * (K - 1) * C;
+    int rc;
+#define GMARK(op) do { if (e->marking && (rc = bi->mark(be, e->step, l, op))) return rc; } while (0)
+    GMARK(BT_OP_SSM_QKV);
+    if ((rc = mm(e, L->ssm_qkv.type, W->s_qkv, C, dim, e->xb, 0, T, e->s_qkv))) return rc;
+    GTAP(BT_OP_SSM_QKV, e->s_qkv, C);
+    GMARK(BT_OP_SSM_Z);
+    if ((rc = mm(e, L->ssm_z.type, W->s_z, V, dim, e->xb, 0, T, e->s_z))) return rc;
+    GTAP(BT_OP_SSM_Z, e->s_z, V);
+    GMARK(BT_OP_SSM_BETA);
+    bool ba = (c->flags & BT_ARCH_SSM_BA) != 0;
+    if (ba) {   /* qwen3next: per key head [b (nv/nk), a (nv/nk)] in one projection, via s_core */
+        int r = nv / nk;
+        if ((rc = mm(e, L->ssm_beta_w.type, W->s_beta, 2 * nv, dim, e->xb, 0, T, e->s_core))) return rc;
+        if ((rc = bi->copy_cols(be, e->s_beta, e->s_core, T, 2 * nv, 0, nk, r, 2 * r))) return rc;
+        if ((rc = bi->copy_cols(be, e->s_decay, e->s_core, T, 2 * nv, r, nk, r, 2 * r))) return rc;
+    } else {
+        if ((rc = mm(e, L->ssm_beta_w.type, W->s_beta, nv, dim, e->xb, 0, T, e->s_beta))) return rc;
+        if ((rc = mm(e, L->ssm_alpha.type, W->s_alpha, nv, dim, e->xb, 0, T, e->s_decay))) return rc;
+    }
+    if ((rc = bi->gdn_gates(be, e->s_beta, e->s_decay, e->vec_w, W->s_a, W->s_dt, T, nv))) return rc;
+    GTAP(BT_OP_SSM_BETA, e->s_beta, nv);
+    GMARK(BT_OP_SSM_DECAY);
+    GTAP(BT_OP_SSM_DECAY, e->s_decay, nv);
+    GMARK(BT_OP_SSM_CONV);
+    if ((rc = bi->ssm_conv(be, e->s_conv, e->s_qkv, e->conv_state, cs_off, e->vec_w, W->s_conv, T, C, K))) return rc;
+    GTAP(BT_OP_SSM_CONV, e->s_conv, C);
+    if (e->has_cb && !tap_at(e, BT_OP_SSM_CONV_STATE, l, e->conv_state, cs_off, K - 1, 0, C)) return BT_EINVAL;
+    GMARK(BT_OP_SSM_Q);
+    if ((rc = bi->copy_cols(be, e->s_q, e->s_conv, T, C, 0, 1, KD, 0))) return rc;
+    /* L2 norm per head: x / sqrt(sum x^2 + eps), llama.cpp's form: an
+     * rmsnorm with eps / head_k and every weight 1 / sqrt(head_k) */
+    if ((rc = bi->rmsnorm(be, e->s_q, e->s_q, e->vec_w, e->l2_w, T * nk, dk, c->norm_eps / dk))) return rc;
+    GTAP(BT_OP_SSM_Q, e->s_q, KD);
+    GMARK(BT_OP_SSM_K);
+    if ((rc = bi->copy_cols(be, e->s_k, e->s_conv, T, C, KD, 1, KD, 0))) return rc;
+    if ((rc = bi->rmsnorm(be, e->s_k, e->s_k, e->vec_w, e->l2_w, T * nk, dk, c->norm_eps / dk))) return rc;
+    GTAP(BT_OP_SSM_K, e->s_k, KD);
+    GMARK(BT_OP_SSM_V);
+    if ((rc = bi->copy_cols(be, e->s_v, e->s_conv, T, C, 2 * KD, 1, V, 0))) return rc;
+    GTAP(BT_OP_SSM_V, e->s_v, V);
+    GMARK(BT_OP_SSM_CORE);
+    if ((rc = bi->gdn_recur(be, e->s_core, e->s_q, e->s_k, e->s_v, e->s_decay, e->s_beta, e->ssm_state, st_off, T, nk, nv,
+                            dk, dv, ba)))
+        return rc;
+    GTAP(BT_OP_SSM_CORE, e->s_core, V);
+    if (e->has_cb && !tap_at(e, BT_OP_SSM_STATE, l, e->ssm_state, st_off, nv * dk, 0, dv)) return BT_EINVAL;
+    GMARK(BT_OP_SSM_NORM);
+    if ((rc = bi->rmsnorm(be, e->s_norm, e->s_core, e->vec_w, W->s_norm, T * nv, dv, c->norm_eps))) return rc;
+    if ((rc = bi->swiglu(be, e->s_norm, e->s_z, e->s_norm, (size_t)T * V))) return rc;
+    GTAP(BT_OP_SSM_NORM, e->s_norm, V);
+    GMARK(BT_OP_SSM_OUT);
+    if ((rc = mm(e, L->ssm_out_w.type, W->s_out, dim, V, e->s_norm, 0, T, e->attn_out))) return rc;
+    GTAP(BT_OP_SSM_OUT, e->attn_out, dim);
+#undef GMARK
+    return BT_OK;
+}
+#undef GTAP
+
+/* The recurrent states follow one sequence: position 0 starts it afresh
+ * (zero states), any other position must be the next one. There is no
+ * rollback yet (speculative drafts, rewinds): such a forward is refused. */
+static int hybrid_begin(bt_engine *e, int T, int pos0)
+{
+    if (pos0 == 0) {
+        const bt_config *c = &e->c;
+        size_t ns = (size_t)c->n_layers * c->ssm_n_v * c->ssm_head_k * c->ssm_head_v;
+        size_t nc = (size_t)c->n_layers * (c->ssm_kernel - 1) * (size_t)bt_arch_dim(c, BT_DIM_SSM_CONV);
+        float *z = calloc(BT_MAX(ns, nc) + 1, sizeof(float));
+        if (!z) return bt_error(BT_ENOMEM, "out of memory");
+        int rc = e->bi->set(e->be, e->ssm_state, 0, z, ns);
+        if (rc == BT_OK) rc = e->bi->set(e->be, e->conv_state, 0, z, nc);
+        free(z);
+        if (rc) return rc;
+    } else if (pos0 != e->rec_next) {
+        return bt_error(BT_EUNSUPPORTED, "a forward at position %d, but the recurrent state of this hybrid model is at "
+                        "position %d: it cannot be rolled back or skipped ahead (start again at 0)", pos0, e->rec_next);
+    }
+    e->rec_next = pos0 + T;
+    return BT_OK;
+}
+
 static int forward_ext(bt_engine *e, const int32_t *tokens, int T, int pos0)
 {
     if (T > e->logit_cap) {
@@ -782,6 +1024,11 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
     const bt_model *m = e->m;
     int dim = c->dim, hd = c->head_dim, hidden = c->hidden_dim;
     int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
+    bool gated = (c->flags & BT_ARCH_ATTN_GATE) != 0;
+    if (e->hybrid) {
+        int rc0 = hybrid_begin(e, T, pos0);
+        if (rc0) return rc0;
+    }
     MARK(BT_OP_TOKEN_EMBD, -1);
     OP(bi->get_rows(be, m->token_embd.type, e->w_embd, dim, tokens, T, e->x));
     TAP(BT_OP_TOKEN_EMBD, -1, e->x, dim);
@@ -793,8 +1040,20 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         OP(norm(e, (size_t)(2 * l) * dim, T));
         TAP(BT_OP_ATTN_NORM, l, e->xb, dim);
 
+        if (bt_layer_recurrent(c, l)) {   /* gated delta net */
+            OP(gdn_layer(e, l, T, pos0));
+            goto resid;
+        }
         MARK(BT_OP_ATTN_Q, l);
-        OP(mm(e, L->wq.type, W->wq, q_dim, dim, e->xb, 0, T, e->q));
+        if (gated) {   /* per head the query, then the gate */
+            OP(mm(e, L->wq.type, W->wq, 2 * q_dim, dim, e->xb, 0, T, e->qg));
+            OP(bi->copy_cols(be, e->q, e->qg, T, 2 * q_dim, 0, c->n_heads, hd, 2 * hd));
+            MARK(BT_OP_ATTN_GATE, l);
+            OP(bi->copy_cols(be, e->agate, e->qg, T, 2 * q_dim, hd, c->n_heads, hd, 2 * hd));
+            TAP(BT_OP_ATTN_GATE, l, e->agate, q_dim);
+        } else {
+            OP(mm(e, L->wq.type, W->wq, q_dim, dim, e->xb, 0, T, e->q));
+        }
         if (W->bq != NO_VEC) OP(bi->add_row(be, e->q, T, q_dim, e->vec_w, W->bq));
         MARK(BT_OP_ATTN_K, l);
         OP(mm(e, L->wk.type, W->wk, kv_dim, dim, e->xb, 0, T, e->k));
@@ -810,7 +1069,12 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
             OP(bi->rmsnorm(be, e->k, e->k, e->vec_w, W->k_norm, T * c->n_kv_heads, hd, c->norm_eps));
             TAP(BT_OP_ATTN_K_NORM, l, e->k, kv_dim);
         }
-        if (c->rope_kind == BT_ROPE_NEOX) {
+        if (e->hybrid) {   /* partial (sectioned) rope */
+            MARK(BT_OP_ATTN_Q, l);
+            OP(bi->rope_neox_part(be, e->q, T, c->n_heads, hd, c->rope_dim, pos0, e->rope_cos, e->rope_sin));
+            MARK(BT_OP_ATTN_K, l);
+            OP(bi->rope_neox_part(be, e->k, T, c->n_kv_heads, hd, c->rope_dim, pos0, e->rope_cos, e->rope_sin));
+        } else if (c->rope_kind == BT_ROPE_NEOX) {
             MARK(BT_OP_ATTN_Q, l);
             OP(bi->rope_neox(be, e->q, T, c->n_heads, hd, pos0, e->rope_cos, e->rope_sin));
             MARK(BT_OP_ATTN_K, l);
@@ -840,11 +1104,17 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         if (e->num_on && bt_numerics_attn_custom_n(&e->num)) OP(bt_backend_num_attention(be, &e->num, &aa));
         else OP(bi->attention(be, &aa));
         TAP(BT_OP_ATTN_CTX, l, e->ctx, q_dim);
+        if (gated) {
+            MARK(BT_OP_ATTN_GATED, l);
+            OP(bi->mul_sigmoid(be, e->ctx, e->agate, (size_t)T * q_dim));
+            TAP(BT_OP_ATTN_GATED, l, e->ctx, q_dim);
+        }
 
         MARK(BT_OP_ATTN_OUTPUT, l);
         OP(mm(e, L->wo.type, W->wo, dim, q_dim, e->ctx, 0, T, e->attn_out));
         if (W->bo != NO_VEC) OP(bi->add_row(be, e->attn_out, T, dim, e->vec_w, W->bo));
         TAP(BT_OP_ATTN_OUTPUT, l, e->attn_out, dim);
+    resid:
         MARK(BT_OP_ATTN_RESID, l);
         OP(bi->add(be, e->x, e->attn_out, (size_t)T * dim));
         TAP(BT_OP_ATTN_RESID, l, e->x, dim);
@@ -916,6 +1186,8 @@ int bt_engine_set_numerics(bt_engine *e, const bt_numerics *n)
     if (on && e->foreign)
         return bt_error(BT_EUNSUPPORTED, "--numerics: a numerics profile runs on the native engine only, not on llama.cpp");
     int rc;
+    if (on && e->hybrid)
+        return bt_error(BT_EUNSUPPORTED, "--numerics: profiles do not cover hybrid (gated delta net) models yet");
     if (on && (rc = bt_backend_num_check(e->be, n))) return rc;
     if (n && (n->attn || n->softmax) && e->c.head_dim > BT_NUMERICS_MAX_HEAD_DIM)
         return bt_error(BT_EUNSUPPORTED, "--numerics: attn= and softmax= handle heads of up to %d values, this model's have %d",

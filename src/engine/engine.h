@@ -40,8 +40,17 @@
 enum bt_op {
     BT_OP_TOKEN_EMBD = 0,
     BT_OP_ATTN_NORM,
+    /* gated delta net (the recurrent layers of a hybrid model, engine/gdn.c) */
+    BT_OP_SSM_QKV, BT_OP_SSM_Z,              /* the fused q/k/v projection (conv input), the gate z */
+    BT_OP_SSM_BETA, BT_OP_SSM_DECAY,         /* sigmoid(b); g = ssm_a * softplus(alpha + dt_bias) */
+    BT_OP_SSM_CONV, BT_OP_SSM_CONV_STATE,    /* silu(causal conv1d); the conv state after it */
+    BT_OP_SSM_Q, BT_OP_SSM_K, BT_OP_SSM_V,   /* per-head L2-normed q, k (before the 1/sqrt scale), v */
+    BT_OP_SSM_CORE, BT_OP_SSM_STATE,         /* the delta rule's output; the state after the last token */
+    BT_OP_SSM_NORM, BT_OP_SSM_OUT,           /* gated rmsnorm; the output projection */
+    BT_OP_ATTN_GATE,                         /* qwen35: the gate half of the doubled q projection */
     BT_OP_ATTN_Q_NORM, BT_OP_ATTN_K_NORM,   /* q, k after bias and per-head rmsnorm, before RoPE */
     BT_OP_ATTN_Q, BT_OP_ATTN_K, BT_OP_ATTN_V, BT_OP_ATTN_CTX,
+    BT_OP_ATTN_GATED,                        /* qwen35: attn_ctx * sigmoid(attn_gate) */
     BT_OP_ATTN_OUTPUT, BT_OP_ATTN_RESID,
     BT_OP_FFN_NORM,
     BT_OP_FFN_GATE_INP,                      /* MoE router logits (n_expert per row) */
@@ -52,8 +61,13 @@ enum bt_op {
     BT_OP_COUNT
 };
 
-/* Does a model of config c compute op (in every layer, for a layer op)? */
+/* Does a model of config c compute op (in every layer, for a layer op; in
+ * a hybrid model: in the layers of one kind, see bt_op_in_layer)? */
 bool bt_op_exists(const bt_config *c, int op);
+/* Does it compute op in layer (-1 for the ops outside layers)? A hybrid
+ * model's recurrent layers compute the ssm_* ops and no attention, its
+ * full-attention layers the attention ops and no ssm_*. */
+bool bt_op_in_layer(const bt_config *c, int op, int layer);
 /* The weight an op's matmul (or embedding lookup) reads, or NULL. */
 const bt_weight *bt_op_weight(const bt_model *m, int op, int layer);
 

@@ -63,6 +63,88 @@ static const bt_arch_tensor qwen3moe_layer[] = {
     { "ffn_down_shexp.weight", W(ffn_down_shexp), { BT_DIM_SHARED_FF, E }, true },
 };
 
+/* qwen35 (Qwen3.5 dense, llama.cpp's src/models/qwen35.cpp): full-attention
+ * layers with the doubled (gated) q projection, q/k norms and the
+ * post-attention norm (bound as ffn_norm); gated delta net layers. */
+static const bt_arch_tensor qwen35_layer[] = {
+    { "attn_norm.weight", W(attn_norm), { E }, false },
+    { "attn_q.weight", W(wq), { E, BT_DIM_Q2 }, false },
+    { "attn_k.weight", W(wk), { E, KV }, false },
+    { "attn_v.weight", W(wv), { E, KV }, false },
+    { "attn_output.weight", W(wo), { Q, E }, false },
+    QK_NORM,
+    { "post_attention_norm.weight", W(ffn_norm), { E }, false },
+    { "ffn_gate.weight", W(w_gate), { E, FF }, false },
+    { "ffn_up.weight", W(w_up), { E, FF }, false },
+    { "ffn_down.weight", W(w_down), { FF, E }, false },
+};
+static const bt_arch_tensor qwen35_recr[] = {
+    { "attn_norm.weight", W(attn_norm), { E }, false },
+    { "attn_qkv.weight", W(ssm_qkv), { E, BT_DIM_SSM_CONV }, false },
+    { "attn_gate.weight", W(ssm_z), { E, BT_DIM_SSM_V }, false },
+    { "ssm_conv1d.weight", W(ssm_conv1d), { BT_DIM_SSM_KERNEL, BT_DIM_SSM_CONV }, false },
+    { "ssm_dt.bias", W(ssm_dt), { BT_DIM_SSM_NV }, false },
+    { "ssm_a", W(ssm_a), { BT_DIM_SSM_NV }, false },
+    { "ssm_beta.weight", W(ssm_beta_w), { E, BT_DIM_SSM_NV }, false },
+    { "ssm_alpha.weight", W(ssm_alpha), { E, BT_DIM_SSM_NV }, false },
+    { "ssm_norm.weight", W(ssm_norm_w), { BT_DIM_SSM_HEAD }, false },
+    { "ssm_out.weight", W(ssm_out_w), { BT_DIM_SSM_V, E }, false },
+    { "post_attention_norm.weight", W(ffn_norm), { E }, false },
+    { "ffn_gate.weight", W(w_gate), { E, FF }, false },
+    { "ffn_up.weight", W(w_up), { E, FF }, false },
+    { "ffn_down.weight", W(w_down), { FF, E }, false },
+};
+
+/* qwen35moe: the same two layer kinds with qwen3moe's experts and the
+ * sigmoid-gated shared expert (ffn_gate_inp_shexp) in place of the FFN */
+#define QWEN35_MOE_FFN \
+    { "post_attention_norm.weight", W(ffn_norm), { E }, false }, \
+    { "ffn_gate_inp.weight", W(ffn_gate_inp), { E, NX }, false }, \
+    { "ffn_gate_exps.weight", W(ffn_gate_exps), { E, XF, NX }, false }, \
+    { "ffn_up_exps.weight", W(ffn_up_exps), { E, XF, NX }, false }, \
+    { "ffn_down_exps.weight", W(ffn_down_exps), { XF, E, NX }, false }, \
+    { "ffn_gate_inp_shexp.weight", W(ffn_gate_inp_shexp), { E }, true }, \
+    { "ffn_gate_shexp.weight", W(ffn_gate_shexp), { E, BT_DIM_SHARED_FF }, true }, \
+    { "ffn_up_shexp.weight", W(ffn_up_shexp), { E, BT_DIM_SHARED_FF }, true }, \
+    { "ffn_down_shexp.weight", W(ffn_down_shexp), { BT_DIM_SHARED_FF, E }, true }
+static const bt_arch_tensor qwen35moe_layer[] = {
+    { "attn_norm.weight", W(attn_norm), { E }, false },
+    { "attn_q.weight", W(wq), { E, BT_DIM_Q2 }, false },
+    { "attn_k.weight", W(wk), { E, KV }, false },
+    { "attn_v.weight", W(wv), { E, KV }, false },
+    { "attn_output.weight", W(wo), { Q, E }, false },
+    QK_NORM,
+    QWEN35_MOE_FFN,
+};
+static const bt_arch_tensor qwen35moe_recr[] = {
+    { "attn_norm.weight", W(attn_norm), { E }, false },
+    { "attn_qkv.weight", W(ssm_qkv), { E, BT_DIM_SSM_CONV }, false },
+    { "attn_gate.weight", W(ssm_z), { E, BT_DIM_SSM_V }, false },
+    { "ssm_conv1d.weight", W(ssm_conv1d), { BT_DIM_SSM_KERNEL, BT_DIM_SSM_CONV }, false },
+    { "ssm_dt.bias", W(ssm_dt), { BT_DIM_SSM_NV }, false },
+    { "ssm_a", W(ssm_a), { BT_DIM_SSM_NV }, false },
+    { "ssm_beta.weight", W(ssm_beta_w), { E, BT_DIM_SSM_NV }, false },
+    { "ssm_alpha.weight", W(ssm_alpha), { E, BT_DIM_SSM_NV }, false },
+    { "ssm_norm.weight", W(ssm_norm_w), { BT_DIM_SSM_HEAD }, false },
+    { "ssm_out.weight", W(ssm_out_w), { BT_DIM_SSM_V, E }, false },
+    QWEN35_MOE_FFN,
+};
+
+/* qwen3next (src/models/qwen3next.cpp): qwen35moe's layers with beta and
+ * alpha in one ssm_ba projection (bound to ssm_beta_w, 2*n_v rows) */
+static const bt_arch_tensor qwen3next_recr[] = {
+    { "attn_norm.weight", W(attn_norm), { E }, false },
+    { "attn_qkv.weight", W(ssm_qkv), { E, BT_DIM_SSM_CONV }, false },
+    { "attn_gate.weight", W(ssm_z), { E, BT_DIM_SSM_V }, false },
+    { "ssm_conv1d.weight", W(ssm_conv1d), { BT_DIM_SSM_KERNEL, BT_DIM_SSM_CONV }, false },
+    { "ssm_dt.bias", W(ssm_dt), { BT_DIM_SSM_NV }, false },
+    { "ssm_a", W(ssm_a), { BT_DIM_SSM_NV }, false },
+    { "ssm_ba.weight", W(ssm_beta_w), { E, BT_DIM_SSM_NV2 }, false },
+    { "ssm_norm.weight", W(ssm_norm_w), { BT_DIM_SSM_HEAD }, false },
+    { "ssm_out.weight", W(ssm_out_w), { BT_DIM_SSM_V, E }, false },
+    QWEN35_MOE_FFN,
+};
+
 #define TABLE(t) t, (int)BT_ARRAY_SIZE(t)
 
 static const bt_arch archs[] = {
@@ -78,6 +160,20 @@ static const bt_arch archs[] = {
       .layer = TABLE(qwen3_layer) },
     { .name = "qwen3moe", .rope_kind = BT_ROPE_NEOX, .flags = BT_ARCH_TIED | BT_ARCH_QK_NORM | BT_ARCH_MOE,
       .norm_topk_prob = true, .layer = TABLE(qwen3moe_layer) },
+    /* the rope is imrope with sections; for text all section positions are
+     * the token's (the fourth, 0, rotates nothing): NEOX pairs over
+     * rope.dimension_count dims (partial rope) */
+    { .name = "qwen35", .rope_kind = BT_ROPE_NEOX,
+      .flags = BT_ARCH_TIED | BT_ARCH_QK_NORM | BT_ARCH_HYBRID | BT_ARCH_ATTN_GATE,
+      .layer = TABLE(qwen35_layer), .recr = TABLE(qwen35_recr) },
+    { .name = "qwen35moe", .rope_kind = BT_ROPE_NEOX,
+      .flags = BT_ARCH_TIED | BT_ARCH_QK_NORM | BT_ARCH_HYBRID | BT_ARCH_ATTN_GATE | BT_ARCH_MOE | BT_ARCH_SHARED_EXP,
+      .norm_topk_prob = true, .layer = TABLE(qwen35moe_layer), .recr = TABLE(qwen35moe_recr) },
+    /* NEOX rope over rope.dimension_count dims, no sections */
+    { .name = "qwen3next", .rope_kind = BT_ROPE_NEOX,
+      .flags = BT_ARCH_TIED | BT_ARCH_QK_NORM | BT_ARCH_HYBRID | BT_ARCH_ATTN_GATE | BT_ARCH_MOE | BT_ARCH_SHARED_EXP |
+               BT_ARCH_SSM_BA,
+      .norm_topk_prob = true, .layer = TABLE(qwen35moe_layer), .recr = TABLE(qwen3next_recr) },
     { .name = "granite", .rope_kind = BT_ROPE_NORM, .flags = BT_ARCH_TIED | BT_ARCH_SCALES,
       .layer = TABLE(llama_layer),
       .refuse = "its embedding, residual, attention and logit scales are not applied yet, "
@@ -119,6 +215,14 @@ int64_t bt_arch_dim(const bt_config *c, int dim)
     case BT_DIM_EXPERT: return c->n_expert;
     case BT_DIM_EXPERT_FF: return c->expert_ff_len;
     case BT_DIM_SHARED_FF: return c->shared_ff_len;
+    case BT_DIM_Q2: return (int64_t)2 * c->n_heads * c->head_dim;
+    case BT_DIM_SSM_CONV: return (int64_t)2 * c->ssm_n_k * c->ssm_head_k + (int64_t)c->ssm_n_v * c->ssm_head_v;
+    case BT_DIM_SSM_K: return (int64_t)c->ssm_n_k * c->ssm_head_k;
+    case BT_DIM_SSM_V: return (int64_t)c->ssm_n_v * c->ssm_head_v;
+    case BT_DIM_SSM_NV: return c->ssm_n_v;
+    case BT_DIM_SSM_HEAD: return c->ssm_head_v;
+    case BT_DIM_SSM_KERNEL: return c->ssm_kernel;
+    case BT_DIM_SSM_NV2: return (int64_t)2 * c->ssm_n_v;
     default: return 1;
     }
 }

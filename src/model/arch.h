@@ -41,6 +41,14 @@ enum bt_arch_flag {
     BT_ARCH_SCALES     = 1u << 4,  /* embedding/residual/attention/logit scales (granite) */
     BT_ARCH_ROPE_FREQS = 1u << 5,  /* rope_freqs.weight (Llama 3 scaling) is accepted */
     BT_ARCH_SHARED_EXP = 1u << 6,  /* MoE with a shared expert (ffn_*_shexp) */
+    BT_ARCH_HYBRID     = 1u << 7,  /* gated delta net (linear attention) layers beside full
+                                    * attention ones (qwen35): which layer is which comes from
+                                    * the file (bt_layer_recurrent) */
+    BT_ARCH_SSM_BA     = 1u << 9,  /* qwen3next: beta and alpha from one fused ssm_ba
+                                    * projection (per key head [b, a]), and value heads grouped
+                                    * by key head (value head h reads key head h / (n_v/n_k)) */
+    BT_ARCH_ATTN_GATE  = 1u << 8,  /* the q projection is doubled: per head the query, then an
+                                    * output gate (attn_ctx * sigmoid(gate)) (qwen35) */
 };
 
 /* Symbolic dimensions of tensor shapes and op widths, resolved against a
@@ -57,6 +65,14 @@ enum bt_dim {
     BT_DIM_EXPERT,     /* n_expert */
     BT_DIM_EXPERT_FF,  /* expert_ff_len: expert_feed_forward_length */
     BT_DIM_SHARED_FF,  /* shared_ff_len: expert_shared_feed_forward_length */
+    BT_DIM_Q2,         /* 2 * n_heads * head_dim: the gated q projection (query + gate) */
+    BT_DIM_SSM_CONV,   /* gated delta net conv channels: 2 * n_k_heads * head_k + n_v_heads * head_v */
+    BT_DIM_SSM_K,      /* n_k_heads * head_k */
+    BT_DIM_SSM_V,      /* n_v_heads * head_v (ssm.inner_size) */
+    BT_DIM_SSM_NV,     /* n_v_heads (ssm.time_step_rank) */
+    BT_DIM_SSM_HEAD,   /* head_v: the state's width */
+    BT_DIM_SSM_KERNEL, /* ssm.conv_kernel */
+    BT_DIM_SSM_NV2,    /* 2 * n_v_heads: the fused ssm_ba projection (qwen3next) */
     BT_DIM_COUNT
 };
 int64_t bt_arch_dim(const struct bt_config *c, int dim);
@@ -78,8 +94,10 @@ typedef struct bt_arch {
     bool norm_topk_prob;         /* MoE: renormalise the top-k router weights when
                                   * the file has no <arch>.expert_weights_norm */
     const char *refuse;          /* non-NULL: known but refused, with this reason */
-    const bt_arch_tensor *layer; /* per-layer tensor table */
+    const bt_arch_tensor *layer; /* per-layer tensor table (a hybrid's full-attention layers) */
     int n_layer;
+    const bt_arch_tensor *recr;  /* BT_ARCH_HYBRID: the table of its recurrent layers */
+    int n_recr;
 } bt_arch;
 
 /* The descriptor of general.architecture `name`, or NULL if unknown. */
@@ -102,5 +120,13 @@ const char *bt_rope_kind_name(int kind);   /* "norm", "neox" */
     "rope.scaling.type", "rope.scaling.factor", "expert_count", "expert_used_count", \
     "expert_feed_forward_length", "expert_shared_count", "expert_shared_feed_forward_length", \
     "expert_weights_norm"
+/* BT_ARCH_HYBRID (qwen35): ssm.conv_kernel, ssm.inner_size, ssm.state_size,
+ * ssm.time_step_rank, ssm.group_count (required), rope.dimension_sections,
+ * attention.recurrent_layers or full_attention_interval (which layers are
+ * recurrent; llama.cpp's default interval is 4), nextn_predict_layers (MTP
+ * blocks after the trunk: loaded by llama.cpp, not computed here yet). */
+#define BT_ARCH_KEYS_HYBRID "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank", \
+    "ssm.group_count", "rope.dimension_sections", "attention.recurrent_layers", "full_attention_interval", \
+    "nextn_predict_layers"
 
 #endif

@@ -232,9 +232,17 @@ static int check_all_used(const bt_model *m, int n_bound)
             for (size_t k = 0; k < BT_ARRAY_SIZE(glob) && !used; k++)
                 used = glob[k]->data && glob[k]->name && !strcmp(glob[k]->name, name);
             int l = -1, off = 0;
+            /* the MTP (nextn) blocks after a hybrid's trunk do not change its
+             * logits; llama.cpp loads them for drafting, bangtrace not yet */
+            if (!used && sscanf(name, "blk.%d.%n", &l, &off) == 1 && off > 0 && l >= c->n_layers &&
+                l < c->n_layers + c->n_nextn)
+                used = true;
+            bool recr = bt_layer_recurrent(c, l);
+            const bt_arch_tensor *tab = recr ? c->desc->recr : c->desc->layer;
+            int n_tab = recr ? c->desc->n_recr : c->desc->n_layer;
             if (!used && sscanf(name, "blk.%d.%n", &l, &off) == 1 && off > 0 && l >= 0 && l < c->n_layers)
-                for (int k = 0; k < c->desc->n_layer && !used; k++) {
-                    const bt_arch_tensor *at = &c->desc->layer[k];
+                for (int k = 0; k < n_tab && !used; k++) {
+                    const bt_arch_tensor *at = &tab[k];
                     const bt_weight *w = (const bt_weight *)((const char *)&m->layers[l] + at->field);
                     used = w->data && !strcmp(name + off, at->name);
                 }
@@ -267,8 +275,10 @@ static int load_gguf_weights(bt_model *m, char (*names)[NAME_CAP])
     bool biases = true;
     for (int l = 0; l < c->n_layers; l++) {
         bt_layer_weights *L = &m->layers[l];
-        for (int i = 0; i < a->n_layer; i++) {
-            const bt_arch_tensor *t = &a->layer[i];
+        bool recr = bt_layer_recurrent(c, l);
+        int n_tab = recr ? a->n_recr : a->n_layer;
+        for (int i = 0; i < n_tab; i++) {
+            const bt_arch_tensor *t = recr ? &a->recr[i] : &a->layer[i];
             char *name = names[used++];
             snprintf(name, NAME_CAP, "blk.%d.%s", l, t->name);
             bt_weight *w = (bt_weight *)((char *)L + t->field);
@@ -278,6 +288,7 @@ static int load_gguf_weights(bt_model *m, char (*names)[NAME_CAP])
                 return rc;
             bound += w->data != NULL;
         }
+        if (recr) continue;   /* no q/k/v there */
         biases &= L->bq.data && L->bk.data && L->bv.data;
         /* a file with some of q/k/v's biases is computed with the ones it has
          * (a missing one adds nothing), as llama.cpp does */
@@ -296,6 +307,99 @@ bt_weight bt_moe_expert_view(const bt_weight *w, int e)
     v.rows = rows;
     v.n_slab = 1;
     return v;
+}
+
+/* A hybrid (gated delta net) model's own keys: the recurrent shapes, the
+ * rope sections, the MTP block count (the trunk is block_count minus it) and
+ * which layers are recurrent: attention.recurrent_layers when the file has
+ * it, else every layer but each full_attention_interval-th (llama.cpp's
+ * rule, default 4). */
+static int load_hybrid_hparams(bt_model *m, const bt_arch *a)
+{
+    const bt_gguf *g = m->gguf;
+    bt_config *c = &m->cfg;
+    char key[128];
+    uint32_t u;
+    int rc;
+    (void)a;
+    static const struct { const char *k; size_t off; } req[] = {
+        { "ssm.conv_kernel", offsetof(bt_config, ssm_kernel) },
+        { "ssm.state_size", offsetof(bt_config, ssm_head_k) },
+        { "ssm.group_count", offsetof(bt_config, ssm_n_k) },
+        { "ssm.time_step_rank", offsetof(bt_config, ssm_n_v) },
+    };
+    for (size_t i = 0; i < BT_ARRAY_SIZE(req); i++) {
+        snprintf(key, sizeof(key), "%s.%s", c->arch, req[i].k);
+        if ((rc = bt_gguf_get_u32(g, key, &u))) {
+            if (rc == BT_ENOTFOUND) return bt_error(BT_EFORMAT, "%s: %s is missing", m->path, key);
+            return rc;
+        }
+        if (u == 0 || u > 65536) return bt_error(BT_EFORMAT, "%s: %s = %u is implausible", m->path, key, u);
+        *(int *)((char *)c + req[i].off) = (int)u;
+    }
+    c->ssm_head_v = c->ssm_head_k;
+    snprintf(key, sizeof(key), "%s.ssm.inner_size", c->arch);
+    if ((rc = bt_gguf_get_u32(g, key, &u))) {
+        if (rc == BT_ENOTFOUND) return bt_error(BT_EFORMAT, "%s: %s is missing", m->path, key);
+        return rc;
+    }
+    if ((int64_t)u != (int64_t)c->ssm_n_v * c->ssm_head_v)
+        return bt_error(BT_EUNSUPPORTED, "%s: %s = %u is not time_step_rank %d x state_size %d (value heads of "
+                        "another width than the key heads are not supported)", m->path, key, u, c->ssm_n_v, c->ssm_head_v);
+    if (c->ssm_n_v % c->ssm_n_k)
+        return bt_error(BT_EFORMAT, "%s: %d value heads are not a multiple of %d key heads", m->path, c->ssm_n_v, c->ssm_n_k);
+    if (c->ssm_kernel < 2 || c->ssm_kernel > 16)
+        return bt_error(BT_EUNSUPPORTED, "%s: a conv kernel of %d is not supported (2..16)", m->path, c->ssm_kernel);
+    if (c->ssm_head_k > 512)
+        return bt_error(BT_EUNSUPPORTED, "%s: a state head of %d is above the supported 512", m->path, c->ssm_head_k);
+    snprintf(key, sizeof(key), "%s.nextn_predict_layers", c->arch);
+    if ((rc = get_u32_opt(g, key, 0, &u))) return rc;
+    if ((int64_t)u >= c->n_layers) return bt_error(BT_EFORMAT, "%s: %s = %u leaves no trunk of %d blocks", m->path, key, u, c->n_layers);
+    c->n_nextn = (int)u;
+    c->n_layers -= c->n_nextn;
+    if (c->rope_dim <= 0 || c->rope_dim > c->head_dim || c->rope_dim % 2)
+        return bt_error(BT_EFORMAT, "%s: rope dimension %d of heads of %d", m->path, c->rope_dim, c->head_dim);
+    /* rope sections: an array of 4 (or fewer) integers */
+    memset(c->rope_sections, 0, sizeof(c->rope_sections));
+    snprintf(key, sizeof(key), "%s.rope.dimension_sections", c->arch);
+    int elem; uint64_t n; const void *data;
+    rc = bt_gguf_get_arr(g, key, &elem, &n, &data);
+    if (rc == BT_OK) {
+        if ((elem != BT_GGUF_INT32 && elem != BT_GGUF_UINT32) || n > 4)
+            return bt_error(BT_EFORMAT, "%s: %s is not an array of up to 4 integers", m->path, key);
+        int sum = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            int32_t v;
+            memcpy(&v, (const char *)data + i * 4, 4);
+            if (v < 0 || v > 4096) return bt_error(BT_EFORMAT, "%s: %s[%llu] = %d", m->path, key, (unsigned long long)i, v);
+            c->rope_sections[i] = v;
+            sum += v;
+        }
+        if (sum <= 0 || sum > c->rope_dim / 2)
+            return bt_error(BT_EFORMAT, "%s: %s sum to %d, not within the %d rotated pairs", m->path, key, sum, c->rope_dim / 2);
+    } else if (rc != BT_ENOTFOUND) return rc;
+    /* which layers are recurrent */
+    if (c->n_layers > 1024) return bt_error(BT_EUNSUPPORTED, "%s: %d layers (at most 1024)", m->path, c->n_layers);
+    memset(c->recr, 0, sizeof(c->recr));
+    snprintf(key, sizeof(key), "%s.attention.recurrent_layers", c->arch);
+    rc = bt_gguf_get_arr(g, key, &elem, &n, &data);
+    if (rc == BT_OK) {
+        if ((elem != BT_GGUF_BOOL && elem != BT_GGUF_INT32 && elem != BT_GGUF_UINT32) || n < (uint64_t)c->n_layers)
+            return bt_error(BT_EFORMAT, "%s: %s is not an array of %d flags", m->path, key, c->n_layers);
+        size_t w = elem == BT_GGUF_BOOL ? 1 : 4;
+        for (int l = 0; l < c->n_layers; l++) {
+            int32_t v = 0;
+            memcpy(&v, (const char *)data + (size_t)l * w, w);
+            if (v) c->recr[l >> 6] |= 1ull << (l & 63);
+        }
+    } else if (rc == BT_ENOTFOUND) {
+        snprintf(key, sizeof(key), "%s.full_attention_interval", c->arch);
+        if ((rc = get_u32_opt(g, key, 4, &u))) return rc;
+        if (u == 0) return bt_error(BT_EFORMAT, "%s: %s = 0", m->path, key);
+        for (int l = 0; l < c->n_layers; l++)
+            if ((l + 1) % u != 0) c->recr[l >> 6] |= 1ull << (l & 63);
+    } else return rc;
+    return BT_OK;
 }
 
 /* data == NULL: open and map m->path; else parse the borrowed buffer. */
@@ -378,7 +482,9 @@ static int load_gguf(bt_model *m, const void *data, size_t size)
         return bt_error(BT_EUNSUPPORTED, "%s: key length %d != value length %d is not supported", m->path, hd_k, hd_v);
     c->head_dim = hd_k;
     OPT_U32("rope.dimension_count", c->head_dim, c->rope_dim);
-    if (c->rope_dim != c->head_dim)
+    if (a->flags & BT_ARCH_HYBRID) {
+        if ((rc = load_hybrid_hparams(m, a))) return rc;
+    } else if (c->rope_dim != c->head_dim)
         return bt_error(BT_EUNSUPPORTED, "%s: partial RoPE (%d of %d dims) is not supported", m->path, c->rope_dim, c->head_dim);
     if (c->ctx_len <= 0) c->ctx_len = 2048;
     if (c->sliding_window > 0 && c->sliding_window < c->ctx_len) c->ctx_len = c->sliding_window;
@@ -431,7 +537,7 @@ static int load_gguf(bt_model *m, const void *data, size_t size)
 #undef ARCH_KEY
 
     m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers));
-    char (*names)[NAME_CAP] = calloc((size_t)c->n_layers * (size_t)a->n_layer + 1, NAME_CAP);
+    char (*names)[NAME_CAP] = calloc((size_t)c->n_layers * (size_t)BT_MAX(a->n_layer, a->n_recr) + 1, NAME_CAP);
     if (!m->layers || !names) { free(names); return bt_error(BT_ENOMEM, "out of memory"); }
     pv->names = names;
     return load_gguf_weights(m, names);

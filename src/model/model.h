@@ -53,6 +53,17 @@ typedef struct bt_layer_weights {
     bt_weight ffn_gate_shexp; /* (shared_ff, dim) shared expert */
     bt_weight ffn_up_shexp;   /* (shared_ff, dim) */
     bt_weight ffn_down_shexp; /* (dim, shared_ff) */
+    /* gated delta net (recurrent layers of BT_ARCH_HYBRID); ffn_norm is the
+     * file's post_attention_norm there and in the attention layers */
+    bt_weight ssm_qkv;    /* attn_qkv (conv_channels, dim): q, k, v before the conv */
+    bt_weight ssm_z;      /* attn_gate (n_v*head_v, dim): the output gate z */
+    bt_weight ssm_conv1d; /* (conv_channels, kernel): channel c's taps, oldest first */
+    bt_weight ssm_dt;     /* ssm_dt.bias (n_v) */
+    bt_weight ssm_a;      /* (n_v): -exp(A_log), as the converter writes it */
+    bt_weight ssm_beta_w; /* ssm_beta (n_v, dim) */
+    bt_weight ssm_alpha;  /* (n_v, dim) */
+    bt_weight ssm_norm_w; /* ssm_norm (head_v): the gated rmsnorm's weight */
+    bt_weight ssm_out_w;  /* ssm_out (dim, n_v*head_v) */
 } bt_layer_weights;
 
 typedef struct bt_config {
@@ -91,7 +102,20 @@ typedef struct bt_config {
     int shared_ff_len;        /* expert_shared_feed_forward_length */
     /* granite-style scales (BT_ARCH_SCALES); 1 (logit 1) when absent */
     float embd_scale, resid_scale, attn_scale, logit_scale;
+    /* hybrid gated delta net models (BT_ARCH_HYBRID; 0 otherwise) */
+    int ssm_kernel;           /* ssm.conv_kernel */
+    int ssm_head_k, ssm_head_v;   /* ssm.state_size (both: llama.cpp requires them equal) */
+    int ssm_n_k, ssm_n_v;     /* ssm.group_count key heads, ssm.time_step_rank value heads */
+    int n_nextn;              /* nextn_predict_layers: MTP blocks stored after the trunk */
+    int rope_sections[4];     /* rope.dimension_sections (imrope) */
+    uint64_t recr[16];        /* bit l: layer l is recurrent (from the file) */
 } bt_config;
+
+/* Is layer l of a hybrid model a gated delta net (recurrent) layer? */
+static inline bool bt_layer_recurrent(const bt_config *c, int l)
+{
+    return (c->flags & BT_ARCH_HYBRID) && l >= 0 && l < 1024 && ((c->recr[l >> 6] >> (l & 63)) & 1);
+}
 
 typedef struct bt_model {
     bt_config cfg;

@@ -442,7 +442,8 @@ int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out)
                 (l >= 0 && l < r->n_layers && !layer_op))
                 continue;
             int layer = layer_op ? l : -1;
-            if (!bt_op_exists(&cfg->model->cfg, op)) continue;   /* not in this architecture */
+            /* not in this architecture, or not in this layer (a hybrid's two kinds) */
+            if (!bt_op_in_layer(&cfg->model->cfg, op, layer)) continue;
             if (!tapped(&r->cfg, op, layer)) continue;
             int s = r->n_slots++;
             *slot_at(r, op, layer) = s;

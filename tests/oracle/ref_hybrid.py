@@ -29,8 +29,8 @@ array [rows, width]:
   every layer: attn_resid, ffn_norm (the post-attention RMSNorm), ffn_gate,
     ffn_up, ffn_act, ffn_down, ffn_resid; then output_norm and logits.
   qwen35moe FFN instead: ffn_gate_inp (router logits), ffn_<op>.expert[E]
-    (each expert's rows, positions in LAST_POSITIONS), ffn_moe_out (routed
-    sum), ffn_gate_shexp, ffn_up_shexp, ffn_act_shexp, ffn_down_shexp,
+    (each expert's rows, positions in LAST_POSITIONS), ffn_moe_out (the routed
+    sum plus the gated shared expert), ffn_gate_shexp, ffn_up_shexp, ffn_act_shexp, ffn_down_shexp,
     ffn_shexp_gate (sigmoid, [T, 1]), ffn_shexp_out, ffn_resid.
   MTP block (layer N = n_layer, by mtp()): blk.N.mtp_enorm, blk.N.mtp_hnorm,
     blk.N.mtp_eh_proj, then the full-attention names above for blk.N, and
@@ -614,7 +614,6 @@ def moe_part(m, p, h, pos, keep):
             keep.positions["%s%s.expert[%d]" % (p, op, e)] = [int(pos[t]) for t in rows]
         for i, t in enumerate(rows):
             moe[t] += wts[t][list(sel[t]).index(e)] * d[i]
-    keep(p + "ffn_moe_out", moe)
     g = h @ get(p + "ffn_gate_shexp").T
     u = h @ get(p + "ffn_up_shexp").T
     keep(p + "ffn_gate_shexp", g)
@@ -626,6 +625,9 @@ def moe_part(m, p, h, pos, keep):
     sg = sigmoid(h @ get(p + "ffn_gate_inp_shexp").reshape(-1))[:, None]
     keep(p + "ffn_shexp_gate", sg)
     keep(p + "ffn_shexp_out", d * sg)
+    # bangtrace's convention (as for qwen3moe): ffn_moe_out is the whole MoE
+    # block's output, the gated shared expert included
+    keep(p + "ffn_moe_out", moe + d * sg)
     return moe + d * sg
 
 

@@ -45,6 +45,19 @@ N_GREEDY = 24
 REFUSED = ("not supported", "unknown architecture", "unsupported architecture")
 
 
+def tol_hybrid(name, r):
+    """compare_forward.tol_exact_f32, but the logits get 1e-5 of their
+    magnitude (at least 1e-4): a delta-rule recurrence carried in f32 over
+    the prompt leaves its intermediates about 1e-6 to 1e-5 relative from the
+    float64 oracle on the MoE hybrids (measured: 7.8e-6 on qwen35moe's and
+    qwen3next's logits, absmax 19; every other tensor within 1e-4)."""
+    import compare_forward as cf
+    import numpy as np
+    if name == "logits":
+        return 1e-5 * max(10.0, float(np.abs(r).max()))
+    return cf.tol_exact_f32(name, r)
+
+
 def forward(bangtrace, model, ids, d, threads=None):
     cmd = [bangtrace, "forward", "--model", model, "--tokens", " ".join(map(str, ids)), "--dump", d]
     if threads:
@@ -123,14 +136,16 @@ def main():
                     continue
                 if m is None:       # after the first forward: a refusing engine skips fast
                     m = rh.load(path)
-                    order = rh.tensor_names(m.cfg)
+                    # the shared expert's own intermediates are the oracle's: bangtrace
+                    # taps the MoE block's output (ffn_moe_out, shared expert included)
+                    order = [n for n in rh.tensor_names(m.cfg) if "shexp" not in n]
                 try:
                     dump = cf.load_dump(d)[1]
                 except cf.DumpError as e:
                     hc.say("FAIL %s prompt %d: %s" % (label, pi, e))
                     ok = False
                     continue
-                res = cf.compare(rh.forward(m, ids), dump, cf.tol_exact_f32, order)
+                res = cf.compare(rh.forward(m, ids), dump, tol_hybrid, order)
                 hc.say("%s %s prompt %d (%d ids): %d tensors" % ("ok  " if res.ok else "FAIL", label, pi,
                                                                len(ids), len(order)))
                 res.report(always=("logits",) + tuple(n for n in order if n.endswith(".ssm_state")))

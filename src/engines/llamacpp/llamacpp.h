@@ -81,6 +81,9 @@ int bt_llamacpp_bench_run(const char *model, int threads, int depth, int np, int
 /* The name table (doc/llama-cpp.md): llama.cpp's graph name (without its
  * "-L" layer suffix) -> bt_op, or -1 when it has no counterpart. */
 int bt_llamacpp_map_name(const char *base);
+/* The same for layer `layer` of a model of config c (hybrid models name
+ * some tensors per layer kind); -1 also when the op is not computed there. */
+int bt_llamacpp_map_name_in(const bt_config *c, const char *base, int layer);
 /* The kernel llama.cpp's CPU backend runs for op with weights of type
  * wtype ("q4_1"; "" for ops without weights), for the cross-engine verdict. */
 void bt_llamacpp_kernel_guess(int op, const char *wtype, char *buf, size_t cap);

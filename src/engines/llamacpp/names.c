@@ -42,6 +42,45 @@ int bt_llamacpp_map_name(const char *base)
     return -1;
 }
 
+/* qwen35's graph (src/models/qwen35.cpp, delta-net-base.cpp): the gated
+ * delta net layers' names, and the full-attention layers' own. "attn_output"
+ * is the delta rule's output in a recurrent layer and the wo matmul in an
+ * attention layer. */
+static const struct { const char *llama; int op; } gdn_map[] = {
+    { "linear_attn_qkv_mixed", BT_OP_SSM_QKV },
+    { "z", BT_OP_SSM_Z },
+    { "beta_sigmoid", BT_OP_SSM_BETA },
+    { "gate", BT_OP_SSM_DECAY },          /* ssm_a * softplus(alpha + dt) */
+    { "conv_output_silu", BT_OP_SSM_CONV },
+    { "attn_output", BT_OP_SSM_CORE },
+    { "final_output", BT_OP_SSM_NORM },
+    { "linear_attn_out", BT_OP_SSM_OUT },
+    { "attn_residual", BT_OP_ATTN_RESID },
+    { "attn_post_norm", BT_OP_FFN_NORM },
+};
+static const struct { const char *llama; int op; } gated_attn_map[] = {
+    { "gate_reshaped", BT_OP_ATTN_GATE },
+    { "attn_gated", BT_OP_ATTN_GATED },
+    { "attn_output", BT_OP_ATTN_OUTPUT },
+    { "attn_residual", BT_OP_ATTN_RESID },
+    { "attn_post_norm", BT_OP_FFN_NORM },
+};
+
+int bt_llamacpp_map_name_in(const bt_config *c, const char *base, int layer)
+{
+    if (c && (c->flags & BT_ARCH_HYBRID) && layer >= 0) {
+        bool recr = bt_layer_recurrent(c, layer);
+        if (recr)
+            for (size_t i = 0; i < sizeof(gdn_map) / sizeof(gdn_map[0]); i++)
+                if (!strcmp(base, gdn_map[i].llama)) return gdn_map[i].op;
+        if (!recr)
+            for (size_t i = 0; i < sizeof(gated_attn_map) / sizeof(gated_attn_map[0]); i++)
+                if (!strcmp(base, gated_attn_map[i].llama)) return gated_attn_map[i].op;
+    }
+    int op = bt_llamacpp_map_name(base);
+    return op >= 0 && c && !bt_op_in_layer(c, op, layer) ? -1 : op;
+}
+
 /* What llama.cpp's CPU backend ran for a tapped op of a model whose weight
  * is of type wtype, for the cross-engine verdict (the trace of a run has
  * the exact kernel in its first_nonfinite events; a clean run has none):
