@@ -523,7 +523,7 @@ static int save_row(bt_recorder *r, int step, int pos, const float *row, const c
     return bt_trace_logit_row(r->cfg.trace, step, pos, row, r->n_vocab, reason, false);
 }
 
-int bt_recorder_snapshot(bt_recorder *r, const float *row, int row_pos, int32_t chosen)
+static int bt_recorder_snapshot(bt_recorder *r, const float *row, int row_pos, int32_t chosen)
 {
     int rc = BT_OK;
     int step = r->step;
@@ -567,7 +567,7 @@ int bt_recorder_snapshot(bt_recorder *r, const float *row, int row_pos, int32_t 
     return BT_OK;
 }
 
-int bt_recorder_token(bt_recorder *r, int pos, int32_t id, const char *role, float logprob)
+static int bt_recorder_token(bt_recorder *r, int pos, int32_t id, const char *role, float logprob)
 {
     int rc = BT_OK;
     int step = r->step;
@@ -597,18 +597,18 @@ int bt_recorder_step_sampled(bt_recorder *r, const float *row, int row_pos, int3
     return rc ? rc : bt_recorder_token(r, row_pos + 1, chosen, "gen", logprob);
 }
 
-int bt_recorder_spec_step(bt_recorder *r, int step, const char *drafter, int k, int accepted,
+static int bt_recorder_spec_step(bt_recorder *r, int step, const char *drafter, int k, int accepted,
                           int32_t bonus_token, const char *bonus_kind)
 {
     return r->cfg.trace ? bt_trace_spec_step(r->cfg.trace, step, drafter, k, accepted, bonus_token, bonus_kind) : BT_OK;
 }
 
-int bt_recorder_spec_trail(bt_recorder *r, const bt_spec_row *row)
+static int bt_recorder_spec_trail(bt_recorder *r, const bt_spec_row *row)
 {
     return r->cfg.trace ? bt_trace_spec_trail(r->cfg.trace, row) : BT_OK;
 }
 
-int bt_recorder_event(bt_recorder *r, int step, int pos, const char *kind, const char *detail)
+static int bt_recorder_event(bt_recorder *r, int step, int pos, const char *kind, const char *detail)
 {
     return event(r, step, pos, kind, -1, NULL, NULL, detail, NULL);
 }

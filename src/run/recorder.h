@@ -55,20 +55,9 @@ int bt_recorder_step_begin(bt_recorder *r, const char *kind, int pos0, int n_pos
 /* After sampling from `row` (the logits of position row_pos): snapshot,
  * token (role gen; pos = row_pos + 1), detectors. oov ids are allowed. */
 int bt_recorder_step_sampled(bt_recorder *r, const float *row, int row_pos, int32_t chosen, float logprob);
-/* The pieces of step_sampled, for steps that use several rows (a
- * speculative verify): a logit snapshot of the row predicting position
- * row_pos + 1, and a token of the trail (role prompt | gen | draft |
- * bonus; gen and bonus feed the detectors). */
-int bt_recorder_snapshot(bt_recorder *r, const float *row, int row_pos, int32_t chosen);
-int bt_recorder_token(bt_recorder *r, int pos, int32_t id, const char *role, float logprob);
-/* Speculative decoding's rows for the trace (spec_steps: what a verify step
- * did; spec_trail: one drafted token's fate), so the decoder writes the
- * trace only through its recorder. No-ops when the recorder has no trace. */
-int bt_recorder_spec_step(bt_recorder *r, int step, const char *drafter, int k, int accepted,
-                          int32_t bonus_token, const char *bonus_kind);
-int bt_recorder_spec_trail(bt_recorder *r, const bt_spec_row *row);
-/* A decoder event (post_stop_draft, accept_collapse). */
-int bt_recorder_event(bt_recorder *r, int step, int pos, const char *kind, const char *detail);
+/* The speculative verify's pieces (logit snapshots, trail tokens, spec_steps
+ * and spec_trail rows) and the decoder's events reach the recorder through
+ * its observer (bt_recorder_observer, src/gen/observer.h), not by name. */
 /* The step last opened (run's interrupt line: the last committed step). */
 int bt_recorder_current_step(const bt_recorder *r);
 int bt_recorder_step_end(bt_recorder *r, double ms);
