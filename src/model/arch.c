@@ -63,16 +63,33 @@ static const bt_arch_tensor qwen3moe_layer[] = {
     { "ffn_down_shexp.weight", W(ffn_down_shexp), { BT_DIM_SHARED_FF, E }, true },
 };
 
+/* The rows the qwen35 family's layers share: a gated delta net layer's
+ * projections, conv, gates, norm and output (qwen3next binds ssm_ba in place
+ * of ssm_beta and ssm_alpha), and a full-attention layer's gated q, k, v,
+ * output and q/k norms. */
+#define QWEN35_GDN \
+    { "attn_qkv.weight", W(ssm_qkv), { E, BT_DIM_SSM_CONV }, false }, \
+    { "attn_gate.weight", W(ssm_z), { E, BT_DIM_SSM_V }, false }, \
+    { "ssm_conv1d.weight", W(ssm_conv1d), { BT_DIM_SSM_KERNEL, BT_DIM_SSM_CONV }, false }, \
+    { "ssm_dt.bias", W(ssm_dt), { BT_DIM_SSM_NV }, false }, \
+    { "ssm_a", W(ssm_a), { BT_DIM_SSM_NV }, false }, \
+    { "ssm_beta.weight", W(ssm_beta_w), { E, BT_DIM_SSM_NV }, false }, \
+    { "ssm_alpha.weight", W(ssm_alpha), { E, BT_DIM_SSM_NV }, false }, \
+    { "ssm_norm.weight", W(ssm_norm_w), { BT_DIM_SSM_HEAD }, false }, \
+    { "ssm_out.weight", W(ssm_out_w), { BT_DIM_SSM_V, E }, false }
+#define QWEN35_ATTN \
+    { "attn_q.weight", W(wq), { E, BT_DIM_Q2 }, false }, \
+    { "attn_k.weight", W(wk), { E, KV }, false }, \
+    { "attn_v.weight", W(wv), { E, KV }, false }, \
+    { "attn_output.weight", W(wo), { Q, E }, false }, \
+    QK_NORM
+
 /* qwen35 (Qwen3.5 dense, llama.cpp's src/models/qwen35.cpp): full-attention
  * layers with the doubled (gated) q projection, q/k norms and the
  * post-attention norm (bound as ffn_norm); gated delta net layers. */
 static const bt_arch_tensor qwen35_layer[] = {
     { "attn_norm.weight", W(attn_norm), { E }, false },
-    { "attn_q.weight", W(wq), { E, BT_DIM_Q2 }, false },
-    { "attn_k.weight", W(wk), { E, KV }, false },
-    { "attn_v.weight", W(wv), { E, KV }, false },
-    { "attn_output.weight", W(wo), { Q, E }, false },
-    QK_NORM,
+    QWEN35_ATTN,
     { "post_attention_norm.weight", W(ffn_norm), { E }, false },
     { "ffn_gate.weight", W(w_gate), { E, FF }, false },
     { "ffn_up.weight", W(w_up), { E, FF }, false },
@@ -80,15 +97,7 @@ static const bt_arch_tensor qwen35_layer[] = {
 };
 static const bt_arch_tensor qwen35_recr[] = {
     { "attn_norm.weight", W(attn_norm), { E }, false },
-    { "attn_qkv.weight", W(ssm_qkv), { E, BT_DIM_SSM_CONV }, false },
-    { "attn_gate.weight", W(ssm_z), { E, BT_DIM_SSM_V }, false },
-    { "ssm_conv1d.weight", W(ssm_conv1d), { BT_DIM_SSM_KERNEL, BT_DIM_SSM_CONV }, false },
-    { "ssm_dt.bias", W(ssm_dt), { BT_DIM_SSM_NV }, false },
-    { "ssm_a", W(ssm_a), { BT_DIM_SSM_NV }, false },
-    { "ssm_beta.weight", W(ssm_beta_w), { E, BT_DIM_SSM_NV }, false },
-    { "ssm_alpha.weight", W(ssm_alpha), { E, BT_DIM_SSM_NV }, false },
-    { "ssm_norm.weight", W(ssm_norm_w), { BT_DIM_SSM_HEAD }, false },
-    { "ssm_out.weight", W(ssm_out_w), { BT_DIM_SSM_V, E }, false },
+    QWEN35_GDN,
     { "post_attention_norm.weight", W(ffn_norm), { E }, false },
     { "ffn_gate.weight", W(w_gate), { E, FF }, false },
     { "ffn_up.weight", W(w_up), { E, FF }, false },
@@ -109,24 +118,12 @@ static const bt_arch_tensor qwen35_recr[] = {
     { "ffn_down_shexp.weight", W(ffn_down_shexp), { BT_DIM_SHARED_FF, E }, true }
 static const bt_arch_tensor qwen35moe_layer[] = {
     { "attn_norm.weight", W(attn_norm), { E }, false },
-    { "attn_q.weight", W(wq), { E, BT_DIM_Q2 }, false },
-    { "attn_k.weight", W(wk), { E, KV }, false },
-    { "attn_v.weight", W(wv), { E, KV }, false },
-    { "attn_output.weight", W(wo), { Q, E }, false },
-    QK_NORM,
+    QWEN35_ATTN,
     QWEN35_MOE_FFN,
 };
 static const bt_arch_tensor qwen35moe_recr[] = {
     { "attn_norm.weight", W(attn_norm), { E }, false },
-    { "attn_qkv.weight", W(ssm_qkv), { E, BT_DIM_SSM_CONV }, false },
-    { "attn_gate.weight", W(ssm_z), { E, BT_DIM_SSM_V }, false },
-    { "ssm_conv1d.weight", W(ssm_conv1d), { BT_DIM_SSM_KERNEL, BT_DIM_SSM_CONV }, false },
-    { "ssm_dt.bias", W(ssm_dt), { BT_DIM_SSM_NV }, false },
-    { "ssm_a", W(ssm_a), { BT_DIM_SSM_NV }, false },
-    { "ssm_beta.weight", W(ssm_beta_w), { E, BT_DIM_SSM_NV }, false },
-    { "ssm_alpha.weight", W(ssm_alpha), { E, BT_DIM_SSM_NV }, false },
-    { "ssm_norm.weight", W(ssm_norm_w), { BT_DIM_SSM_HEAD }, false },
-    { "ssm_out.weight", W(ssm_out_w), { BT_DIM_SSM_V, E }, false },
+    QWEN35_GDN,
     QWEN35_MOE_FFN,
 };
 
