@@ -137,15 +137,24 @@ const char *const *tui_key_help(void)
     LINE("%s", "");
     LINE("%s", "Grid columns (Step, Walk-back): one per op; narrow cells show the");
     LINE("%s", "two-letter label (written downwards when a cell is one column wide):");
-    char row[96];
-    size_t ro = 0;
-    for (int op = 0; op < BT_OP_COUNT; op++) {
-        char item[40];
-        snprintf(item, sizeof item, "%s %s", bt_op_label(op), bt_op_name(op));
-        ro += (size_t)snprintf(row + ro, sizeof row - ro, "%-17s", item);
-        if (op % 4 == 3) { LINE("  %s", row); ro = 0; }
+    /* every op, the hybrid models' own (gated delta net, gated attention)
+     * after the others so the common ones fit a small terminal first */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) LINE("%s", "  and in hybrid models (qwen35, qwen3next):");
+        char row[96];
+        size_t ro = 0;
+        int col = 0;
+        for (int op = 0; op < BT_OP_COUNT; op++) {
+            const char *name = bt_op_name(op);
+            bool hybrid = !strncmp(name, "ssm_", 4) || !strcmp(name, "attn_gate") || !strcmp(name, "attn_gated");
+            if (hybrid != (pass == 1)) continue;
+            char item[40];
+            snprintf(item, sizeof item, "%s %s", bt_op_label(op), name);
+            ro += (size_t)snprintf(row + ro, sizeof row - ro, "%-17s", item);
+            if (++col % 4 == 0) { LINE("  %s", row); ro = 0; }
+        }
+        if (ro) LINE("  %s", row);
     }
-    if (ro) LINE("  %s", row);
     LINE("%s", "");
     LINE("%s", "Colours: red = non-finite, yellow = degenerate output or |x| far");
     LINE("%s", "above the tensor's median over the trace, green = clean. Without");
