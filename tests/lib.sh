@@ -49,6 +49,18 @@ finish() { [ "$failures" -eq 0 ] || { echo "$failures check(s) failed"; exit 1; 
 # (or $SERVE_MODEL) with ARGS, sets $port and $last_pid, appends the pid to
 # $pids (the caller's EXIT trap kills them), waits for /health.
 free_port() { "${PYTHON3:-python3}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# wait_up URL PID TENTHS: 0 once URL/health answers, 1 when PID exits or
+# TENTHS tenths of a second pass first (every test server's start).
+wait_up() {
+    _w=0
+    while [ "$_w" -lt "$3" ]; do
+        curl -sf "$1/health" >/dev/null 2>&1 && return 0
+        kill -0 "$2" 2>/dev/null || return 1
+        sleep 0.1; _w=$((_w + 1))
+    done
+    return 1
+}
+
 start_server() {
     name=$1; shift
     port=$(free_port)
@@ -57,12 +69,7 @@ start_server() {
         2>"$TMP/$name.err" &
     last_pid=$!
     pids="${pids:-} $last_pid"
-    i=0
-    while [ $i -lt 100 ]; do
-        curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-        kill -0 "$last_pid" 2>/dev/null || break
-        sleep 0.1; i=$((i + 1))
-    done
+    wait_up "http://127.0.0.1:$port" "$last_pid" 100 && return 0
     fail "$name: server did not come up: $(cat "$TMP/$name.err")"
     return 1
 }

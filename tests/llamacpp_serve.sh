@@ -48,12 +48,7 @@ start_pair() {
     lpid=$!; pids="$pids $lpid"
     SERVE_MODEL="--model $model" start_server "$name" --engine llama.cpp --parallel $N --ctx 1024 --trace-dir "$TMP/$name.tr" || return 1
     bpid=$last_pid bport=$port
-    i=0
-    while [ $i -lt 600 ]; do
-        curl -sf "http://127.0.0.1:$lport/health" >/dev/null 2>&1 && return 0
-        kill -0 "$lpid" 2>/dev/null || break
-        sleep 0.1; i=$((i + 1))
-    done
+    wait_up "http://127.0.0.1:$lport" "$lpid" 600 && return 0
     fail "$name: llama-server did not come up: $(tail -n 5 "$TMP/$name.llama.log")"
     return 1
 }

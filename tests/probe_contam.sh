@@ -20,11 +20,7 @@ start_contam() {
     last_pid=$!
     pids="$pids $last_pid"
     url=http://127.0.0.1:$port
-    i=0
-    while [ $i -lt 100 ]; do
-        curl -sf "$url/health" >/dev/null 2>&1 && return 0
-        sleep 0.1; i=$((i + 1))
-    done
+    wait_up "$url" "$last_pid" 100 && return 0
     fail "test server $*: did not come up: $(cat "$TMP/srv.err")"
     return 1
 }

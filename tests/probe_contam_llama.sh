@@ -24,12 +24,7 @@ port=$(free_port)
 # one thread: llama.cpp's thread pool spins, which on a shared 2-core machine costs more than it gains
 "$LS" -m "$TINY" --host 127.0.0.1 --port "$port" -np 4 -c 2048 -t 1 >"$TMP/ls.log" 2>&1 &
 lpid=$!
-i=0
-until curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
-    kill -0 "$lpid" 2>/dev/null || { fail "llama-server exited: $(tail -5 "$TMP/ls.log")"; finish; }
-    i=$((i + 1)); [ $i -lt 300 ] || { fail "llama-server did not come up in 30 s: $(tail -5 "$TMP/ls.log")"; finish; }
-    sleep 0.1
-done
+wait_up "http://127.0.0.1:$port" "$lpid" 300 || { fail "llama-server did not come up in 30 s: $(tail -5 "$TMP/ls.log")"; finish; }
 grep -q "n_slots = 4" "$TMP/ls.log" && ok "llama-server up with 4 slots" || fail "slots: $(grep -m1 n_slots "$TMP/ls.log")"
 
 expect_exit 0 "llama-server -np 4: clean" "$BANGTRACE" probe --contamination --url "http://127.0.0.1:$port" --nonce-seed 9 --json

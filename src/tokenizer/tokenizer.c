@@ -465,6 +465,19 @@ static int make_symbols(scratch *sc, const char *s, size_t n, size_t *count)
 
 /* ---- SPM ---- */
 
+/* Apply the bigram the heap gave: its right symbol joins its left one and
+ * leaves the list. NULL when either side changed since it was queued. */
+static sym *merge_pair(scratch *sc, bigram b)
+{
+    sym *l = &sc->s[b.left], *r = &sc->s[b.right];
+    if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) return NULL;
+    l->n += r->n;
+    r->n = 0;
+    l->next = r->next;
+    if (r->next >= 0) sc->s[r->next].prev = b.left;
+    return l;
+}
+
 static int spm_add_bigram(const bt_tokenizer *t, scratch *sc, int l, int r)
 {
     if (l < 0 || r < 0) return BT_OK;
@@ -497,12 +510,8 @@ static int spm_encode(const bt_tokenizer *t, scratch *sc, const char *text, size
         if ((rc = spm_add_bigram(t, sc, (int)i - 1, (int)i))) return rc;
     while (sc->h.n) {
         bigram b = heap_pop(&sc->h);
-        sym *l = &sc->s[b.left], *r = &sc->s[b.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;   /* stale */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) sc->s[r->next].prev = b.left;
+        sym *l = merge_pair(sc, b);
+        if (!l) continue;   /* stale */
         if ((rc = spm_add_bigram(t, sc, l->prev, b.left))) return rc;
         if ((rc = spm_add_bigram(t, sc, b.left, l->next))) return rc;
     }
@@ -557,12 +566,8 @@ static int bpe_merge(const bt_tokenizer *t, scratch *sc, size_t ns, bool fixed_i
         if (MERGEABLE((int)i - 1) && MERGEABLE((int)i)) rc = bpe_add_bigram(t, sc, &key, &keycap, (int)i - 1, (int)i);
     while (sc->h.n && !rc) {
         bigram b = heap_pop(&sc->h);
-        sym *l = &sc->s[b.left], *r = &sc->s[b.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;   /* stale */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) sc->s[r->next].prev = b.left;
+        sym *l = merge_pair(sc, b);
+        if (!l) continue;   /* stale */
         if (MERGEABLE(l->prev)) rc = bpe_add_bigram(t, sc, &key, &keycap, l->prev, b.left);
         if (!rc && MERGEABLE(l->next)) rc = bpe_add_bigram(t, sc, &key, &keycap, b.left, l->next);
     }
