@@ -183,6 +183,22 @@ CREATE TABLE moe_routes (      -- mixture of experts: the experts each token was
     PRIMARY KEY (step, model, pos, layer, rank)
 ) WITHOUT ROWID;
 
+CREATE TABLE kv_access (       -- batched serve: the KV blocks behind this request's steps (traces/server_schema.sql)
+    step        INTEGER NOT NULL,           -- this trace's step
+    server_step INTEGER NOT NULL,           -- the server's batched forward (server.db steps.step)
+    block       INTEGER NOT NULL,           -- physical block id
+    logical     INTEGER NOT NULL,           -- its index in this request's block table
+    mode        TEXT NOT NULL,              -- w: written here | hit: mapped from the prefix cache |
+                                            -- r: read, last written by another request
+    pos_lo      INTEGER NOT NULL,           -- this request's positions in the block
+    pos_hi      INTEGER NOT NULL,
+    writer      TEXT,                       -- the request that last wrote it (mode hit / r)
+    writer_step INTEGER,                    -- the server step it wrote it at
+    bad_step    INTEGER,                    -- server step the block first held a non-finite value (NULL: never)
+    bad_by      TEXT,                       -- who put it there ("req-..-5", "padding lane of req-..-5")
+    PRIMARY KEY (step, block, mode)
+) WITHOUT ROWID;
+
 CREATE VIEW v_tokens AS
 SELECT step, pos, token_id, piece, role, logprob FROM tokens ORDER BY seq;
 

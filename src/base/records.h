@@ -49,6 +49,9 @@ typedef struct bt_mutation {
 
 /* PRAGMA application_id of a bangtrace trace ("BTRC"; set by src/trace/writer.c). */
 #define BT_TRACE_APPLICATION_ID 0x42545243
+/* PRAGMA application_id of a batched server's DIR/server.db ("BTSV";
+ * traces/server_schema.sql). */
+#define BT_SERVER_APPLICATION_ID 0x42545356
 
 /* Speculative decoding: one drafted token's fate in a verify step (the
  * decoder reports it, the trace stores it as a spec_trail row). */

@@ -657,6 +657,8 @@ static const table_plan tables[] = {
     { "kernels", true }, { "op_timings", true },
     /* expert ids and weights: no text */
     { "moe_routes", true },
+    /* block ids and request ids (the server's x-request-id): no text */
+    { "kv_access", true },
 };
 
 static bool src_has_column(exporter *x, const char *table, const char *column, int *err)

@@ -25,6 +25,7 @@ static const expected_obj expected[] = {
     { "kernels_op", "index", "kernels", false },
     { "v_kernels", "view", NULL, false },   { "v_op_timings", "view", NULL, false },
     { "moe_routes", "table", NULL, false }, { "v_moe_routes", "view", NULL, false },
+    { "kv_access", "table", NULL, false },
     { "tokens_step", "index", "tokens", false }, { "logits_bad", "index", "logits", false },
     { "events_kind", "index", "events", false }, { "events_step", "index", "events", false },
     { "v_tokens", "view", NULL, false },    { "v_tap_bits", "view", NULL, false },
