@@ -296,3 +296,10 @@ EXTRA_DIST += tests/probe_contam.sh tests/contam_server.py tests/probe_contam_ll
 # against llama.cpp on a tiny model made by tools/make-tiny-hybrid.py
 TESTS += tests/hybrid_llamacpp.sh
 EXTRA_DIST += tests/hybrid_llamacpp.sh tests/gguf_drop_key.py
+
+# the batched forward over a paged KV cache (issue 26)
+check_PROGRAMS += tests/test_batch
+TESTS += tests/batch_engine.sh
+EXTRA_DIST += tests/batch_engine.sh
+tests_test_batch_SOURCES = tests/test_batch.c
+tests_test_batch_LDADD = $(CORE_LIBS)

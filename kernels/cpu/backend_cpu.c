@@ -132,6 +132,19 @@ static void cpu_buf_free(bt_backend *be, bt_buf *b)
 
 static void *cpu_buf_host(bt_backend *be, bt_buf *b) { (void)be; return b ? b->p : NULL; }
 
+static int cpu_buf_view(bt_backend *be, bt_buf *b, size_t off, size_t bytes, bt_buf **out)
+{
+    (void)be;
+    *out = NULL;
+    if (off * sizeof(float) > b->bytes || bytes > b->bytes - off * sizeof(float))
+        return bt_error(BT_ERANGE, "cpu: a view of %zu bytes at float %zu is outside a %zu-byte buffer", bytes, off, b->bytes);
+    bt_buf *v = calloc(1, sizeof *v);
+    if (!v) return bt_error(BT_ENOMEM, "out of memory");
+    v->p = (float *)b->p + off; v->bytes = bytes; v->owned = false;
+    *out = v;
+    return BT_OK;
+}
+
 static int cpu_set(bt_backend *be, bt_buf *b, size_t off, const float *src, size_t n)
 {
     (void)be;
@@ -322,6 +335,19 @@ static void attn_head(float *att, int pos, float scale, const float *vc, int kv_
  * them. */
 #define ATTN_KB 64
 
+/* A paged cache (a->blocks): the cached row of position p, and how many
+ * positions from p on are contiguous in the slab (to the end of its block).
+ * Contiguous: p itself, and no limit. */
+static inline size_t kv_row(const bt_attn_args *a, int p)
+{
+    return a->blocks ? (size_t)a->blocks[p / a->block_size] * a->block_size + p % a->block_size : (size_t)p;
+}
+
+static inline int kv_run(const bt_attn_args *a, int p, int want)
+{
+    return a->blocks ? BT_MIN(want, a->block_size - p % a->block_size) : want;
+}
+
 /* A prefill work item: query positions t0 .. t0+nt-1 and the `group` query
  * heads of KV head kvh, blocked over keys so each block of K and V is read
  * from memory once per tile instead of once per query (at a 4k context
@@ -339,14 +365,17 @@ static void attn_tile(const bt_attn_args *a, float *att, size_t ctx, int t0, int
     const float *vc = F(a->v_cache) + a->cache_off + (size_t)kvh * hd;
     float scale = 1.0f / sqrtf((float)hd);
     int last = a->pos0 + t0 + nt - 1;    /* the tile's longest row */
-    for (int p0 = 0; p0 <= last; p0 += ATTN_KB)
+    for (int p0 = 0, kb; p0 <= last; p0 += kb) {
+        kb = kv_run(a, p0, ATTN_KB);
+        size_t r0 = kv_row(a, p0);
         for (int t = 0; t < nt; t++) {
-            int pos = a->pos0 + t0 + t, np = BT_MIN(ATTN_KB, pos + 1 - p0);
+            int pos = a->pos0 + t0 + t, np = BT_MIN(kb, pos + 1 - p0);
             if (np <= 0) continue;
             const float *q = F(a->q) + (size_t)(t0 + t) * q_dim + (size_t)kvh * group * hd;
-            bt_dot_rows_multi_f32(kc + (size_t)p0 * kv_dim, kv_dim, q, hd, group, hd, np,
+            bt_dot_rows_multi_f32(kc + r0 * kv_dim, kv_dim, q, hd, group, hd, np,
                                   att + (size_t)t * group * ctx + p0, (int64_t)ctx);
         }
+    }
     float inv[64 * 8];   /* nt * group <= tq * group, bounded by the caller */
     int len[64 * 8] = { 0 };
     for (int t = 0; t < nt; t++)
@@ -355,15 +384,18 @@ static void attn_tile(const bt_attn_args *a, float *att, size_t ctx, int t0, int
             memset(F(a->out) + (size_t)(t0 + t) * q_dim + (size_t)(kvh * group + g) * hd, 0, hd * sizeof(float));
         }
     attn_softmax_rows(att, ctx, nt * group, len, scale, inv);
-    for (int p0 = 0; p0 <= last; p0 += ATTN_KB)
+    for (int p0 = 0, kb; p0 <= last; p0 += kb) {
+        kb = kv_run(a, p0, ATTN_KB);
+        size_t r0 = kv_row(a, p0);
         for (int t = 0; t < nt; t++) {
-            int pos = a->pos0 + t0 + t, np = BT_MIN(ATTN_KB, pos + 1 - p0);
+            int pos = a->pos0 + t0 + t, np = BT_MIN(kb, pos + 1 - p0);
             if (np <= 0) continue;
             for (int g = 0; g < group; g++)
                 bt_wsum_f32(F(a->out) + (size_t)(t0 + t) * q_dim + (size_t)(kvh * group + g) * hd,
                             att + (size_t)(t * group + g) * ctx + p0, inv[t * group + g],
-                            vc + (size_t)p0 * kv_dim, kv_dim, np, hd);
+                            vc + r0 * kv_dim, kv_dim, np, hd);
         }
+    }
 }
 
 /* Work items: one (position, head) pair each for a single position (decode:
@@ -392,6 +424,23 @@ static void attn_worker(void *arg, int ith, int nth)
     float scale = 1.0f / sqrtf((float)hd);
     for (int h = ith; h < a->n_heads; h += nth) {
         int pos = a->pos0, kvh = h / group;
+        if (a->blocks) {   /* paged: the same dots and sums, one block's run at a time */
+            float inv;
+            int n = pos + 1;
+            for (int p0 = 0, kb; p0 <= pos; p0 += kb) {
+                kb = kv_run(a, p0, pos + 1 - p0);
+                bt_dot_rows_f32(kc + kv_row(a, p0) * kv_dim + kvh * hd, kv_dim, F(a->q) + (size_t)h * hd, hd, kb, att + p0);
+            }
+            attn_softmax_rows(att, 0, 1, &n, scale, &inv);
+            float acc[BT_CPU_MAX_HEAD_DIM];
+            memset(acc, 0, hd * sizeof(float));
+            for (int p0 = 0, kb; p0 <= pos; p0 += kb) {
+                kb = kv_run(a, p0, pos + 1 - p0);
+                bt_wsum_f32(acc, att + p0, inv, vc + kv_row(a, p0) * kv_dim + kvh * hd, kv_dim, kb, hd);
+            }
+            memcpy(F(a->out) + (size_t)h * hd, acc, hd * sizeof(float));
+            continue;
+        }
         /* SIMD score dots (the same bits as one bt_vec_dot each) */
         bt_dot_rows_f32(kc + kvh * hd, kv_dim, F(a->q) + (size_t)h * hd, hd, pos + 1, att);
         attn_head(att, pos, scale, vc + kvh * hd, kv_dim, hd, F(a->out) + (size_t)h * hd);
@@ -699,6 +748,7 @@ static int cpu_num_rmsnorm(bt_backend *be, const bt_numerics *n, bt_buf *out, bt
 
 static int cpu_num_attention(bt_backend *be, const bt_numerics *n, const bt_attn_args *a)
 {
+    if (a->blocks) return bt_error(BT_EUNSUPPORTED, "cpu: numerics profiles over a paged KV cache are not supported");
     if (a->head_dim > BT_NUMERICS_MAX_HEAD_DIM)
         return bt_error(BT_EUNSUPPORTED, "--numerics: attention heads of %d values are above the supported %d",
                         a->head_dim, BT_NUMERICS_MAX_HEAD_DIM);
@@ -719,6 +769,7 @@ static const struct bt_backend_i cpu_iface = {
     .buf_upload = cpu_buf_upload,
     .buf_free = cpu_buf_free,
     .buf_host = cpu_buf_host,
+    .buf_view = cpu_buf_view,
     .set = cpu_set,
     .read = cpu_read,
     .sync = NULL,                 /* every op has finished when it returns */

@@ -555,6 +555,7 @@ static int cu_kv_store(bt_backend *be, bt_buf *kc, bt_buf *vc, size_t off, bt_bu
 static int cu_attention(bt_backend *be, const bt_attn_args *a)
 {
     cuda_be *c = CB(be);
+    if (a->blocks) return bt_error(BT_EUNSUPPORTED, "cuda: paged attention (the batched server's KV cache) is not implemented yet");
     size_t need = (size_t)a->T * a->n_heads * a->ctx_len;
     if (need > c->scratch_floats) {
         int rc = seg_end(c);   /* cudaMalloc may not run inside a capture */

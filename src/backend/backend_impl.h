@@ -62,6 +62,13 @@ typedef struct bt_attn_args {
     int T, pos0;
     int n_heads, n_kv_heads, head_dim;
     int ctx_len;
+    /* ABI 5, paged KV (the batched server): NULL, or the block table of
+     * this sequence: position p's cached row is blocks[p / block_size] *
+     * block_size + p % block_size of the slab (the bits of the contiguous
+     * cache's: each score is one dot, each sum in key order). A backend
+     * without paged attention refuses a non-NULL table. */
+    const int32_t *blocks;
+    int block_size;
 } bt_attn_args;
 
 struct bt_backend_i {
@@ -242,6 +249,13 @@ struct bt_backend_i {
      * tables (ctx_len, n_rot/2)); dims from n_rot on are left alone. */
     int (*rope_neox_part)(bt_backend *be, bt_buf *x, int T, int n_heads, int head_dim, int n_rot, int pos0,
                           bt_buf *cos, bt_buf *sin);
+
+    /* ---- ABI 5: the batched server (continuous batching, paged KV) ----
+     * optional: a buffer aliasing `bytes` of b from float offset off (no
+     * copy; freed with buf_free, which leaves b alone; b outlives it). Every
+     * op takes it as it takes b. NULL: the engine refuses a batched forward
+     * on this backend, naming it. */
+    int (*buf_view)(bt_backend *be, bt_buf *b, size_t off, size_t bytes, bt_buf **out);
 };
 
 /* Every backend handle starts with its vtable; the rest is the backend's. */
@@ -261,9 +275,9 @@ struct bt_backend {
  * bt_backend_mem or bt_numerics change layout (2: rope_neox, add_row,
  * scatter_add, enable, mark, activity, mem_info; 3: num_check, num_round,
  * num_matmul, num_rmsnorm, num_attention; 4: copy_cols, mul_sigmoid, gdn_gates,
- * ssm_conv, gdn_recur, rope_neox_part); hooks are only ever added at the
- * end. */
-#define BT_BACKEND_ABI_VERSION 4
+ * ssm_conv, gdn_recur, rope_neox_part; 5: bt_attn_args.blocks and
+ * block_size, buf_view); hooks are only ever added at the end. */
+#define BT_BACKEND_ABI_VERSION 5
 #define BT_BACKEND_PLUGIN_ENTRY "bt_backend_plugin_init"
 typedef int (*bt_backend_plugin_init_fn)(int abi_version, int device, bt_backend **out, char *err, size_t errcap);
 int bt_backend_plugin_init(int abi_version, int device, bt_backend **out, char *err, size_t errcap);

@@ -248,8 +248,32 @@ struct bt_engine {
     bt_buf *ssm_state; /* (n_layers, n_v*head_k, head_v): each recurrent layer's state, f32 */
     bt_buf *conv_state;/* (n_layers, kernel-1, conv_channels) */
     size_t l2_w;       /* vec_w offset of head_k floats 1/sqrt(head_k): L2 norm as rmsnorm */
-    int rec_next;      /* the position the recurrent state expects next (0: reset) */
+    int *rec_next;     /* (n_slots) the position each slot's recurrent state expects next */
+    /* paged KV (the batched server, bt_engine_forward_batch): the cache is
+     * cache_rows = n_blocks * block_size rows per layer; block_size 0: one
+     * sequence, row = position */
+    int block_size, n_blocks, n_slots;
+    size_t cache_rows;
+    /* the sequences of the forward running now (one for bt_engine_forward) */
+    struct seq_run *run;
+    int n_run;
+    int tap_seq;       /* the sequence a callback of a batched forward is about */
+    int32_t *h_rows;   /* (B) a batched forward's logit rows, gathered */
 };
+
+/* One sequence of a forward: its rows of the batch and where its cache is.
+ * View buffers alias the engine's activations at its rows (NULL when it
+ * starts at row 0: the buffers themselves). */
+enum { V_Q, V_K, V_V, V_CTX, V_QKV, V_CONV, V_SQ, V_SK, V_SV, V_DECAY, V_BETA, V_CORE, V_COUNT };
+typedef struct seq_run {
+    const int32_t *tokens;
+    int T, pos0, row0;
+    const int32_t *blocks;   /* NULL: contiguous cache */
+    int slot, state;         /* recurrent state slot, BT_SEQ_STATE_* */
+    bool all;                /* logits of every row */
+    int lrow0, lrows;        /* its logit rows */
+    bt_buf *view[V_COUNT];
+} seq_run;
 
 static bool *want_at(bt_engine *e, int op, int layer) { return &e->want[op * (e->c.n_layers + 1) + layer + 1]; }
 
@@ -290,6 +314,7 @@ void bt_engine_free(bt_engine *e)
     free(e->want_extra);
     free(e->h_router); free(e->h_probs); free(e->h_sel); free(e->h_w); free(e->h_ids); free(e->h_ew);
     free(e->h_pos); free(e->h_zero);
+    free(e->rec_next); free(e->h_rows);
     free(e);
 }
 
@@ -412,8 +437,8 @@ static int hybrid_alloc(bt_engine *e)
         (rc = alloc_f32(e, B * nv, &e->s_decay)) || (rc = alloc_f32(e, B * K, &e->s_q)) ||
         (rc = alloc_f32(e, B * K, &e->s_k)) || (rc = alloc_f32(e, B * V, &e->s_v)) ||
         (rc = alloc_f32(e, B * BT_MAX(V, 2 * nv), &e->s_core)) || (rc = alloc_f32(e, B * V, &e->s_norm)) ||
-        (rc = alloc_f32(e, L * nv * c->ssm_head_k * c->ssm_head_v, &e->ssm_state)) ||
-        (rc = alloc_f32(e, L * (size_t)(c->ssm_kernel - 1) * C, &e->conv_state)))
+        (rc = alloc_f32(e, (size_t)e->n_slots * L * nv * c->ssm_head_k * c->ssm_head_v, &e->ssm_state)) ||
+        (rc = alloc_f32(e, (size_t)e->n_slots * L * (size_t)(c->ssm_kernel - 1) * C, &e->conv_state)))
         return bt_error(rc, "out of memory for the gated delta net's run state (batch %zu)", B);
     return BT_OK;
 }
@@ -467,7 +492,12 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
     bt_engine *e = calloc(1, sizeof(*e));
     if (!e) return bt_error(BT_ENOMEM, "out of memory");
     e->m = m; e->c = cfg; e->ctx_len = ctx_len; e->max_batch = max_batch;
+    e->block_size = o->block_size > 0 ? o->block_size : 0;
+    e->n_blocks = e->block_size ? o->n_blocks : 0;
+    e->n_slots = BT_MAX(1, o->n_slots);
+    e->cache_rows = e->block_size ? (size_t)e->n_blocks * e->block_size : (size_t)ctx_len;
     int rc = BT_OK;
+    if (e->block_size && e->n_blocks <= 0) { free(e); return bt_error(BT_EINVAL, "a paged KV cache needs at least one block"); }
     if (o->share_pool) e->be = o->share_pool->be;
     else if (o->backend) e->be = o->backend;
     else if ((rc = bt_backend_open(o->device, n_threads, &e->be))) { free(e); return rc; }
@@ -481,7 +511,9 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
     float *host = NULL;
     e->want = calloc((size_t)BT_OP_COUNT * (c->n_layers + 1), sizeof(bool));
     e->lw = calloc((size_t)c->n_layers, sizeof(layer_bufs));
-    if (!e->want || !e->lw) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+    e->rec_next = calloc((size_t)e->n_slots, sizeof(int));
+    e->h_rows = calloc(B, sizeof(int32_t));
+    if (!e->want || !e->lw || !e->rec_next || !e->h_rows) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
     /* Offsets of the small per-layer vectors in vec_w. */
     size_t n_vec = 0;
     for (int l = 0; l < c->n_layers; l++) {
@@ -530,8 +562,8 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
         (rc = alloc_f32(e, B * c->dim, &e->attn_out)) || (rc = alloc_f32(e, B * hid, &e->gate)) ||
         (rc = alloc_f32(e, B * hid, &e->up)) || (rc = alloc_f32(e, B * hid, &e->act)) ||
         (rc = alloc_f32(e, B * c->dim, &e->down)) ||
-        (rc = alloc_f32(e, (size_t)c->n_layers * ctx_len * kv_dim, &e->key_cache)) ||
-        (rc = alloc_f32(e, (size_t)c->n_layers * ctx_len * kv_dim, &e->val_cache)) ||
+        (rc = alloc_f32(e, (size_t)c->n_layers * e->cache_rows * kv_dim, &e->key_cache)) ||
+        (rc = alloc_f32(e, (size_t)c->n_layers * e->cache_rows * kv_dim, &e->val_cache)) ||
         (rc = alloc_f32(e, (size_t)ctx_len * half, &e->rope_cos)) ||
         (rc = alloc_f32(e, (size_t)ctx_len * half, &e->rope_sin)) ||
         (rc = alloc_f32(e, nrm, &e->norm_w)) || (n_vec && (rc = alloc_f32(e, n_vec, &e->vec_w))) ||
@@ -725,21 +757,32 @@ int bt_tensor_mutate(const bt_tensor_view *t, const bt_mutation *m, long *change
     return rc;
 }
 
-/* Hand a freshly computed tensor to the tap; false means cancel. */
-static bool tap(bt_engine *e, int op, int layer, bt_buf *buf, int T, int pos0, int width)
+/* Hand a freshly computed tensor to the tap, one view per sequence of the
+ * forward (its rows; the logits: its logit rows); false means cancel. */
+static bool tap(bt_engine *e, int op, int layer, bt_buf *buf, int width)
 {
     if (!*want_at(e, op, layer)) return true;
-    bt_tensor h = { .be = e->be, .buf = buf, .off = 0 };
-    bt_tensor_view t = { .op = op, .layer = layer, .step = e->step, .pos0 = pos0, .rows = T, .width = width,
-                         .data = e->bi->buf_host ? e->bi->buf_host(e->be, buf) : NULL, .tensor = &h };
-    return e->cb.observe(e->cb.user, &t);
+    float *host = e->bi->buf_host ? e->bi->buf_host(e->be, buf) : NULL;
+    for (int s = 0; s < e->n_run; s++) {
+        const seq_run *q = &e->run[s];
+        int row0 = op == BT_OP_LOGITS ? q->lrow0 : q->row0, rows = op == BT_OP_LOGITS ? q->lrows : q->T;
+        int pos0 = op == BT_OP_LOGITS ? q->pos0 + q->T - q->lrows : q->pos0;
+        size_t off = (size_t)row0 * width;
+        bt_tensor h = { .be = e->be, .buf = buf, .off = off };
+        bt_tensor_view t = { .op = op, .layer = layer, .step = e->step, .pos0 = pos0, .rows = rows, .width = width,
+                             .data = host ? host + off : NULL, .tensor = &h };
+        e->tap_seq = s;
+        if (!e->cb.observe(e->cb.user, &t)) return false;
+    }
+    return true;
 }
 
 /* Hand rows x width floats at offset off of buf to the tap, row 0 at pos0
  * (the recurrent states: pos0 0, a row per state row). */
-static bool tap_at(bt_engine *e, int op, int layer, bt_buf *buf, size_t off, int rows, int pos0, int width)
+static bool tap_at(bt_engine *e, int seq, int op, int layer, bt_buf *buf, size_t off, int rows, int pos0, int width)
 {
     if (!*want_at(e, op, layer)) return true;
+    e->tap_seq = seq;
     bt_tensor h = { .be = e->be, .buf = buf, .off = off };
     float *host = e->bi->buf_host ? e->bi->buf_host(e->be, buf) : NULL;
     bt_tensor_view t = { .op = op, .layer = layer, .step = e->step, .pos0 = pos0, .rows = rows, .width = width,
@@ -747,15 +790,27 @@ static bool tap_at(bt_engine *e, int op, int layer, bt_buf *buf, size_t off, int
     return e->cb.observe(e->cb.user, &t);
 }
 
-/* Hand one expert's part of an op to the tap: n rows at the positions pos. */
+/* Hand one expert's part of an op to the tap: n rows at the positions pos,
+ * from the batch rows e->h_ids (ascending), one view per sequence that
+ * routed rows to it. */
 static bool tap_expert(bt_engine *e, int op, int layer, int expert, const int *pos, bt_buf *buf, int n, int width)
 {
     if (!*want_at(e, op, layer)) return true;
-    bt_tensor h = { .be = e->be, .buf = buf, .off = 0 };
-    bt_expert_rows er = { .expert = expert, .pos = pos };
-    bt_tensor_view t = { .op = op, .layer = layer, .step = e->step, .pos0 = pos[0], .rows = n, .width = width,
-                         .data = e->bi->buf_host ? e->bi->buf_host(e->be, buf) : NULL, .tensor = &h, .moe = &er };
-    return e->cb.observe(e->cb.user, &t);
+    float *host = e->bi->buf_host ? e->bi->buf_host(e->be, buf) : NULL;
+    for (int s = 0, i = 0; s < e->n_run && i < n; s++) {
+        const seq_run *q = &e->run[s];
+        int i0 = i;
+        while (i < n && e->h_ids[i] < q->row0 + q->T) i++;
+        if (i == i0) continue;
+        size_t off = (size_t)i0 * width;
+        bt_tensor h = { .be = e->be, .buf = buf, .off = off };
+        bt_expert_rows er = { .expert = expert, .pos = pos + i0 };
+        bt_tensor_view t = { .op = op, .layer = layer, .step = e->step, .pos0 = pos[i0], .rows = i - i0, .width = width,
+                             .data = host ? host + off : NULL, .tensor = &h, .moe = &er };
+        e->tap_seq = s;
+        if (!e->cb.observe(e->cb.user, &t)) return false;
+    }
+    return true;
 }
 
 /* An op's output of n values stored as the profile's activation format
@@ -794,9 +849,17 @@ static int norm(bt_engine *e, size_t w_off, int T)
 #define TAP(op, layer, buf, width) do { \
         MARK(op, layer); \
         OP(num_store(e, buf, (size_t)T * (width))); \
-        if (e->has_cb && !tap(e, op, layer, buf, T, pos0, width)) { e->step++; return BT_EINVAL; } } while (0)
+        if (e->has_cb && !tap(e, op, layer, buf, width)) { e->step++; return BT_EINVAL; } } while (0)
 /* An op; a backend error ends the forward (the step still counts). */
 #define OP(call) do { int rc_ = (call); if (rc_) { e->step++; return rc_; } } while (0)
+
+/* The position of row r of the forward running now. */
+static int row_pos(const bt_engine *e, int r)
+{
+    for (int s = 0; s < e->n_run; s++)
+        if (r < e->run[s].row0 + e->run[s].T) return e->run[s].pos0 + r - e->run[s].row0;
+    return -1;
+}
 
 /* A SwiGLU FFN of n rows of x through gate/up (rows hid) and down into
  * e->down, tapping its four tensors as expert x's (x < 0: the shared
@@ -824,7 +887,7 @@ static int expert_ffn(bt_engine *e, int l, int x, const int *pos, bt_buf *wg, bt
  * slab, and the weighted sum into moe_out; the shared expert on every row;
  * moe_out is tapped as ffn_moe_out. Decode reads only the routed experts'
  * weights. Returns BT_OK, a backend error, or BT_EINVAL (a tap cancelled). */
-static int moe_ffn(bt_engine *e, int l, int T, int pos0)
+static int moe_ffn(bt_engine *e, int l, int T)
 {
     const bt_config *c = &e->c;
     const bt_layer_weights *L = &e->m->layers[l];
@@ -837,13 +900,18 @@ static int moe_ffn(bt_engine *e, int l, int T, int pos0)
     if ((rc = mm(e, L->ffn_gate_inp.type, W->w_gate_inp, E, dim, e->xb, 0, T, e->router)))
         return rc;
     if ((rc = num_store(e, e->router, (size_t)T * E))) return rc;
-    if (e->has_cb && !tap(e, BT_OP_FFN_GATE_INP, l, e->router, T, pos0, E)) return BT_EINVAL;
+    if (e->has_cb && !tap(e, BT_OP_FFN_GATE_INP, l, e->router, E)) return BT_EINVAL;
     /* the choice is made from what the tap left (an injected router routes) */
     if ((rc = bi->read(be, e->router, 0, (size_t)T * E, e->h_router))) return rc;
     for (int t = 0; t < T; t++)
         bt_moe_route(e->h_router + (size_t)t * E, E, k, c->norm_topk_prob, 1.0f, e->h_probs,
                      e->h_sel + (size_t)t * k, e->h_w + (size_t)t * k);
-    if (e->has_cb && e->cb.routes) e->cb.routes(e->cb.user, e->step, l, pos0, T, k, e->h_sel, e->h_w);
+    if (e->has_cb && e->cb.routes)
+        for (int s = 0; s < e->n_run; s++) {
+            const seq_run *q = &e->run[s];
+            e->tap_seq = s;
+            e->cb.routes(e->cb.user, e->step, l, q->pos0, q->T, k, e->h_sel + (size_t)q->row0 * k, e->h_w + (size_t)q->row0 * k);
+        }
     if (e->marking && (rc = bi->mark(be, e->step, l, BT_OP_FFN_MOE_OUT))) return rc;
     if ((rc = bi->set(be, e->moe_out, 0, e->h_zero, (size_t)T * dim))) return rc;
     int *pos_l = e->h_pos + (size_t)l * e->max_batch * k;
@@ -855,7 +923,7 @@ static int moe_ffn(bt_engine *e, int l, int T, int pos0)
                 if (e->h_sel[t * k + j] == x) { e->h_ids[n] = t; e->h_ew[n] = e->h_w[t * k + j]; n++; }
         if (!n) continue;
         int *pos = pos_l + used;
-        for (int i = 0; i < n; i++) pos[i] = pos0 + e->h_ids[i];
+        for (int i = 0; i < n; i++) pos[i] = row_pos(e, e->h_ids[i]);
         used += n;
         if ((rc = bi->get_rows(be, BT_DT_F32, e->xb, dim, e->h_ids, n, e->xe))) return rc;
         bt_weight g = bt_moe_expert_view(&L->ffn_gate_exps, x), u = bt_moe_expert_view(&L->ffn_up_exps, x),
@@ -879,7 +947,7 @@ static int moe_ffn(bt_engine *e, int l, int T, int pos0)
         if ((rc = bi->scatter_add(be, e->moe_out, e->down, e->h_ids, e->h_ew, T, dim))) return rc;
     }
     if ((rc = num_store(e, e->moe_out, (size_t)T * dim))) return rc;
-    if (e->has_cb && !tap(e, BT_OP_FFN_MOE_OUT, l, e->moe_out, T, pos0, dim)) return BT_EINVAL;
+    if (e->has_cb && !tap(e, BT_OP_FFN_MOE_OUT, l, e->moe_out, dim)) return BT_EINVAL;
     return BT_OK;
 }
 
@@ -891,8 +959,11 @@ static int moe_ffn(bt_engine *e, int l, int T, int pos0)
  * BT_EINVAL (a tap cancelled). */
 #define GTAP(op, buf, width) do { \
         if ((rc = num_store(e, buf, (size_t)T * (width)))) return rc; \
-        if (e->has_cb && !tap(e, op, l, buf, T, pos0, width)) return BT_EINVAL; } while (0)
-static int gdn_layer(bt_engine *e, int l, int T, int pos0)
+        if (e->has_cb && !tap(e, op, l, buf, width)) return BT_EINVAL; } while (0)
+/* Sequence q's rows of an activation buffer: its view, or the buffer when
+ * it starts at row 0. */
+#define SV(q, which, buf) ((q)->view[which] ? (q)->view[which] : (buf))
+static int gdn_layer(bt_engine *e, int l, int T)
 {
     const bt_config *c = &e->c;
     const bt_layer_weights *L = &e->m->layers[l];
@@ -901,7 +972,7 @@ static int gdn_layer(bt_engine *e, int l, int T, int pos0)
     const struct bt_backend_i *bi = e->bi;
     int dim = c->dim, nk = c->ssm_n_k, nv = c->ssm_n_v, dk = c->ssm_head_k, dv = c->ssm_head_v, K = c->ssm_kernel;
     int C = (int)bt_arch_dim(c, BT_DIM_SSM_CONV), KD = nk * dk, V = nv * dv;
-    size_t st_off = (size_t)l * nv * dk * dv, cs_off = (size_t)l * (K - 1) * C;
+    size_t st_per = (size_t)nv * dk * dv, cs_per = (size_t)(K - 1) * C, Ls = (size_t)c->n_layers;
     int rc;
 #define GMARK(op) do { if (e->marking && (rc = bi->mark(be, e->step, l, op))) return rc; } while (0)
     GMARK(BT_OP_SSM_QKV);
@@ -926,9 +997,17 @@ static int gdn_layer(bt_engine *e, int l, int T, int pos0)
     GMARK(BT_OP_SSM_DECAY);
     GTAP(BT_OP_SSM_DECAY, e->s_decay, nv);
     GMARK(BT_OP_SSM_CONV);
-    if ((rc = bi->ssm_conv(be, e->s_conv, e->s_qkv, e->conv_state, cs_off, e->vec_w, W->s_conv, T, C, K))) return rc;
+    for (int s = 0; s < e->n_run; s++) {   /* each sequence over its own slot's conv state */
+        seq_run *q = &e->run[s];
+        size_t cs_off = ((size_t)q->slot * Ls + l) * cs_per;
+        if ((rc = bi->ssm_conv(be, SV(q, V_CONV, e->s_conv), SV(q, V_QKV, e->s_qkv), e->conv_state, cs_off, e->vec_w,
+                               W->s_conv, q->T, C, K)))
+            return rc;
+    }
     GTAP(BT_OP_SSM_CONV, e->s_conv, C);
-    if (e->has_cb && !tap_at(e, BT_OP_SSM_CONV_STATE, l, e->conv_state, cs_off, K - 1, 0, C)) return BT_EINVAL;
+    for (int s = 0; s < e->n_run && e->has_cb; s++)
+        if (!tap_at(e, s, BT_OP_SSM_CONV_STATE, l, e->conv_state, ((size_t)e->run[s].slot * Ls + l) * cs_per, K - 1, 0, C))
+            return BT_EINVAL;
     GMARK(BT_OP_SSM_Q);
     if ((rc = bi->copy_cols(be, e->s_q, e->s_conv, T, C, 0, 1, KD, 0))) return rc;
     /* L2 norm per head: x / sqrt(sum x^2 + eps), llama.cpp's form: an
@@ -943,11 +1022,18 @@ static int gdn_layer(bt_engine *e, int l, int T, int pos0)
     if ((rc = bi->copy_cols(be, e->s_v, e->s_conv, T, C, 2 * KD, 1, V, 0))) return rc;
     GTAP(BT_OP_SSM_V, e->s_v, V);
     GMARK(BT_OP_SSM_CORE);
-    if ((rc = bi->gdn_recur(be, e->s_core, e->s_q, e->s_k, e->s_v, e->s_decay, e->s_beta, e->ssm_state, st_off, T, nk, nv,
-                            dk, dv, ba)))
-        return rc;
+    for (int s = 0; s < e->n_run; s++) {   /* the delta rule over each sequence's slot */
+        seq_run *q = &e->run[s];
+        size_t st_off = ((size_t)q->slot * Ls + l) * st_per;
+        if ((rc = bi->gdn_recur(be, SV(q, V_CORE, e->s_core), SV(q, V_SQ, e->s_q), SV(q, V_SK, e->s_k), SV(q, V_SV, e->s_v),
+                                SV(q, V_DECAY, e->s_decay), SV(q, V_BETA, e->s_beta), e->ssm_state, st_off, q->T, nk, nv,
+                                dk, dv, ba)))
+            return rc;
+    }
     GTAP(BT_OP_SSM_CORE, e->s_core, V);
-    if (e->has_cb && !tap_at(e, BT_OP_SSM_STATE, l, e->ssm_state, st_off, nv * dk, 0, dv)) return BT_EINVAL;
+    for (int s = 0; s < e->n_run && e->has_cb; s++)
+        if (!tap_at(e, s, BT_OP_SSM_STATE, l, e->ssm_state, ((size_t)e->run[s].slot * Ls + l) * st_per, nv * dk, 0, dv))
+            return BT_EINVAL;
     GMARK(BT_OP_SSM_NORM);
     if ((rc = bi->rmsnorm(be, e->s_norm, e->s_core, e->vec_w, W->s_norm, T * nv, dv, c->norm_eps))) return rc;
     if ((rc = bi->swiglu(be, e->s_norm, e->s_z, e->s_norm, (size_t)T * V))) return rc;
@@ -960,26 +1046,31 @@ static int gdn_layer(bt_engine *e, int l, int T, int pos0)
 }
 #undef GTAP
 
-/* The recurrent states follow one sequence: position 0 starts it afresh
- * (zero states), any other position must be the next one. There is no
- * rollback yet (speculative drafts, rewinds): such a forward is refused. */
-static int hybrid_begin(bt_engine *e, int T, int pos0)
+/* A sequence's recurrent states (its slot's): position 0 starts them afresh
+ * (zero states), any other position must be the next one (there is no
+ * rollback yet: speculative drafts, rewinds are refused), unless the
+ * caller keeps them as they are (BT_SEQ_STATE_KEEP: the batched server's
+ * "slot not reset" fault). */
+static int hybrid_begin(bt_engine *e, const seq_run *q)
 {
-    if (pos0 == 0) {
+    int *next = &e->rec_next[q->slot];
+    if (q->state == BT_SEQ_STATE_KEEP) {
+        /* whatever the slot holds */
+    } else if (q->pos0 == 0) {
         const bt_config *c = &e->c;
         size_t ns = (size_t)c->n_layers * c->ssm_n_v * c->ssm_head_k * c->ssm_head_v;
         size_t nc = (size_t)c->n_layers * (c->ssm_kernel - 1) * (size_t)bt_arch_dim(c, BT_DIM_SSM_CONV);
         float *z = calloc(BT_MAX(ns, nc) + 1, sizeof(float));
         if (!z) return bt_error(BT_ENOMEM, "out of memory");
-        int rc = e->bi->set(e->be, e->ssm_state, 0, z, ns);
-        if (rc == BT_OK) rc = e->bi->set(e->be, e->conv_state, 0, z, nc);
+        int rc = e->bi->set(e->be, e->ssm_state, (size_t)q->slot * ns, z, ns);
+        if (rc == BT_OK) rc = e->bi->set(e->be, e->conv_state, (size_t)q->slot * nc, z, nc);
         free(z);
         if (rc) return rc;
-    } else if (pos0 != e->rec_next) {
+    } else if (q->pos0 != *next) {
         return bt_error(BT_EUNSUPPORTED, "a forward at position %d, but the recurrent state of this hybrid model is at "
-                        "position %d: it cannot be rolled back or skipped ahead (start again at 0)", pos0, e->rec_next);
+                        "position %d: it cannot be rolled back or skipped ahead (start again at 0)", q->pos0, *next);
     }
-    e->rec_next = pos0 + T;
+    *next = q->pos0 + q->T;
     return BT_OK;
 }
 
@@ -1000,35 +1091,60 @@ static int forward_ext(bt_engine *e, const int32_t *tokens, int T, int pos0)
     return rc;
 }
 
-int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
+/* Positions pos0..pos0+T-1 and their tokens, checked against the context
+ * and the vocabulary. */
+static int check_rows(const bt_engine *e, const int32_t *tokens, int T, int pos0)
+{
+    if (pos0 < 0 || pos0 + T > e->ctx_len)
+        return bt_error(BT_ERANGE, "positions %d..%d exceed the context length %d (use --ctx)", pos0, pos0 + T - 1, e->ctx_len);
+    for (int t = 0; t < T; t++)
+        if (tokens[t] < 0 || tokens[t] >= e->c.n_vocab)
+            return bt_error(BT_ERANGE, "token id %d at position %d is outside the vocabulary (%d)", tokens[t], pos0 + t, e->c.n_vocab);
+    return BT_OK;
+}
+
+/* Store sequence q's T rows of k and v (layer slab at slab): at its
+ * positions, or through its block table a block's run at a time. */
+static int store_kv(bt_engine *e, const seq_run *q, size_t slab, int kv_dim)
+{
+    bt_backend *be = e->be;
+    const struct bt_backend_i *bi = e->bi;
+    if (!q->blocks)
+        return bi->kv_store(be, e->key_cache, e->val_cache, slab + (size_t)q->pos0 * kv_dim, SV(q, V_K, e->k),
+                            SV(q, V_V, e->v), (size_t)q->T * kv_dim);
+    int bs = e->block_size, rc = BT_OK;
+    for (int p = q->pos0, run; p < q->pos0 + q->T && rc == BT_OK; p += run) {
+        run = BT_MIN(bs - p % bs, q->pos0 + q->T - p);
+        size_t row = (size_t)q->blocks[p / bs] * bs + p % bs, src = (size_t)(q->row0 + p - q->pos0) * kv_dim;
+        bt_buf *kv = NULL, *vv = NULL;
+        if ((rc = bi->buf_view(be, e->k, src, (size_t)run * kv_dim * sizeof(float), &kv)) == BT_OK &&
+            (rc = bi->buf_view(be, e->v, src, (size_t)run * kv_dim * sizeof(float), &vv)) == BT_OK)
+            rc = bi->kv_store(be, e->key_cache, e->val_cache, slab + row * kv_dim, kv, vv, (size_t)run * kv_dim);
+        bi->buf_free(be, kv);
+        bi->buf_free(be, vv);
+    }
+    return rc;
+}
+
+/* The forward of the sequences in e->run (T rows in all, each sequence's
+ * rows consecutive from its row0): every op over all rows but the
+ * position-dependent ones (rope, the cache, attention, the recurrence),
+ * which run per sequence over its rows. */
+static int forward_run(bt_engine *e, int T)
 {
     const bt_config *c = &e->c;
     bt_backend *be = e->be;
     const struct bt_backend_i *bi = e->bi;
-    if (e->foreign) {
-        if (T <= 0 || pos0 < 0 || pos0 + T > e->ctx_len)
-            return bt_error(BT_ERANGE, "positions %d..%d exceed the context length %d (use --ctx)", pos0, pos0 + T - 1, e->ctx_len);
-        for (int t = 0; t < T; t++)
-            if (tokens[t] < 0 || tokens[t] >= c->n_vocab)
-                return bt_error(BT_ERANGE, "token id %d at position %d is outside the vocabulary (%d)", tokens[t], pos0 + t, c->n_vocab);
-        return forward_ext(e, tokens, T, pos0);
-    }
-    if (T <= 0 || T > e->max_batch)
-        return bt_error(BT_EINVAL, "forward of %d tokens exceeds the batch size %d", T, e->max_batch);
-    if (pos0 < 0 || pos0 + T > e->ctx_len)
-        return bt_error(BT_ERANGE, "positions %d..%d exceed the context length %d (use --ctx)", pos0, pos0 + T - 1, e->ctx_len);
-    for (int t = 0; t < T; t++)
-        if (tokens[t] < 0 || tokens[t] >= c->n_vocab)
-            return bt_error(BT_ERANGE, "token id %d at position %d is outside the vocabulary (%d)", tokens[t], pos0 + t, c->n_vocab);
-
     const bt_model *m = e->m;
     int dim = c->dim, hd = c->head_dim, hidden = c->hidden_dim;
     int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
     bool gated = (c->flags & BT_ARCH_ATTN_GATE) != 0;
-    if (e->hybrid) {
-        int rc0 = hybrid_begin(e, T, pos0);
-        if (rc0) return rc0;
-    }
+    const int32_t *tokens = e->run[0].tokens;
+    if (e->hybrid)
+        for (int s = 0; s < e->n_run; s++) {
+            int rc0 = hybrid_begin(e, &e->run[s]);
+            if (rc0) return rc0;
+        }
     MARK(BT_OP_TOKEN_EMBD, -1);
     OP(bi->get_rows(be, m->token_embd.type, e->w_embd, dim, tokens, T, e->x));
     TAP(BT_OP_TOKEN_EMBD, -1, e->x, dim);
@@ -1041,7 +1157,7 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         TAP(BT_OP_ATTN_NORM, l, e->xb, dim);
 
         if (bt_layer_recurrent(c, l)) {   /* gated delta net */
-            OP(gdn_layer(e, l, T, pos0));
+            OP(gdn_layer(e, l, T));
             goto resid;
         }
         MARK(BT_OP_ATTN_Q, l);
@@ -1069,40 +1185,50 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
             OP(bi->rmsnorm(be, e->k, e->k, e->vec_w, W->k_norm, T * c->n_kv_heads, hd, c->norm_eps));
             TAP(BT_OP_ATTN_K_NORM, l, e->k, kv_dim);
         }
-        if (e->hybrid) {   /* partial (sectioned) rope */
-            MARK(BT_OP_ATTN_Q, l);
-            OP(bi->rope_neox_part(be, e->q, T, c->n_heads, hd, c->rope_dim, pos0, e->rope_cos, e->rope_sin));
-            MARK(BT_OP_ATTN_K, l);
-            OP(bi->rope_neox_part(be, e->k, T, c->n_kv_heads, hd, c->rope_dim, pos0, e->rope_cos, e->rope_sin));
-        } else if (c->rope_kind == BT_ROPE_NEOX) {
-            MARK(BT_OP_ATTN_Q, l);
-            OP(bi->rope_neox(be, e->q, T, c->n_heads, hd, pos0, e->rope_cos, e->rope_sin));
-            MARK(BT_OP_ATTN_K, l);
-            OP(bi->rope_neox(be, e->k, T, c->n_kv_heads, hd, pos0, e->rope_cos, e->rope_sin));
-        } else {
-            MARK(BT_OP_ATTN_Q, l);
-            OP(bi->rope(be, e->q, T, c->n_heads, hd, pos0, e->rope_cos, e->rope_sin));
-            MARK(BT_OP_ATTN_K, l);
-            OP(bi->rope(be, e->k, T, c->n_kv_heads, hd, pos0, e->rope_cos, e->rope_sin));
+        for (int s = 0; s < e->n_run; s++) {   /* rope at each sequence's positions */
+            const seq_run *sq = &e->run[s];
+            bt_buf *qb = SV(sq, V_Q, e->q), *kb = SV(sq, V_K, e->k);
+            int n = sq->T, p0 = sq->pos0;
+            if (e->hybrid) {   /* partial (sectioned) rope */
+                MARK(BT_OP_ATTN_Q, l);
+                OP(bi->rope_neox_part(be, qb, n, c->n_heads, hd, c->rope_dim, p0, e->rope_cos, e->rope_sin));
+                MARK(BT_OP_ATTN_K, l);
+                OP(bi->rope_neox_part(be, kb, n, c->n_kv_heads, hd, c->rope_dim, p0, e->rope_cos, e->rope_sin));
+            } else if (c->rope_kind == BT_ROPE_NEOX) {
+                MARK(BT_OP_ATTN_Q, l);
+                OP(bi->rope_neox(be, qb, n, c->n_heads, hd, p0, e->rope_cos, e->rope_sin));
+                MARK(BT_OP_ATTN_K, l);
+                OP(bi->rope_neox(be, kb, n, c->n_kv_heads, hd, p0, e->rope_cos, e->rope_sin));
+            } else {
+                MARK(BT_OP_ATTN_Q, l);
+                OP(bi->rope(be, qb, n, c->n_heads, hd, p0, e->rope_cos, e->rope_sin));
+                MARK(BT_OP_ATTN_K, l);
+                OP(bi->rope(be, kb, n, c->n_kv_heads, hd, p0, e->rope_cos, e->rope_sin));
+            }
         }
         TAP(BT_OP_ATTN_Q, l, e->q, q_dim);
         TAP(BT_OP_ATTN_K, l, e->k, kv_dim);
         TAP(BT_OP_ATTN_V, l, e->v, kv_dim);
         /* Append to the cache after the taps, so an injected k/v is what the
          * cache carries forward, as a bad kernel's output would be. */
-        size_t slab = (size_t)l * e->ctx_len * kv_dim;
+        size_t slab = (size_t)l * e->cache_rows * kv_dim;
         MARK(BT_OP_ATTN_CTX, l);   /* the cache append is attention's input */
-        OP(bi->kv_store(be, e->key_cache, e->val_cache, slab + (size_t)pos0 * kv_dim, e->k, e->v, (size_t)T * kv_dim));
-        if (e->num_on && e->num.kv != BT_NUM_F32) {   /* the cache as the profile stores it */
-            OP(bt_backend_num_round(be, e->key_cache, slab + (size_t)pos0 * kv_dim, (size_t)T, (size_t)kv_dim, e->num.kv));
-            OP(bt_backend_num_round(be, e->val_cache, slab + (size_t)pos0 * kv_dim, (size_t)T, (size_t)kv_dim, e->num.kv));
+        for (int s = 0; s < e->n_run; s++) OP(store_kv(e, &e->run[s], slab, kv_dim));
+        if (e->num_on && e->num.kv != BT_NUM_F32) {   /* the cache as the profile stores it (one sequence) */
+            size_t at = slab + (size_t)e->run[0].pos0 * kv_dim;
+            OP(bt_backend_num_round(be, e->key_cache, at, (size_t)T, (size_t)kv_dim, e->num.kv));
+            OP(bt_backend_num_round(be, e->val_cache, at, (size_t)T, (size_t)kv_dim, e->num.kv));
         }
 
-        bt_attn_args aa = { .q = e->q, .k_cache = e->key_cache, .v_cache = e->val_cache, .cache_off = slab,
-                            .out = e->ctx, .T = T, .pos0 = pos0, .n_heads = c->n_heads,
-                            .n_kv_heads = c->n_kv_heads, .head_dim = hd, .ctx_len = e->ctx_len };
-        if (e->num_on && bt_numerics_attn_custom_n(&e->num)) OP(bt_backend_num_attention(be, &e->num, &aa));
-        else OP(bi->attention(be, &aa));
+        for (int s = 0; s < e->n_run; s++) {
+            const seq_run *sq = &e->run[s];
+            bt_attn_args aa = { .q = SV(sq, V_Q, e->q), .k_cache = e->key_cache, .v_cache = e->val_cache,
+                                .cache_off = slab, .out = SV(sq, V_CTX, e->ctx), .T = sq->T, .pos0 = sq->pos0,
+                                .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = hd,
+                                .ctx_len = e->ctx_len, .blocks = sq->blocks, .block_size = e->block_size };
+            if (e->num_on && bt_numerics_attn_custom_n(&e->num)) OP(bt_backend_num_attention(be, &e->num, &aa));
+            else OP(bi->attention(be, &aa));
+        }
         TAP(BT_OP_ATTN_CTX, l, e->ctx, q_dim);
         if (gated) {
             MARK(BT_OP_ATTN_GATED, l);
@@ -1123,7 +1249,7 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
         OP(norm(e, (size_t)(2 * l + 1) * dim, T));
         TAP(BT_OP_FFN_NORM, l, e->xb, dim);
         if (c->n_expert > 0) {
-            OP(moe_ffn(e, l, T, pos0));
+            OP(moe_ffn(e, l, T));
             OP(bi->add(be, e->x, e->moe_out, (size_t)T * dim));
             TAP(BT_OP_FFN_RESID, l, e->x, dim);
             continue;
@@ -1149,16 +1275,32 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
     OP(norm(e, (size_t)2 * c->n_layers * dim, T));
     TAP(BT_OP_OUTPUT_NORM, -1, e->xb, dim);
 
-    /* Logits for every row only when a tap wants them; else the last row. */
-    bool all = e->logits_all || (e->has_cb && *want_at(e, BT_OP_LOGITS, -1));
-    int rows = all ? T : 1;
+    /* Logits for every row of a sequence that asks for them or when a tap
+     * wants them; else its last row. Several sequences: their rows
+     * gathered first, so the head's weights are read once. */
+    bool want_l = e->has_cb && *want_at(e, BT_OP_LOGITS, -1);
+    int rows = 0;
+    for (int s = 0; s < e->n_run; s++) {
+        seq_run *sq = &e->run[s];
+        sq->lrows = sq->all || want_l ? sq->T : 1;
+        sq->lrow0 = rows;
+        rows += sq->lrows;
+    }
     OP(logits_reserve(e, rows));
-    size_t src = all ? 0 : (size_t)(T - 1) * dim;
+    bt_buf *head_in = e->xb;
+    size_t src = (size_t)(T - e->run[0].lrows) * dim;
+    if (e->n_run > 1) {
+        for (int s = 0, k = 0; s < e->n_run; s++)
+            for (int i = 0; i < e->run[s].lrows; i++) e->h_rows[k++] = e->run[s].row0 + e->run[s].T - e->run[s].lrows + i;
+        OP(bi->get_rows(be, BT_DT_F32, e->xb, dim, e->h_rows, rows, e->attn_out));
+        head_in = e->attn_out;
+        src = 0;
+    }
     MARK(BT_OP_LOGITS, -1);
-    OP(mm(e, m->output.type, e->w_out, c->n_vocab, dim, e->xb, src, rows, e->logits_b));
+    OP(mm(e, m->output.type, e->w_out, c->n_vocab, dim, head_in, src, rows, e->logits_b));
     e->logit_rows = rows;
     OP(num_store(e, e->logits_b, (size_t)rows * c->n_vocab));
-    if (e->has_cb && *want_at(e, BT_OP_LOGITS, -1)) TAP(BT_OP_LOGITS, -1, e->logits_b, c->n_vocab);
+    if (want_l) TAP(BT_OP_LOGITS, -1, e->logits_b, c->n_vocab);
     /* The sampler reads the host copy; on a device this read is also the
      * step's synchronisation point. */
     MARK(-1, -1);   /* the step's copies and wait belong to no op */
@@ -1168,6 +1310,92 @@ int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
     if (e->has_cb && e->cb.flush && !e->cb.flush(e->cb.user, step)) return BT_EINVAL;
     return BT_OK;
 }
+
+int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0)
+{
+    if (e->foreign) {
+        if (T <= 0)
+            return bt_error(BT_ERANGE, "positions %d..%d exceed the context length %d (use --ctx)", pos0, pos0 + T - 1, e->ctx_len);
+        int rc = check_rows(e, tokens, T, pos0);
+        return rc ? rc : forward_ext(e, tokens, T, pos0);
+    }
+    if (e->block_size) return bt_error(BT_EINVAL, "a paged engine runs batched forwards (bt_engine_forward_batch)");
+    if (T <= 0 || T > e->max_batch)
+        return bt_error(BT_EINVAL, "forward of %d tokens exceeds the batch size %d", T, e->max_batch);
+    int rc = check_rows(e, tokens, T, pos0);
+    if (rc) return rc;
+    seq_run q = { .tokens = tokens, .T = T, .pos0 = pos0, .all = e->logits_all };
+    e->run = &q;
+    e->n_run = 1;
+    e->tap_seq = 0;
+    rc = forward_run(e, T);
+    e->run = NULL;
+    e->n_run = 0;
+    return rc;
+}
+
+int bt_engine_forward_batch(bt_engine *e, bt_seq_batch *b, int n)
+{
+    if (e->foreign || !e->block_size)
+        return bt_error(BT_EINVAL, "a batched forward needs a paged engine (bt_engine_opts.block_size)");
+    if (!e->bi->buf_view)
+        return bt_error(BT_EUNSUPPORTED, "the %s backend has no buffer views (buf_view): batched forwards run on the cpu",
+                        bt_backend_name(e->be));
+    if (e->num_on) return bt_error(BT_EUNSUPPORTED, "numerics profiles are not supported in a batched forward");
+    if (n <= 0) return bt_error(BT_EINVAL, "a batched forward of %d sequences", n);
+    int T = 0, rc = BT_OK;
+    for (int s = 0; s < n; s++) {
+        const bt_seq_batch *q = &b[s];
+        if (q->T <= 0 || q->T > e->max_batch - T)
+            return bt_error(BT_EINVAL, "a batched forward of more than the batch size %d rows", e->max_batch);
+        if ((rc = check_rows(e, q->tokens, q->T, q->pos0))) return rc;
+        if (!q->blocks) return bt_error(BT_EINVAL, "sequence %d of a batched forward has no block table", s);
+        for (int k = 0; k <= (q->pos0 + q->T - 1) / e->block_size; k++)
+            if (q->blocks[k] < 0 || q->blocks[k] >= e->n_blocks)
+                return bt_error(BT_ERANGE, "sequence %d maps positions %d.. to block %d of %d", s, k * e->block_size,
+                                q->blocks[k], e->n_blocks);
+        if (q->slot < 0 || q->slot >= e->n_slots)
+            return bt_error(BT_ERANGE, "sequence %d's state slot %d is outside the %d slots", s, q->slot, e->n_slots);
+        T += q->T;
+    }
+    seq_run *run = calloc((size_t)n, sizeof *run);
+    int32_t *tok = malloc((size_t)T * sizeof *tok);
+    if (!run || !tok) { free(run); free(tok); return bt_error(BT_ENOMEM, "out of memory"); }
+    const bt_config *c = &e->c;
+    int hd = c->head_dim, q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
+    int C = e->hybrid ? (int)bt_arch_dim(c, BT_DIM_SSM_CONV) : 0, KD = c->ssm_n_k * c->ssm_head_k;
+    int V = c->ssm_n_v * c->ssm_head_v, nv = c->ssm_n_v;
+    bt_buf *base[V_COUNT] = { e->q, e->k, e->v, e->ctx, e->s_qkv, e->s_conv, e->s_q, e->s_k, e->s_v, e->s_decay,
+                              e->s_beta, e->s_core };
+    int width[V_COUNT] = { q_dim, kv_dim, kv_dim, q_dim, C, C, KD, KD, V, nv, nv, V };
+    int nviews = e->hybrid ? V_COUNT : V_QKV;
+    for (int s = 0, row = 0; s < n; s++) {
+        seq_run *q = &run[s];
+        q->tokens = tok + row; q->T = b[s].T; q->pos0 = b[s].pos0; q->row0 = row; q->blocks = b[s].blocks;
+        q->slot = b[s].slot; q->state = b[s].state; q->all = b[s].logits_all;
+        memcpy(tok + row, b[s].tokens, (size_t)q->T * sizeof *tok);
+        for (int v = 0; v < nviews && row > 0 && rc == BT_OK; v++)
+            rc = e->bi->buf_view(e->be, base[v], (size_t)row * width[v], (size_t)q->T * width[v] * sizeof(float), &q->view[v]);
+        row += q->T;
+    }
+    if (rc == BT_OK) {
+        e->run = run;
+        e->n_run = n;
+        rc = forward_run(e, T);
+        for (int s = 0; s < n; s++) b[s].logit_row = run[s].lrow0 + run[s].lrows - 1;
+        e->run = NULL;
+        e->n_run = 0;
+    }
+    for (int s = 0; s < n; s++)
+        for (int v = 0; v < V_COUNT; v++) e->bi->buf_free(e->be, run[s].view[v]);
+    free(run);
+    free(tok);
+    return rc;
+}
+
+int bt_engine_batch_seq(const bt_engine *e) { return e->tap_seq; }
+int bt_engine_block_size(const bt_engine *e) { return e->block_size; }
+int bt_engine_n_blocks(const bt_engine *e) { return e->n_blocks; }
 
 float *bt_engine_logits(bt_engine *e) { return e->logits + (size_t)(e->logit_rows - 1) * e->c.n_vocab; }
 
@@ -1235,23 +1463,23 @@ bt_backend *bt_engine_backend(const bt_engine *e) { return e->be; }
 float *bt_engine_kv(bt_engine *e, int layer, int pos, int which)
 {
     if (e->foreign) return NULL;    /* the foreign engine owns its cache */
-    if (layer < 0 || layer >= e->c.n_layers || pos < 0 || pos >= e->ctx_len) return NULL;
+    if (layer < 0 || layer >= e->c.n_layers || pos < 0 || (size_t)pos >= e->cache_rows) return NULL;
     size_t kv_dim = (size_t)bt_engine_kv_dim(e);
     float *base = e->bi->buf_host ? e->bi->buf_host(e->be, which ? e->val_cache : e->key_cache) : NULL;
     if (!base) return NULL;
-    return base + ((size_t)layer * e->ctx_len + pos) * kv_dim;
+    return base + ((size_t)layer * e->cache_rows + pos) * kv_dim;
 }
 
 int bt_engine_kv_fill(bt_engine *e, int layer, int pos, int which, float value)
 {
     if (e->foreign) return bt_error(BT_EUNSUPPORTED, "the KV cache of a foreign engine is its own");
-    if (layer < 0 || layer >= e->c.n_layers || pos < 0 || pos >= e->ctx_len)
+    if (layer < 0 || layer >= e->c.n_layers || pos < 0 || (size_t)pos >= e->cache_rows)
         return bt_error(BT_ERANGE, "layer %d / position %d is outside the KV cache", layer, pos);
     size_t kv_dim = (size_t)bt_engine_kv_dim(e);
     float *p = malloc(kv_dim * sizeof(float));     /* rare: fault injection */
     if (!p) return bt_error(BT_ENOMEM, "out of memory");
     for (size_t i = 0; i < kv_dim; i++) p[i] = value;
-    int rc = e->bi->set(e->be, which ? e->val_cache : e->key_cache, ((size_t)layer * e->ctx_len + pos) * kv_dim, p, kv_dim);
+    int rc = e->bi->set(e->be, which ? e->val_cache : e->key_cache, ((size_t)layer * e->cache_rows + pos) * kv_dim, p, kv_dim);
     free(p);
     return rc;
 }

@@ -161,6 +161,11 @@ typedef struct bt_engine_opts {
                              * (bt_backend_open) */
     bt_backend *backend;    /* or run on this backend (borrowed, must outlive us;
                              * overrides device) */
+    /* A paged engine (the batched server): a KV cache of n_blocks blocks of
+     * block_size positions, run by bt_engine_forward_batch only; n_slots
+     * recurrent state slots (hybrid models; 0: 1). block_size 0: one
+     * sequence, bt_engine_forward. */
+    int block_size, n_blocks, n_slots;
 } bt_engine_opts;
 int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **out);
 int bt_engine_n_layers(const bt_engine *e);
@@ -188,13 +193,40 @@ int bt_engine_set_numerics(bt_engine *e, const struct bt_numerics *n);
  * Returns BT_OK, BT_ERANGE (position past ctx_len, token id out of range) or
  * BT_EINVAL (T past the batch, or cancelled by a callback). */
 int bt_engine_forward(bt_engine *e, const int32_t *tokens, int T, int pos0);
+/* A batched forward (continuous batching over a paged KV cache): n
+ * sequences' rows in one pass, each sequence at its own positions with its
+ * own block table (position p's cache row: blocks[p / block_size] *
+ * block_size + p % block_size) and recurrent state slot. Every row's result
+ * is the bits bt_engine_forward computes for that sequence alone (the
+ * kernels are batch-invariant; rope, the cache, attention and the recurrence
+ * run per sequence). Taps see one view per sequence (bt_engine_batch_seq
+ * says which, during the callback). */
+enum { BT_SEQ_STATE_AUTO = 0,   /* position 0 resets the slot's recurrent state, else it continues */
+       BT_SEQ_STATE_KEEP };     /* keep whatever the slot holds (a fault: slot not reset on reuse) */
+typedef struct bt_seq_batch {
+    const int32_t *tokens;      /* T tokens at positions pos0.. */
+    int T, pos0;
+    const int32_t *blocks;      /* block table covering positions 0..pos0+T-1 */
+    int slot, state;            /* recurrent state slot and BT_SEQ_STATE_* (hybrid models) */
+    bool logits_all;            /* logits of every row, else the last */
+    int logit_row;              /* out: bt_engine_logits_row of its last row */
+} bt_seq_batch;
+/* BT_OK, BT_EINVAL (not a paged engine, rows past the batch, cancelled by
+ * a callback), BT_ERANGE (positions past ctx_len, tokens, blocks or slots
+ * out of range), BT_EUNSUPPORTED (a backend without buffer views, a
+ * numerics profile). */
+int bt_engine_forward_batch(bt_engine *e, bt_seq_batch *seqs, int n);
+int bt_engine_batch_seq(const bt_engine *e);
+int bt_engine_block_size(const bt_engine *e);   /* 0: not paged */
+int bt_engine_n_blocks(const bt_engine *e);
 /* Logits of the last position of the last forward ([n_vocab]), or of row i. */
 float *bt_engine_logits(bt_engine *e);
 float *bt_engine_logits_row(bt_engine *e, int i);
 int bt_engine_step(const bt_engine *e);        /* forward calls so far */
 /* The cached key (which = 0) or value (1) row of (layer, pos): kv_dim
  * floats, writable (fault injection), or NULL if out of range or when the
- * cache lives on a device (use bt_engine_kv_fill). */
+ * cache lives on a device (use bt_engine_kv_fill). In a paged engine pos is
+ * the cache row (block * block_size + offset), as for bt_engine_kv_fill. */
 float *bt_engine_kv(bt_engine *e, int layer, int pos, int which);
 /* Set every element of the cached key (which = 0) or value (1) row of
  * (layer, pos) to value, wherever the cache lives. BT_OK, BT_ERANGE when out
