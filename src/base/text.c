@@ -242,3 +242,31 @@ size_t bt_text_utf8_complete(const char *src, size_t len)
     }
     return len;
 }
+
+/* The length of the valid UTF-8 sequence at s (of at most n bytes), 0 if
+ * the byte there does not start one. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t k = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (!k || k > n) return k == 1 ? 1 : 0;
+    for (size_t i = 1; i < k; i++) if ((s[i] & 0xC0) != 0x80) return 0;
+    if (k == 3 && ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F))) return 0;   /* overlong, surrogate */
+    if (k == 4 && ((c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] > 0x8F))) return 0;   /* overlong, past U+10FFFF */
+    return k;
+}
+
+char *bt_text_utf8_repair(const char *s, size_t len, size_t *out_len)
+{
+    char *o = malloc(len * 3 + 1);
+    if (!o) return NULL;
+    size_t j = 0;
+    for (size_t i = 0; i < len;) {
+        size_t k = utf8_seq((const unsigned char *)s + i, len - i);
+        if (k) { memcpy(o + j, s + i, k); j += k; i += k; }
+        else { memcpy(o + j, "\xEF\xBF\xBD", 3); j += 3; i++; }
+    }
+    o[j] = 0;
+    if (out_len) *out_len = j;
+    return o;
+}

@@ -71,4 +71,10 @@ int bt_text_fit(const char *s, char *dst, size_t cap, int max_cols);
  * incomplete UTF-8 sequence (for streaming text piece by piece). */
 size_t bt_text_utf8_complete(const char *s, size_t len);
 
+/* A copy of s[0..len) with every byte that is not part of a valid UTF-8
+ * sequence replaced by U+FFFD (a model's byte tokens can emit any byte; JSON
+ * needs UTF-8), NUL-terminated; *out_len its length. NULL when out of
+ * memory. */
+char *bt_text_utf8_repair(const char *s, size_t len, size_t *out_len);
+
 #endif

@@ -373,7 +373,10 @@ static int print_result(const run_opts *o, const bt_model *m, const int32_t *pro
         json_object_set_new(j, "model", json_string(m->cfg.name));
         json_ids(j, "prompt_ids", prompt, n_prompt);
         json_ids(j, "completion_ids", g->ids, (size_t)g->n_ids);
-        json_object_set_new(j, "text", json_stringn(g->text, g->text_len));
+        size_t m;
+        char *u = bt_text_utf8_repair(g->text ? g->text : "", g->text ? g->text_len : 0, &m);
+        json_object_set_new(j, "text", u ? json_stringn(u, m) : json_null());   /* bytes no UTF-8 holds: U+FFFD */
+        free(u);
         json_object_set_new(j, "finish_reason", json_string(g->finish));
         json_t *t = json_object();
         json_object_set_new(t, "load_ms", json_real(tm->load * 1e3));
