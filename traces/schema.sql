@@ -189,13 +189,15 @@ CREATE TABLE kv_access (       -- batched serve: the KV blocks behind this reque
     block       INTEGER NOT NULL,           -- physical block id
     logical     INTEGER NOT NULL,           -- its index in this request's block table
     mode        TEXT NOT NULL,              -- w: written here | hit: mapped from the prefix cache |
-                                            -- r: read, last written by another request
+                                            -- r: read, last written by another request |
+                                            -- slot: a recurrent state slot kept from another request (block = slot)
     pos_lo      INTEGER NOT NULL,           -- this request's positions in the block
     pos_hi      INTEGER NOT NULL,
     writer      TEXT,                       -- the request that last wrote it (mode hit / r)
     writer_step INTEGER,                    -- the server step it wrote it at
     bad_step    INTEGER,                    -- server step the block first held a non-finite value (NULL: never)
     bad_by      TEXT,                       -- who put it there ("req-..-5", "padding lane of req-..-5")
+    note        TEXT,                       -- what was wrong with it (an injected server fault), else NULL
     PRIMARY KEY (step, block, mode)
 ) WITHOUT ROWID;
 

@@ -68,6 +68,15 @@ CREATE TABLE block_events (    -- a block's life
 );
 CREATE INDEX block_events_block ON block_events(block, step);
 
+CREATE TABLE slot_events (     -- hybrid models: a recurrent state slot's life
+    id      INTEGER PRIMARY KEY,
+    step    INTEGER NOT NULL,               -- server step
+    slot    INTEGER NOT NULL,               -- the state slot (= the lane)
+    event   TEXT NOT NULL,                  -- reset | keep (not reset on reuse) | write
+    request TEXT,
+    detail  TEXT                            -- keep: "state of req-..-5 (last written at step 12)"
+);
+
 -- Views --------------------------------------------------------------------
 
 -- The writer of each (block, positions) a request read: the last 'w'

@@ -707,6 +707,13 @@ bool bt_engine_tap_deliver(bt_engine *e, bt_tensor_view *t)
 
 /* ---- tensor handles ---- */
 
+void bt_engine_routes_deliver(bt_engine *e, int layer, int pos0, int T, int k, const int *experts, const float *weights)
+{
+    if (e->has_cb && e->cb.routes) e->cb.routes(e->cb.user, e->step, layer, pos0, T, k, experts, weights);
+}
+
+bool bt_engine_logits_all(const bt_engine *e) { return e->logits_all; }
+
 int bt_tensor_stats(const bt_tensor_view *t, bt_tap_stats *out)
 {
     const bt_tensor *h = t->tensor;

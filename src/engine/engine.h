@@ -278,5 +278,9 @@ bool bt_engine_tap_wanted(const bt_engine *e, int op, int layer);
 /* For a foreign forward: give a computed tensor to the tap (it may modify
  * it); the view's step is filled in. false: the callback cancelled. */
 bool bt_engine_tap_deliver(bt_engine *e, bt_tensor_view *t);
+/* For a foreign forward: a mixture-of-experts layer's routes (bt_eval_cb.routes). */
+void bt_engine_routes_deliver(bt_engine *e, int layer, int pos0, int T, int k, const int *experts, const float *weights);
+/* Does the next forward want every row's logits (bt_engine_set_logits_all)? */
+bool bt_engine_logits_all(const bt_engine *e);
 
 #endif

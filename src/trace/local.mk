@@ -8,6 +8,8 @@ libbttrace_a_SOURCES += src/trace/trace.h src/trace/writer.c src/trace/reader.h 
 	src/trace/guard.h src/trace/guard.c src/trace/perfetto.h src/trace/perfetto.c
 # `bangtrace export`: the copy (export.c) and the flags (src/cli/cmd_export.c)
 libbttrace_a_SOURCES += src/trace/export.h src/trace/export.c
+# the batched server's DIR/server.db (written by src/run/batcher.c)
+libbttrace_a_SOURCES += src/trace/server_db.h src/trace/server_db.c
 nodist_libbttrace_a_SOURCES += src/trace/schema.c
 BUILT_SOURCES += src/trace/schema.c
 CLEANFILES += src/trace/schema.c
@@ -29,7 +31,8 @@ src/trace/server_schema.c: $(top_srcdir)/traces/server_schema.sql
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $(top_srcdir)/traces/server_schema.sql; \
 	  echo ';'; } > $@-t && mv -f $@-t $@
 # analysis shared by bisect, report and the browser
-libbttrace_a_SOURCES += src/trace/analyze.h src/trace/analyze.c src/trace/headroom.h src/trace/headroom.c
+libbttrace_a_SOURCES += src/trace/analyze.h src/trace/analyze.c src/trace/headroom.h src/trace/headroom.c \
+    src/trace/provenance.h src/trace/provenance.c
 # the layers x steps PNG of report --png and export --png (libpng)
 libbttrace_a_SOURCES += src/trace/picture.h src/trace/picture.c
 # the one tap comparator (bisect --reference and diff)

@@ -1207,6 +1207,37 @@ static int table_exists(bt_trace_reader *r, const char *name, bool *yes)
     return rc;
 }
 
+int bt_trace_kv_access_each(bt_trace_reader *r, int (*fn)(void *user, const bt_kv_access *row), void *user)
+{
+    bool have;
+    int rc = table_exists(r, "kv_access", &have);
+    if (rc || !have) return rc;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(r->db, "SELECT step, server_step, block, logical, mode, pos_lo, pos_hi, writer, writer_step, bad_step, "
+                           "bad_by, note FROM kv_access ORDER BY step, mode, block", -1, &st, NULL) != SQLITE_OK)
+        return db_fail(r, sqlite3_errcode(r->db), "reading kv_access");
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        bt_kv_access a;
+        memset(&a, 0, sizeof a);
+        a.step = bt_col_int(st, 0);
+        a.server_step = bt_col_int(st, 1);
+        a.block = bt_col_int(st, 2);
+        a.logical = bt_col_int(st, 3);
+        snprintf(a.mode, sizeof a.mode, "%s", bt_col_text(st, 4) ? bt_col_text(st, 4) : "");
+        a.pos_lo = bt_col_int(st, 5);
+        a.pos_hi = bt_col_int(st, 6);
+        snprintf(a.writer, sizeof a.writer, "%s", bt_col_text(st, 7) ? bt_col_text(st, 7) : "");
+        a.writer_step = bt_col_int(st, 8);
+        a.bad_step = bt_col_int(st, 9);
+        snprintf(a.bad_by, sizeof a.bad_by, "%s", bt_col_text(st, 10) ? bt_col_text(st, 10) : "");
+        snprintf(a.note, sizeof a.note, "%s", bt_col_text(st, 11) ? bt_col_text(st, 11) : "");
+        int s2 = fn(user, &a);
+        if (s2) { sqlite3_finalize(st); return s2 < 0 ? s2 : BT_OK; }
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? BT_OK : db_fail(r, rc, "reading kv_access");
+}
+
 /* Every row; (op != NULL) the rows of one (step, layer, op); (op == NULL,
  * step >= 0) the rows of one step. */
 static int kernels_query(bt_trace_reader *r, int step, int layer, const char *op,

@@ -203,6 +203,13 @@ typedef struct bt_trace_route_row {
 int bt_trace_moe_routes_each(bt_trace_reader *r, int step, int (*fn)(void *user, const bt_trace_route_row *row),
                              void *user);
 
+/* ---- batched serve: the KV blocks behind the steps (table kv_access,
+ * optional: a trace from another server has none) ---- */
+struct bt_kv_access;
+/* Every row in (step, mode, block) order; fn returns nonzero to stop
+ * (negative: error). */
+int bt_trace_kv_access_each(bt_trace_reader *r, int (*fn)(void *user, const struct bt_kv_access *row), void *user);
+
 /* ---- device activity (table kernels) and op timings (run --timing) ----
  * Both tables are optional: a trace without them has zero rows. */
 int bt_trace_kernels_each(bt_trace_reader *r, int (*fn)(void *user, const bt_kernel_row *k), void *user);

@@ -100,4 +100,22 @@ int bt_trace_moe_routes(bt_trace *t, int step, const char *model, int layer, int
 /* Size of the file (+ WAL) in bytes, for reports. */
 int64_t bt_trace_size(const char *path);
 
+/* Batched serve: the KV blocks behind a request's steps (the kv_access
+ * table; traces/schema.sql). mode "w" (written at this step), "hit" (mapped
+ * from the prefix cache), "r" (read, last written by another request),
+ * "slot" (a hybrid model's recurrent state slot kept from another request:
+ * block is the slot); writer_step, bad_step -1 and writer, bad_by, note ""
+ * for none. */
+typedef struct bt_kv_access {
+    int step, server_step, block, logical;
+    char mode[8];
+    int pos_lo, pos_hi;
+    char writer[64];
+    int writer_step, bad_step;
+    char bad_by[96];
+    char note[160];              /* what was wrong with it (an injected server fault) */
+} bt_kv_access;
+/* In one transaction, outside a step. */
+int bt_trace_kv_access(bt_trace *t, const bt_kv_access *rows, int n);
+
 #endif

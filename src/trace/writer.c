@@ -67,7 +67,7 @@ extern const char bt_trace_schema_sql[];   /* generated from traces/schema.sql *
 
 enum {
     ST_META, ST_TENSOR, ST_STEP, ST_BLOB, ST_BAD, ST_LOGITS, ST_ROW, ST_TOKEN, ST_FINISH,
-    ST_EVENT, ST_BT, ST_SPEC_STEP, ST_SPEC_TRAIL, ST_BEGIN, ST_COMMIT, ST_KERNEL, ST_TIMING, ST_ROUTE, ST_COUNT
+    ST_EVENT, ST_BT, ST_SPEC_STEP, ST_SPEC_TRAIL, ST_BEGIN, ST_COMMIT, ST_KERNEL, ST_TIMING, ST_ROUTE, ST_KVA, ST_COUNT
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
@@ -96,6 +96,8 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_TIMING] = "INSERT OR REPLACE INTO op_timings(step, model, idx, start_ns, dur_ns) VALUES (?1, ?2, ?3, ?4, ?5)",
     [ST_ROUTE] = "INSERT OR REPLACE INTO moe_routes(step, model, pos, layer, rank, expert, weight) "
                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    [ST_KVA] = "INSERT OR REPLACE INTO kv_access(step, server_step, block, logical, mode, pos_lo, pos_hi, writer, writer_step,"
+               " bad_step, bad_by, note) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
 };
 
 struct bt_trace {
@@ -875,4 +877,32 @@ int bt_trace_moe_routes(bt_trace *t, int step, const char *model, int layer, int
         }
     t->in_sqlite = 0;
     return rc;
+}
+
+int bt_trace_kv_access(bt_trace *t, const bt_kv_access *rows, int n)
+{
+    REENTRY_GUARD(t);
+    if (t->in_step) return bt_error(BT_EINVAL, "%s: kv_access rows written inside step %d", t->path, t->step);
+    sqlite3_stmt *s = t->st[ST_KVA];
+    int rc = exec(t, "BEGIN");
+    t->in_sqlite = 1;
+    for (int i = 0; i < n && rc == BT_OK; i++) {
+        const bt_kv_access *r = &rows[i];
+        sqlite3_bind_int(s, 1, r->step);
+        sqlite3_bind_int(s, 2, r->server_step);
+        sqlite3_bind_int(s, 3, r->block);
+        sqlite3_bind_int(s, 4, r->logical);
+        sqlite3_bind_text(s, 5, r->mode, -1, SQLITE_STATIC);
+        sqlite3_bind_int(s, 6, r->pos_lo);
+        sqlite3_bind_int(s, 7, r->pos_hi);
+        if (r->writer[0]) sqlite3_bind_text(s, 8, r->writer, -1, SQLITE_STATIC); else sqlite3_bind_null(s, 8);
+        bind_int_or_null(s, 9, r->writer_step);
+        bind_int_or_null(s, 10, r->bad_step);
+        if (r->bad_by[0]) sqlite3_bind_text(s, 11, r->bad_by, -1, SQLITE_STATIC); else sqlite3_bind_null(s, 11);
+        if (r->note[0]) sqlite3_bind_text(s, 12, r->note, -1, SQLITE_STATIC); else sqlite3_bind_null(s, 12);
+        rc = run_stmt(t, ST_KVA, "writing kv_access");
+    }
+    t->in_sqlite = 0;
+    int rc2 = exec(t, rc == BT_OK ? "COMMIT" : "ROLLBACK");
+    return rc ? rc : rc2;
 }
