@@ -86,7 +86,7 @@ code=$(post /v1/completions @"$TMP/req.json" "$TMP/nan.json")
     && ok "the answer's bangtrace object carries nonfinite_logits at step 5" || fail "bangtrace object: $code $(cat "$TMP/nan.json")"
 [ "$(field "$TMP/nan.json" 'j["choices"][0]["finish_reason"]')" = length ] && ok "finish_reason stays the server's (length)" \
     || fail "finish_reason: $(cat "$TMP/nan.json")"
-[ "$(ls "$TMP/flagged" 2>/dev/null | grep -c '\.db$')" = 1 ] && ok "--trace flagged keeps the NaN request's trace" \
+[ "$(ls "$TMP/flagged" 2>/dev/null | grep -c '^req-.*\.db$')" = 1 ] && ok "--trace flagged keeps the NaN request's trace" \
     || fail "--trace flagged: $(ls "$TMP/flagged" 2>/dev/null)"
 expect_exit 1 "probe counts the hidden NaN without --expect" "$BANGTRACE" probe --url "$url" --request "$TMP/req.json" -n 4 --json
 [ "$(field "$TMP/out" 'j["classes"]["nonfinite"]')" = 4 ] && ok "probe: 4 of 4 nonfinite" || fail "probe classes: $(cat "$TMP/out")"
@@ -103,7 +103,7 @@ start_server clean --trace-dir "$TMP/clean" --trace flagged || finish
 url=http://127.0.0.1:$port
 code=$(post /v1/completions @"$TMP/req.json" "$TMP/clean.json")
 [ "$code" = 200 ] && [ "$(field "$TMP/clean.json" 'j["bangtrace"]["nonfinite"]')" = False ] \
-    && [ "$(field "$TMP/clean.json" 'len(j["bangtrace"]["events"])')" = 0 ] && [ "$(ls "$TMP/clean" | grep -c '\.db$')" = 0 ] \
+    && [ "$(field "$TMP/clean.json" 'len(j["bangtrace"]["events"])')" = 0 ] && [ "$(ls "$TMP/clean" | grep -c '^req-.*\.db$')" = 0 ] \
     && ok "a clean answer: no events, no flagged trace" || fail "clean answer: $(cat "$TMP/clean.json"; ls "$TMP/clean")"
 
 # a server refusing a length past its context (512): an error, after the table
@@ -148,7 +148,7 @@ if [ -f "$SMOL" ]; then
         && [ "$(field "$TMP/smol.json" 'j["bangtrace"]["nonfinite"]')" = True ] \
         && [ "$(field "$TMP/smol.json" '"nonfinite_logits" in [e["kind"] for e in j["bangtrace"]["events"]]')" = True ] \
         && ok "SmolLM2: NaN ends the answer (stop), the bangtrace object marks it" || fail "SmolLM2 NaN: $code $(cat "$TMP/smol.json")"
-    [ "$(ls "$TMP/smolflag" 2>/dev/null | grep -c '\.db$')" = 1 ] && ok "SmolLM2: --trace flagged keeps the trace" \
+    [ "$(ls "$TMP/smolflag" 2>/dev/null | grep -c '^req-.*\.db$')" = 1 ] && ok "SmolLM2: --trace flagged keeps the trace" \
         || fail "SmolLM2 flagged: $(ls "$TMP/smolflag" 2>/dev/null)"
     echo "$chat" > "$TMP/chat.json"
     expect_exit 1 "SmolLM2: probe counts the NaN" "$BANGTRACE" probe --url "$url" --request "$TMP/chat.json" -n 2 --json

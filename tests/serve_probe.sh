@@ -86,7 +86,7 @@ assert "".join(parts) == text, (parts, text)
 print("smol chat ok")
 PY
         grep -q "smol chat ok" "$TMP/oas.out" && ok "SmolLM2: openai chat client, streaming and not, answers Paris" || fail "SmolLM2 chat: $(tail -5 "$TMP/oas.out")"
-        [ "$(ls "$TMP/smoltraces" | grep -c '\.db$')" -ge 2 ] && ok "SmolLM2: a trace per chat request" || fail "SmolLM2: traces: $(ls "$TMP/smoltraces")"
+        [ "$(ls "$TMP/smoltraces" | grep -c '^req-.*\.db$')" -ge 2 ] && ok "SmolLM2: a trace per chat request" || fail "SmolLM2: traces: $(ls "$TMP/smoltraces")"
         kill "$last_pid"; wait "$last_pid" 2>/dev/null
     fi
     last_pid=$clean_pid port=$clean_port   # the SIGTERM check below is about the clean server
@@ -99,14 +99,14 @@ expect_exit 0 "probe clean: 0 of 40 (upper bound under 10%)" "$BANGTRACE" probe 
 grep -q "ok  *40" "$TMP/out" || fail "probe clean counts: $(cat "$TMP/out")"
 expect_exit 1 "probe clean at --max-fail 1%: inconclusive" "$BANGTRACE" probe --url "$url" --request "$TMP/req.json" -n 40 --max-fail 0.01
 grep -q "INCONCLUSIVE.*more" "$TMP/out" || fail "inconclusive wording: $(cat "$TMP/out")"
-ntr=$(ls "$TMP/traces" | wc -l)
+ntr=$(ls "$TMP/traces" | grep -c '^req-.*\.db$')
 [ "$ntr" -ge 80 ] && ok "one trace per request ($ntr)" || fail "traces: $ntr"
 
 # SIGTERM: the server stops, every trace closed
 kill -TERM "$last_pid"; wait "$last_pid" 2>/dev/null
 pids=""
 running=0
-for t in "$TMP"/traces/*.db; do "$BANGTRACE" report "$t" 2>&1 | grep -qi "unfinished" && running=$((running + 1)); done
+for t in "$TMP"/traces/req-*.db; do "$BANGTRACE" report "$t" 2>&1 | grep -qi "unfinished" && running=$((running + 1)); done
 [ "$running" -eq 0 ] && ok "SIGTERM: every trace closed" || fail "$running traces still running"
 
 # --- a token-0 wall on every request ---------------------------------------
@@ -129,15 +129,15 @@ kill "$last_pid"; wait "$last_pid" 2>/dev/null; pids=""
 start_server flagged --inject 'nan@step=3,op=token_embd,p=0.25' --trace-dir "$TMP/flagged" --trace flagged || finish
 expect_exit 1 "probe on a 25% server, --trace flagged" "$BANGTRACE" probe --url "http://127.0.0.1:$port" --request "$TMP/req.json" -n 24 --json
 nf=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["failures"])' "$TMP/out")
-nt=$(ls "$TMP/flagged" 2>/dev/null | grep -c '\.db$')
+nt=$(ls "$TMP/flagged" 2>/dev/null | grep -c '^req-.*\.db$')
 [ "$nt" = "$nf" ] && [ "$nt" -gt 0 ] && ok "--trace flagged: one trace per flagged request ($nt of 24)" || fail "--trace flagged: $nt traces for $nf flagged requests"
 bad=0
-for t in "$TMP"/flagged/*.db; do "$BANGTRACE" bisect "$t" >/dev/null 2>&1; [ $? -eq 1 ] || bad=$((bad + 1)); done
+for t in "$TMP"/flagged/req-*.db; do "$BANGTRACE" bisect "$t" >/dev/null 2>&1; [ $? -eq 1 ] || bad=$((bad + 1)); done
 [ "$bad" -eq 0 ] && ok "--trace flagged: every kept trace holds the fault (bisect exit 1)" || fail "--trace flagged: $bad traces without the fault"
 kill "$last_pid"; wait "$last_pid" 2>/dev/null; pids=""
 start_server sampled --trace-dir "$TMP/sampled" --trace sample:4 || finish
 expect_exit 0 "probe with --trace sample:4" "$BANGTRACE" probe --url "http://127.0.0.1:$port" --request "$TMP/req.json" -n 12 --max-fail 0.5
-nt=$(ls "$TMP/sampled" 2>/dev/null | grep -c '\.db$')
+nt=$(ls "$TMP/sampled" 2>/dev/null | grep -c '^req-.*\.db$')
 [ "$nt" = 3 ] && ok "--trace sample:4: 3 traces for 12 requests" || fail "--trace sample:4: $nt traces for 12 requests"
 kill "$last_pid"; wait "$last_pid" 2>/dev/null; pids=""
 

@@ -37,6 +37,8 @@
     "                       [--trace all|sample:N|flagged] [--inject SPEC]...\n" \
     "                       [--served-model-name NAME[,NAME...]]... [--timeout S]\n" \
     "                       [--max-connections N] [--max-connections-per-ip N]\n" \
+    "                       [--batching on|off] [--block-size N] [--kv-blocks N]\n" \
+    "                       [--prefix-cache on|off] [--batch-rows N]\n" \
     "                       [--engine native|llama.cpp] [--llama-flash-attn M] [--llama-repack on|off]\n" \
     "                       [--llama-kv-type T] [--llama-opt K=V]\n\n"
 
@@ -60,6 +62,7 @@ int cmd_serve(int argc, char **argv)
 #include "model/model.h"
 #include "prod/classify.h"
 #include "run/slot.h"
+#include "run/batcher.h"
 #include "gen/request.h"
 #include "run/session.h"           /* bt_llama_settings */
 #include "sys/crash.h"
@@ -95,17 +98,39 @@ void cmd_serve_help(FILE *out)
         "server-sent events), GET /v1/models and /health. Every answer carries an\n"
         "x-request-id header; with --trace-dir the request is recorded into\n"
         "DIR/<request id>.db.\n\n"
+        "On the native engine requests are batched (--batching on, the default): one\n"
+        "engine runs every running request's rows in each forward (continuous batching,\n"
+        "prefill and decode mixed) over a paged KV cache (blocks of --block-size\n"
+        "positions, a block table per request) with a prefix cache (full blocks found by\n"
+        "the hash of their tokens and every token before them, reused across requests);\n"
+        "a hybrid model's recurrent state lives in one slot per lane, reset when a\n"
+        "request starts, and has no prefix cache. Every answer is the one the request\n"
+        "gets alone. With --trace-dir, DIR/server.db (server-2.db, ... when one is there)\n"
+        "records each forward's requests and tokens, the blocks each request read and\n"
+        "wrote, each block's hash, writer and life, and the state slots' resets; each\n"
+        "request's trace gets its own blocks (kv_access), and bisect and report name the\n"
+        "request that wrote cached data a bad request read (doc/serve.md).\n\n"
         "  --model M            GGUF model, Hugging Face model folder (DIR), or llama2.c\n"
         "                       checkpoint (.bin)\n"
         "  --tokenizer T        llama2.c tokenizer.bin (llama2.c checkpoints only)\n"
         "  --host ADDR          IPv4 address to bind (default 127.0.0.1)\n"
         "  --port N             TCP port (default 8080; 0 picks a free one, printed on stderr)\n"
-        "  --parallel N         requests generated at once: N engines sharing the mmap'd\n"
-        "                       weights (default 1); with --engine llama.cpp, N sequences\n"
-        "                       of one llama.cpp context\n"
+        "  --parallel N         requests generated at once (default 1): the batch's lanes;\n"
+        "                       with --batching off, N engines sharing the mmap'd weights;\n"
+        "                       with --engine llama.cpp, N sequences of one llama.cpp context\n"
+        "  --batching on|off    on (default on the native engine): the batched server above;\n"
+        "                       off: each request on an engine of its own (KV cache and all)\n"
+        "  --block-size N       positions per KV block (default 16)\n"
+        "  --kv-blocks N        KV blocks in all (default: --parallel x the blocks of --ctx,\n"
+        "                       the memory --batching off takes; fewer can run out: a request\n"
+        "                       that finds none free fails with \"the KV cache is full\")\n"
+        "  --prefix-cache on|off  reuse cached full blocks across requests (default on)\n"
+        "  --batch-rows N       token rows per batched forward (default 512; a longer\n"
+        "                       prompt is prefilled in chunks of it)\n"
         "  --queue N            requests allowed to wait for an engine; beyond, 503 (default 16)\n"
-        "  --threads N          compute threads per engine (default: online CPUs / N; with\n"
-        "                       --engine llama.cpp the context's, default online CPUs)\n"
+        "  --threads N          compute threads (batched: the one engine's, default online\n"
+        "                       CPUs; --batching off: per engine, default online CPUs / N;\n"
+        "                       --engine llama.cpp: the context's, default online CPUs)\n"
         "  --ctx N              context length per engine, or per llama.cpp sequence (default:\n"
         "                       the model's, at most 4096)\n"
         "  --engine NAME        native (default) or llama.cpp: llama-server's slots, one\n"
@@ -128,7 +153,12 @@ void cmd_serve_help(FILE *out)
         "                       generated again, deterministically, with the trace on)\n"
         "  --inject SPEC        fault injection for every request, repeatable (doc/inject.md);\n"
         "                       p=P makes a spec fire on a fraction P of requests, drawn from\n"
-        "                       the request's number\n"
+        "                       the request's number. The batched server's own faults\n"
+        "                       (NAME or NAME@p=P): prefix_wrong (a prefix hit maps another\n"
+        "                       cached block), pad_nan (the batch's padding lane writes NaN\n"
+        "                       into block 0's first row, which later hits map),\n"
+        "                       slot_noreset (hybrid: the state slot keeps the previous\n"
+        "                       request's state); kvcorrupt needs --batching off\n"
         "  --served-model-name NAME[,NAME...]\n"
         "                       the model names requests may ask for, repeatable; others\n"
         "                       get 404 and /v1/models lists these (default: any name is\n"
@@ -167,6 +197,13 @@ typedef struct server {
     int trace_mode;
     const char *inject[32];
     int n_inject;
+    const char *faults[32];        /* --inject specs that are the batched server's own (prefix_wrong, ...) */
+    int n_faults;
+    int batching;                  /* -1 unset, 0 off, 1 on */
+    long block_size, kv_blocks, batch_rows;
+    int prefix_cache;              /* -1 unset */
+    bt_batcher *batcher;
+    char server_db[4096];
     char *names[MAX_NAMES];        /* --served-model-name; none: any name */
     int n_names;
     long timeout, max_conns, max_per_ip;
@@ -226,6 +263,7 @@ static bool model_served(const server *s, const char *name)
 static int parse_args(int argc, char **argv, server *s)
 {
     s->host = "127.0.0.1"; s->port = 8080; s->parallel = 1; s->queue = 16; s->timeout = 10; s->max_conns = 2048;
+    s->batching = -1; s->prefix_cache = -1;
     bt_args g = { .take = BT_ARGS_MODEL | BT_ARGS_M | BT_ARGS_TOKENIZER | BT_ARGS_THREADS | BT_ARGS_CTX | BT_ARGS_ENGINE | BT_ARGS_LLAMA,
                    .ctx_min = 16 };
     for (int i = 1; i < argc; i++) {
@@ -248,9 +286,24 @@ static int parse_args(int argc, char **argv, server *s)
                 if (bt_parse_int("--trace sample:N", v + 7, 1, 1000000000, &s->sample_n)) return BT_EINVAL;
             } else return bt_error(BT_EINVAL, "--trace expects all, sample:N or flagged, got '%s'", v);
         } else if (!strcmp(a, "--inject")) {
-            VAL(); if (s->n_inject == 32) return bt_error(BT_EINVAL, "at most 32 --inject specs");
-            s->inject[s->n_inject++] = v;
-        } else if (!strcmp(a, "--served-model-name")) {
+            VAL();
+            if (bt_batcher_is_fault(v)) {
+                if (bt_batcher_fault_check(v)) return BT_EINVAL;
+                if (s->n_faults == 32) return bt_error(BT_EINVAL, "at most 32 server --inject specs");
+                s->faults[s->n_faults++] = v;
+            } else {
+                if (s->n_inject == 32) return bt_error(BT_EINVAL, "at most 32 --inject specs");
+                s->inject[s->n_inject++] = v;
+            }
+        } else if (!strcmp(a, "--batching") || !strcmp(a, "--prefix-cache")) {
+            VAL();
+            int on = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
+            if (on < 0) return bt_error(BT_EINVAL, "%s expects on or off, got '%s'", a, v);
+            if (a[2] == 'b') s->batching = on; else s->prefix_cache = on;
+        } else if (!strcmp(a, "--block-size")) { VAL(); if (bt_parse_int(a, v, 1, 4096, &s->block_size)) return BT_EINVAL; }
+        else if (!strcmp(a, "--kv-blocks")) { VAL(); if (bt_parse_int(a, v, 1, 100000000, &s->kv_blocks)) return BT_EINVAL; }
+        else if (!strcmp(a, "--batch-rows")) { VAL(); if (bt_parse_int(a, v, 1, 65536, &s->batch_rows)) return BT_EINVAL; }
+        else if (!strcmp(a, "--served-model-name")) {
             VAL();
             if (add_names(s, v)) return BT_EINVAL;
         } else if (!strcmp(a, "--timeout")) { VAL(); if (bt_parse_int(a, v, 1, 86400, &s->timeout)) return BT_EINVAL; }
@@ -264,6 +317,17 @@ static int parse_args(int argc, char **argv, server *s)
     if (bt_args_need_model(&g, "serve")) return BT_EINVAL;
     if (s->llamacpp && s->tokenizer)
         return bt_error(BT_EINVAL, "--engine llama.cpp needs a GGUF model (with its vocabulary); --tokenizer is for llama2.c checkpoints");
+    if (s->llamacpp && s->batching == 1)
+        return bt_error(BT_EINVAL, "--batching on is the native engine's; --engine llama.cpp runs llama-server's slots");
+    if (s->batching < 0) s->batching = !s->llamacpp;
+    if (!s->batching) {
+        const char *why = s->block_size ? "--block-size" : s->kv_blocks ? "--kv-blocks" : s->batch_rows ? "--batch-rows"
+                        : s->prefix_cache >= 0 ? "--prefix-cache" : s->n_faults ? s->faults[0] : NULL;
+        if (why)
+            return bt_error(BT_EINVAL, "'%s' is the batched server's (--batching on)%s", why,
+                            s->llamacpp ? "; --engine llama.cpp has none" : "");
+    }
+    if (s->prefix_cache < 0) s->prefix_cache = 1;
     return bt_args_llama_finish(&g, s->llamacpp, "--engine llama.cpp");
 }
 
@@ -471,6 +535,8 @@ static int job_generate(job *jb, bt_gen_opts *o)
     o->request_id = jb->rid;
     o->draw_seed = jb->number;
     o->trace_path = want_trace(s, jb->number) ? jb->trace_path : NULL;
+    o->batcher = s->batcher;
+    o->lane = jb->slot;
     volatile int *cancel = o->cancel;
     int rc = gen_traced(s, s->slots[jb->slot], jb->rid, &jb->req, o, &jb->res, true);
     if (rc == BT_OK && s->trace_dir && s->trace_mode == TR_FLAGGED && !trace_paused(s)) {
@@ -481,7 +547,8 @@ static int job_generate(job *jb, bt_gen_opts *o)
             /* replay it with the trace on: same prompt, seed and draw, so the
              * same tokens; the first answer is the one the client gets */
             bt_gen_result again;
-            bt_gen_opts o2 = { .request_id = jb->rid, .draw_seed = jb->number, .trace_path = jb->trace_path, .cancel = cancel };
+            bt_gen_opts o2 = { .request_id = jb->rid, .draw_seed = jb->number, .trace_path = jb->trace_path, .cancel = cancel,
+                               .batcher = s->batcher, .lane = jb->slot };
             if (gen_traced(s, s->slots[jb->slot], jb->rid, &jb->req, &o2, &again, false) != BT_OK)
                 bt_warn("serve: %s: the flagged replay failed: %s", jb->rid, bt_errmsg());
             bt_gen_result_clear(&again);
@@ -950,6 +1017,32 @@ static int llama_slots(server *s)
     return rc;
 }
 
+/* The batched server: one paged engine, --parallel lanes on it, each
+ * slot's engine a lane (run/batcher.h); DIR/server.db beside the traces
+ * (server-2.db, ... when one is there: nothing is overwritten). */
+static int batch_slots(server *s, int ctx, int threads)
+{
+    if (s->trace_dir) {
+        for (int i = 1; i < 1000; i++) {
+            if (i == 1) snprintf(s->server_db, sizeof s->server_db, "%s/server.db", s->trace_dir);
+            else snprintf(s->server_db, sizeof s->server_db, "%s/server-%d.db", s->trace_dir, i);
+            if (access(s->server_db, F_OK) != 0) break;
+        }
+    }
+    bt_batcher_cfg bc = { .model = s->m, .ctx = ctx, .lanes = (int)s->parallel, .max_rows = (int)s->batch_rows,
+                          .block_size = (int)s->block_size, .n_blocks = (int)s->kv_blocks, .prefix_cache = s->prefix_cache,
+                          .threads = threads, .server_db = s->server_db[0] ? s->server_db : NULL, .faults = s->faults,
+                          .n_faults = s->n_faults, .argv_json = s->argv_json, .model_path = s->model_path };
+    int rc = bt_batcher_new(&bc, &s->batcher);
+    if (rc) return rc;
+    for (int i = 0; i < s->parallel; i++) {
+        bt_gen_cfg gc = s->gc;
+        if ((rc = bt_batcher_lane_engine(s->batcher, i, &gc.engine))) return rc;
+        if ((rc = bt_gen_new(&gc, &s->slots[i]))) return rc;
+    }
+    return BT_OK;
+}
+
 int cmd_serve(int argc, char **argv)
 {
     server s;
@@ -975,6 +1068,10 @@ int cmd_serve(int argc, char **argv)
         if (native_only)
             rc = bt_error(BT_EINVAL, "--inject '%s' writes the native engine's own memory; it cannot apply to --engine llama.cpp",
                           native_only);
+        const char *kv = rc == BT_OK && s.batching ? bt_injector_needs_native(inj) : NULL;
+        if (kv && !strncmp(kv, "kvcorrupt", 9))
+            rc = bt_error(BT_EINVAL, "--inject '%s' writes a slot's own KV cache; the batched server's blocks are shared: "
+                          "use --batching off, or its own faults (prefix_wrong, pad_nan)", kv);
         if (rc == BT_OK) rc = bt_injector_apply_weights(inj, s.m);
         bt_injector_free(inj);
         if (rc) goto fail;
@@ -989,7 +1086,8 @@ int cmd_serve(int argc, char **argv)
     snprintf(s.salt, sizeof s.salt, "%08x", (unsigned)(((unsigned)getpid() * 2654435761u) ^ (unsigned)time(NULL)));
     int ctx = s.ctx ? (int)s.ctx : BT_MIN(s.m->cfg.ctx_len, BT_ENGINE_CTX_CAP);
     /* llama.cpp: one context whose decodes take turns, so all the threads */
-    long threads = s.threads ? s.threads : s.llamacpp ? bt_pool_default_threads() : BT_MAX(1L, bt_pool_default_threads() / s.parallel);
+    long threads = s.threads ? s.threads : s.llamacpp || s.batching ? bt_pool_default_threads()
+                 : BT_MAX(1L, bt_pool_default_threads() / s.parallel);
     s.gc = (bt_gen_cfg){ .model = s.m, .tok = s.tok, .model_path = s.model_path, .model_sha256 = sha, .ctx = ctx,
                          .threads = (int)threads, .inject = s.inject, .n_inject = s.n_inject, .argv_json = s.argv_json };
     if (bt_argmax_parse("first", &s.gc.rule)) goto fail;
@@ -997,6 +1095,7 @@ int cmd_serve(int argc, char **argv)
     s.busy = calloc((size_t)s.parallel, sizeof *s.busy);
     if (!s.slots || !s.busy) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
     if (s.llamacpp) { if (llama_slots(&s)) goto fail; }
+    else if (s.batching) { if (batch_slots(&s, ctx, (int)threads)) goto fail; }
     else for (int i = 0; i < s.parallel; i++) if (bt_gen_new(&s.gc, &s.slots[i])) goto fail;
     struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)s.port) };
     if (inet_pton(AF_INET, s.host, &sa.sin_addr) != 1) { bt_error(BT_EINVAL, "--host '%s' is not an IPv4 address", s.host); goto fail; }
@@ -1020,6 +1119,10 @@ int cmd_serve(int argc, char **argv)
                 "each; %s)%s%s\n", s.name, s.host, di ? di->port : (unsigned)s.port, bt_llamacpp_version(), s.parallel,
                 s.parallel > 1 ? "s" : "", threads, ctx, bt_llamacpp_last_path(), s.trace_dir ? ", traces in " : "",
                 s.trace_dir ? s.trace_dir : "");
+    else if (s.batcher)
+        fprintf(stderr, "bangtrace: serve: %s on http://%s:%u (%s; %ld threads, context %d)%s%s%s%s\n", s.name, s.host,
+                di ? di->port : (unsigned)s.port, bt_batcher_describe(s.batcher), threads, ctx, s.trace_dir ? ", traces in " : "",
+                s.trace_dir ? s.trace_dir : "", s.server_db[0] ? ", server trace " : "", s.server_db);
     else
         fprintf(stderr, "bangtrace: serve: %s on http://%s:%u (%ld engine%s, %ld threads each, context %d)%s%s\n", s.name, s.host,
                 di ? di->port : (unsigned)s.port, s.parallel, s.parallel > 1 ? "s" : "", threads, ctx,
@@ -1035,7 +1138,10 @@ fail:
 out:
     if (d) MHD_stop_daemon(d);
     bt_interrupt_uninstall();
+    if (s.batcher && bt_batcher_close(s.batcher, status == 0 ? "ok" : status == 1 ? "interrupted" : "error"))
+        bt_warn("serve: %s", bt_errmsg());
     for (int i = 0; s.slots && i < s.parallel; i++) bt_gen_free(s.slots[i]);
+    bt_batcher_free(s.batcher);
     free(s.slots);
     free(s.busy);
     free(s.slot_meta);

@@ -11,9 +11,11 @@
 #include "engine/engine.h"
 #include "tap/inject.h"
 #include "run/recorder.h"
+#include "run/batcher.h"
 #include "run/run_meta.h"
 #include "trace/trace.h"
 #include "base/util.h"
+#include "base/text.h"
 #include "kernels/cpu/kernels.h"
 
 #include <stdio.h>
@@ -122,10 +124,18 @@ static int poll_cancel(void *user)
     return o->cancel && *o->cancel;
 }
 
+/* Text goes to JSON: a byte no UTF-8 sequence holds (a byte token's) is
+ * U+FFFD there, as the final text (whole characters come here, so piece by
+ * piece is the same as the whole). */
 static int text_cb(void *user, const char *s, size_t n)
 {
     const bt_gen_opts *o = user;
-    return o->on_text(o->user, s, n);
+    size_t m;
+    char *u = bt_text_utf8_repair(s, n, &m);
+    if (!u) return o->on_text(o->user, s, n);
+    int rc = o->on_text(o->user, u, m);
+    free(u);
+    return rc;
 }
 
 int bt_gen_request(bt_gen *g, const bt_request *req, const bt_gen_opts *o, bt_gen_result *res)
@@ -142,6 +152,7 @@ int bt_gen_request(bt_gen *g, const bt_request *req, const bt_gen_opts *o, bt_ge
     bt_sampler *smp = NULL;
     bt_generate_out go = { 0 };
     const char *finish = "length";
+    bool laned = false;
     double t0 = bt_now();
     int rc = prompt_ids(c, req, &prompt, &n_prompt);
     if (rc) goto out;
@@ -163,6 +174,11 @@ int bt_gen_request(bt_gen *g, const bt_request *req, const bt_gen_opts *o, bt_ge
         for (int i = 0; i < c->n_inject; i++) if ((rc = bt_injector_add(inj, c->inject[i]))) goto out;
         bt_injector_set_draw(inj, o->draw_seed);
         res->injected = bt_injector_active(inj);
+    }
+    if (o->batcher) {
+        if ((rc = bt_batcher_lane_begin(o->batcher, o->lane, o->request_id, o->trace_path, o->draw_seed))) goto out;
+        laned = true;
+        if (bt_batcher_lane_faulted(o->batcher, o->lane)) res->injected = true;
     }
     if (o->trace_path) {
         if ((rc = bt_trace_create(o->trace_path, &trace))) goto out;
@@ -186,6 +202,11 @@ int bt_gen_request(bt_gen *g, const bt_request *req, const bt_gen_opts *o, bt_ge
     rc = bt_generate(&gc, &go);
     res->text = go.text;
     res->text_len = go.text_len;
+    if (go.text) {
+        size_t m;
+        char *u = bt_text_utf8_repair(go.text, go.text_len, &m);
+        if (u) { free(res->text); res->text = u; res->text_len = m; }
+    }
     res->ids = go.ids;
     res->n_ids = go.n_ids;
     finish = go.finish;
@@ -196,6 +217,11 @@ int bt_gen_request(bt_gen *g, const bt_request *req, const bt_gen_opts *o, bt_ge
     if (rec && (rc = bt_recorder_finish(rec, finish))) goto out;
 out:
     if (rc == BT_OK && rec && bt_recorder_status(rec)) rc = bt_error(bt_recorder_status(rec), "trace write failed");
+    if (trace && laned) {
+        int kc = bt_batcher_lane_trace(o->batcher, o->lane, trace);
+        if (rc == BT_OK) rc = kc;
+    }
+    if (laned) bt_batcher_lane_end(o->batcher, o->lane, rc == BT_OK ? finish : "error", (int)n_prompt);
     if (trace) {
         const char *st = rc == BT_OK ? (!strcmp(finish, "cancelled") ? BT_TRACE_STATUS_INTERRUPTED : BT_TRACE_STATUS_OK)
                          : bt_trace_failed(trace) ? BT_TRACE_STATUS_IO_ERROR : BT_TRACE_STATUS_ERROR;

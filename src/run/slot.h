@@ -58,6 +58,11 @@ typedef struct bt_gen_opts {
      * out to start a stop string. Nonzero return cancels (client gone). */
     int (*on_text)(void *user, const char *s, size_t n);
     void *user;
+    /* serve's batched engine (run/batcher.h): the slot's engine is lane
+     * `lane` of it; the request is announced to it and its trace gets the
+     * request's KV provenance (kv_access). NULL: a slot of its own. */
+    struct bt_batcher *batcher;
+    int lane;
 } bt_gen_opts;
 
 /* An event the request's own detectors recorded (src/run/recorder.c:
