@@ -303,3 +303,8 @@ TESTS += tests/batch_engine.sh
 EXTRA_DIST += tests/batch_engine.sh
 tests_test_batch_SOURCES = tests/test_batch.c
 tests_test_batch_LDADD = $(CORE_LIBS)
+
+# the batched server: answers bit-identical to alone, server.db, the
+# server's faults named by bisect and report (issue 26)
+TESTS += tests/serve_batch.sh
+EXTRA_DIST += tests/serve_batch.sh tests/serve_mix.py

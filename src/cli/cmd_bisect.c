@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "tap/stats.h"
 #include "trace/analyze.h"
+#include "trace/provenance.h"
 #include "trace/compare.h"
 #include "trace/headroom.h"
 #include "trace/reader.h"
@@ -717,6 +718,9 @@ int cmd_bisect(int argc, char **argv)
     if (bt_headroom_analyze(r, o.limit, &h)) goto fail;
     bt_run_state rs;
     if (bt_run_state_get(r, o.trace, &rs)) goto fail;
+    /* a batched server's trace: whose cached data the finding read */
+    bt_provenance pv;
+    if (bt_provenance_get(r, x.has_nonfinite ? x.first.step : -1, x.has_nonfinite ? x.first.layer : -1, &pv)) goto fail;
     if (o.json) {
         json_t *j = analysis_json(&o, &x);
         json_object_set_new(j, "run_status", json_string(rs.status));
@@ -724,6 +728,13 @@ int cmd_bisect(int argc, char **argv)
         json_object_set_new(j, "last_committed_step", json_integer(rs.last_step));
         json_object_set_new(j, "numerics", json_string(numerics_of(r)));
         json_object_set_new(j, "headroom", headroom_json(&h));
+        if (pv.n_rows) {
+            json_t *lines = json_array();
+            for (int i = 0; i < pv.n_lines; i++) json_array_append_new(lines, json_string(pv.lines[i]));
+            json_object_set_new(j, "cache", json_pack("{s:i,s:s?,s:b,s:s?,s:o}", "prefix_hit_tokens", pv.hit_tokens, "prefix_hit",
+                                                      pv.hits[0] ? pv.hits : NULL, "contaminated", pv.contaminated, "culprit",
+                                                      pv.culprit[0] ? pv.culprit : NULL, "sources", lines));
+        }
         int rc = print_json(j);
         json_decref(j);
         if (rc) goto fail;
@@ -731,9 +742,12 @@ int cmd_bisect(int argc, char **argv)
         if (rs.line[0]) printf("%s\n", rs.line);
         o.unfinished = rs.unfinished;
         print_analysis(&o, &x, &h, numerics_of(r));
+        if (pv.hits[0]) bt_text_printf(stdout, "prefix cache: %s\n", pv.hits);
+        if (pv.contaminated) bt_text_printf(stdout, "cache provenance: %s\n", pv.culprit);
     }
-    /* an unfinished run is a finding: it never exits 0 as clean */
-    status = bt_analysis_found(&x) || rs.unfinished ? 1 : 0;
+    /* an unfinished run is a finding: it never exits 0 as clean; nor is a
+     * request that read another request's bad or misplaced cache data */
+    status = bt_analysis_found(&x) || rs.unfinished || pv.contaminated ? 1 : 0;
     goto out;
 fail:
     status = bt_cmd_fail("bisect");

@@ -8,6 +8,7 @@
 #include "cmd.h"
 #include "run/run_meta.h"
 #include "trace/analyze.h"
+#include "trace/provenance.h"
 #include "trace/headroom.h"
 #include "trace/picture.h"
 #include "trace/reader.h"
@@ -204,9 +205,10 @@ static int event_line(void *user, const bt_trace_event_row *ev)
     return 0;
 }
 
-static void section_summary(FILE *o, const bt_analysis *x)
+static void section_summary(FILE *o, const bt_analysis *x, const bt_provenance *pv)
 {
     fputs("## Summary\n\n", o);
+    if (pv->contaminated) fprintf(o, "- **Another request's cache data:** %s.\n", pv->culprit);
     if (!bt_analysis_found(x)) {
         fprintf(o, "Clean: no non-finite tensor, no degenerate output%s in %d steps (%d tapped tensors, %d generated tokens).\n\n",
                 x->n_events ? "" : " and no detector events", x->n_steps, x->n_tensors, x->n_gen);
@@ -380,6 +382,27 @@ static int section_config(FILE *o, bt_trace_reader *r)
               "injected fault unless it says otherwise.\n\n", o);
     free(unf);
     return BT_OK;
+}
+
+/* A batched server's request (serve --batching on): the cache blocks and
+ * state slot behind it, and whose data it read. */
+static void section_cache(FILE *o, const bt_provenance *p)
+{
+    const bt_provenance pv = *p;
+    if (!pv.n_rows) return;
+    fputs("## Cache provenance\n\n", o);
+    fprintf(o, "This request ran on the batched server (its KV blocks in `kv_access`; the server's own trace, "
+               "`server.db`, has every request's).\n\n");
+    if (pv.hits[0]) fprintf(o, "- Prefix cache: %s.\n", pv.hits);
+    else fputs("- Prefix cache: no hit; every position was computed for this request.\n", o);
+    if (pv.contaminated) {
+        fprintf(o, "- **Another request's data:** %s.\n", pv.culprit);
+        for (int i = 0; i < pv.n_lines; i++)
+            if (strcmp(pv.lines[i], pv.culprit)) fprintf(o, "- Also: %s.\n", pv.lines[i]);
+    } else {
+        fputs("- Nothing it read was written non-finite or misplaced by another request.\n", o);
+    }
+    fputc('\n', o);
 }
 
 static void section_propagation(FILE *o, const bt_analysis *x)
@@ -887,7 +910,9 @@ int cmd_report(int argc, char **argv)
     if (model) { fputs(" of ", o); md_cell(o, model); }
     fputs("\n\n", o);
     if (rs.line[0]) fprintf(o, "**%s%s**\n\n", rs.line[0] == 'u' ? "U" : "L", rs.line + 1);
-    section_summary(o, &x);
+    bt_provenance pv;
+    if ((rc = bt_provenance_get(r, x.has_nonfinite ? x.first.step : -1, x.has_nonfinite ? x.first.layer : -1, &pv))) goto fail;
+    section_summary(o, &x, &pv);
     if (png_path) {
         if ((rc = bt_picture_render(r, &pic))) goto fail;
         section_picture(o, &pic, png_path, out_path);
@@ -897,6 +922,7 @@ int cmd_report(int argc, char **argv)
     if ((rc = section_config(o, r))) goto fail;
     if ((rc = section_numerics(o, r))) goto fail;
     section_propagation(o, &x);
+    section_cache(o, &pv);
     if ((rc = section_routes(o, r, &x))) goto fail;
     if ((rc = section_spec(o, r, &x))) goto fail;
     if ((rc = section_events(o, r, &x))) goto fail;

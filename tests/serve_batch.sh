@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# serve_batch.sh - the batched server (serve --batching on, the default):
+#   - many requests (shared prefixes, repeats, greedy and seeded sampling,
+#     streamed and not), random arrival, at concurrency above the lanes:
+#     every answer is the one the request gets alone (serve --batching off
+#     --parallel 1, itself run's path; and run --request for one), and the
+#     traces agree bit for bit (logit snapshots, decode taps), on stories260K,
+#     the tiny Llama GGUF, SmolLM2 Q4_1 (when cached) and a hybrid qwen35
+#     (a state slot per lane);
+#   - server.db: batches of several requests, prefix hits, every request
+#     finished, reads of blocks another request wrote (v_cross_reads);
+#   - the server's faults, each named by bisect and report down to the
+#     writer request and the block or slot: pad_nan (NaN from a batch's
+#     padding lane into block 0, mapped by a later prefix hit), prefix_wrong
+#     (a hit mapped to another prefix's block), slot_noreset (a hybrid
+#     model's state slot handed on unreset); drawn per request (p=) among
+#     interleaved requests, every named writer is one the fault fired for;
+#   - bad option combinations are one-line errors, server.db is never
+#     overwritten.
+. "${BT_SRCDIR:-.}/tests/lib.sh"
+need_shared
+built_with LIBMICROHTTPD || skip "built without libmicrohttpd"
+command -v curl >/dev/null || skip "curl not found"
+py=${PYTHON3:-python3}
+D="$py $BT_SRCDIR/tests/serve_mix.py"
+TINY=$MODELS/gguf-tiny/llama-2-tiny-random.gguf
+pids=""
+trap 'for p in $pids; do kill "$p" 2>/dev/null; done; wait; rm -rf "$TMP"' EXIT
+stop_server() { kill "$last_pid" 2>/dev/null; wait "$last_pid" 2>/dev/null; pids=""; }
+q() { sqlite3 "file:$1?mode=ro" "$2" 2>/dev/null; }     # q DB SQL
+field() { "$py" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"; }
+
+# identical NAME N CONC K SERVE-ARGS...: N requests at CONC on the batched
+# server and one at a time alone; answers equal, K traces bit for bit
+identical() {
+    local nm=$1 n=$2 conc=$3 k=$4; shift 4
+    $D plan 7 "$n" "$TMP/$nm.plan"
+    start_server "$nm-b" "$@" --parallel 4 --block-size 4 --trace-dir "$TMP/$nm-b" || return 1
+    $D send "http://127.0.0.1:$port" "$TMP/$nm.plan" "$TMP/$nm-b.json" "$conc" 11 >"$TMP/$nm.send" \
+        || { fail "$nm: batched: $(cat "$TMP/$nm.send")"; stop_server; return 1; }
+    stop_server
+    start_server "$nm-s" "$@" --batching off --parallel 1 --trace-dir "$TMP/$nm-s" || return 1
+    $D send "http://127.0.0.1:$port" "$TMP/$nm.plan" "$TMP/$nm-s.json" 1 12 >"$TMP/$nm.send" \
+        || { fail "$nm: solo: $(cat "$TMP/$nm.send")"; stop_server; return 1; }
+    stop_server
+    out=$($D same "$TMP/$nm-b.json" "$TMP/$nm-s.json") && ok "$nm: $out, batched at concurrency $conc (4 lanes) and alone" \
+        || fail "$nm: $out"
+    out=$($D traces "$TMP/$nm-b" "$TMP/$nm-b.json" "$TMP/$nm-s" "$TMP/$nm-s.json" "$k") && ok "$nm: $out" \
+        || fail "$nm: $out"
+    db=$TMP/$nm-b/server.db
+    [ "$(q "$db" "select value from meta where key='status'")" = ok ] && ok "$nm: server.db closed ok" \
+        || fail "$nm: server.db status: $(q "$db" "select value from meta where key='status'")"
+    [ "$(q "$db" "select count(*) from requests where finish is null")" = 0 ] \
+        && [ "$(q "$db" "select count(*) from requests")" = "$n" ] && ok "$nm: server.db: $n requests, every one finished" \
+        || fail "$nm: server.db requests: $(q "$db" "select count(*), count(finish) from requests")"
+    multi=$(q "$db" "select count(*) from steps where n_seqs > 1")
+    [ "${multi:-0}" -gt 0 ] && ok "$nm: $multi forwards batched several requests" || fail "$nm: no forward had two requests"
+}
+
+# --- 1. bit-identical to alone ------------------------------------------------
+if identical stories 40 6 6; then
+    db=$TMP/stories-b/server.db
+    hits=$(q "$db" "select count(*) from requests where hit_tokens > 0")
+    cross=$(q "$db" "select count(*) from v_cross_reads")
+    [ "${hits:-0}" -gt 5 ] && [ "${cross:-0}" -gt 0 ] && ok "stories: prefix hits in $hits requests, $cross cross-request reads in v_cross_reads" \
+        || fail "stories: prefix hits $hits, cross reads $cross"
+    # the same request through run (the solo path serve --batching off stands for)
+    "$py" -c 'import json,sys; p=json.load(open(sys.argv[1])); r=[x for x in p if not x.get("stream")][0]; json.dump(r["body"], open(sys.argv[2],"w")); print(r["key"])' \
+        "$TMP/stories.plan" "$TMP/one.json" >"$TMP/one.key"
+    "$BANGTRACE" run --model "$STORIES" --tokenizer "$TOK512" --request "$TMP/one.json" --json >"$TMP/one.run" 2>"$TMP/one.err" \
+        && [ "$(field "$TMP/one.run" 'repr(j["text"])')" = "$(field "$TMP/stories-b.json" "repr(j['$(cat "$TMP/one.key")']['text'])")" ] \
+        && ok "stories: a batched answer is run --request's text" || fail "stories: batched vs run: $(head -c 200 "$TMP/one.err")"
+fi
+SERVE_MODEL="--model $TINY" identical tiny 16 4 3
+if [ -f "$SMOL" ]; then
+    SERVE_MODEL="--model $SMOL" identical smollm2 12 4 2
+else
+    echo "SKIP part: $SMOL not cached (the Q4_1 model)"
+fi
+HYB=""
+if "$py" -c "import numpy, gguf" 2>/dev/null; then
+    "$py" "$BT_SRCDIR/tools/make-tiny-hybrid.py" "$TMP/qwen35.gguf" --arch qwen35 --mtp 0 --seed 7 >"$TMP/tool.log" 2>&1 \
+        && HYB=$TMP/qwen35.gguf || fail "make-tiny-hybrid.py: $(tail -1 "$TMP/tool.log")"
+fi
+if [ -n "$HYB" ]; then
+    SERVE_MODEL="--model $HYB" identical qwen35 16 4 3
+    grep -q "prefix cache off (hybrid model)" "$TMP/qwen35-b.err" && ok "qwen35: the start line says the hybrid model has no prefix cache" \
+        || fail "qwen35 start line: $(head -2 "$TMP/qwen35-b.err")"
+else
+    echo "SKIP part: python3 with numpy and gguf makes the hybrid model"
+fi
+
+# --- 2. faults, each named down to the writer and the block or slot -------------
+P1="Once upon a time there was a little girl named Lily. She loved to play outside"
+P2="The old man walked to the river every morning. He looked at the water and smiled"
+complete() {   # complete BODY OUT: the answer JSON in OUT, its request id on stdout
+    curl -s -o "$2" -X POST "http://127.0.0.1:$port/v1/completions" --data-binary "$1"
+    field "$2" 'j["bangtrace"]["request_id"]'
+}
+start_server padnan --parallel 2 --block-size 4 --trace-dir "$TMP/padnan" --inject pad_nan || finish
+a=$(complete "{\"prompt\":\"$P1\",\"max_tokens\":6}" "$TMP/a.json")
+b=$(complete "{\"prompt\":\"$P1 and run\",\"max_tokens\":6}" "$TMP/b.json")
+stop_server
+expect_exit 1 "pad_nan: bisect finds the second request's first non-finite" "$BANGTRACE" bisect "$TMP/padnan/$b.db"
+grep -q "cache provenance: step 0, layer 0: read KV block 0 (prefix hit.*written by $a .*non-finite .* when the padding lane of $a wrote it" "$TMP/out" \
+    && ok "pad_nan: bisect names block 0, the prefix hit and the writer $a's padding lane" || fail "pad_nan bisect: $(cat "$TMP/out")"
+"$BANGTRACE" report "$TMP/padnan/$b.db" >"$TMP/rep" 2>&1
+grep -q "Another request's cache data:.*KV block 0.*padding lane of $a" "$TMP/rep" && ok "pad_nan: report says it in its summary" \
+    || fail "pad_nan report: $(grep -A3 'Cache' "$TMP/rep" | head -5)"
+[ "$(q "$TMP/padnan/server.db" "select request from v_nonfinite_blocks where block = 0")" = "$a" ] \
+    && ok "pad_nan: server.db's v_nonfinite_blocks: block 0, by $a" || fail "pad_nan v_nonfinite_blocks: $(q "$TMP/padnan/server.db" "select * from v_nonfinite_blocks")"
+
+start_server pwrong --parallel 2 --block-size 4 --trace-dir "$TMP/pwrong" --inject prefix_wrong || finish
+a=$(complete "{\"prompt\":\"$P1\",\"max_tokens\":8}" "$TMP/a.json")
+c=$(complete "{\"prompt\":\"$P2\",\"max_tokens\":8}" "$TMP/c.json")
+b=$(complete "{\"prompt\":\"$P1\",\"max_tokens\":8}" "$TMP/b.json")
+stop_server
+[ "$(field "$TMP/a.json" 'j["choices"][0]["text"]')" != "$(field "$TMP/b.json" 'j["choices"][0]["text"]')" ] \
+    && ok "prefix_wrong: the same prompt answered differently after a wrong hit" || fail "prefix_wrong: the answers are the same"
+expect_exit 1 "prefix_wrong: bisect reports the wrong mapping (no NaN)" "$BANGTRACE" bisect "$TMP/pwrong/$b.db"
+grep -Eq "cache provenance: step 0: read KV block [0-9]+ \(prefix hit, positions 0-3\) written by ($a|$c) at server step [0-9]+: prefix_wrong: mapped block" "$TMP/out" \
+    && ok "prefix_wrong: bisect names the wrongly mapped block and its writer" || fail "prefix_wrong bisect: $(cat "$TMP/out")"
+
+if [ -n "$HYB" ]; then
+    SERVE_MODEL="--model $HYB" start_server noreset --parallel 1 --trace-dir "$TMP/noreset2" --inject slot_noreset || finish
+    a=$(complete '{"prompt":"one two three four five six","max_tokens":6}' "$TMP/a.json")
+    b=$(complete '{"prompt":"seven eight nine","max_tokens":6}' "$TMP/b.json")
+    stop_server
+    expect_exit 1 "slot_noreset: bisect reports the kept state" "$BANGTRACE" bisect "$TMP/noreset2/$b.db"
+    grep -q "cache provenance: step 0: state slot 0 last written by $a at server step [0-9]*, not reset on reuse" "$TMP/out" \
+        && ok "slot_noreset: bisect names slot 0 and its last writer $a" || fail "slot_noreset bisect: $(cat "$TMP/out")"
+    [ "$(q "$TMP/noreset2/server.db" "select event from slot_events where request = '$b'")" = keep ] \
+        && ok "slot_noreset: server.db's slot_events: keep for $b" || fail "slot_noreset slot_events: $(q "$TMP/noreset2/server.db" "select * from slot_events")"
+    SERVE_MODEL="--model $HYB" start_server clean1 --parallel 1 --batching off || finish
+    complete '{"prompt":"seven eight nine","max_tokens":6}' "$TMP/b0.json" >/dev/null
+    stop_server
+    [ "$(field "$TMP/b.json" 'j["bangtrace"]["completion_ids"]')" != "$(field "$TMP/b0.json" 'j["bangtrace"]["completion_ids"]')" ] \
+        && ok "slot_noreset: the kept state changed the answer" || fail "slot_noreset: the answer is the clean one"
+fi
+
+# drawn per request among interleaved requests: every request that went
+# non-finite names a writer the fault fired for
+start_server drawn --parallel 4 --block-size 4 --trace-dir "$TMP/drawn" --inject pad_nan@p=0.2 || finish
+$D plan 3 30 "$TMP/drawn.plan"
+$D send "http://127.0.0.1:$port" "$TMP/drawn.plan" "$TMP/drawn.json" 5 4 >"$TMP/drawn.send" || fail "drawn: $(cat "$TMP/drawn.send")"
+stop_server
+"$py" - "$TMP/drawn" "$BANGTRACE" <<'PY' >"$TMP/drawn.out" 2>&1 && ok "pad_nan@p=0.2: $(tail -1 "$TMP/drawn.out")" || fail "pad_nan@p=0.2: $(tail -3 "$TMP/drawn.out")"
+import glob, os, re, sqlite3, subprocess, sys
+d, bt = sys.argv[1], sys.argv[2]
+db = sqlite3.connect(os.path.join(d, "server.db"))
+fired = {r for (r,) in db.execute("select request from block_events where event = 'inject'")}
+named, bad = 0, 0
+for t in sorted(glob.glob(os.path.join(d, "req-*.db"))):
+    out = subprocess.run([bt, "bisect", t], capture_output=True, text=True).stdout
+    if "first non-finite" not in out:
+        continue
+    bad += 1
+    m = re.search(r"when the padding lane of (req-\S+) wrote it", out)
+    assert m, "%s went non-finite without a named writer:\n%s" % (t, out)
+    assert m.group(1) in fired, "%s names %s, for which pad_nan never fired" % (t, m.group(1))
+    named += 1
+assert fired and named, "the fault fired for %d requests, %d traces named one" % (len(fired), named)
+print("%d of 30 requests went non-finite, each naming one of the %d the fault fired for" % (named, len(fired)))
+PY
+
+# --- 3. a byte token's byte no UTF-8 holds: U+FFFD in JSON, never a dropped answer
+# (this seeded request on the tiny model emits <0xF2> then "k"; serve used to
+# close the connection and run --json to leave "text" out)
+BODY='{"prompt":"The old man walked to the river every morning. He looked at the water and smiled at the fish. So they","max_tokens":18,"temperature":0.9,"seed":460}'
+printf '%s' "$BODY" >"$TMP/bytes.json"
+"$BANGTRACE" run --model "$TINY" --request "$TMP/bytes.json" --json >"$TMP/bytes.run" 2>/dev/null
+SERVE_MODEL="--model $TINY" start_server bytes --parallel 2 || finish
+curl -s -o "$TMP/bytes.serve" -X POST "http://127.0.0.1:$port/v1/completions" --data-binary "$BODY"
+stop_server
+"$py" - "$TMP/bytes.run" "$TMP/bytes.serve" <<'PY' && ok "invalid UTF-8 from byte tokens: U+FFFD in run --json and serve, the same text" \
+    || fail "invalid UTF-8: $(head -c 300 "$TMP/bytes.serve")"
+import json, sys
+r, s = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert "\ufffd" in r["text"], r.get("text")
+assert s["choices"][0]["text"] == r["text"], (s["choices"][0]["text"], r["text"])
+PY
+
+# --- 4. bad options, nothing overwritten ---------------------------------------
+expect_exit 2 "--batching maybe is refused" "$BANGTRACE" serve --model "$STORIES" --tokenizer "$TOK512" --batching maybe
+grep -q "expects on or off" "$TMP/err" || fail "--batching maybe: $(cat "$TMP/err")"
+expect_exit 2 "--block-size with --batching off is refused" "$BANGTRACE" serve --model "$STORIES" --tokenizer "$TOK512" --batching off --block-size 8
+grep -q "'--block-size' is the batched server's" "$TMP/err" || fail "--block-size off: $(cat "$TMP/err")"
+expect_exit 2 "slot_noreset on a model without state slots is refused" "$BANGTRACE" serve --model "$STORIES" --tokenizer "$TOK512" --port 0 --inject slot_noreset
+grep -q "needs a hybrid model" "$TMP/err" || fail "slot_noreset: $(cat "$TMP/err")"
+expect_exit 2 "prefix_wrong without the prefix cache is refused" "$BANGTRACE" serve --model "$STORIES" --tokenizer "$TOK512" --port 0 --prefix-cache off --inject prefix_wrong
+expect_exit 2 "kvcorrupt on the batched server is refused" "$BANGTRACE" serve --model "$STORIES" --tokenizer "$TOK512" --port 0 --inject kvcorrupt@layer=1,pos=1
+grep -q "use --batching off" "$TMP/err" || fail "kvcorrupt: $(cat "$TMP/err")"
+expect_exit 2 "a server fault with a bad p is refused" "$BANGTRACE" serve --model "$STORIES" --tokenizer "$TOK512" --inject pad_nan@p=2
+expect_exit 2 "--kv-blocks below one request's context is refused" "$BANGTRACE" serve --model "$STORIES" --tokenizer "$TOK512" --port 0 --kv-blocks 2
+grep -q "cannot hold one request" "$TMP/err" || fail "--kv-blocks 2: $(cat "$TMP/err")"
+sum=$(sha256sum "$TMP/padnan/server.db" | cut -c1-64)
+start_server again --trace-dir "$TMP/padnan" || finish
+stop_server
+[ "$(sha256sum "$TMP/padnan/server.db" | cut -c1-64)" = "$sum" ] && [ -f "$TMP/padnan/server-2.db" ] \
+    && ok "a second server in the same --trace-dir writes server-2.db; server.db is untouched" || fail "server.db again: $(ls "$TMP/padnan")"
+finish
