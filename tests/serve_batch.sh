@@ -70,6 +70,13 @@ if identical stories 40 6 6; then
     "$BANGTRACE" run --model "$STORIES" --tokenizer "$TOK512" --request "$TMP/one.json" --json >"$TMP/one.run" 2>"$TMP/one.err" \
         && [ "$(field "$TMP/one.run" 'repr(j["text"])')" = "$(field "$TMP/stories-b.json" "repr(j['$(cat "$TMP/one.key")']['text'])")" ] \
         && ok "stories: a batched answer is run --request's text" || fail "stories: batched vs run: $(head -c 200 "$TMP/one.err")"
+    # a clean request that read the prefix cache replays clean: the cached
+    # positions go into the reference untapped, then the step's own rows
+    hr=$(q "$db" "select request from requests where hit_tokens > 0 order by request limit 1")
+    expect_exit 0 "stories: bisect --reference on a prefix-hit request ($hr) finds no divergence" "$BANGTRACE" bisect \
+        "$TMP/stories-b/$hr.db" --reference --model "$STORIES" --tokenizer "$TOK512"
+    grep -q "prefix cache: [0-9]* positions of 1 step came from the batched server's prefix cache" "$TMP/out" \
+        || fail "stories --reference: $(cat "$TMP/out")"
 fi
 SERVE_MODEL="--model $TINY" identical tiny 16 4 3
 if [ -f "$SMOL" ]; then
@@ -120,6 +127,11 @@ stop_server
 expect_exit 1 "prefix_wrong: bisect reports the wrong mapping (no NaN)" "$BANGTRACE" bisect "$TMP/pwrong/$b.db"
 grep -Eq "cache provenance: step 0: read KV block [0-9]+ \(prefix hit, positions 0-3\) written by ($a|$c) at server step [0-9]+: prefix_wrong: mapped block" "$TMP/out" \
     && ok "prefix_wrong: bisect names the wrongly mapped block and its writer" || fail "prefix_wrong bisect: $(cat "$TMP/out")"
+expect_exit 1 "prefix_wrong: bisect --reference diverges" "$BANGTRACE" bisect "$TMP/pwrong/$b.db" --reference --model "$STORIES" \
+    --tokenizer "$TOK512"
+grep -q "first divergence: step 0" "$TMP/out" && grep -Eq "cache provenance: step 0: read KV block [0-9]+ .*prefix_wrong" "$TMP/out" \
+    && ok "prefix_wrong: bisect --reference: the first divergence at step 0, from the wrongly mapped block" \
+    || fail "prefix_wrong --reference: $(cat "$TMP/out")"
 
 if [ -n "$HYB" ]; then
     SERVE_MODEL="--model $HYB" start_server noreset --parallel 1 --trace-dir "$TMP/noreset2" --inject slot_noreset || finish

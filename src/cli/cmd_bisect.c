@@ -601,6 +601,14 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
     const bt_trace_tensor_row *tens = res.tens;
     int n_tens = res.n_tens;
     status = res.found ? 1 : 0;
+    /* a batched server's request: the cached data behind the divergence */
+    bt_provenance pv;
+    if (bt_provenance_get(r, res.found ? res.first.step : -1, -1, &pv)) { status = 2; goto out; }
+    char suspect[800] = "";
+    if (res.found && pv.contaminated) snprintf(suspect, sizeof suspect, "%s", pv.culprit);
+    else if (res.found && res.first.step == 0 && pv.hits[0])
+        snprintf(suspect, sizeof suspect, "step 0 read %s from the prefix cache: the first suspect for a divergence there",
+                 pv.hits);
     if (o->json) {
         json_t *j = json_object(), *rj = json_object();
         json_object_set_new(j, "trace", json_string(o->trace));
@@ -647,6 +655,8 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
             json_object_set_new(rj, "cross_engine", json_pack("{s:s,s:o,s:f,s:i,s:i}", "engine", "llama.cpp",
                                 "departs_at", res.found ? json_string(tens[res.first.slot].name) : json_null(),
                                 "rel_before", res.before_rel, "top1_agree", res.top1_agree, "top1_steps", res.top1_n));
+        json_object_set_new(rj, "prefix_cached_positions", json_integer(res.cached_positions));
+        json_object_set_new(rj, "cache_provenance", suspect[0] ? json_string(suspect) : json_null());
         json_object_set_new(j, "reference", rj);
         int rc = print_json(j);
         json_decref(j);
@@ -675,11 +685,16 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
         if (o->num_b && res.one_bad)
             print_divergence(&res.one, tens, n_tens, res.one_side[0] == 'A' ? "first non-finite under A only: " : "first non-finite under B only: ");
         else if (o->num_b) bt_text_printf(stdout, "no op is non-finite under one profile only\n");
+        if (res.cached_steps)
+            bt_text_printf(stdout, "prefix cache: %d position%s of %d step%s came from the batched server's prefix cache; the "
+                           "reference computed them untapped first, then the step's own rows\n", res.cached_positions,
+                           res.cached_positions == 1 ? "" : "s", res.cached_steps, res.cached_steps == 1 ? "" : "s");
         if (bt_trace_has_spec(r))
             bt_text_printf(stdout, "speculative trace: the target's %d verify steps replayed with the tokens they verified; %d draft passes not replayed\n",
                    res.verify_steps, res.draft_steps_skipped);
         if (res.found) {
             print_divergence(&res.first, tens, n_tens, "first divergence: ");
+            if (suspect[0]) bt_text_printf(stdout, "cache provenance: %s\n", suspect);
             if (o->all) {
                 bt_text_printf(stdout, "divergent steps (%d of %d compared):\n", res.n_all, res.steps_compared);
                 for (int i = 0; i < res.n_all; i++) print_divergence(&res.all[i], tens, n_tens, "  ");

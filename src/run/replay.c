@@ -16,6 +16,8 @@
 #include "tap/stats.h"
 #include "trace/analyze.h"
 #include "trace/compare.h"
+#include "trace/reader.h"
+#include "trace/trace.h"
 #include "base/util.h"
 
 #include <math.h>
@@ -146,6 +148,7 @@ typedef struct replay_run {
     int n_seq, n_prompt;
     int32_t *in_tok;            /* every replayed step's input tokens, back to back */
     int64_t *in_off;
+    int *cached;                /* (n_steps) leading positions the step took from a prefix cache */
     int max_batch, ctx;
     const bt_trace_tensor_row *tens;
     int n_tens;
@@ -159,6 +162,25 @@ typedef struct replay_run {
     int n_tr;
     size_t all_cap;
 } replay_run;
+
+/* A prefix hit of a batched server's request: the step computed (and
+ * tapped) only the positions after it. */
+static int hit_cb(void *user, const bt_kv_access *a)
+{
+    replay_run *x = user;
+    if (strcmp(a->mode, "hit")) return 0;
+    for (int i = 0; i < x->n_steps; i++) {
+        const bt_trace_step_row *s = &x->steps[i];
+        if (s->step != a->step) continue;
+        int n = BT_MIN(a->pos_hi + 1, s->pos0 + s->n_pos - 1) - s->pos0;
+        if (n > x->cached[i]) {
+            if (!x->cached[i]) x->res->cached_steps++;
+            x->res->cached_positions += n - x->cached[i];
+            x->cached[i] = n;
+        }
+    }
+    return 0;
+}
 
 /* The trace's side: its tensors, model, target steps, drafts and tokens. */
 static int load_trace(replay_run *x)
@@ -186,6 +208,8 @@ static int load_trace(replay_run *x)
     x->n_steps = k;
     if (x->spec && (rc = bt_trace_spec_trail_each(x->r, INT32_MIN, INT32_MAX, trail_cb, &x->tl)) < 0) return rc;
     if ((rc = bt_analyze_sequence(x->r, &x->seq, &x->n_seq, &x->n_prompt))) return rc;
+    if (!(x->cached = calloc((size_t)(k > 0 ? k : 1), sizeof *x->cached))) return bt_error(BT_ENOMEM, "out of memory");
+    if ((rc = bt_trace_kv_access_each(x->r, hit_cb, x)) < 0) return rc;
     for (int i = 0; i < x->n_seq; i++)
         if (x->seq[i] < 0)   /* export --redact replaced the ids with -1: nothing to replay */
             return bt_error(BT_EINVAL, "%s: the trace's token ids were removed by export --redact; --reference needs the original trace", cfg->name);
@@ -352,14 +376,29 @@ static int forward_step(replay_run *x, int i)
     memset(x->rp.seen, 0, (size_t)x->n_tens * sizeof(bool));
     /* a verify computes the logits of every row, as the run did */
     if (x->spec) bt_engine_set_logits_all(x->e, !strcmp(s->kind, "verify"));
-    if ((rc = bt_engine_forward(x->e, x->in_tok + x->in_off[i], s->n_pos, s->pos0))) {
+    int h = x->cached ? x->cached[i] : 0;
+    if (h > 0) {
+        /* the positions the traced request read from the prefix cache: into
+         * the reference's KV cache untapped, so the taps compare like rows */
+        bt_engine_set_eval_cb(x->e, NULL);
+        rc = bt_engine_forward(x->e, x->in_tok + x->in_off[i], h, s->pos0);
+        bt_engine_set_eval_cb(x->e, &x->cb);
+        if (rc) return rc;
+    }
+    if ((rc = bt_engine_forward(x->e, x->in_tok + x->in_off[i] + h, s->n_pos - h, s->pos0 + h))) {
         if (x->rp.err[0]) rc = bt_error(BT_EFORMAT, "%s: %s", x->cfg->name, x->rp.err);
         return rc;
     }
     if (!x->e2) return BT_OK;
     memset(x->rp2.seen, 0, (size_t)x->n_tens * sizeof(bool));
     if (x->spec) bt_engine_set_logits_all(x->e2, !strcmp(s->kind, "verify"));
-    if ((rc = bt_engine_forward(x->e2, x->in_tok + x->in_off[i], s->n_pos, s->pos0))) {
+    if (h > 0) {
+        bt_engine_set_eval_cb(x->e2, NULL);
+        rc = bt_engine_forward(x->e2, x->in_tok + x->in_off[i], h, s->pos0);
+        bt_engine_set_eval_cb(x->e2, &x->cb2);
+        if (rc) return rc;
+    }
+    if ((rc = bt_engine_forward(x->e2, x->in_tok + x->in_off[i] + h, s->n_pos - h, s->pos0 + h))) {
         if (x->rp2.err[0]) rc = bt_error(BT_EFORMAT, "%s: %s", x->cfg->name, x->rp2.err);
         return rc;
     }
@@ -448,7 +487,7 @@ static void replay_run_free(replay_run *x)
 {
     bt_replay_result *res = x->res;
     free(x->steps); free(x->seq); free(x->tr);
-    free(x->tl.v); free(x->in_tok); free(x->in_off);
+    free(x->tl.v); free(x->in_tok); free(x->in_off); free(x->cached);
     free(x->rp.slot); free(x->rp.ref); free(x->rp.seen);
     free(x->rp2.ref); free(x->rp2.seen);
     if (res->found && res->cross && x->m) {

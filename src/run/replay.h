@@ -62,6 +62,9 @@ typedef struct bt_replay_result {
     bool sha_checked;
     int threads, steps_compared, steps_total;
     int verify_steps, draft_steps_skipped;   /* speculative traces */
+    /* a batched server's request (kv_access): positions its steps took from
+     * the prefix cache, replayed untapped before the step's own rows */
+    int cached_steps, cached_positions;
     double max_rel;             /* largest relative difference (bt_tap_diff.rel) seen */
     int max_rel_step, max_rel_slot;
     bool found;
