@@ -3,8 +3,8 @@
 # on purpose (tests/contam_server.py: leak, order, prefix, concurrency,
 # drift) finds exactly the class each one has (exit 1, "found"), and finds
 # nothing on clean ones (exit 0): the clean test server over several seeds,
-# in both shapes (completion and chat), and bangtrace's own serve with
-# parallel engines. Too few requests is inconclusive (exit 1), bad input is
+# in both shapes (completion and chat), and bangtrace's own serve (batched);
+# its server faults (pad_nan, prefix_wrong) are never clean. Too few requests is inconclusive (exit 1), bad input is
 # exit 2 with one line. Servers bind 127.0.0.1 on free ports and are stopped.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
 command -v curl >/dev/null || skip "curl not found"
@@ -125,6 +125,23 @@ if [ -f "$STORIES" ] && built_with LIBMICROHTTPD; then
         expect_exit 0 "bangtrace serve --parallel 4: clean" "$BANGTRACE" probe --contamination --url "http://127.0.0.1:$port" \
             --request "$TMP/shape.json" --nonce-seed 5
         grep -q "^CLEAN" "$TMP/out" || fail "serve: $(cat "$TMP/out")"
+        stop_last
+    }
+    # the batched server's own faults, black-box: never clean. A NaN in a
+    # shared block that later hits map corrupts answers at a constant rate
+    # whatever ran before (every arm alike): inconclusive, saying so; a prefix
+    # hit mapped to the wrong block changes answers: not clean either
+    start_server padnan --parallel 4 --inject pad_nan@p=0.05 && {
+        expect_exit 1 "serve --inject pad_nan@p=0.05: not clean" "$BANGTRACE" probe --contamination --url "http://127.0.0.1:$port" \
+            --request "$TMP/shape.json" --nonce-seed 5
+        grep -q "^INCONCLUSIVE: nothing found, but [0-9]* of [0-9]* answers are degenerate (token_wall, most of them) where their request's reference answer is fine" "$TMP/out" \
+            && ok "pad_nan: the degenerate answers behind fine references are named" || fail "pad_nan probe: $(tail -2 "$TMP/out")"
+        stop_last
+    }
+    start_server pwrong --parallel 4 --inject prefix_wrong && {
+        expect_exit 1 "serve --inject prefix_wrong: not clean" "$BANGTRACE" probe --contamination --url "http://127.0.0.1:$port" \
+            --request "$TMP/shape.json" --nonce-seed 5
+        grep -q "^CLEAN" "$TMP/out" && fail "prefix_wrong probe: clean"
         stop_last
     }
 else

@@ -237,6 +237,20 @@ int main(void)
     CHECK_OK(bt_contam_analyze(&p, a, 0.01, &v));
     CHECK(v.outcome == 2 && !n_found(&v) && v.ref_failed == 4 && v.ref_class == BT_ANS_TOKEN_WALL, "walls: outcome %d", v.outcome);
     free_answers(a, p.n_reqs);
+    /* fine references, but every fifth measured answer a wall in every arm
+     * alike (a poisoned shared block): nothing to attribute, never clean */
+    a = echo_answers(&p);
+    long nw = 0;
+    for (long i = 0; i < p.n_reqs; i++)
+        if (p.reqs[i].arm > BT_CONTAM_ARM_WARMUP && p.reqs[i].block % 5 == 0) {
+            set_text(&a[i], "!!!!!!!!!!!!");
+            a[i].cls = BT_ANS_TOKEN_WALL;
+            nw++;
+        }
+    CHECK_OK(bt_contam_analyze(&p, a, 0.01, &v));
+    CHECK(v.outcome == 2 && !n_found(&v) && !v.ref_failed && v.degen == nw && v.degen_class == BT_ANS_TOKEN_WALL,
+          "constant walls: outcome %d, degenerate %ld of %ld", v.outcome, v.degen, nw);
+    free_answers(a, p.n_reqs);
 
     /* each dependence alone */
     verdict_with(&p, pick_after_other, &v);

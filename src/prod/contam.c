@@ -309,6 +309,11 @@ static void count(bt_contam_counts *c, const bt_contam_answer *a, bool dev)
     if (a->cls >= 0 && a->cls < BT_ANS_COUNT) c->classes[a->cls]++;
 }
 
+static bool degenerate(int c)
+{
+    return c == BT_ANS_TOKEN_WALL || c == BT_ANS_EMPTY || c == BT_ANS_INVALID_TOKEN || c == BT_ANS_NONFINITE;
+}
+
 static void wilson(bt_contam_counts *c) { bt_stats_wilson(c->dev, c->n, &c->lo, &c->hi); }
 
 static void set_test(bt_contam_test *t, int cls, int arm, int base, const bt_contam_counts *a, const bt_contam_counts *b)
@@ -341,6 +346,7 @@ int bt_contam_analyze(const bt_contam_plan *p, const bt_contam_answer *ans, doub
     }
     long w = p->n_blocks / 3;
     if (w < 1) w = 1;
+    long degen_by[BT_ANS_COUNT] = { 0 };
     for (long i = 0; i < p->n_reqs; i++) {
         const bt_contam_req *r = &p->reqs[i];
         const bt_contam_answer *a = &ans[i];
@@ -351,9 +357,15 @@ int bt_contam_analyze(const bt_contam_plan *p, const bt_contam_answer *ans, doub
         bool dev = !a->answered || !same_text(a, &ans[ref[r->control]]);
         if (r->arm == BT_CONTAM_ARM_WARMUP) { count(&v->warm, a, dev); continue; }
         count(&v->arms[r->arm], a, dev);
+        v->degen_of++;
+        if (dev && a->answered && degenerate(a->cls) && !degenerate(ans[ref[r->control]].cls)) {
+            v->degen++;
+            degen_by[a->cls]++;
+        }
         if (r->block < w) count(&v->early, a, dev);
         if (r->block >= p->n_blocks - w) count(&v->late, a, dev);
     }
+    for (int c = 0; c < BT_ANS_COUNT; c++) if (degen_by[c] > degen_by[v->degen_class]) v->degen_class = c;
     wilson(&v->warm); wilson(&v->early); wilson(&v->late);
     /* where the differing answers depart from their reference */
     long *pre = malloc((size_t)(p->n_blocks + BT_CONTAM_WARMUP * BT_CONTAM_CONTROLS) * sizeof *pre);
@@ -458,7 +470,7 @@ int bt_contam_analyze(const bt_contam_plan *p, const bt_contam_answer *ans, doub
             if (!v->ref_failed++) v->ref_class = c;
         }
     }
-    v->outcome = any ? 1 : all_called && !v->unresolved && v->leak_hi < max_fail && !v->ref_failed ? 0 : 2;
+    v->outcome = any ? 1 : all_called && !v->unresolved && v->leak_hi < max_fail && !v->ref_failed && v->degen < 2 ? 0 : 2;
     return BT_OK;
 }
 
@@ -564,6 +576,14 @@ void bt_contam_print(FILE *f, const char *target, const bt_contam_plan *p, const
             bt_text_printf(f, "\n");
             return;
         }
+        if (v->degen >= 2) {
+            bt_text_printf(f, " %ld of %ld answers are degenerate (%s, most of them) where their request's reference answer "
+                           "is fine: something corrupts answers whatever ran before them, in every arm alike, which no "
+                           "comparison here can attribute (a poisoned shared cache block, a state never reset, a bad "
+                           "kernel; on bangtrace serve, bisect names the writer)\n", v->degen, v->degen_of,
+                           bt_answer_class_name(v->degen_class));
+            return;
+        }
         bool called = true, more = false;
         for (int t = 0; t < v->n_tests; t++) called &= v->tests[t].called;
         if (!called) bt_text_printf(f, " a comparison has fewer than %d answers a side (-n %d or more calls them all)",
@@ -623,7 +643,7 @@ json_t *bt_contam_json(const char *target, const bt_contam_plan *p, const bt_con
                                             (json_int_t)x->lag, "beside", x->beside, "answer",
                                             ans[x->req].text ? ans[x->req].text : "", BT_MIN(ans[x->req].text_len, (size_t)300)));
     }
-    return json_pack("{s:s,s:s,s:s,s:o,s:I,s:I,s:I,s:I,s:o,s:{s:I,s:I,s:[f,f],s:I,s:I,s:o},s:i,s:o,s:{s:o,s:o},s:o,s:f}",
+    json_t *j = json_pack("{s:s,s:s,s:s,s:o,s:I,s:I,s:I,s:I,s:o,s:{s:I,s:I,s:[f,f],s:I,s:I,s:o},s:i,s:o,s:{s:o,s:o},s:o,s:f}",
                      "mode", "contamination", "target", target, "outcome", bt_contam_outcome_name(v->outcome), "found", found,
                      "requests", (json_int_t)v->sent, "answered", (json_int_t)v->answered, "blocks", (json_int_t)p->n_blocks,
                      "seed", (json_int_t)p->seed, "concurrency", levels,
@@ -631,4 +651,8 @@ json_t *bt_contam_json(const char *target, const bt_contam_plan *p, const bt_con
                      "first_after_requests", (json_int_t)v->leak_first, "answers_needed", (json_int_t)v->leak_needed,
                      "examples", ex, "reference_failed", v->ref_failed, "arms", arms, "drift", "first_third", counts_json(&v->early), "last_third",
                      counts_json(&v->late), "tests", tests, "max_fail", v->max_fail);
+    if (j) json_object_set_new(j, "degenerate", json_pack("{s:I,s:I,s:s?}", "answers", (json_int_t)v->degen, "of",
+                                                           (json_int_t)v->degen_of, "class",
+                                                           v->degen ? bt_answer_class_name(v->degen_class) : NULL));
+    return j;
 }

@@ -164,6 +164,13 @@ typedef struct bt_contam_verdict {
     int ref_failed;                 /* controls whose reference answer fails alone (see below) */
     int ref_class;                  /* the first one's class */
     int unresolved;                 /* comparisons whose suspect side deviates more, not found */
+    /* answers outside the warm-up that differ from a fine reference and are
+     * degenerate (token wall, empty, invalid token, non-finite): a server
+     * corrupting answers whatever ran before (a poisoned shared cache block,
+     * a state never reset, a bad kernel) is never clean, even when every arm
+     * fails alike and no comparison can attribute it */
+    long degen, degen_of;
+    int degen_class;                /* the commonest of their classes */
     bt_contam_leak ex[4];
     int n_ex;
     bt_contam_counts warm;          /* the warm-up answers against the reference */
