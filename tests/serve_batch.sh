@@ -6,14 +6,16 @@
 #     --parallel 1, itself run's path; and run --request for one), and the
 #     traces agree bit for bit (logit snapshots, decode taps), on stories260K,
 #     the tiny Llama GGUF, SmolLM2 Q4_1 (when cached) and a hybrid qwen35
-#     (a state slot per lane);
+#     (a state slot per lane), whose conversations resume their recurrent
+#     state from snapshots at block boundaries;
 #   - server.db: batches of several requests, prefix hits, every request
 #     finished, reads of blocks another request wrote (v_cross_reads);
 #   - the server's faults, each named by bisect and report down to the
 #     writer request and the block or slot: pad_nan (NaN from a batch's
 #     padding lane into block 0, mapped by a later prefix hit), prefix_wrong
-#     (a hit mapped to another prefix's block), slot_noreset (a hybrid
-#     model's state slot handed on unreset); drawn per request (p=) among
+#     (a hit mapped to another prefix's block; on the hybrid model another
+#     prefix's state snapshot), slot_noreset (a hybrid model's state slot
+#     handed on unreset); drawn per request (p=) among
 #     interleaved requests, every named writer is one the fault fired for;
 #   - bad option combinations are one-line errors, server.db is never
 #     overwritten.
@@ -91,8 +93,24 @@ if "$py" -c "import numpy, gguf" 2>/dev/null; then
 fi
 if [ -n "$HYB" ]; then
     SERVE_MODEL="--model $HYB" identical qwen35 16 4 3
-    grep -q "prefix cache off (hybrid model)" "$TMP/qwen35-b.err" && ok "qwen35: the start line says the hybrid model has no prefix cache" \
+    grep -q "prefix cache on ([0-9]* recurrent state snapshots)" "$TMP/qwen35-b.err" && ok "qwen35: the start line names the state snapshots" \
         || fail "qwen35 start line: $(head -2 "$TMP/qwen35-b.err")"
+    # conversations: each turn extends the last one, so its prefix hit
+    # resumes the recurrent state from a snapshot at a block boundary
+    SERVE_MODEL="--model $HYB" start_server chain-b --parallel 3 --block-size 4 --trace-dir "$TMP/chain-b" || finish
+    $D chain "http://127.0.0.1:$port" "$TMP/chain-b.json" 3 >"$TMP/chain.out" || fail "qwen35 conversations: $(cat "$TMP/chain.out")"
+    stop_server
+    SERVE_MODEL="--model $HYB" start_server chain-s --parallel 1 --batching off || finish
+    $D chain "http://127.0.0.1:$port" "$TMP/chain-s.json" 1 >"$TMP/chain.out" || fail "qwen35 conversations alone: $(cat "$TMP/chain.out")"
+    stop_server
+    out=$($D same "$TMP/chain-b.json" "$TMP/chain-s.json") && ok "qwen35 conversations: $out, state resumed from snapshots and alone" \
+        || fail "qwen35 conversations: $out"
+    nr=$(q "$TMP/chain-b/server.db" "select count(*) from slot_events where event = 'restore'")
+    [ "${nr:-0}" -ge 6 ] && ok "qwen35 conversations: $nr prefix hits restored a state snapshot" || fail "qwen35: $nr restores"
+    t2=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["c0t2"]["request_id"])' "$TMP/chain-b.json")
+    [ "$(q "$TMP/chain-b/$t2.db" "select count(*) from kv_access where mode = 'snap'")" = 1 ] \
+        && ok "qwen35: the third turn's trace names the snapshot it resumed from (kv_access snap)" || fail "qwen35 kv_access snap: $(q "$TMP/chain-b/$t2.db" "select * from kv_access where mode <> 'w'")"
+    expect_exit 0 "qwen35: bisect --reference on a resumed turn finds no divergence" "$BANGTRACE" bisect "$TMP/chain-b/$t2.db" --reference
 else
     echo "SKIP part: python3 with numpy and gguf makes the hybrid model"
 fi
@@ -148,6 +166,22 @@ if [ -n "$HYB" ]; then
     stop_server
     [ "$(field "$TMP/b.json" 'j["bangtrace"]["completion_ids"]')" != "$(field "$TMP/b0.json" 'j["bangtrace"]["completion_ids"]')" ] \
         && ok "slot_noreset: the kept state changed the answer" || fail "slot_noreset: the answer is the clean one"
+    # a prefix hit that resumes another prefix's state (the captured-graph
+    # incident: the previous request's state block replayed)
+    SERVE_MODEL="--model $HYB" start_server hwrong --parallel 1 --block-size 4 --trace-dir "$TMP/hwrong" --inject prefix_wrong || finish
+    a=$(complete '{"prompt":"one two three four five six seven","max_tokens":10}' "$TMP/a.json")
+    "$py" -c 'import json,sys; json.dump({"prompt": "one two three four five six seven" + json.load(open(sys.argv[1]))["choices"][0]["text"] + " and", "max_tokens": 6}, open(sys.argv[2], "w"))' \
+        "$TMP/a.json" "$TMP/b.body"
+    b=$(complete @"$TMP/b.body" "$TMP/b.json")
+    stop_server
+    expect_exit 1 "hybrid prefix_wrong: bisect reports the wrong state" "$BANGTRACE" bisect "$TMP/hwrong/$b.db"
+    grep -q "cache provenance: step 0: restored the recurrent state after position [0-9]* from snapshot [0-9]* (prefix hit) written by $a at server step [0-9]*: prefix_wrong: restored snapshot" "$TMP/out" \
+        && ok "hybrid prefix_wrong: bisect names the snapshot and its writer $a" || fail "hybrid prefix_wrong: $(cat "$TMP/out")"
+    SERVE_MODEL="--model $HYB" start_server clean2 --parallel 1 --batching off || finish
+    complete @"$TMP/b.body" "$TMP/b0.json" >/dev/null
+    stop_server
+    [ "$(field "$TMP/b.json" 'j["bangtrace"]["completion_ids"]')" != "$(field "$TMP/b0.json" 'j["bangtrace"]["completion_ids"]')" ] \
+        && ok "hybrid prefix_wrong: the wrong state changed the answer" || fail "hybrid prefix_wrong: the answer is the clean one"
 fi
 
 # drawn per request among interleaved requests: every request that went

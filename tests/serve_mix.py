@@ -112,6 +112,40 @@ def send(url, plan_path, out, conc, seed):
     return 0
 
 
+def chain(url, out, conc):
+    res, errs = {}, []
+    lock = threading.Lock()
+    sem = threading.Semaphore(conc)
+
+    def convo(i):
+        try:
+            p = PREFIXES[i % len(PREFIXES)] + ENDS[i % len(ENDS)]
+            for t in range(3):
+                rid, text, ids, fin = post(url, {"prompt": p, "max_tokens": 6 + 2 * t}, t == 1)
+                with lock:
+                    res["c%dt%d" % (i, t)] = {"request_id": rid, "text": text, "ids": ids, "finish": fin}
+                p = p + text + " " + ENDS[(i + t + 1) % len(ENDS)]
+        except Exception as e:  # noqa: BLE001
+            with lock:
+                errs.append("conversation %d: %s" % (i, e))
+        finally:
+            sem.release()
+
+    ts = []
+    for i in range(6):
+        sem.acquire()
+        t = threading.Thread(target=convo, args=(i,))
+        t.start()
+        ts.append(t)
+    for t in ts:
+        t.join()
+    json.dump(res, open(out, "w"), indent=1)
+    if errs:
+        print("; ".join(errs[:3]))
+        return 1
+    return 0
+
+
 def same(a_path, b_path):
     a, b = json.load(open(a_path)), json.load(open(b_path))
     if set(a) != set(b):
@@ -169,6 +203,8 @@ def main(argv):
         return 0
     if cmd == "send":
         return send(argv[2], argv[3], argv[4], int(argv[5]), int(argv[6]))
+    if cmd == "chain":
+        return chain(argv[2], argv[3], int(argv[4]))
     if cmd == "same":
         return same(argv[2], argv[3])
     if cmd == "traces":

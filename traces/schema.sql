@@ -190,7 +190,8 @@ CREATE TABLE kv_access (       -- batched serve: the KV blocks behind this reque
     logical     INTEGER NOT NULL,           -- its index in this request's block table
     mode        TEXT NOT NULL,              -- w: written here | hit: mapped from the prefix cache |
                                             -- r: read, last written by another request |
-                                            -- slot: a recurrent state slot kept from another request (block = slot)
+                                            -- slot: a recurrent state slot kept from another request (block = slot) |
+                                            -- snap: a recurrent state restored from a snapshot (block = snapshot)
     pos_lo      INTEGER NOT NULL,           -- this request's positions in the block
     pos_hi      INTEGER NOT NULL,
     writer      TEXT,                       -- the request that last wrote it (mode hit / r)

@@ -72,7 +72,7 @@ CREATE TABLE slot_events (     -- hybrid models: a recurrent state slot's life
     id      INTEGER PRIMARY KEY,
     step    INTEGER NOT NULL,               -- server step
     slot    INTEGER NOT NULL,               -- the state slot (= the lane)
-    event   TEXT NOT NULL,                  -- reset | keep (not reset on reuse) | write
+    event   TEXT NOT NULL,                  -- reset | keep (not reset on reuse) | snapshot | restore | inject
     request TEXT,
     detail  TEXT                            -- keep: "state of req-..-5 (last written at step 12)"
 );

@@ -38,7 +38,7 @@
     "                       [--served-model-name NAME[,NAME...]]... [--timeout S]\n" \
     "                       [--max-connections N] [--max-connections-per-ip N]\n" \
     "                       [--batching on|off] [--block-size N] [--kv-blocks N]\n" \
-    "                       [--prefix-cache on|off] [--batch-rows N]\n" \
+    "                       [--prefix-cache on|off] [--batch-rows N] [--state-snapshots N]\n" \
     "                       [--engine native|llama.cpp] [--llama-flash-attn M] [--llama-repack on|off]\n" \
     "                       [--llama-kv-type T] [--llama-opt K=V]\n\n"
 
@@ -104,8 +104,9 @@ void cmd_serve_help(FILE *out)
         "positions, a block table per request) with a prefix cache (full blocks found by\n"
         "the hash of their tokens and every token before them, reused across requests);\n"
         "a hybrid model's recurrent state lives in one slot per lane, reset when a\n"
-        "request starts, and has no prefix cache. Every answer is the one the request\n"
-        "gets alone. With --trace-dir, DIR/server.db (server-2.db, ... when one is there)\n"
+        "request starts; a forward ending on a block boundary snapshots it there, and a\n"
+        "prefix hit resumes from the last boundary with a snapshot. Every answer is the\n"
+        "one the request gets alone. With --trace-dir, DIR/server.db (server-2.db, ... when one is there)\n"
         "records each forward's requests and tokens, the blocks each request read and\n"
         "wrote, each block's hash, writer and life, and the state slots' resets; each\n"
         "request's trace gets its own blocks (kv_access), and bisect and report name the\n"
@@ -127,6 +128,8 @@ void cmd_serve_help(FILE *out)
         "  --prefix-cache on|off  reuse cached full blocks across requests (default on)\n"
         "  --batch-rows N       token rows per batched forward (default 512; a longer\n"
         "                       prompt is prefilled in chunks of it)\n"
+        "  --state-snapshots N  hybrid models: recurrent state snapshots kept for prefix hits\n"
+        "                       (default 8 per lane, at most 1 GiB)\n"
         "  --queue N            requests allowed to wait for an engine; beyond, 503 (default 16)\n"
         "  --threads N          compute threads (batched: the one engine's, default online\n"
         "                       CPUs; --batching off: per engine, default online CPUs / N;\n"
@@ -200,7 +203,7 @@ typedef struct server {
     const char *faults[32];        /* --inject specs that are the batched server's own (prefix_wrong, ...) */
     int n_faults;
     int batching;                  /* -1 unset, 0 off, 1 on */
-    long block_size, kv_blocks, batch_rows;
+    long block_size, kv_blocks, batch_rows, snapshots;
     int prefix_cache;              /* -1 unset */
     bt_batcher *batcher;
     char server_db[4096];
@@ -303,6 +306,7 @@ static int parse_args(int argc, char **argv, server *s)
         } else if (!strcmp(a, "--block-size")) { VAL(); if (bt_parse_int(a, v, 1, 4096, &s->block_size)) return BT_EINVAL; }
         else if (!strcmp(a, "--kv-blocks")) { VAL(); if (bt_parse_int(a, v, 1, 100000000, &s->kv_blocks)) return BT_EINVAL; }
         else if (!strcmp(a, "--batch-rows")) { VAL(); if (bt_parse_int(a, v, 1, 65536, &s->batch_rows)) return BT_EINVAL; }
+        else if (!strcmp(a, "--state-snapshots")) { VAL(); if (bt_parse_int(a, v, 1, 1000000, &s->snapshots)) return BT_EINVAL; }
         else if (!strcmp(a, "--served-model-name")) {
             VAL();
             if (add_names(s, v)) return BT_EINVAL;
@@ -322,6 +326,7 @@ static int parse_args(int argc, char **argv, server *s)
     if (s->batching < 0) s->batching = !s->llamacpp;
     if (!s->batching) {
         const char *why = s->block_size ? "--block-size" : s->kv_blocks ? "--kv-blocks" : s->batch_rows ? "--batch-rows"
+                        : s->snapshots ? "--state-snapshots"
                         : s->prefix_cache >= 0 ? "--prefix-cache" : s->n_faults ? s->faults[0] : NULL;
         if (why)
             return bt_error(BT_EINVAL, "'%s' is the batched server's (--batching on)%s", why,
@@ -1031,6 +1036,7 @@ static int batch_slots(server *s, int ctx, int threads)
     }
     bt_batcher_cfg bc = { .model = s->m, .ctx = ctx, .lanes = (int)s->parallel, .max_rows = (int)s->batch_rows,
                           .block_size = (int)s->block_size, .n_blocks = (int)s->kv_blocks, .prefix_cache = s->prefix_cache,
+                          .n_snapshots = (int)s->snapshots,
                           .threads = threads, .server_db = s->server_db[0] ? s->server_db : NULL, .faults = s->faults,
                           .n_faults = s->n_faults, .argv_json = s->argv_json, .model_path = s->model_path };
     int rc = bt_batcher_new(&bc, &s->batcher);

@@ -1053,6 +1053,8 @@ static int gdn_layer(bt_engine *e, int l, int T)
 }
 #undef GTAP
 
+static void state_sizes(const bt_engine *e, size_t *ns, size_t *nc);
+
 /* A sequence's recurrent states (its slot's): position 0 starts them afresh
  * (zero states), any other position must be the next one (there is no
  * rollback yet: speculative drafts, rewinds are refused), unless the
@@ -1064,9 +1066,8 @@ static int hybrid_begin(bt_engine *e, const seq_run *q)
     if (q->state == BT_SEQ_STATE_KEEP) {
         /* whatever the slot holds */
     } else if (q->pos0 == 0) {
-        const bt_config *c = &e->c;
-        size_t ns = (size_t)c->n_layers * c->ssm_n_v * c->ssm_head_k * c->ssm_head_v;
-        size_t nc = (size_t)c->n_layers * (c->ssm_kernel - 1) * (size_t)bt_arch_dim(c, BT_DIM_SSM_CONV);
+        size_t ns, nc;
+        state_sizes(e, &ns, &nc);
         float *z = calloc(BT_MAX(ns, nc) + 1, sizeof(float));
         if (!z) return bt_error(BT_ENOMEM, "out of memory");
         int rc = e->bi->set(e->be, e->ssm_state, (size_t)q->slot * ns, z, ns);
@@ -1401,6 +1402,48 @@ int bt_engine_forward_batch(bt_engine *e, bt_seq_batch *b, int n)
 }
 
 int bt_engine_batch_seq(const bt_engine *e) { return e->tap_seq; }
+
+/* ---- a slot's recurrent state as one buffer (the batched server's
+ * snapshots at block boundaries) ---- */
+
+static void state_sizes(const bt_engine *e, size_t *ns, size_t *nc)
+{
+    const bt_config *c = &e->c;
+    *ns = (size_t)c->n_layers * c->ssm_n_v * c->ssm_head_k * c->ssm_head_v;
+    *nc = (size_t)c->n_layers * (c->ssm_kernel - 1) * (size_t)bt_arch_dim(c, BT_DIM_SSM_CONV);
+}
+
+size_t bt_engine_state_size(const bt_engine *e)
+{
+    if (e->foreign || !e->hybrid) return 0;
+    size_t ns, nc;
+    state_sizes(e, &ns, &nc);
+    return ns + nc;
+}
+
+int bt_engine_state_save(bt_engine *e, int slot, float *dst, int *next_pos)
+{
+    if (!bt_engine_state_size(e)) return bt_error(BT_EINVAL, "this engine has no recurrent state");
+    if (slot < 0 || slot >= e->n_slots) return bt_error(BT_ERANGE, "state slot %d of %d", slot, e->n_slots);
+    size_t ns, nc;
+    state_sizes(e, &ns, &nc);
+    int rc = e->bi->read(e->be, e->ssm_state, (size_t)slot * ns, ns, dst);
+    if (rc == BT_OK) rc = e->bi->read(e->be, e->conv_state, (size_t)slot * nc, nc, dst + ns);
+    if (next_pos) *next_pos = e->rec_next[slot];
+    return rc;
+}
+
+int bt_engine_state_load(bt_engine *e, int slot, const float *src, int next_pos)
+{
+    if (!bt_engine_state_size(e)) return bt_error(BT_EINVAL, "this engine has no recurrent state");
+    if (slot < 0 || slot >= e->n_slots) return bt_error(BT_ERANGE, "state slot %d of %d", slot, e->n_slots);
+    size_t ns, nc;
+    state_sizes(e, &ns, &nc);
+    int rc = e->bi->set(e->be, e->ssm_state, (size_t)slot * ns, src, ns);
+    if (rc == BT_OK) rc = e->bi->set(e->be, e->conv_state, (size_t)slot * nc, src + ns, nc);
+    if (rc == BT_OK) e->rec_next[slot] = next_pos;
+    return rc;
+}
 int bt_engine_block_size(const bt_engine *e) { return e->block_size; }
 int bt_engine_n_blocks(const bt_engine *e) { return e->n_blocks; }
 

@@ -217,6 +217,15 @@ typedef struct bt_seq_batch {
  * numerics profile). */
 int bt_engine_forward_batch(bt_engine *e, bt_seq_batch *seqs, int n);
 int bt_engine_batch_seq(const bt_engine *e);
+/* A hybrid model's recurrent state slot as one buffer of
+ * bt_engine_state_size floats (every recurrent layer's delta-rule and conv
+ * states; 0 for a model without them): save copies slot's out (and the
+ * position it expects next), load puts one back and makes next_pos the
+ * position the slot continues from (the batched server's state snapshots at
+ * block boundaries, restored on a prefix hit). */
+size_t bt_engine_state_size(const bt_engine *e);
+int bt_engine_state_save(bt_engine *e, int slot, float *dst, int *next_pos);
+int bt_engine_state_load(bt_engine *e, int slot, const float *src, int next_pos);
 int bt_engine_block_size(const bt_engine *e);   /* 0: not paged */
 int bt_engine_n_blocks(const bt_engine *e);
 /* Logits of the last position of the last forward ([n_vocab]), or of row i. */

@@ -34,6 +34,17 @@ typedef struct blk {
     char bad_by[96];
 } blk;
 
+typedef struct snap {
+    bool used;
+    uint64_t hash;           /* chain hash of the block it ends */
+    int pos;                 /* positions it covers (0..pos-1) */
+    long last_use;
+    float *data;             /* bt_engine_state_size floats */
+    char writer[64];
+    int writer_step, bad_step;
+    char bad_by[96];
+} snap;
+
 typedef struct lane {
     bt_batcher *b;
     int id;
@@ -47,6 +58,7 @@ typedef struct lane {
     int *seen;               /* (max_logical) writer_step of the block when last recorded as read */
     uint64_t *chain;         /* (max_logical) chain hash of each full block */
     int n_table, n_done, hits;
+    bool restored;           /* its state came from a snapshot (no reset) */
     int hit_tokens, first_step, last_step, n_forward;
     bt_kv_access *kva;
     int n_kva, cap_kva;
@@ -69,6 +81,9 @@ struct bt_batcher {
     int bs, n_blocks, max_rows, max_logical, nv;
     blk *blocks;
     lane *lanes;
+    snap *snaps;             /* hybrid + prefix cache: state snapshots */
+    int n_snaps;
+    size_t state_n;
     pthread_mutex_t lock;
     pthread_cond_t work, ready;
     pthread_t thread;
@@ -238,23 +253,122 @@ static void lane_release(bt_batcher *b, lane *L)
     L->n_table = L->n_done = L->hits = 0;
 }
 
+/* ---- a hybrid model's recurrent state snapshots at block boundaries ---- */
+
+static int find_snap(const bt_batcher *b, uint64_t h)
+{
+    for (int i = 0; i < b->n_snaps; i++)
+        if (b->snaps[i].used && b->snaps[i].hash == h) return i;
+    return -1;
+}
+
+static void slot_ev(bt_batcher *b, int slot, const char *event, const lane *L, const char *detail)
+{
+    if (b->db && !bt_server_db_failed(b->db))
+        db_check(b, bt_server_db_slot_event(b->db, b->step, slot, event, L ? L->req : NULL, detail));
+}
+
+/* The lane's state after position end - 1 (end a block boundary whose
+ * chain hash is h): kept, in a free or the least recently used snapshot. */
+static void snap_take(bt_batcher *b, lane *L, int end, uint64_t h, int step)
+{
+    if (!b->n_snaps || find_snap(b, h) >= 0) return;
+    int got = -1;
+    for (int i = 0; i < b->n_snaps && got < 0; i++) if (!b->snaps[i].used) got = i;
+    if (got < 0) {
+        got = 0;
+        for (int i = 1; i < b->n_snaps; i++) if (b->snaps[i].last_use < b->snaps[got].last_use) got = i;
+    }
+    snap *sp = &b->snaps[got];
+    int next = 0;
+    if (bt_engine_state_save(b->e, L->id, sp->data, &next) || next != end) { sp->used = false; return; }
+    sp->used = true;
+    sp->hash = h;
+    sp->pos = end;
+    sp->last_use = step;
+    snprintf(sp->writer, sizeof sp->writer, "%s", L->req);
+    sp->writer_step = step;
+    sp->bad_step = -1;
+    sp->bad_by[0] = 0;
+    for (size_t i = 0; i < b->state_n; i++)
+        if (!isfinite(sp->data[i])) {
+            sp->bad_step = step;
+            snprintf(sp->bad_by, sizeof sp->bad_by, "%s", L->req);
+            break;
+        }
+    char d[160];
+    snprintf(d, sizeof d, "snapshot %d: the state after position %d (chain hash %016llx)%s", got, end - 1,
+             (unsigned long long)h, sp->bad_step >= 0 ? ", holding a non-finite value" : "");
+    slot_ev(b, L->id, "snapshot", L, d);
+}
+
+/* A prefix hit on a hybrid model: the lane's slot resumes from the snapshot
+ * of the state at the hit's end (prefix_wrong: from another snapshot). */
+static void snap_restore(bt_batcher *b, lane *L, int sn, uint64_t h)
+{
+    char note[160] = "";
+    if (L->fault[F_PREFIX_WRONG]) {
+        for (int j = 1; j < b->n_snaps; j++) {
+            int c = (sn + j) % b->n_snaps;
+            if (b->snaps[c].used && b->snaps[c].hash != h && b->snaps[c].pos <= L->n_done) {
+                snprintf(note, sizeof note, "prefix_wrong: restored snapshot %d (a different prefix) in place of snapshot %d", c,
+                         sn);
+                sn = c;
+                break;
+            }
+        }
+    }
+    snap *sp = &b->snaps[sn];
+    int end = L->n_done;
+    if (bt_engine_state_load(b->e, L->id, sp->data, end)) {
+        /* no state, no hit: compute it all */
+        lane_release(b, L);
+        L->hit_tokens = 0;
+        L->n_kva = 0;
+        return;
+    }
+    sp->last_use = b->step;
+    L->restored = true;
+    char d[256];
+    snprintf(d, sizeof d, "%s%srestored snapshot %d (the state after position %d, written by %s at server step %d)", note,
+             note[0] ? "; " : "", sn, end - 1, sp->writer, sp->writer_step);
+    slot_ev(b, L->id, note[0] ? "inject" : "restore", L, d);
+    bt_kv_access r = { .step = L->req_step, .server_step = b->step, .block = sn, .logical = end / b->bs - 1, .pos_lo = 0,
+                       .pos_hi = end - 1, .writer_step = sp->writer_step, .bad_step = sp->bad_step };
+    snprintf(r.mode, sizeof r.mode, "snap");
+    snprintf(r.writer, sizeof r.writer, "%s", sp->writer);
+    snprintf(r.bad_by, sizeof r.bad_by, "%s", sp->bad_step >= 0 ? sp->bad_by : "");
+    snprintf(r.note, sizeof r.note, "%s", note);
+    kva_add(L, &r);
+}
+
 /* A new sequence (position 0) on the lane: map the prompt's cached full
  * blocks, at most (T - 1) / bs of them so one row is left to compute. */
 static void prefix_lookup(bt_batcher *b, lane *L, const int32_t *tokens, int T)
 {
-    uint64_t h = 0;
-    int maxk = (T - 1) / b->bs;
-    for (int k = 0; k < maxk; k++) {
-        h = hash_block(h, tokens + (size_t)k * b->bs, b->bs);
-        int id = find_cached(b, h);
-        if (id < 0) break;
+    uint64_t hs[T / b->bs + 1];
+    int maxk = (T - 1) / b->bs, n = 0;
+    for (uint64_t h = 0; n < maxk; n++) {
+        h = hash_block(h, tokens + (size_t)n * b->bs, b->bs);
+        if (find_cached(b, h) < 0) break;
+        hs[n] = h;
+    }
+    /* a hybrid model resumes its recurrent state only where a snapshot of
+     * it was taken: the longest cached run of blocks ending at one */
+    int sn = -1;
+    if (b->hybrid) {
+        while (n > 0 && (sn = find_snap(b, hs[n - 1])) < 0) n--;
+        if (n == 0) return;
+    }
+    for (int k = 0; k < n; k++) {
+        int id = find_cached(b, hs[k]);
         char note[160] = "";
-        if (L->fault[F_PREFIX_WRONG]) {
+        if (L->fault[F_PREFIX_WRONG] && !b->hybrid) {
             /* the fault: another cached block (the next one up) in its place */
             int other = -1;
             for (int j = 1; j < b->n_blocks && other < 0; j++) {
                 int c = (id + j) % b->n_blocks;
-                if (b->blocks[c].hashed && b->blocks[c].hash != h) other = c;
+                if (b->blocks[c].hashed && b->blocks[c].hash != hs[k]) other = c;
             }
             if (other >= 0) {
                 snprintf(note, sizeof note, "prefix_wrong: mapped block %d (a different prefix) in place of block %d", other, id);
@@ -265,18 +379,19 @@ static void prefix_lookup(bt_batcher *b, lane *L, const int32_t *tokens, int T)
         bk->ref++;
         bk->last_use = b->step;
         L->table[k] = id;
-        L->chain[k] = h;
+        L->chain[k] = hs[k];
         L->seen[k] = -3;                 /* server.db gets its read with the step (provenance) */
         L->n_table = k + 1;
         char d[256];
         snprintf(d, sizeof d, "%s%swritten by %s at step %d", note, note[0] ? "; " : "", bk->writer[0] ? bk->writer : "?",
                  bk->writer_step);
-        ev(b, id, note[0] ? "inject" : "hit", L, k, &h, d);
+        ev(b, id, note[0] ? "inject" : "hit", L, k, &hs[k], d);
         kva_row(L, "hit", id, k, k * b->bs, (k + 1) * b->bs - 1, bk, note[0] ? note : NULL);
     }
     L->hits = L->n_table;
     L->n_done = L->hits * b->bs;
     L->hit_tokens = L->n_done;
+    if (sn >= 0) snap_restore(b, L, sn, hs[n - 1]);
 }
 
 /* ---- the lanes' forwards ---- */
@@ -297,6 +412,7 @@ static int lane_forward(void *impl, bt_engine *e, const int32_t *tokens, int T, 
     L->req_step = bt_engine_step(e);
     if (pos0 == 0) {
         lane_release(b, L);
+        L->restored = false;
         memcpy(L->toks, tokens, (size_t)T * sizeof *tokens);
         if (b->prefix && !all) prefix_lookup(b, L, tokens, T);
     } else if (pos0 != L->n_done) {
@@ -529,7 +645,7 @@ static void run_step(bt_batcher *b)
             continue;
         }
         int state = BT_SEQ_STATE_AUTO;
-        if (b->hybrid && L->pos0 == 0) {
+        if (b->hybrid && L->pos0 == 0 && !L->restored) {
             char d[160] = "";
             if (L->fault[F_SLOT_NORESET] && b->slot_w[L->id][0]) {
                 state = BT_SEQ_STATE_KEEP;
@@ -589,6 +705,8 @@ static void run_step(bt_batcher *b)
             }
         }
         if (!rc) provenance(b, L, step);
+        int end = L->pos0 + L->T;
+        if (!rc && b->n_snaps && end % b->bs == 0) snap_take(b, L, end, L->chain[end / b->bs - 1], step);
         if (b->hybrid) {
             snprintf(b->slot_w[L->id], sizeof b->slot_w[L->id], "%s", L->req);
             b->slot_step[L->id] = step;
@@ -711,7 +829,7 @@ int bt_batcher_new(const bt_batcher_cfg *cfg, bt_batcher **out)
     b->max_rows = BT_MIN(b->max_rows, cfg->ctx);
     b->max_logical = (cfg->ctx + b->bs - 1) / b->bs;
     b->n_blocks = cfg->n_blocks > 0 ? cfg->n_blocks : cfg->lanes * b->max_logical;
-    b->prefix = cfg->prefix_cache && !b->hybrid;
+    b->prefix = cfg->prefix_cache;
     b->nv = c->n_vocab;
     b->t0 = bt_now();
     if (b->n_blocks < b->max_logical) {
@@ -740,8 +858,7 @@ int bt_batcher_new(const bt_batcher_cfg *cfg, bt_batcher **out)
             goto fail;
         }
         if (b->fault_kind[i] == F_PREFIX_WRONG && !b->prefix) {
-            rc = bt_error(BT_EINVAL, "server fault '%s' needs the prefix cache (--prefix-cache on%s)", cfg->faults[i],
-                          b->hybrid ? "; hybrid models have none" : "");
+            rc = bt_error(BT_EINVAL, "server fault '%s' needs the prefix cache (--prefix-cache on)", cfg->faults[i]);
             goto fail;
         }
     }
@@ -760,6 +877,22 @@ int bt_batcher_new(const bt_batcher_cfg *cfg, bt_batcher **out)
     bt_engine_opts eo = { .ctx_len = cfg->ctx, .max_batch = b->max_rows, .n_threads = cfg->threads, .block_size = b->bs,
                           .n_blocks = b->n_blocks, .n_slots = cfg->lanes };
     if ((rc = bt_engine_new_opts(cfg->model, &eo, &b->e))) goto fail;
+    b->state_n = bt_engine_state_size(b->e);
+    if (b->hybrid && b->prefix && b->state_n) {
+        /* snapshots of the recurrent state at block boundaries, for prefix
+         * hits: at most 1 GiB of them unless asked */
+        long want = cfg->n_snapshots > 0 ? cfg->n_snapshots : 8L * cfg->lanes;
+        long fit = (long)((1ull << 30) / (b->state_n * sizeof(float)));
+        if (cfg->n_snapshots <= 0 && want > fit) want = BT_MAX(fit, 1L);
+        b->n_snaps = (int)want;
+        if (!(b->snaps = calloc((size_t)b->n_snaps, sizeof *b->snaps))) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+        for (int i = 0; i < b->n_snaps; i++)
+            if (!(b->snaps[i].data = malloc(b->state_n * sizeof(float)))) {
+                rc = bt_error(BT_ENOMEM, "out of memory for %d state snapshots of %zu floats (--state-snapshots)", b->n_snaps,
+                              b->state_n);
+                goto fail;
+            }
+    }
     if (cfg->server_db) {
         if ((rc = bt_server_db_create(cfg->server_db, &b->db))) goto fail;
         char v[64];
@@ -772,15 +905,17 @@ int bt_batcher_new(const bt_batcher_cfg *cfg, bt_batcher **out)
         snprintf(v, sizeof v, "%d", cfg->ctx); bt_server_db_meta(b->db, "ctx", v);
         bt_server_db_meta(b->db, "prefix_cache", b->prefix ? "on" : "off");
         bt_server_db_meta(b->db, "hybrid", b->hybrid ? "1" : "0");
+        snprintf(v, sizeof v, "%d", b->n_snaps); bt_server_db_meta(b->db, "state_snapshots", v);
         char inj[1024] = "";
         for (int i = 0; i < cfg->n_faults; i++)
             snprintf(inj + strlen(inj), sizeof inj - strlen(inj), "%s%s", i ? " " : "", cfg->faults[i]);
         bt_server_db_meta(b->db, "inject", inj);
         bt_server_db_meta(b->db, "status", "running");
     }
-    snprintf(b->describe, sizeof b->describe, "continuous batching: %d lane%s, %d KV blocks of %d, batches of %d rows, prefix cache %s",
-             cfg->lanes, cfg->lanes > 1 ? "s" : "", b->n_blocks, b->bs, b->max_rows,
-             b->prefix ? "on" : b->hybrid ? "off (hybrid model)" : "off");
+    char snaps[64] = "";
+    if (b->n_snaps) snprintf(snaps, sizeof snaps, " (%d recurrent state snapshots)", b->n_snaps);
+    snprintf(b->describe, sizeof b->describe, "continuous batching: %d lane%s, %d KV blocks of %d, batches of %d rows, prefix cache %s%s",
+             cfg->lanes, cfg->lanes > 1 ? "s" : "", b->n_blocks, b->bs, b->max_rows, b->prefix ? "on" : "off", snaps);
     if (pthread_create(&b->thread, NULL, sched, b)) { rc = bt_error(BT_ENOMEM, "cannot start the scheduler thread"); goto fail; }
     b->started = true;
     *out = b;
@@ -817,6 +952,8 @@ void bt_batcher_free(bt_batcher *b)
     bt_engine_free(b->e);
     free(b->lanes); free(b->blocks); free(b->cur); free(b->kern); free(b->slot_w); free(b->slot_step);
     free(b->fault_kind); free(b->fault_p);
+    for (int i = 0; b->snaps && i < b->n_snaps; i++) free(b->snaps[i].data);
+    free(b->snaps);
     pthread_mutex_destroy(&b->lock);
     pthread_cond_destroy(&b->work);
     pthread_cond_destroy(&b->ready);

@@ -18,8 +18,10 @@
  * blocks instead of computing them (a prefix hit: the positions the lane's
  * step does not compute). Free cached blocks are reused oldest first.
  * Hybrid models: one recurrent state slot per lane, reset when a request
- * starts; no prefix cache (it would need state snapshots at block
- * boundaries, not done yet).
+ * starts; a forward that ends on a block boundary snapshots the slot's
+ * state there (keyed by the boundary's chain hash), and a prefix hit maps
+ * the cached KV blocks (attention layers) up to the last boundary that has
+ * a snapshot and restores that state (no hit without one).
  *
  * Provenance: each block's writer (request, server step), the first
  * non-finite value it held and who put it there, every hit, free, evict;
@@ -27,7 +29,8 @@
  * kv_access rows (bt_batcher_lane_trace).
  *
  * Server faults (serve --inject, drawn per request with p= as the others):
- *   prefix_wrong[@p=P]   a prefix hit maps another cached block
+ *   prefix_wrong[@p=P]   a prefix hit maps another cached block (hybrid:
+ *                        restores another snapshot's state)
  *   pad_nan[@p=P]        the request's batch writes its padding lane's K/V
  *                        (NaN) into block 0 row 0, a block others may map
  *   slot_noreset[@p=P]   hybrid: the request's state slot keeps the previous
@@ -48,6 +51,7 @@ typedef struct bt_batcher_cfg {
     int block_size;             /* 0: 16 */
     int n_blocks;               /* 0: lanes * ceil(ctx / block_size) */
     bool prefix_cache;
+    int n_snapshots;            /* hybrid: recurrent state snapshots kept (0: 8 per lane, at most 1 GiB) */
     int threads;
     const char *server_db;      /* DIR/server.db to create, or NULL */
     const char *const *faults;  /* server fault specs (bt_batcher_is_fault) */

@@ -47,7 +47,17 @@ static int on_row(void *user, const bt_kv_access *a)
     char line[512];
     int rank = 0;
     bool other_bad = a->bad_step >= 0 && a->bad_by[0] && strcmp(a->bad_by, c->self);
-    if (!strcmp(a->mode, "slot")) {
+    if (!strcmp(a->mode, "snap") && (other_bad || a->note[0])) {
+        rank = other_bad ? 2 : 1;
+        char bad[300] = "";
+        if (other_bad)
+            snprintf(bad, sizeof bad, "; that state first held a non-finite value at server step %d when %s%s wrote it",
+                     a->bad_step, strncmp(a->bad_by, "req-", 4) ? "the " : "", a->bad_by);
+        snprintf(line, sizeof line, "step %d%s: restored the recurrent state after position %d from snapshot %d (prefix hit) "
+                 "written by %s at server step %d%s%s%s",
+                 a->step, where, a->pos_hi, a->block, a->writer[0] ? a->writer : "?", a->writer_step, bad,
+                 a->note[0] ? ": " : "", a->note);
+    } else if (!strcmp(a->mode, "slot")) {
         rank = 3;
         snprintf(line, sizeof line, "step %d%s: state slot %d last written by %s at server step %d, not reset on reuse%s%s%s",
                  a->step, where, a->block, a->writer[0] ? a->writer : "another request", a->writer_step,
