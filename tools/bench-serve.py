@@ -17,11 +17,15 @@ round; the table gives the medians over the rounds of completion tokens/s
 (usage.completion_tokens over the wall time) and p50/p99 request latency,
 and the ratios to `engines` and to llama-server. Figures, never assertions.
 
---load S: afterwards a bounded load test on `batched+db` (loopback): S
-seconds of requests at concurrency 16, a third of them streamed and
-dropped mid-stream by the client, then SIGTERM; it checks that every
-request got one answer or a clean error, none twice, every trace closed
-and server.db consistent, and prints what it found (exit 1 if not)."""
+--load S: afterwards a bounded load test on a traced batched server
+(loopback): S seconds of requests at concurrency 16, a third of them
+streamed and dropped mid-stream by the client, then SIGTERM with requests
+still in flight; it checks that no accepted request went unanswered (an
+answer, "cancelled" by the shutdown, or a 503), none was answered twice,
+every answered request has a trace and every trace is closed, and
+server.db is consistent (every request finished, no batch row of an
+unknown request, status ok), and prints what it found (exit 1 if not).
+--arms "" with --load runs the load test alone (tests/serve_batch.sh)."""
 import argparse
 import json
 import os
@@ -146,12 +150,13 @@ def load_test(bt, model, ctx, parallel, threads, secs, tmp):
     s = Server("load", [bt, "serve", "--model", model, "--port", "{port}", "--parallel", str(parallel), "--ctx", str(ctx),
                         "--threads", str(threads), "--trace-dir", tdir, "--queue", "64"], tmp)
     reqs = mix(64, 24, seed=9)
-    stats = {"sent": 0, "answered": 0, "dropped": 0, "errors": 0, "codes": {}}
+    stats = {"sent": 0, "answered": 0, "cancelled": 0, "dropped": 0, "lost": 0, "closed": 0, "codes": {}}
     ids, lock, stop = [], threading.Lock(), time.time() + secs
+    term = [False]
 
     def worker(k):
         rng = random.Random(k)
-        while time.time() < stop:
+        while time.time() < stop + 3 and not (term[0] and time.time() > stop + 1):
             body = dict(reqs[rng.randrange(len(reqs))])
             stream = rng.random() < 0.33
             with lock:
@@ -165,11 +170,17 @@ def load_test(bt, model, ctx, parallel, threads, secs, tmp):
                               b"Content-Length: %d\r\n\r\n" % len(data) + data)
                     got = c.recv(4096)            # the headers and the first chunks, then drop it
                     c.close()
+                    if not got:
+                        raise ConnectionResetError("no answer")
+                    code = int(got.split(b" ", 2)[1])
                     rid = [ln.split(b":", 1)[1].strip().decode() for ln in got.split(b"\r\n")
                            if ln.lower().startswith(b"x-request-id")]
                     with lock:
-                        stats["dropped"] += 1
-                        ids.extend(rid)
+                        if code == 200:
+                            stats["dropped"] += 1
+                            ids.extend(rid)
+                        else:
+                            stats["codes"][code] = stats["codes"].get(code, 0) + 1
                 else:
                     req = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % s.port,
                                                  data=json.dumps(body).encode())
@@ -177,23 +188,36 @@ def load_test(bt, model, ctx, parallel, threads, secs, tmp):
                         j = json.loads(f.read())
                     with lock:
                         stats["answered"] += 1
+                        if j["choices"][0]["finish_reason"] == "cancelled":
+                            stats["cancelled"] += 1
                         ids.append(j["bangtrace"]["request_id"])
             except urllib.error.HTTPError as e:
                 with lock:
                     stats["codes"][e.code] = stats["codes"].get(e.code, 0) + 1
-            except Exception:  # noqa: BLE001
+            except (ConnectionRefusedError, urllib.error.URLError) as e:
+                # after SIGTERM the listening socket is gone: never accepted
+                refused = isinstance(e, ConnectionRefusedError) or isinstance(getattr(e, "reason", None), ConnectionRefusedError)
                 with lock:
-                    stats["errors"] += 1
+                    stats["closed" if refused and term[0] else "lost"] += 1
+                if refused and term[0]:
+                    return
+            except Exception:  # noqa: BLE001 - accepted and then no answer: lost
+                with lock:
+                    stats["lost"] += 1
 
     ts = [threading.Thread(target=worker, args=(k,)) for k in range(16)]
     for t in ts:
         t.start()
+    time.sleep(max(0.0, stop - time.time()))
+    term[0] = True                            # SIGTERM with requests in flight
+    rc = s.stop()
     for t in ts:
         t.join()
-    rc = s.stop()
     problems = []
     if len(ids) != len(set(ids)):
         problems.append("a request id answered twice")
+    if stats["lost"]:
+        problems.append("%d requests accepted and never answered" % stats["lost"])
     names = os.listdir(tdir)
     if [n for n in names if n.endswith(("-wal", "-shm"))]:
         problems.append("WAL files left: %s" % [n for n in names if n.endswith(("-wal", "-shm"))][:3])
@@ -218,10 +242,12 @@ def load_test(bt, model, ctx, parallel, threads, secs, tmp):
         problems.append("server.db status %s" % status)
     if missing := [i for i in ids if i + ".db" not in traces]:
         problems.append("%d answered requests without a trace" % len(missing))
-    print("load test: %d s at concurrency 16: %d sent, %d answered, %d streams dropped mid-way, %d refused %s, %d errors; "
-          "SIGTERM exit %d; %d traces, %d requests in server.db (status %s)%s"
-          % (secs, stats["sent"], stats["answered"], stats["dropped"], sum(stats["codes"].values()), stats["codes"],
-             stats["errors"], rc, len(traces), nreq, status, "; PROBLEMS: " + "; ".join(problems) if problems else "; consistent"))
+    print("load test: %d s at concurrency 16, then SIGTERM with requests in flight: %d sent, %d answered (%d of them "
+          "cancelled by the shutdown), %d streams dropped by their clients mid-way, %d refused with HTTP %s, %d not accepted "
+          "after the signal, %d lost; exit %d; %d traces, %d requests in server.db (status %s)%s"
+          % (secs, stats["sent"], stats["answered"], stats["cancelled"], stats["dropped"], sum(stats["codes"].values()),
+             ",".join(str(k) for k in stats["codes"]) or "-", stats["closed"], stats["lost"], rc, len(traces), nreq, status,
+             "; PROBLEMS: " + "; ".join(problems) if problems else "; consistent"))
     return 0 if not problems and rc == 0 else 1
 
 
@@ -238,7 +264,8 @@ def main():
     ap.add_argument("--ctx", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--load", type=int, default=0)
-    ap.add_argument("--arms", default="batched,batched+db,engines,llama-server")
+    ap.add_argument("--arms", default="batched,batched+db,engines,llama-server",
+                    help="comma list of arms; \"\" with --load: the load test alone")
     ap.add_argument("--json")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench-serve.")
@@ -257,6 +284,10 @@ def main():
         print("bench-serve: no llama-server at %s (tools/llama-cpp builds it): that arm is left out" % a.llama_server)
         arms.remove("llama-server")
     concs = [int(x) for x in a.concurrency.split(",")]
+    if not arms:                              # --arms "": the load test alone
+        rc = load_test(bt, a.model, a.ctx, a.parallel, a.threads, a.load, tmp) if a.load else 0
+        shutil.rmtree(tmp, ignore_errors=True)
+        return rc
     reqs = mix(a.requests, a.max_tokens)
     servers = {}
     try:
