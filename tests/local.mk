@@ -308,3 +308,8 @@ tests_test_batch_LDADD = $(CORE_LIBS)
 # server's faults named by bisect and report (issue 26)
 TESTS += tests/serve_batch.sh
 EXTRA_DIST += tests/serve_batch.sh tests/serve_mix.py
+
+# speculation on the hybrid models: the recurrent state rolled back after a
+# rejection, lossless; --inject norollback named by diff and bisect (issue 25)
+TESTS += tests/spec_hybrid.sh
+EXTRA_DIST += tests/spec_hybrid.sh

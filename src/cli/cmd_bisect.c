@@ -585,6 +585,19 @@ static void print_cross(const bt_replay_result *res, const bt_trace_tensor_row *
                        100.0 * res->top1_agree / res->top1_n);
 }
 
+/* The last --inject norollback before a step: a rejection whose drafts
+ * stayed in a hybrid model's recurrent state. */
+typedef struct norb { int before, step; char detail[256]; } norb;
+static int norb_cb(void *user, const bt_trace_event_row *ev)
+{
+    norb *n = user;
+    if (ev->step >= 0 && ev->step < n->before && ev->step > n->step) {
+        n->step = ev->step;
+        snprintf(n->detail, sizeof n->detail, "%s", ev->detail ? ev->detail : "");
+    }
+    return 0;
+}
+
 static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
 {
     int status = 2;
@@ -609,6 +622,8 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
     else if (res.found && res.first.step == 0 && pv.hits[0])
         snprintf(suspect, sizeof suspect, "step 0 read %s from the prefix cache: the first suspect for a divergence there",
                  pv.hits);
+    norb nrb = { .before = res.found ? res.first.step : -1, .step = -1 };
+    if (res.found && bt_trace_events_each(r, "norollback", norb_cb, &nrb) < 0) { status = 2; goto out; }
     if (o->json) {
         json_t *j = json_object(), *rj = json_object();
         json_object_set_new(j, "trace", json_string(o->trace));
@@ -657,6 +672,7 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
                                 "rel_before", res.before_rel, "top1_agree", res.top1_agree, "top1_steps", res.top1_n));
         json_object_set_new(rj, "prefix_cached_positions", json_integer(res.cached_positions));
         json_object_set_new(rj, "cache_provenance", suspect[0] ? json_string(suspect) : json_null());
+        json_object_set_new(rj, "norollback", nrb.step >= 0 ? json_string(nrb.detail) : json_null());
         json_object_set_new(j, "reference", rj);
         int rc = print_json(j);
         json_decref(j);
@@ -695,6 +711,9 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
         if (res.found) {
             print_divergence(&res.first, tens, n_tens, "first divergence: ");
             if (suspect[0]) bt_text_printf(stdout, "cache provenance: %s\n", suspect);
+            if (nrb.step >= 0)
+                bt_text_printf(stdout, "state: the reference rolled the recurrent state back after each rejection; the trace "
+                               "did not (%s)\n", nrb.detail);
             if (o->all) {
                 bt_text_printf(stdout, "divergent steps (%d of %d compared):\n", res.n_all, res.steps_compared);
                 for (int i = 0; i < res.n_all; i++) print_divergence(&res.all[i], tens, n_tens, "  ");

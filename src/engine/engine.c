@@ -215,6 +215,7 @@ struct bt_engine {
     /* taps */
     bt_eval_cb cb;
     bool has_cb;
+    bool holding, held_cb;  /* bt_engine_hold_taps: the callback set aside */
     bool *want;        /* (BT_OP_COUNT, n_layers + 1); layer -1 maps to column 0 */
     /* numerics profile (num_on false: exact f32, every numerics op
      * skipped), handed to the backend's numerics ops: the engine never
@@ -1403,6 +1404,14 @@ int bt_engine_forward_batch(bt_engine *e, bt_seq_batch *b, int n)
 
 int bt_engine_batch_seq(const bt_engine *e) { return e->tap_seq; }
 
+void bt_engine_hold_taps(bt_engine *e, bool hold)
+{
+    if (hold == e->holding) return;
+    e->holding = hold;
+    if (hold) { e->held_cb = e->has_cb; e->has_cb = false; }
+    else e->has_cb = e->held_cb;
+}
+
 /* ---- a slot's recurrent state as one buffer (the batched server's
  * snapshots at block boundaries) ---- */
 
@@ -1444,8 +1453,6 @@ int bt_engine_state_load(bt_engine *e, int slot, const float *src, int next_pos)
     if (rc == BT_OK) e->rec_next[slot] = next_pos;
     return rc;
 }
-int bt_engine_block_size(const bt_engine *e) { return e->block_size; }
-int bt_engine_n_blocks(const bt_engine *e) { return e->n_blocks; }
 
 float *bt_engine_logits(bt_engine *e) { return e->logits + (size_t)(e->logit_rows - 1) * e->c.n_vocab; }
 

@@ -223,11 +223,13 @@ int bt_engine_batch_seq(const bt_engine *e);
  * position it expects next), load puts one back and makes next_pos the
  * position the slot continues from (the batched server's state snapshots at
  * block boundaries, restored on a prefix hit). */
+/* Run the next forwards without the tap callback (no ask, observe, routes
+ * or flush), then (false) with it again: a recomputation the observer has
+ * seen already (a hybrid model's rollback after a rejected draft). */
+void bt_engine_hold_taps(bt_engine *e, bool hold);
 size_t bt_engine_state_size(const bt_engine *e);
 int bt_engine_state_save(bt_engine *e, int slot, float *dst, int *next_pos);
 int bt_engine_state_load(bt_engine *e, int slot, const float *src, int next_pos);
-int bt_engine_block_size(const bt_engine *e);   /* 0: not paged */
-int bt_engine_n_blocks(const bt_engine *e);
 /* Logits of the last position of the last forward ([n_vocab]), or of row i. */
 float *bt_engine_logits(bt_engine *e);
 float *bt_engine_logits_row(bt_engine *e, int i);

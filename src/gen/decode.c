@@ -7,7 +7,12 @@
  *   - the draft engine has valid entries for [0, dpos), dpos <= n_ctx; its
  *     next forward first catches up on ctx[dpos .. n_ctx).
  * Rolling back after a rejection is only moving these bounds: later
- * forwards overwrite the rejected positions. */
+ * forwards overwrite the rejected positions. A hybrid target's recurrent
+ * state cannot be overwritten that way: the verify saves it first, and a
+ * rejection restores it and recomputes the accepted positions, untapped,
+ * inside the verify step (its taps are the verify's; the next step's state
+ * taps show the restored state). --inject norollback skips that (the
+ * rejected drafts stay in the state: the bug class). */
 #include "decode.h"
 #include "tap/detect.h"
 #include "base/util.h"
@@ -34,6 +39,10 @@ struct bt_decoder {
     float *q;                    /* (k, n_vocab) draft distributions */
     float *p;                    /* (n_vocab) target distribution scratch */
     int32_t *vin;                /* (k + 1) verify input */
+    float *state;                /* a hybrid target's recurrent state before a verify */
+    size_t state_n;
+    float *dstate;               /* a hybrid drafter's state after its last catch-up, at dstate_pos */
+    int dstate_pos, dnext;       /* (-1: none); the position the drafter's state expects */
     /* acceptance-rate window */
     double win[BT_SPEC_WINDOW];
     int win_n;
@@ -45,7 +54,7 @@ void bt_decoder_free(bt_decoder *d)
 {
     if (!d) return;
     free(d->ctx); free(d->draft); free(d->draft_step); free(d->draft_finite); free(d->draft_det);
-    free(d->q); free(d->p); free(d->vin);
+    free(d->q); free(d->p); free(d->vin); free(d->state); free(d->dstate);
     free(d);
 }
 
@@ -218,6 +227,28 @@ static int draft_ngram(bt_decoder *d, int k)
     return 0;
 }
 
+/* A hybrid drafter whose state ran past dpos (its rejected drafts): back to
+ * the state after its last catch-up, the tokens since recomputed untapped. */
+static int draft_rewind(bt_decoder *d)
+{
+    bt_engine *e = d->c.draft;
+    if (!d->dstate) {
+        size_t n = bt_engine_state_size(e);
+        if (!n) return BT_OK;
+        if (!(d->dstate = malloc(n * sizeof(float)))) return bt_error(BT_ENOMEM, "out of memory for the drafter's state");
+        d->dstate_pos = -1;
+        return BT_OK;
+    }
+    if (d->dnext <= d->dpos || d->dstate_pos < 0 || d->dstate_pos > d->dpos) return BT_OK;
+    int rc = bt_engine_state_load(e, 0, d->dstate, d->dstate_pos);
+    if (rc == BT_OK && d->dpos > d->dstate_pos) {
+        bt_engine_hold_taps(e, true);
+        rc = bt_engine_forward(e, d->ctx + d->dstate_pos, d->dpos - d->dstate_pos, d->dstate_pos);
+        bt_engine_hold_taps(e, false);
+    }
+    return rc;
+}
+
 /* Draft k tokens with the draft engine (catching it up first). */
 static int draft_model(bt_decoder *d, int k, int *nd)
 {
@@ -229,9 +260,13 @@ static int draft_model(bt_decoder *d, int k, int *nd)
         if (j == 0) { in = &d->ctx[d->dpos]; n_in = d->n_ctx - d->dpos; pos = d->dpos; }
         else { in = &d->draft[j - 1]; n_in = 1; pos = d->n_ctx + j - 1; }
         double ms;
-        int rc = forward(d, d->c.draft, rec, "draft", in, n_in, pos, &ms);
+        int rc = j == 0 ? draft_rewind(d) : BT_OK;
+        if (rc == BT_OK) rc = forward(d, d->c.draft, rec, "draft", in, n_in, pos, &ms);
         if (rc) return rc;
         d->dpos = pos + n_in;
+        d->dnext = d->dpos;
+        if (j == 0 && d->dstate && (rc = bt_engine_state_save(d->c.draft, 0, d->dstate, NULL)) == BT_OK) d->dstate_pos = d->dpos;
+        if (rc) return rc;
         const float *row = bt_engine_logits(d->c.draft);
         float *q = d->q + (size_t)j * d->n_vocab;
         int32_t tok;
@@ -285,6 +320,38 @@ static int note_acceptance(bt_decoder *d, int step, int pos, double rate)
     return BT_OK;
 }
 
+/* A rejection at a hybrid target: the state back to the verify's start,
+ * then positions base..base+keep-1 again (their KV rows come out the same),
+ * so the state holds exactly the accepted tokens; the logits of the
+ * verify's rows stay the decoder's (set_logits_all restored after). */
+static int roll_back(bt_decoder *d, int step, int base, int keep, int nd)
+{
+    bt_engine *e = d->c.target;
+    const bt_gen_observer *rec = d->c.target_obs;
+    char detail[240];
+    if (d->c.inj && bt_injector_norollback(d->c.inj, step)) {
+        /* the fault: the state keeps every verified row, as if accepted */
+        int rc = bt_engine_state_save(e, 0, d->state, NULL);
+        if (rc == BT_OK) rc = bt_engine_state_load(e, 0, d->state, base + keep);
+        snprintf(detail, sizeof detail, "step %d: --inject norollback: the recurrent state was not restored; it holds the "
+                 "rejected drafts at positions %d..%d", step, base + keep, base + nd);
+        d->st.rollbacks_skipped++;
+        return rc ? rc : rec ? obs_event(rec, step, base + keep, "norollback", detail) : BT_OK;
+    }
+    int rc = bt_engine_state_load(e, 0, d->state, base);
+    if (rc) return rc;
+    /* untapped: the observer saw the verify's rows already */
+    bt_engine_set_step(e, step);
+    bt_engine_set_logits_all(e, false);
+    bt_engine_hold_taps(e, true);
+    rc = bt_engine_forward(e, d->vin, keep, base);
+    bt_engine_hold_taps(e, false);
+    bt_engine_set_logits_all(e, true);
+    if (rc) return rc;
+    d->st.rollbacks++;
+    return BT_OK;
+}
+
 int bt_decoder_next(bt_decoder *d, int32_t *out, float *lps, int *n)
 {
     *n = 0;
@@ -304,6 +371,10 @@ int bt_decoder_next(bt_decoder *d, int32_t *out, float *lps, int *n)
     memcpy(d->vin + 1, d->draft, (size_t)nd * sizeof(int32_t));
     double ms;
     bt_engine_set_logits_all(d->c.target, true);
+    if (!d->state_n && (d->state_n = bt_engine_state_size(d->c.target)) &&
+        !(d->state = malloc(d->state_n * sizeof(float))))
+        return bt_error(BT_ENOMEM, "out of memory for the recurrent state (%zu floats)", d->state_n);
+    if (d->state_n && (rc = bt_engine_state_save(d->c.target, 0, d->state, NULL))) return rc;
     if ((rc = forward(d, d->c.target, rec, "verify", d->vin, nd + 1, base, &ms))) return rc;
     int step = d->step - 1;
     int a = 0;
@@ -379,6 +450,8 @@ int bt_decoder_next(bt_decoder *d, int32_t *out, float *lps, int *n)
          * target's correction or bonus */
         if (rec && (rc = obs_token(rec, base + 1 + i, out[i], i == a ? "bonus" : "gen", lp))) return rc;
     }
+    /* the logit rows are read: the state may be rolled back now */
+    if (rejected && d->state_n && (rc = roll_back(d, step, base, a + 1, nd))) return rc;
     if (rec && (rc = obs_spec_step(rec, step, d->c.drafter_name, nd, a, stopped ? -1 : fix, fix_kind))) return rc;
     if ((rc = note_acceptance(d, step, base, (double)a / nd))) return rc;
     if ((rc = end_step(rec, ms))) return rc;

@@ -48,6 +48,8 @@ typedef struct bt_decoder_stats {
     int draft_forwards;
     int verify_steps, drafted, accepted;
     int emitted;
+    int rollbacks;               /* a hybrid target's state restored after a rejection */
+    int rollbacks_skipped;       /* --inject norollback */
     double prefill_s;            /* wall time of the target prefill */
 } bt_decoder_stats;
 

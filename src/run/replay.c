@@ -149,6 +149,11 @@ typedef struct replay_run {
     int32_t *in_tok;            /* every replayed step's input tokens, back to back */
     int64_t *in_off;
     int *cached;                /* (n_steps) leading positions the step took from a prefix cache */
+    /* a hybrid reference's recurrent state: saved before each verify, so a
+     * rejection is rolled back as the decoder does (and as a trace made
+     * under --inject norollback did not) */
+    float *vstate[2];
+    int vpos[2], next[2];
     int max_batch, ctx;
     const bt_trace_tensor_row *tens;
     int n_tens;
@@ -368,6 +373,31 @@ static int start_engines(replay_run *x)
     return BT_OK;
 }
 
+/* A hybrid engine's state before step s: saved at a verify; rolled back to
+ * the last verify's start, the accepted positions recomputed untapped, when
+ * s starts before where the state is (the decoder's rollback). */
+static int hybrid_align(replay_run *x, bt_engine *e, int w, const bt_trace_step_row *s)
+{
+    size_t sn = bt_engine_state_size(e);
+    if (!sn) return BT_OK;
+    if (!x->vstate[w] && !(x->vstate[w] = malloc(sn * sizeof(float)))) return bt_error(BT_ENOMEM, "out of memory");
+    int rc = BT_OK;
+    if (s->pos0 > 0 && s->pos0 < x->next[w] && x->vpos[w] >= 0 && x->vpos[w] <= s->pos0) {
+        rc = bt_engine_state_load(e, 0, x->vstate[w], x->vpos[w]);
+        if (rc == BT_OK && s->pos0 > x->vpos[w]) {
+            bt_engine_hold_taps(e, true);
+            rc = bt_engine_forward(e, x->seq + x->vpos[w], s->pos0 - x->vpos[w], x->vpos[w]);
+            bt_engine_hold_taps(e, false);
+        }
+    }
+    if (rc == BT_OK && !strcmp(s->kind, "verify")) {
+        rc = bt_engine_state_save(e, 0, x->vstate[w], NULL);
+        x->vpos[w] = rc == BT_OK ? s->pos0 : -1;
+    }
+    x->next[w] = s->pos0 + s->n_pos;
+    return rc;
+}
+
 /* Step i's input through the reference (and B): the taps land in rp.ref. */
 static int forward_step(replay_run *x, int i)
 {
@@ -376,6 +406,7 @@ static int forward_step(replay_run *x, int i)
     memset(x->rp.seen, 0, (size_t)x->n_tens * sizeof(bool));
     /* a verify computes the logits of every row, as the run did */
     if (x->spec) bt_engine_set_logits_all(x->e, !strcmp(s->kind, "verify"));
+    if ((rc = hybrid_align(x, x->e, 0, s))) return rc;
     int h = x->cached ? x->cached[i] : 0;
     if (h > 0) {
         /* the positions the traced request read from the prefix cache: into
@@ -392,6 +423,7 @@ static int forward_step(replay_run *x, int i)
     if (!x->e2) return BT_OK;
     memset(x->rp2.seen, 0, (size_t)x->n_tens * sizeof(bool));
     if (x->spec) bt_engine_set_logits_all(x->e2, !strcmp(s->kind, "verify"));
+    if ((rc = hybrid_align(x, x->e2, 1, s))) return rc;
     if (h > 0) {
         bt_engine_set_eval_cb(x->e2, NULL);
         rc = bt_engine_forward(x->e2, x->in_tok + x->in_off[i], h, s->pos0);
@@ -487,7 +519,7 @@ static void replay_run_free(replay_run *x)
 {
     bt_replay_result *res = x->res;
     free(x->steps); free(x->seq); free(x->tr);
-    free(x->tl.v); free(x->in_tok); free(x->in_off); free(x->cached);
+    free(x->tl.v); free(x->in_tok); free(x->in_off); free(x->cached); free(x->vstate[0]); free(x->vstate[1]);
     free(x->rp.slot); free(x->rp.ref); free(x->rp.seen);
     free(x->rp2.ref); free(x->rp2.seen);
     if (res->found && res->cross && x->m) {
@@ -503,7 +535,7 @@ static void replay_run_free(replay_run *x)
 int bt_replay_run(bt_trace_reader *r, const bt_replay_cfg *cfg, bt_replay_result *res)
 {
     memset(res, 0, sizeof(*res));
-    replay_run x = { .r = r, .cfg = cfg, .res = res, .spec = bt_trace_has_spec(r) };
+    replay_run x = { .r = r, .cfg = cfg, .res = res, .spec = bt_trace_has_spec(r), .vpos = { -1, -1 } };
     int rc;
     if (!(rc = load_trace(&x)) && !(rc = open_model(&x)) && !(rc = check_tensors(&x)) && !(rc = build_inputs(&x)))
         rc = start_engines(&x);

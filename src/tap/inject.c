@@ -27,6 +27,7 @@ enum kind {
     K_NAN, K_INF, K_NINF, K_ZERO, K_SCALE, K_NOISE,  /* activation faults */
     K_LONGCTX,                                       /* scale rows at pos >= P */
     K_KVCORRUPT, K_BITFLIP, K_CRASH,
+    K_NOROLLBACK,                                    /* a rejected draft's state kept (hybrid models) */
 };
 
 typedef struct spec {
@@ -191,7 +192,9 @@ static int parse_where(const char *text, char *where, spec *s)
         long n;
 #define ONCE(flag) do { if (flag) return bad(text, "%s given twice", key, NULL); flag = true; } while (0)
 #define NO_GE() do { if (ge) return bad(text, "%s takes '=', not '>='", key, NULL); } while (0)
-        if (!strcmp(key, "layer")) {
+        if (s->kind == K_NOROLLBACK && strcmp(key, "step") && strcmp(key, "p")) {
+            return bad(text, "unknown key '%s' (norollback takes step and p)", key, NULL);
+        } else if (!strcmp(key, "layer")) {
             NO_GE(); ONCE(seen_layer);
             if (layer_from_op) return bad(text, "layer given twice (also in op)", NULL, NULL);
             if (!parse_uint(val, &n)) return bad(text, "layer expects an integer >= 0, not '%s'", val, NULL);
@@ -350,10 +353,12 @@ int bt_injector_add(bt_injector *inj, const char *text)
         } else if (!strcmp(kind, "longctx")) { s.kind = K_LONGCTX; s.value = NAN; }
         else if (!strcmp(kind, "kvcorrupt")) { s.kind = K_KVCORRUPT; s.value = NAN; }
         else if (!strcmp(kind, "crash")) { s.kind = K_CRASH; }
+        else if (!strcmp(kind, "norollback")) { s.kind = K_NOROLLBACK; }
         else if (!strcmp(kind, "scale") || !strcmp(kind, "noise"))
             return bad(text, "%s needs a value (%s=F@WHERE)", kind, kind);
         else
-            return bad(text, "unknown kind '%s' (nan, inf, -inf, zero, scale=F, noise=F, longctx, kvcorrupt, bitflip)", kind, NULL);
+            return bad(text, "unknown kind '%s' (nan, inf, -inf, zero, scale=F, noise=F, longctx, kvcorrupt, bitflip, norollback)",
+                       kind, NULL);
         if ((s.kind == K_LONGCTX || s.kind == K_KVCORRUPT || s.kind == K_CRASH) && !at)
             return bad(text, "%s needs @WHERE", kind, NULL);
         if (at && !*where) return bad(text, "nothing after '@'", NULL, NULL);
@@ -538,6 +543,19 @@ const char *bt_injector_needs_native(const bt_injector *inj)
     return NULL;
 }
 
+bool bt_injector_norollback(const bt_injector *inj, int step)
+{
+    bool hit = false;
+    for (int i = 0; inj && i < inj->n; i++) {
+        spec *s = &inj->specs[i];     /* run state, as after_forward's */
+        if (s->kind != K_NOROLLBACK || !s->active) continue;
+        if (s->step >= 0 && (s->step_ge ? step < s->step : step != s->step)) continue;
+        s->changed++;
+        hit = true;
+    }
+    return hit;
+}
+
 bool bt_injector_crash_at(const bt_injector *inj, int step)
 {
     if (!inj) return false;
@@ -561,7 +579,7 @@ int bt_injector_check(const bt_injector *inj, const bt_inject_limits *lim)
     for (int i = 0; i < inj->n; i++) {
         const spec *s = &inj->specs[i];
         if (s->kind == K_BITFLIP) continue;     /* checked against the weights when applied */
-        if (s->kind == K_CRASH) {
+        if (s->kind == K_CRASH || s->kind == K_NOROLLBACK) {
             if (s->step >= lim->max_step)
                 return unreachable(s, "step=%ld is beyond the last step this context allows (%ld)", (long)s->step, lim->max_step - 1L);
             continue;

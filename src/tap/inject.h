@@ -81,5 +81,9 @@ bool bt_injector_active(const bt_injector *inj);
  * not share; NULL if none. */
 const char *bt_injector_needs_native(const bt_injector *inj);
 bool bt_injector_crash_at(const bt_injector *inj, int step);
+/* norollback[@step=S|step>=S][,p=P]: at verify step `step` of a hybrid
+ * model, should the decoder keep the rejected drafts in the recurrent state
+ * (skip the rollback)? Counts the spec as fired. */
+bool bt_injector_norollback(const bt_injector *inj, int step);
 
 #endif
