@@ -110,11 +110,12 @@ EXTRA_DIST += tests/bisect_spec.sh tests/data-gen/make_spec_trace.py
 TESTS += examples/incidents/1-wall-of-bang/run.sh examples/incidents/2-out-of-range-token/run.sh \
 	examples/incidents/3-drafter-not-guilty/run.sh examples/incidents/4-long-prompts/run.sh \
 	examples/incidents/5-flipped-bit/run.sh examples/incidents/6-half-precision/run.sh \
-	examples/incidents/7-gate-that-could-not-fail/run.sh tests/sample_trace.sh
+	examples/incidents/7-gate-that-could-not-fail/run.sh examples/incidents/8-state-not-reset/run.sh tests/sample_trace.sh
 EXTRA_DIST += tools/model-edit tests/sample_trace.sh examples/incidents/1-wall-of-bang/run.sh \
 	examples/incidents/2-out-of-range-token/run.sh examples/incidents/3-drafter-not-guilty/run.sh \
 	examples/incidents/4-long-prompts/run.sh examples/incidents/5-flipped-bit/run.sh \
-	examples/incidents/6-half-precision/run.sh examples/incidents/7-gate-that-could-not-fail/run.sh
+	examples/incidents/6-half-precision/run.sh examples/incidents/7-gate-that-could-not-fail/run.sh \
+	examples/incidents/8-state-not-reset/run.sh examples/incidents/8-state-not-reset/README.md
 # the one tap comparator (bisect --reference and diff): exactness, bf16, NaN, tolerance edge
 check_PROGRAMS += tests/test_compare
 TESTS += tests/test_compare
