@@ -46,7 +46,7 @@ grep -q "^culprit: step 0: read KV block 0 (prefix hit, positions 0-3) written b
     ok "the culprit line is the provenance bisect prints" || fail "culprit: $(grep -i culprit "$TMP/dump")"
 grep -q "^     path: padding lane of $a put a non-finite value into block 0 at server step 0 -> $a wrote it" "$TMP/dump" &&
     ok "the path: padding lane of $a -> block 0 -> this request" || fail "path: $(grep 'path:' "$TMP/dump" | head -2)"
-grep -q "^server.db: $TMP/pad/server.db\$" "$TMP/dump" && ok "server.db beside the trace is read" ||
+grep -Eq "^server.db: $TMP/pad/server.db \(server steps 0-[0-9]+; this request's [0-9]+-[0-9]+\)\$" "$TMP/dump" && ok "server.db beside the trace is read" ||
     fail "server.db line: $(grep '^server.db' "$TMP/dump")"
 grep -Eq "^ <!  $a +!" "$TMP/dump" && grep -Eq "^=    $b +\.+H" "$TMP/dump" &&
     ok "block 0 over server steps: $a's row (writer <, poisoner !) from step 0, this request's row (=) with its hit H" ||

@@ -462,6 +462,7 @@ static void open_server(tui_cache *c, tui_trace *tr)
         bt_server_close(sv);
         return;
     }
+    if (!rc) rc = bt_server_last_step(sv, &c->server_last);
     for (int i = 0; !rc && i < c->n_hot; i++) rc = follow(c, sv, &c->hot[i]);
     if (rc) {
         c->server = TUI_CS_ERROR;
@@ -483,7 +484,7 @@ int tui_cache_load(tui_trace *tr, int upto_step, tui_cache *out)
 {
     memset(out, 0, sizeof *out);
     out->min_step = out->max_step = out->culprit_step = out->culprit_row = -1;
-    out->server_lo = out->server_hi = -1;
+    out->server_lo = out->server_hi = out->server_last = -1;
     const char *self = bt_trace_meta_get(tr->r, "request_id");
     snprintf(out->self, sizeof out->self, "%s", self ? self : "");
     out->hot = calloc(TUI_CACHE_MAX_HOT, sizeof *out->hot);
@@ -530,7 +531,7 @@ void tui_cache_free(tui_cache *c)
     free(c->hot);
     free(c->lines);
     memset(c, 0, sizeof *c);
-    c->min_step = c->max_step = c->culprit_step = c->culprit_row = -1;
+    c->min_step = c->max_step = c->culprit_step = c->culprit_row = c->server_last = -1;
 }
 
 int tui_cache_row_step(const tui_cache *c, int row)
@@ -795,7 +796,10 @@ int tui_cache_build_lines(tui_cache *c, int width)
         if (!rc) rc = add_text(c, width, TUI_CL_NOTE, 0, "server.db: %s", c->server_note[0] ? c->server_note :
                                "none beside this trace: the other requests' side is not shown");
         break;
-    case TUI_CS_OK: if (!rc) rc = add_text(c, width, TUI_CL_NOTE, 0, "server.db: %s", c->server_path); break;
+    case TUI_CS_OK:
+        if (!rc) rc = add_text(c, width, TUI_CL_NOTE, 0, "server.db: %s (server steps 0-%d; this request's %d-%d)", c->server_path,
+                               c->server_last, c->server_lo, c->server_hi);
+        break;
     default: if (!rc) rc = add_text(c, width, TUI_CL_BAD, 0, "server.db: %s", c->server_note); break;
     }
     for (int i = 0; !rc && i < c->n_hot; i++) {

@@ -92,6 +92,7 @@ typedef struct tui_cache {
     tui_cache_hot *hot;         /* TUI_CACHE_MAX_HOT */
     int n_hot;
     int server;                 /* TUI_CS_* */
+    int server_last;            /* server.db's last server step, -1 */
     char server_path[4096 + 16], server_note[4096 + 512];
     tui_cache_line *lines;
     int n_lines, cap_lines, lines_width;

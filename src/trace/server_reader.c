@@ -128,11 +128,6 @@ void bt_server_close(bt_server_reader *s)
     free(s);
 }
 
-const char *bt_server_path(const bt_server_reader *s)
-{
-    return s->path;
-}
-
 int bt_server_request(bt_server_reader *s, const char *request, bt_server_request_row *out)
 {
     memset(out, 0, sizeof *out);

@@ -20,7 +20,6 @@ typedef struct bt_server_reader bt_server_reader;
 
 int bt_server_open(const char *path, bt_server_reader **out);
 void bt_server_close(bt_server_reader *s);
-const char *bt_server_path(const bt_server_reader *s);
 
 /* One requests row; BT_ENOTFOUND (message naming the file) when the
  * request is not listed. Steps -1 for NULL. */
