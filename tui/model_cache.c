@@ -301,7 +301,7 @@ static tui_cache_sreq *sreq_get(sload *s, const char *req)
     q->self = !strcmp(req, s->c->self);
     q->writer = (b->flags & TUI_CF_OTHER) && !strcmp(req, b->writer);
     q->poisoner = b->bad_step >= 0 && names(b->bad_by, req);
-    q->w_lo = q->w_hi = q->r_lo = q->r_hi = q->h_lo = q->h_hi = q->b_lo = q->b_hi = -1;
+    q->w_lo = q->w_hi = q->r_lo = q->r_hi = q->h_lo = q->h_hi = q->b_lo = q->b_hi = q->l_lo = q->l_hi = -1;
     return q;
 }
 
@@ -329,6 +329,7 @@ static int mark_add(sload *s, const char *req, int step, int mark)
     case TUI_SM_READ: range_add(&q->r_lo, &q->r_hi, &q->n_r, step); break;
     case TUI_SM_HIT: range_add(&q->h_lo, &q->h_hi, &q->n_h, step); break;
     case TUI_SM_BAD: range_add(&q->b_lo, &q->b_hi, &q->n_b, step); break;
+    case TUI_SM_LIFE: range_add(&q->l_lo, &q->l_hi, &q->n_l, step); break;
     default: break;
     }
     return 0;
@@ -683,6 +684,7 @@ void tui_cache_render(const tui_cache *c, const tui_cache_line *l, int width, in
         range_text(sum, sizeof sum, &so, "hit", q->h_lo, q->h_hi, q->n_h);
         range_text(sum, sizeof sum, &so, "read", q->r_lo, q->r_hi, q->n_r);
         range_text(sum, sizeof sum, &so, "non-finite/fault", q->b_lo, q->b_hi, q->n_b);
+        range_text(sum, sizeof sum, &so, "life events", q->l_lo, q->l_hi, q->n_l);
         if (q->poisoner) cat(sum, sizeof sum, &so, "%sput the non-finite value there", so ? "; " : "");
         cat(buf, cap, &o, "%s", so ? sum : "no access or event in these steps");
         return;

@@ -53,7 +53,10 @@ typedef struct tui_cache_sreq {   /* one request's row in a followed block's ser
     bool self, writer, poisoner;  /* this request; the writer kv_access names; bad_by names it */
     tui_cache_mark *m;            /* by step */
     int n, cap;
-    int w_lo, w_hi, n_w, r_lo, r_hi, n_r, h_lo, h_hi, n_h, b_lo, b_hi, n_b;   /* -1 / 0 none */
+    /* first, last server step and count: writes, reads, hits, non-finite
+     * or fault events, the other block events (alloc, full, cached, free,
+     * evict); -1 / 0 none */
+    int w_lo, w_hi, n_w, r_lo, r_hi, n_r, h_lo, h_hi, n_h, b_lo, b_hi, n_b, l_lo, l_hi, n_l;
 } tui_cache_sreq;
 typedef struct tui_cache_hot {
     int row;                    /* in tui_cache.blocks */
