@@ -43,6 +43,9 @@ expect_exit 0 "dump run" "$BANGTRACE" browse "$TMP/collapse.db" --dump run && ha
     has "$TMP/out" "first_nonfinite" "run events" && plain "$TMP/out" && ok "run metadata and events"
 expect_exit 0 "dump backtrace" "$BANGTRACE" browse "$TMP/collapse.db" --dump backtrace && has "$TMP/out" "bt_engine_forward" "backtrace" &&
     ok "backtrace frames"
+expect_exit 0 "dump cache (not a batched server's trace)" "$BANGTRACE" browse "$TMP/collapse.db" --dump cache &&
+    has "$TMP/out" "not a batched server's trace (no kv_access)" "cache" && [ "$(wc -l < "$TMP/out")" -eq 1 ] &&
+    ok "the Cache view of an ordinary trace: one line"
 
 # Not traces: one line on stderr naming the file, exit 2, nothing on stdout.
 head -c 5000 /dev/urandom >"$TMP/garbage.db"

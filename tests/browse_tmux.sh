@@ -100,7 +100,7 @@ sleep 0.2
 # the Speculation view's footer lists the real view keys (was 1-6)
 $T send-keys -t bt 6
 sleep 0.3
-screen | tail -1 | grep -qF "Tab/1-7:views" && ok "Speculation footer: Tab/1-7" || fail "Speculation footer: $(screen | tail -1)"
+screen | tail -1 | grep -qF "Tab/1-8:views" && ok "Speculation footer: Tab/1-8" || fail "Speculation footer: $(screen | tail -1)"
 $T send-keys -t bt 3
 sleep 0.2
 # the docs name the headroom key the key map binds (H; h is Left)

@@ -29,7 +29,7 @@ wait_for() {    # wait_for TEXT [SECONDS]: poll the pane until TEXT shows
 # the names, from the registry, in its order
 for flag in --dump --view; do
     expect_exit 2 "$flag nope" "$BANGTRACE" browse "$TMP/S.db" $flag nope || continue
-    if grep -qF "no view 'nope' (tokens, step, walkback, run, backtrace, spec, kernels)" "$TMP/err" &&
+    if grep -qF "no view 'nope' (tokens, step, walkback, run, backtrace, spec, kernels, cache)" "$TMP/err" &&
         [ "$(wc -l < "$TMP/err")" -eq 1 ]; then ok "$flag nope: one line naming every view"
     else fail "$flag nope: $(cat "$TMP/err")"; fi
 done

@@ -20,7 +20,7 @@ static void test_names(void)
         strcat(want, tui_views[i].name);
     }
     CHECK(!strcmp(tui_view_names(), want), "'%s' vs '%s'", tui_view_names(), want);
-    CHECK(!strcmp(tui_view_names(), "tokens, step, walkback, run, backtrace, spec, kernels"));
+    CHECK(!strcmp(tui_view_names(), "tokens, step, walkback, run, backtrace, spec, kernels, cache"));
     CHECK(tui_n_views <= TUI_MAX_VIEWS);
 }
 
@@ -47,9 +47,9 @@ static void test_states(void)
     }
     CHECK(tui_app_view_state(&a, -1) == NULL && tui_app_view_state(&a, tui_n_views) == NULL);
 #ifdef HAVE_NCURSESW
-    /* tokens, step, run, backtrace, spec, kernels keep state; walk-back's
-     * chain and selected link are shared (the `w` jump sets them) */
-    CHECK(with_state == 6, "%d views with state", with_state);
+    /* tokens, step, run, backtrace, spec, kernels, cache keep state;
+     * walk-back's chain and selected link are shared (the `w` jump sets them) */
+    CHECK(with_state == 7, "%d views with state", with_state);
     CHECK(tui_views[tui_view_find("walkback")].cls->state_size == 0);
     /* the status hints, now each view's own */
     char buf[512];
@@ -61,10 +61,10 @@ static void test_states(void)
     CHECK(!strcmp(buf, "n/p:walk the chain Enter:open step Tab:views ?:help q:quit"), "%s", buf);
     v = tui_view_find("tokens");            /* no token window: the generic hint */
     tui_views[v].cls->status(&a, tui_app_view_state(&a, v), buf, sizeof buf);
-    CHECK(!strcmp(buf, "Tab/1-7:views w:walk-back Enter:open ?:help q:quit"), "%s", buf);
+    CHECK(!strcmp(buf, "Tab/1-8:views w:walk-back Enter:open ?:help q:quit"), "%s", buf);
     v = tui_view_find("spec");              /* nothing loaded yet: not speculative */
     tui_views[v].cls->status(&a, tui_app_view_state(&a, v), buf, sizeof buf);
-    CHECK(!strcmp(buf, "not a speculative trace  Tab/1-7:views ?:help q:quit"), "%s", buf);
+    CHECK(!strcmp(buf, "not a speculative trace  Tab/1-8:views ?:help q:quit"), "%s", buf);
     CHECK(tui_views[v].cls->start != NULL);  /* browse --step S opens on that verify step */
 #endif
     /* switching views leaves every state where it is */

@@ -26,7 +26,8 @@
     X(run, "run", "Run", "Run", '4') \
     X(bt, "backtrace", "Backtrace", "Stack", '5') \
     X(spec, "spec", "Speculation", "Spec", '6') \
-    X(kernels, "kernels", "Kernels", "Kern", '7')
+    X(kernels, "kernels", "Kernels", "Kern", '7') \
+    X(cache, "cache", "Cache", "Cache", '8')
 
 #define DECLARE(id, name, title, short_title, key) \
     void tui_##id##_draw(tui_app *a, void *state, const tui_rect *body); \

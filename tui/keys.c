@@ -99,6 +99,7 @@ static const struct { int actions[4]; const char *what; } help_groups[] = {
 };
 
 #define HELP_KEYS_W 24      /* key column; longer key lists put the text below */
+#define HELP_MAX_W 76       /* a line of the help box on an 80-column screen */
 
 const char *const *tui_key_help(void)
 {
@@ -115,13 +116,17 @@ const char *const *tui_key_help(void)
         char keys[128] = "", kb[8];
         size_t ko = 0;
         if (help_groups[g].actions[0] == TUI_A_VIEW) {
-            char titles[160] = "";
-            size_t to = 0;
+            /* the titles, or the tab bar's short ones when those do not fit
+             * beside the keys on an 80-column screen */
+            char titles[2][160] = { "", "" };
+            size_t to[2] = { 0, 0 };
             for (int v = 0; v < tui_n_views; v++) {
                 ko += (size_t)snprintf(keys + ko, ko < sizeof keys ? sizeof keys - ko : 0, "%s%c", v ? " " : "", tui_views[v].key);
-                to += (size_t)snprintf(titles + to, to < sizeof titles ? sizeof titles - to : 0, "%s%s", v ? ", " : "", tui_views[v].title);
+                for (int k = 0; k < 2; k++)
+                    to[k] += (size_t)snprintf(titles[k] + to[k], to[k] < sizeof titles[k] ? sizeof titles[k] - to[k] : 0, "%s%s",
+                                              v ? ", " : "", k ? tui_views[v].short_title : tui_views[v].title);
             }
-            LINE("%-*s %s", HELP_KEYS_W, keys, titles);
+            LINE("%-*s %s", HELP_KEYS_W, keys, titles[HELP_KEYS_W + 1 + to[0] > HELP_MAX_W]);
             continue;
         }
         for (int k = 0; k < 4 && help_groups[g].actions[k] >= 0; k++)

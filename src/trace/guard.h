@@ -43,6 +43,12 @@ typedef struct bt_trace_guard {
 #define BT_TRACE_GUARD_PER_BYTE 200
 #define BT_TRACE_GUARD_FLOOR 50000000LL
 
+/* Before SQLite opens PATH: it exists, is no directory or fifo, starts with
+ * the SQLite magic, and (without a WAL beside it) is not shorter than its
+ * header says. noun names the kind in the messages ("trace": "%s: not a
+ * bangtrace trace (empty file)", "truncated trace (...)"; "server trace").
+ * BT_OK, BT_EIO or BT_EFORMAT. */
+int bt_trace_guard_header(const char *path, const char *noun);
 /* Size of PATH plus PATH-wal in bytes (0 when absent). */
 int64_t bt_trace_guard_bytes(const char *path);
 /* Arm the handler on db for a trace of `bytes` bytes. g must outlive db. */
@@ -52,6 +58,10 @@ static inline void bt_trace_guard_reset(bt_trace_guard *g) { g->left = g->budget
 /* Check the schema of database `schema` ("main" or an attached name of
  * ours) of db; BT_OK or BT_EFORMAT naming path and the offending object. */
 int bt_trace_guard_schema(sqlite3 *db, const char *schema, const char *path);
+/* The same check for a batched server's DIR/server.db
+ * (traces/server_schema.sql): its tables, the block_events index, the
+ * v_* views; messages say "not a bangtrace server trace". */
+int bt_server_guard_schema(sqlite3 *db, const char *path);
 /* The one-line BT_EFORMAT for an interrupted statement. */
 int bt_trace_guard_error(const bt_trace_guard *g, const char *path, const char *what);
 

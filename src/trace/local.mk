@@ -10,6 +10,8 @@ libbttrace_a_SOURCES += src/trace/trace.h src/trace/writer.c src/trace/reader.h 
 libbttrace_a_SOURCES += src/trace/export.h src/trace/export.c
 # the batched server's DIR/server.db (written by src/run/batcher.c)
 libbttrace_a_SOURCES += src/trace/server_db.h src/trace/server_db.c
+# and its reader (the browser's Cache view)
+libbttrace_a_SOURCES += src/trace/server_reader.h src/trace/server_reader.c
 nodist_libbttrace_a_SOURCES += src/trace/schema.c
 BUILT_SOURCES += src/trace/schema.c
 CLEANFILES += src/trace/schema.c

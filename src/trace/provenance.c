@@ -82,6 +82,8 @@ static int on_row(void *user, const bt_kv_access *a)
         c->rank = rank;
         p->contaminated = true;
         p->culprit_step = a->step;
+        p->culprit_block = a->block;
+        p->culprit_slot = rank == 3;
         snprintf(p->culprit, sizeof p->culprit, "%s", line);
     }
     return 0;
@@ -90,7 +92,7 @@ static int on_row(void *user, const bt_kv_access *a)
 int bt_provenance_get(bt_trace_reader *r, int upto_step, int layer, bt_provenance *out)
 {
     memset(out, 0, sizeof *out);
-    out->culprit_step = -1;
+    out->culprit_step = out->culprit_block = -1;
     const char *self = bt_trace_meta_get(r, "request_id");
     acc c = { .p = out, .self = self ? self : "", .upto = upto_step, .layer = layer, .hit_lo = -1, .hit_hi = -1 };
     int rc = bt_trace_kv_access_each(r, on_row, &c);

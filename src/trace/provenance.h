@@ -23,6 +23,8 @@ typedef struct bt_provenance {
      * there, a block a fault mapped; "" none. */
     bool contaminated;
     int culprit_step;           /* this trace's step that read it */
+    int culprit_block;          /* the block (or, culprit_slot, the state slot) it read; -1 none */
+    bool culprit_slot;
     char culprit[640];
     /* every such source, for report */
     int n_lines;

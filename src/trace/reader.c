@@ -126,36 +126,6 @@ static bool has_wal(const char *path)
     return stat(wal, &st) == 0 && st.st_size > 0;
 }
 
-static int check_header(const char *path)
-{
-    struct stat st;
-    if (stat(path, &st) != 0) return bt_error(BT_EIO, "%s: cannot open trace: %s", path, strerror(errno));
-    if (S_ISDIR(st.st_mode)) return bt_error(BT_EIO, "%s: cannot open trace: is a directory", path);
-    FILE *f = bt_fopen_input(path);     /* a fifo is refused, never waited on */
-    if (!f) return BT_EIO;
-    unsigned char h[100];
-    size_t n = fread(h, 1, sizeof h, f);
-    fclose(f);
-    if (n == 0) return bt_error(BT_EFORMAT, "%s: not a bangtrace trace (empty file)", path);
-    if (n < sizeof h || memcmp(h, "SQLite format 3", 16) != 0)
-        return bt_error(BT_EFORMAT, "%s: not a bangtrace trace (not an SQLite database)", path);
-    uint32_t page = (uint32_t)h[16] << 8 | h[17];
-    if (page == 1) page = 65536;
-    uint32_t pages = (uint32_t)h[28] << 24 | (uint32_t)h[29] << 16 | (uint32_t)h[30] << 8 | h[31];
-    uint32_t change = (uint32_t)h[24] << 24 | (uint32_t)h[25] << 16 | (uint32_t)h[26] << 8 | h[27];
-    uint32_t valid_for = (uint32_t)h[92] << 24 | (uint32_t)h[93] << 16 | (uint32_t)h[94] << 8 | h[95];
-    if (page < 512 || (page & (page - 1)))
-        return bt_error(BT_EFORMAT, "%s: corrupt trace (page size %u in the header)", path, page);
-    /* The header's page count is only trustworthy when valid_for matches,
-     * and only describes the file alone when no WAL goes with it: a
-     * checkpoint writes page 1 (the new count) before it extends the file.
-     * Without a WAL a shorter file really is cut short. */
-    if (valid_for == change && !has_wal(path) && (int64_t)pages * page > (int64_t)st.st_size)
-        return bt_error(BT_EFORMAT, "%s: truncated trace (header declares %u pages of %u bytes, file holds %lld bytes)",
-                        path, pages, page, (long long)st.st_size);
-    return BT_OK;
-}
-
 static int pragma_int(bt_trace_reader *r, const char *sql, int64_t *out)
 {
     sqlite3_stmt *s = NULL;
@@ -345,7 +315,7 @@ const char *bt_trace_db_path(const char *path)
 int bt_trace_open(const char *path, bt_trace_reader **out)
 {
     *out = NULL;
-    int rc = check_header(path);
+    int rc = bt_trace_guard_header(path, "trace");
     if (rc) return rc;
     bt_trace_reader *r = calloc(1, sizeof(*r));
     if (!r || !(r->path = strdup(path))) { free(r); return bt_error(BT_ENOMEM, "%s: out of memory", path); }

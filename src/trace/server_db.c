@@ -91,8 +91,8 @@ int bt_server_db_create(const char *path, bt_server_db **out)
     }
     sqlite3_busy_timeout(d->db, 5000);
     char pragmas[256];
-    snprintf(pragmas, sizeof pragmas, "PRAGMA application_id = %d; PRAGMA user_version = 1; PRAGMA journal_mode = WAL;"
-             " PRAGMA synchronous = NORMAL;", BT_SERVER_APPLICATION_ID);
+    snprintf(pragmas, sizeof pragmas, "PRAGMA application_id = %d; PRAGMA user_version = %d; PRAGMA journal_mode = WAL;"
+             " PRAGMA synchronous = NORMAL;", BT_SERVER_APPLICATION_ID, BT_SERVER_SCHEMA_VERSION);
     if ((rc = exec_(d, pragmas)) || (rc = exec_(d, "BEGIN")) || (rc = exec_(d, bt_server_schema_sql))) goto bad;
     for (int i = 0; i < S_COUNT; i++)
         if (sqlite3_prepare_v3(d->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &d->st[i], NULL) != SQLITE_OK) {

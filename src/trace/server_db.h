@@ -13,6 +13,10 @@
 
 #include <stdbool.h>
 
+/* PRAGMA user_version of server.db (traces/server_schema.sql); the reader
+ * (server_reader.c) reads this version only. */
+#define BT_SERVER_SCHEMA_VERSION 1
+
 typedef struct bt_server_db bt_server_db;
 
 /* Create path exclusively (mode 0600): an existing file is never replaced
