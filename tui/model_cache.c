@@ -69,7 +69,7 @@ void tui_cache_axis(int first, int n, int per_col, char *buf, size_t cap)
 
 char tui_cache_cell_char(unsigned modes)
 {
-    return modes & TUI_CM_SLOT ? 'S' : modes & TUI_CM_HIT ? 'H' : modes & TUI_CM_W ? 'W' : modes & TUI_CM_R ? 'r' : '.';
+    return modes & TUI_CM_SLOT ? 'S' : modes & TUI_CM_SNAP ? 'P' : modes & TUI_CM_HIT ? 'H' : modes & TUI_CM_W ? 'W' : modes & TUI_CM_R ? 'r' : '.';
 }
 
 char tui_cache_smark_char(int mark)
@@ -87,7 +87,7 @@ char tui_cache_smark_char(int mark)
 void tui_cache_modes_text(unsigned modes, char *buf, size_t cap)
 {
     static const struct { unsigned m; const char *name; } names[] = {
-        { TUI_CM_W, "w" }, { TUI_CM_HIT, "hit" }, { TUI_CM_R, "r" }, { TUI_CM_SLOT, "slot" },
+        { TUI_CM_W, "w" }, { TUI_CM_HIT, "hit" }, { TUI_CM_R, "r" }, { TUI_CM_SLOT, "slot" }, { TUI_CM_SNAP, "snap" },
     };
     size_t o = 0;
     if (cap) buf[0] = 0;
@@ -111,7 +111,7 @@ typedef struct kload {
 static unsigned mode_bit(const char *m)
 {
     return !strcmp(m, "w") ? TUI_CM_W : !strcmp(m, "hit") ? TUI_CM_HIT : !strcmp(m, "r") ? TUI_CM_R
-         : !strcmp(m, "slot") ? TUI_CM_SLOT : 0;
+         : !strcmp(m, "slot") ? TUI_CM_SLOT : !strcmp(m, "snap") ? TUI_CM_SNAP : 0;
 }
 
 static unsigned hash_key(int block, bool slot)
@@ -120,14 +120,14 @@ static unsigned hash_key(int block, bool slot)
     return h ^ (h >> 15);
 }
 
-static int map_find(kload *l, int block, bool slot, bool *found)
+static int map_find(kload *l, int block, bool slot, bool snap, bool *found)
 {
     unsigned mask = (unsigned)l->map_cap - 1;
-    for (unsigned i = hash_key(block, slot) & mask;; i = (i + 1) & mask) {
+    for (unsigned i = (hash_key(block, slot) + (snap ? 0x9e37u : 0)) & mask;; i = (i + 1) & mask) {
         int v = l->map[i];
         if (!v) { *found = false; return (int)i; }
         const tui_cache_block *b = &l->c->blocks[v - 1];
-        if (b->block == block && b->slot == slot) { *found = true; return (int)i; }
+        if (b->block == block && b->slot == slot && b->snap == snap) { *found = true; return (int)i; }
     }
 }
 
@@ -141,18 +141,18 @@ static int map_grow(kload *l)
     l->map_cap = cap;
     for (int r = 0; r < l->c->n_blocks; r++) {
         bool f;
-        int i = map_find(l, l->c->blocks[r].block, l->c->blocks[r].slot, &f);
+        int i = map_find(l, l->c->blocks[r].block, l->c->blocks[r].slot, l->c->blocks[r].snap, &f);
         l->map[i] = r + 1;
     }
     return BT_OK;
 }
 
-static int block_row(kload *l, int block, bool slot, int logical)
+static int block_row(kload *l, int block, bool slot, bool snap, int logical)
 {
     tui_cache *c = l->c;
     if (2 * (c->n_blocks + 1) > l->map_cap) { int rc = map_grow(l); if (rc) return rc; }
     bool found;
-    int i = map_find(l, block, slot, &found);
+    int i = map_find(l, block, slot, snap, &found);
     if (found) return l->map[i] - 1;
     if (c->n_blocks == l->cap_blocks) {
         int cap = l->cap_blocks ? 2 * l->cap_blocks : 64;
@@ -165,6 +165,7 @@ static int block_row(kload *l, int block, bool slot, int logical)
     memset(b, 0, sizeof *b);
     b->block = block;
     b->slot = slot;
+    b->snap = snap;
     b->logical = logical;
     b->first_step = b->first_read = b->read_server = b->first_server = -1;
     b->last_step = b->last_server = b->writer_step = b->bad_step = -1;
@@ -180,7 +181,7 @@ static int on_kv(void *user, const bt_kv_access *a)
     c->n_rows++;
     unsigned m = mode_bit(a->mode);
     if (!m) return 0;                   /* a mode this bangtrace does not know */
-    int r = block_row(l, a->block, m == TUI_CM_SLOT, a->logical);
+    int r = block_row(l, a->block, m == TUI_CM_SLOT, m == TUI_CM_SNAP, a->logical);
     if (r < 0) return r;
     tui_cache_block *b = &c->blocks[r];
     b->modes |= m;
@@ -227,7 +228,8 @@ static int on_kv(void *user, const bt_kv_access *a)
 static int cmp_block(const void *x, const void *y)
 {
     const tui_cache_block *a = x, *b = y;
-    if (a->slot != b->slot) return a->slot ? 1 : -1;
+    int ka = a->slot ? 2 : a->snap ? 1 : 0, kb = b->slot ? 2 : b->snap ? 1 : 0;
+    if (ka != kb) return ka < kb ? -1 : 1;
     if (a->logical != b->logical) return a->logical < b->logical ? -1 : 1;
     return a->block < b->block ? -1 : a->block > b->block;
 }
@@ -512,7 +514,8 @@ int tui_cache_load(tui_trace *tr, int upto_step, tui_cache *out)
         snprintf(out->culprit, sizeof out->culprit, "%s", p.culprit);
         snprintf(out->hits, sizeof out->hits, "%s", p.hits);
         for (int r = 0; p.contaminated && r < out->n_blocks; r++)
-            if (out->blocks[r].block == p.culprit_block && out->blocks[r].slot == p.culprit_slot) {
+            if (out->blocks[r].block == p.culprit_block && out->blocks[r].slot == p.culprit_slot &&
+                out->blocks[r].snap == p.culprit_snap) {
                 out->blocks[r].flags |= TUI_CF_CULPRIT;
                 out->culprit_row = r;
             }
@@ -565,6 +568,7 @@ static void block_info(const tui_cache *c, const tui_cache_block *b, char *buf, 
     size_t o = 0;
     buf[0] = 0;
     if (b->slot) cat(buf, cap, &o, "state slot kept from %s @%d", b->writer[0] ? b->writer : "another request", b->writer_step);
+    else if (b->snap) cat(buf, cap, &o, "state snapshot from %s @%d", b->writer[0] ? b->writer : "?", b->writer_step);
     else if (b->flags & TUI_CF_OTHER) cat(buf, cap, &o, "written by %s @%d", b->writer, b->writer_step);
     if (b->flags & TUI_CF_BAD)
         cat(buf, cap, &o, "%snon-finite @%d by %s", o ? "; " : "", b->bad_step, b->bad_by[0] ? who(c, b->bad_by) : "?");
@@ -577,8 +581,9 @@ static void block_label(const tui_cache_block *b, char *buf, size_t cap)
     char modes[24], id[16], lg[16];
     tui_cache_modes_text(b->modes, modes, sizeof modes);
     if (b->slot) snprintf(id, sizeof id, "s%d", b->block);
+    else if (b->snap) snprintf(id, sizeof id, "p%d", b->block);
     else snprintf(id, sizeof id, "%d", b->block);
-    if (b->slot) snprintf(lg, sizeof lg, "-");
+    if (b->slot || b->snap) snprintf(lg, sizeof lg, "-");
     else snprintf(lg, sizeof lg, "%d", b->logical);
     snprintf(buf, cap, "%c%c%c%c %5.5s L%-4.4s %-7.7s ", b->flags & TUI_CF_CULPRIT ? '>' : ' ', b->flags & TUI_CF_OTHER ? '<' : ' ',
              b->flags & TUI_CF_BAD ? '!' : ' ', b->flags & TUI_CF_FAULT ? 'F' : ' ', id, lg, modes);
@@ -754,6 +759,12 @@ static void path_text(const tui_cache *c, const tui_cache_block *b, char *buf, s
             b->first_server);
         return;
     }
+    if (b->snap) {
+        cat(buf, cap, &o, "path: %s's recurrent state at a block boundary kept as snapshot %d (server step %d) -> restored by "
+            "this request's prefix hit at step %d (server step %d)%s%s", b->writer[0] ? b->writer : "another request", b->block,
+            b->writer_step, b->first_step, b->first_server, b->note[0] ? ": " : "", b->note);
+        return;
+    }
     cat(buf, cap, &o, "path: ");
     if (b->first_read < 0 && !(b->flags & TUI_CF_OTHER)) {
         /* only written here: what happened to it after */
@@ -787,7 +798,7 @@ int tui_cache_build_lines(tui_cache *c, int width)
     if (!rc && c->contaminated) rc = add_text(c, width, TUI_CL_BAD, 0, "culprit: %s", c->culprit);
     else if (!rc) rc = add_text(c, width, TUI_CL_NOTE, 0, "no other request's data behind this request");
     if (!rc && c->hits[0]) rc = add_text(c, width, TUI_CL_NOTE, 0, "prefix cache: %s", c->hits);
-    if (!rc) rc = add_text(c, width, TUI_CL_NOTE, 0, "W write H hit r read S slot  > culprit < other's data ! non-finite F fault");
+    if (!rc) rc = add_text(c, width, TUI_CL_NOTE, 0, "W wr H hit r rd S slot P snap  > culprit < other's data ! non-finite F fault");
     if (!rc) rc = add_line(c, TUI_CL_AXIS, 0, 0, NULL);
     for (int r = 0; !rc && r < c->n_blocks; r++) rc = add_line(c, TUI_CL_BLOCK, r, 0, NULL);
     if (rc) return rc;
@@ -811,7 +822,7 @@ int tui_cache_build_lines(tui_cache *c, int width)
         block_label(b, label, sizeof label);
         block_info(c, b, info, sizeof info);
         tui_cache_modes_text(b->modes, modes, sizeof modes);
-        rc = add_text(c, width, TUI_CL_HOT, i, "%.4s %s %d (L%d, %s): %s", label, b->slot ? "slot" : "block", b->block, b->logical,
+        rc = add_text(c, width, TUI_CL_HOT, i, "%.4s %s %d (L%d, %s): %s", label, b->slot ? "slot" : b->snap ? "snapshot" : "block", b->block, b->logical,
                       modes, info);
         path_text(c, b, path, sizeof path);
         if (!rc) rc = add_text(c, width, TUI_CL_HOT, i, "     %s", path);

@@ -23,7 +23,7 @@
 #define TUI_CACHE_INFO_MIN 20       /* columns kept for the text after a grid */
 
 /* How the request touched a block (kv_access mode), as a mask. */
-enum { TUI_CM_W = 1, TUI_CM_HIT = 2, TUI_CM_R = 4, TUI_CM_SLOT = 8 };
+enum { TUI_CM_W = 1, TUI_CM_HIT = 2, TUI_CM_R = 4, TUI_CM_SLOT = 8, TUI_CM_SNAP = 16 };
 /* Why a block is marked (its row's text marks, in this order: > < ! F). */
 enum { TUI_CF_CULPRIT = 1, TUI_CF_OTHER = 2, TUI_CF_BAD = 4, TUI_CF_FAULT = 8 };
 /* A server grid cell, by priority: H > ! > W > r > - (alloc, full, cached, free, evict). */
@@ -34,6 +34,7 @@ typedef struct tui_cache_cell { int step, server_step; unsigned modes; } tui_cac
 typedef struct tui_cache_block {
     int block, logical;
     bool slot;                  /* a state slot (mode slot): block is the slot */
+    bool snap;                  /* a state snapshot restored (mode snap): block is the snapshot */
     unsigned modes, flags;      /* TUI_CM_*, TUI_CF_* */
     int first_step, last_step;  /* this trace's steps */
     int first_read;             /* the first step that read it (hit, r, slot), -1 none */
@@ -129,7 +130,7 @@ int tui_cache_bins(int span, int max_cols, int *per_col);
  * column, the last digit of its step; with per_col > 1 the step number at
  * every tenth column. NUL-terminated, n characters. */
 void tui_cache_axis(int first, int n, int per_col, char *buf, size_t cap);
-/* A request grid cell: S slot, H hit, W write, r read, '.' none. */
+/* A request grid cell: S slot, P snapshot restored, H hit, W write, r read, '.' none. */
 char tui_cache_cell_char(unsigned modes);
 /* A server grid cell: H ! W r - and '.' for TUI_SM_NONE. */
 char tui_cache_smark_char(int mark);

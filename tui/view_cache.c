@@ -152,7 +152,7 @@ int tui_cache_handle(tui_app *a, void *state, int action, const tui_rect *body)
         if (tui_app_step(a, step) != BT_OK) { snprintf(a->status, sizeof a->status, "%s", bt_errmsg()); return TUI_R_REDRAW; }
         char how[24];
         tui_cache_modes_text(b->first_read >= 0 ? b->read_mode : TUI_CM_W, how, sizeof how);
-        snprintf(a->status, sizeof a->status, "%s %d: step %d, where this request first %s it (%s)", b->slot ? "slot" : "block",
+        snprintf(a->status, sizeof a->status, "%s %d: step %d, where this request first %s it (%s)", b->slot ? "slot" : b->snap ? "snapshot" : "block",
                  b->block, step, b->first_read >= 0 ? "read" : "wrote", how);
         tui_app_switch(a, tui_view_find("step"));
         return TUI_R_REDRAW | TUI_R_SWITCH;

@@ -84,6 +84,7 @@ static int on_row(void *user, const bt_kv_access *a)
         p->culprit_step = a->step;
         p->culprit_block = a->block;
         p->culprit_slot = rank == 3;
+        p->culprit_snap = !strcmp(a->mode, "snap");
         snprintf(p->culprit, sizeof p->culprit, "%s", line);
     }
     return 0;

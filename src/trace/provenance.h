@@ -25,6 +25,7 @@ typedef struct bt_provenance {
     int culprit_step;           /* this trace's step that read it */
     int culprit_block;          /* the block (or, culprit_slot, the state slot) it read; -1 none */
     bool culprit_slot;
+    bool culprit_snap;          /* ... or a recurrent state snapshot restored on a prefix hit */
     char culprit[640];
     /* every such source, for report */
     int n_lines;
