@@ -321,3 +321,7 @@ EXTRA_DIST += tests/serve_batch.sh tests/serve_mix.py
 # rejection, lossless; --inject norollback named by diff and bisect (issue 25)
 TESTS += tests/spec_hybrid.sh
 EXTRA_DIST += tests/spec_hybrid.sh
+
+# --numerics state= on the hybrid models (issue 25)
+TESTS += tests/numerics_state.sh
+EXTRA_DIST += tests/numerics_state.sh

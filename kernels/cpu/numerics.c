@@ -125,6 +125,7 @@ static const part parts[] = {
     { "softmax", offsetof(bt_numerics, softmax), { BT_NUM_F32, BT_NUM_F16, -1 }, NULL },
     { "norm", offsetof(bt_numerics, norm), { BT_NUM_NORM_F64, BT_NUM_NORM_F32, BT_NUM_NORM_GGML, -1 }, norm_names },
     { "rope", offsetof(bt_numerics, rope), { BT_NUM_ROPE_F64, BT_NUM_ROPE_GGML, -1 }, rope_names },
+    { "state", offsetof(bt_numerics, state), { BT_NUM_F32, BT_NUM_F16, BT_NUM_BF16, -1 }, NULL },
 };
 
 static const char *const fmt_names[] = {
@@ -216,9 +217,13 @@ void bt_numerics_format(const bt_numerics *n, char *buf, size_t cap)
     size_t o = 0;
     buf[0] = 0;
     if (n->preset[0]) o += snprintf(buf, cap, "%s: ", n->preset);
-    for (size_t i = 0; i < BT_ARRAY_SIZE(parts) && o < cap; i++)
-        o += snprintf(buf + o, cap - o, "%s%s=%s", i ? "," : "", parts[i].name,
-                      fmt_name(&parts[i], *(const int *)((const char *)n + parts[i].off)));
+    for (size_t i = 0; i < BT_ARRAY_SIZE(parts) && o < cap; i++) {
+        int v = *(const int *)((const char *)n + parts[i].off);
+        /* state= only where it is set: it applies to hybrid models alone,
+         * and every profile's spelling stays what it was before it */
+        if (!v && !strcmp(parts[i].name, "state")) continue;
+        o += snprintf(buf + o, cap - o, "%s%s=%s", i ? "," : "", parts[i].name, fmt_name(&parts[i], v));
+    }
 }
 
 /* ---- engine hooks ---- */

@@ -44,6 +44,7 @@ typedef struct bt_numerics {
     int softmax;    /* attention probabilities: f32 | f16 */
     int norm;       /* rmsnorm: BT_NUM_NORM_F64 (0, the engine's own: squares and sum in double) | _F32 | _GGML */
     int rope;       /* rope angles: BT_NUM_ROPE_F64 (0, the engine's own table, in double) | _GGML */
+    int state;      /* hybrid models' recurrent and conv states stored between forwards as: f32 | f16 | bf16 */
     char preset[32];   /* the preset it started from ("" for none) */
 } bt_numerics;
 

@@ -1011,6 +1011,10 @@ static int gdn_layer(bt_engine *e, int l, int T)
         if ((rc = bi->ssm_conv(be, SV(q, V_CONV, e->s_conv), SV(q, V_QKV, e->s_qkv), e->conv_state, cs_off, e->vec_w,
                                W->s_conv, q->T, C, K)))
             return rc;
+        /* --numerics state=: the state as a cache of that dtype keeps it between forwards */
+        if (e->num_on && e->num.state != BT_NUM_F32 &&
+            (rc = bt_backend_num_round(be, e->conv_state, cs_off, 1, cs_per, e->num.state)))
+            return rc;
     }
     GTAP(BT_OP_SSM_CONV, e->s_conv, C);
     for (int s = 0; s < e->n_run && e->has_cb; s++)
@@ -1036,6 +1040,9 @@ static int gdn_layer(bt_engine *e, int l, int T)
         if ((rc = bi->gdn_recur(be, SV(q, V_CORE, e->s_core), SV(q, V_SQ, e->s_q), SV(q, V_SK, e->s_k), SV(q, V_SV, e->s_v),
                                 SV(q, V_DECAY, e->s_decay), SV(q, V_BETA, e->s_beta), e->ssm_state, st_off, q->T, nk, nv,
                                 dk, dv, ba)))
+            return rc;
+        if (e->num_on && e->num.state != BT_NUM_F32 &&
+            (rc = bt_backend_num_round(be, e->ssm_state, st_off, 1, st_per, e->num.state)))
             return rc;
     }
     GTAP(BT_OP_SSM_CORE, e->s_core, V);
@@ -1471,8 +1478,9 @@ int bt_engine_set_numerics(bt_engine *e, const bt_numerics *n)
     if (on && e->foreign)
         return bt_error(BT_EUNSUPPORTED, "--numerics: a numerics profile runs on the native engine only, not on llama.cpp");
     int rc;
-    if (on && e->hybrid)
-        return bt_error(BT_EUNSUPPORTED, "--numerics: profiles do not cover hybrid (gated delta net) models yet");
+    if (on && e->hybrid && n->rope == BT_NUM_ROPE_GGML)
+        return bt_error(BT_EUNSUPPORTED, "--numerics: rope=ggml does not cover the sectioned partial rope of hybrid (gated "
+                        "delta net) models; give rope=f64");
     if (on && (rc = bt_backend_num_check(e->be, n))) return rc;
     if (n && (n->attn || n->softmax) && e->c.head_dim > BT_NUMERICS_MAX_HEAD_DIM)
         return bt_error(BT_EUNSUPPORTED, "--numerics: attn= and softmax= handle heads of up to %d values, this model's have %d",
