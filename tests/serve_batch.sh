@@ -15,7 +15,9 @@
 #     padding lane into block 0, mapped by a later prefix hit), prefix_wrong
 #     (a hit mapped to another prefix's block; on the hybrid model another
 #     prefix's state snapshot), slot_noreset (a hybrid model's state slot
-#     handed on unreset); drawn per request (p=) among
+#     handed on unreset), slot_swap (one request's rows on another's state
+#     slot in the same batch, so only above concurrency 1); drawn per
+#     request (p=) among
 #     interleaved requests, every named writer is one the fault fired for;
 #   - bad option combinations are one-line errors, server.db is never
 #     overwritten.
@@ -166,6 +168,31 @@ if [ -n "$HYB" ]; then
     stop_server
     [ "$(field "$TMP/b.json" 'j["bangtrace"]["completion_ids"]')" != "$(field "$TMP/b0.json" 'j["bangtrace"]["completion_ids"]')" ] \
         && ok "slot_noreset: the kept state changed the answer" || fail "slot_noreset: the answer is the clean one"
+    # two requests in one batch, one's rows on the other's state slot (a
+    # graph reused across batch shapes): only above concurrency 1
+    SERVE_MODEL="--model $HYB" start_server swap --parallel 2 --trace-dir "$TMP/swap" --inject slot_swap || finish
+    curl -s -o "$TMP/s1.json" -X POST "http://127.0.0.1:$port/v1/completions" \
+        --data-binary '{"prompt":"one two three four five six seven eight","max_tokens":200}' &
+    s2=$(complete '{"prompt":"alpha beta gamma","max_tokens":200}' "$TMP/s2.json")
+    wait $!
+    s1=$(field "$TMP/s1.json" 'j["bangtrace"]["request_id"]')
+    ok1=0
+    for r in "$s1" "$s2"; do
+        o=$([ "$r" = "$s1" ] && echo "$s2" || echo "$s1")
+        "$BANGTRACE" bisect "$TMP/swap/$r.db" >"$TMP/sw.out" 2>&1
+        [ $? -eq 1 ] && grep -q "^cache provenance: step [0-9]*: state slot [01] written by $o at server step [0-9]*, which is not this request's (slot_swap" "$TMP/sw.out" \
+            && ok1=$((ok1 + 1)) || echo "slot_swap $r: $(cat "$TMP/sw.out")"
+    done
+    [ "$ok1" = 2 ] && ok "slot_swap: each of two batched requests' bisect names the other as the writer of its state slot" \
+        || fail "slot_swap: $ok1 of 2 traces named the other request"
+    a=$(complete '{"prompt":"alpha beta gamma","max_tokens":24}' "$TMP/s3.json")
+    stop_server
+    SERVE_MODEL="--model $HYB" start_server swap0 --parallel 1 --batching off || finish
+    complete '{"prompt":"alpha beta gamma","max_tokens":24}' "$TMP/s0.json" >/dev/null
+    stop_server
+    [ "$(field "$TMP/s3.json" 'j["bangtrace"]["completion_ids"]')" = "$(field "$TMP/s0.json" 'j["bangtrace"]["completion_ids"]')" ] \
+        && ok "slot_swap: alone in its batch the request gets its clean answer (the fault needs concurrency)" \
+        || fail "slot_swap: a request alone was changed"
     # a prefix hit that resumes another prefix's state (the captured-graph
     # incident: the previous request's state block replayed)
     SERVE_MODEL="--model $HYB" start_server hwrong --parallel 1 --block-size 4 --trace-dir "$TMP/hwrong" --inject prefix_wrong || finish

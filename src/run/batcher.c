@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { F_PREFIX_WRONG, F_PAD_NAN, F_SLOT_NORESET, F_COUNT };
-static const char *const fault_names[F_COUNT] = { "prefix_wrong", "pad_nan", "slot_noreset" };
+enum { F_PREFIX_WRONG, F_PAD_NAN, F_SLOT_NORESET, F_SLOT_SWAP, F_COUNT };
+static const char *const fault_names[F_COUNT] = { "prefix_wrong", "pad_nan", "slot_noreset", "slot_swap" };
 
 typedef struct blk {
     int ref;                 /* lanes mapping it */
@@ -59,6 +59,8 @@ typedef struct lane {
     uint64_t *chain;         /* (max_logical) chain hash of each full block */
     int n_table, n_done, hits;
     bool restored;           /* its state came from a snapshot (no reset) */
+    bool swapped;            /* slot_swap fired for this request */
+    bool keep_state;         /* its slot was shared by a slot_swap: continue with whatever it holds */
     int hit_tokens, first_step, last_step, n_forward;
     bt_kv_access *kva;
     int n_kva, cap_kva;
@@ -113,7 +115,7 @@ static int parse_fault(const char *spec, int *kind, double *p)
     *kind = -1;
     for (int k = 0; k < F_COUNT; k++)
         if (strlen(fault_names[k]) == n && !strncmp(spec, fault_names[k], n)) *kind = k;
-    if (*kind < 0) return bt_error(BT_EINVAL, "'%s' is not a server fault (prefix_wrong, pad_nan, slot_noreset)", spec);
+    if (*kind < 0) return bt_error(BT_EINVAL, "'%s' is not a server fault (prefix_wrong, pad_nan, slot_noreset, slot_swap)", spec);
     *p = 1;
     if (!at) return BT_OK;
     if (strncmp(at, "@p=", 3)) return bt_error(BT_EINVAL, "server fault '%s': only @p=P follows the name", spec);
@@ -412,7 +414,7 @@ static int lane_forward(void *impl, bt_engine *e, const int32_t *tokens, int T, 
     L->req_step = bt_engine_step(e);
     if (pos0 == 0) {
         lane_release(b, L);
-        L->restored = false;
+        L->restored = L->swapped = L->keep_state = false;
         memcpy(L->toks, tokens, (size_t)T * sizeof *tokens);
         if (b->prefix && !all) prefix_lookup(b, L, tokens, T);
     } else if (pos0 != L->n_done) {
@@ -600,6 +602,43 @@ static void provenance(bt_batcher *b, lane *L, int step)
     }
 }
 
+/* slot_swap: a request's rows run on another running request's state slot
+ * in this batch (a graph reused across batch shapes replaying the wrong
+ * state row), both reading and writing it; both then go on with whatever
+ * their slots hold. Once per request, only when it shares a batch. */
+static void slot_swaps(bt_batcher *b, lane **pick, bt_seq_batch *sb, int m)
+{
+    for (int i = 0; i < m; i++) {
+        lane *L = pick[i];
+        if (!L->fault[F_SLOT_SWAP] || L->swapped) continue;
+        int j = -1;
+        for (int k = 1; k < m && j < 0; k++) {
+            int c = (i + k) % m;
+            if (sb[c].pos0 > 0 && sb[c].slot == pick[c]->id) j = c;
+        }
+        if (j < 0) continue;
+        lane *O = pick[j];
+        sb[i].slot = O->id;
+        sb[i].state = sb[j].state = BT_SEQ_STATE_KEEP;
+        L->swapped = L->keep_state = O->keep_state = true;
+        char d[256];
+        snprintf(d, sizeof d, "slot_swap: %s's rows ran on state slot %d (%s's) at server step %d", L->req, O->id, O->req, b->step);
+        bt_kv_access r = { .step = L->req_step, .server_step = b->step, .block = O->id, .pos_lo = sb[i].pos0,
+                           .pos_hi = sb[i].pos0 + sb[i].T - 1, .writer_step = b->slot_step[O->id], .bad_step = -1 };
+        snprintf(r.mode, sizeof r.mode, "slot");
+        snprintf(r.writer, sizeof r.writer, "%s", b->slot_w[O->id][0] ? b->slot_w[O->id] : O->req);
+        snprintf(r.note, sizeof r.note, "%.150s", d);
+        kva_add(L, &r);
+        bt_kv_access o = { .step = O->req_step, .server_step = b->step, .block = O->id, .pos_lo = sb[j].pos0,
+                           .pos_hi = sb[j].pos0 + sb[j].T - 1, .writer_step = b->step, .bad_step = -1 };
+        snprintf(o.mode, sizeof o.mode, "slot");
+        snprintf(o.writer, sizeof o.writer, "%s", L->req);
+        snprintf(o.note, sizeof o.note, "%.150s", d);
+        kva_add(O, &o);
+        slot_ev(b, O->id, "inject", L, d);
+    }
+}
+
 static int by_seq(const void *x, const void *y)
 {
     const lane *a = *(lane *const *)x, *c = *(lane *const *)y;
@@ -644,7 +683,7 @@ static void run_step(bt_batcher *b)
             L->done = true;
             continue;
         }
-        int state = BT_SEQ_STATE_AUTO;
+        int state = L->keep_state && L->pos0 ? BT_SEQ_STATE_KEEP : BT_SEQ_STATE_AUTO;
         if (b->hybrid && L->pos0 == 0 && !L->restored) {
             char d[160] = "";
             if (L->fault[F_SLOT_NORESET] && b->slot_w[L->id][0]) {
@@ -668,6 +707,7 @@ static void run_step(bt_batcher *b)
         rows += need;
     }
     if (!m) { free(sb); pthread_cond_broadcast(&b->ready); return; }
+    if (b->hybrid && m > 1) slot_swaps(b, pick, sb, m);
     /* the batch's wishes: what any of its lanes' callbacks wants */
     bool taps = false;
     for (int i = 0; i < m; i++) pick[i]->in_batch = true;
@@ -708,8 +748,8 @@ static void run_step(bt_batcher *b)
         int end = L->pos0 + L->T;
         if (!rc && b->n_snaps && end % b->bs == 0) snap_take(b, L, end, L->chain[end / b->bs - 1], step);
         if (b->hybrid) {
-            snprintf(b->slot_w[L->id], sizeof b->slot_w[L->id], "%s", L->req);
-            b->slot_step[L->id] = step;
+            snprintf(b->slot_w[sb[i].slot], sizeof b->slot_w[sb[i].slot], "%s", L->req);
+            b->slot_step[sb[i].slot] = step;
         }
         L->pending = L->in_batch = false;
         L->done = true;
@@ -852,7 +892,7 @@ int bt_batcher_new(const bt_batcher_cfg *cfg, bt_batcher **out)
     }
     for (int i = 0; i < cfg->n_faults; i++) {
         if ((rc = parse_fault(cfg->faults[i], &b->fault_kind[i], &b->fault_p[i]))) goto fail;
-        if (b->fault_kind[i] == F_SLOT_NORESET && !b->hybrid) {
+        if ((b->fault_kind[i] == F_SLOT_NORESET || b->fault_kind[i] == F_SLOT_SWAP) && !b->hybrid) {
             rc = bt_error(BT_EINVAL, "server fault '%s' needs a hybrid model (a recurrent state slot); %s has none",
                           cfg->faults[i], cfg->model_path ? cfg->model_path : "this model");
             goto fail;

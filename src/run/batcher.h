@@ -34,7 +34,9 @@
  *   pad_nan[@p=P]        the request's batch writes its padding lane's K/V
  *                        (NaN) into block 0 row 0, a block others may map
  *   slot_noreset[@p=P]   hybrid: the request's state slot keeps the previous
- *                        request's state */
+ *                        request's state
+ *   slot_swap[@p=P]      hybrid: once, sharing a batch with another running
+ *                        request, its rows run on that one's state slot */
 #ifndef BT_RUN_BATCHER_H
 #define BT_RUN_BATCHER_H
 
@@ -63,7 +65,7 @@ typedef struct bt_batcher_cfg {
 typedef struct bt_batcher bt_batcher;
 
 /* Is spec one of the server's own faults (prefix_wrong, pad_nan,
- * slot_noreset)? bt_batcher_fault_check parses one (BT_EINVAL naming it). */
+ * slot_noreset, slot_swap)? bt_batcher_fault_check parses one (BT_EINVAL naming it). */
 bool bt_batcher_is_fault(const char *spec);
 int bt_batcher_fault_check(const char *spec);
 

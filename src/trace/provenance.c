@@ -57,6 +57,10 @@ static int on_row(void *user, const bt_kv_access *a)
                  "written by %s at server step %d%s%s%s",
                  a->step, where, a->pos_hi, a->block, a->writer[0] ? a->writer : "?", a->writer_step, bad,
                  a->note[0] ? ": " : "", a->note);
+    } else if (!strcmp(a->mode, "slot") && !strncmp(a->note, "slot_swap", 9)) {
+        rank = 3;
+        snprintf(line, sizeof line, "step %d%s: state slot %d written by %s at server step %d, which is not this request's "
+                 "(%s)", a->step, where, a->block, a->writer[0] ? a->writer : "another request", a->writer_step, a->note);
     } else if (!strcmp(a->mode, "slot")) {
         rank = 3;
         snprintf(line, sizeof line, "step %d%s: state slot %d last written by %s at server step %d, not reset on reuse%s%s%s",
