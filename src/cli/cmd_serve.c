@@ -227,6 +227,7 @@ typedef struct server {
     pthread_mutex_t lock;
     pthread_cond_t freed;
     long waiting;
+    unsigned long long ticket, serve_next;  /* slot_take's FIFO queue */
     unsigned long long counter;
     volatile int cancel;           /* set on SIGTERM: every generation stops */
     char salt[16];
@@ -385,28 +386,41 @@ static int slot_take(server *s)
 {
     pthread_mutex_lock(&s->lock);
     int got = -1;
+    bool queued = false;
+    unsigned long long my = 0;
     for (;;) {
         if (s->cancel) break;
-        for (int i = 0; i < s->parallel; i++) if (!s->busy[i]) { got = i; break; }
-        if (got >= 0) { s->busy[got] = true; break; }
-        if (s->waiting >= s->queue) break;
-        s->waiting++;
+        /* first come, first served: a request may take a free slot when no
+         * one waits before it (llama-server's queue is FIFO too; p99) */
+        if (queued ? my == s->serve_next : s->ticket == s->serve_next) {
+            for (int i = 0; i < s->parallel; i++) if (!s->busy[i]) { got = i; break; }
+            if (got >= 0) {
+                s->busy[got] = true;
+                if (queued) { s->serve_next++; pthread_cond_broadcast(&s->freed); }
+                break;
+            }
+        }
+        if (!queued) {
+            if (s->waiting >= s->queue) break;
+            queued = true;
+            my = s->ticket++;
+            s->waiting++;
+        }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 100000000;
         if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
         pthread_cond_timedwait(&s->freed, &s->lock, &ts);
-        s->waiting--;
     }
+    if (queued) s->waiting--;
     pthread_mutex_unlock(&s->lock);
     return got;
 }
-
 static void slot_give(server *s, int i)
 {
     pthread_mutex_lock(&s->lock);
     s->busy[i] = false;
-    pthread_cond_signal(&s->freed);
+    pthread_cond_broadcast(&s->freed);   /* the head of the queue may be any waiter */
     pthread_mutex_unlock(&s->lock);
 }
 
