@@ -13,12 +13,16 @@
 #include "trace/server_db.h"
 #include "base/util.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define GATHER_US 3000          /* a server step waits at most this for the last batch's lanes */
 
 enum { F_PREFIX_WRONG, F_PAD_NAN, F_SLOT_NORESET, F_SLOT_SWAP, F_COUNT };
 static const char *const fault_names[F_COUNT] = { "prefix_wrong", "pad_nan", "slot_noreset", "slot_swap" };
@@ -66,6 +70,7 @@ typedef struct lane {
     int n_kva, cap_kva;
     /* the forward it waits on */
     bool pending, done, in_batch;
+    bool in_last;            /* ran in the last server step: the next one waits a moment for it */
     long seq_no;
     int T, pos0, start;      /* rows pos0..pos0+T-1 asked for, start.. computed */
     bool all;
@@ -728,8 +733,10 @@ static void run_step(bt_batcher *b)
         db_check(b, bt_server_db_begin(db));
         db_check(b, bt_server_db_step(db, step, t0 - b->t0, m, rows, ms));
     }
+    for (int i = 0; i < b->cfg.lanes; i++) b->lanes[i].in_last = false;
     for (int i = 0, row = 0; i < m; i++) {
         lane *L = pick[i];
+        L->in_last = true;
         if (db) db_check(b, bt_server_db_batch(db, step, L->req, L->id, row, sb[i].pos0, sb[i].T, L->req_step));
         row += sb[i].T;
         if (rc) {
@@ -760,6 +767,17 @@ static void run_step(bt_batcher *b)
     pthread_cond_broadcast(&b->ready);
 }
 
+/* A lane of the last batch still running a request that has not queued
+ * its next forward yet (it is sampling, streaming, recording). */
+static bool expecting(const bt_batcher *b)
+{
+    for (int i = 0; i < b->cfg.lanes; i++) {
+        const lane *L = &b->lanes[i];
+        if (L->in_last && L->active && !L->pending) return true;
+    }
+    return false;
+}
+
 static bool any_pending(const bt_batcher *b)
 {
     for (int i = 0; i < b->cfg.lanes; i++) if (b->lanes[i].pending) return true;
@@ -772,6 +790,17 @@ static void *sched(void *u)
     pthread_mutex_lock(&b->lock);
     for (;;) {
         while (!b->stopping && !any_pending(b)) pthread_cond_wait(&b->work, &b->lock);
+        if (b->stopping) break;
+        /* gather: the lanes of the last batch come back within a moment
+         * (a decode step's sampling and recording); a forward started on
+         * the first of them would run one row, the next on the rest. At
+         * most GATHER_US, and never for a lane whose request ended. */
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += GATHER_US * 1000L;
+        if (dl.tv_nsec >= 1000000000L) { dl.tv_sec++; dl.tv_nsec -= 1000000000L; }
+        while (!b->stopping && expecting(b))
+            if (pthread_cond_timedwait(&b->work, &b->lock, &dl) == ETIMEDOUT) break;
         if (b->stopping) break;
         run_step(b);
     }
@@ -842,6 +871,7 @@ void bt_batcher_lane_end(bt_batcher *b, int lane_i, const char *finish, int n_pr
                                          n_prompt, L->hit_tokens, L->n_forward, finish ? finish : "error"));
     lane_release(b, L);
     L->active = false;
+    pthread_cond_signal(&b->work);      /* the scheduler need not wait for it */
     pthread_mutex_unlock(&b->lock);
 }
 
