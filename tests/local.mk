@@ -325,3 +325,7 @@ EXTRA_DIST += tests/spec_hybrid.sh
 # --numerics state= on the hybrid models (issue 25)
 TESTS += tests/numerics_state.sh
 EXTRA_DIST += tests/numerics_state.sh
+
+# the hybrid models from Hugging Face folders, equal to their GGUFs (issue 25)
+TESTS += tests/hf_hybrid.sh
+EXTRA_DIST += tests/hf_hybrid.sh

@@ -172,13 +172,21 @@ static const struct { const char *hf, *arch; bool permute_qk; } ARCHS[] = {
     { "Qwen2ForCausalLM", "qwen2", false },
     { "Qwen3ForCausalLM", "qwen3", false },
     { "Qwen3MoeForCausalLM", "qwen3moe", false },
+    { "Qwen3_5ForCausalLM", "qwen35", false },
+    { "Qwen3_5MoeForCausalLM", "qwen35moe", false },
+    { "Qwen3NextForCausalLM", "qwen3next", false },
 };
+#define ARCH_LIST "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, " \
+    "Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM"
 
 typedef struct hparams {
     const char *arch;
     bool permute_qk;
     int64_t n_layers, n_heads, n_kv_heads, dim, head_dim, n_experts;
     bool tied;
+    /* qwen35 / qwen35moe (gated delta net): the linear attention's heads */
+    bool hybrid;
+    int64_t nk, nv, dk, dv, conv_k, ff_exp;
 } hparams;
 
 /* rope_scaling: llama3 becomes a rope_freqs.weight tensor computed as the
@@ -223,6 +231,103 @@ static int rope_scaling(hf_state *hs, bt_gguf_builder *b, const char *file, json
     return BT_OK;
 }
 
+/* Qwen3.5 (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM): the gated delta net's
+ * shapes, which layers are recurrent, the partial sectioned rope; keys as
+ * the converter writes them (Qwen3_5TextModel / Qwen3NextModel). The MTP
+ * block (mtp.*) is left out: bangtrace does not draft with it yet. */
+static int hybrid_keys(const char *file, json_t *cfg, bt_gguf_builder *b, hparams *hp)
+{
+    const char *a = hp->arch;
+    char k[128];
+    int rc;
+    bool gate = false;
+    if ((rc = j_bool(file, cfg, "attn_output_gate", &gate))) return rc;
+    if (json_object_get(cfg, "attn_output_gate") && !gate)
+        return bt_error(BT_EUNSUPPORTED, "%s: attn_output_gate false is not supported (qwen35's attention is gated)", file);
+    if ((rc = j_int(file, cfg, "linear_num_key_heads", true, &hp->nk)) ||
+        (rc = j_int(file, cfg, "linear_num_value_heads", true, &hp->nv)) ||
+        (rc = j_int(file, cfg, "linear_key_head_dim", true, &hp->dk)) ||
+        (rc = j_int(file, cfg, "linear_value_head_dim", true, &hp->dv)) ||
+        (rc = j_int(file, cfg, "linear_conv_kernel_dim", true, &hp->conv_k)))
+        return rc;
+    if (hp->nk <= 0 || hp->nv <= 0 || hp->nv % hp->nk || hp->dk <= 0 || hp->dk > 4096 || hp->dv <= 0 || hp->dv > 4096 ||
+        hp->nv > 4096 || hp->conv_k < 2 || hp->conv_k > 16)
+        return bt_error(BT_EFORMAT, "%s: implausible linear attention (%" PRId64 " key heads, %" PRId64 " value heads of %"
+                        PRId64 "/%" PRId64 ", conv kernel %" PRId64 ")", file, hp->nk, hp->nv, hp->dk, hp->dv, hp->conv_k);
+    struct { const char *suffix; int64_t v; } u[] = {
+        { "ssm.conv_kernel", hp->conv_k }, { "ssm.state_size", hp->dk }, { "ssm.group_count", hp->nk },
+        { "ssm.time_step_rank", hp->nv }, { "ssm.inner_size", hp->dv * hp->nv },
+    };
+    for (size_t i = 0; i < BT_ARRAY_SIZE(u); i++) {
+        snprintf(k, sizeof k, "%s.%s", a, u[i].suffix);
+        bt_gguf_builder_u32(b, k, (uint32_t)u[i].v);
+    }
+    int64_t interval = 4;
+    if ((rc = j_int(file, cfg, "full_attention_interval", false, &interval))) return rc;
+    if (interval <= 0 || interval > hp->n_layers + 1)
+        return bt_error(BT_EFORMAT, "%s: full_attention_interval %" PRId64 " is out of range", file, interval);
+    snprintf(k, sizeof k, "%s.full_attention_interval", a);
+    bt_gguf_builder_u32(b, k, (uint32_t)interval);
+    /* layer_types, when given, says which layers are recurrent */
+    json_t *lt = json_object_get(cfg, "layer_types");
+    if (lt) {
+        if (!json_is_array(lt) || (int64_t)json_array_size(lt) != hp->n_layers)
+            return bt_error(BT_EFORMAT, "%s: layer_types must list the %" PRId64 " layers", file, hp->n_layers);
+        int32_t *f = malloc((size_t)hp->n_layers * sizeof *f);
+        if (!f) return bt_error(BT_ENOMEM, "out of memory");
+        for (int64_t l = 0; l < hp->n_layers; l++) {
+            const char *t = json_string_value(json_array_get(lt, (size_t)l));
+            if (!t || (strcmp(t, "linear_attention") && strcmp(t, "full_attention"))) {
+                free(f);
+                return bt_error(BT_EFORMAT, "%s: layer_types[%" PRId64 "] is not linear_attention or full_attention", file, l);
+            }
+            f[l] = !strcmp(t, "linear_attention");
+        }
+        snprintf(k, sizeof k, "%s.attention.recurrent_layers", a);
+        bt_gguf_builder_arr(b, k, BT_GGUF_INT32, f, (uint64_t)hp->n_layers);
+        free(f);
+    }
+    /* partial rotary, with IMROPE sections */
+    json_t *rp = json_object_get(cfg, "rope_parameters");
+    if (rp && !json_is_object(rp)) return bt_error(BT_EFORMAT, "%s: rope_parameters must be an object", file);
+    double prf = NAN;
+    if ((rc = j_num(file, cfg, "partial_rotary_factor", &prf))) return rc;
+    if (isnan(prf) && rp && (rc = j_num(file, rp, "partial_rotary_factor", &prf))) return rc;
+    if (isnan(prf)) prf = 1.0;
+    int64_t rope_dim = (int64_t)(hp->head_dim * prf);
+    if (!(prf > 0 && prf <= 1) || rope_dim < 2 || rope_dim % 2)
+        return bt_error(BT_EFORMAT, "%s: partial_rotary_factor %g of heads of %" PRId64 " is not an even rope dimension", file,
+                        prf, hp->head_dim);
+    snprintf(k, sizeof k, "%s.rope.dimension_count", a);
+    bt_gguf_builder_u32(b, k, (uint32_t)rope_dim);
+    json_t *ms = rp ? json_object_get(rp, "mrope_section") : NULL;
+    if (!ms) {
+        json_t *rs = json_object_get(cfg, "rope_scaling");
+        if (json_is_object(rs)) ms = json_object_get(rs, "mrope_section");
+    }
+    if (ms) {
+        int32_t sec[4] = { 0 };
+        if (!json_is_array(ms) || json_array_size(ms) > 4)
+            return bt_error(BT_EFORMAT, "%s: mrope_section must be a list of up to 4 integers", file);
+        int64_t sum = 0;
+        for (size_t i = 0; i < json_array_size(ms); i++) {
+            json_t *v = json_array_get(ms, i);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 4096)
+                return bt_error(BT_EFORMAT, "%s: mrope_section[%zu] is not a small integer", file, i);
+            sec[i] = (int32_t)json_integer_value(v);
+            sum += sec[i];
+        }
+        if (sum <= 0 || sum > rope_dim / 2)
+            return bt_error(BT_EFORMAT, "%s: mrope_section sums to %" PRId64 ", not within the %" PRId64 " rotated pairs", file,
+                            sum, rope_dim / 2);
+        snprintf(k, sizeof k, "%s.rope.dimension_sections", a);
+        bt_gguf_builder_arr(b, k, BT_GGUF_INT32, sec, 4);
+    }
+    if (!json_object_get(cfg, "head_dim"))
+        return bt_error(BT_EFORMAT, "%s: head_dim is missing (qwen35 heads are not hidden_size / heads)", file);
+    return BT_OK;
+}
+
 static int config_keys(const char *dir, json_t *cfg, bt_gguf_builder *b, hparams *hp)
 {
     char file[4096];
@@ -234,9 +339,7 @@ static int config_keys(const char *dir, json_t *cfg, bt_gguf_builder *b, hparams
     for (size_t i = 0; i < BT_ARRAY_SIZE(ARCHS); i++)
         if (!strcmp(cls, ARCHS[i].hf)) { hp->arch = ARCHS[i].arch; hp->permute_qk = ARCHS[i].permute_qk; }
     if (!hp->arch)
-        return bt_error(BT_EUNSUPPORTED, "%s: architecture '%s' is not supported (LlamaForCausalLM, "
-                        "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)",
-                        file, bt_text_esc(cls));
+        return bt_error(BT_EUNSUPPORTED, "%s: architecture '%s' is not supported (" ARCH_LIST ")", file, bt_text_esc(cls));
     const char *a = hp->arch;
     bt_gguf_builder_str(b, "general.architecture", a, strlen(a));
     const char *slash = strrchr(dir, '/');
@@ -262,7 +365,8 @@ static int config_keys(const char *dir, json_t *cfg, bt_gguf_builder *b, hparams
     if (hp->head_dim <= 0 || hp->head_dim > 1 << 16)
         return bt_error(BT_EFORMAT, "%s: head_dim %" PRId64 " is out of range", file, hp->head_dim);
 
-    bool moe = !strcmp(a, "qwen3moe");
+    bool moe = !strcmp(a, "qwen3moe") || !strcmp(a, "qwen35moe") || !strcmp(a, "qwen3next");
+    hp->hybrid = !strncmp(a, "qwen35", 6) || !strcmp(a, "qwen3next");
     if ((rc = put_count(b, file, a, "context_length", cfg, "max_position_embeddings", false)) ||
         (rc = put_count(b, file, a, "embedding_length", cfg, "hidden_size", true)) ||
         (rc = put_count(b, file, a, "feed_forward_length", cfg, "intermediate_size", !moe)) ||
@@ -278,6 +382,7 @@ static int config_keys(const char *dir, json_t *cfg, bt_gguf_builder *b, hparams
         snprintf(k, sizeof k, "%s.attention.value_length", a);
         bt_gguf_builder_u32(b, k, (uint32_t)hp->head_dim);
     }
+    if (hp->hybrid && (rc = hybrid_keys(file, cfg, b, hp))) return rc;
     if (hp->permute_qk) {       /* LlamaModel.set_gguf_parameters */
         snprintf(k, sizeof k, "%s.rope.dimension_count", a);
         bt_gguf_builder_u32(b, k, (uint32_t)hp->head_dim);
@@ -287,6 +392,10 @@ static int config_keys(const char *dir, json_t *cfg, bt_gguf_builder *b, hparams
     if (!isnan(d)) { snprintf(k, sizeof k, "%s.attention.layer_norm_rms_epsilon", a); bt_gguf_builder_f32(b, k, (float)d); }
     d = NAN;
     if ((rc = j_num(file, cfg, "rope_theta", &d))) return rc;
+    if (isnan(d) && hp->hybrid) {
+        json_t *rp = json_object_get(cfg, "rope_parameters");
+        if (json_is_object(rp) && (rc = j_num(file, rp, "rope_theta", &d))) return rc;
+    }
     if (!isnan(d)) { snprintf(k, sizeof k, "%s.rope.freq_base", a); bt_gguf_builder_f32(b, k, (float)d); }
     if (moe) {
         if ((rc = put_count(b, file, a, "expert_count", cfg, "num_experts", true)) ||
@@ -295,6 +404,7 @@ static int config_keys(const char *dir, json_t *cfg, bt_gguf_builder *b, hparams
             (rc = put_count(b, file, a, "expert_shared_feed_forward_length", cfg, "shared_expert_intermediate_size", false)))
             return rc;
         if ((rc = j_int(file, cfg, "num_experts", true, &hp->n_experts))) return rc;
+        if ((rc = j_int(file, cfg, "moe_intermediate_size", true, &hp->ff_exp))) return rc;
         if (hp->n_experts > 4096)   /* bounds the stacking copies below */
             return bt_error(BT_EFORMAT, "%s: num_experts %" PRId64 " is implausible", file, hp->n_experts);
         bool norm = false;
@@ -407,6 +517,235 @@ static void permute_rows(uint8_t *dst, const uint8_t *src, int64_t rows, uint64_
                        src + (uint64_t)(h * hd + j * half + i) * row_bytes, row_bytes);
 }
 
+/* ---- qwen35: the converter's conversions (Qwen3_5TextModel.modify_tensors) ---- */
+
+static float elem_f32(const bt_st_tensor *t, uint64_t i)
+{
+    const uint8_t *d = t->data;
+    if (t->dtype == BT_DT_F32) { float f; memcpy(&f, d + 4 * i, 4); return f; }
+    uint16_t h;
+    memcpy(&h, d + 2 * i, 2);
+    return t->dtype == BT_DT_F16 ? bt_f16_to_f32(h) : bt_bf16_to_f32(h);
+}
+
+/* The value heads' row order: HF groups them by key head (v head j serves
+ * key head j / per), the GGUF tiles them (j serves j % nk). Row r of the
+ * GGUF side is row tiled_src(r) of the HF side (unit rows of width 1, or of
+ * a head's dv rows). */
+static int64_t tiled_src(const hparams *hp, int64_t r, int64_t unit)
+{
+    if (!strcmp(hp->arch, "qwen3next")) return r;   /* kept grouped: llama.cpp repeats its key heads interleaved */
+    int64_t per = hp->nv / hp->nk, head = r / unit, d = r % unit;
+    int64_t j = head / hp->nk, k = head % hp->nk;
+    return (k * per + j) * unit + d;
+}
+
+/* A copy of t (rows x cols elements, its dtype) with rows [row0, rows)
+ * reordered by the value heads (rows < row0 as they are); by_cols: the
+ * columns instead. */
+static int reorder(hf_state *hs, const hparams *hp, const bt_st_tensor *t, int64_t rows, int64_t cols, int64_t row0,
+                   int64_t unit, bool by_cols, const void **out)
+{
+    size_t es = t->dtype == BT_DT_F32 ? 4 : 2;
+    uint8_t *cp = hs_alloc(hs, (size_t)(rows * cols) * es);
+    if (!cp) return bt_error(BT_ENOMEM, "out of memory converting '%s'", t->name);
+    const uint8_t *src = t->data;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            int64_t sr = r, sc = c;
+            if (by_cols) sc = tiled_src(hp, c, unit);
+            else if (r >= row0) sr = row0 + tiled_src(hp, r - row0, unit);
+            memcpy(cp + (size_t)(r * cols + c) * es, src + (size_t)(sr * cols + sc) * es, es);
+        }
+    *out = cp;
+    return BT_OK;
+}
+
+/* f32 values of a 1-D t, each x -> f(x), rounded as the converter's torch
+ * arithmetic in a bf16 checkpoint rounds them, in value-head order when
+ * tiled (A_log, dt_bias). */
+static int convert_1d(hf_state *hs, const hparams *hp, const bt_st_tensor *t, int how, bool tiled, float **out)
+{
+    int64_t n = t->shape[0];
+    float *f = hs_alloc(hs, (size_t)n * sizeof(float));
+    if (!f) return bt_error(BT_ENOMEM, "out of memory converting '%s'", t->name);
+    for (int64_t i = 0; i < n; i++) {
+        float x = elem_f32(t, (uint64_t)(tiled ? tiled_src(hp, i, 1) : i));
+        if (how == 1) x = x + 1.0f;                          /* RMSNorm weights stored as an offset from 1 */
+        else if (how == 2) x = (float)-exp((double)x);       /* A_log -> ssm_a = -exp(A_log) */
+        if (t->dtype == BT_DT_BF16) x = bt_bf16_round(x);
+        f[i] = x;
+    }
+    *out = f;
+    return BT_OK;
+}
+
+static int add_hybrid_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp, stack *stacks, const bt_safetensors *sf,
+                             const bt_st_tensor *t, bool *handled)
+{
+    const char *file = bt_safetensors_path(sf), *n = t->name;
+    *handled = true;
+    if (!strncmp(n, "mtp.", 4)) return BT_OK;          /* the MTP block: not used yet */
+    if (!strcmp(n, "model.norm.weight")) {
+        float *f;
+        int rc = convert_1d(hs, hp, t, 1, false, &f);
+        int64_t ne[4] = { t->shape[0], 1, 1, 1 };
+        if (rc == BT_OK) bt_gguf_builder_tensor(b, "output_norm.weight", 1, ne, BT_DT_F32, f, (uint64_t)t->shape[0] * 4);
+        return rc;
+    }
+    long long L;
+    int off = 0;
+    if (sscanf(n, "model.layers.%lld.%n", &L, &off) != 1 || off == 0 || L < 0) { *handled = false; return BT_OK; }
+    if (L >= hp->n_layers)
+        return bt_error(BT_EFORMAT, "%s: tensor '%s' is in layer %lld but num_hidden_layers is %" PRId64, file, bt_text_esc(n), L,
+                        hp->n_layers);
+    const char *rest = n + off;
+    char g[160];
+    int64_t qk = 2 * hp->nk * hp->dk, V = hp->nv * hp->dv;
+    static const struct { const char *hf, *gguf; } NORMS[] = {
+        { "input_layernorm.weight", "attn_norm.weight" }, { "post_attention_layernorm.weight", "post_attention_norm.weight" },
+        { "self_attn.q_norm.weight", "attn_q_norm.weight" }, { "self_attn.k_norm.weight", "attn_k_norm.weight" },
+    };
+    for (size_t i = 0; i < BT_ARRAY_SIZE(NORMS); i++)
+        if (!strcmp(rest, NORMS[i].hf)) {
+            if (t->n_dims != 1) return bt_error(BT_EFORMAT, "%s: '%s' must be 1-D", file, bt_text_esc(n));
+            float *f;
+            int rc = convert_1d(hs, hp, t, 1, false, &f);
+            snprintf(g, sizeof g, "blk.%lld.%s", L, NORMS[i].gguf);
+            int64_t ne[4] = { t->shape[0], 1, 1, 1 };
+            if (rc == BT_OK) bt_gguf_builder_tensor(b, g, 1, ne, BT_DT_F32, f, (uint64_t)t->shape[0] * 4);
+            return rc;
+        }
+    if (!strncmp(rest, "linear_attn.", 12)) {
+        const char *x = rest + 12;
+        const void *ro = NULL;
+        int rc = BT_OK;
+        int64_t ne[4] = { 1, 1, 1, 1 };
+        if (!strcmp(x, "A_log") || !strcmp(x, "dt_bias")) {
+            if (t->n_dims != 1 || t->shape[0] != hp->nv)
+                return bt_error(BT_EFORMAT, "%s: '%s' must hold the %" PRId64 " value heads", file, bt_text_esc(n), hp->nv);
+            float *f;
+            bool alog = !strcmp(x, "A_log");
+            if ((rc = convert_1d(hs, hp, t, alog ? 2 : 0, true, &f))) return rc;
+            snprintf(g, sizeof g, "blk.%lld.%s", L, alog ? "ssm_a" : "ssm_dt.bias");
+            ne[0] = hp->nv;
+            bt_gguf_builder_tensor(b, g, 1, ne, BT_DT_F32, f, (uint64_t)hp->nv * 4);
+            return BT_OK;
+        }
+        if (t->dtype != BT_DT_F32 && t->dtype != BT_DT_F16 && t->dtype != BT_DT_BF16)
+            return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has dtype %s (bangtrace reads F32, F16 and BF16)", file,
+                            bt_text_esc(n), t->dtype_name);
+        if (!strcmp(x, "in_proj_qkvz.weight")) {
+            /* Qwen3-Next: per key head [q, k, v, z] -> [q all, k all, v all] and z */
+            int64_t per = hp->nv / hp->nk, hrow = 2 * hp->dk + 2 * per * hp->dv;
+            if (t->n_dims != 2 || t->shape[0] != hp->nk * hrow)
+                return bt_error(BT_EFORMAT, "%s: '%s' has the wrong shape for %" PRId64 " key and %" PRId64 " value heads",
+                                file, bt_text_esc(n), hp->nk, hp->nv);
+            if (t->dtype != BT_DT_F32 && t->dtype != BT_DT_F16 && t->dtype != BT_DT_BF16)
+                return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has dtype %s", file, bt_text_esc(n), t->dtype_name);
+            size_t es = t->dtype == BT_DT_F32 ? 4 : 2, row = (size_t)t->shape[1] * es;
+            uint8_t *qkv = hs_alloc(hs, (size_t)(qk + V) * row), *z = hs_alloc(hs, (size_t)V * row);
+            if (!qkv || !z) return bt_error(BT_ENOMEM, "out of memory splitting '%s'", n);
+            const uint8_t *src = t->data;
+            for (int64_t k = 0; k < hp->nk; k++) {
+                const uint8_t *h = src + (size_t)(k * hrow) * row;
+                memcpy(qkv + (size_t)(k * hp->dk) * row, h, (size_t)hp->dk * row);
+                memcpy(qkv + (size_t)(hp->nk * hp->dk + k * hp->dk) * row, h + (size_t)hp->dk * row, (size_t)hp->dk * row);
+                memcpy(qkv + (size_t)(qk + k * per * hp->dv) * row, h + (size_t)(2 * hp->dk) * row, (size_t)(per * hp->dv) * row);
+                memcpy(z + (size_t)(k * per * hp->dv) * row, h + (size_t)(2 * hp->dk + per * hp->dv) * row,
+                       (size_t)(per * hp->dv) * row);
+            }
+            ne[0] = t->shape[1];
+            ne[1] = qk + V;
+            snprintf(g, sizeof g, "blk.%lld.attn_qkv.weight", L);
+            bt_gguf_builder_tensor(b, g, 2, ne, t->dtype, qkv, (uint64_t)(qk + V) * row);
+            ne[1] = V;
+            snprintf(g, sizeof g, "blk.%lld.attn_gate.weight", L);
+            bt_gguf_builder_tensor(b, g, 2, ne, t->dtype, z, (uint64_t)V * row);
+            return BT_OK;
+        }
+        if (!strcmp(x, "in_proj_ba.weight")) {
+            if (t->n_dims != 2 || t->shape[0] != 2 * hp->nv)
+                return bt_error(BT_EFORMAT, "%s: '%s' must have 2 x %" PRId64 " rows", file, bt_text_esc(n), hp->nv);
+            ne[0] = t->shape[1];
+            ne[1] = t->shape[0];
+            snprintf(g, sizeof g, "blk.%lld.ssm_ba.weight", L);
+            bt_gguf_builder_tensor(b, g, 2, ne, t->dtype, t->data, t->nbytes);
+            return BT_OK;
+        }
+        struct { const char *hf, *gguf; int64_t rows, row0, unit; bool cols; } M[] = {
+            { "in_proj_qkv.weight", "attn_qkv.weight", qk + V, qk, hp->dv, false },
+            { "in_proj_z.weight", "attn_gate.weight", V, 0, hp->dv, false },
+            { "in_proj_b.weight", "ssm_beta.weight", hp->nv, 0, 1, false },
+            { "in_proj_a.weight", "ssm_alpha.weight", hp->nv, 0, 1, false },
+            { "conv1d.weight", "ssm_conv1d.weight", qk + V, qk, hp->dv, false },
+            { "out_proj.weight", "ssm_out.weight", hp->dim, 0, hp->dv, true },
+            { "norm.weight", "ssm_norm.weight", 0, 0, 0, false },
+        };
+        for (size_t i = 0; i < BT_ARRAY_SIZE(M); i++) {
+            if (strcmp(x, M[i].hf)) continue;
+            snprintf(g, sizeof g, "blk.%lld.%s", L, M[i].gguf);
+            if (!M[i].rows) {      /* the gated norm: as it is (no offset from 1) */
+                if (t->n_dims != 1) return bt_error(BT_EFORMAT, "%s: '%s' must be 1-D", file, bt_text_esc(n));
+                ne[0] = t->shape[0];
+                bt_gguf_builder_tensor(b, g, 1, ne, t->dtype, t->data, t->nbytes);
+                return BT_OK;
+            }
+            bool conv = !strcmp(x, "conv1d.weight");
+            int64_t rows = t->shape[0], cols = conv ? t->shape[t->n_dims - 1] : t->n_dims == 2 ? t->shape[1] : 0;
+            if ((conv ? (t->n_dims != 3 || t->shape[1] != 1) : t->n_dims != 2) || rows != M[i].rows ||
+                (M[i].cols && cols != V))
+                return bt_error(BT_EFORMAT, "%s: '%s' has the wrong shape for %" PRId64 " key and %" PRId64
+                                " value heads", file, bt_text_esc(n), hp->nk, hp->nv);
+            if ((rc = reorder(hs, hp, t, rows, cols, M[i].row0, M[i].unit, M[i].cols, &ro))) return rc;
+            ne[0] = cols; ne[1] = rows;
+            bt_gguf_builder_tensor(b, g, 2, ne, t->dtype, ro, (uint64_t)(rows * cols) * (t->dtype == BT_DT_F32 ? 4 : 2));
+            return BT_OK;
+        }
+        return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has no GGUF counterpart for %s (bangtrace would ignore it)", file,
+                        bt_text_esc(n), hp->arch);
+    }
+    /* the fused experts of Qwen3.5 MoE: gate_up_proj [E, 2 ff, dim] and down_proj [E, dim, ff] */
+    if (!strcmp(rest, "mlp.experts.gate_up_proj") || !strcmp(rest, "mlp.experts.down_proj")) {
+        bool gu = !strcmp(rest, "mlp.experts.gate_up_proj");
+        int64_t E = hp->n_experts, FE = hp->ff_exp;
+        if (t->n_dims != 3 || t->shape[0] != E || t->shape[1] != (gu ? 2 * FE : hp->dim) || t->shape[2] != (gu ? hp->dim : FE))
+            return bt_error(BT_EFORMAT, "%s: '%s' is not [%" PRId64 ", %" PRId64 ", %" PRId64 "]", file, bt_text_esc(n), E,
+                            gu ? 2 * FE : hp->dim, gu ? hp->dim : FE);
+        if (t->dtype != BT_DT_F32 && t->dtype != BT_DT_F16 && t->dtype != BT_DT_BF16)
+            return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has dtype %s", file, bt_text_esc(n), t->dtype_name);
+        (void)stacks;
+        size_t es = t->dtype == BT_DT_F32 ? 4 : 2;
+        if (!gu) {
+            int64_t ne[4] = { FE, hp->dim, E, 1 };
+            snprintf(g, sizeof g, "blk.%lld.ffn_down_exps.weight", L);
+            bt_gguf_builder_tensor(b, g, 3, ne, t->dtype, t->data, t->nbytes);
+            return BT_OK;
+        }
+        uint64_t half = (uint64_t)(FE * hp->dim) * es;
+        for (int part = 0; part < 2; part++) {
+            uint8_t *cp = hs_alloc(hs, (size_t)(half * (uint64_t)E));
+            if (!cp) return bt_error(BT_ENOMEM, "out of memory splitting '%s'", n);
+            for (int64_t e = 0; e < E; e++)
+                memcpy(cp + (uint64_t)e * half, (const uint8_t *)t->data + (uint64_t)e * 2 * half + (uint64_t)part * half, half);
+            int64_t ne[4] = { hp->dim, FE, E, 1 };
+            snprintf(g, sizeof g, "blk.%lld.%s", L, part ? "ffn_up_exps.weight" : "ffn_gate_exps.weight");
+            bt_gguf_builder_tensor(b, g, 3, ne, t->dtype, cp, half * (uint64_t)E);
+        }
+        return BT_OK;
+    }
+    if (!strcmp(rest, "mlp.shared_expert_gate.weight")) {
+        if (t->n_dims != 2 || t->shape[0] != 1)
+            return bt_error(BT_EFORMAT, "%s: '%s' must be [1, hidden_size]", file, bt_text_esc(n));
+        int64_t ne[4] = { t->shape[1], 1, 1, 1 };
+        snprintf(g, sizeof g, "blk.%lld.ffn_gate_inp_shexp.weight", L);
+        bt_gguf_builder_tensor(b, g, 1, ne, t->dtype, t->data, t->nbytes);
+        return BT_OK;
+    }
+    *handled = false;                                    /* attention, dense FFN, router, shared expert: as qwen3's */
+    return BT_OK;
+}
+
 static int add_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp, stack *stacks,
                       const bt_safetensors *sf, const bt_st_tensor *t)
 {
@@ -414,6 +753,11 @@ static int add_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp, stack
     char name[160];
     int64_t layer, expert;
     int ek;
+    if (hp->hybrid) {
+        bool handled;
+        int rc = add_hybrid_tensor(hs, b, hp, stacks, sf, t, &handled);
+        if (rc || handled) return rc;
+    }
     int r = map_name(t->name, hp, name, sizeof name, &layer, &expert, &ek);
     if (r == 1) return BT_OK;
     if (r < 0)
