@@ -15,9 +15,7 @@
 #   - at 80x24 (tmux) the view shows the culprit and block 0, Enter opens the
 #     Step view at step 0, and the ? help still shows its grid legend.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
-need_shared
-built_with LIBMICROHTTPD || skip "built without libmicrohttpd"
-command -v curl >/dev/null || skip "curl not found"
+need_server
 py=${PYTHON3:-python3}
 pids=""
 T="tmux -L bt-cache-$$"

@@ -15,6 +15,12 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 ok() { echo "ok: $*"; }
 need_shared() { [ -f "$STORIES" ] || skip "test data not found at $BT_SHARED (set BT_SHARED)"; }
 need_smol() { [ -f "$SMOL" ] || skip "default model not cached at $SMOL (./quickstart fetches it)"; }
+# A test of our HTTP server: the test data, libmicrohttpd and curl.
+need_server() {
+    need_shared
+    built_with LIBMICROHTTPD || skip "built without libmicrohttpd"
+    command -v curl >/dev/null || skip "curl not found"
+}
 # expect_exit CODE DESC CMD...: run CMD, check its exit status; output in $TMP/out, $TMP/err
 expect_exit() {
     local want=$1 desc=$2; shift 2

@@ -22,9 +22,7 @@
 #   - bad option combinations are one-line errors, server.db is never
 #     overwritten.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
-need_shared
-built_with LIBMICROHTTPD || skip "built without libmicrohttpd"
-command -v curl >/dev/null || skip "curl not found"
+need_server
 py=${PYTHON3:-python3}
 D="$py $BT_SRCDIR/tests/serve_mix.py"
 TINY=$MODELS/gguf-tiny/llama-2-tiny-random.gguf

@@ -13,9 +13,7 @@
 #     --request with the same body prints the same text.
 # Servers bind 127.0.0.1 on free ports and are always stopped.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
-need_shared
-built_with LIBMICROHTTPD || skip "built without libmicrohttpd"
-command -v curl >/dev/null || skip "curl not found"
+need_server
 py=${PYTHON3:-python3}
 TINY=$MODELS/gguf-tiny/llama-2-tiny-random.gguf
 [ -f "$TINY" ] || skip "$TINY not found"

@@ -6,9 +6,7 @@
 # that fails a known fraction (p=0.25) a Wilson interval that covers it.
 # Servers bind 127.0.0.1 on free ports and are always stopped.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
-need_shared
-built_with LIBMICROHTTPD || skip "built without libmicrohttpd"
-command -v curl >/dev/null || skip "curl not found"
+need_server
 py=${PYTHON3:-python3}
 pids=""
 trap 'for p in $pids; do kill "$p" 2>/dev/null; done; wait; rm -rf "$TMP"' EXIT

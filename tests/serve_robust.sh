@@ -10,9 +10,7 @@
 # Servers bind 127.0.0.1 on free ports and are always stopped; every loop
 # is bounded.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
-need_shared
-built_with LIBMICROHTTPD || skip "built without libmicrohttpd"
-command -v curl >/dev/null || skip "curl not found"
+need_server
 py=${PYTHON3:-python3}
 pids=""
 mnt=""

@@ -11,6 +11,7 @@
  * batch are waiting, the others only wait to queue). */
 #include "run/batcher.h"
 #include "trace/server_db.h"
+#include "tap/inject.h"
 #include "base/util.h"
 
 #include <errno.h>
@@ -146,17 +147,6 @@ int bt_batcher_fault_check(const char *spec)
     int k;
     double p;
     return parse_fault(spec, &k, &p);
-}
-
-/* The request's draw for fault i: as the injector draws its specs' p=
- * (splitmix64 of (seed, i) as U[0, 1)), with the fault's own index. */
-static double draw_unit(unsigned long long seed, int i)
-{
-    unsigned long long z = seed + 0x9e3779b97f4a7c15ull * (unsigned long long)(i + 101);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 9007199254740992.0;
 }
 
 /* ---- server.db ---- */
@@ -831,7 +821,7 @@ int bt_batcher_lane_begin(bt_batcher *b, int lane_i, const char *request, const 
     snprintf(L->trace, sizeof L->trace, "%s", base ? base + 1 : trace ? trace : "");
     memset(L->fault, 0, sizeof L->fault);
     for (int i = 0; i < b->n_faults; i++)
-        if (b->fault_p[i] >= 1 || draw_unit(draw, i) < b->fault_p[i]) L->fault[b->fault_kind[i]] = true;
+        if (b->fault_p[i] >= 1 || bt_injector_draw_unit(draw, 100 + i) < b->fault_p[i]) L->fault[b->fault_kind[i]] = true;
     L->hit_tokens = 0;
     L->first_step = L->last_step = -1;
     L->n_forward = 0;

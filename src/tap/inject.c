@@ -57,7 +57,6 @@ typedef struct spec {
     bool active;         /* this request's draw (bt_injector_set_draw) */
 } spec;
 
-static double draw_unit(unsigned long long seed, int i);
 
 struct bt_injector {
     spec *specs;
@@ -372,7 +371,7 @@ int bt_injector_add(bt_injector *inj, const char *text)
     s.text = strdup(text);
     if (!s.text) return bt_error(BT_ENOMEM, "out of memory");
     /* until a request's draw says otherwise: the draw of seed 0 */
-    s.active = s.p >= 1 || draw_unit(0, inj->n) < s.p;
+    s.active = s.p >= 1 || bt_injector_draw_unit(0, inj->n) < s.p;
     inj->specs[inj->n++] = s;
     return BT_OK;
 }
@@ -413,7 +412,7 @@ static int model_id(const char *model)
 }
 
 /* The request's draw for spec i: splitmix64 of (seed, i) as U[0, 1). */
-static double draw_unit(unsigned long long seed, int i)
+double bt_injector_draw_unit(unsigned long long seed, int i)
 {
     unsigned long long z = seed + 0x9e3779b97f4a7c15ull * (unsigned long long)(i + 1);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -427,7 +426,7 @@ void bt_injector_set_draw(bt_injector *inj, unsigned long long seed)
     if (!inj) return;
     for (int i = 0; i < inj->n; i++) {
         spec *s = &inj->specs[i];
-        s->active = s->p >= 1 || draw_unit(seed, i) < s->p;
+        s->active = s->p >= 1 || bt_injector_draw_unit(seed, i) < s->p;
     }
 }
 

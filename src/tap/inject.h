@@ -75,6 +75,9 @@ void bt_injector_after_forward(const bt_injector *inj, bt_engine *e);
 void bt_injector_set_draw(bt_injector *inj, unsigned long long seed);
 /* Is any spec active for this draw? */
 bool bt_injector_active(const bt_injector *inj);
+/* The draw behind p=: request seed and spec index i -> U[0, 1) (splitmix64;
+ * the batched server's faults draw with their own indices, 100 + i). */
+double bt_injector_draw_unit(unsigned long long seed, int i);
 /* crash@step=S */
 /* The first spec that writes the native engine's own memory (kvcorrupt:
  * its KV cache; bitflip: its weight mapping), which a foreign engine does
