@@ -272,6 +272,9 @@ grep -q "use --batching off" "$TMP/err" || fail "kvcorrupt: $(cat "$TMP/err")"
 expect_exit 2 "a server fault with a bad p is refused" "$BANGTRACE" serve --model "$STORIES" --tokenizer "$TOK512" --inject pad_nan@p=2
 expect_exit 2 "--kv-blocks below one request's context is refused" "$BANGTRACE" serve --model "$STORIES" --tokenizer "$TOK512" --port 0 --kv-blocks 2
 grep -q "cannot hold one request" "$TMP/err" || fail "--kv-blocks 2: $(cat "$TMP/err")"
+expect_exit 2 "report on server.db itself is refused" "$BANGTRACE" report "$TMP/padnan/server.db"
+grep -q "the batched server's trace (server.db), not a request's: open a request's trace beside it" "$TMP/err" \
+    && [ "$(wc -l < "$TMP/err")" -eq 1 ] && ok "report server.db: one line pointing at the request traces" || fail "report server.db: $(cat "$TMP/err")"
 sum=$(sha256sum "$TMP/padnan/server.db" | cut -c1-64)
 start_server again --trace-dir "$TMP/padnan" || finish
 stop_server

@@ -338,6 +338,12 @@ int bt_trace_open(const char *path, bt_trace_reader **out)
     bt_trace_guard_install(r->db, &r->guard, bt_trace_guard_bytes(path));
     int64_t app = 0, ver = 0;
     if ((rc = pragma_int(r, "PRAGMA application_id", &app))) goto fail;
+    if ((uint32_t)app == BT_SERVER_APPLICATION_ID) {
+        rc = bt_error(BT_EFORMAT, "%s: the batched server's trace (server.db), not a request's: open a request's trace "
+                      "beside it (req-*.db; its Cache view, key 8, follows server.db), or query it with sqlite3 "
+                      "(doc/serve.md)", path);
+        goto fail;
+    }
     if ((uint32_t)app != BT_TRACE_APPLICATION_ID) {
         rc = bt_error(BT_EFORMAT, "%s: not a bangtrace trace (SQLite file with application_id 0x%08x, expected 0x%08x)",
                       path, (unsigned)app, (unsigned)BT_TRACE_APPLICATION_ID);
