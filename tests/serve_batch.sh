@@ -234,6 +234,24 @@ assert fired and named, "the fault fired for %d requests, %d traces named one" %
 print("%d of 30 requests went non-finite, each naming one of the %d the fault fired for" % (named, len(fired)))
 PY
 
+# prefix_wrong and (hybrid) slot_noreset drawn the same way: bisect names
+# the fault in exactly the requests it fired for, and every other answer is
+# the one the request gets alone
+drawn() {  # drawn NAME SPEC N SERVE-ARGS...
+    local nm=$1 spec=$2 n=$3; shift 3
+    $D plan 5 "$n" "$TMP/$nm.plan"
+    start_server "$nm-d" "$@" --parallel 4 --block-size 4 --trace-dir "$TMP/$nm-d" --inject "$spec" || return
+    $D send "http://127.0.0.1:$port" "$TMP/$nm.plan" "$TMP/$nm-d.json" 5 6 >"$TMP/$nm.send" || fail "$nm: $(cat "$TMP/$nm.send")"
+    stop_server
+    start_server "$nm-a" "$@" --batching off || return
+    $D send "http://127.0.0.1:$port" "$TMP/$nm.plan" "$TMP/$nm-a.json" 1 6 >"$TMP/$nm.send" || fail "$nm alone: $(cat "$TMP/$nm.send")"
+    stop_server
+    out=$($D drawn "$TMP/$nm-d" "${spec%%@*}" "$BANGTRACE" "$TMP/$nm-d.json" "$TMP/$nm-a.json") && ok "$spec: $out" \
+        || fail "$spec: $out"
+}
+drawn pwrongd prefix_wrong@p=0.3 30
+[ -n "$HYB" ] && SERVE_MODEL="--model $HYB" drawn noresetd slot_noreset@p=0.5 16
+
 # --- the bounded load test: 6 s at concurrency 16 on 4 lanes, a third of
 # the streams dropped by their clients mid-way, SIGTERM with requests in
 # flight: none lost or answered twice, every trace closed, server.db

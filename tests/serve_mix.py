@@ -193,6 +193,40 @@ def traces(da, a_path, db, b_path, k):
     return 0
 
 
+def drawn(d, fault, bt, batched=None, alone=None):
+    import glob
+    import subprocess
+    fired, named = set(), set()
+    traces = sorted(glob.glob(os.path.join(d, "req-*.db")))
+    for t in traces:
+        rid = os.path.basename(t)[:-3]
+        if rows(t, "SELECT count(*) FROM kv_access WHERE note LIKE '%s:%%'" % fault)[0][0]:
+            fired.add(rid)
+        out = subprocess.run([bt, "bisect", t], capture_output=True, text=True).stdout
+        prov = [ln for ln in out.split("\n") if ln.startswith("cache provenance:")]
+        if prov and fault + ":" in prov[0]:
+            named.add(rid)
+    if not fired:
+        print("%s never fired in %d requests" % (fault, len(traces)))
+        return 1
+    if named != fired:
+        print("bisect named %s in %s, it fired for %s" % (fault, sorted(named - fired)[:3], sorted(fired - named)[:3]))
+        return 1
+    clean = 0
+    if batched:
+        a, b = json.load(open(batched)), json.load(open(alone))
+        for k, v in a.items():
+            if v["request_id"] in fired:
+                continue
+            if v["text"] != b[k]["text"]:
+                print("%s: %s did not fire for it, yet its answer is not the one it gets alone" % (k, fault))
+                return 1
+            clean += 1
+    print("%s fired for %d of %d interleaved requests; bisect names it in exactly those%s" % (
+        fault, len(fired), len(traces), "; the other %d answers are the ones they get alone" % clean if batched else ""))
+    return 0
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__)
@@ -205,6 +239,8 @@ def main(argv):
         return send(argv[2], argv[3], argv[4], int(argv[5]), int(argv[6]))
     if cmd == "chain":
         return chain(argv[2], argv[3], int(argv[4]))
+    if cmd == "drawn":
+        return drawn(argv[2], argv[3], argv[4], *(argv[5:7] if len(argv) > 6 else []))
     if cmd == "same":
         return same(argv[2], argv[3])
     if cmd == "traces":

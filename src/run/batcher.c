@@ -37,6 +37,7 @@ typedef struct blk {
     int writer_step;
     int bad_step;            /* first server step it held a non-finite value, -1 */
     char bad_by[96];
+    char taint[160];         /* written by a request that had read another's bad data (the fault's note), "" */
 } blk;
 
 typedef struct snap {
@@ -48,6 +49,7 @@ typedef struct snap {
     char writer[64];
     int writer_step, bad_step;
     char bad_by[96];
+    char taint[160];         /* the state of a request that had read another's bad data, "" */
 } snap;
 
 typedef struct lane {
@@ -65,6 +67,11 @@ typedef struct lane {
     int n_table, n_done, hits;
     bool restored;           /* its state came from a snapshot (no reset) */
     bool swapped;            /* slot_swap fired for this request */
+    /* what this request read that a server fault corrupted (its note, which
+     * starts with the fault's name): everything it writes from then on
+     * carries it, so a later request's hit on those blocks or snapshots is
+     * named too; "" clean */
+    char taint[160];
     bool keep_state;         /* its slot was shared by a slot_swap: continue with whatever it holds */
     int hit_tokens, first_step, last_step, n_forward;
     bt_kv_access *kva;
@@ -195,6 +202,14 @@ static void kva_row(lane *L, const char *mode, int blkid, int logical, int lo, i
     kva_add(L, &r);
 }
 
+/* The lane read data a server fault corrupted: what it writes carries the
+ * note on, "<fault>: <what happened> (<who>)". */
+static void taint_of(lane *L, const char *note)
+{
+    if (strstr(note, " (via ")) snprintf(L->taint, sizeof L->taint, "%.159s", note);
+    else snprintf(L->taint, sizeof L->taint, "%.88s (via %.60s)", note, L->req);
+}
+
 /* ---- blocks ---- */
 
 static uint64_t hash_block(uint64_t prev, const int32_t *t, int n)
@@ -236,6 +251,7 @@ static int blk_alloc(bt_batcher *b, lane *L, int logical)
     k->writer_step = -1;
     k->bad_step = -1;
     k->bad_by[0] = 0;
+    k->taint[0] = 0;
     ev(b, got, "alloc", L, logical, NULL, NULL);
     return got;
 }
@@ -287,6 +303,7 @@ static void snap_take(bt_batcher *b, lane *L, int end, uint64_t h, int step)
     sp->writer_step = step;
     sp->bad_step = -1;
     sp->bad_by[0] = 0;
+    snprintf(sp->taint, sizeof sp->taint, "%s", L->taint);
     for (size_t i = 0; i < b->state_n; i++)
         if (!isfinite(sp->data[i])) {
             sp->bad_step = step;
@@ -316,6 +333,7 @@ static void snap_restore(bt_batcher *b, lane *L, int sn, uint64_t h)
         }
     }
     snap *sp = &b->snaps[sn];
+    if (!note[0] && sp->taint[0]) snprintf(note, sizeof note, "%s", sp->taint);
     int end = L->n_done;
     if (bt_engine_state_load(b->e, L->id, sp->data, end)) {
         /* no state, no hit: compute it all */
@@ -337,6 +355,7 @@ static void snap_restore(bt_batcher *b, lane *L, int sn, uint64_t h)
     snprintf(r.bad_by, sizeof r.bad_by, "%s", sp->bad_step >= 0 ? sp->bad_by : "");
     snprintf(r.note, sizeof r.note, "%s", note);
     kva_add(L, &r);
+    if (note[0] && !L->taint[0]) taint_of(L, note);
 }
 
 /* A new sequence (position 0) on the lane: map the prompt's cached full
@@ -373,6 +392,8 @@ static void prefix_lookup(bt_batcher *b, lane *L, const int32_t *tokens, int T)
             }
         }
         blk *bk = &b->blocks[id];
+        if (!note[0] && bk->taint[0]) snprintf(note, sizeof note, "%s", bk->taint);
+        if (note[0] && !L->taint[0]) taint_of(L, note);
         bk->ref++;
         bk->last_use = b->step;
         L->table[k] = id;
@@ -410,6 +431,7 @@ static int lane_forward(void *impl, bt_engine *e, const int32_t *tokens, int T, 
     if (pos0 == 0) {
         lane_release(b, L);
         L->restored = L->swapped = L->keep_state = false;
+        L->taint[0] = 0;
         memcpy(L->toks, tokens, (size_t)T * sizeof *tokens);
         if (b->prefix && !all) prefix_lookup(b, L, tokens, T);
     } else if (pos0 != L->n_done) {
@@ -536,7 +558,8 @@ static void provenance(bt_batcher *b, lane *L, int step)
         L->seen[k] = bk->writer_step;
         int plo = k * bs, phi = BT_MIN((k + 1) * bs - 1, lo - 1);
         if (db) db_check(b, bt_server_db_access(db, step, L->req, L->table[k], k, 'r', plo, phi));
-        kva_row(L, "r", L->table[k], k, plo, phi, bk, bk->bad_step >= 0 && strcmp(bk->bad_by, L->req) ? bk->bad_by : NULL);
+        kva_row(L, "r", L->table[k], k, plo, phi, bk, bk->taint[0] && strcmp(bk->writer, L->req) ? bk->taint : NULL);
+        if (bk->taint[0] && strcmp(bk->writer, L->req) && !L->taint[0]) taint_of(L, bk->taint);
     }
     /* writes */
     for (int k = lo / bs; k <= hi / bs; k++) {
@@ -546,6 +569,7 @@ static void provenance(bt_batcher *b, lane *L, int step)
         snprintf(bk->writer, sizeof bk->writer, "%s", L->req);
         bk->writer_step = step;
         bk->last_use = step;
+        snprintf(bk->taint, sizeof bk->taint, "%s", L->taint);
         L->seen[k] = step;
         char where[128];
         if (bk->bad_step < 0 && scan_rows(b, id, plo, phi, where, sizeof where)) {
@@ -630,6 +654,8 @@ static void slot_swaps(bt_batcher *b, lane **pick, bt_seq_batch *sb, int m)
         snprintf(o.writer, sizeof o.writer, "%s", L->req);
         snprintf(o.note, sizeof o.note, "%.150s", d);
         kva_add(O, &o);
+        if (!L->taint[0]) taint_of(L, d);
+        if (!O->taint[0]) taint_of(O, d);
         slot_ev(b, O->id, "inject", L, d);
     }
 }
@@ -691,6 +717,7 @@ static void run_step(bt_batcher *b)
                 snprintf(r.writer, sizeof r.writer, "%s", b->slot_w[L->id]);
                 snprintf(r.note, sizeof r.note, "%s", d);
                 kva_add(L, &r);
+                taint_of(L, d);
             }
             if (b->db && !bt_server_db_failed(b->db))
                 db_check(b, bt_server_db_slot_event(b->db, b->step, L->id, state == BT_SEQ_STATE_KEEP ? "keep" : "reset", L->req,
