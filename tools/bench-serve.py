@@ -27,6 +27,7 @@ server.db is consistent (every request finished, no batch row of an
 unknown request, status ok), and prints what it found (exit 1 if not).
 --arms "" with --load runs the load test alone (tests/serve_batch.sh)."""
 import argparse
+import http.client
 import json
 import os
 import random
@@ -150,7 +151,7 @@ def load_test(bt, model, ctx, parallel, threads, secs, tmp):
     s = Server("load", [bt, "serve", "--model", model, "--port", "{port}", "--parallel", str(parallel), "--ctx", str(ctx),
                         "--threads", str(threads), "--trace-dir", tdir, "--queue", "64"], tmp)
     reqs = mix(64, 24, seed=9)
-    stats = {"sent": 0, "answered": 0, "cancelled": 0, "dropped": 0, "lost": 0, "closed": 0, "codes": {}}
+    stats = {"sent": 0, "answered": 0, "cancelled": 0, "dropped": 0, "lost": 0, "closed": 0, "reset": 0, "codes": {}}
     ids, lock, stop = [], threading.Lock(), time.time() + secs
     term = [False]
 
@@ -194,11 +195,18 @@ def load_test(bt, model, ctx, parallel, threads, secs, tmp):
             except urllib.error.HTTPError as e:
                 with lock:
                     stats["codes"][e.code] = stats["codes"].get(e.code, 0) + 1
-            except (ConnectionRefusedError, urllib.error.URLError) as e:
-                # after SIGTERM the listening socket is gone: never accepted
-                refused = isinstance(e, ConnectionRefusedError) or isinstance(getattr(e, "reason", None), ConnectionRefusedError)
+            except (OSError, http.client.HTTPException) as e:
+                # urllib wraps socket errors in URLError (reason: the OSError)
+                why = getattr(e, "reason", e) if isinstance(e, urllib.error.URLError) else e
+                refused = isinstance(why, ConnectionRefusedError)
+                # after the signal: the listening socket is gone (refused),
+                # or a connection still in its backlog when the server
+                # stopped accepting is reset before the server read it (its
+                # own records must then show no admitted request unanswered);
+                # before the signal, or anything else: lost
+                reset = isinstance(why, (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected))
                 with lock:
-                    stats["closed" if refused and term[0] else "lost"] += 1
+                    stats["closed" if refused and term[0] else "reset" if reset and term[0] else "lost"] += 1
                 if refused and term[0]:
                     return
             except Exception:  # noqa: BLE001 - accepted and then no answer: lost
@@ -244,9 +252,11 @@ def load_test(bt, model, ctx, parallel, threads, secs, tmp):
         problems.append("%d answered requests without a trace" % len(missing))
     print("load test: %d s at concurrency 16, then SIGTERM with requests in flight: %d sent, %d answered (%d of them "
           "cancelled by the shutdown), %d streams dropped by their clients mid-way, %d refused with HTTP %s, %d not accepted "
-          "after the signal, %d lost; exit %d; %d traces, %d requests in server.db (status %s)%s"
+          "after the signal (%d of them reset in the listen backlog), %d lost; exit %d; %d traces, %d requests in server.db "
+          "(status %s)%s"
           % (secs, stats["sent"], stats["answered"], stats["cancelled"], stats["dropped"], sum(stats["codes"].values()),
-             ",".join(str(k) for k in stats["codes"]) or "-", stats["closed"], stats["lost"], rc, len(traces), nreq, status,
+             ",".join(str(k) for k in stats["codes"]) or "-", stats["closed"] + stats["reset"], stats["reset"], stats["lost"], rc,
+             len(traces), nreq, status,
              "; PROBLEMS: " + "; ".join(problems) if problems else "; consistent"))
     return 0 if not problems and rc == 0 else 1
 

@@ -558,7 +558,9 @@ static void provenance(bt_batcher *b, lane *L, int step)
         L->seen[k] = bk->writer_step;
         int plo = k * bs, phi = BT_MIN((k + 1) * bs - 1, lo - 1);
         if (db) db_check(b, bt_server_db_access(db, step, L->req, L->table[k], k, 'r', plo, phi));
-        kva_row(L, "r", L->table[k], k, plo, phi, bk, bk->taint[0] && strcmp(bk->writer, L->req) ? bk->taint : NULL);
+        const char *why = bk->taint[0] && strcmp(bk->writer, L->req) ? bk->taint
+                        : bk->bad_step >= 0 && strcmp(bk->bad_by, L->req) ? bk->bad_by : NULL;
+        kva_row(L, "r", L->table[k], k, plo, phi, bk, why);
         if (bk->taint[0] && strcmp(bk->writer, L->req) && !L->taint[0]) taint_of(L, bk->taint);
     }
     /* writes */

@@ -20,7 +20,7 @@ src/trace/schema.c: $(top_srcdir)/traces/schema.sql
 	$(AM_V_GEN)$(MKDIR_P) src/trace && { \
 	  echo '/* Generated from traces/schema.sql by src/trace/local.mk. Do not edit. */'; \
 	  echo 'const char bt_trace_schema_sql[] ='; \
-	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $(top_srcdir)/traces/schema.sql; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $(top_srcdir)/traces/schema.sql && \
 	  echo ';'; } > $@-t && mv -f $@-t $@
 # the batched server's DIR/server.db (traces/server_schema.sql), embedded as above
 nodist_libbttrace_a_SOURCES += src/trace/server_schema.c
@@ -30,7 +30,7 @@ src/trace/server_schema.c: $(top_srcdir)/traces/server_schema.sql
 	$(AM_V_GEN)$(MKDIR_P) src/trace && { \
 	  echo '/* Generated from traces/server_schema.sql by src/trace/local.mk. Do not edit. */'; \
 	  echo 'const char bt_server_schema_sql[] ='; \
-	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $(top_srcdir)/traces/server_schema.sql; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $(top_srcdir)/traces/server_schema.sql && \
 	  echo ';'; } > $@-t && mv -f $@-t $@
 # analysis shared by bisect, report and the browser
 libbttrace_a_SOURCES += src/trace/analyze.h src/trace/analyze.c src/trace/headroom.h src/trace/headroom.c \
