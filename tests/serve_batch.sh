@@ -122,6 +122,13 @@ complete() {   # complete BODY OUT: the answer JSON in OUT, its request id on st
     curl -s -o "$2" -X POST "http://127.0.0.1:$port/v1/completions" --data-binary "$1"
     field "$2" 'j["bangtrace"]["request_id"]'
 }
+ids() { field "$1" 'j["bangtrace"]["completion_ids"]'; }
+# alone BODY OUT: the hybrid model's answer with no other request, no batching
+alone() {
+    SERVE_MODEL="--model $HYB" start_server alone --parallel 1 --batching off || finish
+    complete "$1" "$2" >/dev/null
+    stop_server
+}
 start_server padnan --parallel 2 --block-size 4 --trace-dir "$TMP/padnan" --inject pad_nan || finish
 a=$(complete "{\"prompt\":\"$P1\",\"max_tokens\":6}" "$TMP/a.json")
 b=$(complete "{\"prompt\":\"$P1 and run\",\"max_tokens\":6}" "$TMP/b.json")
@@ -161,10 +168,8 @@ if [ -n "$HYB" ]; then
         && ok "slot_noreset: bisect names slot 0 and its last writer $a" || fail "slot_noreset bisect: $(cat "$TMP/out")"
     [ "$(q "$TMP/noreset2/server.db" "select event from slot_events where request = '$b'")" = keep ] \
         && ok "slot_noreset: server.db's slot_events: keep for $b" || fail "slot_noreset slot_events: $(q "$TMP/noreset2/server.db" "select * from slot_events")"
-    SERVE_MODEL="--model $HYB" start_server clean1 --parallel 1 --batching off || finish
-    complete '{"prompt":"seven eight nine","max_tokens":6}' "$TMP/b0.json" >/dev/null
-    stop_server
-    [ "$(field "$TMP/b.json" 'j["bangtrace"]["completion_ids"]')" != "$(field "$TMP/b0.json" 'j["bangtrace"]["completion_ids"]')" ] \
+    alone '{"prompt":"seven eight nine","max_tokens":6}' "$TMP/b0.json"
+    [ "$(ids "$TMP/b.json")" != "$(ids "$TMP/b0.json")" ] \
         && ok "slot_noreset: the kept state changed the answer" || fail "slot_noreset: the answer is the clean one"
     # two requests in one batch, one's rows on the other's state slot (a
     # graph reused across batch shapes): only above concurrency 1
@@ -185,10 +190,8 @@ if [ -n "$HYB" ]; then
         || fail "slot_swap: $ok1 of 2 traces named the other request"
     a=$(complete '{"prompt":"alpha beta gamma","max_tokens":24}' "$TMP/s3.json")
     stop_server
-    SERVE_MODEL="--model $HYB" start_server swap0 --parallel 1 --batching off || finish
-    complete '{"prompt":"alpha beta gamma","max_tokens":24}' "$TMP/s0.json" >/dev/null
-    stop_server
-    [ "$(field "$TMP/s3.json" 'j["bangtrace"]["completion_ids"]')" = "$(field "$TMP/s0.json" 'j["bangtrace"]["completion_ids"]')" ] \
+    alone '{"prompt":"alpha beta gamma","max_tokens":24}' "$TMP/s0.json"
+    [ "$(ids "$TMP/s3.json")" = "$(ids "$TMP/s0.json")" ] \
         && ok "slot_swap: alone in its batch the request gets its clean answer (the fault needs concurrency)" \
         || fail "slot_swap: a request alone was changed"
     # a prefix hit that resumes another prefix's state (the captured-graph
@@ -202,10 +205,8 @@ if [ -n "$HYB" ]; then
     expect_exit 1 "hybrid prefix_wrong: bisect reports the wrong state" "$BANGTRACE" bisect "$TMP/hwrong/$b.db"
     grep -q "cache provenance: step 0: restored the recurrent state after position [0-9]* from snapshot [0-9]* (prefix hit) written by $a at server step [0-9]*: prefix_wrong: restored snapshot" "$TMP/out" \
         && ok "hybrid prefix_wrong: bisect names the snapshot and its writer $a" || fail "hybrid prefix_wrong: $(cat "$TMP/out")"
-    SERVE_MODEL="--model $HYB" start_server clean2 --parallel 1 --batching off || finish
-    complete @"$TMP/b.body" "$TMP/b0.json" >/dev/null
-    stop_server
-    [ "$(field "$TMP/b.json" 'j["bangtrace"]["completion_ids"]')" != "$(field "$TMP/b0.json" 'j["bangtrace"]["completion_ids"]')" ] \
+    alone @"$TMP/b.body" "$TMP/b0.json"
+    [ "$(ids "$TMP/b.json")" != "$(ids "$TMP/b0.json")" ] \
         && ok "hybrid prefix_wrong: the wrong state changed the answer" || fail "hybrid prefix_wrong: the answer is the clean one"
 fi
 

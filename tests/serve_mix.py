@@ -77,30 +77,28 @@ def post(url, body, stream):
     return rid, text, ids, fin
 
 
-def send(url, plan_path, out, conc, seed):
-    reqs = json.load(open(plan_path))
-    rng = random.Random(seed)
-    pauses = [rng.random() * 0.05 for _ in reqs]
+def run_all(jobs, conc, out, res):
+    """Run the callables jobs, at most conc at once; each returns a dict of
+    answers or raises. The answers go to out; 0, or 1 with the failures."""
     sem = threading.Semaphore(conc)
-    res, errs = {}, []
+    errs = []
     lock = threading.Lock()
 
-    def one(i, r):
+    def one(job):
         try:
-            time.sleep(pauses[i])
-            rid, text, ids, fin = post(url, r["body"], r.get("stream", False))
+            got = job()
             with lock:
-                res[r["key"]] = {"request_id": rid, "text": text, "ids": ids, "finish": fin}
+                res.update(got)
         except Exception as e:  # noqa: BLE001 - every failure is reported
             with lock:
-                errs.append("%s: %s" % (r["key"], e))
+                errs.append(str(e))
         finally:
             sem.release()
 
     ts = []
-    for i, r in enumerate(reqs):
+    for job in jobs:
         sem.acquire()
-        t = threading.Thread(target=one, args=(i, r))
+        t = threading.Thread(target=one, args=(job,))
         t.start()
         ts.append(t)
     for t in ts:
@@ -112,38 +110,43 @@ def send(url, plan_path, out, conc, seed):
     return 0
 
 
+def answer(rid, text, ids, fin):
+    return {"request_id": rid, "text": text, "ids": ids, "finish": fin}
+
+
+def send(url, plan_path, out, conc, seed):
+    reqs = json.load(open(plan_path))
+    rng = random.Random(seed)
+    pauses = [rng.random() * 0.05 for _ in reqs]
+
+    def job(i, r):
+        def run():
+            time.sleep(pauses[i])
+            try:
+                return {r["key"]: answer(*post(url, r["body"], r.get("stream", False)))}
+            except Exception as e:  # noqa: BLE001
+                raise RuntimeError("%s: %s" % (r["key"], e))
+        return run
+
+    return run_all([job(i, r) for i, r in enumerate(reqs)], conc, out, {})
+
+
 def chain(url, out, conc):
-    res, errs = {}, []
-    lock = threading.Lock()
-    sem = threading.Semaphore(conc)
-
     def convo(i):
-        try:
+        def run():
+            got = {}
             p = PREFIXES[i % len(PREFIXES)] + ENDS[i % len(ENDS)]
-            for t in range(3):
-                rid, text, ids, fin = post(url, {"prompt": p, "max_tokens": 6 + 2 * t}, t == 1)
-                with lock:
-                    res["c%dt%d" % (i, t)] = {"request_id": rid, "text": text, "ids": ids, "finish": fin}
-                p = p + text + " " + ENDS[(i + t + 1) % len(ENDS)]
-        except Exception as e:  # noqa: BLE001
-            with lock:
-                errs.append("conversation %d: %s" % (i, e))
-        finally:
-            sem.release()
+            try:
+                for t in range(3):
+                    a = answer(*post(url, {"prompt": p, "max_tokens": 6 + 2 * t}, t == 1))
+                    got["c%dt%d" % (i, t)] = a
+                    p = p + a["text"] + " " + ENDS[(i + t + 1) % len(ENDS)]
+            except Exception as e:  # noqa: BLE001
+                raise RuntimeError("conversation %d: %s" % (i, e))
+            return got
+        return run
 
-    ts = []
-    for i in range(6):
-        sem.acquire()
-        t = threading.Thread(target=convo, args=(i,))
-        t.start()
-        ts.append(t)
-    for t in ts:
-        t.join()
-    json.dump(res, open(out, "w"), indent=1)
-    if errs:
-        print("; ".join(errs[:3]))
-        return 1
-    return 0
+    return run_all([convo(i) for i in range(6)], conc, out, {})
 
 
 def same(a_path, b_path):

@@ -1411,6 +1411,16 @@ int bt_engine_forward_batch(bt_engine *e, bt_seq_batch *b, int n)
 
 int bt_engine_batch_seq(const bt_engine *e) { return e->tap_seq; }
 
+int bt_engine_state_rewind(bt_engine *e, const float *state, int pos, const int32_t *tokens, int n)
+{
+    int rc = bt_engine_state_load(e, 0, state, pos);
+    if (rc || n <= 0) return rc;
+    bt_engine_hold_taps(e, true);
+    rc = bt_engine_forward(e, tokens, n, pos);
+    bt_engine_hold_taps(e, false);
+    return rc;
+}
+
 void bt_engine_hold_taps(bt_engine *e, bool hold)
 {
     if (hold == e->holding) return;

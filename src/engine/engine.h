@@ -230,6 +230,11 @@ void bt_engine_hold_taps(bt_engine *e, bool hold);
 size_t bt_engine_state_size(const bt_engine *e);
 int bt_engine_state_save(bt_engine *e, int slot, float *dst, int *next_pos);
 int bt_engine_state_load(bt_engine *e, int slot, const float *src, int next_pos);
+/* Roll slot 0 back: load a state saved at position pos, then run
+ * tokens[0..n) at pos.. on it without the tap callback (their KV rows come
+ * out as they were): the state after the accepted tokens of a rejected
+ * draft, or a replay catching up where the traced run rolled back. */
+int bt_engine_state_rewind(bt_engine *e, const float *state, int pos, const int32_t *tokens, int n);
 /* Logits of the last position of the last forward ([n_vocab]), or of row i. */
 float *bt_engine_logits(bt_engine *e);
 float *bt_engine_logits_row(bt_engine *e, int i);

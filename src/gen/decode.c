@@ -240,13 +240,7 @@ static int draft_rewind(bt_decoder *d)
         return BT_OK;
     }
     if (d->dnext <= d->dpos || d->dstate_pos < 0 || d->dstate_pos > d->dpos) return BT_OK;
-    int rc = bt_engine_state_load(e, 0, d->dstate, d->dstate_pos);
-    if (rc == BT_OK && d->dpos > d->dstate_pos) {
-        bt_engine_hold_taps(e, true);
-        rc = bt_engine_forward(e, d->ctx + d->dstate_pos, d->dpos - d->dstate_pos, d->dstate_pos);
-        bt_engine_hold_taps(e, false);
-    }
-    return rc;
+    return bt_engine_state_rewind(e, d->dstate, d->dstate_pos, d->ctx + d->dstate_pos, d->dpos - d->dstate_pos);
 }
 
 /* Draft k tokens with the draft engine (catching it up first). */
@@ -338,14 +332,10 @@ static int roll_back(bt_decoder *d, int step, int base, int keep, int nd)
         d->st.rollbacks_skipped++;
         return rc ? rc : rec ? obs_event(rec, step, base + keep, "norollback", detail) : BT_OK;
     }
-    int rc = bt_engine_state_load(e, 0, d->state, base);
-    if (rc) return rc;
     /* untapped: the observer saw the verify's rows already */
     bt_engine_set_step(e, step);
     bt_engine_set_logits_all(e, false);
-    bt_engine_hold_taps(e, true);
-    rc = bt_engine_forward(e, d->vin, keep, base);
-    bt_engine_hold_taps(e, false);
+    int rc = bt_engine_state_rewind(e, d->state, base, d->vin, keep);
     bt_engine_set_logits_all(e, true);
     if (rc) return rc;
     d->st.rollbacks++;

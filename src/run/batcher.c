@@ -64,7 +64,7 @@ typedef struct lane {
     int32_t *table;          /* (max_logical) block table */
     int *seen;               /* (max_logical) writer_step of the block when last recorded as read */
     uint64_t *chain;         /* (max_logical) chain hash of each full block */
-    int n_table, n_done, hits;
+    int n_table, n_done;
     bool restored;           /* its state came from a snapshot (no reset) */
     bool swapped;            /* slot_swap fired for this request */
     /* what this request read that a server fault corrupted (its note, which
@@ -187,19 +187,25 @@ static void kva_add(lane *L, const bt_kv_access *r)
     L->kva[L->n_kva++] = *r;
 }
 
+/* One kv_access row of the lane's request at its current step; writer,
+ * bad_by, note may be NULL (none). */
+static void kva_put(lane *L, const char *mode, int id, int logical, int lo, int hi, const char *writer, int writer_step,
+                    int bad_step, const char *bad_by, const char *note)
+{
+    bt_kv_access r = { .step = L->req_step, .server_step = L->b->step, .block = id, .logical = logical, .pos_lo = lo,
+                       .pos_hi = hi, .writer_step = writer_step, .bad_step = bad_step };
+    snprintf(r.mode, sizeof r.mode, "%s", mode);
+    snprintf(r.writer, sizeof r.writer, "%s", writer ? writer : "");
+    snprintf(r.bad_by, sizeof r.bad_by, "%s", bad_by ? bad_by : "");
+    snprintf(r.note, sizeof r.note, "%.159s", note ? note : "");
+    kva_add(L, &r);
+}
+
+/* A KV block's row: its writer and first non-finite value as it holds them. */
 static void kva_row(lane *L, const char *mode, int blkid, int logical, int lo, int hi, const blk *k, const char *note)
 {
-    bt_kv_access r = { .step = L->req_step, .server_step = L->b->step, .block = blkid, .logical = logical, .pos_lo = lo,
-                       .pos_hi = hi, .writer_step = -1, .bad_step = -1 };
-    snprintf(r.mode, sizeof r.mode, "%s", mode);
-    if (k) {
-        snprintf(r.writer, sizeof r.writer, "%s", k->writer);
-        r.writer_step = k->writer[0] ? k->writer_step : -1;
-        r.bad_step = k->bad_step;
-        snprintf(r.bad_by, sizeof r.bad_by, "%s", k->bad_step >= 0 ? k->bad_by : "");
-    }
-    if (note) snprintf(r.note, sizeof r.note, "%s", note);
-    kva_add(L, &r);
+    kva_put(L, mode, blkid, logical, lo, hi, k->writer, k->writer[0] ? k->writer_step : -1, k->bad_step,
+            k->bad_step >= 0 ? k->bad_by : NULL, note);
 }
 
 /* The lane read data a server fault corrupted: what it writes carries the
@@ -263,7 +269,7 @@ static void lane_release(bt_batcher *b, lane *L)
         if (k->ref > 0) k->ref--;
         if (!k->ref) ev(b, L->table[i], k->hashed ? "cached" : "free", L, i, k->hashed ? &k->hash : NULL, NULL);
     }
-    L->n_table = L->n_done = L->hits = 0;
+    L->n_table = L->n_done = 0;
 }
 
 /* ---- a hybrid model's recurrent state snapshots at block boundaries ---- */
@@ -348,13 +354,8 @@ static void snap_restore(bt_batcher *b, lane *L, int sn, uint64_t h)
     snprintf(d, sizeof d, "%s%srestored snapshot %d (the state after position %d, written by %s at server step %d)", note,
              note[0] ? "; " : "", sn, end - 1, sp->writer, sp->writer_step);
     slot_ev(b, L->id, note[0] ? "inject" : "restore", L, d);
-    bt_kv_access r = { .step = L->req_step, .server_step = b->step, .block = sn, .logical = end / b->bs - 1, .pos_lo = 0,
-                       .pos_hi = end - 1, .writer_step = sp->writer_step, .bad_step = sp->bad_step };
-    snprintf(r.mode, sizeof r.mode, "snap");
-    snprintf(r.writer, sizeof r.writer, "%s", sp->writer);
-    snprintf(r.bad_by, sizeof r.bad_by, "%s", sp->bad_step >= 0 ? sp->bad_by : "");
-    snprintf(r.note, sizeof r.note, "%s", note);
-    kva_add(L, &r);
+    kva_put(L, "snap", sn, end / b->bs - 1, 0, end - 1, sp->writer, sp->writer_step, sp->bad_step,
+            sp->bad_step >= 0 ? sp->bad_by : NULL, note);
     if (note[0] && !L->taint[0]) taint_of(L, note);
 }
 
@@ -406,8 +407,7 @@ static void prefix_lookup(bt_batcher *b, lane *L, const int32_t *tokens, int T)
         ev(b, id, note[0] ? "inject" : "hit", L, k, &hs[k], d);
         kva_row(L, "hit", id, k, k * b->bs, (k + 1) * b->bs - 1, bk, note[0] ? note : NULL);
     }
-    L->hits = L->n_table;
-    L->n_done = L->hits * b->bs;
+    L->n_done = L->n_table * b->bs;
     L->hit_tokens = L->n_done;
     if (sn >= 0) snap_restore(b, L, sn, hs[n - 1]);
 }
@@ -644,18 +644,9 @@ static void slot_swaps(bt_batcher *b, lane **pick, bt_seq_batch *sb, int m)
         L->swapped = L->keep_state = O->keep_state = true;
         char d[256];
         snprintf(d, sizeof d, "slot_swap: %s's rows ran on state slot %d (%s's) at server step %d", L->req, O->id, O->req, b->step);
-        bt_kv_access r = { .step = L->req_step, .server_step = b->step, .block = O->id, .pos_lo = sb[i].pos0,
-                           .pos_hi = sb[i].pos0 + sb[i].T - 1, .writer_step = b->slot_step[O->id], .bad_step = -1 };
-        snprintf(r.mode, sizeof r.mode, "slot");
-        snprintf(r.writer, sizeof r.writer, "%s", b->slot_w[O->id][0] ? b->slot_w[O->id] : O->req);
-        snprintf(r.note, sizeof r.note, "%.150s", d);
-        kva_add(L, &r);
-        bt_kv_access o = { .step = O->req_step, .server_step = b->step, .block = O->id, .pos_lo = sb[j].pos0,
-                           .pos_hi = sb[j].pos0 + sb[j].T - 1, .writer_step = b->step, .bad_step = -1 };
-        snprintf(o.mode, sizeof o.mode, "slot");
-        snprintf(o.writer, sizeof o.writer, "%s", L->req);
-        snprintf(o.note, sizeof o.note, "%.150s", d);
-        kva_add(O, &o);
+        kva_put(L, "slot", O->id, 0, sb[i].pos0, sb[i].pos0 + sb[i].T - 1, b->slot_w[O->id][0] ? b->slot_w[O->id] : O->req,
+                b->slot_step[O->id], -1, NULL, d);
+        kva_put(O, "slot", O->id, 0, sb[j].pos0, sb[j].pos0 + sb[j].T - 1, L->req, b->step, -1, NULL, d);
         if (!L->taint[0]) taint_of(L, d);
         if (!O->taint[0]) taint_of(O, d);
         slot_ev(b, O->id, "inject", L, d);
@@ -713,12 +704,7 @@ static void run_step(bt_batcher *b)
                 state = BT_SEQ_STATE_KEEP;
                 snprintf(d, sizeof d, "slot_noreset: the state of %s (last written at step %d) was kept", b->slot_w[L->id],
                          b->slot_step[L->id]);
-                bt_kv_access r = { .step = L->req_step, .server_step = b->step, .block = L->id, .logical = 0, .pos_lo = 0,
-                                   .pos_hi = 0, .writer_step = b->slot_step[L->id], .bad_step = -1 };
-                snprintf(r.mode, sizeof r.mode, "slot");
-                snprintf(r.writer, sizeof r.writer, "%s", b->slot_w[L->id]);
-                snprintf(r.note, sizeof r.note, "%s", d);
-                kva_add(L, &r);
+                kva_put(L, "slot", L->id, 0, 0, 0, b->slot_w[L->id], b->slot_step[L->id], -1, NULL, d);
                 taint_of(L, d);
             }
             if (b->db && !bt_server_db_failed(b->db))
@@ -855,11 +841,9 @@ int bt_batcher_lane_begin(bt_batcher *b, int lane_i, const char *request, const 
     L->first_step = L->last_step = -1;
     L->n_forward = 0;
     L->n_kva = 0;
-    int rc = BT_OK;
     if (b->db && !bt_server_db_failed(b->db))
-        db_check(b, rc = bt_server_db_request(b->db, L->req, lane_i, L->trace[0] ? L->trace : NULL, -1, -1, -1, 0, 0, NULL));
+        db_check(b, bt_server_db_request(b->db, L->req, lane_i, L->trace[0] ? L->trace : NULL, -1, -1, -1, 0, 0, NULL));
     pthread_mutex_unlock(&b->lock);
-    (void)rc;
     return BT_OK;
 }
 

@@ -383,12 +383,7 @@ static int hybrid_align(replay_run *x, bt_engine *e, int w, const bt_trace_step_
     if (!x->vstate[w] && !(x->vstate[w] = malloc(sn * sizeof(float)))) return bt_error(BT_ENOMEM, "out of memory");
     int rc = BT_OK;
     if (s->pos0 > 0 && s->pos0 < x->next[w] && x->vpos[w] >= 0 && x->vpos[w] <= s->pos0) {
-        rc = bt_engine_state_load(e, 0, x->vstate[w], x->vpos[w]);
-        if (rc == BT_OK && s->pos0 > x->vpos[w]) {
-            bt_engine_hold_taps(e, true);
-            rc = bt_engine_forward(e, x->seq + x->vpos[w], s->pos0 - x->vpos[w], x->vpos[w]);
-            bt_engine_hold_taps(e, false);
-        }
+        rc = bt_engine_state_rewind(e, x->vstate[w], x->vpos[w], x->seq + x->vpos[w], s->pos0 - x->vpos[w]);
     }
     if (rc == BT_OK && !strcmp(s->kind, "verify")) {
         rc = bt_engine_state_save(e, 0, x->vstate[w], NULL);
@@ -399,42 +394,33 @@ static int hybrid_align(replay_run *x, bt_engine *e, int w, const bt_trace_step_
 }
 
 /* Step i's input through the reference (and B): the taps land in rp.ref. */
-static int forward_step(replay_run *x, int i)
+static int forward_on(replay_run *x, bt_engine *e, int w, replay *rp, int i)
 {
     const bt_trace_step_row *s = &x->steps[i];
     int rc;
-    memset(x->rp.seen, 0, (size_t)x->n_tens * sizeof(bool));
+    memset(rp->seen, 0, (size_t)x->n_tens * sizeof(bool));
     /* a verify computes the logits of every row, as the run did */
-    if (x->spec) bt_engine_set_logits_all(x->e, !strcmp(s->kind, "verify"));
-    if ((rc = hybrid_align(x, x->e, 0, s))) return rc;
+    if (x->spec) bt_engine_set_logits_all(e, !strcmp(s->kind, "verify"));
+    if ((rc = hybrid_align(x, e, w, s))) return rc;
     int h = x->cached ? x->cached[i] : 0;
     if (h > 0) {
         /* the positions the traced request read from the prefix cache: into
          * the reference's KV cache untapped, so the taps compare like rows */
-        bt_engine_set_eval_cb(x->e, NULL);
-        rc = bt_engine_forward(x->e, x->in_tok + x->in_off[i], h, s->pos0);
-        bt_engine_set_eval_cb(x->e, &x->cb);
+        bt_engine_hold_taps(e, true);
+        rc = bt_engine_forward(e, x->in_tok + x->in_off[i], h, s->pos0);
+        bt_engine_hold_taps(e, false);
         if (rc) return rc;
     }
-    if ((rc = bt_engine_forward(x->e, x->in_tok + x->in_off[i] + h, s->n_pos - h, s->pos0 + h))) {
-        if (x->rp.err[0]) rc = bt_error(BT_EFORMAT, "%s: %s", x->cfg->name, x->rp.err);
-        return rc;
-    }
-    if (!x->e2) return BT_OK;
-    memset(x->rp2.seen, 0, (size_t)x->n_tens * sizeof(bool));
-    if (x->spec) bt_engine_set_logits_all(x->e2, !strcmp(s->kind, "verify"));
-    if ((rc = hybrid_align(x, x->e2, 1, s))) return rc;
-    if (h > 0) {
-        bt_engine_set_eval_cb(x->e2, NULL);
-        rc = bt_engine_forward(x->e2, x->in_tok + x->in_off[i], h, s->pos0);
-        bt_engine_set_eval_cb(x->e2, &x->cb2);
-        if (rc) return rc;
-    }
-    if ((rc = bt_engine_forward(x->e2, x->in_tok + x->in_off[i] + h, s->n_pos - h, s->pos0 + h))) {
-        if (x->rp2.err[0]) rc = bt_error(BT_EFORMAT, "%s: %s", x->cfg->name, x->rp2.err);
-        return rc;
-    }
-    return BT_OK;
+    if ((rc = bt_engine_forward(e, x->in_tok + x->in_off[i] + h, s->n_pos - h, s->pos0 + h)) && rp->err[0])
+        rc = bt_error(BT_EFORMAT, "%s: %s", x->cfg->name, rp->err);
+    return rc;
+}
+
+static int forward_step(replay_run *x, int i)
+{
+    int rc = forward_on(x, x->e, 0, &x->rp, i);
+    if (rc == BT_OK && x->e2) rc = forward_on(x, x->e2, 1, &x->rp2, i);
+    return rc;
 }
 
 /* Teacher-forced top-1: would the reference have picked the token the traced
