@@ -276,8 +276,23 @@ def main():
     ap.add_argument("--load", type=int, default=0)
     ap.add_argument("--arms", default="batched,batched+db,engines,llama-server",
                     help="comma list of arms; \"\" with --load: the load test alone")
-    ap.add_argument("--json")
+    ap.add_argument("--json", help="write the medians to this new file (an existing one only with --force)")
+    ap.add_argument("--force", action="store_true", help="--json may replace a file this tool wrote")
     a = ap.parse_args()
+    if a.json and os.path.lexists(a.json):
+        ours = False
+        if os.path.isfile(a.json) and not os.path.islink(a.json):
+            try:
+                ours = "medians" in json.load(open(a.json))
+            except (OSError, ValueError):
+                ours = False
+        if not (a.force and ours):
+            print("bench-serve: %s exists%s" % (a.json, " (--force replaces it)" if ours else
+                                                ": not a bench-serve result, refusing to replace it"), file=sys.stderr)
+            return 2
+    if not os.path.exists(a.model):
+        print("bench-serve: %s: no such model" % a.model, file=sys.stderr)
+        return 2
     tmp = tempfile.mkdtemp(prefix="bench-serve.")
     bt, n, c = a.bangtrace, str(a.parallel), str(a.ctx)
     argv = {
