@@ -24,7 +24,7 @@ void cmd_forward_help(FILE *out)
 {
     fprintf(out,
         "usage: bangtrace forward --model M [--tokenizer T] --tokens \"ID ID ...\" --dump DIR [--threads N]\n"
-        "                        [--device DEV] [--engine native|llama.cpp]\n"
+        "                        [--device DEV] [--engine native|llama.cpp] [--mtp]\n"
         "                        [--llama-flash-attn M] [--llama-repack on|off] [--llama-kv-type T] [--llama-opt K=V] [--force]\n\n"
         "Run one forward pass (a prefill at positions 0..T-1) and write every named\n"
         "tensor (token_embd, blk.L.attn_norm ... blk.L.ffn_resid, output_norm, logits)\n"
@@ -32,7 +32,12 @@ void cmd_forward_help(FILE *out)
         "In a mixture-of-experts layer each expert's ffn_gate/up/act/down is written as\n"
         "blk.L.<op>.expert[E].f32, one row per token routed to it (positions in meta.json).\n"
         "A hybrid model's recurrent state after the pass, blk.L.ssm_state and\n"
-        "blk.L.ssm_conv_state, has the state's rows, not T (shapes in meta.json).\n"        "Used by the reference oracle tests; handy for diffing two builds. A DIR that\n"
+        "blk.L.ssm_conv_state, has the state's rows, not T (shapes in meta.json).\n"
+        "--mtp also runs the model's MTP (nextn) block N over the same ids, paired as\n"
+        "llama.cpp's draft-mtp pairs them (id t at position t with the trunk's\n"
+        "output_norm row t-1; zeros for t = 0), and writes its tensors: blk.N.mtp_enorm,\n"
+        "blk.N.mtp_hnorm, blk.N.mtp_eh_proj, its layer's blk.N.*, mtp_output_norm and\n"
+        "mtp_logits (the native engine only).\n"        "Used by the reference oracle tests; handy for diffing two builds. A DIR that\n"
         "already holds a dump (meta.json or .f32 files) is refused (exit 2, nothing\n"
         "written) unless --force is given; even then a link, a device or the model\n"
         "itself is never replaced (exit 2). --device DEV runs the ops on cpu (default), cuda or\n"
@@ -47,6 +52,7 @@ void cmd_forward_help(FILE *out)
 
 typedef struct dump_ctx {
     const char *dir;
+    bool mtp;                 /* the MTP block's pass: its head's tensors as mtp_*, no token_embd */
     bool force;               /* --force: replace an earlier dump's files */
     bt_out_input in[2];       /* --model, --tokenizer: never overwritten by a dump file */
     json_t *tensors;
@@ -75,7 +81,9 @@ static bool dump_observe(void *user, const bt_tensor_view *t)
 {
     dump_ctx *d = user;
     char name[64], path[4096];
+    if (d->mtp && t->op == BT_OP_TOKEN_EMBD) return true;   /* the trunk's lookup again */
     if (t->moe) bt_expert_tensor_name(t->op, t->layer, t->moe->expert, name, sizeof(name));
+    else if (d->mtp && !bt_op_is_layer_op(t->op)) snprintf(name, sizeof(name), "mtp_%s", bt_op_name(t->op));
     else bt_tensor_name(t->op, t->layer, name, sizeof(name));
     snprintf(path, sizeof(path), "%s/%s.f32", d->dir, name);
     FILE *f = bt_outfile_fopen(path, BT_OUT_DUMP, d->force, d->in, 2);
@@ -116,7 +124,9 @@ static bool dump_ask(void *user, int op, int layer)
 int cmd_forward(int argc, char **argv)
 {
     const char *tokens = NULL, *dir = NULL;
-    bool force = false;
+    bool force = false, mtp = false;
+    bt_engine *me = NULL;
+    float *h = NULL;
     bt_args g = { .take = BT_ARGS_MODEL | BT_ARGS_TOKENIZER | BT_ARGS_THREADS | BT_ARGS_DEVICE | BT_ARGS_ENGINE | BT_ARGS_LLAMA,
                   .threads = 1 };
     bt_model *m = NULL;
@@ -127,6 +137,7 @@ int cmd_forward(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--force")) { force = true; continue; }
+        if (!strcmp(a, "--mtp")) { mtp = true; continue; }
         if (!v && strncmp(a, "--", 2) == 0) { bt_error(BT_EINVAL, "%s needs a value", a); goto fail; }
         bool taken;
         if (bt_args_take(&g, argc, argv, &i, &taken)) goto fail;
@@ -139,6 +150,7 @@ int cmd_forward(int argc, char **argv)
     bt_llama_settings *llama = &g.llama;
     if (!model || !tokens || !dir) { bt_error(BT_EINVAL, "--model, --tokens and --dump are required"); goto fail; }
     if (bt_args_llama_finish(&g, g.llamacpp, "--engine llama.cpp")) goto fail;
+    if (mtp && g.llamacpp) { bt_error(BT_EINVAL, "--mtp runs the native engine's MTP block, not --engine llama.cpp"); goto fail; }
     /* forward's llama.cpp is the f32 reference: f32 cache (kv_f32) and no
      * flash attention (whose fused kernel departs ~1e-2 in the logits
      * even then), unless a flag or alias says otherwise */
@@ -169,6 +181,21 @@ int cmd_forward(int argc, char **argv)
     bt_eval_cb cb = { .ask = dump_ask, .observe = dump_observe, .user = &d };
     bt_engine_set_eval_cb(e, &cb);
     int rc = bt_engine_forward(e, ids, (int)n, 0);
+    if (rc == BT_OK && !d.err && mtp) {
+        /* the block over the same ids: id t with the trunk's hidden row t - 1 */
+        int dim = m->cfg.dim;
+        bt_engine_opts mo = { .ctx_len = BT_MAX((int)n, 1), .max_batch = (int)n, .n_threads = (int)g.threads,
+                              .device = device, .mtp = true };
+        rc = (h = calloc(n * (size_t)dim, sizeof(float))) ? BT_OK : bt_error(BT_ENOMEM, "out of memory");
+        if (rc == BT_OK && n > 1) rc = bt_engine_hidden_rows(e, 0, (int)n - 1, h + dim);
+        if (rc == BT_OK) rc = bt_engine_new_opts(m, &mo, &me);
+        if (rc == BT_OK) {
+            d.mtp = true;
+            bt_engine_set_eval_cb(me, &cb);
+            rc = bt_engine_set_mtp_hidden(me, h);
+        }
+        if (rc == BT_OK) rc = bt_engine_forward(me, ids, (int)n, 0);
+    }
     if (rc || d.err) { json_decref(d.tensors); json_decref(d.positions); goto fail; }
     meta = json_object();
     json_t *toks = json_array();
@@ -189,6 +216,8 @@ fail:
 out:
     json_decref(meta);
     free(ids);
+    free(h);
+    bt_engine_free(me);
     bt_engine_free(e);
     bt_model_free(m);
     return status;

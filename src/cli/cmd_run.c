@@ -124,7 +124,10 @@ void cmd_run_help(FILE *out)
         "  --spec-k K           speculative decoding: draft K tokens per target verify, with\n"
         "  --draft MODEL          a draft model sharing the target's vocabulary, or\n"
         "  --draft-self N         the target's first N layers + its output norm and head, or\n"
-        "  --draft-ngram N        prompt lookup of the last N tokens in the context\n"
+        "  --draft-ngram N        prompt lookup of the last N tokens in the context, or\n"
+        "  --draft-mtp            the model's own MTP (nextn) block (hybrid models that\n"
+        "                         have one), paired with the target's hidden states as\n"
+        "                         llama.cpp's draft-mtp pairs them\n"
         "                       Greedy output is identical to plain decoding; sampling uses\n"
         "                       speculative rejection sampling (same distribution).\n\n"
         "Flags override the request body. Exit status: 0 done; 1 the argmax rule produced an\n"
@@ -154,6 +157,7 @@ typedef struct run_opts {
     long spec_k;
     const char *draft_model;
     long draft_self, draft_ngram;
+    bool draft_mtp;
     const char *numerics_spec;
     bt_numerics numerics;
     bool llamacpp;            /* --engine llama.cpp */
@@ -213,6 +217,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
         } else if (!strcmp(a, "--draft")) { VAL(); o->draft_model = v; }
         else if (!strcmp(a, "--draft-self")) {
             VAL(); if (bt_parse_int(a, v, 1, 100000, &o->draft_self)) return BT_EINVAL;
+        } else if (!strcmp(a, "--draft-mtp")) {
+            o->draft_mtp = true;
         } else if (!strcmp(a, "--draft-ngram")) {
             VAL(); if (bt_parse_int(a, v, 1, 64, &o->draft_ngram)) return BT_EINVAL;
         } else if (!strcmp(a, "--json")) o->json = true;
@@ -241,10 +247,11 @@ static int parse_args(int argc, char **argv, run_opts *o)
     }
     if (o->cupti && !o->trace) return bt_error(BT_EINVAL, "--cupti records device activity into the trace: give --trace OUT.db");
     if (!o->prompt == !o->request) return bt_error(BT_EINVAL, "give exactly one of --prompt or --request");
-    int drafters = (o->draft_model != NULL) + (o->draft_self > 0) + (o->draft_ngram > 0);
-    if (drafters > 1) return bt_error(BT_EINVAL, "give one drafter: --draft, --draft-self or --draft-ngram");
+    int drafters = (o->draft_model != NULL) + (o->draft_self > 0) + (o->draft_ngram > 0) + o->draft_mtp;
+    if (drafters > 1) return bt_error(BT_EINVAL, "give one drafter: --draft, --draft-self, --draft-ngram or --draft-mtp");
     if (drafters && !o->spec_k) return bt_error(BT_EINVAL, "a drafter needs --spec-k K (tokens drafted per verify)");
-    if (o->spec_k && !drafters) return bt_error(BT_EINVAL, "--spec-k needs a drafter: --draft MODEL, --draft-self N or --draft-ngram N");
+    if (o->spec_k && !drafters)
+        return bt_error(BT_EINVAL, "--spec-k needs a drafter: --draft MODEL, --draft-self N, --draft-ngram N or --draft-mtp");
     if (o->llamacpp && bt_llamacpp_device(o->device, NULL)) return BT_EINVAL;
     if (o->llamacpp && o->numerics_spec)
         return bt_error(BT_EINVAL, "--numerics emulates numerics on the native engine; it cannot apply to --engine llama.cpp");
@@ -464,6 +471,7 @@ int cmd_run(int argc, char **argv)
     bt_session_cfg cfg = { .model = o.model, .tokenizer = o.tokenizer, .draft_model = o.draft_model,
                            .need_vocab = true, .need_weights = true, .ctx = (int)o.ctx, .threads = (int)o.threads,
                            .device = o.device, .spec_k = (int)o.spec_k, .draft_self = (int)o.draft_self, .draft_ngram = (int)o.draft_ngram,
+                           .draft_mtp = o.draft_mtp,
                            .inject = o.inject, .n_inject = o.n_inject,
                            .trace = o.trace, .force = o.force, .taps = o.taps, .layer_lo = o.layer_lo,
                            .layer_hi = o.layer_hi, .logits_full = o.logits_full, .topk = (int)o.topk, .rule = sc.rule,

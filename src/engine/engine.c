@@ -38,6 +38,10 @@ typedef struct bt_op_info {
 /* The op table: name, labels, row width, kernel family, weight, presence. */
 static const bt_op_info op_info[] = {
     [BT_OP_TOKEN_EMBD] = { "token_embd", "em", "embd", BT_DIM_EMBD, BT_KOP_GET_ROWS, 0, 0, 0 },
+    /* the MTP block's input (exists with a nextn block: bt_op_exists) */
+    [BT_OP_MTP_ENORM] = { "mtp_enorm", "me", "menm", BT_DIM_EMBD, BT_KOP_RMSNORM, 0, BT_ARCH_HYBRID, 0 },
+    [BT_OP_MTP_HNORM] = { "mtp_hnorm", "mh", "mhnm", BT_DIM_EMBD, BT_KOP_RMSNORM, 0, BT_ARCH_HYBRID, 0 },
+    [BT_OP_MTP_EH_PROJ] = { "mtp_eh_proj", "mp", "mehp", BT_DIM_EMBD, BT_KOP_MATMUL, 0, BT_ARCH_HYBRID, 0 },
     [BT_OP_ATTN_NORM] = { "attn_norm", "an", "anrm", BT_DIM_EMBD, BT_KOP_RMSNORM, 0, 0, 0 },
     [BT_OP_SSM_QKV] = { "ssm_qkv", "sx", "sqkv", BT_DIM_SSM_CONV, BT_KOP_MATMUL, LW(ssm_qkv), BT_ARCH_HYBRID, 0 },
     [BT_OP_SSM_Z] = { "ssm_z", "sz", "sz", BT_DIM_SSM_V, BT_KOP_MATMUL, LW(ssm_z), BT_ARCH_HYBRID, 0 },
@@ -93,9 +97,12 @@ int bt_op_from_name(const char *name)
 
 bool bt_op_is_layer_op(int op) { return op > BT_OP_TOKEN_EMBD && op < BT_OP_OUTPUT_NORM; }
 
+static bool op_is_mtp(int op) { return op >= BT_OP_MTP_ENORM && op <= BT_OP_MTP_EH_PROJ; }
+
 bool bt_op_exists(const bt_config *c, int op)
 {
     if (op < 0 || op >= BT_OP_COUNT) return false;
+    if (op_is_mtp(op) && c->n_nextn <= 0) return false;
     return (c->flags & op_info[op].need) == op_info[op].need && !(c->flags & op_info[op].absent);
 }
 
@@ -108,7 +115,10 @@ static bool op_is_attn(int op)
 bool bt_op_in_layer(const bt_config *c, int op, int layer)
 {
     if (!bt_op_exists(c, op)) return false;
-    if (!(c->flags & BT_ARCH_HYBRID) || !bt_op_is_layer_op(op)) return true;
+    if (!bt_op_is_layer_op(op)) return true;
+    /* the MTP block: its input ops, then a full-attention layer */
+    if (op_is_mtp(op)) return bt_layer_mtp(c, layer);
+    if (!(c->flags & BT_ARCH_HYBRID)) return true;
     bool recr = bt_layer_recurrent(c, layer);
     if (op_is_ssm(op)) return recr;
     if (op_is_attn(op)) return !recr;
@@ -127,7 +137,9 @@ const bt_weight *bt_op_weight(const bt_model *m, int op, int layer)
 {
     if (op == BT_OP_TOKEN_EMBD) return &m->token_embd;
     if (op == BT_OP_LOGITS) return &m->output;
-    if (op < 0 || op >= BT_OP_COUNT || !op_info[op].weight || layer < 0 || layer >= m->cfg.n_layers) return NULL;
+    if (op == BT_OP_MTP_EH_PROJ) return m->cfg.n_nextn > 0 && m->nextn.eh_proj.data ? &m->nextn.eh_proj : NULL;
+    int n_lay = m->cfg.n_layers + (m->cfg.n_nextn > 0 ? 1 : 0);   /* the MTP block's layer after the trunk */
+    if (op < 0 || op >= BT_OP_COUNT || !op_info[op].weight || layer < 0 || layer >= n_lay) return NULL;
     if (m->cfg.flags & BT_ARCH_MOE) {   /* the experts' slabs */
         const bt_layer_weights *L = &m->layers[layer];
         if (op == BT_OP_FFN_GATE) return &L->ffn_gate_exps;
@@ -260,6 +272,17 @@ struct bt_engine {
     int n_run;
     int tap_seq;       /* the sequence a callback of a batched forward is about */
     int32_t *h_rows;   /* (B) a batched forward's logit rows, gathered */
+    int last_rows;     /* rows of the last single-sequence forward (bt_engine_hidden_rows) */
+    /* the MTP (nextn) block instead of the trunk (bt_engine_opts.mtp) */
+    bool mtp;
+    int layer0;        /* the first layer a forward runs (the block's N); the KV cache holds [layer0, n_layers) */
+    bool part_rope;    /* the hybrid family's partial rope (its trunk or its MTP block) */
+    int embd_type, out_type;   /* the weight types of w_embd and w_out */
+    const float *mtp_h;        /* (T, dim) the next forward's hidden rows (borrowed) */
+    bt_buf *w_eh;      /* (dim, 2*dim) eh_proj */
+    bt_buf *mtp_cat;   /* (B, 2*dim) [enorm; hnorm] */
+    float *mtp_host;   /* (B, 4*dim) host scratch for the concatenation */
+    size_t mtp_enorm, mtp_hnorm;   /* vec_w offsets of enorm and hnorm */
 };
 
 /* One sequence of a forward: its rows of the batch and where its cache is.
@@ -286,7 +309,7 @@ void bt_engine_free(bt_engine *e)
                            e->up, e->act, e->down, e->logits_b, e->key_cache, e->val_cache, e->rope_cos,
                            e->rope_sin, e->norm_w, e->vec_w, e->qg, e->agate, e->s_qkv, e->s_conv, e->s_z,
                            e->s_beta, e->s_decay, e->s_q, e->s_k, e->s_v, e->s_core, e->s_norm, e->ssm_state,
-                           e->conv_state };
+                           e->conv_state, e->w_eh, e->mtp_cat };
         for (size_t i = 0; i < BT_ARRAY_SIZE(bufs); i++) e->bi->buf_free(e->be, bufs[i]);
         if (e->lw)
             for (int l = 0; l < e->c.n_layers; l++) {
@@ -315,7 +338,7 @@ void bt_engine_free(bt_engine *e)
     free(e->want_extra);
     free(e->h_router); free(e->h_probs); free(e->h_sel); free(e->h_w); free(e->h_ids); free(e->h_ew);
     free(e->h_pos); free(e->h_zero);
-    free(e->rec_next); free(e->h_rows);
+    free(e->rec_next); free(e->h_rows); free(e->mtp_host);
     free(e);
 }
 
@@ -481,6 +504,17 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
         return bt_error(BT_EINVAL, "%d layers asked of a %d-layer model", o->n_layers, m->cfg.n_layers);
     bt_config cfg = m->cfg;
     if (o->n_layers > 0) cfg.n_layers = o->n_layers;
+    if (o->mtp) {
+        if (o->n_layers > 0 || o->block_size > 0)
+            return bt_error(BT_EINVAL, "an MTP engine runs the whole block on one sequence");
+        if (cfg.n_nextn <= 0)
+            return bt_error(BT_EUNSUPPORTED, "%s: the model has no MTP (nextn) block to draft with (architecture %s, "
+                            "nextn_predict_layers 0)", m->path, cfg.arch);
+        if (m->nextn.missing)
+            return bt_error(BT_EFORMAT, "%s: the MTP (nextn) block lacks tensor '%s'", m->path, m->nextn.missing);
+        cfg.trunk_layers = cfg.n_layers;
+        cfg.n_layers += 1;
+    }
     if (cfg.head_dim > BT_MAX_HEAD_DIM)
         return bt_error(BT_EUNSUPPORTED, "%s: head dimension %d is above the supported %d", m->path, cfg.head_dim, BT_MAX_HEAD_DIM);
     const bt_config *c = &cfg;
@@ -493,6 +527,13 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
     bt_engine *e = calloc(1, sizeof(*e));
     if (!e) return bt_error(BT_ENOMEM, "out of memory");
     e->m = m; e->c = cfg; e->ctx_len = ctx_len; e->max_batch = max_batch;
+    e->mtp = o->mtp;
+    e->layer0 = o->mtp ? cfg.trunk_layers : 0;
+    const bt_nextn_weights *nx = &m->nextn;
+    const bt_weight *wemb = o->mtp && nx->embed_tokens.data ? &nx->embed_tokens : &m->token_embd;
+    const bt_weight *wout = o->mtp && nx->shared_head_head.data ? &nx->shared_head_head : &m->output;
+    e->embd_type = wemb->type;
+    e->out_type = wout->type;
     e->block_size = o->block_size > 0 ? o->block_size : 0;
     e->n_blocks = e->block_size ? o->n_blocks : 0;
     e->n_slots = BT_MAX(1, o->n_slots);
@@ -531,10 +572,18 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
             if (v[i].w->data) n_vec += (size_t)(v[i].w->cols * v[i].w->rows);
         }
     }
-    e->hybrid = (c->flags & BT_ARCH_HYBRID) != 0;
+    if (e->mtp) {
+        e->mtp_enorm = n_vec;
+        e->mtp_hnorm = n_vec + (size_t)c->dim;
+        n_vec += 2 * (size_t)c->dim;
+    }
+    e->part_rope = (c->flags & BT_ARCH_HYBRID) != 0;
+    e->hybrid = e->part_rope && !e->mtp;    /* an MTP engine runs no recurrent layer */
     if (e->hybrid) {
         e->l2_w = n_vec;
         n_vec += (size_t)c->ssm_head_k;
+    }
+    if (e->part_rope) {
         /* the ops a hybrid model needs beyond the others, on this backend */
         const char *lack = !e->bi->ssm_conv ? "ssm_conv (the causal conv1d)" : !e->bi->gdn_recur ? "gdn_recur (the delta rule)"
                          : !e->bi->gdn_gates ? "gdn_gates (beta and the decay)" : !e->bi->copy_cols ? "copy_cols"
@@ -563,8 +612,8 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
         (rc = alloc_f32(e, B * c->dim, &e->attn_out)) || (rc = alloc_f32(e, B * hid, &e->gate)) ||
         (rc = alloc_f32(e, B * hid, &e->up)) || (rc = alloc_f32(e, B * hid, &e->act)) ||
         (rc = alloc_f32(e, B * c->dim, &e->down)) ||
-        (rc = alloc_f32(e, (size_t)c->n_layers * e->cache_rows * kv_dim, &e->key_cache)) ||
-        (rc = alloc_f32(e, (size_t)c->n_layers * e->cache_rows * kv_dim, &e->val_cache)) ||
+        (rc = alloc_f32(e, (size_t)(c->n_layers - e->layer0) * e->cache_rows * kv_dim, &e->key_cache)) ||
+        (rc = alloc_f32(e, (size_t)(c->n_layers - e->layer0) * e->cache_rows * kv_dim, &e->val_cache)) ||
         (rc = alloc_f32(e, (size_t)ctx_len * half, &e->rope_cos)) ||
         (rc = alloc_f32(e, (size_t)ctx_len * half, &e->rope_sin)) ||
         (rc = alloc_f32(e, nrm, &e->norm_w)) || (n_vec && (rc = alloc_f32(e, n_vec, &e->vec_w))) ||
@@ -573,10 +622,16 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
         goto fail;
     }
     /* Weights, read in place by the backend's kernels. */
-    if ((rc = upload(e, &m->token_embd, c->n_vocab, c->dim, &e->w_embd)) ||
-        (rc = upload(e, &m->output, c->n_vocab, c->dim, &e->w_out)))
+    if ((rc = upload(e, wemb, c->n_vocab, c->dim, &e->w_embd)) ||
+        (rc = upload(e, wout, c->n_vocab, c->dim, &e->w_out)))
         goto fail;
-    for (int l = 0; l < c->n_layers; l++) {
+    if (e->mtp && ((rc = upload(e, &nx->eh_proj, c->dim, 2 * (int64_t)c->dim, &e->w_eh)) ||
+                   (rc = alloc_f32(e, B * 2 * c->dim, &e->mtp_cat)) ||
+                   !(e->mtp_host = malloc(B * 4 * c->dim * sizeof(float))))) {
+        rc = rc ? rc : bt_error(BT_ENOMEM, "out of memory for the MTP block");
+        goto fail;
+    }
+    for (int l = e->layer0; l < c->n_layers; l++) {
         const bt_layer_weights *L = &m->layers[l];
         layer_bufs *B_ = &e->lw[l];
         if (bt_layer_recurrent(c, l)) {
@@ -600,6 +655,10 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
     }
     if (c->n_expert > 0 && (rc = moe_alloc(e))) goto fail;
     if (e->hybrid && (rc = hybrid_alloc(e))) goto fail;
+    /* the gated attention's doubled q projection (an MTP block is a gated attention layer) */
+    if (!e->hybrid && (c->flags & BT_ARCH_ATTN_GATE) &&
+        ((rc = alloc_f32(e, B * 2 * q_dim, &e->qg)) || (rc = alloc_f32(e, B * q_dim, &e->agate))))
+        goto fail;
     /* RoPE tables, angles computed in double: pos * freq_scale *
      * base^(-2i/rope_dim) / freq_factor[i] (ggml's rope_ext with
      * ext_factor 0: linear scaling and Llama 3's rope_freqs divisors). Both
@@ -613,7 +672,7 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
         bt_dequant_row(m->rope_freqs.type, m->rope_freqs.data, e->rope_ff, (int64_t)half);
     bt_numerics_rope_table(NULL, c->rope_base, c->head_dim, c->rope_freq_scale, e->rope_ff, ctx_len, host,
                            host + (size_t)ctx_len * half);
-    if (e->hybrid) hybrid_rope_table(c, ctx_len, host, host + (size_t)ctx_len * half);
+    if (e->part_rope) hybrid_rope_table(c, ctx_len, host, host + (size_t)ctx_len * half);
     if ((rc = e->bi->set(e->be, e->rope_cos, 0, host, (size_t)ctx_len * half)) ||
         (rc = e->bi->set(e->be, e->rope_sin, 0, host + (size_t)ctx_len * half, (size_t)ctx_len * half)))
         goto fail;
@@ -633,12 +692,17 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
     }
     if (e->hybrid)
         for (int i = 0; i < c->ssm_head_k; i++) host[e->l2_w + i] = (float)(1.0 / sqrt((double)c->ssm_head_k));
+    if (e->mtp) {
+        bt_dequant_row(nx->enorm.type, nx->enorm.data, host + e->mtp_enorm, c->dim);
+        bt_dequant_row(nx->hnorm.type, nx->hnorm.data, host + e->mtp_hnorm, c->dim);
+    }
     if (n_vec && (rc = e->bi->set(e->be, e->vec_w, 0, host, n_vec))) goto fail;
     for (int l = 0; l < c->n_layers; l++) {
         bt_dequant_row(m->layers[l].attn_norm.type, m->layers[l].attn_norm.data, host + (size_t)(2 * l) * c->dim, c->dim);
         bt_dequant_row(m->layers[l].ffn_norm.type, m->layers[l].ffn_norm.data, host + (size_t)(2 * l + 1) * c->dim, c->dim);
     }
-    bt_dequant_row(m->output_norm.type, m->output_norm.data, host + (size_t)2 * c->n_layers * c->dim, c->dim);
+    const bt_weight *onorm = e->mtp && nx->shared_head_norm.data ? &nx->shared_head_norm : &m->output_norm;
+    bt_dequant_row(onorm->type, onorm->data, host + (size_t)2 * c->n_layers * c->dim, c->dim);
     if ((rc = e->bi->set(e->be, e->norm_w, 0, host, nrm))) goto fail;
     free(host);
     *out = e;
@@ -659,7 +723,7 @@ void bt_engine_set_eval_cb(bt_engine *e, const bt_eval_cb *cb)
     for (int op = 0; op < BT_OP_COUNT; op++) {
         if (!bt_op_exists(&e->c, op)) continue;   /* never computed: never asked about */
         if (bt_op_is_layer_op(op)) {
-            for (int l = 0; l < e->c.n_layers; l++)
+            for (int l = e->layer0; l < e->c.n_layers; l++)
                 *want_at(e, op, l) = bt_op_in_layer(&e->c, op, l) && (!cb->ask || cb->ask(cb->user, op, l));
         } else {
             *want_at(e, op, -1) = !cb->ask || cb->ask(cb->user, op, -1);
@@ -1146,6 +1210,39 @@ static int store_kv(bt_engine *e, const seq_run *q, size_t slab, int kv_dim)
  * rows consecutive from its row0): every op over all rows but the
  * position-dependent ones (rope, the cache, attention, the recurrence),
  * which run per sequence over its rows. */
+/* The MTP block's input: eh_proj([enorm(embed(tokens)); hnorm(hidden)]) into
+ * the residual stream x (x holds the embeddings). The two normed halves are
+ * joined row by row through the host (2 * dim floats a row, once a forward). */
+static int mtp_input(bt_engine *e, int T)
+{
+    const bt_config *c = &e->c;
+    bt_backend *be = e->be;
+    const struct bt_backend_i *bi = e->bi;
+    int dim = c->dim, l = e->layer0;
+    const float *h = e->mtp_h;
+    e->mtp_h = NULL;
+    if (!h) { e->step++; return bt_error(BT_EINVAL, "an MTP forward needs its hidden rows (bt_engine_set_mtp_hidden)"); }
+    MARK(BT_OP_MTP_ENORM, l);
+    OP(bi->rmsnorm(be, e->xb, e->x, e->vec_w, e->mtp_enorm, T, dim, c->norm_eps));
+    TAP(BT_OP_MTP_ENORM, l, e->xb, dim);
+    MARK(BT_OP_MTP_HNORM, l);
+    OP(bi->set(be, e->attn_out, 0, h, (size_t)T * dim));
+    OP(bi->rmsnorm(be, e->down, e->attn_out, e->vec_w, e->mtp_hnorm, T, dim, c->norm_eps));
+    TAP(BT_OP_MTP_HNORM, l, e->down, dim);
+    MARK(BT_OP_MTP_EH_PROJ, l);
+    float *en = e->mtp_host, *hn = en + (size_t)T * dim, *cat = hn + (size_t)T * dim;
+    OP(bi->read(be, e->xb, 0, (size_t)T * dim, en));
+    OP(bi->read(be, e->down, 0, (size_t)T * dim, hn));
+    for (int t = 0; t < T; t++) {
+        memcpy(cat + (size_t)t * 2 * dim, en + (size_t)t * dim, (size_t)dim * sizeof(float));
+        memcpy(cat + (size_t)t * 2 * dim + dim, hn + (size_t)t * dim, (size_t)dim * sizeof(float));
+    }
+    OP(bi->set(be, e->mtp_cat, 0, cat, (size_t)T * 2 * dim));
+    OP(mm(e, e->m->nextn.eh_proj.type, e->w_eh, dim, 2 * (int64_t)dim, e->mtp_cat, 0, T, e->x));
+    TAP(BT_OP_MTP_EH_PROJ, l, e->x, dim);
+    return BT_OK;
+}
+
 static int forward_run(bt_engine *e, int T)
 {
     const bt_config *c = &e->c;
@@ -1162,10 +1259,11 @@ static int forward_run(bt_engine *e, int T)
             if (rc0) return rc0;
         }
     MARK(BT_OP_TOKEN_EMBD, -1);
-    OP(bi->get_rows(be, m->token_embd.type, e->w_embd, dim, tokens, T, e->x));
+    OP(bi->get_rows(be, e->embd_type, e->w_embd, dim, tokens, T, e->x));
     TAP(BT_OP_TOKEN_EMBD, -1, e->x, dim);
+    if (e->mtp) OP(mtp_input(e, T));
 
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = e->layer0; l < c->n_layers; l++) {
         const bt_layer_weights *L = &m->layers[l];
         const layer_bufs *W = &e->lw[l];
         MARK(BT_OP_ATTN_NORM, l);
@@ -1205,7 +1303,7 @@ static int forward_run(bt_engine *e, int T)
             const seq_run *sq = &e->run[s];
             bt_buf *qb = SV(sq, V_Q, e->q), *kb = SV(sq, V_K, e->k);
             int n = sq->T, p0 = sq->pos0;
-            if (e->hybrid) {   /* partial (sectioned) rope */
+            if (e->part_rope) {   /* partial (sectioned) rope */
                 MARK(BT_OP_ATTN_Q, l);
                 OP(bi->rope_neox_part(be, qb, n, c->n_heads, hd, c->rope_dim, p0, e->rope_cos, e->rope_sin));
                 MARK(BT_OP_ATTN_K, l);
@@ -1227,7 +1325,7 @@ static int forward_run(bt_engine *e, int T)
         TAP(BT_OP_ATTN_V, l, e->v, kv_dim);
         /* Append to the cache after the taps, so an injected k/v is what the
          * cache carries forward, as a bad kernel's output would be. */
-        size_t slab = (size_t)l * e->cache_rows * kv_dim;
+        size_t slab = (size_t)(l - e->layer0) * e->cache_rows * kv_dim;
         MARK(BT_OP_ATTN_CTX, l);   /* the cache append is attention's input */
         for (int s = 0; s < e->n_run; s++) OP(store_kv(e, &e->run[s], slab, kv_dim));
         if (e->num_on && e->num.kv != BT_NUM_F32) {   /* the cache as the profile stores it (one sequence) */
@@ -1313,7 +1411,8 @@ static int forward_run(bt_engine *e, int T)
         src = 0;
     }
     MARK(BT_OP_LOGITS, -1);
-    OP(mm(e, m->output.type, e->w_out, c->n_vocab, dim, head_in, src, rows, e->logits_b));
+    OP(mm(e, e->out_type, e->w_out, c->n_vocab, dim, head_in, src, rows, e->logits_b));
+    e->last_rows = e->n_run == 1 ? T : 0;
     e->logit_rows = rows;
     OP(num_store(e, e->logits_b, (size_t)rows * c->n_vocab));
     if (want_l) TAP(BT_OP_LOGITS, -1, e->logits_b, c->n_vocab);
@@ -1488,7 +1587,7 @@ int bt_engine_set_numerics(bt_engine *e, const bt_numerics *n)
     if (on && e->foreign)
         return bt_error(BT_EUNSUPPORTED, "--numerics: a numerics profile runs on the native engine only, not on llama.cpp");
     int rc;
-    if (on && e->hybrid && n->rope == BT_NUM_ROPE_GGML)
+    if (on && e->part_rope && n->rope == BT_NUM_ROPE_GGML)
         return bt_error(BT_EUNSUPPORTED, "--numerics: rope=ggml does not cover the sectioned partial rope of hybrid (gated "
                         "delta net) models; give rope=f64");
     if (on && (rc = bt_backend_num_check(e->be, n))) return rc;
@@ -1530,6 +1629,22 @@ int bt_engine_step(const bt_engine *e) { return e->step; }
 void bt_engine_set_step(bt_engine *e, int step) { e->step = step; }
 void bt_engine_set_logits_all(bt_engine *e, bool all) { e->logits_all = all; }
 int bt_engine_n_layers(const bt_engine *e) { return e->c.n_layers; }
+int bt_engine_first_layer(const bt_engine *e) { return e->layer0; }
+
+int bt_engine_set_mtp_hidden(bt_engine *e, const float *h)
+{
+    if (!e->mtp) return bt_error(BT_EINVAL, "hidden rows given to an engine that is not an MTP block");
+    e->mtp_h = h;
+    return BT_OK;
+}
+
+int bt_engine_hidden_rows(bt_engine *e, int row0, int n, float *dst)
+{
+    if (e->foreign) return bt_error(BT_EUNSUPPORTED, "the hidden rows of a foreign engine are its own");
+    if (row0 < 0 || n < 0 || row0 + n > e->last_rows)
+        return bt_error(BT_ERANGE, "hidden rows %d..%d of a forward of %d rows", row0, row0 + n - 1, e->last_rows);
+    return e->bi->read(e->be, e->xb, (size_t)row0 * e->c.dim, (size_t)n * e->c.dim, dst);
+}
 int bt_engine_ctx_len(const bt_engine *e) { return e->ctx_len; }
 int bt_engine_max_batch(const bt_engine *e) { return e->max_batch; }
 int bt_engine_kv_dim(const bt_engine *e) { return e->c.n_kv_heads * e->c.head_dim; }
@@ -1538,23 +1653,24 @@ bt_backend *bt_engine_backend(const bt_engine *e) { return e->be; }
 float *bt_engine_kv(bt_engine *e, int layer, int pos, int which)
 {
     if (e->foreign) return NULL;    /* the foreign engine owns its cache */
-    if (layer < 0 || layer >= e->c.n_layers || pos < 0 || (size_t)pos >= e->cache_rows) return NULL;
+    if (layer < e->layer0 || layer >= e->c.n_layers || pos < 0 || (size_t)pos >= e->cache_rows) return NULL;
     size_t kv_dim = (size_t)bt_engine_kv_dim(e);
     float *base = e->bi->buf_host ? e->bi->buf_host(e->be, which ? e->val_cache : e->key_cache) : NULL;
     if (!base) return NULL;
-    return base + ((size_t)layer * e->cache_rows + pos) * kv_dim;
+    return base + ((size_t)(layer - e->layer0) * e->cache_rows + pos) * kv_dim;
 }
 
 int bt_engine_kv_fill(bt_engine *e, int layer, int pos, int which, float value)
 {
     if (e->foreign) return bt_error(BT_EUNSUPPORTED, "the KV cache of a foreign engine is its own");
-    if (layer < 0 || layer >= e->c.n_layers || pos < 0 || (size_t)pos >= e->cache_rows)
+    if (layer < e->layer0 || layer >= e->c.n_layers || pos < 0 || (size_t)pos >= e->cache_rows)
         return bt_error(BT_ERANGE, "layer %d / position %d is outside the KV cache", layer, pos);
     size_t kv_dim = (size_t)bt_engine_kv_dim(e);
     float *p = malloc(kv_dim * sizeof(float));     /* rare: fault injection */
     if (!p) return bt_error(BT_ENOMEM, "out of memory");
     for (size_t i = 0; i < kv_dim; i++) p[i] = value;
-    int rc = e->bi->set(e->be, which ? e->val_cache : e->key_cache, ((size_t)layer * e->cache_rows + pos) * kv_dim, p, kv_dim);
+    int rc = e->bi->set(e->be, which ? e->val_cache : e->key_cache, ((size_t)(layer - e->layer0) * e->cache_rows + pos) * kv_dim,
+                        p, kv_dim);
     free(p);
     return rc;
 }

@@ -39,6 +39,9 @@
  * store names, never these numbers. */
 enum bt_op {
     BT_OP_TOKEN_EMBD = 0,
+    /* the MTP (nextn) block's input (a hybrid's drafter, layer N after the trunk) */
+    BT_OP_MTP_ENORM, BT_OP_MTP_HNORM,        /* rmsnorm of the token's embedding; of the hidden row */
+    BT_OP_MTP_EH_PROJ,                       /* eh_proj([enorm; hnorm]): the block's residual input */
     BT_OP_ATTN_NORM,
     /* gated delta net (the recurrent layers of a hybrid model, engine/gdn.c) */
     BT_OP_SSM_QKV, BT_OP_SSM_Z,              /* the fused q/k/v projection (conv input), the gate z */
@@ -166,9 +169,29 @@ typedef struct bt_engine_opts {
      * recurrent state slots (hybrid models; 0: 1). block_size 0: one
      * sequence, bt_engine_forward. */
     int block_size, n_blocks, n_slots;
+    /* The model's MTP (nextn) block instead of its trunk (the drafter of
+     * --draft-mtp): each forward runs the block over tokens paired with the
+     * hidden rows bt_engine_set_mtp_hidden gave it; its output_norm and
+     * logits are the block's head. Its layer is numbered after the trunk
+     * (blk.N.*, N = the trunk's layers); its KV cache is its own. */
+    bool mtp;
 } bt_engine_opts;
 int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **out);
 int bt_engine_n_layers(const bt_engine *e);
+/* The first layer a forward runs: 0, or the MTP block's N (opts.mtp); the
+ * layers it computes are [first, n_layers). */
+int bt_engine_first_layer(const bt_engine *e);
+/* An MTP engine's next forward pairs token t with hidden row t (T rows of
+ * dim floats, host memory, borrowed until that forward returns): row t is
+ * the output-normed hidden state of the position before token t's (the
+ * trunk's, or the block's own when drafting ahead; zeros before position
+ * 0). BT_EINVAL on an engine that is not an MTP engine. */
+int bt_engine_set_mtp_hidden(bt_engine *e, const float *h);
+/* Copy rows [row0, row0 + n) of the last forward's output_norm (the hidden
+ * state the head reads) to dst (n * dim floats): what an MTP drafter pairs
+ * with the next tokens. A native engine's single-sequence forward only;
+ * BT_EUNSUPPORTED on a foreign engine, BT_ERANGE for rows it did not run. */
+int bt_engine_hidden_rows(bt_engine *e, int row0, int n, float *dst);
 /* Switch a backend feature on (bt_backend_enable: BT_BACKEND_GRAPHS,
  * BT_BACKEND_ACTIVITY) before the first forward; with ACTIVITY the forward
  * announces every op to the backend (its mark hook, backend_impl.h) so its

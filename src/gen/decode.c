@@ -12,7 +12,17 @@
  * rejection restores it and recomputes the accepted positions, untapped,
  * inside the verify step (its taps are the verify's; the next step's state
  * taps show the restored state). --inject norollback skips that (the
- * rejected drafts stay in the state: the bug class). */
+ * rejected drafts stay in the state: the bug class).
+ *
+ * The MTP drafter (BT_DRAFT_MTP) is the model's nextn block, run as
+ * llama.cpp's draft-mtp runs it: its cache position p holds the pair
+ * (h_{p-1}, x_p), h the target's output-normed hidden row (zeros before
+ * position 0). Its cache is valid for [0, mpos); the target's rows for the
+ * positions [mh_pos0, mh_pos0 + mh_n) wait in mh until a draft catches the
+ * block up on positions mpos..n_ctx-1, whose last row drafts the next
+ * token; each further draft feeds the block its own last hidden row (its
+ * head-normed output) with the token it drafted. Those positions are
+ * overwritten by the next catch-up, so a rejection needs no rollback. */
 #include "decode.h"
 #include "tap/detect.h"
 #include "base/util.h"
@@ -43,6 +53,10 @@ struct bt_decoder {
     size_t state_n;
     float *dstate;               /* a hybrid drafter's state after its last catch-up, at dstate_pos */
     int dstate_pos, dnext;       /* (-1: none); the position the drafter's state expects */
+    /* BT_DRAFT_MTP (see the top) */
+    int dim, mpos, mh_pos0, mh_n, mh_cap;
+    float *mh;                   /* (mh_cap, dim) the target's hidden rows awaiting the block */
+    float *mchain;               /* (dim) the block's last hidden row, for the next draft */
     /* acceptance-rate window */
     double win[BT_SPEC_WINDOW];
     int win_n;
@@ -55,6 +69,7 @@ void bt_decoder_free(bt_decoder *d)
     if (!d) return;
     free(d->ctx); free(d->draft); free(d->draft_step); free(d->draft_finite); free(d->draft_det);
     free(d->q); free(d->p); free(d->vin); free(d->state); free(d->dstate);
+    free(d->mh); free(d->mchain);
     free(d);
 }
 
@@ -84,6 +99,15 @@ int bt_decoder_new(const bt_decoder_cfg *cfg, const int32_t *prompt, int n_promp
     }
     memcpy(d->ctx, prompt, (size_t)n_prompt * sizeof(int32_t));
     d->n_ctx = d->n_prompt = n_prompt;
+    if (d->c.drafter == BT_DRAFT_MTP) {
+        d->dim = bt_engine_model(cfg->target)->cfg.dim;
+        d->mh_cap = n_prompt + k + 2;
+        d->mh = calloc((size_t)d->mh_cap * d->dim, sizeof(float));   /* row 0: h_{-1} = 0 */
+        d->mchain = malloc((size_t)d->dim * sizeof(float));
+        d->mh_pos0 = -1;
+        d->mh_n = 1;
+        if (!d->mh || !d->mchain) { bt_decoder_free(d); return bt_error(BT_ENOMEM, "out of memory for the MTP drafter"); }
+    }
     *out = d;
     return BT_OK;
 }
@@ -158,6 +182,26 @@ static int forward(bt_decoder *d, bt_engine *e, const bt_gen_observer *rec, cons
     return BT_OK;
 }
 
+/* BT_DRAFT_MTP: keep rows [0, n) of the target's last forward, the hidden
+ * states of positions pos.. (which continue the waiting rows). */
+static int mtp_keep(bt_decoder *d, int pos, int n)
+{
+    if (d->c.drafter != BT_DRAFT_MTP || n <= 0) return BT_OK;
+    if (pos != d->mh_pos0 + d->mh_n)
+        return bt_error(BT_EINVAL, "the MTP drafter lost track of the hidden rows (position %d, expected %d)",
+                        pos, d->mh_pos0 + d->mh_n);
+    if (d->mh_n + n > d->mh_cap) {
+        int cap = BT_MAX(d->mh_n + n, 2 * d->mh_cap);
+        float *mh = realloc(d->mh, (size_t)cap * d->dim * sizeof(float));
+        if (!mh) return bt_error(BT_ENOMEM, "out of memory for the MTP drafter's hidden rows");
+        d->mh = mh;
+        d->mh_cap = cap;
+    }
+    int rc = bt_engine_hidden_rows(d->c.target, 0, n, d->mh + (size_t)d->mh_n * d->dim);
+    if (rc == BT_OK) d->mh_n += n;
+    return rc;
+}
+
 static int end_step(const bt_gen_observer *rec, double ms) { return rec && rec->step_end ? rec->step_end(rec->user, ms) : BT_OK; }
 
 /* A target forward of the last token (or the prompt) and one sampled token. */
@@ -178,10 +222,12 @@ static int plain_step(bt_decoder *d, int32_t *out, float *lps, int *n)
     int chunk = prefill ? BT_MAX(bt_engine_max_batch(d->c.target), 1) : n_in;
     while (n_in > chunk) {
         if ((rc = forward(d, d->c.target, rec, "prefill", in, chunk, pos, &ms))) return rc;
+        if ((rc = mtp_keep(d, pos, chunk))) return rc;
         if ((rc = end_step(rec, ms))) return rc;
         in += chunk; pos += chunk; n_in -= chunk;
     }
     rc = forward(d, d->c.target, rec, prefill ? "prefill" : "decode", in, n_in, pos, &ms);
+    if (rc == BT_OK) rc = mtp_keep(d, pos, n_in);
     if (rc) return rc;
     if (prefill) d->st.prefill_s = bt_now() - t0;
     d->started = true;
@@ -243,6 +289,29 @@ static int draft_rewind(bt_decoder *d)
     return bt_engine_state_rewind(e, d->dstate, d->dstate_pos, d->ctx + d->dstate_pos, d->dpos - d->dstate_pos);
 }
 
+/* Draft token j from the drafter's last logit row (it drafts position
+ * pos): greedy by the argmax rule, else drawn from its distribution q;
+ * reported as the draft step's snapshot and token, and the step ends. */
+static int draft_pick(bt_decoder *d, int j, int pos, double ms, int32_t *tok_out)
+{
+    const bt_gen_observer *rec = d->c.draft_obs;
+    const float *row = bt_engine_logits(d->c.draft);
+    float *q = d->q + (size_t)j * d->n_vocab;
+    int rc;
+    bool det = d->c.greedy || !bt_sampler_probs(d->c.smp, row, d->n_vocab, q);
+    int32_t tok = det ? bt_argmax(&d->c.rule, row, d->n_vocab) : bt_sampler_draw(d->c.smp, q, d->n_vocab);
+    d->draft[j] = tok;
+    d->draft_step[j] = d->step - 1;
+    d->draft_finite[j] = row_finite(row, d->n_vocab);
+    d->draft_det[j] = det;
+    if (rec) {
+        if ((rc = obs_snapshot(rec, row, pos - 1, tok))) return rc;
+        if ((rc = obs_token(rec, pos, tok, "draft", det ? NAN : logf(q[tok])))) return rc;
+    }
+    *tok_out = tok;
+    return end_step(rec, ms);
+}
+
 /* Draft k tokens with the draft engine (catching it up first). */
 static int draft_model(bt_decoder *d, int k, int *nd)
 {
@@ -261,21 +330,51 @@ static int draft_model(bt_decoder *d, int k, int *nd)
         d->dnext = d->dpos;
         if (j == 0 && d->dstate && (rc = bt_engine_state_save(d->c.draft, 0, d->dstate, NULL)) == BT_OK) d->dstate_pos = d->dpos;
         if (rc) return rc;
-        const float *row = bt_engine_logits(d->c.draft);
-        float *q = d->q + (size_t)j * d->n_vocab;
         int32_t tok;
-        bool det = d->c.greedy || !bt_sampler_probs(d->c.smp, row, d->n_vocab, q);
-        tok = det ? bt_argmax(&d->c.rule, row, d->n_vocab) : bt_sampler_draw(d->c.smp, q, d->n_vocab);
-        d->draft[j] = tok;
-        d->draft_step[j] = d->step - 1;
-        d->draft_finite[j] = row_finite(row, d->n_vocab);
-        d->draft_det[j] = det;
-        if (rec) {
-            if ((rc = obs_snapshot(rec, row, pos + n_in - 1, tok))) return rc;
-            if ((rc = obs_token(rec, pos + n_in, tok, "draft", det ? NAN : logf(q[tok])))) return rc;
-        }
-        if ((rc = end_step(rec, ms))) return rc;
+        if ((rc = draft_pick(d, j, pos + n_in, ms, &tok))) return rc;
         /* an id outside the vocabulary cannot be verified: the draft ends */
+        if (tok < 0 || tok >= d->n_vocab) break;
+        (*nd)++;
+    }
+    return BT_OK;
+}
+
+/* Draft k tokens with the MTP block: catch it up on positions
+ * mpos..n_ctx-1 (in forwards of its batch), the last row drafting the
+ * token at n_ctx; then one forward a token, each fed the block's own
+ * hidden row. */
+static int draft_mtp(bt_decoder *d, int k, int *nd)
+{
+    const bt_gen_observer *rec = d->c.draft_obs;
+    bt_engine *e = d->c.draft;
+    int chunk = BT_MAX(bt_engine_max_batch(e), 1), rc;
+    double ms = 0;
+    *nd = 0;
+    if (d->mh_pos0 != d->mpos - 1 || d->mh_n != d->n_ctx - d->mpos)
+        return bt_error(BT_EINVAL, "the MTP drafter's hidden rows (%d from position %d) do not cover positions %d..%d",
+                        d->mh_n, d->mh_pos0, d->mpos - 1, d->n_ctx - 2);
+    for (int p = d->mpos; p < d->n_ctx; ) {
+        int n = BT_MIN(chunk, d->n_ctx - p);
+        if ((rc = bt_engine_set_mtp_hidden(e, d->mh + (size_t)(p - d->mpos) * d->dim))) return rc;
+        if ((rc = forward(d, e, rec, "draft", d->ctx + p, n, p, &ms))) return rc;
+        p += n;
+        if (p < d->n_ctx && (rc = end_step(rec, ms))) return rc;
+        if (p == d->n_ctx && (rc = bt_engine_hidden_rows(e, n - 1, 1, d->mchain))) return rc;
+    }
+    /* the block's cache is now the real pairs up to n_ctx - 1; the next
+     * hidden row it waits for is the target's at n_ctx - 1 */
+    d->mpos = d->n_ctx;
+    d->mh_pos0 = d->n_ctx - 1;
+    d->mh_n = 0;
+    for (int j = 0; j < k; j++) {
+        int pos = d->n_ctx + j - 1;
+        if (j > 0) {
+            if ((rc = bt_engine_set_mtp_hidden(e, d->mchain))) return rc;
+            if ((rc = forward(d, e, rec, "draft", &d->draft[j - 1], 1, pos, &ms))) return rc;
+            if ((rc = bt_engine_hidden_rows(e, 0, 1, d->mchain))) return rc;
+        }
+        int32_t tok;
+        if ((rc = draft_pick(d, j, pos + 1, ms, &tok))) return rc;
         if (tok < 0 || tok >= d->n_vocab) break;
         (*nd)++;
     }
@@ -350,6 +449,7 @@ int bt_decoder_next(bt_decoder *d, int32_t *out, float *lps, int *n)
     int nd = 0, rc;
     if (k > 0) {
         if (d->c.drafter == BT_DRAFT_NGRAM) nd = draft_ngram(d, k);
+        else if (d->c.drafter == BT_DRAFT_MTP) { if ((rc = draft_mtp(d, k, &nd))) return rc; }
         else if ((rc = draft_model(d, k, &nd))) return rc;
     }
     if (nd == 0) return plain_step(d, out, lps, n);
@@ -366,6 +466,7 @@ int bt_decoder_next(bt_decoder *d, int32_t *out, float *lps, int *n)
         return bt_error(BT_ENOMEM, "out of memory for the recurrent state (%zu floats)", d->state_n);
     if (d->state_n && (rc = bt_engine_state_save(d->c.target, 0, d->state, NULL))) return rc;
     if ((rc = forward(d, d->c.target, rec, "verify", d->vin, nd + 1, base, &ms))) return rc;
+    if ((rc = mtp_keep(d, base, nd + 1))) return rc;   /* trimmed to the emitted below */
     int step = d->step - 1;
     int a = 0;
     bool stopped = false, rejected = false;
@@ -440,6 +541,7 @@ int bt_decoder_next(bt_decoder *d, int32_t *out, float *lps, int *n)
          * target's correction or bonus */
         if (rec && (rc = obs_token(rec, base + 1 + i, out[i], i == a ? "bonus" : "gen", lp))) return rc;
     }
+    if (d->c.drafter == BT_DRAFT_MTP) d->mh_n = *n;   /* the rows of the positions that stay */
     /* the logit rows are read: the state may be rolled back now */
     if (rejected && d->state_n && (rc = roll_back(d, step, base, a + 1, nd))) return rc;
     if (rec && (rc = obs_spec_step(rec, step, d->c.drafter_name, nd, a, stopped ? -1 : fix, fix_kind))) return rc;

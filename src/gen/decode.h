@@ -1,6 +1,7 @@
 /* decode.h - the generation loop's engine side: prefill, plain decoding and
- * speculative decoding (a draft model, the target's own first layers, or
- * n-gram prompt lookup), every step reported to an observer (gen/observer.h).
+ * speculative decoding (a draft model, the target's own first layers, its
+ * MTP (nextn) block, or n-gram prompt lookup), every step reported to an
+ * observer (gen/observer.h).
  *
  * bt_decoder_next() emits the next 1..k+1 tokens. Greedy speculative
  * decoding accepts a drafted token while it equals the target's argmax under
@@ -22,7 +23,7 @@
 #include "gen/observer.h"
 #include "tokenizer/tokenizer.h"
 
-enum bt_drafter { BT_DRAFT_NONE = 0, BT_DRAFT_MODEL, BT_DRAFT_SELF, BT_DRAFT_NGRAM };
+enum bt_drafter { BT_DRAFT_NONE = 0, BT_DRAFT_MODEL, BT_DRAFT_SELF, BT_DRAFT_NGRAM, BT_DRAFT_MTP };
 
 typedef struct bt_decoder_cfg {
     bt_engine *target;
@@ -37,8 +38,9 @@ typedef struct bt_decoder_cfg {
     int drafter;                 /* bt_drafter */
     int k;                       /* tokens drafted per verify */
     int ngram;                   /* n-gram size for BT_DRAFT_NGRAM */
-    const char *drafter_name;    /* "model", "self:N", "ngram:N" */
-    bt_engine *draft;            /* BT_DRAFT_MODEL / BT_DRAFT_SELF */
+    const char *drafter_name;    /* "model", "self:N", "ngram:N", "mtp" */
+    bt_engine *draft;            /* BT_DRAFT_MODEL / BT_DRAFT_SELF; BT_DRAFT_MTP: an MTP
+                                  * engine (bt_engine_opts.mtp) of the target's model */
     const bt_gen_observer *draft_obs;  /* the drafter's steps; may be NULL */
 } bt_decoder_cfg;
 

@@ -255,6 +255,47 @@ static int check_all_used(const bt_model *m, int n_bound)
     return BT_OK;
 }
 
+/* The MTP (nextn) block N = n_layers, bound when present: its layer from the
+ * architecture's attention-layer table, then its own tensors. A file whose
+ * block lacks a required tensor still runs its trunk; m->nextn.missing names
+ * the tensor for whoever asks for the block (--draft-mtp). A tensor of the
+ * wrong shape is an error, as anywhere else. names: (n_layer + 6) slots. */
+static int bind_nextn(bt_model *m, char (*names)[NAME_CAP], int *bound)
+{
+    bt_config *c = &m->cfg;
+    const bt_arch *a = c->desc;
+    int N = c->n_layers, used = 0, rc;
+    bt_layer_weights *L = &m->layers[N];
+    bt_nextn_weights *x = &m->nextn;
+    for (int i = 0; i < a->n_layer; i++) {
+        const bt_arch_tensor *t = &a->layer[i];
+        char *name = names[used++];
+        snprintf(name, NAME_CAP, "blk.%d.%s", N, t->name);
+        bt_weight *w = (bt_weight *)((char *)L + t->field);
+        int64_t ne2 = t->ne[2] ? bt_arch_dim(c, t->ne[2]) : 1;
+        if ((rc = bind3(m, w, name, bt_arch_dim(c, t->ne[0]), t->ne[1] ? bt_arch_dim(c, t->ne[1]) : 1, ne2, true)))
+            return rc;
+        *bound += w->data != NULL;
+        if (!w->data && !t->optional && !x->missing) x->missing = name;
+    }
+    struct { const char *n; bt_weight *w; int64_t cols, rows; bool opt; } nx[] = {
+        { "nextn.eh_proj.weight", &x->eh_proj, 2 * (int64_t)c->dim, c->dim, false },
+        { "nextn.enorm.weight", &x->enorm, c->dim, 1, false },
+        { "nextn.hnorm.weight", &x->hnorm, c->dim, 1, false },
+        { "nextn.shared_head_norm.weight", &x->shared_head_norm, c->dim, 1, true },
+        { "nextn.embed_tokens.weight", &x->embed_tokens, c->dim, c->n_vocab, true },
+        { "nextn.shared_head_head.weight", &x->shared_head_head, c->dim, c->n_vocab, true },
+    };
+    for (size_t i = 0; i < BT_ARRAY_SIZE(nx); i++) {
+        char *name = names[used++];
+        snprintf(name, NAME_CAP, "blk.%d.%s", N, nx[i].n);
+        if ((rc = bind(m, nx[i].w, name, nx[i].cols, nx[i].rows, true))) return rc;
+        *bound += nx[i].w->data != NULL;
+        if (!nx[i].w->data && !nx[i].opt && !x->missing) x->missing = name;
+    }
+    return BT_OK;
+}
+
 /* Bind the global tensors and every layer's tensors from the descriptor's
  * table; names go into the arena `names` ((n_layers * n_layer) slots). */
 static int load_gguf_weights(bt_model *m, char (*names)[NAME_CAP])
@@ -294,6 +335,7 @@ static int load_gguf_weights(bt_model *m, char (*names)[NAME_CAP])
          * (a missing one adds nothing), as llama.cpp does */
     }
     if (biases) c->flags |= BT_ARCH_QKV_BIAS;
+    if (c->n_nextn > 0) bind_nextn(m, names + used, &bound);
     return check_all_used(m, bound);
 }
 
@@ -536,8 +578,8 @@ static int load_gguf(bt_model *m, const void *data, size_t size)
 #undef OPT_U32
 #undef ARCH_KEY
 
-    m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers));
-    char (*names)[NAME_CAP] = calloc((size_t)c->n_layers * (size_t)BT_MAX(a->n_layer, a->n_recr) + 1, NAME_CAP);
+    m->layers = calloc((size_t)(c->n_layers + c->n_nextn), sizeof(*m->layers));
+    char (*names)[NAME_CAP] = calloc((size_t)(c->n_layers + 1) * (size_t)BT_MAX(a->n_layer, a->n_recr) + 8, NAME_CAP);
     if (!m->layers || !names) { free(names); return bt_error(BT_ENOMEM, "out of memory"); }
     pv->names = names;
     return load_gguf_weights(m, names);

@@ -107,6 +107,9 @@ typedef struct bt_config {
     int ssm_head_k, ssm_head_v;   /* ssm.state_size (both: llama.cpp requires them equal) */
     int ssm_n_k, ssm_n_v;     /* ssm.group_count key heads, ssm.time_step_rank value heads */
     int n_nextn;              /* nextn_predict_layers: MTP blocks stored after the trunk */
+    int trunk_layers;         /* 0: the trunk is n_layers (a model's config); an MTP
+                               * engine's config runs layers up to n_layers = the
+                               * trunk's + 1 and says here where its block starts */
     int rope_sections[4];     /* rope.dimension_sections (imrope) */
     uint64_t recr[16];        /* bit l: layer l is recurrent (from the file) */
 } bt_config;
@@ -117,10 +120,33 @@ static inline bool bt_layer_recurrent(const bt_config *c, int l)
     return (c->flags & BT_ARCH_HYBRID) && l >= 0 && l < 1024 && ((c->recr[l >> 6] >> (l & 63)) & 1);
 }
 
+/* The MTP (nextn) block of a hybrid model, stored after its trunk as
+ * block N = cfg.n_layers: layers[N] holds its full-attention layer (the
+ * architecture's attention-layer table); these are the block's own. The
+ * block predicts the token after next from (the trunk's output-normed hidden
+ * state of position p - 1, the token at p): eh_proj([enorm(embed(x_p));
+ * hnorm(h_{p-1})]), the layer, then shared_head_norm (else output_norm) and
+ * shared_head_head (else output). */
+typedef struct bt_nextn_weights {
+    bt_weight eh_proj;           /* (dim, 2*dim) */
+    bt_weight enorm, hnorm;      /* (dim) */
+    bt_weight shared_head_norm;  /* (dim), optional */
+    bt_weight embed_tokens;      /* (n_vocab, dim), optional: token_embd */
+    bt_weight shared_head_head;  /* (n_vocab, dim), optional: output */
+    const char *missing;         /* NULL: usable; else the first required tensor the file lacks */
+} bt_nextn_weights;
+
+/* Is layer l the MTP (nextn) block after the trunk (bt_nextn_weights)? */
+static inline bool bt_layer_mtp(const bt_config *c, int l)
+{
+    return c->n_nextn > 0 && l >= (c->trunk_layers ? c->trunk_layers : c->n_layers);
+}
+
 typedef struct bt_model {
     bt_config cfg;
     bt_weight token_embd;        /* (n_vocab, dim) */
-    bt_layer_weights *layers;    /* [n_layers] */
+    bt_layer_weights *layers;    /* [n_layers + n_nextn]: the trunk, then the MTP block's layer */
+    bt_nextn_weights nextn;      /* the MTP block (cfg.n_nextn > 0) */
     bt_weight output_norm;       /* (dim) */
     bt_weight output;            /* (n_vocab, dim); == token_embd when tied */
     bt_weight rope_freqs;        /* (rope_dim/2) frequency divisors, or data NULL */

@@ -435,7 +435,9 @@ int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out)
     /* Forward order: token_embd, per layer the layer ops, output_norm, logits. */
     int rc = BT_OK;
     char name[64];
+    int first = bt_engine_first_layer(e);   /* an MTP drafter runs only its block */
     for (int l = -1; l <= r->n_layers && rc == BT_OK; l++) {
+        if (l >= 0 && l < first) continue;
         for (int op = 0; op < BT_OP_COUNT && rc == BT_OK; op++) {
             bool layer_op = bt_op_is_layer_op(op);
             if ((l == -1 && op != BT_OP_TOKEN_EMBD) || (l == r->n_layers && op < BT_OP_OUTPUT_NORM) ||

@@ -31,6 +31,7 @@ struct bt_session {
     bool hooks;
     int ctx, threads;
     int spec_k, draft_self, draft_ngram;
+    bool draft_mtp;
     char drafter_name[32];
     char sha_hex[65];
 };
@@ -92,6 +93,7 @@ int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
     s->spec_k = cfg->spec_k;
     s->draft_self = cfg->draft_self;
     s->draft_ngram = cfg->draft_ngram;
+    s->draft_mtp = cfg->draft_mtp;
     /* Hash before any bitflip injection: the mapping then differs from the file. */
     if (cfg->trace && cfg->meta) bt_sha256_hex(m->file_data, m->file_size, s->sha_hex);
     if (cfg->n_inject) {
@@ -132,6 +134,13 @@ int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
         bt_engine_opts eo = { .ctx_len = s->ctx, .max_batch = batch, .n_layers = cfg->draft_self, .share_pool = s->e };
         if ((rc = bt_engine_new_opts(s->draft_model ? s->draft_model : m, &eo, &s->de))) return rc;
         if (cfg->numerics && (rc = bt_engine_set_numerics(s->de, cfg->numerics))) return rc;   /* the drafter runs the same profile */
+    } else if (cfg->draft_mtp) {
+        if (cfg->engine_new)
+            return bt_error(BT_EINVAL, "--draft-mtp runs the model's MTP block on the native engine beside it; "
+                            "it cannot draft for --engine llama.cpp");
+        bt_engine_opts eo = { .ctx_len = s->ctx, .max_batch = batch, .share_pool = s->e, .mtp = true };
+        if ((rc = bt_engine_new_opts(m, &eo, &s->de))) return rc;
+        if (cfg->numerics && (rc = bt_engine_set_numerics(s->de, cfg->numerics))) return rc;
     }
     if (s->inj) {
         /* Refuse, before any work, a spec no run in this context can ever
@@ -152,6 +161,7 @@ int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
     if (s->draft_model) snprintf(s->drafter_name, sizeof(s->drafter_name), "model");
     else if (cfg->draft_self) snprintf(s->drafter_name, sizeof(s->drafter_name), "self:%d", cfg->draft_self);
     else if (cfg->draft_ngram) snprintf(s->drafter_name, sizeof(s->drafter_name), "ngram:%d", cfg->draft_ngram);
+    else if (cfg->draft_mtp) snprintf(s->drafter_name, sizeof(s->drafter_name), "mtp");
     if (cfg->trace) {
         /* From here on an interrupt closes the trace properly (the caller
          * checks between steps); before, there was nothing to lose. */
@@ -247,7 +257,7 @@ void bt_session_decoder_cfg(const bt_session *s, bt_decoder_cfg *dc)
     dc->target_obs = s->rec ? &s->obs : NULL;
     dc->inj = s->inj;
     dc->drafter = s->draft_model ? BT_DRAFT_MODEL : s->draft_self ? BT_DRAFT_SELF
-                : s->draft_ngram ? BT_DRAFT_NGRAM : BT_DRAFT_NONE;
+                : s->draft_ngram ? BT_DRAFT_NGRAM : s->draft_mtp ? BT_DRAFT_MTP : BT_DRAFT_NONE;
     dc->k = s->spec_k;
     dc->ngram = s->draft_ngram;
     dc->drafter_name = s->drafter_name;

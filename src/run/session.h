@@ -82,6 +82,7 @@ typedef struct bt_session_cfg {
     int spec_k;                     /* tokens drafted per verify (0: no speculation) */
     int draft_self;                 /* drafter = the target's first N layers */
     int draft_ngram;                /* drafter = prompt lookup of the last N tokens */
+    bool draft_mtp;                 /* drafter = the model's MTP (nextn) block */
     const bt_numerics *numerics;    /* the emulated numerics (target and drafter); NULL: exact f32 */
     bool cuda_graphs;               /* capture each step as a CUDA graph (run --cuda-graphs; cuda only) */
     bool cupti;                     /* record device activity (CUPTI) into the trace's kernels

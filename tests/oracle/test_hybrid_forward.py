@@ -58,8 +58,10 @@ def tol_hybrid(name, r):
     return cf.tol_exact_f32(name, r)
 
 
-def forward(bangtrace, model, ids, d, threads=None):
+def forward(bangtrace, model, ids, d, threads=None, mtp=False):
     cmd = [bangtrace, "forward", "--model", model, "--tokens", " ".join(map(str, ids)), "--dump", d]
+    if mtp:
+        cmd.append("--mtp")
     if threads:
         cmd += ["--threads", str(threads)]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
@@ -99,6 +101,23 @@ def greedy(bangtrace, model, m, rh, label):
     return True
 
 
+def check_mtp(m, ids, dump, label):
+    """The MTP block of `forward --mtp` (id t at position t paired with the
+    trunk's output_norm row t - 1, zeros for t = 0, as llama.cpp's draft-mtp
+    pairs them) against ref_hybrid.mtp() on the oracle's own trunk rows."""
+    import numpy as np
+    import compare_forward as cf
+    import ref_hybrid as rh
+    h = np.zeros((len(ids), m.cfg["dim"]))
+    h[1:] = rh.forward(m, ids, want={"output_norm"})["output_norm"][:-1]
+    want = rh.mtp(m, h, ids, pos0=0)
+    order = [n for n in want if "shexp" not in n]
+    res = cf.compare(want, dump, lambda n, r: tol_hybrid("logits" if n == "mtp_logits" else n, r), order)
+    hc.say("%s %s MTP block (%d ids): %d tensors" % ("ok  " if res.ok else "FAIL", label, len(ids), len(order)))
+    res.report(always=("mtp_logits",))
+    return res.ok
+
+
 def main():
     why = hc.skip_reason()
     if why:
@@ -122,7 +141,7 @@ def main():
             m = order = None
             for pi, ids in enumerate((hc.PROMPTS[0],) if quick else (hc.PROMPTS[0], hc.PROMPTS[3])):
                 d = os.path.join(tmp, "d%d-%d" % (mi, pi))
-                rc, err = forward(bangtrace, path, ids, d, threads)
+                rc, err = forward(bangtrace, path, ids, d, threads, mtp=pi == 0)
                 if rc != 0 and refused(err) and mi == 0:
                     print("SKIP: bangtrace does not run qwen35 yet (%s)" % err.splitlines()[-1][:200])
                     return 77
@@ -150,6 +169,8 @@ def main():
                                                                len(ids), len(order)))
                 res.report(always=("logits",) + tuple(n for n in order if n.endswith(".ssm_state")))
                 ok &= res.ok
+                if pi == 0:
+                    ok &= check_mtp(m, ids, dump, label)
             if quick or m is None:
                 continue
             ok &= greedy(bangtrace, path, m, rh, label)
