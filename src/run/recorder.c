@@ -309,27 +309,9 @@ static void record_tap(bt_recorder *r, const struct pending *p)
  * the earlier observation; the merged pending keeps that expert's name. */
 static void merge_pending(struct pending *a, const struct pending *b)
 {
-    bt_tap_stats *x = &a->s;
-    const bt_tap_stats *y = &b->s;
-    bool take_bad = y->first_bad_pos >= 0 && (x->first_bad_pos < 0 || y->first_bad_pos < x->first_bad_pos);
-    int64_t nf = x->n_finite + y->n_finite;
-    if (y->n_finite > 0) {
-        if (x->n_finite > 0) {
-            x->mean = (float)(((double)x->mean * x->n_finite + (double)y->mean * y->n_finite) / nf);
-            x->rms = (float)sqrt(((double)x->rms * x->rms * x->n_finite + (double)y->rms * y->rms * y->n_finite) / nf);
-            x->min = fminf(x->min, y->min);
-            x->max = fmaxf(x->max, y->max);
-            x->absmax = fmaxf(x->absmax, y->absmax);
-        } else {
-            x->mean = y->mean; x->rms = y->rms; x->min = y->min; x->max = y->max; x->absmax = y->absmax;
-        }
-    }
-    x->n += y->n; x->n_finite = nf;
-    x->nan += y->nan; x->pinf += y->pinf; x->ninf += y->ninf;
+    bool take_bad = bt_tap_stats_merge(&a->s, &b->s);
     if (take_bad) {
         a->ev = b->ev;
-        x->first_bad_index = y->first_bad_index;
-        x->first_bad_pos = y->first_bad_pos;
         a->expert = b->expert;
         memcpy(a->kernel, b->kernel, sizeof(a->kernel));
     }

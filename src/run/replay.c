@@ -33,6 +33,10 @@ typedef struct replay {
     int *slot;                  /* (BT_OP_COUNT, n_layers + 1) -> slot or -1 */
     bt_tap_stats *ref;          /* per slot, this step */
     bool *seen;
+    /* a mixture-of-experts op's views (one per expert), merged into ref
+     * once the forward is done (their statistics may land only then) */
+    bt_tap_stats *xs;
+    int *xs_slot, n_xs, cap_xs;
     char err[256];
 } replay;
 
@@ -55,6 +59,18 @@ static bool rp_observe(void *user, const bt_tensor_view *t)
         return false;
     }
     /* final once the forward returns, which is when ref is read */
+    if (t->moe) {
+        if (r->n_xs >= r->cap_xs) {
+            snprintf(r->err, sizeof(r->err), "more than %d expert views in one forward", r->cap_xs);
+            return false;
+        }
+        r->xs_slot[r->n_xs] = s;
+        if (bt_tensor_stats(t, &r->xs[r->n_xs++]) != BT_OK) {
+            snprintf(r->err, sizeof(r->err), "%s", bt_errmsg());
+            return false;
+        }
+        return true;
+    }
     if (bt_tensor_stats(t, &r->ref[s]) != BT_OK) {
         snprintf(r->err, sizeof(r->err), "%s", bt_errmsg());
         return false;
@@ -356,7 +372,10 @@ static int start_engines(replay_run *x)
     rp->slot = malloc((size_t)BT_OP_COUNT * (n_layers + 1) * sizeof(int));
     rp->ref = calloc((size_t)n_tens, sizeof(bt_tap_stats));
     rp->seen = calloc((size_t)n_tens, sizeof(bool));
-    if (!rp->slot || !rp->ref || !rp->seen) return bt_error(BT_ENOMEM, "out of memory");
+    rp->cap_xs = n_tens * BT_MAX(x->m->cfg.n_expert, 1);
+    rp->xs = calloc((size_t)rp->cap_xs, sizeof(bt_tap_stats));
+    rp->xs_slot = calloc((size_t)rp->cap_xs, sizeof(int));
+    if (!rp->slot || !rp->ref || !rp->seen || !rp->xs || !rp->xs_slot) return bt_error(BT_ENOMEM, "out of memory");
     for (int i = 0; i < BT_OP_COUNT * (n_layers + 1); i++) rp->slot[i] = -1;
     for (int i = 0; i < n_tens; i++)
         if (bt_op_from_name(x->tens[i].op) >= 0) *slot_at(rp, bt_op_from_name(x->tens[i].op), x->tens[i].layer) = i;
@@ -367,7 +386,9 @@ static int start_engines(replay_run *x)
         x->rp2 = *rp;
         x->rp2.ref = calloc((size_t)n_tens, sizeof(bt_tap_stats));
         x->rp2.seen = calloc((size_t)n_tens, sizeof(bool));
-        if (!x->rp2.ref || !x->rp2.seen) return bt_error(BT_ENOMEM, "out of memory");
+        x->rp2.xs = calloc((size_t)rp->cap_xs, sizeof(bt_tap_stats));
+        x->rp2.xs_slot = calloc((size_t)rp->cap_xs, sizeof(int));
+        if (!x->rp2.ref || !x->rp2.seen || !x->rp2.xs || !x->rp2.xs_slot) return bt_error(BT_ENOMEM, "out of memory");
         bt_engine_set_eval_cb(x->e2, &x->cb2);
     }
     return BT_OK;
@@ -399,6 +420,7 @@ static int forward_on(replay_run *x, bt_engine *e, int w, replay *rp, int i)
     const bt_trace_step_row *s = &x->steps[i];
     int rc;
     memset(rp->seen, 0, (size_t)x->n_tens * sizeof(bool));
+    rp->n_xs = 0;
     /* a verify computes the logits of every row, as the run did */
     if (x->spec) bt_engine_set_logits_all(e, !strcmp(s->kind, "verify"));
     if ((rc = hybrid_align(x, e, w, s))) return rc;
@@ -413,6 +435,11 @@ static int forward_on(replay_run *x, bt_engine *e, int w, replay *rp, int i)
     }
     if ((rc = bt_engine_forward(e, x->in_tok + x->in_off[i] + h, s->n_pos - h, s->pos0 + h)) && rp->err[0])
         rc = bt_error(BT_EFORMAT, "%s: %s", x->cfg->name, rp->err);
+    for (int k = 0; k < rp->n_xs && rc == BT_OK; k++) {   /* the experts' views, as the recorder merges them */
+        int sl = rp->xs_slot[k];
+        if (rp->seen[sl]) bt_tap_stats_merge(&rp->ref[sl], &rp->xs[k]);
+        else { rp->ref[sl] = rp->xs[k]; rp->seen[sl] = true; }
+    }
     return rc;
 }
 
@@ -506,8 +533,8 @@ static void replay_run_free(replay_run *x)
     bt_replay_result *res = x->res;
     free(x->steps); free(x->seq); free(x->tr);
     free(x->tl.v); free(x->in_tok); free(x->in_off); free(x->cached); free(x->vstate[0]); free(x->vstate[1]);
-    free(x->rp.slot); free(x->rp.ref); free(x->rp.seen);
-    free(x->rp2.ref); free(x->rp2.seen);
+    free(x->rp.slot); free(x->rp.ref); free(x->rp.seen); free(x->rp.xs); free(x->rp.xs_slot);
+    free(x->rp2.ref); free(x->rp2.seen); free(x->rp2.xs); free(x->rp2.xs_slot);
     if (res->found && res->cross && x->m) {
         /* the departing matmul's weight type, for the verdict's kernel guess */
         int op = bt_op_from_name(x->tens[res->first.slot].op), l = x->tens[res->first.slot].layer;

@@ -90,3 +90,27 @@ void bt_logit_summarize(const float *row, int n, int k, int triton_block, bt_log
     }
     out->k = m;
 }
+
+bool bt_tap_stats_merge(bt_tap_stats *x, const bt_tap_stats *y)
+{
+    bool take_bad = y->first_bad_pos >= 0 && (x->first_bad_pos < 0 || y->first_bad_pos < x->first_bad_pos);
+    int64_t nf = x->n_finite + y->n_finite;
+    if (y->n_finite > 0) {
+        if (x->n_finite > 0) {
+            x->mean = (float)(((double)x->mean * x->n_finite + (double)y->mean * y->n_finite) / nf);
+            x->rms = (float)sqrt(((double)x->rms * x->rms * x->n_finite + (double)y->rms * y->rms * y->n_finite) / nf);
+            x->min = fminf(x->min, y->min);
+            x->max = fmaxf(x->max, y->max);
+            x->absmax = fmaxf(x->absmax, y->absmax);
+        } else {
+            x->mean = y->mean; x->rms = y->rms; x->min = y->min; x->max = y->max; x->absmax = y->absmax;
+        }
+    }
+    x->n += y->n; x->n_finite = nf;
+    x->nan += y->nan; x->pinf += y->pinf; x->ninf += y->ninf;
+    if (take_bad) {
+        x->first_bad_index = y->first_bad_index;
+        x->first_bad_pos = y->first_bad_pos;
+    }
+    return take_bad;
+}

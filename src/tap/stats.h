@@ -9,6 +9,13 @@
 
 #include "base/records.h"   /* bt_tap_stats, bt_logit_summary */
 
+/* Fold b into a: two views of one tensor slot (a mixture-of-experts op's
+ * experts, each over the rows routed to it). Counts add, min/max/absmax
+ * widen, mean and rms combine by their finite counts; the first non-finite
+ * value is b's only when it sits at a lower position (a tie keeps a's, the
+ * earlier observation). Returns whether b's first non-finite was taken. */
+bool bt_tap_stats_merge(bt_tap_stats *a, const bt_tap_stats *b);
+
 /* triton_block: the N of the run's rule if it is triton-block, else 1024. */
 void bt_logit_summarize(const float *row, int n, int k, int triton_block, bt_logit_summary *out);
 
