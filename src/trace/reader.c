@@ -1330,7 +1330,7 @@ int bt_trace_moe_routes_each(bt_trace_reader *r, int step, int (*fn)(void *user,
         row.layer = bt_col_int(s, 3);
         row.rank = bt_col_int(s, 4);
         row.expert = bt_col_int(s, 5);
-        row.weight = bt_col_real(s, 6);
+        row.weight = sqlite3_column_type(s, 6) == SQLITE_TEXT ? strtod(bt_col_text(s, 6), NULL) : bt_col_real(s, 6);
         int stop = fn(user, &row);
         if (stop) { sqlite3_finalize(s); return stop < 0 ? stop : BT_OK; }
     }

@@ -872,7 +872,11 @@ int bt_trace_moe_routes(bt_trace *t, int step, const char *model, int layer, int
             sqlite3_bind_int(s, 4, layer);
             sqlite3_bind_int(s, 5, j);
             sqlite3_bind_int(s, 6, experts[i * k + j]);
-            sqlite3_bind_double(s, 7, weights[i * k + j]);
+            /* a router that scored NaN routes with a NaN weight: the
+             * evidence, kept as text (SQLite stores a NaN REAL as NULL) */
+            float w = weights[i * k + j];
+            if (isfinite(w)) sqlite3_bind_double(s, 7, w);
+            else sqlite3_bind_text(s, 7, isnan(w) ? "nan" : w > 0 ? "inf" : "-inf", -1, SQLITE_STATIC);
             rc = run_stmt(t, ST_ROUTE, "writing moe_routes");
         }
     t->in_sqlite = 0;
