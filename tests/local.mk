@@ -319,8 +319,8 @@ EXTRA_DIST += tests/serve_batch.sh tests/serve_mix.py
 
 # speculation on the hybrid models: the recurrent state rolled back after a
 # rejection, lossless; --inject norollback named by diff and bisect (issue 25)
-TESTS += tests/spec_hybrid.sh
-EXTRA_DIST += tests/spec_hybrid.sh
+TESTS += tests/spec_hybrid.sh tests/spec_mtp.sh
+EXTRA_DIST += tests/spec_hybrid.sh tests/spec_mtp.sh
 
 # --numerics state= on the hybrid models (issue 25)
 TESTS += tests/numerics_state.sh
