@@ -4,7 +4,12 @@
  * and ggml shapes, the metadata keys and values, Llama 3 rope_freqs values,
  * and (Llama/Mistral) the q rows permuted for interleaved RoPE. Prints one
  * line per mismatch; exit 0 when everything matches, 1 otherwise, 2 when the
- * folder does not load. Used by tests/hf_arch.sh. */
+ * folder does not load. Used by tests/hf_arch.sh.
+ *
+ * hf_check_tool FOLDER --same FILE.gguf: the folder's synthetic GGUF holds
+ * exactly FILE's tensors (names, types, shapes, bytes) and the same
+ * ARCH.block_count and ARCH.nextn_predict_layers. Used by tests/hf_hybrid.sh
+ * against tools/make-tiny-hybrid.py's GGUF of the same weights. */
 #include "model/gguf.h"
 #include "model/hf.h"
 #include "kernels/cpu/kernels.h"
@@ -30,9 +35,57 @@ static float elem(const bt_gguf_tensor *t, int64_t i)
     return f[0];
 }
 
+static void same_u32(const bt_gguf *g, const bt_gguf *f, const char *arch, const char *suffix)
+{
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, suffix);
+    uint32_t a = 0, b = 0;
+    int ra = bt_gguf_get_u32(g, k, &a), rb = bt_gguf_get_u32(f, k, &b);
+    if ((ra == BT_OK) != (rb == BT_OK) || a != b)
+        BAD("key %s: folder %s%u, gguf %s%u", k, ra ? "absent " : "", a, rb ? "absent " : "", b);
+}
+
+static int same(const char *folder, const char *file)
+{
+    bt_gguf *g = NULL, *f = NULL;
+    if (bt_hf_open(folder, &g) || bt_gguf_open(file, &f)) {
+        fprintf(stderr, "%s\n", bt_errmsg());
+        bt_gguf_close(g);
+        return 2;
+    }
+    char name[256];
+    for (int64_t i = 0; i < bt_gguf_n_tensors(f); i++) {
+        const bt_gguf_tensor *w = bt_gguf_tensor_at(f, i);
+        snprintf(name, sizeof name, "%.*s", (int)w->name.len, w->name.ptr);
+        const bt_gguf_tensor *t = bt_gguf_find_tensor(g, name);
+        if (!t) { BAD("tensor %s is missing", name); continue; }
+        if (t->type != w->type || t->n_dims != w->n_dims || memcmp(t->ne, w->ne, sizeof t->ne))
+            BAD("%s: type %d [%lld, %lld, %lld], gguf type %d [%lld, %lld, %lld]", name, t->type, (long long)t->ne[0],
+                (long long)t->ne[1], (long long)t->ne[2], w->type, (long long)w->ne[0], (long long)w->ne[1],
+                (long long)w->ne[2]);
+        else if (t->nbytes != w->nbytes || memcmp(t->data, w->data, t->nbytes))
+            BAD("%s: the values differ", name);
+    }
+    if (bt_gguf_n_tensors(g) != bt_gguf_n_tensors(f))
+        BAD("%lld tensors, the gguf has %lld", (long long)bt_gguf_n_tensors(g), (long long)bt_gguf_n_tensors(f));
+    bt_gguf_str s;
+    char arch[64] = "";
+    if (bt_gguf_get_str(f, "general.architecture", &s) == BT_OK) snprintf(arch, sizeof arch, "%.*s", (int)s.len, s.ptr);
+    same_u32(g, f, arch, "block_count");
+    same_u32(g, f, arch, "nextn_predict_layers");
+    printf("%s: %lld tensors as in %s: %s\n", folder, (long long)bt_gguf_n_tensors(g), file, failures ? "MISMATCH" : "ok");
+    bt_gguf_close(g);
+    bt_gguf_close(f);
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 3) { fprintf(stderr, "usage: hf_check_tool FOLDER EXPECT.json\n"); return 2; }
+    if (argc == 4 && !strcmp(argv[2], "--same")) {
+        bt_log_level = 0;
+        return same(argv[1], argv[3]);
+    }
+    if (argc != 3) { fprintf(stderr, "usage: hf_check_tool FOLDER EXPECT.json | FOLDER --same FILE.gguf\n"); return 2; }
     bt_log_level = 0;
     json_error_t je;
     json_t *exp = json_load_file(argv[2], 0, &je);

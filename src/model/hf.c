@@ -175,9 +175,13 @@ static const struct { const char *hf, *arch; bool permute_qk; } ARCHS[] = {
     { "Qwen3_5ForCausalLM", "qwen35", false },
     { "Qwen3_5MoeForCausalLM", "qwen35moe", false },
     { "Qwen3NextForCausalLM", "qwen3next", false },
+    /* the image-text checkpoints: their text model (hf_open's text_config, add_tensors' names) */
+    { "Qwen3_5ForConditionalGeneration", "qwen35", false },
+    { "Qwen3_5MoeForConditionalGeneration", "qwen35moe", false },
 };
 #define ARCH_LIST "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, " \
-    "Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM"
+    "Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM, Qwen3_5ForConditionalGeneration, " \
+    "Qwen3_5MoeForConditionalGeneration"
 
 typedef struct hparams {
     const char *arch;
@@ -187,6 +191,8 @@ typedef struct hparams {
     /* qwen35 / qwen35moe (gated delta net): the linear attention's heads */
     bool hybrid;
     int64_t nk, nv, dk, dv, conv_k, ff_exp;
+    /* the MTP (nextn) blocks after the trunk: blk.n_layers .. n_layers + n_mtp - 1 */
+    int64_t n_mtp;
 } hparams;
 
 /* rope_scaling: llama3 becomes a rope_freqs.weight tensor computed as the
@@ -231,10 +237,11 @@ static int rope_scaling(hf_state *hs, bt_gguf_builder *b, const char *file, json
     return BT_OK;
 }
 
-/* Qwen3.5 (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM): the gated delta net's
- * shapes, which layers are recurrent, the partial sectioned rope; keys as
- * the converter writes them (Qwen3_5TextModel / Qwen3NextModel). The MTP
- * block (mtp.*) is left out: bangtrace does not draft with it yet. */
+/* Qwen3.5 (Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM) and Qwen3-Next: the
+ * gated delta net's shapes, which layers are recurrent, the partial
+ * sectioned rope; keys as the converter writes them (Qwen3_5TextModel /
+ * Qwen3NextModel). The MTP block's blocks count in block_count (config_keys)
+ * and are full attention here. */
 static int hybrid_keys(const char *file, json_t *cfg, bt_gguf_builder *b, hparams *hp)
 {
     const char *a = hp->arch;
@@ -273,7 +280,7 @@ static int hybrid_keys(const char *file, json_t *cfg, bt_gguf_builder *b, hparam
     if (lt) {
         if (!json_is_array(lt) || (int64_t)json_array_size(lt) != hp->n_layers)
             return bt_error(BT_EFORMAT, "%s: layer_types must list the %" PRId64 " layers", file, hp->n_layers);
-        int32_t *f = malloc((size_t)hp->n_layers * sizeof *f);
+        int32_t *f = calloc((size_t)(hp->n_layers + hp->n_mtp), sizeof *f);   /* the MTP blocks: 0 */
         if (!f) return bt_error(BT_ENOMEM, "out of memory");
         for (int64_t l = 0; l < hp->n_layers; l++) {
             const char *t = json_string_value(json_array_get(lt, (size_t)l));
@@ -284,7 +291,7 @@ static int hybrid_keys(const char *file, json_t *cfg, bt_gguf_builder *b, hparam
             f[l] = !strcmp(t, "linear_attention");
         }
         snprintf(k, sizeof k, "%s.attention.recurrent_layers", a);
-        bt_gguf_builder_arr(b, k, BT_GGUF_INT32, f, (uint64_t)hp->n_layers);
+        bt_gguf_builder_arr(b, k, BT_GGUF_INT32, f, (uint64_t)(hp->n_layers + hp->n_mtp));
         free(f);
     }
     /* partial rotary, with IMROPE sections */
@@ -328,10 +335,61 @@ static int hybrid_keys(const char *file, json_t *cfg, bt_gguf_builder *b, hparam
     return BT_OK;
 }
 
-static int config_keys(const char *dir, json_t *cfg, bt_gguf_builder *b, hparams *hp)
+/* A tensor's name as the converter sees it (TextModel and ModelBase
+ * filter_tensors, _QwenMtpMixin): an image-text checkpoint's vision tower
+ * ("visual." in the name: model.visual.*) is left out (returns 1);
+ * "language_model." is taken out (model.language_model.layers.N... ->
+ * model.layers.N...) and model.mtp.* is mtp.*. -1: too long. */
+static int text_name(const char *hf, char *out, size_t cap)
 {
-    char file[4096];
-    snprintf(file, sizeof file, "%s/config.json", dir);
+    if (strstr(hf, "visual.")) return 1;
+    const char *lm = strstr(hf, "language_model.");
+    int n = lm ? snprintf(out, cap, "%.*s%s", (int)(lm - hf), hf, lm + strlen("language_model."))
+               : snprintf(out, cap, "%s", hf);
+    if (n < 0 || (size_t)n >= cap) return -1;
+    if (!strncmp(out, "model.mtp.", 10)) memmove(out, out + 6, strlen(out + 6) + 1);
+    return 0;
+}
+
+/* The MTP block of a hybrid: the converter puts mtp.layers.K after the trunk
+ * as block n_layers + K, counting mtp_num_hidden_layers blocks (Qwen3-Next's
+ * config lacks it: the checkpoint's). A checkpoint without mtp.* tensors
+ * (the MTP block stripped) gets none, where the converter would still count
+ * the config's and write blocks without their tensors. */
+static int mtp_layers(hf_state *hs, const char *file, json_t *cfg, hparams *hp)
+{
+    int64_t n_ckpt = 0, n_cfg = 0;
+    bool any = false;
+    char nm[512];
+    for (int s = 0; s < hs->n_shards; s++)
+        for (int64_t i = 0; i < bt_safetensors_n_tensors(hs->shards[s]); i++) {
+            const char *name = bt_safetensors_tensor_at(hs->shards[s], i)->name;
+            if (text_name(name, nm, sizeof nm) || strncmp(nm, "mtp.", 4)) continue;
+            any = true;
+            long long K;
+            int off = 0;
+            if (sscanf(nm, "mtp.layers.%lld.%n", &K, &off) != 1 || off == 0) continue;
+            if (K < 0 || K >= 64)
+                return bt_error(BT_EFORMAT, "%s: tensor '%s': MTP layer %lld is implausible", bt_safetensors_path(hs->shards[s]),
+                                bt_text_esc(name), K);
+            n_ckpt = BT_MAX(n_ckpt, (int64_t)K + 1);
+        }
+    int rc = j_int(file, cfg, "mtp_num_hidden_layers", false, &n_cfg);
+    if (rc) return rc;
+    hp->n_mtp = 0;
+    if (!any) return BT_OK;
+    if (n_ckpt == 0)
+        return bt_error(BT_EFORMAT, "%s: the checkpoint has mtp.* tensors but no mtp.layers.0 (the MTP block is incomplete)", file);
+    if (n_cfg > 0 && n_cfg != n_ckpt)
+        return bt_error(BT_EFORMAT, "%s: mtp_num_hidden_layers is %" PRId64 " but the checkpoint's MTP block has %" PRId64
+                        " layers", file, n_cfg, n_ckpt);
+    hp->n_mtp = n_ckpt;
+    return BT_OK;
+}
+
+/* file: config.json's name in messages; cfg: its keys with text_config's over them */
+static int config_keys(hf_state *hs, const char *dir, const char *file, json_t *cfg, bt_gguf_builder *b, hparams *hp)
+{
     json_t *ar = json_object_get(cfg, "architectures");
     if (!json_is_array(ar) || !json_is_string(json_array_get(ar, 0)))
         return bt_error(BT_EFORMAT, "%s: 'architectures' is missing (a list naming the model class)", file);
@@ -370,12 +428,18 @@ static int config_keys(const char *dir, json_t *cfg, bt_gguf_builder *b, hparams
     if ((rc = put_count(b, file, a, "context_length", cfg, "max_position_embeddings", false)) ||
         (rc = put_count(b, file, a, "embedding_length", cfg, "hidden_size", true)) ||
         (rc = put_count(b, file, a, "feed_forward_length", cfg, "intermediate_size", !moe)) ||
-        (rc = put_count(b, file, a, "block_count", cfg, "num_hidden_layers", true)) ||
         (rc = put_count(b, file, a, "attention.head_count", cfg, "num_attention_heads", true)) ||
         (rc = put_count(b, file, a, "attention.head_count_kv", cfg, "num_key_value_heads", false)) ||
         (rc = put_count(b, file, a, "vocab_size", cfg, "vocab_size", false)))
         return rc;
     char k[128];
+    if (hp->hybrid && (rc = mtp_layers(hs, file, cfg, hp))) return rc;
+    snprintf(k, sizeof k, "%s.block_count", a);
+    bt_gguf_builder_u32(b, k, (uint32_t)(hp->n_layers + hp->n_mtp));
+    if (hp->n_mtp) {
+        snprintf(k, sizeof k, "%s.nextn_predict_layers", a);
+        bt_gguf_builder_u32(b, k, (uint32_t)hp->n_mtp);
+    }
     if (has_head_dim) {
         snprintf(k, sizeof k, "%s.attention.key_length", a);
         bt_gguf_builder_u32(b, k, (uint32_t)hp->head_dim);
@@ -580,12 +644,50 @@ static int convert_1d(hf_state *hs, const hparams *hp, const bt_st_tensor *t, in
     return BT_OK;
 }
 
-static int add_hybrid_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp, stack *stacks, const bt_safetensors *sf,
-                             const bt_st_tensor *t, bool *handled)
+/* The MTP block's own tensors (mtp.X, X = suffix) -> blk.N.nextn.*, N the
+ * number of trunk layers; its norms +1 as the others. */
+static int add_nextn(hf_state *hs, bt_gguf_builder *b, const hparams *hp, const bt_safetensors *sf, const bt_st_tensor *t,
+                     const char *suffix)
 {
-    const char *file = bt_safetensors_path(sf), *n = t->name;
+    static const struct { const char *hf, *gguf; } NEXTN[] = {
+        { "fc.weight", "nextn.eh_proj.weight" }, { "pre_fc_norm_embedding.weight", "nextn.enorm.weight" },
+        { "pre_fc_norm_hidden.weight", "nextn.hnorm.weight" }, { "norm.weight", "nextn.shared_head_norm.weight" },
+    };
+    const char *file = bt_safetensors_path(sf);
+    char g[160];
+    for (size_t i = 0; i < BT_ARRAY_SIZE(NEXTN); i++) {
+        if (strcmp(suffix, NEXTN[i].hf)) continue;
+        snprintf(g, sizeof g, "blk.%" PRId64 ".%s", hp->n_layers, NEXTN[i].gguf);
+        if (t->dtype != BT_DT_F32 && t->dtype != BT_DT_F16 && t->dtype != BT_DT_BF16)
+            return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has dtype %s (bangtrace reads F32, F16 and BF16)", file,
+                            bt_text_esc(t->name), t->dtype_name);
+        if (i == 0) {       /* eh_proj: [hidden, 2 x hidden] (the embedding and the hidden state, concatenated) */
+            if (t->n_dims != 2 || t->shape[0] != hp->dim || t->shape[1] != 2 * hp->dim)
+                return bt_error(BT_EFORMAT, "%s: '%s' is not [%" PRId64 ", %" PRId64 "]", file, bt_text_esc(t->name), hp->dim,
+                                2 * hp->dim);
+            int64_t ne[4] = { 2 * hp->dim, hp->dim, 1, 1 };
+            bt_gguf_builder_tensor(b, g, 2, ne, t->dtype, t->data, t->nbytes);
+            return BT_OK;
+        }
+        if (t->n_dims != 1 || t->shape[0] != hp->dim)
+            return bt_error(BT_EFORMAT, "%s: '%s' must be 1-D of hidden_size %" PRId64, file, bt_text_esc(t->name), hp->dim);
+        float *f;
+        int rc = convert_1d(hs, hp, t, 1, false, &f);
+        int64_t ne[4] = { hp->dim, 1, 1, 1 };
+        if (rc == BT_OK) bt_gguf_builder_tensor(b, g, 1, ne, BT_DT_F32, f, (uint64_t)hp->dim * 4);
+        return rc;
+    }
+    return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has no GGUF counterpart for %s (bangtrace would ignore it)", file,
+                    bt_text_esc(t->name), hp->arch);
+}
+
+/* n: the tensor's name as the converter sees it (add_tensor); layers below
+ * limit exist (the trunk's, and the MTP block's for a name from it). */
+static int add_hybrid_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp, stack *stacks, const bt_safetensors *sf,
+                             const bt_st_tensor *t, const char *n, int64_t limit, bool *handled)
+{
+    const char *file = bt_safetensors_path(sf);
     *handled = true;
-    if (!strncmp(n, "mtp.", 4)) return BT_OK;          /* the MTP block: not used yet */
     if (!strcmp(n, "model.norm.weight")) {
         float *f;
         int rc = convert_1d(hs, hp, t, 1, false, &f);
@@ -596,8 +698,8 @@ static int add_hybrid_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp
     long long L;
     int off = 0;
     if (sscanf(n, "model.layers.%lld.%n", &L, &off) != 1 || off == 0 || L < 0) { *handled = false; return BT_OK; }
-    if (L >= hp->n_layers)
-        return bt_error(BT_EFORMAT, "%s: tensor '%s' is in layer %lld but num_hidden_layers is %" PRId64, file, bt_text_esc(n), L,
+    if (L >= limit)
+        return bt_error(BT_EFORMAT, "%s: tensor '%s' is in layer %lld but num_hidden_layers is %" PRId64, file, bt_text_esc(t->name), L,
                         hp->n_layers);
     const char *rest = n + off;
     char g[160];
@@ -608,7 +710,7 @@ static int add_hybrid_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp
     };
     for (size_t i = 0; i < BT_ARRAY_SIZE(NORMS); i++)
         if (!strcmp(rest, NORMS[i].hf)) {
-            if (t->n_dims != 1) return bt_error(BT_EFORMAT, "%s: '%s' must be 1-D", file, bt_text_esc(n));
+            if (t->n_dims != 1) return bt_error(BT_EFORMAT, "%s: '%s' must be 1-D", file, bt_text_esc(t->name));
             float *f;
             int rc = convert_1d(hs, hp, t, 1, false, &f);
             snprintf(g, sizeof g, "blk.%lld.%s", L, NORMS[i].gguf);
@@ -623,7 +725,7 @@ static int add_hybrid_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp
         int64_t ne[4] = { 1, 1, 1, 1 };
         if (!strcmp(x, "A_log") || !strcmp(x, "dt_bias")) {
             if (t->n_dims != 1 || t->shape[0] != hp->nv)
-                return bt_error(BT_EFORMAT, "%s: '%s' must hold the %" PRId64 " value heads", file, bt_text_esc(n), hp->nv);
+                return bt_error(BT_EFORMAT, "%s: '%s' must hold the %" PRId64 " value heads", file, bt_text_esc(t->name), hp->nv);
             float *f;
             bool alog = !strcmp(x, "A_log");
             if ((rc = convert_1d(hs, hp, t, alog ? 2 : 0, true, &f))) return rc;
@@ -634,15 +736,15 @@ static int add_hybrid_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp
         }
         if (t->dtype != BT_DT_F32 && t->dtype != BT_DT_F16 && t->dtype != BT_DT_BF16)
             return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has dtype %s (bangtrace reads F32, F16 and BF16)", file,
-                            bt_text_esc(n), t->dtype_name);
+                            bt_text_esc(t->name), t->dtype_name);
         if (!strcmp(x, "in_proj_qkvz.weight")) {
             /* Qwen3-Next: per key head [q, k, v, z] -> [q all, k all, v all] and z */
             int64_t per = hp->nv / hp->nk, hrow = 2 * hp->dk + 2 * per * hp->dv;
             if (t->n_dims != 2 || t->shape[0] != hp->nk * hrow)
                 return bt_error(BT_EFORMAT, "%s: '%s' has the wrong shape for %" PRId64 " key and %" PRId64 " value heads",
-                                file, bt_text_esc(n), hp->nk, hp->nv);
+                                file, bt_text_esc(t->name), hp->nk, hp->nv);
             if (t->dtype != BT_DT_F32 && t->dtype != BT_DT_F16 && t->dtype != BT_DT_BF16)
-                return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has dtype %s", file, bt_text_esc(n), t->dtype_name);
+                return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has dtype %s", file, bt_text_esc(t->name), t->dtype_name);
             size_t es = t->dtype == BT_DT_F32 ? 4 : 2, row = (size_t)t->shape[1] * es;
             uint8_t *qkv = hs_alloc(hs, (size_t)(qk + V) * row), *z = hs_alloc(hs, (size_t)V * row);
             if (!qkv || !z) return bt_error(BT_ENOMEM, "out of memory splitting '%s'", n);
@@ -666,7 +768,7 @@ static int add_hybrid_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp
         }
         if (!strcmp(x, "in_proj_ba.weight")) {
             if (t->n_dims != 2 || t->shape[0] != 2 * hp->nv)
-                return bt_error(BT_EFORMAT, "%s: '%s' must have 2 x %" PRId64 " rows", file, bt_text_esc(n), hp->nv);
+                return bt_error(BT_EFORMAT, "%s: '%s' must have 2 x %" PRId64 " rows", file, bt_text_esc(t->name), hp->nv);
             ne[0] = t->shape[1];
             ne[1] = t->shape[0];
             snprintf(g, sizeof g, "blk.%lld.ssm_ba.weight", L);
@@ -686,7 +788,7 @@ static int add_hybrid_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp
             if (strcmp(x, M[i].hf)) continue;
             snprintf(g, sizeof g, "blk.%lld.%s", L, M[i].gguf);
             if (!M[i].rows) {      /* the gated norm: as it is (no offset from 1) */
-                if (t->n_dims != 1) return bt_error(BT_EFORMAT, "%s: '%s' must be 1-D", file, bt_text_esc(n));
+                if (t->n_dims != 1) return bt_error(BT_EFORMAT, "%s: '%s' must be 1-D", file, bt_text_esc(t->name));
                 ne[0] = t->shape[0];
                 bt_gguf_builder_tensor(b, g, 1, ne, t->dtype, t->data, t->nbytes);
                 return BT_OK;
@@ -696,24 +798,24 @@ static int add_hybrid_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp
             if ((conv ? (t->n_dims != 3 || t->shape[1] != 1) : t->n_dims != 2) || rows != M[i].rows ||
                 (M[i].cols && cols != V))
                 return bt_error(BT_EFORMAT, "%s: '%s' has the wrong shape for %" PRId64 " key and %" PRId64
-                                " value heads", file, bt_text_esc(n), hp->nk, hp->nv);
+                                " value heads", file, bt_text_esc(t->name), hp->nk, hp->nv);
             if ((rc = reorder(hs, hp, t, rows, cols, M[i].row0, M[i].unit, M[i].cols, &ro))) return rc;
             ne[0] = cols; ne[1] = rows;
             bt_gguf_builder_tensor(b, g, 2, ne, t->dtype, ro, (uint64_t)(rows * cols) * (t->dtype == BT_DT_F32 ? 4 : 2));
             return BT_OK;
         }
         return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has no GGUF counterpart for %s (bangtrace would ignore it)", file,
-                        bt_text_esc(n), hp->arch);
+                        bt_text_esc(t->name), hp->arch);
     }
     /* the fused experts of Qwen3.5 MoE: gate_up_proj [E, 2 ff, dim] and down_proj [E, dim, ff] */
     if (!strcmp(rest, "mlp.experts.gate_up_proj") || !strcmp(rest, "mlp.experts.down_proj")) {
         bool gu = !strcmp(rest, "mlp.experts.gate_up_proj");
         int64_t E = hp->n_experts, FE = hp->ff_exp;
         if (t->n_dims != 3 || t->shape[0] != E || t->shape[1] != (gu ? 2 * FE : hp->dim) || t->shape[2] != (gu ? hp->dim : FE))
-            return bt_error(BT_EFORMAT, "%s: '%s' is not [%" PRId64 ", %" PRId64 ", %" PRId64 "]", file, bt_text_esc(n), E,
+            return bt_error(BT_EFORMAT, "%s: '%s' is not [%" PRId64 ", %" PRId64 ", %" PRId64 "]", file, bt_text_esc(t->name), E,
                             gu ? 2 * FE : hp->dim, gu ? hp->dim : FE);
         if (t->dtype != BT_DT_F32 && t->dtype != BT_DT_F16 && t->dtype != BT_DT_BF16)
-            return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has dtype %s", file, bt_text_esc(n), t->dtype_name);
+            return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has dtype %s", file, bt_text_esc(t->name), t->dtype_name);
         (void)stacks;
         size_t es = t->dtype == BT_DT_F32 ? 4 : 2;
         if (!gu) {
@@ -736,7 +838,7 @@ static int add_hybrid_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp
     }
     if (!strcmp(rest, "mlp.shared_expert_gate.weight")) {
         if (t->n_dims != 2 || t->shape[0] != 1)
-            return bt_error(BT_EFORMAT, "%s: '%s' must be [1, hidden_size]", file, bt_text_esc(n));
+            return bt_error(BT_EFORMAT, "%s: '%s' must be [1, hidden_size]", file, bt_text_esc(t->name));
         int64_t ne[4] = { t->shape[1], 1, 1, 1 };
         snprintf(g, sizeof g, "blk.%lld.ffn_gate_inp_shexp.weight", L);
         bt_gguf_builder_tensor(b, g, 1, ne, t->dtype, t->data, t->nbytes);
@@ -746,24 +848,35 @@ static int add_hybrid_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp
     return BT_OK;
 }
 
+/* hf: t's name as the converter sees it (text_name) */
 static int add_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp, stack *stacks,
-                      const bt_safetensors *sf, const bt_st_tensor *t)
+                      const bt_safetensors *sf, const bt_st_tensor *t, const char *hf)
 {
     const char *file = bt_safetensors_path(sf);
-    char name[160];
-    int64_t layer, expert;
+    char name[160], blk[512];
+    int64_t layer, expert, limit = hp->n_layers;
     int ek;
+    if (hp->hybrid && !strncmp(hf, "mtp.", 4)) {
+        /* the MTP block (mtp_layers counted it): mtp.layers.K.X is the
+         * full-attention block n_layers + K, fc and its norms blk.N.nextn.* */
+        long long K;
+        int off = 0;
+        if (sscanf(hf, "mtp.layers.%lld.%n", &K, &off) != 1 || off == 0) return add_nextn(hs, b, hp, sf, t, hf + 4);
+        snprintf(blk, sizeof blk, "model.layers.%" PRId64 ".%s", hp->n_layers + (int64_t)K, hf + off);
+        hf = blk;
+        limit = hp->n_layers + hp->n_mtp;
+    }
     if (hp->hybrid) {
         bool handled;
-        int rc = add_hybrid_tensor(hs, b, hp, stacks, sf, t, &handled);
+        int rc = add_hybrid_tensor(hs, b, hp, stacks, sf, t, hf, limit, &handled);
         if (rc || handled) return rc;
     }
-    int r = map_name(t->name, hp, name, sizeof name, &layer, &expert, &ek);
+    int r = map_name(hf, hp, name, sizeof name, &layer, &expert, &ek);
     if (r == 1) return BT_OK;
     if (r < 0)
         return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has no GGUF counterpart for %s (bangtrace would ignore it)",
                         file, bt_text_esc(t->name), hp->arch);
-    if (layer >= hp->n_layers)
+    if (layer >= limit)
         return bt_error(BT_EFORMAT, "%s: tensor '%s' is in layer %" PRId64 " but num_hidden_layers is %" PRId64,
                         file, bt_text_esc(t->name), layer, hp->n_layers);
     if (t->dtype != BT_DT_F32 && t->dtype != BT_DT_F16 && t->dtype != BT_DT_BF16)
@@ -882,7 +995,9 @@ static int add_tensors(hf_state *hs, bt_gguf_builder *b, const hparams *hp)
 {
     int rc = BT_OK;
     stack *stacks = NULL;
-    if (hp->n_experts > 0 && !(stacks = calloc((size_t)(hp->n_layers * EXP_KINDS), sizeof(*stacks))))
+    int64_t n_blocks = hp->n_layers + hp->n_mtp;
+    char hf[512];
+    if (hp->n_experts > 0 && !(stacks = calloc((size_t)(n_blocks * EXP_KINDS), sizeof(*stacks))))
         return bt_error(BT_ENOMEM, "out of memory");
     for (int s = 0; s < hs->n_shards && !rc; s++) {
         const bt_safetensors *sf = hs->shards[s];
@@ -895,10 +1010,13 @@ static int add_tensors(hf_state *hs, bt_gguf_builder *b, const hparams *hp)
             if (!rc && hp->n_experts == 0 && strstr(t->name, ".mlp.experts."))
                 rc = bt_error(BT_EFORMAT, "%s: tensor '%s' is an expert but the config has no num_experts",
                               bt_safetensors_path(sf), bt_text_esc(t->name));
-            if (!rc) rc = add_tensor(hs, b, hp, stacks, sf, t);
+            int tn = rc ? 0 : text_name(t->name, hf, sizeof hf);
+            if (tn < 0)
+                rc = bt_error(BT_EFORMAT, "%s: tensor name '%s' is too long", bt_safetensors_path(sf), bt_text_esc(t->name));
+            if (!rc && tn == 0) rc = add_tensor(hs, b, hp, stacks, sf, t, hf);
         }
     }
-    for (int64_t i = 0; stacks && !rc && i < hp->n_layers * EXP_KINDS; i++)
+    for (int64_t i = 0; stacks && !rc && i < n_blocks * EXP_KINDS; i++)
         if (stacks[i].buf && stacks[i].filled != hp->n_experts)
             rc = bt_error(BT_EFORMAT, "layer %" PRId64 ": only %" PRId64 " of %" PRId64 " experts' %s weights are present",
                           i / EXP_KINDS, stacks[i].filled, hp->n_experts,
@@ -1503,6 +1621,28 @@ done:
 
 /* ---- entry points ----------------------------------------------------- */
 
+/* An image-text checkpoint (Qwen3_5ForConditionalGeneration, ...) keeps its
+ * language model's settings under text_config: as the converter does, they
+ * go over the top-level keys (tie_word_embeddings, say, stays at the top),
+ * so *cfg becomes that merged object; the messages' file names it. */
+static int text_config(char *file, size_t cap, json_t **cfg)
+{
+    json_t *tc = json_object_get(*cfg, "text_config");
+    if (!tc) return BT_OK;
+    if (!json_is_object(tc)) return bt_error(BT_EFORMAT, "%s: text_config must be an object", file);
+    json_t *m = json_copy(*cfg);
+    if (!m || json_object_update(m, tc)) {
+        json_decref(m);
+        return bt_error(BT_ENOMEM, "out of memory");
+    }
+    json_object_del(m, "text_config");
+    json_decref(*cfg);
+    *cfg = m;
+    size_t n = strlen(file);
+    snprintf(file + n, cap - n, " (text_config)");
+    return BT_OK;
+}
+
 int bt_hf_open(const char *dir, bt_gguf **out)
 {
     *out = NULL;
@@ -1530,9 +1670,10 @@ int bt_hf_open(const char *dir, bt_gguf **out)
         return bt_gguf_builder_finish(b, dir, out);
     }
     if ((rc = load_json(dir, "config.json", true, &cfg))) goto fail;
-    if ((rc = config_keys(dir, cfg, b, &hp))) goto fail;
-    if ((rc = rope_scaling(hs, b, file, cfg, &hp))) goto fail;
+    if ((rc = text_config(file, sizeof file, &cfg))) goto fail;
     if ((rc = open_shards(hs, dir))) goto fail;
+    if ((rc = config_keys(hs, dir, file, cfg, b, &hp))) goto fail;
+    if ((rc = rope_scaling(hs, b, file, cfg, &hp))) goto fail;
     if ((rc = add_tensors(hs, b, &hp))) goto fail;
     if ((rc = tokenizer_keys(hs, dir, cfg, b))) goto fail;
     json_decref(cfg);
