@@ -32,6 +32,14 @@ for A in qwen35 qwen35moe qwen3next; do
     grep -q "^differ: no (tokens and taps equal)" "$TMP/d" && cmp -s "$TMP/hf.txt" "$TMP/g.txt" \
         && ok "$A: the Hugging Face folder runs as the GGUF of the same weights ($(grep '^taps: equal' "$TMP/d" | sed 's/^taps: //'))" \
         || fail "$A folder vs GGUF: $(cat "$TMP/d")"
+    # the folder's MTP block drafts as the GGUF's (--draft-mtp: the draft model's taps too)
+    "$BANGTRACE" run --model "$TMP/$A-hf" --prompt "$P" -n 16 --spec-k 3 --draft-mtp --trace "$TMP/$A-hf-mtp.db" >/dev/null 2>&1 \
+        && "$BANGTRACE" run --model "$TMP/$A.gguf" --prompt "$P" -n 16 --spec-k 3 --draft-mtp --trace "$TMP/$A-mtp.db" >/dev/null 2>&1 \
+        && [ "$(sqlite3 "$TMP/$A-hf-mtp.db" "SELECT hex(b.stats) FROM tap_blobs b JOIN steps s ON s.step = b.step WHERE s.model = 'draft' ORDER BY b.step")" = \
+             "$(sqlite3 "$TMP/$A-mtp.db" "SELECT hex(b.stats) FROM tap_blobs b JOIN steps s ON s.step = b.step WHERE s.model = 'draft' ORDER BY b.step")" ] \
+        && [ -n "$(sqlite3 "$TMP/$A-mtp.db" "SELECT 1 FROM tap_blobs b JOIN steps s ON s.step = b.step WHERE s.model = 'draft' LIMIT 1")" ] \
+        && ok "$A: the folder's MTP block drafts as the GGUF's (every draft tap equal)" \
+        || fail "$A folder --draft-mtp differs from the GGUF's"
     "$TOOL" "$TMP/$A-hf" --same "$TMP/$A.gguf" >"$TMP/same" 2>&1 && grep -q ": ok$" "$TMP/same" \
         && ok "$A: the folder's tensors are the GGUF's, bytes and all (the MTP block as blk.4.*)" \
         || fail "$A folder's tensors: $(cat "$TMP/same")"
