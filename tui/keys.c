@@ -151,7 +151,8 @@ const char *const *tui_key_help(void)
         int col = 0;
         for (int op = 0; op < BT_OP_COUNT; op++) {
             const char *name = bt_op_name(op);
-            bool hybrid = !strncmp(name, "ssm_", 4) || !strcmp(name, "attn_gate") || !strcmp(name, "attn_gated");
+            bool hybrid = !strncmp(name, "ssm_", 4) || !strncmp(name, "mtp_", 4) || !strcmp(name, "attn_gate") ||
+                          !strcmp(name, "attn_gated");
             if (hybrid != (pass == 1)) continue;
             char item[40];
             snprintf(item, sizeof item, "%s %s", bt_op_label(op), name);

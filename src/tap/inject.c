@@ -588,7 +588,7 @@ int bt_injector_check(const bt_injector *inj, const bt_inject_limits *lim)
         if (s->model == 1) {
             if (!lim->draft)
                 return bt_error(BT_EINVAL, "--inject '%s': model=draft, but this run has no draft model "
-                                "(--draft MODEL or --draft-self N; --draft-ngram computes no tensors)", s->text);
+                                "(--draft MODEL, --draft-self N or --draft-mtp; --draft-ngram computes no tensors)", s->text);
             c = lim->draft;
             n_layers = lim->draft_layers;
         }
