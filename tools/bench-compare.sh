@@ -44,30 +44,13 @@ depths=${BENCH_DEPTHS:-0 1024 2048 4096}
 adapter=${BENCH_ADAPTER:-1}
 rounds=${BENCH_ROUNDS:-3}
 cache=${BT_CACHE:-$HOME/.cache/bangtrace}/models
-lc=$("$here/llama-cpp") || { echo "bench-compare: no llama.cpp build (tools/llama-cpp failed)" >&2; exit 1; }
-want=$(grep -v '^#' "$here/llama-cpp.sha256" | awk '{print $2; exit}')
-got=$(sed -n 's/^version=//p' "$lc/build-info.txt")
-[ "$got" = "$want" ] || { echo "bench-compare: $lc is llama.cpp $got, bangtrace pins $want: version mismatch" >&2; exit 2; }
+. "$here/bench-lib.sh"
+bench_llama_cpp bench-compare
+got=$lc_version
 src=$("$here/fetch-model") || { echo "bench-compare: the default model is not available" >&2; exit 1; }
 f32=$cache/smollm2-135m-f32.gguf
 [ -f "$f32" ] || python3 "$here/requant.py" "$src" "$f32" f32 >/dev/null
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-jget() { python3 -c 'import json,sys
-try: d=json.load(open(sys.argv[1]))
-except Exception: d=None
-for k in sys.argv[2:]: d=d.get(k) if isinstance(d,dict) else None
-print("%.1f" % d if isinstance(d,(int,float)) else "n/a")' "$@"; }
-lbench() {  # model depth -> "pp tg"
-    "$lc/bin/llama-bench" -m "$1" -t "$threads" -p "$P" -n "$N" -d "$2" -r 1 ${LLAMA_REPACK:+--repack "$LLAMA_REPACK"} -o json >"$tmp/lb.json" 2>/dev/null || { echo "n/a n/a"; return; }
-    python3 -c 'import json,sys
-rows=json.load(open(sys.argv[1]))
-pp=[r["avg_ts"] for r in rows if r.get("n_prompt",0)>0 and r.get("n_gen",0)==0]
-tg=[r["avg_ts"] for r in rows if r.get("n_gen",0)>0 and r.get("n_prompt",0)==0]
-print("%.1f %.1f" % (pp[0] if pp else float("nan"), tg[0] if tg else float("nan")))' "$tmp/lb.json"
-}
-ratio() { python3 -c 'import sys
-try: print("%.2f" % (float(sys.argv[1])/float(sys.argv[2])))
-except Exception: print("n/a")' "$1" "$2"; }
 # The model file for a type: the cached one, else made with llama-quantize.
 model_for() {
     t=$1 lower=$(echo "$1" | tr 'A-Z' 'a-z') pure=
@@ -76,10 +59,7 @@ model_for() {
         Q2_K|Q3_K|Q4_K|Q5_K|Q6_K) pure=--pure lower=$lower-pure ;;
     esac
     m=$cache/smollm2-135m-$lower.gguf
-    if [ ! -f "$m" ]; then
-        "$lc/bin/llama-quantize" $pure "$f32" "$m.tmp" "$t" "$threads" >"$tmp/q.log" 2>&1 &&
-            mv "$m.tmp" "$m" || { rm -f "$m.tmp"; echo "bench-compare: $t: llama-quantize failed ($(tail -1 "$tmp/q.log"))" >&2; return 1; }
-    fi
+    bench_quantize "$f32" "$m" "$t" $pure >/dev/null || { echo "bench-compare: $t: could not make $m" >&2; return 1; }
     echo "$m"
 }
 
@@ -96,10 +76,6 @@ print("%.1f" % best)' 2>/dev/null || echo n/a)
 echo "bench-compare: $threads threads, prompt $P, decode $N, depths $depths, median of $rounds alternating rounds; llama.cpp $got"
 echo "memory bandwidth: triad (numpy, 1 thread) $triad GB/s; bangtrace read probe, $threads threads: see 'read bw' per type"
 printf '%-7s %5s %-12s %9s %9s %9s   %s\n' type depth engine "prompt/s" "decode/s" "taps/s" "read bw"
-# median of the numbers given (n/a ignored); "n/a" when there are none
-med() { python3 -c 'import sys
-v=sorted(float(a) for a in sys.argv[1:] if a not in ("n/a","nan"))
-print("%.1f" % v[len(v)//2] if v else "n/a")' "$@"; }
 for t in $types; do
     m=$(model_for "$t") || continue
     for d in $depths; do

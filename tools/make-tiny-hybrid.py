@@ -8,6 +8,8 @@ same weights.
                               [--seed N]
                               [--vocab FILE.gguf] [--layers N] [--interval N]
                               [--mtp N] [--rope-base B] [--force]
+    tools/make-tiny-hybrid.py OUT --shape qwen3.5-0.8b [--seed N] [--vocab FILE.gguf]
+                              [--layers N] [--n-vocab N] [--force]
 
 --format gguf (the default) writes OUT as one f32 GGUF of architecture
 qwen35 (or qwen35moe, qwen3next); --format hf writes OUT as a folder with
@@ -43,6 +45,15 @@ sections 2,1,1,0: equal positions for text, so NEOX rope on 8 dims), GDN:
 Weights are Gaussian with std 1/sqrt(fan_in) so activations stay O(1); the
 tokenizer (default: the GPT-2 BPE vocabulary of the shared test models) is
 copied from --vocab, the embeddings are tied to the output.
+
+--shape qwen3.5-0.8b writes a qwen35 f32 GGUF of random weights at the
+shapes of Qwen/Qwen3.5-0.8B (SHAPES below: 24 layers, 1024 wide, about 773M
+parameters, 3.1 GB) for speed measurements: the same draws' distributions
+(float32 draws, so other values than a tiny model's), streamed one layer at
+a time (the embedding is the largest part in memory), the --vocab tokens
+padded with unreachable filler tokens to the shape's 248320 rows (--n-vocab,
+--layers and the other flags override the shape: a reduced model of the
+same widths, for trying a pipeline quickly).
 
 The gguf package of the pinned llama.cpp sdist is used when present
 (~/.cache/bangtrace/llama.cpp/0.3.36/.../gguf-py, or $GGUF_PY), otherwise the
@@ -83,6 +94,43 @@ def import_gguf():
 
 ARCHS = ("qwen35", "qwen35moe", "qwen3next")
 
+# Real models' shapes for --shape (random weights at that size, for speed
+# measurements). qwen3.5-0.8b: Qwen/Qwen3.5-0.8B, the smallest dense Qwen3.5,
+# text_config of its config.json as quoted (identically) by two public
+# projects' test fixtures and matching the fitmygpu.com model page (24 layers,
+# hidden 1024, 8 heads, 2 KV heads, 6 KV-bearing layers); the Hub file itself
+# was not read here: hidden_size 1024, num_hidden_layers 24, layer_types
+# [linear x3, full] x6 (full_attention_interval 4), num_attention_heads 8,
+# num_key_value_heads 2, head_dim 256, attn_output_gate, linear_num_key_heads
+# 16, linear_num_value_heads 16, linear_key_head_dim 128,
+# linear_value_head_dim 128, linear_conv_kernel_dim 4, intermediate_size
+# 3584, vocab_size 248320, tie_word_embeddings, mtp_num_hidden_layers 1,
+# rms_norm_eps 1e-6, max_position_embeddings 262144, rope_parameters
+# rope_theta 1e7, partial_rotary_factor 0.25 (rope dim 64), mrope_section
+# [11, 11, 10] interleaved (GGUF dimension_sections [11, 11, 10, 0]).
+SHAPES = {
+    "qwen3.5-0.8b": dict(n_embd=1024, n_layer=24, full_attention_interval=4, n_head=8, n_head_kv=2, head_dim=256,
+                         partial_rotary_factor=0.25, rope_sections=[11, 11, 10, 0], rope_base=1e7,
+                         n_k_heads=16, n_v_heads=16, head_k_dim=128, head_v_dim=128, conv_kernel=4, n_ff=3584,
+                         n_mtp=1, norm_eps=1e-6, ctx_len=262144, n_vocab=248320),
+}
+
+
+def shape_config(shape, layers=None, interval=None, mtp=None, rope_base=None, n_vocab=None):
+    """The qwen35 config of a --shape; the other arguments, when given,
+    override its layers, interval, MTP layers, rope base and vocabulary size
+    (a reduced model of the same widths)."""
+    if shape not in SHAPES:
+        die("unknown --shape %s (%s)" % (shape, ", ".join(SHAPES)))
+    cfg = dict(SHAPES[shape], arch="qwen35", n_expert=0, shape=shape)
+    for k, v in (("n_layer", layers), ("full_attention_interval", interval), ("n_mtp", mtp),
+                 ("rope_base", rope_base), ("n_vocab", n_vocab)):
+        if v is not None:
+            cfg[k] = type(cfg[k])(v)
+    if cfg["n_layer"] < 1 or cfg["full_attention_interval"] < 1 or cfg["n_mtp"] not in (0, 1) or cfg["n_vocab"] < 1:
+        die("--layers, --interval and --n-vocab must be positive, --mtp 0 or 1")
+    return cfg
+
 
 def default_config(arch="qwen35", layers=4, interval=2, mtp=1, rope_base=10000.0):
     if arch not in ARCHS:
@@ -109,6 +157,18 @@ def recurrent(cfg, L):
 def hf_weights(cfg, n_vocab, seed):
     """Every tensor of the model under its Hugging Face name, float32, in the
     HF layout. Deterministic from seed (each tensor from its own stream)."""
+    w = {}
+    for _, part in hf_parts(cfg, n_vocab, seed):
+        w.update(part)
+    return w
+
+
+def hf_parts(cfg, n_vocab, seed, lean=False, shapes_only=False):
+    """The weights of hf_weights one part at a time, in GGUF order: (PART,
+    dict) with PART "embed", ("layer", L), "norm", "mtp". lean (the full-size
+    shapes): draw in float32 (other values than the default float64 draws,
+    half the memory and time); shapes_only: zeros of the right shapes
+    (calloc'd, never touched: the tensor table of a streamed GGUF)."""
     import zlib
     E, F = cfg["n_embd"], cfg["n_ff"]
     H, KVH, hd = cfg["n_head"], cfg["n_head_kv"], cfg["head_dim"]
@@ -120,7 +180,17 @@ def hf_weights(cfg, n_vocab, seed):
     def rng(name):
         return np.random.default_rng([seed, zlib.crc32(name.encode())])
 
+    def gauss(key, shape, scale):
+        if shapes_only:
+            return np.zeros(shape, np.float32)
+        a = rng(key).standard_normal(shape, dtype=np.float32)
+        a *= np.float32(scale)
+        return a
+
     def mat(name, n_out, n_in, gain=1.0):
+        if lean:
+            w[name] = gauss(name, (n_out, n_in), gain / np.sqrt(n_in))
+            return
         w[name] = (rng(name).standard_normal((n_out, n_in)) * gain / np.sqrt(n_in)).astype(np.float32)
 
     def normw(name, n, center=0.0, std=0.1):
@@ -128,7 +198,11 @@ def hf_weights(cfg, n_vocab, seed):
         # gated norm of the linear attention is a plain weight (center 1)
         w[name] = (center + std * rng(name).standard_normal(n)).astype(np.float32)
 
-    w["model.embed_tokens.weight"] = (0.5 * rng("embed").standard_normal((n_vocab, E))).astype(np.float32)
+    if lean:
+        w["model.embed_tokens.weight"] = gauss("embed", (n_vocab, E), 0.5)
+    else:
+        w["model.embed_tokens.weight"] = (0.5 * rng("embed").standard_normal((n_vocab, E))).astype(np.float32)
+    yield "embed", w
 
     def attn_block(p):
         mat(p + "self_attn.q_proj.weight", H * hd * 2, E)   # per head: [query(hd), gate(hd)]
@@ -165,10 +239,12 @@ def hf_weights(cfg, n_vocab, seed):
         mat(p + "mlp.shared_expert_gate.weight", 1, E)
 
     for L in range(cfg["n_layer"]):
+        w = {}
         p = "model.layers.%d." % L
         ffn_block(p)
         if not recurrent(cfg, L):
             attn_block(p)
+            yield ("layer", L), w
             continue
         a = p + "linear_attn."
         if cfg["arch"] == "qwen3next":
@@ -190,8 +266,12 @@ def hf_weights(cfg, n_vocab, seed):
         w[a + "dt_bias"] = (dt + np.log(-np.expm1(-dt))).astype(np.float32)   # softplus^-1(dt)
         normw(a + "norm.weight", dv, center=1.0)
         mat(a + "out_proj.weight", E, nv * dv)
+        yield ("layer", L), w
+    w = {}
     normw("model.norm.weight", E)
+    yield "norm", w
     if cfg["n_mtp"]:
+        w = {}
         p = "mtp.layers.0."
         ffn_block(p)
         attn_block(p)
@@ -199,7 +279,7 @@ def hf_weights(cfg, n_vocab, seed):
         normw("mtp.pre_fc_norm_embedding.weight", E)
         normw("mtp.pre_fc_norm_hidden.weight", E)
         normw("mtp.norm.weight", E)
-    return w
+        yield "mtp", w
 
 
 def tiled(n_k, n_v_per_k, head_dim):
@@ -212,6 +292,13 @@ def tiled(n_k, n_v_per_k, head_dim):
 def gguf_tensors(cfg, w):
     """The GGUF tensors (name, float32 array in numpy order) converted from
     the HF weights w the way llama.cpp's converter converts them."""
+    parts = ["embed"] + [("layer", L) for L in range(cfg["n_layer"])] + ["norm"] + (["mtp"] if cfg["n_mtp"] else [])
+    return list(gguf_parts(cfg, ((part, w) for part in parts)))
+
+
+def gguf_parts(cfg, parts):
+    """gguf_tensors one part at a time: parts yields (PART, HF weights of at
+    least that part) as hf_parts does; yields (name, array) in GGUF order."""
     nk, nv, dk, dv = cfg["n_k_heads"], cfg["n_v_heads"], cfg["head_k_dim"], cfg["head_v_dim"]
     per = nv // nk
     rv, r1 = tiled(nk, per, dv), tiled(nk, per, 1)
@@ -219,7 +306,7 @@ def gguf_tensors(cfg, w):
         # Qwen3-Next keeps the grouped order: llama.cpp repeats its key heads interleaved
         rv, r1 = np.arange(nv * dv), np.arange(nv)
     qk = 2 * nk * dk
-    out = [("token_embd.weight", w["model.embed_tokens.weight"])]
+    out, w = [], None
 
     def plus1(a):
         return (a + np.float32(1.0)).astype(np.float32)
@@ -280,18 +367,23 @@ def gguf_tensors(cfg, w):
         out.append((g + "ffn_up_shexp.weight", w[hp + "mlp.shared_expert.up_proj.weight"]))
         out.append((g + "ffn_down_shexp.weight", w[hp + "mlp.shared_expert.down_proj.weight"]))
 
-    for L in range(cfg["n_layer"]):
-        block("model.layers.%d." % L, "blk.%d." % L)
-    out.append(("output_norm.weight", plus1(w["model.norm.weight"])))
-    if cfg["n_mtp"]:
-        L = cfg["n_layer"]
-        g = "blk.%d." % L
-        block("mtp.layers.0.", g)
-        out.append((g + "nextn.eh_proj.weight", w["mtp.fc.weight"]))
-        out.append((g + "nextn.enorm.weight", plus1(w["mtp.pre_fc_norm_embedding.weight"])))
-        out.append((g + "nextn.hnorm.weight", plus1(w["mtp.pre_fc_norm_hidden.weight"])))
-        out.append((g + "nextn.shared_head_norm.weight", plus1(w["mtp.norm.weight"])))
-    return out
+    for part, w in parts:
+        out = []
+        if part == "embed":
+            out.append(("token_embd.weight", w["model.embed_tokens.weight"]))
+        elif part == "norm":
+            out.append(("output_norm.weight", plus1(w["model.norm.weight"])))
+        elif part == "mtp":
+            g = "blk.%d." % cfg["n_layer"]
+            block("mtp.layers.0.", g)
+            out.append((g + "nextn.eh_proj.weight", w["mtp.fc.weight"]))
+            out.append((g + "nextn.enorm.weight", plus1(w["mtp.pre_fc_norm_embedding.weight"])))
+            out.append((g + "nextn.hnorm.weight", plus1(w["mtp.pre_fc_norm_hidden.weight"])))
+            out.append((g + "nextn.shared_head_norm.weight", plus1(w["mtp.norm.weight"])))
+        else:
+            block("model.layers.%d." % part[1], "blk.%d." % part[1])
+        for t in out:
+            yield t
 
 
 # ------------------------------------------------------------------ output
@@ -316,9 +408,48 @@ def read_vocab(gguf, path):
 
 
 def write_gguf(gguf, path, cfg, tensors, vocab_fields, seed):
+    wr = gguf.GGUFWriter(path, cfg["arch"])
+    write_meta(gguf, wr, cfg, vocab_fields, seed)
+    for name, arr in tensors:
+        wr.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+
+
+# the filler rows of a vocabulary padded to a --shape's size: plain tokens
+# no merge produces (so never a tokenizer's output), unique, printable ASCII
+# (byte-level BPE keeps those characters as they are)
+def filler_token(i):
+    return "~bt_filler_%06d~" % i
+
+
+def write_gguf_streamed(gguf, path, cfg, vocab_fields, seed):
+    """A --shape model: the tensor table from a shapes-only pass (zeros,
+    never touched), then each part drawn, converted and written in turn, so
+    at most one layer's weights (and the embedding) are in memory at once."""
+    n_vocab = cfg["n_vocab"]
+    wr = gguf.GGUFWriter(path, cfg["arch"])
+    write_meta(gguf, wr, cfg, vocab_fields, seed, n_vocab)
+    for name, arr in gguf_parts(cfg, hf_parts(cfg, n_vocab, seed, lean=True, shapes_only=True)):
+        wr.add_tensor_info(name, arr.shape, np.dtype(np.float32), arr.size * 4)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_ti_data_to_file()
+    for name, arr in gguf_parts(cfg, hf_parts(cfg, n_vocab, seed, lean=True)):
+        wr.write_tensor_data(np.ascontiguousarray(arr, dtype=np.float32))
+    wr.close()
+
+
+def write_meta(gguf, wr, cfg, vocab_fields, seed, n_vocab=None):
+    """The architecture's keys and the vocabulary's tokenizer.* keys; with
+    n_vocab, the token list padded with filler_token rows to that size."""
     arch = cfg["arch"]
-    wr = gguf.GGUFWriter(path, arch)
-    wr.add_name("tiny-%s-seed%d" % (arch, seed))
+    if cfg.get("shape"):
+        wr.add_name("random-%s-%s-seed%d" % (arch, cfg["shape"], seed))
+    else:
+        wr.add_name("tiny-%s-seed%d" % (arch, seed))
     wr.add_file_type(0)
     wr.add_block_count(cfg["n_layer"] + cfg["n_mtp"])
     wr.add_context_length(cfg["ctx_len"])
@@ -349,13 +480,15 @@ def write_gguf(gguf, path, cfg, tensors, vocab_fields, seed):
     for k, f in vocab_fields:
         v = f.contents()
         sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+        if n_vocab is not None and isinstance(v, list):
+            have = len(v)
+            if k == "tokenizer.ggml.tokens":
+                v = v + [filler_token(i) for i in range(have, n_vocab)]
+            elif k == "tokenizer.ggml.token_type":
+                v = v + [int(gguf.TokenType.NORMAL)] * (n_vocab - have)
+            elif k == "tokenizer.ggml.scores":
+                v = v + [0.0] * (n_vocab - have)
         wr.add_key_value(k, v, f.types[0], sub)
-    for name, arr in tensors:
-        wr.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
-    wr.write_header_to_file()
-    wr.write_kv_data_to_file()
-    wr.write_tensors_to_file()
-    wr.close()
 
 
 def hf_config(cfg, n_vocab, bos, eos):
@@ -425,14 +558,36 @@ def check_out(out, fmt, force):
 
 
 def make(out, fmt="gguf", arch="qwen35", seed=0, vocab=None, layers=4, interval=2, mtp=1,
-         rope_base=10000.0):
-    """Library entry: write the model, return (cfg, hf weights)."""
+         rope_base=10000.0, shape=None, n_vocab=None):
+    """Library entry: write the model, return (cfg, hf weights); with shape
+    (a --shape model, GGUF only, streamed) the weights are not kept: (cfg,
+    None). layers, interval, mtp, rope_base and n_vocab of None take the
+    shape's values."""
     gguf = import_gguf()
-    cfg = default_config(arch, layers, interval, mtp, rope_base)
     vocab = vocab or os.path.join(os.environ.get("BT_SHARED", "/work/shared"),
                                   "models/gguf-vocab/ggml-vocab-gpt-2.gguf")
     if not os.path.isfile(vocab):
         die("%s: no such vocabulary file (--vocab FILE.gguf, or set BT_SHARED)" % vocab)
+    if shape:
+        if fmt != "gguf" or arch != "qwen35":
+            die("--shape writes a qwen35 GGUF only (not --format %s, --arch %s)" % (fmt, arch))
+        cfg = shape_config(shape, layers, interval, mtp, rope_base, n_vocab)
+        reader, fields, have = read_vocab(gguf, vocab)
+        if have > cfg["n_vocab"]:
+            die("%s has %d tokens, more than the %d rows of --shape %s" % (vocab, have, cfg["n_vocab"], shape))
+        tmp = "%s.tmp%d" % (out, os.getpid())
+        try:
+            write_gguf_streamed(gguf, tmp, cfg, fields, seed)
+            os.replace(tmp, out)
+        except OSError as e:
+            die("%s: cannot write: %s" % (out, e))
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return cfg, None
+    if n_vocab is not None:
+        die("--n-vocab goes with --shape")
+    cfg = default_config(arch, layers, interval, mtp, rope_base)
     reader, fields, n_vocab = read_vocab(gguf, vocab)
     w = hf_weights(cfg, n_vocab, seed)
     if fmt == "gguf":
@@ -458,14 +613,25 @@ def main(argv=None):
     ap.add_argument("--arch", choices=ARCHS, default="qwen35")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--vocab", help="GGUF whose tokenizer.* keys are copied (default: the shared GPT-2 vocab)")
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--interval", type=int, default=2, help="full attention every N-th layer")
-    ap.add_argument("--mtp", type=int, default=1, choices=(0, 1), help="MTP (nextn) layers")
-    ap.add_argument("--rope-base", type=float, default=10000.0)
+    ap.add_argument("--shape", choices=sorted(SHAPES),
+                    help="random weights at a real model's shapes (GGUF, qwen35; the flags below override them)")
+    ap.add_argument("--layers", type=int, help="layers (default 4, or the shape's)")
+    ap.add_argument("--interval", type=int, help="full attention every N-th layer (default 2, or the shape's)")
+    ap.add_argument("--mtp", type=int, choices=(0, 1), help="MTP (nextn) layers (default 1, or the shape's)")
+    ap.add_argument("--rope-base", type=float, help="rope base (default 10000, or the shape's)")
+    ap.add_argument("--n-vocab", type=int, help="with --shape: vocabulary rows (default the shape's; "
+                    "the --vocab tokens padded with unreachable filler tokens)")
     ap.add_argument("--force", action="store_true")
     a = ap.parse_args(argv)
     check_out(a.out, a.format, a.force)
-    make(a.out, a.format, a.arch, a.seed, a.vocab, a.layers, a.interval, a.mtp, a.rope_base)
+    if a.shape:
+        make(a.out, a.format, a.arch, a.seed, a.vocab, a.layers, a.interval, a.mtp, a.rope_base, a.shape, a.n_vocab)
+        return 0
+    if a.n_vocab is not None:
+        die("--n-vocab goes with --shape")
+    make(a.out, a.format, a.arch, a.seed, a.vocab, 4 if a.layers is None else a.layers,
+         2 if a.interval is None else a.interval, 1 if a.mtp is None else a.mtp,
+         10000.0 if a.rope_base is None else a.rope_base)
     return 0
 
 

@@ -32,7 +32,7 @@ void cmd_bench_help(FILE *out)
 {
     fprintf(out,
         "usage: bangtrace bench --model M [--tokenizer T] [--threads N] [-p N] [-n N] [-d N]\n"
-        "                       [--reps R] [--taps MODE] [--numerics PROFILE] [--device DEV]\n"
+        "                       [--reps R] [--taps MODE [--no-state-taps]] [--numerics PROFILE] [--device DEV]\n"
         "                       [--cuda-graphs] [--cupti] [--against llama.cpp] [--json]\n"
         "                       [--llama-flash-attn M] [--llama-repack on|off] [--llama-kv-type T] [--llama-opt K=V]\n\n"
         "Measure prefill of -p tokens (default 128) and greedy decode of -n tokens\n"
@@ -60,8 +60,12 @@ void cmd_bench_help(FILE *out)
         "                llama.cpp's default path unless --llama-flash-attn,\n"
         "                --llama-repack, --llama-kv-type or --llama-opt KEY=VAL (as\n"
         "                for run) say otherwise\n"
-        "  --taps MODE   also decode with taps recorded into a temporary trace\n"
-        "                (all, layers, logits) and report taps-on / taps-off\n"
+        "  --taps MODE   also prefill and decode with taps recorded into a temporary\n"
+        "                trace (all, layers, logits) and report taps-on / taps-off\n"
+        "  --no-state-taps\n"
+        "                with --taps: leave a hybrid model's recurrent states\n"
+        "                (ssm_state, ssm_conv_state) untapped; against a run without\n"
+        "                it, what recording the states costs\n"
         "  --spec-k K --draft-self N | --draft-ngram N\n"
         "                also decode a natural-text prompt greedily with speculative\n"
         "                decoding and report tokens/s with and without it and the\n"
@@ -221,8 +225,8 @@ static int bench_spec(const bt_model *m, const bt_tokenizer *tok, bt_engine *e, 
  * the same model (its own engine: the native one, or engine_new's). */
 static int bench_traced(const bt_session *ses, const bt_session_cfg *cfg, const bt_numerics *prof,
                         int (*engine_new)(void *, const bt_model *, int, int, int, bt_engine **), void *engine_user,
-                        bool cupti, int taps, const int32_t *toks, long depth, long np, long nd, long reps, bool quiet,
-                        double *d_taps)
+                        bool cupti, int taps, bool no_state, const int32_t *toks, long depth, long np, long nd, long reps,
+                        bool quiet, double *p_taps, double *d_taps)
 {
     /* A private directory, so the trace is created exclusively (as every
      * trace is) in a place nobody else can name. */
@@ -233,12 +237,12 @@ static int bench_traced(const bt_session *ses, const bt_session_cfg *cfg, const 
     bt_session_cfg tcfg = { .share = ses, .ctx = cfg->ctx, .max_batch = cfg->max_batch, .threads = cfg->threads,
                             .device = engine_new ? NULL : cfg->device, .cuda_graphs = engine_new ? false : cfg->cuda_graphs,
                             .cupti = cupti,
-                            .trace = path, .taps = taps, .layer_lo = -1, .layer_hi = -1, .numerics = prof,
+                            .trace = path, .taps = taps, .layer_lo = -1, .layer_hi = -1, .no_state_taps = no_state,
+                            .numerics = prof,
                             .rule = { .kind = BT_ARGMAX_FIRST }, .engine_new = engine_new, .engine_user = engine_user };
-    double pt;
     int rc = bt_session_new(&tcfg, &ts);
     if (rc == BT_OK) rc = bench_reps(bt_session_engine(ts), bt_session_recorder(ts), toks + depth, toks, depth, np, nd, reps, quiet,
-                                     engine_new ? "llama.cpp taps on" : "taps on", &pt, d_taps);
+                                     engine_new ? "llama.cpp taps on" : "taps on", p_taps, d_taps);
     bt_session_close(ts, BT_TRACE_STATUS_OK);
     unlink(path);
     char side[sizeof path + 8];
@@ -263,7 +267,7 @@ typedef struct bench_opts {
     bt_args g;                /* --model, --tokenizer, --threads, --device, --numerics, --llama-* */
     int taps;                 /* bt_taps_mode; BT_TAPS_NONE: no taps-on decode */
     long spec_k, draft_self, draft_ngram, np, nd, reps, depth;
-    bool json, graphs, cupti, against;
+    bool json, graphs, cupti, against, no_state;
 } bench_opts;
 
 static int parse_args(int argc, char **argv, bench_opts *o)
@@ -278,7 +282,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         bool taken;
         if (bt_args_take(&o->g, argc, argv, &i, &taken)) return BT_EINVAL;
         if (taken) continue;
-        bool takes = strcmp(a, "--json") && strcmp(a, "--cuda-graphs") && strcmp(a, "--cupti");
+        bool takes = strcmp(a, "--json") && strcmp(a, "--cuda-graphs") && strcmp(a, "--cupti") && strcmp(a, "--no-state-taps");
         if (takes && !v) return bt_error(BT_EINVAL, "%s needs a value", a);
         if (!strcmp(a, "-p")) { if (bt_parse_int(a, argv[++i], 1, 8192, &o->np)) return BT_EINVAL; }
         else if (!strcmp(a, "-n")) { if (bt_parse_int(a, argv[++i], 1, 8192, &o->nd)) return BT_EINVAL; }
@@ -287,6 +291,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         else if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--cuda-graphs")) o->graphs = true;
         else if (!strcmp(a, "--cupti")) o->cupti = true;
+        else if (!strcmp(a, "--no-state-taps")) o->no_state = true;
         else if (!strcmp(a, "--spec-k")) { if (bt_parse_int(a, argv[++i], 1, 64, &o->spec_k)) return BT_EINVAL; }
         else if (!strcmp(a, "--draft-self")) { if (bt_parse_int(a, argv[++i], 1, 100000, &o->draft_self)) return BT_EINVAL; }
         else if (!strcmp(a, "--draft-ngram")) { if (bt_parse_int(a, argv[++i], 1, 64, &o->draft_ngram)) return BT_EINVAL; }
@@ -305,6 +310,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     if (o->graphs && bt_args_need_feature(&o->g, BT_BACKEND_GRAPHS)) return BT_EINVAL;
     if (o->cupti && bt_args_need_feature(&o->g, BT_BACKEND_ACTIVITY)) return BT_EINVAL;
     if (o->cupti && o->taps == BT_TAPS_NONE) return bt_error(BT_EINVAL, "--cupti records into the taps-on trace: give --taps MODE");
+    if (o->no_state && !taps_given) return bt_error(BT_EINVAL, "--no-state-taps goes with --taps MODE");
     if (!o->spec_k != !(o->draft_self || o->draft_ngram) || (o->draft_self && o->draft_ngram))
         return bt_error(BT_EINVAL, "--spec-k K goes with one of --draft-self N or --draft-ngram N");
     if (bt_args_llama_finish(&o->g, o->against, "--against llama.cpp")) return BT_EINVAL;
@@ -375,7 +381,7 @@ int cmd_bench(int argc, char **argv)
             if (w->n_slab > 1) b = b / (size_t)w->n_slab * (size_t)BT_MAX(c->n_expert_used, 1);
             bytes += b;
         }
-    double p_med, d_med, d_taps = 0;
+    double p_med, d_med, p_taps = 0, d_taps = 0, lc_ptaps = 0;
     if (!o.json) bt_log("bench: %s, %d threads (%s), depth %ld, prefill %ld, decode %ld, %ld reps", c->name, (int)o.g.threads, bt_kernels_simd(),
                       o.depth, o.np, o.nd, o.reps);
     if (o.against) {
@@ -392,7 +398,8 @@ int cmd_bench(int argc, char **argv)
     }
     if (bench_reps(e, NULL, toks + o.depth, toks, o.depth, o.np, o.nd, o.reps, o.json, "taps off", &p_med, &d_med)) goto fail;
     if (o.taps != BT_TAPS_NONE &&
-        bench_traced(ses, &cfg, prof, NULL, NULL, o.cupti, o.taps, toks, o.depth, o.np, o.nd, o.reps, o.json, &d_taps)) goto fail;
+        bench_traced(ses, &cfg, prof, NULL, NULL, o.cupti, o.taps, o.no_state, toks, o.depth, o.np, o.nd, o.reps, o.json,
+                     &p_taps, &d_taps)) goto fail;
     if (o.against) {
         /* llama.cpp's engine behind bangtrace (run --engine llama.cpp), taps off then on */
         bt_session *ls = NULL;
@@ -404,7 +411,8 @@ int cmd_bench(int argc, char **argv)
         bt_session_close(ls, NULL);
         if (rc) goto fail;
         if (o.taps != BT_TAPS_NONE &&
-            bench_traced(ses, &cfg, NULL, llamacpp_engine, &lcu, false, o.taps, toks, o.depth, o.np, o.nd, o.reps, o.json, &lc_taps)) goto fail;
+            bench_traced(ses, &cfg, NULL, llamacpp_engine, &lcu, false, o.taps, o.no_state, toks, o.depth, o.np, o.nd, o.reps,
+                         o.json, &lc_ptaps, &lc_taps)) goto fail;
     }
     double sp_plain = 0, sp_spec = 0, sp_accept = 0;
     if (o.spec_k && bench_spec(m, bt_session_tokenizer(ses), e, o.spec_k, o.draft_self, o.draft_ngram, o.nd, o.reps, o.json, &sp_plain, &sp_spec, &sp_accept)) goto fail;
@@ -422,6 +430,8 @@ int cmd_bench(int argc, char **argv)
                               "taps", bt_taps_mode_name(o.taps), "decode_tokens_per_s_taps", rate_json(d_taps),
                               "spec_k", (int)o.spec_k, "text_decode_tokens_per_s", rate_json(sp_plain),
                               "text_decode_tokens_per_s_spec", rate_json(sp_spec), "spec_acceptance", sp_accept);
+        if (j) json_object_set_new(j, "prompt_tokens_per_s_taps", rate_json(p_taps));
+        if (j) json_object_set_new(j, "state_taps", json_boolean(o.taps == BT_TAPS_ALL && !o.no_state));
         if (j) json_object_set_new(j, "numerics", json_string(prof_s));
         if (j) json_object_set_new(j, "device", json_string(bt_backend_name(bt_engine_backend(e))));
         if (j) json_object_set_new(j, "cuda_graphs", json_boolean(o.graphs));
@@ -450,9 +460,12 @@ int cmd_bench(int argc, char **argv)
         printf("weights/token     %.1f MB\n", bytes / 1e6);
         if (isnan(eff)) printf("effective bw      n/a (measured %.2f GB/s)\n", bw);
         else printf("effective bw      %.2f GB/s (%.0f%% of measured %.2f GB/s)\n", eff, bw > 0 ? 100 * eff / bw : 0, bw);
-        if (o.taps != BT_TAPS_NONE)
-            printf("decode, taps %-4s %s (%.2fx of taps off)\n", bt_taps_mode_name(o.taps), rate_s(d_taps, "tokens/s", r1, sizeof(r1)),
-                   d_med > 0 ? d_taps / d_med : NAN);
+        if (o.taps != BT_TAPS_NONE) {
+            printf("prompt, taps %-4s %s (%.2fx of taps off)%s\n", bt_taps_mode_name(o.taps), rate_s(p_taps, "tokens/s", r1, sizeof(r1)),
+                   p_med > 0 ? p_taps / p_med : NAN, o.no_state ? ", states untapped" : "");
+            printf("decode, taps %-4s %s (%.2fx of taps off)%s\n", bt_taps_mode_name(o.taps), rate_s(d_taps, "tokens/s", r1, sizeof(r1)),
+                   d_med > 0 ? d_taps / d_med : NAN, o.no_state ? ", states untapped" : "");
+        }
         if (o.spec_k)
             printf("text decode       %s plain, %s with speculation (k=%ld, %s %ld): %.2fx, acceptance %.0f%%\n",
                    rate_s(sp_plain, "tokens/s", r1, sizeof(r1)), rate_s(sp_spec, "tokens/s", r2, sizeof(r2)), o.spec_k,

@@ -119,6 +119,7 @@ static void name_of(const bt_recorder *r, int op, int layer, char *buf, size_t c
 
 static bool tapped(const bt_recorder_cfg *c, int op, int layer)
 {
+    if (c->no_state && (op == BT_OP_SSM_STATE || op == BT_OP_SSM_CONV_STATE)) return false;
     if (bt_op_is_layer_op(op) && c->layer_lo >= 0 && (layer < c->layer_lo || layer > c->layer_hi)) return false;
     switch (c->taps) {
     case BT_TAPS_ALL: return true;

@@ -29,6 +29,8 @@ typedef struct bt_recorder_cfg {
     const bt_tokenizer *tok;
     int taps;                     /* bt_taps_mode */
     int layer_lo, layer_hi;       /* tapped layer range, inclusive; lo = -1: all */
+    bool no_state;                /* leave out the recurrent states (ssm_state,
+                                   * ssm_conv_state): bench --no-state-taps prices them */
     bool logits_full;             /* store every step's full logit row */
     int topk;                     /* top-k in snapshots (default 20) */
     bt_argmax_rule rule;

@@ -181,7 +181,8 @@ int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
     if (cfg->trace || s->inj) {
         bt_recorder_cfg rc_cfg = { .trace = s->trace, .inj = s->inj, .model = m, .tok = s->tok,
                                    .taps = cfg->trace ? cfg->taps : BT_TAPS_NONE,
-                                   .layer_lo = cfg->layer_lo, .layer_hi = cfg->layer_hi, .logits_full = cfg->logits_full,
+                                   .layer_lo = cfg->layer_lo, .layer_hi = cfg->layer_hi, .no_state = cfg->no_state_taps,
+                                   .logits_full = cfg->logits_full,
                                    .topk = cfg->topk ? cfg->topk : 20, .rule = cfg->rule, .model_role = "target",
                                    .timing = cfg->timing, .kernels = cfg->cupti && s->trace };
         if ((rc = bt_recorder_new(&rc_cfg, s->e, &s->rec))) return rc;

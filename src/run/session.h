@@ -111,6 +111,7 @@ typedef struct bt_session_cfg {
     bool force;                     /* replace an existing bangtrace trace */
     int taps;                       /* bt_taps_mode (BT_TAPS_NONE without a trace) */
     int layer_lo, layer_hi;         /* tapped layers, inclusive; lo = -1: all */
+    bool no_state_taps;             /* the recurrent states untapped (bench --no-state-taps) */
     bool logits_full;
     int topk;                       /* top-k in logit snapshots; 0: 20 */
     bt_argmax_rule rule;
