@@ -3,7 +3,7 @@
 used only to test test_hybrid_forward.py itself (test_hybrid_self.py): the
 oracle's tensors rounded to float32 are what a correct engine dumps.
 
-  forward --model M --tokens "..." --dump DIR [--threads N]
+  forward --model M --tokens "..." --dump DIR [--threads N] [--mtp]
   run --model M --prompt TEXT -n N --temp 0 --ignore-eos --json
       (the prompt is not tokenized: its ids are fixed, 464 3290 373 257)
 FAKE_BT_BUG plants a known bug:
@@ -40,6 +40,7 @@ def main(argv):
     if cmd == "forward":
         ap.add_argument("--tokens", required=True)
         ap.add_argument("--dump", required=True)
+        ap.add_argument("--mtp", action="store_true")
     else:
         ap.add_argument("--prompt", default="")
         ap.add_argument("-n", type=int, default=16)
@@ -74,6 +75,11 @@ def main(argv):
         out["blk.2.ssm_state"][3, 5] += 1e-3
     if bug == "drop_conv":
         del out["blk.0.ssm_conv_state"]
+    if a.mtp and m.cfg["n_mtp"]:
+        # the MTP block as forward --mtp pairs it: id t with output_norm row t - 1
+        h = np.zeros((len(toks), m.cfg["dim"]))
+        h[1:] = out["output_norm"][:-1]
+        out.update(rh.mtp(m, h, toks, pos0=0))
     ref.write_dump(out, toks, a.dump)
     return 0
 
