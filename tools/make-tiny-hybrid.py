@@ -557,6 +557,20 @@ def check_out(out, fmt, force):
         die("%s exists and is not a %s model: refusing to overwrite it" % (out, fmt.upper()))
 
 
+def write_beside(out, write):
+    """write(tmp) beside OUT, then renamed to OUT: no half-written model
+    under its name; a write error is one line, exit 2."""
+    tmp = "%s.tmp%d" % (out, os.getpid())
+    try:
+        write(tmp)
+        os.replace(tmp, out)
+    except OSError as e:
+        die("%s: cannot write: %s" % (out, e))
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def make(out, fmt="gguf", arch="qwen35", seed=0, vocab=None, layers=4, interval=2, mtp=1,
          rope_base=10000.0, shape=None, n_vocab=None):
     """Library entry: write the model, return (cfg, hf weights); with shape
@@ -575,15 +589,7 @@ def make(out, fmt="gguf", arch="qwen35", seed=0, vocab=None, layers=4, interval=
         reader, fields, have = read_vocab(gguf, vocab)
         if have > cfg["n_vocab"]:
             die("%s has %d tokens, more than the %d rows of --shape %s" % (vocab, have, cfg["n_vocab"], shape))
-        tmp = "%s.tmp%d" % (out, os.getpid())
-        try:
-            write_gguf_streamed(gguf, tmp, cfg, fields, seed)
-            os.replace(tmp, out)
-        except OSError as e:
-            die("%s: cannot write: %s" % (out, e))
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        write_beside(out, lambda tmp: write_gguf_streamed(gguf, tmp, cfg, fields, seed))
         return cfg, None
     if n_vocab is not None:
         die("--n-vocab goes with --shape")
@@ -591,16 +597,7 @@ def make(out, fmt="gguf", arch="qwen35", seed=0, vocab=None, layers=4, interval=
     reader, fields, n_vocab = read_vocab(gguf, vocab)
     w = hf_weights(cfg, n_vocab, seed)
     if fmt == "gguf":
-        # written beside OUT and renamed: no half-written model under its name
-        tmp = "%s.tmp%d" % (out, os.getpid())
-        try:
-            write_gguf(gguf, tmp, cfg, gguf_tensors(cfg, w), fields, seed)
-            os.replace(tmp, out)
-        except OSError as e:
-            die("%s: cannot write: %s" % (out, e))
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        write_beside(out, lambda tmp: write_gguf(gguf, tmp, cfg, gguf_tensors(cfg, w), fields, seed))
     else:
         write_hf(out, cfg, w, reader)
     return cfg, w
