@@ -451,12 +451,11 @@ static int moe_alloc(bt_engine *e)
 static int hybrid_alloc(bt_engine *e)
 {
     const bt_config *c = &e->c;
-    size_t B = (size_t)e->max_batch, q_dim = (size_t)c->n_heads * c->head_dim;
+    size_t B = (size_t)e->max_batch;
     size_t C = (size_t)bt_arch_dim(c, BT_DIM_SSM_CONV), K = (size_t)bt_arch_dim(c, BT_DIM_SSM_K);
     size_t V = (size_t)bt_arch_dim(c, BT_DIM_SSM_V), nv = (size_t)c->ssm_n_v, L = (size_t)c->n_layers;
     int rc;
-    if ((rc = alloc_f32(e, B * 2 * q_dim, &e->qg)) || (rc = alloc_f32(e, B * q_dim, &e->agate)) ||
-        (rc = alloc_f32(e, B * C, &e->s_qkv)) || (rc = alloc_f32(e, B * C, &e->s_conv)) ||
+    if ((rc = alloc_f32(e, B * C, &e->s_qkv)) || (rc = alloc_f32(e, B * C, &e->s_conv)) ||
         (rc = alloc_f32(e, B * V, &e->s_z)) || (rc = alloc_f32(e, B * nv, &e->s_beta)) ||
         (rc = alloc_f32(e, B * nv, &e->s_decay)) || (rc = alloc_f32(e, B * K, &e->s_q)) ||
         (rc = alloc_f32(e, B * K, &e->s_k)) || (rc = alloc_f32(e, B * V, &e->s_v)) ||
@@ -655,8 +654,8 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
     }
     if (c->n_expert > 0 && (rc = moe_alloc(e))) goto fail;
     if (e->hybrid && (rc = hybrid_alloc(e))) goto fail;
-    /* the gated attention's doubled q projection (an MTP block is a gated attention layer) */
-    if (!e->hybrid && (c->flags & BT_ARCH_ATTN_GATE) &&
+    /* the gated attention's doubled q projection (a hybrid's trunk or its MTP block) */
+    if ((c->flags & BT_ARCH_ATTN_GATE) &&
         ((rc = alloc_f32(e, B * 2 * q_dim, &e->qg)) || (rc = alloc_f32(e, B * q_dim, &e->agate))))
         goto fail;
     /* RoPE tables, angles computed in double: pos * freq_scale *
@@ -1206,10 +1205,6 @@ static int store_kv(bt_engine *e, const seq_run *q, size_t slab, int kv_dim)
     return rc;
 }
 
-/* The forward of the sequences in e->run (T rows in all, each sequence's
- * rows consecutive from its row0): every op over all rows but the
- * position-dependent ones (rope, the cache, attention, the recurrence),
- * which run per sequence over its rows. */
 /* The MTP block's input: eh_proj([enorm(embed(tokens)); hnorm(hidden)]) into
  * the residual stream x (x holds the embeddings). The two normed halves are
  * joined row by row through the host (2 * dim floats a row, once a forward). */
@@ -1243,6 +1238,10 @@ static int mtp_input(bt_engine *e, int T)
     return BT_OK;
 }
 
+/* The forward of the sequences in e->run (T rows in all, each sequence's
+ * rows consecutive from its row0): every op over all rows but the
+ * position-dependent ones (rope, the cache, attention, the recurrence),
+ * which run per sequence over its rows. */
 static int forward_run(bt_engine *e, int T)
 {
     const bt_config *c = &e->c;

@@ -128,19 +128,16 @@ int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
         if ((rc = load_draft(cfg, m, &s->own_draft))) return rc;
         s->draft_model = s->own_draft;
     }
-    if (s->draft_model || cfg->draft_self) {
+    if (s->draft_model || cfg->draft_self || cfg->draft_mtp) {
         if (cfg->draft_self >= m->cfg.n_layers)
             return bt_error(BT_EINVAL, "--draft-self %d must be below the target's %d layers", cfg->draft_self, m->cfg.n_layers);
-        bt_engine_opts eo = { .ctx_len = s->ctx, .max_batch = batch, .n_layers = cfg->draft_self, .share_pool = s->e };
-        if ((rc = bt_engine_new_opts(s->draft_model ? s->draft_model : m, &eo, &s->de))) return rc;
-        if (cfg->numerics && (rc = bt_engine_set_numerics(s->de, cfg->numerics))) return rc;   /* the drafter runs the same profile */
-    } else if (cfg->draft_mtp) {
-        if (cfg->engine_new)
+        if (cfg->draft_mtp && cfg->engine_new)
             return bt_error(BT_EINVAL, "--draft-mtp runs the model's MTP block on the native engine beside it; "
                             "it cannot draft for --engine llama.cpp");
-        bt_engine_opts eo = { .ctx_len = s->ctx, .max_batch = batch, .share_pool = s->e, .mtp = true };
-        if ((rc = bt_engine_new_opts(m, &eo, &s->de))) return rc;
-        if (cfg->numerics && (rc = bt_engine_set_numerics(s->de, cfg->numerics))) return rc;
+        bt_engine_opts eo = { .ctx_len = s->ctx, .max_batch = batch, .n_layers = cfg->draft_self, .share_pool = s->e,
+                              .mtp = cfg->draft_mtp };
+        if ((rc = bt_engine_new_opts(s->draft_model ? s->draft_model : m, &eo, &s->de))) return rc;
+        if (cfg->numerics && (rc = bt_engine_set_numerics(s->de, cfg->numerics))) return rc;   /* the drafter runs the same profile */
     }
     if (s->inj) {
         /* Refuse, before any work, a spec no run in this context can ever
