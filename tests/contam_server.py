@@ -18,6 +18,12 @@ echoed, as a model copying from its prompt would. MODE says how it departs:
                (a prefix cache handing out another request's blocks)
                --rate P (default 1) makes order, prefix and concurrency depart
                on that fraction of the answers they would change
+  cache        a prompt served before gets another answer than the first
+               time (a prefix cache whose entries are written or read
+               wrong), the same every time after
+  history      a state carried from request to request and never reset:
+               an answer changes when the state left by everything served
+               before says so (about a third of the answers)
   concurrency  the answer changes when another request was in flight while
                this one was served (graph reuse keyed on batch shape)
   drift        after --drift-after requests (default 150) an answer turns
@@ -55,6 +61,8 @@ class State:
         self.prev = ""          # the prompt served last
         self.served = 0
         self.in_flight = 0
+        self.seen = set()       # prompts served before (cache)
+        self.state = hashlib.sha256()   # everything served so far (history)
 
 
 def answer(state, prompt):
@@ -72,6 +80,10 @@ def answer(state, prompt):
         n = state.served
         draw = state.rng.random()
         hit = state.rng.random() < a.rate
+        cached = prompt in state.seen
+        state.seen.add(prompt)
+        carried = state.state.hexdigest()
+        state.state.update(prompt.encode() + b"\0")
     text = words_from(prompt)
     own = CODE.findall(prompt)
     if own and re.search(r"(code is|was)\s*$", prompt):
@@ -82,6 +94,10 @@ def answer(state, prompt):
         text = words_from(prompt + "\0" + prev)
     elif a.mode == "prefix" and hit and prev and prev != prompt and prev[:120] == prompt[:120]:
         text = words_from(prompt + "\0cache")
+    elif a.mode == "cache" and hit and cached:
+        text = words_from(prompt + "\0cached")
+    elif a.mode == "history" and hit and int(carried[:8], 16) % 3 == 0:
+        text = words_from(prompt + "\0" + carried)
     elif a.mode == "concurrency" and hit and peak > 1:
         text = words_from(prompt + "\0batch")
     elif a.mode == "drift" and n > a.drift_after and draw < (n - a.drift_after) / a.drift_after:
@@ -134,7 +150,7 @@ class Handler(BaseHTTPRequestHandler):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--mode", choices=("clean", "leak", "order", "prefix", "concurrency", "drift"), required=True)
+    ap.add_argument("--mode", choices=("clean", "leak", "order", "prefix", "cache", "history", "concurrency", "drift"), required=True)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--leak-p", type=float, default=0.15)
     ap.add_argument("--rate", type=float, default=1.0)

@@ -1,11 +1,16 @@
 #!/bin/sh
 # probe_contam.sh - probe --contamination against servers that contaminate
-# on purpose (tests/contam_server.py: leak, order, prefix, concurrency,
-# drift) finds exactly the class each one has (exit 1, "found"), and finds
-# nothing on clean ones (exit 0): the clean test server over several seeds,
-# in both shapes (completion and chat), and bangtrace's own serve (batched);
-# its server faults (pad_nan, prefix_wrong) are never clean. Too few requests is inconclusive (exit 1), bad input is
-# exit 2 with one line. Servers bind 127.0.0.1 on free ports and are stopped.
+# on purpose (tests/contam_server.py: leak, order, prefix, cache, history,
+# concurrency, drift) finds exactly the class each one has (exit 1,
+# "found"), and finds nothing on clean ones (exit 0): the clean test server
+# over several seeds, in both shapes (completion and chat), and bangtrace's
+# own serve (batched; stories260K and a hybrid qwen35). serve's own faults
+# are found with the class a black box can see: pad_nan (a poisoned shared
+# block) and slot_noreset (a state kept) history_dependence, prefix_wrong
+# (a hit mapped to another block) cache_dependence, slot_swap (rows on
+# another request's state beside it) concurrency_dependence. Too few
+# requests is inconclusive (exit 1), bad input is exit 2 with one line.
+# Servers bind 127.0.0.1 on free ports and are stopped.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
 command -v curl >/dev/null || skip "curl not found"
 py=${PYTHON3:-python3}
@@ -29,9 +34,10 @@ stop_last() { kill "$last_pid" 2>/dev/null; wait "$last_pid" 2>/dev/null; }
 jq_py() { "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); print($1)" "$TMP/out"; }
 
 # --- each contamination, found with its class and nothing else ------------
-for mode in leak order prefix concurrency drift; do
+for mode in leak order prefix cache history concurrency drift; do
     case $mode in
         leak) want=nonce_leak ;; order) want=order_dependence ;; prefix) want=prefix_dependence ;;
+        cache) want=cache_dependence ;; history) want=history_dependence ;;
         concurrency) want=concurrency_dependence ;; drift) want=drift ;;
     esac
     start_contam --mode "$mode" || continue
@@ -47,6 +53,9 @@ for mode in leak order prefix concurrency drift; do
         drift)
             jq_py 'j["drift"]["first_third"]["differ"] <= 5 and j["drift"]["last_third"]["differ"] > 40' | grep -qx True &&
                 ok "drift: the first third (nearly) clean, the last third corrupted" || fail "drift thirds: $(head -c 600 "$TMP/out")" ;;
+        cache)
+            jq_py 'j["arms"]["resent"]["differ"] == 40 and j["arms"]["repeat_pair"]["differ"] == 0 and j["arms"]["repeat"]["differ"] == 0' |
+                grep -qx True && ok "cache: every resent answer departs from its first, no repeat does" || fail "cache arms: $(head -c 800 "$TMP/out")" ;;
     esac
     stop_last
 done
@@ -132,18 +141,49 @@ if [ -f "$STORIES" ] && built_with LIBMICROHTTPD; then
     # whatever ran before (every arm alike): inconclusive, saying so; a prefix
     # hit mapped to the wrong block changes answers: not clean either
     start_server padnan --parallel 4 --inject pad_nan@p=0.05 && {
-        expect_exit 1 "serve --inject pad_nan@p=0.05: not clean" "$BANGTRACE" probe --contamination --url "http://127.0.0.1:$port" \
+        expect_exit 1 "serve --inject pad_nan@p=0.05: contaminated" "$BANGTRACE" probe --contamination --url "http://127.0.0.1:$port" \
             --request "$TMP/shape.json" --nonce-seed 5
-        grep -q "^INCONCLUSIVE: nothing found, but [0-9]* of [0-9]* answers are degenerate (token_wall, most of them) where their request's reference answer is fine" "$TMP/out" \
-            && ok "pad_nan: the degenerate answers behind fine references are named" || fail "pad_nan probe: $(tail -2 "$TMP/out")"
+        grep -q "^CONTAMINATED: history_dependence$" "$TMP/out" &&
+            grep -q "^note: [0-9]* of [0-9]* measured answers are degenerate (token_wall, most of them) where their reference answer is fine" "$TMP/out" \
+            && ok "pad_nan: history_dependence, the degenerate answers behind fine references named" || fail "pad_nan probe: $(tail -4 "$TMP/out")"
         stop_last
     }
+    # a prefix hit mapped to another cached block: a fresh prompt's second
+    # answer departs from its first more often than a repeat from its pair's
+    # first (both of which are hits); on a young server the wrong mappings
+    # also grow as the cache fills (drift). Not every wrong block changes
+    # stories260K's answer: -n 120
     start_server pwrong --parallel 4 --inject prefix_wrong && {
-        expect_exit 1 "serve --inject prefix_wrong: not clean" "$BANGTRACE" probe --contamination --url "http://127.0.0.1:$port" \
-            --request "$TMP/shape.json" --nonce-seed 5
-        grep -q "^CLEAN" "$TMP/out" && fail "prefix_wrong probe: clean"
+        expect_exit 1 "serve --inject prefix_wrong: contaminated" "$BANGTRACE" probe --contamination --url "http://127.0.0.1:$port" \
+            --request "$TMP/shape.json" --nonce-seed 5 -n 120 --json
+        [ "$(jq_py '"cache_dependence" in j["found"] and set(j["found"]) <= {"cache_dependence", "drift"}')" = True ] &&
+            ok "prefix_wrong: found $(jq_py '" ".join(j["found"])') (resent $(jq_py 'j["arms"]["resent"]["differ"]')/120 vs repeat_pair $(jq_py 'j["arms"]["repeat_pair"]["differ"]')/120)" ||
+            fail "prefix_wrong probe: $(head -c 1500 "$TMP/out")"
         stop_last
     }
+    # a hybrid model (random weights; 6 tokens an answer, shorter than a
+    # token wall): clean, and its state faults found with their classes
+    HYB=$TMP/qwen35.gguf
+    if "$py" "${BT_SRCDIR:-.}/tools/make-tiny-hybrid.py" "$HYB" --arch qwen35 --mtp 0 --seed 7 >"$TMP/tool.log" 2>&1; then
+        echo '{"max_tokens":6}' > "$TMP/shape6.json"
+        for fault in none slot_noreset slot_swap; do
+            case $fault in
+                none) want=clean; inj= ;; slot_noreset) want="contaminated history_dependence"; inj="--inject slot_noreset" ;;
+                slot_swap) want="contaminated concurrency_dependence"; inj="--inject slot_swap" ;;
+            esac
+            # shellcheck disable=SC2086
+            SERVE_MODEL="--model $HYB" start_server "hyb-$fault" --parallel 4 $inj || continue
+            "$BANGTRACE" probe --contamination --url "http://127.0.0.1:$port" --request "$TMP/shape6.json" --nonce-seed 5 --json \
+                >"$TMP/out" 2>"$TMP/err"
+            rc=$?
+            got=$(jq_py 'j["outcome"] + (" " + " ".join(j["found"]) if j["found"] else "")')
+            [ "$got" = "$want" ] && [ $rc -eq $([ "$want" = clean ] && echo 0 || echo 1) ] && ok "qwen35 serve, fault $fault: $got (exit $rc)" ||
+                fail "qwen35 serve, fault $fault: exit $rc, '$got', want '$want': $(head -c 1200 "$TMP/out") $(cat "$TMP/err")"
+            stop_last
+        done
+    else
+        fail "make-tiny-hybrid.py: $(tail -1 "$TMP/tool.log")"
+    fi
 else
     echo "note: stories260K or libmicrohttpd missing: the serve check is skipped"
 fi

@@ -58,6 +58,9 @@ static int n_found(const bt_contam_verdict *v)
 typedef bool (*pick_fn)(const bt_contam_plan *p, long i);
 static bool pick_after_other(const bt_contam_plan *p, long i) { return p->reqs[i].arm == BT_CONTAM_ARM_AFTER_OTHER; }
 static bool pick_after_shared(const bt_contam_plan *p, long i) { return p->reqs[i].arm == BT_CONTAM_ARM_AFTER_SHARED; }
+static bool pick_resent(const bt_contam_plan *p, long i) { return p->reqs[i].arm == BT_CONTAM_ARM_RESENT; }
+static bool pick_repeat_half(const bt_contam_plan *p, long i) { return p->reqs[i].arm == BT_CONTAM_ARM_REPEAT && p->reqs[i].block % 2; }
+static bool pick_other_resent(const bt_contam_plan *p, long i) { return pick_after_other(p, i) || pick_resent(p, i); }
 static bool pick_beside_last(const bt_contam_plan *p, long i) { return p->reqs[i].arm == p->n_arms - 1; }
 static bool pick_late(const bt_contam_plan *p, long i) { return p->reqs[i].block >= 2 * p->n_blocks / 3; }
 /* a quarter of the measured answers, by a hash of the index (no relation to arms or time) */
@@ -71,7 +74,7 @@ static void verdict_with(const bt_contam_plan *p, pick_fn pick, bt_contam_verdic
 {
     bt_contam_answer *a = echo_answers(p);
     for (long i = 0; i < p->n_reqs; i++)
-        if (p->reqs[i].role == BT_CONTAM_CONTROL && p->reqs[i].arm >= 0 && pick(p, i)) set_text(&a[i], "something else");
+        if (p->reqs[i].arm >= 0 && pick(p, i)) set_text(&a[i], "something else");
     CHECK_OK(bt_contam_analyze(p, a, 0.01, v));
     free_answers(a, p->n_reqs);
 }
@@ -81,19 +84,31 @@ int main(void)
     bt_contam_plan p;
     /* ---- the plan ---- */
     CHECK_OK(bt_contam_plan_new(40, 4, 42, &p));
-    CHECK(p.n_levels == 2 && p.levels[0] == 2 && p.levels[1] == 4 && p.n_arms == 5);
-    CHECK(p.n_reqs == BT_CONTAM_CONTROLS * BT_CONTAM_WARMUP + 40 * (2 + 2 + 2 + 2 + 4), "%ld requests", p.n_reqs);
-    CHECK(p.n_units == BT_CONTAM_CONTROLS + 40 * 5, "%ld units", p.n_units);
+    CHECK(p.n_levels == 2 && p.levels[0] == 2 && p.levels[1] == 4 && p.n_arms == 6);
+    CHECK(p.n_reqs == BT_CONTAM_CONTROLS * BT_CONTAM_WARMUP + 40 * (2 + 2 + 2 + 2 + 2 + 4), "%ld requests", p.n_reqs);
+    CHECK(p.n_units == BT_CONTAM_CONTROLS + 40 * 6, "%ld units", p.n_units);
     long per_arm[BT_CONTAM_MAX_ARMS] = { 0 }, per_arm_ctl[BT_CONTAM_MAX_ARMS][BT_CONTAM_CONTROLS] = { { 0 } };
     for (long i = 0; i < p.n_reqs; i++) {
         const bt_contam_req *r = &p.reqs[i];
-        if (r->arm >= 0) { per_arm[r->arm]++; per_arm_ctl[r->arm][r->control]++; }
-        CHECK(r->arm < 0 || r->role == BT_CONTAM_CONTROL, "request %ld: a measured answer is a control's", i);
+        if (r->arm >= 0) per_arm[r->arm]++;
+        if (r->arm >= 0 && r->control >= 0) per_arm_ctl[r->arm][r->control]++;
+        CHECK(r->arm < 0 || r->role == (r->arm == BT_CONTAM_ARM_RESENT ? BT_CONTAM_FRESH : BT_CONTAM_CONTROL),
+              "request %ld: a measured answer is a control's or a resent fresh prompt's", i);
+        if (r->role == BT_CONTAM_FRESH) {
+            /* fresh: first in its unit, then resent with the same prompt; it
+             * starts and ends with its own nonce; no other request starts like it */
+            bool first = r->arm == BT_CONTAM_ARM_FRESH;
+            CHECK(first ? p.units[r->unit].first == i : p.reqs[i - 1].arm == BT_CONTAM_ARM_FRESH && !strcmp(p.reqs[i - 1].prompt, r->prompt));
+            CHECK(!strncmp(r->prompt, r->token, 9) && strstr(r->prompt + 9, r->token) && strlen(r->prompt) > 350, "fresh: %s", r->prompt);
+            for (long j = 0; j < p.n_reqs && first; j++)
+                if (j != i && j != i + 1) CHECK(common_prefix(p.reqs[j].prompt, r->prompt) < 4, "requests %ld and %ld share a prefix", i, j);
+        }
         CHECK(strstr(r->prompt, r->token) != NULL, "request %ld: its token is in its prompt", i);
         CHECK(strlen(r->token) == 9 && r->token[4] == '-');
         for (long j = 0; j < p.n_reqs; j++) {
             if (!strcmp(p.reqs[j].token, r->token)) {
-                CHECK(j == i || (r->role == BT_CONTAM_CONTROL && p.reqs[j].role == BT_CONTAM_CONTROL && p.reqs[j].control == r->control),
+                CHECK(j == i || (r->role == BT_CONTAM_CONTROL && p.reqs[j].role == BT_CONTAM_CONTROL && p.reqs[j].control == r->control) ||
+                      (r->role == BT_CONTAM_FRESH && p.reqs[j].unit == r->unit),
                       "requests %ld and %ld share the token %s", i, j, r->token);
             } else CHECK(!strstr(r->prompt, p.reqs[j].token), "request %ld's prompt holds request %ld's token", i, j);
         }
@@ -113,7 +128,8 @@ int main(void)
     }
     for (int a = 0; a < p.n_arms; a++) {
         CHECK(per_arm[a] == 40, "arm %d: %ld measured", a, per_arm[a]);
-        for (int k = 0; k < BT_CONTAM_CONTROLS; k++) CHECK(per_arm_ctl[a][k] == 10, "arm %d control %d: %ld", a, k, per_arm_ctl[a][k]);
+        for (int k = 0; k < BT_CONTAM_CONTROLS && a != BT_CONTAM_ARM_RESENT; k++)
+            CHECK(per_arm_ctl[a][k] == 10, "arm %d control %d: %ld", a, k, per_arm_ctl[a][k]);
     }
     /* every block holds one unit of every arm; warm-up first; unit shapes */
     for (long u = 0; u < BT_CONTAM_CONTROLS; u++) CHECK(p.units[u].arm == BT_CONTAM_ARM_WARMUP && !p.units[u].parallel);
@@ -127,10 +143,11 @@ int main(void)
             CHECK(p.units[u].count == (par ? p.levels[p.units[u].arm - BT_CONTAM_ARM_BESIDE] : 2));
             if (!par) CHECK(p.reqs[p.units[u].first + 1].arm == p.units[u].arm, "a serial unit measures its second request");
         }
-        CHECK(seen == 31, "block %ld holds arms %#x", b, seen);
+        CHECK(seen == 63, "block %ld holds arms %#x", b, seen);
     }
     char name[32];
-    CHECK(!strcmp(bt_contam_arm_name(&p, 4, name, sizeof name), "beside_4"));
+    CHECK(!strcmp(bt_contam_arm_name(&p, 5, name, sizeof name), "beside_4"));
+    CHECK(!strcmp(bt_contam_arm_name(&p, BT_CONTAM_ARM_RESENT, name, sizeof name), "resent"));
     CHECK(!strcmp(bt_contam_arm_name(&p, BT_CONTAM_ARM_AFTER_SHARED, name, sizeof name), "after_shared"));
     bt_contam_plan q;
     CHECK_OK(bt_contam_plan_new(40, 4, 42, &q));
@@ -149,7 +166,7 @@ int main(void)
     CHECK(q.n_levels == 3 && !memcmp(q.levels, want8, sizeof want8));
     bt_contam_plan_clear(&q);
     CHECK_OK(bt_contam_plan_new(2, 2, 1, &q));
-    CHECK(q.n_levels == 1 && q.levels[0] == 2 && q.n_arms == 4);
+    CHECK(q.n_levels == 1 && q.levels[0] == 2 && q.n_arms == 5);
     bt_contam_plan_clear(&q);
     CHECK(bt_contam_plan_new(40, 1, 1, &q) == BT_EINVAL);
     CHECK(bt_contam_plan_new(0, 4, 1, &q) == BT_EINVAL);
@@ -186,9 +203,10 @@ int main(void)
     bt_contam_answer *a = echo_answers(&p);
     CHECK_OK(bt_contam_analyze(&p, a, 0.01, &v));
     CHECK(v.outcome == 0 && !n_found(&v) && v.leaks == 0 && v.answered == p.n_reqs, "clean: outcome %d", v.outcome);
-    CHECK(v.n_tests == 5);
+    CHECK(v.n_tests == 6 && v.tests[2].cls == BT_CONTAM_CACHE && v.tests[2].base == BT_CONTAM_ARM_NONE);
+    CHECK(v.hist_called && v.hist_n == 40 && v.hist_dev == 0 && v.pair.n == 40 && v.pair.dev == 0);
     for (int t = 0; t < v.n_tests; t++) CHECK(v.tests[t].called && !v.tests[t].found && v.tests[t].p == 1.0);
-    CHECK(v.early.n == 13 * 5 && v.late.n == 13 * 5, "thirds %ld %ld", v.early.n, v.late.n);
+    CHECK(v.early.n == 13 * 6 && v.late.n == 13 * 6, "thirds %ld %ld", v.early.n, v.late.n);
     CHECK(v.leak_hi < 0.01 && v.leak_lo == 0);
     /* the same at a stricter leak bound: inconclusive */
     CHECK_OK(bt_contam_analyze(&p, a, 0.005, &v));
@@ -237,8 +255,9 @@ int main(void)
     CHECK_OK(bt_contam_analyze(&p, a, 0.01, &v));
     CHECK(v.outcome == 2 && !n_found(&v) && v.ref_failed == 4 && v.ref_class == BT_ANS_TOKEN_WALL, "walls: outcome %d", v.outcome);
     free_answers(a, p.n_reqs);
-    /* fine references, but every fifth measured answer a wall in every arm
-     * alike (a poisoned shared block): nothing to attribute, never clean */
+    /* fine references, but every fifth block's measured answers a wall in
+     * every arm alike (a poisoned shared block): the same request right
+     * after itself answers otherwise: history_dependence, the walls named */
     a = echo_answers(&p);
     long nw = 0;
     for (long i = 0; i < p.n_reqs; i++)
@@ -248,8 +267,15 @@ int main(void)
             nw++;
         }
     CHECK_OK(bt_contam_analyze(&p, a, 0.01, &v));
-    CHECK(v.outcome == 2 && !n_found(&v) && !v.ref_failed && v.degen == nw && v.degen_class == BT_ANS_TOKEN_WALL,
-          "constant walls: outcome %d, degenerate %ld of %ld", v.outcome, v.degen, nw);
+    CHECK(v.outcome == 1 && v.found[BT_CONTAM_HISTORY] && n_found(&v) == 1 && !v.ref_failed && v.degen == nw &&
+          v.degen_class == BT_ANS_TOKEN_WALL, "constant walls: outcome %d, degenerate %ld of %ld", v.outcome, v.degen, nw);
+    /* the same walls only beside others, too few to call: inconclusive, the walls named */
+    free_answers(a, p.n_reqs);
+    a = echo_answers(&p);
+    for (long i = 0; i < p.n_reqs; i++)
+        if (p.reqs[i].arm >= BT_CONTAM_ARM_BESIDE && p.reqs[i].block % 10 == 0) { set_text(&a[i], "!!!!!!!!!!!!"); a[i].cls = BT_ANS_TOKEN_WALL; }
+    CHECK_OK(bt_contam_analyze(&p, a, 0.01, &v));
+    CHECK(v.outcome == 2 && !n_found(&v) && v.degen == 8, "walls beside: outcome %d, degenerate %ld", v.outcome, v.degen);
     free_answers(a, p.n_reqs);
 
     /* each dependence alone */
@@ -259,16 +285,32 @@ int main(void)
     CHECK(v.outcome == 1 && v.found[BT_CONTAM_PREFIX] && n_found(&v) == 1, "prefix: %d found", n_found(&v));
     verdict_with(&p, pick_beside_last, &v);
     CHECK(v.outcome == 1 && v.found[BT_CONTAM_CONCURRENCY] && n_found(&v) == 1, "concurrency: %d found", n_found(&v));
-    CHECK(v.tests[3].found && !v.tests[2].found, "beside_4 found, beside_2 not");
+    CHECK(v.tests[4].found && !v.tests[3].found, "beside_4 found, beside_2 not");
+    verdict_with(&p, pick_resent, &v);
+    CHECK(v.outcome == 1 && v.found[BT_CONTAM_CACHE] && n_found(&v) == 1, "cache: %d found", n_found(&v));
+    verdict_with(&p, pick_repeat_half, &v);
+    CHECK(v.outcome == 1 && v.found[BT_CONTAM_HISTORY] && n_found(&v) == 1 && v.hist_dev == 20, "history: %d found", n_found(&v));
+    /* a fresh prompt's first answer ran after another prompt: with
+     * order_dependence found, a resent differing is explained by it */
+    verdict_with(&p, pick_other_resent, &v);
+    CHECK(v.found[BT_CONTAM_ORDER] && !v.found[BT_CONTAM_CACHE] && v.tests[2].explained == BT_CONTAM_ORDER && n_found(&v) == 1,
+          "order + resent: %d found", n_found(&v));
     verdict_with(&p, pick_late, &v);
-    CHECK(v.outcome == 1 && v.found[BT_CONTAM_DRIFT] && n_found(&v) == 1, "drift: %d found", n_found(&v));
-    /* noise spread over every arm and the whole run: nothing found; where
-     * a suspect side happens to differ more, not clean either */
+    CHECK(v.outcome == 1 && v.found[BT_CONTAM_DRIFT] && n_found(&v) == 1 && v.hist_explained == BT_CONTAM_DRIFT,
+          "drift: %d found", n_found(&v));
+    /* noise spread over every arm and the whole run: no comparison found,
+     * but the same request right after itself answers otherwise */
     verdict_with(&p, pick_quarter, &v);
-    int worse = 0;
-    for (int t = 0; t < v.n_tests; t++) worse += v.tests[t].worse;
-    CHECK(n_found(&v) == 0 && v.unresolved == worse && v.outcome == (worse ? 2 : 0), "uniform noise: %d found, outcome %d",
-          n_found(&v), v.outcome);
+    bool any_test = false;
+    for (int t = 0; t < v.n_tests; t++) any_test |= v.tests[t].found;
+    CHECK(!any_test && v.found[BT_CONTAM_HISTORY] && n_found(&v) == 1, "uniform noise: %d found, outcome %d", n_found(&v), v.outcome);
+    /* one repeat answer differing: not enough to call, never clean */
+    a = echo_answers(&p);
+    for (long i = 0; i < p.n_reqs; i++)
+        if (p.reqs[i].arm == BT_CONTAM_ARM_REPEAT) { set_text(&a[i], "changed once"); break; }
+    CHECK_OK(bt_contam_analyze(&p, a, 0.01, &v));
+    CHECK(v.outcome == 2 && !n_found(&v) && v.hist_dev == 1, "one repeat: outcome %d", v.outcome);
+    free_answers(a, p.n_reqs);
     /* a small excess, too small to call: inconclusive, never clean */
     a = echo_answers(&p);
     for (long i = 0, k = 0; i < p.n_reqs && k < 3; i++)

@@ -38,6 +38,26 @@ static const char *const other_prefix[N_OTHER] = {
     "Over the radio the operator spelled the call sign twice, so that the station across the bay could not mistake it.",
 };
 
+/* Sentences a fresh prompt is drawn from (BT_CONTAM_FRESH_SENTENCES of
+ * them, in a drawn order, after its own nonce): ~85 tokens that no other
+ * request starts with, so its first answer is computed from nothing cached. */
+#define N_SENTENCES 12
+#define FRESH_SENTENCES 5
+static const char *const sentence[N_SENTENCES] = {
+    "The ferry left the harbour at seven with nine passengers and a crate of oranges.",
+    "A storm had closed the mountain road for three days, so the post came by boat.",
+    "The clockmaker kept every broken spring in a tin beside the window.",
+    "On market days the square smelled of bread, fish and wet wool.",
+    "Two brothers repaired the bridge with timber from the fallen oak.",
+    "The teacher read the letters aloud, one for each child in the room.",
+    "At night the radio picked up music from a city nobody in the village had seen.",
+    "The well in the courtyard had been dry since the summer of the long drought.",
+    "Every spring the swallows returned to the barn and rebuilt the same nests.",
+    "The librarian stamped each book twice, once for the date and once for luck.",
+    "Snow covered the fields until the end of March, and the sheep stayed inside.",
+    "A painter rented the room above the shop and left it full of blue canvases.",
+};
+
 static unsigned long long splitmix(unsigned long long *s)
 {
     unsigned long long z = (*s += 0x9E3779B97F4A7C15ULL);
@@ -77,7 +97,8 @@ static void draw_token(unsigned long long *s, char *out)
 static const char *bt_contam_class_name(int cls)
 {
     static const char *const n[BT_CONTAM_NCLASS] = { "nonce_leak", "order_dependence", "prefix_dependence",
-                                                     "concurrency_dependence", "drift" };
+                                                     "cache_dependence", "history_dependence", "concurrency_dependence",
+                                                     "drift" };
     return cls >= 0 && cls < BT_CONTAM_NCLASS ? n[cls] : "?";
 }
 
@@ -92,6 +113,8 @@ const char *bt_contam_arm_name(const bt_contam_plan *p, int arm, char *buf, size
     if (arm == BT_CONTAM_ARM_REPEAT) return "repeat";
     if (arm == BT_CONTAM_ARM_AFTER_OTHER) return "after_other";
     if (arm == BT_CONTAM_ARM_AFTER_SHARED) return "after_shared";
+    if (arm == BT_CONTAM_ARM_RESENT) return "resent";
+    if (arm == BT_CONTAM_ARM_FRESH) return "fresh";
     if (arm >= BT_CONTAM_ARM_BESIDE && arm < p->n_arms) {
         snprintf(buf, cap, "beside_%d", p->levels[arm - BT_CONTAM_ARM_BESIDE]);
         return buf;
@@ -140,12 +163,40 @@ static char *join3(const char *a, const char *b, const char *c, const char *d)
     return s;
 }
 
+/* a fresh prompt: its nonce, then FRESH_SENTENCES distinct sentences in a
+ * drawn order, then its nonce again (a leaked tail carries it) */
+static char *fresh_prompt(builder *b, const char *tok)
+{
+    int pick[N_SENTENCES];
+    for (int i = 0; i < N_SENTENCES; i++) pick[i] = i;
+    size_t len = 2 * strlen(tok) + 64;
+    for (int i = 0; i < FRESH_SENTENCES; i++) {
+        int j = i + (int)(splitmix(&b->rng) % (unsigned)(N_SENTENCES - i)), t = pick[i];
+        pick[i] = pick[j]; pick[j] = t;
+        len += strlen(sentence[pick[i]]) + 1;
+    }
+    char *s = malloc(len);
+    if (!s) return NULL;
+    size_t n = (size_t)snprintf(s, len, "%s:", tok);
+    for (int i = 0; i < FRESH_SENTENCES; i++) n += (size_t)snprintf(s + n, len - n, " %s", sentence[pick[i]]);
+    snprintf(s + n, len - n, " The page signed %s said that", tok);
+    return s;
+}
+
 static void add_req(builder *b, int role, int control, int arm, long unit, long block)
 {
     if (b->rc) return;
     bt_contam_plan *p = b->p;
     bt_contam_req r = { .role = role, .control = control, .arm = arm, .unit = unit, .block = block };
-    if (role == BT_CONTAM_CONTROL) {
+    if (role == BT_CONTAM_FRESH && arm == BT_CONTAM_ARM_RESENT) {
+        /* the same prompt as the fresh request just before it */
+        const bt_contam_req *f = &p->reqs[p->n_reqs - 1];
+        memcpy(r.token, f->token, BT_CONTAM_TOKEN);
+        r.prompt = strdup(f->prompt);
+    } else if (role == BT_CONTAM_FRESH) {
+        fresh_token(b, r.token);
+        r.prompt = fresh_prompt(b, r.token);
+    } else if (role == BT_CONTAM_CONTROL) {
         memcpy(r.token, b->marker[control], BT_CONTAM_TOKEN);
         r.prompt = join3(control_prefix[control], " One page of the notes was marked ", r.token, ". It said that");
     } else {
@@ -180,6 +231,10 @@ static void add_unit(builder *b, int arm, long block, int control)
         add_req(b, BT_CONTAM_NONCE_SHARED, control, BT_CONTAM_ARM_NONE, id, block);
         add_req(b, BT_CONTAM_CONTROL, control, arm, id, block);
         break;
+    case BT_CONTAM_ARM_RESENT:
+        add_req(b, BT_CONTAM_FRESH, -1, BT_CONTAM_ARM_FRESH, id, block);
+        add_req(b, BT_CONTAM_FRESH, -1, arm, id, block);
+        break;
     default: {
         int level = p->levels[arm - BT_CONTAM_ARM_BESIDE];
         u.parallel = true;
@@ -208,7 +263,7 @@ int bt_contam_plan_new(long n_blocks, int max_conc, unsigned long long seed, bt_
     out->seed = seed;
     builder b = { .p = out, .rng = seed };
     /* the set holds every token of the plan at most half full */
-    size_t n_tok = BT_CONTAM_CONTROLS + (size_t)n_blocks * 2, cap = 64;
+    size_t n_tok = BT_CONTAM_CONTROLS + (size_t)n_blocks * 3, cap = 64;
     for (int l = 0; l < out->n_levels; l++) n_tok += (size_t)n_blocks * (size_t)(out->levels[l] - 1);
     while (cap < 2 * n_tok) cap *= 2;
     if (!(b.seen = calloc(cap, sizeof *b.seen))) return bt_error(BT_ENOMEM, "out of memory");
@@ -322,12 +377,25 @@ static void set_test(bt_contam_test *t, int cls, int arm, int base, const bt_con
     t->fa = a->dev; t->na = a->n; t->fb = b->dev; t->nb = b->n;
 }
 
+/* the index of the answer request i is measured against: its control's
+ * reference, or for a resent its fresh request (-1: that got no answer) */
+static long ref_of(const bt_contam_plan *p, const bt_contam_answer *ans, const long *ref, long i)
+{
+    const bt_contam_req *r = &p->reqs[i];
+    if (r->arm == BT_CONTAM_ARM_RESENT) {
+        long f = p->units[r->unit].first;
+        return ans[f].answered ? f : -1;
+    }
+    return r->control >= 0 ? ref[r->control] : -1;
+}
+
 int bt_contam_analyze(const bt_contam_plan *p, const bt_contam_answer *ans, double max_fail, bt_contam_verdict *v)
 {
     memset(v, 0, sizeof *v);
     v->early.div_median = v->late.div_median = -1;
     v->max_fail = max_fail;
     v->leak_first = -1;
+    v->hist_explained = -1;
     /* the reference answer of each control: the warm-up's modal answer */
     long ref[BT_CONTAM_CONTROLS];
     for (int k = 0; k < BT_CONTAM_CONTROLS; k++) {
@@ -344,59 +412,24 @@ int bt_contam_analyze(const bt_contam_plan *p, const bt_contam_answer *ans, doub
         }
         if (ref[k] < 0) return bt_error(BT_EINVAL, "control %d got no answer in the warm-up: no reference answer", k);
     }
-    long w = p->n_blocks / 3;
-    if (w < 1) w = 1;
-    long degen_by[BT_ANS_COUNT] = { 0 };
-    for (long i = 0; i < p->n_reqs; i++) {
-        const bt_contam_req *r = &p->reqs[i];
-        const bt_contam_answer *a = &ans[i];
-        if (!a->sent) continue;
-        v->sent++;
-        if (a->answered) v->answered++;
-        if (r->arm == BT_CONTAM_ARM_NONE) continue;
-        bool dev = !a->answered || !same_text(a, &ans[ref[r->control]]);
-        if (r->arm == BT_CONTAM_ARM_WARMUP) { count(&v->warm, a, dev); continue; }
-        count(&v->arms[r->arm], a, dev);
-        v->degen_of++;
-        if (dev && a->answered && degenerate(a->cls) && !degenerate(ans[ref[r->control]].cls)) {
-            v->degen++;
-            degen_by[a->cls]++;
-        }
-        if (r->block < w) count(&v->early, a, dev);
-        if (r->block >= p->n_blocks - w) count(&v->late, a, dev);
-    }
-    for (int c = 0; c < BT_ANS_COUNT; c++) if (degen_by[c] > degen_by[v->degen_class]) v->degen_class = c;
-    wilson(&v->warm); wilson(&v->early); wilson(&v->late);
-    /* where the differing answers depart from their reference */
-    long *pre = malloc((size_t)(p->n_blocks + BT_CONTAM_WARMUP * BT_CONTAM_CONTROLS) * sizeof *pre);
-    if (!pre) return bt_error(BT_ENOMEM, "out of memory");
-    for (int arm = BT_CONTAM_ARM_WARMUP; arm < p->n_arms; arm++) {
-        long n = 0;
-        for (long i = 0; i < p->n_reqs; i++) {
-            const bt_contam_answer *a = &ans[i], *r = &ans[ref[p->reqs[i].control < 0 ? 0 : p->reqs[i].control]];
-            if (p->reqs[i].arm != arm || !a->sent || !a->answered || same_text(a, r)) continue;
-            size_t k = 0;
-            while (k < a->text_len && k < r->text_len && a->text[k] == r->text[k]) k++;
-            pre[n++] = (long)k;
-        }
-        qsort(pre, (size_t)n, sizeof *pre, cmp_long);
-        (arm == BT_CONTAM_ARM_WARMUP ? &v->warm : &v->arms[arm])->div_median = n ? pre[(n - 1) / 2] : -1;
-    }
-    free(pre);
-    for (int a = 0; a < p->n_arms; a++) wilson(&v->arms[a]);
 
     /* leaks: a token of the plan in an answer whose prompt does not hold
      * it. The plan's tokens, sorted by key, each with a request holding it;
      * an answer is scanned for anything shaped like a token. */
     tok_ref *toks = malloc((size_t)p->n_reqs * sizeof *toks);
-    if (!toks) return bt_error(BT_ENOMEM, "out of memory");
+    bool *leaked = calloc((size_t)p->n_reqs, sizeof *leaked);
+    if (!toks || !leaked) { free(toks); free(leaked); return bt_error(BT_ENOMEM, "out of memory"); }
     long nt_ = 0;
     for (long i = 0; i < p->n_reqs; i++) toks[nt_++] = (tok_ref){ tok_key(p->reqs[i].token), i };
     qsort(toks, (size_t)nt_, sizeof *toks, cmp_tok);
     long first_order = -1;
     for (long i = 0; i < p->n_reqs; i++) {
         const bt_contam_answer *a = &ans[i];
-        if (!a->answered || a->text_len < 9) continue;
+        if (!a->sent) continue;
+        v->sent++;
+        if (!a->answered) continue;
+        v->answered++;
+        if (a->text_len < 9) continue;
         unsigned long long own = tok_key(p->reqs[i].token);
         const tok_ref *hit = NULL;
         for (size_t k = 0; k + 9 <= a->text_len && !hit; k++) {
@@ -410,6 +443,7 @@ int bt_contam_analyze(const bt_contam_plan *p, const bt_contam_answer *ans, doub
             hit = bsearch(&want, toks, (size_t)nt_, sizeof *toks, cmp_tok);
         }
         if (!hit) continue;
+        leaked[i] = true;
         v->leaks++;
         if (first_order < 0 || a->order < first_order) first_order = a->order;
         if (v->n_ex < (int)BT_ARRAY_SIZE(v->ex)) {
@@ -437,12 +471,69 @@ int bt_contam_analyze(const bt_contam_plan *p, const bt_contam_answer *ans, doub
     v->leak_needed = bt_stats_rate_needed(v->leaks, v->answered, max_fail);
     v->found[BT_CONTAM_LEAK] = v->leaks > 0;
 
+    /* every measured answer against its reference */
+    long w = p->n_blocks / 3;
+    if (w < 1) w = 1;
+    long degen_by[BT_ANS_COUNT] = { 0 };
+    for (long i = 0; i < p->n_reqs; i++) {
+        const bt_contam_req *r = &p->reqs[i];
+        const bt_contam_answer *a = &ans[i];
+        long ri = ref_of(p, ans, ref, i);
+        if (!a->sent || r->arm == BT_CONTAM_ARM_NONE || r->arm == BT_CONTAM_ARM_FRESH || ri < 0) continue;
+        bool dev = !a->answered || !same_text(a, &ans[ri]);
+        if (r->arm == BT_CONTAM_ARM_WARMUP) { count(&v->warm, a, dev); continue; }
+        count(&v->arms[r->arm], a, dev);
+        if (r->arm == BT_CONTAM_ARM_REPEAT) {
+            /* against the first of its pair (sent right before it) */
+            const bt_contam_answer *f = &ans[i - 1];
+            if (f->answered) count(&v->pair, a, !a->answered || !same_text(a, f));
+        }
+        if (r->arm == BT_CONTAM_ARM_REPEAT && a->answered) {
+            v->hist_n++;
+            if (dev && !leaked[i]) v->hist_dev++;
+        }
+        v->degen_of++;
+        if (dev && a->answered && degenerate(a->cls) && !degenerate(ans[ri].cls)) {
+            v->degen++;
+            degen_by[a->cls]++;
+        }
+        if (r->block < w) count(&v->early, a, dev);
+        if (r->block >= p->n_blocks - w) count(&v->late, a, dev);
+    }
+    free(leaked);
+    for (int c = 0; c < BT_ANS_COUNT; c++) if (degen_by[c] > degen_by[v->degen_class]) v->degen_class = c;
+    wilson(&v->warm); wilson(&v->early); wilson(&v->late); wilson(&v->pair);
+    bt_stats_wilson(v->hist_dev, v->hist_n, &v->hist_lo, &v->hist_hi);
+    /* where the differing answers depart from their reference */
+    long *pre = malloc((size_t)(p->n_blocks + BT_CONTAM_WARMUP * BT_CONTAM_CONTROLS) * sizeof *pre);
+    if (!pre) return bt_error(BT_ENOMEM, "out of memory");
+    for (int arm = BT_CONTAM_ARM_WARMUP; arm < p->n_arms; arm++) {
+        long n = 0;
+        for (long i = 0; i < p->n_reqs; i++) {
+            long ri = ref_of(p, ans, ref, i);
+            const bt_contam_answer *a = &ans[i];
+            if (p->reqs[i].arm != arm || ri < 0 || !a->sent || !a->answered || same_text(a, &ans[ri])) continue;
+            const bt_contam_answer *r = &ans[ri];
+            size_t k = 0;
+            while (k < a->text_len && k < r->text_len && a->text[k] == r->text[k]) k++;
+            pre[n++] = (long)k;
+        }
+        qsort(pre, (size_t)n, sizeof *pre, cmp_long);
+        (arm == BT_CONTAM_ARM_WARMUP ? &v->warm : &v->arms[arm])->div_median = n ? pre[(n - 1) / 2] : -1;
+    }
+    free(pre);
+    for (int a = 0; a < p->n_arms; a++) wilson(&v->arms[a]);
+
     /* the comparisons */
     int nt = 0;
     set_test(&v->tests[nt++], BT_CONTAM_ORDER, BT_CONTAM_ARM_AFTER_OTHER, BT_CONTAM_ARM_REPEAT,
              &v->arms[BT_CONTAM_ARM_AFTER_OTHER], &v->arms[BT_CONTAM_ARM_REPEAT]);
     set_test(&v->tests[nt++], BT_CONTAM_PREFIX, BT_CONTAM_ARM_AFTER_SHARED, BT_CONTAM_ARM_AFTER_OTHER,
              &v->arms[BT_CONTAM_ARM_AFTER_SHARED], &v->arms[BT_CONTAM_ARM_AFTER_OTHER]);
+    /* a pair against a pair: a resent against its fresh first answer, a
+     * repeat against the send of its control just before it */
+    set_test(&v->tests[nt++], BT_CONTAM_CACHE, BT_CONTAM_ARM_RESENT, BT_CONTAM_ARM_NONE,
+             &v->arms[BT_CONTAM_ARM_RESENT], &v->pair);
     for (int l = 0; l < p->n_levels; l++)
         set_test(&v->tests[nt++], BT_CONTAM_CONCURRENCY, BT_CONTAM_ARM_BESIDE + l, BT_CONTAM_ARM_AFTER_OTHER,
                  &v->arms[BT_CONTAM_ARM_BESIDE + l], &v->arms[BT_CONTAM_ARM_AFTER_OTHER]);
@@ -451,24 +542,43 @@ int bt_contam_analyze(const bt_contam_plan *p, const bt_contam_answer *ans, doub
     bool all_called = true;
     for (int t = 0; t < nt; t++) {
         bt_contam_test *x = &v->tests[t];
+        x->explained = -1;
         x->alpha = BT_STATS_ALPHA / nt;
         x->p = bt_stats_fisher(x->fa, x->na - x->fa, x->fb, x->nb - x->fb);
         x->called = x->na >= BT_STATS_MIN_PER_ARM && x->nb >= BT_STATS_MIN_PER_ARM;
-        bool worse = x->na && x->nb && (double)x->fa / x->na > (double)x->fb / x->nb;
-        x->worse = worse;
-        x->found = x->called && worse && x->p < x->alpha;
-        if (worse && !x->found) v->unresolved++;
-        x->needed = worse ? bt_stats_ab_needed_alpha(x->fa, x->na, x->fb, x->nb, x->alpha) : -1;
-        if (x->found) v->found[x->cls] = true;
+        x->worse = x->na && x->nb && (double)x->fa / x->na > (double)x->fb / x->nb;
+        x->found = x->called && x->worse && x->p < x->alpha;
+        x->needed = x->worse ? bt_stats_ab_needed_alpha(x->fa, x->na, x->fb, x->nb, x->alpha) : -1;
         if (!x->called) all_called = false;
     }
+    /* a fresh prompt's first answer ran after another prompt, its resent
+     * after itself: on a server whose answer depends on the request before
+     * it, the two differ without any cache */
+    for (int t = 0; t < nt; t++)
+        if (v->tests[t].cls == BT_CONTAM_CACHE && v->tests[t].found && v->tests[0].found) {
+            v->tests[t].found = false;
+            v->tests[t].explained = BT_CONTAM_ORDER;
+        }
+    for (int t = 0; t < nt; t++) {
+        const bt_contam_test *x = &v->tests[t];
+        if (x->found) v->found[x->cls] = true;
+        if (x->worse && !x->found && x->explained < 0) v->unresolved++;
+    }
+    /* history: the same request right after itself answered otherwise */
+    v->hist_called = v->hist_n >= BT_STATS_MIN_PER_ARM;
+    if (v->hist_dev && (v->found[BT_CONTAM_DRIFT] || v->found[BT_CONTAM_CACHE] || v->found[BT_CONTAM_LEAK]))
+        /* answers turning with engine age, a repeat served from a cache
+         * that answers otherwise, or a repeat carrying its first send's
+         * leaked text */
+        v->hist_explained = v->found[BT_CONTAM_DRIFT] ? BT_CONTAM_DRIFT : v->found[BT_CONTAM_CACHE] ? BT_CONTAM_CACHE : BT_CONTAM_LEAK;
+    else if (v->hist_called && v->hist_dev >= 2) v->found[BT_CONTAM_HISTORY] = true;
+    else if (v->hist_dev) v->unresolved++;
+    if (!v->hist_called) all_called = false;
     bool any = false;
     for (int c = 0; c < BT_CONTAM_NCLASS; c++) any |= v->found[c];
     for (int k = 0; k < BT_CONTAM_CONTROLS; k++) {
         int c = ans[ref[k]].cls;
-        if (c == BT_ANS_TOKEN_WALL || c == BT_ANS_EMPTY || c == BT_ANS_INVALID_TOKEN || c == BT_ANS_NONFINITE) {
-            if (!v->ref_failed++) v->ref_class = c;
-        }
+        if (degenerate(c) && !v->ref_failed++) v->ref_class = c;
     }
     v->outcome = any ? 1 : all_called && !v->unresolved && v->leak_hi < max_fail && !v->ref_failed && v->degen < 2 ? 0 : 2;
     return BT_OK;
@@ -493,12 +603,14 @@ static void print_counts(FILE *f, const char *name, const bt_contam_counts *c)
 
 static const char *side_name(const bt_contam_plan *p, int arm, bool late, char *buf, size_t cap)
 {
+    if (arm == BT_CONTAM_ARM_NONE) return "repeat_pair";
     return arm < 0 ? (late ? "last third" : "first third") : bt_contam_arm_name(p, arm, buf, cap);
 }
 
 static const char *req_name(const bt_contam_plan *p, long i, char *buf, size_t cap)
 {
     const bt_contam_req *r = &p->reqs[i];
+    if (r->role == BT_CONTAM_FRESH) return r->arm == BT_CONTAM_ARM_RESENT ? "a fresh prompt, resent" : "a fresh prompt";
     if (r->role != BT_CONTAM_CONTROL) return r->role == BT_CONTAM_NONCE_SHARED ? "a nonce request sharing a prefix" : "a nonce request";
     if (r->arm == BT_CONTAM_ARM_NONE) return "a control, not measured";
     char a[32];
@@ -535,9 +647,11 @@ void bt_contam_print(FILE *f, const char *target, const bt_contam_plan *p, const
                        excerpt(&ans[x->req], x->token, ex, sizeof ex));
     }
     if (v->leaks) bt_text_printf(f, "  first leak seen after %ld requests\n", v->leak_first);
-    bt_text_printf(f, "greedy answers against each control's reference (the modal warm-up answer):\n");
+    bt_text_printf(f, "greedy answers against each control's reference (the modal warm-up answer; resent: against its "
+                   "own first answer; repeat_pair: a repeat against the first of its pair):\n");
     print_counts(f, "warmup", &v->warm);
     for (int a = 0; a < p->n_arms; a++) print_counts(f, bt_contam_arm_name(p, a, b1, sizeof b1), &v->arms[a]);
+    print_counts(f, "repeat_pair", &v->pair);
     print_counts(f, "first third", &v->early);
     print_counts(f, "last third", &v->late);
     for (int t = 0; t < v->n_tests; t++) {
@@ -546,6 +660,9 @@ void bt_contam_print(FILE *f, const char *target, const bt_contam_plan *p, const
                        side_name(p, x->arm, true, b1, sizeof b1), x->fa, x->na, side_name(p, x->base, false, b2, sizeof b2),
                        x->fb, x->nb, x->p, x->alpha);
         if (x->found) bt_text_printf(f, "FOUND\n");
+        else if (x->explained >= 0)
+            bt_text_printf(f, "significant, but %s explains it (the first answer ran after another prompt)\n",
+                           bt_contam_class_name(x->explained));
         else if (!x->called) {
             bt_text_printf(f, "not called (the replicate rule needs %d per side)", BT_STATS_MIN_PER_ARM);
             if (x->needed > 0) bt_text_printf(f, "; at these rates %ld per side would show it", x->needed);
@@ -556,6 +673,16 @@ void bt_contam_print(FILE *f, const char *target, const bt_contam_plan *p, const
             bt_text_printf(f, "\n");
         } else bt_text_printf(f, "none differ\n");
     }
+    bt_text_printf(f, "%-22s repeat %ld/%ld differ, not counting http errors or leaks, Wilson 95%% [%.1f%%, %.1f%%] "
+                   "(a server answering from the prompt alone: 0): ", bt_contam_class_name(BT_CONTAM_HISTORY), v->hist_dev,
+                   v->hist_n, 100 * v->hist_lo, 100 * v->hist_hi);
+    if (v->found[BT_CONTAM_HISTORY]) bt_text_printf(f, "FOUND\n");
+    else if (v->hist_explained >= 0) bt_text_printf(f, "%s explains them\n", bt_contam_class_name(v->hist_explained));
+    else if (!v->hist_called) bt_text_printf(f, "not called (the replicate rule needs %d)\n", BT_STATS_MIN_PER_ARM);
+    else bt_text_printf(f, "%s\n", v->hist_dev ? "one is not enough to call it" : "none differ");
+    if (v->degen && v->outcome == 1)
+        bt_text_printf(f, "note: %ld of %ld measured answers are degenerate (%s, most of them) where their reference answer is "
+                       "fine\n", v->degen, v->degen_of, bt_answer_class_name(v->degen_class));
     if (v->warm.dev)
         bt_text_printf(f, "note: %ld of %ld warm-up answers differ from their reference: greedy answers vary even one "
                        "request at a time\n", v->warm.dev, v->warm.n);
@@ -584,19 +711,24 @@ void bt_contam_print(FILE *f, const char *target, const bt_contam_plan *p, const
                            bt_answer_class_name(v->degen_class));
             return;
         }
-        bool called = true, more = false;
+        bool called = v->hist_called, more = false;
         for (int t = 0; t < v->n_tests; t++) called &= v->tests[t].called;
         if (!called) bt_text_printf(f, " a comparison has fewer than %d answers a side (-n %d or more calls them all)",
                                     BT_STATS_MIN_PER_ARM, BT_STATS_MIN_PER_ARM);
         else for (int t = 0; t < v->n_tests; t++) {
             const bt_contam_test *x = &v->tests[t];
-            if (!x->worse) continue;
+            if (!x->worse || x->explained >= 0) continue;
             bt_text_printf(f, "%s %s differs more often than %s (%ld/%ld vs %ld/%ld), not significantly", more ? ";" : "",
                            side_name(p, x->arm, true, b1, sizeof b1), side_name(p, x->base, false, b2, sizeof b2), x->fa, x->na,
                            x->fb, x->nb);
             /* per side: a comparison of arms has -n answers a side, the drift's thirds n/3 blocks of every arm */
             long n = x->arm < 0 ? (3 * x->needed + p->n_arms - 1) / p->n_arms : x->needed;
             if (x->needed > 0) bt_text_printf(f, " (at these rates -n %ld would call it)", n);
+            more = true;
+        }
+        if (called && v->hist_dev == 1 && v->hist_explained < 0) {
+            bt_text_printf(f, "%s 1 repeat answer of %ld differs from its reference (the same request right after itself; "
+                           "one is not enough to call history_dependence: run again)", more ? ";" : "", v->hist_n);
             more = true;
         }
         if (v->leak_hi >= v->max_fail) {
@@ -625,16 +757,18 @@ json_t *bt_contam_json(const char *target, const bt_contam_plan *p, const bt_con
     for (int l = 0; l < p->n_levels; l++) json_array_append_new(levels, json_integer(p->levels[l]));
     for (int c = 0; c < BT_CONTAM_NCLASS; c++) if (v->found[c]) json_array_append_new(found, json_string(bt_contam_class_name(c)));
     json_object_set_new(arms, "warmup", counts_json(&v->warm));
+    json_object_set_new(arms, "repeat_pair", counts_json(&v->pair));
     for (int a = 0; a < p->n_arms; a++) json_object_set_new(arms, bt_contam_arm_name(p, a, b1, sizeof b1), counts_json(&v->arms[a]));
     for (int t = 0; t < v->n_tests; t++) {
         const bt_contam_test *x = &v->tests[t];
-        json_array_append_new(tests, json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:f,s:f,s:b,s:b,s:b,s:I}", "class",
+        json_array_append_new(tests, json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:f,s:f,s:b,s:b,s:b,s:I,s:s?}", "class",
                                                bt_contam_class_name(x->cls), "suspect", side_name(p, x->arm, true, b1, sizeof b1),
                                                "baseline", side_name(p, x->base, false, b2, sizeof b2), "suspect_differ",
                                                (json_int_t)x->fa, "suspect_answers", (json_int_t)x->na, "baseline_differ",
                                                (json_int_t)x->fb, "baseline_answers", (json_int_t)x->nb, "fisher_p", x->p,
                                                "alpha", x->alpha, "called", x->called, "suspect_differs_more", x->worse, "found", x->found,
-                                               "requests_needed_per_side", (json_int_t)x->needed));
+                                               "requests_needed_per_side", (json_int_t)x->needed, "explained_by",
+                                               x->explained >= 0 ? bt_contam_class_name(x->explained) : NULL));
     }
     for (int e = 0; e < v->n_ex; e++) {
         const bt_contam_leak *x = &v->ex[e];
@@ -654,5 +788,10 @@ json_t *bt_contam_json(const char *target, const bt_contam_plan *p, const bt_con
     if (j) json_object_set_new(j, "degenerate", json_pack("{s:I,s:I,s:s?}", "answers", (json_int_t)v->degen, "of",
                                                            (json_int_t)v->degen_of, "class",
                                                            v->degen ? bt_answer_class_name(v->degen_class) : NULL));
+    if (j) json_object_set_new(j, "history", json_pack("{s:I,s:I,s:[f,f],s:b,s:b,s:s?}", "repeat_differ", (json_int_t)v->hist_dev,
+                                                        "repeat_answers", (json_int_t)v->hist_n, "wilson95", v->hist_lo, v->hist_hi,
+                                                        "called", v->hist_called, "found", v->found[BT_CONTAM_HISTORY],
+                                                        "explained_by", v->hist_explained >= 0
+                                                            ? bt_contam_class_name(v->hist_explained) : NULL));
     return j;
 }

@@ -18,6 +18,9 @@
  *     after_other   a non-sharing nonce request, then the control
  *     after_shared  a nonce request sharing the control's prefix, then the
  *                   control
+ *     resent        a fresh prompt (its own nonce first, then a paragraph
+ *                   drawn for it: no cache holds any of it), then the same
+ *                   prompt again, measured against the first answer
  *     beside_L      the control and L-1 non-sharing nonce requests sent at
  *                   once, for each concurrency level L (2, 4, ... up to C)
  *   The control of arm a in block b is (a + b) mod BT_CONTAM_CONTROLS.
@@ -29,6 +32,16 @@
  *                          is not guessed)
  *   order_dependence       after_other deviates more than repeat
  *   prefix_dependence      after_shared deviates more than after_other
+ *   cache_dependence       resent deviates from its first answer more than
+ *                          repeat from the first of its pair (unless
+ *                          order_dependence is found: a first answer
+ *                          that ran after another prompt explains it)
+ *   history_dependence     two or more repeat answers deviate (not an http
+ *                          error, no leaked token): the same request, right
+ *                          after itself, answered otherwise; a server that
+ *                          answers from the prompt alone never does (unless
+ *                          drift, cache_dependence or nonce_leak is found,
+ *                          which explains them)
  *   concurrency_dependence some beside_L deviates more than after_other
  *   drift                  the measured answers of the last third of the
  *                          blocks deviate more than those of the first
@@ -56,24 +69,28 @@
 #define BT_CONTAM_CONTROLS 4
 #define BT_CONTAM_WARMUP 3
 #define BT_CONTAM_MAX_LEVELS 8
-#define BT_CONTAM_MAX_ARMS (3 + BT_CONTAM_MAX_LEVELS)
+#define BT_CONTAM_MAX_ARMS (4 + BT_CONTAM_MAX_LEVELS)
 #define BT_CONTAM_TOKEN 10          /* "QZKW-4821" and its NUL */
 #define BT_CONTAM_MAX_TOKENS 16     /* max_tokens when the template names none */
 
-enum { BT_CONTAM_ARM_REPEAT, BT_CONTAM_ARM_AFTER_OTHER, BT_CONTAM_ARM_AFTER_SHARED, BT_CONTAM_ARM_BESIDE };
+enum { BT_CONTAM_ARM_REPEAT, BT_CONTAM_ARM_AFTER_OTHER, BT_CONTAM_ARM_AFTER_SHARED, BT_CONTAM_ARM_RESENT, BT_CONTAM_ARM_BESIDE };
 #define BT_CONTAM_ARM_WARMUP (-1)   /* a warm-up answer */
 #define BT_CONTAM_ARM_NONE (-2)     /* not measured (a preceding or neighbouring request) */
+#define BT_CONTAM_ARM_FRESH (-3)    /* a fresh prompt's first answer: its resent's reference */
 
-enum bt_contam_role { BT_CONTAM_CONTROL, BT_CONTAM_NONCE_SHARED, BT_CONTAM_NONCE_OTHER };
+/* FRESH: a prompt no other request shares a prefix with (it starts with
+ * its own nonce), sent twice in a row (the resent arm) */
+enum bt_contam_role { BT_CONTAM_CONTROL, BT_CONTAM_NONCE_SHARED, BT_CONTAM_NONCE_OTHER, BT_CONTAM_FRESH };
 
 enum bt_contam_class {
-    BT_CONTAM_LEAK, BT_CONTAM_ORDER, BT_CONTAM_PREFIX, BT_CONTAM_CONCURRENCY, BT_CONTAM_DRIFT, BT_CONTAM_NCLASS
+    BT_CONTAM_LEAK, BT_CONTAM_ORDER, BT_CONTAM_PREFIX, BT_CONTAM_CACHE, BT_CONTAM_HISTORY, BT_CONTAM_CONCURRENCY,
+    BT_CONTAM_DRIFT, BT_CONTAM_NCLASS
 };
 
 typedef struct bt_contam_req {
     int role;
     int control;                    /* the control (for NONCE_SHARED: whose prefix); -1 for NONCE_OTHER */
-    int arm;                        /* the arm it measures, or BT_CONTAM_ARM_WARMUP / _NONE */
+    int arm;                        /* the arm it measures, or BT_CONTAM_ARM_WARMUP / _NONE / _FRESH */
     long unit, block;               /* block -1: the warm-up */
     char token[BT_CONTAM_TOKEN];    /* its nonce, or its control's marker */
     char *prompt;
@@ -89,7 +106,7 @@ typedef struct bt_contam_unit {
 
 typedef struct bt_contam_plan {
     int n_levels, levels[BT_CONTAM_MAX_LEVELS];
-    int n_arms;                     /* 3 + n_levels */
+    int n_arms;                     /* 4 + n_levels */
     long n_blocks;
     unsigned long long seed;
     bt_contam_req *reqs;
@@ -139,12 +156,14 @@ typedef struct bt_contam_counts {
 
 typedef struct bt_contam_test {
     int cls;                        /* the class it would find */
-    int arm, base;                  /* compared arms; drift: -1, -1 (late vs early) */
+    int arm, base;                  /* compared arms; drift: -1, -1 (late vs early); base
+                                     * BT_CONTAM_ARM_NONE: the repeat pairs */
     long fa, na, fb, nb;            /* deviations / answers: the suspect side, the baseline */
     double p, alpha;
     bool called;                    /* at least BT_STATS_MIN_PER_ARM on each side */
     bool worse;                     /* the suspect side deviates more often than the baseline */
-    bool found;                     /* called, worse, p < alpha */
+    bool found;                     /* called, worse, p < alpha, and not explained */
+    int explained;                  /* significant, but the class named here explains it (-1: none) */
     long needed;                    /* per side for p < alpha at these rates (-1: none would) */
 } bt_contam_test;
 
@@ -176,7 +195,15 @@ typedef struct bt_contam_verdict {
     bt_contam_counts warm;          /* the warm-up answers against the reference */
     bt_contam_counts arms[BT_CONTAM_MAX_ARMS];
     bt_contam_counts early, late;   /* the first and last third of the blocks */
-    bt_contam_test tests[3 + BT_CONTAM_MAX_LEVELS];
+    bt_contam_counts pair;          /* each repeat against the first of its pair */
+    bt_contam_test tests[4 + BT_CONTAM_MAX_LEVELS];
+    /* history: repeat answers (not http errors) that differ from their
+     * reference without holding a leaked token; a server whose greedy
+     * answer depends on the prompt alone has none */
+    long hist_dev, hist_n;
+    double hist_lo, hist_hi;
+    bool hist_called;               /* hist_n >= BT_STATS_MIN_PER_ARM */
+    int hist_explained;             /* drift, cache_dependence or nonce_leak explains them (-1: none) */
     int n_tests;
     bool found[BT_CONTAM_NCLASS];
     double max_fail;
