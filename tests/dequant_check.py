@@ -4,7 +4,11 @@ this CPU runs, against gguf.quants.dequantize from the gguf PyPI package.
 
 Blocks come from two sources: gguf.quants.quantize of random floats (types
 gguf can quantize), and random raw blocks whose f16 scale fields hold random
-finite halves (all types, incl. k-quants gguf cannot quantize). The blocks
+finite halves (all types, incl. k-quants gguf cannot quantize). MXFP4's
+scale is one E8M0 exponent byte, every value of which is valid input: its
+raw blocks take all 256 at random, and a second set only the extremes (the
+subnormal half scales of 0 and 1, and 252..255, where weights overflow to
+Inf; 0xFF, NaN in the MX spec, is the scale 2^128 in ggml and gguf). The blocks
 go through tests/dequant_tool (a check_PROGRAM) and the floats must match
 gguf bit for bit: both compute in float32 with the same operations in the
 same order, and every product of a scale and a small integer is exact. The
@@ -32,8 +36,11 @@ SCALES = {
     Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q8_0: [0],
     Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208],
 }
-QUANTIZABLE = [Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0]
-TYPES = [Q.F32, Q.F16, Q.BF16] + list(SCALES)
+# type -> byte offset of its E8M0 exponent byte within one block
+E8M0 = {Q.MXFP4: 0}
+E8M0_EXTREMES = np.array([0, 1, 2, 3, 126, 127, 128, 252, 253, 254, 255], dtype=np.uint8)
+QUANTIZABLE = [Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.MXFP4]
+TYPES = [Q.F32, Q.F16, Q.BF16] + list(SCALES) + list(E8M0)
 
 rng = np.random.default_rng(20240611)
 
@@ -61,8 +68,10 @@ def raw_blocks(qt, n_blocks, specials=False):
         # every bit pattern is fair game: Inf, NaN, subnormals, -0
         return rng.integers(0, 256, n_blocks * 2, dtype=np.uint8)
     b = rng.integers(0, 256, (n_blocks, tsize), dtype=np.uint8)
-    for off in SCALES[qt]:
+    for off in SCALES.get(qt, []):
         b[:, off:off + 2] = random_halves(n_blocks, specials).view(np.uint8).reshape(n_blocks, 2)
+    if qt in E8M0 and specials:
+        b[:, E8M0[qt]] = E8M0_EXTREMES[rng.integers(0, E8M0_EXTREMES.size, n_blocks)]
     return b.reshape(-1)
 
 
@@ -122,6 +131,8 @@ def main():
             cases = [("random blocks", raw_blocks(qt, n_blocks))]
             if qt in SCALES:
                 cases.append(("extreme/non-finite scales", raw_blocks(qt, n_blocks, True)))
+            if qt in E8M0:
+                cases.append(("extreme exponents", raw_blocks(qt, n_blocks, True)))
             if qt in QUANTIZABLE:
                 cases.append(("gguf.quantize", quantized_blocks(qt, n_blocks)))
             for how, raw in cases:

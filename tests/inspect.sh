@@ -2,7 +2,8 @@
 # tensor counts and hashes match what the files are known to hold; --json is
 # valid JSON with the same data; a single flipped exponent making one weight
 # Inf/NaN (an f32 in llama2.c, an f16 element in GGUF, an f16 block scale in
-# Q8_0/Q4_1) is caught with exit status 1 and the tensor named.
+# Q8_0/Q4_1, an MXFP4 E8M0 exponent of 0xFF) is caught with exit status 1
+# and the tensor named.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
 need_shared
 TINY=$MODELS/gguf-tiny/llama-2-tiny-random.gguf
@@ -136,6 +137,28 @@ if [ -n "$PY" ] && "$PY" "$BT_SRCDIR/tests/data-gen/make_bad_files.py" "$TINY" g
     if expect_exit 1 "inspect catches a NaN Q4_1 block min" "$BANGTRACE" inspect gen/q4_1_bad_min.gguf; then
         grep -qE '^  blk\.0\.ffn_down\.weight: nan 32, .*1 block scales Inf/NaN \(first block 5\)' "$TMP/out" ||
             fail "Q4_1 min not attributed: $(grep -A3 '^scan' "$TMP/out")"
+    fi
+    # MXFP4: one E8M0 exponent byte per block; 0xFF is its NaN (ggml reads
+    # it as the scale 2^128, so the block's larger codes come out Inf)
+    if expect_exit 0 "inspect clean MXFP4 tensor" "$BANGTRACE" inspect gen/mxfp4.gguf; then
+        has "mxfp4" "mxfp4 table"
+        has "hyperparameters:" "mxfp4 model loads"
+        [ -s "$TMP/err" ] && fail "mxfp4.gguf: inspect warned: $(cat "$TMP/err")"
+    fi
+    expect_exit 0 "run an MXFP4 ffn_down" "$BANGTRACE" run --model gen/mxfp4.gguf --prompt hi -n 3 --temp 0
+    if expect_exit 1 "inspect catches an MXFP4 exponent 0xFF" "$BANGTRACE" inspect gen/mxfp4_nan_scale.gguf; then
+        grep -qE '^  blk\.0\.ffn_down\.weight: nan 0, .*first at row 3 col [0-9]+, 1 block scales Inf/NaN \(first block 3\)' \
+            "$TMP/out" || fail "MXFP4 exponent not attributed: $(grep -A3 '^scan' "$TMP/out")"
+    fi
+    # ... and with every code of that block 0 no weight is Inf: only the
+    # scale check sees it
+    if expect_exit 1 "inspect catches an MXFP4 exponent 0xFF over zero codes" "$BANGTRACE" inspect gen/mxfp4_nan_scale_zero.gguf; then
+        grep -qE '^  blk\.0\.ffn_down\.weight: nan 0, \+inf 0, -inf 0, 1 block scales Inf/NaN \(first block 5\)$' "$TMP/out" ||
+            fail "MXFP4 exponent over zero codes not attributed: $(grep -A3 '^scan' "$TMP/out")"
+    fi
+    if expect_exit 1 "inspect --json, MXFP4 exponent 0xFF" "$BANGTRACE" inspect --json gen/mxfp4_nan_scale_zero.gguf; then
+        valid_json "mxfp4 json" 'd["scan"]["nonfinite_tensors"] == ["blk.0.ffn_down.weight"]' \
+            '[t["bad_scales"] for t in d["tensors"] if t["name"] == "blk.0.ffn_down.weight"] == [1]'
     fi
 else
     echo "SKIP (part): python3 or the generator unavailable: quantized scale cases not run ${PY:+($(cat gen.err))}"

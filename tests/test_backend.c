@@ -6,7 +6,8 @@
  *                         dequantizers), every weight type, odd shapes,
  *                         NaN/Inf inputs
  *   test_backend DEVICE   that backend (cuda, cuda:N) against the CPU
- *                         backend; exit 77 (SKIP) when it cannot run here
+ *                         backend, and its one-line refusal of mxfp4
+ *                         weights; exit 77 (SKIP) when it cannot run here
  *
  * Non-finite values must match class for class (NaN, +Inf, -Inf) at the same
  * indexes; finite values by NMSE = sum (got - want)^2 / sum want^2. Taps
@@ -99,12 +100,14 @@ static uint8_t *rand_weights(int type, int64_t n)
             uint16_t h = (uint16_t)(u >> 16); memcpy(w + 2 * i, &h, 2);
         }
     } else {
-        int off[2], k = bt_dtype_scale_offsets(type, off);
-        for (int64_t b = 0; b < n / ti->blck; b++)
+        int off[2], k = bt_dtype_scale_offsets(type, off), e8 = bt_dtype_e8m0_offset(type);
+        for (int64_t b = 0; b < n / ti->blck; b++) {
             for (int i = 0; i < k; i++) {
                 uint16_t h = bt_f32_to_f16(rndf(0.002f, 0.05f) * (rnd() & 1 ? -1.0f : 1.0f));
                 memcpy(w + b * ti->type_size + off[i], &h, 2);
             }
+            if (e8 >= 0) w[b * ti->type_size + e8] = (uint8_t)(118 + rnd() % 6);   /* scales 2^-9 .. 2^-4 */
+        }
     }
     return w;
 }
@@ -185,6 +188,39 @@ static void test_matmul_get_rows(int type)
             be->iface->buf_free(be, wb); be->iface->buf_free(be, xb); be->iface->buf_free(be, ob);
             free(W); free(x); free(want);
         }
+}
+
+/* A weight type the device has no kernel for (mxfp4 on cuda: doc/cuda.md):
+ * matmul and get_rows refuse it before enqueuing anything, with
+ * BT_EUNSUPPORTED and one line naming the type, and the backend goes on
+ * working. */
+static void test_refused_type(int type)
+{
+    const bt_dtype_info *ti = bt_dtype(type);
+    int64_t rows = 4, cols = ti->blck * 2;
+    uint8_t *W = rand_weights(type, rows * cols);
+    float x[64 * 2] = { 0 };
+    bt_buf *wb = NULL, *ob = NULL, *xb = up(be, x, (size_t)cols);
+    CHECK_OK(be->iface->buf_upload(be, W, bt_dtype_row_size(type, cols) * rows, &wb));
+    CHECK_OK(be->iface->buf_alloc(be, (size_t)(rows * cols) * sizeof(float), &ob));
+    if (wb && ob && xb) {
+        int32_t ids[1] = { 1 };
+        for (int op = 0; op < 2; op++) {
+            int rc = op ? be->iface->get_rows(be, type, wb, cols, ids, 1, ob)
+                        : be->iface->matmul(be, type, wb, rows, cols, xb, 0, 1, ob);
+            const char *msg = bt_errmsg();
+            CHECK(rc == BT_EUNSUPPORTED, "%s on %s: %s of an %s weight gave %d, want BT_EUNSUPPORTED", ti->name, dev,
+                  op ? "get_rows" : "matmul", ti->name, rc);
+            CHECK(strstr(msg, ti->name) && !strchr(msg, '\n'), "%s on %s: refusal is not one line naming the type: %s",
+                  ti->name, dev, msg);
+        }
+        /* the stream is still usable */
+        float *back = down(be, xb, 0, (size_t)cols);
+        CHECK(back[0] == 0.0f, "%s on %s: reading after a refusal", ti->name, dev);
+        free(back);
+    }
+    be->iface->buf_free(be, wb); be->iface->buf_free(be, xb); be->iface->buf_free(be, ob);
+    free(W);
 }
 
 /* rmsnorm, swiglu, add, rope: elementwise-ish ops with the reference in
@@ -679,8 +715,12 @@ int main(int argc, char **argv)
         CHECK_OK(bt_backend_cpu_new(3, &be));
     }
     if (!be) return 1;
-    for (int t = 0; t < BT_DT_COUNT; t++)
-        if (bt_dtype(t)->name && bt_dtype(t)->compute) test_matmul_get_rows(t);
+    for (int t = 0; t < BT_DT_COUNT; t++) {
+        if (!bt_dtype(t)->name || !bt_dtype(t)->compute) continue;
+        /* a device has no mxfp4 kernel: it must refuse the type, by name */
+        if (cpu && t == BT_DT_MXFP4) test_refused_type(t);
+        else test_matmul_get_rows(t);
+    }
     test_elementwise();
     test_arch_ops(3, 6, 1, 0);
     test_arch_ops(4, 64, 5, 7);

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "check.h"
 #include "kernels/cpu/kernels.h"
@@ -84,9 +85,16 @@ static void test_type_table(void)
         CHECK(bt_cu_blck(types[t]) == ti->blck, "%s block %d vs %d", ti->name, bt_cu_blck(types[t]), ti->blck);
         CHECK((size_t)bt_cu_type_size(types[t]) == ti->type_size, "%s size", ti->name);
     }
-    /* every compute type of the CPU is one the device computes */
-    for (int t = 0; t < BT_DT_COUNT; t++)
-        if (bt_dtype(t)->compute) CHECK(bt_cu_blck(t) > 0, "CPU type %s has no device dequantizer", bt_dtype(t)->name);
+    /* every compute type of the CPU is one the device computes, but mxfp4,
+     * which the plugin knows by name only, to refuse it */
+    for (int t = 0; t < BT_DT_COUNT; t++) {
+        if (!bt_dtype(t)->compute) continue;
+        if (t == BT_DT_MXFP4) CHECK(bt_cu_blck(t) == 0 && bt_cu_type_size(t) == 0, "mxfp4 has a device dequantizer");
+        else CHECK(bt_cu_blck(t) > 0, "CPU type %s has no device dequantizer", bt_dtype(t)->name);
+        CHECK(!strcasecmp(bt_cu_type_name(t), bt_dtype(t)->name), "CPU type %s is %s on the device", bt_dtype(t)->name,
+              bt_cu_type_name(t));
+    }
+    CHECK((int)BT_CU_MXFP4 == (int)BT_DT_MXFP4 && !strcmp(bt_cu_type_name(-1), "?") && !strcmp(bt_cu_type_name(31), "?"));
 }
 
 static void test_f16(void)

@@ -3,7 +3,7 @@
  * (bit-identical dequantization, dots within f32 reassociation error),
  * threaded bt_matmul for decode and prefill shapes, batch invariance of
  * bt_matmul (bit-identical outputs whatever the batch), NaN/Inf propagation
- * and the thread pool.
+ * and the thread pool; mxfp4 at every one of its 256 exponents.
  *
  * Variants the CPU lacks are skipped with a message; the scalar variant is
  * always tested. Exit 0 = pass, 1 = fail. */
@@ -56,24 +56,35 @@ static void fill_random(int type, uint8_t *buf, int64_t n)
             put16(buf + 2 * i, (uint16_t)(u >> 16));
         }
     } else {
-        int off[2], k = bt_dtype_scale_offsets(type, off);
-        for (int64_t b = 0; b < n / ti->blck; b++)
+        int off[2], k = bt_dtype_scale_offsets(type, off), e8 = bt_dtype_e8m0_offset(type);
+        for (int64_t b = 0; b < n / ti->blck; b++) {
             for (int i = 0; i < k; i++)
                 put16(buf + b * ti->type_size + off[i], rnd_scale());
+            if (e8 >= 0)    /* scales 2^-10 .. 2^4 (E8M0 117 .. 131) */
+                buf[b * ti->type_size + e8] = (uint8_t)(117 + rnd() % 15);
+        }
     }
 }
 
 /* Replace every f16 scale/min of a quantized row by an extreme finite
  * half: +-65504, the smallest and largest subnormals, the smallest normal,
- * +-0 (a zero scale times a code must keep dequant.c's sign of zero). */
+ * +-0 (a zero scale times a code must keep dequant.c's sign of zero). An
+ * E8M0 exponent becomes 0 or 1 (subnormal half scales 2^-128, 2^-127), 2
+ * (the smallest normal) or one up to 240, the largest whose row of 1536
+ * weights times activations in [-1, 1] still sums below FLT_MAX (from 253
+ * on, weights overflow: test_mxfp4_exponents). */
 static void extreme_scales(int type, uint8_t *buf, int64_t n)
 {
     static const uint16_t ext[] = { 0x7BFF, 0xFBFF, 0x0001, 0x83FF, 0x0400, 0x0000, 0x8000 };
+    static const uint8_t ext8[] = { 0, 1, 2, 3, 127, 200, 239, 240 };
     const bt_dtype_info *ti = bt_dtype(type);
-    int off[2], k = bt_dtype_scale_offsets(type, off);
-    for (int64_t b = 0; b < n / ti->blck; b++)
+    int off[2], k = bt_dtype_scale_offsets(type, off), e8 = bt_dtype_e8m0_offset(type);
+    for (int64_t b = 0; b < n / ti->blck; b++) {
         for (int i = 0; i < k; i++)
             put16(buf + b * ti->type_size + off[i], ext[rnd() % BT_ARRAY_SIZE(ext)]);
+        if (e8 >= 0)
+            buf[b * ti->type_size + e8] = ext8[rnd() % BT_ARRAY_SIZE(ext8)];
+    }
 }
 
 static void fill_x(float *x, int64_t n)
@@ -117,6 +128,7 @@ static void test_dtype_table(void)
         { 20, "iq4_nl", 32, 18, false },       { 23, "iq4_xs", 256, 136, false },
         { BT_DT_I8, "i8", 1, 1, false },       { BT_DT_I64, "i64", 1, 8, false },
         { BT_DT_F64, "f64", 1, 8, false },     { BT_DT_BF16, "bf16", 1, 2, true },
+        { BT_DT_MXFP4, "mxfp4", 32, 17, true },
     };
     for (size_t i = 0; i < BT_ARRAY_SIZE(want); i++) {
         const bt_dtype_info *ti = bt_dtype(want[i].t);
@@ -131,6 +143,32 @@ static void test_dtype_table(void)
     CHECK(bt_dtype_row_size(BT_DT_F32, 7) == 28, "f32 row of 7");
     CHECK(bt_dtype_row_size(31, 32) == 0, "unknown type row size");
     CHECK(bt_dtype_row_size(BT_DT_Q6_K, 512) == 420, "q6_k row of 512");
+    CHECK(bt_dtype_row_size(BT_DT_MXFP4, 2880) == 90 * 17, "mxfp4 row of 2880");
+
+    /* block scales as inspect scans them */
+    int off[2];
+    CHECK(bt_dtype_e8m0_offset(BT_DT_MXFP4) == 0 && bt_dtype_scale_offsets(BT_DT_MXFP4, off) == 0,
+          "mxfp4: one E8M0 byte at 0, no f16 field");
+    CHECK(bt_dtype_e8m0_offset(BT_DT_Q4_0) < 0 && bt_dtype_e8m0_offset(BT_DT_F32) < 0, "E8M0 offset of q4_0, f32");
+    uint8_t blk[210] = { 0 };
+    for (int e = 0; e < 256; e++) {
+        blk[0] = (uint8_t)e;
+        CHECK(bt_dtype_block_scale_bad(BT_DT_MXFP4, blk) == (e == 0xFF), "mxfp4 exponent 0x%02x", e);
+    }
+    blk[0] = 0;
+    static const struct { int t, at; uint8_t hi; bool bad; } f16s[] = {
+        { BT_DT_Q8_0, 0, 0x7C, true }, { BT_DT_Q8_0, 0, 0xFE, true }, { BT_DT_Q8_0, 0, 0x7B, false },
+        { BT_DT_Q4_1, 2, 0x7D, true }, { BT_DT_Q6_K, 208, 0xFC, true }, { BT_DT_Q2_K, 82, 0x3C, false },
+    };
+    for (size_t i = 0; i < BT_ARRAY_SIZE(f16s); i++) {
+        memset(blk, 0, sizeof blk);
+        blk[f16s[i].at + 1] = f16s[i].hi;
+        CHECK(bt_dtype_block_scale_bad(f16s[i].t, blk) == f16s[i].bad, "%s: f16 field at %d, high byte 0x%02x",
+              bt_dtype(f16s[i].t)->name, f16s[i].at, f16s[i].hi);
+    }
+    memset(blk, 0xFF, sizeof blk);
+    CHECK(!bt_dtype_block_scale_bad(BT_DT_F32, blk) && !bt_dtype_block_scale_bad(BT_DT_F16, blk),
+          "types without block scales have no bad scale");
 }
 
 static void expect_floats(const char *what, const float *got, const float *want, int n)
@@ -202,6 +240,28 @@ static void test_golden(const bt_kvariant *v)
     snprintf(what, sizeof(what), "%s q5_0 golden", v->name);
     expect_floats(what, got, want, 32);
 
+    /* mxfp4, E8M0 127 (scale 1): the E2M1 values themselves, written out
+     * from the OCP MX spec (not from the doubled table); low nibbles 0..15,
+     * high nibbles 15..0. Code 8 (-0 in E2M1) is +0, as in ggml. */
+    static const float e2m1[16] = { 0, 0.5f, 1, 1.5f, 2, 3, 4, 6, 0, -0.5f, -1, -1.5f, -2, -3, -4, -6 };
+    b[0] = 127;
+    for (int j = 0; j < 16; j++) {
+        b[1 + j] = (uint8_t)(j | (15 - j) << 4);
+        want[j] = e2m1[j];
+        want[16 + j] = e2m1[15 - j];
+    }
+    v->dequant[BT_DT_MXFP4](b, got, 32);
+    snprintf(what, sizeof(what), "%s mxfp4 golden", v->name);
+    expect_floats(what, got, want, 32);
+    CHECK(!signbit(got[8]) && !signbit(got[16 + 7]), "%s mxfp4: code 8 must be +0", v->name);
+    CHECK(v->dot[BT_DT_MXFP4](b, ones, 32) == 0.0f, "%s mxfp4 golden dot = %g, want 0", v->name,
+          v->dot[BT_DT_MXFP4](b, ones, 32));
+    b[0] = 130;     /* scale 8; the high nibbles all code 7 (6): 16 * 48 + 8 * (0 + 0.5 + ... + 6 - 0 - ... - 6) */
+    for (int j = 0; j < 16; j++)
+        b[1 + j] = (uint8_t)(j | 7 << 4);
+    CHECK(v->dot[BT_DT_MXFP4](b, ones, 32) == 768.0f, "%s mxfp4 dot at scale 8 = %g, want 768", v->name,
+          v->dot[BT_DT_MXFP4](b, ones, 32));
+
     /* f16 specials: 1, -2, smallest subnormal, largest finite, +Inf */
     static const uint16_t h[8] = { 0x3C00, 0xC000, 0x0001, 0x7BFF, 0x7C00, 0x8000, 0x3555, 0x0400 };
     const float hf[8] = { 1.0f, -2.0f, 0x1p-24f, 65504.0f, INFINITY, -0.0f, 0x1.554p-2f, 0x1p-14f };
@@ -257,6 +317,71 @@ static void test_golden(const bt_kvariant *v)
     v->dequant[BT_DT_Q4_K](b, got, 256);
     snprintf(what, sizeof(what), "%s q4_k golden", v->name);
     expect_floats(what, got, want, 256);
+}
+
+/* mxfp4 at every E8M0 exponent e, in every variant: each code's weight is
+ * its E2M1 value times 2^(e-127) (computed here in double with ldexp and
+ * rounded to float: exact, or +-Inf past FLT_MAX), bit for bit, from the
+ * subnormal half scales of e = 0 and 1 to e = 255 (NaN in the MX spec, the
+ * scale 2^128 in ggml: all but 0 and +-0.5 overflow). The dot and the 4-row
+ * decode kernel: exact up to e = 240 (every weight times an activation 1
+ * or 2 is an integer below 2^5 times 2^(e-128), so any partial sum of 64 is
+ * exact in float, subnormals included), non-finite once a weight is Inf
+ * (e >= 253; between, partial sums may overflow in one order and not in
+ * another, so only the dequantization is checked there). */
+static void test_mxfp4_exponents(const bt_kvariant *v)
+{
+    static const float e2m1[16] = { 0, 0.5f, 1, 1.5f, 2, 3, 4, 6, 0, -0.5f, -1, -1.5f, -2, -3, -4, -6 };
+    enum { NB = 2, N = NB * 32, RB = NB * 17 };
+    uint8_t b[4 * RB];
+    float got[N], want[N], x[N];
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        x[i] = (float)(1 + i % 2);
+    for (int e = 0; e < 256 && bad < 5; e++) {
+        /* block 0: low nibbles 0..15, high 15..0; block 1: every code twice, shuffled */
+        for (int k = 0; k < NB; k++) {
+            b[17 * k] = (uint8_t)e;
+            for (int j = 0; j < 16; j++) {
+                int lo = k ? (j * 7 + 3) % 16 : j, hi = k ? (j * 5 + 11) % 16 : 15 - j;
+                b[17 * k + 1 + j] = (uint8_t)(lo | hi << 4);
+            }
+        }
+        bool finite = true;
+        double sum = 0;
+        for (int k = 0; k < NB; k++)
+            for (int j = 0; j < 32; j++) {
+                uint8_t q = b[17 * k + 1 + j % 16];
+                int code = j < 16 ? q & 0xF : q >> 4;
+                want[32 * k + j] = (float)ldexp((double)e2m1[code], e - 127);
+                finite &= isfinite(want[32 * k + j]);
+                sum += (double)want[32 * k + j] * x[32 * k + j];
+            }
+        v->dequant[BT_DT_MXFP4](b, got, N);
+        for (int i = 0; i < N; i++)
+            if (memcmp(&got[i], &want[i], 4)) {
+                bad++;
+                CHECK(0, "%s mxfp4 E8M0 %d: element %d is %a, want %a", v->name, e, i, got[i], want[i]);
+                break;
+            }
+        CHECK(finite == (e < 253), "mxfp4 E8M0 %d: the reference is %sfinite", e, finite ? "" : "not ");
+        if (e > 240 && finite)
+            continue;
+        float d = v->dot[BT_DT_MXFP4](b, x, N);
+        if (finite)
+            CHECK((double)d == sum, "%s mxfp4 E8M0 %d: dot %a, want %a", v->name, e, d, sum);
+        else
+            CHECK(!isfinite(d), "%s mxfp4 E8M0 %d: an Inf weight, dot is finite (%g)", v->name, e, d);
+        if (v->dot4q[BT_DT_MXFP4]) {
+            for (int r = 1; r < 4; r++)
+                memcpy(b + r * RB, b, RB);
+            float o4[4];
+            v->dot4q[BT_DT_MXFP4](b, RB, x, N, o4);
+            for (int r = 0; r < 4; r++)
+                CHECK(finite ? (double)o4[r] == sum : !isfinite(o4[r]), "%s mxfp4 E8M0 %d: dot4q row %d %a, want %a",
+                      v->name, e, r, o4[r], sum);
+        }
+    }
 }
 
 /* Sizes to test for a type: a few blocks, plus odd lengths for 1-element
@@ -365,6 +490,13 @@ static void test_nonfinite(const bt_kvariant *v)
                 put16(w + 2 * pos, h16);
             } else if (t == BT_DT_BF16) {
                 put16(w + 2 * pos, kind == 0 ? 0x7FC0 : kind == 1 ? 0x7F80 : 0xFF80);
+            } else if (bt_dtype_e8m0_offset(t) >= 0) {
+                /* E8M0 has no Inf: 0xFF (NaN in the MX spec) decodes to
+                 * 2^127, which takes code 7 (6, doubled 12) to +Inf and
+                 * code 15 to -Inf */
+                uint8_t *blk = w + pos * ti->type_size;
+                blk[bt_dtype_e8m0_offset(t)] = 0xFF;
+                blk[1] = kind == 2 ? 0xFF : 0x77;
             } else {
                 int off[2] = { 0, 0 };
                 bt_dtype_scale_offsets(t, off);
@@ -411,7 +543,7 @@ static void test_matmul(const char *variant)
 {
     CHECK(bt_kernels_force(variant) == BT_OK, "force %s: %s", variant, bt_errmsg());
     static const int types[] = { BT_DT_F32, BT_DT_F16, BT_DT_BF16, BT_DT_Q8_0, BT_DT_Q4_0,
-                                 BT_DT_Q4_1, BT_DT_Q5_0, BT_DT_Q5_1, BT_DT_Q4_K, BT_DT_Q6_K };
+                                 BT_DT_Q4_1, BT_DT_Q5_0, BT_DT_Q5_1, BT_DT_Q4_K, BT_DT_Q6_K, BT_DT_MXFP4 };
     static const int Ts[] = { 1, 3, 17 };
     static const int64_t row_counts[] = { 1, 5, 37, 130 };
     for (int nth = 1; nth <= 3; nth++) {
@@ -724,6 +856,7 @@ int main(void)
     for (int i = 0; i < nv; i++) {
         printf("testing variant %s\n", variants[i]->name);
         test_golden(variants[i]);
+        test_mxfp4_exponents(variants[i]);
         test_sweep(variants[i]);
         test_attn_loops(variants[i]);
         test_variants_random(variants[i]);

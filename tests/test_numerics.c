@@ -120,6 +120,32 @@ static void test_q8(void)
     for (int i = 0; i < 32; i++) CHECK(fabsf(r[i] - y[i]) <= dd * 0.5f + 127 * fabsf(dd - amax / 127) + 1e-6f, "value %d: %g vs %g", i, r[i], y[i]);
 }
 
+/* act_q=ggml: each weight type's input is converted to llama.cpp CPU's
+ * vec_dot_type for it (q8_0 for q4_0/q5_0/q8_0/mxfp4, q8_1 for q4_1/q5_1,
+ * none for the k-quants, the weight's own type for f16/bf16). */
+static void test_act_q_ggml(void)
+{
+    static const struct { int type, fmt; } want[] = {
+        { BT_DT_Q4_0, BT_NUM_Q8_0 }, { BT_DT_Q8_0, BT_NUM_Q8_0 }, { BT_DT_MXFP4, BT_NUM_Q8_0 },
+        { BT_DT_Q4_1, BT_NUM_Q8_1 }, { BT_DT_Q4_K, BT_NUM_F32 }, { BT_DT_F16, BT_NUM_F16 },
+        { BT_DT_F32, BT_NUM_F32 },
+    };
+    bt_numerics n;
+    CHECK_OK(bt_numerics_parse("act_q=ggml", &n));
+    float x[64], got[64], ref[64];
+    for (int i = 0; i < 64; i++) x[i] = sinf((float)i * 0.7f) * 2.3f + 0.01f * (float)i;
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+        memcpy(got, x, sizeof x);
+        memcpy(ref, x, sizeof x);
+        bt_numerics_mm_input(&n, want[k].type, 64, got, 64);
+        bt_num_round(want[k].fmt, ref, 64);
+        CHECK(!memcmp(got, ref, sizeof got), "act_q=ggml: %s input is not converted as format %d", bt_dtype(want[k].type)->name,
+              want[k].fmt);
+        CHECK(bt_numerics_mm_plain(&n, want[k].type) == (want[k].fmt == BT_NUM_F32), "act_q=ggml: %s plain",
+              bt_dtype(want[k].type)->name);
+    }
+}
+
 static void test_parse(void)
 {
     bt_numerics n;
@@ -313,6 +339,7 @@ int main(int argc, char **argv)
     test_f16();
     test_bf16();
     test_q8();
+    test_act_q_ggml();
     test_parse();
     test_norm();
     test_rope();

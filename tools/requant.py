@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """requant.py SRC.gguf DST.gguf TYPE - rewrite a llama GGUF with every 2-D
-weight in TYPE (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1; gguf.quants
+weight in TYPE (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4; gguf.quants
 cannot quantize k-quants: use llama-quantize, as tools/bench-compare.sh
 does), keeping metadata and 1-D tensors. For benchmarks of other weight types on the same architecture
 (e.g. the SmolLM2-135M F32 and Q8_0 figures in the README). Needs the
@@ -15,7 +15,7 @@ TYPES = {"f32": GGMLQuantizationType.F32, "f16": GGMLQuantizationType.F16,
          "bf16": GGMLQuantizationType.BF16,
          "q8_0": GGMLQuantizationType.Q8_0, "q4_0": GGMLQuantizationType.Q4_0,
          "q4_1": GGMLQuantizationType.Q4_1, "q5_0": GGMLQuantizationType.Q5_0,
-         "q5_1": GGMLQuantizationType.Q5_1}
+         "q5_1": GGMLQuantizationType.Q5_1, "mxfp4": GGMLQuantizationType.MXFP4}
 
 
 def main():

@@ -5,11 +5,12 @@
  * Block layouts are ggml's, read byte by byte (blocks in a file are not
  * aligned). Each value is computed with the same operations, in the same
  * order, as ggml and gguf.quants: e.g. q4_1 is (d*q) + m with two roundings,
- * k-quants are (d*sc)*q - (dmin*m). Each product of an f16 scale (11
- * significant bits) with small integers (at most 13 more bits) is exact in
- * f32, so a compiler that fuses multiply and add (-march=native) cannot
- * change a result; q4_1/q5_1 still keep BT_NOFUSE_F to mirror the SIMD
- * code, which makes that explicit. */
+ * k-quants are (d*sc)*q - (dmin*m), mxfp4 is kvalue * 2^(e-128). Each
+ * product of an f16 scale (11 significant bits) with small integers (at
+ * most 13 more bits) is exact in f32, and so is a power of two times
+ * mxfp4's small integers (or it overflows to Inf), so a compiler that fuses
+ * multiply and add (-march=native) cannot change a result; q4_1/q5_1 still
+ * keep BT_NOFUSE_F to mirror the SIMD code, which makes that explicit. */
 #include <string.h>
 
 #include "kernels_impl.h"
@@ -112,6 +113,22 @@ static void dq_q8_0(const void *src, float *dst, int64_t n)
         float d = rd_f16(b);
         for (int j = 0; j < QK; j++)
             dst[j] = (float)(int8_t)b[2 + j] * d;
+    }
+}
+
+/* block_mxfp4: u8 e (E8M0); u8 qs[16] (E2M1 codes); value kvalues[q] *
+ * 2^(e-128), as ggml's dequantize_row_mxfp4 and gguf.quants.MXFP4. */
+const int8_t bt_kvalues_mxfp4[16] = { 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12 };
+
+static void dq_mxfp4(const void *src, float *dst, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / QK; i++, b += 17, dst += QK) {
+        float d = bt_e8m0_half(b[0]);
+        for (int j = 0; j < 16; j++) {
+            dst[j] = (float)bt_kvalues_mxfp4[b[1 + j] & 0xF] * d;
+            dst[j + 16] = (float)bt_kvalues_mxfp4[b[1 + j] >> 4] * d;
+        }
     }
 }
 
@@ -262,6 +279,7 @@ void bt_kv_dequant_scalar_fill(bt_kvariant *kv)
     kv->dequant[BT_DT_Q5_0] = dq_q5_0;
     kv->dequant[BT_DT_Q5_1] = dq_q5_1;
     kv->dequant[BT_DT_Q8_0] = dq_q8_0;
+    kv->dequant[BT_DT_MXFP4] = dq_mxfp4;
     kv->dequant[BT_DT_Q2_K] = dq_q2_k;
     kv->dequant[BT_DT_Q3_K] = dq_q3_k;
     kv->dequant[BT_DT_Q4_K] = dq_q4_k;

@@ -142,6 +142,7 @@ GENERIC_DOT(dot_q4_1, BT_DT_Q4_1)
 GENERIC_DOT(dot_q8_0, BT_DT_Q8_0)
 GENERIC_DOT(dot_q5_0, BT_DT_Q5_0)
 GENERIC_DOT(dot_q5_1, BT_DT_Q5_1)
+GENERIC_DOT(dot_mxfp4, BT_DT_MXFP4)
 GENERIC_DOT(dot_q2_k, BT_DT_Q2_K)
 GENERIC_DOT(dot_q3_k, BT_DT_Q3_K)
 GENERIC_DOT(dot_q4_k, BT_DT_Q4_K)
@@ -236,6 +237,7 @@ static void bt_kv_scalar_fill(bt_kvariant *kv)
     kv->dot[BT_DT_Q5_0] = dot_q5_0;
     kv->dot[BT_DT_Q5_1] = dot_q5_1;
     kv->dot[BT_DT_Q8_0] = dot_q8_0;
+    kv->dot[BT_DT_MXFP4] = dot_mxfp4;
     kv->dot[BT_DT_Q2_K] = dot_q2_k;
     kv->dot[BT_DT_Q3_K] = dot_q3_k;
     kv->dot[BT_DT_Q4_K] = dot_q4_k;

@@ -1,5 +1,5 @@
 /* dot_avx2.c - AVX2 + FMA + F16C kernels for the common weight types
- * (f32, f16, bf16, every block type). Compiled with per-function target
+ * (f32, f16, bf16, every block type, mxfp4 included). Compiled with per-function target
  * attributes so the build needs no special flags; bt_kernels_init() only
  * installs them when the CPU reports all three features.
  *
@@ -481,7 +481,7 @@ TGT static inline void w_q5_1(const uint8_t *b, __m256 w[4])
 }
 
 /* The q5 types' dots are BLOCK_DOTS above; their dequantizer uses the
- * same register decode. */
+ * same register decode (and mxfp4's, below). */
 #define BLOCK_DQ(T, BS)                                                                          \
     TGT static void dq_##T(const void *src, float *dst, int64_t n)                               \
     {                                                                                            \
@@ -499,6 +499,24 @@ BLOCK_DOTS(q5_0, 22)
 BLOCK_DOTS(q5_1, 24)
 BLOCK_DQ(q5_0, 22)
 BLOCK_DQ(q5_1, 24)
+
+/* mxfp4: the doubled E2M1 values looked up 16 at a time with one byte
+ * shuffle (the code is the index), widened, converted and multiplied by
+ * the half scale 2^(e-128): dq_mxfp4's product, exact (dequant.c). */
+TGT static inline void w_mxfp4(const uint8_t *b, __m256 w[4])
+{
+    const __m128i lut = _mm_loadu_si128((const __m128i *)bt_kvalues_mxfp4), m4 = _mm_set1_epi8(0x0F);
+    __m128i q = _mm_loadu_si128((const __m128i *)(b + 1));
+    __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(q, m4));                     /* elements 0..15 */
+    __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4));  /* 16..31 */
+    __m256 d = _mm256_set1_ps(bt_e8m0_half(b[0]));
+    w[0] = _mm256_mul_ps(i8f(lo), d);
+    w[1] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(lo, lo)), d);
+    w[2] = _mm256_mul_ps(i8f(hi), d);
+    w[3] = _mm256_mul_ps(i8f(_mm_unpackhi_epi64(hi, hi)), d);
+}
+BLOCK_DOTS(mxfp4, 17)
+BLOCK_DQ(mxfp4, 17)
 #undef BLOCK_DOTS
 #undef BLOCK_DQ
 
@@ -897,6 +915,7 @@ bool bt_kv_avx2_fill(bt_kvariant *kv)
     kv->dequant[BT_DT_Q4_1] = dq_q4_1;
     kv->dequant[BT_DT_Q5_0] = dq_q5_0;
     kv->dequant[BT_DT_Q5_1] = dq_q5_1;
+    kv->dequant[BT_DT_MXFP4] = dq_mxfp4;
     kv->dequant[BT_DT_Q2_K] = dq_q2_k;
     kv->dequant[BT_DT_Q3_K] = dq_q3_k;
     kv->dequant[BT_DT_Q4_K] = dq_q4_k;
@@ -910,6 +929,7 @@ bool bt_kv_avx2_fill(bt_kvariant *kv)
     kv->dot[BT_DT_Q4_1] = dot_q4_1;
     kv->dot[BT_DT_Q5_0] = dot_q5_0;
     kv->dot[BT_DT_Q5_1] = dot_q5_1;
+    kv->dot[BT_DT_MXFP4] = dot_mxfp4;
     kv->dot[BT_DT_Q2_K] = dot_q2_k;
     kv->dot[BT_DT_Q3_K] = dot_q3_k;
     kv->dot[BT_DT_Q4_K] = dot_q4_k;
@@ -925,6 +945,7 @@ bool bt_kv_avx2_fill(bt_kvariant *kv)
     kv->dot4q[BT_DT_Q4_1] = dot4q_q4_1;
     kv->dot4q[BT_DT_Q5_0] = dot4q_q5_0;
     kv->dot4q[BT_DT_Q5_1] = dot4q_q5_1;
+    kv->dot4q[BT_DT_MXFP4] = dot4q_mxfp4;
     kv->dot4q[BT_DT_Q2_K] = dot4q_q2_k;
     kv->dot4q[BT_DT_Q3_K] = dot4q_q3_k;
     kv->dot4q[BT_DT_Q4_K] = dot4q_q4_k;

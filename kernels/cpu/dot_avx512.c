@@ -10,7 +10,7 @@
  * registers, 16 at a time, exactly as dequant.c builds them, and go straight
  * into the FMAs. Two ways to build them, both exact:
  *   - a per-(sub-)block table of the possible weights (q4_*, q5_*, q4_K,
- *     q5_K), computed with the dequantizer's arithmetic and indexed with
+ *     q5_K, mxfp4), computed with the dequantizer's arithmetic and indexed with
  *     vpermps (16 entries) or a masked second vpermps (32 entries);
  *   - integer codes made 32 at a time with byte ops, widened, converted and
  *     scaled (q8_0, q2_K, q3_K, q6_K).
@@ -525,6 +525,14 @@ TGT static inline void w_q5_1(const uint8_t *b, __m512 *lo, __m512 *hi)
     q5_lookup(b + 8, b + 4, _mm512_fmadd_ps(ka, d, m), _mm512_fmadd_ps(kb, d, m), lo, hi);
 }
 
+/* mxfp4: the 16 doubled E2M1 values times the half scale 2^(e-128) as the
+ * table (each entry dq_mxfp4's product, exact), read like q4_0's. */
+TGT static inline void w_mxfp4(const uint8_t *b, __m512 *lo, __m512 *hi)
+{
+    const __m512 k = _mm512_setr_ps(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    q4_lookup(b + 1, _mm512_mul_ps(k, _mm512_set1_ps(bt_e8m0_half(b[0]))), lo, hi);
+}
+
 /* One row; and four rows sharing the x loads (decode: interleaving hides
  * the per-row reduction and call that dominate short rows like 576). */
 #define BLOCK_DOTS(T, BS)                                                                        \
@@ -572,6 +580,7 @@ BLOCK_DOTS(q4_0, 18)
 BLOCK_DOTS(q4_1, 20)
 BLOCK_DOTS(q5_0, 22)
 BLOCK_DOTS(q5_1, 24)
+BLOCK_DOTS(mxfp4, 17)
 #undef BLOCK_DOTS
 
 /* Dequantizers from the same builders (bit-identical to dequant.c, which
@@ -589,6 +598,7 @@ BLOCK_DOTS(q5_1, 24)
     }
 BLOCK_DQ(q5_0, 22)
 BLOCK_DQ(q5_1, 24)
+BLOCK_DQ(mxfp4, 17)
 #undef BLOCK_DQ
 
 /* ---- k-quants (256-element blocks). A block's scales are unpacked once
@@ -1035,6 +1045,7 @@ bool bt_kv_avx512_fill(bt_kvariant *kv)
     kv->dequant[BT_DT_Q4_1] = dq_q4_1;
     kv->dequant[BT_DT_Q5_0] = dq_q5_0;
     kv->dequant[BT_DT_Q5_1] = dq_q5_1;
+    kv->dequant[BT_DT_MXFP4] = dq_mxfp4;
     kv->dequant[BT_DT_Q2_K] = dq_q2_k;
     kv->dequant[BT_DT_Q3_K] = dq_q3_k;
     kv->dequant[BT_DT_Q4_K] = dq_q4_k;
@@ -1048,6 +1059,7 @@ bool bt_kv_avx512_fill(bt_kvariant *kv)
     kv->dot[BT_DT_Q4_1] = dot_q4_1;
     kv->dot[BT_DT_Q5_0] = dot_q5_0;
     kv->dot[BT_DT_Q5_1] = dot_q5_1;
+    kv->dot[BT_DT_MXFP4] = dot_mxfp4;
     kv->dot[BT_DT_Q2_K] = dot_q2_k;
     kv->dot[BT_DT_Q3_K] = dot_q3_k;
     kv->dot[BT_DT_Q4_K] = dot_q4_k;
@@ -1061,6 +1073,7 @@ bool bt_kv_avx512_fill(bt_kvariant *kv)
     kv->dot4q[BT_DT_Q4_1] = dot4q_q4_1;
     kv->dot4q[BT_DT_Q5_0] = dot4q_q5_0;
     kv->dot4q[BT_DT_Q5_1] = dot4q_q5_1;
+    kv->dot4q[BT_DT_MXFP4] = dot4q_mxfp4;
     kv->dot4q[BT_DT_F16] = dot4q_f16;
     kv->dot4q[BT_DT_BF16] = dot4q_bf16;
     kv->dot4q[BT_DT_Q2_K] = dot4q_q2_k;

@@ -130,8 +130,8 @@ bool bt_kv_avx512_fill(bt_kvariant *kv);
 #define BT_NOFUSE_F(v) do { volatile float bt_nf_ = (v); (v) = bt_nf_; } while (0)
 #endif
 
-/* Block sizes and the scalar f16 scale read shared by the reference
- * dequantizers and dot products. */
+/* Block sizes, the scalar f16 scale read and the mxfp4 decoding shared by
+ * the reference dequantizers and dot products (and the SIMD files). */
 #define QK 32
 #define QK_K 256
 
@@ -140,6 +140,27 @@ static inline float rd_f16(const uint8_t *p)
     uint16_t h;
     memcpy(&h, p, 2);
     return bt_f16_to_f32(h);
+}
+
+/* mxfp4 (ggml's block_mxfp4: u8 e; u8 qs[16], low nibbles elements 0..15,
+ * high nibbles 16..31). The E2M1 codes as ggml's kvalues_mxfp4 stores
+ * them, doubled to integers (dequant.c): 0, 0.5, 1, 1.5, 2, 3, 4, 6 and
+ * their negatives (code 8, -0 in E2M1, is 0 here as in ggml). */
+extern const int8_t bt_kvalues_mxfp4[16];
+
+/* Half the E8M0 scale, 2^(e-128), from its bits as ggml_e8m0_to_fp32_half
+ * builds it (e < 2: the subnormals 2^-128, 2^-127). The doubled codes times
+ * it are the E2M1 values times 2^(e-127), each product exact (a power of
+ * two times a small integer; the subnormal ones are multiples of 2^-149)
+ * unless it overflows (from e = 253 on). e = 0xFF, NaN in the MX spec, gives
+ * 2^127 here, as in ggml and gguf-py: the scale 2^128, so every weight but
+ * 0 and +-2^127 (E2M1 +-0.5) is +-Inf. */
+static inline float bt_e8m0_half(uint8_t e)
+{
+    uint32_t u = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
 }
 
 #endif

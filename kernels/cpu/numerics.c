@@ -288,10 +288,10 @@ static int input_fmt(const bt_numerics *n, int type)
 {
     if (is_quant(type)) {
         if (n->act_q != BT_NUM_GGML) return n->act_q == BT_NUM_F32 ? n->mm_in : n->act_q;
-        /* llama.cpp CPU vec_dot_type: q8_0 for q4_0/q5_0/q8_0, q8_1 for
-         * q4_1/q5_1; k-quants use q8_K (not emulated: left f32). */
+        /* llama.cpp CPU vec_dot_type: q8_0 for q4_0/q5_0/q8_0/mxfp4, q8_1
+         * for q4_1/q5_1; k-quants use q8_K (not emulated: left f32). */
         switch (type) {
-        case BT_DT_Q4_0: case BT_DT_Q5_0: case BT_DT_Q8_0: return BT_NUM_Q8_0;
+        case BT_DT_Q4_0: case BT_DT_Q5_0: case BT_DT_Q8_0: case BT_DT_MXFP4: return BT_NUM_Q8_0;
         case BT_DT_Q4_1: case BT_DT_Q5_1: return BT_NUM_Q8_1;
         default: return n->mm_in;
         }

@@ -477,10 +477,19 @@ static int cu_sync(bt_backend *be) { return finish_step(CB(be)); }
 
 /* ---- ops ---- */
 
+/* A weight type with no kernel here (mxfp4: the CPU computes with it):
+ * refused in one line naming it, before anything is enqueued. */
+static int refuse_type(const char *op, int type)
+{
+    return bt_error(BT_EUNSUPPORTED, "cuda: %s: weight type %s (ggml type %d) has no CUDA kernel; run this model "
+                    "with --device cpu", op, bt_cu_type_name(type), type);
+}
+
 static int cu_get_rows(bt_backend *be, int type, bt_buf *table, int64_t width, const int32_t *ids, int n,
                        bt_buf *out)
 {
     cuda_be *c = CB(be);
+    if (bt_cu_blck(type) == 0) return refuse_type("get_rows", type);
     if (c->n_ids + n > STAGE_IDS) return bt_error(BT_ERANGE, "CUDA: %d token ids in one step (at most %d)", c->n_ids + n, STAGE_IDS);
     int rc = seg_begin(c);
     if (rc) return rc;
@@ -506,8 +515,10 @@ static int cu_matmul(bt_backend *be, int type, bt_buf *W, int64_t rows, int64_t 
                      int T, bt_buf *out)
 {
     cuda_be *c = CB(be);
-    if (bt_cu_blck(type) == 0 || cols % bt_cu_blck(type) || cols % BT_CU_CHUNK)
-        return bt_error(BT_EUNSUPPORTED, "CUDA matmul: weight type %d with %lld columns", type, (long long)cols);
+    if (bt_cu_blck(type) == 0) return refuse_type("matmul", type);
+    if (cols % bt_cu_blck(type) || cols % BT_CU_CHUNK)
+        return bt_error(BT_EUNSUPPORTED, "CUDA matmul: weight type %s with %lld columns", bt_cu_type_name(type),
+                        (long long)cols);
     int rc = seg_begin(c);
     if (rc) return rc;
     size_t row_bytes = (size_t)(cols / bt_cu_blck(type)) * bt_cu_type_size(type);
@@ -627,24 +638,13 @@ static int cu_inject(bt_backend *be, bt_buf *b, size_t off, int width, const bt_
     return BT_OK;
 }
 
-static const char *type_name(int t)
-{
-    switch (t) {
-    case BT_CU_F32: return "f32"; case BT_CU_F16: return "f16"; case BT_CU_BF16: return "bf16";
-    case BT_CU_Q4_0: return "q4_0"; case BT_CU_Q4_1: return "q4_1"; case BT_CU_Q5_0: return "q5_0";
-    case BT_CU_Q5_1: return "q5_1"; case BT_CU_Q8_0: return "q8_0"; case BT_CU_Q2_K: return "q2_K";
-    case BT_CU_Q3_K: return "q3_K"; case BT_CU_Q4_K: return "q4_K"; case BT_CU_Q5_K: return "q5_K";
-    case BT_CU_Q6_K: return "q6_K"; default: return "?";
-    }
-}
-
 /* The __global__ function each family launches (what CUPTI records name). */
 static void cu_kernel_name(bt_backend *be, int kop, int wtype, char *buf, size_t cap)
 {
     switch (kop) {
-    case BT_KOP_GET_ROWS: snprintf(buf, cap, "bt_k_get_rows %s/cuda", type_name(wtype)); break;
+    case BT_KOP_GET_ROWS: snprintf(buf, cap, "bt_k_get_rows %s/cuda", bt_cu_type_name(wtype)); break;
     case BT_KOP_RMSNORM: snprintf(buf, cap, "bt_k_rmsnorm (f32, cuda)"); break;
-    case BT_KOP_MATMUL: snprintf(buf, cap, "bt_k_matmul %s/cuda", type_name(wtype)); break;
+    case BT_KOP_MATMUL: snprintf(buf, cap, "bt_k_matmul %s/cuda", bt_cu_type_name(wtype)); break;
     case BT_KOP_ROPE: snprintf(buf, cap, "bt_k_rope (f32, cuda)"); break;
     case BT_KOP_KV_STORE: snprintf(buf, cap, "memcpy d2d (kv store, cuda)"); break;
     case BT_KOP_ATTENTION: snprintf(buf, cap, "bt_k_attention (f32, cuda)"); break;

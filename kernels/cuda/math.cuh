@@ -41,7 +41,10 @@ enum {
     BT_CU_F32 = 0, BT_CU_F16 = 1, BT_CU_Q4_0 = 2, BT_CU_Q4_1 = 3,
     BT_CU_Q5_0 = 6, BT_CU_Q5_1 = 7, BT_CU_Q8_0 = 8,
     BT_CU_Q2_K = 10, BT_CU_Q3_K = 11, BT_CU_Q4_K = 12, BT_CU_Q5_K = 13,
-    BT_CU_Q6_K = 14, BT_CU_BF16 = 30
+    BT_CU_Q6_K = 14, BT_CU_BF16 = 30,
+    /* known by name only: the CPU computes with it, the plugin has no
+     * kernel and refuses it (backend_cuda.cu, doc/cuda.md) */
+    BT_CU_MXFP4 = 39
 };
 
 /* Elements per block and bytes per block of a type this file computes;
@@ -53,6 +56,20 @@ BT_HD int bt_cu_blck(int type)
     case BT_CU_Q4_0: case BT_CU_Q4_1: case BT_CU_Q5_0: case BT_CU_Q5_1: case BT_CU_Q8_0: return 32;
     case BT_CU_Q2_K: case BT_CU_Q3_K: case BT_CU_Q4_K: case BT_CU_Q5_K: case BT_CU_Q6_K: return 256;
     default: return 0;
+    }
+}
+
+/* A weight type's name in messages and kernel names: the types above
+ * (mxfp4 included, so its refusal names it), "?" for any other id. Host
+ * code only. */
+static inline const char *bt_cu_type_name(int type)
+{
+    switch (type) {
+    case BT_CU_F32: return "f32"; case BT_CU_F16: return "f16"; case BT_CU_BF16: return "bf16";
+    case BT_CU_Q4_0: return "q4_0"; case BT_CU_Q4_1: return "q4_1"; case BT_CU_Q5_0: return "q5_0";
+    case BT_CU_Q5_1: return "q5_1"; case BT_CU_Q8_0: return "q8_0"; case BT_CU_Q2_K: return "q2_K";
+    case BT_CU_Q3_K: return "q3_K"; case BT_CU_Q4_K: return "q4_K"; case BT_CU_Q5_K: return "q5_K";
+    case BT_CU_Q6_K: return "q6_K"; case BT_CU_MXFP4: return "mxfp4"; default: return "?";
     }
 }
 

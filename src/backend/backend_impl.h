@@ -21,7 +21,10 @@
  *     unless the name says bytes.
  *   - Weights are the GGUF blocks as they are in the file (any type the CPU
  *     reads, bt_dtype(type)->compute), uploaded once; kernels read them in
- *     place (no dequantized copies).
+ *     place (no dequantized copies). A device backend without a kernel for
+ *     a type refuses it in get_rows and matmul, before enqueuing anything,
+ *     with BT_EUNSUPPORTED and one line naming the type (the CUDA plugin:
+ *     mxfp4).
  *   - Results match the CPU backend within the normalized error
  *     tests/test_backend.c allows; the CPU backend is the reference.
  *   - Every hook returns BT_OK or a negative BT_E* with bt_error() set (a

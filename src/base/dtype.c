@@ -41,7 +41,8 @@ static const bt_dtype_info dtypes[BT_DT_COUNT] = {
     [BT_DT_BF16] = { "bf16", 1, 2, true },
     [34] = { "tq1_0", QK_K, 2 + 4 * 13, false },
     [35] = { "tq2_0", QK_K, 2 + 64, false },
-    [39] = { "mxfp4", 32, 1 + 16, false },
+    /* u8 e (E8M0 shared exponent); u8 qs[16] (E2M1 codes, two per byte) */
+    [BT_DT_MXFP4] = { "mxfp4", 32, 1 + 16, true },
 };
 
 static const bt_dtype_info unknown = { NULL, 0, 0, false };
@@ -71,4 +72,21 @@ int bt_dtype_scale_offsets(int type, int off[2])
     case BT_DT_Q6_K: off[0] = 208; return 1;
     default: return 0;
     }
+}
+
+int bt_dtype_e8m0_offset(int type)
+{
+    return type == BT_DT_MXFP4 ? 0 : -1;
+}
+
+bool bt_dtype_block_scale_bad(int type, const uint8_t *block)
+{
+    int off[2], nf = bt_dtype_scale_offsets(type, off);
+    for (int k = 0; k < nf; k++) {
+        uint16_t h = (uint16_t)(block[off[k]] | block[off[k] + 1] << 8);   /* little-endian, as in the file */
+        if ((h & 0x7c00) == 0x7c00)
+            return true;
+    }
+    int e = bt_dtype_e8m0_offset(type);
+    return e >= 0 && block[e] == 0xFF;
 }

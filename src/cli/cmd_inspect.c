@@ -5,8 +5,10 @@
  * The scan dequantizes every row of every tensor the kernels can read, so it
  * sees exactly what a forward pass would see: a flipped exponent bit in a
  * quantized block's f16 scale turns the whole block into Inf/NaN there. The
- * scales are also checked directly, which names the block even when its
- * quants happen to be zero. Exit status: 0 clean, 1 non-finite weights
+ * scales are also checked directly (f16 scales and mins with every exponent
+ * bit set; mxfp4's E8M0 exponent 0xFF, NaN in the MX spec though ggml
+ * decodes it as 2^128), which names the block even when its quants happen
+ * to be zero. Exit status: 0 clean, 1 non-finite weights
  * found, 2 error. */
 #include "cmd.h"
 #include "args.h"
@@ -60,7 +62,7 @@ typedef struct titem {
     bool scanned;
     int64_t n_nan, n_pinf, n_ninf;
     int64_t first_bad;        /* flat element index, -1 if none */
-    int64_t bad_scales;       /* quant blocks whose f16 scale/min is Inf/NaN */
+    int64_t bad_scales;       /* quant blocks whose scale/min is Inf/NaN (bt_dtype_block_scale_bad) */
     int64_t first_bad_block;
 } titem;
 
@@ -170,22 +172,14 @@ static int collect_tensors(const bt_model *m, titem **out, int64_t *n_out)
 static void scan_scales(titem *t)
 {
     int off[2];
-    int nf = bt_dtype_scale_offsets(t->type, off);
-    if (!nf) return;
+    if (!bt_dtype_scale_offsets(t->type, off) && bt_dtype_e8m0_offset(t->type) < 0) return;
     const bt_dtype_info *di = bt_dtype(t->type);
     uint64_t n_blocks = t->nbytes / di->type_size;
-    for (uint64_t b = 0; b < n_blocks; b++) {
-        const uint8_t *blk = t->data + b * di->type_size;
-        for (int k = 0; k < nf; k++) {
-            uint16_t h;
-            memcpy(&h, blk + off[k], 2);
-            if ((h & 0x7c00) == 0x7c00) {
-                if (t->first_bad_block < 0) t->first_bad_block = (int64_t)b;
-                t->bad_scales++;
-                break;
-            }
+    for (uint64_t b = 0; b < n_blocks; b++)
+        if (bt_dtype_block_scale_bad(t->type, t->data + b * di->type_size)) {
+            if (t->first_bad_block < 0) t->first_bad_block = (int64_t)b;
+            t->bad_scales++;
         }
-    }
 }
 
 typedef struct scan_progress {

@@ -12,6 +12,7 @@ that it loads, which proves the codec itself is sound.
 
 Every file name and the defect it carries is printed, one per line.
 """
+import math
 import os
 import struct
 import sys
@@ -21,8 +22,8 @@ U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 = range(13)
 SCALAR_FMT = {U8: '<B', I8: '<b', U16: '<H', I16: '<h', U32: '<I', I32: '<i',
               F32: '<f', BOOL: '<?', U64: '<Q', I64: '<q', F64: '<d'}
 # ggml tensor types used here: (elements per block, bytes per block)
-T_F32, T_F16, T_Q4_1, T_Q8_0 = 0, 1, 3, 8
-BLOCK = {T_F32: (1, 4), T_F16: (1, 2), T_Q4_1: (32, 20), T_Q8_0: (32, 34)}
+T_F32, T_F16, T_Q4_1, T_Q8_0, T_MXFP4 = 0, 1, 3, 8, 39
+BLOCK = {T_F32: (1, 4), T_F16: (1, 2), T_Q4_1: (32, 20), T_Q8_0: (32, 34), T_MXFP4: (32, 17)}
 
 
 class Reader:
@@ -149,6 +150,25 @@ def quant_q4_1(vals):
     return bytes(out)
 
 
+# MXFP4's E2M1 values doubled to integers (ggml's kvalues_mxfp4); the scale
+# is 2^(e-127), so a code's weight is KVALUES[code] * 2^(e-128).
+MXFP4_KVALUES = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+
+
+def quant_mxfp4(vals):
+    """gguf-py's MXFP4 rule: e = floor(log2(amax)) - 2 + 127 (0 for an
+    all-zero block), then the nearest code (the first on a tie)."""
+    out = bytearray()
+    for b in range(0, len(vals), 32):
+        x = vals[b:b + 32]
+        amax = max(abs(v) for v in x)
+        e = min(254, max(0, math.floor(math.log2(amax)) - 2 + 127)) if amax > 0 else 0
+        d = math.ldexp(1.0, e - 128)
+        q = [min(range(16), key=lambda i: abs(d * MXFP4_KVALUES[i] - v)) for v in x]
+        out += bytes([e]) + bytes(q[j] | (q[j + 16] << 4) for j in range(16))
+    return bytes(out)
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -249,6 +269,29 @@ def main():
         tensors=flip_scale(q8, 3, 0, True))
     out('q4_1_bad_min.gguf', 'Q4_1 block 5 of blk.0.ffn_down.weight has an Inf/NaN min',
         tensors=flip_scale(q41, 5, 2, False))
+
+    mx = quantized(T_MXFP4, quant_mxfp4)
+    out('mxfp4.gguf', 'blk.0.ffn_down.weight as MXFP4 (must load, clean)', tensors=mx)
+
+    def nan_exponent(ts, block, zero_codes):
+        """Set one MXFP4 block's E8M0 exponent to 0xFF (NaN in the MX spec;
+        ggml decodes it as 2^128, so its codes above 0.5 become Inf); with
+        zero_codes, also make every code 0, so no weight is Inf and only
+        the scale check can see it."""
+        ts = [dict(t) for t in ts]
+        for t in ts:
+            if t['name'] == 'blk.0.ffn_down.weight':
+                at = block * BLOCK[T_MXFP4][1]
+                b = bytearray(t['data'])
+                b[at] = 0xFF
+                if zero_codes:
+                    b[at + 1:at + 17] = bytes(16)
+                t['data'] = bytes(b)
+        return ts
+    out('mxfp4_nan_scale.gguf', 'MXFP4 block 3 of blk.0.ffn_down.weight has the E8M0 exponent 0xFF',
+        tensors=nan_exponent(mx, 3, False))
+    out('mxfp4_nan_scale_zero.gguf', 'MXFP4 block 5 of blk.0.ffn_down.weight: exponent 0xFF, all codes 0',
+        tensors=nan_exponent(mx, 5, True))
 
     for name, what in made:
         print('%s\t%s' % (name, what))

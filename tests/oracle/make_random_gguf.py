@@ -15,8 +15,8 @@ tensor of a Llama block. Weights are Gaussian with std 1/sqrt(fan_in), so
 activations stay O(1) through the layers and attention is neither uniform
 nor one-hot; norm weights are near 1; token embeddings have std 0.25.
 
-Matrices can be F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (quantized
-with gguf.quants.quantize) or Q2_K..Q6_K (gguf.quants cannot quantize
+Matrices can be F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4
+(quantized with gguf.quants.quantize) or Q2_K..Q6_K (gguf.quants cannot quantize
 those: random blocks whose f16 scales are set so the dequantized matrix has
 the wanted standard deviation); norms stay F32 as in real files. Every row
 length (dim, hidden) must be a multiple of 32 for the quantized types, of 256
@@ -33,13 +33,14 @@ import sys
 
 import numpy as np
 
-TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1",
+TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "mxfp4",
          "q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
 K_TYPES = ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
 # general.file_type values (llama_ftype) for "mostly <type>" (k-quants: the
 # _S mixes, the closest ftype to "every matrix in this type")
 _FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9,
-              "q2_k": 10, "q3_k": 11, "q4_k": 14, "q5_k": 16, "q6_k": 18, "bf16": 32}
+              "q2_k": 10, "q3_k": 11, "q4_k": 14, "q5_k": 16, "q6_k": 18, "bf16": 32,
+              "mxfp4": 38}   # MOSTLY_MXFP4_MOE, llama.cpp's one mxfp4 ftype
 # k-quant block: bytes, offset of d, offset of dmin (None: no min), dmin/d
 # that roughly centres the weights
 _K_LAYOUT = {"q2_k": (84, 80, 82, 1.5), "q3_k": (110, 108, None, 0), "q4_k": (144, 0, 2, 7.5),

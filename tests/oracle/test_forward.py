@@ -6,7 +6,7 @@ Runs `$BANGTRACE forward --dump` on:
   - stories260K (llama2.c, f32, GQA 2:1), 16 tokens;
   - random GGUFs made here: F32 tied GQA, F32 untied MHA with a different
     rope base and eps, F16, BF16, Q8_0 untied, Q4_0, Q4_1 with a Q8_0
-    embedding, Q5_0, Q5_1, and each k-quant (Q2_K..Q6_K) with a Q8_0
+    embedding, Q5_0, Q5_1, MXFP4, and each k-quant (Q2_K..Q6_K) with a Q8_0
     embedding;
   - random GGUFs per architecture: llama with Llama 3 rope scaling
     (rope_freqs.weight), mistral, qwen2 (q/k/v biases, NEOX rope), qwen3
@@ -52,6 +52,8 @@ VARIANTS = [
     ("bf16 tied gqa2", dict(wtype="bf16", seed=6), cf.tol_scaled(1e-3), None),
     ("q5_0 untied", dict(wtype="q5_0", untied=True, seed=7), cf.tol_scaled(1e-3), 2),
     ("q5_1 tied", dict(wtype="q5_1", seed=8), cf.tol_scaled(1e-3), None),
+    # tied: the embedding rows (get_rows) and the head are mxfp4 too
+    ("mxfp4 tied gqa2", dict(wtype="mxfp4", seed=26), cf.tol_scaled(1e-3), 2),
 ] + [
     # k-quants need rows of 256: a wider model, q8_0 embeddings as in real
     # k-quant files; 2 threads so decode splits the 4-row kernels.
