@@ -255,8 +255,9 @@ static int parse_args(int argc, char **argv, run_opts *o)
     if (o->llamacpp && bt_llamacpp_device(o->device, NULL)) return BT_EINVAL;
     if (o->llamacpp && o->numerics_spec)
         return bt_error(BT_EINVAL, "--numerics emulates numerics on the native engine; it cannot apply to --engine llama.cpp");
-    if (o->llamacpp && (o->spec_k || drafters))
-        return bt_error(BT_EINVAL, "--engine llama.cpp runs no speculative decoding: drop --spec-k/--draft*");
+    if (o->llamacpp && (o->spec_k || drafters) && !o->draft_mtp)
+        return bt_error(BT_EINVAL, "--engine llama.cpp drafts only with --draft-mtp (llama.cpp's own MTP path): "
+                        "drop --draft/--draft-self/--draft-ngram");
     if (o->llamacpp && o->tokenizer)
         return bt_error(BT_EINVAL, "--engine llama.cpp needs a GGUF model (with its vocabulary); --tokenizer is for llama2.c checkpoints");
     if (bt_args_llama_finish(&g, o->llamacpp, "--engine llama.cpp")) return BT_EINVAL;
@@ -284,8 +285,14 @@ static int llamacpp_engine(void *user, const bt_model *m, int ctx, int max_batch
 {
     const run_opts *o = user;
     bt_llamacpp_opts lo = { .model_path = o->model, .ctx_len = ctx, .max_batch = max_batch, .n_threads = threads,
-                            .device = o->device, .llama = &o->llama };
+                            .device = o->device, .llama = &o->llama, .mtp_k = o->draft_mtp ? (int)o->spec_k : 0 };
     return bt_llamacpp_engine_new(m, &lo, out);
+}
+
+static int llamacpp_mtp(void *user, bt_engine *target, bt_engine **out)
+{
+    (void)user;
+    return bt_llamacpp_mtp_engine_new(target, out);
 }
 
 static int write_meta(void *user, bt_trace *t, const bt_session *s)
@@ -498,7 +505,7 @@ int cmd_run(int argc, char **argv)
     cfg.max_tokens = n_max;
     cfg.prompt = prompt;
     cfg.n_prompt = (int)n_prompt;
-    if (o.llamacpp) { cfg.engine_new = llamacpp_engine; cfg.engine_user = &o; cfg.llama = o.llama; }
+    if (o.llamacpp) { cfg.engine_new = llamacpp_engine; cfg.draft_mtp_new = llamacpp_mtp; cfg.engine_user = &o; cfg.llama = o.llama; }
     if (o.trace)
         bt_debug("trace %s: taps %s, logits %s, top-k %ld%s", o.trace, bt_taps_mode_name(o.taps),
                  o.logits_full ? "full" : "flagged", o.topk, o.n_inject ? ", with fault injection" : "");

@@ -751,6 +751,7 @@ int bt_engine_new_ext(const bt_model *m, int ctx_len, int max_batch, const bt_en
 }
 
 bool bt_engine_is_foreign(const bt_engine *e) { return e->foreign; }
+void *bt_engine_foreign_impl(const bt_engine *e) { return e->foreign ? e->ext.impl : NULL; }
 int bt_engine_n_extra(const bt_engine *e) { return e->ext.n_extra; }
 const bt_extra_tensor *bt_engine_extra(const bt_engine *e, int i) { return i >= 0 && i < e->ext.n_extra ? &e->ext.extra[i] : NULL; }
 
@@ -1632,6 +1633,7 @@ int bt_engine_first_layer(const bt_engine *e) { return e->layer0; }
 
 int bt_engine_set_mtp_hidden(bt_engine *e, const float *h)
 {
+    if (e->foreign && e->ext.set_mtp_hidden) return e->ext.set_mtp_hidden(e->ext.impl, h);
     if (!e->mtp) return bt_error(BT_EINVAL, "hidden rows given to an engine that is not an MTP block");
     e->mtp_h = h;
     return BT_OK;
@@ -1639,6 +1641,7 @@ int bt_engine_set_mtp_hidden(bt_engine *e, const float *h)
 
 int bt_engine_hidden_rows(bt_engine *e, int row0, int n, float *dst)
 {
+    if (e->foreign && e->ext.hidden_rows) return e->ext.hidden_rows(e->ext.impl, row0, n, dst);
     if (e->foreign) return bt_error(BT_EUNSUPPORTED, "the hidden rows of a foreign engine are its own");
     if (row0 < 0 || n < 0 || row0 + n > e->last_rows)
         return bt_error(BT_ERANGE, "hidden rows %d..%d of a forward of %d rows", row0, row0 + n - 1, e->last_rows);

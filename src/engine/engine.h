@@ -189,8 +189,10 @@ int bt_engine_first_layer(const bt_engine *e);
 int bt_engine_set_mtp_hidden(bt_engine *e, const float *h);
 /* Copy rows [row0, row0 + n) of the last forward's output_norm (the hidden
  * state the head reads) to dst (n * dim floats): what an MTP drafter pairs
- * with the next tokens. A native engine's single-sequence forward only;
- * BT_EUNSUPPORTED on a foreign engine, BT_ERANGE for rows it did not run. */
+ * with the next tokens. A native engine's single-sequence forward, or a
+ * foreign engine that gives them (bt_engine_ext.hidden_rows: llama.cpp's
+ * h_nextn); BT_EUNSUPPORTED on another foreign engine, BT_ERANGE for rows
+ * it did not run. */
 int bt_engine_hidden_rows(bt_engine *e, int row0, int n, float *dst);
 /* Switch a backend feature on (bt_backend_enable: BT_BACKEND_GRAPHS,
  * BT_BACKEND_ACTIVITY) before the first forward; with ACTIVITY the forward
@@ -305,11 +307,17 @@ typedef struct bt_engine_ext {
     void *impl;
     const bt_extra_tensor *extra;   /* owned by impl */
     int n_extra;
+    /* optional: bt_engine_hidden_rows of the last forward's rows; and, for a
+     * foreign MTP engine, bt_engine_set_mtp_hidden (NULL: not an MTP engine) */
+    int (*hidden_rows)(void *impl, int row0, int n, float *dst);
+    int (*set_mtp_hidden)(void *impl, const float *h);
 } bt_engine_ext;
 
 /* Takes ownership of ext->impl (freed through ext->free, also on error). */
 int bt_engine_new_ext(const bt_model *m, int ctx_len, int max_batch, const bt_engine_ext *ext, bt_engine **out);
 bool bt_engine_is_foreign(const bt_engine *e);
+/* A foreign engine's impl (bt_engine_ext.impl); NULL for a native engine. */
+void *bt_engine_foreign_impl(const bt_engine *e);
 int bt_engine_n_extra(const bt_engine *e);
 const bt_extra_tensor *bt_engine_extra(const bt_engine *e, int i);   /* NULL if out of range */
 /* For a foreign forward: does a tap want (op, layer)? (cached ask answers) */

@@ -131,12 +131,17 @@ int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
     if (s->draft_model || cfg->draft_self || cfg->draft_mtp) {
         if (cfg->draft_self >= m->cfg.n_layers)
             return bt_error(BT_EINVAL, "--draft-self %d must be below the target's %d layers", cfg->draft_self, m->cfg.n_layers);
-        if (cfg->draft_mtp && cfg->engine_new)
-            return bt_error(BT_EINVAL, "--draft-mtp runs the model's MTP block on the native engine beside it; "
-                            "it cannot draft for --engine llama.cpp");
-        bt_engine_opts eo = { .ctx_len = s->ctx, .max_batch = batch, .n_layers = cfg->draft_self, .share_pool = s->e,
-                              .mtp = cfg->draft_mtp };
-        if ((rc = bt_engine_new_opts(s->draft_model ? s->draft_model : m, &eo, &s->de))) return rc;
+        if (cfg->draft_mtp && cfg->engine_new) {
+            /* the foreign engine's own MTP path (llama.cpp's draft-mtp) */
+            if (!cfg->draft_mtp_new)
+                return bt_error(BT_EINVAL, "--draft-mtp runs the model's MTP block on the native engine beside it; "
+                                "it cannot draft for this engine");
+            if ((rc = cfg->draft_mtp_new(cfg->engine_user, s->e, &s->de))) return rc;
+        } else {
+            bt_engine_opts eo = { .ctx_len = s->ctx, .max_batch = batch, .n_layers = cfg->draft_self, .share_pool = s->e,
+                                  .mtp = cfg->draft_mtp };
+            if ((rc = bt_engine_new_opts(s->draft_model ? s->draft_model : m, &eo, &s->de))) return rc;
+        }
         if (cfg->numerics && (rc = bt_engine_set_numerics(s->de, cfg->numerics))) return rc;   /* the drafter runs the same profile */
     }
     if (s->inj) {

@@ -92,6 +92,10 @@ typedef struct bt_session_cfg {
      * Kept as a hook so that this library never links the foreign one. */
     int (*engine_new)(void *user, const bt_model *m, int ctx, int max_batch, int threads, bt_engine **out);
     void *engine_user;
+    /* With engine_new: the MTP drafter of that engine (--engine llama.cpp
+     * --draft-mtp: llama.cpp's own MTP context on the target's model), made
+     * after the target; NULL: --draft-mtp is refused with engine_new. */
+    int (*draft_mtp_new)(void *user, bt_engine *target, bt_engine **out);
     bt_llama_settings llama;        /* engine_new's llama.cpp path (the hook reads it through user) */
 
     /* fault injection: the specs, and the run's extent to refuse a spec

@@ -50,6 +50,18 @@
 #include <unistd.h>
 #endif
 
+/* The nextn staging API (src/llama-ext.h, a C++ header: the symbols are
+ * C++-mangled, so they are named here by their Itanium-ABI linkage names;
+ * a bool is a _Bool under that ABI). What common/speculative.cpp's
+ * draft-mtp calls to read the trunk's and the MTP block's h_nextn. */
+#if defined(__GNUC__) && defined(__ELF__)
+void lc_set_embeddings_nextn(struct llama_context *ctx, bool value, bool masked)
+    __asm__("_Z26llama_set_embeddings_nextnP13llama_contextbb");
+float *lc_get_embeddings_nextn_ith(struct llama_context *ctx, int32_t i)
+    __asm__("_Z30llama_get_embeddings_nextn_ithP13llama_contexti");
+#define LC_HAVE_NEXTN 1
+#endif
+
 #ifndef BT_LLAMA_CPP_VERSION
 #error "configure defines BT_LLAMA_CPP_VERSION with HAVE_LLAMA_CPP"
 #endif
@@ -97,13 +109,21 @@ typedef struct lc_impl {
     struct { char buft[16]; enum ggml_type type; int n; } wb[16];
     int n_wb, n_weights;
     struct ggml_threadpool *pool;   /* the persistent CPU threadpool (see lc_attach_pool) */
+    /* the target of llama.cpp's MTP drafter (bt_llamacpp_opts.mtp_k) */
+    bool nextn;                 /* h_nextn kept for every row (unmasked) */
+    int n_embd;
+    enum ggml_type type_k, type_v;  /* the cache's, for the MTP context */
 } lc_impl;
 
 /* One engine's view of the context: its sequence and what it holds. */
+#define LC_SEQ_MAGIC 0x6c637371u
 typedef struct lc_seq {
+    unsigned magic;             /* LC_SEQ_MAGIC (bt_llamacpp_mtp_engine_new checks its target) */
     lc_impl *L;
     int seq;                    /* llama.cpp seq_id */
     int n_past;                 /* positions the sequence holds */
+    float *hid;                 /* (max_batch, n_embd) the last forward's h_nextn rows (L->nextn) */
+    int hid_rows;
 } lc_seq;
 
 static char last_log[512];
@@ -430,6 +450,17 @@ static int lc_forward(void *impl, bt_engine *e, const int32_t *tokens, int T, in
             if (!row) rc = bt_error(BT_EINTERNAL, "llama.cpp returned no logits for row %d", i);
             else memcpy(logits + (size_t)(done + i) * L->n_vocab, row, (size_t)L->n_vocab * sizeof(float));
         }
+#ifdef LC_HAVE_NEXTN
+        /* the rows of the last decode (the decoder's forwards are one
+         * decode: it chunks by the engine's batch) */
+        S->hid_rows = 0;
+        for (int i = 0; L->nextn && i < n && rc == BT_OK; i++) {
+            const float *h = lc_get_embeddings_nextn_ith(L->ctx, i);
+            if (!h) rc = bt_error(BT_EINTERNAL, "llama.cpp returned no h_nextn for row %d", i);
+            else memcpy(S->hid + (size_t)i * L->n_embd, h, (size_t)L->n_embd * sizeof(float));
+            if (rc == BT_OK) S->hid_rows = i + 1;
+        }
+#endif
     }
     L->e = NULL;
     pthread_mutex_unlock(&L->mu);
@@ -482,8 +513,19 @@ static void lc_free(void *impl)
     lc_seq *S = impl;
     if (!S) return;
     lc_impl *L = S->L;
+    free(S->hid);
     free(S);
     lc_unref(L);
+}
+
+static int lc_hidden_rows(void *impl, int row0, int n, float *dst)
+{
+    lc_seq *S = impl;
+    if (!S->L->nextn) return bt_error(BT_EUNSUPPORTED, "this llama.cpp engine keeps no hidden rows (made without the MTP drafter)");
+    if (row0 < 0 || n < 0 || row0 + n > S->hid_rows)
+        return bt_error(BT_ERANGE, "hidden rows %d..%d of a forward of %d rows", row0, row0 + n - 1, S->hid_rows);
+    memcpy(dst, S->hid + (size_t)row0 * S->L->n_embd, (size_t)n * S->L->n_embd * sizeof(float));
+    return BT_OK;
 }
 
 static char last_path[512];
@@ -609,6 +651,19 @@ static int lc_make(const bt_model *m, const bt_llamacpp_opts *o, int n_seq, bt_e
     const bt_llama_settings *ls = o->llama ? o->llama : &env_only;
     bool repack = !ls->repack || strcmp(ls->repack, "off");
     mp.use_extra_bufts = repack;
+    if (o->mtp_k > 0) {
+#ifndef LC_HAVE_NEXTN
+        rc = bt_error(BT_EUNSUPPORTED, "--draft-mtp with --engine llama.cpp needs llama.cpp's nextn API (an ELF build with GCC or clang)");
+        goto fail;
+#endif
+        if (m->cfg.n_nextn <= 0) {
+            rc = bt_error(BT_EUNSUPPORTED, "%s: the model has no MTP (nextn) block to draft with (architecture %s, "
+                          "nextn_predict_layers 0)", m->path, m->cfg.arch);
+            goto fail;
+        }
+        if (n_seq != 1) { rc = bt_error(BT_EINVAL, "llama.cpp's MTP drafter drafts for one sequence"); goto fail; }
+        mp.load_mtp = true;
+    }
     const char *amx = cuda ? "n/a (CUDA)" : "unused (repack off)";
     if (repack && !cuda) amx = amx_check(ls->amx && !strcmp(ls->amx, "off"));
     last_log[0] = 0;
@@ -643,9 +698,14 @@ static int lc_make(const bt_model *m, const bt_llamacpp_opts *o, int n_seq, bt_e
     if (o->kv_f32) cp.type_k = cp.type_v = GGML_TYPE_F32;   /* forward --engine llama.cpp */
     if (ls->type_k) cp.type_k = kv_type(ls->type_k);
     if (ls->type_v) cp.type_v = kv_type(ls->type_v);
+    L->type_k = cp.type_k;
+    L->type_v = cp.type_v;
     cp.cb_eval = cb_eval;
     cp.cb_eval_user_data = L;
     cp.no_perf = true;
+    /* a rejected draft rolls a hybrid's recurrent state back to one of
+     * these snapshots (llama_memory_seq_rm), as llama-server's does */
+    if (o->mtp_k > 0) cp.n_rs_seq = (uint32_t)o->mtp_k;
     L->ctx = llama_init_from_model(L->model, cp);
     if (!L->ctx) {
         rc = bt_error(BT_EINVAL, "llama.cpp cannot create a context for %s (context %u, %d sequence%s)%s%s", o->model_path,
@@ -653,6 +713,27 @@ static int lc_make(const bt_model *m, const bt_llamacpp_opts *o, int n_seq, bt_e
         goto fail;
     }
     if ((rc = lc_attach_pool(L, (int)cp.n_threads))) goto fail;
+    L->n_embd = llama_model_n_embd(L->model);
+    if (o->mtp_k > 0) {
+        if (llama_model_n_layer_nextn(L->model) < 1 || L->n_embd != m->cfg.dim) {
+            rc = bt_error(BT_EUNSUPPORTED, "%s: llama.cpp loads no MTP (nextn) block to draft with (%d nextn layers)",
+                          o->model_path, (int)llama_model_n_layer_nextn(L->model));
+            goto fail;
+        }
+        /* llama.cpp clamps n_rs_seq to 0 on an architecture whose recurrent
+         * state it cannot partially roll back (llm_arch_supports_rs_rollback):
+         * a rejected draft would stay in the state */
+        if ((llama_model_is_recurrent(L->model) || llama_model_is_hybrid(L->model)) && llama_n_rs_seq(L->ctx) < (uint32_t)o->mtp_k) {
+            rc = bt_error(BT_EUNSUPPORTED, "%s: llama.cpp cannot roll back the recurrent state of architecture %s after a "
+                          "rejected draft (no n_rs_seq snapshots): --draft-mtp with --engine llama.cpp needs one it can "
+                          "(qwen35, qwen35moe)", o->model_path, m->cfg.arch);
+            goto fail;
+        }
+#ifdef LC_HAVE_NEXTN
+        lc_set_embeddings_nextn(L->ctx, true, false);   /* the trunk's h_nextn, every row */
+#endif
+        L->nextn = true;
+    }
     L->max_batch = (int)cp.n_batch;
     L->batch = llama_batch_init(L->max_batch, 0, 1);
     snprintf(L->backend, sizeof(L->backend), "%s", ggml);
@@ -675,12 +756,19 @@ static int lc_make(const bt_model *m, const bt_llamacpp_opts *o, int n_seq, bt_e
     for (int i = 0; i < n_seq && rc == BT_OK; i++) {
         lc_seq *S = calloc(1, sizeof(*S));
         if (!S) { rc = bt_error(BT_ENOMEM, "out of memory"); break; }
+        S->magic = LC_SEQ_MAGIC;
         S->L = L;
         S->seq = i;
+        if (L->nextn && !(S->hid = malloc((size_t)L->max_batch * L->n_embd * sizeof(float)))) {
+            free(S);
+            rc = bt_error(BT_ENOMEM, "out of memory");
+            break;
+        }
         pthread_mutex_lock(&L->mu);
         L->refs++;
         pthread_mutex_unlock(&L->mu);
-        bt_engine_ext ext = { .forward = lc_forward, .free = lc_free, .impl = S, .extra = L->extra, .n_extra = L->n_extra };
+        bt_engine_ext ext = { .forward = lc_forward, .free = lc_free, .impl = S, .extra = L->extra, .n_extra = L->n_extra,
+                              .hidden_rows = lc_hidden_rows };
         rc = bt_engine_new_ext(m, n_ctx_seq < (int)ctx_seq ? n_ctx_seq : (int)ctx_seq, L->max_batch, &ext, &out[i]);
     }
     if (rc) {
@@ -690,6 +778,148 @@ static int lc_make(const bt_model *m, const bt_llamacpp_opts *o, int n_seq, bt_e
     return rc;
 fail:
     lc_unref(L);
+    return rc;
+}
+
+/* ---- llama.cpp's MTP drafter (bt_llamacpp_mtp_engine_new) ----
+ *
+ * As common/speculative.cpp's draft-mtp drives it: a context of type
+ * LLAMA_CONTEXT_TYPE_MTP on the target's model (its own KV cache for the
+ * block's one attention layer, no recurrent state), each row a token with
+ * its state embedding (llama_batch_ext_set_embd_token), one llama_process
+ * per forward. The decoder (gen/decode.c, BT_DRAFT_MTP) does the pairing:
+ * position p takes (h_{p-1}, x_p), h the target's h_nextn or, drafting
+ * ahead, the block's own. */
+typedef struct lc_mtp {
+    lc_impl *L;                 /* the target's (a reference: the model) */
+    struct llama_context *ctx;
+    struct llama_batch_ext *b;
+    const float *h;             /* the next forward's state rows (borrowed) */
+    float *hid;                 /* (max_batch, n_embd) the last forward's h_nextn */
+    int hid_rows, n_past, max_batch;
+} lc_mtp;
+
+static int mtp_set_hidden(void *impl, const float *h)
+{
+    ((lc_mtp *)impl)->h = h;
+    return BT_OK;
+}
+
+static int mtp_hidden_rows(void *impl, int row0, int n, float *dst)
+{
+    lc_mtp *M = impl;
+    if (row0 < 0 || n < 0 || row0 + n > M->hid_rows)
+        return bt_error(BT_ERANGE, "hidden rows %d..%d of an MTP forward of %d rows", row0, row0 + n - 1, M->hid_rows);
+    memcpy(dst, M->hid + (size_t)row0 * M->L->n_embd, (size_t)n * M->L->n_embd * sizeof(float));
+    return BT_OK;
+}
+
+static int mtp_forward(void *impl, bt_engine *e, const int32_t *tokens, int T, int pos0, float *logits)
+{
+    (void)e;
+    lc_mtp *M = impl;
+    lc_impl *L = M->L;
+    if (!M->h) return bt_error(BT_EINVAL, "an MTP forward needs its hidden rows (bt_engine_set_mtp_hidden)");
+    if (T < 1 || T > M->max_batch) return bt_error(BT_EINVAL, "an MTP forward of %d rows (1 to %d)", T, M->max_batch);
+    int rc = BT_OK;
+    pthread_mutex_lock(&L->mu);
+    /* draft positions of an earlier call are overwritten (the decoder's
+     * catch-up starts where the block's real pairs end) */
+    if (pos0 < M->n_past && !llama_memory_seq_rm(llama_get_memory(M->ctx), 0, pos0, -1))
+        rc = bt_error(BT_EINTERNAL, "llama.cpp: cannot remove positions %d.. of the MTP context", pos0);
+    if (pos0 < M->n_past) M->n_past = pos0;
+    llama_batch_ext_clear(M->b);
+    for (int i = 0; i < T && rc == BT_OK; i++) {
+        llama_pos pos[4] = { pos0 + i, 0, 0, 0 };
+        int32_t idx = llama_batch_ext_add_token(M->b, 0, tokens[i]);
+        struct llama_embd em = { M->h + (size_t)i * L->n_embd, 1, (size_t)L->n_embd };
+        if (idx != i || !llama_batch_ext_set_pos(M->b, idx, pos) || !llama_batch_ext_set_embd_token(M->b, idx, em)
+            || !llama_batch_ext_set_output_logits(M->b, idx, true))
+            rc = bt_error(BT_EINTERNAL, "llama.cpp: cannot build the MTP batch at row %d", i);
+    }
+    last_log[0] = 0;
+    int32_t r = rc ? 0 : llama_process(M->ctx, LLAMA_PROCESS_TYPE_DECODE, M->b);
+    if (rc == BT_OK && r != 0)
+        rc = bt_error(BT_EINTERNAL, "llama.cpp: the MTP block's llama_process of %d tokens at position %d failed (%d)%s%s", T,
+                      pos0, (int)r, last_log[0] ? ": " : "", last_log);
+    M->hid_rows = 0;
+    for (int i = 0; i < T && rc == BT_OK; i++) {
+        const float *row = llama_get_logits_ith(M->ctx, i);
+#ifdef LC_HAVE_NEXTN
+        const float *h = lc_get_embeddings_nextn_ith(M->ctx, i);
+#else
+        const float *h = NULL;
+#endif
+        if (!row || !h) rc = bt_error(BT_EINTERNAL, "llama.cpp's MTP block returned no %s for row %d", row ? "h_nextn" : "logits", i);
+        else {
+            memcpy(logits + (size_t)i * L->n_vocab, row, (size_t)L->n_vocab * sizeof(float));
+            memcpy(M->hid + (size_t)i * L->n_embd, h, (size_t)L->n_embd * sizeof(float));
+            M->hid_rows = i + 1;
+        }
+    }
+    if (rc == BT_OK) M->n_past = pos0 + T;
+    M->h = NULL;
+    pthread_mutex_unlock(&L->mu);
+    return rc;
+}
+
+static void mtp_free(void *impl)
+{
+    lc_mtp *M = impl;
+    if (!M) return;
+    if (M->b) llama_batch_ext_free(M->b);
+    if (M->ctx) llama_free(M->ctx);
+    free(M->hid);
+    lc_impl *L = M->L;
+    free(M);
+    if (L) lc_unref(L);
+}
+
+int bt_llamacpp_mtp_engine_new(bt_engine *target, bt_engine **out)
+{
+    *out = NULL;
+    lc_seq *S = bt_engine_foreign_impl(target);
+    if (!S || S->magic != LC_SEQ_MAGIC || !S->L->nextn)
+        return bt_error(BT_EINVAL, "llama.cpp's MTP drafter needs a llama.cpp target made for it (mtp_k > 0)");
+    lc_impl *L = S->L;
+    lc_mtp *M = calloc(1, sizeof(*M));
+    if (!M) return bt_error(BT_ENOMEM, "out of memory");
+    pthread_mutex_lock(&L->mu);
+    L->refs++;
+    pthread_mutex_unlock(&L->mu);
+    M->L = L;
+    M->max_batch = L->max_batch;
+    int rc = BT_OK;
+    struct llama_context_params cp = llama_context_default_params();
+    cp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
+    cp.n_ctx = llama_n_ctx(L->ctx);           /* as many cells as the target's, as common_speculative_init does */
+    cp.n_batch = cp.n_ubatch = (uint32_t)L->max_batch;
+    cp.n_seq_max = 1;
+    cp.n_rs_seq = 0;
+    cp.n_threads = cp.n_threads_batch = llama_n_threads(L->ctx);
+    /* the target's path: its flash attention and cache types */
+    cp.flash_attn_type = L->fa_used ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.type_k = L->type_k;
+    cp.type_v = L->type_v;
+    cp.no_perf = true;
+    last_log[0] = 0;
+    M->ctx = llama_init_from_model(L->model, cp);
+    if (!M->ctx) {
+        rc = bt_error(BT_EINVAL, "llama.cpp cannot create the MTP context for %s%s%s", L->m->path, last_log[0] ? ": " : "", last_log);
+        goto fail;
+    }
+    llama_attach_threadpool(M->ctx, L->pool, L->pool);
+#ifdef LC_HAVE_NEXTN
+    lc_set_embeddings_nextn(M->ctx, true, true);    /* the block's own h_nextn, for the next draft */
+#endif
+    M->b = llama_batch_ext_init(M->ctx);
+    M->hid = malloc((size_t)M->max_batch * L->n_embd * sizeof(float));
+    if (!M->b || !M->hid) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+    bt_engine_ext ext = { .forward = mtp_forward, .free = mtp_free, .impl = M,
+                          .hidden_rows = mtp_hidden_rows, .set_mtp_hidden = mtp_set_hidden };
+    return bt_engine_new_ext(L->m, bt_engine_ctx_len(target), M->max_batch, &ext, out);   /* frees M on error */
+fail:
+    mtp_free(M);
     return rc;
 }
 

@@ -24,6 +24,12 @@ typedef struct bt_llamacpp_opts {
     const bt_llama_settings *llama; /* llama.cpp's path, the environment aliases
                                  * applied by the caller (bt_llama_settings_env);
                                  * NULL: its own defaults and the aliases */
+    int mtp_k;                  /* > 0: the target of llama.cpp's MTP drafter
+                                 * (run --engine llama.cpp --draft-mtp --spec-k K):
+                                 * the MTP layers loaded (load_mtp), the trunk's
+                                 * h_nextn kept for every row, and K recurrent-state
+                                 * snapshots per sequence (n_rs_seq) so that a
+                                 * rejected draft rolls back (llama_memory_seq_rm) */
 } bt_llamacpp_opts;
 
 /* The devices llama.cpp's own backends run on: the device table's names
@@ -52,6 +58,16 @@ int bt_llamacpp_engine_new(const bt_model *m, const bt_llamacpp_opts *o, bt_engi
  * context goes with the last. Errors as bt_llamacpp_engine_new (out all
  * NULL). n = 1 is bt_llamacpp_engine_new. */
 int bt_llamacpp_engines_new(const bt_model *m, const bt_llamacpp_opts *o, int n, bt_engine **out);
+/* llama.cpp's own MTP drafter (its draft-mtp speculation,
+ * common/speculative.cpp): a context of type LLAMA_CONTEXT_TYPE_MTP on the
+ * model of target (an engine made with mtp_k > 0), one sequence, its own KV
+ * cache, as an engine whose forward pairs token t at position p with the
+ * hidden row bt_engine_set_mtp_hidden gave it (llama_batch_ext, llama_process)
+ * and whose bt_engine_hidden_rows are the block's h_nextn. Its graph is not
+ * tapped (the trace has its steps, not its tensors). BT_EUNSUPPORTED with one
+ * line when the model has no MTP (nextn) block; BT_EINVAL when target is not
+ * such an engine. */
+int bt_llamacpp_mtp_engine_new(bt_engine *target, bt_engine **out);
 /* The path the last engine made took, resolved ("flash attention on (auto:
  * FLASH_ATTN_EXT); weights: 90 of 211 matmul weights repacked in CPU_REPACK
  * (q4_K as q4_K_8x8); KV cache f16; AMX: not in this build"), for the trace's

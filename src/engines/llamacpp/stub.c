@@ -16,6 +16,11 @@ int bt_llamacpp_engines_new(const bt_model *m, const bt_llamacpp_opts *o, int n,
     for (int i = 0; i < n; i++) out[i] = NULL;
     return bt_llamacpp_engine_new(m, o, out);
 }
+int bt_llamacpp_mtp_engine_new(bt_engine *target, bt_engine **out)
+{
+    (void)target;
+    return bt_llamacpp_engine_new(NULL, NULL, out);
+}
 const char *bt_llamacpp_last_path(void) { return ""; }
 const char *bt_llamacpp_version(void) { return NULL; }
 const char *bt_llamacpp_lib_version(void) { return NULL; }
