@@ -321,6 +321,10 @@ EXTRA_DIST += tests/serve_batch.sh tests/serve_mix.py
 # rejection, lossless; --inject norollback named by diff and bisect (issue 25)
 TESTS += tests/spec_hybrid.sh tests/spec_mtp.sh
 EXTRA_DIST += tests/spec_hybrid.sh tests/spec_mtp.sh
+# --engine llama.cpp --draft-mtp: llama.cpp's own MTP context drafts for the
+# llama.cpp target; lossless, the trail, the native engine's drafts
+TESTS += tests/spec_mtp_llamacpp.sh
+EXTRA_DIST += tests/spec_mtp_llamacpp.sh
 
 # --numerics state= on the hybrid models (issue 25)
 TESTS += tests/numerics_state.sh
