@@ -9,11 +9,15 @@
 #     runs that reject (the hybrid target's state rolled back by llama.cpp's
 #     n_rs_seq snapshots);
 #   - the trace: drafter mtp, the spec trail (accepted and mismatch rows),
-#     spec_steps with the acceptance count, the drafter's steps;
+#     spec_steps with the acceptance count, the drafter's steps and no draft
+#     tensors (the MTP context is not tapped);
+#   - bisect --reference replays the qwen35 trace on the native engine (verify
+#     steps with their drafts; teacher-forced top-1 100% on the tiny models);
 #   - the drafts equal the native engine's --draft-mtp drafts (same trail:
 #     position, token, verdict), since both pair (h_{p-1}, x_p) the same way;
 #   - bad input, one line and exit 2: a model without an MTP block; qwen3next
-#     (llama.cpp cannot roll its recurrent state back); another drafter.
+#     (llama.cpp cannot roll its recurrent state back); --inject model=draft
+#     (nothing in the drafter is tapped); another drafter.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
 py=${PYTHON3:-python3}
 built_with LLAMA_CPP || skip "bangtrace was built without llama.cpp"
@@ -69,8 +73,17 @@ for A in qwen35 qwen35moe; do
         && [ "$(sqlite3 "$D" "SELECT count(*) > 0 FROM spec_trail WHERE accepted = 0 AND reason = 'mismatch'")" = 1 ] \
         && [ "$(sqlite3 "$D" "SELECT sum(accepted) FROM spec_steps WHERE drafter = 'mtp'")" = "$(sqlite3 "$D" "SELECT count(*) FROM spec_trail WHERE accepted = 1")" ] \
         && [ "$(sqlite3 "$D" "SELECT count(*) > 0 FROM steps WHERE model = 'draft'")" = 1 ] \
+        && [ "$(sqlite3 "$D" "SELECT count(*) FROM tensors WHERE model = 'draft'")" = 0 ] \
         && ok "$A: the llama.cpp trace has the MTP drafter's trail (accepted and rejected), spec_steps' acceptance counts and its draft steps" \
         || fail "$A llama.cpp trail: $(sqlite3 "$D" "SELECT reason, count(*) FROM spec_trail GROUP BY reason")"
+    # the cross-engine replay: verify steps fed their drafts, top-1 over the
+    # rows whose next token the run emitted (qwen35 only: a qwen35moe
+    # llama.cpp trace, speculative or not, is refused by the replay: its
+    # ffn_gate-L is the experts' width, not the shared expert's)
+    [ $A = qwen35 ] || continue
+    expect_exit 0 "$A: bisect --reference replays the llama.cpp --draft-mtp trace on the native engine" "$B" bisect "$D" --reference
+    grep -q "^teacher-forced top-1 agreement: \([0-9]*\) of \1 steps (100.0%)" "$TMP/out" \
+        && ok "$A: $(grep '^teacher-forced' "$TMP/out")" || fail "$A cross-engine replay: $(tail -3 "$TMP/out")"
 done
 # bad input
 "$py" "$BT_SRCDIR/tools/make-tiny-hybrid.py" "$TMP/nomtp.gguf" --arch qwen35 --mtp 0 --seed 7 >/dev/null 2>&1
@@ -83,6 +96,10 @@ expect_exit 2 "--engine llama.cpp --draft-mtp on qwen3next" \
     "$B" run --engine llama.cpp --model "$TMP/next.gguf" --prompt hi -n 4 --spec-k 2 --draft-mtp
 grep -q "cannot roll back the recurrent state of architecture qwen3next" "$TMP/err" && [ "$(wc -l < "$TMP/err")" -eq 1 ] \
     && ok "qwen3next: one line (llama.cpp has no partial rollback for it)" || fail "qwen3next: $(cat "$TMP/err")"
+expect_exit 2 "--inject model=draft into llama.cpp's MTP drafter" \
+    "$B" run --engine llama.cpp --model "$TMP/qwen35.gguf" --prompt hi -n 4 --spec-k 2 --draft-mtp --inject "nan@layer=1,op=attn_norm,model=draft"
+grep -q "MTP drafter (--engine llama.cpp --draft-mtp) is not tapped" "$TMP/err" && [ "$(wc -l < "$TMP/err")" -eq 1 ] \
+    && ok "model=draft on llama.cpp's drafter: one line" || fail "model=draft: $(cat "$TMP/err")"
 expect_exit 2 "--engine llama.cpp with another drafter" \
     "$B" run --engine llama.cpp --model "$TMP/qwen35.gguf" --prompt hi -n 4 --spec-k 2 --draft-ngram 2
 grep -q "drafts only with --draft-mtp" "$TMP/err" && ok "another drafter: one line" || fail "another drafter: $(cat "$TMP/err")"

@@ -453,11 +453,32 @@ static int forward_step(replay_run *x, int i)
 /* Teacher-forced top-1: would the reference have picked the token the traced
  * run chose (llama.cpp's, the other device's)? And with a full logit row in
  * the trace (run --logits full), the largest difference from the reference's. */
-static void compare_logits(replay_run *x, const bt_trace_step_row *s)
+static int argmax_row(const float *lg, int n)
 {
+    int best = 0;
+    for (int v = 1; v < n; v++) if (lg[v] > lg[best]) best = v;
+    return best;
+}
+
+static void compare_logits(replay_run *x, int i)
+{
+    const bt_trace_step_row *s = &x->steps[i];
     bt_replay_result *res = x->res;
-    if (!(res->cross || x->cfg->device_tol) || s->pos0 + s->n_pos >= x->n_seq) return;
+    if (!(res->cross || x->cfg->device_tol)) return;
     int n_vocab = x->m->cfg.n_vocab;
+    if (x->spec && !strcmp(s->kind, "verify")) {
+        /* a verify's rows whose next token the run emitted: the accepted
+         * drafts' and the one after them (the correction or the bonus); a
+         * rejected draft ends them (the rows after it are not the run's) */
+        const int32_t *in = x->in_tok + x->in_off[i];
+        for (int r = 0; r < s->n_pos && s->pos0 + 1 + r < x->n_seq; r++) {
+            res->top1_n++;
+            res->top1_agree += argmax_row(bt_engine_logits_row(x->e, r), n_vocab) == x->seq[s->pos0 + 1 + r];
+            if (r + 1 < s->n_pos && in[r + 1] != x->seq[s->pos0 + 1 + r]) break;
+        }
+        return;
+    }
+    if (s->pos0 + s->n_pos >= x->n_seq) return;
     const float *lg = bt_engine_logits(x->e);
     int best = 0;
     for (int v = 1; v < n_vocab; v++) if (lg[v] > lg[best]) best = v;
@@ -509,7 +530,7 @@ static int replay_step(replay_run *x, int i, int *next)
     int rc;
     *next = STEP_DONE;
     if ((rc = forward_step(x, i))) return rc;
-    compare_logits(x, s);
+    compare_logits(x, i);
     free(x->tr);
     x->tr = NULL;
     if ((rc = bt_trace_step_taps(x->r, s->step, &x->tr, &x->n_tr))) return rc;
