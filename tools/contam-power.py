@@ -12,8 +12,9 @@ Servers (each started once, probed R times with seeds 1000 N + 1..R, stopped):
   pad_nan@p=0.05, prefix_wrong) and on a random qwen35 hybrid from
   tools/make-tiny-hybrid.py (clean, slot_noreset, slot_swap), and
   llama.cpp's llama-server -np 4 on the tiny random llama when it is built
-  (clean). A drift server is restarted before every run (its drift counts
-  from its own start). Prints a Markdown table; --out writes every run.
+  (clean). A drift server, and serve's cache faults once more as "young",
+  are restarted before every run (the others age over their runs: their
+  caches fill, their drift counts from their own start). Prints a Markdown table; --out writes every run.
 Needs ../shared (BT_SHARED) for the models; a server whose model is
 missing is skipped with a note.
 """
@@ -108,6 +109,8 @@ def main():
     servers += [
         ("serve stories pad_nan@p=0.05", serve(st, "--inject", "pad_nan@p=0.05"), "history_dependence", shape12, [stories], False),
         ("serve stories prefix_wrong", serve(st, "--inject", "prefix_wrong"), "cache_dependence", shape12, [stories], False),
+        ("serve stories pad_nan@p=0.05 (young)", serve(st, "--inject", "pad_nan@p=0.05"), "history_dependence", shape12, [stories], True),
+        ("serve stories prefix_wrong (young)", serve(st, "--inject", "prefix_wrong"), "cache_dependence", shape12, [stories], True),
         ("serve qwen35 slot_noreset", serve(hy, "--inject", "slot_noreset"), "history_dependence", shape6, [hyb], False),
         ("serve qwen35 slot_swap", serve(hy, "--inject", "slot_swap"), "concurrency_dependence", shape6, [hyb], False),
         ("contam_server clean", lambda port: [py, cs, "--port", str(port), "--mode", "clean"], "clean", None, [], False),
