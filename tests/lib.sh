@@ -79,3 +79,28 @@ start_server() {
     fail "$name: server did not come up: $(cat "$TMP/$name.err")"
     return 1
 }
+
+# mtp_lossless NAME MODEL ECHO [RUN-ARGS...]: greedy --spec-k 3 --draft-mtp
+# against plain decoding on both models (MODEL and its mtp-echo copy ECHO)
+# for each of $PROMPTS ('|'-separated); sets same, runs, accepted (runs
+# with an accepted draft) and rejected (runs with a rejection)
+mtp_lossless() {
+    _n=$1 _m=$2 _e=$3; shift 3
+    same=0 runs=0 accepted=0 rejected=0
+    IFS='|'
+    for _p in $PROMPTS; do
+        unset IFS
+        for _x in "$_m" "$_e"; do
+            "$BANGTRACE" run "$@" --model "$_x" --prompt "$_p" -n 40 --ignore-eos >"$TMP/plain.txt" 2>"$TMP/plain.err" \
+                || fail "$_n plain run: $(tail -1 "$TMP/plain.err")"
+            "$BANGTRACE" run "$@" --model "$_x" --prompt "$_p" -n 40 --ignore-eos --spec-k 3 --draft-mtp >"$TMP/spec.txt" \
+                2>"$TMP/spec.err" || fail "$_n --draft-mtp: $(tail -1 "$TMP/spec.err")"
+            runs=$((runs + 1))
+            cmp -s "$TMP/plain.txt" "$TMP/spec.txt" && [ -s "$TMP/plain.txt" ] && same=$((same + 1))
+            grep -Eq "speculation mtp k=3: [0-9]+ verify steps, [1-9][0-9]* of" "$TMP/spec.err" && accepted=$((accepted + 1))
+            grep -q "(100%)" "$TMP/spec.err" || rejected=$((rejected + 1))
+        done
+        IFS='|'
+    done
+    unset IFS
+}

@@ -30,22 +30,7 @@ for A in qwen35 qwen35moe qwen3next; do
     BANGTRACE=$BANGTRACE "$py" "$BT_SRCDIR/tools/model-edit" mtp-echo "$M" "$E" >"$TMP/tool.log" 2>&1 \
         || { fail "model-edit mtp-echo $A: $(tail -1 "$TMP/tool.log")"; continue; }
     N=$("$BANGTRACE" inspect "$M" --json --no-scan | "$py" -c 'import json,sys; print(min(int(t["name"].split(".")[1]) for t in json.load(sys.stdin)["tensors"] if ".nextn." in t["name"]))')
-    same=0 runs=0 accepted=0 rejected=0
-    IFS='|'
-    for P in $PROMPTS; do
-        unset IFS
-        for X in "$M" "$E"; do
-            "$BANGTRACE" run --model "$X" --prompt "$P" -n 40 --ignore-eos >"$TMP/plain.txt" 2>/dev/null || fail "$A plain run"
-            "$BANGTRACE" run --model "$X" --prompt "$P" -n 40 --ignore-eos --spec-k 3 --draft-mtp >"$TMP/spec.txt" 2>"$TMP/spec.err" \
-                || fail "$A --draft-mtp: $(tail -1 "$TMP/spec.err")"
-            runs=$((runs + 1))
-            cmp -s "$TMP/plain.txt" "$TMP/spec.txt" && same=$((same + 1))
-            grep -Eq "speculation mtp k=3: [0-9]+ verify steps, [1-9][0-9]* of" "$TMP/spec.err" && accepted=$((accepted + 1))
-            grep -q "(100%)" "$TMP/spec.err" || rejected=$((rejected + 1))
-        done
-        IFS='|'
-    done
-    unset IFS
+    mtp_lossless "$A" "$M" "$E"
     [ "$same" = "$runs" ] && ok "$A: greedy --draft-mtp is plain decoding, $same of $runs runs ($accepted with acceptances, $rejected with rejections)" \
         || fail "$A: $same of $runs --draft-mtp runs equal plain decoding"
     [ "$accepted" -ge 1 ] && [ "$rejected" -ge 2 ] || fail "$A: $accepted runs accepted and $rejected rejected a draft (both paths must run)"

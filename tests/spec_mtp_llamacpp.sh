@@ -34,23 +34,7 @@ for A in qwen35 qwen35moe; do
         || { fail "make-tiny-hybrid.py --arch $A: $(tail -1 "$TMP/tool.log")"; continue; }
     BANGTRACE=$B "$py" "$BT_SRCDIR/tools/model-edit" mtp-echo "$M" "$E" >"$TMP/tool.log" 2>&1 \
         || { fail "model-edit mtp-echo $A: $(tail -1 "$TMP/tool.log")"; continue; }
-    same=0 runs=0 accepted=0 rejected=0
-    IFS='|'
-    for P in $PROMPTS; do
-        unset IFS
-        for X in "$M" "$E"; do
-            "$B" run --engine llama.cpp --model "$X" --prompt "$P" -n 40 --ignore-eos >"$TMP/plain.txt" 2>"$TMP/plain.err" \
-                || fail "$A plain llama.cpp run: $(tail -1 "$TMP/plain.err")"
-            "$B" run --engine llama.cpp --model "$X" --prompt "$P" -n 40 --ignore-eos --spec-k 3 --draft-mtp \
-                >"$TMP/spec.txt" 2>"$TMP/spec.err" || fail "$A --engine llama.cpp --draft-mtp: $(tail -1 "$TMP/spec.err")"
-            runs=$((runs + 1))
-            cmp -s "$TMP/plain.txt" "$TMP/spec.txt" && [ -s "$TMP/plain.txt" ] && same=$((same + 1))
-            grep -Eq "speculation mtp k=3: [0-9]+ verify steps, [1-9][0-9]* of" "$TMP/spec.err" && accepted=$((accepted + 1))
-            grep -q "(100%)" "$TMP/spec.err" || rejected=$((rejected + 1))
-        done
-        IFS='|'
-    done
-    unset IFS
+    mtp_lossless "$A" "$M" "$E" --engine llama.cpp
     [ "$same" = "$runs" ] && ok "$A: greedy --engine llama.cpp --draft-mtp is --engine llama.cpp, $same of $runs runs ($accepted with acceptances, $rejected with rejections)" \
         || fail "$A: $same of $runs llama.cpp --draft-mtp runs equal plain llama.cpp decoding"
     [ "$accepted" -ge 1 ] && [ "$rejected" -ge 2 ] || fail "$A: $accepted runs accepted and $rejected rejected a draft (both paths must run)"
