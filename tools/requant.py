@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""requant.py SRC.gguf DST.gguf TYPE - rewrite a llama GGUF with every 2-D
+"""requant.py SRC.gguf DST.gguf TYPE [--force] - rewrite a llama GGUF with every 2-D
 weight in TYPE (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4; gguf.quants
 cannot quantize k-quants: use llama-quantize, as tools/bench-compare.sh
 does), keeping metadata and 1-D tensors. For benchmarks of other weight types on the same architecture
 (e.g. the SmolLM2-135M F32 and Q8_0 figures in the README). Needs the
 `gguf` and `numpy` PyPI packages."""
+import os
 import sys
 
 import numpy as np
@@ -19,12 +20,17 @@ TYPES = {"f32": GGMLQuantizationType.F32, "f16": GGMLQuantizationType.F16,
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[3] not in TYPES:
+    args = [a for a in sys.argv[1:] if a != "--force"]
+    force = len(args) != len(sys.argv) - 1
+    if len(args) != 3 or args[2] not in TYPES:
         sys.exit(__doc__)
-    src, dst, tname = sys.argv[1], sys.argv[2], TYPES[sys.argv[3]]
+    src, dst, tname = args[0], args[1], TYPES[args[2]]
+    if os.path.lexists(dst) and (not force or not os.path.isfile(dst) or os.path.samefile(src, dst)):
+        sys.exit("requant.py: %s exists: not replaced (--force replaces a regular file other than the source)" % dst)
     r = GGUFReader(src)
     arch = r.fields["general.architecture"].contents()
-    w = GGUFWriter(dst, arch)
+    tmp = dst + ".part"
+    w = GGUFWriter(tmp, arch)
     for name, f in r.fields.items():
         if name.startswith("GGUF.") or name == "general.architecture":
             continue
@@ -51,7 +57,13 @@ def main():
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    os.replace(tmp, dst)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except Exception as e:      # one line, and no partial output left behind
+        if len(sys.argv) > 2 and os.path.isfile(sys.argv[2] + ".part"):
+            os.remove(sys.argv[2] + ".part")
+        sys.exit("requant.py: %s" % e)

@@ -554,8 +554,10 @@ int bt_contam_analyze(const bt_contam_plan *p, const bt_contam_answer *ans, doub
     /* a fresh prompt's first answer ran after another prompt, its resent
      * after itself: on a server whose answer depends on the request before
      * it, the two differ without any cache */
+    bool order = false;
+    for (int t = 0; t < nt; t++) order |= v->tests[t].cls == BT_CONTAM_ORDER && v->tests[t].found;
     for (int t = 0; t < nt; t++)
-        if (v->tests[t].cls == BT_CONTAM_CACHE && v->tests[t].found && v->tests[0].found) {
+        if (v->tests[t].cls == BT_CONTAM_CACHE && v->tests[t].found && order) {
             v->tests[t].found = false;
             v->tests[t].explained = BT_CONTAM_ORDER;
         }
