@@ -122,7 +122,7 @@ floor_of() {   # floor_of PATH (relative to the top): a number, or nothing when 
         src/gen/*) echo 9 ;;
         src/trace/*) echo 10 ;;
         src/run/*|src/prod/*) echo 11 ;;
-        tui/*|src/engines/*) echo 12 ;;
+        tui/*|src/engines/*|src/api/*) echo 12 ;;
         src/cli/*) echo 13 ;;
     esac
 }

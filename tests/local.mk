@@ -333,3 +333,9 @@ EXTRA_DIST += tests/numerics_state.sh
 # the hybrid models from Hugging Face folders, equal to their GGUFs (issue 25)
 TESTS += tests/hf_hybrid.sh
 EXTRA_DIST += tests/hf_hybrid.sh
+
+# libbangtrace and the Python package (issue 29): the C API through ctypes,
+# and bangtrace.torch recording transformers against the native engine (the
+# torch environment of tools/torch-env, created once under ~/.cache/bangtrace)
+TESTS += tests/api_lib.sh tests/pytorch_record.sh
+EXTRA_DIST += tests/api_lib.sh tests/pytorch_record.sh tests/pytorch/record_check.py

@@ -25,11 +25,13 @@ kernels/cuda/%-cu.o: $(srcdir)/kernels/cuda/%.cu $(addprefix $(srcdir)/,$(CUDA_P
 bangtrace-cuda.so: $(CUDA_PLUGIN_OBJS)
 	$(AM_V_GEN)$(NVCC) -shared -cudart static -o $@ $(CUDA_PLUGIN_OBJS) $(CUDA_PLUGIN_LIBS)
 
-all-local: bangtrace-cuda.so
-install-exec-local: bangtrace-cuda.so
+ALL_LOCAL += bangtrace-cuda.so
+INSTALL_EXEC_LOCAL += install-cuda-plugin
+UNINSTALL_LOCAL += uninstall-cuda-plugin
+install-cuda-plugin: bangtrace-cuda.so
 	$(MKDIR_P) '$(DESTDIR)$(pkglibdir)'
 	$(INSTALL_PROGRAM) bangtrace-cuda.so '$(DESTDIR)$(pkglibdir)/bangtrace-cuda.so'
-uninstall-local:
+uninstall-cuda-plugin:
 	rm -f '$(DESTDIR)$(pkglibdir)/bangtrace-cuda.so'
 CLEANFILES += bangtrace-cuda.so $(CUDA_PLUGIN_OBJS)
 endif

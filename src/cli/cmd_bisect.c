@@ -149,6 +149,14 @@ static const char *llama_path_of(bt_trace_reader *r)
     return m.llama_cpp_path;
 }
 
+/* The engine a cross-engine trace ran on (meta engine). */
+static const char *engine_of(bt_trace_reader *r)
+{
+    bt_run_meta m;
+    bt_run_meta_read(r, &m);
+    return m.engine ? m.engine : "llama.cpp";
+}
+
 static const char *numerics_of(bt_trace_reader *r)
 {
     bt_run_meta m;
@@ -533,13 +541,17 @@ static void show_progress(void *user, int i, int n)
     else fprintf(stderr, "bisect --reference: step %d/%d\n", i, n);
 }
 
-/* A llama.cpp trace against the exact engine: the relative error of each
- * tapped tensor up to where llama.cpp departs (beyond the tolerance, the
- * one bt_tap_compare rule), a one-line verdict naming its kernel, and the
- * teacher-forced top-1 agreement. doc/llama-cpp.md. */
-static void print_cross(const bt_replay_result *res, const bt_trace_tensor_row *tens, int n_tens, double tol, const char *path)
+/* Another engine's trace (llama.cpp, or one recorded through libbangtrace)
+ * against the exact engine: the relative error of each tapped tensor up to
+ * where that engine departs (beyond the tolerance, the one bt_tap_compare
+ * rule), a one-line verdict (naming llama.cpp's kernel), and the
+ * teacher-forced top-1 agreement. doc/llama-cpp.md, doc/pytorch.md. */
+static void print_cross(const bt_replay_result *res, const bt_trace_tensor_row *tens, int n_tens, double tol, const char *engine,
+                        const char *path)
 {
-    bt_text_printf(stdout, "cross-engine: llama.cpp trace replayed on the native f32 engine (the same GGUF, the same ids)\n");
+    bool llama = !strcmp(engine, "llama.cpp");
+    bt_text_printf(stdout, "cross-engine: %s trace replayed on the native f32 engine (the same %s, the same ids)\n", engine,
+                   llama ? "GGUF" : "model");
     bt_text_printf(stdout, "relative error per op and layer, up to the departure (max over steps; '.' not compared):\n");
     int n_layers = 0;
     for (int i = 0; i < n_tens; i++) n_layers = BT_MAX(n_layers, tens[i].layer + 1);
@@ -571,14 +583,15 @@ static void print_cross(const bt_replay_result *res, const bt_trace_tensor_row *
     if (res->found) {
         const bt_trace_tensor_row *t = &tens[res->first.slot];
         int op = bt_op_from_name(t->op);
-        char kern[160];
-        bt_llamacpp_kernel_guess_path(op, res->wtype, path, kern, sizeof(kern));
-        bt_text_printf(stdout, "verdict: llama.cpp first departs at %s, step %d (rel. err %.1e vs <= %.1e before; tolerance %g): %s\n",
-                       t->name, res->first.step, res->slot_rel[res->first.slot] > 0 ? res->slot_rel[res->first.slot] : INFINITY,
+        char kern[160] = "";
+        if (llama) bt_llamacpp_kernel_guess_path(op, res->wtype, path, kern, sizeof(kern));
+        else snprintf(kern, sizeof kern, "the module that computes %s", t->name);
+        bt_text_printf(stdout, "verdict: %s first departs at %s, step %d (rel. err %.1e vs <= %.1e before; tolerance %g): %s\n",
+                       engine, t->name, res->first.step, res->slot_rel[res->first.slot] > 0 ? res->slot_rel[res->first.slot] : INFINITY,
                        res->before_rel, tol, kern);
     } else {
-        bt_text_printf(stdout, "verdict: llama.cpp stays within %g of the exact engine on every compared tensor (largest %.1e)\n",
-                       tol, res->max_rel);
+        bt_text_printf(stdout, "verdict: %s stays within %g of the exact engine on every compared tensor (largest %.1e)\n",
+                       engine, tol, res->max_rel);
     }
     if (res->top1_n)
         bt_text_printf(stdout, "teacher-forced top-1 agreement: %d of %d steps (%.1f%%)\n", res->top1_agree, res->top1_n,
@@ -605,7 +618,7 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
     double t0 = bt_now();
     progress pg = { .last = t0, .tty = isatty(2) };
     bt_replay_cfg cfg = { .name = o->trace, .who = "bisect", .model = o->g.model, .tokenizer = o->g.tokenizer, .tol = o->tol,
-                          .threads = (int)o->g.threads, .device = o->g.device, .device_tol = o->g.device && !o->tol_given, .all = o->all, .progress = show_progress, .user = &pg,
+                          .threads = (int)o->g.threads, .device = o->g.device, .device_tol = o->g.device && !o->tol_given, .tol_auto = !o->tol_given, .all = o->all, .progress = show_progress, .user = &pg,
                           .numerics = o->g.numerics_spec ? &o->g.numerics : NULL, .against = o->num_b ? &o->prof_b : NULL };
     int rc = bt_replay_run(r, &cfg, &res);
     if (pg.shown && pg.tty) fprintf(stderr, "\r%60s\r", "");
@@ -667,7 +680,7 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
             json_object_set_new(rj, "divergent_steps", arr);
         }
         if (res.cross)
-            json_object_set_new(rj, "cross_engine", json_pack("{s:s,s:o,s:f,s:i,s:i}", "engine", "llama.cpp",
+            json_object_set_new(rj, "cross_engine", json_pack("{s:s,s:o,s:f,s:i,s:i}", "engine", engine_of(r),
                                 "departs_at", res.found ? json_string(tens[res.first.slot].name) : json_null(),
                                 "rel_before", res.before_rel, "top1_agree", res.top1_agree, "top1_steps", res.top1_n));
         json_object_set_new(rj, "prefix_cached_positions", json_integer(res.cached_positions));
@@ -687,9 +700,10 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
                res.sha_checked ? "SHA-256 matches the trace" : "SHA-256 not verified", o->g.numerics_spec ? na : "f32",
                cpu ? "CPU" : o->g.device, res.threads, res.tol);
         if (res.tol_derived)
-            bt_text_printf(stdout, "across devices: the trace ran on %s, the replay on %s; tolerance %g derived from the dtypes "
-                           "(%d-bit mantissa, K = %ld, %d layers; doc/cuda.md)\n", res.trace_backend[0] ? res.trace_backend : "?",
-                           res.replay_backend, res.tol, res.tol_bits, res.tol_k, res.tol_layers);
+            bt_text_printf(stdout, "across %s: the trace ran on %s, the replay on %s; tolerance %g derived from the dtypes "
+                           "(%d-bit mantissa, K = %ld, %d layers; %s)\n", res.cross && !o->g.device ? "engines" : "devices",
+                           res.trace_backend[0] ? res.trace_backend : "?", res.replay_backend, res.tol, res.tol_bits, res.tol_k,
+                           res.tol_layers, res.cross && !o->g.device ? "doc/pytorch.md" : "doc/cuda.md");
         if (res.tol_derived && res.top1_n)
             bt_text_printf(stdout, "teacher-forced top-1 agreement with the traced run: %d of %d steps (%.1f%%)%s\n",
                            res.top1_agree, res.top1_n, 100.0 * res.top1_agree / res.top1_n, "");
@@ -719,7 +733,7 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
                 for (int i = 0; i < res.n_all; i++) print_divergence(&res.all[i], tens, n_tens, "  ");
             } else if (!res.cross) bt_text_printf(stdout, "(stopped at the first divergence after %d steps; --all lists every divergent step)\n", res.steps_compared);
         }
-        if (res.cross) print_cross(&res, tens, n_tens, res.tol, llama_path_of(r));
+        if (res.cross) print_cross(&res, tens, n_tens, res.tol, engine_of(r), llama_path_of(r));
         else if (!res.found) {
             bt_text_printf(stdout, "no divergence: %d steps x %d tensors match the reference within %g", res.steps_compared, n_tens, res.tol);
             if (res.max_rel > 0) bt_text_printf(stdout, " (largest relative difference %.3g at step %d, %s)", res.max_rel, res.max_rel_step, tens[res.max_rel_slot].name);

@@ -118,10 +118,13 @@ typedef struct bt_tensor_view {
                           * foreign engine (its view is a host copy, tensor
                           * NULL); NULL: ask bt_engine_kernel_name */
     const bt_expert_rows *moe;  /* one expert's rows (see above), else NULL */
+    const bt_tap_stats *stats;  /* statistics already reduced where the tensor
+                          * lived (a foreign engine that hands over no data:
+                          * libbangtrace), else NULL */
 } bt_tensor_view;
 
 /* Statistics of a view's rows, computed where they live (host views:
- * bt_stats_compute). From an engine's observe, *out may be filled only when
+ * bt_stats_compute; a view with stats: those). From an engine's observe, *out may be filled only when
  * the forward ends (before `flush`); keep it alive until then. */
 int bt_tensor_stats(const bt_tensor_view *t, bt_tap_stats *out);
 /* Copy rows [row0, row0 + n) to dst (n * width floats), synchronously. */

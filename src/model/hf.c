@@ -567,6 +567,15 @@ static int map_name(const char *hf, const hparams *hp, char *out, size_t cap, in
     return -1;
 }
 
+int bt_hf_gguf_name(const char *hf, char *out, size_t cap)
+{
+    hparams hp;
+    memset(&hp, 0, sizeof hp);
+    int64_t layer, expert;
+    int kind;
+    return map_name(hf, &hp, out, cap, &layer, &expert, &kind);
+}
+
 /* HF stores Llama q/k rows for rotate-half RoPE; llama.cpp's interleaved
  * RoPE wants them as convert_hf_to_gguf.py's permute() leaves them:
  * reshape(n_head, 2, hd/2, ...).swapaxes(1, 2). Works on whole rows, so any

@@ -14,6 +14,7 @@
 #define BT_HF_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 struct bt_gguf;
 struct bt_model;
@@ -27,5 +28,10 @@ int bt_hf_open(const char *dir, struct bt_gguf **out);
  * and the tokenizer.json facts GGUF keys cannot carry (pre-tokenizer regexes,
  * NFC, ByteLevel prefix space) into m->vocab. */
 int bt_hf_attach(struct bt_model *m);
+/* A Hugging Face tensor name's GGUF name ("model.layers.3.mlp.down_proj.weight"
+ * -> "blk.3.ffn_down.weight"; an expert's "...mlp.experts.7.down_proj.weight"
+ * -> "blk.3.ffn_down_exps.weight"), as the folder loader maps it: 0 mapped,
+ * 1 a tensor the converter drops (rope tables), -1 not one it knows. */
+int bt_hf_gguf_name(const char *hf, char *out, size_t cap);
 
 #endif

@@ -473,6 +473,19 @@ void bt_recorder_free(bt_recorder *r)
     free(r);
 }
 
+int bt_recorder_n_slots(const bt_recorder *r) { return r->n_slots; }
+
+bool bt_recorder_slot(const bt_recorder *r, int i, int *op, int *layer)
+{
+    if (i < 0 || i >= r->n_slots) return false;
+    for (int o = 0; o < BT_OP_COUNT; o++)
+        for (int l = -1; l < r->n_layers; l++)
+            if (r->slot[o * (r->n_layers + 1) + l + 1] == i) { *op = o; *layer = l; return true; }
+    for (int j = 0; j < r->n_extra; j++)
+        if (r->extra_slot[j] == i) { *op = BT_OP_COUNT + j; *layer = bt_engine_extra(r->e, j)->layer; return true; }
+    return false;
+}
+
 int bt_recorder_prompt(bt_recorder *r, const int32_t *ids, int n)
 {
     if (!r->cfg.trace) return BT_OK;

@@ -68,6 +68,11 @@ int bt_recorder_finish(bt_recorder *r, const char *finish_reason);
  * warning on stderr and an inject_unfired event (detail: the spec). *n
  * (may be NULL) gets their number. */
 int bt_recorder_inject_unfired(bt_recorder *r, int *n);
+/* The tapped tensors in slot order (the trace's tensors table): slot i's op
+ * (a foreign engine's extra tensors: BT_OP_COUNT + j) and layer; false when
+ * i is out of range. */
+int bt_recorder_n_slots(const bt_recorder *r);
+bool bt_recorder_slot(const bt_recorder *r, int i, int *op, int *layer);
 /* First error the callback hit (it cannot return one through the engine). */
 int bt_recorder_status(const bt_recorder *r);
 /* Events recorded so far (for the run summary). */

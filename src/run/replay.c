@@ -262,6 +262,16 @@ static int open_model(replay_run *x)
     return BT_OK;
 }
 
+/* Mantissa bits of an engine's dtype as another engine records it (meta
+ * dtype: "bfloat16", "float16", "float32", or bangtrace's short names). */
+static int dtype_bits(const char *d)
+{
+    if (!d) return 24;
+    if (!strcmp(d, "bfloat16") || !strcmp(d, "bf16")) return 8;
+    if (!strcmp(d, "float16") || !strcmp(d, "f16") || !strcmp(d, "half")) return 11;
+    return 24;
+}
+
 /* The tolerance (given, or derived across devices), cross-engine traces,
  * and every tensor of the trace one this model has. */
 static int check_tensors(replay_run *x)
@@ -271,15 +281,16 @@ static int check_tensors(replay_run *x)
     int n_layers = x->m->cfg.n_layers;
     snprintf(res->trace_backend, sizeof(res->trace_backend), "%s", x->meta.backend ? x->meta.backend : "");
     res->tol = cfg->tol;
-    if (cfg->device_tol) {
+    int dbits = dtype_bits(x->meta.dtype);
+    if (cfg->device_tol || (cfg->tol_auto && x->meta.foreign && dbits < 24)) {
         const bt_config *mc = &x->m->cfg;
-        res->tol_bits = bt_tap_tol_mant_bits(x->meta.numerics);
+        res->tol_bits = BT_MIN(bt_tap_tol_mant_bits(x->meta.numerics), dbits);
         res->tol_k = BT_MAX(BT_MAX((long)mc->dim, (long)mc->hidden_dim), (long)mc->n_heads * mc->head_dim);
         res->tol_layers = n_layers;
         res->tol = bt_tap_tol_devices(res->tol_bits, res->tol_k, n_layers);
         res->tol_derived = true;
     }
-    res->cross = x->meta.llama_cpp;
+    res->cross = x->meta.foreign;
     if (res->cross && !(res->slot_rel = calloc((size_t)x->n_tens, sizeof(double)))) return bt_error(BT_ENOMEM, "out of memory");
     for (int i = 0; i < x->n_tens; i++) {
         const bt_trace_tensor_row *t = &x->tens[i];

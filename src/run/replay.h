@@ -43,6 +43,10 @@ typedef struct bt_replay_cfg {
      * the replay runs on `device`; tol is ignored and the tolerance derived
      * from the dtypes involved (bt_tap_tol_devices) is used instead. */
     bool device_tol;
+    /* The tolerance was not given: a cross-engine trace whose engine ran in
+     * a narrow dtype (meta dtype bf16, f16) gets the derived one, as across
+     * devices. */
+    bool tol_auto;
     bool all;                   /* keep going after the first divergence */
     /* The replay's numerics profile (NULL: exact f32). With against, the
      * same ids also go through a second engine under that profile and the

@@ -132,7 +132,7 @@ int bt_run_meta_write(bt_trace *t, const bt_run_meta_src *s)
     rc = meta(rc, t, "taps", bt_taps_mode_name(s->taps));
     if (s->layer_lo >= 0) { snprintf(buf, sizeof(buf), "%d-%d", s->layer_lo, s->layer_hi); rc = meta(rc, t, "tap_layers", buf); }
     rc = meta(rc, t, "logits", s->logits_full ? "full" : "flagged");
-    if (!s->slot) rc = meta(rc, t, "engine", s->llamacpp ? "llama.cpp" : "native");
+    if (!s->slot) rc = meta(rc, t, "engine", s->engine ? s->engine : s->llamacpp ? "llama.cpp" : "native");
     if (s->llamacpp) {
         rc = meta(rc, t, "llama_cpp_version", s->llama_version);
         rc = meta(rc, t, "llama_cpp_lib_version", s->llama_lib_version);
@@ -197,6 +197,7 @@ void bt_run_meta_read(bt_trace_reader *r, bt_run_meta *m)
     m->n_threads = m->threads ? atoi(m->threads) : 0;
     m->n_spec_k = m->spec_k ? atoi(m->spec_k) : 0;
     m->llama_cpp = m->engine && !strcmp(m->engine, "llama.cpp");
+    m->foreign = m->engine && strcmp(m->engine, "native");
 }
 
 const char *bt_run_meta_get(const bt_run_meta *m, const char *key)

@@ -27,7 +27,7 @@
     X(n_layers) X(n_vocab) X(tokenizer) X(argmax_rule) X(seed) X(sampling) X(injections) \
     X(request_json) X(prompt_text) X(taps) X(tap_layers) X(logits) X(engine) \
     X(llama_cpp_version) X(llama_cpp_lib_version) X(llama_cpp_build) X(llama_cpp_settings) X(llama_cpp_path) \
-    X(llama_cpp_seq) X(llama_cpp_n_seq) \
+    X(llama_cpp_seq) X(llama_cpp_n_seq) X(engine_version) X(engine_settings) X(dtype) \
     X(spec_k) X(drafter) X(draft_model_path) X(draft_model_sha256) X(cuda_graphs) X(cupti) \
     X(device_weight_bytes) X(device_upload_ms) X(device_mem_used) X(device_mem_total) X(generated)
 /* The trace store's own rows, read back with the rest. */
@@ -52,6 +52,8 @@ typedef struct bt_run_meta_src {
     const char *backend;            /* meta "backend" as the opened backend names itself
                                      * (bt_backend_trace_name); NULL: from device */
     bool llamacpp;                  /* --engine llama.cpp */
+    const char *engine;             /* another engine recorded through libbangtrace
+                                     * ("transformers", "vllm"); NULL: native or llama.cpp */
     const char *llama_settings;     /* bt_llama_settings_describe's words (llamacpp) */
     const char *llama_path;         /* the path llama.cpp took (llamacpp) */
     const char *llama_version, *llama_lib_version, *llama_build;
@@ -91,6 +93,8 @@ typedef struct bt_run_meta {
     int n_threads;                  /* threads, 0 if absent or not a number */
     int n_spec_k;                   /* spec_k, 0 if absent */
     bool llama_cpp;                 /* engine == "llama.cpp" */
+    bool foreign;                   /* engine is not the native one (llama.cpp, or another
+                                     * engine recorded through libbangtrace) */
 } bt_run_meta;
 
 void bt_run_meta_read(bt_trace_reader *r, bt_run_meta *m);

@@ -10,4 +10,4 @@ libbtllama_a_SOURCES += src/engines/llamacpp/adapter.c src/engines/llamacpp/benc
 else
 libbtllama_a_SOURCES += src/engines/llamacpp/stub.c
 endif
-EXTRA_DIST += src/engines/llamacpp/adapter.c src/engines/llamacpp/bench.c src/engines/llamacpp/stub.c tools/llama-cpp tools/llama-cpp.sha256 tools/llama-cpp-fast.cmake
+EXTRA_DIST += src/engines/llamacpp/adapter.c src/engines/llamacpp/bench.c src/engines/llamacpp/stub.c tools/llama-cpp tools/llama-cpp.sha256 tools/llama-cpp-fast.cmake tools/llama-cpp-noamx-cc

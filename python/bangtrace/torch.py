@@ -1,0 +1,281 @@
+"""bangtrace.torch: record a PyTorch decoder's forwards into a bangtrace trace.
+
+    with bangtrace.torch.record(model, "run.db", model_path=folder) as rec:
+        out = model.generate(ids, max_new_tokens=32, do_sample=False)
+        rec.last_token(out[0, -1])
+
+Forward hooks on the model's modules give each tensor a native run taps
+(module paths become bangtrace's names through the HF weight names, the
+table the folder loader uses); the statistics are reduced on the tensor's
+device, one small reduction per tensor, and copied to the host once per
+step together with the last logit row. The engine's chosen token of a step
+is the next forward's input (or last_token for the last one).
+
+What is tapped where, for transformers' Llama/Mistral/Qwen2/Qwen3 decoders:
+  the output of each module holding a weight (embed_tokens, the norms, v_proj,
+  o_proj, gate/up/down_proj, lm_head: token_embd ... logits); attn_ctx and
+  ffn_act are o_proj's and down_proj's inputs; attn_resid is the input of
+  post_attention_layernorm, ffn_resid the next layer's input_layernorm input
+  (model.norm's for the last layer); attn_q and attn_k are the outputs of the
+  modeling module's apply_rotary_pos_emb (after RoPE, as the native engine
+  taps them), patched while recording.
+"""
+import math
+import os
+import sys
+import threading
+
+import torch
+
+from . import _lib
+from ._lib import BangtraceError
+
+_models = {}
+_models_lock = threading.Lock()
+
+
+def model_for(path):
+    """One bangtrace model per path and process (its SHA-256 is computed once)."""
+    path = os.path.realpath(os.fspath(path))
+    with _models_lock:
+        m = _models.get(path)
+        if m is None:
+            m = _models[path] = _lib.Model(path)
+        return m
+
+
+def tap_stats(x, width):
+    """bangtrace's tap statistics of x (viewed as rows of width), reduced on
+    x's device: a float64 tensor of _lib.STAT_COUNT values, no host sync."""
+    x = x.detach()
+    n = x.numel()
+    if n == 0 or n % width:
+        raise BangtraceError(f"a tensor of {n} elements is not rows of {width}")
+    xf = x.reshape(-1, width).float()
+    dev = xf.device
+    fin = torch.isfinite(xf)
+    nfin = fin.sum()
+    inf = torch.tensor(math.inf, device=dev)
+    nan_t = torch.tensor(math.nan, device=dev, dtype=torch.float64)
+    mn = torch.where(fin, xf, inf).amin().double()
+    mx = torch.where(fin, xf, -inf).amax().double()
+    some = nfin > 0
+    mn = torch.where(some, mn, nan_t)
+    mx = torch.where(some, mx, nan_t)
+    z = torch.where(fin, xf, torch.zeros((), device=dev)).double()
+    nd = nfin.double()
+    mean = z.sum() / nd
+    rms = torch.sqrt((z * z).sum() / nd)
+    bad = ~fin
+    first = bad.reshape(-1).to(torch.uint8).argmax()
+    anyb = bad.any()
+    neg = torch.tensor(-1.0, device=dev, dtype=torch.float64)
+    col = torch.where(anyb, (first % width).double(), neg)
+    row = torch.where(anyb, torch.div(first, width, rounding_mode="floor").double(), neg)
+    return torch.stack([
+        torch.tensor(float(n), device=dev, dtype=torch.float64),
+        torch.isnan(xf).sum().double(), (xf == math.inf).sum().double(), (xf == -math.inf).sum().double(),
+        nd, mn, mx, torch.maximum(mn.abs(), mx.abs()), mean, rms, col, row])
+
+
+def _first(x):
+    return x[0] if isinstance(x, (tuple, list)) else x
+
+
+class record:
+    """Context manager: hooks on enter, the trace closed on exit.
+
+    model       a transformers causal LM (LlamaForCausalLM, Qwen2/Qwen3...)
+    trace_path  the trace to write (an existing file is refused unless force)
+    model_path  the model's folder or GGUF, as bangtrace loads it (default:
+                model.config._name_or_path); its layout names the tensors and
+                `bisect --reference` replays it
+    arch        the expected GGUF architecture (default: the model file's)
+    """
+
+    def __init__(self, model, trace_path, model_path=None, arch=None, engine="transformers", force=False,
+                 settings=None):
+        self.model = model
+        self.trace_path = os.fspath(trace_path)
+        self.engine = engine
+        self.force = force
+        self.settings = settings
+        cfg = getattr(model, "config", None)
+        path = model_path or getattr(cfg, "_name_or_path", None)
+        if not path or not os.path.exists(path):
+            raise BangtraceError("bangtrace.torch.record: give model_path= (the model's folder or GGUF); "
+                                 f"the model's config names {path!r}, which is not a path here")
+        self.bm = model_for(path)
+        if arch and arch != self.bm.arch:
+            raise BangtraceError(f"bangtrace.torch.record: {path} is a {self.bm.arch} model, not {arch}")
+        self.rec = None
+        self._handles = []
+        self._patched = []
+        self._pending = {}
+        self._layer = None
+        self._step = None
+        self._last = None
+        self.steps = 0
+
+    # -- hooks --
+    def _put(self, slot, x):
+        if self._step is None:
+            return
+        t = self.bm.tensors[slot]
+        self._pending[slot] = tap_stats(x, t.width)
+
+    def _out_hook(self, slot):
+        def hook(mod, args, out):
+            self._put(slot, _first(out))
+        return hook
+
+    def _in_hook(self, slot):
+        def hook(mod, args):
+            if args:
+                self._put(slot, args[0])
+        return hook
+
+    def _install(self):
+        bm, model = self.bm, self.model
+        by_name = {t.name: t for t in bm.tensors}
+        last = bm.n_layers - 1
+        attn_layers = {}
+        n_hooked = 0
+        for name, mod in model.named_modules():
+            if "weight" not in getattr(mod, "_parameters", {}):
+                continue
+            t = bm.weight_tensor(name + ".weight")
+            if t is None:
+                continue
+            L = t.layer
+            if t.op in ("attn_q", "attn_k"):      # tapped after RoPE: the rope patch
+                attn_layers[name.rsplit(".", 1)[0]] = L
+                continue
+            self._handles.append(mod.register_forward_hook(self._out_hook(t.slot)))
+            n_hooked += 1
+            inp = {"attn_output": f"blk.{L}.attn_ctx", "ffn_down": f"blk.{L}.ffn_act",
+                   "ffn_norm": f"blk.{L}.attn_resid",
+                   "attn_norm": f"blk.{L - 1}.ffn_resid" if L > 0 else None,
+                   "output_norm": f"blk.{last}.ffn_resid"}.get(t.op)
+            if inp and inp in by_name:
+                self._handles.append(mod.register_forward_pre_hook(self._in_hook(by_name[inp].slot)))
+        if n_hooked == 0:
+            raise BangtraceError(f"bangtrace.torch.record: no module of {type(model).__name__} holds a weight "
+                                 f"of {bm.path} (a model of another layout?)")
+        mods = dict(model.named_modules())
+        for aname, L in attn_layers.items():
+            amod = mods.get(aname)
+            if amod is None:
+                continue
+
+            def pre(mod, args, L=L):
+                self._layer = L
+
+            def post(mod, args, out):
+                self._layer = None
+            self._handles.append(amod.register_forward_pre_hook(pre))
+            self._handles.append(amod.register_forward_hook(post))
+            self._patch_rope(sys.modules.get(type(amod).__module__))
+        self._handles.append(model.register_forward_pre_hook(self._begin, with_kwargs=True))
+        self._handles.append(model.register_forward_hook(self._end, with_kwargs=True))
+
+    def _patch_rope(self, module):
+        fn = getattr(module, "apply_rotary_pos_emb", None)
+        if fn is None or any(m is module for m, _ in self._patched):
+            return
+        bm = self.bm
+
+        def patched(q, k, *a, **kw):
+            qe, ke = fn(q, k, *a, **kw)
+            L = self._layer
+            if L is not None and self._step is not None:
+                for x, nm in ((qe, "attn_q"), (ke, "attn_k")):
+                    t = bm.tensor(f"blk.{L}.{nm}")
+                    if t is not None:       # [B, heads, T, hd] -> rows of heads * hd
+                        self._put(t.slot, x.transpose(1, 2).reshape(-1, t.width))
+            return qe, ke
+        module.apply_rotary_pos_emb = patched
+        self._patched.append((module, fn))
+
+    def _begin(self, mod, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None:
+            self._step = None
+            return
+        if ids.dim() == 2 and ids.shape[0] != 1:
+            raise BangtraceError(f"bangtrace.torch.record: a batch of {ids.shape[0]} sequences; "
+                                 "record one request at a time")
+        cp = kwargs.get("cache_position")
+        pkv = kwargs.get("past_key_values")
+        if cp is not None:
+            pos0 = int(cp.reshape(-1)[0])
+        elif pkv is not None and hasattr(pkv, "get_seq_length"):
+            pos0 = int(pkv.get_seq_length())
+        else:
+            pos0 = 0
+        self._step = (ids.reshape(-1).tolist(), pos0)
+        self._pending = {}
+
+    def _end(self, mod, args, kwargs, out):
+        if self._step is None:
+            return
+        tokens, pos0 = self._step
+        self._step = None
+        logits = getattr(out, "logits", None)
+        if logits is None:
+            logits = _first(out)
+        rows = logits.reshape(-1, logits.shape[-1])
+        lg = self.bm.tensor("logits")
+        if lg is not None and rows.shape[0] != len(tokens):
+            self._pending.pop(lg.slot, None)      # logits_to_keep: not every row was computed
+        n = len(self.bm.tensors)
+        dev = rows.device
+        full = torch.full((n, _lib.STAT_COUNT), -1.0, dtype=torch.float64, device=dev)
+        if self._pending:
+            idx = torch.tensor(list(self._pending.keys()), device=dev)
+            full[idx] = torch.stack([v.to(dev) for v in self._pending.values()])
+        host = torch.cat([full.reshape(-1), rows[-1].detach().double()]).cpu().numpy()   # the one copy
+        st = host[: n * _lib.STAT_COUNT].copy()
+        row = host[n * _lib.STAT_COUNT:].astype("float32")
+        self.rec.forward(tokens, pos0, st, row, 1)
+        self._pending = {}
+        self._last = tokens
+        self.steps += 1
+
+    # -- the context --
+    def __enter__(self):
+        dtype = next(self.model.parameters()).dtype
+        device = next(self.model.parameters()).device
+        settings = self.settings or f"dtype={str(dtype).replace('torch.', '')} device={device}"
+        self.rec = _lib.Recording(self.bm, self.trace_path, self.engine, settings, self.force)
+        try:
+            try:
+                import transformers
+                self.rec.meta("engine_version", f"transformers {transformers.__version__}, torch {torch.__version__}")
+            except ImportError:
+                self.rec.meta("engine_version", f"torch {torch.__version__}")
+            self.rec.meta("dtype", str(dtype).replace("torch.", ""))
+            self._install()
+        except BaseException:
+            self._remove()
+            self.rec.close("error")
+            raise
+        return self
+
+    def last_token(self, token, logprob=float("nan")):
+        """The token chosen from the last forward (generate's last output)."""
+        self.rec.sampled(int(token), logprob)
+
+    def _remove(self):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        for module, fn in self._patched:
+            module.apply_rotary_pos_emb = fn
+        self._patched = []
+
+    def __exit__(self, et, ev, tb):
+        self._remove()
+        status = "ok" if et is None else "interrupted" if issubclass(et, KeyboardInterrupt) else "error"
+        self.rec.close(status, "length" if et is None else None)
+        return False

@@ -1,0 +1,100 @@
+#!/bin/sh
+# libbangtrace (src/api/bangtrace.h) through its Python binding (python/bangtrace,
+# ctypes; no torch): only bangtrace_* is exported; bad calls get one-line
+# errors and change nothing (a file that is not a trace is never replaced);
+# a run recorded from statistics of host data (bangtrace_stats) is a trace
+# every command reads: bisect names the NaN a "kernel" wrote (step, layer,
+# op, index), report and browse --dump read it, the token trail and the
+# engine are the caller's.
+. "${BT_SRCDIR:-.}/tests/lib.sh"
+py=${PYTHON3:-python3}
+"$py" -c "import numpy, gguf" 2>/dev/null || skip "numpy and gguf are needed (pip install numpy gguf)"
+lib=$BT_BUILDDIR/libbangtrace.so
+[ -f "$lib" ] || { fail "libbangtrace.so was not built ($lib)"; finish; }
+other=$(nm -D --defined-only "$lib" | awk 'NF == 3 && $2 ~ /^[TDBRW]$/ && $3 !~ /^bangtrace_/ { print $3 }')
+[ -z "$other" ] && ok "libbangtrace.so exports bangtrace_* only" || fail "libbangtrace.so also exports: $(echo $other | head -c 300)"
+"$py" "$BT_SRCDIR/tests/oracle/make_random_gguf.py" "$TMP/m.gguf" --arch qwen3 --layers 2 >/dev/null || fail "make_random_gguf"
+echo "not a trace" > "$TMP/mine.txt"
+BANGTRACE_LIB=$lib PYTHONPATH=$BT_SRCDIR/python "$py" - "$TMP" <<'PY' > "$TMP/out" 2>&1 || fail "the Python checks (below)"
+import os, sys
+import numpy as np
+import bangtrace
+from bangtrace import _lib
+T = sys.argv[1]
+bad = []
+def expect_error(what, fn, *words):
+    try:
+        fn()
+    except bangtrace.BangtraceError as e:
+        msg = str(e)
+        if "\n" in msg or not all(w in msg for w in words):
+            bad.append("%s: message %r lacks %s" % (what, msg, words))
+        else:
+            print("ok: %s -> %s" % (what, msg))
+        return
+    bad.append("%s: no error" % what)
+
+expect_error("a missing model", lambda: bangtrace.Model(os.path.join(T, "nope.gguf")), "nope.gguf")
+m = bangtrace.Model(os.path.join(T, "m.gguf"))
+assert m.arch == "qwen3" and m.n_layers == 2, (m.arch, m.n_layers)
+names = [t.name for t in m.tensors]
+assert names[0] == "token_embd" and names[-1] == "logits" and "blk.1.ffn_down" in names, names
+assert m.weight_tensor("model.layers.1.mlp.down_proj.weight").name == "blk.1.ffn_down"
+assert m.weight_tensor("blk.0.attn_q_norm.weight").name == "blk.0.attn_q_norm"
+assert m.weight_tensor("lm_head.weight").name == "logits"
+assert m.weight_tensor("model.layers.0.self_attn.q_proj.bias") is None
+print("ok: the model's layout: %d tensors, token_embd .. logits; HF and GGUF weight names map to them" % len(names))
+expect_error("an engine named native", lambda: bangtrace.Recording(m, os.path.join(T, "x.db"), "native"), "engine")
+expect_error("a file that is not a trace", lambda: bangtrace.Recording(m, os.path.join(T, "mine.txt"), "toy", force=True), "mine.txt")
+assert open(os.path.join(T, "mine.txt")).read() == "not a trace\n"
+rng = np.random.default_rng(3)
+n, V = len(m.tensors), m.n_vocab
+def step_stats(T_, poison=None):
+    st = np.empty((n, _lib.STAT_COUNT))
+    for i, t in enumerate(m.tensors):
+        x = rng.standard_normal((T_, t.width)).astype(np.float32)
+        if poison and t.name == poison[0]:
+            x[poison[1], poison[2]] = np.nan
+        st[i] = bangtrace.stats(x, _lib.F32, T_, t.width)
+    return st
+rec = bangtrace.Recording(m, os.path.join(T, "run.db"), "toy", "dtype=float32 device=cpu")
+rec.meta("dtype", "float32")
+expect_error("a key the caller may not write", lambda: rec.meta("model_sha256", "x"), "model_sha256")
+expect_error("too few statistics rows", lambda: _lib.check(_lib.lib().bangtrace_forward(rec._h, (_lib.ctypes.c_int32 * 1)(1), 1, 0,
+             _lib._ptr(np.zeros(12), _lib.ctypes.c_double), 1, _lib._ptr(np.zeros(V, np.float32), _lib.ctypes.c_float), 1)), "rows of statistics")
+st = step_stats(4)
+st[3, _lib.STAT_NAN] = 5
+expect_error("counts that do not add up", lambda: rec.forward([1, 2, 3, 4], 0, st.reshape(-1), np.zeros(V, np.float32), 1), "do not add up", m.tensors[3].name)
+prompt = [1, 2, 3, 4]
+rec2 = bangtrace.Recording(m, os.path.join(T, "run2.db"), "toy")
+rec2.forward(prompt, 0, step_stats(4).reshape(-1), rng.standard_normal(V).astype(np.float32), 1)
+toks = []
+for s in range(1, 4):
+    tok = 7 + s
+    toks.append(tok)
+    poison = ("blk.1.ffn_down", 0, 9) if s == 2 else None
+    rec2.forward([tok], len(prompt) + s - 1, step_stats(1, poison).reshape(-1), rng.standard_normal(V).astype(np.float32), 1)
+rec2.sampled(42)
+rec2.close(None, "length")
+rec.close()
+print("ok: a 4-step run recorded from host statistics")
+if bad:
+    print("\n".join("FAIL: " + b for b in bad))
+    sys.exit(1)
+PY
+grep '^ok:' "$TMP/out" | sed 's/^ok: //' | while read -r l; do ok "$l"; done
+grep '^FAIL\|Error\|Traceback' "$TMP/out" && cat "$TMP/out"
+"$BANGTRACE" bisect --json "$TMP/run2.db" > "$TMP/b.json" 2>"$TMP/err"
+"$py" - "$TMP/b.json" <<'PY' && ok "bisect names the NaN: step 2, blk.1.ffn_down, index 9, position 5" || fail "bisect: $(head -c 600 "$TMP/b.json")"
+import json, sys
+f = json.load(open(sys.argv[1]))["first_nonfinite"]
+assert (f["step"], f["layer"], f["op"], f["first_bad_index"], f["pos"]) == (2, 1, "ffn_down", 9, 5), f
+PY
+"$BANGTRACE" report "$TMP/run2.db" > "$TMP/rep" 2>&1 && grep -q '| engine | toy |' "$TMP/rep" && grep -q 'blk.1.ffn_down' "$TMP/rep" \
+    && ok "report reads it (engine toy, the first non-finite tensor)" || fail "report: $(head -c 400 "$TMP/rep")"
+sqlite3 "$TMP/run2.db" "select group_concat(token_id, ' ') from (select token_id from tokens order by pos)" > "$TMP/ids" 2>/dev/null
+[ "$(cat "$TMP/ids")" = "1 2 3 4 8 9 10 42" ] && ok "token trail: the prompt, each forward's input as the step before's token, the last sampled" \
+    || fail "token trail: $(cat "$TMP/ids")"
+sqlite3 "$TMP/run2.db" "select value from meta where key='status'" | grep -qx ok && ok "status ok after close" || fail "status"
+"$BANGTRACE" browse --dump walkback "$TMP/run2.db" > /dev/null 2>&1 && ok "browse --dump reads it" || fail "browse --dump walkback"
+finish

@@ -1,0 +1,207 @@
+"""record_check.py BANGTRACE WORKDIR FOLDER... - bangtrace.torch against the
+native engine (run by tests/pytorch_record.sh in the torch environment).
+
+For each tiny random-weight HF folder (model_type set, transformers loads it):
+1. f32: a manual greedy loop (prefill computing every row's logits, then
+   decode steps) recorded by bangtrace.torch.record; the prefill's statistics,
+   as handed to libbangtrace, agree with `bangtrace forward --dump` of the same
+   tokens within 1e-4 per named tensor, every name on both sides; the trace
+   reads back with every tensor tapped at every step, and `bisect --reference`
+   finds no departure, top-1 agreeing on every step.
+2. bf16 (first folder): generate() recorded; `bisect --reference` names no op;
+   a forward hook writing NaN into one module's output at one step and index
+   is named by `bisect` (step, layer, op, index exactly) and by
+   `bisect --reference` (the departing tensor).
+Exit 0 all good, 1 with FAIL lines."""
+import json
+import math
+import os
+import sqlite3
+import subprocess
+import sys
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
+import compare_forward as cf  # noqa: E402
+import bangtrace.torch as btt  # noqa: E402
+from bangtrace import _lib  # noqa: E402
+
+BT, WORK = sys.argv[1], sys.argv[2]
+FOLDERS = sys.argv[3:]
+PROMPT = [1, 17, 40, 9, 200, 5, 77, 12, 33]
+failures = []
+
+
+def fail(msg):
+    failures.append(msg)
+    print("FAIL: " + msg, flush=True)
+
+
+def ok(msg):
+    print("ok: " + msg, flush=True)
+
+
+def bt(*args, check=True):
+    p = subprocess.run([BT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    if check and p.returncode != 0:
+        fail("bangtrace %s: exit %d: %s" % (" ".join(args), p.returncode, p.stderr.strip()[-300:]))
+    return p
+
+
+def capture(rec):
+    """Keep what bangtrace.torch hands libbangtrace at each forward."""
+    seen = []
+    orig = rec.rec.forward
+
+    def wrapped(tokens, pos0, stats, logits, n_rows):
+        seen.append((list(tokens), pos0, np.array(stats).reshape(-1, _lib.STAT_COUNT)))
+        return orig(tokens, pos0, stats, logits, n_rows)
+    rec.rec.forward = wrapped
+    return seen
+
+
+def np_stats(a):
+    a = a.astype(np.float64)
+    f = np.isfinite(a)
+    v = a[f]
+    return [a.size, v.min(), v.max(), v.mean(), math.sqrt((v * v).mean())]
+
+
+def greedy_loop(model, n_new):
+    ids = torch.tensor([PROMPT])
+    out = model(input_ids=ids, use_cache=True)
+    past, toks = out.past_key_values, list(PROMPT)
+    for _ in range(n_new):
+        nxt = int(out.logits[0, -1].argmax())
+        toks.append(nxt)
+        out = model(input_ids=torch.tensor([[nxt]]), past_key_values=past, use_cache=True)
+        past = out.past_key_values
+    return toks, int(out.logits[0, -1].argmax())
+
+
+def check_f32(folder):
+    label = os.path.basename(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    trace = os.path.join(WORK, label + "-f32.db")
+    with torch.no_grad(), btt.record(model, trace) as rec:
+        seen = capture(rec)
+        toks, last = greedy_loop(model, 4)
+        rec.last_token(last)
+    names = [t.name for t in rec.bm.tensors]
+    dump = os.path.join(WORK, label + "-dump")
+    p = bt("forward", "--model", folder, "--tokens", " ".join(map(str, PROMPT)), "--dump", dump, "--threads", "2")
+    if p.returncode:
+        return
+    _, ref = cf.load_dump(dump)
+    missing = sorted(set(ref) - set(names))
+    if missing:
+        fail("%s: the native dump has %s, bangtrace.torch's model layout does not" % (label, missing[:5]))
+    pre = seen[0][2]
+    worst, worst_name = 0.0, ""
+    for i, name in enumerate(names):
+        s = pre[i]
+        if s[_lib.STAT_N] < 0:
+            fail("%s: %s was not recorded at the prefill" % (label, name))
+            continue
+        if name not in ref:
+            fail("%s: %s recorded, but the native dump has no such tensor" % (label, name))
+            continue
+        n, mn, mx, mean, rms = np_stats(ref[name])
+        if int(s[_lib.STAT_N]) != n:
+            fail("%s: %s has %d elements, native %d" % (label, name, s[_lib.STAT_N], n))
+        got = [s[_lib.STAT_MIN], s[_lib.STAT_MAX], s[_lib.STAT_MEAN], s[_lib.STAT_RMS]]
+        for g, r, what in zip(got, [mn, mx, mean, rms], ("min", "max", "mean", "rms")):
+            d = abs(g - r) / max(abs(r), rms, 1e-30)
+            if d > worst:
+                worst, worst_name = d, "%s %s" % (name, what)
+            if not d <= 1e-4:
+                fail("%s: %s %s %.8g, native %.8g (rel %.2g)" % (label, name, what, g, r, d))
+    ok("%s f32: prefill statistics of %d tensors agree with the native engine's (largest rel %.2g at %s)"
+       % (label, len(names), worst, worst_name))
+    for step, (_, _, st) in enumerate(seen):
+        bad = [names[i] for i in range(len(names)) if st[i][_lib.STAT_N] < 0]
+        if bad:
+            fail("%s: step %d misses %s" % (label, step, bad[:4]))
+    db = sqlite3.connect(trace)
+    nt = db.execute("select count(*) from tensors").fetchone()[0]
+    ns = db.execute("select count(*) from steps").fetchone()[0]
+    ng = db.execute("select count(*) from tokens where role = 'gen'").fetchone()[0]
+    eng = db.execute("select value from meta where key = 'engine'").fetchone()[0]
+    db.close()
+    if (nt, ns, ng, eng) != (len(names), 5, 5, "transformers"):
+        fail("%s: trace has %d tensors, %d steps, %d generated tokens, engine %s; want %d, 5, 5, transformers"
+             % (label, nt, ns, ng, eng, len(names)))
+    p = bt("bisect", "--reference", trace)
+    if "verdict: transformers stays within" not in p.stdout or "top-1 agreement: 5 of 5" not in p.stdout:
+        fail("%s: bisect --reference on the f32 trace:\n%s" % (label, p.stdout[-800:]))
+    else:
+        ok("%s f32: bisect --reference finds no departure, top-1 5 of 5" % label)
+
+
+def check_bf16(folder):
+    label = os.path.basename(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).eval()
+    ids = torch.tensor([PROMPT])
+    clean = os.path.join(WORK, label + "-bf16.db")
+    with torch.no_grad(), btt.record(model, clean) as rec:
+        out = model.generate(ids, max_new_tokens=6, do_sample=False, min_new_tokens=6)
+        rec.last_token(out[0, -1])
+    p = bt("bisect", "--reference", clean)
+    if "stays within" not in p.stdout:
+        fail("%s bf16: bisect --reference on a clean bf16 run names an op:\n%s" % (label, p.stdout[-800:]))
+    else:
+        ok("%s bf16: bisect --reference names no op on the clean run" % label)
+    # a broken kernel: NaN into layer 1's down_proj output at the third forward, element (0, 5)
+    L, STEP, COL = 1, 3, 5
+    calls = {"n": -1}
+
+    def top(mod, args, kwargs):
+        calls["n"] += 1
+
+    def poison(mod, args, out):
+        if calls["n"] == STEP:
+            out = out.clone()
+            out.reshape(-1, out.shape[-1])[0, COL] = float("nan")
+            return out
+    bad = os.path.join(WORK, label + "-bf16-nan.db")
+    h1 = model.register_forward_pre_hook(top, with_kwargs=True)
+    h2 = model.model.layers[L].mlp.down_proj.register_forward_hook(poison)
+    try:
+        with torch.no_grad(), btt.record(model, bad) as rec:
+            out = model.generate(ids, max_new_tokens=6, do_sample=False, min_new_tokens=6)
+            rec.last_token(out[0, -1])
+    finally:
+        h1.remove()
+        h2.remove()
+    p = bt("bisect", "--json", bad, check=False)
+    try:
+        j = json.loads(p.stdout)
+    except ValueError:
+        fail("%s: bisect --json: %s %s" % (label, p.stdout[-300:], p.stderr[-300:]))
+        return
+    fb = j.get("first_nonfinite") or {}
+    want = {"step": STEP, "layer": L, "op": "ffn_down"}
+    got = {k: fb.get(k) for k in want}
+    idx = fb.get("first_bad_index")
+    if got != want or idx != COL:
+        fail("%s: bisect names %s index %s; want %s index %d (json: %s)" % (label, got, idx, want, COL,
+                                                                            json.dumps(j)[:600]))
+    else:
+        ok("%s bf16: bisect names the injected NaN: step %d, layer %d, ffn_down, index %d" % (label, STEP, L, COL))
+    p = bt("bisect", "--reference", bad, check=False)
+    if "first departs at blk.%d.ffn_down, step %d" % (L, STEP) not in p.stdout:
+        fail("%s: bisect --reference on the injected run:\n%s" % (label, p.stdout[-800:]))
+    else:
+        ok("%s bf16: bisect --reference departs at blk.%d.ffn_down, step %d" % (label, L, STEP))
+
+
+for i, folder in enumerate(FOLDERS):
+    check_f32(folder)
+    if i == 0:
+        check_bf16(folder)
+print("%d failures" % len(failures))
+sys.exit(1 if failures else 0)

@@ -1,0 +1,32 @@
+#!/bin/sh
+# bangtrace.torch (python/bangtrace) recording transformers through
+# libbangtrace: tiny random-weight qwen3, llama and qwen2 folders recorded in
+# f32 agree with the native engine per named tensor (1e-4) with every name on
+# both sides, bisect --reference finds no departure; in bf16 a NaN written by
+# a forward hook is named by bisect (step, layer, op, index) and by
+# bisect --reference (tests/pytorch/record_check.py). The torch environment
+# is tools/torch-env's (created once under ~/.cache/bangtrace); SKIP only
+# when it cannot be had.
+. "${BT_SRCDIR:-.}/tests/lib.sh"
+py=${PYTHON3:-python3}
+"$py" -c "import numpy, gguf" 2>/dev/null || skip "numpy and gguf are needed to write the tiny folders"
+lib=$BT_BUILDDIR/libbangtrace.so
+[ -f "$lib" ] || fail "libbangtrace.so was not built ($lib)"
+env=$("$BT_SRCDIR/tools/torch-env" 2>"$TMP/torch-env.log") ||
+    skip "no PyTorch environment: $(tail -n 1 "$TMP/torch-env.log")"
+# the folders: GGUF and HF folder from the same weights (tests/oracle)
+"$py" - "$TMP" <<'PY' || fail "could not write the tiny HF folders"
+import json, os, sys
+sys.path.insert(0, os.path.join(os.environ["BT_SRCDIR"], "tests", "oracle"))
+import make_random_gguf, test_hf_arch as tha
+out = sys.argv[1]
+for arch, cls, seed in (("qwen3", "Qwen3ForCausalLM", 5), ("llama", "LlamaForCausalLM", 6), ("qwen2", "Qwen2ForCausalLM", 7)):
+    g = os.path.join(out, arch + ".gguf")
+    hp = make_random_gguf.make(g, arch=arch, seed=seed, untied=arch != "qwen2")
+    tha.write_folder(g, os.path.join(out, arch), cls, {"model_type": arch}, hp)
+PY
+BANGTRACE_LIB=$lib PYTHONPATH=$BT_SRCDIR/python "$env/bin/python" "$BT_SRCDIR/tests/pytorch/record_check.py" \
+    "$BANGTRACE" "$TMP" "$TMP/qwen3" "$TMP/llama" "$TMP/qwen2" > "$TMP/out" 2>&1 ||
+    { cat "$TMP/out" >&2; fail "bangtrace.torch against the native engine (above)"; }
+grep '^ok:' "$TMP/out" | sed 's/^ok: //' | while read -r l; do ok "$l"; done
+finish
