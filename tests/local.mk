@@ -303,6 +303,9 @@ EXTRA_DIST += tests/probe_contam.sh tests/contam_server.py tests/probe_contam_ll
 # h6-gdn (issue 25, first slice): qwen35 hybrid gated delta net models
 # against llama.cpp on a tiny model made by tools/make-tiny-hybrid.py
 TESTS += tests/hybrid_llamacpp.sh
+TESTS += tests/deepseek2_llamacpp.sh tests/oracle/test_deepseek2_forward.py
+EXTRA_DIST += tests/deepseek2_llamacpp.sh tools/make-tiny-deepseek2.py tests/oracle/test_deepseek2_forward.py \
+	tests/oracle/ref_deepseek2.py
 EXTRA_DIST += tests/hybrid_llamacpp.sh tests/gguf_drop_key.py
 
 # the batched forward over a paged KV cache (issue 26)

@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "kernels/cpu/numerics.h"
 #include "engine/moe.h"
+#include "engine/mla.h"
 #include "backend/backend_impl.h"
 #include "kernels/cpu/kernels.h"
 #include "base/util.h"
@@ -61,8 +62,15 @@ static const bt_op_info op_info[] = {
     [BT_OP_ATTN_Q_NORM] = { "attn_q_norm", "qn", "qnrm", BT_DIM_Q, BT_KOP_RMSNORM, 0, BT_ARCH_QK_NORM, 0 },
     [BT_OP_ATTN_K_NORM] = { "attn_k_norm", "kn", "knrm", BT_DIM_KV, BT_KOP_RMSNORM, 0, BT_ARCH_QK_NORM, 0 },
     [BT_OP_ATTN_Q] = { "attn_q", "aq", "q", BT_DIM_Q, BT_KOP_MATMUL, LW(wq), 0, 0 },
-    [BT_OP_ATTN_K] = { "attn_k", "ak", "k", BT_DIM_KV, BT_KOP_MATMUL, LW(wk), 0, 0 },
-    [BT_OP_ATTN_V] = { "attn_v", "av", "v", BT_DIM_KV, BT_KOP_MATMUL, LW(wv), 0, 0 },
+    [BT_OP_ATTN_K] = { "attn_k", "ak", "k", BT_DIM_KV, BT_KOP_MATMUL, LW(wk), 0, BT_ARCH_MLA },
+    [BT_OP_ATTN_V] = { "attn_v", "av", "v", BT_DIM_KV, BT_KOP_MATMUL, LW(wv), 0, BT_ARCH_MLA },
+    /* multi-head latent attention (deepseek2); q_a only with q_lora_rank > 0 (bt_op_exists) */
+    [BT_OP_ATTN_Q_A] = { "attn_q_a", "qa", "qa", BT_DIM_Q_LORA, BT_KOP_MATMUL, LW(wq_a), BT_ARCH_MLA, 0 },
+    [BT_OP_ATTN_Q_A_NORM] = { "attn_q_a_norm", "qA", "qanm", BT_DIM_Q_LORA, BT_KOP_RMSNORM, 0, BT_ARCH_MLA, 0 },
+    [BT_OP_ATTN_KV_A] = { "attn_kv_a", "ka", "kva", BT_DIM_KV_A, BT_KOP_MATMUL, LW(wkv_a), BT_ARCH_MLA, 0 },
+    [BT_OP_ATTN_KV_LATENT] = { "attn_kv_latent", "kl", "klat", BT_DIM_KV_A, BT_KOP_RMSNORM, 0, BT_ARCH_MLA, 0 },
+    [BT_OP_ATTN_Q_ABS] = { "attn_q_abs", "aQ", "qabs", BT_DIM_MLA_QABS, BT_KOP_ATTENTION, 0, BT_ARCH_MLA, 0 },
+    [BT_OP_ATTN_CTX_LATENT] = { "attn_ctx_latent", "aC", "ctxl", BT_DIM_MLA_CTXL, BT_KOP_ATTENTION, 0, BT_ARCH_MLA, 0 },
     [BT_OP_ATTN_CTX] = { "attn_ctx", "ac", "ctx", BT_DIM_Q, BT_KOP_ATTENTION, 0, 0, 0 },
     [BT_OP_ATTN_OUTPUT] = { "attn_output", "ao", "aout", BT_DIM_EMBD, BT_KOP_MATMUL, LW(wo), 0, 0 },
     [BT_OP_ATTN_RESID] = { "attn_resid", "ar", "ares", BT_DIM_EMBD, BT_KOP_ADD, 0, 0, 0 },
@@ -103,6 +111,7 @@ bool bt_op_exists(const bt_config *c, int op)
 {
     if (op < 0 || op >= BT_OP_COUNT) return false;
     if (op_is_mtp(op) && c->n_nextn <= 0) return false;
+    if ((op == BT_OP_ATTN_Q_A || op == BT_OP_ATTN_Q_A_NORM) && c->q_lora_rank <= 0) return false;
     return (c->flags & op_info[op].need) == op_info[op].need && !(c->flags & op_info[op].absent);
 }
 
@@ -118,6 +127,7 @@ bool bt_op_in_layer(const bt_config *c, int op, int layer)
     if (!bt_op_is_layer_op(op)) return true;
     /* the MTP block: its input ops, then a full-attention layer */
     if (op_is_mtp(op)) return bt_layer_mtp(c, layer);
+    if (layer < c->n_dense_lead && (op == BT_OP_FFN_GATE_INP || op == BT_OP_FFN_MOE_OUT)) return false;
     if (!(c->flags & BT_ARCH_HYBRID)) return true;
     bool recr = bt_layer_recurrent(c, layer);
     if (op_is_ssm(op)) return recr;
@@ -130,7 +140,15 @@ int bt_op_width(const bt_config *c, int op)
     if (op < 0 || op >= BT_OP_COUNT) return 0;
     if ((c->flags & BT_ARCH_MOE) && (op == BT_OP_FFN_GATE || op == BT_OP_FFN_UP || op == BT_OP_FFN_ACT))
         return c->expert_ff_len;     /* one expert's rows */
+    if ((c->flags & BT_ARCH_MLA) && op == BT_OP_ATTN_CTX) return c->n_heads * c->mla_v_dim;
     return (int)bt_arch_dim(c, op_info[op].width);
+}
+
+int bt_op_layer_width(const bt_config *c, int op, int layer)
+{
+    if (layer >= 0 && layer < c->n_dense_lead && (op == BT_OP_FFN_GATE || op == BT_OP_FFN_UP || op == BT_OP_FFN_ACT))
+        return c->hidden_dim;
+    return bt_op_width(c, op);
 }
 
 const bt_weight *bt_op_weight(const bt_model *m, int op, int layer)
@@ -140,7 +158,8 @@ const bt_weight *bt_op_weight(const bt_model *m, int op, int layer)
     if (op == BT_OP_MTP_EH_PROJ) return m->cfg.n_nextn > 0 && m->nextn.eh_proj.data ? &m->nextn.eh_proj : NULL;
     int n_lay = m->cfg.n_layers + (m->cfg.n_nextn > 0 ? 1 : 0);   /* the MTP block's layer after the trunk */
     if (op < 0 || op >= BT_OP_COUNT || !op_info[op].weight || layer < 0 || layer >= n_lay) return NULL;
-    if (m->cfg.flags & BT_ARCH_MOE) {   /* the experts' slabs */
+    if ((m->cfg.flags & BT_ARCH_MLA) && op == BT_OP_ATTN_Q && m->cfg.q_lora_rank > 0) return &m->layers[layer].wq_b;
+    if ((m->cfg.flags & BT_ARCH_MOE) && layer >= m->cfg.n_dense_lead) {   /* the experts' slabs */
         const bt_layer_weights *L = &m->layers[layer];
         if (op == BT_OP_FFN_GATE) return &L->ffn_gate_exps;
         if (op == BT_OP_FFN_UP) return &L->ffn_up_exps;
@@ -185,6 +204,10 @@ typedef struct layer_bufs {
      * decay's a and dt, the gated norm's weight and the conv taps */
     bt_buf *s_qkv, *s_z, *s_beta, *s_alpha, *s_out;
     size_t s_a, s_dt, s_norm, s_conv;
+    /* multi-head latent attention: projections, and in vec_w the q_a and
+     * kv_a norms' weights */
+    bt_buf *wq_a, *wkv_a;
+    size_t qa_norm, kva_norm;
 } layer_bufs;
 
 struct bt_engine {
@@ -283,6 +306,21 @@ struct bt_engine {
     bt_buf *mtp_cat;   /* (B, 2*dim) [enorm; hnorm] */
     float *mtp_host;   /* (B, 4*dim) host scratch for the concatenation */
     size_t mtp_enorm, mtp_hnorm;   /* vec_w offsets of enorm and hnorm */
+    /* multi-head latent attention (BT_ARCH_MLA, engine/mla.h): computed on
+     * the host over the buffers' host memory; key_cache holds the latent */
+    bool mla;
+    bt_buf *m_qa;      /* (B, q_lora) */
+    bt_buf *m_kva;     /* (B, kv_lora + rope) attn_kv_a_mqa's output */
+    bt_buf *m_lat;     /* (B, kv_lora + rope) the cached latent rows */
+    bt_buf *m_qabs;    /* (B, n_heads * (kv_lora + rope)) */
+    bt_buf *m_ctxl;    /* (B, n_heads * kv_lora) */
+    bt_buf *m_ctx;     /* (B, n_heads * v) */
+    bt_mla_w *m_w;     /* (n_layers) the up-projections as f32 */
+    float **m_own;     /* (2 * n_layers) f32 copies of quantized up-projections, else NULL */
+    float **m_bias;    /* (n_layers) exp_probs_b as f32, or NULL */
+    float *m_cos, *m_sin;      /* (ctx_len, rope/2) YaRN tables, magnitude folded in */
+    float *m_scores;   /* (ctx_len) */
+    float m_kq_scale;
 };
 
 /* One sequence of a forward: its rows of the batch and where its cache is.
@@ -309,14 +347,15 @@ void bt_engine_free(bt_engine *e)
                            e->up, e->act, e->down, e->logits_b, e->key_cache, e->val_cache, e->rope_cos,
                            e->rope_sin, e->norm_w, e->vec_w, e->qg, e->agate, e->s_qkv, e->s_conv, e->s_z,
                            e->s_beta, e->s_decay, e->s_q, e->s_k, e->s_v, e->s_core, e->s_norm, e->ssm_state,
-                           e->conv_state, e->w_eh, e->mtp_cat };
+                           e->conv_state, e->w_eh, e->mtp_cat, e->m_qa, e->m_kva, e->m_lat, e->m_qabs, e->m_ctxl,
+                           e->m_ctx };
         for (size_t i = 0; i < BT_ARRAY_SIZE(bufs); i++) e->bi->buf_free(e->be, bufs[i]);
         if (e->lw)
             for (int l = 0; l < e->c.n_layers; l++) {
                 layer_bufs *L = &e->lw[l];
                 bt_buf *w[] = { L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down, L->w_gate_inp,
                                 L->sh_gate, L->sh_up, L->sh_down, L->sh_gate_inp, L->s_qkv, L->s_z, L->s_beta,
-                                L->s_alpha, L->s_out };
+                                L->s_alpha, L->s_out, L->wq_a, L->wkv_a };
                 for (size_t i = 0; i < BT_ARRAY_SIZE(w); i++) e->bi->buf_free(e->be, w[i]);
                 for (int x = 0; x < e->c.n_expert; x++) {
                     if (L->e_gate) e->bi->buf_free(e->be, L->e_gate[x]);
@@ -339,6 +378,9 @@ void bt_engine_free(bt_engine *e)
     free(e->h_router); free(e->h_probs); free(e->h_sel); free(e->h_w); free(e->h_ids); free(e->h_ew);
     free(e->h_pos); free(e->h_zero);
     free(e->rec_next); free(e->h_rows); free(e->mtp_host);
+    for (int i = 0; e->m_own && i < 2 * e->c.n_layers; i++) free(e->m_own[i]);
+    for (int i = 0; e->m_bias && i < e->c.n_layers; i++) free(e->m_bias[i]);
+    free(e->m_own); free(e->m_bias); free(e->m_w); free(e->m_cos); free(e->m_sin); free(e->m_scores);
     free(e);
 }
 
@@ -433,7 +475,7 @@ static int moe_alloc(bt_engine *e)
         (rc = alloc_f32(e, B * c->dim, &e->moe_out)))
         return rc;
     e->h_router = malloc(B * E * sizeof(float));
-    e->h_probs = malloc(E * sizeof(float));
+    e->h_probs = malloc(2 * E * sizeof(float));
     e->h_sel = malloc(B * k * sizeof(int));
     e->h_w = malloc(B * k * sizeof(float));
     e->h_ids = malloc(B * k * sizeof(int32_t));
@@ -493,6 +535,64 @@ static void hybrid_rope_table(const bt_config *c, int ctx_len, float *cos_, floa
     }
 }
 
+/* A deepseek2 layer's attention weights: the q path, attn_kv_a_mqa and the
+ * output projection on the backend; the per-head up-projections as f32 on
+ * the host (the file's data when f32, else a dequantized copy), and the
+ * router's selection bias. */
+static int mla_upload(bt_engine *e, int l, const bt_layer_weights *L, layer_bufs *B_)
+{
+    const bt_config *c = &e->c;
+    int64_t qd = (int64_t)c->n_heads * c->head_dim, lat = (int64_t)c->kv_lora_rank + c->rope_dim;
+    int rc;
+    if (c->q_lora_rank > 0) {
+        if ((rc = upload(e, &L->wq_a, c->q_lora_rank, c->dim, &B_->wq_a)) ||
+            (rc = upload(e, &L->wq_b, qd, c->q_lora_rank, &B_->wq)))
+            return rc;
+    } else if ((rc = upload(e, &L->wq, qd, c->dim, &B_->wq))) {
+        return rc;
+    }
+    if ((rc = upload(e, &L->wkv_a, lat, c->dim, &B_->wkv_a)) ||
+        (rc = upload(e, &L->wo, c->dim, (int64_t)c->n_heads * c->mla_v_dim, &B_->wo)))
+        return rc;
+    const bt_weight *src[2] = { c->mla_split ? &L->wk_b : &L->wkv_b, c->mla_split ? &L->wv_b : &L->wkv_b };
+    const float *f[2];
+    for (int i = 0; i < 2; i++) {
+        if (src[i]->type == BT_DT_F32) { f[i] = src[i]->data; continue; }
+        if (i == 1 && src[1] == src[0]) { f[1] = f[0]; continue; }
+        size_t n = (size_t)(src[i]->rows * src[i]->cols);
+        if (!(e->m_own[2 * l + i] = malloc(n * sizeof(float)))) return bt_error(BT_ENOMEM, "out of memory");
+        bt_dequant_row(src[i]->type, src[i]->data, e->m_own[2 * l + i], (int64_t)n);
+        f[i] = e->m_own[2 * l + i];
+    }
+    bt_mla_w_init(c, f[0], f[1], &e->m_w[l]);
+    if (L->ffn_exp_probs_b.data) {
+        if (!(e->m_bias[l] = malloc((size_t)c->n_expert * sizeof(float)))) return bt_error(BT_ENOMEM, "out of memory");
+        bt_dequant_row(L->ffn_exp_probs_b.type, L->ffn_exp_probs_b.data, e->m_bias[l], c->n_expert);
+    }
+    return BT_OK;
+}
+
+/* The latent attention's run state and its rope tables. */
+static int mla_alloc(bt_engine *e)
+{
+    const bt_config *c = &e->c;
+    size_t B = (size_t)e->max_batch, H = (size_t)c->n_heads, kvl = (size_t)c->kv_lora_rank;
+    size_t lat = kvl + (size_t)c->rope_dim, half = (size_t)c->rope_dim / 2;
+    int rc;
+    if ((c->q_lora_rank > 0 && (rc = alloc_f32(e, B * c->q_lora_rank, &e->m_qa))) ||
+        (rc = alloc_f32(e, B * lat, &e->m_kva)) || (rc = alloc_f32(e, B * lat, &e->m_lat)) ||
+        (rc = alloc_f32(e, B * H * lat, &e->m_qabs)) || (rc = alloc_f32(e, B * H * kvl, &e->m_ctxl)) ||
+        (rc = alloc_f32(e, B * H * c->mla_v_dim, &e->m_ctx)))
+        return bt_error(rc, "out of memory for the latent attention's run state (batch %zu)", B);
+    e->m_cos = malloc((size_t)e->ctx_len * half * sizeof(float));
+    e->m_sin = malloc((size_t)e->ctx_len * half * sizeof(float));
+    e->m_scores = malloc((size_t)e->ctx_len * sizeof(float));
+    if (!e->m_cos || !e->m_sin || !e->m_scores) return bt_error(BT_ENOMEM, "out of memory");
+    bt_mla_rope_table(c, e->ctx_len, e->m_cos, e->m_sin);
+    e->m_kq_scale = bt_mla_kq_scale(c);
+    return BT_OK;
+}
+
 int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **out)
 {
     *out = NULL;
@@ -547,6 +647,7 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
     e->n_threads = bt_backend_threads(e->be);
     size_t B = (size_t)max_batch, q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     size_t half = (size_t)c->head_dim / 2, nrm = ((size_t)2 * c->n_layers + 1) * c->dim;
+    size_t mla_lat = (size_t)c->kv_lora_rank + (size_t)c->rope_dim;   /* a latent cache row (MLA) */
     /* the FFN's hidden buffers serve the dense FFN, one expert or the shared expert */
     size_t hid = (size_t)BT_MAX(c->hidden_dim, BT_MAX(c->expert_ff_len, c->shared_ff_len));
     float *host = NULL;
@@ -564,7 +665,7 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
             { &L->bq, &B_->bq }, { &L->bk, &B_->bk }, { &L->bv, &B_->bv }, { &L->bo, &B_->bo },
             { &L->attn_q_norm, &B_->q_norm }, { &L->attn_k_norm, &B_->k_norm },
             { &L->ssm_a, &B_->s_a }, { &L->ssm_dt, &B_->s_dt }, { &L->ssm_norm_w, &B_->s_norm },
-            { &L->ssm_conv1d, &B_->s_conv },
+            { &L->ssm_conv1d, &B_->s_conv }, { &L->attn_q_a_norm, &B_->qa_norm }, { &L->attn_kv_a_norm, &B_->kva_norm },
         };
         for (size_t i = 0; i < BT_ARRAY_SIZE(v); i++) {
             *v[i].off = v[i].w->data ? n_vec : NO_VEC;
@@ -594,6 +695,24 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
             goto fail;
         }
     }
+    e->mla = (c->flags & BT_ARCH_MLA) != 0;
+    if (e->mla) {
+        /* the latent attention runs on the host over the backend's buffers */
+        if (!e->bi->buf_host) {
+            rc = bt_error(BT_EUNSUPPORTED, "%s: the multi-head latent attention op mla_attention (architecture %s) is not "
+                          "implemented by the %s backend; run it on the cpu", m->path, c->arch, bt_backend_name(e->be));
+            goto fail;
+        }
+        if (e->block_size) {
+            rc = bt_error(BT_EUNSUPPORTED, "%s: batched forwards of multi-head latent attention (architecture %s) are "
+                          "not supported yet", m->path, c->arch);
+            goto fail;
+        }
+        e->m_w = calloc((size_t)c->n_layers, sizeof(bt_mla_w));
+        e->m_own = calloc(2 * (size_t)c->n_layers, sizeof(float *));
+        e->m_bias = calloc((size_t)c->n_layers, sizeof(float *));
+        if (!e->m_w || !e->m_own || !e->m_bias) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+    }
     /* The ops this model needs beyond the Llama set, on this backend. */
     if (c->rope_kind == BT_ROPE_NEOX && !e->bi->rope_neox) {
         rc = bt_error(BT_EUNSUPPORTED, "%s: NEOX rope (architecture %s) is not implemented by the %s backend",
@@ -611,8 +730,8 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
         (rc = alloc_f32(e, B * c->dim, &e->attn_out)) || (rc = alloc_f32(e, B * hid, &e->gate)) ||
         (rc = alloc_f32(e, B * hid, &e->up)) || (rc = alloc_f32(e, B * hid, &e->act)) ||
         (rc = alloc_f32(e, B * c->dim, &e->down)) ||
-        (rc = alloc_f32(e, (size_t)(c->n_layers - e->layer0) * e->cache_rows * kv_dim, &e->key_cache)) ||
-        (rc = alloc_f32(e, (size_t)(c->n_layers - e->layer0) * e->cache_rows * kv_dim, &e->val_cache)) ||
+        (rc = alloc_f32(e, (size_t)(c->n_layers - e->layer0) * e->cache_rows * (e->mla ? mla_lat : kv_dim), &e->key_cache)) ||
+        (rc = alloc_f32(e, e->mla ? 1 : (size_t)(c->n_layers - e->layer0) * e->cache_rows * kv_dim, &e->val_cache)) ||
         (rc = alloc_f32(e, (size_t)ctx_len * half, &e->rope_cos)) ||
         (rc = alloc_f32(e, (size_t)ctx_len * half, &e->rope_sin)) ||
         (rc = alloc_f32(e, nrm, &e->norm_w)) || (n_vec && (rc = alloc_f32(e, n_vec, &e->vec_w))) ||
@@ -641,11 +760,13 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
                 (!(c->flags & BT_ARCH_SSM_BA) && (rc = upload(e, &L->ssm_alpha, c->ssm_n_v, c->dim, &B_->s_alpha))) ||
                 (rc = upload(e, &L->ssm_out_w, c->dim, V, &B_->s_out)))
                 goto fail;
+        } else if (e->mla) {
+            if ((rc = mla_upload(e, l, L, B_))) goto fail;
         } else if ((rc = upload(e, &L->wq, (c->flags & BT_ARCH_ATTN_GATE) ? 2 * q_dim : q_dim, c->dim, &B_->wq)) ||
             (rc = upload(e, &L->wk, kv_dim, c->dim, &B_->wk)) ||
             (rc = upload(e, &L->wv, kv_dim, c->dim, &B_->wv)) || (rc = upload(e, &L->wo, c->dim, q_dim, &B_->wo)))
             goto fail;
-        if (c->n_expert > 0) {
+        if (c->n_expert > 0 && l >= c->n_dense_lead) {
             if ((rc = moe_upload(e, L, B_))) goto fail;
         } else if ((rc = upload(e, &L->w_gate, c->hidden_dim, c->dim, &B_->w_gate)) ||
                    (rc = upload(e, &L->w_up, c->hidden_dim, c->dim, &B_->w_up)) ||
@@ -653,6 +774,7 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
             goto fail;
     }
     if (c->n_expert > 0 && (rc = moe_alloc(e))) goto fail;
+    if (e->mla && (rc = mla_alloc(e))) goto fail;
     if (e->hybrid && (rc = hybrid_alloc(e))) goto fail;
     /* the gated attention's doubled q projection (a hybrid's trunk or its MTP block) */
     if ((c->flags & BT_ARCH_ATTN_GATE) &&
@@ -683,7 +805,7 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
             { &L->bq, &B_->bq }, { &L->bk, &B_->bk }, { &L->bv, &B_->bv }, { &L->bo, &B_->bo },
             { &L->attn_q_norm, &B_->q_norm }, { &L->attn_k_norm, &B_->k_norm },
             { &L->ssm_a, &B_->s_a }, { &L->ssm_dt, &B_->s_dt }, { &L->ssm_norm_w, &B_->s_norm },
-            { &L->ssm_conv1d, &B_->s_conv },
+            { &L->ssm_conv1d, &B_->s_conv }, { &L->attn_q_a_norm, &B_->qa_norm }, { &L->attn_kv_a_norm, &B_->kva_norm },
         };
         for (size_t i = 0; i < BT_ARRAY_SIZE(v); i++)
             if (*v[i].off != NO_VEC)
@@ -976,9 +1098,16 @@ static int moe_ffn(bt_engine *e, int l, int T)
     if (e->has_cb && !tap(e, BT_OP_FFN_GATE_INP, l, e->router, E)) return BT_EINVAL;
     /* the choice is made from what the tap left (an injected router routes) */
     if ((rc = bi->read(be, e->router, 0, (size_t)T * E, e->h_router))) return rc;
-    for (int t = 0; t < T; t++)
-        bt_moe_route(e->h_router + (size_t)t * E, E, k, c->norm_topk_prob, 1.0f, e->h_probs,
-                     e->h_sel + (size_t)t * k, e->h_w + (size_t)t * k);
+    bt_moe_gate g = { .sigmoid = c->gating == 2, .bias = e->m_bias ? e->m_bias[l] : NULL, .n_group = c->n_expert_groups,
+                      .topk_group = c->n_group_used, .norm = c->norm_topk_prob, .scale = c->expert_scale };
+    for (int t = 0; t < T; t++) {
+        if (e->mla)   /* deepseek2's gating options */
+            bt_moe_route_gate(e->h_router + (size_t)t * E, E, k, &g, e->h_probs, e->h_sel + (size_t)t * k,
+                              e->h_w + (size_t)t * k);
+        else
+            bt_moe_route(e->h_router + (size_t)t * E, E, k, c->norm_topk_prob, 1.0f, e->h_probs,
+                         e->h_sel + (size_t)t * k, e->h_w + (size_t)t * k);
+    }
     if (e->has_cb && e->cb.routes)
         for (int s = 0; s < e->n_run; s++) {
             const seq_run *q = &e->run[s];
@@ -1128,6 +1257,80 @@ static int gdn_layer(bt_engine *e, int l, int T)
 
 static void state_sizes(const bt_engine *e, size_t *ns, size_t *nc);
 
+/* One multi-head latent attention layer over e->xb (T rows of one
+ * sequence): leaves the output projection in e->attn_out. The
+ * projections and norms run on the backend, rope, the cache append and the
+ * latent attention on the host (mla.c) over the buffers' host memory. */
+#define MTAP(op, buf, width) do { \
+        if ((rc = num_store(e, buf, (size_t)T * (width)))) return rc; \
+        if (e->has_cb && !tap(e, op, l, buf, width)) return BT_EINVAL; } while (0)
+#define MMARK(op) do { if (e->marking && (rc = bi->mark(be, e->step, l, op))) return rc; } while (0)
+static int mla_layer(bt_engine *e, int l, int T)
+{
+    const bt_config *c = &e->c;
+    const bt_layer_weights *L = &e->m->layers[l];
+    const layer_bufs *W = &e->lw[l];
+    bt_backend *be = e->be;
+    const struct bt_backend_i *bi = e->bi;
+    int dim = c->dim, H = c->n_heads, hd = c->head_dim, nr = c->rope_dim, kvl = c->kv_lora_rank, lat = kvl + nr;
+    int qd = H * hd, ql = c->q_lora_rank, vd = c->mla_v_dim, pos0 = e->run[0].pos0;
+    int rc;
+    if (ql > 0) {
+        MMARK(BT_OP_ATTN_Q_A);
+        if ((rc = mm(e, L->wq_a.type, W->wq_a, ql, dim, e->xb, 0, T, e->m_qa))) return rc;
+        MTAP(BT_OP_ATTN_Q_A, e->m_qa, ql);
+        MMARK(BT_OP_ATTN_Q_A_NORM);
+        if ((rc = bi->rmsnorm(be, e->m_qa, e->m_qa, e->vec_w, W->qa_norm, T, ql, c->norm_eps))) return rc;
+        MTAP(BT_OP_ATTN_Q_A_NORM, e->m_qa, ql);
+        MMARK(BT_OP_ATTN_Q);
+        if ((rc = mm(e, L->wq_b.type, W->wq, qd, ql, e->m_qa, 0, T, e->q))) return rc;
+    } else {
+        MMARK(BT_OP_ATTN_Q);
+        if ((rc = mm(e, L->wq.type, W->wq, qd, dim, e->xb, 0, T, e->q))) return rc;
+    }
+    float *q = bi->buf_host(be, e->q), *kva = bi->buf_host(be, e->m_kva), *lr = bi->buf_host(be, e->m_lat);
+    float *vw = bi->buf_host(be, e->vec_w), *qabs = bi->buf_host(be, e->m_qabs), *ctxl = bi->buf_host(be, e->m_ctxl);
+    float *ctx = bi->buf_host(be, e->m_ctx), *cache = bi->buf_host(be, e->key_cache);
+    bt_mla_rope(c, q, T, (size_t)qd, H, (size_t)hd, (size_t)(hd - nr), pos0, e->m_cos, e->m_sin);
+    MTAP(BT_OP_ATTN_Q, e->q, qd);
+    MMARK(BT_OP_ATTN_KV_A);
+    if ((rc = mm(e, L->wkv_a.type, W->wkv_a, lat, dim, e->xb, 0, T, e->m_kva))) return rc;
+    MTAP(BT_OP_ATTN_KV_A, e->m_kva, lat);
+    /* the latent row: rmsnorm of the first kv_lora (ggml: the mean square
+     * summed in double), the rope part rotated */
+    MMARK(BT_OP_ATTN_KV_LATENT);
+    const float *nw = vw + W->kva_norm;
+    for (int t = 0; t < T; t++) {
+        const float *x = kva + (size_t)t * lat;
+        float *o = lr + (size_t)t * lat;
+        double ss = 0;
+        for (int i = 0; i < kvl; i++) ss += (double)x[i] * x[i];
+        float sc = 1.0f / sqrtf((float)(ss / kvl) + c->norm_eps);
+        for (int i = 0; i < kvl; i++) o[i] = (x[i] * sc) * nw[i];
+        for (int i = kvl; i < lat; i++) o[i] = x[i];
+    }
+    bt_mla_rope(c, lr, T, (size_t)lat, 1, (size_t)lat, (size_t)kvl, pos0, e->m_cos, e->m_sin);
+    MTAP(BT_OP_ATTN_KV_LATENT, e->m_lat, lat);
+    /* the cache append after the tap: an injected latent is what it carries */
+    float *slab = cache + (size_t)l * e->cache_rows * lat;
+    memcpy(slab + (size_t)pos0 * lat, lr, (size_t)T * lat * sizeof(float));
+    MMARK(BT_OP_ATTN_Q_ABS);
+    bt_mla_absorb(c, &e->m_w[l], q, T, qabs);
+    MTAP(BT_OP_ATTN_Q_ABS, e->m_qabs, H * lat);
+    MMARK(BT_OP_ATTN_CTX_LATENT);
+    bt_mla_attend(c, qabs, slab, T, pos0, e->m_kq_scale, e->m_scores, ctxl);
+    MTAP(BT_OP_ATTN_CTX_LATENT, e->m_ctxl, H * kvl);
+    MMARK(BT_OP_ATTN_CTX);
+    bt_mla_up_v(c, &e->m_w[l], ctxl, T, ctx);
+    MTAP(BT_OP_ATTN_CTX, e->m_ctx, H * vd);
+    MMARK(BT_OP_ATTN_OUTPUT);
+    if ((rc = mm(e, L->wo.type, W->wo, dim, H * vd, e->m_ctx, 0, T, e->attn_out))) return rc;
+    MTAP(BT_OP_ATTN_OUTPUT, e->attn_out, dim);
+    return BT_OK;
+}
+#undef MTAP
+#undef MMARK
+
 /* A sequence's recurrent states (its slot's): position 0 starts them afresh
  * (zero states), any other position must be the next one (there is no
  * rollback yet: speculative drafts, rewinds are refused), unless the
@@ -1275,6 +1478,10 @@ static int forward_run(bt_engine *e, int T)
             OP(gdn_layer(e, l, T));
             goto resid;
         }
+        if (e->mla) {   /* multi-head latent attention */
+            OP(mla_layer(e, l, T));
+            goto resid;
+        }
         MARK(BT_OP_ATTN_Q, l);
         if (gated) {   /* per head the query, then the gate */
             OP(mm(e, L->wq.type, W->wq, 2 * q_dim, dim, e->xb, 0, T, e->qg));
@@ -1363,7 +1570,7 @@ static int forward_run(bt_engine *e, int T)
         MARK(BT_OP_FFN_NORM, l);
         OP(norm(e, (size_t)(2 * l + 1) * dim, T));
         TAP(BT_OP_FFN_NORM, l, e->xb, dim);
-        if (c->n_expert > 0) {
+        if (c->n_expert > 0 && l >= c->n_dense_lead) {
             OP(moe_ffn(e, l, T));
             OP(bi->add(be, e->x, e->moe_out, (size_t)T * dim));
             TAP(BT_OP_FFN_RESID, l, e->x, dim);
@@ -1588,6 +1795,9 @@ int bt_engine_set_numerics(bt_engine *e, const bt_numerics *n)
     if (on && e->foreign)
         return bt_error(BT_EUNSUPPORTED, "--numerics: a numerics profile runs on the native engine only, not on llama.cpp");
     int rc;
+    if (on && e->mla)
+        return bt_error(BT_EUNSUPPORTED, "--numerics: profiles do not cover multi-head latent attention (architecture %s) "
+                        "yet", e->c.arch);
     if (on && e->part_rope && n->rope == BT_NUM_ROPE_GGML)
         return bt_error(BT_EUNSUPPORTED, "--numerics: rope=ggml does not cover the sectioned partial rope of hybrid (gated "
                         "delta net) models; give rope=f64");
@@ -1650,13 +1860,18 @@ int bt_engine_hidden_rows(bt_engine *e, int row0, int n, float *dst)
 }
 int bt_engine_ctx_len(const bt_engine *e) { return e->ctx_len; }
 int bt_engine_max_batch(const bt_engine *e) { return e->max_batch; }
-int bt_engine_kv_dim(const bt_engine *e) { return e->c.n_kv_heads * e->c.head_dim; }
+int bt_engine_kv_dim(const bt_engine *e)
+{
+    if (e->mla) return e->c.kv_lora_rank + e->c.rope_dim;   /* one latent row, no value cache */
+    return e->c.n_kv_heads * e->c.head_dim;
+}
 bt_backend *bt_engine_backend(const bt_engine *e) { return e->be; }
 
 float *bt_engine_kv(bt_engine *e, int layer, int pos, int which)
 {
     if (e->foreign) return NULL;    /* the foreign engine owns its cache */
     if (layer < e->layer0 || layer >= e->c.n_layers || pos < 0 || (size_t)pos >= e->cache_rows) return NULL;
+    if (e->mla && which) return NULL;   /* the latent is the only cache */
     size_t kv_dim = (size_t)bt_engine_kv_dim(e);
     float *base = e->bi->buf_host ? e->bi->buf_host(e->be, which ? e->val_cache : e->key_cache) : NULL;
     if (!base) return NULL;
@@ -1668,6 +1883,8 @@ int bt_engine_kv_fill(bt_engine *e, int layer, int pos, int which, float value)
     if (e->foreign) return bt_error(BT_EUNSUPPORTED, "the KV cache of a foreign engine is its own");
     if (layer < e->layer0 || layer >= e->c.n_layers || pos < 0 || (size_t)pos >= e->cache_rows)
         return bt_error(BT_ERANGE, "layer %d / position %d is outside the KV cache", layer, pos);
+    if (e->mla && which)
+        return bt_error(BT_EUNSUPPORTED, "multi-head latent attention caches one latent row per position, no values");
     size_t kv_dim = (size_t)bt_engine_kv_dim(e);
     float *p = malloc(kv_dim * sizeof(float));     /* rare: fault injection */
     if (!p) return bt_error(BT_ENOMEM, "out of memory");

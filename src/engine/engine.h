@@ -51,8 +51,14 @@ enum bt_op {
     BT_OP_SSM_CORE, BT_OP_SSM_STATE,         /* the delta rule's output; the state after the last token */
     BT_OP_SSM_NORM, BT_OP_SSM_OUT,           /* gated rmsnorm; the output projection */
     BT_OP_ATTN_GATE,                         /* qwen35: the gate half of the doubled q projection */
+    BT_OP_ATTN_Q_A, BT_OP_ATTN_Q_A_NORM,     /* deepseek2: the q low-rank projection, its rmsnorm */
     BT_OP_ATTN_Q_NORM, BT_OP_ATTN_K_NORM,   /* q, k after bias and per-head rmsnorm, before RoPE */
-    BT_OP_ATTN_Q, BT_OP_ATTN_K, BT_OP_ATTN_V, BT_OP_ATTN_CTX,
+    BT_OP_ATTN_Q, BT_OP_ATTN_K, BT_OP_ATTN_V,
+    /* multi-head latent attention (deepseek2, engine/mla.h): attn_kv_a_mqa's
+     * output; the latent row the cache stores (normed, k's rope part
+     * rotated); the absorbed queries; attention's output in the latent */
+    BT_OP_ATTN_KV_A, BT_OP_ATTN_KV_LATENT, BT_OP_ATTN_Q_ABS, BT_OP_ATTN_CTX_LATENT,
+    BT_OP_ATTN_CTX,
     BT_OP_ATTN_GATED,                        /* qwen35: attn_ctx * sigmoid(attn_gate) */
     BT_OP_ATTN_OUTPUT, BT_OP_ATTN_RESID,
     BT_OP_FFN_NORM,
@@ -85,6 +91,9 @@ const char *bt_op_label(int op);
 const char *bt_op_abbrev(int op);
 /* Floats per row of an op's tensor in a model of config c. */
 int bt_op_width(const bt_config *c, int op);
+/* The same in layer (a deepseek2's leading dense layers: the dense FFN's
+ * widths where the MoE layers have one expert's). */
+int bt_op_layer_width(const bt_config *c, int op, int layer);
 /* "blk.12.ffn_down.expert[37]": the name of expert e's part of an op. */
 void bt_expert_tensor_name(int op, int layer, int expert, char *buf, size_t cap);
 /* Full tensor name: "token_embd", "blk.3.ffn_down", "logits". */

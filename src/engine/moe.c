@@ -40,3 +40,60 @@ void bt_moe_route(const float *logits, int n_expert, int k, bool norm, float sca
     if (scale != 0.0f && scale != 1.0f)
         for (int j = 0; j < k; j++) weights[j] *= scale;
 }
+
+/* The k best of score[0..n) by ranks_before (masked entries -INFINITY). */
+static void top_k(const float *score, int n, int k, int *out)
+{
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (m == k && !ranks_before(score[i], i, score[out[k - 1]], out[k - 1])) continue;
+        int j = m < k ? m++ : k - 1;
+        while (j > 0 && ranks_before(score[i], i, score[out[j - 1]], out[j - 1])) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        out[j] = i;
+    }
+}
+
+void bt_moe_route_gate(const float *logits, int n_expert, int k, const bt_moe_gate *g, float *probs, int *experts,
+                       float *weights)
+{
+    float *sel = probs + n_expert;
+    if (g->sigmoid) {
+        for (int i = 0; i < n_expert; i++) probs[i] = 1.0f / (1.0f + expf(-logits[i]));
+    } else {
+        float mx = -INFINITY, sum = 0;
+        for (int i = 0; i < n_expert; i++) if (logits[i] > mx) mx = logits[i];
+        for (int i = 0; i < n_expert; i++) { probs[i] = expf(logits[i] - mx); sum += probs[i]; }
+        float inv = 1.0f / sum;
+        for (int i = 0; i < n_expert; i++) probs[i] *= inv;
+    }
+    for (int i = 0; i < n_expert; i++) sel[i] = g->bias ? probs[i] + g->bias[i] : probs[i];
+    if (g->n_group > 1) {
+        int per = n_expert / g->n_group, best[2], gsel[64];
+        float gscore[64];
+        int ng = g->n_group < 64 ? g->n_group : 64;
+        for (int q = 0; q < ng; q++) {
+            top_k(sel + q * per, per, 2, best);
+            gscore[q] = sel[q * per + best[0]] + sel[q * per + best[1]];
+        }
+        int kg = g->topk_group < ng ? g->topk_group : ng;
+        top_k(gscore, ng, kg, gsel);
+        for (int q = 0; q < ng; q++) {
+            bool keep = false;
+            for (int j = 0; j < kg; j++) keep |= gsel[j] == q;
+            if (!keep)
+                for (int i = 0; i < per; i++) sel[q * per + i] = -INFINITY;
+        }
+    }
+    top_k(sel, n_expert, k, experts);
+    float wsum = 0;
+    for (int j = 0; j < k; j++) { weights[j] = probs[experts[j]]; wsum += weights[j]; }
+    if (g->norm) {
+        if (wsum < 6.103515625e-5f) wsum = 6.103515625e-5f;
+        for (int j = 0; j < k; j++) weights[j] /= wsum;
+    }
+    if (g->scale != 0.0f && g->scale != 1.0f)
+        for (int j = 0; j < k; j++) weights[j] *= g->scale;
+}

@@ -29,4 +29,21 @@
 void bt_moe_route(const float *logits, int n_expert, int k, bool norm, float scale, float *probs,
                   int *experts, float *weights);
 
+/* deepseek2's router (llama.cpp's build_moe_ffn with its gating options):
+ * probs = softmax(logits) or sigmoid(logits); the choice ranks probs +
+ * bias (exp_probs_b, NULL: none); with n_group > 1 the experts are n_group
+ * consecutive groups, each scored by the sum of its two best biased probs,
+ * and only the topk_group best groups compete; weights are the unbiased
+ * probs of the chosen, normalised (norm, clamped as above), then times
+ * scale (0 or 1: none). probs: 2 * n_expert floats of scratch. */
+typedef struct bt_moe_gate {
+    bool sigmoid;
+    const float *bias;
+    int n_group, topk_group;
+    bool norm;
+    float scale;
+} bt_moe_gate;
+void bt_moe_route_gate(const float *logits, int n_expert, int k, const bt_moe_gate *g, float *probs, int *experts,
+                       float *weights);
+
 #endif

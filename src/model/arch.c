@@ -142,6 +142,37 @@ static const bt_arch_tensor qwen3next_recr[] = {
     QWEN35_MOE_FFN,
 };
 
+/* deepseek2 (src/models/deepseek2.cpp): multi-head latent attention and
+ * leading dense layers, then MoE layers with shared experts. Every variant
+ * is optional here; which must be present (q low-rank path or attn_q, the
+ * fused attn_kv_b or split attn_k_b/attn_v_b, dense or MoE FFN by layer)
+ * the loader checks per layer (model.c, check_mla_layers). */
+static const bt_arch_tensor deepseek2_layer[] = {
+    { "attn_norm.weight", W(attn_norm), { E }, false },
+    { "attn_q_a.weight", W(wq_a), { E, BT_DIM_Q_LORA }, true },
+    { "attn_q_a_norm.weight", W(attn_q_a_norm), { BT_DIM_Q_LORA }, true },
+    { "attn_q_b.weight", W(wq_b), { BT_DIM_Q_LORA, Q }, true },
+    { "attn_q.weight", W(wq), { E, Q }, true },
+    { "attn_kv_a_mqa.weight", W(wkv_a), { E, BT_DIM_KV_A }, false },
+    { "attn_kv_a_norm.weight", W(attn_kv_a_norm), { BT_DIM_KV_LORA }, false },
+    { "attn_kv_b.weight", W(wkv_b), { BT_DIM_KV_LORA, BT_DIM_MLA_KVB }, true },
+    { "attn_k_b.weight", W(wk_b), { BT_DIM_MLA_NOPE, BT_DIM_KV_LORA, BT_DIM_HEADS }, true },
+    { "attn_v_b.weight", W(wv_b), { BT_DIM_KV_LORA, BT_DIM_MLA_V, BT_DIM_HEADS }, true },
+    { "attn_output.weight", W(wo), { BT_DIM_MLA_O, E }, false },
+    { "ffn_norm.weight", W(ffn_norm), { E }, false },
+    { "ffn_gate.weight", W(w_gate), { E, FF }, true },
+    { "ffn_up.weight", W(w_up), { E, FF }, true },
+    { "ffn_down.weight", W(w_down), { FF, E }, true },
+    { "ffn_gate_inp.weight", W(ffn_gate_inp), { E, NX }, true },
+    { "exp_probs_b.bias", W(ffn_exp_probs_b), { NX }, true },
+    { "ffn_gate_exps.weight", W(ffn_gate_exps), { E, XF, NX }, true },
+    { "ffn_up_exps.weight", W(ffn_up_exps), { E, XF, NX }, true },
+    { "ffn_down_exps.weight", W(ffn_down_exps), { XF, E, NX }, true },
+    { "ffn_gate_shexp.weight", W(ffn_gate_shexp), { E, BT_DIM_SHARED_FF }, true },
+    { "ffn_up_shexp.weight", W(ffn_up_shexp), { E, BT_DIM_SHARED_FF }, true },
+    { "ffn_down_shexp.weight", W(ffn_down_shexp), { BT_DIM_SHARED_FF, E }, true },
+};
+
 #define TABLE(t) t, (int)BT_ARRAY_SIZE(t)
 
 static const bt_arch archs[] = {
@@ -171,6 +202,9 @@ static const bt_arch archs[] = {
       .flags = BT_ARCH_TIED | BT_ARCH_QK_NORM | BT_ARCH_HYBRID | BT_ARCH_ATTN_GATE | BT_ARCH_MOE | BT_ARCH_SHARED_EXP |
                BT_ARCH_SSM_BA,
       .norm_topk_prob = true, .layer = TABLE(qwen35moe_layer), .recr = TABLE(qwen3next_recr) },
+    /* NORM rope over the rope.dimension_count trailing dims of each head */
+    { .name = "deepseek2", .rope_kind = BT_ROPE_NORM,
+      .flags = BT_ARCH_TIED | BT_ARCH_MOE | BT_ARCH_SHARED_EXP | BT_ARCH_MLA, .layer = TABLE(deepseek2_layer) },
     { .name = "granite", .rope_kind = BT_ROPE_NORM, .flags = BT_ARCH_TIED | BT_ARCH_SCALES,
       .layer = TABLE(llama_layer),
       .refuse = "its embedding, residual, attention and logit scales are not applied yet, "
@@ -220,6 +254,16 @@ int64_t bt_arch_dim(const bt_config *c, int dim)
     case BT_DIM_SSM_HEAD: return c->ssm_head_v;
     case BT_DIM_SSM_KERNEL: return c->ssm_kernel;
     case BT_DIM_SSM_NV2: return (int64_t)2 * c->ssm_n_v;
+    case BT_DIM_Q_LORA: return c->q_lora_rank;
+    case BT_DIM_KV_LORA: return c->kv_lora_rank;
+    case BT_DIM_KV_A: return (int64_t)c->kv_lora_rank + c->rope_dim;
+    case BT_DIM_MLA_NOPE: return (int64_t)c->head_dim - c->rope_dim;
+    case BT_DIM_MLA_V: return c->mla_v_dim;
+    case BT_DIM_MLA_KVB: return (int64_t)c->n_heads * (c->head_dim - c->rope_dim + c->mla_v_dim);
+    case BT_DIM_MLA_O: return (int64_t)c->n_heads * c->mla_v_dim;
+    case BT_DIM_HEADS: return c->n_heads;
+    case BT_DIM_MLA_QABS: return (int64_t)c->n_heads * (c->kv_lora_rank + c->rope_dim);
+    case BT_DIM_MLA_CTXL: return (int64_t)c->n_heads * c->kv_lora_rank;
     default: return 1;
     }
 }

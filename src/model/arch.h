@@ -49,6 +49,8 @@ enum bt_arch_flag {
                                     * by key head (value head h reads key head h / (n_v/n_k)) */
     BT_ARCH_ATTN_GATE  = 1u << 8,  /* the q projection is doubled: per head the query, then an
                                     * output gate (attn_ctx * sigmoid(gate)) (qwen35) */
+    BT_ARCH_MLA        = 1u << 10, /* deepseek2: multi-head latent attention (engine/mla.c), a
+                                    * latent KV cache, leading dense layers before the MoE ones */
 };
 
 /* Symbolic dimensions of tensor shapes and op widths, resolved against a
@@ -73,6 +75,17 @@ enum bt_dim {
     BT_DIM_SSM_HEAD,   /* head_v: the state's width */
     BT_DIM_SSM_KERNEL, /* ssm.conv_kernel */
     BT_DIM_SSM_NV2,    /* 2 * n_v_heads: the fused ssm_ba projection (qwen3next) */
+    /* multi-head latent attention (BT_ARCH_MLA; head_dim is a query/key head: nope + rope dims) */
+    BT_DIM_Q_LORA,     /* attention.q_lora_rank */
+    BT_DIM_KV_LORA,    /* attention.kv_lora_rank */
+    BT_DIM_KV_A,       /* kv_lora_rank + rope_dim: the latent a token caches */
+    BT_DIM_MLA_NOPE,   /* head_dim - rope_dim: a key head's unrotated part */
+    BT_DIM_MLA_V,      /* mla_v_dim: a value head */
+    BT_DIM_MLA_KVB,    /* n_heads * (nope + mla_v_dim): the fused attn_kv_b's rows */
+    BT_DIM_MLA_O,      /* n_heads * mla_v_dim: attn_output's input */
+    BT_DIM_HEADS,      /* n_heads (attn_k_b / attn_v_b slabs) */
+    BT_DIM_MLA_QABS,   /* n_heads * (kv_lora_rank + rope_dim): the absorbed query */
+    BT_DIM_MLA_CTXL,   /* n_heads * kv_lora_rank: attention's output in the latent */
     BT_DIM_COUNT
 };
 int64_t bt_arch_dim(const struct bt_config *c, int dim);
@@ -125,6 +138,16 @@ const char *bt_rope_kind_name(int kind);   /* "norm", "neox" */
  * attention.recurrent_layers or full_attention_interval (which layers are
  * recurrent; llama.cpp's default interval is 4), nextn_predict_layers (MTP
  * blocks after the trunk: loaded by llama.cpp, not computed here yet). */
+/* BT_ARCH_MLA (deepseek2): attention.q_lora_rank, attention.kv_lora_rank
+ * (required), attention.key_length_mla / value_length_mla (present: split
+ * attn_k_b/attn_v_b, absent: the fused attn_kv_b), leading_dense_block_count,
+ * expert_gating_func (1 softmax, 2 sigmoid), expert_weights_scale,
+ * expert_group_count, expert_group_used_count, and YaRN's
+ * rope.scaling.original_context_length, yarn_log_multiplier, attn_factor. */
+#define BT_ARCH_KEYS_MLA "attention.q_lora_rank", "attention.kv_lora_rank", "attention.key_length_mla", \
+    "attention.value_length_mla", "leading_dense_block_count", "expert_gating_func", "expert_weights_scale", \
+    "expert_group_count", "expert_group_used_count", "rope.scaling.original_context_length", \
+    "rope.scaling.yarn_log_multiplier", "rope.scaling.attn_factor"
 #define BT_ARCH_KEYS_HYBRID "ssm.conv_kernel", "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank", \
     "ssm.group_count", "rope.dimension_sections", "attention.recurrent_layers", "full_attention_interval", \
     "nextn_predict_layers"

@@ -11,6 +11,7 @@
 #include "base/util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,6 +210,8 @@ static int bind(const bt_model *m, bt_weight *w, const char *name, int64_t cols,
     return bind3(m, w, name, cols, rows, 1, optional);
 }
 
+static int check_mla_layers(const bt_model *m);
+
 /* Tensor names live as long as the model: one arena of fixed-size slots. */
 #define NAME_CAP 48
 
@@ -334,9 +337,152 @@ static int load_gguf_weights(bt_model *m, char (*names)[NAME_CAP])
         /* a file with some of q/k/v's biases is computed with the ones it has
          * (a missing one adds nothing), as llama.cpp does */
     }
-    if (biases) c->flags |= BT_ARCH_QKV_BIAS;
+    if (biases && !(c->flags & BT_ARCH_MLA)) c->flags |= BT_ARCH_QKV_BIAS;
+    if ((c->flags & BT_ARCH_MLA) && (rc = check_mla_layers(m))) return rc;
     if (c->n_nextn > 0) bind_nextn(m, names + used, &bound);
     return check_all_used(m, bound);
+}
+
+/* ---- multi-head latent attention (deepseek2) ---- */
+
+/* Which of the optional deepseek2 tensors a layer must have: the q
+ * low-rank path or attn_q, the split or fused k/v up-projection, and a dense
+ * FFN in the leading layers, the experts after (llama.cpp's loader). */
+static int check_mla_layers(const bt_model *m)
+{
+    const bt_config *c = &m->cfg;
+    for (int l = 0; l < c->n_layers; l++) {
+        const bt_layer_weights *L = &m->layers[l];
+        const bool moe = l >= c->n_dense_lead;
+        struct { const bt_weight *w; const char *name; bool need; } t[] = {
+            { &L->wq_a, "attn_q_a", c->q_lora_rank > 0 }, { &L->attn_q_a_norm, "attn_q_a_norm", c->q_lora_rank > 0 },
+            { &L->wq_b, "attn_q_b", c->q_lora_rank > 0 }, { &L->wq, "attn_q", c->q_lora_rank == 0 },
+            { &L->wkv_b, "attn_kv_b", !c->mla_split }, { &L->wk_b, "attn_k_b", c->mla_split },
+            { &L->wv_b, "attn_v_b", c->mla_split },
+            { &L->w_gate, "ffn_gate", !moe }, { &L->w_up, "ffn_up", !moe }, { &L->w_down, "ffn_down", !moe },
+            { &L->ffn_gate_inp, "ffn_gate_inp", moe }, { &L->ffn_gate_exps, "ffn_gate_exps", moe },
+            { &L->ffn_up_exps, "ffn_up_exps", moe }, { &L->ffn_down_exps, "ffn_down_exps", moe },
+        };
+        for (size_t i = 0; i < BT_ARRAY_SIZE(t); i++) {
+            if (t[i].need && !t[i].w->data)
+                return bt_error(BT_EFORMAT, "%s: tensor 'blk.%d.%s.weight' is missing (architecture %s)", m->path, l,
+                                t[i].name, c->arch);
+            if (!t[i].need && t[i].w->data)
+                return bt_error(BT_EUNSUPPORTED, "%s: tensor 'blk.%d.%s.weight' is not used by architecture '%s' in "
+                                "this layer (q_lora_rank %d, %s k/v up-projection, %d leading dense layers)", m->path, l,
+                                t[i].name, c->arch, c->q_lora_rank, c->mla_split ? "split" : "fused", c->n_dense_lead);
+        }
+        if (!moe && L->ffn_exp_probs_b.data)
+            return bt_error(BT_EUNSUPPORTED, "%s: tensor 'blk.%d.exp_probs_b.bias' is in a dense layer", m->path, l);
+        if (moe && c->n_shared_expert > 0 && (!L->ffn_gate_shexp.data || !L->ffn_up_shexp.data || !L->ffn_down_shexp.data))
+            return bt_error(BT_EFORMAT, "%s: layer %d lacks its shared expert (expert_shared_count %d)", m->path, l,
+                            c->n_shared_expert);
+    }
+    return BT_OK;
+}
+
+/* deepseek2's head sizes: with attention.key_length_mla (the split
+ * layout) the query/key head is key_length_mla and the value head
+ * value_length_mla (key_length / value_length then describe the latent);
+ * without, key_length and value_length. */
+static int load_mla_hparams(bt_model *m, int *hd_k, int *hd_v)
+{
+    const bt_gguf *g = m->gguf;
+    bt_config *c = &m->cfg;
+    char key[128];
+    uint32_t kq = 0, kl = 0, km = 0, vm = 0;
+    int rc;
+#define K_(suffix) (snprintf(key, sizeof(key), "%s." suffix, c->arch), key)
+    if ((rc = bt_gguf_get_u32(g, K_("attention.kv_lora_rank"), &kl)))
+        return rc == BT_ENOTFOUND ? bt_error(BT_EFORMAT, "%s: %s is missing", m->path, key) : rc;
+    if ((rc = bt_gguf_get_u32(g, K_("attention.q_lora_rank"), &kq)))
+        return rc == BT_ENOTFOUND ? bt_error(BT_EFORMAT, "%s: %s is missing (0: a direct q projection)", m->path, key) : rc;
+    if ((rc = get_u32_opt(g, K_("attention.key_length_mla"), 0, &km))) return rc;
+    if ((rc = get_u32_opt(g, K_("attention.value_length_mla"), 0, &vm))) return rc;
+    if (!km != !vm)
+        return bt_error(BT_EFORMAT, "%s: %s.attention.key_length_mla and value_length_mla come together", m->path, c->arch);
+#undef K_
+    c->mla_split = km != 0;
+    if (c->mla_split) { *hd_k = (int)BT_MIN(km, 1u << 20); *hd_v = (int)BT_MIN(vm, 1u << 20); }
+    c->q_lora_rank = (int)BT_MIN(kq, 1u << 20);
+    c->kv_lora_rank = (int)BT_MIN(kl, 1u << 20);
+    c->mla_v_dim = *hd_v;
+    c->n_kv_heads = 1;   /* one latent per token, shared by every head */
+    if (c->kv_lora_rank <= 0 || c->mla_v_dim <= 0 || c->mla_v_dim > 4096)
+        return bt_error(BT_EFORMAT, "%s: implausible latent attention (kv_lora_rank %d, value head %d)", m->path,
+                        c->kv_lora_rank, c->mla_v_dim);
+    return BT_OK;
+}
+
+/* deepseek2's routing keys (llama.cpp's defaults: softmax when the file
+ * says nothing, no scale, no groups). */
+static int load_mla_routing(bt_model *m)
+{
+    const bt_gguf *g = m->gguf;
+    bt_config *c = &m->cfg;
+    char key[128];
+    uint32_t u;
+    int rc;
+#define K_(suffix) (snprintf(key, sizeof(key), "%s." suffix, c->arch), key)
+    if ((rc = get_u32_opt(g, K_("leading_dense_block_count"), 0, &u))) return rc;
+    c->n_dense_lead = (int)BT_MIN(u, 1u << 20);
+    if ((rc = get_u32_opt(g, K_("expert_gating_func"), 1, &u))) return rc;
+    c->gating = u == 0 ? 1 : (int)BT_MIN(u, 99u);
+    if (c->gating != 1 && c->gating != 2)
+        return bt_error(BT_EUNSUPPORTED, "%s: %s = %u is not supported (1 softmax, 2 sigmoid)", m->path, key, u);
+    if ((rc = get_f32_opt(g, K_("expert_weights_scale"), 0.0f, &c->expert_scale))) return rc;
+    if ((rc = get_u32_opt(g, K_("expert_group_count"), 0, &u))) return rc;
+    c->n_expert_groups = (int)BT_MIN(u, 1u << 20);
+    if ((rc = get_u32_opt(g, K_("expert_group_used_count"), 0, &u))) return rc;
+    c->n_group_used = (int)BT_MIN(u, 1u << 20);
+#undef K_
+    if (c->n_dense_lead > c->n_layers)
+        return bt_error(BT_EFORMAT, "%s: %d leading dense layers of %d", m->path, c->n_dense_lead, c->n_layers);
+    if (c->n_expert_groups > 1 &&
+        (c->n_expert % c->n_expert_groups || c->n_group_used <= 0 || c->n_group_used >= c->n_expert_groups ||
+         c->n_expert / c->n_expert_groups < 2 || c->n_group_used * (c->n_expert / c->n_expert_groups) < c->n_expert_used))
+        return bt_error(BT_EFORMAT, "%s: implausible expert groups (%d experts in %d groups, %d used, top-%d)", m->path,
+                        c->n_expert, c->n_expert_groups, c->n_group_used, c->n_expert_used);
+    return BT_OK;
+}
+
+/* YaRN's constants as llama.cpp sets them (llama_context's cparams, then
+ * the deepseek2 graph): yarn_log_multiplier is stored times 0.1 by the
+ * converter; the rope's attention factor is mscale(factor, m) /
+ * mscale(factor, log_mul) (m = log_mul for deepseek2 unless it is 1),
+ * divided by 1 + 0.1 ln(factor), times rope.scaling.attn_factor. */
+static int load_yarn_hparams(bt_model *m)
+{
+    const bt_gguf *g = m->gguf;
+    bt_config *c = &m->cfg;
+    char key[128];
+    uint32_t u;
+    float lm = 0.0f, af = 1.0f;
+    int rc;
+#define K_(suffix) (snprintf(key, sizeof(key), "%s." suffix, c->arch), key)
+    if ((rc = get_u32_opt(g, K_("rope.scaling.original_context_length"), (uint32_t)c->ctx_len, &u))) return rc;
+    c->yarn_orig_ctx = (int)BT_MIN(u, 1u << 30);
+    if ((rc = get_f32_opt(g, K_("rope.scaling.yarn_log_multiplier"), 0.0f, &lm))) return rc;
+    if ((rc = get_f32_opt(g, K_("rope.scaling.attn_factor"), 1.0f, &af))) return rc;
+#undef K_
+    c->yarn_log_mul = lm / 0.1f;
+    c->yarn_beta_fast = 32.0f;
+    c->yarn_beta_slow = 1.0f;
+    float attn = 1.0f;
+    if (c->yarn_ext_factor != 0.0f) {
+        float factor = 1.0f / c->rope_freq_scale;
+#define MSCALE(s, k) ((s) <= 1.0f ? 1.0f : 0.1f * (k) * logf(s) + 1.0f)
+        if (c->yarn_log_mul != 0.0f) {
+            float ms = c->yarn_log_mul != 1.0f ? c->yarn_log_mul : 1.0f;
+            attn = MSCALE(factor, ms) / MSCALE(factor, c->yarn_log_mul);
+        } else {
+            attn = MSCALE(factor, 1.0f);
+        }
+#undef MSCALE
+        attn *= 1.0f / (1.0f + 0.1f * logf(factor));
+    }
+    c->yarn_attn_factor = attn * af;
+    return BT_OK;
 }
 
 /* ---- mixture of experts ---- */
@@ -518,14 +664,19 @@ static int load_gguf(bt_model *m, const void *data, size_t size)
     int hd_k, hd_v;
     OPT_U32("attention.key_length", c->dim % c->n_heads ? 0 : c->dim / c->n_heads, hd_k);
     OPT_U32("attention.value_length", hd_k, hd_v);
+    if ((a->flags & BT_ARCH_MLA) && (rc = load_mla_hparams(m, &hd_k, &hd_v))) return rc;
     if (hd_k <= 0 || hd_k > 4096 || hd_k % 2)
         return bt_error(BT_EFORMAT, "%s: implausible head dimension %d (dim %d, %d heads)", m->path, hd_k, c->dim, c->n_heads);
-    if (hd_v != hd_k)
+    if (hd_v != hd_k && !(a->flags & BT_ARCH_MLA))
         return bt_error(BT_EUNSUPPORTED, "%s: key length %d != value length %d is not supported", m->path, hd_k, hd_v);
     c->head_dim = hd_k;
     OPT_U32("rope.dimension_count", c->head_dim, c->rope_dim);
     if (a->flags & BT_ARCH_HYBRID) {
         if ((rc = load_hybrid_hparams(m, a))) return rc;
+    } else if (a->flags & BT_ARCH_MLA) {
+        if (c->rope_dim <= 0 || c->rope_dim % 2 || c->rope_dim >= c->head_dim)
+            return bt_error(BT_EFORMAT, "%s: rope dimension %d of a %d-dim key head leaves no unrotated part", m->path,
+                            c->rope_dim, c->head_dim);
     } else if (c->rope_dim != c->head_dim)
         return bt_error(BT_EUNSUPPORTED, "%s: partial RoPE (%d of %d dims) is not supported", m->path, c->rope_dim, c->head_dim);
     if (c->ctx_len <= 0) c->ctx_len = 2048;
@@ -541,11 +692,17 @@ static int load_gguf(bt_model *m, const void *data, size_t size)
             if (!(factor > 0.0f && factor < 1e6f))
                 return bt_error(BT_EFORMAT, "%s: %s = %g is not a usable factor", m->path, key, factor);
             c->rope_freq_scale = 1.0f / factor;
+        } else if (s.len == 4 && !memcmp(s.ptr, "yarn", 4) && (a->flags & BT_ARCH_MLA)) {
+            if (!(factor > 0.0f && factor < 1e6f))
+                return bt_error(BT_EFORMAT, "%s: %s = %g is not a usable factor", m->path, key, factor);
+            c->rope_freq_scale = 1.0f / factor;
+            c->yarn_ext_factor = 1.0f;
         } else if (!(s.len == 4 && !memcmp(s.ptr, "none", 4))) {
-            return bt_error(BT_EUNSUPPORTED, "%s: %s.rope.scaling.type '%.*s' is not supported (none, linear)",
-                            m->path, c->arch, (int)BT_MIN(s.len, 32), s.ptr);
+            return bt_error(BT_EUNSUPPORTED, "%s: %s.rope.scaling.type '%.*s' is not supported (none, linear%s)",
+                            m->path, c->arch, (int)BT_MIN(s.len, 32), s.ptr, (a->flags & BT_ARCH_MLA) ? ", yarn" : "");
         }
     }
+    if ((a->flags & BT_ARCH_MLA) && (rc = load_yarn_hparams(m))) return rc;
 
     /* Mixture of experts. */
     if (a->flags & BT_ARCH_MOE) {
@@ -557,6 +714,10 @@ static int load_gguf(bt_model *m, const void *data, size_t size)
         bool b = a->norm_topk_prob;
         if ((rc = bt_gguf_get_bool(g, ARCH_KEY("expert_weights_norm"), &b)) && rc != BT_ENOTFOUND) return rc;
         c->norm_topk_prob = b;
+        if (a->flags & BT_ARCH_MLA) {   /* llama.cpp's deepseek2: one shared expert of the experts' width per count */
+            if (c->shared_ff_len == 0) c->shared_ff_len = c->expert_ff_len * c->n_shared_expert;
+            if ((rc = load_mla_routing(m))) return rc;
+        }
         if (c->n_expert <= 0 || c->n_expert > 4096 || c->n_expert_used <= 0 || c->n_expert_used > c->n_expert ||
             c->expert_ff_len <= 0 || c->expert_ff_len > 1 << 20)
             return bt_error(BT_EFORMAT, "%s: implausible experts (%d experts, %d used, expert ff %d)",

@@ -64,6 +64,17 @@ typedef struct bt_layer_weights {
     bt_weight ssm_alpha;  /* (n_v, dim) */
     bt_weight ssm_norm_w; /* ssm_norm (head_v): the gated rmsnorm's weight */
     bt_weight ssm_out_w;  /* ssm_out (dim, n_v*head_v) */
+    /* multi-head latent attention (BT_ARCH_MLA); wq is the direct q
+     * projection when q_lora_rank is 0, wo reads n_heads * mla_v_dim */
+    bt_weight wq_a;           /* attn_q_a (q_lora, dim) */
+    bt_weight attn_q_a_norm;  /* (q_lora) */
+    bt_weight wq_b;           /* attn_q_b (n_heads*head_dim, q_lora) */
+    bt_weight wkv_a;          /* attn_kv_a_mqa (kv_lora + rope_dim, dim): the latent, then k's rope part */
+    bt_weight attn_kv_a_norm; /* (kv_lora) */
+    bt_weight wkv_b;          /* attn_kv_b (n_heads*(nope + v), kv_lora): per head k_nope rows, then v rows */
+    bt_weight wk_b;           /* attn_k_b (n_heads slabs of (kv_lora, nope)): the fused k part, transposed */
+    bt_weight wv_b;           /* attn_v_b (n_heads slabs of (v, kv_lora)) */
+    bt_weight ffn_exp_probs_b;/* exp_probs_b.bias (n_expert): the router's selection bias */
 } bt_layer_weights;
 
 typedef struct bt_config {
@@ -111,6 +122,19 @@ typedef struct bt_config {
                                * engine's config runs layers up to n_layers = the
                                * trunk's + 1 and says here where its block starts */
     int rope_sections[4];     /* rope.dimension_sections (imrope) */
+    /* multi-head latent attention (BT_ARCH_MLA; 0 otherwise): head_dim is a
+     * query/key head (nope + rope_dim), rope_dim its rotated tail */
+    int q_lora_rank;          /* 0: the direct attn_q projection */
+    int kv_lora_rank;
+    int mla_v_dim;            /* a value head */
+    bool mla_split;           /* attn_k_b/attn_v_b (key_length_mla present), else attn_kv_b */
+    int n_dense_lead;         /* leading_dense_block_count: dense FFN layers before the MoE ones */
+    int gating;               /* expert_gating_func: 1 softmax (0 reads as 1), 2 sigmoid */
+    float expert_scale;       /* expert_weights_scale (0 or 1: none) */
+    int n_expert_groups, n_group_used;   /* grouped top-k (0: none) */
+    /* YaRN (rope.scaling.type yarn): ext_factor 1 (0 without YaRN), beta 32 / 1 */
+    float yarn_ext_factor, yarn_attn_factor, yarn_log_mul, yarn_beta_fast, yarn_beta_slow;
+    int yarn_orig_ctx;        /* rope.scaling.original_context_length, else context_length */
     uint64_t recr[16];        /* bit l: layer l is recurrent (from the file) */
 } bt_config;
 

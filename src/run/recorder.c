@@ -433,7 +433,7 @@ int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out)
             int s = r->n_slots++;
             *slot_at(r, op, layer) = s;
             if (cfg->trace) {
-                int w = bt_op_width(&cfg->model->cfg, op);
+                int w = bt_op_layer_width(&cfg->model->cfg, op, layer);
                 bt_tensor_name(op, layer, name, sizeof(name));
                 rc = bt_trace_tensor(cfg->trace, r->cfg.model_role, s, name, layer, bt_op_name(op), w);
             }

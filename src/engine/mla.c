@@ -1,0 +1,139 @@
+/* mla.c - multi-head latent attention (see mla.h for the conventions). */
+#include "engine/mla.h"
+
+#include <math.h>
+
+void bt_mla_w_init(const bt_config *c, const float *k, const float *v, bt_mla_w *w)
+{
+    size_t kvl = (size_t)c->kv_lora_rank, nope = (size_t)(c->head_dim - c->rope_dim), vd = (size_t)c->mla_v_dim;
+    w->k = k;
+    w->v = v;
+    if (c->mla_split) {   /* attn_k_b: (n_heads, kv_lora, nope); attn_v_b: (n_heads, v, kv_lora) */
+        w->kh = kvl * nope; w->kr = nope; w->kd = 1;
+        w->vh = vd * kvl; w->vj = kvl; w->vr = 1;
+    } else {              /* attn_kv_b: per head nope key rows then v value rows of kv_lora */
+        w->kh = (nope + vd) * kvl; w->kr = 1; w->kd = kvl;
+        w->v = v + nope * kvl;
+        w->vh = (nope + vd) * kvl; w->vj = kvl; w->vr = 1;
+    }
+}
+
+/* ggml's correction dims of YaRN (f32, as ggml computes them) */
+static float corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base)
+{
+    return n_dims * logf(n_ctx_orig / (n_rot * 2 * (float)M_PI)) / (2 * logf(base));
+}
+
+void bt_mla_rope_table(const bt_config *c, int ctx_len, float *cos_, float *sin_)
+{
+    int nr = c->rope_dim, half = nr / 2;
+    float fs = c->rope_freq_scale, ext = c->yarn_ext_factor, ms = c->yarn_attn_factor > 0 ? c->yarn_attn_factor : 1.0f;
+    float lo = floorf(corr_dim(nr, c->yarn_orig_ctx, c->yarn_beta_fast, c->rope_base));
+    float hi = ceilf(corr_dim(nr, c->yarn_orig_ctx, c->yarn_beta_slow, c->rope_base));
+    lo = lo > 0 ? lo : 0;
+    hi = hi < nr - 1 ? hi : (float)(nr - 1);
+    if (ext != 0.0f) ms *= 1.0f + 0.1f * logf(1.0f / fs);
+    for (int i = 0; i < half; i++) {
+        double freq = pow((double)c->rope_base, -2.0 * i / nr);
+        float ramp = 0.0f;
+        if (ext != 0.0f) {
+            float y = (i - lo) / fmaxf(0.001f, hi - lo);
+            ramp = (1 - fminf(1, fmaxf(0, y))) * ext;
+        }
+        for (int p = 0; p < ctx_len; p++) {
+            float extrap = (float)(p * freq), interp = fs * extrap;
+            float th = ext != 0.0f ? interp * (1 - ramp) + extrap * ramp : interp;
+            cos_[(size_t)p * half + i] = cosf(th) * ms;
+            sin_[(size_t)p * half + i] = sinf(th) * ms;
+        }
+    }
+}
+
+float bt_mla_kq_scale(const bt_config *c)
+{
+    float fs = c->rope_freq_scale;
+    float af = c->yarn_attn_factor > 0 ? c->yarn_attn_factor : 1.0f;
+    float org = af * (1.0f + 0.1f * logf(1.0f / fs));
+    float ms = org * (1.0f + 0.1f * c->yarn_log_mul * logf(1.0f / fs));
+    return ms * ms / sqrtf((float)c->head_dim);
+}
+
+void bt_mla_rope(const bt_config *c, float *x, int n, size_t stride, int heads, size_t hstride, size_t off, int pos0,
+                 const float *cos_, const float *sin_)
+{
+    int half = c->rope_dim / 2;
+    for (int t = 0; t < n; t++) {
+        const float *cs = cos_ + (size_t)(pos0 + t) * half, *sn = sin_ + (size_t)(pos0 + t) * half;
+        for (int h = 0; h < heads; h++) {
+            float *r = x + (size_t)t * stride + (size_t)h * hstride + off;
+            for (int i = 0; i < half; i++) {
+                float a = r[2 * i], b = r[2 * i + 1];
+                r[2 * i] = a * cs[i] - b * sn[i];
+                r[2 * i + 1] = a * sn[i] + b * cs[i];
+            }
+        }
+    }
+}
+
+void bt_mla_absorb(const bt_config *c, const bt_mla_w *w, const float *q, int T, float *qabs)
+{
+    int H = c->n_heads, hd = c->head_dim, nr = c->rope_dim, nope = hd - nr, kvl = c->kv_lora_rank, lat = kvl + nr;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            const float *qh = q + ((size_t)t * H + h) * hd;
+            float *o = qabs + ((size_t)t * H + h) * lat;
+            const float *wk = w->k + (size_t)h * w->kh;
+            for (int r = 0; r < kvl; r++) {
+                float s = 0;
+                for (int d = 0; d < nope; d++) s += wk[r * w->kr + d * w->kd] * qh[d];
+                o[r] = s;
+            }
+            for (int i = 0; i < nr; i++) o[kvl + i] = qh[nope + i];
+        }
+}
+
+void bt_mla_attend(const bt_config *c, const float *qabs, const float *cache, int T, int pos0, float kq_scale,
+                   float *scores, float *ctxl)
+{
+    int H = c->n_heads, kvl = c->kv_lora_rank, lat = kvl + c->rope_dim;
+    for (int t = 0; t < T; t++) {
+        int n = pos0 + t + 1;
+        for (int h = 0; h < H; h++) {
+            const float *qh = qabs + ((size_t)t * H + h) * lat;
+            float mx = -INFINITY;
+            for (int s = 0; s < n; s++) {
+                const float *kr = cache + (size_t)s * lat;
+                float d = 0;
+                for (int i = 0; i < lat; i++) d += qh[i] * kr[i];
+                scores[s] = d * kq_scale;
+                if (scores[s] > mx) mx = scores[s];
+            }
+            float sum = 0;
+            for (int s = 0; s < n; s++) { scores[s] = expf(scores[s] - mx); sum += scores[s]; }
+            float inv = 1.0f / sum;
+            float *o = ctxl + ((size_t)t * H + h) * kvl;
+            for (int r = 0; r < kvl; r++) o[r] = 0;
+            for (int s = 0; s < n; s++) {
+                const float *kr = cache + (size_t)s * lat;
+                float p = scores[s] * inv;
+                for (int r = 0; r < kvl; r++) o[r] += p * kr[r];
+            }
+        }
+    }
+}
+
+void bt_mla_up_v(const bt_config *c, const bt_mla_w *w, const float *ctxl, int T, float *ctx)
+{
+    int H = c->n_heads, kvl = c->kv_lora_rank, vd = c->mla_v_dim;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            const float *x = ctxl + ((size_t)t * H + h) * kvl;
+            const float *wv = w->v + (size_t)h * w->vh;
+            float *o = ctx + ((size_t)t * H + h) * vd;
+            for (int j = 0; j < vd; j++) {
+                float s = 0;
+                for (int r = 0; r < kvl; r++) s += wv[j * w->vj + r * w->vr] * x[r];
+                o[j] = s;
+            }
+        }
+}

@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""make-tiny-deepseek2.py - write a tiny random-weight deepseek2 (DeepSeek
+V2/V3-style multi-head latent attention + fine-grained MoE) model as an f32
+GGUF that llama.cpp loads and runs unchanged, deterministic from --seed.
+
+    tools/make-tiny-deepseek2.py OUT [--seed N] [--vocab FILE.gguf]
+                                 [--kv-layout split|fused] [--q-lora N]
+                                 [--gating sigmoid|softmax] [--groups G/U]
+                                 [--yarn FACTOR] [--yarn-log-mul M] [--force]
+
+Shapes: n_embd 64, 3 layers (layer 0 dense, n_ff 128; layers 1 and 2 MoE),
+4 heads, a query/key head of 16 unrotated + 8 rotated dims (NORM rope on the
+trailing 8), value heads of 16, the q low-rank path of rank --q-lora (32;
+0 writes the direct attn_q projection instead, as DeepSeek-V2-Lite), the
+compressed kv path of rank 32 with its norm, 8 routed experts of 32 (2 per
+token) in --groups (4/2: 4 groups of 2, the 2 best groups compete, each
+scored by its two best experts; 0/0: no groups), sigmoid gating with the
+score-correction bias exp_probs_b (--gating softmax: no bias), weights
+renormalised then times the routed scaling factor 2.5, one shared expert of
+32. YaRN rope scaling by --yarn (4; 0: none) over an original context of 64,
+with the attention-scale correction yarn_log_multiplier --yarn-log-mul
+(0.707, DeepSeek-V2's mscale_all_dim; stored times 0.1 as llama.cpp's
+converter does).
+
+The k/v up-projection is drawn once as the fused kv_b [n_head*(nope+v),
+kv_lora]; --kv-layout split (the default, what the pinned converter
+writes) stores it as attn_k_b [n_head, kv_lora, nope] (the key rows
+transposed per head) and attn_v_b [n_head, v, kv_lora], with
+key_length_mla / value_length_mla and head_count_kv 1; --kv-layout fused
+(older GGUFs) stores attn_kv_b itself. The same seed gives the same model in
+both layouts. Weights are Gaussian with std 1/sqrt(fan_in), norm weights
+1 + 0.1 N(0,1); the tokenizer is copied from --vocab (default: the shared
+GPT-2 vocabulary); the embeddings are tied to the output.
+
+OUT must not exist unless --force (which overwrites only a GGUF). The GGUF
+helpers (gguf package, vocabulary, writing beside and renaming) are
+make-tiny-hybrid.py's. Exit 0 written, 2 bad arguments or input."""
+
+import argparse
+import importlib.util
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _hybrid():
+    spec = importlib.util.spec_from_file_location("make_tiny_hybrid", os.path.join(HERE, "make-tiny-hybrid.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+H = _hybrid()
+
+
+def die(msg):
+    print("make-tiny-deepseek2.py: %s" % msg, file=sys.stderr)
+    sys.exit(2)
+
+
+def config(q_lora=32, kv_layout="split", gating="sigmoid", groups=(4, 2), yarn=4.0, yarn_log_mul=0.707):
+    return dict(arch="deepseek2", n_embd=64, n_layer=3, n_dense=1, n_head=4, nope=16, rope=8, v=16,
+                q_lora=q_lora, kv_lora=32, n_ff=128, n_expert=8, n_expert_used=2, n_ff_exp=32, n_shared=1,
+                n_group=groups[0], n_group_used=groups[1], gating=gating, scale=2.5, norm_w=True,
+                kv_layout=kv_layout, yarn=yarn, yarn_log_mul=yarn_log_mul, orig_ctx=64, ctx_len=512,
+                norm_eps=1e-6, rope_base=10000.0)
+
+
+def weights(cfg, n_vocab, seed):
+    """name -> float32 array in numpy order (rows, cols) / (slabs, rows, cols)."""
+    rng = np.random.default_rng(seed)
+    E, nh, dk, nope, nr, vd = cfg["n_embd"], cfg["n_head"], cfg["nope"] + cfg["rope"], cfg["nope"], cfg["rope"], cfg["v"]
+    kvl, ql = cfg["kv_lora"], cfg["q_lora"]
+
+    def mat(*shape):
+        return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+
+    def normw(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w = {"token_embd.weight": (0.5 * rng.standard_normal((n_vocab, E))).astype(np.float32),
+         "output_norm.weight": normw(E)}
+    for l in range(cfg["n_layer"]):
+        p = "blk.%d." % l
+        w[p + "attn_norm.weight"] = normw(E)
+        if ql:
+            w[p + "attn_q_a.weight"] = mat(ql, E)
+            w[p + "attn_q_a_norm.weight"] = normw(ql)
+            w[p + "attn_q_b.weight"] = mat(nh * dk, ql)
+        else:
+            w[p + "attn_q.weight"] = mat(nh * dk, E)
+        w[p + "attn_kv_a_mqa.weight"] = mat(kvl + nr, E)
+        w[p + "attn_kv_a_norm.weight"] = normw(kvl)
+        kvb = mat(nh * (nope + vd), kvl)
+        if cfg["kv_layout"] == "fused":
+            w[p + "attn_kv_b.weight"] = kvb
+        else:
+            per = kvb.reshape(nh, nope + vd, kvl)
+            w[p + "attn_k_b.weight"] = np.ascontiguousarray(per[:, :nope, :].transpose(0, 2, 1))
+            w[p + "attn_v_b.weight"] = np.ascontiguousarray(per[:, nope:, :])
+        w[p + "attn_output.weight"] = mat(E, nh * vd)
+        w[p + "ffn_norm.weight"] = normw(E)
+        if l < cfg["n_dense"]:
+            w[p + "ffn_gate.weight"] = mat(cfg["n_ff"], E)
+            w[p + "ffn_up.weight"] = mat(cfg["n_ff"], E)
+            w[p + "ffn_down.weight"] = mat(E, cfg["n_ff"])
+            continue
+        X, F, S = cfg["n_expert"], cfg["n_ff_exp"], cfg["n_ff_exp"] * cfg["n_shared"]
+        w[p + "ffn_gate_inp.weight"] = mat(X, E)
+        if cfg["gating"] == "sigmoid":
+            w[p + "exp_probs_b.bias"] = (0.1 * rng.standard_normal(X)).astype(np.float32)
+        w[p + "ffn_gate_exps.weight"] = mat(X, F, E)
+        w[p + "ffn_up_exps.weight"] = mat(X, F, E)
+        w[p + "ffn_down_exps.weight"] = mat(X, E, F)
+        w[p + "ffn_gate_shexp.weight"] = mat(S, E)
+        w[p + "ffn_up_shexp.weight"] = mat(S, E)
+        w[p + "ffn_down_shexp.weight"] = mat(E, S)
+    return w
+
+
+def write(gguf, path, cfg, w, fields, seed):
+    wr = gguf.GGUFWriter(path, "deepseek2")
+    a = "deepseek2."
+    wr.add_name("tiny-deepseek2-seed%d" % seed)
+    wr.add_file_type(0)
+    wr.add_block_count(cfg["n_layer"])
+    wr.add_context_length(cfg["ctx_len"])
+    wr.add_embedding_length(cfg["n_embd"])
+    wr.add_feed_forward_length(cfg["n_ff"])
+    wr.add_head_count(cfg["n_head"])
+    dk, kvl = cfg["nope"] + cfg["rope"], cfg["kv_lora"]
+    if cfg["kv_layout"] == "split":   # the latent as one MQA head; the real heads in the *_mla keys
+        wr.add_head_count_kv(1)
+        wr.add_key_length(kvl + cfg["rope"])
+        wr.add_value_length(kvl)
+        wr.add_uint32(a + "attention.key_length_mla", dk)
+        wr.add_uint32(a + "attention.value_length_mla", cfg["v"])
+    else:
+        wr.add_head_count_kv(cfg["n_head"])
+        wr.add_key_length(dk)
+        wr.add_value_length(cfg["v"])
+    wr.add_layer_norm_rms_eps(cfg["norm_eps"])
+    wr.add_rope_freq_base(cfg["rope_base"])
+    wr.add_rope_dimension_count(cfg["rope"])
+    wr.add_uint32(a + "attention.q_lora_rank", cfg["q_lora"])
+    wr.add_uint32(a + "attention.kv_lora_rank", kvl)
+    wr.add_uint32(a + "leading_dense_block_count", cfg["n_dense"])
+    wr.add_expert_count(cfg["n_expert"])
+    wr.add_expert_used_count(cfg["n_expert_used"])
+    wr.add_expert_feed_forward_length(cfg["n_ff_exp"])
+    wr.add_uint32(a + "expert_shared_count", cfg["n_shared"])
+    wr.add_float32(a + "expert_weights_scale", cfg["scale"])
+    wr.add_bool(a + "expert_weights_norm", cfg["norm_w"])
+    wr.add_uint32(a + "expert_gating_func", 2 if cfg["gating"] == "sigmoid" else 1)
+    if cfg["n_group"] > 1:
+        wr.add_uint32(a + "expert_group_count", cfg["n_group"])
+        wr.add_uint32(a + "expert_group_used_count", cfg["n_group_used"])
+    if cfg["yarn"]:
+        wr.add_string(a + "rope.scaling.type", "yarn")
+        wr.add_float32(a + "rope.scaling.factor", cfg["yarn"])
+        wr.add_uint32(a + "rope.scaling.original_context_length", cfg["orig_ctx"])
+        wr.add_float32(a + "rope.scaling.yarn_log_multiplier", 0.1 * cfg["yarn_log_mul"])
+    for k, f in fields:
+        sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+        wr.add_key_value(k, f.contents(), f.types[0], sub)
+    for name, arr in w.items():
+        wr.add_tensor(name, np.ascontiguousarray(arr, dtype=np.float32))
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+
+
+def make(out, seed=0, vocab=None, **kw):
+    """Library entry: write OUT, return (cfg, weights by GGUF name)."""
+    gguf = H.import_gguf()
+    vocab = vocab or os.path.join(os.environ.get("BT_SHARED", "/work/shared"), "models/gguf-vocab/ggml-vocab-gpt-2.gguf")
+    if not os.path.isfile(vocab):
+        die("%s: no such vocabulary file (--vocab FILE.gguf, or set BT_SHARED)" % vocab)
+    cfg = config(**kw)
+    _, fields, n_vocab = H.read_vocab(gguf, vocab)
+    w = weights(cfg, n_vocab, seed)
+    H.write_beside(out, lambda tmp: write(gguf, tmp, cfg, w, fields, seed))
+    return cfg, w
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--vocab")
+    ap.add_argument("--kv-layout", choices=("split", "fused"), default="split")
+    ap.add_argument("--q-lora", type=int, default=32)
+    ap.add_argument("--gating", choices=("sigmoid", "softmax"), default="sigmoid")
+    ap.add_argument("--groups", default="4/2", help="G/U: G expert groups, the U best compete (0/0: none)")
+    ap.add_argument("--yarn", type=float, default=4.0, help="YaRN factor (0: no rope scaling)")
+    ap.add_argument("--yarn-log-mul", type=float, default=0.707)
+    ap.add_argument("--force", action="store_true")
+    a = ap.parse_args(argv)
+    try:
+        g = tuple(int(x) for x in a.groups.split("/"))
+        assert len(g) == 2 and (g == (0, 0) or (g[0] > 1 and 8 % g[0] == 0 and 0 < g[1] < g[0] and g[1] * 8 // g[0] >= 2))
+    except (ValueError, AssertionError):
+        die("--groups %s: G/U with G dividing 8 experts, 0 < U < G and at least 2 experts in the U groups (or 0/0)"
+            % a.groups)
+    if a.q_lora < 0 or a.yarn < 0 or (0 < a.yarn < 1):
+        die("--q-lora must be >= 0 and --yarn 0 or >= 1")
+    if os.path.islink(a.out):
+        die("%s is a symbolic link: refusing to write through it" % a.out)
+    if os.path.exists(a.out):
+        if not a.force:
+            die("%s exists (--force overwrites a model this tool wrote)" % a.out)
+        if not (os.path.isfile(a.out) and open(a.out, "rb").read(4) == b"GGUF"):
+            die("%s exists and is not a GGUF model: refusing to overwrite it" % a.out)
+    make(a.out, a.seed, a.vocab, q_lora=a.q_lora, kv_layout=a.kv_layout, gating=a.gating, groups=g, yarn=a.yarn,
+         yarn_log_mul=a.yarn_log_mul)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
