@@ -53,6 +53,7 @@ enum bt_op {
     BT_OP_ATTN_GATE,                         /* qwen35: the gate half of the doubled q projection */
     BT_OP_ATTN_Q_NORM, BT_OP_ATTN_K_NORM,   /* q, k after bias and per-head rmsnorm, before RoPE */
     BT_OP_ATTN_Q, BT_OP_ATTN_K, BT_OP_ATTN_V, BT_OP_ATTN_CTX,
+    BT_OP_ATTN_SINK,                         /* gpt-oss: each head's sink share of its softmax */
     BT_OP_ATTN_GATED,                        /* qwen35: attn_ctx * sigmoid(attn_gate) */
     BT_OP_ATTN_OUTPUT, BT_OP_ATTN_RESID,
     BT_OP_FFN_NORM,

@@ -29,4 +29,9 @@
 void bt_moe_route(const float *logits, int n_expert, int k, bool norm, float scale, float *probs,
                   int *experts, float *weights);
 
+/* gpt-oss's routing (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT):
+ * the k largest logits, ranked as above (NaN last, ties to the lower index);
+ * weights = softmax over those k logits (f32, their max subtracted). */
+void bt_moe_route_topk_softmax(const float *logits, int n_expert, int k, int *experts, float *weights);
+
 #endif

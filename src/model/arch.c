@@ -142,6 +142,24 @@ static const bt_arch_tensor qwen3next_recr[] = {
     QWEN35_MOE_FFN,
 };
 
+/* gpt-oss (src/models/openai-moe.cpp): q/k/v/output biases, per-head sink
+ * logits, the post-attention norm (bound as ffn_norm), experts with biases
+ * and a router bias; no dense FFN, no shared expert */
+static const bt_arch_tensor gptoss_layer[] = {
+    ATTN(true),
+    { "attn_output.bias", W(bo), { E }, false },
+    { "attn_sinks.weight", W(attn_sinks), { BT_DIM_HEADS }, false },
+    { "post_attention_norm.weight", W(ffn_norm), { E }, false },
+    { "ffn_gate_inp.weight", W(ffn_gate_inp), { E, NX }, false },
+    { "ffn_gate_inp.bias", W(ffn_gate_inp_b), { NX }, false },
+    { "ffn_gate_exps.weight", W(ffn_gate_exps), { E, XF, NX }, false },
+    { "ffn_up_exps.weight", W(ffn_up_exps), { E, XF, NX }, false },
+    { "ffn_down_exps.weight", W(ffn_down_exps), { XF, E, NX }, false },
+    { "ffn_gate_exps.bias", W(ffn_gate_exps_b), { XF, NX }, false },
+    { "ffn_up_exps.bias", W(ffn_up_exps_b), { XF, NX }, false },
+    { "ffn_down_exps.bias", W(ffn_down_exps_b), { E, NX }, false },
+};
+
 #define TABLE(t) t, (int)BT_ARRAY_SIZE(t)
 
 static const bt_arch archs[] = {
@@ -171,6 +189,10 @@ static const bt_arch archs[] = {
       .flags = BT_ARCH_TIED | BT_ARCH_QK_NORM | BT_ARCH_HYBRID | BT_ARCH_ATTN_GATE | BT_ARCH_MOE | BT_ARCH_SHARED_EXP |
                BT_ARCH_SSM_BA,
       .norm_topk_prob = true, .layer = TABLE(qwen35moe_layer), .recr = TABLE(qwen3next_recr) },
+    /* NEOX rope (YaRN scaling from the file), sliding window on the even
+     * layers (pattern 2) */
+    { .name = "gpt-oss", .rope_kind = BT_ROPE_NEOX,
+      .flags = BT_ARCH_MOE | BT_ARCH_SINKS | BT_ARCH_OAI_MOE, .layer = TABLE(gptoss_layer) },
     { .name = "granite", .rope_kind = BT_ROPE_NORM, .flags = BT_ARCH_TIED | BT_ARCH_SCALES,
       .layer = TABLE(llama_layer),
       .refuse = "its embedding, residual, attention and logit scales are not applied yet, "
@@ -220,6 +242,7 @@ int64_t bt_arch_dim(const bt_config *c, int dim)
     case BT_DIM_SSM_HEAD: return c->ssm_head_v;
     case BT_DIM_SSM_KERNEL: return c->ssm_kernel;
     case BT_DIM_SSM_NV2: return (int64_t)2 * c->ssm_n_v;
+    case BT_DIM_HEADS: return c->n_heads;
     default: return 1;
     }
 }

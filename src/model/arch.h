@@ -49,6 +49,12 @@ enum bt_arch_flag {
                                     * by key head (value head h reads key head h / (n_v/n_k)) */
     BT_ARCH_ATTN_GATE  = 1u << 8,  /* the q projection is doubled: per head the query, then an
                                     * output gate (attn_ctx * sigmoid(gate)) (qwen35) */
+    /* gpt-oss (llama.cpp's src/models/openai-moe.cpp; the forward's parts in engine/gptoss.c) */
+    BT_ARCH_SINKS      = 1u << 10, /* a learned logit per head (attn_sinks) joins each softmax's
+                                    * denominator; the layers of the sliding-window pattern
+                                    * (bt_layer_swa) attend to the last sliding_window keys only */
+    BT_ARCH_OAI_MOE    = 1u << 11, /* experts with biases, the clamped SwiGLU (swiglu_oai), a
+                                    * router bias and softmax over the chosen experts' logits */
 };
 
 /* Symbolic dimensions of tensor shapes and op widths, resolved against a
@@ -73,6 +79,7 @@ enum bt_dim {
     BT_DIM_SSM_HEAD,   /* head_v: the state's width */
     BT_DIM_SSM_KERNEL, /* ssm.conv_kernel */
     BT_DIM_SSM_NV2,    /* 2 * n_v_heads: the fused ssm_ba projection (qwen3next) */
+    BT_DIM_HEADS,      /* n_heads (attn_sinks: one logit per query head) */
     BT_DIM_COUNT
 };
 int64_t bt_arch_dim(const struct bt_config *c, int dim);
@@ -119,7 +126,8 @@ const char *bt_rope_kind_name(int kind);   /* "norm", "neox" */
     "rope.freq_base", "attention.key_length", "attention.value_length", "rope.dimension_count", "vocab_size", \
     "rope.scaling.type", "rope.scaling.factor", "expert_count", "expert_used_count", \
     "expert_feed_forward_length", "expert_shared_count", "expert_shared_feed_forward_length", \
-    "expert_weights_norm"
+    "expert_weights_norm", "attention.sliding_window_pattern", "rope.scaling.original_context_length", \
+    "rope.scaling.attn_factor"
 /* BT_ARCH_HYBRID (qwen35): ssm.conv_kernel, ssm.inner_size, ssm.state_size,
  * ssm.time_step_rank, ssm.group_count (required), rope.dimension_sections,
  * attention.recurrent_layers or full_attention_interval (which layers are
