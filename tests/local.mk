@@ -333,3 +333,9 @@ EXTRA_DIST += tests/numerics_state.sh
 # the hybrid models from Hugging Face folders, equal to their GGUFs (issue 25)
 TESTS += tests/hf_hybrid.sh
 EXTRA_DIST += tests/hf_hybrid.sh
+# gpt-oss (tools/make-tiny-gptoss.py): against llama.cpp and the numpy oracle
+check_PROGRAMS += tests/test_gptoss
+tests_test_gptoss_SOURCES = tests/test_gptoss.c
+tests_test_gptoss_LDADD = $(CORE_LIBS)
+TESTS += tests/gptoss_llamacpp.sh
+EXTRA_DIST += tests/gptoss_llamacpp.sh tools/make-tiny-gptoss.py

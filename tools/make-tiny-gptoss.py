@@ -3,7 +3,7 @@
 GGUF architecture "gpt-oss"), deterministic from --seed, that llama.cpp
 loads and runs unchanged.
 
-    tools/make-tiny-gptoss.py OUT.gguf [--experts f32|mxfp4] [--seed N]
+    tools/make-tiny-gptoss.py OUT.gguf [--experts f32|mxfp4|mxfp4-f32] [--seed N]
                               [--vocab FILE.gguf] [--layers N] [--window N]
                               [--force]
 
@@ -24,7 +24,10 @@ n_embd), 2 KV heads, an untied output head.
 --experts f32 (the default) stores every tensor in f32; --experts mxfp4 stores
 the three expert tensors (ffn_gate_exps, ffn_up_exps, ffn_down_exps) as
 llama.cpp's real gpt-oss files do, in MXFP4 (ggml type 39, blocks of 32 along
-each row), quantized from the same draws by gguf.quants.
+each row), quantized from the same draws by gguf.quants; --experts mxfp4-f32
+stores those MXFP4 values dequantized, as f32 (the same model as mxfp4 with
+f32 weights: what llama.cpp computes with f32 activations, the reference for
+reading MXFP4 as stored).
 
 The tokenizer.* keys are copied from --vocab (default: the shared GPT-2 BPE
 vocabulary), as tools/make-tiny-hybrid.py does (its vocabulary reader and
@@ -148,6 +151,8 @@ def write_gguf(gguf, path, cfg, w, vocab_fields, seed, experts):
         arr = np.ascontiguousarray(arr, dtype=np.float32)
         if experts == "mxfp4" and name.endswith(EXPERT_MATS):
             wr.add_tensor(name, gguf.quants.quantize(arr, mx), raw_dtype=mx)
+        elif experts == "mxfp4-f32" and name.endswith(EXPERT_MATS):
+            wr.add_tensor(name, gguf.quants.dequantize(gguf.quants.quantize(arr, mx), mx).reshape(arr.shape))
         else:
             wr.add_tensor(name, arr)
     wr.write_header_to_file()
@@ -187,7 +192,7 @@ def make(out, experts="f32", seed=0, vocab=None, layers=4, window=4):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
-    ap.add_argument("--experts", choices=("f32", "mxfp4"), default="f32")
+    ap.add_argument("--experts", choices=("f32", "mxfp4", "mxfp4-f32"), default="f32")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--vocab", help="GGUF whose tokenizer.* keys are copied (default: the shared GPT-2 vocab)")
     ap.add_argument("--layers", type=int, default=4)
