@@ -74,5 +74,5 @@ assert raw.count(arch + b"llama") == 1
 open(sys.argv[2], "wb").write(raw.replace(b"llama.", b"phi99.").replace(arch + b"llama", arch + b"phi99"))
 PY
 expect_exit 2 "an unknown architecture" "$B" run --model "$TMP/phi.gguf" --prompt x -n 1
-grep -q "architecture 'phi99' is not supported (llama, mistral, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, qwen3next, deepseek2)" "$TMP/err" || fail "lists the supported ones: $(cat "$TMP/err")"
+grep -q "architecture 'phi99' is not supported (llama, mistral, qwen2, qwen3, qwen3moe, qwen35, qwen35moe, qwen3next, deepseek2, gpt-oss)" "$TMP/err" || fail "lists the supported ones: $(cat "$TMP/err")"
 finish

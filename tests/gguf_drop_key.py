@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """gguf_drop_key.py SRC DST KEY GGUF_PY_DIR - copy a GGUF without one metadata key
-(bad-input tests: a hybrid model missing a hyperparameter)."""
+(bad-input tests: a hybrid model missing a hyperparameter). A KEY that names
+a tensor drops the tensor; TENSOR:short writes that 1-D tensor one value short."""
 import sys
 sys.path.insert(0, sys.argv[4])
 import gguf
@@ -24,6 +25,12 @@ for name, f in r.fields.items():
         w.add_key_value(name, bytes(f.parts[f.data[0]]).decode(), t)
     else:
         w.add_key_value(name, f.parts[f.data[0]].tolist()[0], t)
+short = drop[:-6] if drop.endswith(":short") else None
 for ti in r.tensors:
+    if ti.name == drop:
+        continue
+    if ti.name == short:
+        w.add_tensor(ti.name, ti.data[:-1].copy(), raw_dtype=ti.tensor_type)
+        continue
     w.add_tensor(ti.name, ti.data.reshape([int(x) for x in reversed(ti.shape)]) if ti.data.ndim == 1 and len(ti.shape) > 1 else ti.data, raw_dtype=ti.tensor_type)
 w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()

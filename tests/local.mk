@@ -342,3 +342,10 @@ EXTRA_DIST += tests/hf_hybrid.sh
 # torch environment of tools/torch-env, created once under ~/.cache/bangtrace)
 TESTS += tests/api_lib.sh tests/pytorch_record.sh
 EXTRA_DIST += tests/api_lib.sh tests/pytorch_record.sh tests/pytorch/record_check.py
+
+# gpt-oss (tools/make-tiny-gptoss.py): against llama.cpp and the numpy oracle
+check_PROGRAMS += tests/test_gptoss
+tests_test_gptoss_SOURCES = tests/test_gptoss.c
+tests_test_gptoss_LDADD = $(CORE_LIBS)
+TESTS += tests/gptoss_llamacpp.sh
+EXTRA_DIST += tests/gptoss_llamacpp.sh tools/make-tiny-gptoss.py

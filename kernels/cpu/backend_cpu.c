@@ -447,6 +447,56 @@ static void attn_worker(void *arg, int ith, int nth)
     }
 }
 
+/* gpt-oss's attention (a->sinks, a->window): one work item per (row,
+ * head), taken in turn from a counter. Scores are the same one-row dots;
+ * the softmax's max takes in the head's sink logit, whose exp(sink - max)
+ * joins the sum after the keys' (ggml's soft_max with sinks); keys before
+ * the window are neither scored nor summed. */
+typedef struct sink_job {
+    const bt_attn_args *a;
+    float *att;
+    size_t att_stride;
+    _Atomic int next;
+} sink_job;
+
+static void sink_worker(void *arg, int ith, int nth)
+{
+    (void)nth;
+    sink_job *j = arg;
+    const bt_attn_args *a = j->a;
+    float *att = j->att + (size_t)ith * j->att_stride;
+    int hd = a->head_dim, kv_dim = a->n_kv_heads * hd, q_dim = a->n_heads * hd, group = a->n_heads / a->n_kv_heads;
+    const float *kc = F(a->k_cache) + a->cache_off, *vc = F(a->v_cache) + a->cache_off;
+    const float *sk = a->sinks ? F(a->sinks) + a->sinks_off : NULL;
+    float scale = 1.0f / sqrtf((float)hd);
+    int items = a->T * a->n_heads;
+    for (int it; (it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < items;) {
+        int t = it / a->n_heads, h = it % a->n_heads, kvh = h / group, pos = a->pos0 + t;
+        int lo = a->window > 0 ? BT_MAX(0, pos - a->window + 1) : 0, n = pos + 1 - lo;
+        const float *q = F(a->q) + (size_t)t * q_dim + (size_t)h * hd;
+        for (int p0 = lo, kb; p0 <= pos; p0 += kb) {
+            kb = kv_run(a, p0, pos + 1 - p0);
+            bt_dot_rows_f32(kc + kv_row(a, p0) * kv_dim + kvh * hd, kv_dim, q, hd, kb, att + (p0 - lo));
+        }
+        float m = bt_scale_max_f32(att, n, scale);
+        if (sk && sk[h] > m) m = sk[h];
+        bt_exp_sub_f32(att, n, m);
+        float sum = 0;
+        for (int p = 0; p < n; p++) sum += att[p];
+        float es = sk ? expf(sk[h] - m) : 0.0f;
+        sum += es;
+        float inv = 1.0f / sum;
+        float acc[BT_CPU_MAX_HEAD_DIM];
+        memset(acc, 0, hd * sizeof(float));
+        for (int p0 = lo, kb; p0 <= pos; p0 += kb) {
+            kb = kv_run(a, p0, pos + 1 - p0);
+            bt_wsum_f32(acc, att + (p0 - lo), inv, vc + kv_row(a, p0) * kv_dim + kvh * hd, kv_dim, kb, hd);
+        }
+        memcpy(F(a->out) + (size_t)t * q_dim + (size_t)h * hd, acc, hd * sizeof(float));
+        if (a->sink_p) F(a->sink_p)[(size_t)t * a->n_heads + h] = es * inv;
+    }
+}
+
 static int cpu_attention(bt_backend *be, const bt_attn_args *a)
 {
     cpu_ctx *c = CTX(be);
@@ -465,6 +515,7 @@ static int cpu_attention(bt_backend *be, const bt_attn_args *a)
         tq = (int)BT_MIN((size_t)8, BT_MAX((size_t)1, ((size_t)1 << 18) / (ctx * group)));
         tq = BT_MIN(tq, a->T);
     }
+    if (a->sinks || a->window > 0 || a->sink_p) tq = 1, group = 1;   /* sink_worker: one score row */
     size_t need = (size_t)tq * group * ctx;
     if (need > c->att_cap) {
         /* grows to the largest context of the engines sharing this backend */
@@ -472,6 +523,12 @@ static int cpu_attention(bt_backend *be, const bt_attn_args *a)
         if (!na) return bt_error(BT_ENOMEM, "out of memory for attention scores (context %zu)", ctx);
         c->att = na;
         c->att_cap = need;
+    }
+    if (a->sinks || a->window > 0 || a->sink_p) {
+        sink_job sj = { .a = a, .att = c->att, .att_stride = c->att_cap };
+        atomic_init(&sj.next, 0);
+        bt_pool_run(c->pool, sink_worker, &sj);
+        return BT_OK;
     }
     attn_job job = { .a = a, .att = c->att, .att_stride = c->att_cap, .ctx = ctx, .tq = tq };
     atomic_init(&job.next, 0);
@@ -505,6 +562,31 @@ static int cpu_swiglu(bt_backend *be, bt_buf *out, bt_buf *gate, bt_buf *up, siz
 {
     ew_ctx c = { .o = F(out), .a = F(gate), .b = F(up) };
     run_split(be, n, n, swiglu_range, &c);
+    return BT_OK;
+}
+
+typedef struct oai_ctx {
+    float *o;
+    const float *g, *u;
+    float alpha, limit;
+} oai_ctx;
+
+static void swiglu_oai_range(void *v, size_t lo, size_t hi)
+{
+    const oai_ctx *c = v;
+    for (size_t i = lo; i < hi; i++) {
+        /* std::min / std::clamp's comparisons: a NaN passes through */
+        float g = c->g[i], u = c->u[i];
+        float x = c->limit < g ? c->limit : g;
+        float y = u < -c->limit ? -c->limit : c->limit < u ? c->limit : u;
+        c->o[i] = x / (1.0f + expf(c->alpha * -x)) * (y + 1.0f);
+    }
+}
+
+static int cpu_swiglu_oai(bt_backend *be, bt_buf *out, bt_buf *gate, bt_buf *up, size_t n, float alpha, float limit)
+{
+    oai_ctx c = { .o = F(out), .g = F(gate), .u = F(up), .alpha = alpha, .limit = limit };
+    run_split(be, n, n, swiglu_oai_range, &c);
     return BT_OK;
 }
 
@@ -798,6 +880,8 @@ static const struct bt_backend_i cpu_iface = {
     .ssm_conv = cpu_ssm_conv,
     .gdn_recur = cpu_gdn_recur,
     .rope_neox_part = cpu_rope_neox_part,
+    .attention_sinks = cpu_attention,
+    .swiglu_oai = cpu_swiglu_oai,
 };
 
 int bt_backend_cpu_new(int n_threads, bt_backend **out)

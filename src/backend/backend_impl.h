@@ -72,6 +72,16 @@ typedef struct bt_attn_args {
      * without paged attention refuses a non-NULL table. */
     const int32_t *blocks;
     int block_size;
+    /* ABI 6, gpt-oss (read only by attention_sinks): sinks NULL, or n_heads
+     * f32 logits at sinks_off, head h's joining its softmax's denominator
+     * unscaled (exp(sink - m), m the max over the scaled scores and the
+     * sink); window > 0: a query at position p attends to keys p-window+1..p
+     * only; sink_p NULL, or (T, n_heads) f32 receiving the sink's share of
+     * each softmax. */
+    bt_buf *sinks;
+    size_t sinks_off;
+    int window;
+    bt_buf *sink_p;
 } bt_attn_args;
 
 struct bt_backend_i {
@@ -259,6 +269,16 @@ struct bt_backend_i {
      * op takes it as it takes b. NULL: the engine refuses a batched forward
      * on this backend, naming it. */
     int (*buf_view)(bt_backend *be, bt_buf *b, size_t off, size_t bytes, bt_buf **out);
+
+    /* ---- ABI 6: gpt-oss (engine/gptoss.c) ----
+     * Each optional: NULL and the engine refuses such a model on this backend
+     * with one line naming the op. */
+    /* attention (as above) honouring bt_attn_args.sinks, window and sink_p */
+    int (*attention_sinks)(bt_backend *be, const bt_attn_args *a);
+    /* The clamped SwiGLU (ggml's swiglu_oai) for n elements: x = min(gate,
+     * limit), y = clamp(up, -limit, limit), out = x / (1 + exp(-alpha x)) *
+     * (y + 1). out may be gate. */
+    int (*swiglu_oai)(bt_backend *be, bt_buf *out, bt_buf *gate, bt_buf *up, size_t n, float alpha, float limit);
 };
 
 /* Every backend handle starts with its vtable; the rest is the backend's. */
@@ -279,8 +299,9 @@ struct bt_backend {
  * scatter_add, enable, mark, activity, mem_info; 3: num_check, num_round,
  * num_matmul, num_rmsnorm, num_attention; 4: copy_cols, mul_sigmoid, gdn_gates,
  * ssm_conv, gdn_recur, rope_neox_part; 5: bt_attn_args.blocks and
- * block_size, buf_view); hooks are only ever added at the end. */
-#define BT_BACKEND_ABI_VERSION 5
+ * block_size, buf_view; 6: bt_attn_args.sinks, sinks_off, window, sink_p,
+ * attention_sinks, swiglu_oai); hooks are only ever added at the end. */
+#define BT_BACKEND_ABI_VERSION 6
 #define BT_BACKEND_PLUGIN_ENTRY "bt_backend_plugin_init"
 typedef int (*bt_backend_plugin_init_fn)(int abi_version, int device, bt_backend **out, char *err, size_t errcap);
 int bt_backend_plugin_init(int abi_version, int device, bt_backend **out, char *err, size_t errcap);

@@ -24,7 +24,7 @@ void cmd_forward_help(FILE *out)
 {
     fprintf(out,
         "usage: bangtrace forward --model M [--tokenizer T] --tokens \"ID ID ...\" --dump DIR [--threads N]\n"
-        "                        [--device DEV] [--engine native|llama.cpp] [--mtp]\n"
+        "                        [--device DEV] [--engine native|llama.cpp] [--mtp] [--numerics PROFILE]\n"
         "                        [--llama-flash-attn M] [--llama-repack on|off] [--llama-kv-type T] [--llama-opt K=V] [--force]\n\n"
         "Run one forward pass (a prefill at positions 0..T-1) and write every named\n"
         "tensor (token_embd, blk.L.attn_norm ... blk.L.ffn_resid, output_norm, logits)\n"
@@ -37,7 +37,8 @@ void cmd_forward_help(FILE *out)
         "llama.cpp's draft-mtp pairs them (id t at position t with the trunk's\n"
         "output_norm row t-1; zeros for t = 0), and writes its tensors: blk.N.mtp_enorm,\n"
         "blk.N.mtp_hnorm, blk.N.mtp_eh_proj, its layer's blk.N.*, mtp_output_norm and\n"
-        "mtp_logits (the native engine only).\n"        "Used by the reference oracle tests; handy for diffing two builds. A DIR that\n"
+        "mtp_logits (the native engine only). --numerics runs the native engine under a\n"
+        "numerics profile (doc/numerics.md; act_q=ggml: llama.cpp's Q8 activations).\n"        "Used by the reference oracle tests; handy for diffing two builds. A DIR that\n"
         "already holds a dump (meta.json or .f32 files) is refused (exit 2, nothing\n"
         "written) unless --force is given; even then a link, a device or the model\n"
         "itself is never replaced (exit 2). --device DEV runs the ops on cpu (default), cuda or\n"
@@ -127,7 +128,8 @@ int cmd_forward(int argc, char **argv)
     bool force = false, mtp = false;
     bt_engine *me = NULL;
     float *h = NULL;
-    bt_args g = { .take = BT_ARGS_MODEL | BT_ARGS_TOKENIZER | BT_ARGS_THREADS | BT_ARGS_DEVICE | BT_ARGS_ENGINE | BT_ARGS_LLAMA,
+    bt_args g = { .take = BT_ARGS_MODEL | BT_ARGS_TOKENIZER | BT_ARGS_THREADS | BT_ARGS_DEVICE | BT_ARGS_ENGINE | BT_ARGS_LLAMA |
+                          BT_ARGS_NUMERICS,
                   .threads = 1 };
     bt_model *m = NULL;
     bt_engine *e = NULL;
@@ -176,6 +178,7 @@ int cmd_forward(int argc, char **argv)
     } else {
         bt_engine_opts eo = { .ctx_len = BT_MAX((int)n, 1), .max_batch = (int)n, .n_threads = (int)g.threads, .device = device };
         if (bt_engine_new_opts(m, &eo, &e)) goto fail;
+        if (g.numerics_spec && bt_engine_set_numerics(e, &g.numerics)) goto fail;
     }
     dump_ctx d = { .dir = dir, .force = force, .tensors = json_object(), .positions = json_object(), .in = { { "--model", model }, { "--tokenizer", tokenizer } } };
     bt_eval_cb cb = { .ask = dump_ask, .observe = dump_observe, .user = &d };

@@ -384,8 +384,17 @@ static void print_text(const bt_model *m, const char *load_err, const char *sha,
                c->tied_output ? "yes" : "no");
         printf("  rope %s%s%s, qkv_bias %s, qk_norm %s\n", bt_rope_kind_name(c->rope_kind),
                c->has_rope_freqs ? " with rope_freqs (Llama 3 scaling)" : "",
-               c->rope_freq_scale != 1.0f ? " linear-scaled" : "", c->flags & BT_ARCH_QKV_BIAS ? "yes" : "no",
-               c->flags & BT_ARCH_QK_NORM ? "yes" : "no");
+               c->rope_yarn ? " yarn-scaled" : c->rope_freq_scale != 1.0f ? " linear-scaled" : "",
+               c->flags & BT_ARCH_QKV_BIAS ? "yes" : "no", c->flags & BT_ARCH_QK_NORM ? "yes" : "no");
+        if (c->rope_yarn)
+            printf("  yarn factor %g, original context %d, attn_factor %g\n", 1.0 / (double)c->rope_freq_scale,
+                   c->yarn_orig_ctx, (double)c->yarn_attn_factor);
+        if (c->flags & BT_ARCH_SINKS) {
+            printf("  attention sinks, sliding window %d on layers", c->sliding_window);
+            for (int l = 0, n = 0; l < c->n_layers; l++)
+                if (bt_layer_swa(c, l)) printf("%s%d", n++ ? "," : " ", l);
+            printf("\n");
+        }
         if (c->n_expert)
             printf("  experts %d, used %d, expert_ff %d, norm_topk_prob %s, shared experts %d (ff %d)\n",
                    c->n_expert, c->n_expert_used, c->expert_ff_len, c->norm_topk_prob ? "yes" : "no",

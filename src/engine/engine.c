@@ -12,6 +12,7 @@
 #include "kernels/cpu/numerics.h"
 #include "engine/moe.h"
 #include "engine/mla.h"
+#include "engine/gptoss.h"
 #include "backend/backend_impl.h"
 #include "kernels/cpu/kernels.h"
 #include "base/util.h"
@@ -72,6 +73,7 @@ static const bt_op_info op_info[] = {
     [BT_OP_ATTN_Q_ABS] = { "attn_q_abs", "aQ", "qabs", BT_DIM_MLA_QABS, BT_KOP_ATTENTION, 0, BT_ARCH_MLA, 0 },
     [BT_OP_ATTN_CTX_LATENT] = { "attn_ctx_latent", "aC", "ctxl", BT_DIM_MLA_CTXL, BT_KOP_ATTENTION, 0, BT_ARCH_MLA, 0 },
     [BT_OP_ATTN_CTX] = { "attn_ctx", "ac", "ctx", BT_DIM_Q, BT_KOP_ATTENTION, 0, 0, 0 },
+    [BT_OP_ATTN_SINK] = { "attn_sink", "as", "sink", BT_DIM_HEADS, BT_KOP_ATTENTION, 0, BT_ARCH_SINKS, 0 },
     [BT_OP_ATTN_OUTPUT] = { "attn_output", "ao", "aout", BT_DIM_EMBD, BT_KOP_MATMUL, LW(wo), 0, 0 },
     [BT_OP_ATTN_RESID] = { "attn_resid", "ar", "ares", BT_DIM_EMBD, BT_KOP_ADD, 0, 0, 0 },
     [BT_OP_FFN_NORM] = { "ffn_norm", "fn", "fnrm", BT_DIM_EMBD, BT_KOP_RMSNORM, 0, 0, 0 },
@@ -200,6 +202,7 @@ typedef struct layer_bufs {
     bt_buf *w_gate_inp, **e_gate, **e_up, **e_down;   /* (n_expert) each */
     bt_buf *sh_gate, *sh_up, *sh_down, *sh_gate_inp;  /* shared expert, NULL when absent */
     size_t bq, bk, bv, bo, q_norm, k_norm;
+    size_t sinks, r_b, gate_b, up_b, down_b;   /* gpt-oss: sink logits, router and expert biases */
     /* gated delta net (recurrent layers): projections, and in vec_w the
      * decay's a and dt, the gated norm's weight and the conv taps */
     bt_buf *s_qkv, *s_z, *s_beta, *s_alpha, *s_out;
@@ -230,6 +233,7 @@ struct bt_engine {
     bt_buf *k;         /* (B, kv_dim) */
     bt_buf *v;         /* (B, kv_dim) */
     bt_buf *ctx;       /* (B, q_dim) attention-weighted values */
+    bt_buf *sink_p;    /* (B, n_heads) gpt-oss: the sinks' shares of the softmax */
     bt_buf *attn_out;  /* (B, dim) */
     bt_buf *gate;      /* (B, hidden) */
     bt_buf *up;        /* (B, hidden) */
@@ -326,7 +330,7 @@ struct bt_engine {
 /* One sequence of a forward: its rows of the batch and where its cache is.
  * View buffers alias the engine's activations at its rows (NULL when it
  * starts at row 0: the buffers themselves). */
-enum { V_Q, V_K, V_V, V_CTX, V_QKV, V_CONV, V_SQ, V_SK, V_SV, V_DECAY, V_BETA, V_CORE, V_COUNT };
+enum { V_Q, V_K, V_V, V_CTX, V_SINK, V_QKV, V_CONV, V_SQ, V_SK, V_SV, V_DECAY, V_BETA, V_CORE, V_COUNT };
 typedef struct seq_run {
     const int32_t *tokens;
     int T, pos0, row0;
@@ -348,7 +352,7 @@ void bt_engine_free(bt_engine *e)
                            e->rope_sin, e->norm_w, e->vec_w, e->qg, e->agate, e->s_qkv, e->s_conv, e->s_z,
                            e->s_beta, e->s_decay, e->s_q, e->s_k, e->s_v, e->s_core, e->s_norm, e->ssm_state,
                            e->conv_state, e->w_eh, e->mtp_cat, e->m_qa, e->m_kva, e->m_lat, e->m_qabs, e->m_ctxl,
-                           e->m_ctx };
+                           e->m_ctx, e->sink_p };
         for (size_t i = 0; i < BT_ARRAY_SIZE(bufs); i++) e->bi->buf_free(e->be, bufs[i]);
         if (e->lw)
             for (int l = 0; l < e->c.n_layers; l++) {
@@ -618,7 +622,7 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
         return bt_error(BT_EUNSUPPORTED, "%s: head dimension %d is above the supported %d", m->path, cfg.head_dim, BT_MAX_HEAD_DIM);
     const bt_config *c = &cfg;
     if (ctx_len <= 0) ctx_len = BT_MIN(c->ctx_len, BT_ENGINE_CTX_CAP);
-    if (c->sliding_window > 0 && ctx_len > c->sliding_window)
+    if (c->sliding_window > 0 && ctx_len > c->sliding_window && !(c->flags & BT_ARCH_SINKS))
         return bt_error(BT_EUNSUPPORTED, "%s: a context of %d tokens exceeds the model's sliding attention window "
                         "of %d, which bangtrace does not compute", m->path, ctx_len, c->sliding_window);
     if (max_batch <= 0) max_batch = 1;
@@ -666,6 +670,8 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
             { &L->attn_q_norm, &B_->q_norm }, { &L->attn_k_norm, &B_->k_norm },
             { &L->ssm_a, &B_->s_a }, { &L->ssm_dt, &B_->s_dt }, { &L->ssm_norm_w, &B_->s_norm },
             { &L->ssm_conv1d, &B_->s_conv }, { &L->attn_q_a_norm, &B_->qa_norm }, { &L->attn_kv_a_norm, &B_->kva_norm },
+            { &L->attn_sinks, &B_->sinks }, { &L->ffn_gate_inp_b, &B_->r_b }, { &L->ffn_gate_exps_b, &B_->gate_b },
+            { &L->ffn_up_exps_b, &B_->up_b }, { &L->ffn_down_exps_b, &B_->down_b },
         };
         for (size_t i = 0; i < BT_ARRAY_SIZE(v); i++) {
             *v[i].off = v[i].w->data ? n_vec : NO_VEC;
@@ -714,6 +720,22 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
         if (!e->m_w || !e->m_own || !e->m_bias) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
     }
     /* The ops this model needs beyond the Llama set, on this backend. */
+    if ((c->flags & BT_ARCH_SINKS) && !e->bi->attention_sinks) {
+        rc = bt_error(BT_EUNSUPPORTED, "%s: the attention op attention_sinks (per-head sink logits and the sliding "
+                      "window, architecture %s) is not implemented by the %s backend; run it on the cpu", m->path,
+                      c->arch, bt_backend_name(e->be));
+        goto fail;
+    }
+    if ((c->flags & BT_ARCH_OAI_MOE) && !e->bi->swiglu_oai) {
+        rc = bt_error(BT_EUNSUPPORTED, "%s: the op swiglu_oai (the clamped SwiGLU, architecture %s) is not implemented "
+                      "by the %s backend; run it on the cpu", m->path, c->arch, bt_backend_name(e->be));
+        goto fail;
+    }
+    if (c->rope_yarn && e->part_rope) {
+        rc = bt_error(BT_EUNSUPPORTED, "%s: YaRN rope scaling with the partial rope of architecture %s is not supported",
+                      m->path, c->arch);
+        goto fail;
+    }
     if (c->rope_kind == BT_ROPE_NEOX && !e->bi->rope_neox) {
         rc = bt_error(BT_EUNSUPPORTED, "%s: NEOX rope (architecture %s) is not implemented by the %s backend",
                       m->path, c->arch, bt_backend_name(e->be));
@@ -776,6 +798,7 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
     if (c->n_expert > 0 && (rc = moe_alloc(e))) goto fail;
     if (e->mla && (rc = mla_alloc(e))) goto fail;
     if (e->hybrid && (rc = hybrid_alloc(e))) goto fail;
+    if ((c->flags & BT_ARCH_SINKS) && (rc = alloc_f32(e, B * c->n_heads, &e->sink_p))) goto fail;
     /* the gated attention's doubled q projection (a hybrid's trunk or its MTP block) */
     if ((c->flags & BT_ARCH_ATTN_GATE) &&
         ((rc = alloc_f32(e, B * 2 * q_dim, &e->qg)) || (rc = alloc_f32(e, B * q_dim, &e->agate))))
@@ -794,6 +817,7 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
     bt_numerics_rope_table(NULL, c->rope_base, c->head_dim, c->rope_freq_scale, e->rope_ff, ctx_len, host,
                            host + (size_t)ctx_len * half);
     if (e->part_rope) hybrid_rope_table(c, ctx_len, host, host + (size_t)ctx_len * half);
+    if (c->rope_yarn) bt_gptoss_rope_table(c, ctx_len, host, host + (size_t)ctx_len * half);
     if ((rc = e->bi->set(e->be, e->rope_cos, 0, host, (size_t)ctx_len * half)) ||
         (rc = e->bi->set(e->be, e->rope_sin, 0, host + (size_t)ctx_len * half, (size_t)ctx_len * half)))
         goto fail;
@@ -806,6 +830,8 @@ int bt_engine_new_opts(const bt_model *m, const bt_engine_opts *o, bt_engine **o
             { &L->attn_q_norm, &B_->q_norm }, { &L->attn_k_norm, &B_->k_norm },
             { &L->ssm_a, &B_->s_a }, { &L->ssm_dt, &B_->s_dt }, { &L->ssm_norm_w, &B_->s_norm },
             { &L->ssm_conv1d, &B_->s_conv }, { &L->attn_q_a_norm, &B_->qa_norm }, { &L->attn_kv_a_norm, &B_->kva_norm },
+            { &L->attn_sinks, &B_->sinks }, { &L->ffn_gate_inp_b, &B_->r_b }, { &L->ffn_gate_exps_b, &B_->gate_b },
+            { &L->ffn_up_exps_b, &B_->up_b }, { &L->ffn_down_exps_b, &B_->down_b },
         };
         for (size_t i = 0; i < BT_ARRAY_SIZE(v); i++)
             if (*v[i].off != NO_VEC)
@@ -1058,20 +1084,30 @@ static int row_pos(const bt_engine *e, int r)
 
 /* A SwiGLU FFN of n rows of x through gate/up (rows hid) and down into
  * e->down, tapping its four tensors as expert x's (x < 0: the shared
- * expert, not tapped on its own: it is part of ffn_moe_out). */
+ * expert, not tapped on its own: it is part of ffn_moe_out). gpt-oss
+ * (BT_ARCH_OAI_MOE): each product plus expert x's bias row (vec_w offsets
+ * gb, ub, db of the layer's (n_expert, width) biases) and the clamped
+ * SwiGLU. */
 static int expert_ffn(bt_engine *e, int l, int x, const int *pos, bt_buf *wg, bt_buf *wu, bt_buf *wd, int wtype_g,
-                      int wtype_u, int wtype_d, int hid, bt_buf *in, int n)
+                      int wtype_u, int wtype_d, int hid, bt_buf *in, int n, size_t gb, size_t ub, size_t db)
 {
     const struct bt_backend_i *bi = e->bi;
     int dim = e->c.dim;
     int rc;
+    bool oai = x >= 0 && (e->c.flags & BT_ARCH_OAI_MOE);
     if ((rc = mm(e, wtype_g, wg, hid, dim, in, 0, n, e->gate))) return rc;
+    if (oai && (rc = bi->add_row(e->be, e->gate, n, hid, e->vec_w, gb + (size_t)x * hid))) return rc;
     if (x >= 0) TAPX(BT_OP_FFN_GATE, l, x, pos, e->gate, n, hid);
     if ((rc = mm(e, wtype_u, wu, hid, dim, in, 0, n, e->up))) return rc;
+    if (oai && (rc = bi->add_row(e->be, e->up, n, hid, e->vec_w, ub + (size_t)x * hid))) return rc;
     if (x >= 0) TAPX(BT_OP_FFN_UP, l, x, pos, e->up, n, hid);
-    if ((rc = bi->swiglu(e->be, e->act, e->gate, e->up, (size_t)n * hid))) return rc;
+    if (oai) rc = bi->swiglu_oai(e->be, e->act, e->gate, e->up, (size_t)n * hid, BT_GPTOSS_SWIGLU_ALPHA,
+                                 BT_GPTOSS_SWIGLU_LIMIT);
+    else rc = bi->swiglu(e->be, e->act, e->gate, e->up, (size_t)n * hid);
+    if (rc) return rc;
     if (x >= 0) TAPX(BT_OP_FFN_ACT, l, x, pos, e->act, n, hid);
     if ((rc = mm(e, wtype_d, wd, dim, hid, e->act, 0, n, e->down))) return rc;
+    if (oai && (rc = bi->add_row(e->be, e->down, n, dim, e->vec_w, db + (size_t)x * dim))) return rc;
     if (x >= 0) TAPX(BT_OP_FFN_DOWN, l, x, pos, e->down, n, dim);
     return BT_OK;
 }
@@ -1094,6 +1130,7 @@ static int moe_ffn(bt_engine *e, int l, int T)
     if (e->marking && (rc = bi->mark(be, e->step, l, BT_OP_FFN_GATE_INP))) return rc;
     if ((rc = mm(e, L->ffn_gate_inp.type, W->w_gate_inp, E, dim, e->xb, 0, T, e->router)))
         return rc;
+    if (W->r_b != NO_VEC && (rc = bi->add_row(be, e->router, T, E, e->vec_w, W->r_b))) return rc;
     if ((rc = num_store(e, e->router, (size_t)T * E))) return rc;
     if (e->has_cb && !tap(e, BT_OP_FFN_GATE_INP, l, e->router, E)) return BT_EINVAL;
     /* the choice is made from what the tap left (an injected router routes) */
@@ -1104,6 +1141,8 @@ static int moe_ffn(bt_engine *e, int l, int T)
         if (e->mla)   /* deepseek2's gating options */
             bt_moe_route_gate(e->h_router + (size_t)t * E, E, k, &g, e->h_probs, e->h_sel + (size_t)t * k,
                               e->h_w + (size_t)t * k);
+        else if (c->flags & BT_ARCH_OAI_MOE)   /* gpt-oss: softmax over the chosen experts' logits */
+            bt_moe_route_topk_softmax(e->h_router + (size_t)t * E, E, k, e->h_sel + (size_t)t * k, e->h_w + (size_t)t * k);
         else
             bt_moe_route(e->h_router + (size_t)t * E, E, k, c->norm_topk_prob, 1.0f, e->h_probs,
                          e->h_sel + (size_t)t * k, e->h_w + (size_t)t * k);
@@ -1130,14 +1169,15 @@ static int moe_ffn(bt_engine *e, int l, int T)
         if ((rc = bi->get_rows(be, BT_DT_F32, e->xb, dim, e->h_ids, n, e->xe))) return rc;
         bt_weight g = bt_moe_expert_view(&L->ffn_gate_exps, x), u = bt_moe_expert_view(&L->ffn_up_exps, x),
                   d = bt_moe_expert_view(&L->ffn_down_exps, x);
-        if ((rc = expert_ffn(e, l, x, pos, W->e_gate[x], W->e_up[x], W->e_down[x], g.type, u.type, d.type, eh, e->xe, n)))
+        if ((rc = expert_ffn(e, l, x, pos, W->e_gate[x], W->e_up[x], W->e_down[x], g.type, u.type, d.type, eh, e->xe, n,
+                             W->gate_b, W->up_b, W->down_b)))
             return rc;
         if ((rc = bi->scatter_add(be, e->moe_out, e->down, e->h_ids, e->h_ew, n, dim))) return rc;
     }
     if (W->sh_gate) {
         int sh = c->shared_ff_len;
         if ((rc = expert_ffn(e, l, -1, NULL, W->sh_gate, W->sh_up, W->sh_down, L->ffn_gate_shexp.type,
-                             L->ffn_up_shexp.type, L->ffn_down_shexp.type, sh, e->xb, T)))
+                             L->ffn_up_shexp.type, L->ffn_down_shexp.type, sh, e->xb, T, NO_VEC, NO_VEC, NO_VEC)))
             return rc;
         for (int t = 0; t < T; t++) { e->h_ids[t] = t; e->h_ew[t] = 1.0f; }
         if (W->sh_gate_inp) {   /* qwen2moe: the shared expert scaled by sigmoid(x . w) */
@@ -1455,7 +1495,7 @@ static int forward_run(bt_engine *e, int T)
     const bt_model *m = e->m;
     int dim = c->dim, hd = c->head_dim, hidden = c->hidden_dim;
     int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
-    bool gated = (c->flags & BT_ARCH_ATTN_GATE) != 0;
+    bool gated = (c->flags & BT_ARCH_ATTN_GATE) != 0, sinks = (c->flags & BT_ARCH_SINKS) != 0;
     const int32_t *tokens = e->run[0].tokens;
     if (e->hybrid)
         for (int s = 0; s < e->n_run; s++) {
@@ -1548,10 +1588,17 @@ static int forward_run(bt_engine *e, int T)
                                 .cache_off = slab, .out = SV(sq, V_CTX, e->ctx), .T = sq->T, .pos0 = sq->pos0,
                                 .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = hd,
                                 .ctx_len = e->ctx_len, .blocks = sq->blocks, .block_size = e->block_size };
-            if (e->num_on && bt_numerics_attn_custom_n(&e->num)) OP(bt_backend_num_attention(be, &e->num, &aa));
+            if (sinks) {   /* gpt-oss: sink logits, the window on its sliding layers */
+                aa.sinks = e->vec_w;
+                aa.sinks_off = W->sinks;
+                aa.window = bt_layer_swa(c, l) ? c->sliding_window : 0;
+                aa.sink_p = SV(sq, V_SINK, e->sink_p);
+                OP(bi->attention_sinks(be, &aa));
+            } else if (e->num_on && bt_numerics_attn_custom_n(&e->num)) OP(bt_backend_num_attention(be, &e->num, &aa));
             else OP(bi->attention(be, &aa));
         }
         TAP(BT_OP_ATTN_CTX, l, e->ctx, q_dim);
+        if (sinks) TAP(BT_OP_ATTN_SINK, l, e->sink_p, c->n_heads);
         if (gated) {
             MARK(BT_OP_ATTN_GATED, l);
             OP(bi->mul_sigmoid(be, e->ctx, e->agate, (size_t)T * q_dim));
@@ -1688,9 +1735,9 @@ int bt_engine_forward_batch(bt_engine *e, bt_seq_batch *b, int n)
     int hd = c->head_dim, q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
     int C = e->hybrid ? (int)bt_arch_dim(c, BT_DIM_SSM_CONV) : 0, KD = c->ssm_n_k * c->ssm_head_k;
     int V = c->ssm_n_v * c->ssm_head_v, nv = c->ssm_n_v;
-    bt_buf *base[V_COUNT] = { e->q, e->k, e->v, e->ctx, e->s_qkv, e->s_conv, e->s_q, e->s_k, e->s_v, e->s_decay,
-                              e->s_beta, e->s_core };
-    int width[V_COUNT] = { q_dim, kv_dim, kv_dim, q_dim, C, C, KD, KD, V, nv, nv, V };
+    bt_buf *base[V_COUNT] = { e->q, e->k, e->v, e->ctx, e->sink_p, e->s_qkv, e->s_conv, e->s_q, e->s_k, e->s_v,
+                              e->s_decay, e->s_beta, e->s_core };
+    int width[V_COUNT] = { q_dim, kv_dim, kv_dim, q_dim, c->n_heads, C, C, KD, KD, V, nv, nv, V };
     int nviews = e->hybrid ? V_COUNT : V_QKV;
     for (int s = 0, row = 0; s < n; s++) {
         seq_run *q = &run[s];
@@ -1698,7 +1745,7 @@ int bt_engine_forward_batch(bt_engine *e, bt_seq_batch *b, int n)
         q->slot = b[s].slot; q->state = b[s].state; q->all = b[s].logits_all;
         memcpy(tok + row, b[s].tokens, (size_t)q->T * sizeof *tok);
         for (int v = 0; v < nviews && row > 0 && rc == BT_OK; v++)
-            rc = e->bi->buf_view(e->be, base[v], (size_t)row * width[v], (size_t)q->T * width[v] * sizeof(float), &q->view[v]);
+            if (base[v]) rc = e->bi->buf_view(e->be, base[v], (size_t)row * width[v], (size_t)q->T * width[v] * sizeof(float), &q->view[v]);
         row += q->T;
     }
     if (rc == BT_OK) {
@@ -1801,6 +1848,11 @@ int bt_engine_set_numerics(bt_engine *e, const bt_numerics *n)
     if (on && e->part_rope && n->rope == BT_NUM_ROPE_GGML)
         return bt_error(BT_EUNSUPPORTED, "--numerics: rope=ggml does not cover the sectioned partial rope of hybrid (gated "
                         "delta net) models; give rope=f64");
+    if (on && e->c.rope_yarn && n->rope == BT_NUM_ROPE_GGML)
+        return bt_error(BT_EUNSUPPORTED, "--numerics: rope=ggml does not cover YaRN rope scaling; give rope=f64");
+    if (on && (e->c.flags & BT_ARCH_SINKS) && bt_numerics_attn_custom_n(n))
+        return bt_error(BT_EUNSUPPORTED, "--numerics: attn= and softmax= do not cover attention sinks and the sliding "
+                        "window (architecture %s); give attn=f32,softmax=f32", e->c.arch);
     if (on && (rc = bt_backend_num_check(e->be, n))) return rc;
     if (n && (n->attn || n->softmax) && e->c.head_dim > BT_NUMERICS_MAX_HEAD_DIM)
         return bt_error(BT_EUNSUPPORTED, "--numerics: attn= and softmax= handle heads of up to %d values, this model's have %d",

@@ -59,6 +59,7 @@ enum bt_op {
      * rotated); the absorbed queries; attention's output in the latent */
     BT_OP_ATTN_KV_A, BT_OP_ATTN_KV_LATENT, BT_OP_ATTN_Q_ABS, BT_OP_ATTN_CTX_LATENT,
     BT_OP_ATTN_CTX,
+    BT_OP_ATTN_SINK,                         /* gpt-oss: each head's sink share of its softmax */
     BT_OP_ATTN_GATED,                        /* qwen35: attn_ctx * sigmoid(attn_gate) */
     BT_OP_ATTN_OUTPUT, BT_OP_ATTN_RESID,
     BT_OP_FFN_NORM,

@@ -11,6 +11,32 @@ static bool ranks_before(float pa, int a, float pb, int b)
     return pa > pb || (pa == pb && a < b);
 }
 
+/* experts[0..k) = the k best of v[0..n) by ranks_before, best first (masked entries -INFINITY) */
+static void top_k(const float *v, int n_expert, int k, int *experts)
+{
+    int n = 0;
+    for (int i = 0; i < n_expert; i++) {
+        if (n == k && !ranks_before(v[i], i, v[experts[k - 1]], experts[k - 1])) continue;
+        int j = n < k ? n++ : k - 1;
+        while (j > 0 && ranks_before(v[i], i, v[experts[j - 1]], experts[j - 1])) {
+            experts[j] = experts[j - 1];
+            j--;
+        }
+        experts[j] = i;
+    }
+}
+
+void bt_moe_route_topk_softmax(const float *logits, int n_expert, int k, int *experts, float *weights)
+{
+    top_k(logits, n_expert, k, experts);
+    float mx = -INFINITY;
+    for (int j = 0; j < k; j++) if (logits[experts[j]] > mx) mx = logits[experts[j]];
+    float sum = 0;
+    for (int j = 0; j < k; j++) { weights[j] = expf(logits[experts[j]] - mx); sum += weights[j]; }
+    float inv = 1.0f / sum;
+    for (int j = 0; j < k; j++) weights[j] *= inv;
+}
+
 void bt_moe_route(const float *logits, int n_expert, int k, bool norm, float scale, float *probs,
                   int *experts, float *weights)
 {
@@ -39,21 +65,6 @@ void bt_moe_route(const float *logits, int n_expert, int k, bool norm, float sca
     }
     if (scale != 0.0f && scale != 1.0f)
         for (int j = 0; j < k; j++) weights[j] *= scale;
-}
-
-/* The k best of score[0..n) by ranks_before (masked entries -INFINITY). */
-static void top_k(const float *score, int n, int k, int *out)
-{
-    int m = 0;
-    for (int i = 0; i < n; i++) {
-        if (m == k && !ranks_before(score[i], i, score[out[k - 1]], out[k - 1])) continue;
-        int j = m < k ? m++ : k - 1;
-        while (j > 0 && ranks_before(score[i], i, score[out[j - 1]], out[j - 1])) {
-            out[j] = out[j - 1];
-            j--;
-        }
-        out[j] = i;
-    }
 }
 
 void bt_moe_route_gate(const float *logits, int n_expert, int k, const bt_moe_gate *g, float *probs, int *experts,

@@ -45,5 +45,9 @@ typedef struct bt_moe_gate {
 } bt_moe_gate;
 void bt_moe_route_gate(const float *logits, int n_expert, int k, const bt_moe_gate *g, float *probs, int *experts,
                        float *weights);
+/* gpt-oss's routing (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT):
+ * the k largest logits, ranked as above (NaN last, ties to the lower index);
+ * weights = softmax over those k logits (f32, their max subtracted). */
+void bt_moe_route_topk_softmax(const float *logits, int n_expert, int k, int *experts, float *weights);
 
 #endif

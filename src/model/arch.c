@@ -172,6 +172,23 @@ static const bt_arch_tensor deepseek2_layer[] = {
     { "ffn_up_shexp.weight", W(ffn_up_shexp), { E, BT_DIM_SHARED_FF }, true },
     { "ffn_down_shexp.weight", W(ffn_down_shexp), { BT_DIM_SHARED_FF, E }, true },
 };
+/* gpt-oss (src/models/openai-moe.cpp): q/k/v/output biases, per-head sink
+ * logits, the post-attention norm (bound as ffn_norm), experts with biases
+ * and a router bias; no dense FFN, no shared expert */
+static const bt_arch_tensor gptoss_layer[] = {
+    ATTN(true),
+    { "attn_output.bias", W(bo), { E }, false },
+    { "attn_sinks.weight", W(attn_sinks), { BT_DIM_HEADS }, false },
+    { "post_attention_norm.weight", W(ffn_norm), { E }, false },
+    { "ffn_gate_inp.weight", W(ffn_gate_inp), { E, NX }, false },
+    { "ffn_gate_inp.bias", W(ffn_gate_inp_b), { NX }, false },
+    { "ffn_gate_exps.weight", W(ffn_gate_exps), { E, XF, NX }, false },
+    { "ffn_up_exps.weight", W(ffn_up_exps), { E, XF, NX }, false },
+    { "ffn_down_exps.weight", W(ffn_down_exps), { XF, E, NX }, false },
+    { "ffn_gate_exps.bias", W(ffn_gate_exps_b), { XF, NX }, false },
+    { "ffn_up_exps.bias", W(ffn_up_exps_b), { XF, NX }, false },
+    { "ffn_down_exps.bias", W(ffn_down_exps_b), { E, NX }, false },
+};
 
 #define TABLE(t) t, (int)BT_ARRAY_SIZE(t)
 
@@ -205,6 +222,10 @@ static const bt_arch archs[] = {
     /* NORM rope over the rope.dimension_count trailing dims of each head */
     { .name = "deepseek2", .rope_kind = BT_ROPE_NORM,
       .flags = BT_ARCH_TIED | BT_ARCH_MOE | BT_ARCH_SHARED_EXP | BT_ARCH_MLA, .layer = TABLE(deepseek2_layer) },
+    /* NEOX rope (YaRN scaling from the file), sliding window on the even
+     * layers (pattern 2) */
+    { .name = "gpt-oss", .rope_kind = BT_ROPE_NEOX,
+      .flags = BT_ARCH_MOE | BT_ARCH_SINKS | BT_ARCH_OAI_MOE, .layer = TABLE(gptoss_layer) },
     { .name = "granite", .rope_kind = BT_ROPE_NORM, .flags = BT_ARCH_TIED | BT_ARCH_SCALES,
       .layer = TABLE(llama_layer),
       .refuse = "its embedding, residual, attention and logit scales are not applied yet, "

@@ -49,8 +49,14 @@ enum bt_arch_flag {
                                     * by key head (value head h reads key head h / (n_v/n_k)) */
     BT_ARCH_ATTN_GATE  = 1u << 8,  /* the q projection is doubled: per head the query, then an
                                     * output gate (attn_ctx * sigmoid(gate)) (qwen35) */
-    BT_ARCH_MLA        = 1u << 10, /* deepseek2: multi-head latent attention (engine/mla.c), a
+    BT_ARCH_MLA        = 1u << 12, /* deepseek2: multi-head latent attention (engine/mla.c), a
                                     * latent KV cache, leading dense layers before the MoE ones */
+    /* gpt-oss (llama.cpp's src/models/openai-moe.cpp; the forward's parts in engine/gptoss.c) */
+    BT_ARCH_SINKS      = 1u << 10, /* a learned logit per head (attn_sinks) joins each softmax's
+                                    * denominator; the layers of the sliding-window pattern
+                                    * (bt_layer_swa) attend to the last sliding_window keys only */
+    BT_ARCH_OAI_MOE    = 1u << 11, /* experts with biases, the clamped SwiGLU (swiglu_oai), a
+                                    * router bias and softmax over the chosen experts' logits */
 };
 
 /* Symbolic dimensions of tensor shapes and op widths, resolved against a
@@ -83,7 +89,7 @@ enum bt_dim {
     BT_DIM_MLA_V,      /* mla_v_dim: a value head */
     BT_DIM_MLA_KVB,    /* n_heads * (nope + mla_v_dim): the fused attn_kv_b's rows */
     BT_DIM_MLA_O,      /* n_heads * mla_v_dim: attn_output's input */
-    BT_DIM_HEADS,      /* n_heads (attn_k_b / attn_v_b slabs) */
+    BT_DIM_HEADS,      /* n_heads (attn_k_b / attn_v_b slabs; attn_sinks: one logit per query head) */
     BT_DIM_MLA_QABS,   /* n_heads * (kv_lora_rank + rope_dim): the absorbed query */
     BT_DIM_MLA_CTXL,   /* n_heads * kv_lora_rank: attention's output in the latent */
     BT_DIM_COUNT
@@ -132,7 +138,8 @@ const char *bt_rope_kind_name(int kind);   /* "norm", "neox" */
     "rope.freq_base", "attention.key_length", "attention.value_length", "rope.dimension_count", "vocab_size", \
     "rope.scaling.type", "rope.scaling.factor", "expert_count", "expert_used_count", \
     "expert_feed_forward_length", "expert_shared_count", "expert_shared_feed_forward_length", \
-    "expert_weights_norm"
+    "expert_weights_norm", "attention.sliding_window_pattern", "rope.scaling.original_context_length", \
+    "rope.scaling.attn_factor"
 /* BT_ARCH_HYBRID (qwen35): ssm.conv_kernel, ssm.inner_size, ssm.state_size,
  * ssm.time_step_rank, ssm.group_count (required), rope.dimension_sections,
  * attention.recurrent_layers or full_attention_interval (which layers are

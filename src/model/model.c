@@ -590,6 +590,41 @@ static int load_hybrid_hparams(bt_model *m, const bt_arch *a)
     return BT_OK;
 }
 
+/* gpt-oss's sliding-window layers (llama.cpp's load_swa_pattern with
+ * pattern 2): attention.sliding_window_pattern as an array of per-layer
+ * flags, or as n (layer l slides unless l % n == n - 1; 0: every layer),
+ * default 2 (the even layers). The window itself is required. */
+static int load_swa(bt_model *m)
+{
+    const bt_gguf *g = m->gguf;
+    bt_config *c = &m->cfg;
+    char key[128];
+    if (c->sliding_window <= 0)
+        return bt_error(BT_EFORMAT, "%s: %s.attention.sliding_window is missing or 0", m->path, c->arch);
+    if (c->n_layers > 1024) return bt_error(BT_EUNSUPPORTED, "%s: %d layers (at most 1024)", m->path, c->n_layers);
+    memset(c->swa, 0, sizeof(c->swa));
+    snprintf(key, sizeof(key), "%s.attention.sliding_window_pattern", c->arch);
+    int elem; uint64_t n; const void *data;
+    int rc = bt_gguf_get_arr(g, key, &elem, &n, &data);
+    if (rc == BT_OK) {
+        if ((elem != BT_GGUF_BOOL && elem != BT_GGUF_INT32 && elem != BT_GGUF_UINT32) || n < (uint64_t)c->n_layers)
+            return bt_error(BT_EFORMAT, "%s: %s is not an array of %d flags", m->path, key, c->n_layers);
+        size_t w = elem == BT_GGUF_BOOL ? 1 : 4;
+        for (int l = 0; l < c->n_layers; l++) {
+            int32_t v = 0;
+            memcpy(&v, (const char *)data + (size_t)l * w, w);
+            if (v) c->swa[l >> 6] |= 1ull << (l & 63);
+        }
+        return BT_OK;
+    }
+    if (rc != BT_ENOTFOUND) return rc;
+    uint32_t u;
+    if ((rc = get_u32_opt(g, key, 2, &u))) return rc;
+    for (int l = 0; l < c->n_layers; l++)
+        if (u == 0 || (uint32_t)l % u < u - 1) c->swa[l >> 6] |= 1ull << (l & 63);
+    return BT_OK;
+}
+
 /* data == NULL: open and map m->path; else parse the borrowed buffer. */
 static int load_gguf(bt_model *m, const void *data, size_t size)
 {
@@ -680,7 +715,11 @@ static int load_gguf(bt_model *m, const void *data, size_t size)
     } else if (c->rope_dim != c->head_dim)
         return bt_error(BT_EUNSUPPORTED, "%s: partial RoPE (%d of %d dims) is not supported", m->path, c->rope_dim, c->head_dim);
     if (c->ctx_len <= 0) c->ctx_len = 2048;
-    if (c->sliding_window > 0 && c->sliding_window < c->ctx_len) c->ctx_len = c->sliding_window;
+    if (a->flags & BT_ARCH_SINKS) {   /* the window is applied in attention, per layer */
+        if ((rc = load_swa(m))) return rc;
+    } else if (c->sliding_window > 0 && c->sliding_window < c->ctx_len) {
+        c->ctx_len = c->sliding_window;
+    }
 
     /* RoPE scaling: none, or linear (positions divided by the factor);
      * Llama 3's scaling arrives as the rope_freqs.weight tensor. */
@@ -697,9 +736,21 @@ static int load_gguf(bt_model *m, const void *data, size_t size)
                 return bt_error(BT_EFORMAT, "%s: %s = %g is not a usable factor", m->path, key, factor);
             c->rope_freq_scale = 1.0f / factor;
             c->yarn_ext_factor = 1.0f;
+        } else if (s.len == 4 && !memcmp(s.ptr, "yarn", 4)) {
+            /* YaRN (engine/gptoss.c makes the tables); llama.cpp's defaults
+             * for what the file does not say */
+            if (!(factor >= 1.0f && factor < 1e6f))
+                return bt_error(BT_EFORMAT, "%s: %s = %g is not a usable YaRN factor", m->path, key, factor);
+            c->rope_freq_scale = 1.0f / factor;
+            c->rope_yarn = factor > 1.0f;
+            OPT_U32("rope.scaling.original_context_length", c->ctx_len, c->yarn_orig_ctx);
+            if ((rc = get_f32_opt(g, ARCH_KEY("rope.scaling.attn_factor"), 1.0f, &c->yarn_attn_factor))) return rc;
+            if (c->yarn_orig_ctx <= 0 || !(c->yarn_attn_factor > 0.0f && c->yarn_attn_factor < 1e6f))
+                return bt_error(BT_EFORMAT, "%s: implausible YaRN parameters (original context %d, attn_factor %g)",
+                                m->path, c->yarn_orig_ctx, c->yarn_attn_factor);
         } else if (!(s.len == 4 && !memcmp(s.ptr, "none", 4))) {
-            return bt_error(BT_EUNSUPPORTED, "%s: %s.rope.scaling.type '%.*s' is not supported (none, linear%s)",
-                            m->path, c->arch, (int)BT_MIN(s.len, 32), s.ptr, (a->flags & BT_ARCH_MLA) ? ", yarn" : "");
+            return bt_error(BT_EUNSUPPORTED, "%s: %s.rope.scaling.type '%.*s' is not supported (none, linear, yarn)",
+                            m->path, c->arch, (int)BT_MIN(s.len, 32), s.ptr);
         }
     }
     if ((a->flags & BT_ARCH_MLA) && (rc = load_yarn_hparams(m))) return rc;

@@ -53,6 +53,12 @@ typedef struct bt_layer_weights {
     bt_weight ffn_gate_shexp; /* (shared_ff, dim) shared expert */
     bt_weight ffn_up_shexp;   /* (shared_ff, dim) */
     bt_weight ffn_down_shexp; /* (dim, shared_ff) */
+    /* gpt-oss (BT_ARCH_SINKS, BT_ARCH_OAI_MOE) */
+    bt_weight attn_sinks;     /* (n_heads) each head's sink logit */
+    bt_weight ffn_gate_inp_b; /* (n_expert) router bias */
+    bt_weight ffn_gate_exps_b;/* (n_expert, expert_ff) */
+    bt_weight ffn_up_exps_b;  /* (n_expert, expert_ff) */
+    bt_weight ffn_down_exps_b;/* (n_expert, dim) */
     /* gated delta net (recurrent layers of BT_ARCH_HYBRID); ffn_norm is the
      * file's post_attention_norm there and in the attention layers */
     bt_weight ssm_qkv;    /* attn_qkv (conv_channels, dim): q, k, v before the conv */
@@ -91,7 +97,10 @@ typedef struct bt_config {
     int sliding_window;   /* attention.sliding_window (Mistral): keys further back
                            * are not attended; 0 = none. Within it that is full
                            * attention, which is all the engine computes: it
-                           * refuses a longer context */
+                           * refuses a longer context. With BT_ARCH_SINKS (gpt-oss)
+                           * the window is applied in attention on the layers of
+                           * swa (bt_layer_swa) and the context is not bounded by it */
+    uint64_t swa[16];     /* bit l: layer l attends within sliding_window only */
     float norm_eps;
     float rope_base;
     int rope_dim;         /* rotated dims per head (== head_dim for Llama) */
@@ -104,6 +113,13 @@ typedef struct bt_config {
     float rope_freq_scale;    /* 1 / rope.scaling.factor for linear scaling, else 1 */
     bool has_rope_freqs;      /* rope_freqs.weight divides each pair's frequency
                                * (Llama 3 rope scaling) */
+    /* YaRN rope scaling (rope.scaling.type yarn; rope_freq_scale is 1/factor):
+     * llama.cpp's defaults, ext_factor 1, beta_fast 32, beta_slow 1. rope_yarn:
+     * gpt-oss and the others (engine/gptoss.c), which read yarn_orig_ctx and
+     * yarn_attn_factor (the file's attn_factor, 1) below; deepseek2 (MLA) has
+     * its own reading (yarn_ext_factor, and yarn_attn_factor the computed
+     * attention factor, engine/mla.c) */
+    bool rope_yarn;
     /* MoE (0 when dense) */
     int n_expert;             /* expert_count */
     int n_expert_used;        /* expert_used_count: top-k */
@@ -142,6 +158,12 @@ typedef struct bt_config {
 static inline bool bt_layer_recurrent(const bt_config *c, int l)
 {
     return (c->flags & BT_ARCH_HYBRID) && l >= 0 && l < 1024 && ((c->recr[l >> 6] >> (l & 63)) & 1);
+}
+
+/* Does layer l attend within the sliding window only (gpt-oss)? */
+static inline bool bt_layer_swa(const bt_config *c, int l)
+{
+    return c->sliding_window > 0 && l >= 0 && l < 1024 && ((c->swa[l >> 6] >> (l & 63)) & 1);
 }
 
 /* The MTP (nextn) block of a hybrid model, stored after its trunk as

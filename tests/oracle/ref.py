@@ -47,7 +47,8 @@ LAYER_OPS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_ctx",
 # normed per head. Written from llama.cpp's src/models/<arch>.cpp, not from
 # bangtrace's descriptor.
 ARCHS = {"llama": ("norm", False), "mistral": ("norm", False),
-         "qwen2": ("neox", False), "qwen3": ("neox", True), "qwen3moe": ("neox", True)}
+         "qwen2": ("neox", False), "qwen3": ("neox", True), "qwen3moe": ("neox", True),
+         "gpt-oss": ("neox", False)}
 
 # The positions of the rows of each expert tensor of the last forward()
 # ("blk.0.ffn_down.expert[3]": [0, 5, 6]): an expert sees only its tokens.
@@ -192,9 +193,18 @@ def load_gguf(path, cache=None):
     n_kv = int(_field(reader, a + "attention.head_count_kv", n_heads))
     head_dim = int(_field(reader, a + "attention.key_length", dim // n_heads))
     rope_scale = 1.0
+    yarn = None
     st = _field(reader, a + "rope.scaling.type")
     if st == "linear":
         rope_scale = 1.0 / float(_field(reader, a + "rope.scaling.factor", 1.0))
+    elif st == "yarn":
+        factor = float(_field(reader, a + "rope.scaling.factor", 1.0))
+        rope_scale = 1.0 / factor
+        if factor > 1.0:
+            yarn = dict(factor=factor,
+                        orig_ctx=int(_field(reader, a + "rope.scaling.original_context_length",
+                                            _field(reader, a + "context_length", 2048))),
+                        attn_factor=float(_field(reader, a + "rope.scaling.attn_factor", 1.0)))
     elif st not in (None, "none"):
         raise RefError("%s: rope scaling %r is not supported" % (path, st))
     cfg = dict(
@@ -210,7 +220,19 @@ def load_gguf(path, cache=None):
         tied_output="output.weight" not in tensors,
         arch=arch, rope_kind=rope_kind, qk_norm=qk_norm, rope_scale=rope_scale,
         n_expert=int(_field(reader, a + "expert_count", 0)),
-        n_expert_used=int(_field(reader, a + "expert_used_count", 0)))
+        n_expert_used=int(_field(reader, a + "expert_used_count", 0)),
+        yarn=yarn)
+    if arch == "gpt-oss":
+        # sinks, the sliding window on the layers of the pattern (llama.cpp's
+        # default 2: every layer but each second one), the post-attention norm
+        # in ffn_norm's place, experts with biases and the clamped SwiGLU
+        win = int(_field(reader, a + "attention.sliding_window", 0))
+        pat = _field(reader, a + "attention.sliding_window_pattern", 2)
+        if isinstance(pat, list):
+            swa = [bool(v) for v in pat[:cfg["n_layers"]]]
+        else:
+            swa = [int(pat) == 0 or L % int(pat) < int(pat) - 1 for L in range(cfg["n_layers"])]
+        cfg.update(sinks=True, window=win, swa=swa, ffn_norm_name="post_attention_norm", oai_moe=True)
     if n_heads <= 0 or n_kv <= 0 or n_heads % n_kv:
         raise RefError("%s: head_count %d / head_count_kv %d invalid" % (path, n_heads, n_kv))
     if cfg["rope_dim"] > head_dim or cfg["rope_dim"] % 2:
@@ -260,18 +282,45 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, base, rope_dim, kind="norm", factors=None, scale=1.0):
+def yarn_theta(pos, base, rope_dim, yarn):
+    """YaRN (as llama.cpp's context and ggml's rope_ext apply it: ext_factor
+    1, beta_fast 32, beta_slow 1): pair i's angle is the interpolated
+    pos * theta_i / factor and the extrapolated pos * theta_i mixed by a ramp
+    that is 1 below the correction dim of beta_fast and 0 above that of
+    beta_slow; the magnitude scale is attn_factor * (1 + 0.1 ln factor) /
+    (1 + 0.1 ln factor) * (1 + 0.1 ln factor). Returns (theta [T, half], mscale)."""
+    half = rope_dim // 2
+    f, n0 = yarn["factor"], yarn["orig_ctx"]
+
+    def corr(turns):
+        return rope_dim * np.log(n0 / (turns * 2 * np.pi)) / (2 * np.log(base))
+    lo = max(0.0, np.floor(corr(32.0)))
+    hi = min(rope_dim - 1.0, np.ceil(corr(1.0)))
+    i = np.arange(half, dtype=np.float64)
+    ramp = 1.0 - np.clip((i - lo) / max(0.001, hi - lo), 0.0, 1.0)
+    th = base ** (-2.0 * i / rope_dim)
+    ext = np.asarray(pos, dtype=np.float64)[:, None] * th[None, :]
+    theta = ext / f * (1.0 - ramp) + ext * ramp
+    g = 1.0 + 0.1 * np.log(f)
+    return theta, yarn["attn_factor"] * g / g * g
+
+
+def rope(x, pos, base, rope_dim, kind="norm", factors=None, scale=1.0, yarn=None):
     """x: [T, n_heads, head_dim]; pos: [T]. kind "norm" rotates adjacent
     pairs (2i, 2i+1), "neox" the halves (i, i + rope_dim/2); pair i turns by
-    pos * scale * base^(-2i/rope_dim) / factors[i]."""
+    pos * scale * base^(-2i/rope_dim) / factors[i] (yarn: yarn_theta's angles
+    and magnitude)."""
     half = rope_dim // 2
     i = np.arange(half, dtype=np.float64)
     inv = base ** (-2.0 * i / rope_dim) * scale                   # [half]
     if factors is not None:
         inv = inv / np.asarray(factors, dtype=np.float64)
     theta = np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :]  # [T, half]
-    c = np.cos(theta).astype(x.dtype)[:, None, :]
-    s = np.sin(theta).astype(x.dtype)[:, None, :]
+    msc = 1.0
+    if yarn is not None:
+        theta, msc = yarn_theta(pos, base, rope_dim, yarn)
+    c = (np.cos(theta) * msc).astype(x.dtype)[:, None, :]
+    s = (np.sin(theta) * msc).astype(x.dtype)[:, None, :]
     out = x.copy()
     if kind == "neox":
         a = x[..., 0:half]
@@ -351,8 +400,8 @@ def forward(m, tokens, pos0=0, cache=None, dtype=np.float64, want=None):
             k = rmsnorm(k, m.get(p + "attn_k_norm", dtype), eps)
             keep(p + "attn_q_norm", q.reshape(T, H * hd))
             keep(p + "attn_k_norm", k.reshape(T, KVH * hd))
-        q = rope(q, pos, c["rope_base"], c["rope_dim"], c.get("rope_kind", "norm"), factors, rscale)
-        k = rope(k, pos, c["rope_base"], c["rope_dim"], c.get("rope_kind", "norm"), factors, rscale)
+        q = rope(q, pos, c["rope_base"], c["rope_dim"], c.get("rope_kind", "norm"), factors, rscale, c.get("yarn"))
+        k = rope(k, pos, c["rope_base"], c["rope_dim"], c.get("rope_kind", "norm"), factors, rscale, c.get("yarn"))
         v = v.reshape(T, KVH, hd)
         keep(p + "attn_q", q.reshape(T, H * hd))
         keep(p + "attn_k", k.reshape(T, KVH * hd))
@@ -363,10 +412,21 @@ def forward(m, tokens, pos0=0, cache=None, dtype=np.float64, want=None):
         Kh = np.repeat(K, group, axis=1)                          # [P, H, hd]
         Vh = np.repeat(V, group, axis=1)
         scores = np.einsum("thd,phd->htp", q, Kh) * scale         # [H, T, P]
-        scores = np.where(mask[None], -np.inf, scores)
-        scores = scores - scores.max(axis=-1, keepdims=True)
-        pr = np.exp(scores)
-        pr = pr / pr.sum(axis=-1, keepdims=True)
+        mk = mask
+        if c.get("sinks") and c["swa"][L]:   # the window: keys pos-window+1 .. pos
+            mk = mask | (pos[:, None] - np.arange(P)[None, :] >= c["window"])
+        scores = np.where(mk[None], -np.inf, scores)
+        mx = scores.max(axis=-1, keepdims=True)                   # [H, T, 1]
+        if c.get("sinks"):   # each head's sink logit, unscaled, in the max and the denominator
+            sk = m.get(p + "attn_sinks", dtype).reshape(H, 1, 1)
+            mx = np.maximum(mx, sk)
+        pr = np.exp(scores - mx)
+        den = pr.sum(axis=-1, keepdims=True)
+        if c.get("sinks"):
+            es = np.exp(sk - mx)
+            den = den + es
+            keep(p + "attn_sink", (es / den)[:, :, 0].T)          # [T, H]
+        pr = pr / den
         ctx = np.einsum("htp,phd->thd", pr, Vh).reshape(T, H * hd)
         keep(p + "attn_ctx", ctx)
         ao = ctx @ m.get(p + "attn_output", dtype).T
@@ -375,7 +435,7 @@ def forward(m, tokens, pos0=0, cache=None, dtype=np.float64, want=None):
         keep(p + "attn_output", ao)
         x = x + ao
         keep(p + "attn_resid", x)
-        h2 = rmsnorm(x, m.get(p + "ffn_norm", dtype), eps)
+        h2 = rmsnorm(x, m.get(p + c.get("ffn_norm_name", "ffn_norm"), dtype), eps)
         keep(p + "ffn_norm", h2)
         if c.get("n_expert"):
             x = x + moe_ffn(m, p, h2, pos, dtype, keep)
@@ -412,6 +472,15 @@ def moe_route(logits, k):
     return sel, w
 
 
+def moe_route_topk_softmax(logits, k):
+    """gpt-oss's gating (llama.cpp's SOFTMAX_WEIGHT): the k largest logits
+    (ties to the lower index), weights the softmax over those k."""
+    sel = np.argsort(-logits, axis=-1, kind="stable")[:, :k]
+    z = np.take_along_axis(logits, sel, axis=-1)
+    w = np.exp(z - z.max(axis=-1, keepdims=True))
+    return sel, w / w.sum(axis=-1, keepdims=True)
+
+
 def moe_ffn(m, p, h, pos, dtype, keep):
     """The mixture-of-experts FFN of one layer over h [T, dim]: router
     logits (p+"ffn_gate_inp"), each routed expert's SwiGLU on its tokens
@@ -421,8 +490,13 @@ def moe_ffn(m, p, h, pos, dtype, keep):
     c = m.cfg
     has = getattr(m, "has", lambda name: False)
     router = h @ m.get(p + "ffn_gate_inp", dtype).T              # [T, E]
+    oai = c.get("oai_moe")
+    if oai:
+        router = router + m.get(p + "ffn_gate_inp.bias", dtype)
     keep(p + "ffn_gate_inp", router)
-    sel, w = moe_route(router, c["n_expert_used"])
+    sel, w = moe_route_topk_softmax(router, c["n_expert_used"]) if oai else moe_route(router, c["n_expert_used"])
+    if oai:
+        bias = {op: m.get(p + op + "_exps.bias", dtype) for op in ("ffn_gate", "ffn_up", "ffn_down")}
     out = np.zeros_like(h)
     gate_w = m.get(p + "ffn_gate_exps", dtype)                     # [E, ff, dim]
     up_w = m.get(p + "ffn_up_exps", dtype)
@@ -434,8 +508,15 @@ def moe_ffn(m, p, h, pos, dtype, keep):
         xe = h[rows]
         g = xe @ gate_w[e].T
         u = xe @ up_w[e].T
-        a = g / (1.0 + np.exp(-g)) * u
-        d = a @ down_w[e].T
+        if oai:   # biases, and the clamped SwiGLU: alpha 1.702, limit 7
+            g = g + bias["ffn_gate"][e]
+            u = u + bias["ffn_up"][e]
+            gc = np.minimum(g, 7.0)
+            a = gc / (1.0 + np.exp(-1.702 * gc)) * (np.clip(u, -7.0, 7.0) + 1.0)
+            d = a @ down_w[e].T + bias["ffn_down"][e]
+        else:
+            a = g / (1.0 + np.exp(-g)) * u
+            d = a @ down_w[e].T
         for op, val in (("ffn_gate", g), ("ffn_up", u), ("ffn_act", a), ("ffn_down", d)):
             name = "%s%s.expert[%d]" % (p, op, e)
             keep(name, val)
