@@ -143,21 +143,27 @@ const char *const *tui_key_help(void)
     LINE("%s", "Grid columns (Step, Walk-back): one per op; narrow cells show the");
     LINE("%s", "two-letter label (written downwards when a cell is one column wide):");
     /* every op, the hybrid models' own (gated delta net, gated attention)
-     * after the others so the common ones fit a small terminal first */
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass) LINE("%s", "  and in hybrid models (qwen35, qwen3next):");
+     * and then deepseek2's and gpt-oss's after the others, so the common ones
+     * fit a small terminal first */
+    static const char *const family_of[] = { NULL, "  and in hybrid models (qwen35, qwen3next):",
+                                             "  and in deepseek2 (latent attention) and gpt-oss (sinks):" };
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass) LINE("%s", family_of[pass]);
         char row[96];
         size_t ro = 0;
-        int col = 0;
+        int col = 0, per = pass == 2 ? 3 : 4, w = pass == 2 ? 22 : 17;
         for (int op = 0; op < BT_OP_COUNT; op++) {
             const char *name = bt_op_name(op);
-            bool hybrid = !strncmp(name, "ssm_", 4) || !strncmp(name, "mtp_", 4) || !strcmp(name, "attn_gate") ||
-                          !strcmp(name, "attn_gated");
-            if (hybrid != (pass == 1)) continue;
+            int fam = !strncmp(name, "ssm_", 4) || !strncmp(name, "mtp_", 4) || !strcmp(name, "attn_gate") ||
+                      !strcmp(name, "attn_gated") ? 1
+                    : !strcmp(name, "attn_q_a") || !strcmp(name, "attn_q_a_norm") || !strcmp(name, "attn_kv_a") ||
+                      !strcmp(name, "attn_kv_latent") || !strcmp(name, "attn_q_abs") || !strcmp(name, "attn_ctx_latent") ||
+                      !strcmp(name, "attn_sink") ? 2 : 0;
+            if (fam != pass) continue;
             char item[40];
             snprintf(item, sizeof item, "%s %s", bt_op_label(op), name);
-            ro += (size_t)snprintf(row + ro, sizeof row - ro, "%-17s", item);
-            if (++col % 4 == 0) { LINE("  %s", row); ro = 0; }
+            ro += (size_t)snprintf(row + ro, sizeof row - ro, "%-*s", w, item);
+            if (++col % per == 0) { LINE("  %s", row); ro = 0; }
         }
         if (ro) LINE("  %s", row);
     }
