@@ -13,6 +13,11 @@ lib=$BT_BUILDDIR/libbangtrace.so
 [ -f "$lib" ] || { fail "libbangtrace.so was not built ($lib)"; finish; }
 other=$(nm -D --defined-only "$lib" | awk 'NF == 3 && $2 ~ /^[TDBRW]$/ && $3 !~ /^bangtrace_/ { print $3 }')
 [ -z "$other" ] && ok "libbangtrace.so exports bangtrace_* only" || fail "libbangtrace.so also exports: $(echo $other | head -c 300)"
+# every symbol resolves (the link has no -z defs: a clang sanitizer build leaves its runtime's to the program)
+if ! grep -q "^CFLAGS = .*fsanitize" "$BT_BUILDDIR/Makefile" 2>/dev/null; then
+    ldd -r "$lib" 2>&1 | grep -q 'undefined symbol' && fail "libbangtrace.so has undefined symbols: $(ldd -r "$lib" 2>&1 | grep -m3 'undefined symbol')" \
+        || ok "libbangtrace.so resolves every symbol"
+fi
 "$py" "$BT_SRCDIR/tests/oracle/make_random_gguf.py" "$TMP/m.gguf" --arch qwen3 --layers 2 >/dev/null || fail "make_random_gguf"
 echo "not a trace" > "$TMP/mine.txt"
 BANGTRACE_LIB=$lib PYTHONPATH=$BT_SRCDIR/python "$py" - "$TMP" <<'PY' > "$TMP/out" 2>&1 || fail "the Python checks (below)"

@@ -13,7 +13,7 @@ EXTRA_DIST += src/api/local.mk src/api/bangtrace.map
 
 libbangtrace.so: libbtapi.a libbttrace.a libbtcore.a $(srcdir)/src/api/bangtrace.map
 	$(AM_V_CCLD)$(CCLD) -shared -Wl,-soname,libbangtrace.so.1 -Wl,--version-script=$(srcdir)/src/api/bangtrace.map \
-	  -Wl,-Bsymbolic -Wl,-z,defs $(AM_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ \
+	  -Wl,-Bsymbolic $(AM_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ \
 	  -Wl,--whole-archive libbtapi.a -Wl,--no-whole-archive $(TRACE_LIBS) $(LIBS)
 ALL_LOCAL += libbangtrace.so
 INSTALL_EXEC_LOCAL += install-libbangtrace
