@@ -92,14 +92,7 @@ PY
 
 # greedy continuations, llama.cpp with its own defaults
 M=$TMP/default.gguf
-ids() { $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(map(str, d["prompt_ids"] + d["completion_ids"])))' "$1"; }
-for p in "Once upon a time" "The capital of France is" "1 2 3 4"; do
-    "$B" run --model "$M" --prompt "$p" -n 24 --threads 1 --json >"$TMP/a.json" 2>"$TMP/err" || { fail "run '$p': $(cat "$TMP/err")"; continue; }
-    "$B" run --engine llama.cpp --model "$M" --prompt "$p" -n 24 --threads 1 --json >"$TMP/b.json" 2>"$TMP/err" ||
-        { fail "run --engine llama.cpp '$p': $(tail -2 "$TMP/err")"; continue; }
-    x=$(ids "$TMP/a.json"); y=$(ids "$TMP/b.json")
-    [ -n "$x" ] && [ "$x" = "$y" ] && ok "greedy '$p': 24 tokens equal to llama.cpp's" || fail "greedy '$p': bangtrace [$x] llama.cpp [$y]"
-done
+greedy_equal_llamacpp "$M"
 
 # a NaN put into the latent cache's row is localized by bisect
 "$B" run --model "$M" --prompt "Once upon a time" -n 8 --threads 1 --taps all --trace "$TMP/inj.bttrace" \
@@ -125,10 +118,5 @@ if [ -d "$GP" ]; then
 fi
 
 # a backend without host buffers refuses, naming the op
-if [ -f "${BT_BUILDDIR:-.}/bangtrace-cuda.so" ]; then
-    "$B" forward --device cuda --model "$M" --tokens "1 2" --dump "$TMP/cu" 2>"$TMP/err"; rc=$?
-    [ $rc -eq 2 ] && grep -q "op mla_attention" "$TMP/err" && [ "$(wc -l <"$TMP/err")" -eq 1 ] &&
-        ok "--device cuda: $(cat "$TMP/err")" || grep -q -i "no cuda\|driver\|device" "$TMP/err" ||
-        fail "--device cuda: exit $rc, $(cat "$TMP/err")"
-fi
+cuda_refuses "$M" "op mla_attention"
 finish

@@ -86,14 +86,7 @@ cat "$TMP/cmp.out"
 [ $rc -eq 0 ] || fail "forward against llama.cpp (above)"
 
 # greedy continuations, llama.cpp with its own defaults
-ids() { $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(map(str, d["prompt_ids"] + d["completion_ids"])))' "$1"; }
-for p in "Once upon a time" "The capital of France is" "1 2 3 4"; do
-    "$B" run --model "$TMP/f32.gguf" --prompt "$p" -n 24 --threads 1 --json >"$TMP/a.json" 2>"$TMP/err" || { fail "run '$p': $(cat "$TMP/err")"; continue; }
-    "$B" run --engine llama.cpp --model "$TMP/f32.gguf" --prompt "$p" -n 24 --threads 1 --json >"$TMP/b.json" 2>"$TMP/err" ||
-        { fail "run --engine llama.cpp '$p': $(cat "$TMP/err")"; continue; }
-    x=$(ids "$TMP/a.json"); y=$(ids "$TMP/b.json")
-    [ -n "$x" ] && [ "$x" = "$y" ] && ok "greedy '$p': 24 tokens equal to llama.cpp's" || fail "greedy '$p': bangtrace [$x] llama.cpp [$y]"
-done
+greedy_equal_llamacpp "$TMP/f32.gguf"
 
 # the engine's own checks (refusals, decode = prefill, batched = single)
 "${BT_BUILDDIR:-.}/tests/test_gptoss" "$TMP/f32.gguf" >"$TMP/c.out" 2>&1 && ok "test_gptoss: $(tail -1 "$TMP/c.out")" ||
@@ -121,10 +114,5 @@ for bad in "blk.1.attn_sinks.weight|attn_sinks" "blk.1.attn_sinks.weight:short|a
 done
 
 # a backend without the gpt-oss ops refuses, naming the op (on a machine with a GPU)
-if [ -f "${BT_BUILDDIR:-.}/bangtrace-cuda.so" ]; then
-    "$B" forward --device cuda --model "$TMP/f32.gguf" --tokens "1 2" --dump "$TMP/cu" 2>"$TMP/err"; rc=$?
-    [ $rc -eq 2 ] && grep -q "attention_sinks" "$TMP/err" && [ "$(wc -l <"$TMP/err")" -eq 1 ] &&
-        ok "--device cuda: $(cat "$TMP/err")" || grep -q -i "no usable cuda\|driver\|device" "$TMP/err" ||
-        fail "--device cuda: exit $rc, $(cat "$TMP/err")"
-fi
+cuda_refuses "$TMP/f32.gguf" "attention_sinks"
 finish

@@ -88,14 +88,7 @@ cat "$TMP/cmp.out"
 [ $rc -eq 0 ] || fail "forward against llama.cpp (above)"
 
 # greedy continuations, llama.cpp with its own defaults
-ids() { $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(map(str, d["prompt_ids"] + d["completion_ids"])))' "$1"; }
-for p in "Once upon a time" "The capital of France is" "1 2 3 4"; do
-    "$B" run --model "$M" --prompt "$p" -n 24 --threads 1 --json >"$TMP/a.json" 2>"$TMP/err" || { fail "run '$p': $(cat "$TMP/err")"; continue; }
-    "$B" run --engine llama.cpp --model "$M" --prompt "$p" -n 24 --threads 1 --json >"$TMP/b.json" 2>"$TMP/err" ||
-        { fail "run --engine llama.cpp '$p': $(cat "$TMP/err")"; continue; }
-    x=$(ids "$TMP/a.json"); y=$(ids "$TMP/b.json")
-    [ -n "$x" ] && [ "$x" = "$y" ] && ok "greedy '$p': 24 tokens equal to llama.cpp's" || fail "greedy '$p': bangtrace [$x] llama.cpp [$y]"
-done
+greedy_equal_llamacpp "$M"
 
 # $A (routed experts and the sigmoid-gated shared expert) and
 # qwen3next (the same FFN, NEOX rope, the fused ssm_ba projection, value
@@ -118,7 +111,7 @@ PY
     "$B" run --model "$TMP/$A.gguf" --prompt "Once upon a time" -n 24 --threads 1 --json >"$TMP/a.json" 2>"$TMP/err" || fail "run $A: $(cat "$TMP/err")"
     "$B" run --engine llama.cpp --model "$TMP/$A.gguf" --prompt "Once upon a time" -n 24 --threads 1 --json >"$TMP/b.json" 2>"$TMP/err" ||
         fail "run --engine llama.cpp $A: $(cat "$TMP/err")"
-    x=$(ids "$TMP/a.json"); y=$(ids "$TMP/b.json")
+    x=$(json_ids "$TMP/a.json"); y=$(json_ids "$TMP/b.json")
     [ -n "$x" ] && [ "$x" = "$y" ] && ok "$A greedy: equal to llama.cpp's" || fail "$A greedy: bangtrace [$x] llama.cpp [$y]"
 fi
 done
@@ -157,10 +150,5 @@ if [ -d "$GP" ]; then
 fi
 
 # a backend without the gated delta net ops refuses, naming the op
-if [ -f "${BT_BUILDDIR:-.}/bangtrace-cuda.so" ]; then
-    "$B" forward --device cuda --model "$M" --tokens "1 2" --dump "$TMP/cu" 2>"$TMP/err"; rc=$?
-    [ $rc -eq 2 ] && grep -q "gated delta net op" "$TMP/err" && [ "$(wc -l <"$TMP/err")" -eq 1 ] &&
-        ok "--device cuda: $(cat "$TMP/err")" || grep -q -i "no cuda\|driver\|device" "$TMP/err" ||
-        fail "--device cuda: exit $rc, $(cat "$TMP/err")"
-fi
+cuda_refuses "$M" "gated delta net op"
 finish

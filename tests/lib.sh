@@ -104,3 +104,28 @@ mtp_lossless() {
     done
     unset IFS
 }
+
+# greedy_equal_llamacpp MODEL: run and run --engine llama.cpp (its defaults)
+# on three prompts, 24 tokens each, one thread; the ids must be equal.
+# json_ids FILE: a `run --json` answer's prompt and completion ids, one line.
+json_ids() { "${PYTHON3:-python3}" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(map(str, d["prompt_ids"] + d["completion_ids"])))' "$1"; }
+greedy_equal_llamacpp() {
+    for _p in "Once upon a time" "The capital of France is" "1 2 3 4"; do
+        "$BANGTRACE" run --model "$1" --prompt "$_p" -n 24 --threads 1 --json >"$TMP/a.json" 2>"$TMP/err" || { fail "run '$_p': $(cat "$TMP/err")"; continue; }
+        "$BANGTRACE" run --engine llama.cpp --model "$1" --prompt "$_p" -n 24 --threads 1 --json >"$TMP/b.json" 2>"$TMP/err" ||
+            { fail "run --engine llama.cpp '$_p': $(tail -2 "$TMP/err")"; continue; }
+        _x=$(json_ids "$TMP/a.json"); _y=$(json_ids "$TMP/b.json")
+        [ -n "$_x" ] && [ "$_x" = "$_y" ] && ok "greedy '$_p': 24 tokens equal to llama.cpp's" || fail "greedy '$_p': bangtrace [$_x] llama.cpp [$_y]"
+    done
+}
+
+# cuda_refuses MODEL PATTERN: where the CUDA plugin is built, --device cuda
+# refuses MODEL in one line matching PATTERN (exit 2), unless no device is
+# usable at all (then it says so and the check cannot reach the model).
+cuda_refuses() {
+    [ -f "${BT_BUILDDIR:-.}/bangtrace-cuda.so" ] || return 0
+    "$BANGTRACE" forward --device cuda --model "$1" --tokens "1 2" --dump "$TMP/cu" 2>"$TMP/err"; _rc=$?
+    [ $_rc -eq 2 ] && grep -q "$2" "$TMP/err" && [ "$(wc -l <"$TMP/err")" -eq 1 ] &&
+        ok "--device cuda: $(cat "$TMP/err")" || grep -q -i "no usable cuda\|no cuda\|driver\|device" "$TMP/err" ||
+        fail "--device cuda: exit $_rc, $(cat "$TMP/err")"
+}

@@ -189,7 +189,7 @@ int bangtrace_model_open(const char *path, bangtrace_model **out)
     bt_recorder *r = NULL;
     const bt_model *bm = rc ? NULL : bt_session_model(m->base);
     if (!rc) rc = passive_new(m, bm, 1, 1, 1, &e);
-    bt_recorder_cfg rcfg = { .model = bm, .tok = bm ? NULL : NULL, .taps = BT_TAPS_ALL, .layer_lo = -1 };
+    bt_recorder_cfg rcfg = { .model = bm, .taps = BT_TAPS_ALL, .layer_lo = -1 };
     if (!rc) rc = bt_recorder_new(&rcfg, e, &r);
     if (!rc) {
         m->n_tens = bt_recorder_n_slots(r);
