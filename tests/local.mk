@@ -110,12 +110,14 @@ EXTRA_DIST += tests/bisect_spec.sh tests/data-gen/make_spec_trace.py
 TESTS += examples/incidents/1-wall-of-bang/run.sh examples/incidents/2-out-of-range-token/run.sh \
 	examples/incidents/3-drafter-not-guilty/run.sh examples/incidents/4-long-prompts/run.sh \
 	examples/incidents/5-flipped-bit/run.sh examples/incidents/6-half-precision/run.sh \
-	examples/incidents/7-gate-that-could-not-fail/run.sh examples/incidents/8-state-not-reset/run.sh tests/sample_trace.sh
+	examples/incidents/7-gate-that-could-not-fail/run.sh examples/incidents/8-state-not-reset/run.sh \
+	examples/incidents/9-pytorch-f16/run.sh tests/sample_trace.sh
 EXTRA_DIST += tools/model-edit tests/sample_trace.sh examples/incidents/1-wall-of-bang/run.sh \
 	examples/incidents/2-out-of-range-token/run.sh examples/incidents/3-drafter-not-guilty/run.sh \
 	examples/incidents/4-long-prompts/run.sh examples/incidents/5-flipped-bit/run.sh \
 	examples/incidents/6-half-precision/run.sh examples/incidents/7-gate-that-could-not-fail/run.sh \
-	examples/incidents/8-state-not-reset/run.sh examples/incidents/8-state-not-reset/README.md
+	examples/incidents/8-state-not-reset/run.sh examples/incidents/8-state-not-reset/README.md \
+	examples/incidents/9-pytorch-f16/run.sh examples/incidents/9-pytorch-f16/record.py
 # the one tap comparator (bisect --reference and diff): exactness, bf16, NaN, tolerance edge
 check_PROGRAMS += tests/test_compare
 TESTS += tests/test_compare
@@ -342,6 +344,10 @@ EXTRA_DIST += tests/hf_hybrid.sh
 # torch environment of tools/torch-env, created once under ~/.cache/bangtrace)
 TESTS += tests/api_lib.sh tests/pytorch_record.sh
 EXTRA_DIST += tests/api_lib.sh tests/pytorch_record.sh tests/pytorch/record_check.py
+
+# the vLLM plugin (bangtrace.vllm) on vLLM's CPU build, in that environment
+TESTS += tests/pytorch_vllm.sh
+EXTRA_DIST += tests/pytorch_vllm.sh tests/pytorch/vllm_check.py
 
 # gpt-oss (tools/make-tiny-gptoss.py): against llama.cpp and the numpy oracle
 check_PROGRAMS += tests/test_gptoss

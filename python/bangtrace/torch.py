@@ -44,38 +44,65 @@ def model_for(path):
         return m
 
 
-def tap_stats(x, width):
+def seg_stats(x, width, seg=None, n_seg=1):
     """bangtrace's tap statistics of x (viewed as rows of width), reduced on
-    x's device: a float64 tensor of _lib.STAT_COUNT values, no host sync."""
+    x's device: a float64 tensor [n_seg, _lib.STAT_COUNT], no host sync.
+    seg (a long tensor on x's device, one entry per row) puts each row in a
+    segment, a request of a batch; None: all rows in one. A segment's first
+    bad row is counted from its own first row (rows of a segment are
+    contiguous, in order)."""
     x = x.detach()
     n = x.numel()
     if n == 0 or n % width:
         raise BangtraceError(f"a tensor of {n} elements is not rows of {width}")
     xf = x.reshape(-1, width).float()
-    dev = xf.device
+    R, dev = xf.shape[0], xf.device
+    if seg is None:
+        seg = torch.zeros(R, dtype=torch.long, device=dev)
+    elif seg.shape[0] != R:
+        raise BangtraceError(f"{R} rows but {seg.shape[0]} segment ids")
+    f64 = torch.float64
     fin = torch.isfinite(xf)
-    nfin = fin.sum()
     inf = torch.tensor(math.inf, device=dev)
-    nan_t = torch.tensor(math.nan, device=dev, dtype=torch.float64)
-    mn = torch.where(fin, xf, inf).amin().double()
-    mx = torch.where(fin, xf, -inf).amax().double()
+    z = torch.where(fin, xf, torch.zeros((), device=dev)).double()
+
+    def add(v):              # per-row values summed per segment
+        return torch.zeros(n_seg, dtype=f64, device=dev).index_add_(0, seg, v.double())
+
+    def red(v, how, init):
+        return torch.full((n_seg,), init, dtype=f64, device=dev).scatter_reduce_(0, seg, v.double(), how)
+    rows = add(torch.ones(R, device=dev))
+    nfin = add(fin.sum(1))
+    mn = red(torch.where(fin, xf, inf).amin(1), "amin", math.inf)
+    mx = red(torch.where(fin, xf, -inf).amax(1), "amax", -math.inf)
     some = nfin > 0
+    nan_t = torch.full((), math.nan, dtype=f64, device=dev)
     mn = torch.where(some, mn, nan_t)
     mx = torch.where(some, mx, nan_t)
-    z = torch.where(fin, xf, torch.zeros((), device=dev)).double()
-    nd = nfin.double()
-    mean = z.sum() / nd
-    rms = torch.sqrt((z * z).sum() / nd)
+    mean = add(z.sum(1)) / nfin
+    rms = torch.sqrt(add((z * z).sum(1)) / nfin)
+    # the first non-finite element of a segment: its row within the segment
     bad = ~fin
-    first = bad.reshape(-1).to(torch.uint8).argmax()
-    anyb = bad.any()
-    neg = torch.tensor(-1.0, device=dev, dtype=torch.float64)
-    col = torch.where(anyb, (first % width).double(), neg)
-    row = torch.where(anyb, torch.div(first, width, rounding_mode="floor").double(), neg)
+    anyr = bad.any(1)
+    col = bad.to(torch.uint8).argmax(1)
+    start = torch.full((n_seg,), R, dtype=torch.long, device=dev).scatter_reduce_(
+        0, seg, torch.arange(R, device=dev), "amin")
+    local = torch.arange(R, device=dev) - start[seg]
+    big = float(R) * width
+    key = red(torch.where(anyr, (local * width + col).double(), torch.full((), big, dtype=f64, device=dev)),
+              "amin", big)
+    anys = key < big
+    neg = torch.full((), -1.0, dtype=f64, device=dev)
+    fcol = torch.where(anys, torch.remainder(key, width), neg)
+    frow = torch.where(anys, torch.div(key, width, rounding_mode="floor"), neg)
     return torch.stack([
-        torch.tensor(float(n), device=dev, dtype=torch.float64),
-        torch.isnan(xf).sum().double(), (xf == math.inf).sum().double(), (xf == -math.inf).sum().double(),
-        nd, mn, mx, torch.maximum(mn.abs(), mx.abs()), mean, rms, col, row])
+        rows * width, add(torch.isnan(xf).sum(1)), add((xf == math.inf).sum(1)), add((xf == -math.inf).sum(1)),
+        nfin, mn, mx, torch.maximum(mn.abs(), mx.abs()), mean, rms, fcol, frow], dim=1)
+
+
+def tap_stats(x, width):
+    """seg_stats of x in one segment: a float64 tensor of _lib.STAT_COUNT values."""
+    return seg_stats(x, width)[0]
 
 
 def _first(x):

@@ -1,0 +1,528 @@
+"""bangtrace.vllm: record a vLLM deployment per request (a vLLM plugin).
+
+    BANGTRACE_VLLM=/srv/traces vllm serve /models/qwen3-folder --enforce-eager
+
+With the package installed (it declares the `vllm.general_plugins` entry
+point, which vLLM loads in every process, the model's workers included) and
+BANGTRACE_VLLM naming a directory, every request vLLM runs becomes one
+bangtrace trace, DIR/<request id>.db (an existing file is never replaced: a
+-2, -3 ... suffix is added), the file `bangtrace run --trace` writes:
+`bisect`, `bisect --reference` (vLLM against the exact native engine on the
+same folder), `report`, `browse`, `diff` and `export` read it.
+
+How a step is recorded: the batch's rows belong to requests in the order of
+the model runner's input batch, each request's scheduled tokens contiguous;
+every tapped tensor is reduced on its device per request segment (one small
+reduction per tensor), and the statistics, the logit rows, the input ids and
+positions come to the host in one copy per step, after vLLM sampled. Each
+request's trace then gets its forward (its own rows only) and its sampled
+token. A prompt prefilled in chunks is one prefill step (the chunks'
+statistics merged). A request preempted and recomputed starts a new trace.
+
+What works: eager mode (`enforce_eager=True` / `--enforce-eager`), one
+tensor-parallel rank, no speculative decoding; the dense Llama, Mistral,
+Qwen2 and Qwen3 decoders (those bangtrace loads from a Hugging Face folder).
+torch.compile and CUDA graphs capture the forward without its hooks, so
+those modes are refused when the model loads, with one line; so are
+tensor/pipeline parallelism and speculative decoding. A request whose prompt
+hit vLLM's prefix cache starts past position 0 and is not recorded (a
+warning says which): run with --no-enable-prefix-caching to record every
+request. doc/pytorch.md.
+"""
+import atexit
+import logging
+import math
+import os
+import re
+
+ENV = "BANGTRACE_VLLM"
+log = logging.getLogger("bangtrace.vllm")
+_patched = False
+
+
+class Refused(RuntimeError):
+    """A vLLM configuration the recorder cannot see into (one line)."""
+
+
+def register():
+    """The vllm.general_plugins entry point: does nothing unless BANGTRACE_VLLM
+    names a directory; then patches vLLM's model runner (in this process)."""
+    global _patched
+    d = os.environ.get(ENV)
+    if not d or _patched:
+        return
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    classes = [GPUModelRunner]
+    try:
+        from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+        classes.append(CPUModelRunner)
+    except Exception:       # a build without the CPU runner
+        pass
+    for cls in classes:
+        for name, wrap in (("load_model", _wrap_load), ("execute_model", _wrap_execute),
+                           ("sample_tokens", _wrap_sample), ("shutdown", _wrap_shutdown)):
+            fn = cls.__dict__.get(name)
+            if fn is not None and not getattr(fn, "_bangtrace", False):
+                w = wrap(fn)
+                w._bangtrace = True
+                setattr(cls, name, w)
+    _patched = True
+
+
+def _once(fn, name, body):
+    """Wrap fn so that body runs once per outermost call (a subclass's method
+    calling super()'s is one call)."""
+    flag = "_bangtrace_in_" + name
+
+    def w(self, *a, **kw):
+        if getattr(self, flag, False):
+            return fn(self, *a, **kw)
+        setattr(self, flag, True)
+        try:
+            return body(fn, self, *a, **kw)
+        finally:
+            setattr(self, flag, False)
+    w.__name__, w.__doc__ = fn.__name__, fn.__doc__
+    return w
+
+
+def _wrap_load(fn):
+    def body(fn, runner, *a, **kw):
+        out = fn(runner, *a, **kw)
+        if getattr(runner, "_bangtrace", None) is None:
+            runner._bangtrace = _Recorder(runner, os.environ[ENV])
+        return out
+    return _once(fn, "load", body)
+
+
+def _wrap_execute(fn):
+    def body(fn, runner, scheduler_output, *a, **kw):
+        rec = getattr(runner, "_bangtrace", None)
+        if rec is None:
+            return fn(runner, scheduler_output, *a, **kw)
+        rec.begin(scheduler_output)
+        try:
+            out = fn(runner, scheduler_output, *a, **kw)
+        except BaseException:
+            rec.abort()
+            raise
+        if out is not None:         # a step that sampled inside execute_model
+            rec.end(out)
+        return out
+    return _once(fn, "execute", body)
+
+
+def _wrap_sample(fn):
+    def body(fn, runner, *a, **kw):
+        out = fn(runner, *a, **kw)
+        rec = getattr(runner, "_bangtrace", None)
+        if rec is not None:
+            rec.end(out)
+        return out
+    return _once(fn, "sample", body)
+
+
+def _wrap_shutdown(fn):
+    def body(fn, runner, *a, **kw):
+        rec = getattr(runner, "_bangtrace", None)
+        if rec is not None:
+            rec.close_all()
+        return fn(runner, *a, **kw)
+    return _once(fn, "shutdown", body)
+
+
+def _first(x):
+    return x[0] if isinstance(x, (tuple, list)) else x
+
+
+def _safe(rid):
+    s = re.sub(r"[^A-Za-z0-9._-]", "_", str(rid))[:120].lstrip(".")
+    return s or "request"
+
+
+def merge_stats(a, b, width):
+    """Statistics of rows A then rows B from each part's (host, 1-D numpy
+    float64 of STAT_COUNT): a prompt prefilled in chunks is one step."""
+    from . import _lib as L
+    import numpy as np
+    if a[L.STAT_N] < 0:
+        return b.copy()
+    if b[L.STAT_N] < 0:
+        return a.copy()
+    o = np.empty_like(a)
+    for k in (L.STAT_N, L.STAT_NAN, L.STAT_PINF, L.STAT_NINF, L.STAT_FINITE):
+        o[k] = a[k] + b[k]
+    fa, fb, f = a[L.STAT_FINITE], b[L.STAT_FINITE], o[L.STAT_FINITE]
+    o[L.STAT_MIN] = np.fmin(a[L.STAT_MIN], b[L.STAT_MIN])
+    o[L.STAT_MAX] = np.fmax(a[L.STAT_MAX], b[L.STAT_MAX])
+    o[L.STAT_ABSMAX] = np.fmax(a[L.STAT_ABSMAX], b[L.STAT_ABSMAX])
+    if f > 0:
+        o[L.STAT_MEAN] = ((a[L.STAT_MEAN] * fa if fa else 0.0) + (b[L.STAT_MEAN] * fb if fb else 0.0)) / f
+        o[L.STAT_RMS] = math.sqrt(((a[L.STAT_RMS] ** 2 * fa if fa else 0.0) +
+                                   (b[L.STAT_RMS] ** 2 * fb if fb else 0.0)) / f)
+    else:
+        o[L.STAT_MEAN] = o[L.STAT_RMS] = math.nan
+    if a[L.STAT_FIRST_BAD_ROW] >= 0:
+        o[L.STAT_FIRST_BAD_COL], o[L.STAT_FIRST_BAD_ROW] = a[L.STAT_FIRST_BAD_COL], a[L.STAT_FIRST_BAD_ROW]
+    elif b[L.STAT_FIRST_BAD_ROW] >= 0:
+        o[L.STAT_FIRST_BAD_COL] = b[L.STAT_FIRST_BAD_COL]
+        o[L.STAT_FIRST_BAD_ROW] = b[L.STAT_FIRST_BAD_ROW] + a[L.STAT_N] // width
+    else:
+        o[L.STAT_FIRST_BAD_COL] = o[L.STAT_FIRST_BAD_ROW] = -1
+    return o
+
+
+class _Request:
+    __slots__ = ("rec", "tokens", "pos0", "stats", "path")
+
+    def __init__(self, rec, path):
+        self.rec, self.path = rec, path
+        self.tokens, self.pos0, self.stats = [], None, None
+
+
+class _Recorder:
+    """The hooks on one model runner's model and the traces of its requests."""
+
+    def __init__(self, runner, directory):
+        import torch
+        from . import _lib
+        from .torch import model_for
+        self.torch, self.lib = torch, _lib
+        self.runner = runner
+        self.dir = directory
+        os.makedirs(directory, exist_ok=True)
+        cfg = runner.vllm_config
+        self._refuse_modes(cfg)
+        mc = cfg.model_config
+        path = mc.model
+        if not os.path.exists(path):
+            raise Refused(f"bangtrace: the model {path!r} is not a local folder; give vLLM the folder "
+                          "bangtrace can load (the same weights `bisect --reference` replays)")
+        self.bm = model_for(path)
+        self.dtype = str(mc.dtype).replace("torch.", "")
+        try:
+            import vllm
+            self.version = f"vllm {vllm.__version__}, torch {torch.__version__}"
+        except Exception:
+            self.version = f"vllm, torch {torch.__version__}"
+        self.settings = f"dtype={self.dtype} device={runner.device} mode=eager"
+        self.reqs = {}             # request id -> _Request
+        self.skipped = set()       # request ids not recorded (prefix-cache hits)
+        self.sched = None          # the step's scheduler output while it runs
+        self.step = None           # the forward's layout while a step is open
+        self.pending = {}
+        self.layer = None
+        self.handles = []
+        self._install(runner.get_model())
+        atexit.register(self.close_all)       # in-process engines; workers close at shutdown
+
+    # -- what is refused --
+    @staticmethod
+    def _refuse_modes(cfg):
+        mc, cc = cfg.model_config, cfg.compilation_config
+        mode = getattr(cc, "mode", getattr(cc, "level", 0))
+        mode = int(getattr(mode, "value", mode) or 0)
+        cg = getattr(cc, "cudagraph_mode", None)
+        cg_on = cg is not None and str(getattr(cg, "name", cg)).upper() not in ("NONE", "0")
+        if not mc.enforce_eager and (mode != 0 or cg_on):
+            raise Refused("bangtrace: recording vLLM needs eager mode (enforce_eager=True, --enforce-eager): "
+                          "torch.compile and CUDA graphs capture the forward without the recorder's hooks")
+        pc = cfg.parallel_config
+        if pc.tensor_parallel_size != 1 or pc.pipeline_parallel_size != 1:
+            raise Refused(f"bangtrace: recording vLLM needs one rank (tensor_parallel_size "
+                          f"{pc.tensor_parallel_size}, pipeline_parallel_size {pc.pipeline_parallel_size}): "
+                          "each rank sees a shard of every tensor")
+        if getattr(cfg, "speculative_config", None) is not None:
+            raise Refused("bangtrace: recording vLLM with speculative decoding is not supported "
+                          "(several tokens per request and step); record without it, or use "
+                          "`bangtrace run --spec-k` for draft trails")
+
+    # -- hooks --
+    def _install(self, model):
+        bm = self.bm
+        packed = getattr(model, "packed_modules_mapping", {}) or {}
+        last = bm.n_layers - 1
+        n_hooked = 0
+        attn = {}
+        rope = []
+        for name, mod in model.named_modules():
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf == "rotary_emb":
+                rope.append(mod)
+                continue
+            if leaf == "logits_processor":
+                self.handles.append(mod.register_forward_hook(self._logits_hook))
+                continue
+            if "weight" not in getattr(mod, "_parameters", {}):
+                continue
+            prefix = name.rsplit(".", 1)[0] + "." if "." in name else ""
+            if leaf in packed:
+                parts = [bm.weight_tensor(prefix + p + ".weight") for p in packed[leaf]]
+                if any(t is None for t in parts):
+                    continue
+                if parts[0].op == "attn_q":
+                    attn[prefix.rstrip(".")] = parts[0].layer
+                self.handles.append(mod.register_forward_hook(self._split_hook(parts)))
+                n_hooked += 1
+                continue
+            t = bm.weight_tensor(name + ".weight")
+            if t is None:
+                continue
+            L = t.layer
+            if t.op in ("attn_q", "attn_k"):        # tapped after RoPE
+                attn[prefix.rstrip(".")] = L
+                continue
+            if t.op == "logits":                     # lm_head is not called; the logits processor is
+                continue
+            self.handles.append(mod.register_forward_hook(self._out_hook(t.slot)))
+            n_hooked += 1
+            # what the module's input (or its fused residual output) is
+            inp = {"attn_output": f"blk.{L}.attn_ctx", "ffn_down": f"blk.{L}.ffn_act"}.get(t.op)
+            if inp and bm.tensor(inp):
+                self.handles.append(mod.register_forward_pre_hook(self._in_hook(bm.tensor(inp).slot)))
+            res = {"ffn_norm": f"blk.{L}.attn_resid",
+                   "attn_norm": f"blk.{L - 1}.ffn_resid" if L > 0 else None,
+                   "output_norm": f"blk.{last}.ffn_resid"}.get(t.op)
+            if res and bm.tensor(res):
+                self.handles.append(mod.register_forward_hook(self._resid_hook(bm.tensor(res).slot)))
+        if n_hooked == 0:
+            raise Refused(f"bangtrace: no module of vLLM's {type(model).__name__} holds a weight of "
+                          f"{bm.path} (a model of another layout?)")
+        mods = dict(model.named_modules())
+        for aname, L in attn.items():
+            amod = mods.get(aname)
+            if amod is None:
+                continue
+            self.handles.append(amod.register_forward_pre_hook(lambda m, a, L=L: setattr(self, "layer", L)))
+            self.handles.append(amod.register_forward_hook(lambda m, a, o: setattr(self, "layer", None)))
+        for r in rope:
+            self.handles.append(r.register_forward_hook(self._rope_hook))
+        self.handles.append(model.register_forward_pre_hook(self._forward_begin, with_kwargs=True))
+
+    def _put(self, slot, x, width=None):
+        st = self.step
+        if st is None:
+            return
+        t = self.bm.tensors[slot]
+        x = x.reshape(-1, t.width)
+        if x.shape[0] != st["rows"]:
+            return
+        self.pending[slot] = self._seg_stats(x, t.width, st["seg"], st["n_seg"])
+
+    def _out_hook(self, slot):
+        def hook(mod, args, out):
+            self._put(slot, _first(out))
+        return hook
+
+    def _in_hook(self, slot):
+        def hook(mod, args):
+            if args:
+                self._put(slot, args[0])
+        return hook
+
+    def _resid_hook(self, slot):
+        def hook(mod, args, out):      # fused add + norm: (normed, x + residual)
+            if isinstance(out, (tuple, list)) and len(out) > 1:
+                self._put(slot, out[1])
+        return hook
+
+    def _split_hook(self, parts):
+        widths = [t.width for t in parts]
+
+        def hook(mod, args, out):
+            y = _first(out)
+            if self.step is None:
+                return
+            if y.shape[-1] != sum(widths):
+                raise Refused(f"bangtrace: {type(mod).__name__} gives {y.shape[-1]} columns, the model's "
+                              f"{'+'.join(t.name for t in parts)} are {sum(widths)}")
+            for t, piece in zip(parts, y.split(widths, dim=-1)):
+                if t.op not in ("attn_q", "attn_k"):
+                    self._put(t.slot, piece)
+        return hook
+
+    def _rope_hook(self, mod, args, out):
+        L = self.layer
+        if L is None or self.step is None or not isinstance(out, (tuple, list)) or len(out) < 2:
+            return
+        for x, nm in ((out[0], "attn_q"), (out[1], "attn_k")):
+            t = self.bm.tensor(f"blk.{L}.{nm}")
+            if t is not None and x is not None:
+                self._put(t.slot, x)
+
+    def _logits_hook(self, mod, args, out):
+        st = self.step
+        if st is None or out is None:
+            return
+        lg = _first(out)
+        if lg.dim() != 2 or lg.shape[0] < st["n_req"]:
+            return
+        st["logits"] = lg[: st["n_req"]]
+
+    def _seg_stats(self, x, width, seg, n_seg):
+        from .torch import seg_stats
+        return seg_stats(x, width, seg, n_seg)
+
+    # -- a step --
+    def begin(self, sched):
+        self.sched = sched
+        for rid in getattr(sched, "finished_req_ids", ()) or ():
+            self._close(rid, "ok")
+            self.skipped.discard(rid)
+
+    def _forward_begin(self, mod, args, kwargs):
+        torch = self.torch
+        sched = self.sched
+        if sched is None:           # a warm-up or profiling run: nothing to record
+            self.step = None
+            return
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        pos = kwargs.get("positions", args[1] if len(args) > 1 else None)
+        if ids is None or pos is None:
+            self.step = None
+            return
+        req_ids = [r for r in self.runner.input_batch.req_ids if r is not None]
+        counts = [int(sched.num_scheduled_tokens.get(r, 0)) for r in req_ids]
+        rows = int(ids.shape[0])
+        total = sum(counts)
+        if total > rows or not req_ids:
+            self.step = None
+            return
+        n_req = len(req_ids)
+        seg = torch.repeat_interleave(torch.arange(n_req), torch.tensor(counts))
+        if rows > total:             # padding rows: a segment of their own, not recorded
+            seg = torch.cat([seg, torch.full((rows - total,), n_req, dtype=torch.long)])
+        self.step = {"req_ids": req_ids, "counts": counts, "rows": rows, "n_req": n_req, "n_seg": n_req + 1,
+                     "seg": seg.to(ids.device, non_blocking=True), "ids": ids, "pos": pos, "logits": None}
+        self.pending = {}
+
+    def abort(self):
+        self.sched = None
+        self.step = None
+        self.pending = {}
+
+    def end(self, out):
+        st, self.step, self.sched = self.step, None, None
+        pending, self.pending = self.pending, {}
+        if st is None or out is None or not getattr(out, "req_ids", None):
+            return
+        torch, L = self.torch, self.lib
+        n_t, S, n_req = len(self.bm.tensors), L.STAT_COUNT, st["n_req"]
+        dev = st["ids"].device
+        full = torch.full((n_t, n_req + 1, S), -1.0, dtype=torch.float64, device=dev)
+        if pending:
+            idx = torch.tensor(list(pending.keys()), device=dev)
+            full[idx] = torch.stack([v.to(dev) for v in pending.values()])
+        lg_slot = self.bm.tensor("logits")
+        lg = st["logits"]
+        if lg is not None and lg_slot is not None:
+            full[lg_slot.slot, :n_req] = self._seg_stats(lg, lg.shape[-1], torch.arange(n_req, device=lg.device),
+                                                         n_req).to(dev)
+        parts = [full.reshape(-1), st["ids"].reshape(-1).double(), st["pos"].reshape(-1)[: st["rows"]].double()]
+        V = 0
+        if lg is not None:
+            V = lg.shape[-1]
+            f = lg.detach().float().reshape(-1)
+            if f.numel() % 2:
+                f = torch.cat([f, f.new_zeros(1)])
+            parts.append(f.view(torch.float64).to(dev))
+        host = torch.cat(parts).cpu().numpy()          # the step's one copy to the host
+        o = 0
+        stats = host[o: o + full.numel()].reshape(n_t, n_req + 1, S)
+        o += full.numel()
+        ids = host[o: o + st["rows"]].astype("int64")
+        o += st["rows"]
+        pos = host[o: o + st["rows"]].astype("int64")
+        o += st["rows"]
+        logits = host[o:].view("float32")[: n_req * V].reshape(n_req, V) if V else None
+        index = getattr(out, "req_id_to_index", None) or {r: i for i, r in enumerate(out.req_ids)}
+        sampled = out.sampled_token_ids
+        start = 0
+        for i, rid in enumerate(st["req_ids"]):
+            n = st["counts"][i]
+            s0, start = start, start + n
+            if n == 0:
+                continue
+            j = index.get(rid)
+            toks = sampled[j] if j is not None and j < len(sampled) else []
+            toks = list(toks.tolist() if hasattr(toks, "tolist") else toks)
+            try:
+                self._request_step(rid, ids[s0:s0 + n].tolist(), int(pos[s0]), stats[:, i, :],
+                                   None if logits is None else logits[i], toks)
+            except L.BangtraceError as e:
+                log.warning("bangtrace: request %s: %s; its trace is closed", rid, e)
+                self._close(rid, "error")
+                self.skipped.add(rid)
+
+    def _request_step(self, rid, tokens, pos0, stats, row, sampled):
+        L = self.lib
+        if rid in self.skipped:
+            return
+        r = self.reqs.get(rid)
+        if pos0 == 0 and r is not None and r.pos0 is not None:
+            self._close(rid, "interrupted")           # preempted and recomputed: a new trace
+            r = None
+        if r is None:
+            if pos0 != 0:
+                self.skipped.add(rid)
+                log.warning("bangtrace: request %s starts at position %d (a prefix-cache hit): not recorded; "
+                            "run vLLM with --no-enable-prefix-caching to record every request", rid, pos0)
+                return
+            r = self._open(rid)
+        if r.stats is not None:                        # the rest of a chunked prefill
+            widths = [t.width for t in self.bm.tensors]
+            stats = _merge_all(r.stats, stats, widths)
+            tokens = r.tokens + tokens
+            pos0 = r.pos0
+        if not sampled:                                # a prefill chunk: the step goes on
+            r.stats, r.tokens, r.pos0 = stats.copy(), tokens, pos0
+            return
+        r.stats, r.tokens = None, []
+        r.pos0 = pos0
+        st = stats.copy()
+        lg = self.bm.tensor("logits")
+        if lg is not None and len(tokens) != 1:        # vLLM computes the last row's logits only
+            st[lg.slot, :] = -1.0
+        logits = row if row is not None else None
+        if logits is None:
+            import numpy as np
+            logits = np.full(self.bm.n_vocab, np.nan, dtype=np.float32)
+        r.rec.forward(tokens, pos0, st.reshape(-1), logits.astype("float32", copy=False), 1)
+        r.rec.sampled(int(sampled[-1]))
+
+    def _open(self, rid):
+        base = os.path.join(self.dir, _safe(rid))
+        path, k = base + ".db", 1
+        while os.path.exists(path):
+            k += 1
+            path = f"{base}-{k}.db"
+        rec = self.lib.Recording(self.bm, path, "vllm", self.settings)
+        rec.meta("request_id", str(rid))
+        rec.meta("engine_version", self.version)
+        rec.meta("dtype", self.dtype)
+        r = self.reqs[rid] = _Request(rec, path)
+        return r
+
+    def close_all(self):
+        """Close every open trace: the engine stops. A request vLLM finished
+        is told to the worker only with the next step, so the last ones end
+        here, with status ok (their steps were durable already)."""
+        for rid in list(self.reqs):
+            self._close(rid, "ok")
+
+    def _close(self, rid, status):
+        r = self.reqs.pop(rid, None)
+        if r is None:
+            return
+        try:
+            r.rec.close(status)
+        except self.lib.BangtraceError as e:
+            log.warning("bangtrace: closing %s: %s", r.path, e)
+
+
+def _merge_all(a, b, widths):
+    import numpy as np
+    out = np.empty_like(a)
+    for k, w in enumerate(widths):
+        out[k] = merge_stats(a[k], b[k], w)
+    return out

@@ -1,0 +1,445 @@
+"""vllm_check.py BANGTRACE WORKDIR QWEN3_FOLDER [LLAMA_FOLDER] - the bangtrace
+vLLM plugin on vLLM's CPU build (run by tests/pytorch_vllm.sh in the torch
+environment, with the package installed so that vLLM finds its entry point).
+
+vLLM runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so what the
+plugin hands libbangtrace is seen here (Recording.forward wrapped at class
+level). Checks:
+1. f32, eager, one request alone: the prefill statistics agree with
+   `bangtrace forward --dump` of the same tokens within 1e-4 per named tensor,
+   every name on both sides; every tensor recorded at every step; the trace's
+   tokens are vLLM's output; `bisect --reference` finds no departure.
+2. several concurrent requests in one batch: one trace each, holding exactly
+   its own prompt and output, its statistics equal to its solo run's (1e-4).
+3. (second folder) the same f32 comparison on another architecture.
+4. a prompt prefilled in chunks is one step, equal to the unchunked run.
+5. bf16: a clean run's `bisect --reference` names no op; a broken module writing NaN
+   into layer 1's down_proj output at forward 3, column 5, is named by
+   `bisect` (step 3, layer 1, ffn_down, index 5) and by `bisect --reference`.
+6. without enforce_eager, the model load is refused with one line.
+7. with vLLM's default worker processes (a child), the plugin loads there by
+   its entry point and the traces are closed at shutdown.
+Exit 0 all good, 1 with FAIL lines."""
+import gc
+import json
+import math
+import os
+import sqlite3
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
+import compare_forward as cf  # noqa: E402
+from bangtrace import _lib  # noqa: E402
+
+BT, WORK = sys.argv[1], sys.argv[2]
+FOLDERS = sys.argv[3:]
+PROMPTS = [[1, 17, 40, 9, 200, 5, 77, 12, 33], [3, 99, 14, 150, 8], [250, 2, 61, 61, 7, 19, 101],
+           [44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54]]
+N_NEW = 5
+failures = []
+SOLO = {}          # (folder label, prompt) -> (trace, output) of the f32 solo runs
+seen = []          # (trace path, tokens, pos0, stats[n_tensors, STAT_COUNT]) per forward handed over
+
+
+def fail(msg):
+    failures.append(msg)
+    print("FAIL: " + msg, flush=True)
+
+
+def ok(msg):
+    print("ok: " + msg, flush=True)
+
+
+def bt(*args, check=True):
+    p = subprocess.run([BT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    if check and p.returncode != 0:
+        fail("bangtrace %s: exit %d: %s" % (" ".join(args), p.returncode, p.stderr.strip()[-300:]))
+    return p
+
+
+_orig_forward = _lib.Recording.forward
+
+
+def _capture(self, tokens, pos0, stats, logits, n_rows):
+    seen.append((self.path, list(tokens), pos0, np.array(stats, dtype=np.float64).reshape(-1, _lib.STAT_COUNT)))
+    return _orig_forward(self, tokens, pos0, stats, logits, n_rows)
+
+
+_lib.Recording.forward = _capture
+
+import bangtrace.vllm as btv  # noqa: E402
+widest = {"n_req": 0}          # the most requests one recorded forward held
+_orig_end = btv._Recorder.end
+
+
+def _end(self, out):
+    if self.step is not None:
+        widest["n_req"] = max(widest["n_req"], self.step["n_req"])
+    return _orig_end(self, out)
+
+
+btv._Recorder.end = _end
+
+
+def traces_in(d):
+    return sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".db"))
+
+
+def trace_tokens(path):
+    db = sqlite3.connect(path)
+    p = [r[0] for r in db.execute("select token_id from tokens where role = 'prompt' order by seq")]
+    g = [r[0] for r in db.execute("select token_id from tokens where role = 'gen' order by seq")]
+    meta = dict(db.execute("select key, value from meta"))
+    db.close()
+    return p, g, meta
+
+
+def new_llm(folder, directory, dtype="float32", eager=True, **kw):
+    os.environ["BANGTRACE_VLLM"] = directory
+    from vllm import LLM
+    return LLM(model=folder, enforce_eager=eager, dtype=dtype, max_model_len=128, enable_prefix_caching=False,
+               seed=0, gpu_memory_utilization=0.5, **kw)
+
+
+def generate(llm, prompts):
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+    sp = SamplingParams(temperature=0.0, max_tokens=N_NEW, ignore_eos=True)
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
+    return [list(o.outputs[0].token_ids) for o in outs]
+
+
+def set_dir(llm, directory):
+    """Point the loaded engine's recorder at another directory."""
+    os.makedirs(directory, exist_ok=True)
+    for rec in recorders(llm):
+        rec.dir = directory
+
+
+def recorders(llm):
+    out = []
+    # the in-process engine: its model runner holds the recorder
+    eng = llm.llm_engine
+    core = getattr(eng, "engine_core", None)
+    core = getattr(core, "engine_core", core)
+    ex = getattr(core, "model_executor", None)
+    w = getattr(ex, "driver_worker", None)
+    w = getattr(w, "worker", w)
+    runner = getattr(w, "model_runner", None)
+    r = getattr(runner, "_bangtrace", None)
+    if r is not None:
+        out.append(r)
+    return out
+
+
+def close_all(llm):
+    """vLLM tells the worker a request finished with the next step: end the
+    traces now, as the engine's shutdown does."""
+    for rec in recorders(llm):
+        rec.close_all()
+
+
+def steps_of(path):
+    return [s for s in seen if s[0] == path]
+
+
+def compare_prefill(label, folder, path, names):
+    dump = os.path.join(WORK, label + "-dump")
+    p = bt("forward", "--model", folder, "--tokens", " ".join(map(str, PROMPTS[0])), "--dump", dump, "--threads", "2")
+    if p.returncode:
+        return
+    _, ref = cf.load_dump(dump)
+    missing = sorted(set(ref) - set(names))
+    if missing:
+        fail("%s: the native dump has %s, the plugin's model layout does not" % (label, missing[:5]))
+    st = steps_of(path)
+    if not st:
+        fail("%s: nothing recorded into %s" % (label, path))
+        return
+    pre = st[0][3]
+    worst, worst_name = 0.0, ""
+    for i, name in enumerate(names):
+        s = pre[i]
+        if s[_lib.STAT_N] < 0:
+            if name != "logits":       # vLLM computes the last row's logits only
+                fail("%s: %s was not recorded at the prefill" % (label, name))
+            continue
+        if name not in ref:
+            fail("%s: %s recorded, but the native dump has no such tensor" % (label, name))
+            continue
+        a = ref[name].astype(np.float64)
+        v = a[np.isfinite(a)]
+        n, mn, mx, mean, rms = a.size, v.min(), v.max(), v.mean(), math.sqrt((v * v).mean())
+        if int(s[_lib.STAT_N]) != n:
+            fail("%s: %s has %d elements, native %d" % (label, name, s[_lib.STAT_N], n))
+        got = [s[_lib.STAT_MIN], s[_lib.STAT_MAX], s[_lib.STAT_MEAN], s[_lib.STAT_RMS]]
+        for g, r, what in zip(got, [mn, mx, mean, rms], ("min", "max", "mean", "rms")):
+            d = abs(g - r) / max(abs(r), rms, 1e-30)
+            if d > worst:
+                worst, worst_name = d, "%s %s" % (name, what)
+            if not d <= 1e-4:
+                fail("%s: %s %s %.8g, native %.8g (rel %.2g)" % (label, name, what, g, r, d))
+    ok("%s f32 vLLM: prefill statistics of %d tensors agree with the native engine's (largest rel %.2g at %s)"
+       % (label, len(names) - 1, worst, worst_name))
+    for k, (_, toks, pos0, s) in enumerate(st):
+        bad = [names[i] for i in range(len(names)) if s[i][_lib.STAT_N] < 0 and (names[i] != "logits" or k > 0)]
+        if bad:
+            fail("%s: step %d misses %s" % (label, k, bad[:4]))
+
+
+def check_f32(folder, with_batch):
+    label = os.path.basename(folder)
+    solo_dir = os.path.join(WORK, label + "-solo")
+    llm = new_llm(folder, solo_dir)
+    recs = recorders(llm)
+    if not recs:
+        fail("%s: the plugin did not install its recorder in vLLM's model runner" % label)
+        return llm
+    names = [t.name for t in recs[0].bm.tensors]
+    solo = {}
+    for k, prompt in enumerate(PROMPTS if with_batch else PROMPTS[:1]):
+        before = set(traces_in(solo_dir))
+        out = generate(llm, [prompt])[0]
+        close_all(llm)
+        new = sorted(set(traces_in(solo_dir)) - before)
+        if len(new) != 1:
+            fail("%s: one request alone made %d traces" % (label, len(new)))
+            continue
+        solo[tuple(prompt)] = (new[0], out)
+        SOLO[(label, tuple(prompt))] = (new[0], out)
+        p, g, meta = trace_tokens(new[0])
+        if (p, g) != (prompt, out):
+            fail("%s: the trace holds prompt %s gen %s; vLLM ran %s -> %s" % (label, p, g, prompt, out))
+        if meta.get("engine") != "vllm" or not meta.get("request_id"):
+            fail("%s: trace meta engine %r request_id %r" % (label, meta.get("engine"), meta.get("request_id")))
+        if k == 0:
+            if len(steps_of(new[0])) != N_NEW:
+                fail("%s: %d forwards recorded for %d tokens" % (label, len(steps_of(new[0])), N_NEW))
+            compare_prefill(label, folder, new[0], names)
+            p = bt("bisect", "--reference", new[0])
+            if "verdict: vllm stays within" not in p.stdout or "top-1 agreement: %d of %d" % (N_NEW, N_NEW) \
+                    not in p.stdout:
+                fail("%s: bisect --reference on the vLLM f32 trace:\n%s" % (label, p.stdout[-800:]))
+            else:
+                ok("%s f32 vLLM: bisect --reference finds no departure, top-1 %d of %d" % (label, N_NEW, N_NEW))
+    if not with_batch:
+        return llm
+    batch_dir = os.path.join(WORK, label + "-batch")
+    set_dir(llm, batch_dir)
+    widest["n_req"] = 0
+    outs = generate(llm, PROMPTS)
+    close_all(llm)
+    if widest["n_req"] < 2:
+        fail("%s: the %d requests never shared a forward (at most %d): nothing batched to attribute"
+             % (label, len(PROMPTS), widest["n_req"]))
+    got = traces_in(batch_dir)
+    if len(got) != len(PROMPTS):
+        fail("%s: %d concurrent requests made %d traces" % (label, len(PROMPTS), len(got)))
+    worst = 0.0
+    matched = 0
+    for path in got:
+        p, g, _ = trace_tokens(path)
+        if tuple(p) not in solo:
+            fail("%s: batched trace %s holds prompt %s, which no request sent" % (label, path, p))
+            continue
+        spath, sout = solo[tuple(p)]
+        if g != sout or g != outs[PROMPTS.index(p)]:
+            fail("%s: batched trace of %s generated %s; solo %s, vLLM's batch output %s"
+                 % (label, p, g, sout, outs[PROMPTS.index(p)]))
+        a, b = steps_of(path), steps_of(spath)
+        if [x[1:3] for x in a] != [x[1:3] for x in b]:
+            fail("%s: batched forwards of %s (tokens, pos0) %s differ from solo %s"
+                 % (label, p, [x[1:3] for x in a], [x[1:3] for x in b]))
+            continue
+        for k, (x, y) in enumerate(zip(a, b)):
+            sx, sy = x[3], y[3]
+            if not np.array_equal(sx[:, _lib.STAT_N], sy[:, _lib.STAT_N]) or \
+                    not np.array_equal(sx[:, _lib.STAT_NAN:_lib.STAT_FINITE + 1], sy[:, _lib.STAT_NAN:_lib.STAT_FINITE + 1]):
+                fail("%s: step %d of %s: element counts differ between the batch and the solo run" % (label, k, p))
+            for c in (_lib.STAT_MIN, _lib.STAT_MAX, _lib.STAT_MEAN, _lib.STAT_RMS):
+                scale = np.maximum(np.abs(sy[:, c]), np.abs(sy[:, _lib.STAT_RMS]))
+                m = sy[:, _lib.STAT_N] >= 0
+                d = np.abs(sx[m, c] - sy[m, c]) / np.maximum(scale[m], 1e-30)
+                worst = max(worst, float(d.max()))
+        matched += 1
+    if worst > 1e-4:
+        fail("%s: batched statistics depart from the solo runs' by %.2g (> 1e-4)" % (label, worst))
+    elif matched == len(PROMPTS):
+        ok("%s: %d concurrent requests (up to %d in one forward), one trace each with its own prompt and output; "
+           "statistics equal the solo runs' (largest rel %.2g)" % (label, matched, widest["n_req"], worst))
+    return llm
+
+
+def check_chunked(folder):
+    """A prompt prefilled in chunks (max_num_batched_tokens 4: 9 tokens in
+    4 + 4 + 1) is one prefill step, equal to the unchunked solo run's."""
+    label = os.path.basename(folder)
+    d = os.path.join(WORK, label + "-chunked")
+    llm = new_llm(folder, d, max_num_batched_tokens=4)
+    out = generate(llm, [PROMPTS[0]])[0]
+    close_all(llm)
+    got = traces_in(d)
+    spath, sout = SOLO.get((label, tuple(PROMPTS[0])), (None, None))
+    if len(got) != 1 or spath is None:
+        fail("%s chunked: %d traces (solo run %s)" % (label, len(got), spath))
+        return llm
+    a, b = steps_of(got[0]), steps_of(spath)
+    if out != sout or [x[1:3] for x in a] != [x[1:3] for x in b]:
+        fail("%s chunked: forwards %s -> %s; unchunked %s -> %s" % (label, [x[1:3] for x in a], out,
+                                                                  [x[1:3] for x in b], sout))
+        return llm
+    worst = 0.0
+    for x, y in zip(a, b):
+        sx, sy = x[3], y[3]
+        m = sy[:, _lib.STAT_N] >= 0
+        if not np.array_equal(sx[:, _lib.STAT_N], sy[:, _lib.STAT_N]):
+            fail("%s chunked: element counts differ from the unchunked run" % label)
+        for c in (_lib.STAT_MIN, _lib.STAT_MAX, _lib.STAT_MEAN, _lib.STAT_RMS):
+            scale = np.maximum(np.abs(sy[m, c]), np.abs(sy[m, _lib.STAT_RMS]))
+            worst = max(worst, float((np.abs(sx[m, c] - sy[m, c]) / np.maximum(scale, 1e-30)).max()))
+    if worst > 1e-4:
+        fail("%s chunked: statistics depart from the unchunked run's by %.2g" % (label, worst))
+    else:
+        ok("%s: a prompt prefilled in 3 chunks is one prefill step of %d tokens, its statistics the unchunked "
+           "run's (largest rel %.2g)" % (label, len(PROMPTS[0]), worst))
+    return llm
+
+
+def check_bf16(folder):
+    label = os.path.basename(folder)
+    d = os.path.join(WORK, label + "-bf16")
+    llm = new_llm(folder, d, dtype="bfloat16")
+    generate(llm, [PROMPTS[0]])
+    close_all(llm)
+    clean = traces_in(d)
+    if len(clean) != 1:
+        fail("%s bf16: %d traces for one request" % (label, len(clean)))
+        return llm
+    p = bt("bisect", "--reference", clean[0])
+    if "stays within" not in p.stdout:
+        fail("%s bf16: bisect --reference on a clean vLLM bf16 run names an op:\n%s" % (label, p.stdout[-800:]))
+    else:
+        ok("%s bf16 vLLM: bisect --reference names no op on the clean run" % label)
+    # a broken kernel: NaN into layer 1's down_proj output at the request's fourth forward (step 3), column 5
+    L, STEP, COL = 1, 3, 5
+    state = {"n": -1}
+
+    def install(model):
+        """The kernel itself writes the NaN (its forward wrapped): every hook sees it."""
+        def top(mod, args, kwargs):
+            state["n"] += 1
+        mod = model.model.layers[L].mlp.down_proj
+        orig = mod.forward
+
+        def broken(*a, **kw):
+            out = orig(*a, **kw)
+            if state["n"] == STEP:
+                y = out[0] if isinstance(out, tuple) else out
+                y.reshape(-1, y.shape[-1])[0, COL] = float("nan")
+            return out
+        mod.forward = broken
+        return [model.register_forward_pre_hook(top, with_kwargs=True)], mod, orig
+    handles, mod, orig = llm.apply_model(install)[0]
+    set_dir(llm, d + "-nan")
+    generate(llm, [PROMPTS[0]])
+    close_all(llm)
+    for h in handles:
+        h.remove()
+    mod.forward = orig
+    bad = traces_in(d + "-nan")
+    if len(bad) != 1:
+        fail("%s bf16: %d traces for the injected request" % (label, len(bad)))
+        return llm
+    p = bt("bisect", "--json", bad[0], check=False)
+    try:
+        j = json.loads(p.stdout)
+    except ValueError:
+        fail("%s: bisect --json: %s %s" % (label, p.stdout[-300:], p.stderr[-300:]))
+        return llm
+    fb = j.get("first_nonfinite") or {}
+    want = {"step": STEP, "layer": L, "op": "ffn_down"}
+    got = {k: fb.get(k) for k in want}
+    if got != want or fb.get("first_bad_index") != COL:
+        fail("%s vLLM: bisect names %s index %s; want %s index %d (json: %s)"
+             % (label, got, fb.get("first_bad_index"), want, COL, json.dumps(j)[:600]))
+    else:
+        ok("%s bf16 vLLM: bisect names the injected NaN: step %d, layer %d, ffn_down, index %d" % (label, STEP, L, COL))
+    p = bt("bisect", "--reference", bad[0], check=False)
+    if "first departs at blk.%d.ffn_down, step %d" % (L, STEP) not in p.stdout:
+        fail("%s vLLM: bisect --reference on the injected run:\n%s" % (label, p.stdout[-800:]))
+    else:
+        ok("%s bf16 vLLM: bisect --reference departs at blk.%d.ffn_down, step %d" % (label, L, STEP))
+    return llm
+
+
+def check_refusal(folder):
+    """A non-eager engine is refused when the model loads (a child process:
+    the failed engine's state stays out of this one)."""
+    code = ("import os, sys\nos.environ['BANGTRACE_VLLM'] = sys.argv[2]\nfrom vllm import LLM\n"
+            "LLM(model=sys.argv[1], dtype='float32', max_model_len=128, enforce_eager=False)\n")
+    p = subprocess.run([sys.executable, "-c", code, folder, os.path.join(WORK, "refused")], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=600)
+    lines = [ln for ln in p.stderr.splitlines() if "bangtrace: recording vLLM needs eager mode" in ln]
+    if p.returncode == 0 or not lines:
+        fail("without enforce_eager: exit %d, stderr tail %s" % (p.returncode, p.stderr[-600:]))
+    else:
+        ok("without enforce_eager the load is refused: %s" % lines[0].split("bangtrace: ", 1)[1].split(":")[0])
+
+
+def check_workers(folder):
+    """vLLM's default: the engine and its worker in other processes, which
+    load the plugin through the entry point; the traces end at shutdown."""
+    d = os.path.join(WORK, "mp")
+    child = os.path.join(WORK, "mp_child.py")      # a file: vLLM's spawned processes re-import it
+    with open(child, "w") as f:
+        f.write("""import json, os, sys
+if __name__ == "__main__":
+    os.environ["BANGTRACE_VLLM"] = sys.argv[2]
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+    llm = LLM(model=sys.argv[1], enforce_eager=True, dtype="float32", max_model_len=128, enable_prefix_caching=False)
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in json.loads(sys.argv[3])],
+                        SamplingParams(temperature=0.0, max_tokens=%d, ignore_eos=True), use_tqdm=False)
+    print("OUT " + json.dumps([list(o.outputs[0].token_ids) for o in outs]), flush=True)
+    llm.llm_engine.engine_core.shutdown()
+""" % N_NEW)
+    env = dict(os.environ)
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+    p = subprocess.run([sys.executable, child, folder, d, json.dumps(PROMPTS[:2])], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=600, env=env)
+    outs = [json.loads(ln[4:]) for ln in p.stdout.splitlines() if ln.startswith("OUT ")]
+    if p.returncode != 0 or not outs:
+        fail("vLLM with worker processes: exit %d: %s" % (p.returncode, p.stderr[-800:]))
+        return
+    got = traces_in(d) if os.path.isdir(d) else []
+    want = {tuple(a): b for a, b in zip(PROMPTS[:2], outs[0])}
+    have = {}
+    for path in got:
+        pr, g, meta = trace_tokens(path)
+        have[tuple(pr)] = (g, meta.get("status"))
+    if set(have) != set(want) or any(have[k][0] != want[k] or have[k][1] != "ok" for k in want):
+        fail("vLLM with worker processes: traces %s; want %s, status ok" % (have, want))
+    else:
+        ok("vLLM with its engine in another process: the plugin loads there by its entry point; %d traces, "
+           "each its request's tokens, closed ok at shutdown" % len(got))
+
+
+def release(llm):
+    del llm
+    gc.collect()
+
+
+release(check_f32(FOLDERS[0], with_batch=True))
+if len(FOLDERS) > 1:
+    release(check_f32(FOLDERS[1], with_batch=False))
+release(check_chunked(FOLDERS[0]))
+release(check_bf16(FOLDERS[0]))
+check_refusal(FOLDERS[0])
+check_workers(FOLDERS[0])
+print("%d failures" % len(failures))
+sys.exit(1 if failures else 0)

@@ -1,0 +1,46 @@
+#!/bin/sh
+# The vLLM plugin (python/bangtrace/vllm.py) on vLLM's CPU build: the package
+# installed (its vllm.general_plugins entry point is how vLLM finds it),
+# BANGTRACE_VLLM naming the trace directory. Tiny random-weight qwen3 and
+# llama folders (head_dim 32: vLLM's CPU attention takes no smaller) recorded
+# in f32 agree with the native engine per named tensor (1e-4), every name on
+# both sides, bisect --reference finds no departure; concurrent requests get a
+# trace each holding only their own tokens, equal to their solo runs; a
+# chunked prefill is one step; in bf16 a clean run names no op and a NaN
+# written by a broken module is named by bisect and bisect --reference; a
+# non-eager engine is refused with one line; with vLLM's worker processes the
+# plugin loads there and the traces close at shutdown
+# (tests/pytorch/vllm_check.py). The environment is tools/torch-env's;
+# SKIP only when it cannot be had.
+. "${BT_SRCDIR:-.}/tests/lib.sh"
+py=${PYTHON3:-python3}
+"$py" -c "import numpy, gguf" 2>/dev/null || skip "numpy and gguf are needed to write the tiny folders"
+lib=$BT_BUILDDIR/libbangtrace.so
+[ -f "$lib" ] || fail "libbangtrace.so was not built ($lib)"
+env=$("$BT_SRCDIR/tools/torch-env" 2>"$TMP/torch-env.log") ||
+    skip "no PyTorch environment: $(tail -n 1 "$TMP/torch-env.log")"
+"$py" - "$TMP" <<'PY' || fail "could not write the tiny HF folders"
+import os, sys
+sys.path.insert(0, os.path.join(os.environ["BT_SRCDIR"], "tests", "oracle"))
+import make_random_gguf, test_hf_arch as tha
+out = sys.argv[1]
+for arch, cls, seed in (("qwen3", "Qwen3ForCausalLM", 5), ("llama", "LlamaForCausalLM", 6)):
+    g = os.path.join(out, arch + ".gguf")
+    hp = make_random_gguf.make(g, arch=arch, seed=seed, untied=True, dim=128, hidden=256, n_heads=4, n_kv_heads=2)
+    tha.write_folder(g, os.path.join(out, arch), cls, {"model_type": arch}, hp)
+PY
+# the package as a user installs it (a copy: the build leaves nothing in the source tree)
+cp -r "$BT_SRCDIR/python" "$TMP/pkg" && chmod -R u+w "$TMP/pkg"
+"$env/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
+    --target "$TMP/site" "$TMP/pkg" > "$TMP/pip.log" 2>&1 ||
+    { cat "$TMP/pip.log" >&2; fail "pip install of python/ failed"; }
+ls "$TMP"/site/bangtrace-*.dist-info/entry_points.txt > /dev/null 2>&1 ||
+    fail "the installed package declares no entry points"
+grep -q 'bangtrace = bangtrace.vllm:register' "$TMP"/site/bangtrace-*.dist-info/entry_points.txt ||
+    fail "the installed package does not declare the vllm.general_plugins entry point"
+ok "pip installs python/ with its vllm.general_plugins entry point"
+BANGTRACE_LIB=$lib PYTHONPATH=$TMP/site VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 \
+    "$env/bin/python" "$BT_SRCDIR/tests/pytorch/vllm_check.py" "$BANGTRACE" "$TMP" "$TMP/qwen3" "$TMP/llama" \
+    > "$TMP/out" 2>&1 || { grep -v '^INFO\|^(EngineCore' "$TMP/out" | tail -n 60 >&2; fail "the vLLM plugin (above)"; }
+grep '^ok:' "$TMP/out" | sed 's/^ok: //' | while read -r l; do ok "$l"; done
+finish
