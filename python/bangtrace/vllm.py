@@ -89,8 +89,9 @@ def _once(fn, name, body):
 def _wrap_load(fn):
     def body(fn, runner, *a, **kw):
         out = fn(runner, *a, **kw)
-        if getattr(runner, "_bangtrace", None) is None:
-            runner._bangtrace = _Recorder(runner, os.environ[ENV])
+        d = os.environ.get(ENV)           # read per engine: one without it is not recorded
+        if d and getattr(runner, "_bangtrace", None) is None:
+            runner._bangtrace = _Recorder(runner, d)
         return out
     return _once(fn, "load", body)
 
