@@ -11,7 +11,11 @@ device, one small reduction per tensor, and copied to the host once per
 step together with the last logit row. The engine's chosen token of a step
 is the next forward's input (or last_token for the last one).
 
-What is tapped where, for transformers' Llama/Mistral/Qwen2/Qwen3 decoders:
+What is tapped where, for transformers' Llama/Mistral/Qwen2/Qwen3 decoders
+(and Qwen3-MoE: the router is ffn_gate_inp, the MoE block's output
+ffn_moe_out, each expert's gate/up halves, down input and output its rows of
+ffn_gate, ffn_up, ffn_act, ffn_down, watched while the fused experts module
+runs with experts_implementation="eager"):
   the output of each module holding a weight (embed_tokens, the norms, v_proj,
   o_proj, gate/up/down_proj, lm_head: token_embd ... logits); attn_ctx and
   ffn_act are o_proj's and down_proj's inputs; attn_resid is the input of
@@ -22,10 +26,13 @@ What is tapped where, for transformers' Llama/Mistral/Qwen2/Qwen3 decoders:
 """
 import math
 import os
+import re
 import sys
 import threading
+import warnings
 
 import torch
+import torch.nn.functional as F
 
 from . import _lib
 from ._lib import BangtraceError
@@ -105,6 +112,39 @@ def tap_stats(x, width):
     return seg_stats(x, width)[0]
 
 
+def merge_parts(parts):
+    """One tensor's statistics from parts over disjoint rows (host numpy
+    [k, STAT_COUNT], first bad rows absolute): counts add, min/max/absmax
+    over all, mean and rms weighted by finite counts, the first non-finite
+    value the one at the lowest row (then the earlier part)."""
+    import numpy as np
+    S = _lib
+    o = np.full(S.STAT_COUNT, -1.0)
+    for k in (S.STAT_N, S.STAT_NAN, S.STAT_PINF, S.STAT_NINF, S.STAT_FINITE):
+        o[k] = parts[:, k].sum()
+    fin = parts[:, S.STAT_FINITE]
+    f = fin.sum()
+    have = fin > 0
+    if f > 0:
+        o[S.STAT_MIN] = parts[have, S.STAT_MIN].min()
+        o[S.STAT_MAX] = parts[have, S.STAT_MAX].max()
+        o[S.STAT_ABSMAX] = parts[have, S.STAT_ABSMAX].max()
+        o[S.STAT_MEAN] = (parts[have, S.STAT_MEAN] * fin[have]).sum() / f
+        o[S.STAT_RMS] = math.sqrt((parts[have, S.STAT_RMS] ** 2 * fin[have]).sum() / f)
+    else:
+        o[[S.STAT_MIN, S.STAT_MAX, S.STAT_ABSMAX, S.STAT_MEAN, S.STAT_RMS]] = math.nan
+    bad = np.nonzero(parts[:, S.STAT_FIRST_BAD_ROW] >= 0)[0]
+    if len(bad):
+        i = bad[np.argmin(parts[bad, S.STAT_FIRST_BAD_ROW])]     # the first of equal rows: the earlier part
+        o[S.STAT_FIRST_BAD_COL], o[S.STAT_FIRST_BAD_ROW] = parts[i, S.STAT_FIRST_BAD_COL], parts[i, S.STAT_FIRST_BAD_ROW]
+    return o
+
+
+def _layer_of(name):
+    m = re.search(r"\.layers\.(\d+)\.", name + ".")
+    return int(m.group(1)) if m else None
+
+
 def _first(x):
     return x[0] if isinstance(x, (tuple, list)) else x
 
@@ -139,10 +179,88 @@ class record:
         self._handles = []
         self._patched = []
         self._pending = {}
+        self._parts = {}          # MoE: slot -> per-expert statistics of this step
+        self._warned_experts = False
         self._layer = None
         self._step = None
         self._last = None
         self.steps = 0
+
+    # -- mixture of experts --
+    def _install_experts(self, mod, L):
+        """A fused experts module (gate_up_proj [E, 2H, D], down_proj [E, D, H]):
+        while it runs, F.linear is watched; a call whose weight is one expert's
+        slice of gate_up_proj gives that expert's ffn_gate and ffn_up (its
+        halves), one of down_proj its ffn_act (input) and ffn_down (output,
+        before the routing weight). Each expert's rows are its tokens; the
+        parts are merged per tensor at the end of the step (the first
+        non-finite value at the lowest position, as the native recorder
+        merges them). transformers' default grouped_mm path makes no such
+        calls: load with experts_implementation="eager" for these taps."""
+        bm = self.bm
+        names = {op: bm.tensor(f"blk.{L}.{op}") for op in ("ffn_gate", "ffn_up", "ffn_act", "ffn_down")}
+        if any(t is None for t in names.values()):
+            return 0
+        impl = getattr(getattr(mod, "config", None), "_experts_implementation", None)
+        if impl not in (None, "eager") and not self._warned_experts:
+            self._warned_experts = True
+            warnings.warn(f"bangtrace.torch.record: experts_implementation={impl!r} runs every expert in one "
+                          "kernel, so the experts' ffn_gate, ffn_up, ffn_act and ffn_down are not tapped (the "
+                          "router and ffn_moe_out are); load the model with experts_implementation=\"eager\" "
+                          "for them", stacklevel=4)
+        state = {}
+
+        def pre(m, args, kwargs):
+            idx = kwargs.get("top_k_index", args[1] if len(args) > 1 else None)
+            if self._step is None or idx is None:
+                return
+            state["idx"] = idx
+            state["orig"] = F.linear
+            F.linear = linear
+
+        def post(m, args, kwargs, out):
+            if "orig" in state:
+                F.linear = state.pop("orig")
+            state.pop("idx", None)
+
+        def expert_of(w, p):
+            if w.dim() != 2 or p.dim() != 3 or w.untyped_storage().data_ptr() != p.untyped_storage().data_ptr():
+                return None
+            off = w.storage_offset() - p.storage_offset()
+            return off // p.stride(0) if off >= 0 and off % p.stride(0) == 0 else None
+
+        def linear(x, w, b=None):
+            y = state["orig"](x, w, b)
+            x_id = expert_of(w, mod.gate_up_proj)
+            is_up = x_id is not None
+            if not is_up:
+                x_id = expert_of(w, mod.down_proj)
+            if x_id is None or self._step is None:
+                return y
+            # the expert's tokens, in the order the module gathered them
+            tok = torch.where((state["idx"] == x_id).t())[1]
+            if tok.numel() != x.reshape(-1, x.shape[-1]).shape[0]:
+                return y
+            if is_up:
+                g, u = y.chunk(2, dim=-1)
+                self._put_part(names["ffn_gate"], g, tok)
+                self._put_part(names["ffn_up"], u, tok)
+            else:
+                self._put_part(names["ffn_act"], x, tok)
+                self._put_part(names["ffn_down"], y, tok)
+            return y
+        self._handles.append(mod.register_forward_pre_hook(pre, with_kwargs=True))
+        self._handles.append(mod.register_forward_hook(post, with_kwargs=True))
+        return 1
+
+    def _put_part(self, t, x, tok):
+        """One expert's rows of t: statistics with the first bad row made the
+        token's index."""
+        st = tap_stats(x, t.width)
+        fr = st[_lib.STAT_FIRST_BAD_ROW]
+        row = torch.where(fr >= 0, tok[fr.clamp(min=0).long()].double(), fr)
+        st = torch.cat([st[:_lib.STAT_FIRST_BAD_ROW], row.reshape(1)])
+        self._parts.setdefault(t.slot, []).append(st)
 
     # -- hooks --
     def _put(self, slot, x):
@@ -169,7 +287,15 @@ class record:
         attn_layers = {}
         n_hooked = 0
         for name, mod in model.named_modules():
-            if "weight" not in getattr(mod, "_parameters", {}):
+            params = getattr(mod, "_parameters", {})
+            L = _layer_of(name)
+            if "gate_up_proj" in params and "down_proj" in params and L is not None:
+                n_hooked += self._install_experts(mod, L)        # fused experts (transformers 5)
+                continue
+            if name.endswith(".mlp") and L is not None and bm.tensor(f"blk.{L}.ffn_moe_out") is not None:
+                self._handles.append(mod.register_forward_hook(self._out_hook(bm.tensor(f"blk.{L}.ffn_moe_out").slot)))
+                continue
+            if "weight" not in params:
                 continue
             t = bm.weight_tensor(name + ".weight")
             if t is None:
@@ -242,6 +368,7 @@ class record:
             pos0 = 0
         self._step = (ids.reshape(-1).tolist(), pos0)
         self._pending = {}
+        self._parts = {}
 
     def _end(self, mod, args, kwargs, out):
         if self._step is None:
@@ -261,11 +388,20 @@ class record:
         if self._pending:
             idx = torch.tensor(list(self._pending.keys()), device=dev)
             full[idx] = torch.stack([v.to(dev) for v in self._pending.values()])
-        host = torch.cat([full.reshape(-1), rows[-1].detach().double()]).cpu().numpy()   # the one copy
-        st = host[: n * _lib.STAT_COUNT].copy()
-        row = host[n * _lib.STAT_COUNT:].astype("float32")
+        part_slots = [(slot, len(v)) for slot, v in self._parts.items()]
+        parts = [p.to(dev) for v in self._parts.values() for p in v]
+        tail = torch.stack(parts).reshape(-1) if parts else full.new_zeros(0)
+        host = torch.cat([full.reshape(-1), tail, rows[-1].detach().double()]).cpu().numpy()   # the one copy
+        S = _lib.STAT_COUNT
+        st = host[: n * S].copy()
+        o = n * S
+        for slot, k in part_slots:
+            st[slot * S:(slot + 1) * S] = merge_parts(host[o: o + k * S].reshape(k, S))
+            o += k * S
+        row = host[o:].astype("float32")
         self.rec.forward(tokens, pos0, st, row, 1)
         self._pending = {}
+        self._parts = {}
         self._last = tokens
         self.steps += 1
 
