@@ -111,13 +111,14 @@ TESTS += examples/incidents/1-wall-of-bang/run.sh examples/incidents/2-out-of-ra
 	examples/incidents/3-drafter-not-guilty/run.sh examples/incidents/4-long-prompts/run.sh \
 	examples/incidents/5-flipped-bit/run.sh examples/incidents/6-half-precision/run.sh \
 	examples/incidents/7-gate-that-could-not-fail/run.sh examples/incidents/8-state-not-reset/run.sh \
-	examples/incidents/9-pytorch-f16/run.sh tests/sample_trace.sh
+	examples/incidents/9-pytorch-f16/run.sh examples/incidents/10-gptoss-f16/run.sh tests/sample_trace.sh
 EXTRA_DIST += tools/model-edit tests/sample_trace.sh examples/incidents/1-wall-of-bang/run.sh \
 	examples/incidents/2-out-of-range-token/run.sh examples/incidents/3-drafter-not-guilty/run.sh \
 	examples/incidents/4-long-prompts/run.sh examples/incidents/5-flipped-bit/run.sh \
 	examples/incidents/6-half-precision/run.sh examples/incidents/7-gate-that-could-not-fail/run.sh \
 	examples/incidents/8-state-not-reset/run.sh examples/incidents/8-state-not-reset/README.md \
-	examples/incidents/9-pytorch-f16/run.sh examples/incidents/9-pytorch-f16/record.py
+	examples/incidents/9-pytorch-f16/run.sh examples/incidents/9-pytorch-f16/record.py \
+	examples/incidents/10-gptoss-f16/run.sh
 # the one tap comparator (bisect --reference and diff): exactness, bf16, NaN, tolerance edge
 check_PROGRAMS += tests/test_compare
 TESTS += tests/test_compare
