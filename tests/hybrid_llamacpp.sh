@@ -16,7 +16,11 @@
 #     equal on three prompts (decode: the one-token recurrence);
 #   - qwen35moe (experts + sigmoid-gated shared expert) and qwen3next (also
 #     NEOX rope, fused ssm_ba, grouped value heads): logits within 2e-3,
-#     top-1 on every position, greedy continuation equal;
+#     top-1 on every position, greedy continuation equal; a clean trace of
+#     run --engine llama.cpp has ffn_out-L as blk.L.ffn_moe_out and the
+#     shared expert under llama.cpp's names, and bisect --reference replays
+#     it with no departure (it refused once: ffn_gate-0, the shared expert's,
+#     taken for the routed experts' ffn_gate);
 #   - a file with an MTP (nextn) block after the trunk loads (the block is
 #     not computed) and gives the same logits;
 #   - a NaN injected into blk.2.ssm_state at step 3 is named by bisect and
@@ -33,6 +37,7 @@ built_with LLAMA_CPP || skip "bangtrace was built without llama.cpp"
 TOOL=${BT_TINY_HYBRID_TOOL:-$BT_SRCDIR/tools/make-tiny-hybrid.py}
 [ -f "$TOOL" ] || skip "tools/make-tiny-hybrid.py is not in this tree (set BT_TINY_HYBRID_TOOL)"
 $PY -c 'import numpy' 2>/dev/null || skip "python3 has no numpy"
+command -v sqlite3 >/dev/null || skip "sqlite3 is not installed"
 
 M=$TMP/h.gguf
 $PY "$TOOL" "$M" --mtp 0 --seed 3 >"$TMP/tool.log" 2>&1 || { fail "make-tiny-hybrid.py: $(tail -1 "$TMP/tool.log")"; finish; }
@@ -113,6 +118,26 @@ PY
         fail "run --engine llama.cpp $A: $(cat "$TMP/err")"
     x=$(json_ids "$TMP/a.json"); y=$(json_ids "$TMP/b.json")
     [ -n "$x" ] && [ "$x" = "$y" ] && ok "$A greedy: equal to llama.cpp's" || fail "$A greedy: bangtrace [$x] llama.cpp [$y]"
+    # a clean llama.cpp trace replays on the native engine with no departure:
+    # its MoE layers' ffn_out (routed experts + gated shared expert) is
+    # blk.L.ffn_moe_out, compared; the shared expert's ffn_gate/up/swiglu-L
+    # (64 wide, llama.cpp's names, op label ffn_gate...) are not taken for
+    # the routed experts' ffn_gate/up/act (32 wide, one expert's rows)
+    "$B" run --engine llama.cpp --model "$TMP/$A.gguf" --prompt "Once upon a time" -n 8 --threads 1 \
+        --trace "$TMP/$A.db" >/dev/null 2>"$TMP/err" || fail "run --engine llama.cpp --trace $A: $(cat "$TMP/err")"
+    [ "$(sqlite3 "$TMP/$A.db" "SELECT op || ':' || width FROM tensors WHERE model = 'target' AND name = 'ffn_gate-0'")" = ffn_gate:64 ] &&
+        ok "$A llama.cpp trace: the shared expert's gate keeps llama.cpp's name (ffn_gate-0, 64 wide)" ||
+        fail "$A llama.cpp trace: $(sqlite3 "$TMP/$A.db" "SELECT group_concat(name || ':' || op || ':' || width, ' ') FROM tensors WHERE name LIKE 'ffn%-0'")"
+    expect_exit 0 "$A: bisect --reference on a clean llama.cpp trace" "$B" bisect "$TMP/$A.db" --reference
+    # the table's moe column has values in the layers, its down column none
+    # (an MoE layer's ffn_down is one routed expert's: llama.cpp has no such tensor)
+    grep -q "^verdict: llama.cpp stays within" "$TMP/out" &&
+        awk '/^ +layer /  { for (i = 1; i <= NF; i++) { if ($i == "moe") m = i; if ($i == "down") d = i }; next }
+             m && $1 ~ /^[0-9]+$/ { if ($m != ".") n++; if (d && $d != ".") bad++ }
+             END { exit !(n > 0 && !bad) }' "$TMP/out" &&
+        grep -Eq "^teacher-forced top-1 agreement: ([0-9]+) of \1 steps" "$TMP/out" &&
+        ok "$A: no departure, ffn_moe_out compared ($(grep '^verdict' "$TMP/out" | cut -c1-90))" ||
+        fail "$A bisect --reference: $(head -c 1500 "$TMP/out") $(cat "$TMP/err")"
 fi
 done
 

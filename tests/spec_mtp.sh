@@ -16,7 +16,10 @@
 #   - --inject norollback under the MTP drafter is named by diff as under
 #     the other drafters;
 #   - a model without an MTP block, or --draft-mtp without --spec-k, is one
-#     line and exit 2.
+#     line and exit 2;
+#   - bench --spec-k 3 --draft-mtp measures the speculative text decode with
+#     the block (JSON drafter "mtp", an acceptance rate) and refuses a model
+#     without the block (one line, exit 2) and a second drafter.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
 py=${PYTHON3:-python3}
 "$py" -c "import numpy, gguf" 2>/dev/null || skip "python3 with numpy and gguf makes the hybrid models"
@@ -77,6 +80,24 @@ grep -q "has no MTP (nextn) block" "$TMP/err" && [ "$(wc -l < "$TMP/err")" -eq 1
     || fail "no MTP block: $(cat "$TMP/err")"
 expect_exit 2 "--draft-mtp without --spec-k" "$BANGTRACE" run --model "$M" --prompt hi -n 4 --draft-mtp
 grep -q "a drafter needs --spec-k" "$TMP/err" && ok "--draft-mtp alone: one line" || fail "--draft-mtp alone: $(cat "$TMP/err")"
+# bench --spec-k K --draft-mtp: the speculative text decode with the block
+# as drafter (the echo block: some drafts are accepted), drafter "mtp" in
+# the JSON; a model without the block is refused before measuring
+"$BANGTRACE" bench --model "$M" -p 64 -n 16 --reps 1 --threads 1 --spec-k 3 --draft-mtp --json >"$TMP/bench.json" 2>"$TMP/err" \
+    || fail "bench --draft-mtp: $(cat "$TMP/err")"
+"$py" - "$TMP/bench.json" <<'PY' && ok "bench --spec-k 3 --draft-mtp: valid JSON, drafter mtp, an acceptance rate" || fail "bench --draft-mtp JSON: $(cat "$TMP/bench.json")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+a = j["spec_acceptance"]
+print("drafter %s, k %s, acceptance %s" % (j["drafter"], j["spec_k"], a))
+sys.exit(0 if j["drafter"] == "mtp" and j["spec_k"] == 3 and 0 < a <= 1 and j["text_decode_tokens_per_s_spec"] is not None else 1)
+PY
+expect_exit 2 "bench --draft-mtp on a model without an MTP block" "$BANGTRACE" bench --model "$TMP/nomtp.gguf" -p 64 -n 8 --reps 1 --spec-k 2 --draft-mtp
+grep -q "has no MTP (nextn) block" "$TMP/err" && [ "$(wc -l < "$TMP/err")" -eq 1 ] && ok "bench, no MTP block: one line naming it" \
+    || fail "bench, no MTP block: $(cat "$TMP/err")"
+expect_exit 2 "bench --draft-mtp with --draft-ngram" "$BANGTRACE" bench --model "$M" --spec-k 2 --draft-mtp --draft-ngram 2
+grep -q "goes with one of" "$TMP/err" && [ "$(wc -l < "$TMP/err")" -eq 1 ] && ok "bench: two drafters, one line" || fail "bench two drafters: $(cat "$TMP/err")"
+expect_exit 2 "bench --draft-mtp without --spec-k" "$BANGTRACE" bench --model "$M" --draft-mtp
 expect_exit 2 "--draft-mtp on a non-hybrid model" "$BANGTRACE" run --model "$MODELS/gguf-tiny/llama-2-tiny-random.gguf" --prompt hi -n 4 --spec-k 2 --draft-mtp
 grep -q "no MTP (nextn) block" "$TMP/err" && ok "a model with no MTP block at all: one line" || fail "non-hybrid: $(cat "$TMP/err")"
 finish

@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "tap/inject.h"
 #include "run/recorder.h"
+#include "run/replay.h"
 #include "trace/reader.h"
 #include "trace/trace.h"
 
@@ -80,6 +81,36 @@ static void names(void)
     CHECK(bt_llamacpp_map_name_in(&hc, "Qcur", 1) == BT_OP_ATTN_Q);
     CHECK(bt_llamacpp_map_name_in(&hc, "attn_post_norm", 0) == BT_OP_FFN_NORM);
     CHECK(bt_llamacpp_map_name_in(&hc, "l_out", 2) == BT_OP_FFN_RESID);
+    /* MoE layers (build_moe_ffn, then the shared expert through build_ffn):
+     * ffn_gate/up/swiglu are the shared expert's (no bangtrace op: ours are
+     * one routed expert's rows), ffn_out is routed + shared = ffn_moe_out,
+     * and ffn_moe_out is that only without a shared expert */
+    bt_config mc = hc;
+    mc.flags |= BT_ARCH_MOE | BT_ARCH_SHARED_EXP;
+    mc.shared_ff_len = 64;
+    CHECK(bt_llamacpp_map_name_in(&mc, "ffn_gate", 0) == -1);
+    CHECK(bt_llamacpp_map_name_in(&mc, "ffn_up", 1) == -1);
+    CHECK(bt_llamacpp_map_name_in(&mc, "ffn_swiglu", 2) == -1);
+    CHECK(bt_llamacpp_map_name_in(&mc, "ffn_out", 0) == BT_OP_FFN_MOE_OUT);
+    CHECK(bt_llamacpp_map_name_in(&mc, "ffn_out", 3) == BT_OP_FFN_MOE_OUT);
+    CHECK(bt_llamacpp_map_name_in(&mc, "ffn_moe_out", 1) == -1);   /* the routed experts only */
+    CHECK(bt_llamacpp_map_name_in(&mc, "attn_output", 0) == BT_OP_SSM_CORE);
+    CHECK(bt_llamacpp_map_name_in(&mc, "l_out", 3) == BT_OP_FFN_RESID);
+    bt_config qm = { .n_layers = 2, .flags = BT_ARCH_MOE | BT_ARCH_QK_NORM };   /* qwen3moe: no shared expert */
+    CHECK(bt_llamacpp_map_name_in(&qm, "ffn_moe_out", 1) == BT_OP_FFN_MOE_OUT);
+    CHECK(bt_llamacpp_map_name_in(&qm, "Qcur", 1) == BT_OP_ATTN_Q);
+    bt_config ds = { .n_layers = 3, .n_dense_lead = 1, .flags = BT_ARCH_MOE | BT_ARCH_SHARED_EXP, .n_shared_expert = 1 };
+    CHECK(bt_llamacpp_map_name_in(&ds, "ffn_gate", 0) == BT_OP_FFN_GATE);   /* deepseek2's leading dense FFN */
+    CHECK(bt_llamacpp_map_name_in(&ds, "ffn_out", 0) == BT_OP_FFN_DOWN);
+    CHECK(bt_llamacpp_map_name_in(&ds, "ffn_gate", 1) == -1);
+    CHECK(bt_llamacpp_map_name_in(&ds, "ffn_out", 2) == BT_OP_FFN_MOE_OUT);
+    /* a llama.cpp trace's own tensor labelled with one of our op names is
+     * not that op (replay, bisect --reference) */
+    bt_trace_tensor_row shx = { .name = "ffn_gate-0", .layer = 0, .op = "ffn_gate", .width = 64 },
+                        ours = { .name = "blk.0.ffn_moe_out", .layer = 0, .op = "ffn_moe_out", .width = 16 },
+                        kq = { .name = "kq-1", .layer = 1, .op = "kq", .width = 8 };
+    CHECK(bt_replay_tensor_op(&shx, true) == -1 && bt_replay_tensor_op(&shx, false) == BT_OP_FFN_GATE);
+    CHECK(bt_replay_tensor_op(&ours, true) == BT_OP_FFN_MOE_OUT && bt_replay_tensor_op(&kq, true) == -1);
     CHECK(bt_op_in_layer(&hc, BT_OP_SSM_STATE, 0) && !bt_op_in_layer(&hc, BT_OP_SSM_STATE, 1));
     CHECK(!bt_op_in_layer(&hc, BT_OP_ATTN_CTX, 2) && bt_op_in_layer(&hc, BT_OP_ATTN_CTX, 3));
     CHECK(bt_op_from_name("ssm_conv_state") == BT_OP_SSM_CONV_STATE && bt_op_is_layer_op(BT_OP_SSM_STATE));

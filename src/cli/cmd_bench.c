@@ -66,10 +66,12 @@ void cmd_bench_help(FILE *out)
         "                with --taps: leave a hybrid model's recurrent states\n"
         "                (ssm_state, ssm_conv_state) untapped; against a run without\n"
         "                it, what recording the states costs\n"
-        "  --spec-k K --draft-self N | --draft-ngram N\n"
+        "  --spec-k K --draft-self N | --draft-ngram N | --draft-mtp\n"
         "                also decode a natural-text prompt greedily with speculative\n"
         "                decoding and report tokens/s with and without it and the\n"
-        "                acceptance rate\n");
+        "                acceptance rate; --draft-mtp drafts with the model's own MTP\n"
+        "                (nextn) block, as run --draft-mtp (hybrid models that have\n"
+        "                one); the JSON names the drafter (self:N, ngram:N, mtp)\n");
 }
 
 static size_t weight_bytes(const bt_weight *w) { return w->data ? bt_dtype_row_size(w->type, w->cols) * (size_t)w->rows : 0; }
@@ -158,11 +160,12 @@ static const char bench_text[] =
     "to read. Every morning she walked to the library, picked a new book and read it under the "
     "old oak tree until the sun went down.";
 
-static int bench_spec(const bt_model *m, const bt_tokenizer *tok, bt_engine *e, long k, long self, long ngram, long nd, long reps,
-                      bool quiet, double *plain, double *spec, double *accept)
+/* The drafter: kind (BT_DRAFT_SELF, _NGRAM, _MTP), its engine de (NULL for
+ * n-grams; made by draft_engine before any measuring), its name. */
+static int bench_spec(const bt_model *m, const bt_tokenizer *tok, bt_engine *e, bt_engine *de, int kind, const char *name,
+                      long k, long ngram, long nd, long reps, bool quiet, double *plain, double *spec, double *accept)
 {
     if (!m->has_vocab) return bt_error(BT_EINVAL, "speculative bench needs the model's tokenizer (--tokenizer for llama2.c)");
-    bt_engine *de = NULL;
     bt_sampler *smp = NULL;
     int32_t *ids = NULL;
     size_t n = 0;
@@ -174,19 +177,13 @@ static int bench_spec(const bt_model *m, const bt_tokenizer *tok, bt_engine *e, 
         /* the main bench engine is sized for -p + -n; make room */
         rc = bt_error(BT_EINVAL, "speculative bench needs -p >= %d", (int)(n + k + 2));
     }
-    if (!rc && self) {
-        bt_engine_opts eo = { .ctx_len = bt_engine_ctx_len(e), .max_batch = (int)n + (int)k + 1, .n_layers = (int)self, .share_pool = e };
-        rc = bt_engine_new_opts(m, &eo, &de);
-    }
-    char name[32];
-    snprintf(name, sizeof(name), "%s:%ld", self ? "self" : "ngram", self ? self : ngram);
     double *tp = calloc((size_t)reps, sizeof(double)), *ts = calloc((size_t)reps, sizeof(double));
     if (!tp || !ts) rc = bt_error(BT_ENOMEM, "out of memory");
     int drafted = 0, acc = 0;
     for (long r = 0; r < reps && !rc; r++) {
         for (int spec_on = 0; spec_on < 2 && !rc; spec_on++) {
             bt_decoder_cfg dc = { .target = e, .smp = smp, .greedy = true, .rule = sc.rule, .tok = tok, .ignore_eos = true,
-                                  .drafter = !spec_on ? BT_DRAFT_NONE : self ? BT_DRAFT_SELF : BT_DRAFT_NGRAM,
+                                  .drafter = !spec_on ? BT_DRAFT_NONE : kind,
                                   .k = (int)k, .ngram = (int)ngram, .drafter_name = name, .draft = de };
             bt_decoder *d = NULL;
             if ((rc = bt_decoder_new(&dc, ids, (int)n, (int)nd + (int)k + 1, &d))) break;
@@ -217,7 +214,24 @@ static int bench_spec(const bt_model *m, const bt_tokenizer *tok, bt_engine *e, 
     }
     free(tp); free(ts); free(ids);
     bt_sampler_free(smp);
-    bt_engine_free(de);
+    return rc;
+}
+
+/* The speculative bench's drafter engine, made before any measuring so a
+ * model without what the drafter needs is refused at once: the first n
+ * layers (--draft-self), the MTP block (--draft-mtp; a model without one is
+ * refused by bt_engine_new_opts, naming it), or none (n-grams). It runs the
+ * bench's numerics profile, as run's drafter does. */
+static int draft_engine(const bt_model *m, bt_engine *e, long self, bool mtp, long np, const bt_numerics *prof, bt_engine **out)
+{
+    *out = NULL;
+    if (!self && !mtp) return BT_OK;
+    if (!m->has_vocab) return bt_error(BT_EINVAL, "speculative bench needs the model's tokenizer (--tokenizer for llama2.c)");
+    bt_engine_opts eo = { .ctx_len = bt_engine_ctx_len(e), .max_batch = (int)np, .n_layers = (int)self, .share_pool = e,
+                          .mtp = mtp };
+    int rc = bt_engine_new_opts(m, &eo, out);
+    if (rc == BT_OK && !bt_numerics_is_exact(prof)) rc = bt_engine_set_numerics(*out, prof);
+    if (rc) { bt_engine_free(*out); *out = NULL; }
     return rc;
 }
 
@@ -267,7 +281,7 @@ typedef struct bench_opts {
     bt_args g;                /* --model, --tokenizer, --threads, --device, --numerics, --llama-* */
     int taps;                 /* bt_taps_mode; BT_TAPS_NONE: no taps-on decode */
     long spec_k, draft_self, draft_ngram, np, nd, reps, depth;
-    bool json, graphs, cupti, against, no_state;
+    bool json, graphs, cupti, against, no_state, draft_mtp;
 } bench_opts;
 
 static int parse_args(int argc, char **argv, bench_opts *o)
@@ -282,7 +296,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         bool taken;
         if (bt_args_take(&o->g, argc, argv, &i, &taken)) return BT_EINVAL;
         if (taken) continue;
-        bool takes = strcmp(a, "--json") && strcmp(a, "--cuda-graphs") && strcmp(a, "--cupti") && strcmp(a, "--no-state-taps");
+        bool takes = strcmp(a, "--json") && strcmp(a, "--cuda-graphs") && strcmp(a, "--cupti") && strcmp(a, "--no-state-taps") &&
+                     strcmp(a, "--draft-mtp");
         if (takes && !v) return bt_error(BT_EINVAL, "%s needs a value", a);
         if (!strcmp(a, "-p")) { if (bt_parse_int(a, argv[++i], 1, 8192, &o->np)) return BT_EINVAL; }
         else if (!strcmp(a, "-n")) { if (bt_parse_int(a, argv[++i], 1, 8192, &o->nd)) return BT_EINVAL; }
@@ -292,6 +307,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         else if (!strcmp(a, "--cuda-graphs")) o->graphs = true;
         else if (!strcmp(a, "--cupti")) o->cupti = true;
         else if (!strcmp(a, "--no-state-taps")) o->no_state = true;
+        else if (!strcmp(a, "--draft-mtp")) o->draft_mtp = true;
         else if (!strcmp(a, "--spec-k")) { if (bt_parse_int(a, argv[++i], 1, 64, &o->spec_k)) return BT_EINVAL; }
         else if (!strcmp(a, "--draft-self")) { if (bt_parse_int(a, argv[++i], 1, 100000, &o->draft_self)) return BT_EINVAL; }
         else if (!strcmp(a, "--draft-ngram")) { if (bt_parse_int(a, argv[++i], 1, 64, &o->draft_ngram)) return BT_EINVAL; }
@@ -311,8 +327,9 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     if (o->cupti && bt_args_need_feature(&o->g, BT_BACKEND_ACTIVITY)) return BT_EINVAL;
     if (o->cupti && o->taps == BT_TAPS_NONE) return bt_error(BT_EINVAL, "--cupti records into the taps-on trace: give --taps MODE");
     if (o->no_state && !taps_given) return bt_error(BT_EINVAL, "--no-state-taps goes with --taps MODE");
-    if (!o->spec_k != !(o->draft_self || o->draft_ngram) || (o->draft_self && o->draft_ngram))
-        return bt_error(BT_EINVAL, "--spec-k K goes with one of --draft-self N or --draft-ngram N");
+    int drafters = (o->draft_self > 0) + (o->draft_ngram > 0) + o->draft_mtp;
+    if (!o->spec_k != !drafters || drafters > 1)
+        return bt_error(BT_EINVAL, "--spec-k K goes with one of --draft-self N, --draft-ngram N or --draft-mtp");
     if (bt_args_llama_finish(&o->g, o->against, "--against llama.cpp")) return BT_EINVAL;
     if (!o->against) return BT_OK;
     /* llama.cpp runs its own kernels on the CPU, exactly as built: a
@@ -335,7 +352,7 @@ int cmd_bench(int argc, char **argv)
     double lb_p = NAN, lb_d = NAN, lc_p = NAN, lc_d = NAN, lc_taps = NAN;
     bt_session *ses = NULL;
     const bt_model *m = NULL;
-    bt_engine *e = NULL;
+    bt_engine *e = NULL, *de = NULL;
     bt_pool *pool = NULL;
     int32_t *toks = NULL;
     int status = 2;
@@ -361,6 +378,12 @@ int cmd_bench(int argc, char **argv)
     }
     if (bt_session_start(ses, &cfg)) goto fail;
     e = bt_session_engine(ses);
+    /* the drafter before any measuring: a model it cannot draft for is refused at once */
+    if (o.spec_k && draft_engine(m, e, o.draft_self, o.draft_mtp, o.np, prof, &de)) goto fail;
+    char drafter[32] = "";
+    if (o.draft_self) snprintf(drafter, sizeof(drafter), "self:%ld", o.draft_self);
+    else if (o.draft_ngram) snprintf(drafter, sizeof(drafter), "ngram:%ld", o.draft_ngram);
+    else if (o.draft_mtp) snprintf(drafter, sizeof(drafter), "mtp");
     char prof_s[256];
     bt_numerics_format(prof, prof_s, sizeof(prof_s));
     if (!o.json && !bt_numerics_is_exact(prof)) bt_log("bench: numerics %s", prof_s);
@@ -415,7 +438,9 @@ int cmd_bench(int argc, char **argv)
                          o.json, &lc_ptaps, &lc_taps)) goto fail;
     }
     double sp_plain = 0, sp_spec = 0, sp_accept = 0;
-    if (o.spec_k && bench_spec(m, bt_session_tokenizer(ses), e, o.spec_k, o.draft_self, o.draft_ngram, o.nd, o.reps, o.json, &sp_plain, &sp_spec, &sp_accept)) goto fail;
+    int kind = o.draft_self ? BT_DRAFT_SELF : o.draft_mtp ? BT_DRAFT_MTP : BT_DRAFT_NGRAM;
+    if (o.spec_k && bench_spec(m, bt_session_tokenizer(ses), e, de, kind, drafter, o.spec_k, o.draft_ngram, o.nd, o.reps, o.json,
+                               &sp_plain, &sp_spec, &sp_accept)) goto fail;
     pool = bt_pool_new((int)o.g.threads);
     double bw = pool ? bt_measure_bandwidth(pool) : 0;
     double eff = bytes * d_med / 1e9;
@@ -436,6 +461,8 @@ int cmd_bench(int argc, char **argv)
         if (j) json_object_set_new(j, "device", json_string(bt_backend_name(bt_engine_backend(e))));
         if (j) json_object_set_new(j, "cuda_graphs", json_boolean(o.graphs));
         if (j) json_object_set_new(j, "cupti", json_boolean(o.cupti));
+        /* the speculative bench's drafter (run's trace meta names it alike), null without --spec-k */
+        if (j) json_object_set_new(j, "drafter", o.spec_k ? json_string(drafter) : json_null());
         if (j && o.against) {
             json_t *a = json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "engine", "llama.cpp",
                                   "version", bt_llamacpp_version(),
@@ -467,10 +494,9 @@ int cmd_bench(int argc, char **argv)
                    d_med > 0 ? d_taps / d_med : NAN, o.no_state ? ", states untapped" : "");
         }
         if (o.spec_k)
-            printf("text decode       %s plain, %s with speculation (k=%ld, %s %ld): %.2fx, acceptance %.0f%%\n",
+            printf("text decode       %s plain, %s with speculation (k=%ld, drafter %s): %.2fx, acceptance %.0f%%\n",
                    rate_s(sp_plain, "tokens/s", r1, sizeof(r1)), rate_s(sp_spec, "tokens/s", r2, sizeof(r2)), o.spec_k,
-                   o.draft_self ? "self" : "ngram", o.draft_self ? o.draft_self : o.draft_ngram,
-                   sp_plain > 0 ? sp_spec / sp_plain : NAN, 100 * sp_accept);
+                   drafter, sp_plain > 0 ? sp_spec / sp_plain : NAN, 100 * sp_accept);
         if (o.against) {
             char c1[48], c2[48], c3[48];
             printf("\nagainst llama.cpp %s (same GGUF, %d threads, depth %ld, -p %ld, -n %ld, median of %ld; taps %s)\n",
@@ -494,6 +520,7 @@ fail:
     status = bt_cmd_fail("bench");
 out:
     free(toks);
+    bt_engine_free(de);
     bt_pool_free(pool);
     bt_session_close(ses, NULL);
     return status;

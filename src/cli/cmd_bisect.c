@@ -558,7 +558,7 @@ static void print_cross(const bt_replay_result *res, const bt_trace_tensor_row *
     /* columns: the ops the trace has (the architecture's), in forward order */
     bool has_op[BT_OP_COUNT] = { false };
     for (int i = 0; i < n_tens; i++) {
-        int op = bt_op_from_name(tens[i].op);
+        int op = bt_replay_tensor_op(&tens[i], true);
         if (op >= 0) has_op[op] = true;
     }
     bt_text_printf(stdout, "  layer");
@@ -574,7 +574,7 @@ static void print_cross(const bt_replay_result *res, const bt_trace_tensor_row *
             if (!has_op[op]) continue;
             double v = -1;
             for (int i = 0; i < n_tens; i++)
-                if (tens[i].layer == l && bt_op_from_name(tens[i].op) == op && res->slot_rel[i] > 0) v = res->slot_rel[i];
+                if (tens[i].layer == l && bt_replay_tensor_op(&tens[i], true) == op && res->slot_rel[i] > 0) v = res->slot_rel[i];
             if (v >= 0) { p += sprintf(p, " %7.1e", v); any = true; }
             else p += sprintf(p, " %7s", ".");
         }

@@ -272,6 +272,15 @@ static int dtype_bits(const char *d)
     return 24;
 }
 
+int bt_replay_tensor_op(const bt_trace_tensor_row *t, bool foreign)
+{
+    int op = bt_op_from_name(t->op);
+    if (op < 0 || !foreign) return op;
+    char stable[96];
+    bt_tensor_name(op, t->layer, stable, sizeof(stable));
+    return strcmp(t->name, stable) ? -1 : op;
+}
+
 /* The tolerance (given, or derived across devices), cross-engine traces,
  * and every tensor of the trace one this model has. */
 static int check_tensors(replay_run *x)
@@ -294,7 +303,7 @@ static int check_tensors(replay_run *x)
     if (res->cross && !(res->slot_rel = calloc((size_t)x->n_tens, sizeof(double)))) return bt_error(BT_ENOMEM, "out of memory");
     for (int i = 0; i < x->n_tens; i++) {
         const bt_trace_tensor_row *t = &x->tens[i];
-        int op = bt_op_from_name(t->op);
+        int op = bt_replay_tensor_op(t, res->cross);
         if (res->cross && op < 0 && t->idx == i) continue;   /* llama.cpp's own tensor (kq-3): nothing to replay */
         if (t->idx != i || op < 0 || t->layer >= n_layers || (bt_op_is_layer_op(op) != (t->layer >= 0)))
             return bt_error(BT_EFORMAT, "%s: tensor '%s' (slot %d) does not exist in %s (%d layers)", cfg->name, t->name,
@@ -388,8 +397,10 @@ static int start_engines(replay_run *x)
     rp->xs_slot = calloc((size_t)rp->cap_xs, sizeof(int));
     if (!rp->slot || !rp->ref || !rp->seen || !rp->xs || !rp->xs_slot) return bt_error(BT_ENOMEM, "out of memory");
     for (int i = 0; i < BT_OP_COUNT * (n_layers + 1); i++) rp->slot[i] = -1;
-    for (int i = 0; i < n_tens; i++)
-        if (bt_op_from_name(x->tens[i].op) >= 0) *slot_at(rp, bt_op_from_name(x->tens[i].op), x->tens[i].layer) = i;
+    for (int i = 0; i < n_tens; i++) {
+        int op = bt_replay_tensor_op(&x->tens[i], x->meta.foreign);
+        if (op >= 0) *slot_at(rp, op, x->tens[i].layer) = i;
+    }
     x->cb = (bt_eval_cb){ .ask = rp_ask, .observe = rp_observe, .user = rp };
     bt_engine_set_eval_cb(x->e, &x->cb);
     x->cb2 = (bt_eval_cb){ .ask = rp_ask, .observe = rp_observe, .user = &x->rp2 };

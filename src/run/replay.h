@@ -105,5 +105,11 @@ typedef struct bt_replay_result {
  * Clear res with bt_replay_result_clear either way. */
 int bt_replay_run(bt_trace_reader *r, const bt_replay_cfg *cfg, bt_replay_result *res);
 void bt_replay_result_clear(bt_replay_result *res);
+/* The bt_op a trace's tensor row holds, or -1. In a foreign engine's trace
+ * (meta foreign) its own tensors keep its names and an op label that may be
+ * a bangtrace op's (llama.cpp's ffn_gate-0, a qwen35moe's shared expert, is
+ * labelled ffn_gate): there a row is an op's only under the op's stable
+ * name (blk.0.ffn_gate). */
+int bt_replay_tensor_op(const bt_trace_tensor_row *t, bool foreign);
 
 #endif

@@ -369,9 +369,10 @@ static int build_table(lc_impl *L)
         int layer = split_name(p->name, base, sizeof(base));
         if (layer >= c->n_layers) continue;
         int op = last ? bt_llamacpp_map_name_in(c, base, layer) : -1;
-        if (op >= 0 && (bt_op_is_layer_op(op) != (layer >= 0) || p->nel != bt_op_width(c, op))) {
+        /* the layer's width: a deepseek2's leading dense FFN is wider than an expert */
+        if (op >= 0 && (bt_op_is_layer_op(op) != (layer >= 0) || p->nel != bt_op_layer_width(c, op, layer))) {
             bt_debug("llama.cpp tensor %s (%s) has %lld values per row, %s has %d: kept under its own name",
-                     p->name, ggml_op_name(p->gop), (long long)p->nel, bt_op_name(op), bt_op_width(c, op));
+                     p->name, ggml_op_name(p->gop), (long long)p->nel, bt_op_name(op), bt_op_layer_width(c, op, layer));
             op = -1;
         }
         entry *x = &L->entries[L->n_entries];

@@ -66,8 +66,33 @@ static const struct { const char *llama; int op; } gated_attn_map[] = {
     { "attn_post_norm", BT_OP_FFN_NORM },
 };
 
+/* A mixture-of-experts layer (llm_graph_context::build_moe_ffn, then the
+ * model's shared expert through build_ffn, in qwen35moe.cpp, qwen3next.cpp,
+ * deepseek2.cpp): ffn_gate, ffn_up and ffn_swiglu there are the shared
+ * expert's, which bangtrace computes as part of ffn_moe_out and never taps
+ * on its own (its ffn_gate/up/act/down in such a layer are one routed
+ * expert's rows); "ffn_out" is the routed experts' weighted sum plus the
+ * (gated) shared expert, bangtrace's ffn_moe_out, and "ffn_moe_out" is that
+ * sum only when there is no shared expert (qwen3moe, gpt-oss: with one it
+ * lacks the shared part). llama.cpp's ffn_moe_gate/up/swiglu/down hold
+ * n_expert_used rows a token and stay under their own names. Returns the
+ * op, -1 for "not one of ours", or -2 for a name this rule does not cover. */
+static int moe_layer_op(const bt_config *c, const char *base)
+{
+    static const char *const shared[] = { "ffn_gate", "ffn_up", "ffn_swiglu" };
+    for (size_t i = 0; i < BT_ARRAY_SIZE(shared); i++)
+        if (!strcmp(base, shared[i])) return -1;
+    if (!strcmp(base, "ffn_out")) return BT_OP_FFN_MOE_OUT;
+    if (!strcmp(base, "ffn_moe_out")) return c->shared_ff_len > 0 || c->n_shared_expert > 0 ? -1 : BT_OP_FFN_MOE_OUT;
+    return -2;
+}
+
 int bt_llamacpp_map_name_in(const bt_config *c, const char *base, int layer)
 {
+    if (c && (c->flags & BT_ARCH_MOE) && layer >= 0 && bt_op_in_layer(c, BT_OP_FFN_MOE_OUT, layer)) {
+        int op = moe_layer_op(c, base);
+        if (op != -2) return op;
+    }
     if (c && (c->flags & BT_ARCH_HYBRID) && layer >= 0) {
         bool recr = bt_layer_recurrent(c, layer);
         if (recr)
