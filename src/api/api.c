@@ -249,7 +249,7 @@ int bangtrace_model_weight_tensor(const bangtrace_model *m, const char *weight_n
 {
     if (!m || !weight_name) return -1;
     char g[160];
-    if (bt_hf_gguf_name(weight_name, g, sizeof g) != 0) snprintf(g, sizeof g, "%s", weight_name);
+    if (bt_hf_gguf_name(model_of(m)->cfg.arch, weight_name, g, sizeof g) != 0) snprintf(g, sizeof g, "%s", weight_name);
     size_t n = strlen(g);
     if (n < 8 || strcmp(g + n - 7, ".weight")) return -1;
     g[n - 7] = 0;
