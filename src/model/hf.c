@@ -570,7 +570,7 @@ static int mla_keys(const char *file, json_t *cfg, bt_gguf_builder *b, hparams *
     PUT_U32("attention.value_length", kvl);
     PUT_U32("attention.key_length_mla", nope + rope);
     PUT_U32("attention.value_length_mla", vd);
-    if (ql > 0) PUT_U32("attention.q_lora_rank", ql);
+    PUT_U32("attention.q_lora_rank", ql);   /* 0: a direct q projection (the converter leaves the key out) */
     PUT_U32("attention.kv_lora_rank", kvl);
     PUT_U32("rope.dimension_count", rope);
     PUT_U32("leading_dense_block_count", ndense);
