@@ -64,6 +64,44 @@ same gptoss-mxfp4 make-tiny-gptoss.py --experts mxfp4
 grep -q 'gate_up_proj_blocks' "$TMP/gptoss-mxfp4-hf/model.safetensors" \
     && grep -q '"U8"' "$TMP/gptoss-mxfp4-hf/model.safetensors" || fail "gptoss-mxfp4: the folder holds no U8 *_blocks"
 
+# the library API maps the checkpoints' weight names (module paths) to the
+# engine's tensors (bt_hf_gguf_name), as bangtrace.torch hooks them
+# (not in a sanitizer build: python cannot load that library without its runtime)
+lib=${BT_BUILDDIR:-.}/libbangtrace.so
+if grep -q "^CFLAGS = .*fsanitize" "${BT_BUILDDIR:-.}/Makefile" 2>/dev/null; then
+    echo "note: sanitizer build, the library's weight names are not checked here"
+elif [ -f "$lib" ] && [ -d "$TMP/ds-v3-hf" ] && [ -d "$TMP/gptoss-f32-hf" ]; then
+    BANGTRACE_LIB=$lib PYTHONPATH=$BT_SRCDIR/python "$py" - "$TMP" >"$TMP/api" 2>&1 <<'PY' \
+        && ok "the library maps their weight names: $(tail -1 "$TMP/api")" || fail "weight names through the library: $(tail -3 "$TMP/api")"
+import os, sys
+import bangtrace
+T = sys.argv[1]
+want = {
+    "ds-v3-hf": {"model.layers.1.self_attn.q_a_proj.weight": "blk.1.attn_q_a",
+                 "model.layers.1.self_attn.q_a_layernorm.weight": "blk.1.attn_q_a_norm",
+                 "model.layers.2.self_attn.kv_a_proj_with_mqa.weight": "blk.2.attn_kv_a",
+                 "model.layers.1.mlp.gate.weight": "blk.1.ffn_gate_inp",
+                 "model.layers.2.mlp.experts.5.down_proj.weight": "blk.2.ffn_down",
+                 "model.layers.0.mlp.down_proj.weight": "blk.0.ffn_down",
+                 "model.layers.1.post_attention_layernorm.weight": "blk.1.ffn_norm"},
+    "gptoss-f32-hf": {"model.layers.0.post_attention_layernorm.weight": "blk.0.ffn_norm",
+                      "model.layers.3.mlp.router.weight": "blk.3.ffn_gate_inp",
+                      "model.layers.1.self_attn.q_proj.weight": "blk.1.attn_q",
+                      "lm_head.weight": "logits"},
+}
+n = 0
+for folder, names in want.items():
+    m = bangtrace.Model(os.path.join(T, folder))
+    for hf, tap in names.items():
+        t = m.weight_tensor(hf)
+        assert t is not None and t.name == tap, (folder, hf, t and t.name, tap)
+        n += 1
+print("%d module weights of deepseek2 and gpt-oss" % n)
+PY
+else
+    fail "no libbangtrace.so or no folders for the library check"
+fi
+
 # bad NAME BASE EXPECT PYTHON: BASE's folder with config c changed by PYTHON
 # is refused: exit 2, one line holding EXPECT
 bad() {

@@ -256,6 +256,16 @@ int bangtrace_model_weight_tensor(const bangtrace_model *m, const char *weight_n
     n -= 7;
     if (n > 5 && !strcmp(g + n - 5, "_exps")) g[n - 5] = 0;
     if (!strcmp(g, "output")) return bangtrace_model_tensor_find(m, "logits");
+    /* weights whose output the engine names otherwise: gpt-oss's
+     * post-attention norm is its FFN input norm, deepseek2's kv_a_mqa
+     * gives attn_kv_a */
+    static const struct { const char *weight, *tap; } TAP_OF[] = {
+        { ".post_attention_norm", ".ffn_norm" }, { ".attn_kv_a_mqa", ".attn_kv_a" },
+    };
+    for (size_t i = 0; i < sizeof TAP_OF / sizeof TAP_OF[0]; i++) {
+        size_t wl = strlen(TAP_OF[i].weight), len = strlen(g);
+        if (len > wl && !strcmp(g + len - wl, TAP_OF[i].weight)) snprintf(g + len - wl, sizeof g - (len - wl), "%s", TAP_OF[i].tap);
+    }
     return bangtrace_model_tensor_find(m, g);
 }
 

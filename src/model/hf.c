@@ -777,38 +777,43 @@ typedef struct stack {
     uint8_t *seen;
 } stack;
 
-static const struct { const char *hf, *gguf; int exp; } LAYER_MAP[] = {
-    { "input_layernorm", "attn_norm", -1 },
-    { "post_attention_layernorm", "ffn_norm", -1 },
-    { "self_attn.q_proj", "attn_q", -1 },
-    { "self_attn.k_proj", "attn_k", -1 },
-    { "self_attn.v_proj", "attn_v", -1 },
-    { "self_attn.o_proj", "attn_output", -1 },
-    { "self_attn.q_norm", "attn_q_norm", -1 },
-    { "self_attn.k_norm", "attn_k_norm", -1 },
-    { "mlp.gate_proj", "ffn_gate", -1 },
-    { "mlp.up_proj", "ffn_up", -1 },
-    { "mlp.down_proj", "ffn_down", -1 },
-    { "mlp.gate", "ffn_gate_inp", -1 },
-    { "mlp.shared_expert.gate_proj", "ffn_gate_shexp", -1 },
-    { "mlp.shared_expert.up_proj", "ffn_up_shexp", -1 },
-    { "mlp.shared_expert.down_proj", "ffn_down_shexp", -1 },
-    { "mlp.shared_expert_gate", "ffn_gate_inp_shexp", -1 },
+/* only: 0 every architecture, ONLY_MLA deepseek2's, ONLY_OSS gpt-oss's (so
+ * that another architecture's checkpoint holding such a name is still an
+ * error naming it) */
+enum { ONLY_MLA = 1, ONLY_OSS = 2 };
+
+static const struct { const char *hf, *gguf; int exp, only; } LAYER_MAP[] = {
+    { "input_layernorm", "attn_norm", -1, 0 },
+    { "post_attention_layernorm", "ffn_norm", -1, 0 },
+    { "self_attn.q_proj", "attn_q", -1, 0 },
+    { "self_attn.k_proj", "attn_k", -1, 0 },
+    { "self_attn.v_proj", "attn_v", -1, 0 },
+    { "self_attn.o_proj", "attn_output", -1, 0 },
+    { "self_attn.q_norm", "attn_q_norm", -1, 0 },
+    { "self_attn.k_norm", "attn_k_norm", -1, 0 },
+    { "mlp.gate_proj", "ffn_gate", -1, 0 },
+    { "mlp.up_proj", "ffn_up", -1, 0 },
+    { "mlp.down_proj", "ffn_down", -1, 0 },
+    { "mlp.gate", "ffn_gate_inp", -1, 0 },
+    { "mlp.shared_expert.gate_proj", "ffn_gate_shexp", -1, 0 },
+    { "mlp.shared_expert.up_proj", "ffn_up_shexp", -1, 0 },
+    { "mlp.shared_expert.down_proj", "ffn_down_shexp", -1, 0 },
+    { "mlp.shared_expert_gate", "ffn_gate_inp_shexp", -1, 0 },
     /* deepseek2 (the loader splits kv_b_proj into attn_k_b / attn_v_b) */
-    { "self_attn.q_a_proj", "attn_q_a", -1 },
-    { "self_attn.q_a_layernorm", "attn_q_a_norm", -1 },
-    { "self_attn.q_b_proj", "attn_q_b", -1 },
-    { "self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa", -1 },
-    { "self_attn.kv_a_layernorm", "attn_kv_a_norm", -1 },
-    { "self_attn.kv_b_proj", "attn_kv_b", -1 },
-    { "mlp.shared_experts.gate_proj", "ffn_gate_shexp", -1 },
-    { "mlp.shared_experts.up_proj", "ffn_up_shexp", -1 },
-    { "mlp.shared_experts.down_proj", "ffn_down_shexp", -1 },
+    { "self_attn.q_a_proj", "attn_q_a", -1, ONLY_MLA },
+    { "self_attn.q_a_layernorm", "attn_q_a_norm", -1, ONLY_MLA },
+    { "self_attn.q_b_proj", "attn_q_b", -1, ONLY_MLA },
+    { "self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa", -1, ONLY_MLA },
+    { "self_attn.kv_a_layernorm", "attn_kv_a_norm", -1, ONLY_MLA },
+    { "self_attn.kv_b_proj", "attn_kv_b", -1, ONLY_MLA },
+    { "mlp.shared_experts.gate_proj", "ffn_gate_shexp", -1, ONLY_MLA },
+    { "mlp.shared_experts.up_proj", "ffn_up_shexp", -1, ONLY_MLA },
+    { "mlp.shared_experts.down_proj", "ffn_down_shexp", -1, ONLY_MLA },
     /* gpt-oss (post_attention_layernorm: map_name) */
-    { "mlp.router", "ffn_gate_inp", -1 },
-    { "gate_proj", "ffn_gate_exps", EXP_GATE },      /* under mlp.experts.E. */
-    { "up_proj", "ffn_up_exps", EXP_UP },
-    { "down_proj", "ffn_down_exps", EXP_DOWN },
+    { "mlp.router", "ffn_gate_inp", -1, ONLY_OSS },
+    { "gate_proj", "ffn_gate_exps", EXP_GATE, 0 },      /* under mlp.experts.E. */
+    { "up_proj", "ffn_up_exps", EXP_UP, 0 },
+    { "down_proj", "ffn_down_exps", EXP_DOWN, 0 },
 };
 
 /* HF name -> GGUF name. Returns 1 to skip (the converter drops it), 0 mapped,
@@ -838,6 +843,7 @@ static int map_name(const char *hf, const hparams *hp, char *out, size_t cap, in
     for (size_t i = 0; i < BT_ARRAY_SIZE(LAYER_MAP); i++) {
         if (strlen(LAYER_MAP[i].hf) != stem || strncmp(rest, LAYER_MAP[i].hf, stem)) continue;
         if ((LAYER_MAP[i].exp >= 0) != (E >= 0)) continue;
+        if ((LAYER_MAP[i].only == ONLY_MLA && !hp->mla) || (LAYER_MAP[i].only == ONLY_OSS && !hp->gptoss)) continue;
         *layer = L;
         *expert = E;
         *exp_kind = LAYER_MAP[i].exp;
@@ -854,6 +860,7 @@ int bt_hf_gguf_name(const char *arch, const char *hf, char *out, size_t cap)
     hparams hp;
     memset(&hp, 0, sizeof hp);
     hp.gptoss = arch && !strcmp(arch, "gpt-oss");
+    hp.mla = arch && !strcmp(arch, "deepseek2");
     int64_t layer, expert;
     int kind;
     int r = map_name(hf, &hp, out, cap, &layer, &expert, &kind);
