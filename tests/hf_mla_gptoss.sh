@@ -64,6 +64,45 @@ same gptoss-mxfp4 make-tiny-gptoss.py --experts mxfp4
 grep -q 'gate_up_proj_blocks' "$TMP/gptoss-mxfp4-hf/model.safetensors" \
     && grep -q '"U8"' "$TMP/gptoss-mxfp4-hf/model.safetensors" || fail "gptoss-mxfp4: the folder holds no U8 *_blocks"
 
+# BF16 checkpoints: the conversions move 2-byte elements (kv_b_proj's split,
+# the experts' transposes, the bias split): a BF16 copy of a folder computes
+# exactly what the F32 folder of the same bf16-rounded values computes
+cat >"$TMP/bf16.py" <<'PY'
+import json, os, shutil, struct, sys
+import numpy as np
+src, dst, mode = sys.argv[1:4]
+shutil.copytree(src, dst)
+raw = open(os.path.join(src, "model.safetensors"), "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h, out, data = json.loads(raw[8:8 + n]), {"__metadata__": {"format": "pt"}}, b""
+for k, v in sorted(h.items()):
+    if k == "__metadata__":
+        continue
+    b, e = v["data_offsets"]
+    buf, dt = raw[8 + n + b:8 + n + e], v["dtype"]
+    if dt == "F32":
+        u = np.frombuffer(buf, "<u4").astype(np.uint64)
+        r = ((u + 0x7fff + ((u >> 16) & 1)) >> 16).astype("<u2")        # round to nearest even
+        buf, dt = (r.tobytes(), "BF16") if mode == "bf16" else ((r.astype("<u4") << 16).tobytes(), "F32")
+    out[k] = {"dtype": dt, "shape": v["shape"], "data_offsets": [len(data), len(data) + len(buf)]}
+    data += buf
+hj = json.dumps(out).encode()
+hj += b" " * (-len(hj) % 8)
+open(os.path.join(dst, "model.safetensors"), "wb").write(struct.pack("<Q", len(hj)) + hj + data)
+PY
+for n in ds-v3 gptoss-f32; do
+    [ -d "$TMP/$n-hf" ] || { fail "$n: no folder for the BF16 check"; continue; }
+    "$py" "$TMP/bf16.py" "$TMP/$n-hf" "$TMP/$n-bf16" bf16 && "$py" "$TMP/bf16.py" "$TMP/$n-hf" "$TMP/$n-rounded" f32 \
+        || { fail "$n: BF16 copies"; continue; }
+    "$BANGTRACE" forward --model "$TMP/$n-bf16" --tokens "$IDS" --dump "$TMP/$n-db" >/dev/null 2>"$TMP/err" &&
+        "$BANGTRACE" forward --model "$TMP/$n-rounded" --tokens "$IDS" --dump "$TMP/$n-dr" >/dev/null 2>>"$TMP/err" \
+        || { fail "$n BF16 forward: $(tail -1 "$TMP/err")"; continue; }
+    nd=0
+    for f in "$TMP/$n-dr"/*.f32; do cmp -s "$f" "$TMP/$n-db/${f##*/}" || nd=$((nd + 1)); done
+    [ "$nd" -eq 0 ] && ok "$n: a BF16 folder computes bit for bit what F32 weights of the same values compute" \
+        || fail "$n BF16: $nd tensors differ from the rounded F32 folder's"
+done
+
 # the library API maps the checkpoints' weight names (module paths) to the
 # engine's tensors (bt_hf_gguf_name), as bangtrace.torch hooks them
 # (not in a sanitizer build: python cannot load that library without its runtime)

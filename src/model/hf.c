@@ -4,8 +4,10 @@
  * hidden_size -> ARCH.embedding_length, model.layers.N.self_attn.q_proj ->
  * blk.N.attn_q, mlp.experts.E.* -> the 3-D blk.N.ffn_*_exps, and so on. A
  * tensor with no GGUF counterpart, a config key we would have to ignore
- * (rope scaling other than llama3) or a tokenizer component we do not
- * implement is an error naming it: silence would give wrong logits.
+ * (rope scaling the model builder does not compute, deepseek2 routing
+ * other than the converted file's, quantization other than gpt-oss's
+ * MXFP4) or a tokenizer component we do not implement is an error naming
+ * it: silence would give wrong logits.
  *
  * Invariant: every tensor handed to the builder points into a safetensors
  * mapping or into a copy listed in hf_state, and hf_state lives exactly as
