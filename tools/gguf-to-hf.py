@@ -110,11 +110,14 @@ def to_bf16_bytes(a):
 def write_safetensors(path, tensors, dtype):
     header, blobs, off = {}, [], 0
     for name, arr in tensors:
-        if dtype == "bf16":
+        dt = dtype.upper()
+        if arr.dtype == np.uint8:       # raw bytes (MXFP4 blocks and scales) stay U8
+            data, dt = np.ascontiguousarray(arr).tobytes(), "U8"
+        elif dtype == "bf16":
             data = to_bf16_bytes(arr)
         else:
             data = np.ascontiguousarray(arr, dtype="<f2" if dtype == "f16" else "<f4").tobytes()
-        header[name] = {"dtype": dtype.upper(), "shape": list(arr.shape),
+        header[name] = {"dtype": dt, "shape": list(arr.shape),
                         "data_offsets": [off, off + len(data)]}
         blobs.append(data)
         off += len(data)

@@ -3,9 +3,10 @@
 V2/V3-style multi-head latent attention + fine-grained MoE) model as an f32
 GGUF that llama.cpp loads and runs unchanged, deterministic from --seed.
 
-    tools/make-tiny-deepseek2.py OUT [--seed N] [--vocab FILE.gguf]
+    tools/make-tiny-deepseek2.py OUT [--format gguf|hf] [--seed N] [--vocab FILE.gguf]
                                  [--kv-layout split|fused] [--q-lora N]
                                  [--gating sigmoid|softmax] [--groups G/U]
+                                 [--scale S] [--shared N]
                                  [--yarn FACTOR] [--yarn-log-mul M] [--force]
 
 Shapes: n_embd 64, 3 layers (layer 0 dense, n_ff 128; layers 1 and 2 MoE),
@@ -16,8 +17,8 @@ compressed kv path of rank 32 with its norm, 8 routed experts of 32 (2 per
 token) in --groups (4/2: 4 groups of 2, the 2 best groups compete, each
 scored by its two best experts; 0/0: no groups), sigmoid gating with the
 score-correction bias exp_probs_b (--gating softmax: no bias), weights
-renormalised then times the routed scaling factor 2.5, one shared expert of
-32. YaRN rope scaling by --yarn (4; 0: none) over an original context of 64,
+renormalised then times the routed scaling factor --scale (2.5), --shared
+shared experts of 32 (1; 0: none). YaRN rope scaling by --yarn (4; 0: none) over an original context of 64,
 with the attention-scale correction yarn_log_multiplier --yarn-log-mul
 (0.707, DeepSeek-V2's mscale_all_dim; stored times 0.1 as llama.cpp's
 converter does).
@@ -32,7 +33,17 @@ both layouts. Weights are Gaussian with std 1/sqrt(fan_in), norm weights
 1 + 0.1 N(0,1); the tokenizer is copied from --vocab (default: the shared
 GPT-2 vocabulary); the embeddings are tied to the output.
 
-OUT must not exist unless --force (which overwrites only a GGUF). The GGUF
+--format hf writes the same weights as a Hugging Face folder instead
+(config.json, model.safetensors in f32, tokenizer.json from the vocabulary):
+DeepseekV3ForCausalLM (topk_method noaux_tc, the bias as
+e_score_correction_bias) for sigmoid gating, DeepseekV2ForCausalLM
+(topk_method greedy) for softmax; kv_b_proj fused, the experts one module
+each, q_lora_rank null for --q-lora 0, mscale = mscale_all_dim =
+--yarn-log-mul. The folder is what llama.cpp's converter turns into the
+GGUF this tool writes for the same arguments (--kv-layout split).
+
+OUT must not exist unless --force (which overwrites only a GGUF, or with
+--format hf a folder holding config.json). The GGUF
 helpers (gguf package, vocabulary, writing beside and renaming) are
 make-tiny-hybrid.py's. Exit 0 written, 2 bad arguments or input."""
 
@@ -61,10 +72,11 @@ def die(msg):
     sys.exit(2)
 
 
-def config(q_lora=32, kv_layout="split", gating="sigmoid", groups=(4, 2), yarn=4.0, yarn_log_mul=0.707):
+def config(q_lora=32, kv_layout="split", gating="sigmoid", groups=(4, 2), yarn=4.0, yarn_log_mul=0.707, scale=2.5,
+           shared=1):
     return dict(arch="deepseek2", n_embd=64, n_layer=3, n_dense=1, n_head=4, nope=16, rope=8, v=16,
-                q_lora=q_lora, kv_lora=32, n_ff=128, n_expert=8, n_expert_used=2, n_ff_exp=32, n_shared=1,
-                n_group=groups[0], n_group_used=groups[1], gating=gating, scale=2.5, norm_w=True,
+                q_lora=q_lora, kv_lora=32, n_ff=128, n_expert=8, n_expert_used=2, n_ff_exp=32, n_shared=shared,
+                n_group=groups[0], n_group_used=groups[1], gating=gating, scale=scale, norm_w=True,
                 kv_layout=kv_layout, yarn=yarn, yarn_log_mul=yarn_log_mul, orig_ctx=64, ctx_len=512,
                 norm_eps=1e-6, rope_base=10000.0)
 
@@ -115,6 +127,8 @@ def weights(cfg, n_vocab, seed):
         w[p + "ffn_gate_exps.weight"] = mat(X, F, E)
         w[p + "ffn_up_exps.weight"] = mat(X, F, E)
         w[p + "ffn_down_exps.weight"] = mat(X, E, F)
+        if not S:
+            continue
         w[p + "ffn_gate_shexp.weight"] = mat(S, E)
         w[p + "ffn_up_shexp.weight"] = mat(S, E)
         w[p + "ffn_down_shexp.weight"] = mat(E, S)
@@ -174,28 +188,111 @@ def write(gguf, path, cfg, w, fields, seed):
     wr.close()
 
 
-def make(out, seed=0, vocab=None, **kw):
-    """Library entry: write OUT, return (cfg, weights by GGUF name)."""
+HF_LAYER = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+            "attn_q": "self_attn.q_proj", "attn_q_a": "self_attn.q_a_proj", "attn_q_a_norm": "self_attn.q_a_layernorm",
+            "attn_q_b": "self_attn.q_b_proj", "attn_kv_a_mqa": "self_attn.kv_a_proj_with_mqa",
+            "attn_kv_a_norm": "self_attn.kv_a_layernorm", "attn_kv_b": "self_attn.kv_b_proj",
+            "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+            "ffn_down": "mlp.down_proj", "ffn_gate_inp": "mlp.gate", "ffn_gate_shexp": "mlp.shared_experts.gate_proj",
+            "ffn_up_shexp": "mlp.shared_experts.up_proj", "ffn_down_shexp": "mlp.shared_experts.down_proj"}
+
+
+def hf_tensors(cfg, w):
+    """The GGUF-named weights in the checkpoint's layout: kv_b_proj fused
+    again (per head the key rows then the value rows), one module per expert,
+    the router's bias as e_score_correction_bias."""
+    out = {}
+    for name, arr in w.items():
+        if name == "token_embd.weight":
+            out["model.embed_tokens.weight"] = arr
+            continue
+        if name == "output_norm.weight":
+            out["model.norm.weight"] = arr
+            continue
+        _, l, rest = name.split(".", 2)
+        p = "model.layers.%s." % l
+        op, kind = rest.rsplit(".", 1)
+        if op == "attn_k_b":
+            kb, vb = arr, w[name.replace("attn_k_b", "attn_v_b")]
+            nh, kvl = kb.shape[0], kb.shape[1]
+            out[p + "self_attn.kv_b_proj.weight"] = np.concatenate([kb.transpose(0, 2, 1), vb], axis=1).reshape(-1, kvl)
+        elif op == "attn_v_b":
+            continue
+        elif op == "exp_probs_b":
+            out[p + "mlp.gate.e_score_correction_bias"] = arr
+        elif op.endswith("_exps"):
+            for e in range(arr.shape[0]):
+                out[p + "mlp.experts.%d.%s_proj.weight" % (e, op[4:-5])] = arr[e]
+        else:
+            out[p + HF_LAYER[op] + "." + kind] = arr
+    return out
+
+
+def hf_config(cfg, n_vocab, bos, eos):
+    v3 = cfg["gating"] == "sigmoid"
+    grouped = cfg["n_group"] > 1
+    m = cfg["yarn_log_mul"]
+    return {"architectures": ["DeepseekV3ForCausalLM" if v3 else "DeepseekV2ForCausalLM"],
+            "model_type": "deepseek_v3" if v3 else "deepseek_v2",
+            "hidden_size": cfg["n_embd"], "intermediate_size": cfg["n_ff"], "moe_intermediate_size": cfg["n_ff_exp"],
+            "num_hidden_layers": cfg["n_layer"], "num_attention_heads": cfg["n_head"],
+            "num_key_value_heads": cfg["n_head"], "n_shared_experts": cfg["n_shared"],
+            "n_routed_experts": cfg["n_expert"], "routed_scaling_factor": cfg["scale"],
+            "kv_lora_rank": cfg["kv_lora"], "q_lora_rank": cfg["q_lora"] or None,
+            "qk_rope_head_dim": cfg["rope"], "qk_nope_head_dim": cfg["nope"], "v_head_dim": cfg["v"],
+            "topk_method": "noaux_tc" if v3 else "greedy",
+            "n_group": cfg["n_group"] if grouped else 1, "topk_group": cfg["n_group_used"] if grouped else 1,
+            "num_experts_per_tok": cfg["n_expert_used"], "first_k_dense_replace": cfg["n_dense"],
+            "moe_layer_freq": 1, "norm_topk_prob": cfg["norm_w"], "scoring_func": cfg["gating"],
+            "hidden_act": "silu", "max_position_embeddings": cfg["ctx_len"], "rms_norm_eps": cfg["norm_eps"],
+            "rope_theta": cfg["rope_base"],
+            "rope_scaling": {"type": "yarn", "factor": cfg["yarn"], "original_max_position_embeddings": cfg["orig_ctx"],
+                             "beta_fast": 32, "beta_slow": 1, "mscale": m, "mscale_all_dim": m} if cfg["yarn"] else None,
+            "attention_bias": False, "tie_word_embeddings": True, "vocab_size": n_vocab,
+            "torch_dtype": "float32", "bos_token_id": bos, "eos_token_id": eos}
+
+
+def write_hf(out, cfg, w, reader):
+    import json
+    g2h = H.load_gguf_to_hf()
+    os.makedirs(out, exist_ok=True)
+    n_vocab, bos, eos = g2h.tokenizer_files(reader, out, None, "string")
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(hf_config(cfg, n_vocab, bos, eos), f, indent=2)
+    with open(os.path.join(out, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": bos, "eos_token_id": eos}, f, indent=2)
+    g2h.write_safetensors(os.path.join(out, "model.safetensors"), sorted(hf_tensors(cfg, w).items()), "f32")
+
+
+def make(out, seed=0, vocab=None, fmt="gguf", **kw):
+    """Library entry: write OUT (a GGUF, or with fmt "hf" a folder), return
+    (cfg, weights by GGUF name)."""
     gguf = H.import_gguf()
     vocab = vocab or os.path.join(os.environ.get("BT_SHARED", "/work/shared"), "models/gguf-vocab/ggml-vocab-gpt-2.gguf")
     if not os.path.isfile(vocab):
         die("%s: no such vocabulary file (--vocab FILE.gguf, or set BT_SHARED)" % vocab)
     cfg = config(**kw)
-    _, fields, n_vocab = H.read_vocab(gguf, vocab)
+    reader, fields, n_vocab = H.read_vocab(gguf, vocab)
     w = weights(cfg, n_vocab, seed)
-    H.write_beside(out, lambda tmp: write(gguf, tmp, cfg, w, fields, seed))
+    if fmt == "hf":
+        write_hf(out, cfg, w, reader)
+    else:
+        H.write_beside(out, lambda tmp: write(gguf, tmp, cfg, w, fields, seed))
     return cfg, w
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
+    ap.add_argument("--format", choices=("gguf", "hf"), default="gguf")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--vocab")
     ap.add_argument("--kv-layout", choices=("split", "fused"), default="split")
     ap.add_argument("--q-lora", type=int, default=32)
     ap.add_argument("--gating", choices=("sigmoid", "softmax"), default="sigmoid")
     ap.add_argument("--groups", default="4/2", help="G/U: G expert groups, the U best compete (0/0: none)")
+    ap.add_argument("--scale", type=float, default=2.5, help="routed scaling factor (default 2.5)")
+    ap.add_argument("--shared", type=int, default=1, help="shared experts (default 1)")
     ap.add_argument("--yarn", type=float, default=4.0, help="YaRN factor (0: no rope scaling)")
     ap.add_argument("--yarn-log-mul", type=float, default=0.707)
     ap.add_argument("--force", action="store_true")
@@ -206,17 +303,23 @@ def main(argv=None):
     except (ValueError, AssertionError):
         die("--groups %s: G/U with G dividing 8 experts, 0 < U < G and at least 2 experts in the U groups (or 0/0)"
             % a.groups)
-    if a.q_lora < 0 or a.yarn < 0 or (0 < a.yarn < 1):
-        die("--q-lora must be >= 0 and --yarn 0 or >= 1")
+    if a.q_lora < 0 or a.yarn < 0 or (0 < a.yarn < 1) or not a.scale > 0 or a.shared < 0:
+        die("--q-lora and --shared must be >= 0, --scale > 0 and --yarn 0 or >= 1")
+    if a.format == "hf" and a.kv_layout != "split":
+        die("--format hf stores kv_b_proj fused, as checkpoints do (--kv-layout is for GGUF files)")
     if os.path.islink(a.out):
         die("%s is a symbolic link: refusing to write through it" % a.out)
     if os.path.exists(a.out):
         if not a.force:
             die("%s exists (--force overwrites a model this tool wrote)" % a.out)
-        if not (os.path.isfile(a.out) and open(a.out, "rb").read(4) == b"GGUF"):
-            die("%s exists and is not a GGUF model: refusing to overwrite it" % a.out)
-    make(a.out, a.seed, a.vocab, q_lora=a.q_lora, kv_layout=a.kv_layout, gating=a.gating, groups=g, yarn=a.yarn,
-         yarn_log_mul=a.yarn_log_mul)
+        if a.format == "hf":
+            ok = os.path.isdir(a.out) and (not os.listdir(a.out) or os.path.isfile(os.path.join(a.out, "config.json")))
+        else:
+            ok = os.path.isfile(a.out) and open(a.out, "rb").read(4) == b"GGUF"
+        if not ok:
+            die("%s exists and is not a %s model: refusing to overwrite it" % (a.out, a.format.upper()))
+    make(a.out, a.seed, a.vocab, a.format, q_lora=a.q_lora, kv_layout=a.kv_layout, gating=a.gating, groups=g,
+         yarn=a.yarn, yarn_log_mul=a.yarn_log_mul, scale=a.scale, shared=a.shared)
     return 0
 
 

@@ -3,9 +3,9 @@
 GGUF architecture "gpt-oss"), deterministic from --seed, that llama.cpp
 loads and runs unchanged.
 
-    tools/make-tiny-gptoss.py OUT.gguf [--experts f32|mxfp4|mxfp4-f32] [--seed N]
-                              [--vocab FILE.gguf] [--layers N] [--window N]
-                              [--force]
+    tools/make-tiny-gptoss.py OUT [--format gguf|hf] [--experts f32|mxfp4|mxfp4-f32]
+                              [--seed N] [--vocab FILE.gguf] [--layers N]
+                              [--window N] [--force]
 
 The model has what makes gpt-oss itself: layers alternating sliding-window
 attention (even layers, llama.cpp's pattern 2: a query at position p sees
@@ -29,10 +29,22 @@ stores those MXFP4 values dequantized, as f32 (the same model as mxfp4 with
 f32 weights: what llama.cpp computes with f32 activations, the reference for
 reading MXFP4 as stored).
 
+--format hf writes the same model as a Hugging Face folder
+(GptOssForCausalLM: config.json, model.safetensors, tokenizer.json) in the
+layout transformers uses, which llama.cpp's converter turns into the GGUF
+this tool writes: the experts fused as mlp.experts.gate_up_proj
+[E, hidden, 2 ff] with gate and up in alternate columns (and
+gate_up_proj_bias alike) and down_proj [E, ff, hidden]; with --experts
+mxfp4 as gpt-oss ships them, *_blocks [E, rows, cols/32, 16] (element 2i
+in the low nibble of byte i) and *_scales [E, rows, cols/32] (U8), and a
+quantization_config of quant_method mxfp4; self_attn.sinks, mlp.router,
+layer_types (the even layers sliding), rope_scaling yarn with truncate
+false as the real config has it.
+
 The tokenizer.* keys are copied from --vocab (default: the shared GPT-2 BPE
 vocabulary), as tools/make-tiny-hybrid.py does (its vocabulary reader and
 its write-beside-then-rename are used). OUT must not exist; --force replaces
-a regular GGUF file only. Exit 0 written, 2 bad arguments or input."""
+a regular GGUF file only (with --format hf, a folder holding config.json). Exit 0 written, 2 bad arguments or input."""
 
 import argparse
 import importlib.util
@@ -161,19 +173,110 @@ def write_gguf(gguf, path, cfg, w, vocab_fields, seed, experts):
     wr.close()
 
 
-def check_out(out, force):
+def hf_mxfp4(gguf, arr):
+    """f32 [..., rows, cols] -> (blocks [..., rows, cols/32, 16], scales
+    [..., rows, cols/32]) in gpt-oss's checkpoint layout, the same values as
+    gguf.quants' MXFP4 of arr (ggml: per block the scale, then element j in
+    the low and j + 16 in the high nibble of byte j)."""
+    q = gguf.quants.quantize(arr, gguf.GGMLQuantizationType.MXFP4)
+    q = q.reshape(arr.shape[:-1] + (arr.shape[-1] // 32, 17))
+    qs = q[..., 1:]
+    elems = np.concatenate([qs & 15, qs >> 4], axis=-1)             # element 0..31
+    blocks = (elems[..., 0::2] | (elems[..., 1::2] << 4)).astype(np.uint8)
+    return np.ascontiguousarray(blocks), np.ascontiguousarray(q[..., 0])
+
+
+HF_NAMES = {"attn_norm.weight": "input_layernorm.weight", "post_attention_norm.weight": "post_attention_layernorm.weight",
+            "attn_sinks.weight": "self_attn.sinks", "ffn_gate_inp.weight": "mlp.router.weight",
+            "ffn_gate_inp.bias": "mlp.router.bias", "ffn_down_exps.bias": "mlp.experts.down_proj_bias"}
+for _o, _h in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("output", "o_proj")):
+    for _k in ("weight", "bias"):
+        HF_NAMES["attn_%s.%s" % (_o, _k)] = "self_attn.%s.%s" % (_h, _k)
+
+
+def hf_tensors(gguf, cfg, w, experts):
+    out = {"model.embed_tokens.weight": w["token_embd.weight"], "model.norm.weight": w["output_norm.weight"],
+           "lm_head.weight": w["output.weight"]}
+    mx = gguf.GGMLQuantizationType.MXFP4
+    for L in range(cfg["n_layer"]):
+        p, h = "blk.%d." % L, "model.layers.%d." % L
+        for g, n in HF_NAMES.items():
+            out[h + n] = w[p + g]
+        gate, up, down = (w[p + n] for n in EXPERT_MATS)
+        if experts == "mxfp4-f32":
+            gate, up, down = (gguf.quants.dequantize(gguf.quants.quantize(a, mx), mx).reshape(a.shape)
+                              for a in (gate, up, down))
+        X, F, E = gate.shape
+        gb = np.empty((X, 2 * F), np.float32)
+        gb[:, 0::2], gb[:, 1::2] = w[p + "ffn_gate_exps.bias"], w[p + "ffn_up_exps.bias"]
+        out[h + "mlp.experts.gate_up_proj_bias"] = gb
+        if experts == "mxfp4":
+            (gbk, gsc), (ubk, usc) = hf_mxfp4(gguf, gate), hf_mxfp4(gguf, up)
+            bk = np.empty((X, 2 * F) + gbk.shape[2:], np.uint8)
+            sc = np.empty((X, 2 * F) + gsc.shape[2:], np.uint8)
+            bk[:, 0::2], bk[:, 1::2], sc[:, 0::2], sc[:, 1::2] = gbk, ubk, gsc, usc
+            out[h + "mlp.experts.gate_up_proj_blocks"], out[h + "mlp.experts.gate_up_proj_scales"] = bk, sc
+            out[h + "mlp.experts.down_proj_blocks"], out[h + "mlp.experts.down_proj_scales"] = hf_mxfp4(gguf, down)
+        else:
+            gu = np.empty((X, E, 2 * F), np.float32)
+            gu[:, :, 0::2], gu[:, :, 1::2] = gate.transpose(0, 2, 1), up.transpose(0, 2, 1)
+            out[h + "mlp.experts.gate_up_proj"] = gu
+            out[h + "mlp.experts.down_proj"] = np.ascontiguousarray(down.transpose(0, 2, 1))
+    return out
+
+
+def hf_config(cfg, n_vocab, bos, eos, experts):
+    n = cfg["n_layer"]
+    c = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": cfg["n_embd"],
+         "intermediate_size": cfg["n_ff_exp"], "num_hidden_layers": n, "num_attention_heads": cfg["n_head"],
+         "num_key_value_heads": cfg["n_head_kv"], "head_dim": cfg["head_dim"], "num_local_experts": cfg["n_expert"],
+         "num_experts_per_tok": cfg["n_expert_used"], "experts_per_token": cfg["n_expert_used"],
+         "sliding_window": cfg["sliding_window"],
+         "layer_types": ["sliding_attention" if L % 2 == 0 else "full_attention" for L in range(n)],
+         "rms_norm_eps": cfg["norm_eps"], "rope_theta": cfg["rope_base"],
+         "rope_scaling": {"rope_type": "yarn", "factor": cfg["yarn_factor"], "beta_fast": 32.0, "beta_slow": 1.0,
+                          "original_max_position_embeddings": cfg["yarn_orig_ctx"], "truncate": False},
+         "max_position_embeddings": cfg["ctx_len"], "swiglu_limit": 7.0, "attention_bias": True,
+         "attention_dropout": 0.0, "hidden_act": "silu", "tie_word_embeddings": False, "vocab_size": n_vocab,
+         "torch_dtype": "float32", "bos_token_id": bos, "eos_token_id": eos}
+    if experts == "mxfp4":
+        c["quantization_config"] = {"quant_method": "mxfp4",
+                                    "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                               "model.embed_tokens", "lm_head"]}
+    return c
+
+
+def write_hf(gguf, mth, out, cfg, w, reader, experts):
+    import json
+    spec = importlib.util.spec_from_file_location("gguf_to_hf", os.path.join(HERE, "gguf-to-hf.py"))
+    g2h = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(g2h)
+    os.makedirs(out, exist_ok=True)
+    n_vocab, bos, eos = g2h.tokenizer_files(reader, out, None, "string")
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(hf_config(cfg, n_vocab, bos, eos, experts), f, indent=2)
+    with open(os.path.join(out, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": bos, "eos_token_id": eos}, f, indent=2)
+    g2h.write_safetensors(os.path.join(out, "model.safetensors"), sorted(hf_tensors(gguf, cfg, w, experts).items()), "f32")
+
+
+def check_out(out, force, fmt="gguf"):
     if os.path.islink(out):
         die("%s is a symbolic link: refusing to write through it" % out)
     if not os.path.lexists(out):
         return
     if not force:
-        die("%s exists: not replaced (--force replaces a GGUF file)" % out)
-    if not os.path.isfile(out) or open(out, "rb").read(4) != b"GGUF":
+        die("%s exists: not replaced (--force replaces a %s)" % (out, "GGUF file" if fmt == "gguf" else "model folder"))
+    if fmt == "hf":
+        if not os.path.isdir(out) or (os.listdir(out) and not os.path.isfile(os.path.join(out, "config.json"))):
+            die("%s exists and is not a model folder: refusing to replace it" % out)
+    elif not os.path.isfile(out) or open(out, "rb").read(4) != b"GGUF":
         die("%s exists and is not a GGUF file: refusing to replace it" % out)
 
 
-def make(out, experts="f32", seed=0, vocab=None, layers=4, window=4):
-    """Library entry: write the model; returns (cfg, weights as drawn, f32)."""
+def make(out, experts="f32", seed=0, vocab=None, layers=4, window=4, fmt="gguf"):
+    """Library entry: write the model (a GGUF, or with fmt "hf" a folder);
+    returns (cfg, weights as drawn, f32)."""
     mth = hybrid_tool()
     gguf = import_gguf(mth)
     vocab = vocab or os.path.join(os.environ.get("BT_SHARED", "/work/shared"),
@@ -183,15 +286,19 @@ def make(out, experts="f32", seed=0, vocab=None, layers=4, window=4):
     if layers < 1 or window < 1:
         die("--layers and --window must be positive")
     cfg = default_config(layers, window)
-    _, fields, n_vocab = mth.read_vocab(gguf, vocab)
+    reader, fields, n_vocab = mth.read_vocab(gguf, vocab)
     w = weights(cfg, n_vocab, seed)
-    mth.write_beside(out, lambda tmp: write_gguf(gguf, tmp, cfg, w, fields, seed, experts))
+    if fmt == "hf":
+        write_hf(gguf, mth, out, cfg, w, reader, experts)
+    else:
+        mth.write_beside(out, lambda tmp: write_gguf(gguf, tmp, cfg, w, fields, seed, experts))
     return cfg, w
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
+    ap.add_argument("--format", choices=("gguf", "hf"), default="gguf")
     ap.add_argument("--experts", choices=("f32", "mxfp4", "mxfp4-f32"), default="f32")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--vocab", help="GGUF whose tokenizer.* keys are copied (default: the shared GPT-2 vocab)")
@@ -199,8 +306,8 @@ def main(argv=None):
     ap.add_argument("--window", type=int, default=4, help="sliding window of the even layers (default 4)")
     ap.add_argument("--force", action="store_true")
     a = ap.parse_args(argv)
-    check_out(a.out, a.force)
-    make(a.out, a.experts, a.seed, a.vocab, a.layers, a.window)
+    check_out(a.out, a.force, a.format)
+    make(a.out, a.experts, a.seed, a.vocab, a.layers, a.window, a.format)
     return 0
 
 

@@ -249,13 +249,23 @@ int bangtrace_model_weight_tensor(const bangtrace_model *m, const char *weight_n
 {
     if (!m || !weight_name) return -1;
     char g[160];
-    if (bt_hf_gguf_name(weight_name, g, sizeof g) != 0) snprintf(g, sizeof g, "%s", weight_name);
+    if (bt_hf_gguf_name(model_of(m)->cfg.arch, weight_name, g, sizeof g) != 0) snprintf(g, sizeof g, "%s", weight_name);
     size_t n = strlen(g);
     if (n < 8 || strcmp(g + n - 7, ".weight")) return -1;
     g[n - 7] = 0;
     n -= 7;
     if (n > 5 && !strcmp(g + n - 5, "_exps")) g[n - 5] = 0;
     if (!strcmp(g, "output")) return bangtrace_model_tensor_find(m, "logits");
+    /* weights whose output the engine names otherwise: gpt-oss's
+     * post-attention norm is its FFN input norm, deepseek2's kv_a_mqa
+     * gives attn_kv_a */
+    static const struct { const char *weight, *tap; } TAP_OF[] = {
+        { ".post_attention_norm", ".ffn_norm" }, { ".attn_kv_a_mqa", ".attn_kv_a" },
+    };
+    for (size_t i = 0; i < sizeof TAP_OF / sizeof TAP_OF[0]; i++) {
+        size_t wl = strlen(TAP_OF[i].weight), len = strlen(g);
+        if (len > wl && !strcmp(g + len - wl, TAP_OF[i].weight)) snprintf(g + len - wl, sizeof g - (len - wl), "%s", TAP_OF[i].tap);
+    }
     return bangtrace_model_tensor_find(m, g);
 }
 

@@ -4,8 +4,10 @@
  * hidden_size -> ARCH.embedding_length, model.layers.N.self_attn.q_proj ->
  * blk.N.attn_q, mlp.experts.E.* -> the 3-D blk.N.ffn_*_exps, and so on. A
  * tensor with no GGUF counterpart, a config key we would have to ignore
- * (rope scaling other than llama3) or a tokenizer component we do not
- * implement is an error naming it: silence would give wrong logits.
+ * (rope scaling the model builder does not compute, deepseek2 routing
+ * other than the converted file's, quantization other than gpt-oss's
+ * MXFP4) or a tokenizer component we do not implement is an error naming
+ * it: silence would give wrong logits.
  *
  * Invariant: every tensor handed to the builder points into a safetensors
  * mapping or into a copy listed in hf_state, and hf_state lives exactly as
@@ -52,6 +54,7 @@ typedef struct hf_state {
     bool metaspace_split;
     bool dec_spaces, dec_bytes, dec_meta_first, dec_fused;
     int dec_strip;
+    int64_t n_corr_bias;        /* deepseek2: e_score_correction_bias tensors seen */
 } hf_state;
 
 static void hf_release(void *arg)
@@ -178,10 +181,15 @@ static const struct { const char *hf, *arch; bool permute_qk; } ARCHS[] = {
     /* the image-text checkpoints: their text model (hf_open's text_config, add_tensors' names) */
     { "Qwen3_5ForConditionalGeneration", "qwen35", false },
     { "Qwen3_5MoeForConditionalGeneration", "qwen35moe", false },
+    /* latent attention and grouped routing (mla_keys, add_mla_tensor) */
+    { "DeepseekV2ForCausalLM", "deepseek2", false },
+    { "DeepseekV3ForCausalLM", "deepseek2", false },
+    /* sinks, sliding window, fused and MXFP4 experts (gptoss_keys, add_gptoss_tensor) */
+    { "GptOssForCausalLM", "gpt-oss", false },
 };
 #define ARCH_LIST "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, " \
     "Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3NextForCausalLM, Qwen3_5ForConditionalGeneration, " \
-    "Qwen3_5MoeForConditionalGeneration"
+    "Qwen3_5MoeForConditionalGeneration, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM"
 
 typedef struct hparams {
     const char *arch;
@@ -193,12 +201,20 @@ typedef struct hparams {
     int64_t nk, nv, dk, dv, conv_k, ff_exp;
     /* the MTP (nextn) blocks after the trunk: blk.n_layers .. n_layers + n_mtp - 1 */
     int64_t n_mtp;
+    /* deepseek2 (DeepseekV2/V3ForCausalLM): the latent attention's sizes,
+     * the leading dense layers, and whether the router has the
+     * score-correction bias (topk_method noaux_tc) */
+    bool mla, v3, noaux;
+    int64_t nope, rope_d, vd, q_lora, kv_lora, n_dense;
+    /* gpt-oss (GptOssForCausalLM) */
+    bool gptoss;
 } hparams;
 
 /* rope_scaling: llama3 becomes a rope_freqs.weight tensor computed as the
  * converter does (LlamaModel.generate_extra_tensors); others are refused. */
 static int rope_scaling(hf_state *hs, bt_gguf_builder *b, const char *file, json_t *cfg, const hparams *hp)
 {
+    if (hp->mla || hp->gptoss) return BT_OK;      /* yarn_keys */
     json_t *rs = json_object_get(cfg, "rope_scaling");
     if (!rs || json_is_null(rs)) return BT_OK;
     if (!json_is_object(rs)) return bt_error(BT_EFORMAT, "%s: rope_scaling must be an object", file);
@@ -387,6 +403,252 @@ static int mtp_layers(hf_state *hs, const char *file, json_t *cfg, hparams *hp)
     return BT_OK;
 }
 
+/* rope_scaling of deepseek2 and gpt-oss: none, or YaRN as the converter
+ * writes it (TextModel.set_gguf_parameters; deepseek2's
+ * yarn_log_multiplier = 0.1 x mscale_all_dim). The model builder computes
+ * with beta_fast 32, beta_slow 1, extrapolation 1 and attention factor 1
+ * (llama.cpp's defaults), and llama.cpp's deepseek2 takes mscale to be
+ * mscale_all_dim (or 1 when that is 0 or 1): other values, and keys we do
+ * not read, are refused. gpt-oss's truncate is dropped as the converter
+ * drops it (the rope's correction range is always rounded outwards). */
+static int yarn_keys(bt_gguf_builder *b, const char *file, json_t *cfg, const hparams *hp)
+{
+    const char *a = hp->arch;
+    char k[128];
+    int rc;
+    if (json_object_get(cfg, "rope_parameters"))
+        return bt_error(BT_EUNSUPPORTED, "%s: rope_parameters is not read for %s (rope_scaling is)", file, a);
+    json_t *rs = json_object_get(cfg, "rope_scaling");
+    if (!rs || json_is_null(rs)) return BT_OK;
+    if (!json_is_object(rs)) return bt_error(BT_EFORMAT, "%s: rope_scaling must be an object", file);
+    json_t *t = json_object_get(rs, "rope_type");
+    if (!t) t = json_object_get(rs, "type");
+    const char *type = json_is_string(t) ? json_string_value(t) : "";
+    if (!strcmp(type, "default") && json_object_size(rs) == 1) return BT_OK;
+    if (strcmp(type, "yarn"))
+        return bt_error(BT_EUNSUPPORTED, "%s: rope_scaling type '%s' is not supported for %s (yarn only)", file,
+                        bt_text_esc(type), a);
+    const char *key;
+    json_t *v;
+    json_object_foreach(rs, key, v) {
+        static const char *const known[] = { "type", "rope_type", "factor", "original_max_position_embeddings", "beta_fast",
+                                             "beta_slow", "attention_factor", "extrapolation_factor" };
+        bool ok = false;
+        for (size_t i = 0; i < BT_ARRAY_SIZE(known); i++) ok = ok || !strcmp(key, known[i]);
+        ok = ok || (hp->mla && (!strcmp(key, "mscale") || !strcmp(key, "mscale_all_dim")));
+        ok = ok || (hp->gptoss && !strcmp(key, "truncate") && json_is_boolean(v));
+        if (!ok)
+            return bt_error(BT_EUNSUPPORTED, "%s: rope_scaling '%s' is not supported for %s", file, bt_text_esc(key), a);
+    }
+    double factor = NAN, fast = 32, slow = 1, attn = 1, ext = 1, ms = 1, mall = NAN;
+    int64_t orig = 0;
+    if ((rc = j_num(file, rs, "factor", &factor)) || (rc = j_int(file, rs, "original_max_position_embeddings", true, &orig)) ||
+        (rc = j_num(file, rs, "beta_fast", &fast)) || (rc = j_num(file, rs, "beta_slow", &slow)) ||
+        (rc = j_num(file, rs, "attention_factor", &attn)) || (rc = j_num(file, rs, "extrapolation_factor", &ext)) ||
+        (rc = j_num(file, rs, "mscale", &ms)) || (rc = j_num(file, rs, "mscale_all_dim", &mall)))
+        return rc;
+    if (!(factor >= 1 && factor < 1e6) || orig <= 0 || orig > INT32_MAX)
+        return bt_error(BT_EFORMAT, "%s: rope_scaling yarn needs a factor >= 1 and original_max_position_embeddings", file);
+    if (fast != 32 || slow != 1 || attn != 1 || ext != 1)
+        return bt_error(BT_EUNSUPPORTED, "%s: rope_scaling yarn with beta_fast %g, beta_slow %g, attention_factor %g, "
+                        "extrapolation_factor %g is not supported (32, 1, 1, 1)", file, fast, slow, attn, ext);
+    double want = !isnan(mall) && mall != 0 && mall != 1 ? mall : 1;
+    if (hp->mla && ms != want)
+        return bt_error(BT_EUNSUPPORTED, "%s: rope_scaling mscale %g with mscale_all_dim %g is not supported (llama.cpp's "
+                        "deepseek2 computes with mscale %g)", file, ms, isnan(mall) ? 0.0 : mall, want);
+    snprintf(k, sizeof k, "%s.rope.scaling.type", a);
+    bt_gguf_builder_str(b, k, "yarn", 4);
+    snprintf(k, sizeof k, "%s.rope.scaling.factor", a);
+    bt_gguf_builder_f32(b, k, (float)factor);
+    snprintf(k, sizeof k, "%s.rope.scaling.original_context_length", a);
+    bt_gguf_builder_u32(b, k, (uint32_t)orig);
+    if (hp->mla && !isnan(mall)) {
+        snprintf(k, sizeof k, "%s.rope.scaling.yarn_log_multiplier", a);
+        bt_gguf_builder_f32(b, k, (float)(0.1 * mall));
+    }
+    return BT_OK;
+}
+
+/* quantization_config: gpt-oss's MXFP4 experts (quant_method mxfp4) are
+ * read; anything else (FP8 block scales, GPTQ, ...) is refused. */
+static int quant_config(const char *file, json_t *cfg, const hparams *hp)
+{
+    json_t *q = json_object_get(cfg, "quantization_config");
+    if (!q || json_is_null(q)) return BT_OK;
+    json_t *m = json_is_object(q) ? json_object_get(q, "quant_method") : NULL;
+    const char *meth = json_is_string(m) ? json_string_value(m) : "?";
+    if (hp->gptoss && !strcmp(meth, "mxfp4")) return BT_OK;
+    return bt_error(BT_EUNSUPPORTED, "%s: quantization_config quant_method '%s' is not supported for %s (%s)", file,
+                    bt_text_esc(meth), hp->arch, hp->gptoss ? "mxfp4 experts, or F32, F16 and BF16 weights" :
+                    "F32, F16 and BF16 weights only");
+}
+
+/* DeepseekV2ForCausalLM / DeepseekV3ForCausalLM: the keys the converter
+ * writes (DeepseekV2Model.set_gguf_parameters): the latent attention as
+ * one MQA head (head_count_kv 1, key_length kv_lora + rope, value_length
+ * kv_lora) with the real heads in key_length_mla / value_length_mla, the
+ * leading dense layers, the routing. Where the converter would write a
+ * file that computes other than the checkpoint's own code, we refuse:
+ * topk_method group_limited_greedy with groups (llama.cpp ranks a group
+ * by its two best experts, DeepSeek-V2 by its best), greedy with groups
+ * (V2 ignores them), noaux_tc without sigmoid scores, V2's
+ * norm_topk_prob with a routed_scaling_factor (V2 scales only weights it
+ * did not normalise). Missing scoring_func / topk_method take the class's
+ * defaults (V2 softmax, greedy; V3 sigmoid, noaux_tc), written explicitly. */
+static int mla_keys(const char *file, json_t *cfg, bt_gguf_builder *b, hparams *hp)
+{
+    const char *a = hp->arch;
+    char k[128];
+    int rc;
+#define PUT_U32(suffix, v) (snprintf(k, sizeof k, "%s." suffix, a), bt_gguf_builder_u32(b, k, (uint32_t)(v)))
+    int64_t nope = -1, rope = -1, vd = -1, kvl = 512, ql = 0, nx = -1, used = -1, ffe = -1, shared = 0, ngroup = -1,
+            topkg = -1;
+    if ((rc = j_int(file, cfg, "qk_nope_head_dim", true, &nope)) || (rc = j_int(file, cfg, "qk_rope_head_dim", true, &rope)) ||
+        (rc = j_int(file, cfg, "v_head_dim", true, &vd)) || (rc = j_int(file, cfg, "kv_lora_rank", false, &kvl)) ||
+        (rc = j_int(file, cfg, "q_lora_rank", false, &ql)) || (rc = j_int(file, cfg, "n_routed_experts", false, &nx)) ||
+        (rc = j_int(file, cfg, "num_experts_per_tok", true, &used)) ||
+        (rc = j_int(file, cfg, "moe_intermediate_size", true, &ffe)) ||
+        (rc = j_int(file, cfg, "n_shared_experts", false, &shared)) || (rc = j_int(file, cfg, "n_group", false, &ngroup)) ||
+        (rc = j_int(file, cfg, "topk_group", false, &topkg)))
+        return rc;
+    if (nope <= 0 || nope > 4096 || rope <= 0 || rope > 4096 || rope % 2 || vd <= 0 || vd > 4096 || kvl <= 0 ||
+        kvl > 1 << 16 || ql < 0 || ql > 1 << 16)
+        return bt_error(BT_EFORMAT, "%s: implausible latent attention (qk_nope_head_dim %" PRId64 ", qk_rope_head_dim %"
+                        PRId64 ", v_head_dim %" PRId64 ", kv_lora_rank %" PRId64 ", q_lora_rank %" PRId64 ")", file, nope,
+                        rope, vd, kvl, ql);
+    if (hp->n_kv_heads != hp->n_heads)
+        return bt_error(BT_EUNSUPPORTED, "%s: num_key_value_heads %" PRId64 " != num_attention_heads %" PRId64
+                        " (kv_b_proj is split per attention head)", file, hp->n_kv_heads, hp->n_heads);
+    if (nx < 0)
+        return bt_error(BT_EUNSUPPORTED, "%s: n_routed_experts is missing (a deepseek2 without experts is not supported)", file);
+    int64_t ndense = 0;
+    if ((rc = j_int(file, cfg, "first_k_dense_replace", false, &ndense))) return rc;
+    if (nx < 2 || nx > 4096 || used <= 0 || used > nx || ffe <= 0 || ffe > 1 << 20 || shared < 0 || shared > 64 ||
+        ndense < 0 || ndense > hp->n_layers)
+        return bt_error(BT_EFORMAT, "%s: implausible experts (n_routed_experts %" PRId64 ", num_experts_per_tok %" PRId64
+                        ", moe_intermediate_size %" PRId64 ", n_shared_experts %" PRId64 ", first_k_dense_replace %" PRId64
+                        ")", file, nx, used, ffe, shared, ndense);
+    const char *score = hp->v3 ? "sigmoid" : "softmax", *method = hp->v3 ? "noaux_tc" : "greedy";
+    json_t *v = json_object_get(cfg, "scoring_func");
+    if (v && !json_is_null(v)) {
+        if (!json_is_string(v)) return bt_error(BT_EFORMAT, "%s: 'scoring_func' must be a string", file);
+        score = json_string_value(v);
+    }
+    if (strcmp(score, "softmax") && strcmp(score, "sigmoid"))
+        return bt_error(BT_EUNSUPPORTED, "%s: scoring_func '%s' is not supported (softmax, sigmoid)", file, bt_text_esc(score));
+    v = json_object_get(cfg, "topk_method");
+    if (v && !json_is_null(v)) {
+        if (!json_is_string(v)) return bt_error(BT_EFORMAT, "%s: 'topk_method' must be a string", file);
+        method = json_string_value(v);
+    }
+    bool greedy = !strcmp(method, "greedy") || !strcmp(method, "gready");   /* DeepSeek-V2's code spells it both ways */
+    hp->noaux = !strcmp(method, "noaux_tc");
+    if (!greedy && !hp->noaux && strcmp(method, "group_limited_greedy"))
+        return bt_error(BT_EUNSUPPORTED, "%s: topk_method '%s' is not supported (greedy, group_limited_greedy without groups, "
+                        "noaux_tc)", file, bt_text_esc(method));
+    if (!hp->noaux && ngroup > 1)
+        return bt_error(BT_EUNSUPPORTED, "%s: topk_method %s with n_group %" PRId64 " is not supported (llama.cpp ranks a group "
+                        "by its two best experts, as noaux_tc does)", file, bt_text_esc(method), ngroup);
+    if (hp->noaux && strcmp(score, "sigmoid"))
+        return bt_error(BT_EUNSUPPORTED, "%s: topk_method noaux_tc with scoring_func %s is not supported (sigmoid)", file,
+                        bt_text_esc(score));
+    if (ngroup > 1 && (nx % ngroup || topkg <= 0 || topkg >= ngroup))
+        return bt_error(BT_EFORMAT, "%s: implausible expert groups (n_group %" PRId64 ", topk_group %" PRId64 " of %" PRId64
+                        " experts)", file, ngroup, topkg, nx);
+    bool norm = false;
+    double scale = NAN;
+    if ((rc = j_bool(file, cfg, "norm_topk_prob", &norm)) || (rc = j_num(file, cfg, "routed_scaling_factor", &scale))) return rc;
+    if (norm && used == 1)
+        return bt_error(BT_EUNSUPPORTED, "%s: norm_topk_prob with one expert per token is not supported (the checkpoint's "
+                        "code leaves a single weight unnormalised)", file);
+    if (!hp->v3 && norm && !isnan(scale) && scale != 1)
+        return bt_error(BT_EUNSUPPORTED, "%s: DeepseekV2ForCausalLM with norm_topk_prob and routed_scaling_factor %g is not "
+                        "supported (V2 scales only weights it did not normalise; llama.cpp scales both)", file, scale);
+    if (!isnan(scale) && !(scale > 0 && scale < 1e6))
+        return bt_error(BT_EFORMAT, "%s: routed_scaling_factor %g is out of range", file, scale);
+
+    PUT_U32("attention.head_count_kv", 1);
+    PUT_U32("attention.key_length", kvl + rope);
+    PUT_U32("attention.value_length", kvl);
+    PUT_U32("attention.key_length_mla", nope + rope);
+    PUT_U32("attention.value_length_mla", vd);
+    PUT_U32("attention.q_lora_rank", ql);   /* 0: a direct q projection (the converter leaves the key out) */
+    PUT_U32("attention.kv_lora_rank", kvl);
+    PUT_U32("rope.dimension_count", rope);
+    PUT_U32("leading_dense_block_count", ndense);
+    PUT_U32("expert_count", nx);
+    PUT_U32("expert_used_count", used);
+    PUT_U32("expert_feed_forward_length", ffe);
+    PUT_U32("expert_shared_count", shared);
+    if (ngroup >= 0) PUT_U32("expert_group_count", ngroup);
+    if (topkg >= 0) PUT_U32("expert_group_used_count", topkg);
+    PUT_U32("expert_gating_func", strcmp(score, "sigmoid") ? 1 : 2);
+    if (!isnan(scale)) { snprintf(k, sizeof k, "%s.expert_weights_scale", a); bt_gguf_builder_f32(b, k, (float)scale); }
+    if (norm) { snprintf(k, sizeof k, "%s.expert_weights_norm", a); bt_gguf_builder_bool(b, k, true); }
+    if (!json_object_get(cfg, "rms_norm_eps")) {
+        snprintf(k, sizeof k, "%s.attention.layer_norm_rms_epsilon", a);
+        bt_gguf_builder_f32(b, k, 1e-6f);
+    }
+#undef PUT_U32
+    hp->nope = nope; hp->rope_d = rope; hp->vd = vd; hp->q_lora = ql; hp->kv_lora = kvl; hp->n_dense = ndense;
+    hp->n_experts = nx; hp->ff_exp = ffe;
+    return yarn_keys(b, file, cfg, hp);
+}
+
+/* GptOssForCausalLM (GptOssModel.set_gguf_parameters): the experts' width
+ * is intermediate_size; layer_types, when given, becomes
+ * attention.sliding_window_pattern (llama.cpp's converter leaves it out
+ * and assumes the even layers slide, which is what gpt-oss's configs say). */
+static int gptoss_keys(const char *file, json_t *cfg, bt_gguf_builder *b, hparams *hp)
+{
+    const char *a = hp->arch;
+    char k[128];
+    int rc;
+    int64_t nx = -1, used = -1, ff = -1, win = -1;
+    if ((rc = j_int(file, cfg, "num_local_experts", true, &nx)) || (rc = j_int(file, cfg, "num_experts_per_tok", true, &used)) ||
+        (rc = j_int(file, cfg, "intermediate_size", true, &ff)) || (rc = j_int(file, cfg, "sliding_window", true, &win)))
+        return rc;
+    if (nx < 1 || nx > 4096 || used < 1 || used > nx || ff <= 0 || ff > 1 << 20 || win <= 0)
+        return bt_error(BT_EFORMAT, "%s: implausible experts or window (num_local_experts %" PRId64 ", num_experts_per_tok %"
+                        PRId64 ", intermediate_size %" PRId64 ", sliding_window %" PRId64 ")", file, nx, used, ff, win);
+    if (!json_is_integer(json_object_get(cfg, "head_dim")))
+        return bt_error(BT_EFORMAT, "%s: head_dim is missing (gpt-oss heads are not hidden_size / heads)", file);
+    double lim = 7.0;
+    if ((rc = j_num(file, cfg, "swiglu_limit", &lim))) return rc;
+    if (lim != 7.0)
+        return bt_error(BT_EUNSUPPORTED, "%s: swiglu_limit %g is not supported (7)", file, lim);
+    bool ab = true;
+    if ((rc = j_bool(file, cfg, "attention_bias", &ab))) return rc;
+    if (!ab) return bt_error(BT_EUNSUPPORTED, "%s: attention_bias false is not supported (gpt-oss's q/k/v/o have biases)", file);
+    snprintf(k, sizeof k, "%s.expert_count", a);
+    bt_gguf_builder_u32(b, k, (uint32_t)nx);
+    snprintf(k, sizeof k, "%s.expert_used_count", a);
+    bt_gguf_builder_u32(b, k, (uint32_t)used);
+    snprintf(k, sizeof k, "%s.expert_feed_forward_length", a);
+    bt_gguf_builder_u32(b, k, (uint32_t)ff);
+    json_t *lt = json_object_get(cfg, "layer_types");
+    if (lt && !json_is_null(lt)) {
+        if (!json_is_array(lt) || (int64_t)json_array_size(lt) != hp->n_layers)
+            return bt_error(BT_EFORMAT, "%s: layer_types must list the %" PRId64 " layers", file, hp->n_layers);
+        int32_t *f = calloc((size_t)hp->n_layers, sizeof *f);
+        if (!f) return bt_error(BT_ENOMEM, "out of memory");
+        for (int64_t l = 0; l < hp->n_layers; l++) {
+            const char *t = json_string_value(json_array_get(lt, (size_t)l));
+            if (!t || (strcmp(t, "sliding_attention") && strcmp(t, "full_attention"))) {
+                free(f);
+                return bt_error(BT_EFORMAT, "%s: layer_types[%" PRId64 "] is not sliding_attention or full_attention", file, l);
+            }
+            f[l] = !strcmp(t, "sliding_attention");
+        }
+        snprintf(k, sizeof k, "%s.attention.sliding_window_pattern", a);
+        bt_gguf_builder_arr(b, k, BT_GGUF_INT32, f, (uint64_t)hp->n_layers);
+        free(f);
+    }
+    hp->n_experts = nx;
+    hp->ff_exp = ff;
+    return yarn_keys(b, file, cfg, hp);
+}
+
 /* file: config.json's name in messages; cfg: its keys with text_config's over them */
 static int config_keys(hf_state *hs, const char *dir, const char *file, json_t *cfg, bt_gguf_builder *b, hparams *hp)
 {
@@ -396,6 +658,11 @@ static int config_keys(hf_state *hs, const char *dir, const char *file, json_t *
     const char *cls = json_string_value(json_array_get(ar, 0));
     for (size_t i = 0; i < BT_ARRAY_SIZE(ARCHS); i++)
         if (!strcmp(cls, ARCHS[i].hf)) { hp->arch = ARCHS[i].arch; hp->permute_qk = ARCHS[i].permute_qk; }
+    if (hp->arch) {
+        hp->mla = !strcmp(hp->arch, "deepseek2");
+        hp->v3 = !strcmp(cls, "DeepseekV3ForCausalLM");
+        hp->gptoss = !strcmp(hp->arch, "gpt-oss");
+    }
     if (!hp->arch)
         return bt_error(BT_EUNSUPPORTED, "%s: architecture '%s' is not supported (" ARCH_LIST ")", file, bt_text_esc(cls));
     const char *a = hp->arch;
@@ -429,7 +696,7 @@ static int config_keys(hf_state *hs, const char *dir, const char *file, json_t *
         (rc = put_count(b, file, a, "embedding_length", cfg, "hidden_size", true)) ||
         (rc = put_count(b, file, a, "feed_forward_length", cfg, "intermediate_size", !moe)) ||
         (rc = put_count(b, file, a, "attention.head_count", cfg, "num_attention_heads", true)) ||
-        (rc = put_count(b, file, a, "attention.head_count_kv", cfg, "num_key_value_heads", false)) ||
+        (rc = hp->mla ? BT_OK : put_count(b, file, a, "attention.head_count_kv", cfg, "num_key_value_heads", false)) ||
         (rc = put_count(b, file, a, "vocab_size", cfg, "vocab_size", false)))
         return rc;
     char k[128];
@@ -440,13 +707,16 @@ static int config_keys(hf_state *hs, const char *dir, const char *file, json_t *
         snprintf(k, sizeof k, "%s.nextn_predict_layers", a);
         bt_gguf_builder_u32(b, k, (uint32_t)hp->n_mtp);
     }
-    if (has_head_dim) {
+    if (has_head_dim && !hp->mla) {
         snprintf(k, sizeof k, "%s.attention.key_length", a);
         bt_gguf_builder_u32(b, k, (uint32_t)hp->head_dim);
         snprintf(k, sizeof k, "%s.attention.value_length", a);
         bt_gguf_builder_u32(b, k, (uint32_t)hp->head_dim);
     }
     if (hp->hybrid && (rc = hybrid_keys(file, cfg, b, hp))) return rc;
+    if ((rc = quant_config(file, cfg, hp))) return rc;
+    if (hp->mla && (rc = mla_keys(file, cfg, b, hp))) return rc;
+    if (hp->gptoss && (rc = gptoss_keys(file, cfg, b, hp))) return rc;
     if (hp->permute_qk) {       /* LlamaModel.set_gguf_parameters */
         snprintf(k, sizeof k, "%s.rope.dimension_count", a);
         bt_gguf_builder_u32(b, k, (uint32_t)hp->head_dim);
@@ -509,26 +779,43 @@ typedef struct stack {
     uint8_t *seen;
 } stack;
 
-static const struct { const char *hf, *gguf; int exp; } LAYER_MAP[] = {
-    { "input_layernorm", "attn_norm", -1 },
-    { "post_attention_layernorm", "ffn_norm", -1 },
-    { "self_attn.q_proj", "attn_q", -1 },
-    { "self_attn.k_proj", "attn_k", -1 },
-    { "self_attn.v_proj", "attn_v", -1 },
-    { "self_attn.o_proj", "attn_output", -1 },
-    { "self_attn.q_norm", "attn_q_norm", -1 },
-    { "self_attn.k_norm", "attn_k_norm", -1 },
-    { "mlp.gate_proj", "ffn_gate", -1 },
-    { "mlp.up_proj", "ffn_up", -1 },
-    { "mlp.down_proj", "ffn_down", -1 },
-    { "mlp.gate", "ffn_gate_inp", -1 },
-    { "mlp.shared_expert.gate_proj", "ffn_gate_shexp", -1 },
-    { "mlp.shared_expert.up_proj", "ffn_up_shexp", -1 },
-    { "mlp.shared_expert.down_proj", "ffn_down_shexp", -1 },
-    { "mlp.shared_expert_gate", "ffn_gate_inp_shexp", -1 },
-    { "gate_proj", "ffn_gate_exps", EXP_GATE },      /* under mlp.experts.E. */
-    { "up_proj", "ffn_up_exps", EXP_UP },
-    { "down_proj", "ffn_down_exps", EXP_DOWN },
+/* only: 0 every architecture, ONLY_MLA deepseek2's, ONLY_OSS gpt-oss's (so
+ * that another architecture's checkpoint holding such a name is still an
+ * error naming it) */
+enum { ONLY_MLA = 1, ONLY_OSS = 2 };
+
+static const struct { const char *hf, *gguf; int exp, only; } LAYER_MAP[] = {
+    { "input_layernorm", "attn_norm", -1, 0 },
+    { "post_attention_layernorm", "ffn_norm", -1, 0 },
+    { "self_attn.q_proj", "attn_q", -1, 0 },
+    { "self_attn.k_proj", "attn_k", -1, 0 },
+    { "self_attn.v_proj", "attn_v", -1, 0 },
+    { "self_attn.o_proj", "attn_output", -1, 0 },
+    { "self_attn.q_norm", "attn_q_norm", -1, 0 },
+    { "self_attn.k_norm", "attn_k_norm", -1, 0 },
+    { "mlp.gate_proj", "ffn_gate", -1, 0 },
+    { "mlp.up_proj", "ffn_up", -1, 0 },
+    { "mlp.down_proj", "ffn_down", -1, 0 },
+    { "mlp.gate", "ffn_gate_inp", -1, 0 },
+    { "mlp.shared_expert.gate_proj", "ffn_gate_shexp", -1, 0 },
+    { "mlp.shared_expert.up_proj", "ffn_up_shexp", -1, 0 },
+    { "mlp.shared_expert.down_proj", "ffn_down_shexp", -1, 0 },
+    { "mlp.shared_expert_gate", "ffn_gate_inp_shexp", -1, 0 },
+    /* deepseek2 (the loader splits kv_b_proj into attn_k_b / attn_v_b) */
+    { "self_attn.q_a_proj", "attn_q_a", -1, ONLY_MLA },
+    { "self_attn.q_a_layernorm", "attn_q_a_norm", -1, ONLY_MLA },
+    { "self_attn.q_b_proj", "attn_q_b", -1, ONLY_MLA },
+    { "self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa", -1, ONLY_MLA },
+    { "self_attn.kv_a_layernorm", "attn_kv_a_norm", -1, ONLY_MLA },
+    { "self_attn.kv_b_proj", "attn_kv_b", -1, ONLY_MLA },
+    { "mlp.shared_experts.gate_proj", "ffn_gate_shexp", -1, ONLY_MLA },
+    { "mlp.shared_experts.up_proj", "ffn_up_shexp", -1, ONLY_MLA },
+    { "mlp.shared_experts.down_proj", "ffn_down_shexp", -1, ONLY_MLA },
+    /* gpt-oss (post_attention_layernorm: map_name) */
+    { "mlp.router", "ffn_gate_inp", -1, ONLY_OSS },
+    { "gate_proj", "ffn_gate_exps", EXP_GATE, 0 },      /* under mlp.experts.E. */
+    { "up_proj", "ffn_up_exps", EXP_UP, 0 },
+    { "down_proj", "ffn_down_exps", EXP_DOWN, 0 },
 };
 
 /* HF name -> GGUF name. Returns 1 to skip (the converter drops it), 0 mapped,
@@ -558,22 +845,42 @@ static int map_name(const char *hf, const hparams *hp, char *out, size_t cap, in
     for (size_t i = 0; i < BT_ARRAY_SIZE(LAYER_MAP); i++) {
         if (strlen(LAYER_MAP[i].hf) != stem || strncmp(rest, LAYER_MAP[i].hf, stem)) continue;
         if ((LAYER_MAP[i].exp >= 0) != (E >= 0)) continue;
+        if ((LAYER_MAP[i].only == ONLY_MLA && !hp->mla) || (LAYER_MAP[i].only == ONLY_OSS && !hp->gptoss)) continue;
         *layer = L;
         *expert = E;
         *exp_kind = LAYER_MAP[i].exp;
-        snprintf(out, cap, "blk.%lld.%s%s", L, LAYER_MAP[i].gguf, suffix);
+        const char *gg = LAYER_MAP[i].gguf;
+        if (hp->gptoss && !strcmp(gg, "ffn_norm")) gg = "post_attention_norm";   /* gpt-oss's tensor map */
+        snprintf(out, cap, "blk.%lld.%s%s", L, gg, suffix);
         return 0;
     }
     return -1;
 }
 
-int bt_hf_gguf_name(const char *hf, char *out, size_t cap)
+int bt_hf_gguf_name(const char *arch, const char *hf, char *out, size_t cap)
 {
     hparams hp;
     memset(&hp, 0, sizeof hp);
+    hp.gptoss = arch && !strcmp(arch, "gpt-oss");
+    hp.mla = arch && !strcmp(arch, "deepseek2");
     int64_t layer, expert;
     int kind;
-    return map_name(hf, &hp, out, cap, &layer, &expert, &kind);
+    int r = map_name(hf, &hp, out, cap, &layer, &expert, &kind);
+    if (r >= 0) return r;
+    /* the weights the deepseek2 and gpt-oss loaders convert by hand */
+    static const struct { const char *hf, *gguf; } SPECIAL[] = {
+        { "mlp.gate.e_score_correction_bias", "exp_probs_b.bias" }, { "self_attn.sinks", "attn_sinks.weight" },
+        { "mlp.experts.down_proj", "ffn_down_exps.weight" }, { "mlp.experts.down_proj_bias", "ffn_down_exps.bias" },
+    };
+    long long L;
+    int n = 0;
+    if (sscanf(hf, "model.layers.%lld.%n", &L, &n) != 1 || n == 0 || L < 0) return -1;
+    for (size_t i = 0; i < BT_ARRAY_SIZE(SPECIAL); i++)
+        if (!strcmp(hf + n, SPECIAL[i].hf)) {
+            snprintf(out, cap, "blk.%lld.%s", L, SPECIAL[i].gguf);
+            return 0;
+        }
+    return -1;
 }
 
 /* HF stores Llama q/k rows for rotate-half RoPE; llama.cpp's interleaved
@@ -857,6 +1164,222 @@ static int add_hybrid_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp
     return BT_OK;
 }
 
+/* ---- deepseek2 and gpt-oss: the converter's conversions ---- */
+
+static bool float_dtype(const bt_st_tensor *t)
+{
+    return t->dtype == BT_DT_F32 || t->dtype == BT_DT_F16 || t->dtype == BT_DT_BF16;
+}
+
+static const bt_st_tensor *find_any(const hf_state *hs, const char *name)
+{
+    for (int s = 0; s < hs->n_shards; s++) {
+        const bt_st_tensor *t = bt_safetensors_find(hs->shards[s], name);
+        if (t) return t;
+    }
+    return NULL;
+}
+
+/* DeepseekV2Model.modify_tensors: kv_b_proj [heads x (nope + v), kv_lora]
+ * split per head into attn_k_b [heads, kv_lora, nope] (the key rows,
+ * transposed) and attn_v_b [heads, v, kv_lora]; the router's
+ * e_score_correction_bias -> exp_probs_b.bias; the MTP layers after the
+ * trunk (model.layers.N.. with N = num_hidden_layers) left out as the
+ * converter leaves them. The rest maps by name (LAYER_MAP) and the experts
+ * stack as qwen3moe's. */
+static int add_mla_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp, const bt_safetensors *sf,
+                          const bt_st_tensor *t, const char *n, bool *handled)
+{
+    const char *file = bt_safetensors_path(sf);
+    *handled = true;
+    long long L;
+    int off = 0;
+    if (sscanf(n, "model.layers.%lld.%n", &L, &off) != 1 || off == 0 || L < 0) { *handled = false; return BT_OK; }
+    if (L >= hp->n_layers) return BT_OK;                 /* the MTP block: skip_mtp */
+    const char *rest = n + off;
+    char g[160];
+    if (!strcmp(rest, "self_attn.kv_b_proj.weight")) {
+        int64_t nh = hp->n_heads, nope = hp->nope, vd = hp->vd, kvl = hp->kv_lora;
+        if (t->n_dims != 2 || t->shape[0] != nh * (nope + vd) || t->shape[1] != kvl)
+            return bt_error(BT_EFORMAT, "%s: '%s' is not [%" PRId64 ", %" PRId64 "]", file, bt_text_esc(t->name),
+                            nh * (nope + vd), kvl);
+        if (!float_dtype(t))
+            return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has dtype %s (bangtrace reads F32, F16 and BF16)", file,
+                            bt_text_esc(t->name), t->dtype_name);
+        size_t es = t->dtype == BT_DT_F32 ? 4 : 2;
+        uint8_t *kb = hs_alloc(hs, (size_t)(nh * kvl * nope) * es), *vb = hs_alloc(hs, (size_t)(nh * vd * kvl) * es);
+        if (!kb || !vb) return bt_error(BT_ENOMEM, "out of memory splitting '%s'", t->name);
+        const uint8_t *src = t->data;
+        for (int64_t h = 0; h < nh; h++) {
+            const uint8_t *hs0 = src + (size_t)(h * (nope + vd) * kvl) * es;
+            for (int64_t c = 0; c < kvl; c++)
+                for (int64_t d = 0; d < nope; d++)
+                    memcpy(kb + (size_t)((h * kvl + c) * nope + d) * es, hs0 + (size_t)(d * kvl + c) * es, es);
+            memcpy(vb + (size_t)(h * vd * kvl) * es, hs0 + (size_t)(nope * kvl) * es, (size_t)(vd * kvl) * es);
+        }
+        int64_t nek[4] = { nope, kvl, nh, 1 }, nev[4] = { kvl, vd, nh, 1 };
+        snprintf(g, sizeof g, "blk.%lld.attn_k_b.weight", L);
+        bt_gguf_builder_tensor(b, g, 3, nek, t->dtype, kb, (uint64_t)(nh * kvl * nope) * es);
+        snprintf(g, sizeof g, "blk.%lld.attn_v_b.weight", L);
+        bt_gguf_builder_tensor(b, g, 3, nev, t->dtype, vb, (uint64_t)(nh * vd * kvl) * es);
+        return BT_OK;
+    }
+    if (!strcmp(rest, "mlp.gate.e_score_correction_bias")) {
+        if (!hp->noaux)
+            return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' is only used with topk_method noaux_tc", file, bt_text_esc(t->name));
+        if (t->n_dims != 1 || t->shape[0] != hp->n_experts || !float_dtype(t) || L < hp->n_dense)
+            return bt_error(BT_EFORMAT, "%s: '%s' must be a float vector of the %" PRId64 " experts in a MoE layer", file,
+                            bt_text_esc(t->name), hp->n_experts);
+        int64_t ne[4] = { hp->n_experts, 1, 1, 1 };
+        snprintf(g, sizeof g, "blk.%lld.exp_probs_b.bias", L);
+        bt_gguf_builder_tensor(b, g, 1, ne, t->dtype, t->data, t->nbytes);
+        hs->n_corr_bias++;
+        return BT_OK;
+    }
+    *handled = false;
+    return BT_OK;
+}
+
+/* One MXFP4 row set from gpt-oss's checkpoint layout to ggml's: blocks
+ * [E, R, nb, 16] (element 2i in the low nibble of byte i, 2i+1 in the
+ * high) and scales [E, R, nb] (E8M0) -> per block the scale byte then
+ * 16 bytes holding element j low and j + 16 high (block_mxfp4), as
+ * GptOssModel.repack_mxfp4 does; rows r0, r0 + step, ... of each expert. */
+static void repack_mxfp4(uint8_t *dst, const uint8_t *blocks, const uint8_t *scales, int64_t E, int64_t R, int64_t nb,
+                         int64_t r0, int64_t step)
+{
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t r = r0; r < R; r += step)
+            for (int64_t k = 0; k < nb; k++) {
+                size_t src = (size_t)((e * R + r) * nb + k);
+                const uint8_t *q = blocks + src * 16;
+                *dst++ = scales[src];
+                for (int j = 0; j < 16; j++) {
+                    int lo = j, hi = j + 16;
+                    uint8_t a = (uint8_t)((q[lo / 2] >> (4 * (lo & 1))) & 15), c = (uint8_t)((q[hi / 2] >> (4 * (hi & 1))) & 15);
+                    *dst++ = (uint8_t)(a | c << 4);
+                }
+            }
+}
+
+/* GptOssModel.modify_tensors / generate_extra_tensors: the fused experts
+ * gate_up_proj [E, hidden, 2 ff] (columns interleaved: gate 2i, up 2i+1)
+ * and down_proj [E, ff, hidden] transposed into ffn_{gate,up,down}_exps,
+ * their biases split alike; as MXFP4 (*_blocks, *_scales) repacked into
+ * ggml's MXFP4 without rounding (every value as stored); self_attn.sinks ->
+ * attn_sinks.weight. The rest maps by name. */
+static int add_gptoss_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp, const bt_safetensors *sf,
+                             const bt_st_tensor *t, const char *n, bool *handled)
+{
+    const char *file = bt_safetensors_path(sf);
+    *handled = true;
+    long long L;
+    int off = 0;
+    if (sscanf(n, "model.layers.%lld.%n", &L, &off) != 1 || off == 0 || L < 0) { *handled = false; return BT_OK; }
+    if (L >= hp->n_layers)
+        return bt_error(BT_EFORMAT, "%s: tensor '%s' is in layer %lld but num_hidden_layers is %" PRId64, file,
+                        bt_text_esc(t->name), L, hp->n_layers);
+    const char *rest = n + off;
+    char g[160];
+    int64_t E = hp->n_experts, FF = hp->ff_exp, D = hp->dim;
+    if (!strcmp(rest, "self_attn.sinks")) {
+        if (t->n_dims != 1 || t->shape[0] != hp->n_heads || !float_dtype(t))
+            return bt_error(BT_EFORMAT, "%s: '%s' must be a float vector of the %" PRId64 " heads", file, bt_text_esc(t->name),
+                            hp->n_heads);
+        float *f;
+        int rc = convert_1d(hs, hp, t, 0, false, &f);
+        int64_t ne[4] = { hp->n_heads, 1, 1, 1 };
+        snprintf(g, sizeof g, "blk.%lld.attn_sinks.weight", L);
+        if (rc == BT_OK) bt_gguf_builder_tensor(b, g, 1, ne, BT_DT_F32, f, (uint64_t)hp->n_heads * 4);
+        return rc;
+    }
+    if (strncmp(rest, "mlp.experts.", 12)) { *handled = false; return BT_OK; }
+    const char *x = rest + 12;
+    bool gu = !strncmp(x, "gate_up_proj", 12);
+    if (!gu && strncmp(x, "down_proj", 9))
+        return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has no GGUF counterpart for %s (bangtrace would ignore it)", file,
+                        bt_text_esc(t->name), hp->arch);
+    const char *kind = x + (gu ? 12 : 9);
+    int64_t R = gu ? 2 * FF : D, C = gu ? D : FF;      /* rows and columns per expert, as ggml holds them */
+    if (!strcmp(kind, "_scales")) {                     /* read with its _blocks */
+        char bn[512];
+        snprintf(bn, sizeof bn, "%.*s_blocks", (int)(strlen(t->name) - 7), t->name);
+        if (!find_any(hs, bn))
+            return bt_error(BT_EFORMAT, "%s: '%s' has no '%s' beside it", file, bt_text_esc(t->name), bt_text_esc(bn));
+        return BT_OK;
+    }
+    if (!strcmp(kind, "_blocks")) {
+        char sn[512];
+        snprintf(sn, sizeof sn, "%.*s_scales", (int)(strlen(t->name) - 7), t->name);
+        const bt_st_tensor *s = find_any(hs, sn);
+        int64_t nb = C / 32;
+        if (!s) return bt_error(BT_EFORMAT, "%s: '%s' has no '%s' beside it", file, bt_text_esc(t->name), bt_text_esc(sn));
+        if (C % 32 || strcmp(t->dtype_name, "U8") || strcmp(s->dtype_name, "U8") || t->n_dims != 4 || t->shape[0] != E ||
+            t->shape[1] != R || t->shape[2] != nb || t->shape[3] != 16 || s->n_dims != 3 || s->shape[0] != E ||
+            s->shape[1] != R || s->shape[2] != nb)
+            return bt_error(BT_EFORMAT, "%s: '%s' and its scales are not U8 [%" PRId64 ", %" PRId64 ", %" PRId64
+                            ", 16] and [%" PRId64 ", %" PRId64 ", %" PRId64 "]", file, bt_text_esc(t->name), E, R, nb, E, R, nb);
+        for (int part = 0; part < (gu ? 2 : 1); part++) {
+            int64_t rows = gu ? FF : D;
+            uint64_t bytes = (uint64_t)(E * rows * nb) * 17;
+            uint8_t *cp = hs_alloc(hs, (size_t)bytes);
+            if (!cp) return bt_error(BT_ENOMEM, "out of memory repacking '%s'", t->name);
+            repack_mxfp4(cp, t->data, s->data, E, R, nb, part, gu ? 2 : 1);
+            int64_t ne[4] = { C, rows, E, 1 };
+            snprintf(g, sizeof g, "blk.%lld.%s", L, !gu ? "ffn_down_exps.weight" : part ? "ffn_up_exps.weight" : "ffn_gate_exps.weight");
+            bt_gguf_builder_tensor(b, g, 3, ne, BT_DT_MXFP4, cp, bytes);
+        }
+        return BT_OK;
+    }
+    if (!float_dtype(t))
+        return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has dtype %s (bangtrace reads F32, F16, BF16 and MXFP4 experts)", file,
+                        bt_text_esc(t->name), t->dtype_name);
+    size_t es = t->dtype == BT_DT_F32 ? 4 : 2;
+    const uint8_t *src = t->data;
+    if (!strcmp(kind, "_bias")) {                       /* [E, R]: gate 2i, up 2i + 1 */
+        if (t->n_dims != 2 || t->shape[0] != E || t->shape[1] != R)
+            return bt_error(BT_EFORMAT, "%s: '%s' is not [%" PRId64 ", %" PRId64 "]", file, bt_text_esc(t->name), E, R);
+        if (!gu) {
+            int64_t ne[4] = { D, E, 1, 1 };
+            snprintf(g, sizeof g, "blk.%lld.ffn_down_exps.bias", L);
+            bt_gguf_builder_tensor(b, g, 2, ne, t->dtype, t->data, t->nbytes);
+            return BT_OK;
+        }
+        for (int part = 0; part < 2; part++) {
+            uint8_t *cp = hs_alloc(hs, (size_t)(E * FF) * es);
+            if (!cp) return bt_error(BT_ENOMEM, "out of memory splitting '%s'", t->name);
+            for (int64_t e = 0; e < E; e++)
+                for (int64_t i = 0; i < FF; i++)
+                    memcpy(cp + (size_t)(e * FF + i) * es, src + (size_t)(e * R + 2 * i + part) * es, es);
+            int64_t ne[4] = { FF, E, 1, 1 };
+            snprintf(g, sizeof g, "blk.%lld.%s", L, part ? "ffn_up_exps.bias" : "ffn_gate_exps.bias");
+            bt_gguf_builder_tensor(b, g, 2, ne, t->dtype, cp, (uint64_t)(E * FF) * es);
+        }
+        return BT_OK;
+    }
+    if (*kind)
+        return bt_error(BT_EUNSUPPORTED, "%s: tensor '%s' has no GGUF counterpart for %s (bangtrace would ignore it)", file,
+                        bt_text_esc(t->name), hp->arch);
+    /* the weights, [E, C, R] in the checkpoint (x @ W): transposed to [E, R, C] */
+    if (t->n_dims != 3 || t->shape[0] != E || t->shape[1] != C || t->shape[2] != R)
+        return bt_error(BT_EFORMAT, "%s: '%s' is not [%" PRId64 ", %" PRId64 ", %" PRId64 "]", file, bt_text_esc(t->name), E, C, R);
+    for (int part = 0; part < (gu ? 2 : 1); part++) {
+        int64_t rows = gu ? FF : D;
+        uint8_t *cp = hs_alloc(hs, (size_t)(E * rows * C) * es);
+        if (!cp) return bt_error(BT_ENOMEM, "out of memory transposing '%s'", t->name);
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t r = 0; r < rows; r++) {
+                int64_t sr = gu ? 2 * r + part : r;
+                for (int64_t c = 0; c < C; c++)
+                    memcpy(cp + (size_t)((e * rows + r) * C + c) * es, src + (size_t)((e * C + c) * R + sr) * es, es);
+            }
+        int64_t ne[4] = { C, rows, E, 1 };
+        snprintf(g, sizeof g, "blk.%lld.%s", L, !gu ? "ffn_down_exps.weight" : part ? "ffn_up_exps.weight" : "ffn_gate_exps.weight");
+        bt_gguf_builder_tensor(b, g, 3, ne, t->dtype, cp, (uint64_t)(E * rows * C) * es);
+    }
+    return BT_OK;
+}
+
 /* hf: t's name as the converter sees it (text_name) */
 static int add_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp, stack *stacks,
                       const bt_safetensors *sf, const bt_st_tensor *t, const char *hf)
@@ -875,9 +1398,11 @@ static int add_tensor(hf_state *hs, bt_gguf_builder *b, const hparams *hp, stack
         hf = blk;
         limit = hp->n_layers + hp->n_mtp;
     }
-    if (hp->hybrid) {
+    if (hp->hybrid || hp->mla || hp->gptoss) {
         bool handled;
-        int rc = add_hybrid_tensor(hs, b, hp, stacks, sf, t, hf, limit, &handled);
+        int rc = hp->mla ? add_mla_tensor(hs, b, hp, sf, t, hf, &handled)
+               : hp->gptoss ? add_gptoss_tensor(hs, b, hp, sf, t, hf, &handled)
+               : add_hybrid_tensor(hs, b, hp, stacks, sf, t, hf, limit, &handled);
         if (rc || handled) return rc;
     }
     int r = map_name(hf, hp, name, sizeof name, &layer, &expert, &ek);
@@ -1684,6 +2209,11 @@ int bt_hf_open(const char *dir, bt_gguf **out)
     if ((rc = config_keys(hs, dir, file, cfg, b, &hp))) goto fail;
     if ((rc = rope_scaling(hs, b, file, cfg, &hp))) goto fail;
     if ((rc = add_tensors(hs, b, &hp))) goto fail;
+    if (hp.noaux && hs->n_corr_bias != hp.n_layers - hp.n_dense) {
+        rc = bt_error(BT_EFORMAT, "%s: topk_method noaux_tc but %" PRId64 " of the %" PRId64 " MoE layers have "
+                      "mlp.gate.e_score_correction_bias", file, hs->n_corr_bias, hp.n_layers - hp.n_dense);
+        goto fail;
+    }
     if ((rc = tokenizer_keys(hs, dir, cfg, b))) goto fail;
     json_decref(cfg);
     return bt_gguf_builder_finish(b, dir, out);

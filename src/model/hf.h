@@ -31,7 +31,9 @@ int bt_hf_attach(struct bt_model *m);
 /* A Hugging Face tensor name's GGUF name ("model.layers.3.mlp.down_proj.weight"
  * -> "blk.3.ffn_down.weight"; an expert's "...mlp.experts.7.down_proj.weight"
  * -> "blk.3.ffn_down_exps.weight"), as the folder loader maps it: 0 mapped,
- * 1 a tensor the converter drops (rope tables), -1 not one it knows. */
-int bt_hf_gguf_name(const char *hf, char *out, size_t cap);
+ * 1 a tensor the converter drops (rope tables), -1 not one it knows. arch:
+ * the GGUF architecture, where the map depends on it (gpt-oss's
+ * post_attention_layernorm is post_attention_norm), or NULL. */
+int bt_hf_gguf_name(const char *arch, const char *hf, char *out, size_t cap);
 
 #endif
