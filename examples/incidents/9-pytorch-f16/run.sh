@@ -15,6 +15,7 @@ TPY() { BANGTRACE_LIB=$LIB PYTHONPATH=$top/python "$env/bin/python" "$case_dir/r
 F16_MAX=65504
 
 heading "A tiny random Qwen3 (Hugging Face folder), and a copy whose layer 1 down_proj is 30000x larger"
+rm -rf "$OUT/qwen3" "$OUT/hot"          # this case's own copies from an earlier run
 "$PY" - "$OUT" "$top" <<'PY' || { echo "FAIL: could not write the tiny folder"; exit 1; }
 import os, sys
 sys.path.insert(0, os.path.join(sys.argv[2], "tests", "oracle"))
