@@ -6,8 +6,9 @@
 
 Forward hooks on the model's modules give each tensor a native run taps
 (module paths become bangtrace's names through the HF weight names, the
-table the folder loader uses); the statistics are reduced on the tensor's
-device, one small reduction per tensor, and copied to the host once per
+table the folder loader uses); each tensor is copied on its device as it is
+handed over, all of a step's tensors are reduced together when the step
+ends (StepReducer), and the statistics are copied to the host once per
 step together with the last logit row. The engine's chosen token of a step
 is the next forward's input (or last_token for the last one).
 
@@ -112,6 +113,104 @@ def tap_stats(x, width):
     return seg_stats(x, width)[0]
 
 
+class StepReducer:
+    """A step's tapped tensors reduced together when the step ends: each
+    tensor is copied as it is handed over (one device op; later in-place ops
+    cannot change what was tapped), and at the end one concatenation and one
+    set of segment reductions give every tensor's statistics per request
+    segment at once. Reducing each tensor on its own costs some twenty small
+    device ops per tensor, hundreds of tensors per step: on a CPU or a GPU
+    that is launch overhead, not arithmetic. A step holding more than
+    `budget` elements (a long prefill) reduces the rest of its tensors one
+    by one as they come (seg_stats), so memory stays bounded.
+
+    Rows of a tensor belong to segments by `seg` (one id per row, rows of a
+    segment contiguous; every tensor of the step then has the same rows);
+    seg None: one segment."""
+
+    def __init__(self, budget=1 << 24):
+        self.budget = budget
+        self.begin()
+
+    def begin(self, seg=None, n_seg=1):
+        self.seg, self.n_seg = seg, n_seg
+        self.items = []            # (slot, flat copy, width, rows)
+        self.done = {}             # slot -> [n_seg, STAT_COUNT], reduced at once
+        self.held = 0
+
+    def add(self, slot, x, width):
+        x = x.detach()
+        n = x.numel()
+        if n == 0 or n % width:
+            raise BangtraceError(f"a tensor of {n} elements is not rows of {width}")
+        if self.seg is not None and n // width != self.seg.shape[0]:
+            raise BangtraceError(f"{n // width} rows but {self.seg.shape[0]} segment ids")
+        if self.held + n > self.budget:
+            self.done[slot] = seg_stats(x, width, self.seg, self.n_seg)
+            return
+        self.items.append((slot, x.reshape(-1).clone(), width, n // width))
+        self.held += n
+
+    def _lengths(self, dev):
+        """Elements per group (item * n_seg + segment, in the concatenation's
+        order: a tensor's rows are its segments' rows, in segment order) and
+        each group's width."""
+        widths = torch.tensor([w for _, _, w, _ in self.items], device=dev)
+        if self.seg is None:
+            counts = torch.tensor([[r] for _, _, _, r in self.items], device=dev)
+        else:
+            counts = torch.bincount(self.seg.to(dev), minlength=self.n_seg).reshape(1, -1)
+        lengths = (widths.reshape(-1, 1) * counts).reshape(-1)
+        return lengths, widths.repeat_interleave(self.n_seg)
+
+    def finish(self):
+        """slot -> float64 tensor [n_seg, STAT_COUNT] (on the tensors' device)."""
+        out = dict(self.done)
+        if not self.items:
+            return out
+        dev = self.items[0][1].device
+        lengths, gw = self._lengths(dev)
+        xf = torch.cat([v.float() for _, v, _, _ in self.items])
+        f64 = torch.float64
+        N = xf.numel()
+
+        # three reductions over every group at once: sums, minima, maxima
+        fin = torch.isfinite(xf)
+        z = torch.where(fin, xf, torch.zeros((), device=dev)).double()
+        sums = torch.segment_reduce(torch.stack([fin.double(), torch.isnan(xf).double(), (xf == math.inf).double(),
+                                                 (xf == -math.inf).double(), z, z * z], dim=1),
+                                    "sum", lengths=lengths, axis=0, initial=0.0)
+        idx = torch.arange(N, device=dev, dtype=f64)
+        big = torch.full((), float(N), dtype=f64, device=dev)
+        inf = torch.full((), math.inf, dtype=f64, device=dev)
+        xd = xf.double()
+        mins = torch.segment_reduce(torch.stack([torch.where(fin, xd, inf), torch.where(fin, big, idx)], dim=1),
+                                    "min", lengths=lengths, axis=0, initial=math.inf)
+        mx = torch.segment_reduce(torch.where(fin, xd, -inf), "max", lengths=lengths, initial=-math.inf)
+        nfin, mn, first = sums[:, 0], mins[:, 0], mins[:, 1]
+        some = nfin > 0
+        nan_t = torch.full((), math.nan, dtype=f64, device=dev)
+        mn = torch.where(some, mn, nan_t)
+        mx = torch.where(some, mx, nan_t)
+        # the first non-finite element: its index in the concatenation, then in its group
+        start = (torch.cumsum(lengths, 0) - lengths).double()
+        anyb = first < N
+        key = first - start
+        neg = torch.full((), -1.0, dtype=f64, device=dev)
+        gwd = gw.double()
+        st = torch.stack([
+            lengths.double(), sums[:, 1], sums[:, 2], sums[:, 3], nfin, mn, mx, torch.maximum(mn.abs(), mx.abs()),
+            sums[:, 4] / nfin, torch.sqrt(sums[:, 5] / nfin),
+            torch.where(anyb, torch.remainder(key, gwd), neg),
+            torch.where(anyb, torch.div(key, gwd, rounding_mode="floor"), neg)], dim=1).reshape(
+                len(self.items), self.n_seg, _lib.STAT_COUNT)
+        for i, (slot, _, _, _) in enumerate(self.items):
+            out[slot] = st[i]
+        self.items = []
+        self.held = 0
+        return out
+
+
 def merge_parts(parts):
     """One tensor's statistics from parts over disjoint rows (host numpy
     [k, STAT_COUNT], first bad rows absolute): counts add, min/max/absmax
@@ -178,8 +277,8 @@ class record:
         self.rec = None
         self._handles = []
         self._patched = []
-        self._pending = {}
         self._parts = {}          # MoE: slot -> per-expert statistics of this step
+        self._red = StepReducer()
         self._warned_experts = False
         self._layer = None
         self._step = None
@@ -266,8 +365,7 @@ class record:
     def _put(self, slot, x):
         if self._step is None:
             return
-        t = self.bm.tensors[slot]
-        self._pending[slot] = tap_stats(x, t.width)
+        self._red.add(slot, x, self.bm.tensors[slot].width)
 
     def _out_hook(self, slot):
         def hook(mod, args, out):
@@ -367,7 +465,7 @@ class record:
         else:
             pos0 = 0
         self._step = (ids.reshape(-1).tolist(), pos0)
-        self._pending = {}
+        self._red.begin()
         self._parts = {}
 
     def _end(self, mod, args, kwargs, out):
@@ -379,15 +477,16 @@ class record:
         if logits is None:
             logits = _first(out)
         rows = logits.reshape(-1, logits.shape[-1])
+        pending = {k: v[0] for k, v in self._red.finish().items()}
         lg = self.bm.tensor("logits")
         if lg is not None and rows.shape[0] != len(tokens):
-            self._pending.pop(lg.slot, None)      # logits_to_keep: not every row was computed
+            pending.pop(lg.slot, None)      # logits_to_keep: not every row was computed
         n = len(self.bm.tensors)
         dev = rows.device
         full = torch.full((n, _lib.STAT_COUNT), -1.0, dtype=torch.float64, device=dev)
-        if self._pending:
-            idx = torch.tensor(list(self._pending.keys()), device=dev)
-            full[idx] = torch.stack([v.to(dev) for v in self._pending.values()])
+        if pending:
+            idx = torch.tensor(list(pending.keys()), device=dev)
+            full[idx] = torch.stack([v.to(dev) for v in pending.values()])
         part_slots = [(slot, len(v)) for slot, v in self._parts.items()]
         parts = [p.to(dev) for v in self._parts.values() for p in v]
         tail = torch.stack(parts).reshape(-1) if parts else full.new_zeros(0)
@@ -400,7 +499,6 @@ class record:
             o += k * S
         row = host[o:].astype("float32")
         self.rec.forward(tokens, pos0, st, row, 1)
-        self._pending = {}
         self._parts = {}
         self._last = tokens
         self.steps += 1

@@ -12,9 +12,10 @@ same folder), `report`, `browse`, `diff` and `export` read it.
 
 How a step is recorded: the batch's rows belong to requests in the order of
 the model runner's input batch, each request's scheduled tokens contiguous;
-every tapped tensor is reduced on its device per request segment (one small
-reduction per tensor), and the statistics, the logit rows, the input ids and
-positions come to the host in one copy per step, after vLLM sampled. Each
+every tapped tensor is copied on its device as it comes, all of them are
+reduced per request segment when the step ends (StepReducer), and the
+statistics, the logit rows, the input ids and positions come to the host in
+one copy per step, after vLLM sampled. Each
 request's trace then gets its forward (its own rows only) and its sampled
 token. A prompt prefilled in chunks is one prefill step (the chunks'
 statistics merged). A request preempted and recomputed starts a new trace.
@@ -187,7 +188,7 @@ class _Recorder:
     def __init__(self, runner, directory):
         import torch
         from . import _lib
-        from .torch import model_for
+        from .torch import model_for, StepReducer
         self.torch, self.lib = torch, _lib
         self.runner = runner
         self.dir = directory
@@ -211,7 +212,7 @@ class _Recorder:
         self.skipped = set()       # request ids not recorded (prefix-cache hits)
         self.sched = None          # the step's scheduler output while it runs
         self.step = None           # the forward's layout while a step is open
-        self.pending = {}
+        self.red = StepReducer()   # the step's taps, reduced per request when it ends
         self.layer = None
         self.handles = []
         self._install(runner.get_model())
@@ -308,7 +309,7 @@ class _Recorder:
         x = x.reshape(-1, t.width)
         if x.shape[0] != st["rows"]:
             return
-        self.pending[slot] = self._seg_stats(x, t.width, st["seg"], st["n_seg"])
+        self.red.add(slot, x, t.width)
 
     def _out_hook(self, slot):
         def hook(mod, args, out):
@@ -393,19 +394,22 @@ class _Recorder:
         seg = torch.repeat_interleave(torch.arange(n_req), torch.tensor(counts))
         if rows > total:             # padding rows: a segment of their own, not recorded
             seg = torch.cat([seg, torch.full((rows - total,), n_req, dtype=torch.long)])
+        seg = seg.to(ids.device, non_blocking=True)
         self.step = {"req_ids": req_ids, "counts": counts, "rows": rows, "n_req": n_req, "n_seg": n_req + 1,
-                     "seg": seg.to(ids.device, non_blocking=True), "ids": ids, "pos": pos, "logits": None}
-        self.pending = {}
+                     "seg": seg, "ids": ids, "pos": pos, "logits": None}
+        self.red.begin(seg, n_req + 1)
 
     def abort(self):
         self.sched = None
         self.step = None
-        self.pending = {}
+        self.red.begin()
 
     def end(self, out):
         st, self.step, self.sched = self.step, None, None
-        pending, self.pending = self.pending, {}
-        if st is None or out is None or not getattr(out, "req_ids", None):
+        if st is None:
+            return
+        pending = self.red.finish()
+        if out is None or not getattr(out, "req_ids", None):
             return
         torch, L = self.torch, self.lib
         n_t, S, n_req = len(self.bm.tensors), L.STAT_COUNT, st["n_req"]
