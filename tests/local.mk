@@ -336,6 +336,10 @@ EXTRA_DIST += tests/spec_mtp_llamacpp.sh
 TESTS += tests/numerics_state.sh
 EXTRA_DIST += tests/numerics_state.sh
 
+# --numerics kv= on deepseek2's latent cache, f8_e4m3 among them (issue 28)
+TESTS += tests/numerics_mla.sh
+EXTRA_DIST += tests/numerics_mla.sh
+
 # the hybrid models from Hugging Face folders, equal to their GGUFs (issue 25)
 TESTS += tests/hf_hybrid.sh
 EXTRA_DIST += tests/hf_hybrid.sh
@@ -348,7 +352,7 @@ EXTRA_DIST += tests/hf_mla_gptoss.sh
 # and bangtrace.torch recording transformers against the native engine (the
 # torch environment of tools/torch-env, created once under ~/.cache/bangtrace)
 TESTS += tests/api_lib.sh tests/pytorch_record.sh
-EXTRA_DIST += tests/api_lib.sh tests/pytorch_record.sh tests/pytorch/record_check.py
+EXTRA_DIST += tests/api_lib.sh tests/pytorch_record.sh tests/pytorch/record_check.py tests/pytorch/common.py
 
 # the vLLM plugin (bangtrace.vllm) on vLLM's CPU build, in that environment
 TESTS += tests/pytorch_vllm.sh

@@ -11,12 +11,7 @@
 # is tools/torch-env's (created once under ~/.cache/bangtrace); SKIP only
 # when it cannot be had.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
-py=${PYTHON3:-python3}
-"$py" -c "import numpy, gguf" 2>/dev/null || skip "numpy and gguf are needed to write the tiny folders"
-lib=$BT_BUILDDIR/libbangtrace.so
-[ -f "$lib" ] || fail "libbangtrace.so was not built ($lib)"
-env=$("$BT_SRCDIR/tools/torch-env" 2>"$TMP/torch-env.log") ||
-    skip "no PyTorch environment: $(tail -n 1 "$TMP/torch-env.log")"
+need_torch
 # the folders: GGUF and HF folder from the same weights (tests/oracle)
 "$py" - "$TMP" <<'PY' || fail "could not write the tiny HF folders"
 import json, os, sys

@@ -13,12 +13,7 @@
 # (tests/pytorch/vllm_check.py). The environment is tools/torch-env's;
 # SKIP only when it cannot be had.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
-py=${PYTHON3:-python3}
-"$py" -c "import numpy, gguf" 2>/dev/null || skip "numpy and gguf are needed to write the tiny folders"
-lib=$BT_BUILDDIR/libbangtrace.so
-[ -f "$lib" ] || fail "libbangtrace.so was not built ($lib)"
-env=$("$BT_SRCDIR/tools/torch-env" 2>"$TMP/torch-env.log") ||
-    skip "no PyTorch environment: $(tail -n 1 "$TMP/torch-env.log")"
+need_torch
 "$py" - "$TMP" <<'PY' || fail "could not write the tiny HF folders"
 import os, sys
 sys.path.insert(0, os.path.join(os.environ["BT_SRCDIR"], "tests", "oracle"))

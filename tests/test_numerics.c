@@ -86,6 +86,39 @@ static void test_bf16(void)
     CHECK(bt_num_round_bf16(67584.0f) == 67584.0f, "67584 is a bf16 number");
 }
 
+/* f32 -> float8 e4m3fn -> f32: values torch 2.13's .to(torch.float8_e4m3fn)
+ * gives (checked by hand in tools/torch-env's environment), then every
+ * representable value, every midpoint (ties to the even code) and just
+ * either side of it. */
+static void test_f8(void)
+{
+    static const float in[] = { 449, 464, 464.5f, 465, 479, 480, 1e6f, 1e-3f, 0x1p-10f, 3 * 0x1p-10f, 0x1p-9f, 1.0625f,
+                                1.1875f, -0.3f, 5e-4f, -1e6f, 0.0f };
+    static const float out[] = { 448, 448, 448, 448, 448, 448, 448, 0x1p-9f, 0.0f, 0x1p-8f, 0x1p-9f, 1.0f,
+                                 1.25f, -0.3125f, 0.0f, -448, 0.0f };
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        CHECK(bt_num_round_f8_e4m3(in[i]) == out[i], "f8_e4m3(%g) = %g, torch %g", in[i], bt_num_round_f8_e4m3(in[i]), out[i]);
+    CHECK(bt_num_round_f8_e4m3(INFINITY) == 448 && bt_num_round_f8_e4m3(-INFINITY) == -448, "Inf saturates");
+    CHECK(isnan(bt_num_round_f8_e4m3(NAN)), "NaN stays NaN");
+    CHECK(signbit(bt_num_round_f8_e4m3(-1e-4f)), "a negative underflow keeps its sign");
+    float v[127];
+    for (int c = 0; c < 127; c++) {   /* codes 0x00..0x7e; 0x7f is NaN */
+        int E = c >> 3, m = c & 7;
+        v[c] = E ? ldexpf(1.0f + m / 8.0f, E - 7) : ldexpf(m / 8.0f, -6);
+        CHECK(bt_num_round_f8_e4m3(v[c]) == v[c] && bt_num_round_f8_e4m3(-v[c]) == -v[c], "code %d (%g) is kept", c, v[c]);
+    }
+    for (int c = 0; c + 1 < 127; c++) {
+        float mid = (v[c] + v[c + 1]) / 2, even = (c & 1) ? v[c + 1] : v[c];
+        CHECK(bt_num_round_f8_e4m3(mid) == even, "the midpoint %g of codes %d, %d goes to the even one", mid, c, c + 1);
+        CHECK(bt_num_round_f8_e4m3(nextafterf(mid, 0)) == v[c] && bt_num_round_f8_e4m3(nextafterf(mid, 1e9f)) == v[c + 1],
+              "either side of the midpoint %g", mid);
+    }
+    bt_numerics n;
+    CHECK_OK(bt_numerics_parse("kv=f8_e4m3", &n));
+    CHECK(n.kv == BT_NUM_F8_E4M3);
+    CHECK(bt_numerics_parse("kv=f8_e4m3,attn=ggml", &n) == BT_EINVAL, "llama.cpp has no fp8 cache to emulate");
+}
+
 static void test_q8(void)
 {
     float x[32];
@@ -338,6 +371,7 @@ int main(int argc, char **argv)
 {
     test_f16();
     test_bf16();
+    test_f8();
     test_q8();
     test_act_q_ggml();
     test_parse();

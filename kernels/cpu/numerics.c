@@ -27,6 +27,20 @@ uint16_t bt_num_f32_to_bf16(float x)
 
 float bt_num_round_bf16(float x) { return bt_bf16_to_f32(bt_num_f32_to_bf16(x)); }
 
+float bt_num_round_f8_e4m3(float x)
+{
+    if (isnan(x)) return x;
+    if (isinf(x)) return copysignf(448.0f, x);
+    float a = fabsf(x);
+    if (a == 0.0f) return x;
+    int k;
+    frexpf(a, &k);                 /* a = f * 2^k, f in [0.5, 1): exponent k - 1 */
+    int e = k - 1 < -6 ? -6 : k - 1;
+    float q = ldexpf(1.0f, e - 3);   /* the spacing of 3 mantissa bits at that exponent (subnormals: 2^-9) */
+    float y = rintf(a / q) * q;      /* a / q is exact (a power of two); rintf rounds half to even */
+    return copysignf(y > 448.0f ? 448.0f : y, x);
+}
+
 /* One lane of _mm256_cvtps_epi32 then the saturating packs to int8: a NaN
  * or a value out of int32's range converts to INT32_MIN, which saturates
  * to -128 (a C cast of those would be undefined behaviour). */
@@ -57,6 +71,7 @@ void bt_num_round(int fmt, float *x, size_t n)
     switch (fmt) {
     case BT_NUM_F16: for (size_t i = 0; i < n; i++) x[i] = bt_num_round_f16(x[i]); break;
     case BT_NUM_BF16: for (size_t i = 0; i < n; i++) x[i] = bt_num_round_bf16(x[i]); break;
+    case BT_NUM_F8_E4M3: for (size_t i = 0; i < n; i++) x[i] = bt_num_round_f8_e4m3(x[i]); break;
     case BT_NUM_Q8_0: case BT_NUM_Q8_1:
         for (size_t b = 0; b + 32 <= n; b += 32) {
             uint16_t d;
@@ -119,7 +134,7 @@ static const part parts[] = {
     { "act", offsetof(bt_numerics, act), { BT_NUM_F32, BT_NUM_F16, BT_NUM_BF16, -1 }, NULL },
     { "mm_in", offsetof(bt_numerics, mm_in), { BT_NUM_F32, BT_NUM_F16, BT_NUM_BF16, -1 }, NULL },
     { "mm_acc", offsetof(bt_numerics, mm_acc), { BT_NUM_F32, BT_NUM_F16, -1 }, NULL },
-    { "kv", offsetof(bt_numerics, kv), { BT_NUM_F32, BT_NUM_F16, BT_NUM_BF16, BT_NUM_Q8_0, -1 }, NULL },
+    { "kv", offsetof(bt_numerics, kv), { BT_NUM_F32, BT_NUM_F16, BT_NUM_BF16, BT_NUM_Q8_0, BT_NUM_F8_E4M3, -1 }, NULL },
     { "act_q", offsetof(bt_numerics, act_q), { BT_NUM_F32, BT_NUM_Q8_0, BT_NUM_Q8_1, BT_NUM_GGML, -1 }, NULL },
     { "attn", offsetof(bt_numerics, attn), { BT_NUM_F32, BT_NUM_GGML, BT_NUM_GGML_MM, -1 }, NULL },
     { "softmax", offsetof(bt_numerics, softmax), { BT_NUM_F32, BT_NUM_F16, -1 }, NULL },
@@ -131,6 +146,7 @@ static const part parts[] = {
 static const char *const fmt_names[] = {
     [BT_NUM_F32] = "f32", [BT_NUM_F16] = "f16", [BT_NUM_BF16] = "bf16", [BT_NUM_Q8_0] = "q8_0",
     [BT_NUM_Q8_1] = "q8_1", [BT_NUM_GGML] = "ggml", [BT_NUM_F64] = "f64", [BT_NUM_GGML_MM] = "ggml-mm",
+    [BT_NUM_F8_E4M3] = "f8_e4m3",
 };
 
 static const char *fmt_name(const part *p, int v)
@@ -184,7 +200,7 @@ int bt_numerics_parse(const char *spec, bt_numerics *out)
             for (i = 0; i < BT_ARRAY_SIZE(parts); i++)
                 if (strlen(parts[i].name) == klen && !strncmp(parts[i].name, s, klen)) break;
             if (i == BT_ARRAY_SIZE(parts))
-                return bt_error(BT_EINVAL, "--numerics: unknown part '%.*s' (parts: act, mm_in, mm_acc, kv, act_q, attn, softmax, norm, rope)", (int)klen, s);
+                return bt_error(BT_EINVAL, "--numerics: unknown part '%.*s' (parts: act, mm_in, mm_acc, kv, act_q, attn, softmax, norm, rope, state)", (int)klen, s);
             int v = fmt_parse(&parts[i], eq + 1, len - klen - 1);
             if (v < 0) {
                 char al[64];
@@ -200,6 +216,9 @@ int bt_numerics_parse(const char *spec, bt_numerics *out)
             if (!*s) return bt_error(BT_EINVAL, "--numerics '%s': empty part", spec);
         }
     }
+    if (out->kv == BT_NUM_F8_E4M3 && out->attn != BT_NUM_F32)
+        return bt_error(BT_EINVAL, "--numerics: kv=f8_e4m3 with attn=%s: llama.cpp has no fp8 KV cache to emulate; "
+                        "give attn=f32", out->attn == BT_NUM_GGML ? "ggml" : "ggml-mm");
     return BT_OK;
 }
 

@@ -26,7 +26,8 @@
 #include <stdint.h>
 #include "kernels/cpu/kernels.h"
 
-enum bt_num_fmt { BT_NUM_F32 = 0, BT_NUM_F16, BT_NUM_BF16, BT_NUM_Q8_0, BT_NUM_Q8_1, BT_NUM_GGML, BT_NUM_F64, BT_NUM_GGML_MM };
+enum bt_num_fmt { BT_NUM_F32 = 0, BT_NUM_F16, BT_NUM_BF16, BT_NUM_Q8_0, BT_NUM_Q8_1, BT_NUM_GGML, BT_NUM_F64, BT_NUM_GGML_MM,
+                  BT_NUM_F8_E4M3 };
 
 /* The norm and rope parts have their own values; 0 is what the engine does
  * without a profile, so a zeroed bt_numerics is the exact profile. */
@@ -37,7 +38,7 @@ typedef struct bt_numerics {
     int act;        /* op outputs stored as: f32 | f16 | bf16 */
     int mm_in;      /* matmul inputs converted to: f32 | f16 | bf16 (unquantized activations) */
     int mm_acc;     /* matmul accumulation: f32 | f16 */
-    int kv;         /* KV cache stored as: f32 | f16 | bf16 | q8_0 */
+    int kv;         /* KV cache stored as: f32 | f16 | bf16 | q8_0 | f8_e4m3 (an MLA latent cache: f32 | f16 | bf16 | f8_e4m3) */
     int act_q;      /* activations for quantized weights: f32 (none) | q8_0 | q8_1 | ggml (llama.cpp CPU vec_dot_type) */
     int attn;       /* attention: f32 (exact) | ggml (llama.cpp CPU flash attention: q in the cache dtype, V summed in f16)
                      * | ggml-mm (llama.cpp CPU without flash attention: q and the probabilities in the cache dtype) */
@@ -57,6 +58,13 @@ void bt_numerics_format(const bt_numerics *n, char *buf, size_t cap);
 bool bt_numerics_is_exact(const bt_numerics *n);
 
 /* ---- pure conversions (bit-exact; tests/test_numerics.c) ---- */
+/* f32 -> float8 e4m3fn (4 exponent bits, bias 7, 3 mantissa bits, no Inf;
+ * the format of vLLM's and SGLang's fp8 KV caches, here with scale 1, their
+ * default without calibrated scales) -> f32: round to nearest even,
+ * subnormals down to 2^-9 kept, saturating: a value past 448 (the largest)
+ * or an Inf becomes +-448, a NaN stays NaN, as torch's .to(float8_e4m3fn)
+ * converts on the CPU and CUDA's __NV_SATFINITE conversion does. */
+float bt_num_round_f8_e4m3(float x);
 /* f32 -> f16 round-to-nearest-even, overflow to +-Inf, subnormals kept,
  * NaN quieted with its payload's top bits (F16C vcvtps2ph imm 0, CUDA
  * cvt.rn.f16.f32, numpy astype(float16)). */

@@ -93,7 +93,7 @@ void cmd_run_help(FILE *out)
         "                       preset (f32 = exact, the default; f16, bf16, llama.cpp-cpu,\n"
         "                       llama.cpp-cpu-nofa, llama.cpp-cuda-f16, vllm-bf16, vllm-f16)\n"
         "                       and/or parts act=, mm_in=, mm_acc=, kv=, act_q=, attn=,\n"
-        "                       softmax=, norm=, rope=,\n"
+        "                       softmax=, norm=, rope=, state= (kv=f8_e4m3: an fp8 cache),\n"
         "                       e.g. act=f16,kv=f16 or llama.cpp-cpu,kv=f32; applies to the\n"
         "                       drafter too; the trace records it (meta numerics)\n"
         "  --argmax RULE        how greedy argmax treats non-finite logits: first (default),\n"

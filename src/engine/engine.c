@@ -1350,6 +1350,8 @@ static int mla_layer(bt_engine *e, int l, int T)
         for (int i = kvl; i < lat; i++) o[i] = x[i];
     }
     bt_mla_rope(c, lr, T, (size_t)lat, 1, (size_t)lat, (size_t)kvl, pos0, e->m_cos, e->m_sin);
+    /* --numerics kv=: the latent rows as the cache stores them (the tap is the cache write) */
+    if (e->num_on && e->num.kv != BT_NUM_F32) bt_num_round(e->num.kv, lr, (size_t)T * lat);
     MTAP(BT_OP_ATTN_KV_LATENT, e->m_lat, lat);
     /* the cache append after the tap: an injected latent is what it carries */
     float *slab = cache + (size_t)l * e->cache_rows * lat;
@@ -1842,9 +1844,16 @@ int bt_engine_set_numerics(bt_engine *e, const bt_numerics *n)
     if (on && e->foreign)
         return bt_error(BT_EUNSUPPORTED, "--numerics: a numerics profile runs on the native engine only, not on llama.cpp");
     int rc;
-    if (on && e->mla)
-        return bt_error(BT_EUNSUPPORTED, "--numerics: profiles do not cover multi-head latent attention (architecture %s) "
-                        "yet", e->c.arch);
+    if (on && e->mla) {   /* MLA: the latent cache's dtype only (the cache write rounded, then attended) */
+        bt_numerics rest = *n;
+        rest.kv = BT_NUM_F32;
+        if (!bt_numerics_is_exact(&rest))
+            return bt_error(BT_EUNSUPPORTED, "--numerics: on multi-head latent attention (architecture %s) profiles "
+                            "cover the latent cache only: give kv=f16, kv=bf16 or kv=f8_e4m3 alone", e->c.arch);
+        if (n->kv == BT_NUM_Q8_0)
+            return bt_error(BT_EUNSUPPORTED, "--numerics: kv=q8_0 does not cover a latent cache (architecture %s); "
+                            "give kv=f16, kv=bf16 or kv=f8_e4m3", e->c.arch);
+    }
     if (on && e->part_rope && n->rope == BT_NUM_ROPE_GGML)
         return bt_error(BT_EUNSUPPORTED, "--numerics: rope=ggml does not cover the sectioned partial rope of hybrid (gated "
                         "delta net) models; give rope=f64");

@@ -14,42 +14,22 @@ For each tiny random-weight HF folder (model_type set, transformers loads it):
    `bisect --reference` (the departing tensor).
 Exit 0 all good, 1 with FAIL lines."""
 import json
-import math
 import os
 import sqlite3
-import subprocess
 import sys
 
 import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
-import compare_forward as cf  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import bt, compare, done, fail, native, ok  # noqa: E402
 import bangtrace.torch as btt  # noqa: E402
 from bangtrace import _lib  # noqa: E402
 
-BT, WORK = sys.argv[1], sys.argv[2]
+WORK = sys.argv[2]
 FOLDERS = sys.argv[3:]
 PROMPT = [1, 17, 40, 9, 200, 5, 77, 12, 33]
-failures = []
-
-
-def fail(msg):
-    failures.append(msg)
-    print("FAIL: " + msg, flush=True)
-
-
-def ok(msg):
-    print("ok: " + msg, flush=True)
-
-
-def bt(*args, check=True):
-    p = subprocess.run([BT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
-    if check and p.returncode != 0:
-        fail("bangtrace %s: exit %d: %s" % (" ".join(args), p.returncode, p.stderr.strip()[-300:]))
-    return p
 
 
 def capture(rec):
@@ -62,13 +42,6 @@ def capture(rec):
         return orig(tokens, pos0, stats, logits, n_rows)
     rec.rec.forward = wrapped
     return seen
-
-
-def np_stats(a):
-    a = a.astype(np.float64)
-    f = np.isfinite(a)
-    v = a[f]
-    return [a.size, v.min(), v.max(), v.mean(), math.sqrt((v * v).mean())]
 
 
 def is_moe(folder):
@@ -103,38 +76,10 @@ def check_f32(folder):
         toks, last = greedy_loop(model, 4)
         rec.last_token(last)
     names = [t.name for t in rec.bm.tensors]
-    dump = os.path.join(WORK, label + "-dump")
-    p = bt("forward", "--model", folder, "--tokens", " ".join(map(str, PROMPT)), "--dump", dump, "--threads", "2")
-    if p.returncode:
+    ref = native(folder, PROMPT, os.path.join(WORK, label + "-dump"))
+    if ref is None:
         return
-    _, parts = cf.load_dump(dump)
-    ref = {}                      # a MoE op's experts (blk.L.ffn_down.expert[E]) as one tensor
-    for k in sorted(parts):
-        ref.setdefault(k.split(".expert[")[0], []).append(parts[k].reshape(-1))
-    ref = {k: np.concatenate(v) for k, v in ref.items()}
-    missing = sorted(set(ref) - set(names))
-    if missing:
-        fail("%s: the native dump has %s, bangtrace.torch's model layout does not" % (label, missing[:5]))
-    pre = seen[0][2]
-    worst, worst_name = 0.0, ""
-    for i, name in enumerate(names):
-        s = pre[i]
-        if s[_lib.STAT_N] < 0:
-            fail("%s: %s was not recorded at the prefill" % (label, name))
-            continue
-        if name not in ref:
-            fail("%s: %s recorded, but the native dump has no such tensor" % (label, name))
-            continue
-        n, mn, mx, mean, rms = np_stats(ref[name])
-        if int(s[_lib.STAT_N]) != n:
-            fail("%s: %s has %d elements, native %d" % (label, name, s[_lib.STAT_N], n))
-        got = [s[_lib.STAT_MIN], s[_lib.STAT_MAX], s[_lib.STAT_MEAN], s[_lib.STAT_RMS]]
-        for g, r, what in zip(got, [mn, mx, mean, rms], ("min", "max", "mean", "rms")):
-            d = abs(g - r) / max(abs(r), rms, 1e-30)
-            if d > worst:
-                worst, worst_name = d, "%s %s" % (name, what)
-            if not d <= 1e-4:
-                fail("%s: %s %s %.8g, native %.8g (rel %.2g)" % (label, name, what, g, r, d))
+    worst, worst_name = compare(label, names, seen[0][2], ref)
     ok("%s f32: prefill statistics of %d tensors agree with the native engine's (largest rel %.2g at %s)"
        % (label, len(names), worst, worst_name))
     for step, (_, _, st) in enumerate(seen):
@@ -343,5 +288,4 @@ for i, folder in enumerate(FOLDERS):
         check_bf16(folder)
     if is_moe(folder):
         check_moe(folder)
-print("%d failures" % len(failures))
-sys.exit(1 if failures else 0)
+done()

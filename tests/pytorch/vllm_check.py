@@ -22,7 +22,6 @@ level). Checks:
 Exit 0 all good, 1 with FAIL lines."""
 import gc
 import json
-import math
 import os
 import sqlite3
 import subprocess
@@ -30,35 +29,17 @@ import sys
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
-import compare_forward as cf  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import bt, compare, done, fail, native, ok  # noqa: E402
 from bangtrace import _lib  # noqa: E402
 
-BT, WORK = sys.argv[1], sys.argv[2]
+WORK = sys.argv[2]
 FOLDERS = sys.argv[3:]
 PROMPTS = [[1, 17, 40, 9, 200, 5, 77, 12, 33], [3, 99, 14, 150, 8], [250, 2, 61, 61, 7, 19, 101],
            [44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54]]
 N_NEW = 5
-failures = []
 SOLO = {}          # (folder label, prompt) -> (trace, output) of the f32 solo runs
 seen = []          # (trace path, tokens, pos0, stats[n_tensors, STAT_COUNT]) per forward handed over
-
-
-def fail(msg):
-    failures.append(msg)
-    print("FAIL: " + msg, flush=True)
-
-
-def ok(msg):
-    print("ok: " + msg, flush=True)
-
-
-def bt(*args, check=True):
-    p = subprocess.run([BT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
-    if check and p.returncode != 0:
-        fail("bangtrace %s: exit %d: %s" % (" ".join(args), p.returncode, p.stderr.strip()[-300:]))
-    return p
 
 
 _orig_forward = _lib.Recording.forward
@@ -148,41 +129,14 @@ def steps_of(path):
 
 
 def compare_prefill(label, folder, path, names):
-    dump = os.path.join(WORK, label + "-dump")
-    p = bt("forward", "--model", folder, "--tokens", " ".join(map(str, PROMPTS[0])), "--dump", dump, "--threads", "2")
-    if p.returncode:
-        return
-    _, ref = cf.load_dump(dump)
-    missing = sorted(set(ref) - set(names))
-    if missing:
-        fail("%s: the native dump has %s, the plugin's model layout does not" % (label, missing[:5]))
+    ref = native(folder, PROMPTS[0], os.path.join(WORK, label + "-dump"))
     st = steps_of(path)
     if not st:
         fail("%s: nothing recorded into %s" % (label, path))
+    if ref is None or not st:
         return
-    pre = st[0][3]
-    worst, worst_name = 0.0, ""
-    for i, name in enumerate(names):
-        s = pre[i]
-        if s[_lib.STAT_N] < 0:
-            if name != "logits":       # vLLM computes the last row's logits only
-                fail("%s: %s was not recorded at the prefill" % (label, name))
-            continue
-        if name not in ref:
-            fail("%s: %s recorded, but the native dump has no such tensor" % (label, name))
-            continue
-        a = ref[name].astype(np.float64)
-        v = a[np.isfinite(a)]
-        n, mn, mx, mean, rms = a.size, v.min(), v.max(), v.mean(), math.sqrt((v * v).mean())
-        if int(s[_lib.STAT_N]) != n:
-            fail("%s: %s has %d elements, native %d" % (label, name, s[_lib.STAT_N], n))
-        got = [s[_lib.STAT_MIN], s[_lib.STAT_MAX], s[_lib.STAT_MEAN], s[_lib.STAT_RMS]]
-        for g, r, what in zip(got, [mn, mx, mean, rms], ("min", "max", "mean", "rms")):
-            d = abs(g - r) / max(abs(r), rms, 1e-30)
-            if d > worst:
-                worst, worst_name = d, "%s %s" % (name, what)
-            if not d <= 1e-4:
-                fail("%s: %s %s %.8g, native %.8g (rel %.2g)" % (label, name, what, g, r, d))
+    # vLLM computes the last row's logits only: the prefill's logits tap is left out
+    worst, worst_name = compare(label, names, st[0][3], ref, absent_ok=("logits",))
     ok("%s f32 vLLM: prefill statistics of %d tensors agree with the native engine's (largest rel %.2g at %s)"
        % (label, len(names) - 1, worst, worst_name))
     for k, (_, toks, pos0, s) in enumerate(st):
@@ -441,5 +395,4 @@ release(check_chunked(FOLDERS[0]))
 release(check_bf16(FOLDERS[0]))
 check_refusal(FOLDERS[0])
 check_workers(FOLDERS[0])
-print("%d failures" % len(failures))
-sys.exit(1 if failures else 0)
+done()

@@ -1,0 +1,84 @@
+"""common.py - what the PyTorch-engine checks share (record_check.py,
+vllm_check.py): ok/FAIL lines, running bangtrace, and the comparison of
+recorded statistics with a native `forward --dump`."""
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
+import compare_forward as cf  # noqa: E402
+from bangtrace import _lib  # noqa: E402
+
+BT = sys.argv[1]
+failures = []
+
+
+def fail(msg):
+    failures.append(msg)
+    print("FAIL: " + msg, flush=True)
+
+
+def ok(msg):
+    print("ok: " + msg, flush=True)
+
+
+def bt(*args, check=True):
+    p = subprocess.run([BT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    if check and p.returncode != 0:
+        fail("bangtrace %s: exit %d: %s" % (" ".join(args), p.returncode, p.stderr.strip()[-300:]))
+    return p
+
+
+def native(folder, tokens, dump):
+    """The native engine's tensors of a forward over tokens, by name (a MoE
+    op's experts, blk.L.ffn_down.expert[E], as one tensor); None on failure."""
+    p = bt("forward", "--model", folder, "--tokens", " ".join(map(str, tokens)), "--dump", dump, "--threads", "2")
+    if p.returncode:
+        return None
+    _, parts = cf.load_dump(dump)
+    ref = {}
+    for k in sorted(parts):
+        ref.setdefault(k.split(".expert[")[0], []).append(parts[k].reshape(-1))
+    return {k: np.concatenate(v) for k, v in ref.items()}
+
+
+def compare(label, names, stats, ref, absent_ok=()):
+    """stats (rows of STAT_COUNT, in names' order) against ref's tensors:
+    every name on both sides, counts equal, min/max/mean/rms within 1e-4
+    (relative to the larger of the value and the rms); names in absent_ok
+    may be unrecorded. Returns (worst relative difference, where)."""
+    missing = sorted(set(ref) - set(names))
+    if missing:
+        fail("%s: the native dump has %s, the recorder's model layout does not" % (label, missing[:5]))
+    worst, worst_name = 0.0, ""
+    for i, name in enumerate(names):
+        s = stats[i]
+        if s[_lib.STAT_N] < 0:
+            if name not in absent_ok:
+                fail("%s: %s was not recorded at the prefill" % (label, name))
+            continue
+        if name not in ref:
+            fail("%s: %s recorded, but the native dump has no such tensor" % (label, name))
+            continue
+        a = ref[name].astype(np.float64)
+        v = a[np.isfinite(a)]
+        n, mn, mx, mean, rms = a.size, v.min(), v.max(), v.mean(), math.sqrt((v * v).mean())
+        if int(s[_lib.STAT_N]) != n:
+            fail("%s: %s has %d elements, native %d" % (label, name, s[_lib.STAT_N], n))
+        got = [s[_lib.STAT_MIN], s[_lib.STAT_MAX], s[_lib.STAT_MEAN], s[_lib.STAT_RMS]]
+        for g, r, what in zip(got, [mn, mx, mean, rms], ("min", "max", "mean", "rms")):
+            d = abs(g - r) / max(abs(r), rms, 1e-30)
+            if d > worst:
+                worst, worst_name = d, "%s %s" % (name, what)
+            if not d <= 1e-4:
+                fail("%s: %s %s %.8g, native %.8g (rel %.2g)" % (label, name, what, g, r, d))
+    return worst, worst_name
+
+
+def done():
+    print("%d failures" % len(failures))
+    sys.exit(1 if failures else 0)
