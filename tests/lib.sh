@@ -129,3 +129,15 @@ cuda_refuses() {
         ok "--device cuda: $(cat "$TMP/err")" || grep -q -i "no usable cuda\|no cuda\|driver\|device" "$TMP/err" ||
         fail "--device cuda: exit $_rc, $(cat "$TMP/err")"
 }
+# need_torch: the PyTorch-engine tests' set-up: numpy and gguf (the tiny
+# folders' writer), the built libbangtrace.so in $lib and tools/torch-env's
+# environment in $env (created once under ~/.cache/bangtrace); SKIP only when
+# that environment cannot be had.
+need_torch() {
+    py=${PYTHON3:-python3}
+    "$py" -c "import numpy, gguf" 2>/dev/null || skip "numpy and gguf are needed to write the tiny folders"
+    lib=$BT_BUILDDIR/libbangtrace.so
+    [ -f "$lib" ] || { fail "libbangtrace.so was not built ($lib)"; finish; }
+    env=$("$BT_SRCDIR/tools/torch-env" 2>"$TMP/torch-env.log") ||
+        skip "no PyTorch environment: $(tail -n 1 "$TMP/torch-env.log")"
+}

@@ -248,7 +248,22 @@ def _first(x):
     return x[0] if isinstance(x, (tuple, list)) else x
 
 
-class record:
+class Taps:
+    """Forward hooks that hand a module's output (or input) to self._put(slot, x)."""
+
+    def _out_hook(self, slot):
+        def hook(mod, args, out):
+            self._put(slot, _first(out))
+        return hook
+
+    def _in_hook(self, slot):
+        def hook(mod, args):
+            if args:
+                self._put(slot, args[0])
+        return hook
+
+
+class record(Taps):
     """Context manager: hooks on enter, the trace closed on exit.
 
     model       a transformers causal LM (LlamaForCausalLM, Qwen2/Qwen3...)
@@ -366,17 +381,6 @@ class record:
         if self._step is None:
             return
         self._red.add(slot, x, self.bm.tensors[slot].width)
-
-    def _out_hook(self, slot):
-        def hook(mod, args, out):
-            self._put(slot, _first(out))
-        return hook
-
-    def _in_hook(self, slot):
-        def hook(mod, args):
-            if args:
-                self._put(slot, args[0])
-        return hook
 
     def _install(self):
         bm, model = self.bm, self.model

@@ -36,6 +36,8 @@ import math
 import os
 import re
 
+from .torch import Taps, _first
+
 ENV = "BANGTRACE_VLLM"
 log = logging.getLogger("bangtrace.vllm")
 _patched = False
@@ -133,10 +135,6 @@ def _wrap_shutdown(fn):
     return _once(fn, "shutdown", body)
 
 
-def _first(x):
-    return x[0] if isinstance(x, (tuple, list)) else x
-
-
 def _safe(rid):
     s = re.sub(r"[^A-Za-z0-9._-]", "_", str(rid))[:120].lstrip(".")
     return s or "request"
@@ -182,7 +180,7 @@ class _Request:
         self.tokens, self.pos0, self.stats = [], None, None
 
 
-class _Recorder:
+class _Recorder(Taps):
     """The hooks on one model runner's model and the traces of its requests."""
 
     def __init__(self, runner, directory):
@@ -310,17 +308,6 @@ class _Recorder:
         if x.shape[0] != st["rows"]:
             return
         self.red.add(slot, x, t.width)
-
-    def _out_hook(self, slot):
-        def hook(mod, args, out):
-            self._put(slot, _first(out))
-        return hook
-
-    def _in_hook(self, slot):
-        def hook(mod, args):
-            if args:
-                self._put(slot, args[0])
-        return hook
 
     def _resid_hook(self, slot):
         def hook(mod, args, out):      # fused add + norm: (normed, x + residual)
