@@ -1,8 +1,9 @@
 #!/bin/sh
 # The vLLM plugin (python/bangtrace/vllm.py) on vLLM's CPU build: the package
 # installed (its vllm.general_plugins entry point is how vLLM finds it),
-# BANGTRACE_VLLM naming the trace directory. Tiny random-weight qwen3 and
-# llama folders (head_dim 32: vLLM's CPU attention takes no smaller) recorded
+# BANGTRACE_VLLM naming the trace directory. Tiny random-weight qwen3, llama
+# and qwen3moe (its fused experts' own ops left out) folders (head_dim 32:
+# vLLM's CPU attention takes no smaller) recorded
 # in f32 agree with the native engine per named tensor (1e-4), every name on
 # both sides, bisect --reference finds no departure; concurrent requests get a
 # trace each holding only their own tokens, equal to their solo runs; a
@@ -19,10 +20,14 @@ import os, sys
 sys.path.insert(0, os.path.join(os.environ["BT_SRCDIR"], "tests", "oracle"))
 import make_random_gguf, test_hf_arch as tha
 out = sys.argv[1]
-for arch, cls, seed in (("qwen3", "Qwen3ForCausalLM", 5), ("llama", "LlamaForCausalLM", 6)):
+for arch, cls, seed, cfg in (("qwen3", "Qwen3ForCausalLM", 5, {"model_type": "qwen3"}),
+                             ("llama", "LlamaForCausalLM", 6, {"model_type": "llama"}),
+                             ("qwen3moe", "Qwen3MoeForCausalLM", 44, dict(model_type="qwen3_moe", decoder_sparse_step=1,
+                                                                         mlp_only_layers=[], norm_topk_prob=True))):
     g = os.path.join(out, arch + ".gguf")
-    hp = make_random_gguf.make(g, arch=arch, seed=seed, untied=True, dim=128, hidden=256, n_heads=4, n_kv_heads=2)
-    tha.write_folder(g, os.path.join(out, arch), cls, {"model_type": arch}, hp)
+    extra = dict(n_expert=8, n_expert_used=2) if arch == "qwen3moe" else {}
+    hp = make_random_gguf.make(g, arch=arch, seed=seed, untied=True, dim=128, hidden=256, n_heads=4, n_kv_heads=2, **extra)
+    tha.write_folder(g, os.path.join(out, arch), cls, cfg, hp)
 PY
 # the package as a user installs it (a copy: the build leaves nothing in the source tree)
 cp -r "$BT_SRCDIR/python" "$TMP/pkg" && chmod -R u+w "$TMP/pkg"
@@ -35,7 +40,7 @@ grep -q 'bangtrace = bangtrace.vllm:register' "$TMP"/site/bangtrace-*.dist-info/
     fail "the installed package does not declare the vllm.general_plugins entry point"
 ok "pip installs python/ with its vllm.general_plugins entry point"
 BANGTRACE_LIB=$lib PYTHONPATH=$TMP/site VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 \
-    "$env/bin/python" "$BT_SRCDIR/tests/pytorch/vllm_check.py" "$BANGTRACE" "$TMP" "$TMP/qwen3" "$TMP/llama" \
+    "$env/bin/python" "$BT_SRCDIR/tests/pytorch/vllm_check.py" "$BANGTRACE" "$TMP" "$TMP/qwen3" "$TMP/llama" "$TMP/qwen3moe" \
     > "$TMP/out" 2>&1 || { grep -v '^INFO\|^(EngineCore' "$TMP/out" | tail -n 60 >&2; fail "the vLLM plugin (above)"; }
 grep '^ok:' "$TMP/out" | sed 's/^ok: //' | while read -r l; do ok "$l"; done
 finish

@@ -22,7 +22,9 @@ statistics merged). A request preempted and recomputed starts a new trace.
 
 What works: eager mode (`enforce_eager=True` / `--enforce-eager`), one
 tensor-parallel rank, no speculative decoding; the dense Llama, Mistral,
-Qwen2 and Qwen3 decoders (those bangtrace loads from a Hugging Face folder).
+Qwen2 and Qwen3 decoders (those bangtrace loads from a Hugging Face folder),
+and Qwen3-MoE without its experts' own ops (vLLM's fused MoE kernel runs
+them all at once: the router and ffn_moe_out are recorded).
 torch.compile and CUDA graphs capture the forward without its hooks, so
 those modes are refused when the model loads, with one line; so are
 tensor/pipeline parallelism and speculative decoding. A request whose prompt
@@ -36,7 +38,7 @@ import math
 import os
 import re
 
-from .torch import Taps, _first
+from .torch import Taps, _first, _layer_of
 
 ENV = "BANGTRACE_VLLM"
 log = logging.getLogger("bangtrace.vllm")
@@ -213,6 +215,7 @@ class _Recorder(Taps):
         self.red = StepReducer()   # the step's taps, reduced per request when it ends
         self.layer = None
         self.handles = []
+        self.moe_warned = False
         self._install(runner.get_model())
         atexit.register(self.close_all)       # in-process engines; workers close at shutdown
 
@@ -252,6 +255,16 @@ class _Recorder(Taps):
                 continue
             if leaf == "logits_processor":
                 self.handles.append(mod.register_forward_hook(self._logits_hook))
+                continue
+            L = _layer_of(name)
+            moe_out = bm.tensor(f"blk.{L}.ffn_moe_out") if L is not None and leaf == "mlp" else None
+            if moe_out is not None:         # a MoE block: its output; its fused experts hide their own ops
+                self.handles.append(mod.register_forward_hook(self._out_hook(moe_out.slot)))
+                if not self.moe_warned:
+                    self.moe_warned = True
+                    log.warning("bangtrace: vLLM's fused MoE kernel runs every expert at once: the router "
+                                "(ffn_gate_inp) and ffn_moe_out are recorded, the experts' ffn_gate, ffn_up, "
+                                "ffn_act and ffn_down are not")
                 continue
             if "weight" not in getattr(mod, "_parameters", {}):
                 continue
