@@ -336,6 +336,10 @@ EXTRA_DIST += tests/spec_mtp_llamacpp.sh
 TESTS += tests/numerics_state.sh
 EXTRA_DIST += tests/numerics_state.sh
 
+# gpt-oss's harmony chat format against its own template text (issue 28)
+TESTS += tests/chat_harmony.sh
+EXTRA_DIST += tests/chat_harmony.sh
+
 # --numerics kv= on deepseek2's latent cache, f8_e4m3 among them (issue 28)
 TESTS += tests/numerics_mla.sh
 EXTRA_DIST += tests/numerics_mla.sh

@@ -37,11 +37,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *const tmpl_names[] = {
     [BT_CHAT_NONE] = "none", [BT_CHAT_CHATML] = "chatml", [BT_CHAT_LLAMA2] = "llama2",
     [BT_CHAT_LLAMA3] = "llama3", [BT_CHAT_ZEPHYR] = "zephyr", [BT_CHAT_QWEN2] = "qwen2", [BT_CHAT_QWEN3] = "qwen3",
     [BT_CHAT_MISTRAL] = "mistral", [BT_CHAT_MISTRAL0] = "mistral-v0", [BT_CHAT_LLAMA31] = "llama3.1",
+    [BT_CHAT_HARMONY] = "harmony",
 };
 _Static_assert(BT_ARRAY_SIZE(tmpl_names) == BT_CHAT_LAST + 1, "a template without a name");
 
@@ -94,6 +96,8 @@ int bt_chat_tmpl_detect(const char *jinja, size_t len)
         return BT_CHAT_LLAMA2;
     }
     if (find_in(jinja, len, "<|user|>")) return BT_CHAT_ZEPHYR;
+    /* gpt-oss's harmony format: channels in the turn headers */
+    if (find_in(jinja, len, "<|start|>") && find_in(jinja, len, "<|channel|>")) return BT_CHAT_HARMONY;
     return BT_CHAT_NONE;
 }
 
@@ -191,6 +195,61 @@ static int render_llama31(bt_sbuf *b, const bt_message *m, int n, const bt_chat_
         llama3_turn(b, m[i].role, m[i].content);
     }
     if (!o->no_generation_prompt) bt_sbuf_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    return BT_OK;
+}
+
+/* gpt-oss's harmony template without tools (its builtin and function tools,
+ * tool calls and "thinking" fields are not rendered): the system turn with
+ * the model identity, knowledge cutoff, date and reasoning effort; a first
+ * system or developer message as the developer turn's instructions; user
+ * turns; assistant turns on the final channel, the last one closed by
+ * <|return|> when no generation prompt follows; later system or developer
+ * messages are dropped, as the template drops them. */
+static int render_harmony(bt_sbuf *b, const bt_message *m, int n, const bt_chat_opts *o)
+{
+    char date[32];
+    if (o->date_string) snprintf(date, sizeof(date), "%s", o->date_string);
+    else {
+        time_t now = time(NULL);
+        struct tm tmv;
+        if (!localtime_r(&now, &tmv) || !strftime(date, sizeof(date), "%Y-%m-%d", &tmv))
+            return bt_error(BT_EINVAL, "chat template harmony: cannot format today's date");
+    }
+    const char *effort = o->reasoning_effort ? o->reasoning_effort : "medium";
+    bt_sbuf_puts(b, "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+                    "Knowledge cutoff: 2024-06\nCurrent date: ");
+    bt_sbuf_puts(b, date);
+    bt_sbuf_puts(b, "\n\nReasoning: ");
+    bt_sbuf_puts(b, effort);
+    bt_sbuf_puts(b, "\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>");
+    int first = 0;
+    if (n > 0 && (!strcmp(m[0].role, "system") || !strcmp(m[0].role, "developer"))) {
+        if (m[0].content[0]) {
+            bt_sbuf_puts(b, "<|start|>developer<|message|># Instructions\n\n");
+            bt_sbuf_puts(b, m[0].content);
+            bt_sbuf_puts(b, "\n\n<|end|>");
+        }
+        first = 1;
+    }
+    for (int i = first; i < n; i++) {
+        const char *r = m[i].role, *c = m[i].content;
+        if (!strcmp(r, "assistant")) {
+            if (strstr(c, "<|channel|>analysis<|message|>") || strstr(c, "<|channel|>final<|message|>"))
+                return bt_error(BT_EINVAL, "chat template harmony: message %d holds <|channel|> tags in its content (the "
+                                "template refuses them)", i);
+            bt_sbuf_puts(b, "<|start|>assistant<|channel|>final<|message|>");
+            bt_sbuf_puts(b, c);
+            bt_sbuf_puts(b, i == n - 1 && o->no_generation_prompt ? "<|return|>" : "<|end|>");
+        } else if (!strcmp(r, "user")) {
+            bt_sbuf_puts(b, "<|start|>user<|message|>");
+            bt_sbuf_puts(b, c);
+            bt_sbuf_puts(b, "<|end|>");
+        } else if (strcmp(r, "system") && strcmp(r, "developer")) {
+            return bt_error(BT_EINVAL, "chat template harmony: \"%s\" turns are not supported (message %d; tool results "
+                            "need the assistant's tool calls, which bangtrace does not render)", r, i);
+        }
+    }
+    if (!o->no_generation_prompt) bt_sbuf_puts(b, "<|start|>assistant");
     return BT_OK;
 }
 
@@ -428,6 +487,7 @@ int bt_chat_render_opts(int tmpl, const bt_message *msgs, int n, const bt_chat_o
     case BT_CHAT_MISTRAL: rc = render_mistral(&b, msgs, n, o, false); break;
     case BT_CHAT_MISTRAL0: rc = render_mistral(&b, msgs, n, o, true); break;
     case BT_CHAT_LLAMA31: rc = render_llama31(&b, msgs, n, o); break;
+    case BT_CHAT_HARMONY: rc = render_harmony(&b, msgs, n, o); break;
     default:
         return bt_error(BT_EINVAL, "chat render: unknown template id %d (known: " BT_CHAT_NAMES ")", tmpl);
     }

@@ -12,9 +12,9 @@ typedef struct bt_message { char *role; char *content; } bt_message;
 /* Chat templates we render natively. */
 enum bt_chat_tmpl { BT_CHAT_NONE = 0, BT_CHAT_CHATML, BT_CHAT_LLAMA2, BT_CHAT_LLAMA3, BT_CHAT_ZEPHYR,
                    BT_CHAT_QWEN2, BT_CHAT_QWEN3, BT_CHAT_MISTRAL, BT_CHAT_MISTRAL0, BT_CHAT_LLAMA31,
-                   BT_CHAT_LAST = BT_CHAT_LLAMA31 };
+                   BT_CHAT_HARMONY, BT_CHAT_LAST = BT_CHAT_HARMONY };
 /* The names, for errors and --help. */
-#define BT_CHAT_NAMES "chatml, qwen2, qwen3, llama2, llama3, llama3.1, mistral, mistral-v0, zephyr"
+#define BT_CHAT_NAMES "chatml, qwen2, qwen3, llama2, llama3, llama3.1, mistral, mistral-v0, zephyr, harmony"
 /* Name <-> id (BT_CHAT_NAMES); -1 / NULL if unknown. */
 int bt_chat_tmpl_from_name(const char *name);
 const char *bt_chat_tmpl_name(int tmpl);
@@ -40,7 +40,9 @@ typedef struct bt_chat_opts {
     const char *default_system;
     bool no_generation_prompt; /* leave off the trailing assistant header */
     int thinking;               /* Qwen3's enable_thinking: 0 not given (thinking on), 1 true, -1 false */
-    const char *date_string;    /* llama3.1's "Today Date: ..."; NULL = "26 Jul 2024", the template's own */
+    const char *date_string;    /* llama3.1's "Today Date: ..."; NULL = "26 Jul 2024", the template's own;
+                                 * harmony's "Current date: ...": NULL = today's (local time, strftime_now's) */
+    const char *reasoning_effort; /* harmony (gpt-oss): "low" | "medium" | "high"; NULL = "medium", the template's own */
 } bt_chat_opts;
 /* Render with options (opts may be NULL). Errors: BT_EINVAL for an unknown
  * template id, for a role the template cannot express (llama2, zephyr) or

@@ -63,6 +63,17 @@ static int dup_str(const char *s, char **out)
     return *out ? BT_OK : bt_error(BT_ENOMEM, "out of memory copying a request string");
 }
 
+/* "reasoning_effort": gpt-oss's harmony template's low | medium | high. */
+static int parse_effort(const char *src, const char *field, const json_t *v, bt_request *out)
+{
+    const char *e = json_is_string(v) ? json_string_value(v) : NULL;
+    if (!e || (strcmp(e, "low") && strcmp(e, "medium") && strcmp(e, "high")))
+        return e ? bt_error(BT_EINVAL, "%s: field \"%s\" must be low, medium or high, not \"%s\"", src, field, e)
+                 : type_error(src, field, "a string", v);
+    free(out->reasoning_effort);
+    return dup_str(e, &out->reasoning_effort);
+}
+
 /* An integer field; a real with an integral value (64.0) is accepted too,
  * since some clients serialise every number as a double. */
 static int get_int(const char *src, const char *field, const json_t *v, long long *out)
@@ -328,6 +339,8 @@ int bt_request_parse(const char *json, size_t len, const char *source, bt_reques
             /* vLLM's extension: false leaves off the assistant header */
             if (!json_is_boolean(v)) { rc = type_error(src, key, "true or false", v); goto done; }
             out->no_generation_prompt = json_is_false(v);
+        } else if (!strcmp(key, "reasoning_effort")) {
+            if ((rc = parse_effort(src, key, v, out))) goto done;
         } else if (!strcmp(key, "chat_template_kwargs")) {
             /* vLLM's and llama.cpp server's way to pass template variables;
              * we know enable_thinking (qwen3) */
@@ -338,8 +351,11 @@ int bt_request_parse(const char *json, size_t len, const char *source, bt_reques
                 if (!strcmp(k2, "enable_thinking")) {
                     if (!json_is_boolean(v2)) { rc = type_error(src, "chat_template_kwargs.enable_thinking", "true or false", v2); goto done; }
                     out->enable_thinking = json_is_true(v2) ? 1 : -1;
+                } else if (!strcmp(k2, "reasoning_effort")) {
+                    if ((rc = parse_effort(src, "chat_template_kwargs.reasoning_effort", v2, out))) goto done;
                 } else {
-                    bt_warn("%s: chat_template_kwargs \"%s\" is ignored (bangtrace knows enable_thinking)", src, k2);
+                    bt_warn("%s: chat_template_kwargs \"%s\" is ignored (bangtrace knows enable_thinking and "
+                            "reasoning_effort)", src, k2);
                 }
             }
         } else if (in_list(key, quiet_fields, BT_ARRAY_SIZE(quiet_fields)) || ignored_field(src, key, v)) {
@@ -372,6 +388,7 @@ void bt_request_clear(bt_request *r)
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->json);
+    free(r->reasoning_effort);
     memset(r, 0, sizeof *r);
 }
 
@@ -437,7 +454,7 @@ int bt_request_render(const bt_request *req, const char *chat_template, const bt
     /* The tokenizer adds BOS itself when the vocabulary asks (add_special
      * in bt_request_prompt_ids), so the template must not spell it again. */
     bt_chat_opts co = { .bos_text = model_bos ? "" : NULL, .thinking = req->enable_thinking,
-                        .no_generation_prompt = req->no_generation_prompt };
+                        .no_generation_prompt = req->no_generation_prompt, .reasoning_effort = req->reasoning_effort };
     char *sys = NULL;
     if (jinja && bt_chat_default_system(jinja, strlen(jinja), &sys) == BT_ENOMEM) {
         free(file_text);

@@ -24,6 +24,7 @@ typedef struct bt_request {
     unsigned long long seed; bool has_seed;
     char **stop; int n_stop;  /* "stop": string or array of strings */
     int enable_thinking;      /* "chat_template_kwargs": {"enable_thinking": b}: 0 not given, 1 true, -1 false */
+    char *reasoning_effort;   /* "reasoning_effort" (OpenAI's field) or chat_template_kwargs's: low | medium | high */
     bool no_generation_prompt; /* "add_generation_prompt": false (vLLM's extension) */
     char *json;               /* the body as given (for the trace) */
 } bt_request;
