@@ -33,6 +33,7 @@ warning says which): run with --no-enable-prefix-caching to record every
 request. doc/pytorch.md.
 """
 import atexit
+import functools
 import logging
 import math
 import os
@@ -128,6 +129,19 @@ def _wrap_sample(fn):
     return _once(fn, "sample", body)
 
 
+def _guard(fn):
+    """A recorder method that must not take vLLM down: an exception abandons
+    the step's recording (logged, once per kind) and vLLM goes on."""
+    @functools.wraps(fn)
+    def w(self, *a, **kw):
+        try:
+            return fn(self, *a, **kw)
+        except Exception as e:       # noqa: BLE001 - anything, the engine must go on
+            self._failed(fn.__name__, e)
+            return None
+    return w
+
+
 def _wrap_shutdown(fn):
     def body(fn, runner, *a, **kw):
         rec = getattr(runner, "_bangtrace", None)
@@ -215,6 +229,8 @@ class _Recorder(Taps):
         self.red = StepReducer()   # the step's taps, reduced per request when it ends
         self.layer = None
         self.handles = []
+        self.failures = {}         # (method, exception type) -> count
+        self.cur_reqs = []         # the requests of the step being recorded
         self.moe_warned = False
         self._install(runner.get_model())
         atexit.register(self.close_all)       # in-process engines; workers close at shutdown
@@ -312,6 +328,7 @@ class _Recorder(Taps):
             self.handles.append(r.register_forward_hook(self._rope_hook))
         self.handles.append(model.register_forward_pre_hook(self._forward_begin, with_kwargs=True))
 
+    @_guard
     def _put(self, slot, x, width=None):
         st = self.step
         if st is None:
@@ -332,17 +349,21 @@ class _Recorder(Taps):
         widths = [t.width for t in parts]
 
         def hook(mod, args, out):
-            y = _first(out)
-            if self.step is None:
-                return
-            if y.shape[-1] != sum(widths):
-                raise Refused(f"bangtrace: {type(mod).__name__} gives {y.shape[-1]} columns, the model's "
-                              f"{'+'.join(t.name for t in parts)} are {sum(widths)}")
-            for t, piece in zip(parts, y.split(widths, dim=-1)):
-                if t.op not in ("attn_q", "attn_k"):
-                    self._put(t.slot, piece)
+            self._split(mod, _first(out), parts, widths)
         return hook
 
+    @_guard
+    def _split(self, mod, y, parts, widths):
+        if self.step is None:
+            return
+        if y.shape[-1] != sum(widths):
+            raise Refused(f"{type(mod).__name__} gives {y.shape[-1]} columns, the model's "
+                          f"{'+'.join(t.name for t in parts)} are {sum(widths)}")
+        for t, piece in zip(parts, y.split(widths, dim=-1)):
+            if t.op not in ("attn_q", "attn_k"):
+                self._put(t.slot, piece)
+
+    @_guard
     def _rope_hook(self, mod, args, out):
         L = self.layer
         if L is None or self.step is None or not isinstance(out, (tuple, list)) or len(out) < 2:
@@ -352,6 +373,7 @@ class _Recorder(Taps):
             if t is not None and x is not None:
                 self._put(t.slot, x)
 
+    @_guard
     def _logits_hook(self, mod, args, out):
         st = self.step
         if st is None or out is None:
@@ -366,12 +388,14 @@ class _Recorder(Taps):
         return seg_stats(x, width, seg, n_seg)
 
     # -- a step --
+    @_guard
     def begin(self, sched):
         self.sched = sched
         for rid in getattr(sched, "finished_req_ids", ()) or ():
             self._close(rid, "ok")
             self.skipped.discard(rid)
 
+    @_guard
     def _forward_begin(self, mod, args, kwargs):
         torch = self.torch
         sched = self.sched
@@ -394,6 +418,7 @@ class _Recorder(Taps):
         seg = torch.repeat_interleave(torch.arange(n_req), torch.tensor(counts))
         if rows > total:             # padding rows: a segment of their own, not recorded
             seg = torch.cat([seg, torch.full((rows - total,), n_req, dtype=torch.long)])
+        self.cur_reqs = list(req_ids)
         seg = seg.to(ids.device, non_blocking=True)
         self.step = {"req_ids": req_ids, "counts": counts, "rows": rows, "n_req": n_req, "n_seg": n_req + 1,
                      "seg": seg, "ids": ids, "pos": pos, "logits": None}
@@ -404,6 +429,7 @@ class _Recorder(Taps):
         self.step = None
         self.red.begin()
 
+    @_guard
     def end(self, out):
         st, self.step, self.sched = self.step, None, None
         if st is None:
@@ -507,6 +533,25 @@ class _Recorder(Taps):
         rec.meta("dtype", self.dtype)
         r = self.reqs[rid] = _Request(rec, path)
         return r
+
+    def _failed(self, where, e):
+        key = (where, type(e).__name__)
+        if key not in self.failures:
+            log.warning("bangtrace: recording failed in %s (%s: %s); this step is not recorded, vLLM goes on "
+                        "(further failures of this kind are counted, not logged)", where, type(e).__name__, e)
+        self.failures[key] = self.failures.get(key, 0) + 1
+        self.step = None
+        self.red.begin()
+        for rid in self.cur_reqs:            # their traces would miss this step: end them here
+            r = self.reqs.get(rid)
+            if r is not None:
+                try:
+                    r.rec.event("engine_error", f"bangtrace could not record this step: {type(e).__name__}: {e}")
+                except Exception:            # noqa: BLE001
+                    pass
+            self._close(rid, "error")
+            self.skipped.add(rid)
+        self.cur_reqs = []
 
     def close_all(self):
         """Close every open trace: the engine stops. A request vLLM finished

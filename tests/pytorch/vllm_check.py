@@ -158,6 +158,43 @@ def compare_prefill(label, folder, path, names):
             fail("%s: step %d misses %s" % (label, k, bad[:4]))
 
 
+def check_failure(llm, label, solo):
+    """The recorder failing inside a step (its reduction raises) must not
+    take vLLM down: the request still gets its tokens, its trace is closed
+    with status error, and the next request is recorded as before."""
+    rec = recorders(llm)[0]
+    d = os.path.join(WORK, label + "-failure")
+    set_dir(llm, d)
+    orig = rec.red.finish
+    calls = {"n": 0}
+
+    def boom():
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("injected reducer failure")
+        return orig()
+    rec.red.finish = boom
+    try:
+        out = generate(llm, [PROMPTS[1]])[0]
+    finally:
+        rec.red.finish = orig
+    close_all(llm)
+    nxt = generate(llm, [PROMPTS[2]])[0]
+    close_all(llm)
+    traces = {tuple(trace_tokens(p)[0]): trace_tokens(p) for p in traces_in(d)}
+    broken = traces.get(tuple(PROMPTS[1]))
+    good = traces.get(tuple(PROMPTS[2]))
+    if out != solo[tuple(PROMPTS[1])][1] or nxt != solo[tuple(PROMPTS[2])][1]:
+        fail("%s: with the recorder failing, vLLM answered %s and %s; solo %s and %s" % (
+            label, out, nxt, solo[tuple(PROMPTS[1])][1], solo[tuple(PROMPTS[2])][1]))
+    elif not broken or broken[2].get("status") != "error" or not good or good[1] != nxt or good[2].get("status") != "ok":
+        fail("%s: after an injected recorder failure: traces %s" % (label, {k: (v[1], v[2].get("status"))
+                                                                          for k, v in traces.items()}))
+    else:
+        ok("%s: the recorder failing at a step leaves vLLM's answers alone; that request's trace ends with status "
+           "error at the step before, the next request is recorded whole" % label)
+
+
 def check_f32(folder, with_batch):
     label = os.path.basename(folder)
     solo_dir = os.path.join(WORK, label + "-solo")
@@ -233,6 +270,7 @@ def check_f32(folder, with_batch):
                 d = np.abs(sx[m, c] - sy[m, c]) / np.maximum(scale[m], 1e-30)
                 worst = max(worst, float(d.max()))
         matched += 1
+    check_failure(llm, label, solo)
     if worst > 1e-4:
         fail("%s: batched statistics depart from the solo runs' by %.2g (> 1e-4)" % (label, worst))
     elif matched == len(PROMPTS):
