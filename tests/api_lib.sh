@@ -83,6 +83,18 @@ rec2.sampled(42)
 rec2.close(None, "length")
 rec.close()
 print("ok: a 4-step run recorded from host statistics")
+# API 2: a prompt whose head came from the engine's prefix cache
+assert _lib.lib().bangtrace_api_version() >= 2
+rec3 = bangtrace.Recording(m, os.path.join(T, "run3.db"), "toy")
+rec3.cached_prefix([1, 2, 3])
+expect_error("a first forward not right after the cached prefix", lambda: rec3.forward([4, 5], 0, step_stats(2).reshape(-1),
+             np.zeros(V, np.float32), 1), "cached prefix of 3 tokens", "position 3")
+rec3.forward([4, 5], 3, step_stats(2).reshape(-1), rng.standard_normal(V).astype(np.float32), 1)
+expect_error("a cached prefix after the prompt", lambda: rec3.cached_prefix([1]), "has its prompt already")
+rec3.forward([9], 5, step_stats(1).reshape(-1), rng.standard_normal(V).astype(np.float32), 1)
+rec3.sampled(11)
+rec3.close(None, "length")
+print("ok: a run whose prompt head was cached: its first forward at the prefix's end")
 if bad:
     print("\n".join("FAIL: " + b for b in bad))
     sys.exit(1)
@@ -101,5 +113,10 @@ sqlite3 "$TMP/run2.db" "select group_concat(token_id, ' ') from (select token_id
 [ "$(cat "$TMP/ids")" = "1 2 3 4 8 9 10 42" ] && ok "token trail: the prompt, each forward's input as the step before's token, the last sampled" \
     || fail "token trail: $(cat "$TMP/ids")"
 sqlite3 "$TMP/run2.db" "select value from meta where key='status'" | grep -qx ok && ok "status ok after close" || fail "status"
+[ "$(sqlite3 "$TMP/run3.db" "select group_concat(token_id, ' ') from (select token_id from tokens order by pos)")" = "1 2 3 4 5 9 11" ] &&
+[ "$(sqlite3 "$TMP/run3.db" "select pos0 || ' ' || n_pos from steps where step = 0")" = "0 5" ] &&
+[ "$(sqlite3 "$TMP/run3.db" "select mode || ' ' || pos_lo || ' ' || pos_hi from kv_access")" = "hit 0 2" ] &&
+    ok "the cached prefix: prompt 1 2 3 4 5, step 0 covers positions 0-4, a kv_access hit for 0-2" ||
+    fail "the cached-prefix trace: $(sqlite3 "$TMP/run3.db" "select * from steps; select * from kv_access" 2>&1 | head -5)"
 "$BANGTRACE" browse --dump walkback "$TMP/run2.db" > /dev/null 2>&1 && ok "browse --dump reads it" || fail "browse --dump walkback"
 finish

@@ -82,9 +82,13 @@ def _declare(L):
         "bangtrace_event": (c_int, [c_void_p, c_char_p, c_char_p]),
         "bangtrace_close": (c_int, [c_void_p, c_char_p, c_char_p]),
         "bangtrace_stats": (c_int, [c_void_p, c_int, c_int, c_int, P(c_double)]),
+        # API 2
+        "bangtrace_cached_prefix": (c_int, [c_void_p, P(ctypes.c_int32), c_int]),
     }
     for name, (res, args) in sig.items():
-        f = getattr(L, name)
+        f = getattr(L, name, None)
+        if f is None:            # a function of a later API than the library's
+            continue
         f.restype = res
         f.argtypes = args
 
@@ -172,6 +176,15 @@ class Recording:
         toks = (ctypes.c_int32 * n)(*tokens)
         check(lib().bangtrace_forward(self._h, toks, n, pos0, _ptr(stats, ctypes.c_double),
                                       len(self.model.tensors), _ptr(logits, ctypes.c_float), n_rows))
+
+    def cached_prefix(self, tokens):
+        """Before the first forward: the prompt's first tokens came from the
+        engine's prefix cache (API 2; the first forward starts after them)."""
+        if lib().bangtrace_api_version() < 2:
+            raise BangtraceError("libbangtrace is older than API 2: no bangtrace_cached_prefix")
+        n = len(tokens)
+        toks = (ctypes.c_int32 * n)(*tokens)
+        check(lib().bangtrace_cached_prefix(self._h, toks, n))
 
     def sampled(self, token, logprob=float("nan")):
         check(lib().bangtrace_sampled(self._h, int(token), float(logprob)))

@@ -28,9 +28,9 @@ them all at once: the router and ffn_moe_out are recorded).
 torch.compile and CUDA graphs capture the forward without its hooks, so
 those modes are refused when the model loads, with one line; so are
 tensor/pipeline parallelism and speculative decoding. A request whose prompt
-hit vLLM's prefix cache starts past position 0 and is not recorded (a
-warning says which): run with --no-enable-prefix-caching to record every
-request. doc/pytorch.md.
+hit vLLM's prefix cache starts past position 0: its trace's prompt is the
+whole prompt, the cached head marked as a prefix-cache hit (kv_access), the
+taps those of the rows vLLM computed. doc/pytorch.md.
 """
 import atexit
 import functools
@@ -419,9 +419,20 @@ class _Recorder(Taps):
         if rows > total:             # padding rows: a segment of their own, not recorded
             seg = torch.cat([seg, torch.full((rows - total,), n_req, dtype=torch.long)])
         self.cur_reqs = list(req_ids)
+        # a request new to the recorder that starts past position 0 took its
+        # prompt's head from vLLM's prefix cache: its tokens, from the host batch
+        prefix = {}
+        ib = self.runner.input_batch
+        for r in req_ids:
+            if r in self.reqs or r in self.skipped:
+                continue
+            i = ib.req_id_to_index.get(r)
+            nc = int(ib.num_computed_tokens_cpu[i]) if i is not None else 0
+            if nc > 0:
+                prefix[r] = ib.token_ids_cpu[i, :nc].tolist()
         seg = seg.to(ids.device, non_blocking=True)
         self.step = {"req_ids": req_ids, "counts": counts, "rows": rows, "n_req": n_req, "n_seg": n_req + 1,
-                     "seg": seg, "ids": ids, "pos": pos, "logits": None}
+                     "seg": seg, "ids": ids, "pos": pos, "logits": None, "prefix": prefix}
         self.red.begin(seg, n_req + 1)
 
     def abort(self):
@@ -479,13 +490,13 @@ class _Recorder(Taps):
             toks = list(toks.tolist() if hasattr(toks, "tolist") else toks)
             try:
                 self._request_step(rid, ids[s0:s0 + n].tolist(), int(pos[s0]), stats[:, i, :],
-                                   None if logits is None else logits[i], toks)
+                                   None if logits is None else logits[i], toks, st["prefix"].get(rid))
             except L.BangtraceError as e:
                 log.warning("bangtrace: request %s: %s; its trace is closed", rid, e)
                 self._close(rid, "error")
                 self.skipped.add(rid)
 
-    def _request_step(self, rid, tokens, pos0, stats, row, sampled):
+    def _request_step(self, rid, tokens, pos0, stats, row, sampled, prefix=None):
         L = self.lib
         if rid in self.skipped:
             return
@@ -494,12 +505,14 @@ class _Recorder(Taps):
             self._close(rid, "interrupted")           # preempted and recomputed: a new trace
             r = None
         if r is None:
-            if pos0 != 0:
+            if pos0 != 0 and (prefix is None or len(prefix) != pos0 or L.lib().bangtrace_api_version() < 2):
                 self.skipped.add(rid)
-                log.warning("bangtrace: request %s starts at position %d (a prefix-cache hit): not recorded; "
-                            "run vLLM with --no-enable-prefix-caching to record every request", rid, pos0)
+                log.warning("bangtrace: request %s starts at position %d and its cached prefix is not known: "
+                            "not recorded", rid, pos0)
                 return
             r = self._open(rid)
+            if pos0 != 0:
+                r.rec.cached_prefix(prefix)       # vLLM's prefix cache held the prompt's head
         if r.stats is not None:                        # the rest of a chunked prefill
             widths = [t.width for t in self.bm.tensors]
             stats = _merge_all(r.stats, stats, widths)

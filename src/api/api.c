@@ -54,6 +54,8 @@ struct bangtrace_rec {
     bt_recorder *rec;
     bool open_step, prompted;
     int pos0, n, step;          /* the open step */
+    int32_t *prefix;            /* bangtrace_cached_prefix's tokens, until the first forward */
+    int n_prefix;
     long generated;
     struct timespec t0;
     char path[1024];
@@ -358,6 +360,20 @@ static int end_step(bangtrace_rec *r, int32_t token, double logprob)
     return rc ? rc : rc2;
 }
 
+int bangtrace_cached_prefix(bangtrace_rec *r, const int32_t *tokens, int n)
+{
+    if (!r) return bt_error(BT_EINVAL, "bangtrace_cached_prefix: no recording");
+    if (r->prompted) return bt_error(BT_EINVAL, "bangtrace_cached_prefix: the recording has its prompt already");
+    if (!tokens || n < 1) return bt_error(BT_EINVAL, "bangtrace_cached_prefix: %d tokens", n);
+    int32_t *p = malloc((size_t)n * sizeof *p);
+    if (!p) return bt_error(BT_ENOMEM, "out of memory");
+    memcpy(p, tokens, (size_t)n * sizeof *p);
+    free(r->prefix);
+    r->prefix = p;
+    r->n_prefix = n;
+    return BT_OK;
+}
+
 int bangtrace_forward(bangtrace_rec *r, const int32_t *tokens, int n, int pos0, const double *stats, int n_stats,
                       const float *logits, int n_rows)
 {
@@ -373,10 +389,34 @@ int bangtrace_forward(bangtrace_rec *r, const int32_t *tokens, int n, int pos0, 
         bool next = pos0 == r->pos0 + r->n;
         if ((rc = end_step(r, next ? tokens[0] : -1, NAN))) return rc;
     }
+    int step_pos0 = pos0, step_n = n;
     if (!r->prompted) {
-        if (pos0 != 0) return bt_error(BT_EINVAL, "bangtrace_forward: the first forward of a recording starts at position 0, not %d", pos0);
-        if ((rc = bt_recorder_prompt(r->rec, tokens, n))) return rc;
+        if (pos0 != r->n_prefix)
+            return r->n_prefix ? bt_error(BT_EINVAL, "bangtrace_forward: the first forward after a cached prefix of %d "
+                                          "tokens starts at position %d, not %d", r->n_prefix, r->n_prefix, pos0)
+                               : bt_error(BT_EINVAL, "bangtrace_forward: the first forward of a recording starts at "
+                                          "position 0, not %d", pos0);
+        if (r->n_prefix) {
+            /* the prompt is the cached prefix and this forward's tokens; the
+             * step covers it all, its taps the computed rows; a kv_access
+             * "hit" row tells bisect --reference to run the prefix untapped */
+            int32_t *all = malloc((size_t)(r->n_prefix + n) * sizeof *all);
+            if (!all) return bt_error(BT_ENOMEM, "out of memory");
+            memcpy(all, r->prefix, (size_t)r->n_prefix * sizeof *all);
+            memcpy(all + r->n_prefix, tokens, (size_t)n * sizeof *all);
+            rc = bt_recorder_prompt(r->rec, all, r->n_prefix + n);
+            free(all);
+            bt_kv_access hit = { .step = 0, .server_step = -1, .block = -1, .logical = 0, .mode = "hit", .pos_lo = 0,
+                                 .pos_hi = r->n_prefix - 1, .writer_step = -1, .bad_step = -1 };
+            snprintf(hit.note, sizeof hit.note, "the engine's prefix cache (reported by the caller)");
+            if (!rc) rc = bt_trace_kv_access(bt_session_trace(r->s), &hit, 1);
+            if (rc) return rc;
+            step_pos0 = 0;
+            step_n = r->n_prefix + n;
+        } else if ((rc = bt_recorder_prompt(r->rec, tokens, n))) return rc;
         r->prompted = true;
+        free(r->prefix);
+        r->prefix = NULL;
     }
     bt_engine *e = bt_session_engine(r->s);
     passive *p = bt_engine_foreign_impl(e);
@@ -385,11 +425,11 @@ int bangtrace_forward(bangtrace_rec *r, const int32_t *tokens, int n, int pos0, 
     p->logits = logits;
     p->n_rows = n_rows;
     clock_gettime(CLOCK_MONOTONIC, &r->t0);
-    const char *kind = pos0 == 0 || n > 1 ? "prefill" : "decode";
-    if ((rc = bt_recorder_step_begin(r->rec, kind, pos0, n))) return rc;
+    const char *kind = step_pos0 == 0 || n > 1 ? "prefill" : "decode";
+    if ((rc = bt_recorder_step_begin(r->rec, kind, step_pos0, step_n))) return rc;
     r->open_step = true;
-    r->pos0 = pos0;
-    r->n = n;
+    r->pos0 = step_pos0;
+    r->n = step_n;
     rc = bt_engine_forward(e, tokens, n, pos0);
     p->stats = NULL;
     p->logits = NULL;
@@ -422,6 +462,7 @@ int bangtrace_close(bangtrace_rec *r, const char *status, const char *finish_rea
     if (!rc) rc = bt_run_meta_write_generated(bt_session_trace(r->s), r->generated);
     int rc2 = bt_session_close_trace(r->s, rc ? BT_TRACE_STATUS_ERROR : status ? status : BT_TRACE_STATUS_OK);
     bt_session_close(r->s, NULL);
+    free(r->prefix);
     free(r);
     return rc ? rc : rc2;
 }

@@ -34,7 +34,7 @@
 extern "C" {
 #endif
 
-#define BANGTRACE_API_VERSION 1
+#define BANGTRACE_API_VERSION 2
 
 typedef struct bangtrace_model bangtrace_model;
 typedef struct bangtrace_rec bangtrace_rec;
@@ -108,6 +108,13 @@ int bangtrace_meta(bangtrace_rec *r, const char *key, const char *value);
  * sampled token when this forward continues right after it. */
 int bangtrace_forward(bangtrace_rec *r, const int32_t *tokens, int n, int pos0, const double *stats, int n_stats,
                       const float *logits, int n_rows);
+/* API 2. The request's first n prompt tokens were not computed: the engine
+ * took them from its prefix cache. Call before the first forward, which
+ * then starts at position n with the rest of the prompt. The trace's
+ * prefill step covers the whole prompt, its taps the rows computed, and a
+ * kv_access "hit" row marks positions 0..n-1, so `bisect --reference` runs
+ * them untapped before comparing. */
+int bangtrace_cached_prefix(bangtrace_rec *r, const int32_t *tokens, int n);
 /* The token the engine chose from the last forward's last row (logprob NaN
  * when unknown): the logit snapshot, the token trail and the detectors;
  * ends the step (durable after this). */

@@ -13,7 +13,9 @@ level). Checks:
    its own prompt and output, its statistics equal to its solo run's (1e-4).
 3. (further folders) the same f32 comparison on other architectures (for
    Qwen3-MoE without the experts' own ops, which vLLM's fused kernel hides).
-4. a prompt prefilled in chunks is one step, equal to the unchunked run.
+4. a prompt prefilled in chunks is one step, equal to the unchunked run; a
+   prompt whose head hit vLLM's prefix cache is recorded whole, the head as
+   a cache hit, and bisect --reference finds no departure.
 5. bf16: a clean run's `bisect --reference` names no op; a broken module writing NaN
    into layer 1's down_proj output at forward 3, column 5, is named by
    `bisect` (step 3, layer 1, ffn_down, index 5) and by `bisect --reference`.
@@ -83,8 +85,9 @@ def trace_tokens(path):
 def new_llm(folder, directory, dtype="float32", eager=True, **kw):
     os.environ["BANGTRACE_VLLM"] = directory
     from vllm import LLM
-    return LLM(model=folder, enforce_eager=eager, dtype=dtype, max_model_len=128, enable_prefix_caching=False,
-               seed=0, gpu_memory_utilization=0.5, **kw)
+    kw.setdefault("enable_prefix_caching", False)
+    return LLM(model=folder, enforce_eager=eager, dtype=dtype, max_model_len=128, seed=0, gpu_memory_utilization=0.5,
+               **kw)
 
 
 def generate(llm, prompts):
@@ -314,6 +317,45 @@ def check_chunked(folder):
     return llm
 
 
+def check_prefix(folder):
+    """vLLM's prefix cache on (its default): a request whose prompt's head is
+    cached starts past position 0; its trace holds the whole prompt, a
+    kv_access hit row for the cached head, the taps of the rows vLLM
+    computed, and bisect --reference (which runs the cached head untapped)
+    finds no departure."""
+    label = os.path.basename(folder)
+    d = os.path.join(WORK, label + "-prefix")
+    llm = new_llm(folder, d, enable_prefix_caching=True, block_size=32)
+    a = [(7 * i + 3) % 300 + 1 for i in range(80)]
+    b = a[:64] + [11, 12, 13, 14, 15]
+    generate(llm, [a])
+    close_all(llm)
+    n_seen = len(seen)
+    out = generate(llm, [b])[0]
+    close_all(llm)
+    got = [p for p in traces_in(d) if trace_tokens(p)[0] == b]
+    first = [x for x in seen[n_seen:] if got and x[0] == got[0]]
+    if len(got) != 1 or not first:
+        fail("%s prefix cache: traces %s for the second request" % (label, traces_in(d)))
+        return llm
+    p, g, _ = trace_tokens(got[0])
+    db = sqlite3.connect(got[0])
+    hits = db.execute("select pos_lo, pos_hi from kv_access where mode = 'hit'").fetchall()
+    step0 = db.execute("select pos0, n_pos from steps where step = 0").fetchone()
+    db.close()
+    if first[0][2] != 64 or hits != [(0, 63)] or step0 != (0, len(b)) or g != out:
+        fail("%s prefix cache: first forward at %d, hits %s, step 0 %s, generated %s (vLLM %s)"
+             % (label, first[0][2], hits, step0, g, out))
+        return llm
+    q = bt("bisect", "--reference", got[0])
+    if "verdict: vllm stays within" not in q.stdout or "top-1 agreement: %d of %d" % (N_NEW, N_NEW) not in q.stdout:
+        fail("%s prefix cache: bisect --reference:\n%s" % (label, q.stdout[-800:]))
+    else:
+        ok("%s: a request whose first 64 tokens were in vLLM's prefix cache: its trace holds the whole prompt, the "
+           "cached head as a hit, and bisect --reference finds no departure (top-1 %d of %d)" % (label, N_NEW, N_NEW))
+    return llm
+
+
 def check_bf16(folder):
     label = os.path.basename(folder)
     d = os.path.join(WORK, label + "-bf16")
@@ -443,6 +485,7 @@ release(check_f32(FOLDERS[0], with_batch=True))
 for folder in FOLDERS[1:]:
     release(check_f32(folder, with_batch=False))
 release(check_chunked(FOLDERS[0]))
+release(check_prefix(FOLDERS[0]))
 release(check_bf16(FOLDERS[0]))
 check_refusal(FOLDERS[0])
 check_workers(FOLDERS[0])
