@@ -223,7 +223,7 @@ class _Recorder(Taps):
             self.version = f"vllm, torch {torch.__version__}"
         self.settings = f"dtype={self.dtype} device={runner.device} mode=eager"
         self.reqs = {}             # request id -> _Request
-        self.skipped = set()       # request ids not recorded (prefix-cache hits)
+        self.skipped = set()       # request ids not recorded (an unknown cached prefix, a failed step)
         self.sched = None          # the step's scheduler output while it runs
         self.step = None           # the forward's layout while a step is open
         self.red = StepReducer()   # the step's taps, reduced per request when it ends
