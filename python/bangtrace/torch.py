@@ -13,6 +13,7 @@ step together with the last logit row. The engine's chosen token of a step
 is the next forward's input (or last_token for the last one).
 
 What is tapped where, for transformers' Llama/Mistral/Qwen2/Qwen3 decoders
+(DeepSeek-V2/V3's MLA: _install_mla)
 (and Qwen3-MoE: the router is ffn_gate_inp, the MoE block's output
 ffn_moe_out, each expert's gate/up halves, down input and output its rows of
 ffn_gate, ffn_up, ffn_act, ffn_down, watched while the fused experts module
@@ -291,7 +292,9 @@ class record(Taps):
             raise BangtraceError(f"bangtrace.torch.record: {path} is a {self.bm.arch} model, not {arch}")
         self.rec = None
         self._handles = []
-        self._patched = []
+        self._patched = []        # (module, function name, original)
+        self._mla = self.bm.tensor("blk.0.attn_kv_latent") is not None
+        self._mla_keep = {}       # MLA: layer -> the q projection's and kv_a norm's outputs of this forward
         self._parts = {}          # MoE: slot -> per-expert statistics of this step
         self._red = StepReducer()
         self._warned_experts = False
@@ -418,6 +421,10 @@ class record(Taps):
             raise BangtraceError(f"bangtrace.torch.record: no module of {type(model).__name__} holds a weight "
                                  f"of {bm.path} (a model of another layout?)")
         mods = dict(model.named_modules())
+        if self._mla:     # MLA attention modules by their latent norm (q_b_proj reads no tapped tensor's weight)
+            for name, mod in mods.items():
+                if getattr(mod, "kv_a_layernorm", None) is not None and _layer_of(name) is not None:
+                    attn_layers[name] = _layer_of(name)
         for aname, L in attn_layers.items():
             amod = mods.get(aname)
             if amod is None:
@@ -430,13 +437,59 @@ class record(Taps):
                 self._layer = None
             self._handles.append(amod.register_forward_pre_hook(pre))
             self._handles.append(amod.register_forward_hook(post))
-            self._patch_rope(sys.modules.get(type(amod).__module__))
+            if self._mla:
+                self._install_mla(amod, L)
+            else:
+                self._patch_rope(sys.modules.get(type(amod).__module__))
         self._handles.append(model.register_forward_pre_hook(self._begin, with_kwargs=True))
         self._handles.append(model.register_forward_hook(self._end, with_kwargs=True))
 
+    def _install_mla(self, amod, L):
+        """Multi-head latent attention (DeepseekV2/V3 in transformers): attn_q
+        is the q projection's output with its rope part rotated, the latent
+        row attn_kv_latent the kv_a norm's output and the rotated shared key;
+        both are put together where the modeling module applies RoPE, from
+        the two outputs kept when they were computed. attn_q_abs and
+        attn_ctx_latent belong to the absorbed computation bangtrace (and
+        llama.cpp) run, which transformers does not: not recorded."""
+        qmod = getattr(amod, "q_b_proj", None) or getattr(amod, "q_proj", None)
+        kvn = getattr(amod, "kv_a_layernorm", None)
+        if qmod is None or kvn is None:
+            return
+        keep = self._mla_keep.setdefault(L, {})
+        self._handles.append(qmod.register_forward_hook(lambda m, a, o: keep.__setitem__("q", _first(o))))
+        self._handles.append(kvn.register_forward_hook(lambda m, a, o: keep.__setitem__("kv", _first(o))))
+        module = sys.modules.get(type(amod).__module__)
+        for name in ("apply_rotary_pos_emb", "apply_rotary_pos_emb_interleave"):
+            fn = getattr(module, name, None)
+            if fn is None or any(m is module and n == name for m, n, _ in self._patched):
+                continue
+
+            def patched(q, k, *a, _fn=fn, **kw):
+                qe, ke = _fn(q, k, *a, **kw)
+                self._mla_put(qe, ke)
+                return qe, ke
+            setattr(module, name, patched)
+            self._patched.append((module, name, fn))
+
+    def _mla_put(self, q_rot, k_rot):
+        L = self._layer
+        keep = self._mla_keep.get(L) if L is not None else None
+        if self._step is None or not keep or "q" not in keep or "kv" not in keep:
+            return
+        q, kv = keep.pop("q"), keep.pop("kv")
+        B, H, T, R = q_rot.shape
+        q = q.reshape(B, T, H, -1)
+        q_full = torch.cat([q[..., : q.shape[-1] - R], q_rot.transpose(1, 2)], dim=-1)     # per head [nope, rope]
+        lat = torch.cat([kv.reshape(B, T, -1), k_rot.transpose(1, 2).reshape(B, T, R)], dim=-1)
+        for x, nm in ((q_full, "attn_q"), (lat, "attn_kv_latent")):
+            t = self.bm.tensor(f"blk.{L}.{nm}")
+            if t is not None:
+                self._put(t.slot, x.reshape(-1, t.width))
+
     def _patch_rope(self, module):
         fn = getattr(module, "apply_rotary_pos_emb", None)
-        if fn is None or any(m is module for m, _ in self._patched):
+        if fn is None or any(m is module for m, _, _ in self._patched):
             return
         bm = self.bm
 
@@ -450,7 +503,7 @@ class record(Taps):
                         self._put(t.slot, x.transpose(1, 2).reshape(-1, t.width))
             return qe, ke
         module.apply_rotary_pos_emb = patched
-        self._patched.append((module, fn))
+        self._patched.append((module, "apply_rotary_pos_emb", fn))
 
     def _begin(self, mod, args, kwargs):
         ids = kwargs.get("input_ids", args[0] if args else None)
@@ -535,8 +588,8 @@ class record(Taps):
         for h in self._handles:
             h.remove()
         self._handles = []
-        for module, fn in self._patched:
-            module.apply_rotary_pos_emb = fn
+        for module, name, fn in self._patched:
+            setattr(module, name, fn)
         self._patched = []
 
     def __exit__(self, et, ev, tb):
