@@ -152,6 +152,28 @@ static int j_bool(const char *file, json_t *o, const char *key, bool *out)
 }
 
 /* A positive count that fits the builder's uint32 keys. */
+/* config.json's layer_types (one per layer: `kind` or full_attention) as
+ * flags, 1 where the layer is `kind`, with n_extra zero flags after them
+ * (the MTP blocks); *out malloc'd. */
+static int layer_type_flags(const char *file, const json_t *lt, int64_t n_layers, int64_t n_extra, const char *kind,
+                            int32_t **out)
+{
+    if (!json_is_array(lt) || (int64_t)json_array_size(lt) != n_layers)
+        return bt_error(BT_EFORMAT, "%s: layer_types must list the %" PRId64 " layers", file, n_layers);
+    int32_t *f = calloc((size_t)(n_layers + n_extra), sizeof *f);
+    if (!f) return bt_error(BT_ENOMEM, "out of memory");
+    for (int64_t l = 0; l < n_layers; l++) {
+        const char *t = json_string_value(json_array_get(lt, (size_t)l));
+        if (!t || (strcmp(t, kind) && strcmp(t, "full_attention"))) {
+            free(f);
+            return bt_error(BT_EFORMAT, "%s: layer_types[%" PRId64 "] is not %s or full_attention", file, l, kind);
+        }
+        f[l] = !strcmp(t, kind);
+    }
+    *out = f;
+    return BT_OK;
+}
+
 static int put_count(bt_gguf_builder *b, const char *file, const char *arch, const char *suffix,
                      json_t *cfg, const char *key, bool required)
 {
@@ -294,18 +316,9 @@ static int hybrid_keys(const char *file, json_t *cfg, bt_gguf_builder *b, hparam
     /* layer_types, when given, says which layers are recurrent */
     json_t *lt = json_object_get(cfg, "layer_types");
     if (lt) {
-        if (!json_is_array(lt) || (int64_t)json_array_size(lt) != hp->n_layers)
-            return bt_error(BT_EFORMAT, "%s: layer_types must list the %" PRId64 " layers", file, hp->n_layers);
-        int32_t *f = calloc((size_t)(hp->n_layers + hp->n_mtp), sizeof *f);   /* the MTP blocks: 0 */
-        if (!f) return bt_error(BT_ENOMEM, "out of memory");
-        for (int64_t l = 0; l < hp->n_layers; l++) {
-            const char *t = json_string_value(json_array_get(lt, (size_t)l));
-            if (!t || (strcmp(t, "linear_attention") && strcmp(t, "full_attention"))) {
-                free(f);
-                return bt_error(BT_EFORMAT, "%s: layer_types[%" PRId64 "] is not linear_attention or full_attention", file, l);
-            }
-            f[l] = !strcmp(t, "linear_attention");
-        }
+        int32_t *f;   /* the MTP blocks: 0 */
+        int e = layer_type_flags(file, lt, hp->n_layers, hp->n_mtp, "linear_attention", &f);
+        if (e) return e;
         snprintf(k, sizeof k, "%s.attention.recurrent_layers", a);
         bt_gguf_builder_arr(b, k, BT_GGUF_INT32, f, (uint64_t)(hp->n_layers + hp->n_mtp));
         free(f);
@@ -628,18 +641,9 @@ static int gptoss_keys(const char *file, json_t *cfg, bt_gguf_builder *b, hparam
     bt_gguf_builder_u32(b, k, (uint32_t)ff);
     json_t *lt = json_object_get(cfg, "layer_types");
     if (lt && !json_is_null(lt)) {
-        if (!json_is_array(lt) || (int64_t)json_array_size(lt) != hp->n_layers)
-            return bt_error(BT_EFORMAT, "%s: layer_types must list the %" PRId64 " layers", file, hp->n_layers);
-        int32_t *f = calloc((size_t)hp->n_layers, sizeof *f);
-        if (!f) return bt_error(BT_ENOMEM, "out of memory");
-        for (int64_t l = 0; l < hp->n_layers; l++) {
-            const char *t = json_string_value(json_array_get(lt, (size_t)l));
-            if (!t || (strcmp(t, "sliding_attention") && strcmp(t, "full_attention"))) {
-                free(f);
-                return bt_error(BT_EFORMAT, "%s: layer_types[%" PRId64 "] is not sliding_attention or full_attention", file, l);
-            }
-            f[l] = !strcmp(t, "sliding_attention");
-        }
+        int32_t *f;
+        int e = layer_type_flags(file, lt, hp->n_layers, 0, "sliding_attention", &f);
+        if (e) return e;
         snprintf(k, sizeof k, "%s.attention.sliding_window_pattern", a);
         bt_gguf_builder_arr(b, k, BT_GGUF_INT32, f, (uint64_t)hp->n_layers);
         free(f);

@@ -1,6 +1,7 @@
 """common.py - what the PyTorch-engine checks share (record_check.py,
 vllm_check.py): ok/FAIL lines, running bangtrace, and the comparison of
 recorded statistics with a native `forward --dump`."""
+import json
 import math
 import os
 import subprocess
@@ -77,6 +78,30 @@ def compare(label, names, stats, ref, absent_ok=()):
             if not d <= 1e-4:
                 fail("%s: %s %s %.8g, native %.8g (rel %.2g)" % (label, name, what, g, r, d))
     return worst, worst_name
+
+
+def named_by_bisect(label, trace, step, layer, op, index):
+    """A NaN written at (step, layer, op, index) is what `bisect` names as the
+    first non-finite value, and where `bisect --reference` says the engine
+    first departs."""
+    p = bt("bisect", "--json", trace, check=False)
+    try:
+        fb = json.loads(p.stdout).get("first_nonfinite") or {}
+    except ValueError:
+        fail("%s: bisect --json: %s %s" % (label, p.stdout[-300:], p.stderr[-300:]))
+        return
+    want = {"step": step, "layer": layer, "op": op}
+    got = {k: fb.get(k) for k in want}
+    if got != want or fb.get("first_bad_index") != index:
+        fail("%s: bisect names %s index %s; want %s index %d (json: %s)"
+             % (label, got, fb.get("first_bad_index"), want, index, json.dumps(fb)[:600]))
+    else:
+        ok("%s: bisect names the injected NaN: step %d, layer %d, %s, index %d" % (label, step, layer, op, index))
+    p = bt("bisect", "--reference", trace, check=False)
+    if "first departs at blk.%d.%s, step %d" % (layer, op, step) not in p.stdout:
+        fail("%s: bisect --reference on the injected run:\n%s" % (label, p.stdout[-800:]))
+    else:
+        ok("%s: bisect --reference departs at blk.%d.%s, step %d" % (label, layer, op, step))
 
 
 def done():

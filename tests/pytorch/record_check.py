@@ -23,7 +23,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import bt, compare, done, fail, native, ok  # noqa: E402
+from common import bt, compare, done, fail, named_by_bisect, native, ok  # noqa: E402
 import bangtrace.torch as btt  # noqa: E402
 from bangtrace import _lib  # noqa: E402
 
@@ -145,26 +145,7 @@ def check_bf16(folder):
     finally:
         h1.remove()
         h2.remove()
-    p = bt("bisect", "--json", bad, check=False)
-    try:
-        j = json.loads(p.stdout)
-    except ValueError:
-        fail("%s: bisect --json: %s %s" % (label, p.stdout[-300:], p.stderr[-300:]))
-        return
-    fb = j.get("first_nonfinite") or {}
-    want = {"step": STEP, "layer": L, "op": "ffn_down"}
-    got = {k: fb.get(k) for k in want}
-    idx = fb.get("first_bad_index")
-    if got != want or idx != COL:
-        fail("%s: bisect names %s index %s; want %s index %d (json: %s)" % (label, got, idx, want, COL,
-                                                                            json.dumps(j)[:600]))
-    else:
-        ok("%s bf16: bisect names the injected NaN: step %d, layer %d, ffn_down, index %d" % (label, STEP, L, COL))
-    p = bt("bisect", "--reference", bad, check=False)
-    if "first departs at blk.%d.ffn_down, step %d" % (L, STEP) not in p.stdout:
-        fail("%s: bisect --reference on the injected run:\n%s" % (label, p.stdout[-800:]))
-    else:
-        ok("%s bf16: bisect --reference departs at blk.%d.ffn_down, step %d" % (label, L, STEP))
+    named_by_bisect(label + " bf16", bad, STEP, L, "ffn_down", COL)
 
 
 def check_mla(folder):
@@ -190,23 +171,7 @@ def check_mla(folder):
         rec.last_token(out[0, -1])
     for h in hs:
         h.remove()
-    p = bt("bisect", "--json", bad, check=False)
-    try:
-        fb = json.loads(p.stdout).get("first_nonfinite") or {}
-    except ValueError:
-        fb = {}
-    got = {k: fb.get(k) for k in ("step", "layer", "op")}
-    if got != {"step": STEP, "layer": L, "op": "attn_kv_latent"} or fb.get("first_bad_index") != COL:
-        fail("%s: bisect names %s index %s; want step %d, layer %d, attn_kv_latent, index %d"
-             % (label, got, fb.get("first_bad_index"), STEP, L, COL))
-    else:
-        ok("%s: a NaN in the latent is named by bisect: step %d, layer %d, attn_kv_latent, index %d"
-           % (label, STEP, L, COL))
-    p = bt("bisect", "--reference", bad, check=False)
-    if "first departs at blk.%d.attn_kv_latent, step %d" % (L, STEP) not in p.stdout:
-        fail("%s: bisect --reference on the NaN latent:\n%s" % (label, p.stdout[-800:]))
-    else:
-        ok("%s: bisect --reference departs at blk.%d.attn_kv_latent, step %d" % (label, L, STEP))
+    named_by_bisect(label + " latent", bad, STEP, L, "attn_kv_latent", COL)
 
 
 def check_moe(folder):
@@ -251,23 +216,7 @@ def check_moe(folder):
     finally:
         for h in hs:
             h.remove()
-    p = bt("bisect", "--json", bad, check=False)
-    try:
-        fb = json.loads(p.stdout).get("first_nonfinite") or {}
-    except ValueError:
-        fb = {}
-    got = {k: fb.get(k) for k in ("step", "layer", "op")}
-    if got != {"step": STEP, "layer": 1, "op": "ffn_down"} or fb.get("first_bad_index") != 3:
-        fail("%s: bisect names %s index %s; want step %d, layer 1, ffn_down, index 3" % (label, got,
-             fb.get("first_bad_index"), STEP))
-    else:
-        ok("%s: a NaN from one expert's down projection is named by bisect: step %d, layer 1, ffn_down, index 3"
-           % (label, STEP))
-    p = bt("bisect", "--reference", bad, check=False)
-    if "first departs at blk.1.ffn_down, step %d" % STEP not in p.stdout:
-        fail("%s: bisect --reference on the broken expert:\n%s" % (label, p.stdout[-800:]))
-    else:
-        ok("%s: bisect --reference departs at blk.1.ffn_down, step %d" % (label, STEP))
+    named_by_bisect(label + " expert", bad, STEP, 1, "ffn_down", 3)
     # transformers' default experts path: one kernel for all experts
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
                                                  experts_implementation="grouped_mm").eval()

@@ -33,7 +33,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import bt, compare, done, fail, native, ok  # noqa: E402
+from common import bt, compare, done, fail, named_by_bisect, native, ok  # noqa: E402
 from bangtrace import _lib  # noqa: E402
 
 WORK = sys.argv[2]
@@ -401,25 +401,7 @@ def check_bf16(folder):
     if len(bad) != 1:
         fail("%s bf16: %d traces for the injected request" % (label, len(bad)))
         return llm
-    p = bt("bisect", "--json", bad[0], check=False)
-    try:
-        j = json.loads(p.stdout)
-    except ValueError:
-        fail("%s: bisect --json: %s %s" % (label, p.stdout[-300:], p.stderr[-300:]))
-        return llm
-    fb = j.get("first_nonfinite") or {}
-    want = {"step": STEP, "layer": L, "op": "ffn_down"}
-    got = {k: fb.get(k) for k in want}
-    if got != want or fb.get("first_bad_index") != COL:
-        fail("%s vLLM: bisect names %s index %s; want %s index %d (json: %s)"
-             % (label, got, fb.get("first_bad_index"), want, COL, json.dumps(j)[:600]))
-    else:
-        ok("%s bf16 vLLM: bisect names the injected NaN: step %d, layer %d, ffn_down, index %d" % (label, STEP, L, COL))
-    p = bt("bisect", "--reference", bad[0], check=False)
-    if "first departs at blk.%d.ffn_down, step %d" % (L, STEP) not in p.stdout:
-        fail("%s vLLM: bisect --reference on the injected run:\n%s" % (label, p.stdout[-800:]))
-    else:
-        ok("%s bf16 vLLM: bisect --reference departs at blk.%d.ffn_down, step %d" % (label, L, STEP))
+    named_by_bisect(label + " bf16 vLLM", bad[0], STEP, L, "ffn_down", COL)
     return llm
 
 
