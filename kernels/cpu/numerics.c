@@ -27,6 +27,8 @@ uint16_t bt_num_f32_to_bf16(float x)
 
 float bt_num_round_bf16(float x) { return bt_bf16_to_f32(bt_num_f32_to_bf16(x)); }
 
+_Static_assert(BT_NUM_F8_E4M3 == 8, "kernels/cuda/math.cuh's BT_CU_NUM_F8_E4M3 mirrors it");
+
 float bt_num_round_f8_e4m3(float x)
 {
     if (isnan(x)) return x;

@@ -724,6 +724,8 @@ static int cu_mem_info(bt_backend *be, bt_backend_mem *out)
 static int cu_num_round(bt_backend *be, bt_buf *b, size_t off, size_t rows, size_t width, int fmt)
 {
     cuda_be *c = CB(be);
+    if (fmt == BT_CU_NUM_F8_E4M3)
+        return bt_error(BT_EUNSUPPORTED, "--numerics: kv=f8_e4m3 has no CUDA rounding (num_round); run it with --device cpu");
     if (fmt != BT_CU_NUM_F16 && fmt != BT_CU_NUM_BF16 && fmt != BT_CU_NUM_Q8_0 && fmt != BT_CU_NUM_Q8_1) return BT_OK;
     if ((off + rows * width) * sizeof(float) > b->bytes) return bt_error(BT_ERANGE, "CUDA: rounding past the end of a buffer");
     int rc = seg_begin(c);

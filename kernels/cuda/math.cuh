@@ -499,7 +499,8 @@ BT_HD float bt_cu_inject_value(int kind, float old, float v, int step, int layer
  * f32 -> f16 and bf16 round to nearest even with the same NaN quieting,
  * and llama.cpp's q8 block (d = amax/127 stored as f16, q = round half to
  * even of x * 127/amax, dequantized d * q). Format ids as enum bt_num_fmt. */
-enum { BT_CU_NUM_F32 = 0, BT_CU_NUM_F16 = 1, BT_CU_NUM_BF16 = 2, BT_CU_NUM_Q8_0 = 3, BT_CU_NUM_Q8_1 = 4 };
+enum { BT_CU_NUM_F32 = 0, BT_CU_NUM_F16 = 1, BT_CU_NUM_BF16 = 2, BT_CU_NUM_Q8_0 = 3, BT_CU_NUM_Q8_1 = 4,
+       BT_CU_NUM_F8_E4M3 = 8 /* numerics.h's: no CUDA rounding (refused) */ };
 
 /* src/base/util.c's bt_f32_to_f16, the same bit manipulation. */
 BT_HD uint16_t bt_cu_f32_to_f16(float f)

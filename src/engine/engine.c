@@ -1351,7 +1351,8 @@ static int mla_layer(bt_engine *e, int l, int T)
     }
     bt_mla_rope(c, lr, T, (size_t)lat, 1, (size_t)lat, (size_t)kvl, pos0, e->m_cos, e->m_sin);
     /* --numerics kv=: the latent rows as the cache stores them (the tap is the cache write) */
-    if (e->num_on && e->num.kv != BT_NUM_F32) bt_num_round(e->num.kv, lr, (size_t)T * lat);
+    if (e->num_on && e->num.kv != BT_NUM_F32 && (rc = bt_backend_num_round(be, e->m_lat, 0, (size_t)T, (size_t)lat, e->num.kv)))
+        return rc;
     MTAP(BT_OP_ATTN_KV_LATENT, e->m_lat, lat);
     /* the cache append after the tap: an injected latent is what it carries */
     float *slab = cache + (size_t)l * e->cache_rows * lat;
