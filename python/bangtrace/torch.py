@@ -565,6 +565,9 @@ class record(Taps):
         dtype = next(self.model.parameters()).dtype
         device = next(self.model.parameters()).device
         settings = self.settings or f"dtype={str(dtype).replace('torch.', '')} device={device}"
+        impl = getattr(getattr(self.model, "config", None), "_experts_implementation", None)
+        if impl and not self.settings and any(t.op == "ffn_moe_out" for t in self.bm.tensors):
+            settings += f" experts={impl}"       # which experts path ran (eager: every expert's ops tapped)
         self.rec = _lib.Recording(self.bm, self.trace_path, self.engine, settings, self.force)
         try:
             try:

@@ -158,34 +158,20 @@ def _safe(rid):
 
 def merge_stats(a, b, width):
     """Statistics of rows A then rows B from each part's (host, 1-D numpy
-    float64 of STAT_COUNT): a prompt prefilled in chunks is one step."""
+    float64 of STAT_COUNT; N < 0: not recorded): a prompt prefilled in
+    chunks is one step. B's first bad row is counted after A's rows, then
+    bangtrace.torch.merge_parts does the rest."""
     from . import _lib as L
+    from .torch import merge_parts
     import numpy as np
     if a[L.STAT_N] < 0:
         return b.copy()
     if b[L.STAT_N] < 0:
         return a.copy()
-    o = np.empty_like(a)
-    for k in (L.STAT_N, L.STAT_NAN, L.STAT_PINF, L.STAT_NINF, L.STAT_FINITE):
-        o[k] = a[k] + b[k]
-    fa, fb, f = a[L.STAT_FINITE], b[L.STAT_FINITE], o[L.STAT_FINITE]
-    o[L.STAT_MIN] = np.fmin(a[L.STAT_MIN], b[L.STAT_MIN])
-    o[L.STAT_MAX] = np.fmax(a[L.STAT_MAX], b[L.STAT_MAX])
-    o[L.STAT_ABSMAX] = np.fmax(a[L.STAT_ABSMAX], b[L.STAT_ABSMAX])
-    if f > 0:
-        o[L.STAT_MEAN] = ((a[L.STAT_MEAN] * fa if fa else 0.0) + (b[L.STAT_MEAN] * fb if fb else 0.0)) / f
-        o[L.STAT_RMS] = math.sqrt(((a[L.STAT_RMS] ** 2 * fa if fa else 0.0) +
-                                   (b[L.STAT_RMS] ** 2 * fb if fb else 0.0)) / f)
-    else:
-        o[L.STAT_MEAN] = o[L.STAT_RMS] = math.nan
-    if a[L.STAT_FIRST_BAD_ROW] >= 0:
-        o[L.STAT_FIRST_BAD_COL], o[L.STAT_FIRST_BAD_ROW] = a[L.STAT_FIRST_BAD_COL], a[L.STAT_FIRST_BAD_ROW]
-    elif b[L.STAT_FIRST_BAD_ROW] >= 0:
-        o[L.STAT_FIRST_BAD_COL] = b[L.STAT_FIRST_BAD_COL]
-        o[L.STAT_FIRST_BAD_ROW] = b[L.STAT_FIRST_BAD_ROW] + a[L.STAT_N] // width
-    else:
-        o[L.STAT_FIRST_BAD_COL] = o[L.STAT_FIRST_BAD_ROW] = -1
-    return o
+    b = b.copy()
+    if b[L.STAT_FIRST_BAD_ROW] >= 0:
+        b[L.STAT_FIRST_BAD_ROW] += a[L.STAT_N] // width
+    return merge_parts(np.stack([a, b]))
 
 
 class _Request:

@@ -80,6 +80,18 @@ def compare(label, names, stats, ref, absent_ok=()):
     return worst, worst_name
 
 
+def stays_exact(label, trace, engine=None, steps=None, what="bisect --reference finds no departure"):
+    """`bisect --reference` finds no departure on a clean trace: the verdict
+    "ENGINE stays within" and, with steps, top-1 agreement on all of them."""
+    p = bt("bisect", "--reference", trace)
+    verdict = "verdict: %s stays within" % engine if engine else "stays within"
+    top = "top-1 agreement: %d of %d" % (steps, steps) if steps else ""
+    if verdict not in p.stdout or top not in p.stdout:
+        fail("%s: bisect --reference on a clean run:\n%s" % (label, p.stdout[-800:]))
+    else:
+        ok("%s: %s%s" % (label, what, ", top-1 %d of %d" % (steps, steps) if steps else ""))
+
+
 def named_by_bisect(label, trace, step, layer, op, index):
     """A NaN written at (step, layer, op, index) is what `bisect` names as the
     first non-finite value, and where `bisect --reference` says the engine

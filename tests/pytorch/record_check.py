@@ -23,7 +23,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import bt, compare, done, fail, named_by_bisect, native, ok  # noqa: E402
+from common import compare, done, fail, named_by_bisect, native, ok, stays_exact  # noqa: E402
 import bangtrace.torch as btt  # noqa: E402
 from bangtrace import _lib  # noqa: E402
 
@@ -103,11 +103,7 @@ def check_f32(folder):
     if (nt, ns, ng, eng) != (len(names), 5, 5, "transformers"):
         fail("%s: trace has %d tensors, %d steps, %d generated tokens, engine %s; want %d, 5, 5, transformers"
              % (label, nt, ns, ng, eng, len(names)))
-    p = bt("bisect", "--reference", trace)
-    if "verdict: transformers stays within" not in p.stdout or "top-1 agreement: 5 of 5" not in p.stdout:
-        fail("%s: bisect --reference on the f32 trace:\n%s" % (label, p.stdout[-800:]))
-    else:
-        ok("%s f32: bisect --reference finds no departure, top-1 5 of 5" % label)
+    stays_exact(label + " f32", trace, "transformers", 5)
 
 
 def check_bf16(folder):
@@ -118,11 +114,7 @@ def check_bf16(folder):
     with torch.no_grad(), btt.record(model, clean) as rec:
         out = model.generate(ids, max_new_tokens=6, do_sample=False, min_new_tokens=6)
         rec.last_token(out[0, -1])
-    p = bt("bisect", "--reference", clean)
-    if "stays within" not in p.stdout:
-        fail("%s bf16: bisect --reference on a clean bf16 run names an op:\n%s" % (label, p.stdout[-800:]))
-    else:
-        ok("%s bf16: bisect --reference names no op on the clean run" % label)
+    stays_exact(label + " bf16", clean, what="bisect --reference names no op on the clean run")
     # a broken kernel: NaN into layer 1's down_proj output at the third forward, element (0, 5)
     L, STEP, COL = 1, 3, 5
     calls = {"n": -1}
@@ -231,10 +223,15 @@ def check_moe(folder):
     absent = [n for i, n in enumerate(names) if st[i][_lib.STAT_N] < 0 and n != "logits"]
     want = sorted("blk.%d.%s" % (L, op) for L in range(2) for op in ("ffn_gate", "ffn_up", "ffn_act", "ffn_down"))
     warned = any("experts_implementation" in str(x.message) for x in w)
-    if sorted(absent) != want or not warned:
-        fail("%s grouped_mm: not recorded %s (want the experts' own ops), warned %s" % (label, absent, warned))
+    db = sqlite3.connect(tr)
+    settings = db.execute("select value from meta where key = 'engine_settings'").fetchone()[0]
+    db.close()
+    if sorted(absent) != want or not warned or "experts=grouped_mm" not in settings:
+        fail("%s grouped_mm: not recorded %s (want the experts' own ops), warned %s, engine_settings %r"
+             % (label, absent, warned, settings))
     else:
-        ok("%s with grouped_mm experts: router and ffn_moe_out recorded, the experts' own ops not, with a warning"
+        ok("%s with grouped_mm experts: router and ffn_moe_out recorded, the experts' own ops not, with a warning;"
+           " engine_settings says experts=grouped_mm"
            % label)
 
 

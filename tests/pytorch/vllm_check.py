@@ -33,7 +33,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import bt, compare, done, fail, named_by_bisect, native, ok  # noqa: E402
+from common import compare, done, fail, named_by_bisect, native, ok, stays_exact  # noqa: E402
 from bangtrace import _lib  # noqa: E402
 
 WORK = sys.argv[2]
@@ -227,12 +227,7 @@ def check_f32(folder, with_batch):
             if len(steps_of(new[0])) != N_NEW:
                 fail("%s: %d forwards recorded for %d tokens" % (label, len(steps_of(new[0])), N_NEW))
             compare_prefill(label, folder, new[0], names)
-            p = bt("bisect", "--reference", new[0])
-            if "verdict: vllm stays within" not in p.stdout or "top-1 agreement: %d of %d" % (N_NEW, N_NEW) \
-                    not in p.stdout:
-                fail("%s: bisect --reference on the vLLM f32 trace:\n%s" % (label, p.stdout[-800:]))
-            else:
-                ok("%s f32 vLLM: bisect --reference finds no departure, top-1 %d of %d" % (label, N_NEW, N_NEW))
+            stays_exact(label + " f32 vLLM", new[0], "vllm", N_NEW)
     if not with_batch:
         return llm
     batch_dir = os.path.join(WORK, label + "-batch")
@@ -347,12 +342,8 @@ def check_prefix(folder):
         fail("%s prefix cache: first forward at %d, hits %s, step 0 %s, generated %s (vLLM %s)"
              % (label, first[0][2], hits, step0, g, out))
         return llm
-    q = bt("bisect", "--reference", got[0])
-    if "verdict: vllm stays within" not in q.stdout or "top-1 agreement: %d of %d" % (N_NEW, N_NEW) not in q.stdout:
-        fail("%s prefix cache: bisect --reference:\n%s" % (label, q.stdout[-800:]))
-    else:
-        ok("%s: a request whose first 64 tokens were in vLLM's prefix cache: its trace holds the whole prompt, the "
-           "cached head as a hit, and bisect --reference finds no departure (top-1 %d of %d)" % (label, N_NEW, N_NEW))
+    stays_exact(label, got[0], "vllm", N_NEW, "a request whose first 64 tokens were in vLLM's prefix cache: its "
+                "trace holds the whole prompt, the cached head as a hit, and bisect --reference finds no departure")
     return llm
 
 
@@ -366,11 +357,7 @@ def check_bf16(folder):
     if len(clean) != 1:
         fail("%s bf16: %d traces for one request" % (label, len(clean)))
         return llm
-    p = bt("bisect", "--reference", clean[0])
-    if "stays within" not in p.stdout:
-        fail("%s bf16: bisect --reference on a clean vLLM bf16 run names an op:\n%s" % (label, p.stdout[-800:]))
-    else:
-        ok("%s bf16 vLLM: bisect --reference names no op on the clean run" % label)
+    stays_exact(label + " bf16 vLLM", clean[0], what="bisect --reference names no op on the clean run")
     # a broken kernel: NaN into layer 1's down_proj output at the request's fourth forward (step 3), column 5
     L, STEP, COL = 1, 3, 5
     state = {"n": -1}

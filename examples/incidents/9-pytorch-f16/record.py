@@ -16,8 +16,8 @@ folder, trace, dtype = sys.argv[1], sys.argv[2], sys.argv[3]
 if len(sys.argv) > 4:
     from safetensors.torch import load_file, save_file
     out, factor = sys.argv[4], float(sys.argv[5])
-    if os.path.exists(out):
-        shutil.rmtree(out)
+    if os.path.lexists(out):
+        sys.exit(f"record.py: {out} exists; it is not replaced (run.sh removes its own copy first)")
     shutil.copytree(folder, out)
     w = load_file(os.path.join(folder, "model.safetensors"))
     w["model.layers.1.mlp.down_proj.weight"] = w["model.layers.1.mlp.down_proj.weight"] * factor
