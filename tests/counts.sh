@@ -62,6 +62,26 @@ cp "$TMP/out" "$TMP/bench.json"
 expect_exit 0 "bench at depth with taps" "$BANGTRACE" bench --model "$STORIES" -p 3 -n 2 -d 9 --reps 1 --threads 1 --taps all --json
 [ "$(field "$TMP/out" 'j["depth"] == 9 and j["prompt_tokens"] == 3')" = True ] && ok "bench JSON names the depth" \
     || fail "bench -d JSON: $(head -c 400 "$TMP/out")"
+# The recorder's own cost per decode step: every tapped tensor of the 2
+# decode steps observed, the parts summing to the total, inside the step
+# (stories260K: 5 layers, 13 tapped tensors each, 4 outside them)
+"$PY" - "$TMP/out" <<'PYEOF' && ok "bench JSON prices the recording per decode step" || fail "recording_per_decode_step: $(head -c 600 "$TMP/out")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+c = j["recording_per_decode_step"]
+parts = c["statistics_us"] + c["rows_us"] + c["logits_us"] + c["commit_us"]
+assert c["taps"] > 40, c
+assert all(c[k] >= 0 for k in ("statistics_us", "rows_us", "logits_us", "commit_us")), c
+assert abs(parts - c["total_us"]) < 1e-6 * max(1, parts), c
+assert 0 < c["total_us"] <= c["step_us"], c
+PYEOF
+# taps off and taps on alternate, round by round
+expect_exit 0 "bench taps rounds" "$BANGTRACE" bench --model "$STORIES" -p 3 -n 2 --reps 2 --threads 1 --taps all
+grep -o "taps o[nf]* rep [0-9]" "$TMP/err" | tr '\n' ';' > "$TMP/order"
+[ "$(cat "$TMP/order")" = "taps off rep 1;taps on rep 1;taps off rep 2;taps on rep 2;" ] && ok "taps off and on alternate" \
+    || fail "rounds order: $(cat "$TMP/order")"
+grep -qE "^recording +per decode step [0-9]+ us of [0-9]+ us \([0-9.]+%\): statistics of [0-9]+ taps" "$TMP/out" && ok "bench prints the recording's cost" \
+    || fail "bench text: $(cat "$TMP/out")"
 expect_exit 2 "bench deeper than the context" "$BANGTRACE" bench --model "$STORIES" -p 2 -n 1 -d 100000 --reps 1 --threads 1
 grep -q "exceed the model's context" "$TMP/err" && [ "$(wc -l <"$TMP/err")" -eq 1 ] && ok "one-line depth error" \
     || fail "bench -d error: $(cat "$TMP/err")"

@@ -239,8 +239,8 @@ static void test_summary_fields(void)
     enum { N = 5000, K = 20 };
     static float row[N];
     unsigned seed = 4242;
-    for (int trial = 0; trial < 60; trial++) {
-        int mode = trial % 5, n = trial % 2 ? N : 4093;
+    for (int trial = 0; trial < 72; trial++) {
+        int mode = trial % 6, n = trial % 2 ? N : 4093;
         for (int i = 0; i < n; i++) {
             seed = seed * 1103515245u + 12345u;
             float u = (float)((seed >> 8) & 0xffffff) / 16777216.0f;
@@ -249,6 +249,7 @@ static void test_summary_fields(void)
             if (mode == 2) row[i] = (seed >> 5) % 3 ? -1.0f - u : ((seed >> 7) & 1 ? 0.0f : -0.0f);
             if (mode == 3) row[i] = i == n / 3 ? 2.5f : -INFINITY;
             if (mode == 4) row[i] = 1e-3f * u - 80.0f;   /* exponentials near the f32 range */
+            if (mode == 5) row[i] = floorf(8.0f * u) * 0.5f;   /* eight values: ties everywhere */
         }
         bt_logit_summary ls;
         bt_logit_summarize(row, n, K, 1024, &ls);
@@ -265,6 +266,17 @@ static void test_summary_fields(void)
             if (isfinite(row[i])) { double e = exp((double)row[i] - mx); z += e; ez += e * ((double)row[i] - mx); }
         double want = log(z) - ez / z;
         CHECK(fabs(ls.entropy - want) <= 1e-6 * fmax(1.0, fabs(want)));
+        /* and exactly the summary's own order: f32 exponentials, element i
+         * into chain i % 4 (the vectorized loop must not reorder it) */
+        double zc[4] = { 0 }, ezc[4] = { 0 };
+        for (int i = 0; i < n; i++) {
+            if (!isfinite(row[i])) continue;
+            float e = expf(row[i] - mx);
+            zc[i & 3] += e;
+            ezc[i & 3] += e * ((double)row[i] - mx);
+        }
+        double zs = (zc[0] + zc[1]) + (zc[2] + zc[3]), es = (ezc[0] + ezc[1]) + (ezc[2] + ezc[3]);
+        CHECK(ls.entropy == log(zs) - es / zs);
         /* top-k: the k largest finite values, descending, lower index first on ties */
         int taken[K], m = 0;
         for (; m < K; m++) {
@@ -279,7 +291,7 @@ static void test_summary_fields(void)
             taken[m] = best;
         }
         CHECK(ls.k == m);
-        for (int j = 0; j < m && j < ls.k; j++) CHECK(ls.topk_vals[j] == row[taken[j]]);
+        for (int j = 0; j < m && j < ls.k; j++) CHECK(ls.topk_vals[j] == row[taken[j]] && ls.topk_ids[j] == taken[j]);
     }
 }
 

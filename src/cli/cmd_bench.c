@@ -61,7 +61,10 @@ void cmd_bench_help(FILE *out)
         "                --llama-repack, --llama-kv-type or --llama-opt KEY=VAL (as\n"
         "                for run) say otherwise\n"
         "  --taps MODE   also prefill and decode with taps recorded into a temporary\n"
-        "                trace (all, layers, logits) and report taps-on / taps-off\n"
+        "                trace (all, layers, logits) and report taps-on / taps-off;\n"
+        "                the two alternate rep by rep, and the recorder's own time\n"
+        "                per decode step is split into statistics, tap rows, logits\n"
+        "                and token, and the step's commit\n"
         "  --no-state-taps\n"
         "                with --taps: leave a hybrid model's recurrent states\n"
         "                (ssm_state, ssm_conv_state) untapped; against a run without\n"
@@ -116,45 +119,96 @@ static int bench_step(bt_engine *e, bt_recorder *rec, const char *kind, const in
     return rc;
 }
 
-/* Prefill np tokens then greedily decode nd, reps times; medians out. With
- * depth > 0 each repetition first fills that many positions of context
- * (untimed, np tokens per forward), so both timings run at depth, as
- * llama-bench -d does. With a recorder each forward is a recorded step, as
- * in `run --trace`. */
-static int bench_reps(bt_engine *e, bt_recorder *rec, const int32_t *toks, const int32_t *dtoks, long depth, long np,
-                      long nd, long reps, bool quiet, const char *label, double *p_med, double *d_med)
+/* One repetition: with depth > 0 it first fills that many positions of
+ * context (untimed, np tokens per forward), so both timings run at depth, as
+ * llama-bench -d does; then the timed prompt of np tokens and nd decode
+ * steps. With a recorder each forward is a recorded step, as in `run
+ * --trace`, and *dec gets what recording cost during the decode steps. */
+static int bench_rep(bt_engine *e, bt_recorder *rec, const int32_t *toks, const int32_t *dtoks, long depth, long np,
+                     long nd, double *p, double *d, double *d_s, bt_recorder_costs *dec)
 {
-    double *pp = calloc((size_t)reps, sizeof(double)), *dd = calloc((size_t)reps, sizeof(double));
-    if (!pp || !dd) { free(pp); free(dd); return bt_error(BT_ENOMEM, "out of memory"); }
     int rc = BT_OK;
-    for (long r = 0; r < reps && rc == BT_OK; r++) {
-        int32_t id = toks[np - 1];
-        for (long pos = 0; pos < depth && rc == BT_OK; pos += np)
-            rc = bench_step(e, rec, "prefill", dtoks + pos, (int)BT_MIN(np, depth - pos), (int)pos, &id);
-        double t0 = bt_now(), t1 = t0;
-        for (long i = -1; i < nd && rc == BT_OK; i++) {
-            const int32_t *in = i < 0 ? toks : &id;
-            int n = i < 0 ? (int)np : 1, pos = (int)depth + (i < 0 ? 0 : (int)(np + i));
-            if ((rc = bench_step(e, rec, i < 0 ? "prefill" : "decode", in, n, pos, &id))) break;
-            if (i < 0) t1 = bt_now();
+    int32_t id = toks[np - 1];
+    for (long pos = 0; pos < depth && rc == BT_OK; pos += np)
+        rc = bench_step(e, rec, "prefill", dtoks + pos, (int)BT_MIN(np, depth - pos), (int)pos, &id);
+    bt_recorder_costs c0 = { 0 }, c1 = { 0 };
+    double t0 = bt_now(), t1 = t0;
+    for (long i = -1; i < nd && rc == BT_OK; i++) {
+        const int32_t *in = i < 0 ? toks : &id;
+        int n = i < 0 ? (int)np : 1, pos = (int)depth + (i < 0 ? 0 : (int)(np + i));
+        if ((rc = bench_step(e, rec, i < 0 ? "prefill" : "decode", in, n, pos, &id))) break;
+        if (i < 0) {
+            t1 = bt_now();
+            if (rec) bt_recorder_costs_get(rec, &c0);
         }
-        double t2 = bt_now();
-        pp[r] = bt_rate((double)np, t1 - t0);
-        dd[r] = bt_rate((double)nd, t2 - t1);
-        char ps[32], ds[32];
-        if (!quiet && rc == BT_OK) bt_log("  %s rep %ld: prompt %s, decode %s", label, r + 1,
-                                          bt_rate_fmt((double)np, t1 - t0, ps, sizeof(ps)), bt_rate_fmt((double)nd, t2 - t1, ds, sizeof(ds)));
     }
-    qsort(pp, (size_t)reps, sizeof(double), cmp_double);
-    qsort(dd, (size_t)reps, sizeof(double), cmp_double);
-    *p_med = pp[reps / 2];
-    *d_med = dd[reps / 2];
-    free(pp); free(dd);
+    double t2 = bt_now();
+    *p = bt_rate((double)np, t1 - t0);
+    *d = bt_rate((double)nd, t2 - t1);
+    *d_s += t2 - t1;
+    if (rec && dec) {
+        bt_recorder_costs_get(rec, &c1);
+        dec->steps += c1.steps - c0.steps;
+        dec->taps += c1.taps - c0.taps;
+        dec->stats_ns += c1.stats_ns - c0.stats_ns;
+        dec->rows_ns += c1.rows_ns - c0.rows_ns;
+        dec->logits_ns += c1.logits_ns - c0.logits_ns;
+        dec->commit_ns += c1.commit_ns - c0.commit_ns;
+    }
+    return rc;
+}
+
+/* A measured side: an engine, its recorder when taps are on, and its
+ * repetitions' rates. */
+typedef struct bench_side {
+    bt_engine *e;
+    bt_recorder *rec;
+    const char *label;
+    double *pp, *dd;
+    double p_med, d_med;
+    bt_recorder_costs dec;       /* recording's cost over the decode steps of every repetition */
+    double decode_s;             /* wall time of those decode steps */
+} bench_side;
+
+static double median(double *v, long n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return v[n / 2];
+}
+
+/* R rounds, each running every side once in turn (taps off, then taps on):
+ * a machine whose speed drifts slows both alike, so their ratio holds; each
+ * side's figure is the median of its repetitions. */
+static int bench_rounds(bench_side *sides, int n_sides, const int32_t *toks, const int32_t *dtoks, long depth, long np,
+                        long nd, long reps, bool quiet)
+{
+    int rc = BT_OK;
+    for (int k = 0; k < n_sides; k++) {
+        sides[k].pp = calloc((size_t)reps, sizeof(double));
+        sides[k].dd = calloc((size_t)reps, sizeof(double));
+        if (!sides[k].pp || !sides[k].dd) rc = bt_error(BT_ENOMEM, "out of memory");
+    }
+    for (long r = 0; r < reps && rc == BT_OK; r++)
+        for (int k = 0; k < n_sides && rc == BT_OK; k++) {
+            bench_side *sd = &sides[k];
+            rc = bench_rep(sd->e, sd->rec, toks, dtoks, depth, np, nd, &sd->pp[r], &sd->dd[r], &sd->decode_s, &sd->dec);
+            char ps[32], ds[32];
+            if (!quiet && rc == BT_OK) bt_log("  %s rep %ld: prompt %s, decode %s", sd->label, r + 1,
+                                              rate_s(sd->pp[r], "t/s", ps, sizeof(ps)), rate_s(sd->dd[r], "t/s", ds, sizeof(ds)));
+        }
+    for (int k = 0; k < n_sides; k++) {
+        if (rc == BT_OK) {
+            sides[k].p_med = median(sides[k].pp, reps);
+            sides[k].d_med = median(sides[k].dd, reps);
+        }
+        free(sides[k].pp); free(sides[k].dd);
+        sides[k].pp = sides[k].dd = NULL;
+    }
     return rc;
 }
 
 /* Greedy decode of a natural-text prompt, plain and speculative: random
- * token ids (bench_reps) would give a drafter nothing to predict. */
+ * token ids (bench_rep) would give a drafter nothing to predict. */
 static const char bench_text[] =
     "Once upon a time, in a small village at the edge of a forest, there lived a girl who loved "
     "to read. Every morning she walked to the library, picked a new book and read it under the "
@@ -235,35 +289,81 @@ static int draft_engine(const bt_model *m, bt_engine *e, long self, bool mtp, lo
     return rc;
 }
 
-/* Decode with taps recorded into a temporary trace, in a second session on
- * the same model (its own engine: the native one, or engine_new's). */
-static int bench_traced(const bt_session *ses, const bt_session_cfg *cfg, const bt_numerics *prof,
-                        int (*engine_new)(void *, const bt_model *, int, int, int, bt_engine **), void *engine_user,
-                        bool cupti, int taps, bool no_state, const int32_t *toks, long depth, long np, long nd, long reps,
-                        bool quiet, double *p_taps, double *d_taps)
+/* A second session on the same model (its own engine: the native one, or
+ * engine_new's) recording into a temporary trace in a private directory,
+ * so the trace is created exclusively (as every trace is) in a place nobody
+ * else can name; traced_close removes both. */
+typedef struct traced { bt_session *ses; char dir[32]; char path[64]; } traced;
+
+static int traced_open(const bt_session *ses, const bt_session_cfg *cfg, const bt_numerics *prof,
+                       int (*engine_new)(void *, const bt_model *, int, int, int, bt_engine **), void *engine_user,
+                       bool cupti, int taps, bool no_state, traced *t)
 {
-    /* A private directory, so the trace is created exclusively (as every
-     * trace is) in a place nobody else can name. */
-    char dir[] = "/tmp/bangtrace-bench-XXXXXX", path[sizeof dir + 16];
-    if (!mkdtemp(dir)) return bt_error(BT_EIO, "cannot create a temporary directory in /tmp: %s", strerror(errno));
-    snprintf(path, sizeof path, "%s/bench.db", dir);
-    bt_session *ts = NULL;
+    memset(t, 0, sizeof(*t));
+    snprintf(t->dir, sizeof(t->dir), "/tmp/bangtrace-bench-XXXXXX");
+    if (!mkdtemp(t->dir)) { t->dir[0] = 0; return bt_error(BT_EIO, "cannot create a temporary directory in /tmp: %s", strerror(errno)); }
+    snprintf(t->path, sizeof(t->path), "%s/bench.db", t->dir);
     bt_session_cfg tcfg = { .share = ses, .ctx = cfg->ctx, .max_batch = cfg->max_batch, .threads = cfg->threads,
                             .device = engine_new ? NULL : cfg->device, .cuda_graphs = engine_new ? false : cfg->cuda_graphs,
                             .cupti = cupti,
-                            .trace = path, .taps = taps, .layer_lo = -1, .layer_hi = -1, .no_state_taps = no_state,
-                            .numerics = prof,
+                            .trace = t->path, .taps = taps, .layer_lo = -1, .layer_hi = -1, .no_state_taps = no_state,
+                            .numerics = prof, .account = true,
                             .rule = { .kind = BT_ARGMAX_FIRST }, .engine_new = engine_new, .engine_user = engine_user };
-    int rc = bt_session_new(&tcfg, &ts);
-    if (rc == BT_OK) rc = bench_reps(bt_session_engine(ts), bt_session_recorder(ts), toks + depth, toks, depth, np, nd, reps, quiet,
-                                     engine_new ? "llama.cpp taps on" : "taps on", p_taps, d_taps);
-    bt_session_close(ts, BT_TRACE_STATUS_OK);
-    unlink(path);
-    char side[sizeof path + 8];
-    snprintf(side, sizeof(side), "%s-wal", path); unlink(side);
-    snprintf(side, sizeof(side), "%s-shm", path); unlink(side);
-    rmdir(dir);
-    return rc;
+    return bt_session_new(&tcfg, &t->ses);
+}
+
+static void traced_close(traced *t)
+{
+    bt_session_close(t->ses, BT_TRACE_STATUS_OK);
+    t->ses = NULL;
+    if (!t->dir[0]) return;
+    unlink(t->path);
+    char side[sizeof t->path + 8];
+    snprintf(side, sizeof(side), "%s-wal", t->path); unlink(side);
+    snprintf(side, sizeof(side), "%s-shm", t->path); unlink(side);
+    rmdir(t->dir);
+    t->dir[0] = 0;
+}
+
+/* One untimed prefill and decode step first, as llama-bench warms up: the
+ * first touch of the weights' mapping and of the KV cache would otherwise
+ * be timed as prefill (a quarter of an f32 prompt). */
+static int bench_warm(bt_engine *e, bt_recorder *rec, const int32_t *toks, long np)
+{
+    int32_t wid = toks[0];
+    int rc = bench_step(e, rec, "prefill", toks, (int)np, 0, &wid);
+    return rc ? rc : bench_step(e, rec, "decode", &wid, 1, (int)np, &wid);
+}
+
+/* What recording cost per decode step, timed by the recorder itself
+ * (bt_recorder_costs): microseconds, and the share of the step. */
+static void costs_per_step(const bench_side *sd, double us[5], double *step_us, double *taps)
+{
+    const bt_recorder_costs *c = &sd->dec;
+    double n = c->steps > 0 ? (double)c->steps : NAN;
+    us[0] = c->stats_ns / 1e3 / n; us[1] = c->rows_ns / 1e3 / n; us[2] = c->logits_ns / 1e3 / n; us[3] = c->commit_ns / 1e3 / n;
+    us[4] = us[0] + us[1] + us[2] + us[3];
+    *step_us = sd->decode_s > 0 ? sd->decode_s * 1e6 / n : NAN;
+    *taps = c->taps / n;
+}
+
+static json_t *costs_json(const bench_side *sd)
+{
+    double us[5], step, taps;
+    costs_per_step(sd, us, &step, &taps);
+    if (isnan(step) || isnan(us[4])) return json_null();
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "taps", taps, "statistics_us", us[0], "rows_us", us[1],
+                     "logits_us", us[2], "commit_us", us[3], "total_us", us[4], "step_us", step);
+}
+
+static void print_costs(const bench_side *sd)
+{
+    double us[5], step, taps;
+    costs_per_step(sd, us, &step, &taps);
+    if (isnan(step) || isnan(us[4])) return;
+    printf("recording         per decode step %.0f us of %.0f us (%.1f%%): statistics of %.0f taps %.0f us, "
+           "tap rows %.0f us, logits and token %.0f us, commit %.0f us\n",
+           us[4], step, 100 * us[4] / step, taps, us[0], us[1], us[2], us[3]);
 }
 
 typedef struct lc_user { const char *model; const bt_llama_settings *llama; } lc_user;
@@ -411,31 +511,45 @@ int cmd_bench(int argc, char **argv)
         if (!o.json) bt_log("bench: llama-bench (%s)", bt_llamacpp_dir());
         if (bt_llamacpp_bench_run(o.g.model, (int)o.g.threads, (int)o.depth, (int)o.np, (int)o.nd, (int)o.reps, &o.g.llama, &lb_p, &lb_d)) goto fail;
     }
-    /* One untimed prefill and decode step first, as llama-bench warms up:
-     * the first touch of the weights' mapping and of the KV cache would
-     * otherwise be timed as prefill (a quarter of an f32 prompt). */
-    {
-        int32_t wid = toks[o.depth];
-        if (bench_step(e, NULL, "prefill", toks + o.depth, (int)o.np, 0, &wid) ||
-            bench_step(e, NULL, "decode", &wid, 1, (int)o.np, &wid)) goto fail;
+    /* taps off and taps on alternate, round by round (bench_rounds) */
+    traced tr = { 0 };
+    bench_side sides[2] = { { .e = e, .label = "taps off" }, { .label = "taps on" } };
+    int n_sides = 1;
+    if (o.taps != BT_TAPS_NONE) {
+        if (traced_open(ses, &cfg, prof, NULL, NULL, o.cupti, o.taps, o.no_state, &tr)) { traced_close(&tr); goto fail; }
+        sides[1].e = bt_session_engine(tr.ses);
+        sides[1].rec = bt_session_recorder(tr.ses);
+        n_sides = 2;
     }
-    if (bench_reps(e, NULL, toks + o.depth, toks, o.depth, o.np, o.nd, o.reps, o.json, "taps off", &p_med, &d_med)) goto fail;
-    if (o.taps != BT_TAPS_NONE &&
-        bench_traced(ses, &cfg, prof, NULL, NULL, o.cupti, o.taps, o.no_state, toks, o.depth, o.np, o.nd, o.reps, o.json,
-                     &p_taps, &d_taps)) goto fail;
+    int brc = BT_OK;
+    for (int k = 0; k < n_sides && brc == BT_OK; k++) brc = bench_warm(sides[k].e, sides[k].rec, toks + o.depth, o.np);
+    if (brc == BT_OK) brc = bench_rounds(sides, n_sides, toks + o.depth, toks, o.depth, o.np, o.nd, o.reps, o.json);
+    traced_close(&tr);
+    if (brc) goto fail;
+    p_med = sides[0].p_med; d_med = sides[0].d_med;
+    if (n_sides > 1) { p_taps = sides[1].p_med; d_taps = sides[1].d_med; }
     if (o.against) {
-        /* llama.cpp's engine behind bangtrace (run --engine llama.cpp), taps off then on */
+        /* llama.cpp's engine behind bangtrace (run --engine llama.cpp), taps off and on alternating */
         bt_session *ls = NULL;
+        traced ltr = { 0 };
         bt_session_cfg lcfg = { .share = ses, .ctx = cfg.ctx, .max_batch = cfg.max_batch, .threads = cfg.threads,
                                 .engine_new = llamacpp_engine, .engine_user = &lcu, .llama = o.g.llama };
-        int rc = bt_session_new(&lcfg, &ls);
-        if (rc == BT_OK) rc = bench_reps(bt_session_engine(ls), NULL, toks + o.depth, toks, o.depth, o.np, o.nd, o.reps, o.json,
-                                         "llama.cpp taps off", &lc_p, &lc_d);
+        bench_side ls2[2] = { { .label = "llama.cpp taps off" }, { .label = "llama.cpp taps on" } };
+        int rc = bt_session_new(&lcfg, &ls), nl = 1;
+        if (rc == BT_OK) ls2[0].e = bt_session_engine(ls);
+        if (rc == BT_OK && o.taps != BT_TAPS_NONE &&
+            (rc = traced_open(ses, &cfg, NULL, llamacpp_engine, &lcu, false, o.taps, o.no_state, &ltr)) == BT_OK) {
+            ls2[1].e = bt_session_engine(ltr.ses);
+            ls2[1].rec = bt_session_recorder(ltr.ses);
+            nl = 2;
+        }
+        for (int k = 0; k < nl && rc == BT_OK; k++) rc = bench_warm(ls2[k].e, ls2[k].rec, toks + o.depth, o.np);
+        if (rc == BT_OK) rc = bench_rounds(ls2, nl, toks + o.depth, toks, o.depth, o.np, o.nd, o.reps, o.json);
+        traced_close(&ltr);
         bt_session_close(ls, NULL);
         if (rc) goto fail;
-        if (o.taps != BT_TAPS_NONE &&
-            bench_traced(ses, &cfg, NULL, llamacpp_engine, &lcu, false, o.taps, o.no_state, toks, o.depth, o.np, o.nd, o.reps,
-                         o.json, &lc_ptaps, &lc_taps)) goto fail;
+        lc_p = ls2[0].p_med; lc_d = ls2[0].d_med;
+        if (nl > 1) { lc_ptaps = ls2[1].p_med; lc_taps = ls2[1].d_med; }
     }
     double sp_plain = 0, sp_spec = 0, sp_accept = 0;
     int kind = o.draft_self ? BT_DRAFT_SELF : o.draft_mtp ? BT_DRAFT_MTP : BT_DRAFT_NGRAM;
@@ -457,6 +571,7 @@ int cmd_bench(int argc, char **argv)
                               "text_decode_tokens_per_s_spec", rate_json(sp_spec), "spec_acceptance", sp_accept);
         if (j) json_object_set_new(j, "prompt_tokens_per_s_taps", rate_json(p_taps));
         if (j) json_object_set_new(j, "state_taps", json_boolean(o.taps == BT_TAPS_ALL && !o.no_state));
+        if (j && n_sides > 1) json_object_set_new(j, "recording_per_decode_step", costs_json(&sides[1]));
         if (j) json_object_set_new(j, "numerics", json_string(prof_s));
         if (j) json_object_set_new(j, "device", json_string(bt_backend_name(bt_engine_backend(e))));
         if (j) json_object_set_new(j, "cuda_graphs", json_boolean(o.graphs));
@@ -464,11 +579,12 @@ int cmd_bench(int argc, char **argv)
         /* the speculative bench's drafter (run's trace meta names it alike), null without --spec-k */
         if (j) json_object_set_new(j, "drafter", o.spec_k ? json_string(drafter) : json_null());
         if (j && o.against) {
-            json_t *a = json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "engine", "llama.cpp",
+            json_t *a = json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "engine", "llama.cpp",
                                   "version", bt_llamacpp_version(),
                                   "llama_bench_prompt_tokens_per_s", rate_json(lb_p), "llama_bench_decode_tokens_per_s", rate_json(lb_d),
                                   "engine_prompt_tokens_per_s", rate_json(lc_p), "engine_decode_tokens_per_s", rate_json(lc_d),
                                   "engine_decode_tokens_per_s_taps", rate_json(lc_taps),
+                                  "engine_prompt_tokens_per_s_taps", rate_json(lc_ptaps),
                                   "ratio_prompt", rate_json(ratio(p_med, lb_p)), "ratio_decode", rate_json(ratio(d_med, lb_d)));
             json_object_set_new(j, "against", a ? a : json_null());
         }
@@ -492,6 +608,7 @@ int cmd_bench(int argc, char **argv)
                    p_med > 0 ? p_taps / p_med : NAN, o.no_state ? ", states untapped" : "");
             printf("decode, taps %-4s %s (%.2fx of taps off)%s\n", bt_taps_mode_name(o.taps), rate_s(d_taps, "tokens/s", r1, sizeof(r1)),
                    d_med > 0 ? d_taps / d_med : NAN, o.no_state ? ", states untapped" : "");
+            print_costs(&sides[1]);
         }
         if (o.spec_k)
             printf("text decode       %s plain, %s with speculation (k=%ld, drafter %s): %.2fx, acceptance %.0f%%\n",

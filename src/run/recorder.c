@@ -76,6 +76,7 @@ struct bt_recorder {
     } *pend;
     int n_pend, pend_step, pend_cap;
     int *merged;                /* (n_slots) flush: the pending a slot's observations merge into */
+    bt_recorder_costs costs;    /* cfg.account */
 };
 
 static const char *const taps_names[] = { "all", "layers", "logits", "none" };
@@ -161,7 +162,7 @@ static bool observe_taps(void *user, const bt_tensor_view *t);
  * op. A compiler's clone (name.constprop.0, name.isra.0) counts as name. */
 static bool own_frame(const char *line, size_t n)
 {
-    static const char *const own[] = { "observe_taps", "cb_observe", "record_tap", "cb_flush", "own_backtrace",
+    static const char *const own[] = { "observe_taps", "cb_observe", "record_tap", "cb_flush", "flush_taps", "own_backtrace",
                                        "tap", "tap_expert", "bt_engine_tap_deliver" };
     const char *sym = memchr(line, ' ', n);                 /* "#N 0xPC symbol+0xOFF (module)" */
     sym = sym ? memchr(sym + 1, ' ', n - (size_t)(sym + 1 - line)) : NULL;
@@ -211,6 +212,13 @@ __attribute__((noinline)) static void own_backtrace(char *buf, size_t cap)
 static bool cb_observe(void *user, const bt_tensor_view *t)
 {
     bt_recorder *r = user;
+    if (r->cfg.account) {
+        int64_t t0 = now_ns();
+        bool go_on = observe_taps(user, t);
+        r->costs.stats_ns += now_ns() - t0;
+        r->costs.taps++;
+        return go_on;
+    }
     if (!r->cfg.timing) return observe_taps(user, t);
     int64_t t_in = now_ns();
     bool go_on = observe_taps(user, t);
@@ -255,8 +263,10 @@ static bool observe_taps(void *user, const bt_tensor_view *t)
     p->pos0 = t->pos0;
     p->by = by; p->inj_by = r->inj_by; p->inj_step = r->inj_step;
     /* a foreign engine names its kernel in the view (which lives only now) */
-    snprintf(p->kernel, sizeof(p->kernel), "%s", t->kernel ? t->kernel : "");
-    memcpy(p->inj_tensor, r->inj_tensor, sizeof(p->inj_tensor));
+    if (t->kernel && t->kernel[0]) snprintf(p->kernel, sizeof(p->kernel), "%s", t->kernel);
+    else p->kernel[0] = 0;
+    if (r->inj_by) memcpy(p->inj_tensor, r->inj_tensor, sizeof(p->inj_tensor));
+    else p->inj_tensor[0] = 0;
     int rc = bt_tensor_stats(t, &p->s);
     if (rc && r->status == BT_OK) r->status = rc;
     /* the stack now is the op's (the engine handing its tensor over), not
@@ -353,9 +363,19 @@ static int drain_kernels(bt_recorder *r)
     return rc;
 }
 
+static void flush_taps(bt_recorder *r, int step);
+
 static bool cb_flush(void *user, int step)
 {
     bt_recorder *r = user;
+    int64_t t0 = r->cfg.account ? now_ns() : 0;
+    flush_taps(r, step);
+    if (r->cfg.account) r->costs.rows_ns += now_ns() - t0;
+    return true;
+}
+
+static void flush_taps(bt_recorder *r, int step)
+{
     if (step == r->pend_step) {
         /* an expert's rows: its first non-finite position is a token's */
         for (int i = 0; i < r->n_pend; i++) {
@@ -378,7 +398,6 @@ static bool cb_flush(void *user, int step)
         int rc = drain_kernels(r);
         if (rc && r->status == BT_OK) r->status = rc;
     }
-    return true;
 }
 
 static void cb_routes(void *user, int step, int layer, int pos0, int T, int k, const int *experts,
@@ -591,8 +610,11 @@ static int bt_recorder_token(bt_recorder *r, int pos, int32_t id, const char *ro
 
 int bt_recorder_step_sampled(bt_recorder *r, const float *row, int row_pos, int32_t chosen, float logprob)
 {
+    int64_t t0 = r->cfg.account ? now_ns() : 0;
     int rc = bt_recorder_snapshot(r, row, row_pos, chosen);
-    return rc ? rc : bt_recorder_token(r, row_pos + 1, chosen, "gen", logprob);
+    if (!rc) rc = bt_recorder_token(r, row_pos + 1, chosen, "gen", logprob);
+    if (r->cfg.account) r->costs.logits_ns += now_ns() - t0;
+    return rc;
 }
 
 static int bt_recorder_spec_step(bt_recorder *r, int step, const char *drafter, int k, int accepted,
@@ -619,8 +641,14 @@ int bt_recorder_step_end(bt_recorder *r, double ms)
     r->in_step = false;
     if (r->status) return r->status;
     if (!r->cfg.trace) return BT_OK;
-    return bt_trace_step_end(r->cfg.trace, ms);
+    int64_t t0 = r->cfg.account ? now_ns() : 0;
+    int rc = bt_trace_step_end(r->cfg.trace, ms);
+    if (r->cfg.account) { r->costs.commit_ns += now_ns() - t0; r->costs.steps++; }
+    return rc;
 }
+
+void bt_recorder_costs_get(const bt_recorder *r, bt_recorder_costs *out) { *out = r->costs; }
+void bt_recorder_costs_reset(bt_recorder *r) { memset(&r->costs, 0, sizeof(r->costs)); }
 
 int bt_recorder_finish(bt_recorder *r, const char *finish_reason)
 {

@@ -40,6 +40,8 @@ typedef struct bt_recorder_cfg {
                                    * or the step's start, so it needs every op tapped */
     bool kernels;                 /* run --cupti: after each forward, drain the backend's
                                    * device activity records into the kernels table */
+    bool account;                 /* bench --taps: time the recorder's own parts
+                                   * (bt_recorder_costs); two clock reads per tap */
     /* Told every event the recorder records (trace or not): serve puts
      * them in its answer. May be NULL. */
     void (*on_event)(void *user, int step, int pos, const char *kind, const char *detail);
@@ -73,6 +75,18 @@ int bt_recorder_inject_unfired(bt_recorder *r, int *n);
  * i is out of range. */
 int bt_recorder_n_slots(const bt_recorder *r);
 bool bt_recorder_slot(const bt_recorder *r, int i, int *op, int *layer);
+/* What recording cost, with cfg.account: wall time of the recorder's parts
+ * summed over the steps so far, in nanoseconds. Zero without account. */
+typedef struct bt_recorder_costs {
+    long steps;                   /* steps ended */
+    int64_t stats_ns;             /* observe: injection and the statistics pass (every tap) */
+    int64_t rows_ns;              /* flush: tap rows packed into the step's blob, events */
+    int64_t logits_ns;            /* after sampling: logit summary, snapshot, token, detectors */
+    int64_t commit_ns;            /* step end: the step's rows written and committed */
+    long taps;                    /* tensors observed */
+} bt_recorder_costs;
+void bt_recorder_costs_get(const bt_recorder *r, bt_recorder_costs *out);
+void bt_recorder_costs_reset(bt_recorder *r);
 /* First error the callback hit (it cannot return one through the engine). */
 int bt_recorder_status(const bt_recorder *r);
 /* Events recorded so far (for the run summary). */

@@ -187,7 +187,8 @@ int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
                                    .layer_lo = cfg->layer_lo, .layer_hi = cfg->layer_hi, .no_state = cfg->no_state_taps,
                                    .logits_full = cfg->logits_full,
                                    .topk = cfg->topk ? cfg->topk : 20, .rule = cfg->rule, .model_role = "target",
-                                   .timing = cfg->timing, .kernels = cfg->cupti && s->trace };
+                                   .timing = cfg->timing, .kernels = cfg->cupti && s->trace,
+                                   .account = cfg->account };
         if ((rc = bt_recorder_new(&rc_cfg, s->e, &s->rec))) return rc;
         bt_recorder_observer(s->rec, &s->obs);
         if (cfg->prompt && (rc = bt_recorder_prompt(s->rec, cfg->prompt, cfg->n_prompt))) return rc;

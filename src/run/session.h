@@ -120,6 +120,7 @@ typedef struct bt_session_cfg {
     int topk;                       /* top-k in logit snapshots; 0: 20 */
     bt_argmax_rule rule;
     bool timing;                    /* per-op durations into the trace (run --timing) */
+    bool account;                   /* the recorder times its own parts (bench --taps) */
     /* Called once the trace exists, before the recorders register their
      * tensors: the caller's meta rows (argv, sampling, request, ...). */
     int (*meta)(void *user, bt_trace *t, const bt_session *s);
