@@ -107,6 +107,8 @@ mtp_lossless() {
 
 # greedy_equal_llamacpp MODEL: run and run --engine llama.cpp (its defaults)
 # on three prompts, 24 tokens each, one thread; the ids must be equal.
+# field FILE EXPR: EXPR (Python, over the JSON in FILE as j), printed.
+field() { "${PYTHON3:-python3}" -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"; }
 # json_ids FILE: a `run --json` answer's prompt and completion ids, one line.
 json_ids() { "${PYTHON3:-python3}" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join(map(str, d["prompt_ids"] + d["completion_ids"])))' "$1"; }
 greedy_equal_llamacpp() {

@@ -76,6 +76,28 @@ expect_exit 1 "triton-block on NaN logits exits 1" "$BANGTRACE" run $L2C --promp
 expect_exit 0 "first rule on NaN logits: wall of token 0" "$BANGTRACE" run $L2C --prompt "Once" -n 20 --inject "nan@op=logits,count=512" --trace "$TMP/w.db"
 [ "$(q "$TMP/w.db" "select count(*) from v_events where kind = 'token_wall'")" = 1 ] && ok "token_wall event" || fail "wall event: $(q "$TMP/w.db" 'select kind from v_events')"
 
+# Taps add no work: a prefill computes only the logit row it samples from,
+# taps on or off, so its logits slot holds no statistics while a decode
+# step's does; the sampled row is in the logits table; the replay compares
+# what both computed; an injection at step 0 still reaches that row.
+expect_exit 0 "traced run, multi-token prompt" "$BANGTRACE" run $L2C --prompt "Once upon a time there" -n 3 --trace "$TMP/p.db"
+[ "$(q "$TMP/p.db" "select n_pos > 1 from steps where step = 0")" = 1 ] && ok "the prefill computes several positions" || fail "steps: $(q "$TMP/p.db" 'select * from steps')"
+[ "$(q "$TMP/p.db" "select count(*) from v_taps where op = 'logits' and step = 0 and min is null and max is null and mean is null and rms is null")" = 1 ] \
+    && ok "a prefill's logits slot is unrecorded" || fail "prefill logits tap: $(q "$TMP/p.db" "select * from v_taps where op = 'logits'")"
+[ "$(q "$TMP/p.db" "select count(*) from v_taps where op = 'logits' and step >= 1 and rms > 0")" = 2 ] \
+    && ok "every decode step's logits are tapped" || fail "decode logits taps: $(q "$TMP/p.db" "select * from v_taps where op = 'logits'")"
+[ "$(q "$TMP/p.db" "select count(*) from v_taps where op = 'output_norm' and step = 0 and rms > 0")" = 1 ] \
+    && ok "the prefill's other tensors are tapped" || fail "prefill output_norm tap"
+[ "$(q "$TMP/p.db" "select count(*) from logits where step = 0 and pos = (select pos0 + n_pos - 1 from steps where step = 0)")" = 1 ] \
+    && ok "the prefill's sampled row is in the logits table" || fail "prefill snapshot: $(q "$TMP/p.db" 'select step, pos from logits')"
+expect_exit 0 "bisect --reference on it" "$BANGTRACE" bisect "$TMP/p.db" --reference --json
+[ "$(field "$TMP/out" 'j["reference"]["divergence"] is None and j["reference"]["max_rel_diff"] == 0 and j["reference"]["steps_compared"] == 3')" = True ] \
+    && ok "its replay matches exactly" || fail "replay: $(head -c 600 "$TMP/out")"
+expect_exit 0 "NaN into the prefill's logits" "$BANGTRACE" run $L2C --prompt "Once upon a time there" -n 2 --inject "nan@op=logits,step=0,count=512" --trace "$TMP/pn.db" --json
+[ "$(field "$TMP/out" 'j["completion_ids"][0]')" = 0 ] && ok "the injected prefill row is the one sampled (the first rule's id 0)" \
+    || fail "prefill injection: $(head -c 400 "$TMP/out")"
+[ "$(q "$TMP/pn.db" "select nan from logits where step = 0")" = 512 ] && ok "the snapshot counts its 512 NaN" || fail "snapshot: $(q "$TMP/pn.db" 'select * from logits where step = 0')"
+
 # SmolLM2: clean chat runs record no events.
 if [ -f "$SMOL" ]; then
     for c in "What is the capital of France?" "Write a haiku about the sea." "List three primary colors."; do

@@ -14,10 +14,15 @@
 # Per type and depth it prints prompt and decode tokens/s of
 #   native        bangtrace bench (-d DEPTH), taps off and taps all recorded
 #   llama-bench   llama-bench -d DEPTH (no taps)
+#   ik_llama      ik_llama.cpp's llama-bench with its defaults, and with
+#   ik -rtr 1     -rtr 1 (run-time repacking), when a build is present
+#                 (tools/ik-llama-cpp SRC, or IK_LLAMA_BENCH=path); depth 0
+#                 only, its llama-bench has no -d
 #   llama.cpp+bt  bangtrace run --engine llama.cpp, taps off / all (depth 0
 #                 only; BENCH_ADAPTER=0 skips it)
 # and the ratios native / llama-bench: prompt, decode taps off, and decode
-# with taps all against llama-bench's taps-off decode (the issue's goal).
+# with taps all against llama-bench's taps-off decode; with ik, the same
+# against the better of ik's two figures (issue 30's goal).
 # The header gives the machine's memory bandwidth: bangtrace's read probe
 # on the same threads and a STREAM-like triad (a = b + s*c, numpy).
 #
@@ -47,6 +52,7 @@ cache=${BT_CACHE:-$HOME/.cache/bangtrace}/models
 . "$here/bench-lib.sh"
 bench_llama_cpp bench-compare
 got=$lc_version
+bench_ik bench-compare
 src=$("$here/fetch-model") || { echo "bench-compare: the default model is not available" >&2; exit 1; }
 f32=$cache/smollm2-135m-f32.gguf
 [ -f "$f32" ] || python3 "$here/requant.py" "$src" "$f32" f32 >/dev/null
@@ -74,6 +80,8 @@ for _ in range(4):
     best=max(best, 4*8*n/dt/1e9)   # multiply: read c, write a; add: read a, b, write a
 print("%.1f" % best)' 2>/dev/null || echo n/a)
 echo "bench-compare: $threads threads, prompt $P, decode $N, depths $depths, median of $rounds alternating rounds; llama.cpp $got"
+if [ -n "$ik" ]; then echo "ik_llama.cpp: $ik (its defaults, and -rtr 1; depth 0 only)"
+else echo "ik_llama.cpp: none (tools/ik-llama-cpp SRC builds it, or IK_LLAMA_BENCH names one)"; fi
 echo "memory bandwidth: triad (numpy, 1 thread) $triad GB/s; bangtrace read probe, $threads threads: see 'read bw' per type"
 printf '%-7s %5s %-12s %9s %9s %9s   %s\n' type depth engine "prompt/s" "decode/s" "taps/s" "read bw"
 for t in $types; do
@@ -81,7 +89,7 @@ for t in $types; do
     for d in $depths; do
         # rounds alternate the two tools, so a slow spell of the machine
         # (shared hosts vary by tens of percent over seconds) falls on both
-        npp= ntg= ntap= lpp= ltg= bw=
+        npp= ntg= ntap= lpp= ltg= bw= ipp= itg= rpp= rtg=
         r=0
         while [ "$r" -lt "$rounds" ]; do
             r=$((r + 1))
@@ -89,12 +97,21 @@ for t in $types; do
                 echo "bench-compare: $t depth $d: bangtrace bench failed: $(tail -1 "$tmp/bt.err")" >&2
             set -- $(lbench "$m" "$d")
             lpp="$lpp $1" ltg="$ltg $2"
+            if [ -n "$ik" ] && [ "$d" = 0 ]; then
+                set -- $(ikbench "$m" 0); ipp="$ipp $1" itg="$itg $2"
+                set -- $(ikbench "$m" 1); rpp="$rpp $1" rtg="$rtg $2"
+            fi
             npp="$npp $(jget "$tmp/bt.json" prompt_tokens_per_s)" ntg="$ntg $(jget "$tmp/bt.json" decode_tokens_per_s)"
             ntap="$ntap $(jget "$tmp/bt.json" decode_tokens_per_s_taps)" bw="$bw $(jget "$tmp/bt.json" measured_bandwidth_gbs)"
         done
         npp=$(med $npp) ntg=$(med $ntg) ntap=$(med $ntap) bw=$(med $bw) lpp=$(med $lpp) ltg=$(med $ltg)
+        ipp=$(med $ipp) itg=$(med $itg) rpp=$(med $rpp) rtg=$(med $rtg)
         printf '%-7s %5s %-12s %9s %9s %9s   %s GB/s\n' "$t" "$d" native "$npp" "$ntg" "$ntap" "$bw"
         printf '%-7s %5s %-12s %9s %9s %9s\n' "" "" llama-bench "$lpp" "$ltg" -
+        if [ -n "$ik" ] && [ "$d" = 0 ]; then
+            printf '%-7s %5s %-12s %9s %9s %9s\n' "" "" ik_llama "$ipp" "$itg" -
+            printf '%-7s %5s %-12s %9s %9s %9s\n' "" "" "ik -rtr 1" "$rpp" "$rtg" -
+        fi
         if [ "$adapter" != 0 ] && [ "$d" = 0 ]; then
             prompt=$(python3 -c "print(' '.join(['the quick brown fox jumps over the lazy dog.']*max(1,$P//10)))")
             "$B" run --engine llama.cpp --model "$m" --threads "$threads" --prompt "$prompt" -n "$N" --ignore-eos --json >"$tmp/r0.json" 2>/dev/null || true
@@ -106,5 +123,10 @@ for t in $types; do
         fi
         printf '%-7s %5s %-12s %9s %9s %9s   (taps all / llama-bench decode)\n' "" "" "native/llama" \
             "$(ratio "$npp" "$lpp")" "$(ratio "$ntg" "$ltg")" "$(ratio "$ntap" "$ltg")"
+        if [ -n "$ik" ] && [ "$d" = 0 ]; then
+            # against ik's better figure of the two (its defaults, -rtr 1)
+            printf '%-7s %5s %-12s %9s %9s %9s   (taps all / ik decode, the better of its two)\n' "" "" "native/ik" \
+                "$(ratio "$npp" "$(best "$ipp" "$rpp")")" "$(ratio "$ntg" "$(best "$itg" "$rtg")")" "$(ratio "$ntap" "$(best "$itg" "$rtg")")"
+        fi
     done
 done

@@ -46,3 +46,26 @@ bench_quantize() {  # f32 out type [flags...]
         mv "$_o.tmp" "$_o" || { rm -f "$_o.tmp"; echo "llama-quantize $_t failed ($(tail -1 "$tmp/q.log"))" >&2; return 1; }
     echo made
 }
+# ik_llama.cpp's llama-bench (tools/ik-llama-cpp builds it from a checkout),
+# when present: IK_LLAMA_BENCH, else the newest build in the cache; sets ik
+# (empty when there is none). NAME as for bench_llama_cpp.
+bench_ik() {  # NAME
+    ik=${IK_LLAMA_BENCH:-}
+    [ -n "$ik" ] || ik=$(ls -t "${BT_CACHE:-$HOME/.cache/bangtrace}"/ik_llama.cpp/*/bin/llama-bench 2>/dev/null | head -n1 || true)
+    [ -z "$ik" ] || [ -x "$ik" ] || { echo "$1: IK_LLAMA_BENCH=$ik is not an executable" >&2; exit 2; }
+}
+# ik's llama-bench with its own defaults but for threads, -p, -n and one
+# repetition, with -rtr RTR (0: its default; 1: its run-time repacking):
+# "pp tg", "n/a n/a" on failure. Depth 0 only (its llama-bench has no -d).
+ikbench() {  # model rtr
+    "$ik" -m "$1" -t "$threads" -p "$P" -n "$N" -r 1 -rtr "$2" -o json >"$tmp/ik.json" 2>"$tmp/ik.err" || { echo "n/a n/a"; return; }
+    python3 -c 'import json,sys
+rows=json.load(open(sys.argv[1]))
+pp=[r["avg_ts"] for r in rows if r.get("n_prompt",0)>0 and r.get("n_gen",0)==0]
+tg=[r["avg_ts"] for r in rows if r.get("n_gen",0)>0 and r.get("n_prompt",0)==0]
+print("%.1f %.1f" % (pp[0] if pp else float("nan"), tg[0] if tg else float("nan")))' "$tmp/ik.json" 2>/dev/null || echo "n/a n/a"
+}
+# the larger of two figures ("n/a" ignored)
+best() { python3 -c 'import sys
+v=[float(a) for a in sys.argv[1:] if a not in ("n/a","nan")]
+print("%.1f" % max(v) if v else "n/a")' "$@"; }

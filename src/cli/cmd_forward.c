@@ -183,6 +183,7 @@ int cmd_forward(int argc, char **argv)
     dump_ctx d = { .dir = dir, .force = force, .tensors = json_object(), .positions = json_object(), .in = { { "--model", model }, { "--tokenizer", tokenizer } } };
     bt_eval_cb cb = { .ask = dump_ask, .observe = dump_observe, .user = &d };
     bt_engine_set_eval_cb(e, &cb);
+    bt_engine_set_logits_all(e, true);   /* a dump holds every position's logits */
     int rc = bt_engine_forward(e, ids, (int)n, 0);
     if (rc == BT_OK && !d.err && mtp) {
         /* the block over the same ids: id t with the trunk's hidden row t - 1 */
@@ -195,6 +196,7 @@ int cmd_forward(int argc, char **argv)
         if (rc == BT_OK) {
             d.mtp = true;
             bt_engine_set_eval_cb(me, &cb);
+            bt_engine_set_logits_all(me, true);
             rc = bt_engine_set_mtp_hidden(me, h);
         }
         if (rc == BT_OK) rc = bt_engine_forward(me, ids, (int)n, 0);

@@ -991,7 +991,7 @@ static bool tap(bt_engine *e, int op, int layer, bt_buf *buf, int width)
         size_t off = (size_t)row0 * width;
         bt_tensor h = { .be = e->be, .buf = buf, .off = off };
         bt_tensor_view t = { .op = op, .layer = layer, .step = e->step, .pos0 = pos0, .rows = rows, .width = width,
-                             .data = host ? host + off : NULL, .tensor = &h };
+                             .data = host ? host + off : NULL, .tensor = &h, .partial = rows != q->T };
         e->tap_seq = s;
         if (!e->cb.observe(e->cb.user, &t)) return false;
     }
@@ -1647,14 +1647,16 @@ static int forward_run(bt_engine *e, int T)
     OP(norm(e, (size_t)2 * c->n_layers * dim, T));
     TAP(BT_OP_OUTPUT_NORM, -1, e->xb, dim);
 
-    /* Logits for every row of a sequence that asks for them or when a tap
-     * wants them; else its last row. Several sequences: their rows
-     * gathered first, so the head's weights are read once. */
+    /* Logits for every row of a sequence that asks for them (a verify,
+     * perplexity); else its last row, taps on or off: a tap observes what
+     * the forward computes and never adds work (a prefill's logits are
+     * then a partial view, bt_tensor_view.partial). Several sequences:
+     * their rows gathered first, so the head's weights are read once. */
     bool want_l = e->has_cb && *want_at(e, BT_OP_LOGITS, -1);
     int rows = 0;
     for (int s = 0; s < e->n_run; s++) {
         seq_run *sq = &e->run[s];
-        sq->lrows = sq->all || want_l ? sq->T : 1;
+        sq->lrows = sq->all ? sq->T : 1;
         sq->lrow0 = rows;
         rows += sq->lrows;
     }
@@ -1673,7 +1675,8 @@ static int forward_run(bt_engine *e, int T)
     e->last_rows = e->n_run == 1 ? T : 0;
     e->logit_rows = rows;
     OP(num_store(e, e->logits_b, (size_t)rows * c->n_vocab));
-    if (want_l) TAP(BT_OP_LOGITS, -1, e->logits_b, c->n_vocab);
+    /* the rows computed (stored above), not T of them as TAP would round */
+    if (want_l && !tap(e, BT_OP_LOGITS, -1, e->logits_b, c->n_vocab)) { e->step++; return BT_EINVAL; }
     /* The sampler reads the host copy; on a device this read is also the
      * step's synchronisation point. */
     MARK(-1, -1);   /* the step's copies and wait belong to no op */

@@ -131,6 +131,11 @@ typedef struct bt_tensor_view {
     const bt_tap_stats *stats;  /* statistics already reduced where the tensor
                           * lived (a foreign engine that hands over no data:
                           * libbangtrace), else NULL */
+    bool partial;        /* the rows are only some of the step's positions: a
+                          * prefill's logits, of which the engine computes
+                          * the rows it samples from (the last), as with taps
+                          * off. An --inject spec may change them; a tap would
+                          * not be the tensor's statistics, so none is taken */
 } bt_tensor_view;
 
 /* Statistics of a view's rows, computed where they live (host views:

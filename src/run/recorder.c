@@ -246,7 +246,7 @@ static bool observe_taps(void *user, const bt_tensor_view *t)
         }
     }
     int slot = *slot_at(r, t->op, t->layer);
-    if (slot < 0) return true;
+    if (slot < 0 || t->partial) return true;
     if (t->step != r->pend_step) { r->n_pend = 0; r->pend_step = t->step; }   /* a forward that never flushed */
     if (r->n_pend >= r->pend_cap) {
         /* a MoE layer's ffn_gate/up/act/down come once per routed expert */
@@ -648,7 +648,7 @@ int bt_recorder_step_end(bt_recorder *r, double ms)
 }
 
 void bt_recorder_costs_get(const bt_recorder *r, bt_recorder_costs *out) { *out = r->costs; }
-void bt_recorder_costs_reset(bt_recorder *r) { memset(&r->costs, 0, sizeof(r->costs)); }
+
 
 int bt_recorder_finish(bt_recorder *r, const char *finish_reason)
 {

@@ -86,7 +86,6 @@ typedef struct bt_recorder_costs {
     long taps;                    /* tensors observed */
 } bt_recorder_costs;
 void bt_recorder_costs_get(const bt_recorder *r, bt_recorder_costs *out);
-void bt_recorder_costs_reset(bt_recorder *r);
 /* First error the callback hit (it cannot return one through the engine). */
 int bt_recorder_status(const bt_recorder *r);
 /* Events recorded so far (for the run summary). */

@@ -52,7 +52,7 @@ static bool rp_observe(void *user, const bt_tensor_view *t)
 {
     replay *r = user;
     int s = *slot_at(r, t->op, t->layer);
-    if (s < 0) return true;
+    if (s < 0 || t->partial) return true;   /* a prefill's computed logit row: never a tap (recorder.c) */
     if (t->width != r->tens[s].width) {
         snprintf(r->err, sizeof(r->err), "%s is %d wide in the trace but %d in this model: not the model the trace was recorded with",
                  r->tens[s].name, r->tens[s].width, t->width);
