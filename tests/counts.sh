@@ -74,6 +74,9 @@ assert c["taps"] > 40, c
 assert all(c[k] >= 0 for k in ("statistics_us", "rows_us", "logits_us", "commit_us")), c
 assert abs(parts - c["total_us"]) < 1e-6 * max(1, parts), c
 assert 0 < c["total_us"] <= c["step_us"], c
+# the f32 FMA roofline, measured on the CPU, and the prompt's matmuls against it
+assert j["fma_peak_gflops"] > 0, j
+assert j["prompt_matmul_gflops"] is None or j["prompt_matmul_gflops"] > 0, j
 PYEOF
 # taps off and taps on alternate, round by round
 expect_exit 0 "bench taps rounds" "$BANGTRACE" bench --model "$STORIES" -p 3 -n 2 --reps 2 --threads 1 --taps all

@@ -102,5 +102,11 @@ void bt_matmul(bt_pool *p, int type, const void *W, int64_t rows, int64_t cols,
 /* Measure sustained memory read bandwidth in GB/s with n_threads threads
  * (streams a buffer much larger than the caches). */
 double bt_measure_bandwidth(bt_pool *p);
+/* Measure the f32 fused multiply-add peak in GFLOP/s (2 flops per lane) on
+ * every thread of p: independent FMA chains in registers on the widest unit
+ * the CPU has (AVX-512, else AVX2+FMA, else scalar fmaf), the best of three
+ * runs of about 50 ms; *unit (may be NULL) names the unit. The ceiling of an
+ * f32 matmul on this machine: the prompt's are compared with it. */
+double bt_measure_fma_peak(bt_pool *p, const char **unit);
 
 #endif

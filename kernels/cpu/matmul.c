@@ -15,6 +15,9 @@
  * gives. Speculative decoding and `bisect --reference` rely on it. */
 #include <math.h>
 #include <stdatomic.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -295,6 +298,92 @@ double bt_measure_bandwidth(bt_pool *p)
             best = bytes / dt / 1e9;
     }
     free(buf);
+    free(j);
+    return best;
+}
+
+/* ---- the FMA peak (bt_measure_fma_peak): ACC independent accumulators,
+ * each a chain of FMAs, enough to cover the latency of two FMA ports ---- */
+#define FMA_ACC 16
+struct fma_job {
+    long iters;
+    int lanes;               /* floats per FMA of the unit used */
+    float (*burn)(long iters, float seed);
+    float sums[256];
+};
+
+static float burn_scalar(long iters, float seed)
+{
+    float a[FMA_ACC], x = 1.0f - 1e-7f, y = seed * 1e-9f;
+    for (int k = 0; k < FMA_ACC; k++) a[k] = seed + (float)k;
+    for (long i = 0; i < iters; i++)
+        for (int k = 0; k < FMA_ACC; k++) a[k] = fmaf(a[k], x, y);
+    float s = 0;
+    for (int k = 0; k < FMA_ACC; k++) s += a[k];
+    return s;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) static float burn_avx2(long iters, float seed)
+{
+    __m256 a[FMA_ACC], x = _mm256_set1_ps(1.0f - 1e-7f), y = _mm256_set1_ps(seed * 1e-9f);
+    for (int k = 0; k < FMA_ACC; k++) a[k] = _mm256_set1_ps(seed + (float)k);
+    for (long i = 0; i < iters; i++)
+        for (int k = 0; k < FMA_ACC; k++) a[k] = _mm256_fmadd_ps(a[k], x, y);
+    __m256 s = a[0];
+    for (int k = 1; k < FMA_ACC; k++) s = _mm256_add_ps(s, a[k]);
+    float o[8];
+    _mm256_storeu_ps(o, s);
+    return o[0] + o[7];
+}
+
+__attribute__((target("avx512f"))) static float burn_avx512(long iters, float seed)
+{
+    __m512 a[FMA_ACC], x = _mm512_set1_ps(1.0f - 1e-7f), y = _mm512_set1_ps(seed * 1e-9f);
+    for (int k = 0; k < FMA_ACC; k++) a[k] = _mm512_set1_ps(seed + (float)k);
+    for (long i = 0; i < iters; i++)
+        for (int k = 0; k < FMA_ACC; k++) a[k] = _mm512_fmadd_ps(a[k], x, y);
+    __m512 s = a[0];
+    for (int k = 1; k < FMA_ACC; k++) s = _mm512_add_ps(s, a[k]);
+    return _mm512_reduce_add_ps(s);
+}
+#endif
+
+static void fma_worker(void *arg, int ith, int nth)
+{
+    (void)nth;
+    struct fma_job *j = arg;
+    j->sums[ith & 255] += j->burn(j->iters, (float)ith);
+}
+
+double bt_measure_fma_peak(bt_pool *p, const char **unit)
+{
+    struct fma_job *j = calloc(1, sizeof(*j));
+    if (!j) return 0.0;
+    j->burn = burn_scalar;
+    j->lanes = 1;
+    const char *u = "scalar fmaf";
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) { j->burn = burn_avx512; j->lanes = 16; u = "avx512 (16-wide FMA)"; }
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) { j->burn = burn_avx2; j->lanes = 8; u = "avx2 (8-wide FMA)"; }
+#endif
+    if (unit) *unit = u;
+    int nth = p ? bt_pool_threads(p) : 1;
+    /* size a run to about 50 ms from a short one */
+    j->iters = 1 << 14;
+    double t0 = bt_now();
+    if (p) bt_pool_run(p, fma_worker, j); else fma_worker(j, 0, 1);
+    double dt = bt_now() - t0;
+    if (dt > 0) j->iters = (long)BT_MAX(1 << 14, (double)j->iters * 0.05 / dt);
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        t0 = bt_now();
+        if (p) bt_pool_run(p, fma_worker, j); else fma_worker(j, 0, 1);
+        dt = bt_now() - t0;
+        double flops = 2.0 * j->lanes * FMA_ACC * (double)j->iters * nth;
+        if (dt > 0 && flops / dt / 1e9 > best) best = flops / dt / 1e9;
+    }
     free(j);
     return best;
 }

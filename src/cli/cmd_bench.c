@@ -39,7 +39,8 @@ void cmd_bench_help(FILE *out)
         "(default 64) on fixed token ids after one untimed warm-up prefill and decode\n"
         "step (as llama-bench), the median of R repetitions (default 3), and\n"
         "report tokens/s, the weight bytes read per decoded token, the effective weight\n"
-        "bandwidth and the machine's measured read bandwidth.\n\n"
+        "bandwidth and the machine's measured read bandwidth; on the CPU also the\n"
+        "measured f32 FMA peak and the prompt's weight matmuls in GFLOP/s against it.\n\n"
         "  -d, --depth N fill N positions of context first (untimed, -p tokens per\n"
         "                forward), so prefill runs at positions N.. and decode after\n"
         "                N + p, as llama-bench -d (default 0)\n"
@@ -504,6 +505,19 @@ int cmd_bench(int argc, char **argv)
             if (w->n_slab > 1) b = b / (size_t)w->n_slab * (size_t)BT_MAX(c->n_expert_used, 1);
             bytes += b;
         }
+    /* Multiply-adds per prompt token of the weight matmuls (the prompt's
+     * FLOPs but for attention's, a few percent at depth 0): every 2-D
+     * weight of the layer table (of an expert tensor the slabs a token
+     * uses), and the head once per prompt (its last row). */
+    double macs = m->output.data ? (double)m->output.rows * m->output.cols / (double)o.np : 0;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int k = 0; k < arch->n_layer; k++) {
+            const bt_weight *w = (const bt_weight *)((const char *)&m->layers[l] + arch->layer[k].field);
+            if (!w->data || w->rows < 2 || w->cols < 2) continue;
+            double e = (double)w->rows * w->cols;
+            if (w->n_slab > 1) e = e / w->n_slab * BT_MAX(c->n_expert_used, 1);
+            macs += e;
+        }
     double p_med, d_med, p_taps = 0, d_taps = 0, lc_ptaps = 0;
     if (!o.json) bt_log("bench: %s, %d threads (%s), depth %ld, prefill %ld, decode %ld, %ld reps", c->name, (int)o.g.threads, bt_kernels_simd(),
                       o.depth, o.np, o.nd, o.reps);
@@ -557,6 +571,11 @@ int cmd_bench(int argc, char **argv)
                                &sp_plain, &sp_spec, &sp_accept)) goto fail;
     pool = bt_pool_new((int)o.g.threads);
     double bw = pool ? bt_measure_bandwidth(pool) : 0;
+    /* the f32 FMA roofline of the prompt's matmuls (CPU only) */
+    const char *fma_unit = NULL;
+    bool on_cpu = !strcmp(bt_backend_name(bt_engine_backend(e)), "cpu");
+    double fma = pool && on_cpu ? bt_measure_fma_peak(pool, &fma_unit) : NAN;
+    double mm_gflops = 2.0 * macs * p_med / 1e9;
     double eff = bytes * d_med / 1e9;
     if (o.json) {
         /* rates are null when too short to time (json_real refuses NAN) */
@@ -573,6 +592,8 @@ int cmd_bench(int argc, char **argv)
         if (j) json_object_set_new(j, "state_taps", json_boolean(o.taps == BT_TAPS_ALL && !o.no_state));
         if (j && n_sides > 1) json_object_set_new(j, "recording_per_decode_step", costs_json(&sides[1]));
         if (j) json_object_set_new(j, "numerics", json_string(prof_s));
+        if (j) json_object_set_new(j, "fma_peak_gflops", rate_json(fma));
+        if (j) json_object_set_new(j, "prompt_matmul_gflops", rate_json(mm_gflops));
         if (j) json_object_set_new(j, "device", json_string(bt_backend_name(bt_engine_backend(e))));
         if (j) json_object_set_new(j, "cuda_graphs", json_boolean(o.graphs));
         if (j) json_object_set_new(j, "cupti", json_boolean(o.cupti));
@@ -603,6 +624,11 @@ int cmd_bench(int argc, char **argv)
         printf("weights/token     %.1f MB\n", bytes / 1e6);
         if (isnan(eff)) printf("effective bw      n/a (measured %.2f GB/s)\n", bw);
         else printf("effective bw      %.2f GB/s (%.0f%% of measured %.2f GB/s)\n", eff, bw > 0 ? 100 * eff / bw : 0, bw);
+        if (!isnan(fma)) {
+            printf("fma peak          %.1f GFLOP/s f32 (%d threads, %s, measured)\n", fma, (int)o.g.threads, fma_unit);
+            if (!isnan(mm_gflops))
+                printf("prompt matmuls    %.1f GFLOP/s (weight matmuls, %.0f%% of the FMA peak)\n", mm_gflops, 100 * mm_gflops / fma);
+        }
         if (o.taps != BT_TAPS_NONE) {
             printf("prompt, taps %-4s %s (%.2fx of taps off)%s\n", bt_taps_mode_name(o.taps), rate_s(p_taps, "tokens/s", r1, sizeof(r1)),
                    p_med > 0 ? p_taps / p_med : NAN, o.no_state ? ", states untapped" : "");
