@@ -458,8 +458,22 @@ static void check_writer_errors(void)
     CHECK(bt_trace_tensor(t, NULL, 20, "late", -1, "late", 4) == BT_EINVAL);
     CHECK_OK(bt_trace_step_end(t, 1));
     CHECK(bt_trace_event(t, 0, 0, NULL, -1, NULL, NULL, NULL, NULL) == BT_EINVAL);
+    /* a batch of rows: not inside a step, no step inside it; ended without
+     * ok, its rows are gone; ended with ok, they are there (checked below) */
+    CHECK(bt_trace_batch_end(t, true) == BT_EINVAL);
+    CHECK_OK(bt_trace_batch_begin(t));
+    CHECK(bt_trace_batch_begin(t) == BT_EINVAL);
+    CHECK(bt_trace_step_begin(t, 1, NULL, "decode", 1, 1) == BT_EINVAL);
+    CHECK_OK(bt_trace_tensor(t, "draft", 0, "rolled_back", -1, "rolled_back", 4));
+    CHECK_OK(bt_trace_batch_end(t, false));
+    CHECK_OK(bt_trace_batch_begin(t));
+    CHECK_OK(bt_trace_tensor(t, "draft", 0, "kept", -1, "kept", 4));
+    CHECK_OK(bt_trace_batch_end(t, true));
+    CHECK_OK(bt_trace_step_begin(t, 2, NULL, "decode", 2, 1));
+    CHECK(bt_trace_batch_begin(t) == BT_EINVAL);
+    CHECK_OK(bt_trace_step_end(t, 1));
     /* close with an open step commits it */
-    CHECK_OK(bt_trace_step_begin(t, 1, NULL, "decode", 1, 1));
+    CHECK_OK(bt_trace_step_begin(t, 3, NULL, "decode", 3, 1));
     CHECK_OK(bt_trace_tap(t, 0, &st));
     CHECK_OK(bt_trace_close(t, "error"));
     CHECK_OK(bt_trace_close(NULL, "ok"));
@@ -467,15 +481,19 @@ static void check_writer_errors(void)
     CHECK_OK(bt_trace_open(tmp_path("err.db"), &r));
     bt_trace_step_row sr;
     if (r) {
-        CHECK_OK(bt_trace_step_get(r, 1, &sr));
+        CHECK_OK(bt_trace_step_get(r, 3, &sr));
         CHECK(isnan(sr.ms));
         CHECK(!strcmp(bt_trace_meta_get(r, "status"), "error"));
+        const bt_trace_tensor_row *tr = NULL;
+        int ntr = 0;
+        CHECK_OK(bt_trace_tensors(r, "draft", &tr, &ntr));
+        CHECK(ntr == 1 && tr && !strcmp(tr[0].name, "kept"));
         bt_trace_reader_close(r);
     }
     /* an existing trace is never replaced without BT_TRACE_FORCE ... */
     CHECK(bt_trace_create(tmp_path("err.db"), &t) == BT_EINVAL && t == NULL && strstr(bt_errmsg(), "--force"));
     CHECK_OK(bt_trace_open(tmp_path("err.db"), &r));
-    if (r) { CHECK_OK(bt_trace_step_get(r, 1, &sr)); bt_trace_reader_close(r); }
+    if (r) { CHECK_OK(bt_trace_step_get(r, 3, &sr)); bt_trace_reader_close(r); }
     /* ... and is with it */
     CHECK_OK(bt_trace_create_opts(tmp_path("err.db"), BT_TRACE_FORCE, &t));
     /* while a writer has it, nobody else may write or replace it */

@@ -437,6 +437,8 @@ int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out)
     /* Forward order: token_embd, per layer the layer ops, output_norm, logits. */
     int rc = BT_OK;
     char name[64];
+    /* the tensors in one transaction (a row each would commit ~400 times) */
+    if (cfg->trace && (rc = bt_trace_batch_begin(cfg->trace))) { bt_recorder_free(r); return rc; }
     int first = bt_engine_first_layer(e);   /* an MTP drafter runs only its block */
     for (int l = -1; l <= r->n_layers && rc == BT_OK; l++) {
         if (l >= 0 && l < first) continue;
@@ -470,6 +472,10 @@ int bt_recorder_new(const bt_recorder_cfg *cfg, bt_engine *e, bt_recorder **out)
         if (r->cfg.taps != BT_TAPS_ALL || !in_range) continue;
         r->extra_slot[i] = r->n_slots++;
         if (cfg->trace) rc = bt_trace_tensor(cfg->trace, r->cfg.model_role, r->extra_slot[i], x->name, x->layer, x->op, x->width);
+    }
+    if (cfg->trace) {
+        int re = bt_trace_batch_end(cfg->trace, rc == BT_OK);
+        if (rc == BT_OK) rc = re;
     }
     if (rc) { bt_recorder_free(r); return rc; }
     bt_eval_cb cb = { .ask = cb_ask, .observe = cb_observe, .user = r, .flush = cb_flush, .routes = cb_routes };

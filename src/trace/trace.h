@@ -60,6 +60,12 @@ int bt_trace_meta(bt_trace *t, const char *key, const char *value);
 /* Register a tapped tensor: idx is its slot in the step blob (0..n-1, in
  * forward order). model: "target" or "draft". */
 int bt_trace_tensor(bt_trace *t, const char *model, int idx, const char *name, int layer, const char *op, int width);
+/* Rows written outside a step (tensors, meta) each commit on their own;
+ * between batch_begin and batch_end they commit once (a model's 400
+ * tensors: one transaction instead of 400). Not inside a step; end commits,
+ * or with ok false rolls back. */
+int bt_trace_batch_begin(bt_trace *t);
+int bt_trace_batch_end(bt_trace *t, bool ok);
 
 int bt_trace_step_begin(bt_trace *t, int step, const char *model, const char *kind, int pos0, int n_pos);
 /* Within a step: stats of tensor slot idx (any order; packed at step_end). */

@@ -4,7 +4,8 @@
  * - WAL journal, synchronous=NORMAL: a commit costs no fsync, yet survives
  *   kill -9 (the WAL is in the page cache; only power loss can lose it).
  * - One transaction per step (step_begin .. step_end). Writes outside a step
- *   autocommit. So after step_end returns the step is durable, and a file
+ *   autocommit, unless between batch_begin and batch_end (the recorder's
+ *   tensor registration: one commit, not one per tensor). So after step_end returns the step is durable, and a file
  *   left by a killed process holds every step up to the last committed one.
  * - Tap statistics are buffered per tensor slot during a step and packed at
  *   step_end into one tap_blobs row (bf16 min/max/mean/rms per slot; 0x7fc0
@@ -111,6 +112,7 @@ struct bt_trace {
     volatile sig_atomic_t in_sqlite;   /* inside an sqlite3 call sequence */
     volatile sig_atomic_t crash_closed;
     bool in_step;
+    bool in_batch;              /* between bt_trace_batch_begin and _end: one open transaction */
     /* the open step */
     int step, pos0, n_pos;
     char model[16], kind[16];
@@ -408,10 +410,34 @@ int bt_trace_tensor(bt_trace *t, const char *model, int idx, const char *name, i
     return rc;
 }
 
+int bt_trace_batch_begin(bt_trace *t)
+{
+    REENTRY_GUARD(t);
+    if (t->in_step || t->in_batch) return bt_error(BT_EINVAL, "%s: a batch of rows inside a step or another batch", t->path);
+    t->in_sqlite = 1;
+    int rc = run_stmt(t, ST_BEGIN, "beginning a batch of rows");
+    t->in_sqlite = 0;
+    if (!rc) t->in_batch = true;
+    return rc;
+}
+
+int bt_trace_batch_end(bt_trace *t, bool ok)
+{
+    REENTRY_GUARD(t);
+    if (!t->in_batch) return bt_error(BT_EINVAL, "%s: batch_end without batch_begin", t->path);
+    t->in_batch = false;
+    t->in_sqlite = 1;
+    int rc = ok ? run_stmt(t, ST_COMMIT, "committing a batch of rows") : BT_OK;
+    if (!ok || rc) sqlite3_exec(t->db, "ROLLBACK", NULL, NULL, NULL);
+    t->in_sqlite = 0;
+    return rc;
+}
+
 int bt_trace_step_begin(bt_trace *t, int step, const char *model, const char *kind, int pos0, int n_pos)
 {
     REENTRY_GUARD(t);
     if (t->in_step) return bt_error(BT_EINVAL, "%s: step %d begun while step %d is open", t->path, step, t->step);
+    if (t->in_batch) return bt_error(BT_EINVAL, "%s: step %d begun inside a batch of rows", t->path, step);
     if (!model) model = "target";
     if (strlen(model) >= sizeof t->model || !kind || strlen(kind) >= sizeof t->kind)
         return bt_error(BT_EINVAL, "%s: step %d: bad model or kind", t->path, step);
@@ -696,6 +722,7 @@ int bt_trace_close(bt_trace *t, const char *status)
     int rc = BT_OK, r;
     if (t->crash_closed) { free_trace(t); return BT_OK; }
     if (t->in_step && (r = bt_trace_step_end(t, NAN)) && !rc) rc = r;
+    if (t->in_batch && (r = bt_trace_batch_end(t, true)) && !rc) rc = r;
     char finished[32];
     iso_now(finished);
     if (!status) status = BT_TRACE_STATUS_OK;
@@ -747,9 +774,9 @@ void bt_trace_crash_close(bt_trace *t)
     sqlite3_bind_text(s, 2, "crashed", -1, SQLITE_STATIC);
     sqlite3_step(s);
     sqlite3_reset(s);
-    if (t->in_step) {
+    if (t->in_step || t->in_batch) {
         if (rc == BT_OK) { sqlite3_step(t->st[ST_COMMIT]); sqlite3_reset(t->st[ST_COMMIT]); }
-        t->in_step = false;
+        t->in_step = t->in_batch = false;
     }
     /* The process is about to die: make the file self-contained now, so a
      * copy of the .db alone (attached to an issue) holds every step. This
