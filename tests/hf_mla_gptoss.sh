@@ -58,9 +58,25 @@ grep -q '"q_lora_rank": null' "$TMP/ds-v2-hf/config.json" && grep -q '"DeepseekV
 same ds-noshexp make-tiny-deepseek2.py --shared 0 --groups 0/0 --yarn 0
 # two shared experts, mscale_all_dim 1 (llama.cpp's mscale 1)
 same ds-shexp2 make-tiny-deepseek2.py --q-lora 0 --shared 2 --yarn-log-mul 1
-# gpt-oss: f32 experts, and MXFP4 experts as gpt-oss ships them
-same gptoss-f32 make-tiny-gptoss.py --experts f32
-same gptoss-mxfp4 make-tiny-gptoss.py --experts mxfp4
+# gpt-oss: f32 experts, and MXFP4 experts as gpt-oss ships them; the
+# folders say truncate: true (YaRN's correction range rounded outwards, as
+# llama.cpp, which drops the key, always does), so they compute the GGUF's bits
+same gptoss-f32 make-tiny-gptoss.py --experts f32 --truncate true
+same gptoss-mxfp4 make-tiny-gptoss.py --experts mxfp4 --truncate true
+# truncate: false (the real gpt-oss configs) is honoured, as transformers and
+# vLLM do: the range unrounded, so the folder departs from the GGUF first at
+# the rope (attn_q), not before (tests/pytorch_record.sh checks it against
+# transformers)
+"$py" "$BT_SRCDIR/tools/make-tiny-gptoss.py" "$TMP/gptoss-untrunc-hf" --format hf --seed 5 --truncate false >"$TMP/tool.log" 2>&1 &&
+    grep -q '"truncate": false' "$TMP/gptoss-untrunc-hf/config.json" || fail "make-tiny-gptoss.py --truncate false: $(tail -1 "$TMP/tool.log")"
+if "$BANGTRACE" forward --model "$TMP/gptoss-untrunc-hf" --tokens "$IDS" --dump "$TMP/gu-d" >/dev/null 2>"$TMP/err"; then
+    cmp -s "$TMP/gu-d/blk.0.attn_norm.f32" "$TMP/gptoss-f32-dg/blk.0.attn_norm.f32" &&
+        cmp -s "$TMP/gu-d/blk.0.attn_v.f32" "$TMP/gptoss-f32-dg/blk.0.attn_v.f32" &&
+        ! cmp -s "$TMP/gu-d/blk.0.attn_q.f32" "$TMP/gptoss-f32-dg/blk.0.attn_q.f32" &&
+        ! cmp -s "$TMP/gu-d/logits.f32" "$TMP/gptoss-f32-dg/logits.f32" &&
+        ok "gpt-oss truncate: false: the folder computes YaRN's range unrounded (same attn_norm and attn_v, attn_q on differ)" ||
+        fail "gpt-oss truncate: false: the dumps do not differ from the rope on"
+else fail "gpt-oss truncate: false folder forward: $(tail -1 "$TMP/err")"; fi
 grep -q 'gate_up_proj_blocks' "$TMP/gptoss-mxfp4-hf/model.safetensors" \
     && grep -q '"U8"' "$TMP/gptoss-mxfp4-hf/model.safetensors" || fail "gptoss-mxfp4: the folder holds no U8 *_blocks"
 

@@ -1,14 +1,16 @@
 #!/bin/sh
 # bangtrace.torch (python/bangtrace) recording transformers through
 # libbangtrace: tiny random-weight qwen3, llama, qwen2, qwen3moe (experts
-# watched in transformers' eager experts loop) and DeepSeek-V3 (MLA, the
-# absorbed ops left out) folders recorded in
+# watched in transformers' eager experts loop), DeepSeek-V3 (MLA, the
+# absorbed ops left out) and gpt-oss (its experts' `@` and bias adds and the
+# sinks' softmax share watched) folders recorded in
 # f32 agree with the native engine per named tensor (1e-4) with every name on
 # both sides, bisect --reference finds no departure; in bf16 a NaN written by
 # a forward hook is named by bisect (step, layer, op, index) and by
 # bisect --reference; one expert's broken down projection is named too, and
 # the default grouped_mm experts path warns that the experts' own taps are
-# missing; a NaN in the MLA latent is named (tests/pytorch/record_check.py). The torch environment
+# missing; a NaN in the MLA latent is named, and one in a gpt-oss expert's
+# SwiGLU (tests/pytorch/record_check.py). The torch environment
 # is tools/torch-env's (created once under ~/.cache/bangtrace); SKIP only
 # when it cannot be had.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
@@ -30,8 +32,10 @@ tha.write_folder(g, os.path.join(out, "qwen3moe"), "Qwen3MoeForCausalLM",
 PY
 "$py" "$BT_SRCDIR/tools/make-tiny-deepseek2.py" "$TMP/deepseek2" --format hf --seed 3 > "$TMP/ds.log" 2>&1 ||
     fail "make-tiny-deepseek2.py --format hf: $(tail -n 1 "$TMP/ds.log")"
+"$py" "$BT_SRCDIR/tools/make-tiny-gptoss.py" "$TMP/gptoss" --format hf --seed 3 > "$TMP/go.log" 2>&1 ||
+    fail "make-tiny-gptoss.py --format hf: $(tail -n 1 "$TMP/go.log")"
 BANGTRACE_LIB=$lib PYTHONPATH=$BT_SRCDIR/python "$env/bin/python" "$BT_SRCDIR/tests/pytorch/record_check.py" \
-    "$BANGTRACE" "$TMP" "$TMP/qwen3" "$TMP/llama" "$TMP/qwen2" "$TMP/qwen3moe" "$TMP/deepseek2" > "$TMP/out" 2>&1 ||
+    "$BANGTRACE" "$TMP" "$TMP/qwen3" "$TMP/llama" "$TMP/qwen2" "$TMP/qwen3moe" "$TMP/deepseek2" "$TMP/gptoss" > "$TMP/out" 2>&1 ||
     { cat "$TMP/out" >&2; fail "bangtrace.torch against the native engine (above)"; }
 grep '^ok:' "$TMP/out" | sed 's/^ok: //' | while read -r l; do ok "$l"; done
 finish

@@ -5,7 +5,7 @@ loads and runs unchanged.
 
     tools/make-tiny-gptoss.py OUT [--format gguf|hf] [--experts f32|mxfp4|mxfp4-f32]
                               [--seed N] [--vocab FILE.gguf] [--layers N]
-                              [--window N] [--force]
+                              [--window N] [--truncate true|false] [--force]
 
 The model has what makes gpt-oss itself: layers alternating sliding-window
 attention (even layers, llama.cpp's pattern 2: a query at position p sees
@@ -39,7 +39,11 @@ mxfp4 as gpt-oss ships them, *_blocks [E, rows, cols/32, 16] (element 2i
 in the low nibble of byte i) and *_scales [E, rows, cols/32] (U8), and a
 quantization_config of quant_method mxfp4; self_attn.sinks, mlp.router,
 layer_types (the even layers sliding), rope_scaling yarn with truncate
-false as the real config has it.
+false as the real config has it (--truncate true writes truncate: true, the
+YaRN correction range rounded outwards as llama.cpp always rounds it: the
+folder then computes exactly what the GGUF does; with false, transformers,
+vLLM and bangtrace compute the range unrounded, llama.cpp's converter drops
+the key).
 
 The tokenizer.* keys are copied from --vocab (default: the shared GPT-2 BPE
 vocabulary), as tools/make-tiny-hybrid.py does (its vocabulary reader and
@@ -225,7 +229,7 @@ def hf_tensors(gguf, cfg, w, experts):
     return out
 
 
-def hf_config(cfg, n_vocab, bos, eos, experts):
+def hf_config(cfg, n_vocab, bos, eos, experts, truncate=False):
     n = cfg["n_layer"]
     c = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": cfg["n_embd"],
          "intermediate_size": cfg["n_ff_exp"], "num_hidden_layers": n, "num_attention_heads": cfg["n_head"],
@@ -235,7 +239,7 @@ def hf_config(cfg, n_vocab, bos, eos, experts):
          "layer_types": ["sliding_attention" if L % 2 == 0 else "full_attention" for L in range(n)],
          "rms_norm_eps": cfg["norm_eps"], "rope_theta": cfg["rope_base"],
          "rope_scaling": {"rope_type": "yarn", "factor": cfg["yarn_factor"], "beta_fast": 32.0, "beta_slow": 1.0,
-                          "original_max_position_embeddings": cfg["yarn_orig_ctx"], "truncate": False},
+                          "original_max_position_embeddings": cfg["yarn_orig_ctx"], "truncate": truncate},
          "max_position_embeddings": cfg["ctx_len"], "swiglu_limit": 7.0, "attention_bias": True,
          "attention_dropout": 0.0, "hidden_act": "silu", "tie_word_embeddings": False, "vocab_size": n_vocab,
          "torch_dtype": "float32", "bos_token_id": bos, "eos_token_id": eos}
@@ -246,7 +250,7 @@ def hf_config(cfg, n_vocab, bos, eos, experts):
     return c
 
 
-def write_hf(gguf, mth, out, cfg, w, reader, experts):
+def write_hf(gguf, mth, out, cfg, w, reader, experts, truncate=False):
     import json
     spec = importlib.util.spec_from_file_location("gguf_to_hf", os.path.join(HERE, "gguf-to-hf.py"))
     g2h = importlib.util.module_from_spec(spec)
@@ -254,7 +258,7 @@ def write_hf(gguf, mth, out, cfg, w, reader, experts):
     os.makedirs(out, exist_ok=True)
     n_vocab, bos, eos = g2h.tokenizer_files(reader, out, None, "string")
     with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(hf_config(cfg, n_vocab, bos, eos, experts), f, indent=2)
+        json.dump(hf_config(cfg, n_vocab, bos, eos, experts, truncate), f, indent=2)
     with open(os.path.join(out, "generation_config.json"), "w") as f:
         json.dump({"bos_token_id": bos, "eos_token_id": eos}, f, indent=2)
     g2h.write_safetensors(os.path.join(out, "model.safetensors"), sorted(hf_tensors(gguf, cfg, w, experts).items()), "f32")
@@ -274,7 +278,7 @@ def check_out(out, force, fmt="gguf"):
         die("%s exists and is not a GGUF file: refusing to replace it" % out)
 
 
-def make(out, experts="f32", seed=0, vocab=None, layers=4, window=4, fmt="gguf"):
+def make(out, experts="f32", seed=0, vocab=None, layers=4, window=4, fmt="gguf", truncate=False):
     """Library entry: write the model (a GGUF, or with fmt "hf" a folder);
     returns (cfg, weights as drawn, f32)."""
     mth = hybrid_tool()
@@ -289,7 +293,7 @@ def make(out, experts="f32", seed=0, vocab=None, layers=4, window=4, fmt="gguf")
     reader, fields, n_vocab = mth.read_vocab(gguf, vocab)
     w = weights(cfg, n_vocab, seed)
     if fmt == "hf":
-        write_hf(gguf, mth, out, cfg, w, reader, experts)
+        write_hf(gguf, mth, out, cfg, w, reader, experts, truncate)
     else:
         mth.write_beside(out, lambda tmp: write_gguf(gguf, tmp, cfg, w, fields, seed, experts))
     return cfg, w
@@ -304,10 +308,12 @@ def main(argv=None):
     ap.add_argument("--vocab", help="GGUF whose tokenizer.* keys are copied (default: the shared GPT-2 vocab)")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--window", type=int, default=4, help="sliding window of the even layers (default 4)")
+    ap.add_argument("--truncate", choices=("true", "false"), default="false",
+                    help="--format hf: rope_scaling's truncate (default false, as gpt-oss's config)")
     ap.add_argument("--force", action="store_true")
     a = ap.parse_args(argv)
     check_out(a.out, a.force, a.format)
-    make(a.out, a.experts, a.seed, a.vocab, a.layers, a.window, a.format)
+    make(a.out, a.experts, a.seed, a.vocab, a.layers, a.window, a.format, a.truncate == "true")
     return 0
 
 

@@ -13,7 +13,8 @@ step together with the last logit row. The engine's chosen token of a step
 is the next forward's input (or last_token for the last one).
 
 What is tapped where, for transformers' Llama/Mistral/Qwen2/Qwen3 decoders
-(DeepSeek-V2/V3's MLA: _install_mla)
+(DeepSeek-V2/V3's MLA: _install_mla; gpt-oss's experts and sinks:
+_install_gptoss_experts, _install_sinks)
 (and Qwen3-MoE: the router is ffn_gate_inp, the MoE block's output
 ffn_moe_out, each expert's gate/up halves, down input and output its rows of
 ffn_gate, ffn_up, ffn_act, ffn_down, watched while the fused experts module
@@ -240,6 +241,10 @@ def merge_parts(parts):
     return o
 
 
+# what `a + b` reaches a TorchFunctionMode as (the method, or its dunder)
+_ADDS = (torch.Tensor.add, torch.Tensor.__add__, torch.add)
+
+
 def _layer_of(name):
     m = re.search(r"\.layers\.(\d+)\.", name + ".")
     return int(m.group(1)) if m else None
@@ -370,6 +375,126 @@ class record(Taps):
         self._handles.append(mod.register_forward_hook(post, with_kwargs=True))
         return 1
 
+    def _install_gptoss_experts(self, mod, L):
+        """gpt-oss's experts (GptOssExperts: gate_up_proj [E, D, 2H] with gate
+        and up in alternate columns, down_proj [E, H, D], their biases,
+        _apply_gate the clamped SwiGLU) compute with `@` and `+`, not
+        F.linear: while the module runs, a TorchFunctionMode watches the adds
+        of an expert's bias row, whose results are that expert's biased
+        gate_up (ffn_gate the even columns, ffn_up the odd) and its down
+        projection before the routing weight (ffn_down); _apply_gate's result
+        is its ffn_act. Each expert's rows are its tokens in the order the
+        loop gathered them (by top-k slot, then token)."""
+        bm = self.bm
+        names = {op: bm.tensor(f"blk.{L}.{op}") for op in ("ffn_gate", "ffn_up", "ffn_act", "ffn_down")}
+        if any(t is None for t in names.values()):
+            return 0
+        impl = getattr(getattr(mod, "config", None), "_experts_implementation", None)
+        if impl not in (None, "eager") and not self._warned_experts:
+            self._warned_experts = True
+            warnings.warn(f"bangtrace.torch.record: experts_implementation={impl!r}: the experts' ffn_gate, "
+                          "ffn_up, ffn_act and ffn_down are not tapped (the router and ffn_moe_out are); load "
+                          "the model with experts_implementation=\"eager\" for them", stacklevel=4)
+        rec = self
+        state = {}
+
+        def tokens_of(e):
+            return torch.where((state["idx"] == e).t())[1]
+
+        def expert_of(b, p):
+            """e when b is p[e] (a row of a 2-D parameter), else None."""
+            if not isinstance(b, torch.Tensor) or b.dim() != p.dim() - 1 or \
+                    b.untyped_storage().data_ptr() != p.untyped_storage().data_ptr():
+                return None
+            off = b.storage_offset() - p.storage_offset()
+            return off // p.stride(0) if off >= 0 and off % p.stride(0) == 0 else None
+
+        class Watch(torch.overrides.TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                if func in _ADDS and len(args) == 2 and rec._step is not None:
+                    for b in args:
+                        e = expert_of(b, mod.gate_up_proj_bias)
+                        if e is not None:
+                            state["e"] = e
+                            tok = tokens_of(e)
+                            if tok.numel() == out.reshape(-1, out.shape[-1]).shape[0]:
+                                rec._put_part(names["ffn_gate"], out[..., ::2], tok)
+                                rec._put_part(names["ffn_up"], out[..., 1::2], tok)
+                            break
+                        e = expert_of(b, mod.down_proj_bias)
+                        if e is not None:
+                            tok = tokens_of(e)
+                            if tok.numel() == out.reshape(-1, out.shape[-1]).shape[0]:
+                                rec._put_part(names["ffn_down"], out, tok)
+                            break
+                return out
+
+        orig_gate = mod._apply_gate
+
+        def apply_gate(gate_up):
+            y = orig_gate(gate_up)
+            e = state.get("e")
+            if e is not None and rec._step is not None and "idx" in state:
+                tok = tokens_of(e)
+                if tok.numel() == y.reshape(-1, y.shape[-1]).shape[0]:
+                    rec._put_part(names["ffn_act"], y, tok)
+            return y
+
+        def pre(m, args, kwargs):
+            idx = kwargs.get("router_indices", args[1] if len(args) > 1 else None)
+            if self._step is None or idx is None:
+                return
+            state["idx"] = idx
+            state["mode"] = Watch()
+            state["mode"].__enter__()
+
+        def post(m, args, kwargs, out):
+            if "mode" in state:
+                state.pop("mode").__exit__(None, None, None)
+            state.pop("idx", None)
+            state.pop("e", None)
+        mod._apply_gate = apply_gate
+        self._patched.append((mod, "_apply_gate", orig_gate))
+        self._handles.append(mod.register_forward_pre_hook(pre, with_kwargs=True))
+        self._handles.append(mod.register_forward_hook(post, with_kwargs=True))
+        return 1
+
+    def _install_sinks(self, amod, L):
+        """Attention with a learned sink logit per head (gpt-oss): its share of
+        each softmax (attn_sink, per position and head) is the last column of
+        the probabilities the eager attention computes over the scores and
+        the sink; a TorchFunctionMode takes them from F.softmax while the
+        attention module runs. Another attention implementation (a fused
+        kernel) computes no such tensor: then attn_sink is not tapped."""
+        t = self.bm.tensor(f"blk.{L}.attn_sink")
+        if t is None:
+            return
+        rec = self
+        state = {}
+
+        class Watch(torch.overrides.TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                if func is F.softmax and "done" not in state and rec._step is not None and out.dim() == 4 \
+                        and out.shape[1] == t.width:
+                    state["done"] = True
+                    rec._put(t.slot, out[..., -1].permute(0, 2, 1).reshape(-1, t.width))
+                return out
+
+        def pre(m, args, kwargs):
+            if self._step is None:
+                return
+            state.clear()
+            state["mode"] = Watch()
+            state["mode"].__enter__()
+
+        def post(m, args, kwargs, out):
+            if "mode" in state:
+                state.pop("mode").__exit__(None, None, None)
+        self._handles.append(amod.register_forward_pre_hook(pre, with_kwargs=True))
+        self._handles.append(amod.register_forward_hook(post, with_kwargs=True))
+
     def _put_part(self, t, x, tok):
         """One expert's rows of t: statistics with the first bad row made the
         token's index."""
@@ -395,8 +520,13 @@ class record(Taps):
             params = getattr(mod, "_parameters", {})
             L = _layer_of(name)
             if "gate_up_proj" in params and "down_proj" in params and L is not None:
-                n_hooked += self._install_experts(mod, L)        # fused experts (transformers 5)
+                if "gate_up_proj_bias" in params and hasattr(mod, "_apply_gate"):
+                    n_hooked += self._install_gptoss_experts(mod, L)  # gpt-oss: `@` and bias adds
+                else:
+                    n_hooked += self._install_experts(mod, L)        # fused experts (transformers 5)
                 continue
+            if "sinks" in params and L is not None:
+                self._install_sinks(mod, L)                           # gpt-oss attention
             if name.endswith(".mlp") and L is not None and bm.tensor(f"blk.{L}.ffn_moe_out") is not None:
                 self._handles.append(mod.register_forward_hook(self._out_hook(bm.tensor(f"blk.{L}.ffn_moe_out").slot)))
                 continue

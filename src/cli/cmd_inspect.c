@@ -387,8 +387,9 @@ static void print_text(const bt_model *m, const char *load_err, const char *sha,
                c->rope_yarn ? " yarn-scaled" : c->rope_freq_scale != 1.0f ? " linear-scaled" : "",
                c->flags & BT_ARCH_QKV_BIAS ? "yes" : "no", c->flags & BT_ARCH_QK_NORM ? "yes" : "no");
         if (c->rope_yarn)
-            printf("  yarn factor %g, original context %d, attn_factor %g\n", 1.0 / (double)c->rope_freq_scale,
-                   c->yarn_orig_ctx, (double)c->yarn_attn_factor);
+            printf("  yarn factor %g, original context %d, attn_factor %g%s\n", 1.0 / (double)c->rope_freq_scale,
+                   c->yarn_orig_ctx, (double)c->yarn_attn_factor,
+                   c->flags & BT_ARCH_SINKS && !c->yarn_truncate ? ", correction range unrounded (truncate: false)" : "");
         if (c->flags & BT_ARCH_SINKS) {
             printf("  attention sinks, sliding window %d on layers", c->sliding_window);
             for (int l = 0, n = 0; l < c->n_layers; l++)

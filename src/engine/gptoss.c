@@ -15,8 +15,10 @@ void bt_gptoss_rope_table(const bt_config *c, int ctx_len, float *cos_, float *s
     int n_dims = c->rope_dim, half = c->head_dim / 2;
     float base = c->rope_base, fs = c->rope_freq_scale, factor = 1.0f / fs;
     const float beta_fast = 32.0f, beta_slow = 1.0f, ext = 1.0f;
-    float lo = floorf(corr_dim(n_dims, c->yarn_orig_ctx, beta_fast, base));
-    float hi = ceilf(corr_dim(n_dims, c->yarn_orig_ctx, beta_slow, base));
+    /* rounded outwards (llama.cpp), or as computed (truncate: false) */
+    float lo = corr_dim(n_dims, c->yarn_orig_ctx, beta_fast, base);
+    float hi = corr_dim(n_dims, c->yarn_orig_ctx, beta_slow, base);
+    if (c->yarn_truncate) { lo = floorf(lo); hi = ceilf(hi); }
     lo = lo > 0 ? lo : 0;
     hi = hi < n_dims - 1 ? hi : (float)(n_dims - 1);
     /* llama_context's yarn_attn_factor, then rope_yarn's mscale */

@@ -16,7 +16,9 @@
  * ggml's rope_ext computes them with llama.cpp's context parameters
  * (ext_factor 1, beta_fast 32, beta_slow 1, n_ctx_orig yarn_orig_ctx):
  * pair i's angle mixes the interpolated pos*freq_scale*theta_i and the
- * extrapolated pos*theta_i by a ramp over the correction dims, and cos/sin
+ * extrapolated pos*theta_i by a ramp over the correction dims (rounded
+ * outwards as ggml does, unless yarn_truncate is false: an HF folder's
+ * truncate: false, as transformers computes it), and cos/sin
  * carry the magnitude scale attn_factor * (1 + 0.1 ln(1/freq_scale)), where
  * llama.cpp's attn_factor is mscale(factor) / (1 + 0.1 ln(factor)) times
  * rope.scaling.attn_factor (1 in float arithmetic, kept as computed).

@@ -422,8 +422,10 @@ static int mtp_layers(hf_state *hs, const char *file, json_t *cfg, hparams *hp)
  * with beta_fast 32, beta_slow 1, extrapolation 1 and attention factor 1
  * (llama.cpp's defaults), and llama.cpp's deepseek2 takes mscale to be
  * mscale_all_dim (or 1 when that is 0 or 1): other values, and keys we do
- * not read, are refused. gpt-oss's truncate is dropped as the converter
- * drops it (the rope's correction range is always rounded outwards). */
+ * not read, are refused. gpt-oss's truncate: false (the real configs) is
+ * kept as bangtrace's own key (the converter drops it and llama.cpp always
+ * rounds the correction range outwards; transformers and vLLM do not), so
+ * the folder computes what its config says. */
 static int yarn_keys(bt_gguf_builder *b, const char *file, json_t *cfg, const hparams *hp)
 {
     const char *a = hp->arch;
@@ -479,6 +481,9 @@ static int yarn_keys(bt_gguf_builder *b, const char *file, json_t *cfg, const hp
         snprintf(k, sizeof k, "%s.rope.scaling.yarn_log_multiplier", a);
         bt_gguf_builder_f32(b, k, (float)(0.1 * mall));
     }
+    bool truncate = true;
+    if (hp->gptoss && (rc = j_bool(file, rs, "truncate", &truncate))) return rc;
+    if (!truncate) bt_gguf_builder_bool(b, BT_YARN_TRUNCATE_KEY, false);
     return BT_OK;
 }
 

@@ -745,6 +745,9 @@ static int load_gguf(bt_model *m, const void *data, size_t size)
             c->rope_yarn = factor > 1.0f;
             OPT_U32("rope.scaling.original_context_length", c->ctx_len, c->yarn_orig_ctx);
             if ((rc = get_f32_opt(g, ARCH_KEY("rope.scaling.attn_factor"), 1.0f, &c->yarn_attn_factor))) return rc;
+            c->yarn_truncate = true;
+            rc = bt_gguf_get_bool(g, BT_YARN_TRUNCATE_KEY, &c->yarn_truncate);
+            if (rc && rc != BT_ENOTFOUND) return rc;
             if (c->yarn_orig_ctx <= 0 || !(c->yarn_attn_factor > 0.0f && c->yarn_attn_factor < 1e6f))
                 return bt_error(BT_EFORMAT, "%s: implausible YaRN parameters (original context %d, attn_factor %g)",
                                 m->path, c->yarn_orig_ctx, c->yarn_attn_factor);

@@ -13,6 +13,10 @@
 #include "tokenizer/tokenizer.h"
 #include "model/arch.h"
 
+/* bangtrace's own GGUF key (never in a file llama.cpp's converter wrote):
+ * an HF folder's YaRN rope_scaling truncate: false (bt_config.yarn_truncate). */
+#define BT_YARN_TRUNCATE_KEY "bangtrace.rope.scaling.yarn_truncate"
+
 /* A weight matrix or vector: rows x cols of `type`, rows contiguous. A 3-D
  * tensor (MoE experts) is n_slab slabs of rows / n_slab rows each: expert e
  * starts at row e * (rows / n_slab). data == NULL: an optional tensor the
@@ -120,6 +124,13 @@ typedef struct bt_config {
      * its own reading (yarn_ext_factor, and yarn_attn_factor the computed
      * attention factor, engine/mla.c) */
     bool rope_yarn;
+    /* gpt-oss's YaRN correction range rounded outwards (llama.cpp's rule,
+     * and transformers' truncate: true); false for an HF folder whose
+     * rope_scaling says truncate: false (the real gpt-oss configs), which
+     * transformers and vLLM honour: the range as computed (engine/gptoss.c).
+     * From the key bangtrace.rope.scaling.yarn_truncate, which only the HF
+     * folder reader writes; absent: true. */
+    bool yarn_truncate;
     /* MoE (0 when dense) */
     int n_expert;             /* expert_count */
     int n_expert_used;        /* expert_used_count: top-k */

@@ -54,8 +54,13 @@ def is_moe(folder):
         return json.load(f).get("model_type") == "qwen3_moe"
 
 
+def is_gptoss(folder):
+    with open(os.path.join(folder, "config.json")) as f:
+        return json.load(f).get("model_type") == "gpt_oss"
+
+
 def load(folder, dtype, **kw):
-    if is_moe(folder) or is_mla(folder):      # the experts' own taps need the per-expert loop
+    if is_moe(folder) or is_mla(folder) or is_gptoss(folder):      # the experts' own taps need the per-expert loop
         kw.setdefault("experts_implementation", "eager")
     return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kw).eval()
 
@@ -235,6 +240,41 @@ def check_moe(folder):
            % label)
 
 
+def check_gptoss(folder):
+    """gpt-oss beyond the f32 agreement (its experts' `@` and bias adds and
+    the sinks' softmax share watched): a NaN written by one expert's clamped
+    SwiGLU at the third forward is named by bisect (step, layer, ffn_act,
+    column) and by bisect --reference."""
+    label = os.path.basename(folder)
+    model = load(folder, torch.float32)
+    L, STEP, COL = 1, 2, 3
+    experts = model.model.layers[L].mlp.experts
+    calls = {"n": -1}
+
+    def top(mod, args, kwargs):
+        calls["n"] += 1
+    orig = experts._apply_gate
+
+    def broken(gate_up):       # a broken SwiGLU kernel: NaN in the step's first expert, first row, column COL
+        y = orig(gate_up)
+        if calls["n"] == STEP and not calls.get("hit"):
+            calls["hit"] = True
+            y = y.clone()
+            y.reshape(-1, y.shape[-1])[0, COL] = float("nan")
+        return y
+    experts._apply_gate = broken
+    h = model.register_forward_pre_hook(top, with_kwargs=True)
+    bad = os.path.join(WORK, label + "-nan.db")
+    try:
+        with torch.no_grad(), btt.record(model, bad) as rec:
+            out = model.generate(torch.tensor([PROMPT]), max_new_tokens=4, do_sample=False, min_new_tokens=4)
+            rec.last_token(out[0, -1])
+    finally:
+        h.remove()
+        experts._apply_gate = orig
+    named_by_bisect(label + " expert", bad, STEP, L, "ffn_act", COL)
+
+
 def check_reducer():
     """StepReducer (every tensor of a step reduced at once, per segment)
     equals bangtrace's own reducer (libbangtrace's bangtrace_stats) on each
@@ -286,4 +326,6 @@ for i, folder in enumerate(FOLDERS):
         check_moe(folder)
     if is_mla(folder):
         check_mla(folder)
+    if is_gptoss(folder):
+        check_gptoss(folder)
 done()
