@@ -302,9 +302,11 @@ double bt_measure_bandwidth(bt_pool *p)
     return best;
 }
 
-/* ---- the FMA peak (bt_measure_fma_peak): ACC independent accumulators,
- * each a chain of FMAs, enough to cover the latency of two FMA ports ---- */
-#define FMA_ACC 16
+/* ---- the FMA peak (bt_measure_fma_peak): FMA_ACC independent
+ * accumulators in registers (named, so no compiler keeps them in memory),
+ * each a chain of FMAs: enough to cover the latency of two FMA ports ---- */
+#define FMA_ACC 12
+#define FMA_ACCS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 struct fma_job {
     long iters;
     int lanes;               /* floats per FMA of the unit used */
@@ -314,38 +316,51 @@ struct fma_job {
 
 static float burn_scalar(long iters, float seed)
 {
-    float a[FMA_ACC], x = 1.0f - 1e-7f, y = seed * 1e-9f;
-    for (int k = 0; k < FMA_ACC; k++) a[k] = seed + (float)k;
-    for (long i = 0; i < iters; i++)
-        for (int k = 0; k < FMA_ACC; k++) a[k] = fmaf(a[k], x, y);
-    float s = 0;
-    for (int k = 0; k < FMA_ACC; k++) s += a[k];
-    return s;
+    const float x = 1.0f - 1e-7f, y = seed * 1e-9f;
+#define DECL(k) float a##k = seed + (float)k;
+#define STEP(k) a##k = fmaf(a##k, x, y);
+#define SUM(k) + a##k
+    FMA_ACCS(DECL)
+    for (long i = 0; i < iters; i++) { FMA_ACCS(STEP) }
+    return 0 FMA_ACCS(SUM);
+#undef DECL
+#undef STEP
+#undef SUM
 }
 
 #if defined(__x86_64__)
 __attribute__((target("avx2,fma"))) static float burn_avx2(long iters, float seed)
 {
-    __m256 a[FMA_ACC], x = _mm256_set1_ps(1.0f - 1e-7f), y = _mm256_set1_ps(seed * 1e-9f);
-    for (int k = 0; k < FMA_ACC; k++) a[k] = _mm256_set1_ps(seed + (float)k);
-    for (long i = 0; i < iters; i++)
-        for (int k = 0; k < FMA_ACC; k++) a[k] = _mm256_fmadd_ps(a[k], x, y);
-    __m256 s = a[0];
-    for (int k = 1; k < FMA_ACC; k++) s = _mm256_add_ps(s, a[k]);
+    const __m256 x = _mm256_set1_ps(1.0f - 1e-7f), y = _mm256_set1_ps(seed * 1e-9f);
+#define DECL(k) __m256 a##k = _mm256_set1_ps(seed + (float)k);
+#define STEP(k) a##k = _mm256_fmadd_ps(a##k, x, y);
+#define SUM(k) s = _mm256_add_ps(s, a##k);
+    FMA_ACCS(DECL)
+    for (long i = 0; i < iters; i++) { FMA_ACCS(STEP) }
+    __m256 s = _mm256_setzero_ps();
+    FMA_ACCS(SUM)
     float o[8];
     _mm256_storeu_ps(o, s);
     return o[0] + o[7];
+#undef DECL
+#undef STEP
+#undef SUM
 }
 
 __attribute__((target("avx512f"))) static float burn_avx512(long iters, float seed)
 {
-    __m512 a[FMA_ACC], x = _mm512_set1_ps(1.0f - 1e-7f), y = _mm512_set1_ps(seed * 1e-9f);
-    for (int k = 0; k < FMA_ACC; k++) a[k] = _mm512_set1_ps(seed + (float)k);
-    for (long i = 0; i < iters; i++)
-        for (int k = 0; k < FMA_ACC; k++) a[k] = _mm512_fmadd_ps(a[k], x, y);
-    __m512 s = a[0];
-    for (int k = 1; k < FMA_ACC; k++) s = _mm512_add_ps(s, a[k]);
+    const __m512 x = _mm512_set1_ps(1.0f - 1e-7f), y = _mm512_set1_ps(seed * 1e-9f);
+#define DECL(k) __m512 a##k = _mm512_set1_ps(seed + (float)k);
+#define STEP(k) a##k = _mm512_fmadd_ps(a##k, x, y);
+#define SUM(k) s = _mm512_add_ps(s, a##k);
+    FMA_ACCS(DECL)
+    for (long i = 0; i < iters; i++) { FMA_ACCS(STEP) }
+    __m512 s = _mm512_setzero_ps();
+    FMA_ACCS(SUM)
     return _mm512_reduce_add_ps(s);
+#undef DECL
+#undef STEP
+#undef SUM
 }
 #endif
 
