@@ -309,6 +309,22 @@ class record(Taps):
         self.steps = 0
 
     # -- mixture of experts --
+    def _expert_names(self, mod, L):
+        """Layer L's four expert ops (None when the model has none), and the
+        one warning that an experts path other than transformers' eager
+        per-expert loop leaves them untapped."""
+        names = {op: self.bm.tensor(f"blk.{L}.{op}") for op in ("ffn_gate", "ffn_up", "ffn_act", "ffn_down")}
+        if any(t is None for t in names.values()):
+            return None
+        impl = getattr(getattr(mod, "config", None), "_experts_implementation", None)
+        if impl not in (None, "eager") and not self._warned_experts:
+            self._warned_experts = True
+            warnings.warn(f"bangtrace.torch.record: experts_implementation={impl!r} runs every expert in one "
+                          "kernel, so the experts' ffn_gate, ffn_up, ffn_act and ffn_down are not tapped (the "
+                          "router and ffn_moe_out are); load the model with experts_implementation=\"eager\" "
+                          "for them", stacklevel=5)
+        return names
+
     def _install_experts(self, mod, L):
         """A fused experts module (gate_up_proj [E, 2H, D], down_proj [E, D, H]):
         while it runs, F.linear is watched; a call whose weight is one expert's
@@ -319,17 +335,9 @@ class record(Taps):
         non-finite value at the lowest position, as the native recorder
         merges them). transformers' default grouped_mm path makes no such
         calls: load with experts_implementation="eager" for these taps."""
-        bm = self.bm
-        names = {op: bm.tensor(f"blk.{L}.{op}") for op in ("ffn_gate", "ffn_up", "ffn_act", "ffn_down")}
-        if any(t is None for t in names.values()):
+        names = self._expert_names(mod, L)
+        if names is None:
             return 0
-        impl = getattr(getattr(mod, "config", None), "_experts_implementation", None)
-        if impl not in (None, "eager") and not self._warned_experts:
-            self._warned_experts = True
-            warnings.warn(f"bangtrace.torch.record: experts_implementation={impl!r} runs every expert in one "
-                          "kernel, so the experts' ffn_gate, ffn_up, ffn_act and ffn_down are not tapped (the "
-                          "router and ffn_moe_out are); load the model with experts_implementation=\"eager\" "
-                          "for them", stacklevel=4)
         state = {}
 
         def pre(m, args, kwargs):
@@ -385,16 +393,9 @@ class record(Taps):
         projection before the routing weight (ffn_down); _apply_gate's result
         is its ffn_act. Each expert's rows are its tokens in the order the
         loop gathered them (by top-k slot, then token)."""
-        bm = self.bm
-        names = {op: bm.tensor(f"blk.{L}.{op}") for op in ("ffn_gate", "ffn_up", "ffn_act", "ffn_down")}
-        if any(t is None for t in names.values()):
+        names = self._expert_names(mod, L)
+        if names is None:
             return 0
-        impl = getattr(getattr(mod, "config", None), "_experts_implementation", None)
-        if impl not in (None, "eager") and not self._warned_experts:
-            self._warned_experts = True
-            warnings.warn(f"bangtrace.torch.record: experts_implementation={impl!r}: the experts' ffn_gate, "
-                          "ffn_up, ffn_act and ffn_down are not tapped (the router and ffn_moe_out are); load "
-                          "the model with experts_implementation=\"eager\" for them", stacklevel=4)
         rec = self
         state = {}
 
