@@ -19,6 +19,8 @@ if ! grep -q "^CFLAGS = .*fsanitize" "$BT_BUILDDIR/Makefile" 2>/dev/null; then
         || ok "libbangtrace.so resolves every symbol"
 fi
 "$py" "$BT_SRCDIR/tests/oracle/make_random_gguf.py" "$TMP/m.gguf" --arch qwen3 --layers 2 >/dev/null || fail "make_random_gguf"
+"$py" "$BT_SRCDIR/tests/oracle/make_random_gguf.py" "$TMP/moe.gguf" --arch qwen3moe --layers 2 --experts 8 --experts-used 2 \
+    >/dev/null || fail "make_random_gguf qwen3moe"
 echo "not a trace" > "$TMP/mine.txt"
 BANGTRACE_LIB=$lib PYTHONPATH=$BT_SRCDIR/python "$py" - "$TMP" <<'PY' > "$TMP/out" 2>&1 || fail "the Python checks (below)"
 import os, sys
@@ -95,6 +97,32 @@ rec3.forward([9], 5, step_stats(1).reshape(-1), rng.standard_normal(V).astype(np
 rec3.sampled(11)
 rec3.close(None, "length")
 print("ok: a run whose prompt head was cached: its first forward at the prefix's end")
+# API 3: a MoE forward's routing per token (moe_routes, as a native run's)
+assert _lib.lib().bangtrace_api_version() >= 3
+rec4 = bangtrace.Recording(m, os.path.join(T, "run4.db"), "toy")
+rec4.forward([1, 2], 0, step_stats(2).reshape(-1), rng.standard_normal(V).astype(np.float32), 1)
+expect_error("routes of a dense model", lambda: rec4.moe_routes(0, [[1, 2], [3, 4]], [[.5, .5], [.5, .5]]),
+             "not a mixture-of-experts model")
+rec4.close()
+mm = bangtrace.Model(os.path.join(T, "moe.gguf"))
+n, V = len(mm.tensors), mm.n_vocab
+m = mm
+rec5 = bangtrace.Recording(mm, os.path.join(T, "run5.db"), "toy")
+expect_error("routes before a forward", lambda: rec5.moe_routes(0, [[1, 2]], [[.5, .5]]), "after bangtrace_forward")
+rec5.forward([1, 2, 3], 0, step_stats(3).reshape(-1), rng.standard_normal(V).astype(np.float32), 1)
+expect_error("routes of too few rows", lambda: rec5.moe_routes(0, [[1, 2]], [[.5, .5]]), "1 rows", "computed 3")
+expect_error("an expert out of range", lambda: rec5.moe_routes(1, [[1, 2], [3, 8], [0, 1]], [[.5, .5]] * 3), "expert 8 of 8")
+expect_error("a layer out of range", lambda: rec5.moe_routes(2, [[1, 2]] * 3, [[.5, .5]] * 3), "layer 2 of a 2-layer")
+expect_error("more experts a row than the model has", lambda: rec5.moe_routes(0, [list(range(9))] * 3, [[.1] * 9] * 3),
+             "9 experts a row")
+rec5.moe_routes(0, [[5, 1], [0, 7], [2, 3]], [[.75, .25], [.5, .5], [float("nan"), .1]])
+rec5.moe_routes(1, [[4, 6], [6, 4], [1, 0]], [[.6, .4], [.9, .1], [.3, .2]])
+rec5.sampled(7)
+rec5.forward([7], 3, step_stats(1).reshape(-1), rng.standard_normal(V).astype(np.float32), 1)
+rec5.moe_routes(1, [[3, 2]], [[.8, .2]])
+rec5.sampled(9)
+rec5.close(None, "length")
+print("ok: a MoE run's routes recorded per forward (bad calls refused in one line)")
 if bad:
     print("\n".join("FAIL: " + b for b in bad))
     sys.exit(1)
@@ -119,4 +147,16 @@ sqlite3 "$TMP/run2.db" "select value from meta where key='status'" | grep -qx ok
     ok "the cached prefix: prompt 1 2 3 4 5, step 0 covers positions 0-4, a kv_access hit for 0-2" ||
     fail "the cached-prefix trace: $(sqlite3 "$TMP/run3.db" "select * from steps; select * from kv_access" 2>&1 | head -5)"
 "$BANGTRACE" browse --dump walkback "$TMP/run2.db" > /dev/null 2>&1 && ok "browse --dump reads it" || fail "browse --dump walkback"
+"$py" - "$TMP/run5.db" <<'PY' && ok "moe_routes: each row's experts by rank and weights (a NaN weight kept), the decode step at its position" ||
+import math, sqlite3, sys
+rows = sqlite3.connect(sys.argv[1]).execute("select step, pos, layer, rank, expert, weight from moe_routes order by step, layer, pos, rank").fetchall()
+want = [(0, 0, 0, 0, 5, .75), (0, 0, 0, 1, 1, .25), (0, 1, 0, 0, 0, .5), (0, 1, 0, 1, 7, .5), (0, 2, 0, 0, 2, "nan"),
+        (0, 2, 0, 1, 3, .1), (0, 0, 1, 0, 4, .6), (0, 0, 1, 1, 6, .4), (0, 1, 1, 0, 6, .9), (0, 1, 1, 1, 4, .1),
+        (0, 2, 1, 0, 1, .3), (0, 2, 1, 1, 0, .2), (1, 3, 1, 0, 3, .8), (1, 3, 1, 1, 2, .2)]
+assert len(rows) == len(want), rows
+for r, w in zip(rows, want):
+    assert r[:5] == w[:5], (r, w)
+    assert r[5] == w[5] if isinstance(w[5], str) else abs(r[5] - w[5]) < 1e-7, (r, w)
+PY
+    fail "moe_routes: $(sqlite3 "$TMP/run5.db" "select * from moe_routes" 2>&1 | head -20 | tr '\n' ' ')"
 finish

@@ -84,6 +84,8 @@ def _declare(L):
         "bangtrace_stats": (c_int, [c_void_p, c_int, c_int, c_int, P(c_double)]),
         # API 2
         "bangtrace_cached_prefix": (c_int, [c_void_p, P(ctypes.c_int32), c_int]),
+        # API 3
+        "bangtrace_moe_routes": (c_int, [c_void_p, c_int, P(ctypes.c_int32), P(ctypes.c_float), c_int, c_int]),
     }
     for name, (res, args) in sig.items():
         f = getattr(L, name, None)
@@ -185,6 +187,19 @@ class Recording:
         n = len(tokens)
         toks = (ctypes.c_int32 * n)(*tokens)
         check(lib().bangtrace_cached_prefix(self._h, toks, n))
+
+    def moe_routes(self, layer, experts, weights):
+        """The open forward's routing in MoE layer `layer` (API 3): experts
+        and weights of shape (rows, k), rank 0 first; rows the forward's."""
+        if lib().bangtrace_api_version() < 3:
+            raise BangtraceError("libbangtrace is older than API 3: no bangtrace_moe_routes")
+        import numpy as np
+        e = np.ascontiguousarray(experts, dtype=np.int32)
+        w = np.ascontiguousarray(weights, dtype=np.float32)
+        if e.ndim != 2 or e.shape != w.shape:
+            raise BangtraceError(f"moe_routes: experts {e.shape} and weights {w.shape} must be (rows, k) alike")
+        check(lib().bangtrace_moe_routes(self._h, int(layer), e.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+                                         w.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), e.shape[0], e.shape[1]))
 
     def sampled(self, token, logprob=float("nan")):
         check(lib().bangtrace_sampled(self._h, int(token), float(logprob)))

@@ -302,6 +302,7 @@ class record(Taps):
         self._mla_keep = {}       # MLA: layer -> the q projection's and kv_a norm's outputs of this forward
         self._parts = {}          # MoE: slot -> per-expert statistics of this step
         self._red = StepReducer()
+        self._routes = {}         # MoE: layer -> (experts, weights) of this step's rows
         self._warned_experts = False
         self._layer = None
         self._step = None
@@ -506,6 +507,17 @@ class record(Taps):
         self._parts.setdefault(t.slot, []).append(st)
 
     # -- hooks --
+    def _route_hook(self, L):
+        """A router returning (logits, scores, indices), as transformers 5's
+        Qwen3-MoE and gpt-oss routers do: each token's experts by rank and
+        the weights their outputs are scaled by, kept until the step ends."""
+        def hook(mod, args, out):
+            if self._step is not None and isinstance(out, (tuple, list)) and len(out) == 3:
+                w, idx = out[1], out[2]
+                if idx.dim() == 2 and w.shape == idx.shape:
+                    self._routes[L] = (idx.detach(), w.detach())
+        return hook
+
     def _put(self, slot, x):
         if self._step is None:
             return
@@ -542,6 +554,8 @@ class record(Taps):
                 continue
             self._handles.append(mod.register_forward_hook(self._out_hook(t.slot)))
             n_hooked += 1
+            if t.op == "ffn_gate_inp":      # the router: its choice per token too (moe_routes)
+                self._handles.append(mod.register_forward_hook(self._route_hook(L)))
             inp = {"attn_output": f"blk.{L}.attn_ctx", "ffn_down": f"blk.{L}.ffn_act",
                    "ffn_norm": f"blk.{L}.attn_resid",
                    "attn_norm": f"blk.{L - 1}.ffn_resid" if L > 0 else None,
@@ -655,6 +669,7 @@ class record(Taps):
         self._step = (ids.reshape(-1).tolist(), pos0)
         self._red.begin()
         self._parts = {}
+        self._routes = {}
 
     def _end(self, mod, args, kwargs, out):
         if self._step is None:
@@ -678,15 +693,25 @@ class record(Taps):
         part_slots = [(slot, len(v)) for slot, v in self._parts.items()]
         parts = [p.to(dev) for v in self._parts.values() for p in v]
         tail = torch.stack(parts).reshape(-1) if parts else full.new_zeros(0)
-        host = torch.cat([full.reshape(-1), tail, rows[-1].detach().double()]).cpu().numpy()   # the one copy
+        routes = [(L, idx.shape) for L, (idx, w) in self._routes.items() if idx.shape[0] == len(tokens)]
+        rt = [x.to(dev).double().reshape(-1) for L, _ in routes for x in self._routes[L]]
+        host = torch.cat([full.reshape(-1), tail] + rt + [rows[-1].detach().double()]).cpu().numpy()   # the one copy
         S = _lib.STAT_COUNT
         st = host[: n * S].copy()
         o = n * S
         for slot, k in part_slots:
             st[slot * S:(slot + 1) * S] = merge_parts(host[o: o + k * S].reshape(k, S))
             o += k * S
+        got = []
+        for L, shape in routes:
+            m = shape[0] * shape[1]
+            got.append((L, host[o: o + m].reshape(shape), host[o + m: o + 2 * m].reshape(shape)))
+            o += 2 * m
         row = host[o:].astype("float32")
         self.rec.forward(tokens, pos0, st, row, 1)
+        for L, idx, w in got:
+            self.rec.moe_routes(L, idx, w)
+        self._routes = {}
         self._parts = {}
         self._last = tokens
         self.steps += 1

@@ -54,6 +54,7 @@ struct bangtrace_rec {
     bt_recorder *rec;
     bool open_step, prompted;
     int pos0, n, step;          /* the open step */
+    int fwd_pos0, fwd_n;        /* its computed rows (after a cached prefix, not all of the step's) */
     int32_t *prefix;            /* bangtrace_cached_prefix's tokens, until the first forward */
     int n_prefix;
     long generated;
@@ -430,11 +431,42 @@ int bangtrace_forward(bangtrace_rec *r, const int32_t *tokens, int n, int pos0, 
     r->open_step = true;
     r->pos0 = step_pos0;
     r->n = step_n;
+    r->fwd_pos0 = pos0;
+    r->fwd_n = n;
     rc = bt_engine_forward(e, tokens, n, pos0);
     p->stats = NULL;
     p->logits = NULL;
     if (!rc) rc = bt_recorder_status(r->rec);
     if (rc) { r->open_step = false; bt_recorder_step_end(r->rec, 0); }
+    return rc;
+}
+
+int bangtrace_moe_routes(bangtrace_rec *r, int layer, const int32_t *experts, const float *weights, int n_rows, int k)
+{
+    if (!r) return bt_error(BT_EINVAL, "bangtrace_moe_routes: no recording");
+    if (!r->open_step) return bt_error(BT_EINVAL, "bangtrace_moe_routes: no forward open (call it after bangtrace_forward)");
+    const bt_config *c = &bt_session_model(r->s)->cfg;
+    if (c->n_expert <= 0) return bt_error(BT_EINVAL, "bangtrace_moe_routes: %s is not a mixture-of-experts model", c->arch);
+    if (layer < 0 || layer >= c->n_layers)
+        return bt_error(BT_ERANGE, "bangtrace_moe_routes: layer %d of a %d-layer model", layer, c->n_layers);
+    if (n_rows != r->fwd_n)
+        return bt_error(BT_EINVAL, "bangtrace_moe_routes: %d rows, but the forward computed %d", n_rows, r->fwd_n);
+    if (k < 1 || k > c->n_expert)
+        return bt_error(BT_ERANGE, "bangtrace_moe_routes: %d experts a row, of the model's %d", k, c->n_expert);
+    if (!experts || !weights) return bt_error(BT_EINVAL, "bangtrace_moe_routes: no experts or weights");
+    int *ids = malloc((size_t)n_rows * k * sizeof *ids);
+    if (!ids) return bt_error(BT_ENOMEM, "out of memory");
+    for (long i = 0; i < (long)n_rows * k; i++) {
+        if (experts[i] < 0 || experts[i] >= c->n_expert) {
+            free(ids);
+            return bt_error(BT_ERANGE, "bangtrace_moe_routes: row %ld routes to expert %d of %d", i / k, (int)experts[i],
+                            c->n_expert);
+        }
+        ids[i] = experts[i];
+    }
+    int rc = bt_trace_moe_routes(bt_session_trace(r->s), bt_recorder_current_step(r->rec), "target", layer, r->fwd_pos0,
+                                 n_rows, k, ids, weights);
+    free(ids);
     return rc;
 }
 

@@ -34,7 +34,7 @@
 extern "C" {
 #endif
 
-#define BANGTRACE_API_VERSION 2
+#define BANGTRACE_API_VERSION 3
 
 typedef struct bangtrace_model bangtrace_model;
 typedef struct bangtrace_rec bangtrace_rec;
@@ -115,6 +115,13 @@ int bangtrace_forward(bangtrace_rec *r, const int32_t *tokens, int n, int pos0, 
  * kv_access "hit" row marks positions 0..n-1, so `bisect --reference` runs
  * them untapped before comparing. */
 int bangtrace_cached_prefix(bangtrace_rec *r, const int32_t *tokens, int n);
+/* API 3. The experts each computed row of the last forward was routed to
+ * in mixture-of-experts layer `layer`: experts and weights hold n_rows * k
+ * values, row i's k of them rank by rank (rank 0 the highest router
+ * probability), each weight as it scales its expert's output in the layer's
+ * output. n_rows is the forward's n; call after bangtrace_forward and
+ * before bangtrace_sampled (the trace's moe_routes, as a native run's). */
+int bangtrace_moe_routes(bangtrace_rec *r, int layer, const int32_t *experts, const float *weights, int n_rows, int k);
 /* The token the engine chose from the last forward's last row (logprob NaN
  * when unknown): the logit snapshot, the token trail and the detectors;
  * ends the step (durable after this). */

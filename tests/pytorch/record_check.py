@@ -95,6 +95,8 @@ def check_f32(folder):
     ok("%s f32: prefill statistics of %d tensors agree with the native engine's (largest rel %.2g at %s)%s"
        % (label, len(names) - len(absorbed), worst, worst_name,
           "; the absorbed MLA ops (%d) are not transformers'" % len(absorbed) if absorbed else ""))
+    if is_moe(folder) or is_gptoss(folder):
+        check_routes(label, trace, os.path.join(WORK, label + "-dump"), is_gptoss(folder))
     for step, (_, _, st) in enumerate(seen):
         bad = [names[i] for i in range(len(names)) if st[i][_lib.STAT_N] < 0 and names[i] not in absorbed]
         if bad:
@@ -109,6 +111,56 @@ def check_f32(folder):
         fail("%s: trace has %d tensors, %d steps, %d generated tokens, engine %s; want %d, 5, 5, transformers"
              % (label, nt, ns, ng, eng, len(names)))
     stays_exact(label + " f32", trace, "transformers", 5)
+
+
+def check_routes(label, trace, dump, gptoss):
+    """The prefill's moe_routes (the routers' choices, through
+    bangtrace_moe_routes) against the native engine's forward over the same
+    tokens: each token's experts are the ones the native dump routed it to,
+    and the weights are the native router logits' (softmax, top-k,
+    renormalised for Qwen3-MoE; top-k, then softmax over them for gpt-oss)
+    within 1e-5."""
+    with open(os.path.join(dump, "meta.json")) as f:
+        pos = json.load(f)["expert_positions"]
+    native_sets = {}
+    for k, ps in pos.items():
+        if ".ffn_act.expert[" not in k:
+            continue
+        L, e = int(k.split(".")[1]), int(k.split("[")[1].rstrip("]"))
+        for p in ps:
+            native_sets.setdefault((L, p), set()).add(e)
+    db = sqlite3.connect(trace)
+    rows = db.execute("select layer, pos, rank, expert, weight from moe_routes where step = 0 order by layer, pos, rank").fetchall()
+    db.close()
+    got = {}
+    for L, p, r, e, w in rows:
+        got.setdefault((L, p), []).append((e, w))
+    if not rows or set(got) != set(native_sets):
+        fail("%s routes: recorded for %d (layer, position) pairs, the native engine routed %d"
+             % (label, len(got), len(native_sets)))
+        return
+    worst = 0.0
+    for (L, p), ew in got.items():
+        if {e for e, _ in ew} != native_sets[(L, p)]:
+            fail("%s routes: layer %d position %d went to %s, natively to %s" % (label, L, p, [e for e, _ in ew],
+                                                                                sorted(native_sets[(L, p)])))
+            return
+        lg = np.fromfile(os.path.join(dump, "blk.%d.ffn_gate_inp.f32" % L), dtype=np.float32).astype(np.float64)
+        lg = lg.reshape(-1, lg.size // (max(q for _, q in got) + 1))[p]
+        ids = [e for e, _ in ew]
+        if gptoss:
+            z = np.exp(lg[ids] - lg[ids].max())
+            want = z / z.sum()
+        else:
+            pr = np.exp(lg - lg.max())
+            pr /= pr.sum()
+            want = pr[ids] / pr[ids].sum()
+        worst = max(worst, max(abs(w - x) for (_, w), x in zip(ew, want)))
+    if worst > 1e-5:
+        fail("%s routes: weights depart from the native router's by %.2g" % (label, worst))
+    else:
+        ok("%s f32: moe_routes of the prefill (%d tokens x %d layers) route each token to the native engine's experts,"
+           " weights within %.1g" % (label, len({p for _, p in got}), len({L for L, _ in got}), worst))
 
 
 def check_bf16(folder):
