@@ -65,6 +65,23 @@ def load(folder, dtype, **kw):
     return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kw).eval()
 
 
+def count_forwards(model):
+    """The model's forwards counted (calls["n"]: the running one, from 0) and
+    the hook's handle."""
+    calls = {"n": -1}
+
+    def top(mod, args, kwargs):
+        calls["n"] += 1
+    return calls, model.register_forward_pre_hook(top, with_kwargs=True)
+
+
+def generate_recorded(model, trace, n_new):
+    """generate() n_new tokens of PROMPT greedily, recorded into trace."""
+    with torch.no_grad(), btt.record(model, trace) as rec:
+        out = model.generate(torch.tensor([PROMPT]), max_new_tokens=n_new, do_sample=False, min_new_tokens=n_new)
+        rec.last_token(out[0, -1])
+
+
 def greedy_loop(model, n_new):
     ids = torch.tensor([PROMPT])
     out = model(input_ids=ids, use_cache=True)
@@ -166,18 +183,11 @@ def check_routes(label, trace, dump, gptoss):
 def check_bf16(folder):
     label = os.path.basename(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).eval()
-    ids = torch.tensor([PROMPT])
     clean = os.path.join(WORK, label + "-bf16.db")
-    with torch.no_grad(), btt.record(model, clean) as rec:
-        out = model.generate(ids, max_new_tokens=6, do_sample=False, min_new_tokens=6)
-        rec.last_token(out[0, -1])
+    generate_recorded(model, clean, 6)
     stays_exact(label + " bf16", clean, what="bisect --reference names no op on the clean run")
     # a broken kernel: NaN into layer 1's down_proj output at the third forward, element (0, 5)
     L, STEP, COL = 1, 3, 5
-    calls = {"n": -1}
-
-    def top(mod, args, kwargs):
-        calls["n"] += 1
 
     def poison(mod, args, out):
         if calls["n"] == STEP:
@@ -185,12 +195,10 @@ def check_bf16(folder):
             out.reshape(-1, out.shape[-1])[0, COL] = float("nan")
             return out
     bad = os.path.join(WORK, label + "-bf16-nan.db")
-    h1 = model.register_forward_pre_hook(top, with_kwargs=True)
+    calls, h1 = count_forwards(model)
     h2 = model.model.layers[L].mlp.down_proj.register_forward_hook(poison)
     try:
-        with torch.no_grad(), btt.record(model, bad) as rec:
-            out = model.generate(ids, max_new_tokens=6, do_sample=False, min_new_tokens=6)
-            rec.last_token(out[0, -1])
+        generate_recorded(model, bad, 6)
     finally:
         h1.remove()
         h2.remove()
@@ -204,16 +212,13 @@ def check_mla(folder):
     label = os.path.basename(folder)
     model = load(folder, torch.float32)
     L, STEP, COL = 1, 2, 6
-    calls = {"n": -1}
-
-    def top(mod, args, kwargs):
-        calls["n"] += 1
 
     def poison(mod, args, out):
         if calls["n"] == STEP:
             out.reshape(-1, out.shape[-1])[0, COL] = float("nan")
     bad = os.path.join(WORK, label + "-nan.db")
-    hs = [model.register_forward_pre_hook(top, with_kwargs=True)]
+    calls, h = count_forwards(model)
+    hs = [h]
     with torch.no_grad(), btt.record(model, bad) as rec:
         hs.append(model.model.layers[L].self_attn.kv_a_layernorm.register_forward_hook(poison))
         out = model.generate(torch.tensor([PROMPT]), max_new_tokens=4, do_sample=False, min_new_tokens=4)
@@ -234,10 +239,6 @@ def check_moe(folder):
     ids = torch.tensor([PROMPT])
     experts = model.model.layers[1].mlp.experts
     STEP = 2
-    calls = {"n": -1}
-
-    def top(mod, args, kwargs):
-        calls["n"] += 1
     orig = torch.nn.functional.linear
 
     def broken(*a, **kw):      # a broken down-projection kernel: NaN at the step's first down call, column 3
@@ -255,13 +256,11 @@ def check_moe(folder):
     def post(mod, args, kwargs, out):
         torch.nn.functional.linear = orig
     bad = os.path.join(WORK, label + "-nan.db")
-    hs = [model.register_forward_pre_hook(top, with_kwargs=True),
-          experts.register_forward_pre_hook(pre, with_kwargs=True),
+    calls, h = count_forwards(model)
+    hs = [h, experts.register_forward_pre_hook(pre, with_kwargs=True),
           experts.register_forward_hook(post, with_kwargs=True)]
     try:
-        with torch.no_grad(), btt.record(model, bad) as rec:
-            out = model.generate(ids, max_new_tokens=4, do_sample=False, min_new_tokens=4)
-            rec.last_token(out[0, -1])
+        generate_recorded(model, bad, 4)
     finally:
         for h in hs:
             h.remove()
@@ -301,10 +300,6 @@ def check_gptoss(folder):
     model = load(folder, torch.float32)
     L, STEP, COL = 1, 2, 3
     experts = model.model.layers[L].mlp.experts
-    calls = {"n": -1}
-
-    def top(mod, args, kwargs):
-        calls["n"] += 1
     orig = experts._apply_gate
 
     def broken(gate_up):       # a broken SwiGLU kernel: NaN in the step's first expert, first row, column COL
@@ -315,12 +310,10 @@ def check_gptoss(folder):
             y.reshape(-1, y.shape[-1])[0, COL] = float("nan")
         return y
     experts._apply_gate = broken
-    h = model.register_forward_pre_hook(top, with_kwargs=True)
+    calls, h = count_forwards(model)
     bad = os.path.join(WORK, label + "-nan.db")
     try:
-        with torch.no_grad(), btt.record(model, bad) as rec:
-            out = model.generate(torch.tensor([PROMPT]), max_new_tokens=4, do_sample=False, min_new_tokens=4)
-            rec.last_token(out[0, -1])
+        generate_recorded(model, bad, 4)
     finally:
         h.remove()
         experts._apply_gate = orig
