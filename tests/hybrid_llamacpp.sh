@@ -153,7 +153,7 @@ fi
 "$B" run --model "$M" --prompt "Once upon a time" -n 8 --threads 1 --taps all --trace "$TMP/inj.bttrace" \
     --inject 'nan@op=ssm_state,layer=2,step=3' >/dev/null 2>"$TMP/err" || fail "run --inject ssm_state: $(cat "$TMP/err")"
 "$B" bisect "$TMP/inj.bttrace" >"$TMP/bis" 2>&1
-grep -q "first non-finite: step 3, position 0, layer 2, op ssm_state (blk.2.ssm_state)" "$TMP/bis" &&
+grep -q "first non-finite: step 3, layer 2, op ssm_state (blk.2.ssm_state), value head 0, row 0, column 0" "$TMP/bis" &&
     ok "bisect names step 3, layer 2, ssm_state" || fail "bisect after a NaN in blk.2.ssm_state: $(head -3 "$TMP/bis")"
 grep -E -q "^ +4 +2 +blk.2.ssm_core +recur" "$TMP/bis" && ok "the state carries the NaN to the next step's ssm_core" ||
     fail "no recurrence into step 4's blk.2.ssm_core: $(cat "$TMP/bis")"

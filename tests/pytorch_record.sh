@@ -10,7 +10,11 @@
 # bisect --reference; one expert's broken down projection is named too, and
 # the default grouped_mm experts path warns that the experts' own taps are
 # missing; a NaN in the MLA latent is named, and one in a gpt-oss expert's
-# SwiGLU (tests/pytorch/record_check.py). The torch environment
+# SwiGLU; the gated delta net models (Qwen3.5, Qwen3.5-MoE, Qwen3-Next:
+# the delta rule's and causal conv's arguments and results, the states)
+# agree too, and in bf16 a NaN in the state returned by a broken delta-rule
+# kernel is named as ssm_state at the native engine's index
+# (tests/pytorch/record_check.py). The torch environment
 # is tools/torch-env's (created once under ~/.cache/bangtrace); SKIP only
 # when it cannot be had.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
@@ -34,8 +38,13 @@ PY
     fail "make-tiny-deepseek2.py --format hf: $(tail -n 1 "$TMP/ds.log")"
 "$py" "$BT_SRCDIR/tools/make-tiny-gptoss.py" "$TMP/gptoss" --format hf --seed 3 > "$TMP/go.log" 2>&1 ||
     fail "make-tiny-gptoss.py --format hf: $(tail -n 1 "$TMP/go.log")"
+for a in qwen35 qwen35moe qwen3next; do
+    "$py" "$BT_SRCDIR/tools/make-tiny-hybrid.py" "$TMP/$a" --format hf --arch $a --seed 3 > "$TMP/$a.log" 2>&1 ||
+        fail "make-tiny-hybrid.py --format hf --arch $a: $(tail -n 1 "$TMP/$a.log")"
+done
 BANGTRACE_LIB=$lib PYTHONPATH=$BT_SRCDIR/python "$env/bin/python" "$BT_SRCDIR/tests/pytorch/record_check.py" \
-    "$BANGTRACE" "$TMP" "$TMP/qwen3" "$TMP/llama" "$TMP/qwen2" "$TMP/qwen3moe" "$TMP/deepseek2" "$TMP/gptoss" > "$TMP/out" 2>&1 ||
+    "$BANGTRACE" "$TMP" "$TMP/qwen3" "$TMP/llama" "$TMP/qwen2" "$TMP/qwen3moe" "$TMP/deepseek2" "$TMP/gptoss" \
+    "$TMP/qwen35" "$TMP/qwen35moe" "$TMP/qwen3next" > "$TMP/out" 2>&1 ||
     { cat "$TMP/out" >&2; fail "bangtrace.torch against the native engine (above)"; }
 grep '^ok:' "$TMP/out" | sed 's/^ok: //' | while read -r l; do ok "$l"; done
 finish

@@ -299,6 +299,8 @@ class record(Taps):
         self._handles = []
         self._patched = []        # (module, function name, original)
         self._mla = self.bm.tensor("blk.0.attn_kv_latent") is not None
+        self._gdn = {}            # gated delta net: layer -> its forward's token count
+        self._gdn_put = {}        # gated delta net: layer -> its put(op, x, perm)
         self._mla_keep = {}       # MLA: layer -> the q projection's and kv_a norm's outputs of this forward
         self._parts = {}          # MoE: slot -> per-expert statistics of this step
         self._red = StepReducer()
@@ -497,6 +499,158 @@ class record(Taps):
         self._handles.append(amod.register_forward_pre_hook(pre, with_kwargs=True))
         self._handles.append(amod.register_forward_hook(post, with_kwargs=True))
 
+    # -- gated delta net (Qwen3.5, Qwen3-Next) --
+    def _install_gdn(self, mod, L):
+        """A gated delta net layer (transformers' Qwen3_5/Qwen3NextGatedDeltaNet):
+        its computed tensors are the arguments and results of the modeling
+        module's functions, patched while recording: the causal conv's input
+        and output (ssm_qkv, ssm_conv; causal_conv1d_fn at a prefill,
+        causal_conv1d_update at a decode step), the delta rule's q, k, v,
+        g and beta (ssm_decay, ssm_beta), its output (ssm_core) and the
+        state it returns (ssm_state); the gated norm's gate argument and
+        output (ssm_z, ssm_norm), out_proj's output (ssm_out) and the conv
+        state the cache keeps (ssm_conv_state, its last kernel-1 columns).
+        ssm_q and ssm_k are the L2 norms the delta rule computes inside
+        (use_qk_l2norm_in_kernel, eps 1e-6), of the key heads before they
+        are repeated for the value heads. Qwen3.5's converter reorders the
+        value heads (grouped by key head in HF, tiled in the GGUF the native
+        engine computes); each per-value-head tensor is put in the native
+        order, so a first bad index means the same element on both sides.
+        Returns the number of tensors tapped."""
+        names = {op: self.bm.tensor(f"blk.{L}.{op}") for op in (
+            "ssm_qkv", "ssm_z", "ssm_beta", "ssm_decay", "ssm_conv", "ssm_conv_state", "ssm_q", "ssm_k", "ssm_v",
+            "ssm_core", "ssm_state", "ssm_norm", "ssm_out")}
+        if any(t is None for t in names.values()):
+            return 0
+        nk, nv, dk, dv = mod.num_k_heads, mod.num_v_heads, mod.head_k_dim, mod.head_v_dim
+        K = mod.conv_kernel_size
+        per = nv // nk
+        if self.bm.arch in ("qwen35", "qwen35moe"):     # HF head k*per + j is native head j*nk + k
+            heads = [(n % nk) * per + n // nk for n in range(nv)]
+        else:
+            heads = list(range(nv))
+        dev = next(mod.parameters()).device
+        vcols = [h * dv + d for h in heads for d in range(dv)]
+        idx = {"h": torch.tensor(heads, device=dev), "v": torch.tensor(vcols, device=dev),
+               "c": torch.tensor(list(range(2 * nk * dk)) + [2 * nk * dk + c for c in vcols], device=dev)}
+        self._gdn[L] = {"T": 0}
+
+        def put(op, x, perm=None):
+            t = names[op]
+            x = x.reshape(-1, t.width)
+            self._put(t.slot, x.index_select(1, idx[perm]) if perm else x)
+
+        def pre(m, args, kwargs):
+            hs = args[0] if args else kwargs.get("hidden_states")
+            self._layer = L
+            self._gdn[L]["T"] = hs.shape[1]
+
+        def post(m, args, kwargs, out):
+            self._layer = None
+            cp = kwargs.get("cache_params")
+            if self._step is None or cp is None:
+                return
+            try:
+                cs = cp.layers[L].conv_states[0]
+            except (AttributeError, IndexError, TypeError):
+                return
+            if torch.is_tensor(cs) and cs.dim() == 3 and cs.shape[-1] >= K - 1:
+                put("ssm_conv_state", cs[..., cs.shape[-1] - (K - 1):].transpose(1, 2), "c")
+
+        def norm_hook(m, args, out):
+            if self._step is not None and len(args) >= 2:
+                put("ssm_z", args[1], "v")
+                put("ssm_norm", _first(out), "v")
+        self._handles.append(mod.register_forward_pre_hook(pre, with_kwargs=True))
+        self._handles.append(mod.register_forward_hook(post, with_kwargs=True))
+        self._handles.append(mod.norm.register_forward_hook(norm_hook))
+        self._handles.append(mod.out_proj.register_forward_hook(self._out_hook(names["ssm_out"].slot)))
+        module = sys.modules.get(type(mod).__module__)
+
+        def live():
+            return self._step is not None and self._layer in self._gdn
+
+        def conv(fn):
+            def patched(hidden_states, *a, **kw):
+                out = fn(hidden_states, *a, **kw)
+                if live():
+                    T = self._gdn[self._layer]["T"]        # a prefill's input may carry the cached columns first
+                    put_l(self._layer, "ssm_qkv", hidden_states[..., -T:].transpose(1, 2), "c")
+                    put_l(self._layer, "ssm_conv", out[..., -T:].transpose(1, 2), "c")
+                return out
+            return patched
+
+        def rule(fn):
+            def patched(query, key, value, *a, **kw):
+                core, state = fn(query, key, value, *a, **kw)
+                if live():
+                    Lc, r = self._layer, query.shape[2] // nk
+                    for op, x in (("ssm_q", query), ("ssm_k", key)):
+                        x = x[:, :, ::r].float()
+                        put_l(Lc, op, x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6))
+                    put_l(Lc, "ssm_v", value, "v")
+                    put_l(Lc, "ssm_beta", kw["beta"] if "beta" in kw else a[1], "h")
+                    put_l(Lc, "ssm_decay", kw["g"] if "g" in kw else a[0], "h")
+                    put_l(Lc, "ssm_core", core, "v")
+                    if state is not None:
+                        put_l(Lc, "ssm_state", state.index_select(1, idx["h"]))
+                return core, state
+            return patched
+
+        def put_l(Lc, op, x, perm=None):      # the layer running now (one patch serves every layer)
+            g = self._gdn_put.get(Lc)
+            if g:
+                g(op, x, perm)
+        self._gdn_put[L] = put
+        for name, wrap in (("causal_conv1d_fn", conv), ("causal_conv1d_update", conv),
+                           ("torch_chunk_gated_delta_rule", rule), ("torch_recurrent_gated_delta_rule", rule)):
+            fn = getattr(module, name, None)
+            if fn is None or any(m is module and n == name for m, n, _ in self._patched):
+                continue
+            setattr(module, name, wrap(fn))
+            self._patched.append((module, name, fn))
+        return len(names)
+
+    def _install_gate(self, amod, L):
+        """Gated attention (Qwen3.5, Qwen3-Next: the q projection carries a
+        per-head output gate): the gate is the argument of the attention
+        module's torch.sigmoid, attn_ctx the other operand of the product
+        with it, taken while the module runs (a TorchFunctionMode, as for
+        the sinks); attn_gated is o_proj's input."""
+        t = {op: self.bm.tensor(f"blk.{L}.{op}") for op in ("attn_gate", "attn_ctx", "attn_gated")}
+        if any(x is None for x in t.values()):
+            return
+        rec = self
+        state = {}
+        sig = (torch.sigmoid, torch.Tensor.sigmoid)
+        mul = (torch.mul, torch.Tensor.mul, torch.Tensor.__mul__)
+
+        class Watch(torch.overrides.TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                if rec._step is None or "done" in state:
+                    return out
+                if func in sig and args and args[0].shape[-1] == t["attn_gate"].width:
+                    state["sig"] = out
+                    rec._put(t["attn_gate"].slot, args[0])
+                elif func in mul and len(args) == 2 and "sig" in state and args[1] is state["sig"]:
+                    state["done"] = True
+                    rec._put(t["attn_ctx"].slot, args[0])     # attn_gated: o_proj's input
+                return out
+
+        def pre(m, args, kwargs):
+            if self._step is None:
+                return
+            state.clear()
+            state["mode"] = Watch()
+            state["mode"].__enter__()
+
+        def post(m, args, kwargs, out):
+            if "mode" in state:
+                state.pop("mode").__exit__(None, None, None)
+        self._handles.append(amod.register_forward_pre_hook(pre, with_kwargs=True))
+        self._handles.append(amod.register_forward_hook(post, with_kwargs=True))
+
     def _put_part(self, t, x, tok):
         """One expert's rows of t: statistics with the first bad row made the
         token's index."""
@@ -538,6 +692,9 @@ class record(Taps):
                 else:
                     n_hooked += self._install_experts(mod, L)        # fused experts (transformers 5)
                 continue
+            if "A_log" in params and hasattr(mod, "out_proj") and L is not None:
+                n_hooked += self._install_gdn(mod, L)                # gated delta net: its functions patched
+                continue
             if "sinks" in params and L is not None:
                 self._install_sinks(mod, L)                           # gpt-oss attention
             if name.endswith(".mlp") and L is not None and bm.tensor(f"blk.{L}.ffn_moe_out") is not None:
@@ -556,7 +713,8 @@ class record(Taps):
             n_hooked += 1
             if t.op == "ffn_gate_inp":      # the router: its choice per token too (moe_routes)
                 self._handles.append(mod.register_forward_hook(self._route_hook(L)))
-            inp = {"attn_output": f"blk.{L}.attn_ctx", "ffn_down": f"blk.{L}.ffn_act",
+            gated = bm.tensor(f"blk.{L}.attn_gated") is not None    # then o_proj reads attn_gated
+            inp = {"attn_output": f"blk.{L}.attn_gated" if gated else f"blk.{L}.attn_ctx", "ffn_down": f"blk.{L}.ffn_act",
                    "ffn_norm": f"blk.{L}.attn_resid",
                    "attn_norm": f"blk.{L - 1}.ffn_resid" if L > 0 else None,
                    "output_norm": f"blk.{last}.ffn_resid"}.get(t.op)
@@ -586,6 +744,7 @@ class record(Taps):
                 self._install_mla(amod, L)
             else:
                 self._patch_rope(sys.modules.get(type(amod).__module__))
+                self._install_gate(amod, L)
         self._handles.append(model.register_forward_pre_hook(self._begin, with_kwargs=True))
         self._handles.append(model.register_forward_hook(self._end, with_kwargs=True))
 
@@ -634,7 +793,7 @@ class record(Taps):
 
     def _patch_rope(self, module):
         fn = getattr(module, "apply_rotary_pos_emb", None)
-        if fn is None or any(m is module for m, _, _ in self._patched):
+        if fn is None or any(m is module and n == "apply_rotary_pos_emb" for m, n, _ in self._patched):
             return
         bm = self.bm
 

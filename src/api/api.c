@@ -146,7 +146,12 @@ static int passive_forward(void *impl, bt_engine *e, const int32_t *tokens, int 
         int have = stats_from(p->stats + (size_t)i * BANGTRACE_STAT_COUNT, pos0, &p->tmp[i]);
         if (have < 0) return bt_error(BT_EINVAL, "%s: %s", t->name, bt_errmsg());
         if (!have || !bt_engine_tap_wanted(e, t->opid, t->layer)) continue;
-        bt_tensor_view v = { .op = t->opid, .layer = t->layer, .pos0 = pos0, .rows = T, .width = t->width,
+        /* a recurrent state's rows are not positions: its first bad row
+         * counts from 0, as the native engine's state taps */
+        bool st = t->opid == BT_OP_SSM_STATE || t->opid == BT_OP_SSM_CONV_STATE;
+        if (st && p->tmp[i].first_bad_pos >= 0) p->tmp[i].first_bad_pos -= pos0;
+        bt_tensor_view v = { .op = t->opid, .layer = t->layer, .pos0 = st ? 0 : pos0,
+                             .rows = st ? (int)(p->tmp[i].n / t->width) : T, .width = t->width,
                              .stats = &p->tmp[i], .kernel = p->kernel[0] ? p->kernel : NULL };
         if (!bt_engine_tap_deliver(e, &v)) return BT_EINVAL;
     }

@@ -106,7 +106,19 @@ typedef struct bisect_opts {
     double limit;               /* headroom limit; 0 = the f16 maximum */
     const char *num_b;          /* --against B (the spec as given) */
     bt_numerics prof_b;
+    int state_dk;               /* a gated delta net's state rows a value head (hparams ssm_head_k); 0: none */
 } bisect_opts;
+
+/* The trace's hparams ssm_head_k (0: not a hybrid model's, or an older trace). */
+static int state_rows_per_head(bt_trace_reader *r)
+{
+    const char *hp = bt_trace_meta_get(r, "hparams");
+    json_t *j = hp ? json_loads(hp, 0, NULL) : NULL;
+    json_t *v = j ? json_object_get(j, "ssm_head_k") : NULL;
+    int dk = json_is_integer(v) ? (int)json_integer_value(v) : 0;
+    json_decref(j);
+    return dk > 0 ? dk : 0;
+}
 
 static int parse_args(int argc, char **argv, bisect_opts *o)
 {
@@ -297,8 +309,15 @@ static void print_analysis(const bisect_opts *o, const bt_analysis *x, const bt_
         const bt_bad_tensor *f = &x->first;
         char l[16];
         bt_layer_label(f->layer, l, sizeof(l));
-        bt_text_printf(stdout, "first non-finite: step %d, position %d, layer %s, op %s (%s), index %d", f->step, f->pos, l, f->op,
-               f->tensor, f->first_bad_index);
+        if (!strcmp(f->op, "ssm_state") && o->state_dk > 0 && f->pos >= 0)   /* rows of the state, not positions */
+            bt_text_printf(stdout, "first non-finite: step %d, layer %s, op %s (%s), value head %d, row %d, column %d", f->step,
+                           l, f->op, f->tensor, f->pos / o->state_dk, f->pos % o->state_dk, f->first_bad_index);
+        else if (!strcmp(f->op, "ssm_conv_state") && f->pos >= 0)
+            bt_text_printf(stdout, "first non-finite: step %d, layer %s, op %s (%s), kept input %d, channel %d", f->step, l,
+                           f->op, f->tensor, f->pos, f->first_bad_index);
+        else
+            bt_text_printf(stdout, "first non-finite: step %d, position %d, layer %s, op %s (%s), index %d", f->step, f->pos, l,
+                           f->op, f->tensor, f->first_bad_index);
         if (x->spec.present) bt_text_printf(stdout, ", %s's %s", f->model, pass_name(f->kind));
         bt_text_printf(stdout, ": ");
         bt_bad_tensor_print_counts(stdout, f);
@@ -426,6 +445,9 @@ static json_t *analysis_json(const bisect_opts *o, const bt_analysis *x)
     json_object_set_new(j, "generated", json_integer(x->n_gen));
     json_object_set_new(j, "found", json_boolean(bt_analysis_found(x)));
     json_t *fj = x->has_nonfinite ? bad_json(&x->first) : json_null();
+    if (x->has_nonfinite && !strcmp(x->first.op, "ssm_state") && o->state_dk > 0 && x->first.pos >= 0)
+        json_object_set_new(fj, "state", json_pack("{s:i,s:i,s:i}", "head", x->first.pos / o->state_dk, "row",
+                                                   x->first.pos % o->state_dk, "column", x->first.first_bad_index));
     if (x->has_nonfinite) {
         /* the device kernel that wrote it (a --cupti trace), else null */
         json_object_set_new(fj, "kernel", x->has_first_kernel ? json_string(x->first_kernel.name) : json_null());
@@ -769,6 +791,7 @@ int cmd_bisect(int argc, char **argv)
     /* a batched server's trace: whose cached data the finding read */
     bt_provenance pv;
     if (bt_provenance_get(r, x.has_nonfinite ? x.first.step : -1, x.has_nonfinite ? x.first.layer : -1, &pv)) goto fail;
+    o.state_dk = state_rows_per_head(r);
     if (o.json) {
         json_t *j = analysis_json(&o, &x);
         json_object_set_new(j, "run_status", json_string(rs.status));

@@ -94,12 +94,19 @@ int bt_run_meta_write(bt_trace *t, const bt_run_meta_src *s)
     rc = meta(rc, t, "model_format", m->format);
     rc = meta(rc, t, "model_name", c->name);
     rc = meta(rc, t, "arch", c->arch);
-    if (!s->slot)
-        rc = meta_json(rc, t, "hparams", json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:b}", "dim", c->dim,
-                                                   "hidden_dim", c->hidden_dim, "n_layers", c->n_layers, "n_heads", c->n_heads,
-                                                   "n_kv_heads", c->n_kv_heads, "head_dim", c->head_dim, "n_vocab", c->n_vocab,
-                                                   "ctx_len", c->ctx_len, "norm_eps", (double)c->norm_eps,
-                                                   "rope_base", (double)c->rope_base, "tied_output", c->tied_output));
+    if (!s->slot) {
+        json_t *hp = json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:b}", "dim", c->dim,
+                               "hidden_dim", c->hidden_dim, "n_layers", c->n_layers, "n_heads", c->n_heads,
+                               "n_kv_heads", c->n_kv_heads, "head_dim", c->head_dim, "n_vocab", c->n_vocab,
+                               "ctx_len", c->ctx_len, "norm_eps", (double)c->norm_eps,
+                               "rope_base", (double)c->rope_base, "tied_output", c->tied_output);
+        /* a gated delta net's state: rows of head_v, ssm_head_k rows a value head (bisect names head and row) */
+        if (hp && c->ssm_n_v > 0 && c->ssm_head_k > 0) {
+            json_object_set_new(hp, "ssm_n_v", json_integer(c->ssm_n_v));
+            json_object_set_new(hp, "ssm_head_k", json_integer(c->ssm_head_k));
+        }
+        rc = meta_json(rc, t, "hparams", hp);
+    }
     snprintf(buf, sizeof(buf), "%d", c->n_layers);
     rc = meta(rc, t, "n_layers", buf);
     snprintf(buf, sizeof(buf), "%d", c->n_vocab);

@@ -8,7 +8,7 @@ For each tiny random-weight HF folder (model_type set, transformers loads it):
    tokens within 1e-4 per named tensor, every name on both sides; the trace
    reads back with every tensor tapped at every step, and `bisect --reference`
    finds no departure, top-1 agreeing on every step.
-2. bf16 (first folder): generate() recorded; `bisect --reference` names no op;
+2. bf16 (first folder; and Qwen3.5, check_hybrid_state): generate() recorded; `bisect --reference` names no op;
    a forward hook writing NaN into one module's output at one step and index
    is named by `bisect` (step, layer, op, index exactly) and by
    `bisect --reference` (the departing tensor).
@@ -23,7 +23,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import compare, done, fail, named_by_bisect, native, ok, stays_exact  # noqa: E402
+from common import bt, compare, done, fail, named_by_bisect, native, ok, stays_exact  # noqa: E402
 import bangtrace.torch as btt  # noqa: E402
 from bangtrace import _lib  # noqa: E402
 
@@ -59,8 +59,21 @@ def is_gptoss(folder):
         return json.load(f).get("model_type") == "gpt_oss"
 
 
+def model_type(folder):
+    with open(os.path.join(folder, "config.json")) as f:
+        return json.load(f).get("model_type")
+
+
+def is_hybrid(folder):
+    return model_type(folder) in ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next")
+
+
+def is_hybrid_moe(folder):
+    return model_type(folder) in ("qwen3_5_moe_text", "qwen3_next")
+
+
 def load(folder, dtype, **kw):
-    if is_moe(folder) or is_mla(folder) or is_gptoss(folder):      # the experts' own taps need the per-expert loop
+    if is_moe(folder) or is_mla(folder) or is_gptoss(folder) or is_hybrid_moe(folder):      # the experts' own taps need the per-expert loop
         kw.setdefault("experts_implementation", "eager")
     return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kw).eval()
 
@@ -112,7 +125,7 @@ def check_f32(folder):
     ok("%s f32: prefill statistics of %d tensors agree with the native engine's (largest rel %.2g at %s)%s"
        % (label, len(names) - len(absorbed), worst, worst_name,
           "; the absorbed MLA ops (%d) are not transformers'" % len(absorbed) if absorbed else ""))
-    if is_moe(folder) or is_gptoss(folder):
+    if is_moe(folder) or is_gptoss(folder) or is_hybrid_moe(folder):
         check_routes(label, trace, os.path.join(WORK, label + "-dump"), is_gptoss(folder))
     for step, (_, _, st) in enumerate(seen):
         bad = [names[i] for i in range(len(names)) if st[i][_lib.STAT_N] < 0 and names[i] not in absorbed]
@@ -203,6 +216,57 @@ def check_bf16(folder):
         h1.remove()
         h2.remove()
     named_by_bisect(label + " bf16", bad, STEP, L, "ffn_down", COL)
+
+
+def check_hybrid_state(folder):
+    """A gated delta net model in bf16: bisect --reference names no op on a
+    clean generate(); a broken delta-rule kernel that returns layer 0's
+    state with one NaN (HF value head 1, row 2, column 5) at the fourth
+    forward is named by bisect as ssm_state at step 3, that element's value
+    head (in the native engine's order: Qwen3.5's converter tiles the heads
+    HF groups by key head), row and column, and by bisect --reference."""
+    label = os.path.basename(folder)
+    model = load(folder, torch.bfloat16)
+    clean = os.path.join(WORK, label + "-bf16.db")
+    generate_recorded(model, clean, 6)
+    stays_exact(label + " bf16", clean, what="bisect --reference names no op on the clean run")
+    la = model.model.layers[0].linear_attn
+    mod = sys.modules[type(la).__module__]
+    orig = mod.torch_recurrent_gated_delta_rule
+    STEP, H, ROW, COL = 3, 1, 2, 5
+    nk, nv, dk, dv = la.num_k_heads, la.num_v_heads, la.head_k_dim, la.head_v_dim
+    per = nv // nk
+    native_head = (H % per) * nk + H // per if model_type(folder) != "qwen3_next" else H
+    cur = {}
+
+    def broken(*a, **kw):
+        core, state = orig(*a, **kw)
+        if calls["n"] == STEP and cur.get("in") and state is not None:
+            state = state.clone()
+            state[0, H, ROW, COL] = float("nan")
+        return core, state
+    calls, h = count_forwards(model)
+    hs = [h, la.register_forward_pre_hook(lambda m, a: cur.__setitem__("in", True)),
+          la.register_forward_hook(lambda m, a, o: cur.__setitem__("in", False))]
+    mod.torch_recurrent_gated_delta_rule = broken
+    bad = os.path.join(WORK, label + "-state-nan.db")
+    try:
+        generate_recorded(model, bad, 6)
+    finally:
+        mod.torch_recurrent_gated_delta_rule = orig
+        for h in hs:
+            h.remove()
+    named_by_bisect(label + " bf16 state", bad, STEP, 0, "ssm_state", COL)
+    p = bt("bisect", "--json", bad, check=False)
+    st = (json.loads(p.stdout).get("first_nonfinite") or {}).get("state")
+    want = {"head": native_head, "row": ROW, "column": COL}
+    if st != want:
+        fail("%s: bisect --json names the state element %s; want %s (HF value head %d)" % (label, st, want, H))
+    elif "value head %d, row %d, column %d" % (native_head, ROW, COL) not in bt("bisect", bad, check=False).stdout:
+        fail("%s: bisect does not say value head %d, row %d, column %d" % (label, native_head, ROW, COL))
+    else:
+        ok("%s bf16 state: bisect names value head %d (HF's %d), row %d, column %d of the state"
+           % (label, native_head, H, ROW, COL))
 
 
 def check_mla(folder):
@@ -373,4 +437,6 @@ for i, folder in enumerate(FOLDERS):
         check_mla(folder)
     if is_gptoss(folder):
         check_gptoss(folder)
+    if model_type(folder) == "qwen3_5_text":
+        check_hybrid_state(folder)
 done()
