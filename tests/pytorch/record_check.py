@@ -125,8 +125,8 @@ def check_f32(folder):
     ok("%s f32: prefill statistics of %d tensors agree with the native engine's (largest rel %.2g at %s)%s"
        % (label, len(names) - len(absorbed), worst, worst_name,
           "; the absorbed MLA ops (%d) are not transformers'" % len(absorbed) if absorbed else ""))
-    if is_moe(folder) or is_gptoss(folder) or is_hybrid_moe(folder):
-        check_routes(label, trace, os.path.join(WORK, label + "-dump"), is_gptoss(folder))
+    if is_moe(folder) or is_gptoss(folder) or is_hybrid_moe(folder) or is_mla(folder):
+        check_routes(label, trace, os.path.join(WORK, label + "-dump"), is_gptoss(folder), folder)
     for step, (_, _, st) in enumerate(seen):
         bad = [names[i] for i in range(len(names)) if st[i][_lib.STAT_N] < 0 and names[i] not in absorbed]
         if bad:
@@ -143,13 +143,19 @@ def check_f32(folder):
     stays_exact(label + " f32", trace, "transformers", 5)
 
 
-def check_routes(label, trace, dump, gptoss):
+def check_routes(label, trace, dump, gptoss, folder=None):
     """The prefill's moe_routes (the routers' choices, through
     bangtrace_moe_routes) against the native engine's forward over the same
     tokens: each token's experts are the ones the native dump routed it to,
     and the weights are the native router logits' (softmax, top-k,
-    renormalised for Qwen3-MoE; top-k, then softmax over them for gpt-oss)
-    within 1e-5."""
+    renormalised for Qwen3-MoE; top-k, then softmax over them for gpt-oss;
+    DeepSeek-V3's sigmoid scores of the chosen experts, renormalised when
+    norm_topk_prob, times routed_scaling_factor) within 1e-5."""
+    cfg = {}
+    if folder:
+        with open(os.path.join(folder, "config.json")) as f:
+            cfg = json.load(f)
+    sigmoid = cfg.get("scoring_func") == "sigmoid"
     with open(os.path.join(dump, "meta.json")) as f:
         pos = json.load(f)["expert_positions"]
     native_sets = {}
@@ -181,6 +187,9 @@ def check_routes(label, trace, dump, gptoss):
         if gptoss:
             z = np.exp(lg[ids] - lg[ids].max())
             want = z / z.sum()
+        elif sigmoid:
+            sc = 1 / (1 + np.exp(-lg[ids]))
+            want = (sc / sc.sum() if cfg.get("norm_topk_prob") else sc) * cfg.get("routed_scaling_factor", 1.0)
         else:
             pr = np.exp(lg - lg.max())
             pr /= pr.sum()
