@@ -84,6 +84,17 @@ start_server() {
 # against plain decoding on both models (MODEL and its mtp-echo copy ECHO)
 # for each of $PROMPTS ('|'-separated); sets same, runs, accepted (runs
 # with an accepted draft) and rejected (runs with a rejection)
+# tiny_mtp_model ARCH OUT: a tiny random model with an MTP (nextn) block,
+# seed 7: a hybrid (tools/make-tiny-hybrid.py) or deepseek2 (MLA + MoE,
+# tools/make-tiny-deepseek2.py --mtp 1); FAIL and status 1 if the tool fails.
+tiny_mtp_model() {
+    if [ "$1" = deepseek2 ]; then
+        ${py:-python3} "$BT_SRCDIR/tools/make-tiny-deepseek2.py" "$2" --mtp 1 --seed 7 >"$TMP/tool.log" 2>&1
+    else
+        ${py:-python3} "$BT_SRCDIR/tools/make-tiny-hybrid.py" "$2" --arch "$1" --mtp 1 --seed 7 >"$TMP/tool.log" 2>&1
+    fi || { fail "the tiny $1 model with an MTP block: $(tail -1 "$TMP/tool.log")"; return 1; }
+}
+
 mtp_lossless() {
     _n=$1 _m=$2 _e=$3; shift 3
     same=0 runs=0 accepted=0 rejected=0

@@ -2,7 +2,8 @@
 # spec_mtp.sh - the hybrid models' own MTP (nextn) block as the drafter
 # (issue 25, run --draft-mtp):
 #   - greedy speculation with the block is token for token plain decoding on
-#     qwen35, qwen35moe and qwen3next, with the tiny models' random block
+#     qwen35, qwen35moe, qwen3next and deepseek2 (an MLA + MoE block, as
+#     DeepSeek-V3's: tools/make-tiny-deepseek2.py --mtp 1), with the tiny models' random block
 #     (never right) and with its echo (tools/model-edit mtp-echo: it drafts
 #     the trunk's last prediction, right on repetitive text, so the trail
 #     has acceptances, bonus tokens and rejections the hybrid target must
@@ -26,10 +27,9 @@ py=${PYTHON3:-python3}
 command -v sqlite3 >/dev/null || skip "sqlite3 is not installed"
 trap 'rm -rf "$TMP"' EXIT
 PROMPTS="The old man walked to the river every morning|a b c d e f g a b c"
-for A in qwen35 qwen35moe qwen3next; do
+for A in qwen35 qwen35moe qwen3next deepseek2; do
     M=$TMP/$A.gguf E=$TMP/$A-echo.gguf
-    "$py" "$BT_SRCDIR/tools/make-tiny-hybrid.py" "$M" --arch $A --seed 7 >"$TMP/tool.log" 2>&1 \
-        || { fail "make-tiny-hybrid.py --arch $A: $(tail -1 "$TMP/tool.log")"; continue; }
+    tiny_mtp_model $A "$M" || continue
     BANGTRACE=$BANGTRACE "$py" "$BT_SRCDIR/tools/model-edit" mtp-echo "$M" "$E" >"$TMP/tool.log" 2>&1 \
         || { fail "model-edit mtp-echo $A: $(tail -1 "$TMP/tool.log")"; continue; }
     N=$("$BANGTRACE" inspect "$M" --json --no-scan | "$py" -c 'import json,sys; print(min(int(t["name"].split(".")[1]) for t in json.load(sys.stdin)["tensors"] if ".nextn." in t["name"]))')

@@ -2,8 +2,10 @@
 # spec_mtp_llamacpp.sh - run --engine llama.cpp --draft-mtp: llama.cpp's own
 # MTP context (LLAMA_CONTEXT_TYPE_MTP, its draft-mtp path) drafts for the
 # llama.cpp target, on the tiny hybrid models with an MTP block
-# (tools/make-tiny-hybrid.py --mtp 1) and their echo (tools/model-edit
-# mtp-echo: drafts that are accepted on repetitive text):
+# (tools/make-tiny-hybrid.py --mtp 1), a tiny deepseek2 with one (MLA and
+# MoE: tools/make-tiny-deepseek2.py --mtp 1, llama.cpp's graph_mtp) and
+# their echo (tools/model-edit mtp-echo: drafts that are accepted on
+# repetitive text):
 #   - greedy --spec-k 3 --draft-mtp is token for token --engine llama.cpp
 #     without speculation (qwen35, qwen35moe), with runs that accept and
 #     runs that reject (the hybrid target's state rolled back by llama.cpp's
@@ -20,7 +22,9 @@
 #     echo model has one, 2.8e-4 at layer 2, position 40 of step 96); with
 #     an f32 cache and flash attention off its trace replays clean;
 #   - the drafts equal the native engine's --draft-mtp drafts (same trail:
-#     position, token, verdict), since both pair (h_{p-1}, x_p) the same way;
+#     position, token, verdict), since both pair (h_{p-1}, x_p) the same way
+#     (deepseek2: with llama.cpp's cache in f32 and flash attention off, as
+#     its random block drafts from near-ties an f16 cache moves);
 #   - bad input, one line and exit 2: a model without an MTP block; qwen3next
 #     (llama.cpp cannot roll its recurrent state back); --inject model=draft
 #     (nothing in the drafter is tapped); another drafter.
@@ -79,10 +83,9 @@ PY
 trail() { sqlite3 "$1" "SELECT group_concat(draft_pos || ':' || draft_token || ':' || accepted || ':' || reason, ' ')
                        FROM (SELECT * FROM spec_trail ORDER BY step, draft_idx)"; }
 PROMPTS="The old man walked to the river every morning|a b c d e f g a b c"
-for A in qwen35 qwen35moe; do
+for A in qwen35 qwen35moe deepseek2; do
     M=$TMP/$A.gguf E=$TMP/$A-echo.gguf
-    "$py" "$BT_SRCDIR/tools/make-tiny-hybrid.py" "$M" --arch $A --mtp 1 --seed 7 >"$TMP/tool.log" 2>&1 \
-        || { fail "make-tiny-hybrid.py --arch $A: $(tail -1 "$TMP/tool.log")"; continue; }
+    tiny_mtp_model $A "$M" || continue
     BANGTRACE=$B "$py" "$BT_SRCDIR/tools/model-edit" mtp-echo "$M" "$E" >"$TMP/tool.log" 2>&1 \
         || { fail "model-edit mtp-echo $A: $(tail -1 "$TMP/tool.log")"; continue; }
     mtp_lossless "$A" "$M" "$E" --engine llama.cpp
@@ -91,18 +94,27 @@ for A in qwen35 qwen35moe; do
     [ "$accepted" -ge 1 ] && [ "$rejected" -ge 2 ] || fail "$A: $accepted runs accepted and $rejected rejected a draft (both paths must run)"
     # the trace, and the drafts against the native engine's
     P="a b c d e f g a b c"
+    # deepseek2's random block drafts from near-ties that llama.cpp's default
+    # f16 cache moves (1 of 93 drafts at seed 7): compared with an f32 cache
+    # and flash attention off, the settings that define the numbers
+    LX=
+    [ $A = deepseek2 ] && LX="--llama-kv-type f32 --llama-flash-attn off"
     for X in "$M" "$E"; do
         n=$(basename "$X" .gguf)
-        "$B" run --engine llama.cpp --model "$X" --prompt "$P" -n 32 --ignore-eos --spec-k 3 --draft-mtp --trace "$TMP/$n-l.db" \
+        "$B" run --engine llama.cpp $LX --model "$X" --prompt "$P" -n 32 --ignore-eos --spec-k 3 --draft-mtp --trace "$TMP/$n-l.db" \
             >"$TMP/l.txt" 2>"$TMP/err" || fail "$n traced llama.cpp --draft-mtp run: $(tail -1 "$TMP/err")"
         "$B" run --model "$X" --prompt "$P" -n 32 --ignore-eos --spec-k 3 --draft-mtp --trace "$TMP/$n-n.db" \
             >"$TMP/n.txt" 2>"$TMP/err" || fail "$n traced native --draft-mtp run: $(tail -1 "$TMP/err")"
         tl=$(trail "$TMP/$n-l.db") tn=$(trail "$TMP/$n-n.db")
         [ -n "$tl" ] && [ "$tl" = "$tn" ] && cmp -s "$TMP/l.txt" "$TMP/n.txt" \
-            && ok "$n: llama.cpp's MTP drafts are the native engine's (the same trail, $(echo "$tl" | wc -w) drafts)" \
+            && ok "$n: llama.cpp's MTP drafts are the native engine's (the same trail, $(echo "$tl" | wc -w) drafts${LX:+, $LX})" \
             || fail "$n: the drafts differ from the native engine's: llama.cpp '${tl:0:120}' native '${tn:0:120}'"
     done
     D=$TMP/$A-echo-l.db
+    if [ $A = deepseek2 ]; then   # the trail, the replay: under llama.cpp's defaults
+        "$B" run --engine llama.cpp --model "$E" --prompt "$P" -n 32 --ignore-eos --spec-k 3 --draft-mtp --trace "$D" --force \
+            >/dev/null 2>"$TMP/err" || fail "$A default llama.cpp --draft-mtp run: $(tail -1 "$TMP/err")"
+    fi
     [ "$(sqlite3 "$D" "SELECT value FROM meta WHERE key = 'drafter'")" = mtp ] \
         && [ "$(sqlite3 "$D" "SELECT count(*) > 0 FROM spec_trail WHERE accepted = 1")" = 1 ] \
         && [ "$(sqlite3 "$D" "SELECT count(*) > 0 FROM spec_trail WHERE accepted = 0 AND reason = 'mismatch'")" = 1 ] \

@@ -6,7 +6,7 @@ GGUF that llama.cpp loads and runs unchanged, deterministic from --seed.
     tools/make-tiny-deepseek2.py OUT [--format gguf|hf] [--seed N] [--vocab FILE.gguf]
                                  [--kv-layout split|fused] [--q-lora N]
                                  [--gating sigmoid|softmax] [--groups G/U]
-                                 [--scale S] [--shared N]
+                                 [--scale S] [--shared N] [--mtp 0|1]
                                  [--yarn FACTOR] [--yarn-log-mul M] [--force]
 
 Shapes: n_embd 64, 3 layers (layer 0 dense, n_ff 128; layers 1 and 2 MoE),
@@ -32,6 +32,14 @@ key_length_mla / value_length_mla and head_count_kv 1; --kv-layout fused
 both layouts. Weights are Gaussian with std 1/sqrt(fan_in), norm weights
 1 + 0.1 N(0,1); the tokenizer is copied from --vocab (default: the shared
 GPT-2 vocabulary); the embeddings are tied to the output.
+
+--mtp 1 appends an MTP (nextn) block after the trunk, as DeepSeek-V3 ships
+one (llama.cpp's deepseek2 graph_mtp runs it as a drafter): block 3, an MLA
+layer with the MoE FFN and its shared expert, plus blk.3.nextn.eh_proj
+[n_embd, 2*n_embd], nextn.enorm, nextn.hnorm and nextn.shared_head_norm
+(embedding and head shared with the trunk); block_count 4 and
+deepseek2.nextn_predict_layers 1. Its weights are drawn after the trunk's,
+so the trunk is the same model with or without it (GGUF only).
 
 --format hf writes the same weights as a Hugging Face folder instead
 (config.json, model.safetensors in f32, tokenizer.json from the vocabulary):
@@ -73,12 +81,12 @@ def die(msg):
 
 
 def config(q_lora=32, kv_layout="split", gating="sigmoid", groups=(4, 2), yarn=4.0, yarn_log_mul=0.707, scale=2.5,
-           shared=1):
+           shared=1, mtp=0):
     return dict(arch="deepseek2", n_embd=64, n_layer=3, n_dense=1, n_head=4, nope=16, rope=8, v=16,
                 q_lora=q_lora, kv_lora=32, n_ff=128, n_expert=8, n_expert_used=2, n_ff_exp=32, n_shared=shared,
                 n_group=groups[0], n_group_used=groups[1], gating=gating, scale=scale, norm_w=True,
                 kv_layout=kv_layout, yarn=yarn, yarn_log_mul=yarn_log_mul, orig_ctx=64, ctx_len=512,
-                norm_eps=1e-6, rope_base=10000.0)
+                norm_eps=1e-6, rope_base=10000.0, mtp=mtp)
 
 
 def weights(cfg, n_vocab, seed):
@@ -95,7 +103,7 @@ def weights(cfg, n_vocab, seed):
 
     w = {"token_embd.weight": (0.5 * rng.standard_normal((n_vocab, E))).astype(np.float32),
          "output_norm.weight": normw(E)}
-    for l in range(cfg["n_layer"]):
+    for l in range(cfg["n_layer"] + cfg["mtp"]):   # the MTP block's layer last: the trunk's draws unchanged
         p = "blk.%d." % l
         w[p + "attn_norm.weight"] = normw(E)
         if ql:
@@ -132,6 +140,12 @@ def weights(cfg, n_vocab, seed):
         w[p + "ffn_gate_shexp.weight"] = mat(S, E)
         w[p + "ffn_up_shexp.weight"] = mat(S, E)
         w[p + "ffn_down_shexp.weight"] = mat(E, S)
+    if cfg["mtp"]:
+        p = "blk.%d.nextn." % cfg["n_layer"]
+        w[p + "eh_proj.weight"] = mat(E, 2 * E)
+        w[p + "enorm.weight"] = normw(E)
+        w[p + "hnorm.weight"] = normw(E)
+        w[p + "shared_head_norm.weight"] = normw(E)
     return w
 
 
@@ -140,7 +154,9 @@ def write(gguf, path, cfg, w, fields, seed):
     a = "deepseek2."
     wr.add_name("tiny-deepseek2-seed%d" % seed)
     wr.add_file_type(0)
-    wr.add_block_count(cfg["n_layer"])
+    wr.add_block_count(cfg["n_layer"] + cfg["mtp"])
+    if cfg["mtp"]:
+        wr.add_uint32(a + "nextn_predict_layers", cfg["mtp"])
     wr.add_context_length(cfg["ctx_len"])
     wr.add_embedding_length(cfg["n_embd"])
     wr.add_feed_forward_length(cfg["n_ff"])
@@ -295,6 +311,7 @@ def main(argv=None):
     ap.add_argument("--shared", type=int, default=1, help="shared experts (default 1)")
     ap.add_argument("--yarn", type=float, default=4.0, help="YaRN factor (0: no rope scaling)")
     ap.add_argument("--yarn-log-mul", type=float, default=0.707)
+    ap.add_argument("--mtp", type=int, choices=(0, 1), default=0, help="MTP (nextn) blocks after the trunk (GGUF)")
     ap.add_argument("--force", action="store_true")
     a = ap.parse_args(argv)
     try:
@@ -305,6 +322,10 @@ def main(argv=None):
             % a.groups)
     if a.q_lora < 0 or a.yarn < 0 or (0 < a.yarn < 1) or not a.scale > 0 or a.shared < 0:
         die("--q-lora and --shared must be >= 0, --scale > 0 and --yarn 0 or >= 1")
+    if a.format == "hf" and a.mtp:
+        die("--mtp is written to GGUF files only")
+    if a.mtp and a.shared == 0:
+        die("--mtp needs a shared expert (llama.cpp's MTP block requires one)")
     if a.format == "hf" and a.kv_layout != "split":
         die("--format hf stores kv_b_proj fused, as checkpoints do (--kv-layout is for GGUF files)")
     if os.path.islink(a.out):
@@ -319,7 +340,7 @@ def main(argv=None):
         if not ok:
             die("%s exists and is not a %s model: refusing to overwrite it" % (a.out, a.format.upper()))
     make(a.out, a.seed, a.vocab, a.format, q_lora=a.q_lora, kv_layout=a.kv_layout, gating=a.gating, groups=g,
-         yarn=a.yarn, yarn_log_mul=a.yarn_log_mul, scale=a.scale, shared=a.shared)
+         yarn=a.yarn, yarn_log_mul=a.yarn_log_mul, scale=a.scale, shared=a.shared, mtp=a.mtp)
     return 0
 
 

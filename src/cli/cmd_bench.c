@@ -74,8 +74,8 @@ void cmd_bench_help(FILE *out)
         "                also decode a natural-text prompt greedily with speculative\n"
         "                decoding and report tokens/s with and without it and the\n"
         "                acceptance rate; --draft-mtp drafts with the model's own MTP\n"
-        "                (nextn) block, as run --draft-mtp (hybrid models that have\n"
-        "                one); the JSON names the drafter (self:N, ngram:N, mtp)\n");
+        "                (nextn) block, as run --draft-mtp (hybrid and deepseek2 models\n"
+        "                that have one); the JSON names the drafter (self:N, ngram:N, mtp)\n");
 }
 
 static size_t weight_bytes(const bt_weight *w) { return w->data ? bt_dtype_row_size(w->type, w->cols) * (size_t)w->rows : 0; }

@@ -41,9 +41,9 @@ typedef struct bt_op_info {
 static const bt_op_info op_info[] = {
     [BT_OP_TOKEN_EMBD] = { "token_embd", "em", "embd", BT_DIM_EMBD, BT_KOP_GET_ROWS, 0, 0, 0 },
     /* the MTP block's input (exists with a nextn block: bt_op_exists) */
-    [BT_OP_MTP_ENORM] = { "mtp_enorm", "me", "menm", BT_DIM_EMBD, BT_KOP_RMSNORM, 0, BT_ARCH_HYBRID, 0 },
-    [BT_OP_MTP_HNORM] = { "mtp_hnorm", "mh", "mhnm", BT_DIM_EMBD, BT_KOP_RMSNORM, 0, BT_ARCH_HYBRID, 0 },
-    [BT_OP_MTP_EH_PROJ] = { "mtp_eh_proj", "mp", "mehp", BT_DIM_EMBD, BT_KOP_MATMUL, 0, BT_ARCH_HYBRID, 0 },
+    [BT_OP_MTP_ENORM] = { "mtp_enorm", "me", "menm", BT_DIM_EMBD, BT_KOP_RMSNORM, 0, 0, 0 },
+    [BT_OP_MTP_HNORM] = { "mtp_hnorm", "mh", "mhnm", BT_DIM_EMBD, BT_KOP_RMSNORM, 0, 0, 0 },
+    [BT_OP_MTP_EH_PROJ] = { "mtp_eh_proj", "mp", "mehp", BT_DIM_EMBD, BT_KOP_MATMUL, 0, 0, 0 },
     [BT_OP_ATTN_NORM] = { "attn_norm", "an", "anrm", BT_DIM_EMBD, BT_KOP_RMSNORM, 0, 0, 0 },
     [BT_OP_SSM_QKV] = { "ssm_qkv", "sx", "sqkv", BT_DIM_SSM_CONV, BT_KOP_MATMUL, LW(ssm_qkv), BT_ARCH_HYBRID, 0 },
     [BT_OP_SSM_Z] = { "ssm_z", "sz", "sz", BT_DIM_SSM_V, BT_KOP_MATMUL, LW(ssm_z), BT_ARCH_HYBRID, 0 },
@@ -1355,7 +1355,7 @@ static int mla_layer(bt_engine *e, int l, int T)
         return rc;
     MTAP(BT_OP_ATTN_KV_LATENT, e->m_lat, lat);
     /* the cache append after the tap: an injected latent is what it carries */
-    float *slab = cache + (size_t)l * e->cache_rows * lat;
+    float *slab = cache + (size_t)(l - e->layer0) * e->cache_rows * lat;   /* an MTP engine caches its block only */
     memcpy(slab + (size_t)pos0 * lat, lr, (size_t)T * lat * sizeof(float));
     MMARK(BT_OP_ATTN_Q_ABS);
     bt_mla_absorb(c, &e->m_w[l], q, T, qabs);

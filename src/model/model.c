@@ -235,8 +235,8 @@ static int check_all_used(const bt_model *m, int n_bound)
             for (size_t k = 0; k < BT_ARRAY_SIZE(glob) && !used; k++)
                 used = glob[k]->data && glob[k]->name && !strcmp(glob[k]->name, name);
             int l = -1, off = 0;
-            /* the MTP (nextn) blocks after a hybrid's trunk do not change its
-             * logits; llama.cpp loads them for drafting, bangtrace not yet */
+            /* the MTP (nextn) block after the trunk does not change its
+             * logits (bind_nextn binds it for --draft-mtp) */
             if (!used && sscanf(name, "blk.%d.%n", &l, &off) == 1 && off > 0 && l >= c->n_layers &&
                 l < c->n_layers + c->n_nextn)
                 used = true;
@@ -338,8 +338,8 @@ static int load_gguf_weights(bt_model *m, char (*names)[NAME_CAP])
          * (a missing one adds nothing), as llama.cpp does */
     }
     if (biases && !(c->flags & BT_ARCH_MLA)) c->flags |= BT_ARCH_QKV_BIAS;
+    if (c->n_nextn > 0 && (rc = bind_nextn(m, names + used, &bound))) return rc;
     if ((c->flags & BT_ARCH_MLA) && (rc = check_mla_layers(m))) return rc;
-    if (c->n_nextn > 0) bind_nextn(m, names + used, &bound);
     return check_all_used(m, bound);
 }
 
@@ -351,7 +351,10 @@ static int load_gguf_weights(bt_model *m, char (*names)[NAME_CAP])
 static int check_mla_layers(const bt_model *m)
 {
     const bt_config *c = &m->cfg;
-    for (int l = 0; l < c->n_layers; l++) {
+    /* the MTP block's layer too when it is usable (bind_nextn: else its
+     * missing tensor is named to whoever asks for it) */
+    int n = c->n_layers + (c->n_nextn > 0 && !m->nextn.missing ? 1 : 0);
+    for (int l = 0; l < n; l++) {
         const bt_layer_weights *L = &m->layers[l];
         const bool moe = l >= c->n_dense_lead;
         struct { const bt_weight *w; const char *name; bool need; } t[] = {
@@ -435,6 +438,13 @@ static int load_mla_routing(bt_model *m)
     c->n_expert_groups = (int)BT_MIN(u, 1u << 20);
     if ((rc = get_u32_opt(g, K_("expert_group_used_count"), 0, &u))) return rc;
     c->n_group_used = (int)BT_MIN(u, 1u << 20);
+    /* the MTP (nextn) block after the trunk (DeepSeek-V3, GLM-4.5's layout):
+     * an MLA layer with MoE, llama.cpp's graph_mtp */
+    if ((rc = get_u32_opt(g, K_("nextn_predict_layers"), 0, &u))) return rc;
+    if (u > 1) return bt_error(BT_EUNSUPPORTED, "%s: %s = %u (one MTP block is supported)", m->path, key, u);
+    if ((int64_t)u >= c->n_layers) return bt_error(BT_EFORMAT, "%s: %s = %u leaves no trunk of %d blocks", m->path, key, u, c->n_layers);
+    c->n_nextn = (int)u;
+    c->n_layers -= c->n_nextn;
 #undef K_
     if (c->n_dense_lead > c->n_layers)
         return bt_error(BT_EFORMAT, "%s: %d leading dense layers of %d", m->path, c->n_dense_lead, c->n_layers);
