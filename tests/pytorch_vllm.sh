@@ -10,7 +10,10 @@
 # chunked prefill is one step; in bf16 a clean run names no op and a NaN
 # written by a broken module is named by bisect and bisect --reference; a
 # non-eager engine is refused with one line; with vLLM's worker processes the
-# plugin loads there and the traces close at shutdown
+# plugin loads there and the traces close at shutdown; a Qwen3.5 hybrid in
+# bf16 is recorded (the states from each request's cache slot) with no
+# departure, per request under batching, and a GDN op that does not reset a
+# reused state slot is named by bisect --reference
 # (tests/pytorch/vllm_check.py). The environment is tools/torch-env's;
 # SKIP only when it cannot be had.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
@@ -29,6 +32,9 @@ for arch, cls, seed, cfg in (("qwen3", "Qwen3ForCausalLM", 5, {"model_type": "qw
     hp = make_random_gguf.make(g, arch=arch, seed=seed, untied=True, dim=128, hidden=256, n_heads=4, n_kv_heads=2, **extra)
     tha.write_folder(g, os.path.join(out, arch), cls, cfg, hp)
 PY
+# a Qwen3.5 hybrid (vLLM's CPU GDN kernels take heads of 64, bf16 only)
+"$py" "$BT_SRCDIR/tools/make-tiny-hybrid.py" "$TMP/qwen35" --format hf --head-dim 64 --mtp 0 --seed 3 > "$TMP/h.log" 2>&1 ||
+    fail "make-tiny-hybrid.py --head-dim 64: $(tail -n 1 "$TMP/h.log")"
 # the package as a user installs it (a copy: the build leaves nothing in the source tree)
 cp -r "$BT_SRCDIR/python" "$TMP/pkg" && chmod -R u+w "$TMP/pkg"
 "$env/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
@@ -41,6 +47,6 @@ grep -q 'bangtrace = bangtrace.vllm:register' "$TMP"/site/bangtrace-*.dist-info/
 ok "pip installs python/ with its vllm.general_plugins entry point"
 BANGTRACE_LIB=$lib PYTHONPATH=$TMP/site VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 \
     "$env/bin/python" "$BT_SRCDIR/tests/pytorch/vllm_check.py" "$BANGTRACE" "$TMP" "$TMP/qwen3" "$TMP/llama" "$TMP/qwen3moe" \
-    > "$TMP/out" 2>&1 || { grep -v '^INFO\|^(EngineCore' "$TMP/out" | tail -n 60 >&2; fail "the vLLM plugin (above)"; }
+    "$TMP/qwen35" > "$TMP/out" 2>&1 || { grep -v '^INFO\|^(EngineCore' "$TMP/out" | tail -n 60 >&2; fail "the vLLM plugin (above)"; }
 grep '^ok:' "$TMP/out" | sed 's/^ok: //' | while read -r l; do ok "$l"; done
 finish

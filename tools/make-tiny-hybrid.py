@@ -7,7 +7,7 @@ same weights.
     tools/make-tiny-hybrid.py OUT [--format gguf|hf] [--arch qwen35|qwen35moe|qwen3next]
                               [--seed N]
                               [--vocab FILE.gguf] [--layers N] [--interval N]
-                              [--mtp N] [--rope-base B] [--force]
+                              [--mtp N] [--rope-base B] [--head-dim 16|32|64] [--force]
     tools/make-tiny-hybrid.py OUT --shape qwen3.5-0.8b [--seed N] [--vocab FILE.gguf]
                               [--layers N] [--n-vocab N] [--force]
 
@@ -132,14 +132,17 @@ def shape_config(shape, layers=None, interval=None, mtp=None, rope_base=None, n_
     return cfg
 
 
-def default_config(arch="qwen35", layers=4, interval=2, mtp=1, rope_base=10000.0):
+def default_config(arch="qwen35", layers=4, interval=2, mtp=1, rope_base=10000.0, head_dim=16):
     if arch not in ARCHS:
         die("architecture %s is not supported (%s)" % (arch, ", ".join(ARCHS)))
     if layers < 1 or interval < 1 or mtp < 0 or mtp > 1:
         die("--layers and --interval must be positive, --mtp 0 or 1")
+    if head_dim not in (16, 32, 64):
+        die("--head-dim must be 16, 32 or 64")
+    f = head_dim // 16     # the rope sections scale with the rotated half of the head
     cfg = dict(arch=arch, n_embd=64, n_layer=layers, full_attention_interval=interval, n_head=4,
-               n_head_kv=2, head_dim=16, partial_rotary_factor=0.5, rope_sections=[2, 1, 1, 0],
-               rope_base=float(rope_base), n_k_heads=2, n_v_heads=4, head_k_dim=16, head_v_dim=16,
+               n_head_kv=2, head_dim=head_dim, partial_rotary_factor=0.5, rope_sections=[2 * f, f, f, 0],
+               rope_base=float(rope_base), n_k_heads=2, n_v_heads=4, head_k_dim=head_dim, head_v_dim=head_dim,
                conv_kernel=4, n_ff=128, n_mtp=mtp, norm_eps=1e-6, ctx_len=2048, n_expert=0)
     if arch in ("qwen35moe", "qwen3next"):
         # 4 routed experts of 32, 2 per token, plus a gated shared expert of 64
@@ -572,7 +575,7 @@ def write_beside(out, write):
 
 
 def make(out, fmt="gguf", arch="qwen35", seed=0, vocab=None, layers=4, interval=2, mtp=1,
-         rope_base=10000.0, shape=None, n_vocab=None):
+         rope_base=10000.0, shape=None, n_vocab=None, head_dim=16):
     """Library entry: write the model, return (cfg, hf weights); with shape
     (a --shape model, GGUF only, streamed) the weights are not kept: (cfg,
     None). layers, interval, mtp, rope_base and n_vocab of None take the
@@ -593,7 +596,7 @@ def make(out, fmt="gguf", arch="qwen35", seed=0, vocab=None, layers=4, interval=
         return cfg, None
     if n_vocab is not None:
         die("--n-vocab goes with --shape")
-    cfg = default_config(arch, layers, interval, mtp, rope_base)
+    cfg = default_config(arch, layers, interval, mtp, rope_base, head_dim)
     reader, fields, n_vocab = read_vocab(gguf, vocab)
     w = hf_weights(cfg, n_vocab, seed)
     if fmt == "gguf":
@@ -618,6 +621,8 @@ def main(argv=None):
     ap.add_argument("--rope-base", type=float, help="rope base (default 10000, or the shape's)")
     ap.add_argument("--n-vocab", type=int, help="with --shape: vocabulary rows (default the shape's; "
                     "the --vocab tokens padded with unreachable filler tokens)")
+    ap.add_argument("--head-dim", type=int, default=16,
+                    help="the attention and gated delta net heads' width (16, 32 or 64; default 16; vLLM's CPU kernels take multiples of 32)")
     ap.add_argument("--force", action="store_true")
     a = ap.parse_args(argv)
     check_out(a.out, a.format, a.force)
@@ -628,7 +633,7 @@ def main(argv=None):
         die("--n-vocab goes with --shape")
     make(a.out, a.format, a.arch, a.seed, a.vocab, 4 if a.layers is None else a.layers,
          2 if a.interval is None else a.interval, 1 if a.mtp is None else a.mtp,
-         10000.0 if a.rope_base is None else a.rope_base)
+         10000.0 if a.rope_base is None else a.rope_base, head_dim=a.head_dim)
     return 0
 
 

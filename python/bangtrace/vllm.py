@@ -23,8 +23,11 @@ statistics merged). A request preempted and recomputed starts a new trace.
 What works: eager mode (`enforce_eager=True` / `--enforce-eager`), one
 tensor-parallel rank, no speculative decoding; the dense Llama, Mistral,
 Qwen2 and Qwen3 decoders (those bangtrace loads from a Hugging Face folder),
-and Qwen3-MoE without its experts' own ops (vLLM's fused MoE kernel runs
-them all at once: the router and ffn_moe_out are recorded).
+Qwen3-MoE without its experts' own ops (vLLM's fused MoE kernel runs
+them all at once: the router and ffn_moe_out are recorded), and the gated
+delta net hybrids Qwen3.5 / Qwen3-Next without the conv, q, k and v their
+fused op computes inside (_install_gdn): each request's recurrent states are
+read from its mamba cache slot, which a state_slot event names.
 torch.compile and CUDA graphs capture the forward without its hooks, so
 those modes are refused when the model loads, with one line; so are
 tensor/pipeline parallelism and speculative decoding. A request whose prompt
@@ -218,7 +221,11 @@ class _Recorder(Taps):
         self.failures = {}         # (method, exception type) -> count
         self.cur_reqs = []         # the requests of the step being recorded
         self.moe_warned = False
+        self.gdn_warned = False
+        self.state_slots = set()   # the tensors read from a request's state slot (a prefill's chunks: the last)
+        self.slot_of = {}          # request id -> its state slot, as last recorded
         self._install(runner.get_model())
+        self.state_slots = {t.slot for t in self.bm.tensors if t.op in ("ssm_state", "ssm_conv_state")}
         atexit.register(self.close_all)       # in-process engines; workers close at shutdown
 
     # -- what is refused --
@@ -259,6 +266,13 @@ class _Recorder(Taps):
                 self.handles.append(mod.register_forward_hook(self._logits_hook))
                 continue
             L = _layer_of(name)
+            if L is not None and leaf == "linear_attn" and hasattr(mod, "A_log") and hasattr(mod, "in_proj_qkvz"):
+                n_hooked += self._install_gdn(mod, L)       # gated delta net: its own hooks
+                continue
+            if L is not None and leaf == "attn" and bm.tensor(f"blk.{L}.attn_gated") is not None:
+                t = bm.tensor(f"blk.{L}.attn_ctx")          # gated attention: the attention's output, before the gate
+                self.handles.append(mod.register_forward_hook(self._out_hook(t.slot)))
+                continue
             moe_out = bm.tensor(f"blk.{L}.ffn_moe_out") if L is not None and leaf == "mlp" else None
             if moe_out is not None:         # a MoE block: its output; its fused experts hide their own ops
                 self.handles.append(mod.register_forward_hook(self._out_hook(moe_out.slot)))
@@ -277,7 +291,8 @@ class _Recorder(Taps):
                     continue
                 if parts[0].op == "attn_q":
                     attn[prefix.rstrip(".")] = parts[0].layer
-                self.handles.append(mod.register_forward_hook(self._split_hook(parts)))
+                gate = bm.tensor(f"blk.{parts[0].layer}.attn_gate") if parts[0].op == "attn_q" else None
+                self.handles.append(mod.register_forward_hook(self._split_hook(parts, gate)))
                 n_hooked += 1
                 continue
             t = bm.weight_tensor(name + ".weight")
@@ -292,7 +307,9 @@ class _Recorder(Taps):
             self.handles.append(mod.register_forward_hook(self._out_hook(t.slot)))
             n_hooked += 1
             # what the module's input (or its fused residual output) is
-            inp = {"attn_output": f"blk.{L}.attn_ctx", "ffn_down": f"blk.{L}.ffn_act"}.get(t.op)
+            gated = bm.tensor(f"blk.{L}.attn_gated") is not None      # then o_proj reads attn_gated
+            inp = {"attn_output": f"blk.{L}.attn_gated" if gated else f"blk.{L}.attn_ctx",
+                   "ffn_down": f"blk.{L}.ffn_act"}.get(t.op)
             if inp and bm.tensor(inp):
                 self.handles.append(mod.register_forward_pre_hook(self._in_hook(bm.tensor(inp).slot)))
             res = {"ffn_norm": f"blk.{L}.attn_resid",
@@ -314,6 +331,117 @@ class _Recorder(Taps):
             self.handles.append(r.register_forward_hook(self._rope_hook))
         self.handles.append(model.register_forward_pre_hook(self._forward_begin, with_kwargs=True))
 
+    # -- gated delta net layers (Qwen3.5, Qwen3-Next) --
+    def _install_gdn(self, mod, L):
+        """vLLM's GatedDeltaNetAttention: its fused op runs the conv, the
+        L2 norms and the recurrence in one kernel over the state slots of
+        its mamba cache, so ssm_conv, ssm_q, ssm_k and ssm_v are not
+        recorded. ssm_qkv and ssm_z are in_proj_qkvz's output, ssm_beta and
+        ssm_decay computed from in_proj_ba's as the kernel computes them
+        (sigmoid(b); -exp(A_log) * softplus(a + dt_bias), in f32), ssm_core
+        and ssm_norm the gated norm's input and output, ssm_out out_proj's;
+        after the layer ran, each request's ssm_state and ssm_conv_state
+        are read from its slot (the attention metadata's state indices). Per
+        value head tensors are put in the native engine's head order (the
+        converter tiles Qwen3.5's). Returns the number of tensors tapped."""
+        torch, bm = self.torch, self.bm
+        names = {op: bm.tensor(f"blk.{L}.{op}") for op in (
+            "ssm_qkv", "ssm_z", "ssm_beta", "ssm_decay", "ssm_conv_state", "ssm_core", "ssm_state", "ssm_norm",
+            "ssm_out")}
+        if any(t is None for t in names.values()):
+            return 0
+        nk, nv, dk, dv = mod.num_k_heads, mod.num_v_heads, mod.head_k_dim, mod.head_v_dim
+        per, KD, V = nv // nk, nk * dk, nv * dv
+        C = 2 * KD + V
+        if getattr(mod, "gqa_interleaved_layout", False):      # Qwen3-Next: per key head [q, k, v, z], [b, a]
+            hrow = 2 * dk + 2 * per * dv
+            heads = list(range(nv))                             # kept grouped, as the native engine computes
+            qkv = ([k * hrow + i for k in range(nk) for i in range(dk)] +
+                   [k * hrow + dk + i for k in range(nk) for i in range(dk)] +
+                   [k * hrow + 2 * dk + i for k in range(nk) for i in range(per * dv)])
+            z = [k * hrow + 2 * dk + per * dv + i for k in range(nk) for i in range(per * dv)]
+            b = [k * 2 * per + i for k in range(nk) for i in range(per)]
+            a = [k * 2 * per + per + i for k in range(nk) for i in range(per)]
+            conv = list(range(C))
+        else:                                                   # Qwen3.5: [q, k, v, z] and [b, a], heads grouped
+            heads = [(n % nk) * per + n // nk for n in range(nv)]
+            vcols = [h * dv + d for h in heads for d in range(dv)]
+            conv = list(range(2 * KD)) + [2 * KD + c for c in vcols]
+            qkv, z = conv, [C + c for c in vcols]
+            b, a = heads, [nv + h for h in heads]
+        dev = mod.A_log.device
+        ix = {k: torch.tensor(v, device=dev) for k, v in (("qkv", qkv), ("z", z), ("b", b), ("a", a), ("conv", conv),
+                                                           ("h", heads))}
+        ix["v"] = torch.tensor([h * dv + d for h in heads for d in range(dv)], device=dev)
+        K = mod.conv_kernel_size
+
+        def qkvz(m, args, out):
+            y = _first(out)
+            self._put(names["ssm_qkv"].slot, y.index_select(-1, ix["qkv"]))
+            self._put(names["ssm_z"].slot, y.index_select(-1, ix["z"]))
+
+        def ba(m, args, out):
+            y = _first(out).float()
+            self._put(names["ssm_beta"].slot, torch.sigmoid(y.index_select(-1, ix["b"])))
+            al = mod.A_log.float().index_select(0, ix["h"])
+            dt = mod.dt_bias.float().index_select(0, ix["h"])
+            self._put(names["ssm_decay"].slot,
+                      -al.exp() * torch.nn.functional.softplus(y.index_select(-1, ix["a"]) + dt))
+
+        def norm(m, args, out):
+            if len(args) >= 1:
+                self._put(names["ssm_core"].slot, args[0].reshape(-1, V).index_select(-1, ix["v"]))
+            self._put(names["ssm_norm"].slot, _first(out).reshape(-1, V).index_select(-1, ix["v"]))
+
+        def states(m, args, out):
+            self._gdn_states(mod, names, ix, nv, dk, dv, C, K)
+        for sub, fn in ((mod.in_proj_qkvz, qkvz), (mod.in_proj_ba, ba), (mod.norm, norm)):
+            self.handles.append(sub.register_forward_hook(self._guarded(fn)))
+        self.handles.append(mod.out_proj.register_forward_hook(self._out_hook(names["ssm_out"].slot)))
+        self.handles.append(mod.register_forward_hook(self._guarded(states)))
+        if not self.gdn_warned:
+            self.gdn_warned = True
+            log.warning("bangtrace: vLLM's fused gated delta net op runs the conv and the recurrence in one kernel: "
+                        "ssm_conv, ssm_q, ssm_k and ssm_v are not recorded (ssm_beta and ssm_decay are computed from "
+                        "in_proj_ba's output; the states are read from each request's cache slot)")
+        return len(names)
+
+    def _guarded(self, fn):
+        def hook(m, args, out):
+            if self.step is not None:
+                self._hook_call(fn, m, args, out)
+        return hook
+
+    @_guard
+    def _hook_call(self, fn, m, args, out):
+        fn(m, args, out)
+
+    def _gdn_states(self, mod, names, ix, nv, dk, dv, C, K):
+        """Each request's state after the layer: its slot in vLLM's mamba
+        cache (kv_cache[0] the conv state, kv_cache[1] the delta-rule state),
+        reduced per request; the slots go to the trace as state_slot events."""
+        torch, st = self.torch, self.step
+        from vllm.forward_context import get_forward_context
+        md = get_forward_context().attn_metadata
+        m = md.get(mod.prefix) if isinstance(md, dict) else None
+        idx = getattr(m, "non_spec_state_indices_tensor", None)
+        n = st["n_req"]
+        if idx is None or idx.numel() < n:
+            return
+        slots = idx[:n].long()
+        conv_c, ssm_c = mod.kv_cache[0], mod.kv_cache[1]
+        S = ssm_c.index_select(0, slots).reshape(n, nv, dk, dv).index_select(1, ix["h"]).reshape(n * nv * dk, dv)
+        seg = torch.arange(n, device=S.device).repeat_interleave(nv * dk)
+        st["direct"][names["ssm_state"].slot] = self._seg_stats(S, dv, seg, n)
+        cs = conv_c.index_select(0, slots)
+        if cs.shape[-2] == C:                 # (slot, dim, kernel-1): dim first
+            cs = cs.transpose(-1, -2)
+        cs = cs[:, cs.shape[1] - (K - 1):, :].index_select(-1, ix["conv"]).reshape(n * (K - 1), C)
+        seg = torch.arange(n, device=cs.device).repeat_interleave(K - 1)
+        st["direct"][names["ssm_conv_state"].slot] = self._seg_stats(cs, C, seg, n)
+        if not st["slots"]:
+            st["slots"] = [int(x) for x in slots.tolist()]     # one host read a step, the first GDN layer's
+
     @_guard
     def _put(self, slot, x, width=None):
         st = self.step
@@ -331,22 +459,27 @@ class _Recorder(Taps):
                 self._put(slot, out[1])
         return hook
 
-    def _split_hook(self, parts):
+    def _split_hook(self, parts, gate=None):
         widths = [t.width for t in parts]
+        if gate is not None:          # the q projection carries a gate per head: [q, gate] each head
+            widths[0] *= 2
 
         def hook(mod, args, out):
-            self._split(mod, _first(out), parts, widths)
+            self._split(mod, _first(out), parts, widths, gate)
         return hook
 
     @_guard
-    def _split(self, mod, y, parts, widths):
+    def _split(self, mod, y, parts, widths, gate=None):
         if self.step is None:
             return
         if y.shape[-1] != sum(widths):
             raise Refused(f"{type(mod).__name__} gives {y.shape[-1]} columns, the model's "
                           f"{'+'.join(t.name for t in parts)} are {sum(widths)}")
         for t, piece in zip(parts, y.split(widths, dim=-1)):
-            if t.op not in ("attn_q", "attn_k"):
+            if t.op == "attn_q" and gate is not None:
+                hd = mod.head_size                      # QKVParallelLinear's head width
+                self._put(gate.slot, piece.reshape(piece.shape[0], -1, 2 * hd)[..., hd:])
+            elif t.op not in ("attn_q", "attn_k"):
                 self._put(t.slot, piece)
 
     @_guard
@@ -418,7 +551,8 @@ class _Recorder(Taps):
                 prefix[r] = ib.token_ids_cpu[i, :nc].tolist()
         seg = seg.to(ids.device, non_blocking=True)
         self.step = {"req_ids": req_ids, "counts": counts, "rows": rows, "n_req": n_req, "n_seg": n_req + 1,
-                     "seg": seg, "ids": ids, "pos": pos, "logits": None, "prefix": prefix}
+                     "seg": seg, "ids": ids, "pos": pos, "logits": None, "prefix": prefix, "direct": {},
+                     "slots": []}
         self.red.begin(seg, n_req + 1)
 
     def abort(self):
@@ -441,6 +575,8 @@ class _Recorder(Taps):
         if pending:
             idx = torch.tensor(list(pending.keys()), device=dev)
             full[idx] = torch.stack([v.to(dev) for v in pending.values()])
+        for slot, v in st["direct"].items():          # per request already (the states)
+            full[slot, :n_req] = v.to(dev)
         lg_slot = self.bm.tensor("logits")
         lg = st["logits"]
         if lg is not None and lg_slot is not None:
@@ -477,6 +613,8 @@ class _Recorder(Taps):
             try:
                 self._request_step(rid, ids[s0:s0 + n].tolist(), int(pos[s0]), stats[:, i, :],
                                    None if logits is None else logits[i], toks, st["prefix"].get(rid))
+                if i < len(st["slots"]):
+                    self._slot_event(rid, st["slots"][i])
             except L.BangtraceError as e:
                 log.warning("bangtrace: request %s: %s; its trace is closed", rid, e)
                 self._close(rid, "error")
@@ -501,7 +639,7 @@ class _Recorder(Taps):
                 r.rec.cached_prefix(prefix)       # vLLM's prefix cache held the prompt's head
         if r.stats is not None:                        # the rest of a chunked prefill
             widths = [t.width for t in self.bm.tensors]
-            stats = _merge_all(r.stats, stats, widths)
+            stats = _merge_all(r.stats, stats, widths, self.state_slots)
             tokens = r.tokens + tokens
             pos0 = r.pos0
         if not sampled:                                # a prefill chunk: the step goes on
@@ -519,6 +657,17 @@ class _Recorder(Taps):
             logits = np.full(self.bm.n_vocab, np.nan, dtype=np.float32)
         r.rec.forward(tokens, pos0, st.reshape(-1), logits.astype("float32", copy=False), 1)
         r.rec.sampled(int(sampled[-1]))
+
+    def _slot_event(self, rid, slot):
+        """A state_slot event when a request's recurrent state lives in a
+        slot it did not use at its last step (its first step included): two
+        requests' traces naming one slot is what a state carried from one
+        request to the next needs to be told apart from a kernel fault."""
+        r = self.reqs.get(rid)
+        if r is None or self.slot_of.get(rid) == slot:
+            return
+        self.slot_of[rid] = slot
+        r.rec.event("state_slot", f"vLLM mamba cache slot {slot} (request {rid})")
 
     def _open(self, rid):
         base = os.path.join(self.dir, _safe(rid))
@@ -560,6 +709,7 @@ class _Recorder(Taps):
             self._close(rid, "ok")
 
     def _close(self, rid, status):
+        self.slot_of.pop(rid, None)
         r = self.reqs.pop(rid, None)
         if r is None:
             return
@@ -569,9 +719,11 @@ class _Recorder(Taps):
             log.warning("bangtrace: closing %s: %s", r.path, e)
 
 
-def _merge_all(a, b, widths):
+def _merge_all(a, b, widths, latest=()):
+    """A chunked prefill's statistics: each tensor's rows of both chunks;
+    the tensors in latest (a state) as the last chunk left them."""
     import numpy as np
     out = np.empty_like(a)
     for k, w in enumerate(widths):
-        out[k] = merge_stats(a[k], b[k], w)
+        out[k] = b[k] if k in latest and b[k][0] >= 0 else merge_stats(a[k], b[k], w)
     return out

@@ -22,6 +22,7 @@ level). Checks:
 6. without enforce_eager, the model load is refused with one line.
 7. with vLLM's default worker processes (a child), the plugin loads there by
    its entry point and the traces are closed at shutdown.
+8. (a Qwen3.5 folder) the gated delta net hybrid in bf16: check_hybrid.
 Exit 0 all good, 1 with FAIL lines."""
 import gc
 import json
@@ -392,6 +393,141 @@ def check_bf16(folder):
     return llm
 
 
+GDN_HIDDEN = ("ssm_conv", "ssm_q", "ssm_k", "ssm_v")
+
+
+def slot_events(path):
+    db = sqlite3.connect(path)
+    ev = [d for (d,) in db.execute("select detail from events where kind = 'state_slot' order by id")]
+    db.close()
+    return [int(d.split("slot ")[1].split()[0]) for d in ev]
+
+
+def check_hybrid(folder):
+    """A gated delta net hybrid (Qwen3.5; vLLM's CPU GDN op runs in bf16
+    only): solo requests are recorded with every tensor but the four its
+    fused op hides, bisect --reference names no op, each trace names its
+    state slot; four concurrent requests get their own traces whose
+    statistics, the states read from each request's slot included, are the
+    solo runs'; and a GDN op that does not reset a reused slot (the
+    has_initial_state of a new request forced true: the incident's bug) is
+    named by bisect --reference at the first state-dependent op of the
+    second request's prefill, both traces naming the same slot."""
+    label = os.path.basename(folder)
+    d = os.path.join(WORK, label + "-solo")
+    llm = new_llm(folder, d, dtype="bfloat16")
+    recs = recorders(llm)
+    if not recs:
+        fail("%s: the plugin did not install its recorder" % label)
+        return llm
+    names = [t.name for t in recs[0].bm.tensors]
+    hidden = tuple(n for n in names if n.count(".") == 2 and n.split(".")[2] in GDN_HIDDEN)
+    solo = {}
+    for k, prompt in enumerate(PROMPTS):
+        before = set(traces_in(d))
+        out = generate(llm, [prompt])[0]
+        close_all(llm)
+        new = sorted(set(traces_in(d)) - before)
+        if len(new) != 1:
+            fail("%s: one request made %d traces" % (label, len(new)))
+            continue
+        solo[tuple(prompt)] = (new[0], out)
+        if k:
+            continue
+        st = steps_of(new[0])
+        miss = sorted({names[i] for _, _, _, x in st for i in range(len(names))
+                       if x[i][_lib.STAT_N] < 0 and names[i] not in hidden and names[i] != "logits"})
+        if len(st) != N_NEW or miss:
+            fail("%s: %d forwards, not recorded: %s" % (label, len(st), miss[:6]))
+        else:
+            ok("%s bf16 vLLM: every tensor recorded at every step but the %d its fused GDN op computes inside "
+               "(ssm_conv, ssm_q, ssm_k, ssm_v), the states from the request's slot" % (label, len(hidden)))
+        stays_exact(label + " bf16 vLLM", new[0], what="bisect --reference names no op (the states included)")
+        if not slot_events(new[0]):
+            fail("%s: no state_slot event in %s" % (label, new[0]))
+    # concurrent requests: each trace its own rows and its own slot's state
+    bd = os.path.join(WORK, label + "-batch")
+    set_dir(llm, bd)
+    widest["n_req"] = 0
+    outs = generate(llm, PROMPTS)
+    close_all(llm)
+    worst, matched, slots = 0.0, 0, set()
+    st_slot = [i for i, n in enumerate(names) if n.endswith(".ssm_state")]
+    worst_state = 0.0
+    for path in traces_in(bd):
+        p, g, _ = trace_tokens(path)
+        if tuple(p) not in solo:
+            fail("%s: batched trace with prompt %s" % (label, p))
+            continue
+        spath, sout = solo[tuple(p)]
+        if g != sout or g != outs[PROMPTS.index(p)]:
+            fail("%s: batched %s generated %s, solo %s" % (label, p, g, sout))
+            continue
+        slots.update(slot_events(path))
+        for x, y in zip(steps_of(path), steps_of(spath)):
+            sx, sy = x[3], y[3]
+            m = (sy[:, _lib.STAT_N] >= 0) & (sx[:, _lib.STAT_N] >= 0)
+            for c in (_lib.STAT_MIN, _lib.STAT_MAX, _lib.STAT_MEAN, _lib.STAT_RMS):
+                scale = np.maximum(np.abs(sy[:, c]), np.abs(sy[:, _lib.STAT_RMS]))
+                dd = np.abs(sx[:, c] - sy[:, c]) / np.maximum(scale, 1e-30)
+                worst = max(worst, float(dd[m].max()))
+                worst_state = max(worst_state, float(dd[st_slot].max()))
+        matched += 1
+    # bf16 kernels batch differently than they run alone: 5e-2, far below what another request's state gives
+    if matched != len(PROMPTS) or widest["n_req"] < 2 or len(slots) < len(PROMPTS) or worst > 5e-2:
+        fail("%s: %d of %d batched traces matched (up to %d in a forward), slots %s, largest rel %.2g"
+             % (label, matched, len(PROMPTS), widest["n_req"], sorted(slots), worst))
+    else:
+        ok("%s: %d concurrent requests (up to %d in a forward) in %d state slots, one trace each; statistics equal "
+           "the solo runs' within bf16 (largest rel %.2g; the states read from each slot %.2g)"
+           % (label, matched, widest["n_req"], len(slots), worst, worst_state))
+    # the incident: a reused state slot not reset
+    import vllm.model_executor.layers.mamba.ops.cpu.gdn_attention as ga
+    orig = ga._cpu_gdn_attention_nonspec
+
+    def noreset(layer, md, *a, **kw):
+        if md.has_initial_state is not None:
+            md.has_initial_state[:] = True            # every prefill continues the slot's old state
+        return orig(layer, md, *a, **kw)
+    # a small cache (3 blocks): the third request takes the first one's slot again
+    del recs
+    llm = None
+    gc.collect()
+    nd = os.path.join(WORK, label + "-noreset")
+    llm = new_llm(folder, nd, dtype="bfloat16", num_gpu_blocks_override=3)
+    for prompt in PROMPTS[:2]:
+        generate(llm, [prompt])
+        close_all(llm)
+    ga._cpu_gdn_attention_nonspec = noreset
+    try:
+        generate(llm, [PROMPTS[2]])
+    finally:
+        ga._cpu_gdn_attention_nonspec = orig
+    close_all(llm)
+    tr = {tuple(trace_tokens(x)[0]): x for x in traces_in(nd)}
+    prev = [tr.get(tuple(p)) for p in PROMPTS[:2]]
+    b = tr.get(tuple(PROMPTS[2]))
+    if not all(prev) or not b:
+        fail("%s noreset: traces %s" % (label, sorted(tr)))
+        return llm
+    sb = slot_events(b)
+    a = next((x for x in prev if sb and slot_events(x)[:1] == sb[:1]), prev[0])
+    sa = slot_events(a)
+    p = subprocess.run([BT_PATH, "bisect", "--reference", b], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=300)
+    dep = [ln for ln in p.stdout.splitlines() if "first departs at" in ln or ln.startswith("first divergence")]
+    if not sa or sa[:1] != sb[:1]:
+        fail("%s noreset: the requests ran in slots %s and %s (the test needs a slot reused)"
+             % (label, [slot_events(x) for x in prev], sb))
+    elif "blk.0.ssm_" not in p.stdout or not any("step 0" in ln for ln in dep):
+        fail("%s noreset: bisect --reference on the second request:\n%s" % (label, p.stdout[-900:]))
+    else:
+        ok("%s: a GDN op that does not reset a reused slot: the traces of an earlier request and the one that "
+           "reused its slot both name slot %d; bisect --reference departs in the second's prefill: %s"
+           % (label, sb[0], dep[0].strip()[:120]))
+    return llm
+
+
 def check_refusal(folder):
     """A non-eager engine is refused when the model loads (a child process:
     the failed engine's state stays out of this one)."""
@@ -450,12 +586,18 @@ def release(llm):
     gc.collect()
 
 
-release(check_f32(FOLDERS[0], with_batch=True))
-for folder in FOLDERS[1:]:
-    release(check_f32(folder, with_batch=False))
-release(check_chunked(FOLDERS[0]))
-release(check_prefix(FOLDERS[0]))
-release(check_bf16(FOLDERS[0]))
-check_refusal(FOLDERS[0])
-check_workers(FOLDERS[0])
+HYBRID = [f for f in FOLDERS if json.load(open(os.path.join(f, "config.json"))).get("model_type") == "qwen3_5_text"]
+FOLDERS = [f for f in FOLDERS if f not in HYBRID]
+BT_PATH = sys.argv[1]
+for folder in HYBRID:
+    release(check_hybrid(folder))
+if FOLDERS:
+    release(check_f32(FOLDERS[0], with_batch=True))
+    for folder in FOLDERS[1:]:
+        release(check_f32(folder, with_batch=False))
+    release(check_chunked(FOLDERS[0]))
+    release(check_prefix(FOLDERS[0]))
+    release(check_bf16(FOLDERS[0]))
+    check_refusal(FOLDERS[0])
+    check_workers(FOLDERS[0])
 done()
