@@ -4,8 +4,8 @@
 ASAN_TESTS = tests/test_moe tests/moe_trace.sh tests/test_foreign tests/test_session tests/cli.sh tests/bad_input.sh tests/test_stats tests/test_gguf tests/test_request tests/test_tokenizer tests/test_sampler tests/test_trace tests/test_guard tests/test_inject tests/test_detect tests/test_tui tests/test_tui_cache tests/browse_dump.sh tests/diff.sh tests/bisect.sh tests/text_safety.sh tests/trace_hostile.sh tests/test_kernel_rows tests/export_perfetto.sh tests/arch.sh tests/test_activity tests/kernel_join.sh tests/hf_bad_input.sh tests/hf_mla_gptoss.sh tests/chat_templates.sh tests/hf_tokenizer_bad.sh tests/test_reply tests/fifo_inputs.sh tests/test_args tests/args_groups.sh tests/serve_batch.sh
 TESTS += tests/manpage.sh
 EXTRA_DIST += tests/manpage.sh
-TESTS += tests/llamacpp.sh tests/link_invariants.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
-EXTRA_DIST += tests/llamacpp.sh tests/link_invariants.sh tests/browse_big.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/golden/smollm2-q4_1.txt tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh
+TESTS += tests/llamacpp.sh tests/link_invariants.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh tests/constant_logits.sh
+EXTRA_DIST += tests/llamacpp.sh tests/link_invariants.sh tests/browse_big.sh tests/cli.sh tests/greedy_stories.sh tests/smollm_golden.sh tests/golden/smollm2-q4_1.txt tests/trace_run.sh tests/crash_run.sh tests/trace_safety.sh tests/constant_logits.sh
 # request parsing, chat templates, sampler / argmax rules
 check_PROGRAMS += tests/test_request tests/test_sampler
 TESTS += tests/test_request tests/test_sampler

@@ -13,8 +13,9 @@
 # plugin loads there and the traces close at shutdown; a Qwen3.5 hybrid in
 # bf16 is recorded (the states from each request's cache slot) with no
 # departure, per request under batching, and a GDN op that does not reset a
-# reused state slot is named by bisect --reference
-# (tests/pytorch/vllm_check.py). The environment is tools/torch-env's;
+# reused state slot is named by bisect --reference; Qwen3-Next records with
+# no departure, and with tied embeddings (vLLM leaves its lm_head zero) its
+# wall of id 0 is named as constant logits (tests/pytorch/vllm_check.py). The environment is tools/torch-env's;
 # SKIP only when it cannot be had.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
 need_torch
@@ -35,6 +36,11 @@ PY
 # a Qwen3.5 hybrid (vLLM's CPU GDN kernels take heads of 64, bf16 only)
 "$py" "$BT_SRCDIR/tools/make-tiny-hybrid.py" "$TMP/qwen35" --format hf --head-dim 64 --mtp 0 --seed 3 > "$TMP/h.log" 2>&1 ||
     fail "make-tiny-hybrid.py --head-dim 64: $(tail -n 1 "$TMP/h.log")"
+# Qwen3-Next, untied (as its checkpoints are) and tied (which vLLM ignores)
+"$py" "$BT_SRCDIR/tools/make-tiny-hybrid.py" "$TMP/qwen3next" --format hf --arch qwen3next --head-dim 64 --mtp 0 --untied \
+    --seed 3 > "$TMP/h.log" 2>&1 || fail "make-tiny-hybrid.py --arch qwen3next --untied: $(tail -n 1 "$TMP/h.log")"
+"$py" "$BT_SRCDIR/tools/make-tiny-hybrid.py" "$TMP/qwen3next-tied" --format hf --arch qwen3next --head-dim 64 --mtp 0 \
+    --seed 3 > "$TMP/h.log" 2>&1 || fail "make-tiny-hybrid.py --arch qwen3next: $(tail -n 1 "$TMP/h.log")"
 # the package as a user installs it (a copy: the build leaves nothing in the source tree)
 cp -r "$BT_SRCDIR/python" "$TMP/pkg" && chmod -R u+w "$TMP/pkg"
 "$env/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
@@ -47,6 +53,6 @@ grep -q 'bangtrace = bangtrace.vllm:register' "$TMP"/site/bangtrace-*.dist-info/
 ok "pip installs python/ with its vllm.general_plugins entry point"
 BANGTRACE_LIB=$lib PYTHONPATH=$TMP/site VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 \
     "$env/bin/python" "$BT_SRCDIR/tests/pytorch/vllm_check.py" "$BANGTRACE" "$TMP" "$TMP/qwen3" "$TMP/llama" "$TMP/qwen3moe" \
-    "$TMP/qwen35" > "$TMP/out" 2>&1 || { grep -v '^INFO\|^(EngineCore' "$TMP/out" | tail -n 60 >&2; fail "the vLLM plugin (above)"; }
+    "$TMP/qwen35" "$TMP/qwen3next" > "$TMP/out" 2>&1 || { grep -v '^INFO\|^(EngineCore' "$TMP/out" | tail -n 60 >&2; fail "the vLLM plugin (above)"; }
 grep '^ok:' "$TMP/out" | sed 's/^ok: //' | while read -r l; do ok "$l"; done
 finish

@@ -7,7 +7,7 @@ same weights.
     tools/make-tiny-hybrid.py OUT [--format gguf|hf] [--arch qwen35|qwen35moe|qwen3next]
                               [--seed N]
                               [--vocab FILE.gguf] [--layers N] [--interval N]
-                              [--mtp N] [--rope-base B] [--head-dim 16|32|64] [--force]
+                              [--mtp N] [--rope-base B] [--head-dim 16|32|64] [--untied] [--force]
     tools/make-tiny-hybrid.py OUT --shape qwen3.5-0.8b [--seed N] [--vocab FILE.gguf]
                               [--layers N] [--n-vocab N] [--force]
 
@@ -44,7 +44,8 @@ sections 2,1,1,0: equal positions for text, so NEOX rope on 8 dims), GDN:
 2 key heads and 4 value heads of 16, conv kernel 4, n_ff 128, one MTP layer.
 Weights are Gaussian with std 1/sqrt(fan_in) so activations stay O(1); the
 tokenizer (default: the GPT-2 BPE vocabulary of the shared test models) is
-copied from --vocab, the embeddings are tied to the output.
+copied from --vocab, the embeddings are tied to the output (--untied: an
+lm_head of its own; --head-dim 64: heads of 64, what vLLM's CPU GDN kernels take).
 
 --shape qwen3.5-0.8b writes a qwen35 f32 GGUF of random weights at the
 shapes of Qwen/Qwen3.5-0.8B (SHAPES below: 24 layers, 1024 wide, about 773M
@@ -132,7 +133,7 @@ def shape_config(shape, layers=None, interval=None, mtp=None, rope_base=None, n_
     return cfg
 
 
-def default_config(arch="qwen35", layers=4, interval=2, mtp=1, rope_base=10000.0, head_dim=16):
+def default_config(arch="qwen35", layers=4, interval=2, mtp=1, rope_base=10000.0, head_dim=16, untied=False):
     if arch not in ARCHS:
         die("architecture %s is not supported (%s)" % (arch, ", ".join(ARCHS)))
     if layers < 1 or interval < 1 or mtp < 0 or mtp > 1:
@@ -143,7 +144,7 @@ def default_config(arch="qwen35", layers=4, interval=2, mtp=1, rope_base=10000.0
     cfg = dict(arch=arch, n_embd=64, n_layer=layers, full_attention_interval=interval, n_head=4,
                n_head_kv=2, head_dim=head_dim, partial_rotary_factor=0.5, rope_sections=[2 * f, f, f, 0],
                rope_base=float(rope_base), n_k_heads=2, n_v_heads=4, head_k_dim=head_dim, head_v_dim=head_dim,
-               conv_kernel=4, n_ff=128, n_mtp=mtp, norm_eps=1e-6, ctx_len=2048, n_expert=0)
+               conv_kernel=4, n_ff=128, n_mtp=mtp, norm_eps=1e-6, ctx_len=2048, n_expert=0, untied=untied)
     if arch in ("qwen35moe", "qwen3next"):
         # 4 routed experts of 32, 2 per token, plus a gated shared expert of 64
         cfg.update(n_expert=4, n_expert_used=2, n_ff_exp=32, n_ff_shexp=64, n_ff=32)
@@ -272,6 +273,8 @@ def hf_parts(cfg, n_vocab, seed, lean=False, shapes_only=False):
         yield ("layer", L), w
     w = {}
     normw("model.norm.weight", E)
+    if cfg.get("untied"):       # its own stream: every other tensor as in the tied model
+        mat("lm_head.weight", n_vocab, E)
     yield "norm", w
     if cfg["n_mtp"]:
         w = {}
@@ -376,6 +379,8 @@ def gguf_parts(cfg, parts):
             out.append(("token_embd.weight", w["model.embed_tokens.weight"]))
         elif part == "norm":
             out.append(("output_norm.weight", plus1(w["model.norm.weight"])))
+            if "lm_head.weight" in w:
+                out.append(("output.weight", w["lm_head.weight"]))
         elif part == "mtp":
             g = "blk.%d." % cfg["n_layer"]
             block("mtp.layers.0.", g)
@@ -509,7 +514,7 @@ def hf_config(cfg, n_vocab, bos, eos):
             "hidden_size": cfg["n_embd"], "intermediate_size": cfg["n_ff"], "num_hidden_layers": n,
             "num_attention_heads": cfg["n_head"], "num_key_value_heads": cfg["n_head_kv"],
             "head_dim": cfg["head_dim"], "rms_norm_eps": cfg["norm_eps"], "vocab_size": n_vocab,
-            "max_position_embeddings": cfg["ctx_len"], "hidden_act": "silu", "tie_word_embeddings": True,
+            "max_position_embeddings": cfg["ctx_len"], "hidden_act": "silu", "tie_word_embeddings": not cfg.get("untied"),
             "attn_output_gate": True, "full_attention_interval": cfg["full_attention_interval"],
             "layer_types": ["linear_attention" if recurrent(cfg, L) else "full_attention" for L in range(n)],
             "linear_conv_kernel_dim": cfg["conv_kernel"], "linear_key_head_dim": cfg["head_k_dim"],
@@ -575,7 +580,7 @@ def write_beside(out, write):
 
 
 def make(out, fmt="gguf", arch="qwen35", seed=0, vocab=None, layers=4, interval=2, mtp=1,
-         rope_base=10000.0, shape=None, n_vocab=None, head_dim=16):
+         rope_base=10000.0, shape=None, n_vocab=None, head_dim=16, untied=False):
     """Library entry: write the model, return (cfg, hf weights); with shape
     (a --shape model, GGUF only, streamed) the weights are not kept: (cfg,
     None). layers, interval, mtp, rope_base and n_vocab of None take the
@@ -596,7 +601,7 @@ def make(out, fmt="gguf", arch="qwen35", seed=0, vocab=None, layers=4, interval=
         return cfg, None
     if n_vocab is not None:
         die("--n-vocab goes with --shape")
-    cfg = default_config(arch, layers, interval, mtp, rope_base, head_dim)
+    cfg = default_config(arch, layers, interval, mtp, rope_base, head_dim, untied)
     reader, fields, n_vocab = read_vocab(gguf, vocab)
     w = hf_weights(cfg, n_vocab, seed)
     if fmt == "gguf":
@@ -623,6 +628,8 @@ def main(argv=None):
                     "the --vocab tokens padded with unreachable filler tokens)")
     ap.add_argument("--head-dim", type=int, default=16,
                     help="the attention and gated delta net heads' width (16, 32 or 64; default 16; vLLM's CPU kernels take multiples of 32)")
+    ap.add_argument("--untied", action="store_true",
+                    help="an output head of its own (lm_head / output.weight) instead of the tied embeddings")
     ap.add_argument("--force", action="store_true")
     a = ap.parse_args(argv)
     check_out(a.out, a.format, a.force)
@@ -633,7 +640,7 @@ def main(argv=None):
         die("--n-vocab goes with --shape")
     make(a.out, a.format, a.arch, a.seed, a.vocab, 4 if a.layers is None else a.layers,
          2 if a.interval is None else a.interval, 1 if a.mtp is None else a.mtp,
-         10000.0 if a.rope_base is None else a.rope_base, head_dim=a.head_dim)
+         10000.0 if a.rope_base is None else a.rope_base, head_dim=a.head_dim, untied=a.untied)
     return 0
 
 

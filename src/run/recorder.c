@@ -76,6 +76,7 @@ struct bt_recorder {
     } *pend;
     int n_pend, pend_step, pend_cap;
     int *merged;                /* (n_slots) flush: the pending a slot's observations merge into */
+    bool seen_flat_logits;      /* a constant_logits event was written */
     bt_recorder_costs costs;    /* cfg.account */
 };
 
@@ -569,6 +570,24 @@ static int bt_recorder_snapshot(bt_recorder *r, const float *row, int row_pos, i
         if (r->cfg.logits_full && (rc = save_row(r, step, row_pos, row, "full"))) return rc;
     }
     int64_t bad = ls.nan + ls.pinf + ls.ninf;
+    /* A finite row whose logits are all equal (a head of zeros, a
+     * collapsed norm): no token is preferred, and every argmax rule takes
+     * the first, id 0. The top-k being equal is the cheap sign; the row
+     * confirms it. */
+    if (bad == 0 && ls.k >= 2 && ls.topk_vals[0] == ls.topk_vals[ls.k - 1] && (!r->seen_flat_logits || step % 64 == 0)) {
+        int i = 0;
+        while (i < r->n_vocab && row[i] == ls.max) i++;
+        if (i == r->n_vocab) {
+            bool first = !r->seen_flat_logits;
+            r->seen_flat_logits = true;
+            token_text(r, chosen, piece, sizeof(piece));
+            snprintf(detail, sizeof(detail), "step %d%s: every logit is %g (%d of %d): no token is preferred; rule %s -> id %d "
+                     "('%s')", step, strcmp(r->cfg.model_role, "target") ? " (draft model)" : "", (double)ls.max, ls.n_vocab,
+                     ls.n_vocab, rule, chosen, piece);
+            if ((rc = event(r, step, row_pos, "constant_logits", -1, "logits", "logits", detail, NULL))) return rc;
+            if (first && !r->cfg.logits_full && (rc = save_row(r, step, row_pos, row, "constant"))) return rc;
+        }
+    }
     if (bad > 0 && !(ls.ninf > 0 && ls.nan == 0 && ls.pinf == 0 && ls.ninf < ls.n_vocab)) {
         bool first = !r->seen_bad_logits;
         const char *who = strcmp(r->cfg.model_role, "target") ? " (draft model)" : "";

@@ -235,7 +235,7 @@ static int analyze_nonfinite(bt_trace_reader *r, bt_analysis *x, const step_map 
 static bool degenerate_kind(const char *k)
 {
     static const char *const kinds[] = { "nonfinite_logits", "argmax_fallthrough", "oov_token", "token_wall",
-                                         "repetition_loop", "special_leak", "crash" };
+                                         "repetition_loop", "special_leak", "crash", "constant_logits" };
     for (size_t i = 0; i < BT_ARRAY_SIZE(kinds); i++) if (!strcmp(k, kinds[i])) return true;
     return false;
 }
@@ -453,7 +453,10 @@ static int explain(bt_trace_reader *r, bt_analysis *x, const gen_tok *g, int n)
         int nl = 0;
         if ((rc = bt_trace_step_logits(r, step, fl, 4, &nl))) return rc;
         snprintf(rule, sizeof(rule), "argmax %s", nl > 0 && fl[nl - 1].rule[0] ? fl[nl - 1].rule : "");
-        snprintf(what, sizeof(what), "logits finite");
+        if (!strcmp(x->degen_kind, "constant_logits"))
+            snprintf(what, sizeof(what), "logits finite and all equal (every token ties; the first wins)");
+        else
+            snprintf(what, sizeof(what), "logits finite");
     } else return BT_OK;
 
     int start = 0;

@@ -22,7 +22,8 @@ level). Checks:
 6. without enforce_eager, the model load is refused with one line.
 7. with vLLM's default worker processes (a child), the plugin loads there by
    its entry point and the traces are closed at shutdown.
-8. (a Qwen3.5 folder) the gated delta net hybrid in bf16: check_hybrid.
+8. (a Qwen3.5 folder) the gated delta net hybrid in bf16: check_hybrid; (a
+   Qwen3-Next folder, and FOLDER-tied beside it) check_next.
 Exit 0 all good, 1 with FAIL lines."""
 import gc
 import json
@@ -528,6 +529,50 @@ def check_hybrid(folder):
     return llm
 
 
+def check_next(folder):
+    """Qwen3-Next (its fused in_proj_qkvz/in_proj_ba per key head): an
+    untied folder records with no departure; the tied one (the same weights,
+    tie_word_embeddings true, which vLLM's Qwen3NextForCausalLM ignores: its
+    lm_head is never loaded) answers garbage that `bisect --reference` names
+    as vLLM departing at logits, every tensor before them within tolerance
+    (and `bisect` as constant logits when the unloaded head is zeros: a wall
+    of id 0)."""
+    label = os.path.basename(folder)
+    d = os.path.join(WORK, label + "-next")
+    llm = new_llm(folder, d, dtype="bfloat16")
+    generate(llm, [PROMPTS[0]])
+    close_all(llm)
+    got = traces_in(d)
+    if len(got) != 1:
+        fail("%s: %d traces" % (label, len(got)))
+        return llm
+    stays_exact(label + " bf16 vLLM", got[0], what="bisect --reference names no op (per key head [q, k, v, z] "
+                "put back in the native order)")
+    del llm
+    gc.collect()
+    tied = folder + "-tied"
+    d = os.path.join(WORK, label + "-tied-traces")
+    llm = new_llm(tied, d, dtype="bfloat16")
+    out = generate(llm, [PROMPTS[0]])[0]
+    close_all(llm)
+    got = traces_in(d)
+    if len(got) != 1:
+        fail("%s tied: %d traces" % (label, len(got)))
+        return llm
+    b = subprocess.run([BT_PATH, "bisect", got[0]], stdout=subprocess.PIPE, text=True, timeout=300).stdout
+    r = subprocess.run([BT_PATH, "bisect", "--reference", got[0]], stdout=subprocess.PIPE, text=True, timeout=300).stdout
+    # the head is never loaded: zeros in fresh memory (constant logits, a wall of id 0), else what was there
+    flat = "first degenerate output: step 0 (constant_logits)" in b
+    if "first departs at logits, step 0" not in r and "first departs at logits, step 1" not in r \
+            or (out == [0] * N_NEW) != flat:
+        fail("%s tied: vLLM answered %s; bisect:\n%s\nbisect --reference:\n%s" % (label, out, b[-600:], r[-600:]))
+    else:
+        ok("%s with tie_word_embeddings (vLLM never loads its lm_head): vLLM answered %s; bisect --reference: %s%s"
+           % (label, out, [ln for ln in r.splitlines() if ln.startswith("verdict")][0][9:90],
+              "; bisect: constant logits at step 0" if flat else ""))
+    return llm
+
+
 def check_refusal(folder):
     """A non-eager engine is refused when the model loads (a child process:
     the failed engine's state stays out of this one)."""
@@ -586,11 +631,19 @@ def release(llm):
     gc.collect()
 
 
-HYBRID = [f for f in FOLDERS if json.load(open(os.path.join(f, "config.json"))).get("model_type") == "qwen3_5_text"]
-FOLDERS = [f for f in FOLDERS if f not in HYBRID]
+def model_type(f):
+    with open(os.path.join(f, "config.json")) as fh:
+        return json.load(fh).get("model_type")
+
+
+HYBRID = [f for f in FOLDERS if model_type(f) == "qwen3_5_text"]
+NEXT = [f for f in FOLDERS if model_type(f) == "qwen3_next"]
+FOLDERS = [f for f in FOLDERS if f not in HYBRID and f not in NEXT]
 BT_PATH = sys.argv[1]
 for folder in HYBRID:
     release(check_hybrid(folder))
+for folder in NEXT:
+    release(check_next(folder))
 if FOLDERS:
     release(check_f32(FOLDERS[0], with_batch=True))
     for folder in FOLDERS[1:]:
