@@ -6,7 +6,7 @@ GGUF that llama.cpp loads and runs unchanged, deterministic from --seed.
     tools/make-tiny-deepseek2.py OUT [--format gguf|hf] [--seed N] [--vocab FILE.gguf]
                                  [--kv-layout split|fused] [--q-lora N]
                                  [--gating sigmoid|softmax] [--groups G/U]
-                                 [--scale S] [--shared N] [--mtp 0|1]
+                                 [--scale S] [--shared N] [--mtp 0|1] [--shape bench]
                                  [--yarn FACTOR] [--yarn-log-mul M] [--force]
 
 Shapes: n_embd 64, 3 layers (layer 0 dense, n_ff 128; layers 1 and 2 MoE),
@@ -80,13 +80,24 @@ def die(msg):
     sys.exit(2)
 
 
+# --shape bench: DeepSeek-V2-Lite's layout (no q low-rank path, one leading
+# dense layer, then fine-grained experts with shared ones; V3's sigmoid
+# routing in groups kept) at half its width and a third of its depth:
+# heads of 64 unrotated + 32 rotated dims, a latent of 256, 32 experts of
+# 512 of which 4 (+1 shared) per token. About 0.45 G parameters.
+SHAPES = {"bench": dict(n_embd=1024, n_layer=8, n_dense=1, n_head=16, nope=64, rope=32, v=64, q_lora=0, kv_lora=256,
+                        n_ff=2816, n_expert=32, n_expert_used=4, n_ff_exp=512, orig_ctx=4096, ctx_len=8192)}
+
+
 def config(q_lora=32, kv_layout="split", gating="sigmoid", groups=(4, 2), yarn=4.0, yarn_log_mul=0.707, scale=2.5,
-           shared=1, mtp=0):
+           shared=1, mtp=0, shape=None):
     return dict(arch="deepseek2", n_embd=64, n_layer=3, n_dense=1, n_head=4, nope=16, rope=8, v=16,
                 q_lora=q_lora, kv_lora=32, n_ff=128, n_expert=8, n_expert_used=2, n_ff_exp=32, n_shared=shared,
                 n_group=groups[0], n_group_used=groups[1], gating=gating, scale=scale, norm_w=True,
                 kv_layout=kv_layout, yarn=yarn, yarn_log_mul=yarn_log_mul, orig_ctx=64, ctx_len=512,
-                norm_eps=1e-6, rope_base=10000.0, mtp=mtp)
+                norm_eps=1e-6, rope_base=10000.0, mtp=mtp) if not shape else dict(
+                config(kv_layout=kv_layout, gating=gating, groups=groups, yarn=yarn, yarn_log_mul=yarn_log_mul,
+                       scale=scale, shared=shared, mtp=mtp), **SHAPES[shape])
 
 
 def weights(cfg, n_vocab, seed):
@@ -312,6 +323,7 @@ def main(argv=None):
     ap.add_argument("--yarn", type=float, default=4.0, help="YaRN factor (0: no rope scaling)")
     ap.add_argument("--yarn-log-mul", type=float, default=0.707)
     ap.add_argument("--mtp", type=int, choices=(0, 1), default=0, help="MTP (nextn) blocks after the trunk (GGUF)")
+    ap.add_argument("--shape", choices=sorted(SHAPES), help="bench: a scaled-down DeepSeek of realistic layer shapes (GGUF)")
     ap.add_argument("--force", action="store_true")
     a = ap.parse_args(argv)
     try:
@@ -322,6 +334,8 @@ def main(argv=None):
             % a.groups)
     if a.q_lora < 0 or a.yarn < 0 or (0 < a.yarn < 1) or not a.scale > 0 or a.shared < 0:
         die("--q-lora and --shared must be >= 0, --scale > 0 and --yarn 0 or >= 1")
+    if a.shape and a.format != "gguf":
+        die("--shape writes a GGUF")
     if a.format == "hf" and a.mtp:
         die("--mtp is written to GGUF files only")
     if a.mtp and a.shared == 0:
@@ -340,7 +354,7 @@ def main(argv=None):
         if not ok:
             die("%s exists and is not a %s model: refusing to overwrite it" % (a.out, a.format.upper()))
     make(a.out, a.seed, a.vocab, a.format, q_lora=a.q_lora, kv_layout=a.kv_layout, gating=a.gating, groups=g,
-         yarn=a.yarn, yarn_log_mul=a.yarn_log_mul, scale=a.scale, shared=a.shared, mtp=a.mtp)
+         yarn=a.yarn, yarn_log_mul=a.yarn_log_mul, scale=a.scale, shared=a.shared, mtp=a.mtp, shape=a.shape)
     return 0
 
 

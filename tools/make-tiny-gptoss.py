@@ -5,7 +5,7 @@ loads and runs unchanged.
 
     tools/make-tiny-gptoss.py OUT [--format gguf|hf] [--experts f32|mxfp4|mxfp4-f32]
                               [--seed N] [--vocab FILE.gguf] [--layers N]
-                              [--window N] [--truncate true|false] [--force]
+                              [--window N] [--truncate true|false] [--shape bench] [--force]
 
 The model has what makes gpt-oss itself: layers alternating sliding-window
 attention (even layers, llama.cpp's pattern 2: a query at position p sees
@@ -81,10 +81,22 @@ def import_gguf(mth):
     return gguf
 
 
-def default_config(layers=4, window=4):
-    return dict(n_embd=64, n_layer=layers, n_head=4, n_head_kv=2, head_dim=32, n_expert=4, n_expert_used=2,
-                n_ff_exp=64, sliding_window=window, norm_eps=1e-5, rope_base=150000.0, ctx_len=4096,
-                yarn_factor=32.0, yarn_orig_ctx=128)
+# --shape bench: gpt-oss-20b's head layout (heads of 64, 2:1 query to KV
+# heads, window 128, YaRN over an original context of 4096) at a quarter
+# of its width and a third of its depth, with its top-4 routing over 16
+# experts: about 0.5 G parameters of which the experts are 0.4 G, small
+# enough for the bench machine, large enough that decode reads memory.
+SHAPES = {"bench": dict(n_embd=1024, n_layer=8, n_head=16, n_head_kv=8, head_dim=64, n_expert=16, n_expert_used=4,
+                        n_ff_exp=1024, sliding_window=128, yarn_orig_ctx=4096)}
+
+
+def default_config(layers=4, window=4, shape=None):
+    cfg = dict(n_embd=64, n_layer=layers, n_head=4, n_head_kv=2, head_dim=32, n_expert=4, n_expert_used=2,
+               n_ff_exp=64, sliding_window=window, norm_eps=1e-5, rope_base=150000.0, ctx_len=4096,
+               yarn_factor=32.0, yarn_orig_ctx=128)
+    if shape:
+        cfg.update(SHAPES[shape])
+    return cfg
 
 
 def weights(cfg, n_vocab, seed):
@@ -278,7 +290,7 @@ def check_out(out, force, fmt="gguf"):
         die("%s exists and is not a GGUF file: refusing to replace it" % out)
 
 
-def make(out, experts="f32", seed=0, vocab=None, layers=4, window=4, fmt="gguf", truncate=False):
+def make(out, experts="f32", seed=0, vocab=None, layers=4, window=4, fmt="gguf", truncate=False, shape=None):
     """Library entry: write the model (a GGUF, or with fmt "hf" a folder);
     returns (cfg, weights as drawn, f32)."""
     mth = hybrid_tool()
@@ -289,7 +301,7 @@ def make(out, experts="f32", seed=0, vocab=None, layers=4, window=4, fmt="gguf",
         die("%s: no such vocabulary file (--vocab FILE.gguf, or set BT_SHARED)" % vocab)
     if layers < 1 or window < 1:
         die("--layers and --window must be positive")
-    cfg = default_config(layers, window)
+    cfg = default_config(layers, window, shape)
     reader, fields, n_vocab = mth.read_vocab(gguf, vocab)
     w = weights(cfg, n_vocab, seed)
     if fmt == "hf":
@@ -310,10 +322,14 @@ def main(argv=None):
     ap.add_argument("--window", type=int, default=4, help="sliding window of the even layers (default 4)")
     ap.add_argument("--truncate", choices=("true", "false"), default="false",
                     help="--format hf: rope_scaling's truncate (default false, as gpt-oss's config)")
+    ap.add_argument("--shape", choices=sorted(SHAPES),
+                    help="bench: a scaled-down gpt-oss of realistic layer shapes (SHAPES; GGUF)")
     ap.add_argument("--force", action="store_true")
     a = ap.parse_args(argv)
+    if a.shape and a.format != "gguf":
+        die("--shape writes a GGUF")
     check_out(a.out, a.force, a.format)
-    make(a.out, a.experts, a.seed, a.vocab, a.layers, a.window, a.format, a.truncate == "true")
+    make(a.out, a.experts, a.seed, a.vocab, a.layers, a.window, a.format, a.truncate == "true", a.shape)
     return 0
 
 

@@ -559,6 +559,19 @@ static int mla_upload(bt_engine *e, int l, const bt_layer_weights *L, layer_bufs
         (rc = upload(e, &L->wo, c->dim, (int64_t)c->n_heads * c->mla_v_dim, &B_->wo)))
         return rc;
     const bt_weight *src[2] = { c->mla_split ? &L->wk_b : &L->wkv_b, c->mla_split ? &L->wv_b : &L->wkv_b };
+    int nope = c->head_dim - c->rope_dim;
+    size_t krow = bt_dtype_row_size(L->wk_b.type, nope), vrow = bt_dtype_row_size(L->wv_b.type, c->kv_lora_rank);
+    if (c->mla_split && L->wk_b.type == L->wv_b.type && L->wk_b.type != BT_DT_F32 && krow && vrow) {
+        /* the split layout's rows are what a matmul reads: dot them as
+         * stored (a quantized copy read, not a dequantized f32 one 2-8x its size) */
+        bt_mla_w_init(c, NULL, NULL, &e->m_w[l]);
+        e->m_w[l].kq = L->wk_b.data;
+        e->m_w[l].vq = L->wv_b.data;
+        e->m_w[l].qtype = L->wk_b.type;
+        e->m_w[l].krow = krow;
+        e->m_w[l].vrow = vrow;
+        goto bias;
+    }
     const float *f[2];
     for (int i = 0; i < 2; i++) {
         if (src[i]->type == BT_DT_F32) { f[i] = src[i]->data; continue; }
@@ -569,6 +582,7 @@ static int mla_upload(bt_engine *e, int l, const bt_layer_weights *L, layer_bufs
         f[i] = e->m_own[2 * l + i];
     }
     bt_mla_w_init(c, f[0], f[1], &e->m_w[l]);
+bias:
     if (L->ffn_exp_probs_b.data) {
         if (!(e->m_bias[l] = malloc((size_t)c->n_expert * sizeof(float)))) return bt_error(BT_ENOMEM, "out of memory");
         bt_dequant_row(L->ffn_exp_probs_b.type, L->ffn_exp_probs_b.data, e->m_bias[l], c->n_expert);

@@ -1,11 +1,13 @@
 /* mla.c - multi-head latent attention (see mla.h for the conventions). */
 #include "engine/mla.h"
+#include "kernels/cpu/kernels.h"
 
 #include <math.h>
 
 void bt_mla_w_init(const bt_config *c, const float *k, const float *v, bt_mla_w *w)
 {
     size_t kvl = (size_t)c->kv_lora_rank, nope = (size_t)(c->head_dim - c->rope_dim), vd = (size_t)c->mla_v_dim;
+    w->kq = w->vq = NULL;
     w->k = k;
     w->v = v;
     if (c->mla_split) {   /* attn_k_b: (n_heads, kv_lora, nope); attn_v_b: (n_heads, v, kv_lora) */
@@ -83,10 +85,14 @@ void bt_mla_absorb(const bt_config *c, const bt_mla_w *w, const float *q, int T,
             const float *qh = q + ((size_t)t * H + h) * hd;
             float *o = qabs + ((size_t)t * H + h) * lat;
             const float *wk = w->k + (size_t)h * w->kh;
-            for (int r = 0; r < kvl; r++) {
-                float s = 0;
-                for (int d = 0; d < nope; d++) s += wk[r * w->kr + d * w->kd] * qh[d];
-                o[r] = s;
+            if (w->kq) {        /* attn_k_b's rows as stored: one kernel dot a latent dim */
+                const uint8_t *rows = w->kq + (size_t)h * kvl * w->krow;
+                for (int r = 0; r < kvl; r++) o[r] = bt_vec_dot(w->qtype, rows + (size_t)r * w->krow, qh, nope);
+            } else if (w->kd == 1) {   /* rows of nope (attn_k_b): one dot a latent dim, the kernels' canonical order */
+                bt_dot_rows_f32(wk, (int64_t)w->kr, qh, nope, kvl, o);
+            } else {            /* rows of kv_lora (attn_kv_b's key rows): q's dims weighting them in order */
+                for (int r = 0; r < kvl; r++) o[r] = 0;
+                bt_wsum_f32(o, qh, 1.0f, wk, (int64_t)w->kd, nope, kvl);
             }
             for (int i = 0; i < nr; i++) o[kvl + i] = qh[nope + i];
         }
@@ -100,24 +106,15 @@ void bt_mla_attend(const bt_config *c, const float *qabs, const float *cache, in
         int n = pos0 + t + 1;
         for (int h = 0; h < H; h++) {
             const float *qh = qabs + ((size_t)t * H + h) * lat;
-            float mx = -INFINITY;
-            for (int s = 0; s < n; s++) {
-                const float *kr = cache + (size_t)s * lat;
-                float d = 0;
-                for (int i = 0; i < lat; i++) d += qh[i] * kr[i];
-                scores[s] = d * kq_scale;
-                if (scores[s] > mx) mx = scores[s];
-            }
+            /* the CPU backend's attention loops: dots in the kernels'
+             * canonical order, libm's expf, the weighted sum's plain loop */
+            bt_dot_rows_f32(cache, lat, qh, lat, n, scores);
+            bt_exp_sub_f32(scores, n, bt_scale_max_f32(scores, n, kq_scale));
             float sum = 0;
-            for (int s = 0; s < n; s++) { scores[s] = expf(scores[s] - mx); sum += scores[s]; }
-            float inv = 1.0f / sum;
+            for (int s = 0; s < n; s++) sum += scores[s];
             float *o = ctxl + ((size_t)t * H + h) * kvl;
             for (int r = 0; r < kvl; r++) o[r] = 0;
-            for (int s = 0; s < n; s++) {
-                const float *kr = cache + (size_t)s * lat;
-                float p = scores[s] * inv;
-                for (int r = 0; r < kvl; r++) o[r] += p * kr[r];
-            }
+            bt_wsum_f32(o, scores, 1.0f / sum, cache, lat, n, kvl);
         }
     }
 }
@@ -128,12 +125,12 @@ void bt_mla_up_v(const bt_config *c, const bt_mla_w *w, const float *ctxl, int T
     for (int t = 0; t < T; t++)
         for (int h = 0; h < H; h++) {
             const float *x = ctxl + ((size_t)t * H + h) * kvl;
-            const float *wv = w->v + (size_t)h * w->vh;
             float *o = ctx + ((size_t)t * H + h) * vd;
-            for (int j = 0; j < vd; j++) {
-                float s = 0;
-                for (int r = 0; r < kvl; r++) s += wv[j * w->vj + r * w->vr] * x[r];
-                o[j] = s;
+            if (w->vq) {   /* attn_v_b's rows as stored */
+                const uint8_t *rows = w->vq + (size_t)h * vd * w->vrow;
+                for (int j = 0; j < vd; j++) o[j] = bt_vec_dot(w->qtype, rows + (size_t)j * w->vrow, x, kvl);
+            } else {       /* both layouts keep a value row's kv_lora contiguous (vr 1) */
+                bt_dot_rows_f32(w->v + (size_t)h * w->vh, (int64_t)w->vj, x, kvl, vd, o);
             }
         }
 }

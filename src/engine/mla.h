@@ -29,6 +29,13 @@
 typedef struct bt_mla_w {
     const float *k, *v;
     size_t kh, kr, kd, vh, vj, vr;
+    /* the split layout's rows as the file stores them (a quantized type):
+     * W_k,h row r at kq + (h*kv_lora + r) * krow, W_v,h row j at
+     * vq + (h*v_dim + j) * vrow, each dotted by the kernels (bt_vec_dot),
+     * as a matmul reads a row; NULL: the f32 data above */
+    const uint8_t *kq, *vq;
+    int qtype;
+    size_t krow, vrow;
 } bt_mla_w;
 
 /* The strides of a layer's weights (f32 data: k from wk_b or wkv_b, v from
