@@ -730,36 +730,57 @@ static int cpu_ssm_conv(bt_backend *be, bt_buf *out, bt_buf *x, bt_buf *state, s
     return BT_OK;
 }
 
+/* The delta rule over T tokens, value heads taken in turn by the pool's
+ * threads (a head's state is its own across the tokens; a head's tokens
+ * run in order). Per head and token, with S the head's dk x dv state:
+ * S *= exp(g); sk = sum_i k_i S_i; u = (v - sk) * beta; S_i += k_i u;
+ * out = sum_i (q_i / sqrt(dk)) S_i, the sums over i in order, each product
+ * rounded then added: bt_scale_max_f32 and bt_wsum_f32 give the bits of
+ * that plain loop in every kernel variant, so neither the thread count
+ * nor the SIMD width changes a bit. */
+typedef struct gdn_job {
+    float *out, *state;
+    const float *q, *k, *v, *g, *beta;
+    size_t state_off;
+    int T, nk, nv, dk, dv, grouped;
+    _Atomic int next;
+} gdn_job;
+
+static void gdn_worker(void *arg, int ith, int nth)
+{
+    (void)ith; (void)nth;
+    gdn_job *j = arg;
+    float u[512], sk[512];
+    int nk = j->nk, nv = j->nv, dk = j->dk, dv = j->dv;
+    const float scale = 1.0f / sqrtf((float)dk);
+    for (int h; (h = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < nv;) {
+        int hk = j->grouped ? h / (nv / nk) : h % nk;
+        float *S = j->state + j->state_off + (size_t)h * dk * dv;
+        for (int t = 0; t < j->T; t++) {
+            const float *qh = j->q + (size_t)t * nk * dk + (size_t)hk * dk;
+            const float *kh = j->k + (size_t)t * nk * dk + (size_t)hk * dk;
+            const float *vh = j->v + (size_t)t * nv * dv + (size_t)h * dv;
+            float decay = expf(j->g[(size_t)t * nv + h]), b = j->beta[(size_t)t * nv + h];
+            bt_scale_max_f32(S, (int64_t)dk * dv, decay);
+            memset(sk, 0, (size_t)dv * sizeof(float));
+            bt_wsum_f32(sk, kh, 1.0f, S, dv, dk, dv);
+            for (int c = 0; c < dv; c++) u[c] = (vh[c] - sk[c]) * b;
+            for (int i = 0; i < dk; i++) bt_wsum_f32(S + (size_t)i * dv, kh + i, 1.0f, u, 0, 1, dv);
+            float *o = j->out + (size_t)t * nv * dv + (size_t)h * dv;
+            memset(o, 0, (size_t)dv * sizeof(float));
+            bt_wsum_f32(o, qh, scale, S, dv, dk, dv);
+        }
+    }
+}
+
 static int cpu_gdn_recur(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_buf *v, bt_buf *g, bt_buf *beta,
                          bt_buf *state, size_t state_off, int T, int nk, int nv, int dk, int dv, int grouped)
 {
-    (void)be;
-    float u[512], sk[512];
     if (dv > 512) return bt_error(BT_EUNSUPPORTED, "gated delta net value heads of %d (at most 512)", dv);
-    const float scale = 1.0f / sqrtf((float)dk);
-    for (int t = 0; t < T; t++) {
-        for (int h = 0; h < nv; h++) {
-            int hk = grouped ? h / (nv / nk) : h % nk;
-            float *S = F(state) + state_off + (size_t)h * dk * dv;
-            const float *qh = F(q) + (size_t)t * nk * dk + (size_t)hk * dk;
-            const float *kh = F(k) + (size_t)t * nk * dk + (size_t)hk * dk;
-            const float *vh = F(v) + (size_t)t * nv * dv + (size_t)h * dv;
-            float decay = expf(F(g)[(size_t)t * nv + h]), b = F(beta)[(size_t)t * nv + h];
-            for (int j = 0; j < dv; j++) sk[j] = 0.0f;
-            for (int i = 0; i < dk; i++) {
-                float *row = S + (size_t)i * dv;
-                for (int j = 0; j < dv; j++) { row[j] *= decay; sk[j] += row[j] * kh[i]; }
-            }
-            for (int j = 0; j < dv; j++) u[j] = (vh[j] - sk[j]) * b;
-            float *o = F(out) + (size_t)t * nv * dv + (size_t)h * dv;
-            for (int j = 0; j < dv; j++) o[j] = 0.0f;
-            for (int i = 0; i < dk; i++) {
-                float *row = S + (size_t)i * dv;
-                float qi = qh[i] * scale;
-                for (int j = 0; j < dv; j++) { row[j] += kh[i] * u[j]; o[j] += row[j] * qi; }
-            }
-        }
-    }
+    gdn_job j = { .out = F(out), .state = F(state), .q = F(q), .k = F(k), .v = F(v), .g = F(g), .beta = F(beta),
+                  .state_off = state_off, .T = T, .nk = nk, .nv = nv, .dk = dk, .dv = dv, .grouped = grouped };
+    atomic_init(&j.next, 0);
+    bt_pool_run(CTX(be)->pool, gdn_worker, &j);
     return BT_OK;
 }
 
