@@ -486,18 +486,7 @@ class record(Taps):
                     rec._put(t.slot, out[..., -1].permute(0, 2, 1).reshape(-1, t.width))
                 return out
 
-        def pre(m, args, kwargs):
-            if self._step is None:
-                return
-            state.clear()
-            state["mode"] = Watch()
-            state["mode"].__enter__()
-
-        def post(m, args, kwargs, out):
-            if "mode" in state:
-                state.pop("mode").__exit__(None, None, None)
-        self._handles.append(amod.register_forward_pre_hook(pre, with_kwargs=True))
-        self._handles.append(amod.register_forward_hook(post, with_kwargs=True))
+        self._watch(amod, Watch, state)
 
     # -- gated delta net (Qwen3.5, Qwen3-Next) --
     def _install_gdn(self, mod, L):
@@ -638,18 +627,23 @@ class record(Taps):
                     rec._put(t["attn_ctx"].slot, args[0])     # attn_gated: o_proj's input
                 return out
 
+        self._watch(amod, Watch, state)
+
+    def _watch(self, mod, mode_cls, state):
+        """mode_cls (a TorchFunctionMode) active while mod runs a recorded
+        forward; state (the mode's dict) cleared at each entry."""
         def pre(m, args, kwargs):
             if self._step is None:
                 return
             state.clear()
-            state["mode"] = Watch()
+            state["mode"] = mode_cls()
             state["mode"].__enter__()
 
         def post(m, args, kwargs, out):
             if "mode" in state:
                 state.pop("mode").__exit__(None, None, None)
-        self._handles.append(amod.register_forward_pre_hook(pre, with_kwargs=True))
-        self._handles.append(amod.register_forward_hook(post, with_kwargs=True))
+        self._handles.append(mod.register_forward_pre_hook(pre, with_kwargs=True))
+        self._handles.append(mod.register_forward_hook(post, with_kwargs=True))
 
     def _put_part(self, t, x, tok):
         """One expert's rows of t: statistics with the first bad row made the

@@ -349,17 +349,28 @@ def check_prefix(folder):
     return llm
 
 
-def check_bf16(folder):
+def bf16_clean(folder, d, what):
+    """A bf16 engine on folder recording into d, one request of PROMPTS[0]:
+    (the engine, its trace, or None after a FAIL); bisect --reference on it
+    must name no op (what: the ok line's words)."""
     label = os.path.basename(folder)
-    d = os.path.join(WORK, label + "-bf16")
     llm = new_llm(folder, d, dtype="bfloat16")
     generate(llm, [PROMPTS[0]])
     close_all(llm)
-    clean = traces_in(d)
-    if len(clean) != 1:
-        fail("%s bf16: %d traces for one request" % (label, len(clean)))
+    got = traces_in(d)
+    if len(got) != 1:
+        fail("%s bf16: %d traces for one request" % (label, len(got)))
+        return llm, None
+    stays_exact(label + " bf16 vLLM", got[0], what=what)
+    return llm, got
+
+
+def check_bf16(folder):
+    label = os.path.basename(folder)
+    d = os.path.join(WORK, label + "-bf16")
+    llm, clean = bf16_clean(folder, d, "bisect --reference names no op on the clean run")
+    if clean is None:
         return llm
-    stays_exact(label + " bf16 vLLM", clean[0], what="bisect --reference names no op on the clean run")
     # a broken kernel: NaN into layer 1's down_proj output at the request's fourth forward (step 3), column 5
     L, STEP, COL = 1, 3, 5
     state = {"n": -1}
@@ -538,16 +549,10 @@ def check_next(folder):
     (and `bisect` as constant logits when the unloaded head is zeros: a wall
     of id 0)."""
     label = os.path.basename(folder)
-    d = os.path.join(WORK, label + "-next")
-    llm = new_llm(folder, d, dtype="bfloat16")
-    generate(llm, [PROMPTS[0]])
-    close_all(llm)
-    got = traces_in(d)
-    if len(got) != 1:
-        fail("%s: %d traces" % (label, len(got)))
+    llm, got = bf16_clean(folder, os.path.join(WORK, label + "-next"), "bisect --reference names no op (per key "
+                          "head [q, k, v, z] put back in the native order)")
+    if got is None:
         return llm
-    stays_exact(label + " bf16 vLLM", got[0], what="bisect --reference names no op (per key head [q, k, v, z] "
-                "put back in the native order)")
     del llm
     gc.collect()
     tied = folder + "-tied"
