@@ -57,8 +57,6 @@ if [ -n "${HYBRID_LAYERS:-}${HYBRID_VOCAB:-}" ]; then
     extra="${HYBRID_LAYERS:+--layers $HYBRID_LAYERS} ${HYBRID_VOCAB:+--n-vocab $HYBRID_VOCAB}"
 fi
 f32=$cache/$base-f32.gguf
-now() { python3 -c 'import time; print("%.1f" % time.time())'; }
-since() { python3 -c 'import sys, time; print("%.0f" % (time.time() - float(sys.argv[1])))' "$1"; }
 if [ ! -f "$f32" ]; then
     t0=$(now)
     python3 "$here/make-tiny-hybrid.py" "$f32" --shape "$shape" $extra ||

@@ -69,3 +69,6 @@ print("%.1f %.1f" % (pp[0] if pp else float("nan"), tg[0] if tg else float("nan"
 best() { python3 -c 'import sys
 v=[float(a) for a in sys.argv[1:] if a not in ("n/a","nan")]
 print("%.1f" % max(v) if v else "n/a")' "$@"; }
+# Seconds since the epoch, and since such a mark (the model-making times the benches print).
+now() { python3 -c 'import time; print("%.1f" % time.time())'; }
+since() { python3 -c 'import sys, time; print("%.0f" % (time.time() - float(sys.argv[1])))' "$1"; }

@@ -42,8 +42,6 @@ export BT_SHARED=${BT_SHARED:-$(cd "$here/../.." && pwd)/shared}
 bench_llama_cpp bench-moe
 mkdir -p "$cache"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-now() { python3 -c 'import time; print("%.1f" % time.time())'; }
-since() { python3 -c 'import sys, time; print("%.0f" % (time.time() - float(sys.argv[1])))' "$1"; }
 made() {  # file tool-args...: the model, made by the tool when missing
     _f=$1; shift
     [ -f "$_f" ] && return 0
