@@ -26,6 +26,7 @@
 #include "base/util.h"
 #include "engines/llamacpp/llamacpp.h"
 
+#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -633,6 +634,55 @@ static int norb_cb(void *user, const bt_trace_event_row *ev)
     return 0;
 }
 
+/* A recorded request's recurrent-state slot (the vLLM plugin's state_slot
+ * events: "vLLM mamba cache slot N (request ID)"); -1: none. */
+static int slot_cb(void *user, const bt_trace_event_row *ev)
+{
+    const char *p = ev->detail ? strstr(ev->detail, "slot ") : NULL;
+    if (p && sscanf(p + 5, "%d", (int *)user) == 1) return 1;    /* the first one */
+    return 0;
+}
+static int state_slot_of(bt_trace_reader *r)
+{
+    int slot = -1;
+    return bt_trace_events_each(r, "state_slot", slot_cb, &slot) < 0 ? -1 : slot;
+}
+
+/* The other traces of the trace's folder whose requests used the same
+ * state slot and started no later (a state not reset when the slot was
+ * reused comes from one of them): "ID (FILE, started T)" each, into buf. */
+static void slot_sharers(const char *trace, bt_trace_reader *r, int slot, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", trace);
+    char *sl = strrchr(dir, '/');
+    const char *base = sl ? sl + 1 : trace;
+    if (sl) *sl = 0; else snprintf(dir, sizeof dir, ".");
+    const char *mine = bt_trace_meta_get(r, "started_at");
+    DIR *d = opendir(dir);
+    if (!d) return;
+    size_t len = 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < 8) {
+        size_t nl = strlen(de->d_name);
+        if (nl < 4 || strcmp(de->d_name + nl - 3, ".db") || !strcmp(de->d_name, base)) continue;
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        bt_trace_reader *o = NULL;
+        if (bt_trace_open(path, &o)) continue;     /* not a trace: passed over */
+        const char *st = bt_trace_meta_get(o, "started_at"), *id = bt_trace_meta_get(o, "request_id");
+        if (state_slot_of(o) == slot && st && (!mine || strcmp(st, mine) <= 0)) {
+            int w = snprintf(buf + len, cap - len, "%s%s (%s, started %s)", n ? "; " : "", id ? id : "?", path, st);
+            if (w > 0 && (size_t)w < cap - len) len += (size_t)w;
+            n++;
+        }
+        bt_trace_reader_close(o);
+    }
+    closedir(d);
+}
+
 static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
 {
     int status = 2;
@@ -708,6 +758,14 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
         json_object_set_new(rj, "prefix_cached_positions", json_integer(res.cached_positions));
         json_object_set_new(rj, "cache_provenance", suspect[0] ? json_string(suspect) : json_null());
         json_object_set_new(rj, "norollback", nrb.step >= 0 ? json_string(nrb.detail) : json_null());
+        int jslot = res.found && !strncmp(tens[res.first.slot].op, "ssm_", 4) ? state_slot_of(r) : -1;
+        if (jslot >= 0) {
+            char who[2048];
+            slot_sharers(o->trace, r, jslot, who, sizeof who);
+            json_object_set_new(rj, "state_slot", json_pack("{s:i,s:s}", "slot", jslot, "earlier_requests", who));
+        } else {
+            json_object_set_new(rj, "state_slot", json_null());
+        }
         json_object_set_new(j, "reference", rj);
         int rc = print_json(j);
         json_decref(j);
@@ -750,6 +808,15 @@ static int cmd_reference(const bisect_opts *o, bt_trace_reader *r)
             if (nrb.step >= 0)
                 bt_text_printf(stdout, "state: the reference rolled the recurrent state back after each rejection; the trace "
                                "did not (%s)\n", nrb.detail);
+            int slot = !strncmp(tens[res.first.slot].op, "ssm_", 4) ? state_slot_of(r) : -1;
+            if (slot >= 0) {   /* a served request whose recurrent state departs: who held its slot before */
+                char who[2048];
+                slot_sharers(o->trace, r, slot, who, sizeof who);
+                bt_text_printf(stdout, "state slot: this request's recurrent state lived in slot %d of the engine's cache; %s\n",
+                               slot, who[0] ? "earlier requests in this folder that used it (a state not reset when the slot "
+                               "was reused comes from one of them): " : "no other trace in this folder names it");
+                if (who[0]) bt_text_printf(stdout, "  %s\n", who);
+            }
             if (o->all) {
                 bt_text_printf(stdout, "divergent steps (%d of %d compared):\n", res.n_all, res.steps_compared);
                 for (int i = 0; i < res.n_all; i++) print_divergence(&res.all[i], tens, n_tens, "  ");

@@ -533,10 +533,14 @@ def check_hybrid(folder):
              % (label, [slot_events(x) for x in prev], sb))
     elif "blk.0.ssm_" not in p.stdout or not any("step 0" in ln for ln in dep):
         fail("%s noreset: bisect --reference on the second request:\n%s" % (label, p.stdout[-900:]))
+    elif "state slot: this request's recurrent state lived in slot %d" % sb[0] not in p.stdout or \
+            "  %s (%s," % (trace_tokens(a)[2]["request_id"], a) not in p.stdout:
+        fail("%s noreset: bisect --reference does not name the slot's earlier request %s:\n%s"
+             % (label, trace_tokens(a)[2]["request_id"], p.stdout[-900:]))
     else:
         ok("%s: a GDN op that does not reset a reused slot: the traces of an earlier request and the one that "
-           "reused its slot both name slot %d; bisect --reference departs in the second's prefill: %s"
-           % (label, sb[0], dep[0].strip()[:120]))
+           "reused its slot both name slot %d; bisect --reference departs in the second's prefill (%s) and names "
+           "the earlier request that held the slot" % (label, sb[0], dep[0].strip()[:100]))
     return llm
 
 
