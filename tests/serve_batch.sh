@@ -216,7 +216,8 @@ start_server drawn --parallel 4 --block-size 4 --trace-dir "$TMP/drawn" --inject
 $D plan 3 30 "$TMP/drawn.plan"
 $D send "http://127.0.0.1:$port" "$TMP/drawn.plan" "$TMP/drawn.json" 5 4 >"$TMP/drawn.send" || fail "drawn: $(cat "$TMP/drawn.send")"
 stop_server
-"$py" - "$TMP/drawn" "$BANGTRACE" <<'PY' >"$TMP/drawn.out" 2>&1 && ok "pad_nan@p=0.2: $(tail -1 "$TMP/drawn.out")" || fail "pad_nan@p=0.2: $(tail -3 "$TMP/drawn.out")"
+# on failure the whole output: the trace's bisect (a rare run names no writer; kept for diagnosis)
+"$py" - "$TMP/drawn" "$BANGTRACE" <<'PY' >"$TMP/drawn.out" 2>&1 && ok "pad_nan@p=0.2: $(tail -1 "$TMP/drawn.out")" || fail "pad_nan@p=0.2: $(cat "$TMP/drawn.out")"
 import glob, os, re, sqlite3, subprocess, sys
 d, bt = sys.argv[1], sys.argv[2]
 db = sqlite3.connect(os.path.join(d, "server.db"))
