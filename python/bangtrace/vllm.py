@@ -222,6 +222,8 @@ class _Recorder(Taps):
         self.cur_reqs = []         # the requests of the step being recorded
         self.moe_warned = False
         self.gdn_warned = False
+        from vllm.forward_context import get_forward_context
+        self._forward_context = get_forward_context     # the step's attention metadata (the state slots)
         self.state_slots = set()   # the tensors read from a request's state slot (a prefill's chunks: the last)
         self.slot_of = {}          # request id -> its state slot, as last recorded
         self._install(runner.get_model())
@@ -421,8 +423,7 @@ class _Recorder(Taps):
         cache (kv_cache[0] the conv state, kv_cache[1] the delta-rule state),
         reduced per request; the slots go to the trace as state_slot events."""
         torch, st = self.torch, self.step
-        from vllm.forward_context import get_forward_context
-        md = get_forward_context().attn_metadata
+        md = self._forward_context().attn_metadata
         m = md.get(mod.prefix) if isinstance(md, dict) else None
         idx = getattr(m, "non_spec_state_indices_tensor", None)
         n = st["n_req"]
