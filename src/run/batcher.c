@@ -597,29 +597,39 @@ static void provenance(bt_batcher *b, lane *L, int step)
     if (L->first_step < 0) L->first_step = step;
     L->last_step = step;
     L->n_forward++;
-    /* pad_nan: the batch's padding lane lands on cache row 0 (block 0's
-     * first row), in every attention layer, K and V */
-    if (L->fault[F_PAD_NAN]) {
-        const bt_config *c = &b->cfg.model->cfg;
-        for (int l = 0; l < c->n_layers; l++) {
-            if (!bt_op_in_layer(c, BT_OP_ATTN_K, l)) continue;
-            bt_engine_kv_fill(b->e, l, 0, 0, NAN);
-            bt_engine_kv_fill(b->e, l, 0, 1, NAN);
-        }
-        blk *b0 = &b->blocks[0];
-        char by[96];
-        snprintf(by, sizeof by, "padding lane of %s", L->req);
-        if (b0->bad_step < 0) {
-            b0->bad_step = step;
-            snprintf(b0->bad_by, sizeof b0->bad_by, "%s", by);
-        }
-        snprintf(b0->writer, sizeof b0->writer, "%s", L->req);
-        b0->writer_step = step;
-        char d[200];
-        snprintf(d, sizeof d, "pad_nan: %s wrote NaN into cache row 0 (block 0, offset 0) of every attention layer", by);
-        ev(b, 0, "inject", L, -1, NULL, d);
-        for (int k = 0; k < L->n_table; k++)
-            if (L->table[k] == 0) L->seen[k] = -2;     /* our own block, written by the fault: read it as another's */
+}
+
+/* pad_nan: the batch's padding lane lands on cache row 0 (block 0's first
+ * row), in every attention layer, K and V. Run after every lane's
+ * provenance of the step: the forward that wrote it has already read the
+ * cache, so the lanes of this batch read the NaN at their next step, and
+ * their reads must see a write newer than the one they read now. */
+static void pad_nan_fill(bt_batcher *b, lane *L, int step)
+{
+    const bt_config *c = &b->cfg.model->cfg;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (!bt_op_in_layer(c, BT_OP_ATTN_K, l)) continue;
+        bt_engine_kv_fill(b->e, l, 0, 0, NAN);
+        bt_engine_kv_fill(b->e, l, 0, 1, NAN);
+    }
+    blk *b0 = &b->blocks[0];
+    char by[96];
+    snprintf(by, sizeof by, "padding lane of %s", L->req);
+    if (b0->bad_step < 0) {
+        b0->bad_step = step;
+        snprintf(b0->bad_by, sizeof b0->bad_by, "%s", by);
+    }
+    snprintf(b0->writer, sizeof b0->writer, "%s", L->req);
+    b0->writer_step = step;
+    char d[200];
+    snprintf(d, sizeof d, "pad_nan: %s wrote NaN into cache row 0 (block 0, offset 0) of every attention layer", by);
+    ev(b, 0, "inject", L, -1, NULL, d);
+    /* block 0 as the fault left it: a read the faulting lane's own, and
+     * the rows another lane wrote there this step, are another's write */
+    for (int i = 0; i < b->cfg.lanes; i++) {
+        lane *O = &b->lanes[i];
+        for (int k = 0; k < O->n_table; k++)
+            if (O->table[k] == 0 && (O == L || O->seen[k] == step)) O->seen[k] = -2;
     }
 }
 
@@ -766,6 +776,8 @@ static void run_step(bt_batcher *b)
         L->pending = L->in_batch = false;
         L->done = true;
     }
+    for (int i = 0; i < m && !rc; i++)
+        if (pick[i]->fault[F_PAD_NAN]) pad_nan_fill(b, pick[i], step);
     if (db) db_check(b, bt_server_db_commit(db));
     b->step++;
     free(sb);
