@@ -362,6 +362,11 @@ EXTRA_DIST += tests/api_lib.sh tests/pytorch_record.sh tests/pytorch/record_chec
 TESTS += tests/pytorch_vllm.sh
 EXTRA_DIST += tests/pytorch_vllm.sh tests/pytorch/vllm_check.py
 
+# bangtrace.sglang on a stand-in with SGLang's layout, through SGLang's own
+# hook_manager.py (tools/sglang-hook-manager)
+TESTS += tests/pytorch_sglang.sh
+EXTRA_DIST += tests/pytorch_sglang.sh tests/pytorch/sglang_check.py tests/pytorch/sglang_standin.py
+
 # gpt-oss (tools/make-tiny-gptoss.py): against llama.cpp and the numpy oracle
 check_PROGRAMS += tests/test_gptoss
 tests_test_gptoss_SOURCES = tests/test_gptoss.c
