@@ -207,7 +207,7 @@ int bangtrace_model_open(const char *path, bangtrace_model **out)
             bt_recorder_slot(r, i, &t->opid, &t->layer);
             bt_tensor_name(t->opid, t->layer, t->name, sizeof t->name);
             snprintf(t->op, sizeof t->op, "%s", bt_op_name(t->opid));
-            t->width = bt_op_width(&bm->cfg, t->opid);
+            t->width = bt_op_layer_width(&bm->cfg, t->opid, t->layer);    /* a leading dense layer: its own ffn width */
         }
     }
     bt_recorder_free(r);
