@@ -6,7 +6,7 @@ GGUF that llama.cpp loads and runs unchanged, deterministic from --seed.
     tools/make-tiny-deepseek2.py OUT [--format gguf|hf] [--seed N] [--vocab FILE.gguf]
                                  [--kv-layout split|fused] [--q-lora N]
                                  [--gating sigmoid|softmax] [--groups G/U]
-                                 [--scale S] [--shared N] [--mtp 0|1] [--shape bench]
+                                 [--scale S] [--shared N] [--mtp 0|1] [--shape bench|vllm]
                                  [--yarn FACTOR] [--yarn-log-mul M] [--force]
 
 Shapes: n_embd 64, 3 layers (layer 0 dense, n_ff 128; layers 1 and 2 MoE),
@@ -32,6 +32,11 @@ key_length_mla / value_length_mla and head_count_kv 1; --kv-layout fused
 both layouts. Weights are Gaussian with std 1/sqrt(fan_in), norm weights
 1 + 0.1 N(0,1); the tokenizer is copied from --vocab (default: the shared
 GPT-2 vocabulary); the embeddings are tied to the output.
+
+--shape vllm is that model with DeepSeek's own latent, 512 + 64 rotated
+dims (vLLM's CPU MLA kernel takes no other), and an output projection of
+its own (untied, as DeepSeek's checkpoints are; vLLM's DeepSeek ignores
+tie_word_embeddings); --shape bench a scaled-down DeepSeek-V2-Lite (GGUF).
 
 --mtp 1 appends an MTP (nextn) block after the trunk, as DeepSeek-V3 ships
 one (llama.cpp's deepseek2 graph_mtp runs it as a drafter): block 3, an MLA
@@ -86,7 +91,11 @@ def die(msg):
 # heads of 64 unrotated + 32 rotated dims, a latent of 256, 32 experts of
 # 512 of which 4 (+1 shared) per token. About 0.45 G parameters.
 SHAPES = {"bench": dict(n_embd=1024, n_layer=8, n_dense=1, n_head=16, nope=64, rope=32, v=64, q_lora=0, kv_lora=256,
-                        n_ff=2816, n_expert=32, n_expert_used=4, n_ff_exp=512, orig_ctx=4096, ctx_len=8192)}
+                        n_ff=2816, n_expert=32, n_expert_used=4, n_ff_exp=512, orig_ctx=4096, ctx_len=8192),
+          # --shape vllm: the tiny model with DeepSeek's latent of 512 + 64 rotated dims, the only
+          # latent vLLM's CPU MLA kernel takes, and an lm_head of its own as DeepSeek's checkpoints
+          # have (vLLM's DeepSeek ignores tie_word_embeddings: tied, its lm_head stays zero)
+          "vllm": dict(rope=64, kv_lora=512, untied=True)}
 
 
 def config(q_lora=32, kv_layout="split", gating="sigmoid", groups=(4, 2), yarn=4.0, yarn_log_mul=0.707, scale=2.5,
@@ -96,7 +105,7 @@ def config(q_lora=32, kv_layout="split", gating="sigmoid", groups=(4, 2), yarn=4
                 n_group=groups[0], n_group_used=groups[1], gating=gating, scale=scale, norm_w=True,
                 kv_layout=kv_layout, yarn=yarn, yarn_log_mul=yarn_log_mul, orig_ctx=64, ctx_len=512,
                 norm_eps=1e-6, rope_base=10000.0, mtp=mtp) if not shape else dict(
-                config(kv_layout=kv_layout, gating=gating, groups=groups, yarn=yarn, yarn_log_mul=yarn_log_mul,
+                config(q_lora=q_lora, kv_layout=kv_layout, gating=gating, groups=groups, yarn=yarn, yarn_log_mul=yarn_log_mul,
                        scale=scale, shared=shared, mtp=mtp), **SHAPES[shape])
 
 
@@ -157,6 +166,8 @@ def weights(cfg, n_vocab, seed):
         w[p + "enorm.weight"] = normw(E)
         w[p + "hnorm.weight"] = normw(E)
         w[p + "shared_head_norm.weight"] = normw(E)
+    if cfg.get("untied"):                          # drawn last: the other weights as the tied model's
+        w["output.weight"] = mat(n_vocab, E)
     return w
 
 
@@ -236,6 +247,9 @@ def hf_tensors(cfg, w):
         if name == "output_norm.weight":
             out["model.norm.weight"] = arr
             continue
+        if name == "output.weight":
+            out["lm_head.weight"] = arr
+            continue
         _, l, rest = name.split(".", 2)
         p = "model.layers.%s." % l
         op, kind = rest.rsplit(".", 1)
@@ -275,7 +289,7 @@ def hf_config(cfg, n_vocab, bos, eos):
             "rope_theta": cfg["rope_base"],
             "rope_scaling": {"type": "yarn", "factor": cfg["yarn"], "original_max_position_embeddings": cfg["orig_ctx"],
                              "beta_fast": 32, "beta_slow": 1, "mscale": m, "mscale_all_dim": m} if cfg["yarn"] else None,
-            "attention_bias": False, "tie_word_embeddings": True, "vocab_size": n_vocab,
+            "attention_bias": False, "tie_word_embeddings": not cfg.get("untied"), "vocab_size": n_vocab,
             "torch_dtype": "float32", "bos_token_id": bos, "eos_token_id": eos}
 
 
@@ -323,7 +337,8 @@ def main(argv=None):
     ap.add_argument("--yarn", type=float, default=4.0, help="YaRN factor (0: no rope scaling)")
     ap.add_argument("--yarn-log-mul", type=float, default=0.707)
     ap.add_argument("--mtp", type=int, choices=(0, 1), default=0, help="MTP (nextn) blocks after the trunk (GGUF)")
-    ap.add_argument("--shape", choices=sorted(SHAPES), help="bench: a scaled-down DeepSeek of realistic layer shapes (GGUF)")
+    ap.add_argument("--shape", choices=sorted(SHAPES), help="bench: a scaled-down DeepSeek of realistic layer shapes (GGUF); vllm: the tiny "
+                    "model with a latent of 512 and 64 rotated dims (vLLM's CPU MLA kernel takes no other)")
     ap.add_argument("--force", action="store_true")
     a = ap.parse_args(argv)
     try:
@@ -334,8 +349,8 @@ def main(argv=None):
             % a.groups)
     if a.q_lora < 0 or a.yarn < 0 or (0 < a.yarn < 1) or not a.scale > 0 or a.shared < 0:
         die("--q-lora and --shared must be >= 0, --scale > 0 and --yarn 0 or >= 1")
-    if a.shape and a.format != "gguf":
-        die("--shape writes a GGUF")
+    if a.shape == "bench" and a.format != "gguf":
+        die("--shape bench writes a GGUF")
     if a.format == "hf" and a.mtp:
         die("--mtp is written to GGUF files only")
     if a.mtp and a.shared == 0:

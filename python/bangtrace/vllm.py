@@ -24,7 +24,9 @@ What works: eager mode (`enforce_eager=True` / `--enforce-eager`), one
 tensor-parallel rank, no speculative decoding; the dense Llama, Mistral,
 Qwen2 and Qwen3 decoders (those bangtrace loads from a Hugging Face folder),
 Qwen3-MoE without its experts' own ops (vLLM's fused MoE kernel runs
-them all at once: the router and ffn_moe_out are recorded), and the gated
+them all at once: the router and ffn_moe_out are recorded), DeepSeek-V2/V3
+without the absorbed attention its MLA kernels run inside (_install_mla),
+and the gated
 delta net hybrids Qwen3.5 / Qwen3-Next without the conv, q, k and v their
 fused op computes inside (_install_gdn): each request's recurrent states are
 read from its mamba cache slot, which a state_slot event names.
@@ -222,6 +224,7 @@ class _Recorder(Taps):
         self.cur_reqs = []         # the requests of the step being recorded
         self.moe_warned = False
         self.gdn_warned = False
+        self.mla_warned = False
         from vllm.forward_context import get_forward_context
         self._forward_context = get_forward_context     # the step's attention metadata (the state slots)
         self.state_slots = set()   # the tensors read from a request's state slot (a prefill's chunks: the last)
@@ -259,6 +262,8 @@ class _Recorder(Taps):
         n_hooked = 0
         attn = {}
         rope = []
+        mla = set()               # the layers whose q and latent the MLA hooks take (not RoPE's)
+        torch = self.torch
         for name, mod in model.named_modules():
             leaf = name.rsplit(".", 1)[-1]
             if leaf == "rotary_emb":
@@ -268,6 +273,10 @@ class _Recorder(Taps):
                 self.handles.append(mod.register_forward_hook(self._logits_hook))
                 continue
             L = _layer_of(name)
+            if L is not None and isinstance(getattr(mod, "mla_attn", None), torch.nn.Module):
+                n_hooked += self._install_mla(mod, L)      # multi-head latent attention: q and the latent
+                mla.add(L)
+                continue
             if L is not None and leaf == "linear_attn" and hasattr(mod, "A_log") and hasattr(mod, "in_proj_qkvz"):
                 n_hooked += self._install_gdn(mod, L)       # gated delta net: its own hooks
                 continue
@@ -302,7 +311,8 @@ class _Recorder(Taps):
                 continue
             L = t.layer
             if t.op in ("attn_q", "attn_k"):        # tapped after RoPE
-                attn[prefix.rstrip(".")] = L
+                if L not in mla:
+                    attn[prefix.rstrip(".")] = L
                 continue
             if t.op == "logits":                     # lm_head is not called; the logits processor is
                 continue
@@ -332,6 +342,31 @@ class _Recorder(Taps):
         for r in rope:
             self.handles.append(r.register_forward_hook(self._rope_hook))
         self.handles.append(model.register_forward_pre_hook(self._forward_begin, with_kwargs=True))
+
+    # -- multi-head latent attention (DeepSeek-V2/V3) --
+    def _install_mla(self, mod, L):
+        """vLLM's MLA wrapper hands its attention layer q (per head the
+        unrotated then the rotated part, after RoPE), the normed latent and
+        the rotated shared key: attn_q and attn_kv_latent are those. The
+        absorbed ops bangtrace runs (attn_q_abs, attn_ctx_latent) happen
+        inside vLLM's MLA kernels: not recorded."""
+        inner = getattr(mod.mla_attn, "mla_attn", None)
+        tq, tl = self.bm.tensor(f"blk.{L}.attn_q"), self.bm.tensor(f"blk.{L}.attn_kv_latent")
+        if not isinstance(inner, self.torch.nn.Module) or tq is None or tl is None:
+            return 0
+
+        def hook(m, args, out):
+            if len(args) < 3 or self.step is None:
+                return
+            q, kv_c, k_pe = args[0], args[1], args[2]
+            self._put(tq.slot, q)
+            self._put(tl.slot, self.torch.cat([kv_c.reshape(kv_c.shape[0], -1), k_pe.reshape(k_pe.shape[0], -1)], -1))
+        self.handles.append(inner.register_forward_hook(hook))
+        if not self.mla_warned:
+            self.mla_warned = True
+            log.warning("bangtrace: vLLM's MLA kernels run the absorbed attention inside: attn_q, attn_kv_latent, "
+                        "attn_ctx are recorded, attn_q_abs and attn_ctx_latent are not")
+        return 1
 
     # -- gated delta net layers (Qwen3.5, Qwen3-Next) --
     def _install_gdn(self, mod, L):

@@ -24,6 +24,7 @@ level). Checks:
    its entry point and the traces are closed at shutdown.
 8. (a Qwen3.5 folder) the gated delta net hybrid in bf16: check_hybrid; (a
    Qwen3-Next folder, and FOLDER-tied beside it) check_next.
+9. (a DeepSeek-V3 folder) MLA and its MoE in f32: check_mla.
 Exit 0 all good, 1 with FAIL lines."""
 import gc
 import json
@@ -138,9 +139,11 @@ EXPERT_OPS = ("ffn_gate", "ffn_up", "ffn_act", "ffn_down")
 
 
 def moe_hidden(names):
-    """A MoE model's experts' own ops: vLLM's fused kernel hides them."""
+    """What vLLM's fused kernels hide: a MoE model's experts' own ops, and
+    the absorbed attention of MLA (attn_q_abs, attn_ctx_latent)."""
     moe = {n.split(".")[1] for n in names if n.endswith(".ffn_moe_out")}
-    return tuple(n for n in names if n.count(".") == 2 and n.split(".")[1] in moe and n.split(".")[2] in EXPERT_OPS)
+    return tuple(n for n in names if n.count(".") == 2 and (n.split(".")[1] in moe and n.split(".")[2] in EXPERT_OPS
+                                                            or n.split(".")[2] in ("attn_q_abs", "attn_ctx_latent")))
 
 
 def compare_prefill(label, folder, path, names):
@@ -155,7 +158,7 @@ def compare_prefill(label, folder, path, names):
     worst, worst_name = compare(label, names, st[0][3], ref, absent_ok=("logits",) + hidden)
     ok("%s f32 vLLM: prefill statistics of %d tensors agree with the native engine's (largest rel %.2g at %s)%s"
        % (label, len(names) - 1 - len(hidden), worst, worst_name,
-          "; the fused experts' %d ops are not recorded" % len(hidden) if hidden else ""))
+          "; %d ops inside vLLM's fused MoE or MLA kernels are not recorded" % len(hidden) if hidden else ""))
     for k, (_, toks, pos0, s) in enumerate(st):
         bad = [names[i] for i in range(len(names)) if s[i][_lib.STAT_N] < 0 and (names[i] != "logits" or k > 0)
                and names[i] not in hidden]
@@ -405,6 +408,47 @@ def check_bf16(folder):
     return llm
 
 
+def check_mla(folder):
+    """DeepSeek-V3 (MLA, a latent of 512 + 64 rotated dims, the only one
+    vLLM's CPU MLA kernel takes; MoE with a shared expert) in f32: the
+    prefill agrees with the native engine but for what vLLM's kernels run
+    inside, and a NaN written into layer 1's latent norm at the third
+    forward, column 6, is named by bisect (attn_kv_latent) and bisect
+    --reference."""
+    label = os.path.basename(folder)
+    llm = check_f32(folder, with_batch=False)
+    L, STEP, COL = 1, 2, 6
+    state = {"n": -1}
+
+    def install(model):
+        def top(mod, args, kwargs):
+            state["n"] += 1
+        mod = model.model.layers[L].self_attn.kv_a_layernorm
+        orig = mod.forward
+
+        def broken(*a, **kw):
+            out = orig(*a, **kw)
+            if state["n"] == STEP:
+                (out[0] if isinstance(out, tuple) else out).reshape(-1, 512)[0, COL] = float("nan")
+            return out
+        mod.forward = broken
+        return [model.register_forward_pre_hook(top, with_kwargs=True)], mod, orig
+    handles, mod, orig = llm.apply_model(install)[0]
+    d = os.path.join(WORK, label + "-nan")
+    set_dir(llm, d)
+    generate(llm, [PROMPTS[0]])
+    close_all(llm)
+    for h in handles:
+        h.remove()
+    mod.forward = orig
+    bad = traces_in(d)
+    if len(bad) != 1:
+        fail("%s: %d traces for the injected request" % (label, len(bad)))
+    else:
+        named_by_bisect(label + " f32 vLLM MLA", bad[0], STEP, L, "attn_kv_latent", COL)
+    return llm
+
+
 GDN_HIDDEN = ("ssm_conv", "ssm_q", "ssm_k", "ssm_v")
 
 
@@ -647,12 +691,15 @@ def model_type(f):
 
 HYBRID = [f for f in FOLDERS if model_type(f) == "qwen3_5_text"]
 NEXT = [f for f in FOLDERS if model_type(f) == "qwen3_next"]
-FOLDERS = [f for f in FOLDERS if f not in HYBRID and f not in NEXT]
+MLA = [f for f in FOLDERS if model_type(f) in ("deepseek_v2", "deepseek_v3")]
+FOLDERS = [f for f in FOLDERS if f not in HYBRID and f not in NEXT and f not in MLA]
 BT_PATH = sys.argv[1]
 for folder in HYBRID:
     release(check_hybrid(folder))
 for folder in NEXT:
     release(check_next(folder))
+for folder in MLA:
+    release(check_mla(folder))
 if FOLDERS:
     release(check_f32(FOLDERS[0], with_batch=True))
     for folder in FOLDERS[1:]:
