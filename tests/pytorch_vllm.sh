@@ -17,7 +17,8 @@
 # no departure, and with tied embeddings (vLLM leaves its lm_head zero) its
 # wall of id 0 is named as constant logits; DeepSeek-V3 (MLA, MoE) in f32
 # agrees but for the ops inside vLLM's MLA and MoE kernels, and a NaN in
-# its latent is named (tests/pytorch/vllm_check.py). The environment is tools/torch-env's;
+# its latent is named; gpt-oss in f32 agrees but for its experts' ops and
+# the sinks' share (tests/pytorch/vllm_check.py). The environment is tools/torch-env's;
 # SKIP only when it cannot be had.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
 need_torch
@@ -46,6 +47,9 @@ PY
 # DeepSeek-V3 (MLA; vLLM's CPU MLA kernel takes a latent of 512 + 64 only)
 "$py" "$BT_SRCDIR/tools/make-tiny-deepseek2.py" "$TMP/deepseek" --format hf --shape vllm --q-lora 0 --seed 2 \
     > "$TMP/d.log" 2>&1 || fail "make-tiny-deepseek2.py --shape vllm: $(tail -n 1 "$TMP/d.log")"
+# gpt-oss (sinks, sliding-window layers; f32 experts: vLLM's CPU build has no MXFP4 kernel)
+"$py" "$BT_SRCDIR/tools/make-tiny-gptoss.py" "$TMP/gptoss" --format hf --experts f32 > "$TMP/g.log" 2>&1 ||
+    fail "make-tiny-gptoss.py --format hf: $(tail -n 1 "$TMP/g.log")"
 # the package as a user installs it (a copy: the build leaves nothing in the source tree)
 cp -r "$BT_SRCDIR/python" "$TMP/pkg" && chmod -R u+w "$TMP/pkg"
 "$env/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
@@ -58,6 +62,6 @@ grep -q 'bangtrace = bangtrace.vllm:register' "$TMP"/site/bangtrace-*.dist-info/
 ok "pip installs python/ with its vllm.general_plugins entry point"
 BANGTRACE_LIB=$lib PYTHONPATH=$TMP/site VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 \
     "$env/bin/python" "$BT_SRCDIR/tests/pytorch/vllm_check.py" "$BANGTRACE" "$TMP" "$TMP/qwen3" "$TMP/llama" "$TMP/qwen3moe" \
-    "$TMP/qwen35" "$TMP/qwen3next" "$TMP/deepseek" > "$TMP/out" 2>&1 || { grep -v '^INFO\|^(EngineCore' "$TMP/out" | tail -n 60 >&2; fail "the vLLM plugin (above)"; }
+    "$TMP/qwen35" "$TMP/qwen3next" "$TMP/deepseek" "$TMP/gptoss" > "$TMP/out" 2>&1 || { grep -v '^INFO\|^(EngineCore' "$TMP/out" | tail -n 60 >&2; fail "the vLLM plugin (above)"; }
 grep '^ok:' "$TMP/out" | sed 's/^ok: //' | while read -r l; do ok "$l"; done
 finish

@@ -26,7 +26,7 @@ Qwen2 and Qwen3 decoders (those bangtrace loads from a Hugging Face folder),
 Qwen3-MoE without its experts' own ops (vLLM's fused MoE kernel runs
 them all at once: the router and ffn_moe_out are recorded), DeepSeek-V2/V3
 without the absorbed attention its MLA kernels run inside (_install_mla),
-and the gated
+gpt-oss without its experts' ops and its sinks' share, and the gated
 delta net hybrids Qwen3.5 / Qwen3-Next without the conv, q, k and v their
 fused op computes inside (_install_gdn): each request's recurrent states are
 read from its mamba cache slot, which a state_slot event names.
@@ -255,8 +255,33 @@ class _Recorder(Taps):
                           "`bangtrace run --spec-k` for draft trails")
 
     # -- hooks --
+    @staticmethod
+    def _hf_name(model):
+        """vLLM's module path -> the checkpoint's name, undoing the model's
+        hf_to_vllm_mapper (gpt-oss: .attn. for .self_attn., .embedding for
+        .embed_tokens) where it renames."""
+        m = getattr(model, "hf_to_vllm_mapper", None)
+        pairs = [(kind, o, n) for kind, attr in (("sub", "orig_to_new_substr"), ("suf", "orig_to_new_suffix"),
+                                                 ("pre", "orig_to_new_prefix"))
+                 for o, n in (getattr(m, attr, None) or {}).items() if isinstance(n, str) and n]
+
+        def hf(name):
+            for kind, o, n in pairs:
+                if kind == "sub" and n in name:
+                    name = name.replace(n, o)
+                elif kind == "suf" and name.endswith(n):
+                    name = name[: -len(n)] + o
+                elif kind == "pre" and name.startswith(n):
+                    name = o + name[len(n):]
+            return name
+        return hf
+
     def _install(self, model):
         bm = self.bm
+        hf = self._hf_name(model)
+
+        def weight_tensor(name):
+            return bm.weight_tensor(name) or bm.weight_tensor(hf(name))
         packed = getattr(model, "packed_modules_mapping", {}) or {}
         last = bm.n_layers - 1
         n_hooked = 0
@@ -297,7 +322,7 @@ class _Recorder(Taps):
                 continue
             prefix = name.rsplit(".", 1)[0] + "." if "." in name else ""
             if leaf in packed:
-                parts = [bm.weight_tensor(prefix + p + ".weight") for p in packed[leaf]]
+                parts = [weight_tensor(prefix + p + ".weight") for p in packed[leaf]]
                 if any(t is None for t in parts):
                     continue
                 if parts[0].op == "attn_q":
@@ -306,7 +331,7 @@ class _Recorder(Taps):
                 self.handles.append(mod.register_forward_hook(self._split_hook(parts, gate)))
                 n_hooked += 1
                 continue
-            t = bm.weight_tensor(name + ".weight")
+            t = weight_tensor(name + ".weight")
             if t is None:
                 continue
             L = t.layer

@@ -24,7 +24,9 @@ level). Checks:
    its entry point and the traces are closed at shutdown.
 8. (a Qwen3.5 folder) the gated delta net hybrid in bf16: check_hybrid; (a
    Qwen3-Next folder, and FOLDER-tied beside it) check_next.
-9. (a DeepSeek-V3 folder) MLA and its MoE in f32: check_mla.
+9. (a DeepSeek-V3 folder) MLA and its MoE in f32: check_mla; (a gpt-oss
+   folder) the f32 comparison of 1. (its names through the model's
+   hf_to_vllm_mapper).
 Exit 0 all good, 1 with FAIL lines."""
 import gc
 import json
@@ -139,11 +141,13 @@ EXPERT_OPS = ("ffn_gate", "ffn_up", "ffn_act", "ffn_down")
 
 
 def moe_hidden(names):
-    """What vLLM's fused kernels hide: a MoE model's experts' own ops, and
-    the absorbed attention of MLA (attn_q_abs, attn_ctx_latent)."""
+    """What vLLM's fused kernels hide: a MoE model's experts' own ops, the
+    absorbed attention of MLA (attn_q_abs, attn_ctx_latent) and the share
+    of gpt-oss's attention sinks (inside its attention kernel)."""
     moe = {n.split(".")[1] for n in names if n.endswith(".ffn_moe_out")}
     return tuple(n for n in names if n.count(".") == 2 and (n.split(".")[1] in moe and n.split(".")[2] in EXPERT_OPS
-                                                            or n.split(".")[2] in ("attn_q_abs", "attn_ctx_latent")))
+                                                            or n.split(".")[2] in ("attn_q_abs", "attn_ctx_latent",
+                                                                                   "attn_sink")))
 
 
 def compare_prefill(label, folder, path, names):
@@ -158,7 +162,7 @@ def compare_prefill(label, folder, path, names):
     worst, worst_name = compare(label, names, st[0][3], ref, absent_ok=("logits",) + hidden)
     ok("%s f32 vLLM: prefill statistics of %d tensors agree with the native engine's (largest rel %.2g at %s)%s"
        % (label, len(names) - 1 - len(hidden), worst, worst_name,
-          "; %d ops inside vLLM's fused MoE or MLA kernels are not recorded" % len(hidden) if hidden else ""))
+          "; %d ops inside vLLM's fused MoE, MLA or attention kernels are not recorded" % len(hidden) if hidden else ""))
     for k, (_, toks, pos0, s) in enumerate(st):
         bad = [names[i] for i in range(len(names)) if s[i][_lib.STAT_N] < 0 and (names[i] != "logits" or k > 0)
                and names[i] not in hidden]
@@ -692,7 +696,8 @@ def model_type(f):
 HYBRID = [f for f in FOLDERS if model_type(f) == "qwen3_5_text"]
 NEXT = [f for f in FOLDERS if model_type(f) == "qwen3_next"]
 MLA = [f for f in FOLDERS if model_type(f) in ("deepseek_v2", "deepseek_v3")]
-FOLDERS = [f for f in FOLDERS if f not in HYBRID and f not in NEXT and f not in MLA]
+ONLY_F32 = [f for f in FOLDERS if model_type(f) == "gpt_oss"]
+FOLDERS = [f for f in FOLDERS if f not in HYBRID and f not in NEXT and f not in MLA and f not in ONLY_F32]
 BT_PATH = sys.argv[1]
 for folder in HYBRID:
     release(check_hybrid(folder))
@@ -700,6 +705,8 @@ for folder in NEXT:
     release(check_next(folder))
 for folder in MLA:
     release(check_mla(folder))
+for folder in ONLY_F32:
+    release(check_f32(folder, with_batch=False))
 if FOLDERS:
     release(check_f32(FOLDERS[0], with_batch=True))
     for folder in FOLDERS[1:]:
