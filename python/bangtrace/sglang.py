@@ -226,7 +226,8 @@ class _Recorder(Taps):
         if mode.is_decode():
             counts, decode = [1] * len(rids), True
         elif mode.is_extend() and not any(getattr(mode, m, lambda: False)()
-                                          for m in ("is_target_verify", "is_draft_extend", "is_mixed")):
+                                          for m in ("is_target_verify", "is_draft_extend", "is_draft_extend_v2",
+                                                    "is_mixed", "is_split_prefill", "is_dllm_extend")):
             counts, decode = [int(c) for c in fb.extend_seq_lens_cpu], False
         else:
             self._warn_once(str(mode), "bangtrace: SGLang forward mode %s (speculative or mixed batches) "
