@@ -11,8 +11,7 @@
 #     runs that reject (the hybrid target's state rolled back by llama.cpp's
 #     n_rs_seq snapshots);
 #   - the trace: drafter mtp, the spec trail (accepted and mismatch rows),
-#     spec_steps with the acceptance count, the drafter's steps and no draft
-#     tensors (the MTP context is not tapped);
+#     spec_steps with the acceptance count, the drafter's steps and taps;
 #   - bisect --reference replays the qwen35 and qwen35moe traces on the
 #     native engine (verify steps with their drafts; teacher-forced top-1
 #     100% on the tiny models) with no departure, but for qwen35moe under
@@ -25,9 +24,12 @@
 #     position, token, verdict), since both pair (h_{p-1}, x_p) the same way
 #     (deepseek2: with llama.cpp's cache in f32 and flash attention off, as
 #     its random block drafts from near-ties an f16 cache moves);
+#   - llama.cpp's MTP context is tapped: with an f32 cache and flash
+#     attention off its drafter tensors under bangtrace's names equal the
+#     native drafter's (qwen35, qwen35moe); a NaN injected there is named by
+#     bisect as the drafter's, and the answer stays the plain run's;
 #   - bad input, one line and exit 2: a model without an MTP block; qwen3next
-#     (llama.cpp cannot roll its recurrent state back); --inject model=draft
-#     (nothing in the drafter is tapped); another drafter.
+#     (llama.cpp cannot roll its recurrent state back); another drafter.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
 py=${PYTHON3:-python3}
 built_with LLAMA_CPP || skip "bangtrace was built without llama.cpp"
@@ -110,6 +112,35 @@ for A in qwen35 qwen35moe deepseek2; do
             && ok "$n: llama.cpp's MTP drafts are the native engine's (the same trail, $(echo "$tl" | wc -w) drafts${LX:+, $LX})" \
             || fail "$n: the drafts differ from the native engine's: llama.cpp '${tl:0:120}' native '${tn:0:120}'"
     done
+    # the MTP context's taps: with an f32 cache and flash attention off,
+    # every drafter tensor llama.cpp names equals the native drafter's
+    if [ $A != deepseek2 ]; then
+        n=$(basename "$M" .gguf)
+        "$B" run --engine llama.cpp --llama-kv-type f32 --llama-flash-attn off --model "$M" --prompt "$P" -n 32 --ignore-eos \
+            --spec-k 3 --draft-mtp --trace "$TMP/$n-lf.db" >/dev/null 2>"$TMP/err" || fail "$n f32 llama.cpp --draft-mtp run: $(tail -1 "$TMP/err")"
+        "$py" - "$TMP/$n-lf.db" "$TMP/$n-n.db" >"$TMP/dt" 2>&1 <<'PY' && ok "$A: $(tail -1 "$TMP/dt")" || fail "$A drafter taps: $(tail -5 "$TMP/dt")"
+import sqlite3, sys
+q = "SELECT step, tensor, n, nan, rms, absmax FROM v_taps WHERE model = 'draft' AND n IS NOT NULL"
+L = {(r[0], r[1]): r[2:] for r in sqlite3.connect(sys.argv[1]).execute(q)}
+N = {(r[0], r[1]): r[2:] for r in sqlite3.connect(sys.argv[2]).execute(q)}
+names = {t for _, t in L} & {t for _, t in N}
+need = {"token_embd", "output_norm", "logits"} | {"blk.%s.%s" % (l, o) for l in range(8) for o in ("mtp_enorm", "mtp_hnorm", "mtp_eh_proj", "attn_norm", "attn_ctx", "attn_output", "ffn_resid")}
+assert any(t.endswith("mtp_eh_proj") for t in names), "no mtp_eh_proj tapped in llama.cpp's MTP context: %s" % sorted(names)
+missing = sorted({t for t in need if t in {x for _, x in N}} - names)
+assert not missing, "llama.cpp's MTP context lacks %s" % missing
+worst, n = 0.0, 0
+for k in set(L) & set(N):
+    a, b = L[k], N[k]
+    if a[2] is None or b[2] is None:     # a row not reduced on one side (the native head's unsampled rows)
+        continue
+    assert a[0] == b[0] and a[1] == b[1], "%s at step %d: %s elements (%s NaN), native %s (%s)" % (k[1], k[0], a[0], a[1], b[0], b[1])
+    for i in (2, 3):
+        worst = max(worst, abs(a[i] - b[i]) / max(abs(b[i]), 1e-30))
+    n += 1
+assert worst <= 1e-4, "largest relative difference %.2g" % worst
+print("llama.cpp's MTP context is tapped: %d drafter tensors under bangtrace's names, %d (step, tensor) pairs equal to the native drafter's (largest relative difference %.2g; f32 cache, flash attention off)" % (len(names), n, worst))
+PY
+    fi
     D=$TMP/$A-echo-l.db
     if [ $A = deepseek2 ]; then   # the trail, the replay: under llama.cpp's defaults
         "$B" run --engine llama.cpp --model "$E" --prompt "$P" -n 32 --ignore-eos --spec-k 3 --draft-mtp --trace "$D" --force \
@@ -120,8 +151,8 @@ for A in qwen35 qwen35moe deepseek2; do
         && [ "$(sqlite3 "$D" "SELECT count(*) > 0 FROM spec_trail WHERE accepted = 0 AND reason = 'mismatch'")" = 1 ] \
         && [ "$(sqlite3 "$D" "SELECT sum(accepted) FROM spec_steps WHERE drafter = 'mtp'")" = "$(sqlite3 "$D" "SELECT count(*) FROM spec_trail WHERE accepted = 1")" ] \
         && [ "$(sqlite3 "$D" "SELECT count(*) > 0 FROM steps WHERE model = 'draft'")" = 1 ] \
-        && [ "$(sqlite3 "$D" "SELECT count(*) FROM tensors WHERE model = 'draft'")" = 0 ] \
-        && ok "$A: the llama.cpp trace has the MTP drafter's trail (accepted and rejected), spec_steps' acceptance counts and its draft steps" \
+        && [ "$(sqlite3 "$D" "SELECT count(*) > 0 FROM v_taps WHERE model = 'draft' AND tensor LIKE '%mtp_eh_proj'")" = 1 ] \
+        && ok "$A: the llama.cpp trace has the MTP drafter's trail (accepted and rejected), spec_steps' acceptance counts, its draft steps and their taps" \
         || fail "$A llama.cpp trail: $(sqlite3 "$D" "SELECT reason, count(*) FROM spec_trail GROUP BY reason")"
     # the cross-engine replay: verify steps fed their drafts, top-1 over the
     # rows whose next token the run emitted (qwen35moe's too: its shared
@@ -160,10 +191,18 @@ expect_exit 2 "--engine llama.cpp --draft-mtp on qwen3next" \
     "$B" run --engine llama.cpp --model "$TMP/next.gguf" --prompt hi -n 4 --spec-k 2 --draft-mtp
 grep -q "cannot roll back the recurrent state of architecture qwen3next" "$TMP/err" && [ "$(wc -l < "$TMP/err")" -eq 1 ] \
     && ok "qwen3next: one line (llama.cpp has no partial rollback for it)" || fail "qwen3next: $(cat "$TMP/err")"
-expect_exit 2 "--inject model=draft into llama.cpp's MTP drafter" \
-    "$B" run --engine llama.cpp --model "$TMP/qwen35.gguf" --prompt hi -n 4 --spec-k 2 --draft-mtp --inject "nan@layer=1,op=attn_norm,model=draft"
-grep -q "MTP drafter (--engine llama.cpp --draft-mtp) is not tapped" "$TMP/err" && [ "$(wc -l < "$TMP/err")" -eq 1 ] \
-    && ok "model=draft on llama.cpp's drafter: one line" || fail "model=draft: $(cat "$TMP/err")"
+# a NaN injected into llama.cpp's MTP context (the block's ffn_down at a
+# draft pass): the answer is the plain run's (the target rejects), and
+# bisect names the drafter, not the target
+"$B" run --engine llama.cpp --model "$TMP/qwen35.gguf" --prompt "a b c d" -n 12 --ignore-eos >"$TMP/plain.txt" 2>/dev/null
+"$B" run --engine llama.cpp --model "$TMP/qwen35.gguf" --prompt "a b c d" -n 12 --ignore-eos --spec-k 3 --draft-mtp \
+    --inject "nan@layer=4,op=ffn_down,model=draft,step=5" --trace "$TMP/dnan.db" >"$TMP/dnan.txt" 2>"$TMP/err" \
+    || fail "--inject model=draft into llama.cpp's MTP drafter: $(tail -1 "$TMP/err")"
+expect_exit 1 "bisect on the drafter-injected llama.cpp trace" "$B" bisect "$TMP/dnan.db"
+cmp -s "$TMP/plain.txt" "$TMP/dnan.txt" && grep -q "^first non-finite: step 5, .*layer 4, op ffn_down (blk.4.ffn_down), index 0, draft" "$TMP/out" \
+    && grep -q "origin: the first non-finite came from the drafter's draft pass at step 5 (blk.4.ffn_down), not from the target" "$TMP/out" \
+    && ok "a NaN injected into llama.cpp's MTP context leaves the answer alone and bisect names the drafter's blk.4.ffn_down at step 5" \
+    || fail "model=draft into llama.cpp's drafter: $(grep -E '^(first non-finite|  origin)' "$TMP/out") $(cat "$TMP/err")"
 expect_exit 2 "--engine llama.cpp with another drafter" \
     "$B" run --engine llama.cpp --model "$TMP/qwen35.gguf" --prompt hi -n 4 --spec-k 2 --draft-ngram 2
 grep -q "drafts only with --draft-mtp" "$TMP/err" && ok "another drafter: one line" || fail "another drafter: $(cat "$TMP/err")"

@@ -104,6 +104,25 @@ static void names(void)
     CHECK(bt_llamacpp_map_name_in(&ds, "ffn_out", 0) == BT_OP_FFN_DOWN);
     CHECK(bt_llamacpp_map_name_in(&ds, "ffn_gate", 1) == -1);
     CHECK(bt_llamacpp_map_name_in(&ds, "ffn_out", 2) == BT_OP_FFN_MOE_OUT);
+    /* llama.cpp's MTP graph (graph_mtp): the block at layer n_layers, its
+     * embedding, h_nextn and head at -1; its shared expert's names in a MoE
+     * block are not ours */
+    bt_config mt = hc;
+    mt.n_nextn = 1;
+    int at = 4;
+    CHECK(bt_llamacpp_map_mtp_name(&mt, "mtp_eh_proj", &at) == BT_OP_MTP_EH_PROJ && at == 4);
+    CHECK(bt_llamacpp_map_mtp_name(&mt, "mtp_attn_pregate", &at) == BT_OP_ATTN_CTX && at == 4);
+    CHECK(bt_llamacpp_map_mtp_name(&mt, "mtp_ffn_out", &at) == BT_OP_FFN_DOWN && at == 4);
+    CHECK(bt_llamacpp_map_mtp_name(&mt, "ffn_swiglu", &at) == BT_OP_FFN_ACT && at == 4);
+    CHECK(bt_llamacpp_map_mtp_name(&mt, "mtp_tok_embd", &at) == BT_OP_TOKEN_EMBD && at == -1);
+    at = -1;
+    CHECK(bt_llamacpp_map_mtp_name(&mt, "h_nextn", &at) == BT_OP_OUTPUT_NORM && at == -1);
+    at = 4;
+    CHECK(bt_llamacpp_map_mtp_name(&mt, "mtp_concat", &at) == -1 && at == 4);
+    bt_config mm = mc;
+    mm.n_nextn = 1;
+    CHECK(bt_llamacpp_map_mtp_name(&mm, "mtp_ffn_out", &at) == BT_OP_FFN_MOE_OUT);
+    CHECK(bt_llamacpp_map_mtp_name(&mm, "ffn_gate", &at) == -1);
     /* a llama.cpp trace's own tensor labelled with one of our op names is
      * not that op (replay, bisect --reference) */
     bt_trace_tensor_row shx = { .name = "ffn_gate-0", .layer = 0, .op = "ffn_gate", .width = 64 },

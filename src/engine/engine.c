@@ -900,12 +900,17 @@ int bt_engine_new_ext(const bt_model *m, int ctx_len, int max_batch, const bt_en
     bt_engine *e = calloc(1, sizeof(*e));
     if (!e) { if (ext->free) ext->free(ext->impl); return bt_error(BT_ENOMEM, "out of memory"); }
     e->m = m; e->c = m->cfg; e->foreign = true; e->ext = *ext;
+    if (ext->mtp) {             /* the block's layer after the trunk's (bt_engine_new_opts' .mtp) */
+        e->c.trunk_layers = e->c.n_layers;
+        e->c.n_layers += 1;
+        e->layer0 = e->c.trunk_layers;
+    }
     e->ctx_len = ctx_len > 0 ? ctx_len : BT_MIN(m->cfg.ctx_len, BT_ENGINE_CTX_CAP);
     e->max_batch = max_batch > 0 ? max_batch : 1;
     e->logit_cap = e->max_batch;
     e->logits = malloc((size_t)e->logit_cap * m->cfg.n_vocab * sizeof(float));
     e->logits_copy = true;     /* ours to free: there is no backend */
-    e->want = calloc((size_t)BT_OP_COUNT * (m->cfg.n_layers + 1), sizeof(bool));
+    e->want = calloc((size_t)BT_OP_COUNT * (e->c.n_layers + 1), sizeof(bool));
     e->want_extra = calloc((size_t)ext->n_extra + 1, sizeof(bool));
     if (!e->logits || !e->want || !e->want_extra) { bt_engine_free(e); return bt_error(BT_ENOMEM, "out of memory"); }
     *out = e;

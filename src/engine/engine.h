@@ -329,6 +329,9 @@ typedef struct bt_engine_ext {
      * foreign MTP engine, bt_engine_set_mtp_hidden (NULL: not an MTP engine) */
     int (*hidden_rows)(void *impl, int row0, int n, float *dst);
     int (*set_mtp_hidden)(void *impl, const float *h);
+    /* an MTP block engine (llama.cpp's MTP context): its one layer is the
+     * block's, after the trunk's, as a native MTP engine's */
+    bool mtp;
 } bt_engine_ext;
 
 /* Takes ownership of ext->impl (freed through ext->free, also on error). */

@@ -156,7 +156,6 @@ int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
         long k = cfg->draft_ngram ? 0 : cfg->spec_k, n_fit = BT_MAX((long)s->ctx - (long)cfg->n_prompt + 1, 1L);
         bt_inject_limits lim = { .target = &m->cfg, .draft = s->de ? &(s->draft_model ? s->draft_model : m)->cfg : NULL,
                                  .draft_layers = s->de ? bt_engine_n_layers(s->de) : 0,
-                                 .draft_untapped = s->de && bt_engine_is_foreign(s->de),
                                  .max_pos = s->ctx,
                                  .max_step = (int)BT_MIN((long)INT_MAX, 1 + (n_fit - 1) * (k + 1)) };
         if ((rc = bt_injector_check(s->inj, &lim))) return rc;
@@ -196,9 +195,6 @@ int bt_session_start(bt_session *s, const bt_session_cfg *cfg)
             rc_cfg.model = s->draft_model ? s->draft_model : m;
             rc_cfg.model_role = "draft";
             rc_cfg.kernels = false;   /* the target's recorder drains the shared backend's records */
-            /* a foreign drafter (llama.cpp's MTP context) is not tapped: no
-             * tensors registered that would never be written; its steps are */
-            if (bt_engine_is_foreign(s->de)) rc_cfg.taps = BT_TAPS_NONE;
             if ((rc = bt_recorder_new(&rc_cfg, s->de, &s->drec))) return rc;
             bt_recorder_observer(s->drec, &s->dobs);
         }

@@ -589,9 +589,6 @@ int bt_injector_check(const bt_injector *inj, const bt_inject_limits *lim)
             if (!lim->draft)
                 return bt_error(BT_EINVAL, "--inject '%s': model=draft, but this run has no draft model "
                                 "(--draft MODEL, --draft-self N or --draft-mtp; --draft-ngram computes no tensors)", s->text);
-            if (lim->draft_untapped)
-                return bt_error(BT_EINVAL, "--inject '%s': model=draft, but llama.cpp's MTP drafter (--engine llama.cpp "
-                                "--draft-mtp) is not tapped: none of its tensors can be injected", s->text);
             c = lim->draft;
             n_layers = lim->draft_layers;
         }

@@ -39,8 +39,6 @@ typedef struct bt_inject_limits {
     const bt_config *draft;        /* the draft engine's model; NULL without one
                                     * (no drafter, or --draft-ngram) */
     int draft_layers;              /* layers the draft engine runs */
-    bool draft_untapped;           /* the draft engine computes no tapped tensor
-                                    * (llama.cpp's MTP drafter): model=draft is refused */
     int max_pos;                   /* every position of the context is < max_pos */
     int max_step;                  /* every step the context allows is < max_step */
 } bt_inject_limits;

@@ -113,6 +113,7 @@ typedef struct lc_impl {
     bool nextn;                 /* h_nextn kept for every row (unmasked) */
     int n_embd;
     enum ggml_type type_k, type_v;  /* the cache's, for the MTP context */
+    int mtp_layer;              /* the taps of an MTP context: its block's layer (the trunk's count); else -1 */
 } lc_impl;
 
 /* One engine's view of the context: its sequence and what it holds. */
@@ -366,9 +367,11 @@ static int build_table(lc_impl *L)
             if (L->nodes[j].usable && !strcmp(L->nodes[j].name, p->name)) last = false;
         if (lookup(L, p->name, p->gop)) continue;   /* the same name and op twice: the first wins */
         char base[64];
-        int layer = split_name(p->name, base, sizeof(base));
-        if (layer >= c->n_layers) continue;
-        int op = last ? bt_llamacpp_map_name_in(c, base, layer) : -1;
+        int layer = split_name(p->name, base, sizeof(base)), at = layer;
+        bool mtp = L->mtp_layer >= 0;
+        if (layer >= c->n_layers && !(mtp && layer == L->mtp_layer)) continue;
+        int op = !last ? -1 : mtp ? bt_llamacpp_map_mtp_name(c, base, &at) : bt_llamacpp_map_name_in(c, base, layer);
+        if (op >= 0) layer = at;
         /* the layer's width: a deepseek2's leading dense FFN is wider than an expert */
         if (op >= 0 && (bt_op_is_layer_op(op) != (layer >= 0) || p->nel != bt_op_layer_width(c, op, layer))) {
             bt_debug("llama.cpp tensor %s (%s) has %lld values per row, %s has %d: kept under its own name",
@@ -637,6 +640,7 @@ static int lc_make(const bt_model *m, const bt_llamacpp_opts *o, int n_seq, bt_e
     L->refs = 1;                /* the maker's, dropped at the end */
     L->n_seq = n_seq;
     L->m = m;
+    L->mtp_layer = -1;
     L->max_batch = o->max_batch > 0 ? o->max_batch : 1;
     int rc = BT_OK;
     struct llama_model_params mp = llama_model_default_params();
@@ -793,6 +797,7 @@ fail:
  * ahead, the block's own. */
 typedef struct lc_mtp {
     lc_impl *L;                 /* the target's (a reference: the model) */
+    lc_impl *tp;                /* the MTP graph's taps: its probe, names and extra tensors (cb_eval's) */
     struct llama_context *ctx;
     struct llama_batch_ext *b;
     const float *h;             /* the next forward's state rows (borrowed) */
@@ -817,13 +822,17 @@ static int mtp_hidden_rows(void *impl, int row0, int n, float *dst)
 
 static int mtp_forward(void *impl, bt_engine *e, const int32_t *tokens, int T, int pos0, float *logits)
 {
-    (void)e;
     lc_mtp *M = impl;
-    lc_impl *L = M->L;
+    lc_impl *L = M->L, *tp = M->tp;
     if (!M->h) return bt_error(BT_EINVAL, "an MTP forward needs its hidden rows (bt_engine_set_mtp_hidden)");
     if (T < 1 || T > M->max_batch) return bt_error(BT_EINVAL, "an MTP forward of %d rows (1 to %d)", T, M->max_batch);
     int rc = BT_OK;
     pthread_mutex_lock(&L->mu);
+    tp->e = e;                  /* NULL in the probe */
+    tp->T = T;
+    tp->pos0 = pos0;
+    tp->cancelled = false;
+    tp->forward_no++;
     /* draft positions of an earlier call are overwritten (the decoder's
      * catch-up starts where the block's real pairs end) */
     if (pos0 < M->n_past && !llama_memory_seq_rm(llama_get_memory(M->ctx), 0, pos0, -1))
@@ -840,7 +849,8 @@ static int mtp_forward(void *impl, bt_engine *e, const int32_t *tokens, int T, i
     }
     last_log[0] = 0;
     int32_t r = rc ? 0 : llama_process(M->ctx, LLAMA_PROCESS_TYPE_DECODE, M->b);
-    if (rc == BT_OK && r != 0)
+    if (rc == BT_OK && tp->cancelled) rc = BT_EINVAL;      /* the callback set the message */
+    else if (rc == BT_OK && r != 0)
         rc = bt_error(BT_EINTERNAL, "llama.cpp: the MTP block's llama_process of %d tokens at position %d failed (%d)%s%s", T,
                       pos0, (int)r, last_log[0] ? ": " : "", last_log);
     M->hid_rows = 0;
@@ -860,6 +870,7 @@ static int mtp_forward(void *impl, bt_engine *e, const int32_t *tokens, int T, i
     }
     if (rc == BT_OK) M->n_past = pos0 + T;
     M->h = NULL;
+    tp->e = NULL;
     pthread_mutex_unlock(&L->mu);
     return rc;
 }
@@ -871,6 +882,13 @@ static void mtp_free(void *impl)
     if (M->b) llama_batch_ext_free(M->b);
     if (M->ctx) llama_free(M->ctx);
     free(M->hid);
+    if (M->tp) {
+        free(M->tp->nodes);
+        free(M->tp->entries);
+        free(M->tp->extra);
+        free(M->tp->scratch);
+        free(M->tp);
+    }
     lc_impl *L = M->L;
     free(M);
     if (L) lc_unref(L);
@@ -891,8 +909,15 @@ int bt_llamacpp_mtp_engine_new(bt_engine *target, bt_engine **out)
     M->L = L;
     M->max_batch = L->max_batch;
     int rc = BT_OK;
+    /* the MTP graph's taps: a tap state of its own, as the target's */
+    if (!(M->tp = calloc(1, sizeof(*M->tp)))) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+    M->tp->m = L->m;
+    M->tp->n_vocab = L->n_vocab;
+    M->tp->mtp_layer = L->m->cfg.n_layers;
     struct llama_context_params cp = llama_context_default_params();
     cp.ctx_type = LLAMA_CONTEXT_TYPE_MTP;
+    cp.cb_eval = cb_eval;
+    cp.cb_eval_user_data = M->tp;
     cp.n_ctx = llama_n_ctx(L->ctx);           /* as many cells as the target's, as common_speculative_init does */
     cp.n_batch = cp.n_ubatch = (uint32_t)L->max_batch;
     cp.n_seq_max = 1;
@@ -916,8 +941,29 @@ int bt_llamacpp_mtp_engine_new(bt_engine *target, bt_engine **out)
     M->b = llama_batch_ext_init(M->ctx);
     M->hid = malloc((size_t)M->max_batch * L->n_embd * sizeof(float));
     if (!M->b || !M->hid) { rc = bt_error(BT_ENOMEM, "out of memory"); goto fail; }
-    bt_engine_ext ext = { .forward = mtp_forward, .free = mtp_free, .impl = M,
-                          .hidden_rows = mtp_hidden_rows, .set_mtp_hidden = mtp_set_hidden };
+    /* the probe, as the target's: one row (token 0, a zero state row) asks
+     * every node its name; the block's cache is cleared after */
+    {
+        float *h0 = calloc((size_t)L->n_embd, sizeof(float));
+        float *lg = malloc((size_t)L->n_vocab * sizeof(float));
+        int32_t tok0 = 0;
+        if (!h0 || !lg) rc = bt_error(BT_ENOMEM, "out of memory");
+        if (rc == BT_OK) {
+            M->h = h0;
+            M->tp->probing = true;
+            rc = mtp_forward(M, NULL, &tok0, 1, 0, lg);
+            M->tp->probing = false;
+            llama_memory_clear(llama_get_memory(M->ctx), true);
+            M->n_past = 0;
+        }
+        free(h0);
+        free(lg);
+        if (rc == BT_OK) rc = build_table(M->tp);
+        if (rc) goto fail;
+    }
+    bt_engine_ext ext = { .forward = mtp_forward, .free = mtp_free, .impl = M, .extra = M->tp->extra,
+                          .n_extra = M->tp->n_extra, .hidden_rows = mtp_hidden_rows, .set_mtp_hidden = mtp_set_hidden,
+                          .mtp = true };
     return bt_engine_new_ext(L->m, bt_engine_ctx_len(target), M->max_batch, &ext, out);   /* frees M on error */
 fail:
     mtp_free(M);

@@ -100,6 +100,10 @@ int bt_llamacpp_map_name(const char *base);
 /* The same for layer `layer` of a model of config c (hybrid models name
  * some tensors per layer kind); -1 also when the op is not computed there. */
 int bt_llamacpp_map_name_in(const bt_config *c, const char *base, int layer);
+/* The same for a node of llama.cpp's MTP graph (graph_mtp: the block's
+ * nodes "mtp_"-prefixed at the block's layer, c->n_layers): the bt_op, -1
+ * for none; *layer becomes -1 for the embedding, h_nextn and the head. */
+int bt_llamacpp_map_mtp_name(const bt_config *c, const char *base, int *layer);
 /* The kernel llama.cpp's CPU backend runs for op with weights of type
  * wtype ("q4_1"; "" for ops without weights), for the cross-engine verdict. */
 void bt_llamacpp_kernel_guess(int op, const char *wtype, char *buf, size_t cap);

@@ -106,6 +106,47 @@ int bt_llamacpp_map_name_in(const bt_config *c, const char *base, int layer)
     return op >= 0 && c && !bt_op_in_layer(c, op, layer) ? -1 : op;
 }
 
+/* llama.cpp's MTP graphs (graph_mtp in qwen35.cpp, qwen35moe.cpp,
+ * deepseek2.cpp): the block's own names. Its q and k after RoPE, the gated
+ * product and MLA's absorbed ops are unnamed or named apart: they stay
+ * under llama.cpp's names. */
+static const struct { const char *llama; int op; } mtp_map[] = {
+    { "mtp_tok_embd", BT_OP_TOKEN_EMBD },
+    { "mtp_hnorm", BT_OP_MTP_HNORM },
+    { "mtp_enorm", BT_OP_MTP_ENORM },
+    { "mtp_eh_proj", BT_OP_MTP_EH_PROJ },
+    { "mtp_attn_norm", BT_OP_ATTN_NORM },
+    { "mtp_Qcur_normed", BT_OP_ATTN_Q_NORM },
+    { "mtp_gate", BT_OP_ATTN_GATE },
+    { "mtp_Kcur_normed", BT_OP_ATTN_K_NORM },
+    { "mtp_Vcur", BT_OP_ATTN_V },
+    { "mtp_attn_pregate", BT_OP_ATTN_CTX },
+    { "mtp_attn_out", BT_OP_ATTN_OUTPUT },
+    { "mtp_attn_residual", BT_OP_ATTN_RESID },
+    { "mtp_attn_post_norm", BT_OP_FFN_NORM },
+    { "mtp_post_ffn", BT_OP_FFN_RESID },
+    { "h_nextn", BT_OP_OUTPUT_NORM },       /* the shared head norm, every row */
+    { "result_output", BT_OP_LOGITS },
+};
+
+int bt_llamacpp_map_mtp_name(const bt_config *c, const char *base, int *layer)
+{
+    int op = -1;
+    bool moe = c && (c->flags & BT_ARCH_MOE);
+    for (size_t i = 0; i < BT_ARRAY_SIZE(mtp_map) && op < 0; i++)
+        if (!strcmp(base, mtp_map[i].llama)) op = mtp_map[i].op;
+    if (!strcmp(base, "mtp_ffn_out")) op = moe ? BT_OP_FFN_MOE_OUT : BT_OP_FFN_DOWN;
+    else if (!moe && op < 0) {              /* build_ffn's own names in a dense block */
+        static const struct { const char *llama; int op; } ffn[] = {
+            { "ffn_gate", BT_OP_FFN_GATE }, { "ffn_up", BT_OP_FFN_UP }, { "ffn_swiglu", BT_OP_FFN_ACT } };
+        for (size_t i = 0; i < BT_ARRAY_SIZE(ffn) && op < 0; i++)
+            if (!strcmp(base, ffn[i].llama)) op = ffn[i].op;
+    }
+    if (op < 0) return -1;
+    if (!bt_op_is_layer_op(op)) *layer = -1;
+    return c && !bt_op_in_layer(c, op, *layer) ? -1 : op;
+}
+
 /* What llama.cpp's CPU backend ran for a tapped op of a model whose weight
  * is of type wtype, for the cross-engine verdict (the trace of a run has
  * the exact kernel in its first_nonfinite events; a clean run has none):
