@@ -40,8 +40,8 @@ import logging
 import os
 import sys
 
-from .torch import Taps, _first, _layer_of
-from .vllm import Refused, _guard, _merge_all, _safe
+from ._serving import Refused, RequestTraces, guard as _guard, merge_all as _merge_all
+from .torch import Taps, _first
 
 ENV = "BANGTRACE_SGLANG"
 log = logging.getLogger("bangtrace.sglang")
@@ -77,7 +77,7 @@ class _Request:
         self.decoded = False
 
 
-class _Recorder(Taps):
+class _Recorder(Taps, RequestTraces):
     """The forward hook on every module of one SGLang model runner's model,
     and the traces of its requests."""
 
@@ -93,14 +93,12 @@ class _Recorder(Taps):
         self.handlers = {}        # id(module) -> handler(mod, args, out)
         self.ends = set()         # id of the logits processor: a pass ends there
         self.body = None          # id of the module the root runs the layers in (its hook: the layers are done)
-        self.reqs = {}            # rid -> _Request
-        self.skipped = set()
+        self.engine, self.engine_label, self.unit, self.log = "sglang", "SGLang", "pass", log
+        self._init_requests()
         self.step = None          # the pass's layout while it runs; False: a pass not recorded
         self.red = StepReducer()
         self.layer = None         # the layer whose attention runs (a shared rotary module's caller)
-        self.failures = {}
         self.warned = set()
-        self.cur_reqs = []
         atexit.register(self.close_all)
 
     # -- SGLang calls this after every module's forward --
@@ -385,53 +383,18 @@ class _Recorder(Taps):
             self._forward(r, p[0], p[1], p[2], p[3])
 
     def _open(self, rid):
-        base = os.path.join(self.dir, _safe(rid))
-        path, k = base + ".db", 1
-        while os.path.exists(path):
-            k += 1
-            path = f"{base}-{k}.db"
-        rec = self.lib.Recording(self.bm, path, "sglang", self.settings)
-        rec.meta("request_id", str(rid))
-        rec.meta("engine_version", self.version)
-        rec.meta("dtype", self.dtype)
-        return _Request(rec, path)
+        return _Request(*self._recording(rid))
 
-    def _failed(self, where, e):
-        key = (where, type(e).__name__)
-        if key not in self.failures:
-            log.warning("bangtrace: recording failed in %s (%s: %s); this pass is not recorded, SGLang goes on "
-                        "(further failures of this kind are counted, not logged)", where, type(e).__name__, e)
-        self.failures[key] = self.failures.get(key, 0) + 1
+    def _reset_step(self, e):
         self.step = False if self.step else self.step
         self.red.begin()
         if isinstance(e, Refused):
             self.handlers = {}            # nothing of this model can be recorded: say it once, stay out of the way
             self.root = self.root or object()
-        for rid in self.cur_reqs:
-            r = self.reqs.get(rid)
-            if r is not None:
-                try:
-                    r.rec.event("engine_error", f"bangtrace could not record this pass: {type(e).__name__}: {e}")
-                except Exception:          # noqa: BLE001
-                    pass
-            self._close(rid, "error")
-            self.skipped.add(rid)
-        self.cur_reqs = []
 
-    def close_all(self):
-        for rid in list(self.reqs):
-            self._close(rid, "ok")
-
-    def _close(self, rid, status):
-        r = self.reqs.pop(rid, None)
-        if r is None:
-            return
-        try:
-            if status == "ok":
-                self._flush(r)
-            r.rec.close(status)
-        except self.lib.BangtraceError as e:
-            log.warning("bangtrace: closing %s: %s", r.path, e)
+    def _before_close(self, rid, r, status):
+        if status == "ok":
+            self._flush(r)
 
 
 # -- the launcher --

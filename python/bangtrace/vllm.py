@@ -38,21 +38,15 @@ whole prompt, the cached head marked as a prefix-cache hit (kv_access), the
 taps those of the rows vLLM computed. doc/pytorch.md.
 """
 import atexit
-import functools
 import logging
-import math
 import os
-import re
 
+from ._serving import Refused, RequestTraces, guard as _guard, merge_all as _merge_all
 from .torch import Taps, _first, _layer_of
 
 ENV = "BANGTRACE_VLLM"
 log = logging.getLogger("bangtrace.vllm")
 _patched = False
-
-
-class Refused(RuntimeError):
-    """A vLLM configuration the recorder cannot see into (one line)."""
 
 
 def register():
@@ -134,19 +128,6 @@ def _wrap_sample(fn):
     return _once(fn, "sample", body)
 
 
-def _guard(fn):
-    """A recorder method that must not take vLLM down: an exception abandons
-    the step's recording (logged, once per kind) and vLLM goes on."""
-    @functools.wraps(fn)
-    def w(self, *a, **kw):
-        try:
-            return fn(self, *a, **kw)
-        except Exception as e:       # noqa: BLE001 - anything, the engine must go on
-            self._failed(fn.__name__, e)
-            return None
-    return w
-
-
 def _wrap_shutdown(fn):
     def body(fn, runner, *a, **kw):
         rec = getattr(runner, "_bangtrace", None)
@@ -154,29 +135,6 @@ def _wrap_shutdown(fn):
             rec.close_all()
         return fn(runner, *a, **kw)
     return _once(fn, "shutdown", body)
-
-
-def _safe(rid):
-    s = re.sub(r"[^A-Za-z0-9._-]", "_", str(rid))[:120].lstrip(".")
-    return s or "request"
-
-
-def merge_stats(a, b, width):
-    """Statistics of rows A then rows B from each part's (host, 1-D numpy
-    float64 of STAT_COUNT; N < 0: not recorded): a prompt prefilled in
-    chunks is one step. B's first bad row is counted after A's rows, then
-    bangtrace.torch.merge_parts does the rest."""
-    from . import _lib as L
-    from .torch import merge_parts
-    import numpy as np
-    if a[L.STAT_N] < 0:
-        return b.copy()
-    if b[L.STAT_N] < 0:
-        return a.copy()
-    b = b.copy()
-    if b[L.STAT_FIRST_BAD_ROW] >= 0:
-        b[L.STAT_FIRST_BAD_ROW] += a[L.STAT_N] // width
-    return merge_parts(np.stack([a, b]))
 
 
 class _Request:
@@ -187,7 +145,7 @@ class _Request:
         self.tokens, self.pos0, self.stats = [], None, None
 
 
-class _Recorder(Taps):
+class _Recorder(Taps, RequestTraces):
     """The hooks on one model runner's model and the traces of its requests."""
 
     def __init__(self, runner, directory):
@@ -213,15 +171,13 @@ class _Recorder(Taps):
         except Exception:
             self.version = f"vllm, torch {torch.__version__}"
         self.settings = f"dtype={self.dtype} device={runner.device} mode=eager"
-        self.reqs = {}             # request id -> _Request
-        self.skipped = set()       # request ids not recorded (an unknown cached prefix, a failed step)
+        self.engine, self.engine_label, self.unit, self.log = "vllm", "vLLM", "step", log
+        self._init_requests()
         self.sched = None          # the step's scheduler output while it runs
         self.step = None           # the forward's layout while a step is open
         self.red = StepReducer()   # the step's taps, reduced per request when it ends
         self.layer = None
         self.handles = []
-        self.failures = {}         # (method, exception type) -> count
-        self.cur_reqs = []         # the requests of the step being recorded
         self.moe_warned = False
         self.gdn_warned = False
         self.mla_warned = False
@@ -731,60 +687,13 @@ class _Recorder(Taps):
         r.rec.event("state_slot", f"vLLM mamba cache slot {slot} (request {rid})")
 
     def _open(self, rid):
-        base = os.path.join(self.dir, _safe(rid))
-        path, k = base + ".db", 1
-        while os.path.exists(path):
-            k += 1
-            path = f"{base}-{k}.db"
-        rec = self.lib.Recording(self.bm, path, "vllm", self.settings)
-        rec.meta("request_id", str(rid))
-        rec.meta("engine_version", self.version)
-        rec.meta("dtype", self.dtype)
+        rec, path = self._recording(rid)
         r = self.reqs[rid] = _Request(rec, path)
         return r
 
-    def _failed(self, where, e):
-        key = (where, type(e).__name__)
-        if key not in self.failures:
-            log.warning("bangtrace: recording failed in %s (%s: %s); this step is not recorded, vLLM goes on "
-                        "(further failures of this kind are counted, not logged)", where, type(e).__name__, e)
-        self.failures[key] = self.failures.get(key, 0) + 1
+    def _reset_step(self, e):
         self.step = None
         self.red.begin()
-        for rid in self.cur_reqs:            # their traces would miss this step: end them here
-            r = self.reqs.get(rid)
-            if r is not None:
-                try:
-                    r.rec.event("engine_error", f"bangtrace could not record this step: {type(e).__name__}: {e}")
-                except Exception:            # noqa: BLE001
-                    pass
-            self._close(rid, "error")
-            self.skipped.add(rid)
-        self.cur_reqs = []
 
-    def close_all(self):
-        """Close every open trace: the engine stops. A request vLLM finished
-        is told to the worker only with the next step, so the last ones end
-        here, with status ok (their steps were durable already)."""
-        for rid in list(self.reqs):
-            self._close(rid, "ok")
-
-    def _close(self, rid, status):
+    def _before_close(self, rid, r, status):
         self.slot_of.pop(rid, None)
-        r = self.reqs.pop(rid, None)
-        if r is None:
-            return
-        try:
-            r.rec.close(status)
-        except self.lib.BangtraceError as e:
-            log.warning("bangtrace: closing %s: %s", r.path, e)
-
-
-def _merge_all(a, b, widths, latest=()):
-    """A chunked prefill's statistics: each tensor's rows of both chunks;
-    the tensors in latest (a state) as the last chunk left them."""
-    import numpy as np
-    out = np.empty_like(a)
-    for k, w in enumerate(widths):
-        out[k] = b[k] if k in latest and b[k][0] >= 0 else merge_stats(a[k], b[k], w)
-    return out

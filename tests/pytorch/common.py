@@ -4,6 +4,7 @@ recorded statistics with a native `forward --dump`."""
 import json
 import math
 import os
+import sqlite3
 import subprocess
 import sys
 
@@ -114,6 +115,21 @@ def named_by_bisect(label, trace, step, layer, op, index):
         fail("%s: bisect --reference on the injected run:\n%s" % (label, p.stdout[-800:]))
     else:
         ok("%s: bisect --reference departs at blk.%d.%s, step %d" % (label, layer, op, step))
+
+
+def traces_in(d):
+    """The traces in folder d, sorted (none when d does not exist)."""
+    return sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".db")) if os.path.isdir(d) else []
+
+
+def trace_tokens(path):
+    """A trace's prompt ids, generated ids and meta."""
+    db = sqlite3.connect(path)
+    p = [r[0] for r in db.execute("select token_id from tokens where role = 'prompt' order by seq")]
+    g = [r[0] for r in db.execute("select token_id from tokens where role = 'gen' order by seq")]
+    meta = dict(db.execute("select key, value from meta"))
+    db.close()
+    return p, g, meta
 
 
 def done():

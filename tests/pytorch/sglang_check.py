@@ -22,13 +22,12 @@ import importlib.util
 import json
 import logging
 import os
-import sqlite3
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import bt, compare, done, fail, named_by_bisect, native, ok, stays_exact  # noqa: E402
+from common import bt, compare, done, fail, named_by_bisect, native, ok, stays_exact, trace_tokens, traces_in  # noqa: E402
 from bangtrace import _lib  # noqa: E402
 import bangtrace.sglang as bts  # noqa: E402
 import sglang_standin as sgl  # noqa: E402
@@ -66,19 +65,6 @@ warned = Warnings()
 logging.getLogger("bangtrace.sglang").addHandler(warned)
 
 
-def traces_in(d):
-    return sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".db")) if os.path.isdir(d) else []
-
-
-def trace_of(path):
-    db = sqlite3.connect(path)
-    p = [r[0] for r in db.execute("select token_id from tokens where role = 'prompt' order by seq")]
-    g = [r[0] for r in db.execute("select token_id from tokens where role = 'gen' order by seq")]
-    meta = dict(db.execute("select key, value from meta"))
-    db.close()
-    return p, g, meta
-
-
 def steps_of(path):
     return [s for s in seen if s[0] == path]
 
@@ -96,7 +82,7 @@ def hooked(folder, d):
 
 
 def by_request(d):
-    return {trace_of(p)[2].get("request_id"): p for p in traces_in(d)}
+    return {trace_tokens(p)[2].get("request_id"): p for p in traces_in(d)}
 
 
 def same_stats(label, a, b):
@@ -133,7 +119,7 @@ def check(folder):
             fail("%s: request %s alone left no trace (%s)" % (label, rid, traces_in(solo_dir)))
             continue
         solo[rid] = (path, out)
-        p, g, meta = trace_of(path)
+        p, g, meta = trace_tokens(path)
         if (p, g) != (prompt, out[:-1]):
             fail("%s: %s's trace holds prompt %s gen %s; the runner ran %s -> %s" % (label, rid, p, g, prompt, out))
         if meta.get("engine") != "sglang" or meta.get("status") != "ok":
@@ -167,14 +153,14 @@ def check(folder):
     for rid, (spath, sout) in solo.items():
         path = got.get(rid)
         want_gen = (sout[:1] if rid == "req-d" else sout)[:-1]
-        if path is None or trace_of(path)[:2] != (PROMPTS[rid], want_gen) or outs[rid] != sout[:len(outs[rid])]:
+        if path is None or trace_tokens(path)[:2] != (PROMPTS[rid], want_gen) or outs[rid] != sout[:len(outs[rid])]:
             fail("%s batched: %s's trace %s holds %s; the runner answered %s, solo %s" % (
-                label, rid, path, path and trace_of(path)[:2], outs[rid], sout))
+                label, rid, path, path and trace_tokens(path)[:2], outs[rid], sout))
             continue
         if rid == "req-d":
             n = len(steps_of(path))
-            if n != 1 or trace_of(path)[2].get("status") != "ok":
-                fail("%s batched: req-d (one token) has %d forwards, status %s" % (label, n, trace_of(path)[2].get("status")))
+            if n != 1 or trace_tokens(path)[2].get("status") != "ok":
+                fail("%s batched: req-d (one token) has %d forwards, status %s" % (label, n, trace_tokens(path)[2].get("status")))
             continue
         w = same_stats("%s batched %s" % (label, rid), path, spath)
         worst = max(worst, w if w is not None else 1.0)
@@ -248,10 +234,10 @@ def check(folder):
     rec.close_all()
     got = by_request(rdir)
     sb, sc = got.get("req-b"), got.get("req-c")
-    if out != solo["req-b"][1] or nxt != solo["req-c"][1] or not sb or trace_of(sb)[2].get("status") != "error" \
-            or not sc or trace_of(sc)[2].get("status") != "ok" or trace_of(sc)[1] != nxt[:-1]:
+    if out != solo["req-b"][1] or nxt != solo["req-c"][1] or not sb or trace_tokens(sb)[2].get("status") != "error" \
+            or not sc or trace_tokens(sc)[2].get("status") != "ok" or trace_tokens(sc)[1] != nxt[:-1]:
         fail("%s failure: answers %s %s (solo %s %s), traces %s" % (label, out, nxt, solo["req-b"][1], solo["req-c"][1],
-                                                                  {k: trace_of(v)[2].get("status") for k, v in got.items()}))
+                                                                  {k: trace_tokens(v)[2].get("status") for k, v in got.items()}))
     else:
         ok("%s: the recorder failing at a pass leaves the answers alone; that trace ends with status error, "
            "the next request is recorded whole" % label)

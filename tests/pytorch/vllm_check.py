@@ -38,7 +38,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import compare, done, fail, named_by_bisect, native, ok, stays_exact  # noqa: E402
+from common import compare, done, fail, named_by_bisect, native, ok, stays_exact, trace_tokens, traces_in  # noqa: E402
 from bangtrace import _lib  # noqa: E402
 
 WORK = sys.argv[2]
@@ -72,19 +72,6 @@ def _end(self, out):
 
 
 btv._Recorder.end = _end
-
-
-def traces_in(d):
-    return sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".db"))
-
-
-def trace_tokens(path):
-    db = sqlite3.connect(path)
-    p = [r[0] for r in db.execute("select token_id from tokens where role = 'prompt' order by seq")]
-    g = [r[0] for r in db.execute("select token_id from tokens where role = 'gen' order by seq")]
-    meta = dict(db.execute("select key, value from meta"))
-    db.close()
-    return p, g, meta
 
 
 def new_llm(folder, directory, dtype="float32", eager=True, **kw):
@@ -372,6 +359,38 @@ def bf16_clean(folder, d, what):
     return llm, got
 
 
+def broken_run(llm, d, module_of, step, col, width=None):
+    """One request of PROMPTS[0] into d with a broken kernel: the module
+    module_of(model) picks writes NaN at column col of its output's first
+    row (rows of width, or of its last dimension) at the request's forward
+    `step` (its forward wrapped, so every hook sees the NaN). Returns the
+    traces in d."""
+    state = {"n": -1}
+
+    def install(model):
+        def top(mod, args, kwargs):
+            state["n"] += 1
+        mod = module_of(model)
+        orig = mod.forward
+
+        def broken(*a, **kw):
+            out = orig(*a, **kw)
+            if state["n"] == step:
+                y = out[0] if isinstance(out, tuple) else out
+                y.reshape(-1, width or y.shape[-1])[0, col] = float("nan")
+            return out
+        mod.forward = broken
+        return [model.register_forward_pre_hook(top, with_kwargs=True)], mod, orig
+    handles, mod, orig = llm.apply_model(install)[0]
+    set_dir(llm, d)
+    generate(llm, [PROMPTS[0]])
+    close_all(llm)
+    for h in handles:
+        h.remove()
+    mod.forward = orig
+    return traces_in(d)
+
+
 def check_bf16(folder):
     label = os.path.basename(folder)
     d = os.path.join(WORK, label + "-bf16")
@@ -380,31 +399,7 @@ def check_bf16(folder):
         return llm
     # a broken kernel: NaN into layer 1's down_proj output at the request's fourth forward (step 3), column 5
     L, STEP, COL = 1, 3, 5
-    state = {"n": -1}
-
-    def install(model):
-        """The kernel itself writes the NaN (its forward wrapped): every hook sees it."""
-        def top(mod, args, kwargs):
-            state["n"] += 1
-        mod = model.model.layers[L].mlp.down_proj
-        orig = mod.forward
-
-        def broken(*a, **kw):
-            out = orig(*a, **kw)
-            if state["n"] == STEP:
-                y = out[0] if isinstance(out, tuple) else out
-                y.reshape(-1, y.shape[-1])[0, COL] = float("nan")
-            return out
-        mod.forward = broken
-        return [model.register_forward_pre_hook(top, with_kwargs=True)], mod, orig
-    handles, mod, orig = llm.apply_model(install)[0]
-    set_dir(llm, d + "-nan")
-    generate(llm, [PROMPTS[0]])
-    close_all(llm)
-    for h in handles:
-        h.remove()
-    mod.forward = orig
-    bad = traces_in(d + "-nan")
+    bad = broken_run(llm, d + "-nan", lambda model: model.model.layers[L].mlp.down_proj, STEP, COL)
     if len(bad) != 1:
         fail("%s bf16: %d traces for the injected request" % (label, len(bad)))
         return llm
@@ -422,30 +417,8 @@ def check_mla(folder):
     label = os.path.basename(folder)
     llm = check_f32(folder, with_batch=False)
     L, STEP, COL = 1, 2, 6
-    state = {"n": -1}
-
-    def install(model):
-        def top(mod, args, kwargs):
-            state["n"] += 1
-        mod = model.model.layers[L].self_attn.kv_a_layernorm
-        orig = mod.forward
-
-        def broken(*a, **kw):
-            out = orig(*a, **kw)
-            if state["n"] == STEP:
-                (out[0] if isinstance(out, tuple) else out).reshape(-1, 512)[0, COL] = float("nan")
-            return out
-        mod.forward = broken
-        return [model.register_forward_pre_hook(top, with_kwargs=True)], mod, orig
-    handles, mod, orig = llm.apply_model(install)[0]
-    d = os.path.join(WORK, label + "-nan")
-    set_dir(llm, d)
-    generate(llm, [PROMPTS[0]])
-    close_all(llm)
-    for h in handles:
-        h.remove()
-    mod.forward = orig
-    bad = traces_in(d)
+    bad = broken_run(llm, os.path.join(WORK, label + "-nan"), lambda model: model.model.layers[L].self_attn.kv_a_layernorm,
+                     STEP, COL, width=512)
     if len(bad) != 1:
         fail("%s: %d traces for the injected request" % (label, len(bad)))
     else:
