@@ -289,13 +289,7 @@ class _Recorder(Taps, RequestTraces):
         return hook
 
     def _rope(self, mod, args, out):
-        L = self.layer
-        if L is None or not isinstance(out, (tuple, list)) or len(out) < 2:
-            return
-        for x, nm in ((out[0], "attn_q"), (out[1], "attn_k")):
-            t = self.bm.tensor(f"blk.{L}.{nm}")
-            if t is not None and x is not None:
-                self._put(t.slot, x)
+        self._put_rope(self.layer, out)
 
     @_guard
     def _end(self, mod, args, out):

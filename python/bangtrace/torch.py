@@ -257,6 +257,16 @@ def _first(x):
 class Taps:
     """Forward hooks that hand a module's output (or input) to self._put(slot, x)."""
 
+    def _put_rope(self, L, out):
+        """A rotary module's (q, k) output: layer L's attn_q and attn_k
+        (the layer whose attention called it: engines share one module)."""
+        if L is None or not isinstance(out, (tuple, list)) or len(out) < 2:
+            return
+        for x, nm in ((out[0], "attn_q"), (out[1], "attn_k")):
+            t = self.bm.tensor(f"blk.{L}.{nm}")
+            if t is not None and x is not None:
+                self._put(t.slot, x)
+
     def _out_hook(self, slot):
         def hook(mod, args, out):
             self._put(slot, _first(out))

@@ -501,13 +501,8 @@ class _Recorder(Taps, RequestTraces):
 
     @_guard
     def _rope_hook(self, mod, args, out):
-        L = self.layer
-        if L is None or self.step is None or not isinstance(out, (tuple, list)) or len(out) < 2:
-            return
-        for x, nm in ((out[0], "attn_q"), (out[1], "attn_k")):
-            t = self.bm.tensor(f"blk.{L}.{nm}")
-            if t is not None and x is not None:
-                self._put(t.slot, x)
+        if self.step is not None:
+            self._put_rope(self.layer, out)
 
     @_guard
     def _logits_hook(self, mod, args, out):

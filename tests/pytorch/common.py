@@ -1,6 +1,7 @@
 """common.py - what the PyTorch-engine checks share (record_check.py,
 vllm_check.py): ok/FAIL lines, running bangtrace, and the comparison of
 recorded statistics with a native `forward --dump`."""
+import contextlib
 import json
 import math
 import os
@@ -130,6 +131,23 @@ def trace_tokens(path):
     meta = dict(db.execute("select key, value from meta"))
     db.close()
     return p, g, meta
+
+
+@contextlib.contextmanager
+def reducer_fails(rec, at=2):
+    """Inside: the recorder rec's step reduction raises at its at-th call."""
+    orig, calls = rec.red.finish, {"n": 0}
+
+    def boom():
+        calls["n"] += 1
+        if calls["n"] == at:
+            raise RuntimeError("injected reducer failure")
+        return orig()
+    rec.red.finish = boom
+    try:
+        yield
+    finally:
+        rec.red.finish = orig
 
 
 def done():

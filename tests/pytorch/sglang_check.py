@@ -27,7 +27,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import bt, compare, done, fail, named_by_bisect, native, ok, stays_exact, trace_tokens, traces_in  # noqa: E402
+from common import bt, compare, done, fail, named_by_bisect, native, ok, reducer_fails, stays_exact, trace_tokens, traces_in  # noqa: E402
 from bangtrace import _lib  # noqa: E402
 import bangtrace.sglang as bts  # noqa: E402
 import sglang_standin as sgl  # noqa: E402
@@ -220,16 +220,8 @@ def check(folder):
         fail("%s radix: traces %s, warnings %s" % (label, traces_in(rdir), warned.lines))
     else:
         ok("%s: a request starting at position 4 (a radix-cache hit) is not recorded, with one warning" % label)
-    orig, calls = rec.red.finish, {"n": 0}
-
-    def boom():
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise RuntimeError("injected reducer failure")
-        return orig()
-    rec.red.finish = boom
-    out = runner.run({"req-b": (PROMPTS["req-b"], N_NEW)})["req-b"]
-    rec.red.finish = orig
+    with reducer_fails(rec):
+        out = runner.run({"req-b": (PROMPTS["req-b"], N_NEW)})["req-b"]
     nxt = runner.run({"req-c": (PROMPTS["req-c"], N_NEW)})["req-c"]
     rec.close_all()
     got = by_request(rdir)

@@ -38,7 +38,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import compare, done, fail, named_by_bisect, native, ok, stays_exact, trace_tokens, traces_in  # noqa: E402
+from common import compare, done, fail, named_by_bisect, native, ok, reducer_fails, stays_exact, trace_tokens, traces_in  # noqa: E402
 from bangtrace import _lib  # noqa: E402
 
 WORK = sys.argv[2]
@@ -164,19 +164,8 @@ def check_failure(llm, label, solo):
     rec = recorders(llm)[0]
     d = os.path.join(WORK, label + "-failure")
     set_dir(llm, d)
-    orig = rec.red.finish
-    calls = {"n": 0}
-
-    def boom():
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise RuntimeError("injected reducer failure")
-        return orig()
-    rec.red.finish = boom
-    try:
+    with reducer_fails(rec):
         out = generate(llm, [PROMPTS[1]])[0]
-    finally:
-        rec.red.finish = orig
     close_all(llm)
     nxt = generate(llm, [PROMPTS[2]])[0]
     close_all(llm)
