@@ -9,7 +9,8 @@
 # requests (one arriving in its own extend pass, one stopping after its first
 # token) get a trace each equal to their solo runs; a chunked prefill is one
 # step; a NaN in one request's row of a batched decode pass is named by bisect
-# in its trace only; a radix-cache start is not recorded; a failing recorder
+# in its trace only; a radix-cache hit is recorded whole and replays clean; a
+# start past 0 with no batch on the stack is not recorded; a failing recorder
 # leaves the answers alone; the launcher refuses what it cannot record
 # (tests/pytorch/sglang_check.py). SKIP only when the torch environment or
 # the sglang wheel cannot be had.

@@ -28,6 +28,8 @@ token sampled at a step is the next step's input (the hooks never see the
 sampler), so a request's last token is not in its trace. An extend is held
 until the request's first decode pass (a prompt prefilled in chunks is one
 step); a request is closed when a decode pass runs without it, and at exit.
+A prompt whose head hit the radix cache is recorded whole: the head's ids
+come from the scheduler's batch on the stack (_prefix_tokens).
 
 Not tried on SGLang itself: it has no CPU build on PyPI, so the tests run
 this recorder on a stand-in with SGLang's module layout and calling
@@ -239,9 +241,32 @@ class _Recorder(Taps, RequestTraces):
         if rows > total:
             seg = torch.cat([seg, torch.full((rows - total,), n_req, dtype=torch.long)])
         self.cur_reqs = [str(r) for r in rids]
+        # a new request past position 0: its prompt's head came from the radix cache
+        pre = {} if decode else {r: int(n) for r, n in zip(self.cur_reqs, getattr(fb, "extend_prefix_lens_cpu", None) or ())
+                                 if int(n) > 0 and r not in self.reqs and r not in self.skipped}
         self.step = {"rids": self.cur_reqs, "counts": counts, "rows": rows, "n_req": n_req, "decode": decode,
-                     "ids": ids, "pos": pos}
+                     "ids": ids, "pos": pos, "prefix": self._prefix_tokens(pre) if pre else {}}
         self.red.begin(seg.to(ids.device, non_blocking=True), n_req + 1)
+
+    @staticmethod
+    def _prefix_tokens(want):
+        """{rid: the first n token ids} for want {rid: n}: from the scheduler's
+        batch on the stack (the worker's forward_batch_generation(batch):
+        its reqs, each with origin_input_ids and output_ids)."""
+        f, out = sys._getframe(1), {}
+        while f is not None and len(out) < len(want):
+            for v in list(f.f_locals.values()):
+                reqs = getattr(v, "reqs", None)
+                if not isinstance(reqs, (list, tuple)):
+                    continue
+                for q in reqs:
+                    rid = str(getattr(q, "rid", ""))
+                    if rid in want and rid not in out:
+                        toks = list(getattr(q, "origin_input_ids", None) or ()) + list(getattr(q, "output_ids", None) or ())
+                        if len(toks) >= want[rid]:
+                            out[rid] = [int(t) for t in toks[: want[rid]]]
+            f = f.f_back
+        return out
 
     @_guard
     def _put(self, slot, x):
@@ -331,7 +356,8 @@ class _Recorder(Taps, RequestTraces):
             if n == 0 or rid in self.skipped:
                 continue
             try:
-                self._request_step(rid, ids[s0:s0 + n].tolist(), int(pos[s0]), stats[:, i, :], logits[i], st["decode"])
+                self._request_step(rid, ids[s0:s0 + n].tolist(), int(pos[s0]), stats[:, i, :], logits[i], st["decode"],
+                                   st["prefix"].get(rid))
             except L.BangtraceError as e:
                 log.warning("bangtrace: request %s: %s; its trace is closed", rid, e)
                 self._close(rid, "error")
@@ -341,16 +367,19 @@ class _Recorder(Taps, RequestTraces):
             for rid in [r for r, q in self.reqs.items() if r not in here and (q.decoded or q.pending)]:
                 self._close(rid, "ok")
 
-    def _request_step(self, rid, tokens, pos0, stats, row, decode):
+    def _request_step(self, rid, tokens, pos0, stats, row, decode, prefix=None):
         r = self.reqs.get(rid)
         if r is None:
-            if pos0 != 0 or decode:
+            if decode or (pos0 != 0 and (prefix is None or len(prefix) != pos0
+                                         or self.lib.lib().bangtrace_api_version() < 2)):
                 self.skipped.add(rid)
-                log.warning("bangtrace: request %s starts at position %d (SGLang's radix cache held its prompt's "
-                            "head, or a decode pass ran between its prefill's chunks): not recorded; "
-                            "--disable-radix-cache records every request", rid, pos0)
+                log.warning("bangtrace: request %s starts at position %d and the tokens before it are not known "
+                            "(a decode pass ran between its prefill's chunks, or no scheduler batch on the stack "
+                            "holds it): not recorded", rid, pos0)
                 return
             r = self.reqs[rid] = self._open(rid)
+            if pos0 != 0:
+                r.rec.cached_prefix(prefix)      # SGLang's radix cache held the prompt's head
         if not decode:
             p = r.pending
             if p is not None and pos0 == p[1] + len(p[0]):           # the next chunk of a prefill

@@ -14,8 +14,10 @@ from its wheel). Checks per folder (tiny llama, qwen3):
 4. a NaN written into one request's row of layer 1's down_proj in a batched
    decode pass is named by `bisect` and `bisect --reference` in that
    request's trace; the other request's trace stays clean.
-5. a request that starts past position 0 (SGLang's radix cache) is not
-   recorded, and a recorder failing at a pass leaves the answers alone.
+5. a prompt whose head hit the radix cache is recorded whole (the head's
+   ids from the scheduler's batch on the stack) and replays clean; one
+   whose head's ids are nowhere is not recorded; a recorder failing at a
+   pass leaves the answers alone.
 And the launcher's options: refusals with one line, the hook spec added.
 Exit 0 all good, 1 with FAIL lines."""
 import importlib.util
@@ -209,7 +211,28 @@ def check(folder):
         else:
             ok("%s: the request batched beside it has a clean trace" % label)
 
-    # a request starting past position 0; a recorder failing at a pass
+    # the radix cache: a prompt sharing req-a's first 6 tokens starts at 6,
+    # its head's ids from the scheduler's batch on the stack
+    xdir = os.path.join(WORK, label + "-radix-hit")
+    runner, rec = hooked(folder, xdir)
+    runner.radix = []
+    runner.run({"req-a": (PROMPTS["req-a"], N_NEW)})
+    e_prompt = PROMPTS["req-a"][:6] + [7, 8, 99]
+    out = runner.run({"req-e": (e_prompt, N_NEW)})["req-e"]
+    rec.close_all()
+    plain, prec = hooked(folder, os.path.join(WORK, label + "-radix-plain"))
+    alone = plain.run({"req-e": (e_prompt, N_NEW)})["req-e"]
+    prec.close_all()
+    path = by_request(xdir).get("req-e")
+    st = steps_of(path) if path else []
+    if not path or trace_tokens(path)[:2] != (e_prompt, out[:-1]) or out != alone or not st or st[0][2] != 6:
+        fail("%s radix hit: trace %s holds %s, first forward %s; answered %s, without the cache %s"
+             % (label, path, path and trace_tokens(path)[:2], st[0][1:3] if st else None, out, alone))
+    else:
+        ok("%s: a prompt whose first 6 tokens hit the radix cache is recorded whole (its first forward at position "
+           "6, the head's ids from the scheduler's batch), its answer the uncached one's" % label)
+        stays_exact(label + " radix hit", path, "sglang", N_NEW - 1)
+    # a request past position 0 whose head no batch on the stack holds; a recorder failing at a pass
     rdir = os.path.join(WORK, label + "-radix")
     runner, rec = hooked(folder, rdir)
     warned.lines.clear()
@@ -219,7 +242,8 @@ def check(folder):
     if traces_in(rdir) or not any("req-r starts at position 4" in w for w in warned.lines):
         fail("%s radix: traces %s, warnings %s" % (label, traces_in(rdir), warned.lines))
     else:
-        ok("%s: a request starting at position 4 (a radix-cache hit) is not recorded, with one warning" % label)
+        ok("%s: a request starting at position 4 whose head's ids are nowhere on the stack is not recorded, "
+           "with one warning" % label)
     with reducer_fails(rec):
         out = runner.run({"req-b": (PROMPTS["req-b"], N_NEW)})["req-b"]
     nxt = runner.run({"req-c": (PROMPTS["req-c"], N_NEW)})["req-c"]

@@ -261,21 +261,51 @@ class CausalLM(nn.Module):
         return self.logits_processor(input_ids, h, self.lm_head, forward_batch)
 
 
+class Req:
+    """SGLang's Req, as far as the recorder reads it."""
+
+    def __init__(self, rid, prompt, out):
+        self.rid, self.origin_input_ids, self.output_ids = rid, prompt, out
+
+
+class ScheduleBatch:
+    def __init__(self, reqs):
+        self.reqs = reqs
+
+
 class Runner:
     """SGLang's scheduler, reduced: greedy requests; each pass either an
     extend of the requests that arrived (their whole prompts, or a chunk of
-    `chunk` tokens each) or a decode of every running request."""
+    `chunk` tokens each) or a decode of every running request. With radix,
+    a finished request's K/V stays cached by its tokens, and a new prompt
+    starts after the longest head it shares with one (SGLang's radix cache:
+    extend_prefix_lens_cpu, its worker's batch holding the Req)."""
 
-    def __init__(self, model):
+    def __init__(self, model, radix=False):
         self.m = model
         self.passes = 0
+        self.radix = [] if radix else None     # (tokens, {layer: (K, V)}) of finished requests
+
+    def _hit(self, rid, prompt):
+        """The cached head of prompt: its K/V copied into rid's cache; its length."""
+        best, kv = 0, None
+        for toks, cached in self.radix or ():
+            n = 0
+            while n < min(len(toks), len(prompt) - 1) and toks[n] == prompt[n]:
+                n += 1
+            if n > best:
+                best, kv = n, cached
+        for L, (K, V) in (kv or {}).items():
+            self.m.kv[(rid, L)] = ([K[:best]], [V[:best]])
+        return best
 
     def run(self, reqs, arrivals=None, chunk=None):
         """reqs: {rid: (prompt, n_new)}; arrivals: {pass number: [rids]}
         (default: all at pass 0). Returns {rid: generated tokens}."""
         arrivals = arrivals or {0: list(reqs)}
         out = {r: [] for r in reqs}
-        done_pos = {r: 0 for r in reqs}     # prompt tokens prefilled
+        done_pos = {r: self._hit(r, reqs[r][0]) if self.radix is not None else 0 for r in reqs}  # prompt tokens prefilled
+        self.batch_reqs = {r: Req(r, reqs[r][0], out[r]) for r in reqs}
         waiting, running, k = [], [], 0
         while any(len(out[r]) < reqs[r][1] for r in reqs):
             waiting += arrivals.get(k, [])
@@ -310,11 +340,20 @@ class Runner:
             for i, r in enumerate(rids):
                 out[r].append(int(lg[i].argmax()))
             running = [r for r in running if len(out[r]) < reqs[r][1]]
+        for r in reqs if self.radix is not None else ():
+            kv = {L: (torch.cat(K), torch.cat(V)) for (rid, L), (K, V) in self.m.kv.items() if rid == r}
+            self.radix.append((reqs[r][0] + out[r][:-1], kv))
         for key in [key for key in self.m.kv if key[0] in reqs]:
             del self.m.kv[key]
         return out
 
     def _pass(self, rids, ids, pos, decode, lens, pre, seq):
-        forward_batch = ForwardBatch(list(rids), torch.tensor(ids), torch.tensor(pos), decode, lens, pre, seq)
         self.passes += 1
+        return self.forward_batch_generation(ScheduleBatch([self.batch_reqs[r] for r in rids]),
+                                             ForwardBatch(list(rids), torch.tensor(ids), torch.tensor(pos), decode,
+                                                          lens, pre, seq))
+
+    def forward_batch_generation(self, batch, forward_batch):
+        """SGLang's TpModelWorker.forward_batch_generation(batch): the
+        scheduler's batch a local of the frame that runs the model."""
         return self.m.forward(forward_batch.input_ids, forward_batch.positions, forward_batch).next_token_logits
