@@ -8,7 +8,7 @@
 # named tensor (1e-4) and bisect --reference finds no departure; batched
 # requests (one arriving in its own extend pass, one stopping after its first
 # token) get a trace each equal to their solo runs; a chunked prefill is one
-# step; a NaN in one request's row of a batched decode pass is named by bisect
+# step, decode passes between its chunks or not; a NaN in one request's row of a batched decode pass is named by bisect
 # in its trace only; a radix-cache hit is recorded whole and replays clean; a
 # start past 0 with no batch on the stack is not recorded; a failing recorder
 # leaves the answers alone; the launcher refuses what it cannot record

@@ -27,9 +27,12 @@ one copy. Each request's trace, DIR/<rid>.db, then gets its own rows. The
 token sampled at a step is the next step's input (the hooks never see the
 sampler), so a request's last token is not in its trace. An extend is held
 until the request's first decode pass (a prompt prefilled in chunks is one
-step); a request is closed when a decode pass runs without it, and at exit.
+step); a request is closed when a decode pass runs without it (unless its
+prompt is still being prefilled), and at exit.
 A prompt whose head hit the radix cache is recorded whole: the head's ids
-come from the scheduler's batch on the stack (_prefix_tokens).
+come from the scheduler's batch on the stack (_stack_reqs), which also
+tells a chunk of a prompt from its end, so a decode pass between a prompt's
+chunks does not end its trace.
 
 Not tried on SGLang itself: it has no CPU build on PyPI, so the tests run
 this recorder on a stand-in with SGLang's module layout and calling
@@ -71,12 +74,13 @@ def hook_factory(config):
 
 
 class _Request:
-    __slots__ = ("rec", "path", "pending", "decoded")
+    __slots__ = ("rec", "path", "pending", "decoded", "partial")
 
     def __init__(self, rec, path):
         self.rec, self.path = rec, path
         self.pending = None       # an extend not written yet: [tokens, pos0, stats, logits row]
         self.decoded = False
+        self.partial = False      # its pending extend is a chunk of a prompt that goes on
 
 
 class _Recorder(Taps, RequestTraces):
@@ -241,30 +245,38 @@ class _Recorder(Taps, RequestTraces):
         if rows > total:
             seg = torch.cat([seg, torch.full((rows - total,), n_req, dtype=torch.long)])
         self.cur_reqs = [str(r) for r in rids]
-        # a new request past position 0: its prompt's head came from the radix cache
-        pre = {} if decode else {r: int(n) for r, n in zip(self.cur_reqs, getattr(fb, "extend_prefix_lens_cpu", None) or ())
-                                 if int(n) > 0 and r not in self.reqs and r not in self.skipped}
+        # an extend's requests as the scheduler holds them: a new one past
+        # position 0 took its prompt's head from the radix cache (its ids), and
+        # one whose prompt goes on past this pass is in a chunked prefill
+        prefix, plen = {}, {}
+        if not decode:
+            held = self._stack_reqs(set(self.cur_reqs))
+            pl = getattr(fb, "extend_prefix_lens_cpu", None) or [0] * n_req
+            for r, n in zip(self.cur_reqs, pl):
+                q = held.get(r)
+                toks = list(getattr(q, "origin_input_ids", None) or ()) if q is not None else None
+                if toks is not None:
+                    plen[r] = len(toks)
+                    toks += list(getattr(q, "output_ids", None) or ())
+                if int(n) > 0 and r not in self.reqs and toks is not None and len(toks) >= int(n):
+                    prefix[r] = [int(t) for t in toks[: int(n)]]
         self.step = {"rids": self.cur_reqs, "counts": counts, "rows": rows, "n_req": n_req, "decode": decode,
-                     "ids": ids, "pos": pos, "prefix": self._prefix_tokens(pre) if pre else {}}
+                     "ids": ids, "pos": pos, "prefix": prefix, "plen": plen}
         self.red.begin(seg.to(ids.device, non_blocking=True), n_req + 1)
 
     @staticmethod
-    def _prefix_tokens(want):
-        """{rid: the first n token ids} for want {rid: n}: from the scheduler's
-        batch on the stack (the worker's forward_batch_generation(batch):
-        its reqs, each with origin_input_ids and output_ids)."""
+    def _stack_reqs(rids):
+        """{rid: SGLang's Req} for the rids a scheduler batch on the stack
+        holds (the worker's forward_batch_generation(batch): batch.reqs)."""
         f, out = sys._getframe(1), {}
-        while f is not None and len(out) < len(want):
+        while f is not None and len(out) < len(rids):
             for v in list(f.f_locals.values()):
                 reqs = getattr(v, "reqs", None)
-                if not isinstance(reqs, (list, tuple)):
-                    continue
-                for q in reqs:
-                    rid = str(getattr(q, "rid", ""))
-                    if rid in want and rid not in out:
-                        toks = list(getattr(q, "origin_input_ids", None) or ()) + list(getattr(q, "output_ids", None) or ())
-                        if len(toks) >= want[rid]:
-                            out[rid] = [int(t) for t in toks[: want[rid]]]
+                if isinstance(reqs, (list, tuple)):
+                    for q in reqs:
+                        rid = str(getattr(q, "rid", ""))
+                        if rid in rids:
+                            out.setdefault(rid, q)
             f = f.f_back
         return out
 
@@ -357,17 +369,17 @@ class _Recorder(Taps, RequestTraces):
                 continue
             try:
                 self._request_step(rid, ids[s0:s0 + n].tolist(), int(pos[s0]), stats[:, i, :], logits[i], st["decode"],
-                                   st["prefix"].get(rid))
+                                   st["prefix"].get(rid), st["plen"].get(rid))
             except L.BangtraceError as e:
                 log.warning("bangtrace: request %s: %s; its trace is closed", rid, e)
                 self._close(rid, "error")
                 self.skipped.add(rid)
         if st["decode"]:         # a decode pass runs every running request: one not in it has finished
             here = set(st["rids"])
-            for rid in [r for r, q in self.reqs.items() if r not in here and (q.decoded or q.pending)]:
+            for rid in [r for r, q in self.reqs.items() if r not in here and (q.decoded or q.pending) and not q.partial]:
                 self._close(rid, "ok")
 
-    def _request_step(self, rid, tokens, pos0, stats, row, decode, prefix=None):
+    def _request_step(self, rid, tokens, pos0, stats, row, decode, prefix=None, plen=None):
         r = self.reqs.get(rid)
         if r is None:
             if decode or (pos0 != 0 and (prefix is None or len(prefix) != pos0
@@ -388,6 +400,8 @@ class _Recorder(Taps, RequestTraces):
             else:
                 self._flush(r)
                 r.pending = [tokens, pos0, stats.copy(), row.copy()]
+            # more of the prompt to come (a chunked prefill): kept open across decode passes
+            r.partial = plen is not None and r.pending[1] + len(r.pending[0]) < plen
             return
         self._flush(r)
         r.decoded = True

@@ -187,6 +187,24 @@ def check(folder):
         ok("%s: a prompt prefilled in chunks of 4 (3 extend passes) is one step, equal to the unchunked run's "
            "(largest rel %.2g)" % (label, w))
 
+    # chunks of a long prompt with decode passes between them (req-a decoding
+    # while req-c is prefilled 4 tokens a pass): one step still, and req-c's
+    # trace is not ended by the decode passes that run without it
+    idir = os.path.join(WORK, label + "-interleaved")
+    runner, rec = hooked(folder, idir)
+    outs = runner.run({r: (PROMPTS[r], N_NEW) for r in ("req-a", "req-c")}, arrivals={0: ["req-a"], 2: ["req-c"]},
+                      chunk=4, interleave=True)
+    rec.close_all()
+    got = by_request(idir)
+    pc = got.get("req-c")
+    w = same_stats(label + " interleaved", pc, solo["req-c"][0]) if pc else None
+    if pc is None or outs["req-c"] != solo["req-c"][1] or w is None or w > 1e-4 or len(traces_in(idir)) != 2:
+        fail("%s interleaved chunks: traces %s, req-c answered %s (solo %s), departure %s"
+             % (label, sorted(got), outs["req-c"], solo["req-c"][1], w))
+    else:
+        ok("%s: a prompt prefilled in chunks with decode passes between them is one trace and one step, equal to "
+           "its solo run (largest rel %.2g)" % (label, w))
+
     # a NaN in request b's row of a batched decode pass
     ndir = os.path.join(WORK, label + "-nan")
     runner, rec = hooked(folder, ndir)

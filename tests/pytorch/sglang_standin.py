@@ -299,9 +299,11 @@ class Runner:
             self.m.kv[(rid, L)] = ([K[:best]], [V[:best]])
         return best
 
-    def run(self, reqs, arrivals=None, chunk=None):
+    def run(self, reqs, arrivals=None, chunk=None, interleave=False):
         """reqs: {rid: (prompt, n_new)}; arrivals: {pass number: [rids]}
-        (default: all at pass 0). Returns {rid: generated tokens}."""
+        (default: all at pass 0); interleave: a decode pass of the running
+        requests after every extend pass (a chunked prefill's chunks apart).
+        Returns {rid: generated tokens}."""
         arrivals = arrivals or {0: list(reqs)}
         out = {r: [] for r in reqs}
         done_pos = {r: self._hit(r, reqs[r][0]) if self.radix is not None else 0 for r in reqs}  # prompt tokens prefilled
@@ -330,7 +332,8 @@ class Runner:
                         running.append(r)
                 waiting = [r for r in waiting if done_pos[r] < len(reqs[r][0])]
                 running = [r for r in running if len(out[r]) < reqs[r][1]]
-                continue
+                if not interleave:
+                    continue
             if not running:
                 continue
             rids = list(running)
