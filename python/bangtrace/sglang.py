@@ -25,7 +25,8 @@ reduced per request when the logits processor's hook ends the pass, and the
 statistics, the logit rows, the input ids and positions come to the host in
 one copy. Each request's trace, DIR/<rid>.db, then gets its own rows. The
 token sampled at a step is the next step's input (the hooks never see the
-sampler), so a request's last token is not in its trace. An extend is held
+sampler); the last one is read from the scheduler's Req (its output_ids)
+when the trace closes. An extend is held
 until the request's first decode pass (a prompt prefilled in chunks is one
 step); a request is closed when a decode pass runs without it (unless its
 prompt is still being prefilled), and at exit.
@@ -74,13 +75,14 @@ def hook_factory(config):
 
 
 class _Request:
-    __slots__ = ("rec", "path", "pending", "decoded", "partial")
+    __slots__ = ("rec", "path", "pending", "decoded", "partial", "req")
 
     def __init__(self, rec, path):
         self.rec, self.path = rec, path
         self.pending = None       # an extend not written yet: [tokens, pos0, stats, logits row]
-        self.decoded = False
+        self.decoded = 0          # decode passes recorded (each fed the token the step before chose)
         self.partial = False      # its pending extend is a chunk of a prompt that goes on
+        self.req = None           # the scheduler's Req (its output_ids: the last token, at the close)
 
 
 class _Recorder(Taps, RequestTraces):
@@ -248,7 +250,7 @@ class _Recorder(Taps, RequestTraces):
         # an extend's requests as the scheduler holds them: a new one past
         # position 0 took its prompt's head from the radix cache (its ids), and
         # one whose prompt goes on past this pass is in a chunked prefill
-        prefix, plen = {}, {}
+        prefix, plen, held = {}, {}, {}
         if not decode:
             held = self._stack_reqs(set(self.cur_reqs))
             pl = getattr(fb, "extend_prefix_lens_cpu", None) or [0] * n_req
@@ -261,7 +263,7 @@ class _Recorder(Taps, RequestTraces):
                 if int(n) > 0 and r not in self.reqs and toks is not None and len(toks) >= int(n):
                     prefix[r] = [int(t) for t in toks[: int(n)]]
         self.step = {"rids": self.cur_reqs, "counts": counts, "rows": rows, "n_req": n_req, "decode": decode,
-                     "ids": ids, "pos": pos, "prefix": prefix, "plen": plen}
+                     "ids": ids, "pos": pos, "prefix": prefix, "plen": plen, "held": held}
         self.red.begin(seg.to(ids.device, non_blocking=True), n_req + 1)
 
     @staticmethod
@@ -369,7 +371,7 @@ class _Recorder(Taps, RequestTraces):
                 continue
             try:
                 self._request_step(rid, ids[s0:s0 + n].tolist(), int(pos[s0]), stats[:, i, :], logits[i], st["decode"],
-                                   st["prefix"].get(rid), st["plen"].get(rid))
+                                   st["prefix"].get(rid), st["plen"].get(rid), st["held"].get(rid))
             except L.BangtraceError as e:
                 log.warning("bangtrace: request %s: %s; its trace is closed", rid, e)
                 self._close(rid, "error")
@@ -379,7 +381,7 @@ class _Recorder(Taps, RequestTraces):
             for rid in [r for r, q in self.reqs.items() if r not in here and (q.decoded or q.pending) and not q.partial]:
                 self._close(rid, "ok")
 
-    def _request_step(self, rid, tokens, pos0, stats, row, decode, prefix=None, plen=None):
+    def _request_step(self, rid, tokens, pos0, stats, row, decode, prefix=None, plen=None, req=None):
         r = self.reqs.get(rid)
         if r is None:
             if decode or (pos0 != 0 and (prefix is None or len(prefix) != pos0
@@ -392,6 +394,8 @@ class _Recorder(Taps, RequestTraces):
             r = self.reqs[rid] = self._open(rid)
             if pos0 != 0:
                 r.rec.cached_prefix(prefix)      # SGLang's radix cache held the prompt's head
+        if req is not None:
+            r.req = req
         if not decode:
             p = r.pending
             if p is not None and pos0 == p[1] + len(p[0]):           # the next chunk of a prefill
@@ -404,7 +408,7 @@ class _Recorder(Taps, RequestTraces):
             r.partial = plen is not None and r.pending[1] + len(r.pending[0]) < plen
             return
         self._flush(r)
-        r.decoded = True
+        r.decoded += 1                   # its input: the token the last step chose
         self._forward(r, tokens, pos0, stats, row)
 
     def _forward(self, r, tokens, pos0, stats, row):
@@ -430,8 +434,13 @@ class _Recorder(Taps, RequestTraces):
             self.root = self.root or object()
 
     def _before_close(self, rid, r, status):
-        if status == "ok":
-            self._flush(r)
+        if status != "ok":
+            return
+        self._flush(r)
+        # the last step's token, which no later pass fed back: the scheduler's Req has it by now
+        out = list(getattr(r.req, "output_ids", None) or ()) if r.req is not None else []
+        if len(out) > r.decoded:
+            r.rec.sampled(int(out[r.decoded]))
 
 
 # -- the launcher --

@@ -3,8 +3,8 @@
 model runner, hooked through SGLang's own hook_manager.py (HOOK_MANAGER,
 from its wheel). Checks per folder (tiny llama, qwen3):
 1. one request alone: its trace holds its prompt and every generated token
-   but the last (the next pass's input is how the hooks learn a sampled
-   token); the prefill statistics agree with `bangtrace forward --dump`
+   (the next pass's input is how the hooks learn a sampled token, the
+   scheduler's Req the last one); the prefill statistics agree with `bangtrace forward --dump`
    within 1e-4 per named tensor, every name on both sides, every tensor at
    every step; `bisect --reference` finds no departure.
 2. requests batched (two from the start, one arriving while they decode in
@@ -122,7 +122,7 @@ def check(folder):
             continue
         solo[rid] = (path, out)
         p, g, meta = trace_tokens(path)
-        if (p, g) != (prompt, out[:-1]):
+        if (p, g) != (prompt, out):
             fail("%s: %s's trace holds prompt %s gen %s; the runner ran %s -> %s" % (label, rid, p, g, prompt, out))
         if meta.get("engine") != "sglang" or meta.get("status") != "ok":
             fail("%s: %s's trace meta engine %r status %r" % (label, rid, meta.get("engine"), meta.get("status")))
@@ -137,12 +137,12 @@ def check(folder):
     if ref is not None and st:
         worst, where = compare(label, names, st[0][3], ref, absent_ok=("logits",))
         ok("%s: the prefill's statistics of %d tensors agree with the native engine's (largest rel %.2g at %s); "
-           "the trace holds the prompt and the tokens sampled before the last pass" % (label, len(names) - 1, worst, where))
+           "the trace holds the prompt and every generated token (the last from the scheduler's Req)" % (label, len(names) - 1, worst, where))
         for k, s in enumerate(st):
             bad = [names[i] for i in range(len(names)) if s[3][i][_lib.STAT_N] < 0 and (names[i] != "logits" or k > 0)]
             if bad:
                 fail("%s: step %d misses %s" % (label, k, bad[:4]))
-    stays_exact(label + " sglang", path, "sglang", N_NEW - 1)
+    stays_exact(label + " sglang", path, "sglang", N_NEW)
 
     # batched: a and b from the start, c arriving while they decode, d stopping after its first token
     bdir = os.path.join(WORK, label + "-batch")
@@ -154,7 +154,7 @@ def check(folder):
     worst = 0.0
     for rid, (spath, sout) in solo.items():
         path = got.get(rid)
-        want_gen = (sout[:1] if rid == "req-d" else sout)[:-1]
+        want_gen = sout[:1] if rid == "req-d" else sout
         if path is None or trace_tokens(path)[:2] != (PROMPTS[rid], want_gen) or outs[rid] != sout[:len(outs[rid])]:
             fail("%s batched: %s's trace %s holds %s; the runner answered %s, solo %s" % (
                 label, rid, path, path and trace_tokens(path)[:2], outs[rid], sout))
@@ -243,13 +243,13 @@ def check(folder):
     prec.close_all()
     path = by_request(xdir).get("req-e")
     st = steps_of(path) if path else []
-    if not path or trace_tokens(path)[:2] != (e_prompt, out[:-1]) or out != alone or not st or st[0][2] != 6:
+    if not path or trace_tokens(path)[:2] != (e_prompt, out) or out != alone or not st or st[0][2] != 6:
         fail("%s radix hit: trace %s holds %s, first forward %s; answered %s, without the cache %s"
              % (label, path, path and trace_tokens(path)[:2], st[0][1:3] if st else None, out, alone))
     else:
         ok("%s: a prompt whose first 6 tokens hit the radix cache is recorded whole (its first forward at position "
            "6, the head's ids from the scheduler's batch), its answer the uncached one's" % label)
-        stays_exact(label + " radix hit", path, "sglang", N_NEW - 1)
+        stays_exact(label + " radix hit", path, "sglang", N_NEW)
     # a request past position 0 whose head no batch on the stack holds; a recorder failing at a pass
     rdir = os.path.join(WORK, label + "-radix")
     runner, rec = hooked(folder, rdir)
@@ -269,7 +269,7 @@ def check(folder):
     got = by_request(rdir)
     sb, sc = got.get("req-b"), got.get("req-c")
     if out != solo["req-b"][1] or nxt != solo["req-c"][1] or not sb or trace_tokens(sb)[2].get("status") != "error" \
-            or not sc or trace_tokens(sc)[2].get("status") != "ok" or trace_tokens(sc)[1] != nxt[:-1]:
+            or not sc or trace_tokens(sc)[2].get("status") != "ok" or trace_tokens(sc)[1] != nxt:
         fail("%s failure: answers %s %s (solo %s %s), traces %s" % (label, out, nxt, solo["req-b"][1], solo["req-c"][1],
                                                                   {k: trace_tokens(v)[2].get("status") for k, v in got.items()}))
     else:
