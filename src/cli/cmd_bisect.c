@@ -319,7 +319,8 @@ static void print_analysis(const bisect_opts *o, const bt_analysis *x, const bt_
         else
             bt_text_printf(stdout, "first non-finite: step %d, position %d, layer %s, op %s (%s), index %d", f->step, f->pos, l,
                            f->op, f->tensor, f->first_bad_index);
-        if (x->spec.present) bt_text_printf(stdout, ", %s's %s", f->model, pass_name(f->kind));
+        if (x->spec.present)
+            bt_text_printf(stdout, ", %s's %s", !strcmp(f->model, "draft") ? "drafter" : f->model, pass_name(f->kind));
         bt_text_printf(stdout, ": ");
         bt_bad_tensor_print_counts(stdout, f);
         bt_text_printf(stdout, "\n");
