@@ -751,6 +751,29 @@ static int cpu_ssm_conv(bt_backend *be, bt_buf *out, bt_buf *x, bt_buf *state, s
     return BT_OK;
 }
 
+/* host_for: the items taken in turn by the pool's threads. */
+typedef struct host_job {
+    void (*fn)(void *arg, int i, int ith);
+    void *arg;
+    int n;
+    _Atomic int next;
+} host_job;
+
+static void host_worker(void *arg, int ith, int nth)
+{
+    (void)nth;
+    host_job *j = arg;
+    for (int i; (i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n;) j->fn(j->arg, i, ith);
+}
+
+static void cpu_host_for(bt_backend *be, int n, void (*fn)(void *arg, int i, int ith), void *arg)
+{
+    host_job j = { .fn = fn, .arg = arg, .n = n };
+    atomic_init(&j.next, 0);
+    if (n == 1) fn(arg, 0, 0);
+    else bt_pool_run(CTX(be)->pool, host_worker, &j);
+}
+
 /* The delta rule over T tokens, value heads taken in turn by the pool's
  * threads (a head's state is its own across the tokens; a head's tokens
  * run in order). Per head and token, with S the head's dk x dv state:
@@ -921,6 +944,7 @@ static const struct bt_backend_i cpu_iface = {
     .gdn_gates = cpu_gdn_gates,
     .ssm_conv = cpu_ssm_conv,
     .gdn_recur = cpu_gdn_recur,
+    .host_for = cpu_host_for,
     .rope_neox_part = cpu_rope_neox_part,
     .attention_sinks = cpu_attention,
     .swiglu_oai = cpu_swiglu_oai,

@@ -279,6 +279,14 @@ struct bt_backend_i {
      * limit), y = clamp(up, -limit, limit), out = x / (1 + exp(-alpha x)) *
      * (y + 1). out may be gate. */
     int (*swiglu_oai)(bt_backend *be, bt_buf *out, bt_buf *gate, bt_buf *up, size_t n, float alpha, float limit);
+
+    /* ---- ABI 7: host work on the backend's threads ----
+     * optional: fn(arg, i, ith) for every i < n, spread over the backend's
+     * host threads (ith < bt_backend_threads: the calling thread's scratch
+     * index), returning when all are done; each i's work is its own, so the
+     * result does not depend on who ran it. NULL: the engine runs them in
+     * turn (the host parts of multi-head latent attention, engine/mla.c). */
+    void (*host_for)(bt_backend *be, int n, void (*fn)(void *arg, int i, int ith), void *arg);
 };
 
 /* Every backend handle starts with its vtable; the rest is the backend's. */
@@ -301,7 +309,7 @@ struct bt_backend {
  * ssm_conv, gdn_recur, rope_neox_part; 5: bt_attn_args.blocks and
  * block_size, buf_view; 6: bt_attn_args.sinks, sinks_off, window, sink_p,
  * attention_sinks, swiglu_oai); hooks are only ever added at the end. */
-#define BT_BACKEND_ABI_VERSION 6
+#define BT_BACKEND_ABI_VERSION 7
 #define BT_BACKEND_PLUGIN_ENTRY "bt_backend_plugin_init"
 typedef int (*bt_backend_plugin_init_fn)(int abi_version, int device, bt_backend **out, char *err, size_t errcap);
 int bt_backend_plugin_init(int abi_version, int device, bt_backend **out, char *err, size_t errcap);

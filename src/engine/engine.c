@@ -323,7 +323,8 @@ struct bt_engine {
     float **m_own;     /* (2 * n_layers) f32 copies of quantized up-projections, else NULL */
     float **m_bias;    /* (n_layers) exp_probs_b as f32, or NULL */
     float *m_cos, *m_sin;      /* (ctx_len, rope/2) YaRN tables, magnitude folded in */
-    float *m_scores;   /* (ctx_len) */
+    float *m_scores;   /* (m_threads, ctx_len) */
+    int m_threads;     /* the host threads the MLA work items run on (bt_backend_i.host_for) */
     float m_kq_scale;
 };
 
@@ -604,7 +605,8 @@ static int mla_alloc(bt_engine *e)
         return bt_error(rc, "out of memory for the latent attention's run state (batch %zu)", B);
     e->m_cos = malloc((size_t)e->ctx_len * half * sizeof(float));
     e->m_sin = malloc((size_t)e->ctx_len * half * sizeof(float));
-    e->m_scores = malloc((size_t)e->ctx_len * sizeof(float));
+    e->m_threads = e->bi->host_for ? BT_MAX(1, bt_backend_threads(e->be)) : 1;
+    e->m_scores = malloc((size_t)e->ctx_len * e->m_threads * sizeof(float));   /* a row per host thread */
     if (!e->m_cos || !e->m_sin || !e->m_scores) return bt_error(BT_ENOMEM, "out of memory");
     bt_mla_rope_table(c, e->ctx_len, e->m_cos, e->m_sin);
     e->m_kq_scale = bt_mla_kq_scale(c);
@@ -1316,6 +1318,14 @@ static int gdn_layer(bt_engine *e, int l, int T)
 
 static void state_sizes(const bt_engine *e, size_t *ns, size_t *nc);
 
+/* bt_mla_runner's for_each: the backend's host threads, or in turn. */
+static void mla_for_each(void *ctx, int n, void (*fn)(void *arg, int i, int ith), void *arg)
+{
+    bt_engine *e = ctx;
+    if (e->bi->host_for && e->m_threads > 1) e->bi->host_for(e->be, n, fn, arg);
+    else for (int i = 0; i < n; i++) fn(arg, i, 0);
+}
+
 /* One multi-head latent attention layer over e->xb (T rows of one
  * sequence): leaves the output projection in e->attn_out. The
  * projections and norms run on the backend, rope, the cache append and the
@@ -1376,14 +1386,15 @@ static int mla_layer(bt_engine *e, int l, int T)
     /* the cache append after the tap: an injected latent is what it carries */
     float *slab = cache + (size_t)(l - e->layer0) * e->cache_rows * lat;   /* an MTP engine caches its block only */
     memcpy(slab + (size_t)pos0 * lat, lr, (size_t)T * lat * sizeof(float));
+    bt_mla_runner run = { mla_for_each, e };     /* per (row, head) on the backend's host threads */
     MMARK(BT_OP_ATTN_Q_ABS);
-    bt_mla_absorb(c, &e->m_w[l], q, T, qabs);
+    bt_mla_absorb(c, &e->m_w[l], q, T, qabs, &run);
     MTAP(BT_OP_ATTN_Q_ABS, e->m_qabs, H * lat);
     MMARK(BT_OP_ATTN_CTX_LATENT);
-    bt_mla_attend(c, qabs, slab, T, pos0, e->m_kq_scale, e->m_scores, ctxl);
+    bt_mla_attend(c, qabs, slab, T, pos0, e->m_kq_scale, e->m_scores, (size_t)e->ctx_len, ctxl, &run);
     MTAP(BT_OP_ATTN_CTX_LATENT, e->m_ctxl, H * kvl);
     MMARK(BT_OP_ATTN_CTX);
-    bt_mla_up_v(c, &e->m_w[l], ctxl, T, ctx);
+    bt_mla_up_v(c, &e->m_w[l], ctxl, T, ctx, &run);
     MTAP(BT_OP_ATTN_CTX, e->m_ctx, H * vd);
     MMARK(BT_OP_ATTN_OUTPUT);
     if ((rc = mm(e, L->wo.type, W->wo, dim, H * vd, e->m_ctx, 0, T, e->attn_out))) return rc;

@@ -77,60 +77,98 @@ void bt_mla_rope(const bt_config *c, float *x, int n, size_t stride, int heads, 
     }
 }
 
-void bt_mla_absorb(const bt_config *c, const bt_mla_w *w, const float *q, int T, float *qabs)
+/* The three below as work items, one per (row, head). */
+typedef struct mla_job {
+    const bt_config *c;
+    const bt_mla_w *w;
+    const float *in, *cache;
+    float *out, *scores;
+    size_t ld;
+    int pos0;
+    float kq_scale;
+} mla_job;
+
+static void run_items(const bt_mla_runner *run, int n, void (*fn)(void *arg, int i, int ith), mla_job *j)
 {
+    if (run && run->for_each) run->for_each(run->ctx, n, fn, j);
+    else for (int i = 0; i < n; i++) fn(j, i, 0);
+}
+
+static void absorb_item(void *arg, int i, int ith)
+{
+    (void)ith;
+    const mla_job *j = arg;
+    const bt_config *c = j->c;
+    const bt_mla_w *w = j->w;
     int H = c->n_heads, hd = c->head_dim, nr = c->rope_dim, nope = hd - nr, kvl = c->kv_lora_rank, lat = kvl + nr;
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < H; h++) {
-            const float *qh = q + ((size_t)t * H + h) * hd;
-            float *o = qabs + ((size_t)t * H + h) * lat;
-            const float *wk = w->k + (size_t)h * w->kh;
-            if (w->kq) {        /* attn_k_b's rows as stored: one kernel dot a latent dim */
-                const uint8_t *rows = w->kq + (size_t)h * kvl * w->krow;
-                for (int r = 0; r < kvl; r++) o[r] = bt_vec_dot(w->qtype, rows + (size_t)r * w->krow, qh, nope);
-            } else if (w->kd == 1) {   /* rows of nope (attn_k_b): one dot a latent dim, the kernels' canonical order */
-                bt_dot_rows_f32(wk, (int64_t)w->kr, qh, nope, kvl, o);
-            } else {            /* rows of kv_lora (attn_kv_b's key rows): q's dims weighting them in order */
-                for (int r = 0; r < kvl; r++) o[r] = 0;
-                bt_wsum_f32(o, qh, 1.0f, wk, (int64_t)w->kd, nope, kvl);
-            }
-            for (int i = 0; i < nr; i++) o[kvl + i] = qh[nope + i];
-        }
+    int h = i % H;
+    const float *qh = j->in + (size_t)i * hd;
+    float *o = j->out + (size_t)i * lat;
+    const float *wk = w->k + (size_t)h * w->kh;
+    if (w->kq) {        /* attn_k_b's rows as stored: one kernel dot a latent dim */
+        const uint8_t *rows = w->kq + (size_t)h * kvl * w->krow;
+        for (int r = 0; r < kvl; r++) o[r] = bt_vec_dot(w->qtype, rows + (size_t)r * w->krow, qh, nope);
+    } else if (w->kd == 1) {   /* rows of nope (attn_k_b): one dot a latent dim, the kernels' canonical order */
+        bt_dot_rows_f32(wk, (int64_t)w->kr, qh, nope, kvl, o);
+    } else {            /* rows of kv_lora (attn_kv_b's key rows): q's dims weighting them in order */
+        for (int r = 0; r < kvl; r++) o[r] = 0;
+        bt_wsum_f32(o, qh, 1.0f, wk, (int64_t)w->kd, nope, kvl);
+    }
+    for (int r = 0; r < nr; r++) o[kvl + r] = qh[nope + r];
+}
+
+void bt_mla_absorb(const bt_config *c, const bt_mla_w *w, const float *q, int T, float *qabs, const bt_mla_runner *run)
+{
+    mla_job j = { .c = c, .w = w, .in = q, .out = qabs };
+    run_items(run, T * c->n_heads, absorb_item, &j);
+}
+
+static void attend_item(void *arg, int i, int ith)
+{
+    const mla_job *j = arg;
+    const bt_config *c = j->c;
+    int H = c->n_heads, kvl = c->kv_lora_rank, lat = kvl + c->rope_dim;
+    int n = j->pos0 + i / H + 1;
+    const float *qh = j->in + (size_t)i * lat;
+    float *scores = j->scores + (size_t)ith * j->ld;
+    /* the CPU backend's attention loops: dots in the kernels' canonical
+     * order, libm's expf, the weighted sum's plain loop */
+    bt_dot_rows_f32(j->cache, lat, qh, lat, n, scores);
+    bt_exp_sub_f32(scores, n, bt_scale_max_f32(scores, n, j->kq_scale));
+    float sum = 0;
+    for (int s = 0; s < n; s++) sum += scores[s];
+    float *o = j->out + (size_t)i * kvl;
+    for (int r = 0; r < kvl; r++) o[r] = 0;
+    bt_wsum_f32(o, scores, 1.0f / sum, j->cache, lat, n, kvl);
 }
 
 void bt_mla_attend(const bt_config *c, const float *qabs, const float *cache, int T, int pos0, float kq_scale,
-                   float *scores, float *ctxl)
+                   float *scores, size_t ld, float *ctxl, const bt_mla_runner *run)
 {
-    int H = c->n_heads, kvl = c->kv_lora_rank, lat = kvl + c->rope_dim;
-    for (int t = 0; t < T; t++) {
-        int n = pos0 + t + 1;
-        for (int h = 0; h < H; h++) {
-            const float *qh = qabs + ((size_t)t * H + h) * lat;
-            /* the CPU backend's attention loops: dots in the kernels'
-             * canonical order, libm's expf, the weighted sum's plain loop */
-            bt_dot_rows_f32(cache, lat, qh, lat, n, scores);
-            bt_exp_sub_f32(scores, n, bt_scale_max_f32(scores, n, kq_scale));
-            float sum = 0;
-            for (int s = 0; s < n; s++) sum += scores[s];
-            float *o = ctxl + ((size_t)t * H + h) * kvl;
-            for (int r = 0; r < kvl; r++) o[r] = 0;
-            bt_wsum_f32(o, scores, 1.0f / sum, cache, lat, n, kvl);
-        }
+    mla_job j = { .c = c, .in = qabs, .cache = cache, .out = ctxl, .scores = scores, .ld = ld, .pos0 = pos0,
+                  .kq_scale = kq_scale };
+    run_items(run, T * c->n_heads, attend_item, &j);
+}
+
+static void up_v_item(void *arg, int i, int ith)
+{
+    (void)ith;
+    const mla_job *j = arg;
+    const bt_config *c = j->c;
+    const bt_mla_w *w = j->w;
+    int H = c->n_heads, kvl = c->kv_lora_rank, vd = c->mla_v_dim, h = i % H;
+    const float *x = j->in + (size_t)i * kvl;
+    float *o = j->out + (size_t)i * vd;
+    if (w->vq) {   /* attn_v_b's rows as stored */
+        const uint8_t *rows = w->vq + (size_t)h * vd * w->vrow;
+        for (int r = 0; r < vd; r++) o[r] = bt_vec_dot(w->qtype, rows + (size_t)r * w->vrow, x, kvl);
+    } else {       /* both layouts keep a value row's kv_lora contiguous (vr 1) */
+        bt_dot_rows_f32(w->v + (size_t)h * w->vh, (int64_t)w->vj, x, kvl, vd, o);
     }
 }
 
-void bt_mla_up_v(const bt_config *c, const bt_mla_w *w, const float *ctxl, int T, float *ctx)
+void bt_mla_up_v(const bt_config *c, const bt_mla_w *w, const float *ctxl, int T, float *ctx, const bt_mla_runner *run)
 {
-    int H = c->n_heads, kvl = c->kv_lora_rank, vd = c->mla_v_dim;
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < H; h++) {
-            const float *x = ctxl + ((size_t)t * H + h) * kvl;
-            float *o = ctx + ((size_t)t * H + h) * vd;
-            if (w->vq) {   /* attn_v_b's rows as stored */
-                const uint8_t *rows = w->vq + (size_t)h * vd * w->vrow;
-                for (int j = 0; j < vd; j++) o[j] = bt_vec_dot(w->qtype, rows + (size_t)j * w->vrow, x, kvl);
-            } else {       /* both layouts keep a value row's kv_lora contiguous (vr 1) */
-                bt_dot_rows_f32(w->v + (size_t)h * w->vh, (int64_t)w->vj, x, kvl, vd, o);
-            }
-        }
+    mla_job j = { .c = c, .w = w, .in = ctxl, .out = ctx };
+    run_items(run, T * c->n_heads, up_v_item, &j);
 }

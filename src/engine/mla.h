@@ -53,17 +53,27 @@ float bt_mla_kq_scale(const bt_config *c);
 void bt_mla_rope(const bt_config *c, float *x, int n, size_t stride, int heads, size_t hstride, size_t off, int pos0,
                  const float *cos_, const float *sin_);
 
+/* Where the per-(row, head) work of the three below runs: for(ctx, n, fn,
+ * arg) calls fn(arg, i, ith) for every i < n, ith < nth the runner's thread
+ * (its scratch); each i's result is its own, so the bits do not depend on
+ * the runner. NULL: in turn, on this thread. */
+typedef struct bt_mla_runner {
+    void (*for_each)(void *ctx, int n, void (*fn)(void *arg, int i, int ith), void *arg);
+    void *ctx;
+} bt_mla_runner;
+
 /* The absorbed queries of T rows: q (T, n_heads*head_dim, roped) into
  * qabs (T, n_heads*(kv_lora + rope_dim)). */
-void bt_mla_absorb(const bt_config *c, const bt_mla_w *w, const float *q, int T, float *qabs);
+void bt_mla_absorb(const bt_config *c, const bt_mla_w *w, const float *q, int T, float *qabs, const bt_mla_runner *run);
 
 /* Causal attention of T absorbed query rows at pos0.. over the cached
  * latent rows 0..pos (cache: (ctx, kv_lora + rope_dim)): ctxl (T,
- * n_heads*kv_lora). scores: pos0 + T floats of scratch. */
+ * n_heads*kv_lora). scores: scratch of ld floats (>= pos0 + T) for each of
+ * the runner's threads. */
 void bt_mla_attend(const bt_config *c, const float *qabs, const float *cache, int T, int pos0, float kq_scale,
-                   float *scores, float *ctxl);
+                   float *scores, size_t ld, float *ctxl, const bt_mla_runner *run);
 
 /* ctx (T, n_heads*v_dim) = W_v,h ctxl_h per head. */
-void bt_mla_up_v(const bt_config *c, const bt_mla_w *w, const float *ctxl, int T, float *ctx);
+void bt_mla_up_v(const bt_config *c, const bt_mla_w *w, const float *ctxl, int T, float *ctx, const bt_mla_runner *run);
 
 #endif
