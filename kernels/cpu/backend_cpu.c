@@ -700,36 +700,34 @@ static int cpu_gdn_gates(bt_backend *be, bt_buf *beta, bt_buf *alpha, bt_buf *ve
     return BT_OK;
 }
 
-/* The causal conv over channel blocks, one block to a pool thread at a
- * time (a channel's sum is its own: the bits do not depend on who runs it). */
+static void cpu_host_for(bt_backend *be, int n, void (*fn)(void *arg, int i, int ith), void *arg);
+
+/* The causal conv over blocks of channels, host_for's items (a channel's
+ * sum is its own: the bits do not depend on who runs it). */
 typedef struct conv_job {
     float *o;
     const float *st, *w, *xp;
     int T, C, K;
-    _Atomic int next;
 } conv_job;
 
 #define CONV_BLOCK 256
 
-static void conv_worker(void *arg, int ith, int nth)
+static void conv_item(void *arg, int b, int ith)
 {
-    (void)ith; (void)nth;
-    conv_job *j = arg;
-    int T = j->T, C = j->C, K = j->K;
-    for (int b; (b = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) * CONV_BLOCK < C;) {
-        int c0 = b * CONV_BLOCK, c1 = BT_MIN(C, c0 + CONV_BLOCK);
-        /* input row j of the window (j < K-1: the state; then x's rows) */
-        for (int t = 0; t < T; t++)
-            for (int c = c0; c < c1; c++) {
-                float acc = 0.0f;
-                for (int k = 0; k < K; k++) {
-                    int r = t + k;   /* row in [state (K-1 rows), x (T rows)] */
-                    float in = r < K - 1 ? j->st[(size_t)r * C + c] : j->xp[(size_t)(r - (K - 1)) * C + c];
-                    acc += in * j->w[(size_t)c * K + k];
-                }
-                j->o[(size_t)t * C + c] = siluf_(acc);
+    (void)ith;
+    const conv_job *j = arg;
+    int T = j->T, C = j->C, K = j->K, c0 = b * CONV_BLOCK, c1 = BT_MIN(C, c0 + CONV_BLOCK);
+    /* input row j of the window (j < K-1: the state; then x's rows) */
+    for (int t = 0; t < T; t++)
+        for (int c = c0; c < c1; c++) {
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++) {
+                int r = t + k;   /* row in [state (K-1 rows), x (T rows)] */
+                float in = r < K - 1 ? j->st[(size_t)r * C + c] : j->xp[(size_t)(r - (K - 1)) * C + c];
+                acc += in * j->w[(size_t)c * K + k];
             }
-    }
+            j->o[(size_t)t * C + c] = siluf_(acc);
+        }
 }
 
 static int cpu_ssm_conv(bt_backend *be, bt_buf *out, bt_buf *x, bt_buf *state, size_t state_off, bt_buf *vec,
@@ -738,8 +736,7 @@ static int cpu_ssm_conv(bt_backend *be, bt_buf *out, bt_buf *x, bt_buf *state, s
     float *st = F(state) + state_off;
     const float *xp = F(x);
     conv_job j = { .o = F(out), .st = st, .w = F(vec) + w_off, .xp = xp, .T = T, .C = C, .K = K };
-    atomic_init(&j.next, 0);
-    bt_pool_run(CTX(be)->pool, conv_worker, &j);
+    cpu_host_for(be, (C + CONV_BLOCK - 1) / CONV_BLOCK, conv_item, &j);
     /* the new state: the last K-1 rows of [state, x] */
     int keep = K - 1;
     if (T >= keep) {

@@ -1318,12 +1318,11 @@ static int gdn_layer(bt_engine *e, int l, int T)
 
 static void state_sizes(const bt_engine *e, size_t *ns, size_t *nc);
 
-/* bt_mla_runner's for_each: the backend's host threads, or in turn. */
+/* bt_mla_runner's for_each: the backend's host threads. */
 static void mla_for_each(void *ctx, int n, void (*fn)(void *arg, int i, int ith), void *arg)
 {
     bt_engine *e = ctx;
-    if (e->bi->host_for && e->m_threads > 1) e->bi->host_for(e->be, n, fn, arg);
-    else for (int i = 0; i < n; i++) fn(arg, i, 0);
+    e->bi->host_for(e->be, n, fn, arg);
 }
 
 /* One multi-head latent attention layer over e->xb (T rows of one
@@ -1386,7 +1385,8 @@ static int mla_layer(bt_engine *e, int l, int T)
     /* the cache append after the tap: an injected latent is what it carries */
     float *slab = cache + (size_t)(l - e->layer0) * e->cache_rows * lat;   /* an MTP engine caches its block only */
     memcpy(slab + (size_t)pos0 * lat, lr, (size_t)T * lat * sizeof(float));
-    bt_mla_runner run = { mla_for_each, e };     /* per (row, head) on the backend's host threads */
+    /* per (row, head) on the backend's host threads; one thread: in turn, here */
+    bt_mla_runner run = { e->m_threads > 1 ? mla_for_each : NULL, e };
     MMARK(BT_OP_ATTN_Q_ABS);
     bt_mla_absorb(c, &e->m_w[l], q, T, qabs, &run);
     MTAP(BT_OP_ATTN_Q_ABS, e->m_qabs, H * lat);

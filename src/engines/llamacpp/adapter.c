@@ -488,6 +488,16 @@ static int lc_attach_pool(lc_impl *L, int n_threads)
     return BT_OK;
 }
 
+/* What a tap state holds of its own: the probe's nodes, the name table,
+ * the extra tensors, the copy scratch. */
+static void lc_taps_free(lc_impl *L)
+{
+    free(L->nodes);
+    free(L->entries);
+    free(L->extra);
+    free(L->scratch);
+}
+
 static void lc_destroy(lc_impl *L)
 {
     if (!L) return;
@@ -495,10 +505,7 @@ static void lc_destroy(lc_impl *L)
     if (L->ctx) llama_free(L->ctx);
     if (L->pool) ggml_threadpool_free(L->pool);
     if (L->model) llama_model_free(L->model);
-    free(L->nodes);
-    free(L->entries);
-    free(L->extra);
-    free(L->scratch);
+    lc_taps_free(L);
     pthread_mutex_destroy(&L->mu);
     free(L);
 }
@@ -882,13 +889,8 @@ static void mtp_free(void *impl)
     if (M->b) llama_batch_ext_free(M->b);
     if (M->ctx) llama_free(M->ctx);
     free(M->hid);
-    if (M->tp) {
-        free(M->tp->nodes);
-        free(M->tp->entries);
-        free(M->tp->extra);
-        free(M->tp->scratch);
-        free(M->tp);
-    }
+    if (M->tp) lc_taps_free(M->tp);
+    free(M->tp);
     lc_impl *L = M->L;
     free(M);
     if (L) lc_unref(L);
