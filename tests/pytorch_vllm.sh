@@ -16,8 +16,9 @@
 # reused state slot is named by bisect --reference; Qwen3-Next records with
 # no departure, and with tied embeddings (vLLM leaves its lm_head zero) its
 # wall of id 0 is named as constant logits; DeepSeek-V3 (MLA, MoE) in f32
-# agrees but for the ops inside vLLM's MLA and MoE kernels, and a NaN in
-# its latent is named; gpt-oss in f32 agrees but for its experts' ops and
+# on vLLM's reference CPU MLA backend agrees but for the ops inside vLLM's
+# MLA and MoE kernels, and a NaN in its latent is named, and in bf16 on
+# vLLM's default MLA backend (AMX where the CPU has it) no op departs; gpt-oss in f32 agrees but for its experts' ops and
 # the sinks' share (tests/pytorch/vllm_check.py). The environment is tools/torch-env's;
 # SKIP only when it cannot be had.
 . "${BT_SRCDIR:-.}/tests/lib.sh"
@@ -44,7 +45,7 @@ PY
     --seed 3 > "$TMP/h.log" 2>&1 || fail "make-tiny-hybrid.py --arch qwen3next --untied: $(tail -n 1 "$TMP/h.log")"
 "$py" "$BT_SRCDIR/tools/make-tiny-hybrid.py" "$TMP/qwen3next-tied" --format hf --arch qwen3next --head-dim 64 --mtp 0 \
     --seed 3 > "$TMP/h.log" 2>&1 || fail "make-tiny-hybrid.py --arch qwen3next: $(tail -n 1 "$TMP/h.log")"
-# DeepSeek-V3 (MLA; vLLM's CPU MLA kernel takes a latent of 512 + 64 only)
+# DeepSeek-V3 (MLA; vLLM's CPU MLA kernels take a latent of 512 + 64 only, its AMX one head dims of 32x)
 "$py" "$BT_SRCDIR/tools/make-tiny-deepseek2.py" "$TMP/deepseek" --format hf --shape vllm --q-lora 0 --seed 2 \
     > "$TMP/d.log" 2>&1 || fail "make-tiny-deepseek2.py --shape vllm: $(tail -n 1 "$TMP/d.log")"
 # gpt-oss (sinks, sliding-window layers; f32 experts: vLLM's CPU build has no MXFP4 kernel)

@@ -34,8 +34,9 @@ both layouts. Weights are Gaussian with std 1/sqrt(fan_in), norm weights
 GPT-2 vocabulary); the embeddings are tied to the output.
 
 --shape vllm is that model with DeepSeek's own latent, 512 + 64 rotated
-dims (vLLM's CPU MLA kernel takes no other), and an output projection of
-its own (untied, as DeepSeek's checkpoints are; vLLM's DeepSeek ignores
+dims (vLLM's CPU MLA kernels take no other), unrotated query/key and value
+dims of 32 (its AMX MLA kernel packs no fewer), and an output projection of its own
+(untied, as DeepSeek's checkpoints are; vLLM's DeepSeek ignores
 tie_word_embeddings); --shape bench a scaled-down DeepSeek-V2-Lite (GGUF).
 
 --mtp 1 appends an MTP (nextn) block after the trunk, as DeepSeek-V3 ships
@@ -93,9 +94,11 @@ def die(msg):
 SHAPES = {"bench": dict(n_embd=1024, n_layer=8, n_dense=1, n_head=16, nope=64, rope=32, v=64, q_lora=0, kv_lora=256,
                         n_ff=2816, n_expert=32, n_expert_used=4, n_ff_exp=512, orig_ctx=4096, ctx_len=8192),
           # --shape vllm: the tiny model with DeepSeek's latent of 512 + 64 rotated dims, the only
-          # latent vLLM's CPU MLA kernel takes, and an lm_head of its own as DeepSeek's checkpoints
-          # have (vLLM's DeepSeek ignores tie_word_embeddings: tied, its lm_head stays zero)
-          "vllm": dict(rope=64, kv_lora=512, untied=True)}
+          # latent vLLM's CPU MLA kernels take, 32 unrotated and value dims (its AMX kernel, the default on
+          # CPUs with AMX tiles, packs its up-projections 32 rows and columns at a time), and an lm_head of its own
+          # as DeepSeek's checkpoints have (vLLM's DeepSeek ignores tie_word_embeddings: tied, its
+          # lm_head stays zero)
+          "vllm": dict(nope=32, rope=64, v=32, kv_lora=512, untied=True)}
 
 
 def config(q_lora=32, kv_layout="split", gating="sigmoid", groups=(4, 2), yarn=4.0, yarn_log_mul=0.707, scale=2.5,

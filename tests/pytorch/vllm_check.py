@@ -183,10 +183,10 @@ def check_failure(llm, label, solo):
            "error at the step before, the next request is recorded whole" % label)
 
 
-def check_f32(folder, with_batch):
+def check_f32(folder, with_batch, **kw):
     label = os.path.basename(folder)
     solo_dir = os.path.join(WORK, label + "-solo")
-    llm = new_llm(folder, solo_dir)
+    llm = new_llm(folder, solo_dir, **kw)
     recs = recorders(llm)
     if not recs:
         fail("%s: the plugin did not install its recorder in vLLM's model runner" % label)
@@ -396,15 +396,26 @@ def check_bf16(folder):
     return llm
 
 
+def amx_tiles():
+    import torch
+    try:
+        return bool(torch.cpu._is_amx_tile_supported())
+    except Exception:
+        return False
+
+
 def check_mla(folder):
     """DeepSeek-V3 (MLA, a latent of 512 + 64 rotated dims, the only one
-    vLLM's CPU MLA kernel takes; MoE with a shared expert) in f32: the
-    prefill agrees with the native engine but for what vLLM's kernels run
-    inside, and a NaN written into layer 1's latent norm at the third
-    forward, column 6, is named by bisect (attn_kv_latent) and bisect
-    --reference."""
+    vLLM's CPU MLA kernels take; MoE with a shared expert) in f32 on vLLM's
+    reference CPU MLA backend, named (on a CPU with AMX tiles vLLM's default
+    is its AMX MLA kernel, which takes bf16 only): the prefill agrees with the
+    native engine but for what vLLM's kernels run inside, and a NaN written
+    into layer 1's latent norm at the third forward, column 6, is named by
+    bisect (attn_kv_latent) and bisect --reference. Then bf16 on vLLM's
+    default MLA backend (AMX where the CPU has it): bisect --reference names
+    no op."""
     label = os.path.basename(folder)
-    llm = check_f32(folder, with_batch=False)
+    llm = check_f32(folder, with_batch=False, attention_backend="CPU_MLA")
     L, STEP, COL = 1, 2, 6
     bad = broken_run(llm, os.path.join(WORK, label + "-nan"), lambda model: model.model.layers[L].self_attn.kv_a_layernorm,
                      STEP, COL, width=512)
@@ -412,6 +423,11 @@ def check_mla(folder):
         fail("%s: %d traces for the injected request" % (label, len(bad)))
     else:
         named_by_bisect(label + " f32 vLLM MLA", bad[0], STEP, L, "attn_kv_latent", COL)
+    llm = None
+    gc.collect()
+    backend = "AMX_MLA" if amx_tiles() else "CPU_MLA"
+    llm, _ = bf16_clean(folder, os.path.join(WORK, label + "-bf16"),
+                        "bisect --reference names no op on vLLM's default MLA backend (%s on this CPU)" % backend)
     return llm
 
 
