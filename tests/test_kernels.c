@@ -767,6 +767,47 @@ static void test_sweep(const bt_kvariant *v)
  * bits (the scalar table's), and bt_dot_rows_f32 gives each row the bits
  * of the variant's own one-row dot, for head sizes around the vector
  * widths, with NaN / Inf / subnormal values and weights. */
+/* The delta rule's token (bt_gdn_step_f32): each variant gives the scalar
+ * reference's bits, and the reference gives the four-pass composition the
+ * CPU backend ran before (scale_max, then wsum for sk, the rank-1 update
+ * and the output), over head shapes with SIMD tails and non-finite,
+ * signed-zero and subnormal entries. */
+static void test_gdn_step(const bt_kvariant *v)
+{
+    const bt_kvariant *sc = bt_kernels_variant("scalar");
+    static const int64_t dks[] = { 1, 8, 16, 33, 128 };
+    static const int64_t dvs[] = { 1, 7, 8, 16, 24, 33, 64, 80, 128, 200 };
+    static float S0[128 * 200], S1[128 * 200], S2[128 * 200], k[128], q[128], qs[128], vv[200], o1[200], o2[200],
+        o3[200], sk[200], u[200];
+    for (size_t a = 0; a < BT_ARRAY_SIZE(dks); a++)
+        for (size_t b = 0; b < BT_ARRAY_SIZE(dvs); b++) {
+            int64_t dk = dks[a], dv = dvs[b];
+            float decay = rndf(0.5f, 1.0f), beta = rndf(0, 1), scale = 1.0f / sqrtf((float)dk);
+            for (int64_t i = 0; i < dk * dv; i++) S0[i] = S1[i] = S2[i] = rndf(-2, 2);
+            for (int64_t i = 0; i < dk; i++) k[i] = rndf(-1, 1), q[i] = rndf(-1, 1), qs[i] = q[i] * scale;
+            for (int64_t i = 0; i < dv; i++) vv[i] = rndf(-3, 3);
+            if (b == 2) { S0[dv / 2] = S1[dv / 2] = S2[dv / 2] = NAN; k[0] = -0.0f; }
+            if (b == 4) { S0[dk * dv - 1] = S1[dk * dv - 1] = S2[dk * dv - 1] = INFINITY; vv[0] = 1e-40f; }
+            if (b == 5) for (int64_t i = 0; i < dv; i++) S0[i] = S1[i] = S2[i] = (i & 1) ? -0.0f : 1e-39f;
+            v->gdn_step_f32(S1, dk, dv, decay, k, vv, beta, qs, o1);
+            sc->gdn_step_f32(S2, dk, dv, decay, k, vv, beta, qs, o2);
+            CHECK(!memcmp(S1, S2, (size_t)(dk * dv) * sizeof(float)) && !memcmp(o1, o2, (size_t)dv * sizeof(float)),
+                  "%s gdn_step dk %lld dv %lld differs from scalar", v->name, (long long)dk, (long long)dv);
+            {   /* the reference against the four passes */
+                sc->scale_max_f32(S0, dk * dv, decay);
+                memset(sk, 0, sizeof sk);
+                sc->wsum_f32(sk, k, 1.0f, S0, dv, dk, dv);
+                for (int64_t c = 0; c < dv; c++) u[c] = (vv[c] - sk[c]) * beta;
+                for (int64_t i = 0; i < dk; i++) sc->wsum_f32(S0 + i * dv, k + i, 1.0f, u, 0, 1, dv);
+                memset(o3, 0, sizeof o3);
+                sc->wsum_f32(o3, q, scale, S0, dv, dk, dv);
+                CHECK(!memcmp(S0, S2, (size_t)(dk * dv) * sizeof(float)) && !memcmp(o3, o2, (size_t)dv * sizeof(float)),
+                      "scalar gdn_step dk %lld dv %lld differs from the four-pass composition", (long long)dk,
+                      (long long)dv);
+            }
+        }
+}
+
 static void test_attn_loops(const bt_kvariant *v)
 {
     const bt_kvariant *sc = bt_kernels_variant("scalar");
@@ -859,6 +900,7 @@ int main(void)
         test_mxfp4_exponents(variants[i]);
         test_sweep(variants[i]);
         test_attn_loops(variants[i]);
+        test_gdn_step(variants[i]);
         test_variants_random(variants[i]);
         test_nonfinite(variants[i]);
         test_matmul(variants[i]->name);

@@ -224,6 +224,34 @@ static float scale_max_f32(float *x, int64_t n, float scale)
     return m;
 }
 
+/* The delta rule's token (kernels.h: bt_gdn_step_f32), column by column:
+ * the reference the SIMD variants match lane for lane. */
+static void gdn_step_f32(float *S, int64_t dk, int64_t dv, float decay, const float *k, const float *v, float beta,
+                         const float *qs, float *out)
+{
+    for (int64_t c = 0; c < dv; c++) {
+        float sk = 0.0f, o = 0.0f;
+        for (int64_t i = 0; i < dk; i++) {
+            float s = S[i * dv + c] * decay;
+            S[i * dv + c] = s;
+            float t = k[i] * s;
+            BT_NOFUSE_F(t);
+            sk += t;
+        }
+        float u = (v[c] - sk) * beta;
+        for (int64_t i = 0; i < dk; i++) {
+            float t = k[i] * u;
+            BT_NOFUSE_F(t);
+            float s = S[i * dv + c] + t;
+            S[i * dv + c] = s;
+            float t2 = qs[i] * s;
+            BT_NOFUSE_F(t2);
+            o += t2;
+        }
+        out[c] = o;
+    }
+}
+
 static void bt_kv_scalar_fill(bt_kvariant *kv)
 {
     memset(kv, 0, sizeof(*kv));
@@ -249,6 +277,7 @@ static void bt_kv_scalar_fill(bt_kvariant *kv)
     kv->wsum_f32 = wsum_f32;
     kv->scale_max_f32 = scale_max_f32;
     kv->exp_sub_f32 = bt_exp_sub_f32_scalar;
+    kv->gdn_step_f32 = gdn_step_f32;
 }
 
 static bool cpu_has_avx2(void)
@@ -435,4 +464,11 @@ void bt_wsum_f32(float *acc, const float *wts, float scale, const float *v, int6
 {
     if (np > 0 && n > 0)
         bt_kernels_active()->wsum_f32(acc, wts, scale, v, ldv, np, n);
+}
+
+void bt_gdn_step_f32(float *S, int64_t dk, int64_t dv, float decay, const float *k, const float *v, float beta,
+                     const float *qs, float *out)
+{
+    if (dk > 0 && dv > 0)
+        bt_kernels_active()->gdn_step_f32(S, dk, dv, decay, k, v, beta, qs, out);
 }

@@ -905,6 +905,82 @@ __attribute__((target("avx2"))) int64_t bt_sweep_f32_avx2(const float *x, int64_
     return i + bt_sweep_f32_scalar(x + i, n - i, acc);
 }
 
+/* ---- the delta rule's token (kernels.h: bt_gdn_step_f32): columns in
+ * lanes, 32 at a time (four independent sums), then 8 at a time, then a
+ * scalar tail; per lane the scalar loop's roundings (mul, then add, never
+ * fused). ---- */
+#define GDN_W 4
+TGT static void gdn_cols8(float *S, int64_t dk, int64_t dv, int64_t c, int nw, __m256 dec, __m256 bt,
+                          const float *k, const float *v, const float *qs, float *out)
+{
+    __m256 a[GDN_W], u[GDN_W];
+    for (int j = 0; j < nw; j++) a[j] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < dk; i++) {
+        float *r = S + i * dv + c;
+        __m256 ki = _mm256_set1_ps(k[i]);
+        for (int j = 0; j < nw; j++) {
+            __m256 s = _mm256_mul_ps(_mm256_loadu_ps(r + 8 * j), dec);
+            _mm256_storeu_ps(r + 8 * j, s);
+            __m256 t = _mm256_mul_ps(ki, s);
+            BT_NOFUSE_V(t);
+            a[j] = _mm256_add_ps(a[j], t);
+        }
+    }
+    for (int j = 0; j < nw; j++) {
+        u[j] = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(v + c + 8 * j), a[j]), bt);
+        a[j] = _mm256_setzero_ps();
+    }
+    for (int64_t i = 0; i < dk; i++) {
+        float *r = S + i * dv + c;
+        __m256 ki = _mm256_set1_ps(k[i]), qi = _mm256_set1_ps(qs[i]);
+        for (int j = 0; j < nw; j++) {
+            __m256 t = _mm256_mul_ps(ki, u[j]);
+            BT_NOFUSE_V(t);
+            __m256 s = _mm256_add_ps(_mm256_loadu_ps(r + 8 * j), t);
+            _mm256_storeu_ps(r + 8 * j, s);
+            __m256 t2 = _mm256_mul_ps(qi, s);
+            BT_NOFUSE_V(t2);
+            a[j] = _mm256_add_ps(a[j], t2);
+        }
+    }
+    for (int j = 0; j < nw; j++) _mm256_storeu_ps(out + c + 8 * j, a[j]);
+}
+
+TGT static void gdn_step_f32(float *S, int64_t dk, int64_t dv, float decay, const float *k, const float *v, float beta,
+                             const float *qs, float *out)
+{
+    const __m256 dec = _mm256_set1_ps(decay), bt = _mm256_set1_ps(beta);
+    int64_t c = 0;
+    for (; c + 8 * GDN_W <= dv; c += 8 * GDN_W) gdn_cols8(S, dk, dv, c, GDN_W, dec, bt, k, v, qs, out);
+    if (c + 8 <= dv) {
+        int nw = (int)((dv - c) / 8);
+        gdn_cols8(S, dk, dv, c, nw, dec, bt, k, v, qs, out);
+        c += 8 * nw;
+    }
+    for (; c < dv; c++) {   /* the scalar reference's column */
+        float sk = 0.0f, o = 0.0f;
+        for (int64_t i = 0; i < dk; i++) {
+            float s = S[i * dv + c] * decay;
+            S[i * dv + c] = s;
+            float t = k[i] * s;
+            BT_NOFUSE_F(t);
+            sk += t;
+        }
+        float uu = (v[c] - sk) * beta;
+        for (int64_t i = 0; i < dk; i++) {
+            float t = k[i] * uu;
+            BT_NOFUSE_F(t);
+            float s = S[i * dv + c] + t;
+            S[i * dv + c] = s;
+            float t2 = qs[i] * s;
+            BT_NOFUSE_F(t2);
+            o += t2;
+        }
+        out[c] = o;
+    }
+}
+#undef GDN_W
+
 bool bt_kv_avx2_fill(bt_kvariant *kv)
 {
     kv->name = "avx2";
@@ -955,6 +1031,7 @@ bool bt_kv_avx2_fill(bt_kvariant *kv)
     kv->wsum_f32 = wsum_f32;
     kv->scale_max_f32 = scale_max_f32;
     kv->exp_sub_f32 = bt_exp_sub_f32_avx2;
+    kv->gdn_step_f32 = gdn_step_f32;
     return true;
 }
 

@@ -1035,6 +1035,70 @@ TGT static void wsum_f32(float *acc, const float *wts, float scale, const float 
     }
 }
 
+/* ---- the delta rule's token (kernels.h: bt_gdn_step_f32): columns in
+ * lanes, 64 at a time (four independent sums hide the add latency), a
+ * masked 16 for the rest; per lane the scalar loop's roundings (mul, then
+ * add, never fused). ---- */
+#define GDN_PASS1(J)                                                              \
+    do {                                                                          \
+        __m512 s_ = _mm512_mul_ps(_mm512_maskz_loadu_ps(m##J, r + 16 * J), dec);  \
+        _mm512_mask_storeu_ps(r + 16 * J, m##J, s_);                              \
+        __m512 t_ = _mm512_mul_ps(ki, s_);                                        \
+        BT_NOFUSE_V(t_);                                                          \
+        a##J = _mm512_add_ps(a##J, t_);                                           \
+    } while (0)
+#define GDN_PASS2(J)                                                              \
+    do {                                                                          \
+        __m512 t_ = _mm512_mul_ps(ki, u##J);                                      \
+        BT_NOFUSE_V(t_);                                                          \
+        __m512 s_ = _mm512_add_ps(_mm512_maskz_loadu_ps(m##J, r + 16 * J), t_);   \
+        _mm512_mask_storeu_ps(r + 16 * J, m##J, s_);                              \
+        __m512 t2_ = _mm512_mul_ps(qi, s_);                                       \
+        BT_NOFUSE_V(t2_);                                                         \
+        a##J = _mm512_add_ps(a##J, t2_);                                          \
+    } while (0)
+
+TGT static void gdn_step_f32(float *S, int64_t dk, int64_t dv, float decay, const float *k, const float *v, float beta,
+                             const float *qs, float *out)
+{
+    const __m512 dec = _mm512_set1_ps(decay), bt = _mm512_set1_ps(beta);
+    for (int64_t c = 0; c < dv; c += 64) {
+        int64_t w = dv - c;
+        __mmask16 m0 = w >= 16 ? (__mmask16)0xFFFF : tail_mask(w);
+        __mmask16 m1 = w >= 32 ? (__mmask16)0xFFFF : w > 16 ? tail_mask(w - 16) : 0;
+        __mmask16 m2 = w >= 48 ? (__mmask16)0xFFFF : w > 32 ? tail_mask(w - 32) : 0;
+        __mmask16 m3 = w >= 64 ? (__mmask16)0xFFFF : w > 48 ? tail_mask(w - 48) : 0;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t i = 0; i < dk; i++) {
+            float *r = S + i * dv + c;
+            __m512 ki = _mm512_set1_ps(k[i]);
+            GDN_PASS1(0);
+            GDN_PASS1(1);
+            GDN_PASS1(2);
+            GDN_PASS1(3);
+        }
+        __m512 u0 = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m0, v + c), a0), bt);
+        __m512 u1 = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m1, v + c + 16), a1), bt);
+        __m512 u2 = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m2, v + c + 32), a2), bt);
+        __m512 u3 = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m3, v + c + 48), a3), bt);
+        a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t i = 0; i < dk; i++) {
+            float *r = S + i * dv + c;
+            __m512 ki = _mm512_set1_ps(k[i]), qi = _mm512_set1_ps(qs[i]);
+            GDN_PASS2(0);
+            GDN_PASS2(1);
+            GDN_PASS2(2);
+            GDN_PASS2(3);
+        }
+        _mm512_mask_storeu_ps(out + c, m0, a0);
+        _mm512_mask_storeu_ps(out + c + 16, m1, a1);
+        _mm512_mask_storeu_ps(out + c + 32, m2, a2);
+        _mm512_mask_storeu_ps(out + c + 48, m3, a3);
+    }
+}
+#undef GDN_PASS1
+#undef GDN_PASS2
+
 bool bt_kv_avx512_fill(bt_kvariant *kv)
 {
     kv->name = "avx512";
@@ -1087,6 +1151,7 @@ bool bt_kv_avx512_fill(bt_kvariant *kv)
     kv->dot8x3_f32 = dot8x3_f32;
     kv->dot16_f32 = dot16_f32;
     kv->exp_sub_f32 = bt_exp_sub_f32_avx512;
+    kv->gdn_step_f32 = gdn_step_f32;
     return true;
 }
 

@@ -76,6 +76,15 @@ float bt_scale_max_f32(float *x, int64_t n, float scale);
  * is not set) whichever variant runs: the SIMD ones replicate glibc 2.36's
  * expf (exp.c), and tests/test_expf.c checks them against the libm linked. */
 void bt_exp_sub_f32(float *x, int64_t n, float m);
+/* One token of the gated delta rule on a head's dk x dv state S (row i =
+ * key dimension i, dv floats): S *= decay; sk = sum_i k[i] S_i; u = (v -
+ * sk) * beta; S_i += k[i] u; out = sum_i qs[i] S_i (qs: the query already
+ * scaled). Each sum runs over i in order from 0.0f, each product rounded
+ * then added (never fused): the bits of bt_scale_max_f32 and bt_wsum_f32
+ * composed that way, in every variant (a column of S depends on no other,
+ * so SIMD lanes are columns), in two passes over S instead of four. */
+void bt_gdn_step_f32(float *S, int64_t dk, int64_t dv, float decay, const float *k, const float *v, float beta,
+                     const float *qs, float *out);
 
 /* A small fixed pthread pool. bt_pool_run calls fn(arg, ith, nth) on nth
  * threads (the caller is thread 0) and returns when all are done. */

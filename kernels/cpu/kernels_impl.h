@@ -74,6 +74,8 @@ typedef struct bt_kvariant {
     /* bt_exp_sub_f32: x[i] = expf(x[i] - m), the subtraction rounded in
      * float; every variant returns the C library's expf bits (exp.c). */
     void (*exp_sub_f32)(float *x, int64_t n, float m);
+    void (*gdn_step_f32)(float *S, int64_t dk, int64_t dv, float decay, const float *k, const float *v,
+                         float beta, const float *qs, float *out);   /* bt_gdn_step_f32 */
 } bt_kvariant;
 
 /* The reference sweep (dot.c); SIMD sweeps run their last short chunk
