@@ -571,15 +571,25 @@ typedef struct oai_ctx {
     float alpha, limit;
 } oai_ctx;
 
+/* expf(alpha * -x) through bt_exp_sub_f32 as in swiglu_range (the
+ * product rounded in float first, as the scalar expression does). */
 static void swiglu_oai_range(void *v, size_t lo, size_t hi)
 {
     const oai_ctx *c = v;
-    for (size_t i = lo; i < hi; i++) {
-        /* std::min / std::clamp's comparisons: a NaN passes through */
-        float g = c->g[i], u = c->u[i];
-        float x = c->limit < g ? c->limit : g;
-        float y = u < -c->limit ? -c->limit : c->limit < u ? c->limit : u;
-        c->o[i] = x / (1.0f + expf(c->alpha * -x)) * (y + 1.0f);
+    float xs[256], e[256];
+    for (size_t i = lo; i < hi; i += 256) {
+        size_t k = BT_MIN((size_t)256, hi - i);
+        for (size_t j = 0; j < k; j++) {
+            float g = c->g[i + j];
+            xs[j] = c->limit < g ? c->limit : g;   /* std::min's comparison: a NaN passes through */
+            e[j] = c->alpha * -xs[j];
+        }
+        bt_exp_sub_f32(e, (int64_t)k, 0.0f);
+        for (size_t j = 0; j < k; j++) {
+            float u = c->u[i + j];
+            float y = u < -c->limit ? -c->limit : c->limit < u ? c->limit : u;   /* std::clamp's */
+            c->o[i + j] = xs[j] / (1.0f + e[j]) * (y + 1.0f);
+        }
     }
 }
 
@@ -674,12 +684,19 @@ static int cpu_copy_cols(bt_backend *be, bt_buf *dst, bt_buf *src, int T, int sr
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float siluf_(float x) { return x / (1.0f + expf(-x)); }
 
+/* x *= sigmoid(g), expf(-g) through bt_exp_sub_f32 (libm's bits). */
 static int cpu_mul_sigmoid(bt_backend *be, bt_buf *x, bt_buf *g, size_t n)
 {
     (void)be;
     float *xp = F(x);
     const float *gp = F(g);
-    for (size_t i = 0; i < n; i++) xp[i] *= sigmoidf_(gp[i]);
+    float e[256];
+    for (size_t i = 0; i < n; i += 256) {
+        size_t k = BT_MIN((size_t)256, n - i);
+        for (size_t j = 0; j < k; j++) e[j] = -gp[i + j];
+        bt_exp_sub_f32(e, (int64_t)k, 0.0f);
+        for (size_t j = 0; j < k; j++) xp[i + j] *= 1.0f / (1.0f + e[j]);
+    }
     return BT_OK;
 }
 
