@@ -573,10 +573,12 @@ static void test_numerics_ops(void)
     bt_numerics_ctx_free(hc);
 }
 
-/* stats and inject against their host references; read/set round trips. */
+/* stats and inject against their host references; read/set round trips.
+ * 4 x 70001 floats are five BT_STATS_SEG segments, which the CPU backend
+ * sweeps on its two threads: bt_stats_compute's bits exactly there. */
 static void test_observation(void)
 {
-    static const int widths[] = { 1, 9, 576 };
+    static const int widths[] = { 1, 9, 576, 70001 };
     for (size_t wi = 0; wi < BT_ARRAY_SIZE(widths); wi++)
         for (int bad = 0; bad < 3; bad++) {
             int rows = 4, W = widths[wi];
@@ -601,6 +603,11 @@ static void test_observation(void)
             CHECK(both_nan || (fabs(got.mean - want.mean) <= 1e-5 * (fabs(want.rms) + 1e-30) &&
                                fabs(got.rms - want.rms) <= 1e-5 * want.rms), "stats mean/rms on %s: %g/%g vs %g/%g",
                   dev, got.mean, got.rms, want.mean, want.rms);
+            if (!strcmp(dev, "cpu"))
+                CHECK(both_nan || (!memcmp(&got.mean, &want.mean, sizeof(float)) &&
+                                   !memcmp(&got.rms, &want.rms, sizeof(float))),
+                      "stats on cpu (width %d): mean/rms %a/%a, not bt_stats_compute's %a/%a", W, got.mean, got.rms,
+                      want.mean, want.rms);
             /* inject: each kind on a rectangle; bits and counts as the host's */
             for (int kind = 0; kind < 3; kind++) {
                 bt_mutation m = { .kind = kind, .value = kind == BT_MUT_SET ? NAN : kind == BT_MUT_SCALE ? -4.0f : 0.25f,

@@ -626,10 +626,42 @@ static int cpu_scatter_add(bt_backend *be, bt_buf *dst, bt_buf *src, const int32
     return BT_OK;
 }
 
+static void cpu_host_for(bt_backend *be, int n, void (*fn)(void *arg, int i, int ith), void *arg);
+
+/* A tensor of several BT_STATS_SEG segments (a layer's recurrent state, a
+ * prefill's activations) has its segments swept on the pool's threads,
+ * then added in segment order: bt_stats_compute's bits (kernels.h). On
+ * one thread the sweep was most of what taps cost a hybrid model's decode
+ * step (its states: 4.7 M floats a step at Qwen3.5-0.8B's shapes). */
+typedef struct stats_job {
+    const float *x;
+    int64_t n;
+    bt_stats_part *parts;
+} stats_job;
+
+static void stats_item(void *arg, int k, int ith)
+{
+    (void)ith;
+    const stats_job *j = arg;
+    bt_stats_part_sweep(j->x, j->n, k, &j->parts[k]);
+}
+
 static int cpu_stats(bt_backend *be, bt_buf *b, size_t off, int rows, int width, int pos0, bt_tap_stats *out)
 {
-    (void)be;
-    bt_stats_compute(F(b) + off, rows, width, pos0, out);
+    int64_t n = (int64_t)rows * width, nseg = (n + BT_STATS_SEG - 1) / BT_STATS_SEG;
+    bt_stats_part stack[64], *parts = nseg <= 64 ? stack : NULL;
+    if (nseg >= 2 && CTX(be)->n_threads >= 2 && nseg <= INT32_MAX && !parts)
+        parts = malloc((size_t)nseg * sizeof(*parts));
+    if (nseg < 2 || CTX(be)->n_threads < 2 || !parts) {
+        bt_stats_compute(F(b) + off, rows, width, pos0, out);
+        return BT_OK;
+    }
+    stats_job j = { .x = F(b) + off, .n = n, .parts = parts };
+    cpu_host_for(be, (int)nseg, stats_item, &j);
+    bt_stats_part acc;
+    for (int64_t k = 0; k < nseg; k++) bt_stats_part_add(&acc, &parts[k], k == 0);
+    bt_stats_part_finish(&acc, n, width, pos0, out);
+    if (parts != stack) free(parts);
     return BT_OK;
 }
 
@@ -716,8 +748,6 @@ static int cpu_gdn_gates(bt_backend *be, bt_buf *beta, bt_buf *alpha, bt_buf *ve
     }
     return BT_OK;
 }
-
-static void cpu_host_for(bt_backend *be, int n, void (*fn)(void *arg, int i, int ith), void *arg);
 
 /* The causal conv over blocks of channels, host_for's items (a channel's
  * sum is its own: the bits do not depend on who runs it). Per token, the

@@ -21,8 +21,26 @@
 /* One-pass statistics of a (rows x width) f32 tensor (kernels/cpu/stats.c):
  * a single sweep over data that was just written (still in cache) counts
  * NaN / +Inf / -Inf, accumulates min, max, sum and sum of squares over the
- * finite values and remembers the first non-finite element. */
+ * finite values and remembers the first non-finite element. A tensor of
+ * more than BT_STATS_SEG elements is swept in segments of BT_STATS_SEG,
+ * each from zero, their sums then added in segment order (the first taken
+ * as it is: one segment is one sweep's bits): a fixed association, so the
+ * CPU backend may sweep the segments on its threads (bt_stats_part) and
+ * get these bits. */
 void bt_stats_compute(const float *x, int rows, int width, int pos0, bt_tap_stats *out);
+
+#define BT_STATS_SEG 65536   /* elements; a multiple of the sweep's 64-element chunk */
+typedef struct bt_stats_part {
+    double sum[8], sumsq[8];
+    float mn[8], mx[8];
+    int64_t nan, pinf, ninf, first;   /* first: the tensor's index of the first non-finite element, or -1 */
+} bt_stats_part;
+/* Segment k (elements [k*BT_STATS_SEG, min(n, (k+1)*BT_STATS_SEG)) of x[0..n)). */
+void bt_stats_part_sweep(const float *x, int64_t n, int64_t k, bt_stats_part *p);
+/* acc = acc + p, lane by lane (acc the earlier segments'); the first segment is copied. */
+void bt_stats_part_add(bt_stats_part *acc, const bt_stats_part *p, bool first);
+/* The statistics of the combined parts of an n-element tensor. */
+void bt_stats_part_finish(const bt_stats_part *acc, int64_t n, int width, int pos0, bt_tap_stats *out);
 
 /* Pick SIMD variants for this CPU. BT_SIMD=scalar|avx2|avx512 in the
  * environment forces one (falls back to scalar if the CPU lacks it).

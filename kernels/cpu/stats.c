@@ -12,23 +12,25 @@
 #include <math.h>
 #include <string.h>
 
-void bt_stats_compute(const float *x, int rows, int width, int pos0, bt_tap_stats *out)
+/* One segment: the finite chunks through the kernels' vector sweep; a
+ * chunk holding a NaN or an Inf comes back here, element by element. */
+void bt_stats_part_sweep(const float *x, int64_t n, int64_t k, bt_stats_part *p)
 {
-    int64_t n = (int64_t)rows * width, nan = 0, pinf = 0, ninf = 0, first = -1;
+    int64_t i0 = k * BT_STATS_SEG, i1 = BT_MIN(n, i0 + BT_STATS_SEG);
     bt_sweep acc;
     bt_sweep_init(&acc);
-    /* Finite chunks go through the kernels' vector sweep; a chunk holding a
-     * NaN or an Inf comes back here, element by element. */
-    int64_t i = 0;
-    while (i < n) {
-        i += bt_sweep_f32(x + i, n - i, &acc);
-        if (i >= n) break;
-        int64_t end = BT_MIN(n, i + 64);
+    p->nan = p->pinf = p->ninf = 0;
+    p->first = -1;
+    int64_t i = i0;
+    while (i < i1) {
+        i += bt_sweep_f32(x + i, i1 - i, &acc);
+        if (i >= i1) break;
+        int64_t end = BT_MIN(i1, i + 64);
         float s = 0, q = 0;
         for (int64_t j = i; j < end; j++) {
             float v = x[j];
-            if (isnan(v)) { nan++; if (first < 0) first = j; }
-            else if (isinf(v)) { if (v > 0) pinf++; else ninf++; if (first < 0) first = j; }
+            if (isnan(v)) { p->nan++; if (p->first < 0) p->first = j; }
+            else if (isinf(v)) { if (v > 0) p->pinf++; else p->ninf++; if (p->first < 0) p->first = j; }
             else {
                 s += v; q += v * v;
                 acc.mn[0] = v < acc.mn[0] ? v : acc.mn[0];
@@ -38,12 +40,39 @@ void bt_stats_compute(const float *x, int rows, int width, int pos0, bt_tap_stat
         acc.sum[0] += s; acc.sumsq[0] += q;
         i = end;
     }
+    memcpy(p->sum, acc.sum, sizeof p->sum);
+    memcpy(p->sumsq, acc.sumsq, sizeof p->sumsq);
+    memcpy(p->mn, acc.mn, sizeof p->mn);
+    memcpy(p->mx, acc.mx, sizeof p->mx);
+}
+
+void bt_stats_part_add(bt_stats_part *acc, const bt_stats_part *p, bool first)
+{
+    if (first) {
+        *acc = *p;
+        return;
+    }
+    for (int l = 0; l < 8; l++) {
+        acc->sum[l] += p->sum[l];
+        acc->sumsq[l] += p->sumsq[l];
+        acc->mn[l] = p->mn[l] < acc->mn[l] ? p->mn[l] : acc->mn[l];
+        acc->mx[l] = p->mx[l] > acc->mx[l] ? p->mx[l] : acc->mx[l];
+    }
+    acc->nan += p->nan;
+    acc->pinf += p->pinf;
+    acc->ninf += p->ninf;
+    if (acc->first < 0) acc->first = p->first;
+}
+
+void bt_stats_part_finish(const bt_stats_part *acc, int64_t n, int width, int pos0, bt_tap_stats *out)
+{
+    int64_t nan = acc->nan, pinf = acc->pinf, ninf = acc->ninf, first = acc->first;
     double sum = 0, sumsq = 0;
     float mn = INFINITY, mx = -INFINITY;
     for (int l = 0; l < 8; l++) {
-        sum += acc.sum[l]; sumsq += acc.sumsq[l];
-        mn = acc.mn[l] < mn ? acc.mn[l] : mn;
-        mx = acc.mx[l] > mx ? acc.mx[l] : mx;
+        sum += acc->sum[l]; sumsq += acc->sumsq[l];
+        mn = acc->mn[l] < mn ? acc->mn[l] : mn;
+        mx = acc->mx[l] > mx ? acc->mx[l] : mx;
     }
     int64_t nf = n - nan - pinf - ninf;
     out->n = n; out->nan = nan; out->pinf = pinf; out->ninf = ninf; out->n_finite = nf;
@@ -57,4 +86,15 @@ void bt_stats_compute(const float *x, int rows, int width, int pos0, bt_tap_stat
     }
     out->first_bad_index = first < 0 ? -1 : (int)(first % width);
     out->first_bad_pos = first < 0 ? -1 : pos0 + (int)(first / width);
+}
+
+void bt_stats_compute(const float *x, int rows, int width, int pos0, bt_tap_stats *out)
+{
+    int64_t n = (int64_t)rows * width, nseg = n > 0 ? (n + BT_STATS_SEG - 1) / BT_STATS_SEG : 1;
+    bt_stats_part acc, p;
+    for (int64_t k = 0; k < nseg; k++) {
+        bt_stats_part_sweep(x, n, k, &p);
+        bt_stats_part_add(&acc, &p, k == 0);
+    }
+    bt_stats_part_finish(&acc, n, width, pos0, out);
 }
