@@ -225,11 +225,12 @@ static float scale_max_f32(float *x, int64_t n, float scale)
 }
 
 /* The delta rule's token (kernels.h: bt_gdn_step_f32), column by column:
- * the reference the SIMD variants match lane for lane. */
-static void gdn_step_f32(float *S, int64_t dk, int64_t dv, float decay, const float *k, const float *v, float beta,
-                         const float *qs, float *out)
+ * the reference the SIMD variants match lane for lane; columns [c0, c1)
+ * (the AVX2 variant's tail too). */
+void bt_gdn_cols_scalar(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, float decay, const float *k,
+                        const float *v, float beta, const float *qs, float *out)
 {
-    for (int64_t c = 0; c < dv; c++) {
+    for (int64_t c = c0; c < c1; c++) {
         float sk = 0.0f, o = 0.0f;
         for (int64_t i = 0; i < dk; i++) {
             float s = S[i * dv + c] * decay;
@@ -250,6 +251,12 @@ static void gdn_step_f32(float *S, int64_t dk, int64_t dv, float decay, const fl
         }
         out[c] = o;
     }
+}
+
+static void gdn_step_f32(float *S, int64_t dk, int64_t dv, float decay, const float *k, const float *v, float beta,
+                         const float *qs, float *out)
+{
+    bt_gdn_cols_scalar(S, dk, dv, 0, dv, decay, k, v, beta, qs, out);
 }
 
 static void bt_kv_scalar_fill(bt_kvariant *kv)

@@ -957,27 +957,7 @@ TGT static void gdn_step_f32(float *S, int64_t dk, int64_t dv, float decay, cons
         gdn_cols8(S, dk, dv, c, nw, dec, bt, k, v, qs, out);
         c += 8 * nw;
     }
-    for (; c < dv; c++) {   /* the scalar reference's column */
-        float sk = 0.0f, o = 0.0f;
-        for (int64_t i = 0; i < dk; i++) {
-            float s = S[i * dv + c] * decay;
-            S[i * dv + c] = s;
-            float t = k[i] * s;
-            BT_NOFUSE_F(t);
-            sk += t;
-        }
-        float uu = (v[c] - sk) * beta;
-        for (int64_t i = 0; i < dk; i++) {
-            float t = k[i] * uu;
-            BT_NOFUSE_F(t);
-            float s = S[i * dv + c] + t;
-            S[i * dv + c] = s;
-            float t2 = qs[i] * s;
-            BT_NOFUSE_F(t2);
-            o += t2;
-        }
-        out[c] = o;
-    }
+    bt_gdn_cols_scalar(S, dk, dv, c, dv, decay, k, v, beta, qs, out);   /* the columns left, as the reference */
 }
 #undef GDN_W
 

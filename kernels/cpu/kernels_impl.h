@@ -88,6 +88,10 @@ int64_t bt_sweep_f32_avx2(const float *x, int64_t n, bt_sweep *acc);
  * the SIMD ones exist only in x86 GCC/clang builds (the fill functions
  * below install them). */
 void bt_exp_sub_f32_scalar(float *x, int64_t n, float m);
+/* dot.c: the delta rule's token over columns [c0, c1) of the state, the
+ * scalar reference of bt_gdn_step_f32 (and the AVX2 variant's tail). */
+void bt_gdn_cols_scalar(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, float decay, const float *k,
+                        const float *v, float beta, const float *qs, float *out);
 void bt_exp_sub_f32_avx2(float *x, int64_t n, float m);
 void bt_exp_sub_f32_avx512(float *x, int64_t n, float m);
 /* Whether fn gives the linked libm's expf bits on a probe set (exp.c);
