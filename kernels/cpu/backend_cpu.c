@@ -684,16 +684,16 @@ static void cpu_kernel_name(bt_backend *be, int kop, int wtype, char *buf, size_
     case BT_KOP_ROPE: snprintf(buf, cap, "rope (f32, scalar)"); break;
     case BT_KOP_KV_STORE: snprintf(buf, cap, "kv store (memcpy)"); break;
     case BT_KOP_ATTENTION: snprintf(buf, cap, "attention (f32 dot %s, softmax)", simd); break;
-    case BT_KOP_SWIGLU: snprintf(buf, cap, "silu(gate)*up (f32, scalar)"); break;
+    case BT_KOP_SWIGLU: snprintf(buf, cap, "silu(gate)*up (f32, expf %s)", simd); break;
     case BT_KOP_ADD: snprintf(buf, cap, "residual add (f32, scalar)"); break;
     case BT_KOP_ROPE_NEOX: snprintf(buf, cap, "rope neox (f32, scalar)"); break;
     case BT_KOP_ADD_ROW: snprintf(buf, cap, "bias add (f32, scalar)"); break;
     case BT_KOP_SCATTER_ADD: snprintf(buf, cap, "expert weighted sum (f32, scalar)"); break;
     case BT_KOP_COPY_COLS: snprintf(buf, cap, "column copy (f32)"); break;
-    case BT_KOP_MUL_SIGMOID: snprintf(buf, cap, "x*sigmoid(gate) (f32, scalar)"); break;
+    case BT_KOP_MUL_SIGMOID: snprintf(buf, cap, "x*sigmoid(gate) (f32, expf %s)", simd); break;
     case BT_KOP_GDN_GATES: snprintf(buf, cap, "gdn beta/decay: sigmoid, softplus (f32, scalar)"); break;
-    case BT_KOP_SSM_CONV: snprintf(buf, cap, "causal depthwise conv1d + silu (f32, scalar)"); break;
-    case BT_KOP_GDN_RECUR: snprintf(buf, cap, "gated delta rule, token by token (f32, scalar)"); break;
+    case BT_KOP_SSM_CONV: snprintf(buf, cap, "causal depthwise conv1d + silu (f32, expf %s)", simd); break;
+    case BT_KOP_GDN_RECUR: snprintf(buf, cap, "gated delta rule, token by token (f32 %s)", simd); break;
     case BT_KOP_ROPE_NEOX_PART: snprintf(buf, cap, "partial rope neox (f32, scalar)"); break;
     default: snprintf(buf, cap, "?"); break;
     }
