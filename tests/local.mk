@@ -36,6 +36,12 @@ tests_test_kernels_LDADD = $(CORE_LIBS)
 tests_dequant_tool_SOURCES = tests/dequant_tool.c
 tests_dequant_tool_LDADD = $(CORE_LIBS)
 EXTRA_DIST += tests/dequant_check.py
+# SHA-256 (the trace's model_sha256): FIPS 180-4's vectors on the C rounds
+# and the x86 SHA extensions, and the two paths against each other
+check_PROGRAMS += tests/test_sha256
+TESTS += tests/test_sha256
+tests_test_sha256_SOURCES = tests/test_sha256.c
+tests_test_sha256_LDADD = $(CORE_LIBS)
 # softmax's expf: every variant gives libm's bits (BT_EXPF_EXHAUSTIVE=1: all 2^32)
 check_PROGRAMS += tests/test_expf
 TESTS += tests/test_expf

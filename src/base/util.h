@@ -68,6 +68,9 @@ int bt_read_file(const char *path, char **out, size_t *len);
 
 /* SHA-256 of a buffer, as 64 lowercase hex chars plus NUL in hex[65]. */
 void bt_sha256_hex(const void *data, size_t len, char hex[65]);
+/* Tests only: true takes the portable C rounds even where the CPU has the
+ * SHA extensions; false chooses again. */
+void bt_sha256_force_portable(bool on);
 
 /* IEEE half and bfloat16 conversion (scalar, exact). */
 float bt_f16_to_f32(uint16_t h);
