@@ -544,6 +544,13 @@ typedef struct ew_ctx {
 /* expf(-g) through bt_exp_sub_f32 (libm's bits; -g - 0 is -g, a NaN only
  * quieted as expf would), 256 at a time: the scalar call was most of this
  * loop. Reads g[i] before writing o[i], so out may be gate. */
+/* e[j] = expf(-x[j]) for j < k, libm's bits (exp_sub's -x - 0 is -x). */
+static void exp_neg(float *e, const float *x, size_t k)
+{
+    for (size_t j = 0; j < k; j++) e[j] = -x[j];
+    bt_exp_sub_f32(e, (int64_t)k, 0.0f);
+}
+
 static void swiglu_range(void *v, size_t lo, size_t hi)
 {
     const ew_ctx *c = v;
@@ -552,8 +559,7 @@ static void swiglu_range(void *v, size_t lo, size_t hi)
     float e[256];
     for (size_t i = lo; i < hi; i += 256) {
         size_t k = BT_MIN((size_t)256, hi - i);
-        for (size_t j = 0; j < k; j++) e[j] = -g[i + j];
-        bt_exp_sub_f32(e, (int64_t)k, 0.0f);
+        exp_neg(e, g + i, k);
         for (size_t j = 0; j < k; j++) o[i + j] = g[i + j] / (1.0f + e[j]) * u[i + j];
     }
 }
@@ -649,10 +655,10 @@ static void stats_item(void *arg, int k, int ith)
 static int cpu_stats(bt_backend *be, bt_buf *b, size_t off, int rows, int width, int pos0, bt_tap_stats *out)
 {
     int64_t n = (int64_t)rows * width, nseg = (n + BT_STATS_SEG - 1) / BT_STATS_SEG;
-    bt_stats_part stack[64], *parts = nseg <= 64 ? stack : NULL;
-    if (nseg >= 2 && CTX(be)->n_threads >= 2 && nseg <= INT32_MAX && !parts)
-        parts = malloc((size_t)nseg * sizeof(*parts));
-    if (nseg < 2 || CTX(be)->n_threads < 2 || !parts) {
+    bt_stats_part stack[64], *parts = NULL;
+    if (nseg >= 2 && nseg <= INT32_MAX && CTX(be)->n_threads >= 2)
+        parts = nseg <= 64 ? stack : malloc((size_t)nseg * sizeof(*parts));
+    if (!parts) {   /* one segment, one thread (or no memory): the serial sweep, the same bits */
         bt_stats_compute(F(b) + off, rows, width, pos0, out);
         return BT_OK;
     }
@@ -714,7 +720,6 @@ static int cpu_copy_cols(bt_backend *be, bt_buf *dst, bt_buf *src, int T, int sr
 }
 
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-static inline float siluf_(float x) { return x / (1.0f + expf(-x)); }
 
 /* x *= sigmoid(g), expf(-g) through bt_exp_sub_f32 (libm's bits). */
 static int cpu_mul_sigmoid(bt_backend *be, bt_buf *x, bt_buf *g, size_t n)
@@ -725,8 +730,7 @@ static int cpu_mul_sigmoid(bt_backend *be, bt_buf *x, bt_buf *g, size_t n)
     float e[256];
     for (size_t i = 0; i < n; i += 256) {
         size_t k = BT_MIN((size_t)256, n - i);
-        for (size_t j = 0; j < k; j++) e[j] = -gp[i + j];
-        bt_exp_sub_f32(e, (int64_t)k, 0.0f);
+        exp_neg(e, gp + i, k);
         for (size_t j = 0; j < k; j++) xp[i + j] *= 1.0f / (1.0f + e[j]);
     }
     return BT_OK;
@@ -763,7 +767,7 @@ typedef struct conv_job {
 } conv_job;
 
 #define CONV_BLOCK 256
-#define CONV_MAX_K 8
+#define CONV_MAX_K 16   /* the model loader's bound on ssm.conv_kernel */
 
 static void conv_item(void *arg, int b, int ith)
 {
@@ -771,19 +775,6 @@ static void conv_item(void *arg, int b, int ith)
     const conv_job *j = arg;
     int T = j->T, C = j->C, K = j->K, c0 = b * CONV_BLOCK, n = BT_MIN(C, c0 + CONV_BLOCK) - c0;
     float acc[CONV_BLOCK], e[CONV_BLOCK], wt[CONV_MAX_K][CONV_BLOCK];
-    if (K > CONV_MAX_K) {    /* no model has such a kernel; the plain loop, the same bits */
-        for (int t = 0; t < T; t++)
-            for (int c = c0; c < c0 + n; c++) {
-                float a = 0.0f;
-                for (int k = 0; k < K; k++) {
-                    int r = t + k;   /* row in [state (K-1 rows), x (T rows)] */
-                    float in = r < K - 1 ? j->st[(size_t)r * C + c] : j->xp[(size_t)(r - (K - 1)) * C + c];
-                    a += in * j->w[(size_t)c * K + k];
-                }
-                j->o[(size_t)t * C + c] = siluf_(a);
-            }
-        return;
-    }
     for (int k = 0; k < K; k++)   /* the block's taps, k-major: unit-stride loads below */
         for (int i = 0; i < n; i++) wt[k][i] = j->w[(size_t)(c0 + i) * K + k];
     for (int t = 0; t < T; t++) {
@@ -793,8 +784,7 @@ static void conv_item(void *arg, int b, int ith)
             const float *in = r < K - 1 ? j->st + (size_t)r * C + c0 : j->xp + (size_t)(r - (K - 1)) * C + c0;
             for (int i = 0; i < n; i++) acc[i] += in[i] * wt[k][i];
         }
-        for (int i = 0; i < n; i++) e[i] = -acc[i];
-        bt_exp_sub_f32(e, n, 0.0f);
+        exp_neg(e, acc, (size_t)n);
         float *o = j->o + (size_t)t * C + c0;
         for (int i = 0; i < n; i++) o[i] = acc[i] / (1.0f + e[i]);
     }
@@ -803,6 +793,7 @@ static void conv_item(void *arg, int b, int ith)
 static int cpu_ssm_conv(bt_backend *be, bt_buf *out, bt_buf *x, bt_buf *state, size_t state_off, bt_buf *vec,
                         size_t w_off, int T, int C, int K)
 {
+    if (K > CONV_MAX_K) return bt_error(BT_EUNSUPPORTED, "a causal conv kernel of %d (at most %d)", K, CONV_MAX_K);
     float *st = F(state) + state_off;
     const float *xp = F(x);
     conv_job j = { .o = F(out), .st = st, .w = F(vec) + w_off, .xp = xp, .T = T, .C = C, .K = K };
