@@ -536,6 +536,56 @@ static void check_writer_errors(void)
 
 /* ---- the crash close: the open step and status 'crashed' are committed ---- */
 
+/* Grouped commits: step_end commits once the interval has passed since the
+ * last commit; flush and close commit the rest. A reader on another
+ * connection sees exactly the committed steps. */
+static int64_t live_steps(const char *path)
+{
+    bt_trace_reader *r;
+    bt_trace_summary sum = { .n_steps = -1 };
+    if (bt_trace_open(path, &r) == BT_OK) { bt_trace_summary_get(r, &sum); bt_trace_reader_close(r); }
+    return sum.n_steps;
+}
+
+static void check_grouped_commits(void)
+{
+    const char *path = tmp_path("group.db");
+    bt_trace *t;
+    CHECK_OK(bt_trace_create(path, &t));
+    if (!t) return;
+    register_tensors(t, 1, 4, 10);
+    CHECK(bt_trace_last_committed(t) == -1);
+    bt_trace_commit_every(t, 3600 * 1000);
+    for (int s = 0; s < 3; s++) {
+        CHECK_OK(bt_trace_step_begin(t, s, NULL, "decode", s, 1));
+        CHECK_OK(bt_trace_step_end(t, 1));
+    }
+    /* the first step commits at once (a watcher sees it), the rest wait */
+    CHECK(bt_trace_last_committed(t) == 0 && live_steps(path) == 1);
+    CHECK_OK(bt_trace_flush(t));
+    CHECK(bt_trace_last_committed(t) == 2 && live_steps(path) == 3);
+    CHECK_OK(bt_trace_flush(t));   /* nothing open: a no-op */
+    /* interval 0: every step commits at its end */
+    bt_trace_commit_every(t, 0);
+    CHECK_OK(bt_trace_step_begin(t, 3, NULL, "decode", 3, 1));
+    CHECK(bt_trace_flush(t) == BT_EINVAL);   /* not inside a step */
+    CHECK_OK(bt_trace_step_end(t, 1));
+    CHECK(bt_trace_last_committed(t) == 3 && live_steps(path) == 4);
+    /* a batch commits the open group before its own transaction */
+    bt_trace_commit_every(t, 3600 * 1000);
+    CHECK_OK(bt_trace_step_begin(t, 4, NULL, "decode", 4, 1));
+    CHECK_OK(bt_trace_step_end(t, 1));
+    CHECK(live_steps(path) == 4);
+    CHECK_OK(bt_trace_batch_begin(t));
+    CHECK(bt_trace_last_committed(t) == 4 && live_steps(path) == 5);
+    CHECK_OK(bt_trace_batch_end(t, true));
+    /* close commits an open group */
+    CHECK_OK(bt_trace_step_begin(t, 5, NULL, "decode", 5, 1));
+    CHECK_OK(bt_trace_step_end(t, 1));
+    CHECK_OK(bt_trace_close(t, "ok"));
+    CHECK(live_steps(path) == 6);
+}
+
 static void check_crash_close(void)
 {
     const char *path = tmp_path("crash.db");
@@ -543,6 +593,7 @@ static void check_crash_close(void)
     CHECK_OK(bt_trace_create(path, &t));
     if (!t) return;
     register_tensors(t, 1, 4, 10);
+    bt_trace_commit_every(t, 3600 * 1000);   /* step 1 stays in the open group (step 0 commits at once): the crash commits it */
     for (int s = 0; s < 3; s++) {
         CHECK_OK(bt_trace_step_begin(t, s, NULL, "decode", s, 1));
         bt_tap_stats st = fake_stats(4, 1, 1);
@@ -759,6 +810,7 @@ int main(void)
     read_roundtrip(rt);
     check_views(rt);
     check_writer_errors();
+    check_grouped_commits();
     check_crash_close();
     check_bad_files(rt);
     check_size();

@@ -185,8 +185,8 @@ if [ $killed = yes ]; then
 else fail "the run ended before kill -9"; fi
 
 # --- a file-size limit mid-run (SIGXFSZ ignored: write fails with EFBIG) ---
-if (ulimit -f 4000) 2>/dev/null; then
-    (ulimit -f 4000; exec "$BANGTRACE" $RUN -n 500 --ignore-eos --logits full --trace "$TMP/full.db") > /dev/null 2> "$TMP/err"
+if (ulimit -f 1000) 2>/dev/null; then
+    (ulimit -f 1000; exec "$BANGTRACE" $RUN -n 500 --ignore-eos --logits full --trace "$TMP/full.db") > /dev/null 2> "$TMP/err"
     rc=$?
     [ $rc = 2 ] && ok "file-size limit: exit 2" || fail "file-size limit: exit $rc, want 2: $(cat "$TMP/err")"
     tail -n 1 "$TMP/err" | grep -q "full.db: .*error" && ok "one line names the trace and the error" || fail "stderr: $(cat "$TMP/err")"

@@ -9,7 +9,8 @@
  *       step every tap of L layers, a logit snapshot and a generated token).
  *       From step S on, blk.1.ffn_gate and everything after it is NaN, with a
  *       first_nonfinite event, a backtrace and a full logit row. Prints each
- *       step number to stdout, flushed, once its transaction has committed.
+ *       step number to stdout, flushed, once it has been committed (the
+ *       writer commits steps in groups, every BT_TRACE_COMMIT_MS).
  *   trace_writer_tool check TRACE
  *       Opens TRACE with the reader and prints one line:
  *       "steps N first F last L contiguous yes|no status S tokens T pieces P
@@ -72,6 +73,7 @@ static int cmd_write(int argc, char **argv)
     }
     bt_trace *t;
     if (bt_trace_create(out, &t)) return die("create");
+    int printed = -1;
     size_t plen = strlen(prompt);
     char *js = malloc(plen * 6 + 64), *buf = malloc(plen * 6 + 256);
     if (!js || !buf) return 2;
@@ -144,7 +146,8 @@ static int cmd_write(int argc, char **argv)
         if (bt_trace_token(t, (int)s, pos0 + n_pos, bad ? 0 : 7, piece, pn, "gen", bad ? NAN : -0.5, NULL))
             return die("token");
         if (bt_trace_step_end(t, 1.0)) return die("step_end");
-        printf("%ld\n", s);
+        /* the steps the writer's grouped commits have made durable */
+        for (int lc = bt_trace_last_committed(t); printed < lc;) printf("%d\n", ++printed);
         fflush(stdout);
         sleep_ms(delay);
     }
