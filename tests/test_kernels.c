@@ -609,15 +609,19 @@ static void test_matmul(const char *variant)
  * that token alone, whatever T, the token's slot in the batch and the
  * thread count; and the variant's own single-row dot gives those bits too.
  * Rows not a multiple of the 4-row tile, columns of several block counts
- * (and odd lengths for 1-element types, so vector tails run). */
+ * (and odd lengths for 1-element types, so vector tails run), up to rows
+ * wide enough for the panel tile. */
 static void test_batch_invariance(const char *variant)
 {
     CHECK(bt_kernels_force(variant) == BT_OK, "force %s: %s", variant, bt_errmsg());
     const bt_kvariant *v = bt_kernels_active();
     enum { NTOK = 17 };
-    static const int Ts[] = { 1, 2, 3, 5, 8, 17 };
+    /* 131 tokens: more than one block of the wide-row panels (matmul.c) */
+    static const int Ts[] = { 1, 2, 3, 5, 8, 17, 131 };
     static const int64_t row_counts[] = { 1, 6, 37, 130 };
-    static const int64_t elem_cols[] = { 7, 37, 576 }, blk_cols[] = { 1, 3, 18 };
+    /* the last: rows wide enough for the panel tile (2,048 columns and up),
+     * with a tail that is not a whole chunk pair */
+    static const int64_t elem_cols[] = { 7, 37, 576, 2100 }, blk_cols[] = { 1, 3, 18, 72 };
     bt_pool *pools[3];
     for (int i = 0; i < 3; i++)
         pools[i] = bt_pool_new(i + 1);
@@ -628,14 +632,15 @@ static void test_batch_invariance(const char *variant)
         if (!ti->compute)
             continue;
         int fails = 0;
-        for (int ci = 0; ci < 3 && !fails; ci++) {
-            int64_t cols = ti->blck == 1 ? elem_cols[ci] : ti->blck * (ti->blck == 256 ? ci + 1 : blk_cols[ci]);
+        for (int ci = 0; ci < 4 && !fails; ci++) {
+            int64_t cols = ti->blck == 1 ? elem_cols[ci] : ti->blck * (ti->blck == 256 ? (ci < 3 ? ci + 1 : 9) : blk_cols[ci]);
             size_t rb = bt_dtype_row_size(t, cols);
             for (size_t ri = 0; ri < BT_ARRAY_SIZE(row_counts) && !fails; ri++) {
                 int64_t rows = row_counts[ri];
                 uint8_t *W = malloc(rb * rows);
-                float *X = malloc(sizeof(float) * cols * NTOK), *xb = malloc(sizeof(float) * cols * NTOK);
-                float *ref = malloc(sizeof(float) * rows * NTOK), *out = malloc(sizeof(float) * rows * NTOK);
+                int maxT = Ts[BT_ARRAY_SIZE(Ts) - 1];
+                float *X = malloc(sizeof(float) * cols * NTOK), *xb = malloc(sizeof(float) * cols * maxT);
+                float *ref = malloc(sizeof(float) * rows * NTOK), *out = malloc(sizeof(float) * rows * maxT);
                 fill_random(t, W, rows * cols);
                 fill_x(X, cols * NTOK);
                 for (int k = 0; k < NTOK; k++)

@@ -182,12 +182,26 @@ TGT static void dot4q_f32(const void *w, size_t rb, const float *x, int64_t n, f
 
 /* Prefill register tile, 4 rows x 2 tokens: each loaded weight vector
  * feeds two FMAs; 16 accumulators, two per (row, token) as the canonical
- * order wants. */
-TGT static void dot4x2_f32(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float out[8])
+ * order wants. The body also runs one column panel of a longer row
+ * (dot4x2p_f32): acc carries the 16 accumulators from panel to panel
+ * (NULL: start from zero), and only the last panel (out != NULL) takes the
+ * zero-padded tail and reduces; the others are whole chunk pairs, so chunk
+ * c still lands in accumulator c % 2 and the bits are the whole row's. */
+TGT static inline __attribute__((always_inline)) void dot4x2_body(const float *w, int64_t ldw, const float *x,
+                                                                  int64_t ldx, int64_t n, const float *acc_in,
+                                                                  float *acc_out, float *out)
 {
     const float *w0 = w, *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw, *y = x + ldx;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     __m512 c0 = a0, c1 = a0, c2 = a0, c3 = a0, d0 = a0, d1 = a0, d2 = a0, d3 = a0;
+    if (acc_in) {
+        a0 = _mm512_load_ps(acc_in), a1 = _mm512_load_ps(acc_in + 16), a2 = _mm512_load_ps(acc_in + 32);
+        a3 = _mm512_load_ps(acc_in + 48), b0 = _mm512_load_ps(acc_in + 64), b1 = _mm512_load_ps(acc_in + 80);
+        b2 = _mm512_load_ps(acc_in + 96), b3 = _mm512_load_ps(acc_in + 112), c0 = _mm512_load_ps(acc_in + 128);
+        c1 = _mm512_load_ps(acc_in + 144), c2 = _mm512_load_ps(acc_in + 160), c3 = _mm512_load_ps(acc_in + 176);
+        d0 = _mm512_load_ps(acc_in + 192), d1 = _mm512_load_ps(acc_in + 208), d2 = _mm512_load_ps(acc_in + 224);
+        d3 = _mm512_load_ps(acc_in + 240);
+    }
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
         __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
@@ -221,8 +235,28 @@ TGT static void dot4x2_f32(const float *w, int64_t ldw, const float *x, int64_t 
             d3 = _mm512_fmadd_ps(ld16(w3 + i + 16, l - 16), y1, d3);
         }
     }
+    if (!out) {
+        _mm512_store_ps(acc_out, a0), _mm512_store_ps(acc_out + 16, a1), _mm512_store_ps(acc_out + 32, a2);
+        _mm512_store_ps(acc_out + 48, a3), _mm512_store_ps(acc_out + 64, b0), _mm512_store_ps(acc_out + 80, b1);
+        _mm512_store_ps(acc_out + 96, b2), _mm512_store_ps(acc_out + 112, b3), _mm512_store_ps(acc_out + 128, c0);
+        _mm512_store_ps(acc_out + 144, c1), _mm512_store_ps(acc_out + 160, c2), _mm512_store_ps(acc_out + 176, c3);
+        _mm512_store_ps(acc_out + 192, d0), _mm512_store_ps(acc_out + 208, d1), _mm512_store_ps(acc_out + 224, d2);
+        _mm512_store_ps(acc_out + 240, d3);
+        return;
+    }
     hsum8x4(fold(a0, b0), fold(a1, b1), fold(a2, b2), fold(a3, b3), out);
     hsum8x4(fold(c0, d0), fold(c1, d1), fold(c2, d2), fold(c3, d3), out + 4);
+}
+
+TGT static void dot4x2_f32(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float out[8])
+{
+    dot4x2_body(w, ldw, x, ldx, n, NULL, NULL, out);
+}
+
+TGT static void dot4x2p_f32(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float *acc,
+                            bool first, float *out)
+{
+    dot4x2_body(w, ldw, x, ldx, n, first ? NULL : acc, acc, out);
 }
 #undef TILE_ROW
 
@@ -1131,6 +1165,7 @@ bool bt_kv_avx512_fill(bt_kvariant *kv)
     kv->dot[BT_DT_Q6_K] = dot_q6_k;
     kv->dot4_f32 = dot4_f32;
     kv->dot4x2_f32 = dot4x2_f32;
+    kv->dot4x2p_f32 = dot4x2p_f32;
     kv->dot4q[BT_DT_F32] = dot4q_f32;
     kv->dot4q[BT_DT_Q8_0] = dot4q_q8_0;
     kv->dot4q[BT_DT_Q4_0] = dot4q_q4_0;

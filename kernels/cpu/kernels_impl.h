@@ -58,6 +58,15 @@ typedef struct bt_kvariant {
     bt_dot_fn dot[BT_DT_COUNT];
     bt_dot4_fn dot4_f32;
     bt_dot4x2_fn dot4x2_f32;
+    /* Optional: the 4x2 tile over one column panel of longer rows, so a
+     * panel of four wide rows stays in L1 while every token passes (w, x
+     * at the panel's first column; ldw, ldx the whole rows'). acc: 256
+     * floats, 64-byte aligned, the tile's accumulators carried from panel
+     * to panel (first: start from zero). Every panel but the last is a
+     * multiple of 32 columns; the last (out != NULL) takes the row's tail
+     * and writes out as dot4x2_f32 would, the same bits (NULL: no panels). */
+    void (*dot4x2p_f32)(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, float *acc, bool first,
+                        float *out);
     bt_dot4q_fn dot4q[BT_DT_COUNT];    /* optional (NULL: one row at a time) */
     /* Optional bigger prefill tile: out[t*8 + r] = dot(w + r*ldw, x +
      * t*ldx) for r < 8, t < 3, in the canonical order (NULL: 4x2 only). */

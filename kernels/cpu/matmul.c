@@ -6,7 +6,8 @@
  * Prefill (T > 1) dequantizes four rows at a time (eight where the variant
  * has the 8x3 tile) into a small per-thread buffer (it stays in L1/L2) and
  * takes their f32 dots with two (three) tokens at a time, so each weight is
- * read from memory and decoded once per call, not T times.
+ * read from memory and decoded once per call, not T times; rows of 2,048
+ * columns and more go panel by panel (mm_rows_panels).
  *
  * Batch invariance: every kernel used here computes a (row, token) dot in
  * its variant's one canonical order (kernels_impl.h), so out[t*rows + r] is
@@ -121,6 +122,64 @@ static void mm_rows8_f32(const struct mm_job *j, const float *w, int64_t ldw, in
     }
 }
 
+/* Wide rows (ffn_down of a 1024-wide model: 3584 columns): four f32 rows
+ * and a token pair no longer fit in L1, nor every token's row in L2, and
+ * the 4x2 tile, which streams all the tokens past every four rows, ran
+ * from L2 and L3 at half its speed (1024 x 3584 Q4_K, 120 tokens, 2
+ * threads: 105 GFLOP/s against 190 for 3584 x 1024). So wide rows go by
+ * panels of MM_PANEL columns: for a block of MM_TB tokens (their panel in
+ * L2), for each panel, every four rows of the item (their panel in L1)
+ * meet every token pair through the variant's panel tile (dot4x2p_f32),
+ * whose accumulators wait in a per-thread buffer between panels. The chunk
+ * order of each (row, token) is the whole row's: the same bits. */
+#define MM_PANEL 1024
+#define MM_TB 128                 /* tokens per block: 128 x 4 KB of panel */
+#define MM_PANEL_ROWS 16          /* rows per work item (a multiple of 8) */
+
+static bool mm_panelled(const struct mm_job *j)
+{
+    return j->kv->dot4x2p_f32 && j->cols >= 2 * MM_PANEL && j->T >= 2;
+}
+
+/* Rows [r0, r1) (at most MM_PANEL_ROWS) whose f32 values are at w (row
+ * stride ldw) against every token; acc holds MM_PANEL_ROWS / 4 x MM_TB / 2
+ * tiles of 256 floats. */
+static void mm_rows_panels(const struct mm_job *j, const float *w, int64_t ldw, int64_t r0, int64_t r1, float *acc)
+{
+    int64_t cols = j->cols, rows = j->rows, nr = r1 - r0, g4 = nr / 4;
+    float o[8];
+    for (int t0 = 0; t0 < j->T; t0 += MM_TB) {
+        int tb = BT_MIN(MM_TB, j->T - t0), pairs = tb / 2;
+        for (int64_t c0 = 0; c0 < cols; c0 += MM_PANEL) {
+            int64_t n = BT_MIN((int64_t)MM_PANEL, cols - c0);
+            bool last = c0 + n == cols;
+            for (int64_t g = 0; g < g4; g++)
+                for (int p = 0; p < pairs; p++) {
+                    int t = t0 + 2 * p;
+                    j->kv->dot4x2p_f32(w + 4 * g * ldw + c0, ldw, j->x + (int64_t)t * cols + c0, cols, n,
+                                       acc + ((size_t)g * (MM_TB / 2) + p) * 256, c0 == 0, last ? o : NULL);
+                    if (last) {
+                        float *ot = j->out + (int64_t)t * rows + r0 + 4 * g;
+                        memcpy(ot, o, 4 * sizeof(float));
+                        memcpy(ot + rows, o + 4, 4 * sizeof(float));
+                    }
+                }
+        }
+        if (tb % 2) {
+            /* the block's odd token: whole rows (the same bits) */
+            int t = t0 + tb - 1;
+            for (int64_t g = 0; g < g4; g++) {
+                j->kv->dot4_f32(w + 4 * g * ldw, ldw, j->x + (int64_t)t * cols, cols, o);
+                memcpy(j->out + (int64_t)t * rows + r0 + 4 * g, o, 4 * sizeof(float));
+            }
+        }
+    }
+    /* rows past the last four (a matrix of rows not a multiple of 4) */
+    for (int64_t r = g4 * 4; r < nr; r++)
+        for (int t = 0; t < j->T; t++)
+            j->out[(int64_t)t * rows + r0 + r] = j->kv->dot[BT_DT_F32](w + r * ldw, j->x + (int64_t)t * cols, cols);
+}
+
 /* Rows per prefill tile: eight when the variant has the 8x3 tile, there
  * are tokens enough to fill it and eight rows plus three tokens stay in
  * L1 (any tile gives a pair the same bits). Single thread, q4_0, 128
@@ -131,9 +190,21 @@ static int mm_group(const struct mm_job *j)
     return j->kv->dot8x3_f32 && j->T >= 3 && j->cols <= 768 ? 8 : 4;
 }
 
-static void mm_prefill(const struct mm_job *j, int64_t r0, int64_t r1, float *buf)
+static void mm_prefill(const struct mm_job *j, int64_t r0, int64_t r1, float *buf, float *acc)
 {
     int group = mm_group(j);
+    if (acc) {
+        /* wide rows: the item's rows as f32 in buf (a copy for f32 rows:
+         * aligned, as below), then panel by panel */
+        for (int64_t r = r0; r < r1; r++) {
+            if (j->type == BT_DT_F32)
+                memcpy(buf + (r - r0) * j->cols, j->W + r * j->row_bytes, (size_t)j->cols * sizeof(float));
+            else
+                j->kv->dequant[j->type](j->W + r * j->row_bytes, buf + (r - r0) * j->cols, j->cols);
+        }
+        mm_rows_panels(j, buf, j->cols, r0, r1, acc);
+        return;
+    }
     if (j->type == BT_DT_F32) {
         /* GGUF aligns tensors to 32 bytes: a 64-byte load from a row that
          * is not 64-aligned straddles two lines on every chunk, which cost
@@ -191,13 +262,22 @@ static void mm_worker(void *arg, int ith, int nth)
             mm_decode(j, r0, r1);
         return;
     }
-    float *buf = aligned_alloc(64, ((size_t)j->cols * mm_group(j) * sizeof(float) + 63) & ~(size_t)63);
+    bool panels = mm_panelled(j);
+    int64_t brows = panels ? MM_PANEL_ROWS : mm_group(j);
+    float *buf = aligned_alloc(64, ((size_t)j->cols * brows * sizeof(float) + 63) & ~(size_t)63);
+    /* the panel tiles' accumulators (NULL: whole-row tiles, the same bits) */
+    float *acc = buf && panels ? aligned_alloc(64, (size_t)(MM_PANEL_ROWS / 4) * (MM_TB / 2) * 256 * sizeof(float)) : NULL;
+    if (panels && !acc) {
+        free(buf);
+        buf = aligned_alloc(64, ((size_t)j->cols * mm_group(j) * sizeof(float) + 63) & ~(size_t)63);
+    }
     for (;;) {
         int64_t r0 = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed) * j->chunk;
         if (r0 >= j->rows)
             break;
-        mm_prefill(j, r0, BT_MIN(j->rows, r0 + j->chunk), buf);
+        mm_prefill(j, r0, BT_MIN(j->rows, r0 + j->chunk), buf, acc);
     }
+    free(acc);
     free(buf);
 }
 
@@ -232,10 +312,10 @@ void bt_matmul(bt_pool *p, int type, const void *W, int64_t rows, int64_t cols,
     atomic_init(&j.next, 0);
     /* Tiny products are not worth waking workers for. */
     if (!p || (int64_t)rb * rows * T < 16384) {
-        j.chunk = BT_MAX((int64_t)8, rows);
+        j.chunk = mm_panelled(&j) ? MM_PANEL_ROWS : BT_MAX((int64_t)8, rows);
         mm_worker(&j, 0, 1);
     } else {
-        j.chunk = mm_chunk(rows, bt_pool_threads(p));
+        j.chunk = mm_panelled(&j) ? MM_PANEL_ROWS : mm_chunk(rows, bt_pool_threads(p));
         bt_pool_run(p, mm_worker, &j);
     }
     free(xa);

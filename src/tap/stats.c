@@ -35,19 +35,13 @@ void bt_logit_summarize(const float *row, int n, int k, int triton_block, bt_log
     int64_t bad = out->nan + out->pinf + out->ninf;
     out->max = bad == n ? NAN : mx;
     bt_argmax_rule r = { .kind = BT_ARGMAX_FIRST };
-    if (finite) {
-        /* the first rule's answer on a finite row: the first index holding
-         * the maximum (== also matches a zero of the other sign, as > does) */
-        int i = 0;
-        while (row[i] != mx) i++;
-        out->argmax_first = i;
-    } else
-        out->argmax_first = bt_argmax(&r, row, n);
+    if (!finite) out->argmax_first = bt_argmax(&r, row, n);
+    /* a finite row's first-rule answer comes with the top-k below */
     if (out->nan == 0) {
         /* The rules differ only in how they meet a NaN: without one, each
          * gives the first index of the maximum (0 for an all -inf row), so
          * one pass serves all three (tests/test_stats.c checks it). */
-        out->argmax_torch = out->argmax_triton = out->argmax_first;
+        out->argmax_torch = out->argmax_triton = -1;   /* set with argmax_first below */
     } else {
         r.kind = BT_ARGMAX_TORCH;
         out->argmax_torch = bt_argmax(&r, row, n);
@@ -110,6 +104,24 @@ void bt_logit_summarize(const float *row, int n, int k, int triton_block, bt_log
         out->topk_vals[j] = v; out->topk_ids[j] = i;
     }
     out->k = m;
+    if (finite) {
+        /* The first rule's answer on a finite row: the first index holding
+         * the maximum (== also matches a zero of the other sign, as > does).
+         * The top-k's first entry is that index: a value equal to the one
+         * in front never passes it. Without a top-k, a scan 16 at a time. */
+        int i = 0;
+        if (m > 0) i = out->topk_ids[0];
+        else {
+            for (; i + 16 <= n; i += 16) {
+                int any = 0;
+                for (int t = 0; t < 16; t++) any |= row[i + t] == mx;
+                if (any) break;
+            }
+            while (row[i] != mx) i++;
+        }
+        out->argmax_first = i;
+    }
+    if (out->argmax_torch < 0) out->argmax_torch = out->argmax_triton = out->argmax_first;
 }
 
 bool bt_tap_stats_merge(bt_tap_stats *x, const bt_tap_stats *y)
