@@ -772,8 +772,8 @@ static void test_sweep(const bt_kvariant *v)
  * bits (the scalar table's), and bt_dot_rows_f32 gives each row the bits
  * of the variant's own one-row dot, for head sizes around the vector
  * widths, with NaN / Inf / subnormal values and weights. */
-/* The delta rule's token (bt_gdn_step_f32): each variant gives the scalar
- * reference's bits, and the reference gives the four-pass composition the
+/* The delta rule's token (bt_gdn_step_f32, bt_gdn_cols_f32): each variant,
+ * over column ranges, gives the scalar reference's bits over the whole, and the reference gives the four-pass composition the
  * CPU backend ran before (scale_max, then wsum for sk, the rank-1 update
  * and the output), over head shapes with SIMD tails and non-finite,
  * signed-zero and subnormal entries. */
@@ -794,10 +794,38 @@ static void test_gdn_step(const bt_kvariant *v)
             if (b == 2) { S0[dv / 2] = S1[dv / 2] = S2[dv / 2] = NAN; k[0] = -0.0f; }
             if (b == 4) { S0[dk * dv - 1] = S1[dk * dv - 1] = S2[dk * dv - 1] = INFINITY; vv[0] = 1e-40f; }
             if (b == 5) for (int64_t i = 0; i < dv; i++) S0[i] = S1[i] = S2[i] = (i & 1) ? -0.0f : 1e-39f;
-            v->gdn_step_f32(S1, dk, dv, decay, k, vv, beta, qs, o1);
-            sc->gdn_step_f32(S2, dk, dv, decay, k, vv, beta, qs, o2);
+            /* the variant over column ranges split at 64 (the prefill's
+             * blocks) and at an odd column: the whole token's bits */
+            int64_t cut = dv > 64 ? 64 : dv / 2 + 1, cut2 = BT_MIN(dv, cut + 13);
+            v->gdn_cols_f32(S1, dk, dv, 0, cut, decay, k, vv, beta, qs, o1);
+            if (cut < dv) v->gdn_cols_f32(S1, dk, dv, cut, cut2, decay, k, vv, beta, qs, o1);
+            if (cut2 < dv) v->gdn_cols_f32(S1, dk, dv, cut2, dv, decay, k, vv, beta, qs, o1);
+            sc->gdn_cols_f32(S2, dk, dv, 0, dv, decay, k, vv, beta, qs, o2);
             CHECK(!memcmp(S1, S2, (size_t)(dk * dv) * sizeof(float)) && !memcmp(o1, o2, (size_t)dv * sizeof(float)),
-                  "%s gdn_step dk %lld dv %lld differs from scalar", v->name, (long long)dk, (long long)dv);
+                  "%s gdn_cols dk %lld dv %lld (cut at %lld, %lld) differs from scalar", v->name, (long long)dk,
+                  (long long)dv, (long long)cut, (long long)cut2);
+            if (v->gdn_seq_f32) {
+                /* five tokens in one call: each token's bits as one by one */
+                enum { NT = 5 };
+                static float Sa[128 * 200], Sb[128 * 200], ks[NT * 128], qq[NT * 128], vs[NT * 200], oa[NT * 200],
+                    ob[NT * 200];
+                float decs[NT], betas[NT];
+                for (int64_t i = 0; i < dk * dv; i++) Sa[i] = Sb[i] = S2[i];
+                for (int t = 0; t < NT; t++) {
+                    decs[t] = t == 3 && b == 2 ? NAN : rndf(0.5f, 1.0f);
+                    betas[t] = rndf(0, 1);
+                    for (int64_t i = 0; i < dk; i++) ks[t * dk + i] = rndf(-1, 1), qq[t * dk + i] = rndf(-1, 1) * scale;
+                    for (int64_t i = 0; i < dv; i++) vs[t * dv + i] = rndf(-3, 3);
+                }
+                for (int t = 0; t < NT; t++)
+                    sc->gdn_cols_f32(Sb, dk, dv, 0, dv, decs[t], ks + t * dk, vs + t * dv, betas[t], qq + t * dk,
+                                     ob + t * dv);
+                v->gdn_seq_f32(Sa, dk, dv, 0, dv, NT, decs, ks, dk, vs, dv, betas, qq, dk, oa, dv);
+                CHECK(!memcmp(Sa, Sb, (size_t)(dk * dv) * sizeof(float)) &&
+                      !memcmp(oa, ob, (size_t)(NT * dv) * sizeof(float)),
+                      "%s gdn_seq dk %lld dv %lld: %d tokens differ from one by one", v->name, (long long)dk,
+                      (long long)dv, NT);
+            }
             {   /* the reference against the four passes */
                 sc->scale_max_f32(S0, dk * dv, decay);
                 memset(sk, 0, sizeof sk);

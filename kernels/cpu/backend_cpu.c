@@ -840,7 +840,11 @@ static void cpu_host_for(bt_backend *be, int n, void (*fn)(void *arg, int i, int
  * rounded then added: bt_gdn_step_f32 gives the bits of that plain loop in
  * every kernel variant (two passes over S; it was four, through
  * bt_scale_max_f32 and bt_wsum_f32, with the same bits), so neither the
- * thread count nor the SIMD width changes a bit. */
+ * thread count nor the SIMD width changes a bit. A prefill gives the
+ * kernel all its tokens at once (bt_gdn_seq_f32), which on AVX-512 runs a
+ * block of columns through them with one sweep of the rows a token: a
+ * column depends on no other, and its operations keep their order, so
+ * that changes no bit either. */
 typedef struct gdn_job {
     float *out, *state;
     const float *q, *k, *v, *g, *beta;
@@ -853,21 +857,36 @@ static void gdn_worker(void *arg, int ith, int nth)
 {
     (void)ith; (void)nth;
     gdn_job *j = arg;
-    float qs[512];
-    int nk = j->nk, nv = j->nv, dk = j->dk, dv = j->dv;
+    int nk = j->nk, nv = j->nv, dk = j->dk, dv = j->dv, T = j->T;
     const float scale = 1.0f / sqrtf((float)dk);
+    /* every token's scaled query, decay and beta for the head, so the
+     * kernel can take the tokens in one go (NULL: token by token) */
+    float *qs = T > 1 ? malloc(((size_t)T * dk + 2 * (size_t)T) * sizeof(float)) : NULL;
+    float qs1[512];
     for (int h; (h = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < nv;) {
         int hk = j->grouped ? h / (nv / nk) : h % nk;
         float *S = j->state + j->state_off + (size_t)h * dk * dv;
-        for (int t = 0; t < j->T; t++) {
-            const float *qh = j->q + (size_t)t * nk * dk + (size_t)hk * dk;
-            const float *kh = j->k + (size_t)t * nk * dk + (size_t)hk * dk;
-            const float *vh = j->v + (size_t)t * nv * dv + (size_t)h * dv;
-            float decay = expf(j->g[(size_t)t * nv + h]), b = j->beta[(size_t)t * nv + h];
-            for (int i = 0; i < dk; i++) qs[i] = qh[i] * scale;
-            bt_gdn_step_f32(S, dk, dv, decay, kh, vh, b, qs, j->out + (size_t)t * nv * dv + (size_t)h * dv);
+        if (!qs) {
+            for (int t = 0; t < T; t++) {
+                const float *qh = j->q + (size_t)t * nk * dk + (size_t)hk * dk;
+                for (int i = 0; i < dk; i++) qs1[i] = qh[i] * scale;
+                bt_gdn_step_f32(S, dk, dv, expf(j->g[(size_t)t * nv + h]), j->k + (size_t)t * nk * dk + (size_t)hk * dk,
+                                j->v + (size_t)t * nv * dv + (size_t)h * dv, j->beta[(size_t)t * nv + h], qs1,
+                                j->out + (size_t)t * nv * dv + (size_t)h * dv);
+            }
+            continue;
         }
+        float *dec = qs + (size_t)T * dk, *beta = dec + T;
+        for (int t = 0; t < T; t++) {
+            const float *qh = j->q + (size_t)t * nk * dk + (size_t)hk * dk;
+            dec[t] = expf(j->g[(size_t)t * nv + h]);
+            beta[t] = j->beta[(size_t)t * nv + h];
+            for (int i = 0; i < dk; i++) qs[(size_t)t * dk + i] = qh[i] * scale;
+        }
+        bt_gdn_seq_f32(S, dk, dv, 0, dv, T, dec, j->k + (size_t)hk * dk, (int64_t)nk * dk, j->v + (size_t)h * dv,
+                       (int64_t)nv * dv, beta, qs, dk, j->out + (size_t)h * dv, (int64_t)nv * dv);
     }
+    free(qs);
 }
 
 static int cpu_gdn_recur(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_buf *v, bt_buf *g, bt_buf *beta,

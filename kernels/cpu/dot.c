@@ -253,11 +253,6 @@ void bt_gdn_cols_scalar(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1
     }
 }
 
-static void gdn_step_f32(float *S, int64_t dk, int64_t dv, float decay, const float *k, const float *v, float beta,
-                         const float *qs, float *out)
-{
-    bt_gdn_cols_scalar(S, dk, dv, 0, dv, decay, k, v, beta, qs, out);
-}
 
 static void bt_kv_scalar_fill(bt_kvariant *kv)
 {
@@ -284,7 +279,7 @@ static void bt_kv_scalar_fill(bt_kvariant *kv)
     kv->wsum_f32 = wsum_f32;
     kv->scale_max_f32 = scale_max_f32;
     kv->exp_sub_f32 = bt_exp_sub_f32_scalar;
-    kv->gdn_step_f32 = gdn_step_f32;
+    kv->gdn_cols_f32 = bt_gdn_cols_scalar;
 }
 
 static bool cpu_has_avx2(void)
@@ -477,5 +472,27 @@ void bt_gdn_step_f32(float *S, int64_t dk, int64_t dv, float decay, const float 
                      const float *qs, float *out)
 {
     if (dk > 0 && dv > 0)
-        bt_kernels_active()->gdn_step_f32(S, dk, dv, decay, k, v, beta, qs, out);
+        bt_kernels_active()->gdn_cols_f32(S, dk, dv, 0, dv, decay, k, v, beta, qs, out);
+}
+
+void bt_gdn_cols_f32(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, float decay, const float *k,
+                     const float *v, float beta, const float *qs, float *out)
+{
+    if (dk > 0 && c0 >= 0 && c1 <= dv && c0 < c1)
+        bt_kernels_active()->gdn_cols_f32(S, dk, dv, c0, c1, decay, k, v, beta, qs, out);
+}
+
+void bt_gdn_seq_f32(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, int T, const float *decay,
+                    const float *k, int64_t ldk, const float *v, int64_t ldv, const float *beta, const float *qs,
+                    int64_t ldq, float *out, int64_t ldo)
+{
+    if (dk <= 0 || c0 < 0 || c1 > dv || c0 >= c1 || T <= 0) return;
+    const bt_kvariant *kv = bt_kernels_active();
+    if (kv->gdn_seq_f32) {
+        kv->gdn_seq_f32(S, dk, dv, c0, c1, T, decay, k, ldk, v, ldv, beta, qs, ldq, out, ldo);
+        return;
+    }
+    for (int t = 0; t < T; t++)
+        kv->gdn_cols_f32(S, dk, dv, c0, c1, decay[t], k + (int64_t)t * ldk, v + (int64_t)t * ldv, beta[t],
+                         qs + (int64_t)t * ldq, out + (int64_t)t * ldo);
 }

@@ -946,18 +946,18 @@ TGT static void gdn_cols8(float *S, int64_t dk, int64_t dv, int64_t c, int nw, _
     for (int j = 0; j < nw; j++) _mm256_storeu_ps(out + c + 8 * j, a[j]);
 }
 
-TGT static void gdn_step_f32(float *S, int64_t dk, int64_t dv, float decay, const float *k, const float *v, float beta,
-                             const float *qs, float *out)
+TGT static void gdn_cols_f32(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, float decay, const float *k,
+                             const float *v, float beta, const float *qs, float *out)
 {
     const __m256 dec = _mm256_set1_ps(decay), bt = _mm256_set1_ps(beta);
-    int64_t c = 0;
-    for (; c + 8 * GDN_W <= dv; c += 8 * GDN_W) gdn_cols8(S, dk, dv, c, GDN_W, dec, bt, k, v, qs, out);
-    if (c + 8 <= dv) {
-        int nw = (int)((dv - c) / 8);
+    int64_t c = c0;
+    for (; c + 8 * GDN_W <= c1; c += 8 * GDN_W) gdn_cols8(S, dk, dv, c, GDN_W, dec, bt, k, v, qs, out);
+    if (c + 8 <= c1) {
+        int nw = (int)((c1 - c) / 8);
         gdn_cols8(S, dk, dv, c, nw, dec, bt, k, v, qs, out);
         c += 8 * nw;
     }
-    bt_gdn_cols_scalar(S, dk, dv, c, dv, decay, k, v, beta, qs, out);   /* the columns left, as the reference */
+    bt_gdn_cols_scalar(S, dk, dv, c, c1, decay, k, v, beta, qs, out);   /* the columns left, as the reference */
 }
 #undef GDN_W
 
@@ -1011,7 +1011,7 @@ bool bt_kv_avx2_fill(bt_kvariant *kv)
     kv->wsum_f32 = wsum_f32;
     kv->scale_max_f32 = scale_max_f32;
     kv->exp_sub_f32 = bt_exp_sub_f32_avx2;
-    kv->gdn_step_f32 = gdn_step_f32;
+    kv->gdn_cols_f32 = gdn_cols_f32;
     return true;
 }
 
