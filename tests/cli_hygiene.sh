@@ -89,7 +89,7 @@ expect_exit 0 "forward --dump --force over an earlier dump" "$BANGTRACE" forward
 
 # --- 2c. a full disk during run --trace ---------------------------------------
 # A file-size limit first (any user; bangtrace ignores SIGXFSZ, so the write fails with EFBIG)
-( ulimit -f 3000; exec "$BANGTRACE" run $L2C --prompt "Once upon a time" -n 300 --ignore-eos --trace "$TMP/ul.db" ) \
+( ulimit -f 500; exec "$BANGTRACE" run $L2C --prompt "Once upon a time" -n 300 --ignore-eos --trace "$TMP/ul.db" ) \
     > /dev/null 2> "$TMP/err"
 rc=$?
 [ $rc -eq 2 ] && grep -q "ul.db" "$TMP/err" && ok "run under a file-size limit: exit 2 naming the trace" ||
@@ -104,7 +104,7 @@ MNT=$TMP/full
 mkdir "$MNT"
 if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=1200k tmpfs "$MNT" 2> /dev/null; then
     trap 'umount "$MNT" 2>/dev/null; rm -rf "$TMP"' EXIT
-    for size in 1200k 3000k; do
+    for size in 1200k 2000k; do
         mount -o remount,size=$size "$MNT" 2> /dev/null
         rm -f "$MNT"/*
         expect_exit 2 "run --trace on a full disk ($size)" "$BANGTRACE" run $L2C --prompt "Once upon a time" -n 300 --ignore-eos \

@@ -579,11 +579,20 @@ static void check_grouped_commits(void)
     CHECK_OK(bt_trace_batch_begin(t));
     CHECK(bt_trace_last_committed(t) == 4 && live_steps(path) == 5);
     CHECK_OK(bt_trace_batch_end(t, true));
-    /* close commits an open group */
+    /* kv_access rows (a served request's, written after its steps) with a
+     * group open: the group commits first, then the rows (it was refused:
+     * "cannot start a transaction within a transaction") */
     CHECK_OK(bt_trace_step_begin(t, 5, NULL, "decode", 5, 1));
     CHECK_OK(bt_trace_step_end(t, 1));
+    bt_kv_access ka = { .step = 5, .server_step = 9, .block = 2, .logical = 0, .mode = "read", .pos_lo = 0,
+                        .pos_hi = 15, .writer_step = -1, .bad_step = -1 };
+    CHECK_OK(bt_trace_kv_access(t, &ka, 1));
+    CHECK(bt_trace_last_committed(t) == 5 && live_steps(path) == 6);
+    /* close commits an open group */
+    CHECK_OK(bt_trace_step_begin(t, 6, NULL, "decode", 6, 1));
+    CHECK_OK(bt_trace_step_end(t, 1));
     CHECK_OK(bt_trace_close(t, "ok"));
-    CHECK(live_steps(path) == 6);
+    CHECK(live_steps(path) == 7);
 }
 
 static void check_crash_close(void)

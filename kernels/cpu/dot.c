@@ -475,13 +475,6 @@ void bt_gdn_step_f32(float *S, int64_t dk, int64_t dv, float decay, const float 
         bt_kernels_active()->gdn_cols_f32(S, dk, dv, 0, dv, decay, k, v, beta, qs, out);
 }
 
-void bt_gdn_cols_f32(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, float decay, const float *k,
-                     const float *v, float beta, const float *qs, float *out)
-{
-    if (dk > 0 && c0 >= 0 && c1 <= dv && c0 < c1)
-        bt_kernels_active()->gdn_cols_f32(S, dk, dv, c0, c1, decay, k, v, beta, qs, out);
-}
-
 void bt_gdn_seq_f32(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, int T, const float *decay,
                     const float *k, int64_t ldk, const float *v, int64_t ldv, const float *beta, const float *qs,
                     int64_t ldq, float *out, int64_t ldo)

@@ -103,15 +103,12 @@ void bt_exp_sub_f32(float *x, int64_t n, float m);
  * so SIMD lanes are columns), in two passes over S instead of four. */
 void bt_gdn_step_f32(float *S, int64_t dk, int64_t dv, float decay, const float *k, const float *v, float beta,
                      const float *qs, float *out);
-/* The same token on columns [c0, c1) of S only (v and out indexed by the
- * column, as above): a column's bits do not depend on the others, so a
- * prefill can run a block of columns through all its tokens while that
- * block stays in L1. */
-void bt_gdn_cols_f32(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, float decay, const float *k,
-                     const float *v, float beta, const float *qs, float *out);
-/* T tokens in order on columns [c0, c1): token t is bt_gdn_cols_f32 with
- * decay[t], k + t*ldk, v + t*ldv, beta[t], qs + t*ldq, out + t*ldo, and
- * gives exactly those bits (a variant may sweep the rows once a token). */
+/* T tokens in order on columns [c0, c1) of S (v and out indexed by the
+ * column, as above): token t is bt_gdn_step_f32 with decay[t], k + t*ldk,
+ * v + t*ldv, beta[t], qs + t*ldq, out + t*ldo, restricted to those
+ * columns, and gives exactly those bits (a column depends on no other; a
+ * variant may run a block of columns through every token, sweeping the
+ * rows once a token). */
 void bt_gdn_seq_f32(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, int T, const float *decay,
                     const float *k, int64_t ldk, const float *v, int64_t ldv, const float *beta, const float *qs,
                     int64_t ldq, float *out, int64_t ldo);

@@ -973,7 +973,10 @@ int bt_trace_kv_access(bt_trace *t, const bt_kv_access *rows, int n)
     REENTRY_GUARD(t);
     if (t->in_step) return bt_error(BT_EINVAL, "%s: kv_access rows written inside step %d", t->path, t->step);
     sqlite3_stmt *s = t->st[ST_KVA];
-    int rc = exec(t, "BEGIN");
+    t->in_sqlite = 1;
+    int rc = commit_group(t, t->step);   /* the steps before go first: these rows are one transaction */
+    t->in_sqlite = 0;
+    if (!rc) rc = exec(t, "BEGIN");
     t->in_sqlite = 1;
     for (int i = 0; i < n && rc == BT_OK; i++) {
         const bt_kv_access *r = &rows[i];
