@@ -20,6 +20,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Elementwise loops of unknown length that GCC's -O2 cost model leaves
+ * scalar (the causal conv's taps, SwiGLU's division): BT_VEC lets it
+ * vectorize them with a tail. x86-64's baseline vectors have no FMA, so a
+ * product is still rounded before its add, a division is still a
+ * division, and no sum is reassociated (that needs -fassociative-math):
+ * every value keeps the scalar loop's bits. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define BT_VEC __attribute__((optimize("vect-cost-model=dynamic")))
+#else
+#define BT_VEC
+#endif
+
 #define BT_CPU_MAX_HEAD_DIM 512   /* attention accumulates a head in a stack row */
 
 struct bt_buf {
@@ -178,7 +190,7 @@ typedef struct rms_ctx {
     float eps;
 } rms_ctx;
 
-static void rms_rows(void *v, size_t lo, size_t hi)
+BT_VEC static void rms_rows(void *v, size_t lo, size_t hi)
 {
     const rms_ctx *r = v;
     int n = r->n;
@@ -214,7 +226,7 @@ typedef struct rope_ctx {
     bool neox;
 } rope_ctx;
 
-static void rope_rows(void *v, size_t lo, size_t hi)
+BT_VEC static void rope_rows(void *v, size_t lo, size_t hi)
 {
     const rope_ctx *r = v;
     int half = r->head_dim / 2, width = r->n_heads * r->head_dim;
@@ -253,7 +265,7 @@ static int cpu_rope_neox(bt_backend *be, bt_buf *x, int T, int n_heads, int head
     return BT_OK;
 }
 
-static int cpu_add_row(bt_backend *be, bt_buf *x, int T, int width, bt_buf *b, size_t b_off)
+BT_VEC static int cpu_add_row(bt_backend *be, bt_buf *x, int T, int width, bt_buf *b, size_t b_off)
 {
     (void)be;
     const float *bp = F(b) + b_off;
@@ -545,13 +557,13 @@ typedef struct ew_ctx {
  * quieted as expf would), 256 at a time: the scalar call was most of this
  * loop. Reads g[i] before writing o[i], so out may be gate. */
 /* e[j] = expf(-x[j]) for j < k, libm's bits (exp_sub's -x - 0 is -x). */
-static void exp_neg(float *e, const float *x, size_t k)
+BT_VEC static void exp_neg(float *e, const float *x, size_t k)
 {
     for (size_t j = 0; j < k; j++) e[j] = -x[j];
     bt_exp_sub_f32(e, (int64_t)k, 0.0f);
 }
 
-static void swiglu_range(void *v, size_t lo, size_t hi)
+BT_VEC static void swiglu_range(void *v, size_t lo, size_t hi)
 {
     const ew_ctx *c = v;
     float *o = c->o;
@@ -579,7 +591,7 @@ typedef struct oai_ctx {
 
 /* expf(alpha * -x) through bt_exp_sub_f32 as in swiglu_range (the
  * product rounded in float first, as the scalar expression does). */
-static void swiglu_oai_range(void *v, size_t lo, size_t hi)
+BT_VEC static void swiglu_oai_range(void *v, size_t lo, size_t hi)
 {
     const oai_ctx *c = v;
     float xs[256], e[256];
@@ -606,7 +618,7 @@ static int cpu_swiglu_oai(bt_backend *be, bt_buf *out, bt_buf *gate, bt_buf *up,
     return BT_OK;
 }
 
-static void add_range(void *v, size_t lo, size_t hi)
+BT_VEC static void add_range(void *v, size_t lo, size_t hi)
 {
     const ew_ctx *c = v;
     for (size_t i = lo; i < hi; i++) c->o[i] += c->b[i];
@@ -722,7 +734,7 @@ static int cpu_copy_cols(bt_backend *be, bt_buf *dst, bt_buf *src, int T, int sr
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 /* x *= sigmoid(g), expf(-g) through bt_exp_sub_f32 (libm's bits). */
-static int cpu_mul_sigmoid(bt_backend *be, bt_buf *x, bt_buf *g, size_t n)
+BT_VEC static int cpu_mul_sigmoid(bt_backend *be, bt_buf *x, bt_buf *g, size_t n)
 {
     (void)be;
     float *xp = F(x);
@@ -769,7 +781,7 @@ typedef struct conv_job {
 #define CONV_BLOCK 256
 #define CONV_MAX_K 16   /* the model loader's bound on ssm.conv_kernel */
 
-static void conv_item(void *arg, int b, int ith)
+BT_VEC static void conv_item(void *arg, int b, int ith)
 {
     (void)ith;
     const conv_job *j = arg;
