@@ -1091,6 +1091,30 @@ TGT static void wsum_f32(float *acc, const float *wts, float scale, const float 
         BT_NOFUSE_V(t2_);                                                         \
         a##J = _mm512_add_ps(a##J, t2_);                                          \
     } while (0)
+/* The masks of a block of up to 64 columns (w of them left), one per
+ * vector; the first pass over the rows into a0..a3 (k the token's key);
+ * u = (v - sk) * beta from it (vp: the block's values). */
+#define GDN_MASKS(w)                                                              \
+    __mmask16 m0 = (w) >= 16 ? (__mmask16)0xFFFF : tail_mask(w);                  \
+    __mmask16 m1 = (w) >= 32 ? (__mmask16)0xFFFF : (w) > 16 ? tail_mask((w) - 16) : 0; \
+    __mmask16 m2 = (w) >= 48 ? (__mmask16)0xFFFF : (w) > 32 ? tail_mask((w) - 32) : 0; \
+    __mmask16 m3 = (w) >= 64 ? (__mmask16)0xFFFF : (w) > 48 ? tail_mask((w) - 48) : 0
+#define GDN_PASS1_ROWS(kk)                                                        \
+    do {                                                                          \
+        for (int64_t i = 0; i < dk; i++) {                                        \
+            float *r = S + i * dv + c;                                            \
+            __m512 ki = _mm512_set1_ps((kk)[i]);                                  \
+            GDN_PASS1(0);                                                         \
+            GDN_PASS1(1);                                                         \
+            GDN_PASS1(2);                                                         \
+            GDN_PASS1(3);                                                         \
+        }                                                                         \
+    } while (0)
+#define GDN_U(vp)                                                                 \
+    __m512 u0 = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m0, (vp)), a0), bt);      \
+    __m512 u1 = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m1, (vp) + 16), a1), bt); \
+    __m512 u2 = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m2, (vp) + 32), a2), bt); \
+    __m512 u3 = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m3, (vp) + 48), a3), bt)
 
 /* 128 columns, eight sums in flight: each sum is a chain of dk adds (the
  * order the bits need), so four chains left the adder waiting on its
@@ -1138,23 +1162,10 @@ TGT static void gdn_cols_f32(float *S, int64_t dk, int64_t dv, int64_t c0, int64
     for (; c0 + 128 <= c1; c0 += 128) gdn_cols128(S, dk, dv, c0, dec, bt, k, v, qs, out);
     for (int64_t c = c0; c < c1; c += 64) {
         int64_t w = c1 - c;
-        __mmask16 m0 = w >= 16 ? (__mmask16)0xFFFF : tail_mask(w);
-        __mmask16 m1 = w >= 32 ? (__mmask16)0xFFFF : w > 16 ? tail_mask(w - 16) : 0;
-        __mmask16 m2 = w >= 48 ? (__mmask16)0xFFFF : w > 32 ? tail_mask(w - 32) : 0;
-        __mmask16 m3 = w >= 64 ? (__mmask16)0xFFFF : w > 48 ? tail_mask(w - 48) : 0;
+        GDN_MASKS(w);
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int64_t i = 0; i < dk; i++) {
-            float *r = S + i * dv + c;
-            __m512 ki = _mm512_set1_ps(k[i]);
-            GDN_PASS1(0);
-            GDN_PASS1(1);
-            GDN_PASS1(2);
-            GDN_PASS1(3);
-        }
-        __m512 u0 = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m0, v + c), a0), bt);
-        __m512 u1 = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m1, v + c + 16), a1), bt);
-        __m512 u2 = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m2, v + c + 32), a2), bt);
-        __m512 u3 = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m3, v + c + 48), a3), bt);
+        GDN_PASS1_ROWS(k);
+        GDN_U(v + c);
         a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int64_t i = 0; i < dk; i++) {
             float *r = S + i * dv + c;
@@ -1207,28 +1218,15 @@ TGT static void gdn_seq_f32(float *S, int64_t dk, int64_t dv, int64_t c0, int64_
 {
     for (int64_t c = c0; c < c1; c += 64) {
         int64_t w = c1 - c;
-        __mmask16 m0 = w >= 16 ? (__mmask16)0xFFFF : tail_mask(w);
-        __mmask16 m1 = w >= 32 ? (__mmask16)0xFFFF : w > 16 ? tail_mask(w - 16) : 0;
-        __mmask16 m2 = w >= 48 ? (__mmask16)0xFFFF : w > 32 ? tail_mask(w - 32) : 0;
-        __mmask16 m3 = w >= 64 ? (__mmask16)0xFFFF : w > 48 ? tail_mask(w - 48) : 0;
+        GDN_MASKS(w);
         /* token 0's first pass */
         __m512 dec = _mm512_set1_ps(decay[0]);
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int64_t i = 0; i < dk; i++) {
-            float *r = S + i * dv + c;
-            __m512 ki = _mm512_set1_ps(k[i]);
-            GDN_PASS1(0);
-            GDN_PASS1(1);
-            GDN_PASS1(2);
-            GDN_PASS1(3);
-        }
+        GDN_PASS1_ROWS(k);
         for (int t = 0; t < T; t++) {
             const float *kt = k + (int64_t)t * ldk, *vt = v + (int64_t)t * ldv + c, *qt = qs + (int64_t)t * ldq;
             __m512 bt = _mm512_set1_ps(beta[t]);
-            __m512 u0 = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m0, vt), a0), bt);
-            __m512 u1 = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m1, vt + 16), a1), bt);
-            __m512 u2 = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m2, vt + 32), a2), bt);
-            __m512 u3 = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m3, vt + 48), a3), bt);
+            GDN_U(vt);
             __m512 o0 = _mm512_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
             a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             if (t + 1 < T) {
@@ -1265,6 +1263,9 @@ TGT static void gdn_seq_f32(float *S, int64_t dk, int64_t dv, int64_t c0, int64_
 #undef SEQ_LAST
 #undef GDN_PASS1
 #undef GDN_PASS2
+#undef GDN_MASKS
+#undef GDN_PASS1_ROWS
+#undef GDN_U
 
 bool bt_kv_avx512_fill(bt_kvariant *kv)
 {
