@@ -1091,9 +1091,10 @@ TGT static void wsum_f32(float *acc, const float *wts, float scale, const float 
         BT_NOFUSE_V(t2_);                                                         \
         a##J = _mm512_add_ps(a##J, t2_);                                          \
     } while (0)
-/* The masks of a block of up to 64 columns (w of them left), one per
- * vector; the first pass over the rows into a0..a3 (k the token's key);
- * u = (v - sk) * beta from it (vp: the block's values). */
+/* A block of up to 64 columns (w of them left): its masks, one per
+ * vector; the first pass over the rows, sk into a0..a3 (kk: the token's
+ * key); u = (v - sk) * beta from those (vp: the block's values); the
+ * second pass, out into a0..a3 (kk, qq: the key and the scaled query). */
 #define GDN_MASKS(w)                                                              \
     __mmask16 m0 = (w) >= 16 ? (__mmask16)0xFFFF : tail_mask(w);                  \
     __mmask16 m1 = (w) >= 32 ? (__mmask16)0xFFFF : (w) > 16 ? tail_mask((w) - 16) : 0; \
@@ -1108,6 +1109,17 @@ TGT static void wsum_f32(float *acc, const float *wts, float scale, const float 
             GDN_PASS1(1);                                                         \
             GDN_PASS1(2);                                                         \
             GDN_PASS1(3);                                                         \
+        }                                                                         \
+    } while (0)
+#define GDN_PASS2_ROWS(kk, qq)                                                    \
+    do {                                                                          \
+        for (int64_t i = 0; i < dk; i++) {                                        \
+            float *r = S + i * dv + c;                                            \
+            __m512 ki = _mm512_set1_ps((kk)[i]), qi = _mm512_set1_ps((qq)[i]);    \
+            GDN_PASS2(0);                                                         \
+            GDN_PASS2(1);                                                         \
+            GDN_PASS2(2);                                                         \
+            GDN_PASS2(3);                                                         \
         }                                                                         \
     } while (0)
 #define GDN_U(vp)                                                                 \
@@ -1167,14 +1179,7 @@ TGT static void gdn_cols_f32(float *S, int64_t dk, int64_t dv, int64_t c0, int64
         GDN_PASS1_ROWS(k);
         GDN_U(v + c);
         a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int64_t i = 0; i < dk; i++) {
-            float *r = S + i * dv + c;
-            __m512 ki = _mm512_set1_ps(k[i]), qi = _mm512_set1_ps(qs[i]);
-            GDN_PASS2(0);
-            GDN_PASS2(1);
-            GDN_PASS2(2);
-            GDN_PASS2(3);
-        }
+        GDN_PASS2_ROWS(k, qs);
         _mm512_mask_storeu_ps(out + c, m0, a0);
         _mm512_mask_storeu_ps(out + c + 16, m1, a1);
         _mm512_mask_storeu_ps(out + c + 32, m2, a2);
@@ -1203,13 +1208,6 @@ TGT static void gdn_cols_f32(float *S, int64_t dk, int64_t dv, int64_t c0, int64
         x_ = _mm512_mul_ps(x_, dn);                                               \
         _mm512_mask_storeu_ps(r + 16 * J, m##J, x_);                              \
         SEQ_MUL_ADD(a##J, kn, x_);                                                \
-    } while (0)
-#define SEQ_LAST(J)                                                               \
-    do {                                                                          \
-        __m512 x_ = _mm512_maskz_loadu_ps(m##J, r + 16 * J);                      \
-        SEQ_MUL_ADD(x_, ki, u##J);                                                \
-        _mm512_mask_storeu_ps(r + 16 * J, m##J, x_);                              \
-        SEQ_MUL_ADD(o##J, qi, x_);                                                \
     } while (0)
 
 TGT static void gdn_seq_f32(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, int T, const float *decay,
@@ -1241,14 +1239,9 @@ TGT static void gdn_seq_f32(float *S, int64_t dk, int64_t dv, int64_t c0, int64_
                     SEQ_FUSED(3);
                 }
             } else {
-                for (int64_t i = 0; i < dk; i++) {
-                    float *r = S + i * dv + c;
-                    __m512 ki = _mm512_set1_ps(kt[i]), qi = _mm512_set1_ps(qt[i]);
-                    SEQ_LAST(0);
-                    SEQ_LAST(1);
-                    SEQ_LAST(2);
-                    SEQ_LAST(3);
-                }
+                /* the last token: its second pass alone, as gdn_cols_f32's */
+                GDN_PASS2_ROWS(kt, qt);
+                o0 = a0, o1 = a1, o2 = a2, o3 = a3;
             }
             float *ot = out + (int64_t)t * ldo + c;
             _mm512_mask_storeu_ps(ot, m0, o0);
@@ -1260,11 +1253,11 @@ TGT static void gdn_seq_f32(float *S, int64_t dk, int64_t dv, int64_t c0, int64_
 }
 #undef SEQ_MUL_ADD
 #undef SEQ_FUSED
-#undef SEQ_LAST
 #undef GDN_PASS1
 #undef GDN_PASS2
 #undef GDN_MASKS
 #undef GDN_PASS1_ROWS
+#undef GDN_PASS2_ROWS
 #undef GDN_U
 
 bool bt_kv_avx512_fill(bt_kvariant *kv)
