@@ -735,8 +735,8 @@ static void test_pool(void)
 /* The tap statistics' sweep: every variant gives the scalar sweep's bits
  * (sums, min, max per lane) and stops at the same chunk, on lengths around
  * the 64-element chunk, with zeros of both signs, subnormals, values near
- * FLT_MAX (whose squares overflow to Inf: still finite inputs) and a NaN or
- * an Inf planted at random. */
+ * FLT_MAX (whose squares and sums overflow to Inf: still finite inputs)
+ * and a NaN, a -Inf or a +Inf planted at random. */
 static void test_sweep(const bt_kvariant *v)
 {
     const bt_kvariant *sc = bt_kernels_variant("scalar");
@@ -755,7 +755,7 @@ static void test_sweep(const bt_kvariant *v)
             }
             if (trial % 4 == 3) {
                 int64_t at = rnd() % n;
-                x[at] = trial % 8 == 3 ? NAN : -INFINITY;
+                x[at] = (trial / 4) % 3 == 0 ? NAN : (trial / 4) % 3 == 1 ? -INFINITY : INFINITY;
             }
             bt_sweep a, b;
             bt_sweep_init(&a);

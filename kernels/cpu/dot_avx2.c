@@ -864,31 +864,37 @@ TGT static void wsum_f32(float *acc, const float *wts, float scale, const float 
 
 __attribute__((target("avx2"))) int64_t bt_sweep_f32_avx2(const float *x, int64_t n, bt_sweep *acc)
 {
-    const __m256 big = _mm256_set1_ps(FLT_MAX);
-    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 pinf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
     __m256 mn = _mm256_loadu_ps(acc->mn), mx = _mm256_loadu_ps(acc->mx);
     __m256d s0 = _mm256_loadu_pd(acc->sum), s1 = _mm256_loadu_pd(acc->sum + 4);
     __m256d q0 = _mm256_loadu_pd(acc->sumsq), q1 = _mm256_loadu_pd(acc->sumsq + 4);
     int64_t i = 0;
     bool stopped = false;
     for (; i + 64 <= n; i += 64) {
-        __m256 v[8], bad = _mm256_setzero_ps();
+        /* The chunk's sums and its own min and max (from +-Inf, by the
+         * scalar rule v < m ? v : m, so each keeps the first of equal
+         * values), before knowing whether it is finite: a NaN makes its
+         * lane's sum NaN (finite values can overflow a sum to Inf, never
+         * to NaN), a +Inf its max +Inf, a -Inf its min -Inf. That is the
+         * check, instead of a compare per vector. */
+        __m256 s = _mm256_setzero_ps(), q = s, lmn = pinf, lmx = ninf;
         for (int k = 0; k < 8; k++) {
-            v[k] = _mm256_loadu_ps(x + i + 8 * k);
-            /* |v| > FLT_MAX or unordered: an Inf or a NaN */
-            bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(v[k], absm), big, _CMP_NLE_UQ));
+            __m256 v = _mm256_loadu_ps(x + i + 8 * k);
+            s = _mm256_add_ps(s, v);
+            q = _mm256_add_ps(q, _mm256_mul_ps(v, v));
+            lmn = _mm256_min_ps(v, lmn);    /* v < m ? v : m, the scalar rule (a NaN v leaves m) */
+            lmx = _mm256_max_ps(v, lmx);
         }
+        __m256 bad = _mm256_or_ps(_mm256_cmp_ps(s, s, _CMP_UNORD_Q),
+                                  _mm256_or_ps(_mm256_cmp_ps(lmx, pinf, _CMP_EQ_OQ), _mm256_cmp_ps(lmn, ninf, _CMP_EQ_OQ)));
         if (!_mm256_testz_ps(bad, bad)) {
             stopped = true;
             break;
         }
-        __m256 s = _mm256_setzero_ps(), q = s;
-        for (int k = 0; k < 8; k++) {
-            s = _mm256_add_ps(s, v[k]);
-            q = _mm256_add_ps(q, _mm256_mul_ps(v[k], v[k]));
-            mn = _mm256_min_ps(v[k], mn);    /* v < mn ? v : mn, the scalar rule */
-            mx = _mm256_max_ps(v[k], mx);
-        }
+        /* the chunk's min after the earlier ones': the scalar loop's
+         * element by element (a tie keeps the earlier value) */
+        mn = _mm256_min_ps(lmn, mn);
+        mx = _mm256_max_ps(lmx, mx);
         s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(s)));
         s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(s, 1)));
         q0 = _mm256_add_pd(q0, _mm256_cvtps_pd(_mm256_castps256_ps128(q)));
