@@ -772,7 +772,7 @@ static void test_sweep(const bt_kvariant *v)
  * bits (the scalar table's), and bt_dot_rows_f32 gives each row the bits
  * of the variant's own one-row dot, for head sizes around the vector
  * widths, with NaN / Inf / subnormal values and weights. */
-/* The delta rule's token (bt_gdn_step_f32, the variants' gdn_cols_f32): each variant,
+/* The delta rule's token (the variants' gdn_cols_f32, bt_gdn_seq_f32's): each variant,
  * over column ranges, gives the scalar reference's bits over the whole, and the reference gives the four-pass composition the
  * CPU backend ran before (scale_max, then wsum for sk, the rank-1 update
  * and the output), over head shapes with SIMD tails and non-finite,

@@ -849,14 +849,10 @@ static void cpu_host_for(bt_backend *be, int n, void (*fn)(void *arg, int i, int
  * run in order). Per head and token, with S the head's dk x dv state:
  * S *= exp(g); sk = sum_i k_i S_i; u = (v - sk) * beta; S_i += k_i u;
  * out = sum_i (q_i / sqrt(dk)) S_i, the sums over i in order, each product
- * rounded then added: bt_gdn_step_f32 gives the bits of that plain loop in
- * every kernel variant (two passes over S; it was four, through
- * bt_scale_max_f32 and bt_wsum_f32, with the same bits), so neither the
- * thread count nor the SIMD width changes a bit. A prefill gives the
- * kernel all its tokens at once (bt_gdn_seq_f32), which on AVX-512 runs a
- * block of columns through them with one sweep of the rows a token: a
- * column depends on no other, and its operations keep their order, so
- * that changes no bit either. */
+ * rounded then added: bt_gdn_seq_f32 gives the bits of that plain loop in
+ * every kernel variant, for a block of tokens at a time (on AVX-512 a
+ * block of columns runs through them with one sweep of the rows a token),
+ * so neither the thread count, the SIMD width nor the block changes a bit. */
 typedef struct gdn_job {
     float *out, *state;
     const float *q, *k, *v, *g, *beta;
@@ -865,40 +861,35 @@ typedef struct gdn_job {
     _Atomic int next;
 } gdn_job;
 
+/* Tokens per kernel call: their scaled queries on the worker's stack (dk
+ * <= 512: 32 KB). The state carries from one block to the next. */
+#define GDN_TB 16
+
 static void gdn_worker(void *arg, int ith, int nth)
 {
     (void)ith; (void)nth;
     gdn_job *j = arg;
-    int nk = j->nk, nv = j->nv, dk = j->dk, dv = j->dv, T = j->T;
+    int nk = j->nk, nv = j->nv, dk = j->dk, dv = j->dv;
     const float scale = 1.0f / sqrtf((float)dk);
-    /* every token's scaled query, decay and beta for the head, so the
-     * kernel can take the tokens in one go (NULL: token by token) */
-    float *qs = T > 1 ? malloc(((size_t)T * dk + 2 * (size_t)T) * sizeof(float)) : NULL;
-    float qs1[512];
+    float qs[GDN_TB * 512], dec[GDN_TB], beta[GDN_TB];
     for (int h; (h = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < nv;) {
         int hk = j->grouped ? h / (nv / nk) : h % nk;
         float *S = j->state + j->state_off + (size_t)h * dk * dv;
-        if (!qs) {
-            for (int t = 0; t < T; t++) {
-                const float *qh = j->q + (size_t)t * nk * dk + (size_t)hk * dk;
-                for (int i = 0; i < dk; i++) qs1[i] = qh[i] * scale;
-                bt_gdn_step_f32(S, dk, dv, expf(j->g[(size_t)t * nv + h]), j->k + (size_t)t * nk * dk + (size_t)hk * dk,
-                                j->v + (size_t)t * nv * dv + (size_t)h * dv, j->beta[(size_t)t * nv + h], qs1,
-                                j->out + (size_t)t * nv * dv + (size_t)h * dv);
+        for (int t0 = 0; t0 < j->T; t0 += GDN_TB) {
+            int tb = BT_MIN(GDN_TB, j->T - t0);
+            for (int b = 0; b < tb; b++) {
+                size_t t = (size_t)(t0 + b);
+                const float *qh = j->q + t * nk * dk + (size_t)hk * dk;
+                dec[b] = expf(j->g[t * nv + h]);
+                beta[b] = j->beta[t * nv + h];
+                for (int i = 0; i < dk; i++) qs[(size_t)b * dk + i] = qh[i] * scale;
             }
-            continue;
+            size_t t = (size_t)t0;
+            bt_gdn_seq_f32(S, dk, dv, 0, dv, tb, dec, j->k + t * nk * dk + (size_t)hk * dk, (int64_t)nk * dk,
+                           j->v + t * nv * dv + (size_t)h * dv, (int64_t)nv * dv, beta, qs, dk,
+                           j->out + t * nv * dv + (size_t)h * dv, (int64_t)nv * dv);
         }
-        float *dec = qs + (size_t)T * dk, *beta = dec + T;
-        for (int t = 0; t < T; t++) {
-            const float *qh = j->q + (size_t)t * nk * dk + (size_t)hk * dk;
-            dec[t] = expf(j->g[(size_t)t * nv + h]);
-            beta[t] = j->beta[(size_t)t * nv + h];
-            for (int i = 0; i < dk; i++) qs[(size_t)t * dk + i] = qh[i] * scale;
-        }
-        bt_gdn_seq_f32(S, dk, dv, 0, dv, T, dec, j->k + (size_t)hk * dk, (int64_t)nk * dk, j->v + (size_t)h * dv,
-                       (int64_t)nv * dv, beta, qs, dk, j->out + (size_t)h * dv, (int64_t)nv * dv);
     }
-    free(qs);
 }
 
 static int cpu_gdn_recur(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_buf *v, bt_buf *g, bt_buf *beta,

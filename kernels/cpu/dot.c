@@ -224,7 +224,7 @@ static float scale_max_f32(float *x, int64_t n, float scale)
     return m;
 }
 
-/* The delta rule's token (kernels.h: bt_gdn_step_f32), column by column:
+/* The delta rule's token (kernels.h: bt_gdn_seq_f32), column by column:
  * the reference the SIMD variants match lane for lane; columns [c0, c1)
  * (the AVX2 variant's tail too). */
 void bt_gdn_cols_scalar(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, float decay, const float *k,
@@ -468,20 +468,13 @@ void bt_wsum_f32(float *acc, const float *wts, float scale, const float *v, int6
         bt_kernels_active()->wsum_f32(acc, wts, scale, v, ldv, np, n);
 }
 
-void bt_gdn_step_f32(float *S, int64_t dk, int64_t dv, float decay, const float *k, const float *v, float beta,
-                     const float *qs, float *out)
-{
-    if (dk > 0 && dv > 0)
-        bt_kernels_active()->gdn_cols_f32(S, dk, dv, 0, dv, decay, k, v, beta, qs, out);
-}
-
 void bt_gdn_seq_f32(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, int T, const float *decay,
                     const float *k, int64_t ldk, const float *v, int64_t ldv, const float *beta, const float *qs,
                     int64_t ldq, float *out, int64_t ldo)
 {
     if (dk <= 0 || c0 < 0 || c1 > dv || c0 >= c1 || T <= 0) return;
     const bt_kvariant *kv = bt_kernels_active();
-    if (kv->gdn_seq_f32) {
+    if (kv->gdn_seq_f32 && T > 1) {   /* one token: the variant's one-token kernel */
         kv->gdn_seq_f32(S, dk, dv, c0, c1, T, decay, k, ldk, v, ldv, beta, qs, ldq, out, ldo);
         return;
     }

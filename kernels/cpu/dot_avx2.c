@@ -911,7 +911,7 @@ __attribute__((target("avx2"))) int64_t bt_sweep_f32_avx2(const float *x, int64_
     return i + bt_sweep_f32_scalar(x + i, n - i, acc);
 }
 
-/* ---- the delta rule's token (kernels.h: bt_gdn_step_f32): columns in
+/* ---- the delta rule's token (kernels.h: bt_gdn_seq_f32): columns in
  * lanes, 32 at a time (four independent sums), then 8 at a time, then a
  * scalar tail; per lane the scalar loop's roundings (mul, then add, never
  * fused). ---- */

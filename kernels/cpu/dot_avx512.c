@@ -1069,7 +1069,7 @@ TGT static void wsum_f32(float *acc, const float *wts, float scale, const float 
     }
 }
 
-/* ---- the delta rule's token (kernels.h: bt_gdn_step_f32): columns in
+/* ---- the delta rule's token (kernels.h: bt_gdn_seq_f32): columns in
  * lanes, 128 at a time (eight independent sums), then 64 (four), a masked
  * 16 for the rest; per lane the scalar loop's roundings (mul, then
  * add, never fused). ---- */

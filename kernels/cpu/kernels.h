@@ -94,21 +94,17 @@ float bt_scale_max_f32(float *x, int64_t n, float scale);
  * is not set) whichever variant runs: the SIMD ones replicate glibc 2.36's
  * expf (exp.c), and tests/test_expf.c checks them against the libm linked. */
 void bt_exp_sub_f32(float *x, int64_t n, float m);
-/* One token of the gated delta rule on a head's dk x dv state S (row i =
- * key dimension i, dv floats): S *= decay; sk = sum_i k[i] S_i; u = (v -
- * sk) * beta; S_i += k[i] u; out = sum_i qs[i] S_i (qs: the query already
- * scaled). Each sum runs over i in order from 0.0f, each product rounded
- * then added (never fused): the bits of bt_scale_max_f32 and bt_wsum_f32
- * composed that way, in every variant (a column of S depends on no other,
- * so SIMD lanes are columns), in two passes over S instead of four. */
-void bt_gdn_step_f32(float *S, int64_t dk, int64_t dv, float decay, const float *k, const float *v, float beta,
-                     const float *qs, float *out);
-/* T tokens in order on columns [c0, c1) of S (v and out indexed by the
- * column, as above): token t is bt_gdn_step_f32 with decay[t], k + t*ldk,
- * v + t*ldv, beta[t], qs + t*ldq, out + t*ldo, restricted to those
- * columns, and gives exactly those bits (a column depends on no other; a
- * variant may run a block of columns through every token, sweeping the
- * rows once a token). */
+/* The gated delta rule over T tokens in order, on columns [c0, c1) of a
+ * head's dk x dv state S (row i = key dimension i, dv floats). Token t,
+ * with decay = decay[t], k = k + t*ldk, v = v + t*ldv (indexed by column),
+ * beta = beta[t], qs = qs + t*ldq (the query already scaled), out = out +
+ * t*ldo (indexed by column): S *= decay; sk = sum_i k[i] S_i; u = (v -
+ * sk) * beta; S_i += k[i] u; out = sum_i qs[i] S_i. Each sum runs over i
+ * in order from 0.0f, each product rounded then added (never fused): the
+ * bits of bt_scale_max_f32 and bt_wsum_f32 composed that way, in every
+ * variant. A column of S depends on no other, so SIMD lanes are columns,
+ * and a variant may run a block of columns through every token, sweeping
+ * the rows once a token (two passes a token, it was four). */
 void bt_gdn_seq_f32(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, int T, const float *decay,
                     const float *k, int64_t ldk, const float *v, int64_t ldv, const float *beta, const float *qs,
                     int64_t ldq, float *out, int64_t ldo);

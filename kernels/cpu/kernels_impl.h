@@ -84,7 +84,7 @@ typedef struct bt_kvariant {
      * float; every variant returns the C library's expf bits (exp.c). */
     void (*exp_sub_f32)(float *x, int64_t n, float m);
     void (*gdn_cols_f32)(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, float decay, const float *k,
-                         const float *v, float beta, const float *qs, float *out);   /* bt_gdn_step_f32 on columns [c0, c1) */
+                         const float *v, float beta, const float *qs, float *out);   /* one token of bt_gdn_seq_f32 */
     /* Optional (NULL: token by token through gdn_cols_f32): bt_gdn_seq_f32. */
     void (*gdn_seq_f32)(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, int T, const float *decay,
                         const float *k, int64_t ldk, const float *v, int64_t ldv, const float *beta, const float *qs,
@@ -102,7 +102,7 @@ int64_t bt_sweep_f32_avx2(const float *x, int64_t n, bt_sweep *acc);
  * below install them). */
 void bt_exp_sub_f32_scalar(float *x, int64_t n, float m);
 /* dot.c: the delta rule's token over columns [c0, c1) of the state, the
- * scalar reference of bt_gdn_step_f32 (and the AVX2 variant's tail). */
+ * scalar reference of bt_gdn_seq_f32's token (and the AVX2 variant's tail). */
 void bt_gdn_cols_scalar(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, float decay, const float *k,
                         const float *v, float beta, const float *qs, float *out);
 void bt_exp_sub_f32_avx2(float *x, int64_t n, float m);

@@ -190,18 +190,25 @@ static int mm_group(const struct mm_job *j)
     return j->kv->dot8x3_f32 && j->T >= 3 && j->cols <= 768 ? 8 : 4;
 }
 
+/* Rows [r, r + nr) as f32 in buf, row after row (f32 rows copied). */
+static void mm_rows_to_f32(const struct mm_job *j, int64_t r, int64_t nr, float *buf)
+{
+    for (int64_t k = 0; k < nr; k++) {
+        const uint8_t *src = j->W + (r + k) * j->row_bytes;
+        if (j->type == BT_DT_F32)
+            memcpy(buf + k * j->cols, src, (size_t)j->cols * sizeof(float));
+        else
+            j->kv->dequant[j->type](src, buf + k * j->cols, j->cols);
+    }
+}
+
 static void mm_prefill(const struct mm_job *j, int64_t r0, int64_t r1, float *buf, float *acc)
 {
     int group = mm_group(j);
     if (acc) {
-        /* wide rows: the item's rows as f32 in buf (a copy for f32 rows:
-         * aligned, as below), then panel by panel */
-        for (int64_t r = r0; r < r1; r++) {
-            if (j->type == BT_DT_F32)
-                memcpy(buf + (r - r0) * j->cols, j->W + r * j->row_bytes, (size_t)j->cols * sizeof(float));
-            else
-                j->kv->dequant[j->type](j->W + r * j->row_bytes, buf + (r - r0) * j->cols, j->cols);
-        }
+        /* wide rows: the item's rows as f32 in buf (for f32 rows an
+         * aligned copy, as below), then panel by panel */
+        mm_rows_to_f32(j, r0, r1 - r0, buf);
         mm_rows_panels(j, buf, j->cols, r0, r1, acc);
         return;
     }
@@ -237,11 +244,9 @@ static void mm_prefill(const struct mm_job *j, int64_t r0, int64_t r1, float *bu
                     dot(j->W + r * j->row_bytes, j->x + (int64_t)t * j->cols, j->cols);
         return;
     }
-    bt_dequant_fn dq = j->kv->dequant[j->type];
     for (int64_t r = r0; r < r1;) {
         int64_t nr = r1 - r >= group ? group : BT_MIN(4, r1 - r);
-        for (int64_t k = 0; k < nr; k++)
-            dq(j->W + (r + k) * j->row_bytes, buf + k * j->cols, j->cols);
+        mm_rows_to_f32(j, r, nr, buf);
         if (nr == 8)
             mm_rows8_f32(j, buf, j->cols, r);
         else
@@ -263,14 +268,11 @@ static void mm_worker(void *arg, int ith, int nth)
         return;
     }
     bool panels = mm_panelled(j);
-    int64_t brows = panels ? MM_PANEL_ROWS : mm_group(j);
-    float *buf = aligned_alloc(64, ((size_t)j->cols * brows * sizeof(float) + 63) & ~(size_t)63);
-    /* the panel tiles' accumulators (NULL: whole-row tiles, the same bits) */
+    float *buf = aligned_alloc(64, ((size_t)j->cols * (panels ? MM_PANEL_ROWS : mm_group(j)) * sizeof(float) + 63) &
+                                       ~(size_t)63);
+    /* the panel tiles' accumulators (NULL: whole-row tiles, the same bits,
+     * in a buffer that holds them too) */
     float *acc = buf && panels ? aligned_alloc(64, (size_t)(MM_PANEL_ROWS / 4) * (MM_TB / 2) * 256 * sizeof(float)) : NULL;
-    if (panels && !acc) {
-        free(buf);
-        buf = aligned_alloc(64, ((size_t)j->cols * mm_group(j) * sizeof(float) + 63) & ~(size_t)63);
-    }
     for (;;) {
         int64_t r0 = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed) * j->chunk;
         if (r0 >= j->rows)
@@ -311,11 +313,12 @@ void bt_matmul(bt_pool *p, int type, const void *W, int64_t rows, int64_t cols,
     };
     atomic_init(&j.next, 0);
     /* Tiny products are not worth waking workers for. */
+    bool panels = mm_panelled(&j);
     if (!p || (int64_t)rb * rows * T < 16384) {
-        j.chunk = mm_panelled(&j) ? MM_PANEL_ROWS : BT_MAX((int64_t)8, rows);
+        j.chunk = panels ? MM_PANEL_ROWS : BT_MAX((int64_t)8, rows);
         mm_worker(&j, 0, 1);
     } else {
-        j.chunk = mm_panelled(&j) ? MM_PANEL_ROWS : mm_chunk(rows, bt_pool_threads(p));
+        j.chunk = panels ? MM_PANEL_ROWS : mm_chunk(rows, bt_pool_threads(p));
         bt_pool_run(p, mm_worker, &j);
     }
     free(xa);

@@ -432,14 +432,14 @@ int bt_trace_tensor(bt_trace *t, const char *model, int idx, const char *name, i
     return rc;
 }
 
-static int commit_group(bt_trace *t, int last_step);
+static int commit_group(bt_trace *t);
 
 int bt_trace_batch_begin(bt_trace *t)
 {
     REENTRY_GUARD(t);
     if (t->in_step || t->in_batch) return bt_error(BT_EINVAL, "%s: a batch of rows inside a step or another batch", t->path);
     t->in_sqlite = 1;
-    int rc = commit_group(t, t->step);
+    int rc = commit_group(t);
     if (!rc) rc = run_stmt(t, ST_BEGIN, "beginning a batch of rows");
     t->in_sqlite = 0;
     if (!rc) t->in_batch = true;
@@ -655,14 +655,14 @@ static int write_step_rows(bt_trace *t, double ms)
 /* Commit the open step group (in_sqlite set by the caller). A failed
  * commit rolls the group back: the steps since the last commit are lost,
  * and the failure is recorded for close (meta write_error). */
-static int commit_group(bt_trace *t, int last_step)
+static int commit_group(bt_trace *t)
 {
     if (!t->group_open) return BT_OK;
     t->group_open = false;
     int rc = run_stmt(t, ST_COMMIT, "committing steps");
     if (rc) { sqlite3_exec(t->db, "ROLLBACK", NULL, NULL, NULL); return rc; }
     t->last_commit_ns = mono_ns();
-    if (last_step >= 0) t->last_committed = last_step;
+    t->last_committed = t->step;   /* a group holds steps up to the last one begun */
     return BT_OK;
 }
 
@@ -676,7 +676,7 @@ int bt_trace_step_end(bt_trace *t, double ms)
         sqlite3_exec(t->db, "ROLLBACK", NULL, NULL, NULL);
         t->group_open = false;
     } else if (mono_ns() - t->last_commit_ns >= t->commit_every_ns)
-        rc = commit_group(t, t->step);
+        rc = commit_group(t);
     t->in_sqlite = 0;
     t->in_step = false;
     return rc;
@@ -687,7 +687,7 @@ int bt_trace_flush(bt_trace *t)
     REENTRY_GUARD(t);
     if (t->in_step) return bt_error(BT_EINVAL, "%s: flush inside step %d", t->path, t->step);
     t->in_sqlite = 1;
-    int rc = commit_group(t, t->step);
+    int rc = commit_group(t);
     t->in_sqlite = 0;
     return rc;
 }
@@ -974,7 +974,7 @@ int bt_trace_kv_access(bt_trace *t, const bt_kv_access *rows, int n)
     if (t->in_step) return bt_error(BT_EINVAL, "%s: kv_access rows written inside step %d", t->path, t->step);
     sqlite3_stmt *s = t->st[ST_KVA];
     t->in_sqlite = 1;
-    int rc = commit_group(t, t->step);   /* the steps before go first: these rows are one transaction */
+    int rc = commit_group(t);   /* the steps before go first: these rows are one transaction */
     t->in_sqlite = 0;
     if (!rc) rc = exec(t, "BEGIN");
     t->in_sqlite = 1;
