@@ -768,6 +768,73 @@ static void test_sweep(const bt_kvariant *v)
         }
 }
 
+/* A softmax row's entropy chains: every variant's softmax_acc_f64 gives
+ * the plain loop's bits (element j into chain j % 4, e * d rounded then
+ * added, e == 0 skipped) with exponentials of every size, zeros (masked
+ * -inf logits and underflows), lengths around the 8-wide step and carried
+ * chains; bt_softmax_sums_f32 over a row gives the same as that loop. */
+static void test_softmax_sums(const bt_kvariant *v)
+{
+    static const int64_t lens[] = { 0, 1, 3, 4, 7, 8, 9, 15, 16, 17, 255, 256, 257, 1000 };
+    static float e[1000], x[1000];
+    for (int trial = 0; trial < 40; trial++)
+        for (size_t li = 0; li < BT_ARRAY_SIZE(lens); li++) {
+            int64_t n = lens[li];
+            float m = rndf(-2, 12);
+            for (int64_t i = 0; i < n; i++) {
+                uint32_t r = rnd();
+                x[i] = rndf(-40, m);
+                e[i] = expf(x[i] - m);
+                if (r % 13 == 0) { x[i] = -INFINITY; e[i] = 0; }
+                if (r % 17 == 0) { x[i] = m - 200; e[i] = 0; }
+                if (r % 19 == 0) e[i] = 1e-42f;
+            }
+            double z0[4], e0[4], z1[4], e1[4];
+            for (int c = 0; c < 4; c++) z0[c] = z1[c] = trial % 2 ? rndf(0, 3) : 0, e0[c] = e1[c] = trial % 2 ? rndf(-3, 0) : 0;
+            for (int64_t j = 0; j < n; j++) {
+                if (e[j] == 0) continue;
+                volatile double t = e[j] * ((double)x[j] - m);
+                z0[j % 4] += e[j];
+                e0[j % 4] += t;
+            }
+            v->softmax_acc_f64(e, x, n, m, z1, e1);
+            CHECK(!memcmp(z0, z1, sizeof z0) && !memcmp(e0, e1, sizeof e0),
+                  "%s softmax chains of %lld (trial %d) differ from the plain loop", v->name, (long long)n, trial);
+        }
+    /* the whole row, through the active variant's exp and chains */
+    int64_t n = 1000;
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = i % 97 == 0 ? -INFINITY : rndf(-30, 9);
+        if (x[i] > m) m = x[i];
+    }
+    double z0[4] = { 0 }, e0[4] = { 0 }, z1[4] = { 0 }, e1[4] = { 0 };
+    for (int64_t j = 0; j < n; j++) {
+        float ej = expf(x[j] - m);
+        if (ej == 0) continue;
+        volatile double t = ej * ((double)x[j] - m);
+        z0[j % 4] += ej;
+        e0[j % 4] += t;
+    }
+    bt_softmax_sums_f32(x, n, m, z1, e1);
+    CHECK(!memcmp(z0, z1, sizeof z0) && !memcmp(e0, e1, sizeof e0), "bt_softmax_sums_f32 differs from the plain loop");
+}
+
+/* The top-k scan's jump: the first value above a threshold, NaN never. */
+static void test_first_above(void)
+{
+    static float x[300];
+    for (int trial = 0; trial < 200; trial++) {
+        int64_t n = rnd() % 300;
+        float t = rndf(0, 1);
+        for (int64_t i = 0; i < n; i++) x[i] = rnd() % 5 == 0 ? NAN : rnd() % 7 == 0 ? t : rndf(-1, t);
+        int64_t want = n;
+        if (n && trial % 3) { want = rnd() % n; x[want] = t + (trial % 2 ? 1e-6f : 5); }
+        CHECK(bt_first_above_f32(x, n, t) == want, "bt_first_above_f32 of %lld: %lld, want %lld", (long long)n,
+              (long long)bt_first_above_f32(x, n, t), (long long)want);
+    }
+}
+
 /* Attention's loops: every variant's weighted sum gives the plain loop's
  * bits (the scalar table's), and bt_dot_rows_f32 gives each row the bits
  * of the variant's own one-row dot, for head sizes around the vector
@@ -932,6 +999,7 @@ int main(void)
         test_golden(variants[i]);
         test_mxfp4_exponents(variants[i]);
         test_sweep(variants[i]);
+        test_softmax_sums(variants[i]);
         test_attn_loops(variants[i]);
         test_gdn_step(variants[i]);
         test_variants_random(variants[i]);
@@ -940,6 +1008,7 @@ int main(void)
         test_batch_invariance(variants[i]->name);
     }
     test_pool();
+    test_first_above();
     double bw = bt_measure_bandwidth(NULL);
     CHECK(bw > 0, "bandwidth probe returned %g", bw);
     printf("memory bandwidth (1 thread): %.1f GB/s\n", bw);

@@ -227,6 +227,32 @@ static float scale_max_f32(float *x, int64_t n, float scale)
 /* The delta rule's token (kernels.h: bt_gdn_seq_f32), column by column:
  * the reference the SIMD variants match lane for lane; columns [c0, c1)
  * (the AVX2 variant's tail too). */
+/* ---- a softmax row's entropy sums (kernels.h: bt_softmax_sums_f32) ---- */
+
+void bt_softmax_acc_f64_scalar(const float *e, const float *x, int64_t k, float m, double z[4], double ez[4])
+{
+    for (int64_t j = 0; j < k; j++) {
+        if (e[j] == 0)
+            continue;   /* a masked -inf: 0 * -inf would be NaN */
+        double t = e[j] * ((double)x[j] - m);
+        BT_NOFUSE_F(t);
+        z[j & 3] += e[j];
+        ez[j & 3] += t;
+    }
+}
+
+void bt_softmax_sums_f32(const float *x, int64_t n, float m, double z[4], double ez[4])
+{
+    const bt_kvariant *kv = bt_kernels_active();
+    float e[256];
+    for (int64_t i = 0; i < n; i += 256) {
+        int64_t k = BT_MIN(256, n - i);
+        memcpy(e, x + i, (size_t)k * sizeof(float));
+        kv->exp_sub_f32(e, k, m);
+        kv->softmax_acc_f64(e, x + i, k, m, z, ez);   /* 256 is a multiple of 4: element i + j is chain j % 4 */
+    }
+}
+
 void bt_gdn_cols_scalar(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, float decay, const float *k,
                         const float *v, float beta, const float *qs, float *out)
 {
@@ -280,6 +306,7 @@ static void bt_kv_scalar_fill(bt_kvariant *kv)
     kv->scale_max_f32 = scale_max_f32;
     kv->exp_sub_f32 = bt_exp_sub_f32_scalar;
     kv->gdn_cols_f32 = bt_gdn_cols_scalar;
+    kv->softmax_acc_f64 = bt_softmax_acc_f64_scalar;
 }
 
 static bool cpu_has_avx2(void)

@@ -911,6 +911,38 @@ __attribute__((target("avx2"))) int64_t bt_sweep_f32_avx2(const float *x, int64_
     return i + bt_sweep_f32_scalar(x + i, n - i, acc);
 }
 
+/* ---- a softmax row's entropy chains (kernels.h: bt_softmax_sums_f32):
+ * chain l of the four is lane l of a double vector; eight elements a turn
+ * go in as two adds, elements j .. j+3 then j+4 .. j+7, the scalar loop's
+ * order. An element whose e is 0 adds +0, which leaves a chain's value as
+ * skipping it does (z is never -0; ez gets only negative terms). The
+ * product is rounded before the add: no FMA in the target. ---- */
+
+__attribute__((target("avx2"))) void bt_softmax_acc_f64_avx2(const float *e, const float *x, int64_t k, float m,
+                                                              double z[4], double ez[4])
+{
+    const __m256d md = _mm256_set1_pd(m), zero = _mm256_setzero_pd();
+    __m256d vz = _mm256_loadu_pd(z), vez = _mm256_loadu_pd(ez);
+    int64_t j = 0;
+    for (; j + 8 <= k; j += 8) {
+        __m256 e8 = _mm256_loadu_ps(e + j), x8 = _mm256_loadu_ps(x + j);
+        __m256d e0 = _mm256_cvtps_pd(_mm256_castps256_ps128(e8)), e1 = _mm256_cvtps_pd(_mm256_extractf128_ps(e8, 1));
+        __m256d d0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x8)), md);
+        __m256d d1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x8, 1)), md);
+        __m256d k0 = _mm256_cmp_pd(e0, zero, _CMP_NEQ_OQ), k1 = _mm256_cmp_pd(e1, zero, _CMP_NEQ_OQ);
+        vz = _mm256_add_pd(vz, _mm256_and_pd(e0, k0));
+        vez = _mm256_add_pd(vez, _mm256_and_pd(_mm256_mul_pd(e0, d0), k0));
+        vz = _mm256_add_pd(vz, _mm256_and_pd(e1, k1));
+        vez = _mm256_add_pd(vez, _mm256_and_pd(_mm256_mul_pd(e1, d1), k1));
+    }
+    _mm256_storeu_pd(z, vz);
+    _mm256_storeu_pd(ez, vez);
+    if (j < k) {
+        /* the tail from a multiple of 8: its chain numbers start at 0 again */
+        bt_softmax_acc_f64_scalar(e + j, x + j, k - j, m, z, ez);
+    }
+}
+
 /* ---- the delta rule's token (kernels.h: bt_gdn_seq_f32): columns in
  * lanes, 32 at a time (four independent sums), then 8 at a time, then a
  * scalar tail; per lane the scalar loop's roundings (mul, then add, never
@@ -1018,6 +1050,7 @@ bool bt_kv_avx2_fill(bt_kvariant *kv)
     kv->scale_max_f32 = scale_max_f32;
     kv->exp_sub_f32 = bt_exp_sub_f32_avx2;
     kv->gdn_cols_f32 = gdn_cols_f32;
+    kv->softmax_acc_f64 = bt_softmax_acc_f64_avx2;
     return true;
 }
 

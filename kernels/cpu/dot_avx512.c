@@ -1314,6 +1314,7 @@ bool bt_kv_avx512_fill(bt_kvariant *kv)
     kv->dot16_f32 = dot16_f32;
     kv->exp_sub_f32 = bt_exp_sub_f32_avx512;
     kv->gdn_cols_f32 = gdn_cols_f32;
+    kv->softmax_acc_f64 = bt_softmax_acc_f64_avx2;   /* four chains: lanes of a 256-bit vector */
     kv->gdn_seq_f32 = gdn_seq_f32;
     return true;
 }

@@ -94,6 +94,16 @@ float bt_scale_max_f32(float *x, int64_t n, float scale);
  * is not set) whichever variant runs: the SIMD ones replicate glibc 2.36's
  * expf (exp.c), and tests/test_expf.c checks them against the libm linked. */
 void bt_exp_sub_f32(float *x, int64_t n, float m);
+/* The first i in [0, n) with x[i] > t (a NaN is never greater), n when
+ * there is none: a top-k scan's jump past values its threshold excludes. */
+int64_t bt_first_above_f32(const float *x, int64_t n, float t);
+/* A softmax row's two sums for its entropy: with e[i] = expf(x[i] - m)
+ * (bt_exp_sub_f32's bits), z[i % 4] += e[i] and ez[i % 4] += e[i] * ((double)
+ * x[i] - m) for i = 0 .. n-1 in order, in double, the product rounded then
+ * added; an element whose e is 0 (a masked -inf, an underflow) adds
+ * nothing. Four chains in a fixed order, so every variant gives the bits
+ * of that loop; z and ez carry in and out. x holds no NaN and no +Inf. */
+void bt_softmax_sums_f32(const float *x, int64_t n, float m, double z[4], double ez[4]);
 /* The gated delta rule over T tokens in order, on columns [c0, c1) of a
  * head's dk x dv state S (row i = key dimension i, dv floats). Token t,
  * with decay = decay[t], k = k + t*ldk, v = v + t*ldv (indexed by column),

@@ -83,6 +83,9 @@ typedef struct bt_kvariant {
     /* bt_exp_sub_f32: x[i] = expf(x[i] - m), the subtraction rounded in
      * float; every variant returns the C library's expf bits (exp.c). */
     void (*exp_sub_f32)(float *x, int64_t n, float m);
+    /* bt_softmax_sums_f32's chains over k elements whose exponentials e
+     * are computed (chain j % 4 for element j, k any length). */
+    void (*softmax_acc_f64)(const float *e, const float *x, int64_t k, float m, double z[4], double ez[4]);
     void (*gdn_cols_f32)(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, float decay, const float *k,
                          const float *v, float beta, const float *qs, float *out);   /* one token of bt_gdn_seq_f32 */
     /* Optional (NULL: token by token through gdn_cols_f32): bt_gdn_seq_f32. */
@@ -97,10 +100,14 @@ int64_t bt_sweep_f32_scalar(const float *x, int64_t n, bt_sweep *acc);
 /* The AVX2 sweep (dot_avx2.c), also the avx512 table's: 8 lanes is the
  * sweep's defined order, so 16-lane code could not give the same bits. */
 int64_t bt_sweep_f32_avx2(const float *x, int64_t n, bt_sweep *acc);
+/* The AVX2 softmax chains (dot_avx2.c), also the avx512 table's. */
+void bt_softmax_acc_f64_avx2(const float *e, const float *x, int64_t k, float m, double z[4], double ez[4]);
 /* exp.c: the expf loop (the reference) and its bit-exact SIMD replicas;
  * the SIMD ones exist only in x86 GCC/clang builds (the fill functions
  * below install them). */
 void bt_exp_sub_f32_scalar(float *x, int64_t n, float m);
+/* dot.c: the reference of the softmax chains (kvariant softmax_acc_f64). */
+void bt_softmax_acc_f64_scalar(const float *e, const float *x, int64_t k, float m, double z[4], double ez[4]);
 /* dot.c: the delta rule's token over columns [c0, c1) of the state, the
  * scalar reference of bt_gdn_seq_f32's token (and the AVX2 variant's tail). */
 void bt_gdn_cols_scalar(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, float decay, const float *k,

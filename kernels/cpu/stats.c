@@ -11,6 +11,9 @@
 
 #include <math.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* One segment: the finite chunks through the kernels' vector sweep; a
  * chunk holding a NaN or an Inf comes back here, element by element. */
@@ -97,4 +100,23 @@ void bt_stats_compute(const float *x, int rows, int width, int pos0, bt_tap_stat
         bt_stats_part_add(&acc, &p, k == 0);
     }
     bt_stats_part_finish(&acc, n, width, pos0, out);
+}
+
+int64_t bt_first_above_f32(const float *x, int64_t n, float t)
+{
+    int64_t i = 0;
+#if defined(__SSE2__)
+    /* 16 at a time, the baseline's vectors (a NaN compares false) */
+    const __m128 tv = _mm_set1_ps(t);
+    for (; i + 16 <= n; i += 16) {
+        __m128 a = _mm_or_ps(_mm_cmpgt_ps(_mm_loadu_ps(x + i), tv), _mm_cmpgt_ps(_mm_loadu_ps(x + i + 4), tv));
+        __m128 b = _mm_or_ps(_mm_cmpgt_ps(_mm_loadu_ps(x + i + 8), tv), _mm_cmpgt_ps(_mm_loadu_ps(x + i + 12), tv));
+        if (_mm_movemask_ps(_mm_or_ps(a, b)))
+            break;
+    }
+#endif
+    for (; i < n; i++)
+        if (x[i] > t)
+            return i;
+    return n;
 }

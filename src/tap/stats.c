@@ -52,49 +52,23 @@ void bt_logit_summarize(const float *row, int n, int k, int triton_block, bt_log
      * masked tokens with probability 0) */
     if (out->nan == 0 && out->pinf == 0 && bad < n) {
         /* p_i = exp(x_i - max) / z. The exponentials are f32 (libm's expf
-         * bits through bt_exp_sub_f32, 256 at a time: a double exp per
-         * logit was most of a decode step's recording cost); the sums and
-         * the logarithm are double. A -inf logit gives exp 0 and adds
+         * bits), the sums and the logarithm double, in four chains of a
+         * fixed order (bt_softmax_sums_f32: the variant's vectors, the
+         * same bits everywhere). A -inf logit gives exp 0 and adds
          * nothing, as a masked token should. */
-        double z[4] = { 0 }, ez[4] = { 0 };   /* four chains, fixed order: chain j % 4 */
-        float e[256];
-        for (int i = 0; i < n; i += 256) {
-            int k = BT_MIN(256, n - i), j = 0;
-            memcpy(e, row + i, (size_t)k * sizeof(float));
-            bt_exp_sub_f32(e, k, mx);
-            if (!out->ninf) {
-                /* the chains in registers, four elements a turn: the same
-                 * additions in the same order as the loop below (256 is a
-                 * multiple of 4, so chain j % 4 is element i + j's) */
-                double z0 = z[0], z1 = z[1], z2 = z[2], z3 = z[3], e0 = ez[0], e1 = ez[1], e2 = ez[2], e3 = ez[3];
-                for (; j + 4 <= k; j += 4) {
-                    z0 += e[j]; e0 += e[j] * ((double)row[i + j] - mx);
-                    z1 += e[j + 1]; e1 += e[j + 1] * ((double)row[i + j + 1] - mx);
-                    z2 += e[j + 2]; e2 += e[j + 2] * ((double)row[i + j + 2] - mx);
-                    z3 += e[j + 3]; e3 += e[j + 3] * ((double)row[i + j + 3] - mx);
-                }
-                z[0] = z0; z[1] = z1; z[2] = z2; z[3] = z3; ez[0] = e0; ez[1] = e1; ez[2] = e2; ez[3] = e3;
-            }
-            for (; j < k; j++) {
-                double d = (double)row[i + j] - mx;
-                if (out->ninf && e[j] == 0) continue;   /* a masked -inf: 0 * -inf would be NaN */
-                z[j & 3] += e[j];
-                ez[j & 3] += e[j] * d;
-            }
-        }
+        double z[4] = { 0 }, ez[4] = { 0 };
+        bt_softmax_sums_f32(row, n, mx, z, ez);
         double zs = (z[0] + z[1]) + (z[2] + z[3]), es = (ez[0] + ez[1]) + (ez[2] + ez[3]);
         out->entropy = log(zs) - es / zs;
     } else out->entropy = NAN;
     /* top-k by insertion into a small sorted array (k <= 64); once it is
-     * full, a finite row's blocks of 16 that hold nothing above its last
-     * value are passed over whole (what the loop would do one by one) */
+     * full, a finite row's values that are not above its last one are
+     * passed over by a vector scan (what the loop would do one by one) */
     int m = 0;
     for (int i = 0; i < n; i++) {
-        if (finite && m == k && k > 0 && i % 16 == 0 && i + 16 <= n) {
-            float thr = out->topk_vals[k - 1];
-            int any = 0;
-            for (int t = 0; t < 16; t++) any |= row[i + t] > thr;
-            if (!any) { i += 15; continue; }
+        if (finite && m == k && k > 0) {
+            i += (int)bt_first_above_f32(row + i, n - i, out->topk_vals[k - 1]);
+            if (i >= n) break;
         }
         float v = row[i];
         if (!isfinite(v)) continue;
