@@ -151,6 +151,16 @@ static void test_random_rows(void)
         }
         bt_argmax_rule t = { BT_ARGMAX_TORCH, 0 };
         if (bt_argmax(&t, row, n) != ref_torch(row, n)) { failures++; fprintf(stderr, "FAIL: torch row %d\n", iter); }
+        /* first: the plain strict-greater loop (its vector maximum and scan
+         * must agree on NaN, +-Inf and zeros of both signs) */
+        if (iter % 3 == 0)
+            for (int i = 0; i < n; i++)
+                if (row[i] == 0 && (i & 1)) row[i] = -0.0f;
+        int fw = 0;
+        float fb = -INFINITY;
+        for (int i = 0; i < n; i++) if (row[i] > fb) { fb = row[i]; fw = i; }
+        bt_argmax_rule f = { BT_ARGMAX_FIRST, 0 };
+        if (bt_argmax(&f, row, n) != fw) { failures++; fprintf(stderr, "FAIL: first row %d: %d vs %d\n", iter, bt_argmax(&f, row, n), fw); }
         for (size_t k = 0; k < BT_ARRAY_SIZE(Ns); k++) {
             bt_argmax_rule r = { BT_ARGMAX_TRITON, Ns[k] };
             int got = bt_argmax(&r, row, n), want = ref_triton(row, n, Ns[k]);

@@ -60,13 +60,31 @@ void bt_argmax_format(const bt_argmax_rule *r, char *buf, size_t cap)
     }
 }
 
+/* The loop `if (x[i] > best) { best = x[i]; id = i; }` from best = -inf,
+ * id = 0: NaN never wins, nothing above -inf leaves id 0, and otherwise id
+ * is the first element equal to the maximum (== also meets a zero of the
+ * other sign, which > would not have passed). With SSE2 the maximum is
+ * taken 4 lanes at a time (max_ps keeps the lane when x is NaN), then a
+ * scan finds it. */
 static int32_t argmax_first(const float *x, int n)
 {
-    float best = -INFINITY;
-    int32_t id = 0;
-    for (int i = 0; i < n; i++)
-        if (x[i] > best) { best = x[i]; id = i; }
-    return id;
+    float m = -INFINITY;
+    int i = 0;
+#if defined(__SSE2__)
+    __m128 vm = _mm_set1_ps(-INFINITY);
+    for (; i + 4 <= n; i += 4)
+        vm = _mm_max_ps(_mm_loadu_ps(x + i), vm);
+    float l[4];
+    _mm_storeu_ps(l, vm);
+    for (int k = 0; k < 4; k++)
+        if (l[k] > m) m = l[k];
+#endif
+    for (; i < n; i++)
+        if (x[i] > m) m = x[i];
+    if (!(m > -INFINITY)) return 0;
+    int32_t j = 0;
+    while (x[j] != m) j++;
+    return j;
 }
 
 static int32_t argmax_torch(const float *x, int n)
