@@ -17,7 +17,7 @@
  * same seed gives the same ids on every platform. */
 #include "sampler.h"
 #include "base/util.h"
-#include "kernels/cpu/kernels.h"     /* bt_exp_sub_f32 */
+#include "kernels/cpu/kernels.h"     /* bt_softmax_sums_f32 */
 
 #include <errno.h>
 #include <math.h>
@@ -249,19 +249,14 @@ static bool row_finite(const float *x, int n, float *max, int32_t *first)
 /* log softmax of x at id. The exponentials are f32 (libm expf's bits
  * through the kernels' bt_exp_sub_f32, 256 at a time: a double exp per
  * vocabulary entry cost a decode step more than recording its taps), summed
- * in double over four chains; a -inf logit adds 0. */
+ * in double over four chains (bt_softmax_sums_f32); a -inf logit adds 0. */
 static double logprob_of(const float *x, int n, float max, int32_t id)
 {
     if (id < 0 || id >= n) return NAN;
-    double s[4] = { 0 };
-    float e[256];
-    for (int i = 0; i < n; i += 256) {
-        int k = n - i < 256 ? n - i : 256, j = 0;
-        memcpy(e, x + i, (size_t)k * sizeof(float));
-        bt_exp_sub_f32(e, k, max);
-        for (; j + 4 <= k; j += 4) { s[0] += e[j]; s[1] += e[j + 1]; s[2] += e[j + 2]; s[3] += e[j + 3]; }
-        for (; j < k; j++) s[j & 3] += e[j];
-    }
+    /* the entropy's kernel: its z chains are these sums (an exp of 0 adds
+     * nothing either way); its second chains go unused */
+    double s[4] = { 0 }, unused[4] = { 0 };
+    bt_softmax_sums_f32(x, n, max, s, unused);
     return ((double)x[id] - max) - log((s[0] + s[1]) + (s[2] + s[3]));
 }
 
