@@ -381,6 +381,63 @@ TGT static void dot8x3_f32(const float *w, int64_t ldw, const float *x, int64_t 
                     out + t * 8 + r);
 }
 
+/* ---- the tap statistics' sweep, two 64-element chunks side by side: chunk
+ * A's eight lanes in the low half of each vector, chunk B's in the high
+ * half, so every lane does the AVX2 sweep's operations for its chunk
+ * (kernels.h: bt_sweep_f32); then A is folded into the accumulators before
+ * B, the chunk order. A chunk holding a NaN or an Inf stops the sweep at
+ * its start, as there (a good A before a bad B is still taken). The last
+ * chunks (fewer than two) go through the AVX2 sweep. v * v is rounded
+ * before the add (BT_NOFUSE_V: this target has FMA). ---- */
+
+TGT static int64_t sweep_f32(const float *x, int64_t n, bt_sweep *acc)
+{
+    const __m512 pinf = _mm512_set1_ps(INFINITY), ninf = _mm512_set1_ps(-INFINITY);
+    __m256 mn = _mm256_loadu_ps(acc->mn), mx = _mm256_loadu_ps(acc->mx);
+    __m512d s = _mm512_loadu_pd(acc->sum), q = _mm512_loadu_pd(acc->sumsq);
+    int64_t i = 0;
+    bool stopped = false;
+    for (; i + 128 <= n; i += 128) {
+        __m512 cs = _mm512_setzero_ps(), cq = cs, lmn = pinf, lmx = ninf;
+        for (int k = 0; k < 8; k++) {
+            __m512 v = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(x + i + 8 * k)),
+                                          _mm256_loadu_ps(x + i + 64 + 8 * k), 1);
+            __m512 vv = _mm512_mul_ps(v, v);
+            BT_NOFUSE_V(vv);
+            cs = _mm512_add_ps(cs, v);
+            cq = _mm512_add_ps(cq, vv);
+            lmn = _mm512_min_ps(v, lmn);
+            lmx = _mm512_max_ps(v, lmx);
+        }
+        __mmask16 bad = _mm512_cmp_ps_mask(cs, cs, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(lmx, pinf, _CMP_EQ_OQ) |
+                        _mm512_cmp_ps_mask(lmn, ninf, _CMP_EQ_OQ);
+        if (bad & 0xFF) {
+            stopped = true;
+            break;
+        }
+        mn = _mm256_min_ps(_mm512_castps512_ps256(lmn), mn);
+        mx = _mm256_max_ps(_mm512_castps512_ps256(lmx), mx);
+        s = _mm512_add_pd(s, _mm512_cvtps_pd(_mm512_castps512_ps256(cs)));
+        q = _mm512_add_pd(q, _mm512_cvtps_pd(_mm512_castps512_ps256(cq)));
+        if (bad) {
+            i += 64;
+            stopped = true;
+            break;
+        }
+        mn = _mm256_min_ps(_mm512_extractf32x8_ps(lmn, 1), mn);
+        mx = _mm256_max_ps(_mm512_extractf32x8_ps(lmx, 1), mx);
+        s = _mm512_add_pd(s, _mm512_cvtps_pd(_mm512_extractf32x8_ps(cs, 1)));
+        q = _mm512_add_pd(q, _mm512_cvtps_pd(_mm512_extractf32x8_ps(cq, 1)));
+    }
+    _mm256_storeu_ps(acc->mn, mn);
+    _mm256_storeu_ps(acc->mx, mx);
+    _mm512_storeu_pd(acc->sum, s);
+    _mm512_storeu_pd(acc->sumsq, q);
+    if (stopped || i >= n)
+        return i;
+    return i + bt_sweep_f32_avx2(x + i, n - i, acc);
+}
+
 /* ---- attention scores, 16 keys at a time (kernels_impl.h: dot16_f32).
  * Each (key, query) pair accumulates exactly as dot_f32 does (chunk c
  * into accumulator c % 2, the last chunk zero-padded), then v = acc0 +
@@ -1307,7 +1364,7 @@ bool bt_kv_avx512_fill(bt_kvariant *kv)
     kv->dot4q[BT_DT_Q4_K] = dot4q_q4_k;
     kv->dot4q[BT_DT_Q5_K] = dot4q_q5_k;
     kv->dot4q[BT_DT_Q6_K] = dot4q_q6_k;
-    kv->sweep_f32 = bt_sweep_f32_avx2;
+    kv->sweep_f32 = sweep_f32;
     kv->wsum_f32 = wsum_f32;
     kv->scale_max_f32 = scale_max_f32;
     kv->dot8x3_f32 = dot8x3_f32;

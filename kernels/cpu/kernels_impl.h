@@ -97,8 +97,9 @@ typedef struct bt_kvariant {
 /* The reference sweep (dot.c); SIMD sweeps run their last short chunk
  * through it. */
 int64_t bt_sweep_f32_scalar(const float *x, int64_t n, bt_sweep *acc);
-/* The AVX2 sweep (dot_avx2.c), also the avx512 table's: 8 lanes is the
- * sweep's defined order, so 16-lane code could not give the same bits. */
+/* The AVX2 sweep (dot_avx2.c). 8 lanes a chunk is the sweep's defined
+ * order: the avx512 table's sweep runs two chunks side by side, one per
+ * half of a vector, and hands its last chunk to this one. */
 int64_t bt_sweep_f32_avx2(const float *x, int64_t n, bt_sweep *acc);
 /* The AVX2 softmax chains (dot_avx2.c), also the avx512 table's. */
 void bt_softmax_acc_f64_avx2(const float *e, const float *x, int64_t k, float m, double z[4], double ez[4]);
