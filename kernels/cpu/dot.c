@@ -224,9 +224,6 @@ static float scale_max_f32(float *x, int64_t n, float scale)
     return m;
 }
 
-/* The delta rule's token (kernels.h: bt_gdn_seq_f32), column by column:
- * the reference the SIMD variants match lane for lane; columns [c0, c1)
- * (the AVX2 variant's tail too). */
 /* ---- a softmax row's entropy sums (kernels.h: bt_softmax_sums_f32) ---- */
 
 void bt_softmax_acc_f64_scalar(const float *e, const float *x, int64_t k, float m, double z[4], double ez[4])
@@ -253,6 +250,9 @@ void bt_softmax_sums_f32(const float *x, int64_t n, float m, double z[4], double
     }
 }
 
+/* The delta rule's token (kernels.h: bt_gdn_seq_f32), column by column:
+ * the reference the SIMD variants match lane for lane; columns [c0, c1)
+ * (the AVX2 variant's tail too). */
 void bt_gdn_cols_scalar(float *S, int64_t dk, int64_t dv, int64_t c0, int64_t c1, float decay, const float *k,
                         const float *v, float beta, const float *qs, float *out)
 {

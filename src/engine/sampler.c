@@ -60,31 +60,53 @@ void bt_argmax_format(const bt_argmax_rule *r, char *buf, size_t cap)
     }
 }
 
-/* The loop `if (x[i] > best) { best = x[i]; id = i; }` from best = -inf,
- * id = 0: NaN never wins, nothing above -inf leaves id 0, and otherwise id
- * is the first element equal to the maximum (== also meets a zero of the
- * other sign, which > would not have passed). With SSE2 the maximum is
- * taken 4 lanes at a time (max_ps keeps the lane when x is NaN), then a
- * scan finds it. */
-static int32_t argmax_first(const float *x, int n)
+/* The largest value of x that is not NaN (-inf when there is none); with
+ * bad, also whether x holds a NaN or a +Inf. With SSE2 four lanes at a
+ * time (max_ps keeps the lane when x is NaN). */
+static float row_max(const float *x, int n, bool *bad)
 {
     float m = -INFINITY;
     int i = 0;
+    bool b = false;
 #if defined(__SSE2__)
-    __m128 vm = _mm_set1_ps(-INFINITY);
-    for (; i + 4 <= n; i += 4)
-        vm = _mm_max_ps(_mm_loadu_ps(x + i), vm);
+    const __m128 inf = _mm_set1_ps(INFINITY);
+    __m128 vm = _mm_set1_ps(-INFINITY), vb = _mm_setzero_ps();
+    for (; i + 4 <= n; i += 4) {
+        __m128 v = _mm_loadu_ps(x + i);
+        vb = _mm_or_ps(vb, _mm_or_ps(_mm_cmpunord_ps(v, v), _mm_cmpeq_ps(v, inf)));
+        vm = _mm_max_ps(v, vm);
+    }
+    b = _mm_movemask_ps(vb) != 0;
     float l[4];
     _mm_storeu_ps(l, vm);
     for (int k = 0; k < 4; k++)
         if (l[k] > m) m = l[k];
 #endif
-    for (; i < n; i++)
+    for (; i < n; i++) {
+        b |= isnan(x[i]) || x[i] == INFINITY;
         if (x[i] > m) m = x[i];
-    if (!(m > -INFINITY)) return 0;
+    }
+    if (bad) *bad = b;
+    return m;
+}
+
+/* The first index holding m, which x holds (== also meets a zero of the
+ * other sign, which > would not have passed: the strict-greater loop's
+ * answer is the first element that reaches the maximum). */
+static int32_t first_equal(const float *x, float m)
+{
     int32_t j = 0;
     while (x[j] != m) j++;
     return j;
+}
+
+/* The loop `if (x[i] > best) { best = x[i]; id = i; }` from best = -inf,
+ * id = 0: NaN never wins, nothing above -inf leaves id 0, and otherwise id
+ * is the first element equal to the maximum. */
+static int32_t argmax_first(const float *x, int n)
+{
+    float m = row_max(x, n, NULL);
+    return m > -INFINITY ? first_equal(x, m) : 0;
 }
 
 static int32_t argmax_torch(const float *x, int n)
@@ -205,44 +227,17 @@ void bt_sampler_free(bt_sampler *s)
     free(s);
 }
 
-/* Rows that softmax cannot handle: any NaN or +inf, or nothing above -inf.
- * -inf entries alone are fine (masked tokens, probability 0). */
-/* Whether x has no NaN and no +Inf and something above -Inf; then *max is
- * its maximum and *first the first index holding it (the greedy "first"
- * rule's answer): the bits of the scalar loop `if (x[i] > m) m = x[i]`,
- * whose m is the first element that reaches the maximum (a zero's sign
- * included). With SSE2 the maximum is taken 4 lanes at a time and the
- * first index found by a scan for it: a 248,320-entry head took two
- * scalar passes a step. */
+/* Rows that softmax cannot handle: any NaN or +inf, or nothing above -inf
+ * (-inf entries alone are fine: masked tokens, probability 0). Otherwise
+ * *max is the maximum and *first the first index holding it, the greedy
+ * "first" rule's answer, from one pass and a scan. */
 static bool row_finite(const float *x, int n, float *max, int32_t *first)
 {
-    float m = -INFINITY;
-    int i = 0;
-#if defined(__SSE2__)
-    const __m128 inf = _mm_set1_ps(INFINITY);
-    __m128 vm = _mm_set1_ps(-INFINITY), bad = _mm_setzero_ps();
-    for (; i + 4 <= n; i += 4) {
-        __m128 v = _mm_loadu_ps(x + i);
-        bad = _mm_or_ps(bad, _mm_or_ps(_mm_cmpunord_ps(v, v), _mm_cmpeq_ps(v, inf)));
-        vm = _mm_max_ps(v, vm);
-    }
-    if (_mm_movemask_ps(bad)) return false;
-    float l[4];
-    _mm_storeu_ps(l, vm);
-    for (int k = 0; k < 4; k++)
-        if (l[k] > m) m = l[k];
-#endif
-    for (; i < n; i++) {
-        if (isnan(x[i]) || x[i] == INFINITY) return false;
-        if (x[i] > m) m = x[i];
-    }
-    if (!(m > -INFINITY)) return false;
-    /* the first element equal to the maximum (== also meets a zero of the
-     * other sign, which > would not have passed) is the loop's m */
-    int j = 0;
-    while (x[j] != m) j++;
-    *first = j;
-    *max = x[j];
+    bool bad;
+    float m = row_max(x, n, &bad);
+    if (bad || !(m > -INFINITY)) return false;
+    *first = first_equal(x, m);
+    *max = x[*first];
     return true;
 }
 
