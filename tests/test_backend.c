@@ -706,6 +706,43 @@ static void test_attention_batch(int n_heads, int n_kv, int hd, int T, int pos0,
     free(batch); free(q); free(kc); free(vc);
 }
 
+/* gdn_recur_stats: the delta rule's bits and, of the state it leaves,
+ * the bits stats gives, on heads of whole chunks (one segment and
+ * several), heads that are not whole chunks, and a state holding a NaN
+ * (each backend that has the hook; on the CPU each head is swept by the
+ * thread that ran it and the chunks folded in the state's order). */
+static void test_gdn_stats(int T, int nk, int nv, int dk, int dv, bool grouped, bool bad)
+{
+    if (!be->iface->gdn_recur_stats) return;
+    size_t nq = (size_t)T * nk * dk, no = (size_t)T * nv * dv, ng = (size_t)T * nv, ns = (size_t)nv * dk * dv + 64;
+    float *q = malloc(nq * sizeof(float)), *k = malloc(nq * sizeof(float)), *v = malloc(no * sizeof(float));
+    float *g = malloc(ng * sizeof(float)), *beta = malloc(ng * sizeof(float)), *st = malloc(ns * sizeof(float));
+    fill(q, nq, -1, 1); fill(k, nq, -0.3f, 0.3f); fill(v, no, -2, 2);
+    fill(g, ng, -0.5f, 0); fill(beta, ng, 0, 1); fill(st, ns, -1, 1);
+    if (bad) st[64 + (size_t)(nv / 2) * dk * dv + 5] = NAN;
+    bt_buf *bq = up(be, q, nq), *bk = up(be, k, nq), *bv = up(be, v, no), *bg = up(be, g, ng), *bb = up(be, beta, ng);
+    bt_buf *s1 = up(be, st, ns), *s2 = up(be, st, ns), *o1 = up(be, v, no), *o2 = up(be, v, no);
+    bt_tap_stats want, got;
+    memset(&got, 0x5a, sizeof got);
+    CHECK_OK(be->iface->gdn_recur(be, o1, bq, bk, bv, bg, bb, s1, 64, T, nk, nv, dk, dv, grouped));
+    CHECK_OK(be->iface->stats(be, s1, 64, nv * dk, dv, 0, &want));
+    CHECK_OK(be->iface->gdn_recur_stats(be, o2, bq, bk, bv, bg, bb, s2, 64, T, nk, nv, dk, dv, grouped, &got));
+    if (be->iface->sync) CHECK_OK(be->iface->sync(be));
+    float *a = down(be, s1, 0, ns), *b = down(be, s2, 0, ns), *oa = down(be, o1, 0, no), *ob = down(be, o2, 0, no);
+    CHECK(!memcmp(a, b, ns * sizeof(float)) && !memcmp(oa, ob, no * sizeof(float)),
+          "%s gdn_recur_stats T %d heads %d/%d of %dx%d: state or output differs from gdn_recur's", dev, T, nk, nv, dk, dv);
+    CHECK(want.n == got.n && want.nan == got.nan && want.pinf == got.pinf && want.ninf == got.ninf &&
+          want.n_finite == got.n_finite && !memcmp(&want.min, &got.min, 5 * sizeof(float)) &&
+          want.first_bad_index == got.first_bad_index && want.first_bad_pos == got.first_bad_pos,
+          "%s gdn_recur_stats T %d heads %d/%d of %dx%d%s: statistics differ from stats' (mean %.9g/%.9g, rms %.9g/%.9g, "
+          "nan %lld/%lld)", dev, T, nk, nv, dk, dv, bad ? " with a NaN" : "", want.mean, got.mean, want.rms, got.rms,
+          (long long)want.nan, (long long)got.nan);
+    if (bad) CHECK(got.nan >= 1 && got.first_bad_pos >= 0, "%s gdn_recur_stats: the planted NaN is not counted", dev);
+    bt_buf *bufs[] = { bq, bk, bv, bg, bb, s1, s2, o1, o2 };
+    for (size_t i = 0; i < BT_ARRAY_SIZE(bufs); i++) be->iface->buf_free(be, bufs[i]);
+    free(q); free(k); free(v); free(g); free(beta); free(st); free(a); free(b); free(oa); free(ob);
+}
+
 int main(int argc, char **argv)
 {
     bt_kernels_init();
@@ -745,6 +782,11 @@ int main(int argc, char **argv)
         test_attention_batch(14, 2, 128, 11, 200, false);
     }
     test_observation();
+    test_gdn_stats(1, 2, 4, 16, 16, false, false);
+    test_gdn_stats(3, 2, 6, 16, 24, true, false);
+    test_gdn_stats(1, 4, 8, 128, 128, false, false);    /* 2 segments of BT_STATS_SEG */
+    test_gdn_stats(2, 2, 8, 128, 96, true, true);
+    test_gdn_stats(1, 1, 3, 6, 10, false, false);       /* heads that are not whole chunks */
     test_numerics_ops();
     bt_backend_free(be);
     bt_backend_free(cpu);

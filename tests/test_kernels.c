@@ -733,14 +733,15 @@ static void test_pool(void)
 }
 
 /* The tap statistics' sweep: every variant gives the scalar sweep's bits
- * (sums, min, max per lane) and stops at the same chunk, on lengths around
+ * (sums, min, max per lane) and stops at the same chunk (its chunks swept
+ * apart and folded after, too), on lengths around
  * the 64-element chunk, with zeros of both signs, subnormals, values near
  * FLT_MAX (whose squares and sums overflow to Inf: still finite inputs)
  * and a NaN, a -Inf or a +Inf planted at random. */
 static void test_sweep(const bt_kvariant *v)
 {
     const bt_kvariant *sc = bt_kernels_variant("scalar");
-    static const int64_t lens[] = { 1, 7, 8, 63, 64, 65, 127, 128, 200, 576, 1000, 4099 };
+    static const int64_t lens[] = { 1, 7, 8, 63, 64, 65, 127, 128, 200, 576, 1000, 4096, 4099 };
     static float x[4099];
     for (int trial = 0; trial < 60; trial++)
         for (size_t li = 0; li < BT_ARRAY_SIZE(lens); li++) {
@@ -764,6 +765,18 @@ static void test_sweep(const bt_kvariant *v)
             CHECK(ga == gb, "%s sweep of %lld: took %lld, scalar %lld", v->name, (long long)n, (long long)gb,
                   (long long)ga);
             CHECK(!memcmp(&a, &b, sizeof a), "%s sweep of %lld (trial %d): accumulators differ from scalar",
+                  v->name, (long long)n, trial);
+            if (n % 64) continue;
+            /* whole chunks: swept one by one and folded after, the same
+             * bits, stopping at the same chunk */
+            static bt_sweep_chunk ch[4096 / 64];
+            int64_t gc = v->sweep_chunks_f32(x, n / 64, ch);
+            CHECK(gc * 64 == ga, "%s chunks of %lld: took %lld chunks, the sweep %lld elements", v->name, (long long)n,
+                  (long long)gc, (long long)ga);
+            bt_sweep c;
+            bt_sweep_init(&c);
+            bt_sweep_fold(&c, ch, gc);
+            CHECK(!memcmp(&a, &c, sizeof a), "%s chunks of %lld (trial %d): folded, they differ from the sweep",
                   v->name, (long long)n, trial);
         }
 }

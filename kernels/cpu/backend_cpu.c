@@ -47,6 +47,8 @@ typedef struct cpu_ctx {
     float *att;                   /* (n_threads, att_cap) attention scores scratch */
     size_t att_cap;
     bt_numerics_ctx *num;         /* the numerics ops' scratch, with the last profile handed in */
+    bt_sweep_chunk *chunks;       /* gdn_recur_stats: the state's swept chunks */
+    size_t chunks_cap;
     char name[8];
 } cpu_ctx;
 
@@ -95,6 +97,7 @@ static void cpu_free(bt_backend *be)
     if (c) {
         bt_pool_free(c->pool);
         free(c->att);
+        free(c->chunks);
         bt_numerics_ctx_free(c->num);
         free(c);
     }
@@ -859,6 +862,8 @@ typedef struct gdn_job {
     size_t state_off;
     int T, nk, nv, dk, dv, grouped;
     _Atomic int next;
+    bt_sweep_chunk *chunks;       /* gdn_recur_stats: each head's state swept after its last token */
+    _Atomic bool nonfinite;       /* ... and a chunk of it was not finite */
 } gdn_job;
 
 /* Tokens per kernel call: their scaled queries on the worker's stack (dk
@@ -889,17 +894,60 @@ static void gdn_worker(void *arg, int ith, int nth)
                            j->v + t * nv * dv + (size_t)h * dv, (int64_t)nv * dv, beta, qs, dk,
                            j->out + t * nv * dv + (size_t)h * dv, (int64_t)nv * dv);
         }
+        if (j->chunks) {
+            /* the head's state, still in this thread's cache */
+            int64_t nc = (int64_t)dk * dv / 64;
+            if (bt_sweep_chunks_f32(S, nc, j->chunks + (size_t)h * nc) < nc)
+                atomic_store_explicit(&j->nonfinite, true, memory_order_relaxed);
+        }
     }
+}
+
+/* The delta rule over the pool; with chunks, each head's state swept
+ * after its last token; false when a chunk of it was not finite. */
+static bool gdn_run(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_buf *v, bt_buf *g, bt_buf *beta,
+                    bt_buf *state, size_t state_off, int T, int nk, int nv, int dk, int dv, int grouped,
+                    bt_sweep_chunk *chunks)
+{
+    gdn_job j = { .out = F(out), .state = F(state), .q = F(q), .k = F(k), .v = F(v), .g = F(g), .beta = F(beta),
+                  .state_off = state_off, .T = T, .nk = nk, .nv = nv, .dk = dk, .dv = dv, .grouped = grouped,
+                  .chunks = chunks };
+    atomic_init(&j.next, 0);
+    atomic_init(&j.nonfinite, false);
+    bt_pool_run(CTX(be)->pool, gdn_worker, &j);
+    return !atomic_load(&j.nonfinite);
 }
 
 static int cpu_gdn_recur(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_buf *v, bt_buf *g, bt_buf *beta,
                          bt_buf *state, size_t state_off, int T, int nk, int nv, int dk, int dv, int grouped)
 {
     if (dk > 512) return bt_error(BT_EUNSUPPORTED, "gated delta net key heads of %d (at most 512)", dk);
-    gdn_job j = { .out = F(out), .state = F(state), .q = F(q), .k = F(k), .v = F(v), .g = F(g), .beta = F(beta),
-                  .state_off = state_off, .T = T, .nk = nk, .nv = nv, .dk = dk, .dv = dv, .grouped = grouped };
-    atomic_init(&j.next, 0);
-    bt_pool_run(CTX(be)->pool, gdn_worker, &j);
+    gdn_run(be, out, q, k, v, g, beta, state, state_off, T, nk, nv, dk, dv, grouped, NULL);
+    return BT_OK;
+}
+
+/* The state's statistics from the chunks each head's thread swept, folded
+ * here in the state's order (bt_stats_from_chunks: cpu_stats' bits). A
+ * state holding a NaN or an Inf, or heads that are not whole chunks, are
+ * swept again as cpu_stats would. */
+static int cpu_gdn_recur_stats(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_buf *v, bt_buf *g, bt_buf *beta,
+                               bt_buf *state, size_t state_off, int T, int nk, int nv, int dk, int dv, int grouped,
+                               bt_tap_stats *st)
+{
+    if (dk > 512) return bt_error(BT_EUNSUPPORTED, "gated delta net key heads of %d (at most 512)", dk);
+    cpu_ctx *c = CTX(be);
+    size_t per = (size_t)dk * dv, need = per / 64 * (size_t)nv;
+    bool fused = per % 64 == 0 && (int64_t)nv * dk <= INT32_MAX;
+    if (fused && need > c->chunks_cap) {
+        bt_sweep_chunk *p = realloc(c->chunks, need * sizeof(*p));
+        if (p) { c->chunks = p; c->chunks_cap = need; }
+        else fused = false;   /* no memory for them: the sweep after */
+    }
+    if (gdn_run(be, out, q, k, v, g, beta, state, state_off, T, nk, nv, dk, dv, grouped, fused ? c->chunks : NULL) &&
+        fused)
+        bt_stats_from_chunks(c->chunks, nv * dk, dv, 0, st);
+    else
+        return cpu_stats(be, state, state_off, nv * dk, dv, 0, st);
     return BT_OK;
 }
 
@@ -1019,6 +1067,7 @@ static const struct bt_backend_i cpu_iface = {
     .gdn_gates = cpu_gdn_gates,
     .ssm_conv = cpu_ssm_conv,
     .gdn_recur = cpu_gdn_recur,
+    .gdn_recur_stats = cpu_gdn_recur_stats,
     .host_for = cpu_host_for,
     .rope_neox_part = cpu_rope_neox_part,
     .attention_sinks = cpu_attention,

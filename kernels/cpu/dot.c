@@ -199,6 +199,33 @@ int64_t bt_sweep_f32_scalar(const float *x, int64_t n, bt_sweep *acc)
     return n;
 }
 
+/* The same per chunk, its lanes stored instead of folded (kernels.h:
+ * bt_sweep_chunks_f32). */
+int64_t bt_sweep_chunks_f32_scalar(const float *x, int64_t nc, bt_sweep_chunk *out)
+{
+    for (int64_t c = 0; c < nc; c++, x += 64) {
+        for (int j = 0; j < 64; j++)
+            if (!isfinite(x[j]))
+                return c;
+        bt_sweep_chunk *o = &out[c];
+        for (int l = 0; l < 8; l++) {
+            o->s[l] = o->q[l] = 0;
+            o->mn[l] = INFINITY;
+            o->mx[l] = -INFINITY;
+        }
+        for (int j = 0; j < 64; j += 8)
+            for (int l = 0; l < 8; l++) {
+                float v = x[j + l], vv = v * v;
+                BT_NOFUSE_F(vv);
+                o->s[l] += v;
+                o->q[l] += vv;
+                o->mn[l] = v < o->mn[l] ? v : o->mn[l];
+                o->mx[l] = v > o->mx[l] ? v : o->mx[l];
+            }
+    }
+    return nc;
+}
+
 /* ---- attention's weighted sum of value rows (kernels.h) ---- */
 static void wsum_f32(float *acc, const float *wts, float scale, const float *v, int64_t ldv, int64_t np, int64_t n)
 {
@@ -302,6 +329,7 @@ static void bt_kv_scalar_fill(bt_kvariant *kv)
     kv->dot4_f32 = dot4_f32;
     kv->dot4x2_f32 = dot4x2_f32;
     kv->sweep_f32 = bt_sweep_f32_scalar;
+    kv->sweep_chunks_f32 = bt_sweep_chunks_f32_scalar;
     kv->wsum_f32 = wsum_f32;
     kv->scale_max_f32 = scale_max_f32;
     kv->exp_sub_f32 = bt_exp_sub_f32_scalar;
@@ -436,6 +464,11 @@ float bt_vec_dot(int type, const void *w_row, const float *x, int64_t n)
 int64_t bt_sweep_f32(const float *x, int64_t n, bt_sweep *acc)
 {
     return n > 0 ? bt_kernels_active()->sweep_f32(x, n, acc) : 0;
+}
+
+int64_t bt_sweep_chunks_f32(const float *x, int64_t nc, bt_sweep_chunk *out)
+{
+    return nc > 0 ? bt_kernels_active()->sweep_chunks_f32(x, nc, out) : 0;
 }
 
 void bt_dot_rows_f32(const float *k, int64_t ldk, const float *q, int64_t n, int64_t np, float *out)

@@ -911,6 +911,32 @@ __attribute__((target("avx2"))) int64_t bt_sweep_f32_avx2(const float *x, int64_
     return i + bt_sweep_f32_scalar(x + i, n - i, acc);
 }
 
+/* The chunks of that sweep stored, not folded (kernels.h:
+ * bt_sweep_chunks_f32): the same operations per chunk. */
+__attribute__((target("avx2"))) int64_t bt_sweep_chunks_f32_avx2(const float *x, int64_t nc, bt_sweep_chunk *out)
+{
+    const __m256 pinf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
+    for (int64_t c = 0; c < nc; c++, x += 64) {
+        __m256 s = _mm256_setzero_ps(), q = s, lmn = pinf, lmx = ninf;
+        for (int k = 0; k < 8; k++) {
+            __m256 v = _mm256_loadu_ps(x + 8 * k);
+            s = _mm256_add_ps(s, v);
+            q = _mm256_add_ps(q, _mm256_mul_ps(v, v));
+            lmn = _mm256_min_ps(v, lmn);
+            lmx = _mm256_max_ps(v, lmx);
+        }
+        __m256 bad = _mm256_or_ps(_mm256_cmp_ps(s, s, _CMP_UNORD_Q),
+                                  _mm256_or_ps(_mm256_cmp_ps(lmx, pinf, _CMP_EQ_OQ), _mm256_cmp_ps(lmn, ninf, _CMP_EQ_OQ)));
+        if (!_mm256_testz_ps(bad, bad))
+            return c;
+        _mm256_storeu_ps(out[c].s, s);
+        _mm256_storeu_ps(out[c].q, q);
+        _mm256_storeu_ps(out[c].mn, lmn);
+        _mm256_storeu_ps(out[c].mx, lmx);
+    }
+    return nc;
+}
+
 /* ---- a softmax row's entropy chains (kernels.h: bt_softmax_sums_f32):
  * chain l of the four is lane l of a double vector; eight elements a turn
  * go in as two adds, elements j .. j+3 then j+4 .. j+7, the scalar loop's
@@ -1046,6 +1072,7 @@ bool bt_kv_avx2_fill(bt_kvariant *kv)
     kv->dot4q[BT_DT_Q5_K] = dot4q_q5_k;
     kv->dot4q[BT_DT_Q6_K] = dot4q_q6_k;
     kv->sweep_f32 = bt_sweep_f32_avx2;
+    kv->sweep_chunks_f32 = bt_sweep_chunks_f32_avx2;
     kv->wsum_f32 = wsum_f32;
     kv->scale_max_f32 = scale_max_f32;
     kv->exp_sub_f32 = bt_exp_sub_f32_avx2;

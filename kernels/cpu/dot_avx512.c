@@ -438,6 +438,42 @@ TGT static int64_t sweep_f32(const float *x, int64_t n, bt_sweep *acc)
     return i + bt_sweep_f32_avx2(x + i, n - i, acc);
 }
 
+/* The chunks stored, not folded (kernels.h: bt_sweep_chunks_f32), two
+ * side by side as above; an odd last chunk goes through the AVX2 one. */
+TGT static int64_t sweep_chunks_f32(const float *x, int64_t nc, bt_sweep_chunk *out)
+{
+    const __m512 pinf = _mm512_set1_ps(INFINITY), ninf = _mm512_set1_ps(-INFINITY);
+    int64_t c = 0;
+    for (; c + 2 <= nc; c += 2, x += 128) {
+        __m512 cs = _mm512_setzero_ps(), cq = cs, lmn = pinf, lmx = ninf;
+        for (int k = 0; k < 8; k++) {
+            __m512 v = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(x + 8 * k)),
+                                          _mm256_loadu_ps(x + 64 + 8 * k), 1);
+            __m512 vv = _mm512_mul_ps(v, v);
+            BT_NOFUSE_V(vv);
+            cs = _mm512_add_ps(cs, v);
+            cq = _mm512_add_ps(cq, vv);
+            lmn = _mm512_min_ps(v, lmn);
+            lmx = _mm512_max_ps(v, lmx);
+        }
+        __mmask16 bad = _mm512_cmp_ps_mask(cs, cs, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(lmx, pinf, _CMP_EQ_OQ) |
+                        _mm512_cmp_ps_mask(lmn, ninf, _CMP_EQ_OQ);
+        if (bad & 0xFF)
+            return c;
+        _mm256_storeu_ps(out[c].s, _mm512_castps512_ps256(cs));
+        _mm256_storeu_ps(out[c].q, _mm512_castps512_ps256(cq));
+        _mm256_storeu_ps(out[c].mn, _mm512_castps512_ps256(lmn));
+        _mm256_storeu_ps(out[c].mx, _mm512_castps512_ps256(lmx));
+        if (bad)
+            return c + 1;
+        _mm256_storeu_ps(out[c + 1].s, _mm512_extractf32x8_ps(cs, 1));
+        _mm256_storeu_ps(out[c + 1].q, _mm512_extractf32x8_ps(cq, 1));
+        _mm256_storeu_ps(out[c + 1].mn, _mm512_extractf32x8_ps(lmn, 1));
+        _mm256_storeu_ps(out[c + 1].mx, _mm512_extractf32x8_ps(lmx, 1));
+    }
+    return c < nc ? c + bt_sweep_chunks_f32_avx2(x, nc - c, out + c) : nc;
+}
+
 /* ---- attention scores, 16 keys at a time (kernels_impl.h: dot16_f32).
  * Each (key, query) pair accumulates exactly as dot_f32 does (chunk c
  * into accumulator c % 2, the last chunk zero-padded), then v = acc0 +
@@ -1365,6 +1401,7 @@ bool bt_kv_avx512_fill(bt_kvariant *kv)
     kv->dot4q[BT_DT_Q5_K] = dot4q_q5_k;
     kv->dot4q[BT_DT_Q6_K] = dot4q_q6_k;
     kv->sweep_f32 = sweep_f32;
+    kv->sweep_chunks_f32 = sweep_chunks_f32;
     kv->wsum_f32 = wsum_f32;
     kv->scale_max_f32 = scale_max_f32;
     kv->dot8x3_f32 = dot8x3_f32;

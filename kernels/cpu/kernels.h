@@ -68,6 +68,25 @@ void bt_sweep_init(bt_sweep *acc);
  * the first chunk holding a NaN or an Inf (that chunk untouched, for the
  * caller's per-element path). Every variant gives the same bits. */
 int64_t bt_sweep_f32(const float *x, int64_t n, bt_sweep *acc);
+/* One 64-element chunk of that sweep before it is folded in: its float
+ * lane sums and sums of squares and its own lane minima and maxima (from
+ * +inf and -inf), what bt_sweep_f32 computes for the chunk. An op that
+ * wrote a tensor can sweep its part while the values are in its cache and
+ * leave the fold, in chunk order, to whoever wants the statistics. */
+typedef struct bt_sweep_chunk {
+    float s[8], q[8], mn[8], mx[8];
+} bt_sweep_chunk;
+/* The chunks of x[0 .. 64 * nc) into out[0 .. nc), in turn, while each is
+ * finite; returns how many it wrote (nc, or the index of the first chunk
+ * holding a NaN or an Inf). Every variant gives the same bits. */
+int64_t bt_sweep_chunks_f32(const float *x, int64_t nc, bt_sweep_chunk *out);
+/* acc after the chunks c[0 .. nc), as bt_sweep_f32 folds each (min and max,
+ * then every lane's float sums into its double): with the chunks of x, the
+ * bits bt_sweep_f32(x, 64 * nc, acc) gives. */
+void bt_sweep_fold(bt_sweep *acc, const bt_sweep_chunk *c, int64_t nc);
+/* bt_stats_compute's result for the (rows x width) tensor whose 64-element
+ * chunks, all finite, are c (rows * width a multiple of 64), the same bits. */
+void bt_stats_from_chunks(const bt_sweep_chunk *c, int rows, int width, int pos0, bt_tap_stats *out);
 
 /* The CPU backend's attention loops. bt_dot_rows_f32: out[p] = dot(k + p *
  * ldk, q) over n floats for p < np, each the bits bt_vec_dot(BT_DT_F32)

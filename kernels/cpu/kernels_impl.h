@@ -77,6 +77,7 @@ typedef struct bt_kvariant {
     void (*dot16_f32)(const float *k, int64_t ldk, const float *q, int64_t ldq, int nq, int64_t n, float *out,
                       int64_t ldo);
     int64_t (*sweep_f32)(const float *x, int64_t n, bt_sweep *acc);   /* bt_sweep_f32 */
+    int64_t (*sweep_chunks_f32)(const float *x, int64_t nc, bt_sweep_chunk *out);   /* bt_sweep_chunks_f32 */
     void (*wsum_f32)(float *acc, const float *wts, float scale, const float *v, int64_t ldv,
                      int64_t np, int64_t n);                           /* bt_wsum_f32 */
     float (*scale_max_f32)(float *x, int64_t n, float scale);         /* bt_scale_max_f32 */
@@ -97,10 +98,12 @@ typedef struct bt_kvariant {
 /* The reference sweep (dot.c); SIMD sweeps run their last short chunk
  * through it. */
 int64_t bt_sweep_f32_scalar(const float *x, int64_t n, bt_sweep *acc);
+int64_t bt_sweep_chunks_f32_scalar(const float *x, int64_t nc, bt_sweep_chunk *out);
 /* The AVX2 sweep (dot_avx2.c). 8 lanes a chunk is the sweep's defined
  * order: the avx512 table's sweep runs two chunks side by side, one per
  * half of a vector, and hands its last chunk to this one. */
 int64_t bt_sweep_f32_avx2(const float *x, int64_t n, bt_sweep *acc);
+int64_t bt_sweep_chunks_f32_avx2(const float *x, int64_t nc, bt_sweep_chunk *out);
 /* The AVX2 softmax chains (dot_avx2.c), also the avx512 table's. */
 void bt_softmax_acc_f64_avx2(const float *e, const float *x, int64_t k, float m, double z[4], double ez[4]);
 /* exp.c: the expf loop (the reference) and its bit-exact SIMD replicas;

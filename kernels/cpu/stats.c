@@ -102,6 +102,39 @@ void bt_stats_compute(const float *x, int rows, int width, int pos0, bt_tap_stat
     bt_stats_part_finish(&acc, n, width, pos0, out);
 }
 
+void bt_sweep_fold(bt_sweep *acc, const bt_sweep_chunk *c, int64_t nc)
+{
+    for (int64_t k = 0; k < nc; k++)
+        for (int l = 0; l < 8; l++) {
+            acc->mn[l] = c[k].mn[l] < acc->mn[l] ? c[k].mn[l] : acc->mn[l];
+            acc->mx[l] = c[k].mx[l] > acc->mx[l] ? c[k].mx[l] : acc->mx[l];
+            acc->sum[l] += c[k].s[l];
+            acc->sumsq[l] += c[k].q[l];
+        }
+}
+
+/* Each segment's chunks folded from zero, the segments added in order:
+ * bt_stats_compute's association (its segment sweep, on finite chunks,
+ * folds them as bt_sweep_fold does). */
+void bt_stats_from_chunks(const bt_sweep_chunk *c, int rows, int width, int pos0, bt_tap_stats *out)
+{
+    int64_t n = (int64_t)rows * width, nc = n / 64, per = BT_STATS_SEG / 64;
+    bt_stats_part acc, p;
+    p.nan = p.pinf = p.ninf = 0;
+    p.first = -1;
+    for (int64_t k = 0; k == 0 || k * per < nc; k++) {
+        bt_sweep sw;
+        bt_sweep_init(&sw);
+        bt_sweep_fold(&sw, c + k * per, BT_MIN(per, nc - k * per));
+        memcpy(p.sum, sw.sum, sizeof p.sum);
+        memcpy(p.sumsq, sw.sumsq, sizeof p.sumsq);
+        memcpy(p.mn, sw.mn, sizeof p.mn);
+        memcpy(p.mx, sw.mx, sizeof p.mx);
+        bt_stats_part_add(&acc, &p, k == 0);
+    }
+    bt_stats_part_finish(&acc, n, width, pos0, out);
+}
+
 int64_t bt_first_above_f32(const float *x, int64_t n, float t)
 {
     int64_t i = 0;

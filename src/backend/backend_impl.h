@@ -287,6 +287,17 @@ struct bt_backend_i {
      * result does not depend on who ran it. NULL: the engine runs them in
      * turn (the host parts of multi-head latent attention, engine/mla.c). */
     void (*host_for)(bt_backend *be, int n, void (*fn)(void *arg, int i, int ith), void *arg);
+
+    /* ---- ABI 8: statistics taken by the op that writes the tensor ----
+     * optional: gdn_recur, and then the statistics of the state it leaves
+     * (nv*dk rows of dv floats at state_off, pos0 0) into *st: the bits
+     * `stats` gives for them, final when the call returns. The op can sweep
+     * each head's state while it is in the cache of the thread that wrote
+     * it, instead of the whole state being read again (on a hybrid model's
+     * decode most of what the taps cost). NULL: gdn_recur, then stats. */
+    int (*gdn_recur_stats)(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_buf *v, bt_buf *g, bt_buf *beta,
+                           bt_buf *state, size_t state_off, int T, int nk, int nv, int dk, int dv, int grouped,
+                           bt_tap_stats *st);
 };
 
 /* Every backend handle starts with its vtable; the rest is the backend's. */
@@ -308,8 +319,9 @@ struct bt_backend {
  * num_matmul, num_rmsnorm, num_attention; 4: copy_cols, mul_sigmoid, gdn_gates,
  * ssm_conv, gdn_recur, rope_neox_part; 5: bt_attn_args.blocks and
  * block_size, buf_view; 6: bt_attn_args.sinks, sinks_off, window, sink_p,
- * attention_sinks, swiglu_oai); hooks are only ever added at the end. */
-#define BT_BACKEND_ABI_VERSION 7
+ * attention_sinks, swiglu_oai; 7: host_for; 8: gdn_recur_stats); hooks
+ * are only ever added at the end. */
+#define BT_BACKEND_ABI_VERSION 8
 #define BT_BACKEND_PLUGIN_ENTRY "bt_backend_plugin_init"
 typedef int (*bt_backend_plugin_init_fn)(int abi_version, int device, bt_backend **out, char *err, size_t errcap);
 int bt_backend_plugin_init(int abi_version, int device, bt_backend **out, char *err, size_t errcap);

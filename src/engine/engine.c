@@ -340,6 +340,9 @@ typedef struct seq_run {
     bool all;                /* logits of every row */
     int lrow0, lrows;        /* its logit rows */
     bt_buf *view[V_COUNT];
+    const bt_tap_stats *state_st;   /* the layer's recurrent state's statistics, taken by
+                                     * gdn_recur_stats (else NULL: the tap asks) */
+    bt_tap_stats st;
 } seq_run;
 
 static bool *want_at(bt_engine *e, int op, int layer) { return &e->want[op * (e->c.n_layers + 1) + layer + 1]; }
@@ -1020,15 +1023,17 @@ static bool tap(bt_engine *e, int op, int layer, bt_buf *buf, int width)
 }
 
 /* Hand rows x width floats at offset off of buf to the tap, row 0 at pos0
- * (the recurrent states: pos0 0, a row per state row). */
-static bool tap_at(bt_engine *e, int seq, int op, int layer, bt_buf *buf, size_t off, int rows, int pos0, int width)
+ * (the recurrent states: pos0 0, a row per state row), with their
+ * statistics when the op that wrote them took them (st, else NULL). */
+static bool tap_at(bt_engine *e, int seq, int op, int layer, bt_buf *buf, size_t off, int rows, int pos0, int width,
+                   const bt_tap_stats *st)
 {
     if (!*want_at(e, op, layer)) return true;
     e->tap_seq = seq;
     bt_tensor h = { .be = e->be, .buf = buf, .off = off };
     float *host = e->bi->buf_host ? e->bi->buf_host(e->be, buf) : NULL;
     bt_tensor_view t = { .op = op, .layer = layer, .step = e->step, .pos0 = pos0, .rows = rows, .width = width,
-                         .data = host ? host + off : NULL, .tensor = &h };
+                         .data = host ? host + off : NULL, .tensor = &h, .stats = st };
     return e->cb.observe(e->cb.user, &t);
 }
 
@@ -1273,7 +1278,7 @@ static int gdn_layer(bt_engine *e, int l, int T)
     }
     GTAP(BT_OP_SSM_CONV, e->s_conv, C);
     for (int s = 0; s < e->n_run && e->has_cb; s++)
-        if (!tap_at(e, s, BT_OP_SSM_CONV_STATE, l, e->conv_state, ((size_t)e->run[s].slot * Ls + l) * cs_per, K - 1, 0, C))
+        if (!tap_at(e, s, BT_OP_SSM_CONV_STATE, l, e->conv_state, ((size_t)e->run[s].slot * Ls + l) * cs_per, K - 1, 0, C, NULL))
             return BT_EINVAL;
     GMARK(BT_OP_SSM_Q);
     if ((rc = bi->copy_cols(be, e->s_q, e->s_conv, T, C, 0, 1, KD, 0))) return rc;
@@ -1289,20 +1294,29 @@ static int gdn_layer(bt_engine *e, int l, int T)
     if ((rc = bi->copy_cols(be, e->s_v, e->s_conv, T, C, 2 * KD, 1, V, 0))) return rc;
     GTAP(BT_OP_SSM_V, e->s_v, V);
     GMARK(BT_OP_SSM_CORE);
+    /* A tapped state's statistics are taken by the op where the backend
+     * can (each head swept by the thread that wrote it), unless a
+     * numerics profile rounds the state after it */
+    bool fuse = e->has_cb && bi->gdn_recur_stats && *want_at(e, BT_OP_SSM_STATE, l) &&
+                !(e->num_on && e->num.state != BT_NUM_F32);
     for (int s = 0; s < e->n_run; s++) {   /* the delta rule over each sequence's slot */
         seq_run *q = &e->run[s];
         size_t st_off = ((size_t)q->slot * Ls + l) * st_per;
-        if ((rc = bi->gdn_recur(be, SV(q, V_CORE, e->s_core), SV(q, V_SQ, e->s_q), SV(q, V_SK, e->s_k), SV(q, V_SV, e->s_v),
+        q->state_st = fuse ? &q->st : NULL;
+        if (fuse) rc = bi->gdn_recur_stats(be, SV(q, V_CORE, e->s_core), SV(q, V_SQ, e->s_q), SV(q, V_SK, e->s_k),
+                                           SV(q, V_SV, e->s_v), SV(q, V_DECAY, e->s_decay), SV(q, V_BETA, e->s_beta),
+                                           e->ssm_state, st_off, q->T, nk, nv, dk, dv, ba, &q->st);
+        else rc = bi->gdn_recur(be, SV(q, V_CORE, e->s_core), SV(q, V_SQ, e->s_q), SV(q, V_SK, e->s_k), SV(q, V_SV, e->s_v),
                                 SV(q, V_DECAY, e->s_decay), SV(q, V_BETA, e->s_beta), e->ssm_state, st_off, q->T, nk, nv,
-                                dk, dv, ba)))
-            return rc;
+                                dk, dv, ba);
+        if (rc) return rc;
         if (e->num_on && e->num.state != BT_NUM_F32 &&
             (rc = bt_backend_num_round(be, e->ssm_state, st_off, 1, st_per, e->num.state)))
             return rc;
     }
     GTAP(BT_OP_SSM_CORE, e->s_core, V);
     for (int s = 0; s < e->n_run && e->has_cb; s++)
-        if (!tap_at(e, s, BT_OP_SSM_STATE, l, e->ssm_state, ((size_t)e->run[s].slot * Ls + l) * st_per, nv * dk, 0, dv))
+        if (!tap_at(e, s, BT_OP_SSM_STATE, l, e->ssm_state, ((size_t)e->run[s].slot * Ls + l) * st_per, nv * dk, 0, dv, e->run[s].state_st))
             return BT_EINVAL;
     GMARK(BT_OP_SSM_NORM);
     if ((rc = bi->rmsnorm(be, e->s_norm, e->s_core, e->vec_w, W->s_norm, T * nv, dv, c->norm_eps))) return rc;

@@ -268,6 +268,10 @@ static bool observe_taps(void *user, const bt_tensor_view *t)
     else p->kernel[0] = 0;
     if (r->inj_by) memcpy(p->inj_tensor, r->inj_tensor, sizeof(p->inj_tensor));
     else p->inj_tensor[0] = 0;
+    /* statistics the op took are of what it wrote: after an injection
+     * changed the tensor they are the tensor's again */
+    bt_tensor_view fresh;
+    if (by && t->stats && (t->tensor || t->data)) { fresh = *t; fresh.stats = NULL; t = &fresh; }
     int rc = bt_tensor_stats(t, &p->s);
     if (rc && r->status == BT_OK) r->status = rc;
     /* the stack now is the op's (the engine handing its tensor over), not
