@@ -194,7 +194,7 @@ int main(void)
         CHECK_OK(bt_engine_forward(e, s ? ids : ids, s ? 1 : 3, s ? 3 : 0));
         CHECK(bt_engine_logits(e)[7] == 1.0f && bt_engine_logits(e)[6] == 0.0f);
         CHECK(bt_engine_logits_row(e, s ? 0 : 2) != NULL);
-        CHECK_OK(bt_recorder_step_sampled(r, bt_engine_logits(e), s ? 3 : 2, 7, 0.0f));
+        CHECK_OK(bt_recorder_step_sampled(r, bt_engine_logits(e), s ? 3 : 2, 7, 0.0f, NULL));
         CHECK_OK(bt_recorder_step_end(r, 1.0));
     }
     CHECK(bt_engine_step(e) == 2);

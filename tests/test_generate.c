@@ -35,10 +35,10 @@ static int ob_begin(void *u, const char *kind, int pos0, int n_pos)
     return BT_OK;
 }
 static int ob_end(void *u, double ms) { counts *c = u; (void)ms; c->open--; c->end++; return BT_OK; }
-static int ob_snap(void *u, const float *row, int row_pos, int32_t chosen)
+static int ob_snap(void *u, const float *row, int row_pos, int32_t chosen, const bt_softmax_sums *sums)
 {
     counts *c = u;
-    (void)row; (void)row_pos; (void)chosen;
+    (void)row; (void)row_pos; (void)chosen; (void)sums;
     c->snap++;
     return BT_OK;
 }

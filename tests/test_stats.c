@@ -249,7 +249,7 @@ static void test_summary_argmax(void)
         int blocks[] = { 1, 64, 1024 };
         for (int b = 0; b < 3; b++) {
             bt_logit_summary ls;
-            bt_logit_summarize(row, N, 8, blocks[b], &ls);
+            bt_logit_summarize(row, N, 8, blocks[b], NULL, &ls);
             bt_argmax_rule f = { .kind = BT_ARGMAX_FIRST }, t = { .kind = BT_ARGMAX_TORCH },
                            tr = { .kind = BT_ARGMAX_TRITON, .block = blocks[b] };
             CHECK(ls.argmax_first == bt_argmax(&f, row, N));
@@ -282,7 +282,7 @@ static void test_summary_fields(void)
             if (mode == 5) row[i] = floorf(8.0f * u) * 0.5f;   /* eight values: ties everywhere */
         }
         bt_logit_summary ls;
-        bt_logit_summarize(row, n, K, 1024, &ls);
+        bt_logit_summarize(row, n, K, 1024, NULL, &ls);
         int64_t ninf = 0;
         float mx = -INFINITY;
         for (int i = 0; i < n; i++) {
@@ -307,6 +307,26 @@ static void test_summary_fields(void)
         }
         double zs = (zc[0] + zc[1]) + (zc[2] + zc[3]), es = (ezc[0] + ezc[1]) + (ezc[2] + ezc[3]);
         CHECK(ls.entropy == log(zs) - es / zs);
+        /* with the softmax sums the greedy sampler took of the row (what
+         * run hands the recorder), the same summary; sums taken with
+         * another maximum are not used */
+        bt_sampler *sp = NULL;
+        CHECK(bt_sampler_new(&(bt_sampler_cfg){ .rule = { .kind = BT_ARGMAX_FIRST } }, n, &sp) == 0 && sp);
+        float lp;
+        bt_sampler_sample(sp, row, n, &lp);
+        const bt_softmax_sums *sm = bt_sampler_sums(sp);
+        CHECK(sm != NULL);
+        if (sm) {
+            bt_logit_summary l2, l3;
+            bt_logit_summarize(row, n, K, 1024, sm, &l2);
+            bt_softmax_sums other = *sm;
+            other.max = nextafterf(other.max, INFINITY);
+            other.z[0] += 1;
+            bt_logit_summarize(row, n, K, 1024, &other, &l3);
+            CHECK(!memcmp(&l2.entropy, &ls.entropy, sizeof(double)) && !memcmp(&l3.entropy, &ls.entropy, sizeof(double)));
+            CHECK(l2.k == ls.k && l2.argmax_first == ls.argmax_first && !memcmp(l2.topk_ids, ls.topk_ids, sizeof ls.topk_ids));
+        }
+        bt_sampler_free(sp);
         /* top-k: the k largest finite values, descending, lower index first on ties */
         int taken[K], m = 0;
         for (; m < K; m++) {

@@ -359,7 +359,7 @@ static int end_step(bangtrace_rec *r, int32_t token, double logprob)
     int rc = BT_OK;
     bt_engine *e = bt_session_engine(r->s);
     if (token >= 0) {
-        rc = bt_recorder_step_sampled(r->rec, bt_engine_logits(e), r->pos0 + r->n - 1, token, (float)logprob);
+        rc = bt_recorder_step_sampled(r->rec, bt_engine_logits(e), r->pos0 + r->n - 1, token, (float)logprob, NULL);
         if (!rc) r->generated++;
     }
     int rc2 = bt_recorder_step_end(r->rec, elapsed_ms(&r->t0));

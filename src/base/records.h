@@ -23,6 +23,15 @@ typedef struct bt_tap_stats {
 
 static inline bool bt_stats_bad(const bt_tap_stats *s) { return s->nan | s->pinf | s->ninf; }
 
+/* A finite logit row's softmax sums, bt_softmax_sums_f32's chains with the
+ * row's maximum: the sampler takes them for the token's log-probability,
+ * and the row's summary reuses them for its entropy instead of a second
+ * pass of exponentials over the vocabulary. */
+typedef struct bt_softmax_sums {
+    float max;
+    double z[4], ez[4];
+} bt_softmax_sums;
+
 /* Logit row summary for the trace (k <= 64). */
 typedef struct bt_logit_summary {
     int n_vocab;

@@ -106,16 +106,20 @@ static const char *cell(double r, char *buf, size_t cap)
     return buf;
 }
 
-/* One recorded (or plain) forward of n tokens at pos, greedy pick into *id. */
-static int bench_step(bt_engine *e, bt_recorder *rec, const char *kind, const int32_t *in, int n, int pos, int32_t *id)
+/* One recorded (or plain) forward of n tokens at pos, the token picked into
+ * *id as `run` decodes by default, taps on or off: greedy, with its
+ * log-probability (the trace's tokens carry it), whose softmax sums the
+ * recorder's logit summary reuses. */
+static int bench_step(bt_engine *e, bt_recorder *rec, bt_sampler *smp, const char *kind, const int32_t *in, int n,
+                      int pos, int32_t *id)
 {
-    const bt_argmax_rule first = { .kind = BT_ARGMAX_FIRST };   /* greedy, as `run` decodes by default */
     int rc = rec ? bt_recorder_step_begin(rec, kind, pos, n) : BT_OK;
     if (rc == BT_OK) rc = bt_engine_forward(e, in, n, pos);
     if (rc) return rc;
     const float *lg = bt_engine_logits(e);
-    *id = bt_argmax(&first, lg, bt_engine_model(e)->cfg.n_vocab);
-    if (rec && (rc = bt_recorder_step_sampled(rec, lg, pos + n - 1, *id, 0)) == BT_OK)
+    float lp;
+    *id = bt_sampler_sample(smp, lg, bt_engine_model(e)->cfg.n_vocab, &lp);
+    if (rec && (rc = bt_recorder_step_sampled(rec, lg, pos + n - 1, *id, lp, bt_sampler_sums(smp))) == BT_OK)
         rc = bt_recorder_step_end(rec, 0);
     return rc;
 }
@@ -125,19 +129,19 @@ static int bench_step(bt_engine *e, bt_recorder *rec, const char *kind, const in
  * llama-bench -d does; then the timed prompt of np tokens and nd decode
  * steps. With a recorder each forward is a recorded step, as in `run
  * --trace`, and *dec gets what recording cost during the decode steps. */
-static int bench_rep(bt_engine *e, bt_recorder *rec, const int32_t *toks, const int32_t *dtoks, long depth, long np,
+static int bench_rep(bt_engine *e, bt_recorder *rec, bt_sampler *smp, const int32_t *toks, const int32_t *dtoks, long depth, long np,
                      long nd, double *p, double *d, double *d_s, bt_recorder_costs *dec)
 {
     int rc = BT_OK;
     int32_t id = toks[np - 1];
     for (long pos = 0; pos < depth && rc == BT_OK; pos += np)
-        rc = bench_step(e, rec, "prefill", dtoks + pos, (int)BT_MIN(np, depth - pos), (int)pos, &id);
+        rc = bench_step(e, rec, smp, "prefill", dtoks + pos, (int)BT_MIN(np, depth - pos), (int)pos, &id);
     bt_recorder_costs c0 = { 0 }, c1 = { 0 };
     double t0 = bt_now(), t1 = t0;
     for (long i = -1; i < nd && rc == BT_OK; i++) {
         const int32_t *in = i < 0 ? toks : &id;
         int n = i < 0 ? (int)np : 1, pos = (int)depth + (i < 0 ? 0 : (int)(np + i));
-        if ((rc = bench_step(e, rec, i < 0 ? "prefill" : "decode", in, n, pos, &id))) break;
+        if ((rc = bench_step(e, rec, smp, i < 0 ? "prefill" : "decode", in, n, pos, &id))) break;
         if (i < 0) {
             t1 = bt_now();
             if (rec) bt_recorder_costs_get(rec, &c0);
@@ -164,6 +168,7 @@ static int bench_rep(bt_engine *e, bt_recorder *rec, const int32_t *toks, const 
 typedef struct bench_side {
     bt_engine *e;
     bt_recorder *rec;
+    bt_sampler *smp;             /* greedy, as run's */
     const char *label;
     double *pp, *dd;
     double p_med, d_med;
@@ -192,7 +197,7 @@ static int bench_rounds(bench_side *sides, int n_sides, const int32_t *toks, con
     for (long r = 0; r < reps && rc == BT_OK; r++)
         for (int k = 0; k < n_sides && rc == BT_OK; k++) {
             bench_side *sd = &sides[k];
-            rc = bench_rep(sd->e, sd->rec, toks, dtoks, depth, np, nd, &sd->pp[r], &sd->dd[r], &sd->decode_s, &sd->dec);
+            rc = bench_rep(sd->e, sd->rec, sd->smp, toks, dtoks, depth, np, nd, &sd->pp[r], &sd->dd[r], &sd->decode_s, &sd->dec);
             char ps[32], ds[32];
             if (!quiet && rc == BT_OK) bt_log("  %s rep %ld: prompt %s, decode %s", sd->label, r + 1,
                                               rate_s(sd->pp[r], "t/s", ps, sizeof(ps)), rate_s(sd->dd[r], "t/s", ds, sizeof(ds)));
@@ -329,11 +334,11 @@ static void traced_close(traced *t)
 /* One untimed prefill and decode step first, as llama-bench warms up: the
  * first touch of the weights' mapping and of the KV cache would otherwise
  * be timed as prefill (a quarter of an f32 prompt). */
-static int bench_warm(bt_engine *e, bt_recorder *rec, const int32_t *toks, long np)
+static int bench_warm(const bench_side *sd, const int32_t *toks, long np)
 {
     int32_t wid = toks[0];
-    int rc = bench_step(e, rec, "prefill", toks, (int)np, 0, &wid);
-    return rc ? rc : bench_step(e, rec, "decode", &wid, 1, (int)np, &wid);
+    int rc = bench_step(sd->e, sd->rec, sd->smp, "prefill", toks, (int)np, 0, &wid);
+    return rc ? rc : bench_step(sd->e, sd->rec, sd->smp, "decode", &wid, 1, (int)np, &wid);
 }
 
 /* What recording cost per decode step, timed by the recorder itself
@@ -455,6 +460,7 @@ int cmd_bench(int argc, char **argv)
     const bt_model *m = NULL;
     bt_engine *e = NULL, *de = NULL;
     bt_pool *pool = NULL;
+    bt_sampler *smp = NULL;
     int32_t *toks = NULL;
     int status = 2;
     bench_opts o;
@@ -491,6 +497,7 @@ int cmd_bench(int argc, char **argv)
     /* the context filler (depth) first, then the timed prompt */
     toks = malloc((size_t)(o.depth + o.np) * sizeof(int32_t));
     if (!toks) { bt_error(BT_ENOMEM, "out of memory"); goto fail; }
+    if (bt_sampler_new(&(bt_sampler_cfg){ .rule = { .kind = BT_ARGMAX_FIRST } }, m->cfg.n_vocab, &smp)) goto fail;
     uint64_t s = 0x9e3779b97f4a7c15ull;
     for (long i = 0; i < o.depth + o.np; i++) { s ^= s << 13; s ^= s >> 7; s ^= s << 17; toks[i] = (int32_t)(s % (uint64_t)c->n_vocab); }
 
@@ -527,7 +534,7 @@ int cmd_bench(int argc, char **argv)
     }
     /* taps off and taps on alternate, round by round (bench_rounds) */
     traced tr = { 0 };
-    bench_side sides[2] = { { .e = e, .label = "taps off" }, { .label = "taps on" } };
+    bench_side sides[2] = { { .e = e, .smp = smp, .label = "taps off" }, { .smp = smp, .label = "taps on" } };
     int n_sides = 1;
     if (o.taps != BT_TAPS_NONE) {
         if (traced_open(ses, &cfg, prof, NULL, NULL, o.cupti, o.taps, o.no_state, &tr)) { traced_close(&tr); goto fail; }
@@ -536,7 +543,7 @@ int cmd_bench(int argc, char **argv)
         n_sides = 2;
     }
     int brc = BT_OK;
-    for (int k = 0; k < n_sides && brc == BT_OK; k++) brc = bench_warm(sides[k].e, sides[k].rec, toks + o.depth, o.np);
+    for (int k = 0; k < n_sides && brc == BT_OK; k++) brc = bench_warm(&sides[k], toks + o.depth, o.np);
     if (brc == BT_OK) brc = bench_rounds(sides, n_sides, toks + o.depth, toks, o.depth, o.np, o.nd, o.reps, o.json);
     traced_close(&tr);
     if (brc) goto fail;
@@ -548,7 +555,7 @@ int cmd_bench(int argc, char **argv)
         traced ltr = { 0 };
         bt_session_cfg lcfg = { .share = ses, .ctx = cfg.ctx, .max_batch = cfg.max_batch, .threads = cfg.threads,
                                 .engine_new = llamacpp_engine, .engine_user = &lcu, .llama = o.g.llama };
-        bench_side ls2[2] = { { .label = "llama.cpp taps off" }, { .label = "llama.cpp taps on" } };
+        bench_side ls2[2] = { { .smp = smp, .label = "llama.cpp taps off" }, { .smp = smp, .label = "llama.cpp taps on" } };
         int rc = bt_session_new(&lcfg, &ls), nl = 1;
         if (rc == BT_OK) ls2[0].e = bt_session_engine(ls);
         if (rc == BT_OK && o.taps != BT_TAPS_NONE &&
@@ -557,7 +564,7 @@ int cmd_bench(int argc, char **argv)
             ls2[1].rec = bt_session_recorder(ltr.ses);
             nl = 2;
         }
-        for (int k = 0; k < nl && rc == BT_OK; k++) rc = bench_warm(ls2[k].e, ls2[k].rec, toks + o.depth, o.np);
+        for (int k = 0; k < nl && rc == BT_OK; k++) rc = bench_warm(&ls2[k], toks + o.depth, o.np);
         if (rc == BT_OK) rc = bench_rounds(ls2, nl, toks + o.depth, toks, o.depth, o.np, o.nd, o.reps, o.json);
         traced_close(&ltr);
         bt_session_close(ls, NULL);
@@ -663,6 +670,7 @@ fail:
     status = bt_cmd_fail("bench");
 out:
     free(toks);
+    bt_sampler_free(smp);
     bt_engine_free(de);
     bt_pool_free(pool);
     bt_session_close(ses, NULL);

@@ -171,6 +171,8 @@ struct bt_sampler {
     int cap;           /* entries in the scratch arrays */
     double *p;         /* (cap) probabilities of the candidates */
     int32_t *idx;      /* (cap) candidate ids, best first */
+    bt_softmax_sums sums;   /* the last sampled row's (have_sums) */
+    bool have_sums;
 };
 
 static uint64_t splitmix64(uint64_t *s)
@@ -245,14 +247,15 @@ static bool row_finite(const float *x, int n, float *max, int32_t *first)
  * through the kernels' bt_exp_sub_f32, 256 at a time: a double exp per
  * vocabulary entry cost a decode step more than recording its taps), summed
  * in double over four chains (bt_softmax_sums_f32); a -inf logit adds 0. */
-static double logprob_of(const float *x, int n, float max, int32_t id)
+static double logprob_of(const float *x, int n, float max, int32_t id, bt_softmax_sums *sm)
 {
-    if (id < 0 || id >= n) return NAN;
     /* the entropy's kernel: its z chains are these sums (an exp of 0 adds
-     * nothing either way); its second chains go unused */
-    double s[4] = { 0 }, unused[4] = { 0 };
-    bt_softmax_sums_f32(x, n, max, s, unused);
-    return ((double)x[id] - max) - log((s[0] + s[1]) + (s[2] + s[3]));
+     * nothing either way); the second chains are the entropy's, kept for
+     * the row's summary */
+    *sm = (bt_softmax_sums){ .max = max };
+    bt_softmax_sums_f32(x, n, max, sm->z, sm->ez);
+    if (id < 0 || id >= n) return NAN;
+    return ((double)x[id] - max) - log((sm->z[0] + sm->z[1]) + (sm->z[2] + sm->z[3]));
 }
 
 /* Candidate order: higher logit first, lower id on ties, so top-k = 1 and a
@@ -352,9 +355,12 @@ int32_t bt_sampler_sample(bt_sampler *s, const float *logits, int n, float *logp
             if (r < acc) { id = s->idx[i]; break; }
         }
     }
-    if (logprob) *logprob = finite ? (float)logprob_of(logits, n, max, id) : NAN;
+    s->have_sums = logprob && finite;
+    if (logprob) *logprob = finite ? (float)logprob_of(logits, n, max, id, &s->sums) : NAN;
     return id;
 }
+
+const bt_softmax_sums *bt_sampler_sums(const bt_sampler *s) { return s->have_sums ? &s->sums : NULL; }
 
 /* ---- speculative decoding needs the distribution itself ---- */
 

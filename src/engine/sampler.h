@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include "base/records.h"   /* bt_softmax_sums */
 
 enum bt_argmax_kind { BT_ARGMAX_FIRST = 0, BT_ARGMAX_TORCH, BT_ARGMAX_TRITON };
 typedef struct bt_argmax_rule { int kind; int block; } bt_argmax_rule;
@@ -44,6 +45,10 @@ void bt_sampler_free(bt_sampler *s);
  * no value above -inf; lone -inf entries are masked tokens (probability 0). *logprob gets log p(id) at temperature 1 (NaN
  * if undefined). */
 int32_t bt_sampler_sample(bt_sampler *s, const float *logits, int n, float *logprob);
+/* The softmax sums the last bt_sampler_sample took of its row (for the
+ * log-probability: a finite row, logprob asked for), else NULL; valid
+ * until the next call. */
+const bt_softmax_sums *bt_sampler_sums(const bt_sampler *s);
 
 /* Speculative decoding. bt_sampler_probs writes the distribution the
  * sampler draws from (temperature, top-k, top-p applied) as probs[n],

@@ -133,9 +133,10 @@ static float logprob_of(const float *x, int n, int32_t id)
 }
 
 /* The observer's callbacks; a NULL observer or callback does nothing. */
-static int obs_snapshot(const bt_gen_observer *o, const float *row, int row_pos, int32_t chosen)
+static int obs_snapshot(const bt_gen_observer *o, const float *row, int row_pos, int32_t chosen,
+                        const bt_softmax_sums *sums)
 {
-    return o && o->snapshot ? o->snapshot(o->user, row, row_pos, chosen) : BT_OK;
+    return o && o->snapshot ? o->snapshot(o->user, row, row_pos, chosen, sums) : BT_OK;
 }
 
 static int obs_token(const bt_gen_observer *o, int pos, int32_t id, const char *role, float logprob)
@@ -235,7 +236,7 @@ static int plain_step(bt_decoder *d, int32_t *out, float *lps, int *n)
     float lp;
     int32_t id = bt_sampler_sample(d->c.smp, row, d->n_vocab, &lp);
     if (rec) {
-        if ((rc = obs_snapshot(rec, row, d->n_ctx - 1, id))) return rc;
+        if ((rc = obs_snapshot(rec, row, d->n_ctx - 1, id, bt_sampler_sums(d->c.smp)))) return rc;
         if ((rc = obs_token(rec, d->n_ctx, id, "gen", lp))) return rc;
     }
     if ((rc = end_step(rec, ms))) return rc;
@@ -305,7 +306,7 @@ static int draft_pick(bt_decoder *d, int j, int pos, double ms, int32_t *tok_out
     d->draft_finite[j] = row_finite(row, d->n_vocab);
     d->draft_det[j] = det;
     if (rec) {
-        if ((rc = obs_snapshot(rec, row, pos - 1, tok))) return rc;
+        if ((rc = obs_snapshot(rec, row, pos - 1, tok, NULL))) return rc;
         if ((rc = obs_token(rec, pos, tok, "draft", det ? NAN : logf(q[tok])))) return rc;
     }
     *tok_out = tok;
@@ -502,7 +503,7 @@ int bt_decoder_next(bt_decoder *d, int32_t *out, float *lps, int *n)
             }
         }
         if ((rc = record_trail(d, step, i, base + 1 + i, ti, pd, accept, reason))) return rc;
-        if (rec && (rc = obs_snapshot(rec, row, base + i, accept ? di : ti))) return rc;
+        if (rec && (rc = obs_snapshot(rec, row, base + i, accept ? di : ti, NULL))) return rc;
         if (accept) {
             out[(*n)++] = di;
             a++;
@@ -525,7 +526,7 @@ int bt_decoder_next(bt_decoder *d, int32_t *out, float *lps, int *n)
         fix = bt_sampler_sample(d->c.smp, row, d->n_vocab, &lp);
         fix_kind = "bonus";
         out[(*n)++] = fix;
-        if (rec && (rc = obs_snapshot(rec, row, base + nd, fix))) return rc;
+        if (rec && (rc = obs_snapshot(rec, row, base + nd, fix, bt_sampler_sums(d->c.smp)))) return rc;
     }
     if (stopped && nd - a > 0 && rec) {
         char detail[240];

@@ -23,8 +23,10 @@ typedef struct bt_gen_observer {
     /* A forward opens: kind prefill | decode | draft | verify, over
      * positions pos0 .. pos0 + n_pos - 1. */
     int (*step_begin)(void *user, const char *kind, int pos0, int n_pos);
-    /* The logit row predicting position row_pos + 1, and the id taken there. */
-    int (*snapshot)(void *user, const float *row, int row_pos, int32_t chosen);
+    /* The logit row predicting position row_pos + 1, and the id taken
+     * there; sums: the row's softmax sums when the sampler took them
+     * (bt_sampler_sums), else NULL. */
+    int (*snapshot)(void *user, const float *row, int row_pos, int32_t chosen, const bt_softmax_sums *sums);
     /* One token of the trail: role prompt | gen | draft | bonus (ids outside
      * the vocabulary are allowed); logprob NAN when unknown. */
     int (*token)(void *user, int pos, int32_t id, const char *role, float logprob);

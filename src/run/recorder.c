@@ -551,7 +551,7 @@ static int save_row(bt_recorder *r, int step, int pos, const float *row, const c
     return bt_trace_logit_row(r->cfg.trace, step, pos, row, r->n_vocab, reason, false);
 }
 
-static int bt_recorder_snapshot(bt_recorder *r, const float *row, int row_pos, int32_t chosen)
+static int bt_recorder_snapshot(bt_recorder *r, const float *row, int row_pos, int32_t chosen, const bt_softmax_sums *sums)
 {
     int rc = BT_OK;
     int step = r->step;
@@ -563,7 +563,8 @@ static int bt_recorder_snapshot(bt_recorder *r, const float *row, int row_pos, i
         if (bt_sweep_f32(row, r->n_vocab, &acc) == r->n_vocab) return BT_OK;
     }
     bt_logit_summary ls;
-    bt_logit_summarize(row, r->n_vocab, r->cfg.topk, r->cfg.rule.kind == BT_ARGMAX_TRITON ? r->cfg.rule.block : 1024, &ls);
+    bt_logit_summarize(row, r->n_vocab, r->cfg.topk, r->cfg.rule.kind == BT_ARGMAX_TRITON ? r->cfg.rule.block : 1024, sums,
+                       &ls);
     char rule[48], piece[96], detail[256];
     bt_argmax_format(&r->cfg.rule, rule, sizeof(rule));
     memcpy(r->ring + (size_t)(step % RING) * r->n_vocab, row, (size_t)r->n_vocab * sizeof(float));
@@ -637,10 +638,11 @@ static int bt_recorder_token(bt_recorder *r, int pos, int32_t id, const char *ro
     return BT_OK;
 }
 
-int bt_recorder_step_sampled(bt_recorder *r, const float *row, int row_pos, int32_t chosen, float logprob)
+int bt_recorder_step_sampled(bt_recorder *r, const float *row, int row_pos, int32_t chosen, float logprob,
+                             const bt_softmax_sums *sums)
 {
     int64_t t0 = r->cfg.account ? now_ns() : 0;
-    int rc = bt_recorder_snapshot(r, row, row_pos, chosen);
+    int rc = bt_recorder_snapshot(r, row, row_pos, chosen, sums);
     if (!rc) rc = bt_recorder_token(r, row_pos + 1, chosen, "gen", logprob);
     if (r->cfg.account) r->costs.logits_ns += now_ns() - t0;
     return rc;
@@ -720,7 +722,10 @@ void bt_recorder_crash_hook(int sig, const char *frames, void *user)
 /* ---- the generation observer (gen/observer.h) ---- */
 
 static int ob_step_begin(void *u, const char *kind, int pos0, int n_pos) { return bt_recorder_step_begin(u, kind, pos0, n_pos); }
-static int ob_snapshot(void *u, const float *row, int row_pos, int32_t chosen) { return bt_recorder_snapshot(u, row, row_pos, chosen); }
+static int ob_snapshot(void *u, const float *row, int row_pos, int32_t chosen, const bt_softmax_sums *sums)
+{
+    return bt_recorder_snapshot(u, row, row_pos, chosen, sums);
+}
 static int ob_token(void *u, int pos, int32_t id, const char *role, float lp) { return bt_recorder_token(u, pos, id, role, lp); }
 static int ob_spec_step(void *u, int step, const char *drafter, int k, int accepted, int32_t bonus, const char *bonus_kind)
 {

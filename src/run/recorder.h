@@ -58,7 +58,8 @@ int bt_recorder_prompt(bt_recorder *r, const int32_t *ids, int n);
 int bt_recorder_step_begin(bt_recorder *r, const char *kind, int pos0, int n_pos);
 /* After sampling from `row` (the logits of position row_pos): snapshot,
  * token (role gen; pos = row_pos + 1), detectors. oov ids are allowed. */
-int bt_recorder_step_sampled(bt_recorder *r, const float *row, int row_pos, int32_t chosen, float logprob);
+int bt_recorder_step_sampled(bt_recorder *r, const float *row, int row_pos, int32_t chosen, float logprob,
+                             const bt_softmax_sums *sums);
 /* The speculative verify's pieces (logit snapshots, trail tokens, spec_steps
  * and spec_trail rows) and the decoder's events reach the recorder through
  * its observer (bt_recorder_observer, src/gen/observer.h), not by name. */

@@ -8,7 +8,8 @@
 #include <math.h>
 #include <string.h>
 
-void bt_logit_summarize(const float *row, int n, int k, int triton_block, bt_logit_summary *out)
+void bt_logit_summarize(const float *row, int n, int k, int triton_block, const bt_softmax_sums *sums,
+                        bt_logit_summary *out)
 {
     memset(out, 0, sizeof(*out));
     out->n_vocab = n;
@@ -57,7 +58,10 @@ void bt_logit_summarize(const float *row, int n, int k, int triton_block, bt_log
          * same bits everywhere). A -inf logit gives exp 0 and adds
          * nothing, as a masked token should. */
         double z[4] = { 0 }, ez[4] = { 0 };
-        bt_softmax_sums_f32(row, n, mx, z, ez);
+        if (sums && !memcmp(&sums->max, &mx, sizeof mx)) {   /* the sampler's, with this maximum (sign of a zero too) */
+            memcpy(z, sums->z, sizeof z);
+            memcpy(ez, sums->ez, sizeof ez);
+        } else bt_softmax_sums_f32(row, n, mx, z, ez);
         double zs = (z[0] + z[1]) + (z[2] + z[3]), es = (ez[0] + ez[1]) + (ez[2] + ez[3]);
         out->entropy = log(zs) - es / zs;
     } else out->entropy = NAN;

@@ -16,7 +16,10 @@
  * earlier observation). Returns whether b's first non-finite was taken. */
 bool bt_tap_stats_merge(bt_tap_stats *a, const bt_tap_stats *b);
 
-/* triton_block: the N of the run's rule if it is triton-block, else 1024. */
-void bt_logit_summarize(const float *row, int n, int k, int triton_block, bt_logit_summary *out);
+/* triton_block: the N of the run's rule if it is triton-block, else 1024.
+ * sums: the row's softmax sums when the sampler took them (else NULL):
+ * the entropy comes from them, the bits a pass of its own gives. */
+void bt_logit_summarize(const float *row, int n, int k, int triton_block, const bt_softmax_sums *sums,
+                        bt_logit_summary *out);
 
 #endif
