@@ -706,6 +706,49 @@ static void test_attention_batch(int n_heads, int n_kv, int hd, int T, int pos0,
     free(batch); free(q); free(kc); free(vc);
 }
 
+/* Two statistics equal bit for bit (the record's padding aside). */
+static bool same_stats(const bt_tap_stats *a, const bt_tap_stats *b)
+{
+    return a->n == b->n && a->nan == b->nan && a->pinf == b->pinf && a->ninf == b->ninf && a->n_finite == b->n_finite &&
+           !memcmp(&a->min, &b->min, 5 * sizeof(float)) && a->first_bad_index == b->first_bad_index &&
+           a->first_bad_pos == b->first_bad_pos;
+}
+
+/* matmul_stats: matmul's bits and, of its output, the bits stats gives: a
+ * decode of whole chunks with band boundaries inside a chunk (rows 320 on
+ * three threads) and on one (576), one small enough for a single thread, a
+ * row count that is not whole chunks, a prefill, and a weight row of NaN. */
+static void test_matmul_stats(int type, int64_t rows, int T, bool bad)
+{
+    if (!be->iface->matmul_stats) return;
+    const bt_dtype_info *ti = bt_dtype(type);
+    int64_t cols = ti->blck == 1 ? 96 : ti->blck * 3;
+    uint8_t *W = rand_weights(type, rows * cols);
+    size_t wbytes = bt_dtype_row_size(type, cols) * rows;
+    if (bad && type == BT_DT_F32) for (int64_t i = 0; i < cols; i++) ((float *)W)[(rows / 3) * cols + i] = NAN;
+    float *x = malloc((size_t)(T * cols + 3) * sizeof(float));
+    fill(x, (size_t)(T * cols + 3), -1, 1);
+    bt_buf *wb = NULL, *xb = up(be, x, (size_t)(T * cols + 3)), *o1 = NULL, *o2 = NULL;
+    CHECK_OK(be->iface->buf_upload(be, W, wbytes, &wb));
+    CHECK_OK(be->iface->buf_alloc(be, (size_t)(T * rows) * sizeof(float), &o1));
+    CHECK_OK(be->iface->buf_alloc(be, (size_t)(T * rows) * sizeof(float), &o2));
+    bt_tap_stats want, got;
+    memset(&got, 0x5a, sizeof got);
+    CHECK_OK(be->iface->matmul(be, type, wb, rows, cols, xb, 3, T, o1));
+    CHECK_OK(be->iface->stats(be, o1, 0, T, (int)rows, 17, &want));
+    CHECK_OK(be->iface->matmul_stats(be, type, wb, rows, cols, xb, 3, T, o2, 17, &got));
+    if (be->iface->sync) CHECK_OK(be->iface->sync(be));
+    float *a = down(be, o1, 0, (size_t)(T * rows)), *b = down(be, o2, 0, (size_t)(T * rows));
+    CHECK(!memcmp(a, b, (size_t)(T * rows) * sizeof(float)), "%s matmul_stats %s %lldx%lld T=%d: product differs from matmul's",
+          dev, ti->name, (long long)rows, (long long)cols, T);
+    CHECK(same_stats(&want, &got), "%s matmul_stats %s %lldx%lld T=%d%s: statistics differ from stats' (mean %.9g/%.9g, "
+          "nan %lld/%lld)", dev, ti->name, (long long)rows, (long long)cols, T, bad ? " with a NaN row" : "", want.mean,
+          got.mean, (long long)want.nan, (long long)got.nan);
+    if (bad) CHECK(got.nan >= 1 && got.first_bad_pos == 17, "%s matmul_stats: the NaN row is not counted", dev);
+    be->iface->buf_free(be, wb); be->iface->buf_free(be, xb); be->iface->buf_free(be, o1); be->iface->buf_free(be, o2);
+    free(W); free(x); free(a); free(b);
+}
+
 /* gdn_recur_stats: the delta rule's bits and, of the state it leaves,
  * the bits stats gives, on heads of whole chunks (one segment and
  * several), heads that are not whole chunks, and a state holding a NaN
@@ -731,9 +774,7 @@ static void test_gdn_stats(int T, int nk, int nv, int dk, int dv, bool grouped, 
     float *a = down(be, s1, 0, ns), *b = down(be, s2, 0, ns), *oa = down(be, o1, 0, no), *ob = down(be, o2, 0, no);
     CHECK(!memcmp(a, b, ns * sizeof(float)) && !memcmp(oa, ob, no * sizeof(float)),
           "%s gdn_recur_stats T %d heads %d/%d of %dx%d: state or output differs from gdn_recur's", dev, T, nk, nv, dk, dv);
-    CHECK(want.n == got.n && want.nan == got.nan && want.pinf == got.pinf && want.ninf == got.ninf &&
-          want.n_finite == got.n_finite && !memcmp(&want.min, &got.min, 5 * sizeof(float)) &&
-          want.first_bad_index == got.first_bad_index && want.first_bad_pos == got.first_bad_pos,
+    CHECK(same_stats(&want, &got),
           "%s gdn_recur_stats T %d heads %d/%d of %dx%d%s: statistics differ from stats' (mean %.9g/%.9g, rms %.9g/%.9g, "
           "nan %lld/%lld)", dev, T, nk, nv, dk, dv, bad ? " with a NaN" : "", want.mean, got.mean, want.rms, got.rms,
           (long long)want.nan, (long long)got.nan);
@@ -782,6 +823,13 @@ int main(int argc, char **argv)
         test_attention_batch(14, 2, 128, 11, 200, false);
     }
     test_observation();
+    test_matmul_stats(BT_DT_F32, 320, 1, false);
+    test_matmul_stats(BT_DT_Q4_0, 576, 1, false);
+    test_matmul_stats(BT_DT_Q8_0, 1536, 1, false);
+    test_matmul_stats(BT_DT_F32, 64, 1, false);       /* one thread */
+    test_matmul_stats(BT_DT_Q4_K, 100, 1, false);     /* not whole chunks */
+    test_matmul_stats(BT_DT_F32, 320, 3, false);      /* a prefill */
+    test_matmul_stats(BT_DT_F32, 320, 1, true);
     test_gdn_stats(1, 2, 4, 16, 16, false, false);
     test_gdn_stats(3, 2, 6, 16, 24, true, false);
     test_gdn_stats(1, 4, 8, 128, 128, false, false);    /* 2 segments of BT_STATS_SEG */

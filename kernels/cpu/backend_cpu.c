@@ -221,6 +221,25 @@ static int cpu_matmul(bt_backend *be, int type, bt_buf *W, int64_t rows, int64_t
     return BT_OK;
 }
 
+static int cpu_stats(bt_backend *be, bt_buf *b, size_t off, int rows, int width, int pos0, bt_tap_stats *out);
+static bt_sweep_chunk *chunk_room(cpu_ctx *c, size_t n);
+
+/* A decode's output swept by the threads that wrote it (bt_matmul_swept),
+ * its chunks folded here (bt_stats_from_chunks: cpu_stats' bits); any
+ * other product, or one with a NaN or an Inf, is swept after. */
+static int cpu_matmul_stats(bt_backend *be, int type, bt_buf *W, int64_t rows, int64_t cols, bt_buf *x, size_t x_off,
+                            int T, bt_buf *out, int pos0, bt_tap_stats *st)
+{
+    cpu_ctx *c = CTX(be);
+    bt_sweep_chunk *ch = T == 1 && rows % 64 == 0 && rows <= INT32_MAX ? chunk_room(c, (size_t)rows / 64) : NULL;
+    if (ch && bt_matmul_swept(c->pool, type, W->p, rows, cols, F(x) + x_off, T, F(out), ch)) {
+        bt_stats_from_chunks(ch, T, (int)rows, pos0, st);
+        return BT_OK;
+    }
+    if (!ch) bt_matmul(c->pool, type, W->p, rows, cols, F(x) + x_off, T, F(out));
+    return cpu_stats(be, out, 0, T, (int)rows, pos0, st);
+}
+
 /* Rotate pairs of each head by cos/sin[pos][i]: interleaved (2i, 2i + 1)
  * for Llama, or NEOX (i, i + half), ggml's rope mode 2 (qwen2, qwen3). */
 typedef struct rope_ctx {
@@ -930,22 +949,28 @@ static int cpu_gdn_recur(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_b
  * here in the state's order (bt_stats_from_chunks: cpu_stats' bits). A
  * state holding a NaN or an Inf, or heads that are not whole chunks, are
  * swept again as cpu_stats would. */
+/* The context's chunk buffer, with room for n (NULL: no memory). */
+static bt_sweep_chunk *chunk_room(cpu_ctx *c, size_t n)
+{
+    if (n > c->chunks_cap) {
+        bt_sweep_chunk *p = realloc(c->chunks, n * sizeof(*p));
+        if (!p) return NULL;
+        c->chunks = p;
+        c->chunks_cap = n;
+    }
+    return c->chunks;
+}
+
 static int cpu_gdn_recur_stats(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_buf *v, bt_buf *g, bt_buf *beta,
                                bt_buf *state, size_t state_off, int T, int nk, int nv, int dk, int dv, int grouped,
                                bt_tap_stats *st)
 {
     if (dk > 512) return bt_error(BT_EUNSUPPORTED, "gated delta net key heads of %d (at most 512)", dk);
-    cpu_ctx *c = CTX(be);
-    size_t per = (size_t)dk * dv, need = per / 64 * (size_t)nv;
-    bool fused = per % 64 == 0 && (int64_t)nv * dk <= INT32_MAX;
-    if (fused && need > c->chunks_cap) {
-        bt_sweep_chunk *p = realloc(c->chunks, need * sizeof(*p));
-        if (p) { c->chunks = p; c->chunks_cap = need; }
-        else fused = false;   /* no memory for them: the sweep after */
-    }
-    if (gdn_run(be, out, q, k, v, g, beta, state, state_off, T, nk, nv, dk, dv, grouped, fused ? c->chunks : NULL) &&
-        fused)
-        bt_stats_from_chunks(c->chunks, nv * dk, dv, 0, st);
+    size_t per = (size_t)dk * dv;
+    /* no room for the chunks: the sweep after */
+    bt_sweep_chunk *ch = per % 64 == 0 && (int64_t)nv * dk <= INT32_MAX ? chunk_room(CTX(be), per / 64 * (size_t)nv) : NULL;
+    if (gdn_run(be, out, q, k, v, g, beta, state, state_off, T, nk, nv, dk, dv, grouped, ch) && ch)
+        bt_stats_from_chunks(ch, nv * dk, dv, 0, st);
     else
         return cpu_stats(be, state, state_off, nv * dk, dv, 0, st);
     return BT_OK;
@@ -1068,6 +1093,7 @@ static const struct bt_backend_i cpu_iface = {
     .ssm_conv = cpu_ssm_conv,
     .gdn_recur = cpu_gdn_recur,
     .gdn_recur_stats = cpu_gdn_recur_stats,
+    .matmul_stats = cpu_matmul_stats,
     .host_for = cpu_host_for,
     .rope_neox_part = cpu_rope_neox_part,
     .attention_sinks = cpu_attention,

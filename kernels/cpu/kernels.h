@@ -159,6 +159,15 @@ void bt_pool_run(bt_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg)
  * (within one SIMD variant; kernels_impl.h). */
 void bt_matmul(bt_pool *p, int type, const void *W, int64_t rows, int64_t cols,
                const float *x, int T, float *out);
+/* bt_matmul, and for a decode (T == 1) of whole 64-element chunks (rows a
+ * multiple of 64) out's chunks swept into chunks[0 .. rows/64)
+ * (bt_sweep_chunks_f32): each thread sweeps those inside its band of rows
+ * as it finishes it, while they are in its cache; the few a band boundary
+ * cuts are swept after. Returns whether every chunk was swept (false: not
+ * a decode of whole chunks, or a chunk holds a NaN or an Inf; out is the
+ * product either way). */
+bool bt_matmul_swept(bt_pool *p, int type, const void *W, int64_t rows, int64_t cols, const float *x, int T,
+                     float *out, bt_sweep_chunk *chunks);
 
 /* Measure sustained memory read bandwidth in GB/s with n_threads threads
  * (streams a buffer much larger than the caches). */

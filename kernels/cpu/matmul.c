@@ -36,6 +36,8 @@ struct mm_job {
     float *out;
     int64_t chunk;              /* rows per work item, a multiple of 8 */
     _Atomic int64_t next;       /* the next work item to take */
+    bt_sweep_chunk *swept;      /* bt_matmul_swept: out's 64-row chunks */
+    _Atomic bool nonfinite;     /* ... and one was not finite */
 };
 
 /* Decode: rows [r0, r1) of thread ith, bands a multiple of 4 rows. */
@@ -265,6 +267,9 @@ static void mm_worker(void *arg, int ith, int nth)
         band(j->rows, ith, nth, &r0, &r1);
         if (r0 < r1)
             mm_decode(j, r0, r1);
+        int64_t c0 = (r0 + 63) / 64, c1 = r1 / 64;   /* the chunks inside the band */
+        if (j->swept && c0 < c1 && bt_sweep_chunks_f32(j->out + c0 * 64, c1 - c0, j->swept + c0) < c1 - c0)
+            atomic_store_explicit(&j->nonfinite, true, memory_order_relaxed);
         return;
     }
     bool panels = mm_panelled(j);
@@ -283,18 +288,36 @@ static void mm_worker(void *arg, int ith, int nth)
     free(buf);
 }
 
+static bool mm_run(bt_pool *p, int type, const void *W, int64_t rows, int64_t cols, const float *x, int T,
+                   float *out, bt_sweep_chunk *swept);
+
 void bt_matmul(bt_pool *p, int type, const void *W, int64_t rows, int64_t cols,
                const float *x, int T, float *out)
 {
+    mm_run(p, type, W, rows, cols, x, T, out, NULL);
+}
+
+bool bt_matmul_swept(bt_pool *p, int type, const void *W, int64_t rows, int64_t cols, const float *x, int T,
+                     float *out, bt_sweep_chunk *chunks)
+{
+    bool whole = T == 1 && rows > 0 && rows % 64 == 0;
+    return mm_run(p, type, W, rows, cols, x, T, out, whole ? chunks : NULL) && whole;
+}
+
+/* The product; with swept (a decode of whole chunks), out's chunks too:
+ * false when one is not finite. */
+static bool mm_run(bt_pool *p, int type, const void *W, int64_t rows, int64_t cols, const float *x, int T,
+                   float *out, bt_sweep_chunk *swept)
+{
     const bt_kvariant *kv = bt_kernels_active();
     if (rows <= 0 || T <= 0)
-        return;
+        return false;
     size_t rb = bt_dtype_row_size(type, cols);
     if (type < 0 || type >= BT_DT_COUNT || !kv->dot[type] || rb == 0) {
         /* Callers check bt_dtype()->compute first; NaN makes a miss loud. */
         for (int64_t i = 0; i < rows * T; i++)
             out[i] = NAN;
-        return;
+        return false;
     }
     /* 64-byte vector loads that straddle two cache lines cost twice as
      * much, so an input that does not start on a line (the CPU backend's
@@ -309,19 +332,33 @@ void bt_matmul(bt_pool *p, int type, const void *W, int64_t rows, int64_t cols,
     }
     struct mm_job j = {
         .kv = kv, .type = type, .W = W, .row_bytes = rb,
-        .rows = rows, .cols = cols, .x = x, .T = T, .out = out,
+        .rows = rows, .cols = cols, .x = x, .T = T, .out = out, .swept = swept,
     };
     atomic_init(&j.next, 0);
+    atomic_init(&j.nonfinite, false);
     /* Tiny products are not worth waking workers for. */
     bool panels = mm_panelled(&j);
+    int nth = 1;
     if (!p || (int64_t)rb * rows * T < 16384) {
         j.chunk = panels ? MM_PANEL_ROWS : BT_MAX((int64_t)8, rows);
         mm_worker(&j, 0, 1);
     } else {
-        j.chunk = panels ? MM_PANEL_ROWS : mm_chunk(rows, bt_pool_threads(p));
+        nth = bt_pool_threads(p);
+        j.chunk = panels ? MM_PANEL_ROWS : mm_chunk(rows, nth);
         bt_pool_run(p, mm_worker, &j);
     }
     free(xa);
+    if (!swept)
+        return true;
+    /* the chunks a band boundary cut (T == 1: the bands of mm_worker) */
+    bool ok = !atomic_load(&j.nonfinite);
+    for (int ith = 0; ith + 1 < nth && ok; ith++) {
+        int64_t r0, r1;
+        band(rows, ith, nth, &r0, &r1);
+        if (r1 % 64 && r1 < rows)
+            ok = bt_sweep_chunks_f32(out + r1 / 64 * 64, 1, swept + r1 / 64) == 1;
+    }
+    return ok;
 }
 
 /* ---- bandwidth probe ---- */

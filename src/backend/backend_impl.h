@@ -298,6 +298,12 @@ struct bt_backend_i {
     int (*gdn_recur_stats)(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_buf *v, bt_buf *g, bt_buf *beta,
                            bt_buf *state, size_t state_off, int T, int nk, int nv, int dk, int dv, int grouped,
                            bt_tap_stats *st);
+    /* optional: matmul, and then the statistics of out (T rows of `rows`
+     * floats, row 0 at position pos0) into *st, the bits `stats` gives,
+     * final when the call returns (a decode's output swept by the threads
+     * that wrote it). NULL: matmul, then stats. */
+    int (*matmul_stats)(bt_backend *be, int type, bt_buf *W, int64_t rows, int64_t cols, bt_buf *x, size_t x_off,
+                        int T, bt_buf *out, int pos0, bt_tap_stats *st);
 };
 
 /* Every backend handle starts with its vtable; the rest is the backend's. */
@@ -319,7 +325,7 @@ struct bt_backend {
  * num_matmul, num_rmsnorm, num_attention; 4: copy_cols, mul_sigmoid, gdn_gates,
  * ssm_conv, gdn_recur, rope_neox_part; 5: bt_attn_args.blocks and
  * block_size, buf_view; 6: bt_attn_args.sinks, sinks_off, window, sink_p,
- * attention_sinks, swiglu_oai; 7: host_for; 8: gdn_recur_stats); hooks
+ * attention_sinks, swiglu_oai; 7: host_for; 8: gdn_recur_stats, matmul_stats); hooks
  * are only ever added at the end. */
 #define BT_BACKEND_ABI_VERSION 8
 #define BT_BACKEND_PLUGIN_ENTRY "bt_backend_plugin_init"

@@ -298,6 +298,11 @@ struct bt_engine {
     struct seq_run *run;
     int n_run;
     int tap_seq;       /* the sequence a callback of a batched forward is about */
+    /* statistics a matmul took of its output (mm_tap), for the tap of
+     * (fused_op, fused_layer) on fused_buf that comes right after it */
+    bt_tap_stats fused_st;
+    int fused_op, fused_layer;
+    const bt_buf *fused_buf;
     int32_t *h_rows;   /* (B) a batched forward's logit rows, gathered */
     int last_rows;     /* rows of the last single-sequence forward (bt_engine_hidden_rows) */
     /* the MTP (nextn) block instead of the trunk (bt_engine_opts.mtp) */
@@ -1006,6 +1011,8 @@ int bt_tensor_mutate(const bt_tensor_view *t, const bt_mutation *m, long *change
  * forward (its rows; the logits: its logit rows); false means cancel. */
 static bool tap(bt_engine *e, int op, int layer, bt_buf *buf, int width)
 {
+    const bt_tap_stats *pre = e->fused_op == op && e->fused_layer == layer && e->fused_buf == buf ? &e->fused_st : NULL;
+    e->fused_op = -1;
     if (!*want_at(e, op, layer)) return true;
     float *host = e->bi->buf_host ? e->bi->buf_host(e->be, buf) : NULL;
     for (int s = 0; s < e->n_run; s++) {
@@ -1015,7 +1022,7 @@ static bool tap(bt_engine *e, int op, int layer, bt_buf *buf, int width)
         size_t off = (size_t)row0 * width;
         bt_tensor h = { .be = e->be, .buf = buf, .off = off };
         bt_tensor_view t = { .op = op, .layer = layer, .step = e->step, .pos0 = pos0, .rows = rows, .width = width,
-                             .data = host ? host + off : NULL, .tensor = &h, .partial = rows != q->T };
+                             .data = host ? host + off : NULL, .tensor = &h, .partial = rows != q->T, .stats = pre };
         e->tap_seq = s;
         if (!e->cb.observe(e->cb.user, &t)) return false;
     }
@@ -1075,6 +1082,21 @@ static int mm(bt_engine *e, int type, bt_buf *W, int64_t rows, int64_t cols, bt_
 {
     if (!e->num_on) return e->bi->matmul(e->be, type, W, rows, cols, x, x_off, T, out);
     return bt_backend_num_matmul(e->be, &e->num, type, W, rows, cols, x, x_off, T, out);
+}
+
+/* A matmul whose output the tap of (op, layer) right after it observes as
+ * it is: in a decode step of one sequence without a numerics profile, the
+ * backend's matmul_stats takes the tap's statistics as it computes the
+ * product (the threads that wrote the rows sweep them), for that tap. */
+static int mm_tap(bt_engine *e, int op, int layer, int type, bt_buf *W, int64_t rows, int64_t cols, bt_buf *x,
+                  size_t x_off, int T, bt_buf *out)
+{
+    if (e->num_on || !e->has_cb || !e->bi->matmul_stats || e->n_run != 1 || e->run[0].T != 1 || T != 1 ||
+        !*want_at(e, op, layer))
+        return mm(e, type, W, rows, cols, x, x_off, T, out);
+    int rc = e->bi->matmul_stats(e->be, type, W, rows, cols, x, x_off, T, out, e->run[0].pos0, &e->fused_st);
+    if (rc == BT_OK) { e->fused_op = op; e->fused_layer = layer; e->fused_buf = out; }
+    return rc;
 }
 
 #define TAPX(op, layer, x, pos, buf, n, width) do { \
@@ -1323,7 +1345,7 @@ static int gdn_layer(bt_engine *e, int l, int T)
     if ((rc = bi->swiglu(be, e->s_norm, e->s_z, e->s_norm, (size_t)T * V))) return rc;
     GTAP(BT_OP_SSM_NORM, e->s_norm, V);
     GMARK(BT_OP_SSM_OUT);
-    if ((rc = mm(e, L->ssm_out_w.type, W->s_out, dim, V, e->s_norm, 0, T, e->attn_out))) return rc;
+    if ((rc = mm_tap(e, BT_OP_SSM_OUT, l, L->ssm_out_w.type, W->s_out, dim, V, e->s_norm, 0, T, e->attn_out))) return rc;
     GTAP(BT_OP_SSM_OUT, e->attn_out, dim);
 #undef GMARK
     return BT_OK;
@@ -1552,6 +1574,7 @@ static int forward_run(bt_engine *e, int T)
     const struct bt_backend_i *bi = e->bi;
     const bt_model *m = e->m;
     int dim = c->dim, hd = c->head_dim, hidden = c->hidden_dim;
+    e->fused_op = -1;   /* nothing a failed forward's matmul took is a tap's now */
     int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
     bool gated = (c->flags & BT_ARCH_ATTN_GATE) != 0, sinks = (c->flags & BT_ARCH_SINKS) != 0;
     const int32_t *tokens = e->run[0].tokens;
@@ -1664,8 +1687,10 @@ static int forward_run(bt_engine *e, int T)
         }
 
         MARK(BT_OP_ATTN_OUTPUT, l);
-        OP(mm(e, L->wo.type, W->wo, dim, q_dim, e->ctx, 0, T, e->attn_out));
-        if (W->bo != NO_VEC) OP(bi->add_row(be, e->attn_out, T, dim, e->vec_w, W->bo));
+        if (W->bo != NO_VEC) {
+            OP(mm(e, L->wo.type, W->wo, dim, q_dim, e->ctx, 0, T, e->attn_out));
+            OP(bi->add_row(be, e->attn_out, T, dim, e->vec_w, W->bo));
+        } else OP(mm_tap(e, BT_OP_ATTN_OUTPUT, l, L->wo.type, W->wo, dim, q_dim, e->ctx, 0, T, e->attn_out));
         TAP(BT_OP_ATTN_OUTPUT, l, e->attn_out, dim);
     resid:
         MARK(BT_OP_ATTN_RESID, l);
@@ -1682,16 +1707,16 @@ static int forward_run(bt_engine *e, int T)
             continue;
         }
         MARK(BT_OP_FFN_GATE, l);
-        OP(mm(e, L->w_gate.type, W->w_gate, hidden, dim, e->xb, 0, T, e->gate));
+        OP(mm_tap(e, BT_OP_FFN_GATE, l, L->w_gate.type, W->w_gate, hidden, dim, e->xb, 0, T, e->gate));
         TAP(BT_OP_FFN_GATE, l, e->gate, hidden);
         MARK(BT_OP_FFN_UP, l);
-        OP(mm(e, L->w_up.type, W->w_up, hidden, dim, e->xb, 0, T, e->up));
+        OP(mm_tap(e, BT_OP_FFN_UP, l, L->w_up.type, W->w_up, hidden, dim, e->xb, 0, T, e->up));
         TAP(BT_OP_FFN_UP, l, e->up, hidden);
         MARK(BT_OP_FFN_ACT, l);
         OP(bi->swiglu(be, e->act, e->gate, e->up, (size_t)T * hidden));
         TAP(BT_OP_FFN_ACT, l, e->act, hidden);
         MARK(BT_OP_FFN_DOWN, l);
-        OP(mm(e, L->w_down.type, W->w_down, dim, hidden, e->act, 0, T, e->down));
+        OP(mm_tap(e, BT_OP_FFN_DOWN, l, L->w_down.type, W->w_down, dim, hidden, e->act, 0, T, e->down));
         TAP(BT_OP_FFN_DOWN, l, e->down, dim);
         MARK(BT_OP_FFN_RESID, l);
         OP(bi->add(be, e->x, e->down, (size_t)T * dim));
@@ -1726,7 +1751,7 @@ static int forward_run(bt_engine *e, int T)
         src = 0;
     }
     MARK(BT_OP_LOGITS, -1);
-    OP(mm(e, e->out_type, e->w_out, c->n_vocab, dim, head_in, src, rows, e->logits_b));
+    OP(mm_tap(e, BT_OP_LOGITS, -1, e->out_type, e->w_out, c->n_vocab, dim, head_in, src, rows, e->logits_b));
     e->last_rows = e->n_run == 1 ? T : 0;
     e->logit_rows = rows;
     OP(num_store(e, e->logits_b, (size_t)rows * c->n_vocab));
