@@ -104,7 +104,44 @@ void bt_stats_compute(const float *x, int rows, int width, int pos0, bt_tap_stat
 
 void bt_sweep_fold(bt_sweep *acc, const bt_sweep_chunk *c, int64_t nc)
 {
-    for (int64_t k = 0; k < nc; k++)
+    int64_t k = 0;
+#if defined(__SSE2__)
+    /* the baseline's vectors, lane by lane the loop below: min_ps(a, b) is
+     * a < b ? a : b, each float widened exactly, then one double add */
+    __m128 mn0 = _mm_loadu_ps(acc->mn), mn1 = _mm_loadu_ps(acc->mn + 4);
+    __m128 mx0 = _mm_loadu_ps(acc->mx), mx1 = _mm_loadu_ps(acc->mx + 4);
+    __m128d s[4], q[4];
+    for (int i = 0; i < 4; i++) {
+        s[i] = _mm_loadu_pd(acc->sum + 2 * i);
+        q[i] = _mm_loadu_pd(acc->sumsq + 2 * i);
+    }
+    for (; k < nc; k++) {
+        const bt_sweep_chunk *ck = &c[k];
+        mn0 = _mm_min_ps(_mm_loadu_ps(ck->mn), mn0);
+        mn1 = _mm_min_ps(_mm_loadu_ps(ck->mn + 4), mn1);
+        mx0 = _mm_max_ps(_mm_loadu_ps(ck->mx), mx0);
+        mx1 = _mm_max_ps(_mm_loadu_ps(ck->mx + 4), mx1);
+        __m128 s0 = _mm_loadu_ps(ck->s), s1 = _mm_loadu_ps(ck->s + 4);
+        __m128 q0 = _mm_loadu_ps(ck->q), q1 = _mm_loadu_ps(ck->q + 4);
+        s[0] = _mm_add_pd(s[0], _mm_cvtps_pd(s0));
+        s[1] = _mm_add_pd(s[1], _mm_cvtps_pd(_mm_movehl_ps(s0, s0)));
+        s[2] = _mm_add_pd(s[2], _mm_cvtps_pd(s1));
+        s[3] = _mm_add_pd(s[3], _mm_cvtps_pd(_mm_movehl_ps(s1, s1)));
+        q[0] = _mm_add_pd(q[0], _mm_cvtps_pd(q0));
+        q[1] = _mm_add_pd(q[1], _mm_cvtps_pd(_mm_movehl_ps(q0, q0)));
+        q[2] = _mm_add_pd(q[2], _mm_cvtps_pd(q1));
+        q[3] = _mm_add_pd(q[3], _mm_cvtps_pd(_mm_movehl_ps(q1, q1)));
+    }
+    _mm_storeu_ps(acc->mn, mn0);
+    _mm_storeu_ps(acc->mn + 4, mn1);
+    _mm_storeu_ps(acc->mx, mx0);
+    _mm_storeu_ps(acc->mx + 4, mx1);
+    for (int i = 0; i < 4; i++) {
+        _mm_storeu_pd(acc->sum + 2 * i, s[i]);
+        _mm_storeu_pd(acc->sumsq + 2 * i, q[i]);
+    }
+#endif
+    for (; k < nc; k++)
         for (int l = 0; l < 8; l++) {
             acc->mn[l] = c[k].mn[l] < acc->mn[l] ? c[k].mn[l] : acc->mn[l];
             acc->mx[l] = c[k].mx[l] > acc->mx[l] ? c[k].mx[l] : acc->mx[l];
