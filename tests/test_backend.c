@@ -750,10 +750,10 @@ static void test_matmul_stats(int type, int64_t rows, int T, bool bad)
 }
 
 /* gdn_recur_stats: the delta rule's bits and, of the state it leaves,
- * the bits stats gives, on heads of whole chunks (one segment and
- * several), heads that are not whole chunks, and a state holding a NaN
- * (each backend that has the hook; on the CPU each head is swept by the
- * thread that ran it and the chunks folded in the state's order). */
+ * the bits stats gives, with states of fewer stats segments than threads,
+ * heads that do not fill segments, segments of whole heads (on the CPU
+ * each swept by the thread that ran its heads) and a state holding a NaN
+ * (each backend that has the hook). */
 static void test_gdn_stats(int T, int nk, int nv, int dk, int dv, bool grouped, bool bad)
 {
     if (!be->iface->gdn_recur_stats) return;
@@ -835,6 +835,9 @@ int main(int argc, char **argv)
     test_gdn_stats(1, 4, 8, 128, 128, false, false);    /* 2 segments of BT_STATS_SEG */
     test_gdn_stats(2, 2, 8, 128, 96, true, true);
     test_gdn_stats(1, 1, 3, 6, 10, false, false);       /* heads that are not whole chunks */
+    test_gdn_stats(1, 4, 16, 128, 128, true, false);    /* segments of 4 heads, one per work item */
+    test_gdn_stats(2, 4, 16, 128, 128, false, true);
+    test_gdn_stats(3, 8, 48, 64, 64, false, false);     /* segments of 16 heads */
     test_numerics_ops();
     bt_backend_free(be);
     bt_backend_free(cpu);

@@ -47,7 +47,7 @@ typedef struct cpu_ctx {
     float *att;                   /* (n_threads, att_cap) attention scores scratch */
     size_t att_cap;
     bt_numerics_ctx *num;         /* the numerics ops' scratch, with the last profile handed in */
-    bt_sweep_chunk *chunks;       /* gdn_recur_stats: the state's swept chunks */
+    bt_sweep_chunk *chunks;       /* matmul_stats: a decode output's swept chunks */
     size_t chunks_cap;
     char name[8];
 } cpu_ctx;
@@ -222,7 +222,18 @@ static int cpu_matmul(bt_backend *be, int type, bt_buf *W, int64_t rows, int64_t
 }
 
 static int cpu_stats(bt_backend *be, bt_buf *b, size_t off, int rows, int width, int pos0, bt_tap_stats *out);
-static bt_sweep_chunk *chunk_room(cpu_ctx *c, size_t n);
+
+/* The context's chunk buffer, with room for n (NULL: no memory). */
+static bt_sweep_chunk *chunk_room(cpu_ctx *c, size_t n)
+{
+    if (n > c->chunks_cap) {
+        bt_sweep_chunk *p = realloc(c->chunks, n * sizeof(*p));
+        if (!p) return NULL;
+        c->chunks = p;
+        c->chunks_cap = n;
+    }
+    return c->chunks;
+}
 
 /* A decode's output swept by the threads that wrote it (bt_matmul_swept),
  * its chunks folded here (bt_stats_from_chunks: cpu_stats' bits); any
@@ -881,98 +892,99 @@ typedef struct gdn_job {
     size_t state_off;
     int T, nk, nv, dk, dv, grouped;
     _Atomic int next;
-    bt_sweep_chunk *chunks;       /* gdn_recur_stats: each head's state swept after its last token */
-    _Atomic bool nonfinite;       /* ... and a chunk of it was not finite */
+    /* gdn_recur_stats: work items are the state's BT_STATS_SEG segments,
+     * hps heads each, and each one's statistics part is swept right after
+     * its heads ran (parts[k]); else items are heads and parts is NULL */
+    bt_stats_part *parts;
+    int hps;
 } gdn_job;
 
 /* Tokens per kernel call: their scaled queries on the worker's stack (dk
  * <= 512: 32 KB). The state carries from one block to the next. */
 #define GDN_TB 16
 
+static void gdn_head(gdn_job *j, int h, float *qs, float *dec, float *beta)
+{
+    int nk = j->nk, nv = j->nv, dk = j->dk, dv = j->dv;
+    const float scale = 1.0f / sqrtf((float)dk);
+    int hk = j->grouped ? h / (nv / nk) : h % nk;
+    float *S = j->state + j->state_off + (size_t)h * dk * dv;
+    for (int t0 = 0; t0 < j->T; t0 += GDN_TB) {
+        int tb = BT_MIN(GDN_TB, j->T - t0);
+        for (int b = 0; b < tb; b++) {
+            size_t t = (size_t)(t0 + b);
+            const float *qh = j->q + t * nk * dk + (size_t)hk * dk;
+            dec[b] = expf(j->g[t * nv + h]);
+            beta[b] = j->beta[t * nv + h];
+            for (int i = 0; i < dk; i++) qs[(size_t)b * dk + i] = qh[i] * scale;
+        }
+        size_t t = (size_t)t0;
+        bt_gdn_seq_f32(S, dk, dv, 0, dv, tb, dec, j->k + t * nk * dk + (size_t)hk * dk, (int64_t)nk * dk,
+                       j->v + t * nv * dv + (size_t)h * dv, (int64_t)nv * dv, beta, qs, dk,
+                       j->out + t * nv * dv + (size_t)h * dv, (int64_t)nv * dv);
+    }
+}
+
 static void gdn_worker(void *arg, int ith, int nth)
 {
     (void)ith; (void)nth;
     gdn_job *j = arg;
-    int nk = j->nk, nv = j->nv, dk = j->dk, dv = j->dv;
-    const float scale = 1.0f / sqrtf((float)dk);
     float qs[GDN_TB * 512], dec[GDN_TB], beta[GDN_TB];
-    for (int h; (h = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < nv;) {
-        int hk = j->grouped ? h / (nv / nk) : h % nk;
-        float *S = j->state + j->state_off + (size_t)h * dk * dv;
-        for (int t0 = 0; t0 < j->T; t0 += GDN_TB) {
-            int tb = BT_MIN(GDN_TB, j->T - t0);
-            for (int b = 0; b < tb; b++) {
-                size_t t = (size_t)(t0 + b);
-                const float *qh = j->q + t * nk * dk + (size_t)hk * dk;
-                dec[b] = expf(j->g[t * nv + h]);
-                beta[b] = j->beta[t * nv + h];
-                for (int i = 0; i < dk; i++) qs[(size_t)b * dk + i] = qh[i] * scale;
-            }
-            size_t t = (size_t)t0;
-            bt_gdn_seq_f32(S, dk, dv, 0, dv, tb, dec, j->k + t * nk * dk + (size_t)hk * dk, (int64_t)nk * dk,
-                           j->v + t * nv * dv + (size_t)h * dv, (int64_t)nv * dv, beta, qs, dk,
-                           j->out + t * nv * dv + (size_t)h * dv, (int64_t)nv * dv);
-        }
-        if (j->chunks) {
-            /* the head's state, still in this thread's cache */
-            int64_t nc = (int64_t)dk * dv / 64;
-            if (bt_sweep_chunks_f32(S, nc, j->chunks + (size_t)h * nc) < nc)
-                atomic_store_explicit(&j->nonfinite, true, memory_order_relaxed);
-        }
+    if (!j->parts) {
+        for (int h; (h = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->nv;)
+            gdn_head(j, h, qs, dec, beta);
+        return;
+    }
+    /* a segment's heads, then its sweep while the state is in this
+     * thread's cache: cpu_stats' segment sweep, so its bits */
+    int64_t n = (int64_t)j->nv * j->dk * j->dv;
+    for (int k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->nv / j->hps;) {
+        for (int h = k * j->hps; h < (k + 1) * j->hps; h++) gdn_head(j, h, qs, dec, beta);
+        bt_stats_part_sweep(j->state + j->state_off, n, k, &j->parts[k]);
     }
 }
 
-/* The delta rule over the pool; with chunks, each head's state swept
- * after its last token; false when a chunk of it was not finite. */
-static bool gdn_run(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_buf *v, bt_buf *g, bt_buf *beta,
+static void gdn_run(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_buf *v, bt_buf *g, bt_buf *beta,
                     bt_buf *state, size_t state_off, int T, int nk, int nv, int dk, int dv, int grouped,
-                    bt_sweep_chunk *chunks)
+                    bt_stats_part *parts, int hps)
 {
     gdn_job j = { .out = F(out), .state = F(state), .q = F(q), .k = F(k), .v = F(v), .g = F(g), .beta = F(beta),
                   .state_off = state_off, .T = T, .nk = nk, .nv = nv, .dk = dk, .dv = dv, .grouped = grouped,
-                  .chunks = chunks };
+                  .parts = parts, .hps = hps };
     atomic_init(&j.next, 0);
-    atomic_init(&j.nonfinite, false);
     bt_pool_run(CTX(be)->pool, gdn_worker, &j);
-    return !atomic_load(&j.nonfinite);
 }
 
 static int cpu_gdn_recur(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_buf *v, bt_buf *g, bt_buf *beta,
                          bt_buf *state, size_t state_off, int T, int nk, int nv, int dk, int dv, int grouped)
 {
     if (dk > 512) return bt_error(BT_EUNSUPPORTED, "gated delta net key heads of %d (at most 512)", dk);
-    gdn_run(be, out, q, k, v, g, beta, state, state_off, T, nk, nv, dk, dv, grouped, NULL);
+    gdn_run(be, out, q, k, v, g, beta, state, state_off, T, nk, nv, dk, dv, grouped, NULL, 0);
     return BT_OK;
 }
 
-/* The state's statistics from the chunks each head's thread swept, folded
- * here in the state's order (bt_stats_from_chunks: cpu_stats' bits). A
- * state holding a NaN or an Inf, or heads that are not whole chunks, are
- * swept again as cpu_stats would. */
-/* The context's chunk buffer, with room for n (NULL: no memory). */
-static bt_sweep_chunk *chunk_room(cpu_ctx *c, size_t n)
-{
-    if (n > c->chunks_cap) {
-        bt_sweep_chunk *p = realloc(c->chunks, n * sizeof(*p));
-        if (!p) return NULL;
-        c->chunks = p;
-        c->chunks_cap = n;
-    }
-    return c->chunks;
-}
-
+/* The state's statistics where it was written: when a BT_STATS_SEG
+ * segment holds whole heads and there are segments enough for every
+ * thread, each thread runs a segment's heads and sweeps that segment
+ * before the next (bt_stats_part_sweep, what cpu_stats does per segment,
+ * so its bits: the segments then added in order); otherwise the delta
+ * rule, then cpu_stats. */
 static int cpu_gdn_recur_stats(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_buf *v, bt_buf *g, bt_buf *beta,
                                bt_buf *state, size_t state_off, int T, int nk, int nv, int dk, int dv, int grouped,
                                bt_tap_stats *st)
 {
     if (dk > 512) return bt_error(BT_EUNSUPPORTED, "gated delta net key heads of %d (at most 512)", dk);
-    size_t per = (size_t)dk * dv;
-    /* no room for the chunks: the sweep after */
-    bt_sweep_chunk *ch = per % 64 == 0 && (int64_t)nv * dk <= INT32_MAX ? chunk_room(CTX(be), per / 64 * (size_t)nv) : NULL;
-    if (gdn_run(be, out, q, k, v, g, beta, state, state_off, T, nk, nv, dk, dv, grouped, ch) && ch)
-        bt_stats_from_chunks(ch, nv * dk, dv, 0, st);
-    else
+    int64_t per = (int64_t)dk * dv, hps = per > 0 && BT_STATS_SEG % per == 0 ? BT_STATS_SEG / per : 0;
+    int nseg = hps && nv % hps == 0 ? (int)(nv / hps) : 0;
+    bt_stats_part stack[64];
+    if (nseg < CTX(be)->n_threads || nseg > 64 || (int64_t)nv * dk > INT32_MAX) {
+        gdn_run(be, out, q, k, v, g, beta, state, state_off, T, nk, nv, dk, dv, grouped, NULL, 0);
         return cpu_stats(be, state, state_off, nv * dk, dv, 0, st);
+    }
+    gdn_run(be, out, q, k, v, g, beta, state, state_off, T, nk, nv, dk, dv, grouped, stack, (int)hps);
+    bt_stats_part acc;
+    for (int s = 0; s < nseg; s++) bt_stats_part_add(&acc, &stack[s], s == 0);
+    bt_stats_part_finish(&acc, (int64_t)nv * dk * dv, dv, 0, st);
     return BT_OK;
 }
 

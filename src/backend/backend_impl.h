@@ -293,8 +293,8 @@ struct bt_backend_i {
      * (nv*dk rows of dv floats at state_off, pos0 0) into *st: the bits
      * `stats` gives for them, final when the call returns. The op can sweep
      * each head's state while it is in the cache of the thread that wrote
-     * it, instead of the whole state being read again (on a hybrid model's
-     * decode most of what the taps cost). NULL: gdn_recur, then stats. */
+     * it, instead of the whole state being read again from the other
+     * threads' caches. NULL: gdn_recur, then stats. */
     int (*gdn_recur_stats)(bt_backend *be, bt_buf *out, bt_buf *q, bt_buf *k, bt_buf *v, bt_buf *g, bt_buf *beta,
                            bt_buf *state, size_t state_off, int T, int nk, int nv, int dk, int dv, int grouped,
                            bt_tap_stats *st);
