@@ -716,8 +716,9 @@ static bool same_stats(const bt_tap_stats *a, const bt_tap_stats *b)
 
 /* matmul_stats: matmul's bits and, of its output, the bits stats gives: a
  * decode of whole chunks with band boundaries inside a chunk (rows 320 on
- * three threads) and on one (576), one small enough for a single thread, a
- * row count that is not whole chunks, a prefill, and a weight row of NaN. */
+ * three threads), on one (576), bands with no whole chunk (128), one small
+ * enough for a single thread, a row count that is not whole chunks, a
+ * prefill, and a weight row of NaN. */
 static void test_matmul_stats(int type, int64_t rows, int T, bool bad)
 {
     if (!be->iface->matmul_stats) return;
@@ -827,6 +828,7 @@ int main(int argc, char **argv)
     test_matmul_stats(BT_DT_Q4_0, 576, 1, false);
     test_matmul_stats(BT_DT_Q8_0, 1536, 1, false);
     test_matmul_stats(BT_DT_F32, 64, 1, false);       /* one thread */
+    test_matmul_stats(BT_DT_F32, 128, 1, false);      /* bands smaller than a chunk */
     test_matmul_stats(BT_DT_Q4_K, 100, 1, false);     /* not whole chunks */
     test_matmul_stats(BT_DT_F32, 320, 3, false);      /* a prefill */
     test_matmul_stats(BT_DT_F32, 320, 1, true);

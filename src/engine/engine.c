@@ -1317,8 +1317,8 @@ static int gdn_layer(bt_engine *e, int l, int T)
     GTAP(BT_OP_SSM_V, e->s_v, V);
     GMARK(BT_OP_SSM_CORE);
     /* A tapped state's statistics are taken by the op where the backend
-     * can (each head swept by the thread that wrote it), unless a
-     * numerics profile rounds the state after it */
+     * can (swept by the threads that wrote it), unless a numerics profile
+     * rounds the state after it */
     bool fuse = e->has_cb && bi->gdn_recur_stats && *want_at(e, BT_OP_SSM_STATE, l) &&
                 !(e->num_on && e->num.state != BT_NUM_F32);
     for (int s = 0; s < e->n_run; s++) {   /* the delta rule over each sequence's slot */
@@ -1574,10 +1574,10 @@ static int forward_run(bt_engine *e, int T)
     const struct bt_backend_i *bi = e->bi;
     const bt_model *m = e->m;
     int dim = c->dim, hd = c->head_dim, hidden = c->hidden_dim;
-    e->fused_op = -1;   /* nothing a failed forward's matmul took is a tap's now */
     int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
     bool gated = (c->flags & BT_ARCH_ATTN_GATE) != 0, sinks = (c->flags & BT_ARCH_SINKS) != 0;
     const int32_t *tokens = e->run[0].tokens;
+    e->fused_op = -1;   /* nothing a failed forward's matmul took is a tap's now */
     if (e->hybrid)
         for (int s = 0; s < e->n_run; s++) {
             int rc0 = hybrid_begin(e, &e->run[s]);
