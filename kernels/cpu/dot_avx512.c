@@ -390,27 +390,39 @@ TGT static void dot8x3_f32(const float *w, int64_t ldw, const float *x, int64_t 
  * chunks (fewer than two) go through the AVX2 sweep. v * v is rounded
  * before the add (BT_NOFUSE_V: this target has FMA). ---- */
 
-TGT static int64_t sweep_f32(const float *x, int64_t n, bt_sweep *acc)
+/* Chunks x[0..64) (low half) and x[64..128) (high half): each lane's sum,
+ * sum of squares, minimum and maximum; the lanes whose chunk holds a NaN or
+ * an Inf are set in the mask returned (a NaN makes the sum NaN, a +Inf the
+ * maximum +Inf, a -Inf the minimum -Inf). */
+TGT static inline __attribute__((always_inline)) __mmask16 sweep_pair(const float *x, __m512 *cs, __m512 *cq,
+                                                                       __m512 *lmn, __m512 *lmx)
 {
     const __m512 pinf = _mm512_set1_ps(INFINITY), ninf = _mm512_set1_ps(-INFINITY);
+    __m512 s = _mm512_setzero_ps(), q = s, mn = pinf, mx = ninf;
+    for (int k = 0; k < 8; k++) {
+        __m512 v = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(x + 8 * k)), _mm256_loadu_ps(x + 64 + 8 * k),
+                                      1);
+        __m512 vv = _mm512_mul_ps(v, v);
+        BT_NOFUSE_V(vv);
+        s = _mm512_add_ps(s, v);
+        q = _mm512_add_ps(q, vv);
+        mn = _mm512_min_ps(v, mn);
+        mx = _mm512_max_ps(v, mx);
+    }
+    *cs = s; *cq = q; *lmn = mn; *lmx = mx;
+    return _mm512_cmp_ps_mask(s, s, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(mx, pinf, _CMP_EQ_OQ) |
+           _mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ);
+}
+
+TGT static int64_t sweep_f32(const float *x, int64_t n, bt_sweep *acc)
+{
     __m256 mn = _mm256_loadu_ps(acc->mn), mx = _mm256_loadu_ps(acc->mx);
     __m512d s = _mm512_loadu_pd(acc->sum), q = _mm512_loadu_pd(acc->sumsq);
     int64_t i = 0;
     bool stopped = false;
     for (; i + 128 <= n; i += 128) {
-        __m512 cs = _mm512_setzero_ps(), cq = cs, lmn = pinf, lmx = ninf;
-        for (int k = 0; k < 8; k++) {
-            __m512 v = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(x + i + 8 * k)),
-                                          _mm256_loadu_ps(x + i + 64 + 8 * k), 1);
-            __m512 vv = _mm512_mul_ps(v, v);
-            BT_NOFUSE_V(vv);
-            cs = _mm512_add_ps(cs, v);
-            cq = _mm512_add_ps(cq, vv);
-            lmn = _mm512_min_ps(v, lmn);
-            lmx = _mm512_max_ps(v, lmx);
-        }
-        __mmask16 bad = _mm512_cmp_ps_mask(cs, cs, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(lmx, pinf, _CMP_EQ_OQ) |
-                        _mm512_cmp_ps_mask(lmn, ninf, _CMP_EQ_OQ);
+        __m512 cs, cq, lmn, lmx;
+        __mmask16 bad = sweep_pair(x + i, &cs, &cq, &lmn, &lmx);
         if (bad & 0xFF) {
             stopped = true;
             break;
@@ -442,22 +454,10 @@ TGT static int64_t sweep_f32(const float *x, int64_t n, bt_sweep *acc)
  * side by side as above; an odd last chunk goes through the AVX2 one. */
 TGT static int64_t sweep_chunks_f32(const float *x, int64_t nc, bt_sweep_chunk *out)
 {
-    const __m512 pinf = _mm512_set1_ps(INFINITY), ninf = _mm512_set1_ps(-INFINITY);
     int64_t c = 0;
     for (; c + 2 <= nc; c += 2, x += 128) {
-        __m512 cs = _mm512_setzero_ps(), cq = cs, lmn = pinf, lmx = ninf;
-        for (int k = 0; k < 8; k++) {
-            __m512 v = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(x + 8 * k)),
-                                          _mm256_loadu_ps(x + 64 + 8 * k), 1);
-            __m512 vv = _mm512_mul_ps(v, v);
-            BT_NOFUSE_V(vv);
-            cs = _mm512_add_ps(cs, v);
-            cq = _mm512_add_ps(cq, vv);
-            lmn = _mm512_min_ps(v, lmn);
-            lmx = _mm512_max_ps(v, lmx);
-        }
-        __mmask16 bad = _mm512_cmp_ps_mask(cs, cs, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(lmx, pinf, _CMP_EQ_OQ) |
-                        _mm512_cmp_ps_mask(lmn, ninf, _CMP_EQ_OQ);
+        __m512 cs, cq, lmn, lmx;
+        __mmask16 bad = sweep_pair(x, &cs, &cq, &lmn, &lmx);
         if (bad & 0xFF)
             return c;
         _mm256_storeu_ps(out[c].s, _mm512_castps512_ps256(cs));
