@@ -201,7 +201,7 @@ int64_t bt_sweep_f32_scalar(const float *x, int64_t n, bt_sweep *acc)
 
 /* The same per chunk, its lanes stored instead of folded (kernels.h:
  * bt_sweep_chunks_f32). */
-int64_t bt_sweep_chunks_f32_scalar(const float *x, int64_t nc, bt_sweep_chunk *out)
+static int64_t sweep_chunks_f32(const float *x, int64_t nc, bt_sweep_chunk *out)
 {
     for (int64_t c = 0; c < nc; c++, x += 64) {
         for (int j = 0; j < 64; j++)
@@ -329,7 +329,7 @@ static void bt_kv_scalar_fill(bt_kvariant *kv)
     kv->dot4_f32 = dot4_f32;
     kv->dot4x2_f32 = dot4x2_f32;
     kv->sweep_f32 = bt_sweep_f32_scalar;
-    kv->sweep_chunks_f32 = bt_sweep_chunks_f32_scalar;
+    kv->sweep_chunks_f32 = sweep_chunks_f32;
     kv->wsum_f32 = wsum_f32;
     kv->scale_max_f32 = scale_max_f32;
     kv->exp_sub_f32 = bt_exp_sub_f32_scalar;

@@ -98,7 +98,6 @@ typedef struct bt_kvariant {
 /* The reference sweep (dot.c); SIMD sweeps run their last short chunk
  * through it. */
 int64_t bt_sweep_f32_scalar(const float *x, int64_t n, bt_sweep *acc);
-int64_t bt_sweep_chunks_f32_scalar(const float *x, int64_t nc, bt_sweep_chunk *out);
 /* The AVX2 sweep (dot_avx2.c). 8 lanes a chunk is the sweep's defined
  * order: the avx512 table's sweep runs two chunks side by side, one per
  * half of a vector, and hands its last chunk to this one. */
