@@ -200,28 +200,21 @@ int64_t bt_sweep_f32_scalar(const float *x, int64_t n, bt_sweep *acc)
 }
 
 /* The same per chunk, its lanes stored instead of folded (kernels.h:
- * bt_sweep_chunks_f32). */
+ * bt_sweep_chunks_f32): the sweep of one chunk into fresh accumulators,
+ * whose doubles then hold the chunk's float sums exactly (0 + s). */
 static int64_t sweep_chunks_f32(const float *x, int64_t nc, bt_sweep_chunk *out)
 {
     for (int64_t c = 0; c < nc; c++, x += 64) {
-        for (int j = 0; j < 64; j++)
-            if (!isfinite(x[j]))
-                return c;
-        bt_sweep_chunk *o = &out[c];
+        bt_sweep a;
+        bt_sweep_init(&a);
+        if (bt_sweep_f32_scalar(x, 64, &a) < 64)
+            return c;
         for (int l = 0; l < 8; l++) {
-            o->s[l] = o->q[l] = 0;
-            o->mn[l] = INFINITY;
-            o->mx[l] = -INFINITY;
+            out[c].s[l] = (float)a.sum[l];
+            out[c].q[l] = (float)a.sumsq[l];
+            out[c].mn[l] = a.mn[l];
+            out[c].mx[l] = a.mx[l];
         }
-        for (int j = 0; j < 64; j += 8)
-            for (int l = 0; l < 8; l++) {
-                float v = x[j + l], vv = v * v;
-                BT_NOFUSE_F(vv);
-                o->s[l] += v;
-                o->q[l] += vv;
-                o->mn[l] = v < o->mn[l] ? v : o->mn[l];
-                o->mx[l] = v > o->mx[l] ? v : o->mx[l];
-            }
     }
     return nc;
 }

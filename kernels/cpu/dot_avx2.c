@@ -862,32 +862,40 @@ TGT static void wsum_f32(float *acc, const float *wts, float scale, const float 
  * 64-element chunk, as the scalar sweep, so the same bits. No FMA in the
  * target: the scalar code rounds v * v before adding it. ---- */
 
-__attribute__((target("avx2"))) int64_t bt_sweep_f32_avx2(const float *x, int64_t n, bt_sweep *acc)
+/* One chunk x[0..64): its lane sums, sums of squares and its own min and
+ * max (from +-Inf, by the scalar rule v < m ? v : m, so each keeps the
+ * first of equal values), before knowing whether it is finite: a NaN
+ * makes its lane's sum NaN (finite values can overflow a sum to Inf,
+ * never to NaN), a +Inf its max +Inf, a -Inf its min -Inf. That is the
+ * check, instead of a compare per vector: true when the chunk is finite. */
+__attribute__((target("avx2"))) static inline __attribute__((always_inline)) bool
+sweep_chunk8(const float *x, __m256 *cs, __m256 *cq, __m256 *lmn, __m256 *lmx)
 {
     const __m256 pinf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
+    __m256 s = _mm256_setzero_ps(), q = s, mn = pinf, mx = ninf;
+    for (int k = 0; k < 8; k++) {
+        __m256 v = _mm256_loadu_ps(x + 8 * k);
+        s = _mm256_add_ps(s, v);
+        q = _mm256_add_ps(q, _mm256_mul_ps(v, v));
+        mn = _mm256_min_ps(v, mn);    /* v < m ? v : m, the scalar rule (a NaN v leaves m) */
+        mx = _mm256_max_ps(v, mx);
+    }
+    *cs = s; *cq = q; *lmn = mn; *lmx = mx;
+    __m256 bad = _mm256_or_ps(_mm256_cmp_ps(s, s, _CMP_UNORD_Q),
+                              _mm256_or_ps(_mm256_cmp_ps(mx, pinf, _CMP_EQ_OQ), _mm256_cmp_ps(mn, ninf, _CMP_EQ_OQ)));
+    return _mm256_testz_ps(bad, bad);
+}
+
+__attribute__((target("avx2"))) int64_t bt_sweep_f32_avx2(const float *x, int64_t n, bt_sweep *acc)
+{
     __m256 mn = _mm256_loadu_ps(acc->mn), mx = _mm256_loadu_ps(acc->mx);
     __m256d s0 = _mm256_loadu_pd(acc->sum), s1 = _mm256_loadu_pd(acc->sum + 4);
     __m256d q0 = _mm256_loadu_pd(acc->sumsq), q1 = _mm256_loadu_pd(acc->sumsq + 4);
     int64_t i = 0;
     bool stopped = false;
     for (; i + 64 <= n; i += 64) {
-        /* The chunk's sums and its own min and max (from +-Inf, by the
-         * scalar rule v < m ? v : m, so each keeps the first of equal
-         * values), before knowing whether it is finite: a NaN makes its
-         * lane's sum NaN (finite values can overflow a sum to Inf, never
-         * to NaN), a +Inf its max +Inf, a -Inf its min -Inf. That is the
-         * check, instead of a compare per vector. */
-        __m256 s = _mm256_setzero_ps(), q = s, lmn = pinf, lmx = ninf;
-        for (int k = 0; k < 8; k++) {
-            __m256 v = _mm256_loadu_ps(x + i + 8 * k);
-            s = _mm256_add_ps(s, v);
-            q = _mm256_add_ps(q, _mm256_mul_ps(v, v));
-            lmn = _mm256_min_ps(v, lmn);    /* v < m ? v : m, the scalar rule (a NaN v leaves m) */
-            lmx = _mm256_max_ps(v, lmx);
-        }
-        __m256 bad = _mm256_or_ps(_mm256_cmp_ps(s, s, _CMP_UNORD_Q),
-                                  _mm256_or_ps(_mm256_cmp_ps(lmx, pinf, _CMP_EQ_OQ), _mm256_cmp_ps(lmn, ninf, _CMP_EQ_OQ)));
-        if (!_mm256_testz_ps(bad, bad)) {
+        __m256 s, q, lmn, lmx;
+        if (!sweep_chunk8(x + i, &s, &q, &lmn, &lmx)) {
             stopped = true;
             break;
         }
@@ -915,19 +923,9 @@ __attribute__((target("avx2"))) int64_t bt_sweep_f32_avx2(const float *x, int64_
  * bt_sweep_chunks_f32): the same operations per chunk. */
 __attribute__((target("avx2"))) int64_t bt_sweep_chunks_f32_avx2(const float *x, int64_t nc, bt_sweep_chunk *out)
 {
-    const __m256 pinf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
     for (int64_t c = 0; c < nc; c++, x += 64) {
-        __m256 s = _mm256_setzero_ps(), q = s, lmn = pinf, lmx = ninf;
-        for (int k = 0; k < 8; k++) {
-            __m256 v = _mm256_loadu_ps(x + 8 * k);
-            s = _mm256_add_ps(s, v);
-            q = _mm256_add_ps(q, _mm256_mul_ps(v, v));
-            lmn = _mm256_min_ps(v, lmn);
-            lmx = _mm256_max_ps(v, lmx);
-        }
-        __m256 bad = _mm256_or_ps(_mm256_cmp_ps(s, s, _CMP_UNORD_Q),
-                                  _mm256_or_ps(_mm256_cmp_ps(lmx, pinf, _CMP_EQ_OQ), _mm256_cmp_ps(lmn, ninf, _CMP_EQ_OQ)));
-        if (!_mm256_testz_ps(bad, bad))
+        __m256 s, q, lmn, lmx;
+        if (!sweep_chunk8(x, &s, &q, &lmn, &lmx))
             return c;
         _mm256_storeu_ps(out[c].s, s);
         _mm256_storeu_ps(out[c].q, q);

@@ -15,6 +15,15 @@
 #include <emmintrin.h>
 #endif
 
+/* A finite sweep's accumulators as a segment's part. */
+static void part_of(bt_stats_part *p, const bt_sweep *acc)
+{
+    memcpy(p->sum, acc->sum, sizeof p->sum);
+    memcpy(p->sumsq, acc->sumsq, sizeof p->sumsq);
+    memcpy(p->mn, acc->mn, sizeof p->mn);
+    memcpy(p->mx, acc->mx, sizeof p->mx);
+}
+
 /* One segment: the finite chunks through the kernels' vector sweep; a
  * chunk holding a NaN or an Inf comes back here, element by element. */
 void bt_stats_part_sweep(const float *x, int64_t n, int64_t k, bt_stats_part *p)
@@ -43,10 +52,7 @@ void bt_stats_part_sweep(const float *x, int64_t n, int64_t k, bt_stats_part *p)
         acc.sum[0] += s; acc.sumsq[0] += q;
         i = end;
     }
-    memcpy(p->sum, acc.sum, sizeof p->sum);
-    memcpy(p->sumsq, acc.sumsq, sizeof p->sumsq);
-    memcpy(p->mn, acc.mn, sizeof p->mn);
-    memcpy(p->mx, acc.mx, sizeof p->mx);
+    part_of(p, &acc);
 }
 
 void bt_stats_part_add(bt_stats_part *acc, const bt_stats_part *p, bool first)
@@ -163,10 +169,7 @@ void bt_stats_from_chunks(const bt_sweep_chunk *c, int rows, int width, int pos0
         bt_sweep sw;
         bt_sweep_init(&sw);
         bt_sweep_fold(&sw, c + k * per, BT_MIN(per, nc - k * per));
-        memcpy(p.sum, sw.sum, sizeof p.sum);
-        memcpy(p.sumsq, sw.sumsq, sizeof p.sumsq);
-        memcpy(p.mn, sw.mn, sizeof p.mn);
-        memcpy(p.mx, sw.mx, sizeof p.mx);
+        part_of(&p, &sw);
         bt_stats_part_add(&acc, &p, k == 0);
     }
     bt_stats_part_finish(&acc, n, width, pos0, out);

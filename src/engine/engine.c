@@ -345,9 +345,7 @@ typedef struct seq_run {
     bool all;                /* logits of every row */
     int lrow0, lrows;        /* its logit rows */
     bt_buf *view[V_COUNT];
-    const bt_tap_stats *state_st;   /* the layer's recurrent state's statistics, taken by
-                                     * gdn_recur_stats (else NULL: the tap asks) */
-    bt_tap_stats st;
+    bt_tap_stats st;         /* the layer's recurrent state's statistics, when gdn_recur_stats took them */
 } seq_run;
 
 static bool *want_at(bt_engine *e, int op, int layer) { return &e->want[op * (e->c.n_layers + 1) + layer + 1]; }
@@ -1324,7 +1322,6 @@ static int gdn_layer(bt_engine *e, int l, int T)
     for (int s = 0; s < e->n_run; s++) {   /* the delta rule over each sequence's slot */
         seq_run *q = &e->run[s];
         size_t st_off = ((size_t)q->slot * Ls + l) * st_per;
-        q->state_st = fuse ? &q->st : NULL;
         if (fuse) rc = bi->gdn_recur_stats(be, SV(q, V_CORE, e->s_core), SV(q, V_SQ, e->s_q), SV(q, V_SK, e->s_k),
                                            SV(q, V_SV, e->s_v), SV(q, V_DECAY, e->s_decay), SV(q, V_BETA, e->s_beta),
                                            e->ssm_state, st_off, q->T, nk, nv, dk, dv, ba, &q->st);
@@ -1338,7 +1335,7 @@ static int gdn_layer(bt_engine *e, int l, int T)
     }
     GTAP(BT_OP_SSM_CORE, e->s_core, V);
     for (int s = 0; s < e->n_run && e->has_cb; s++)
-        if (!tap_at(e, s, BT_OP_SSM_STATE, l, e->ssm_state, ((size_t)e->run[s].slot * Ls + l) * st_per, nv * dk, 0, dv, e->run[s].state_st))
+        if (!tap_at(e, s, BT_OP_SSM_STATE, l, e->ssm_state, ((size_t)e->run[s].slot * Ls + l) * st_per, nv * dk, 0, dv, fuse ? &e->run[s].st : NULL))
             return BT_EINVAL;
     GMARK(BT_OP_SSM_NORM);
     if ((rc = bi->rmsnorm(be, e->s_norm, e->s_core, e->vec_w, W->s_norm, T * nv, dv, c->norm_eps))) return rc;
